@@ -1,0 +1,95 @@
+"""The one error tree of agentjournal.
+
+Every error the library raises on purpose derives from :class:`JournalError`;
+driver errors (``sqlite3``, ``grpc``, ``kurrentdbclient``) are translated at
+the store boundary and never leak through the public API.
+
+::
+
+    JournalError
+    ├── InvalidInput (also ValueError)   bad arguments; nothing was written
+    ├── StoreError                       the event store failed
+    │   ├── ConcurrencyError             expected revision did not match
+    │   ├── StreamNotFound               the stream does not exist
+    │   ├── StreamDeleted                the stream was deleted or tombstoned
+    │   └── StoreUnavailable             the store cannot be reached or is busy
+    └── CodecError                       an item or event cannot be translated
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CodecError",
+    "ConcurrencyError",
+    "InvalidInput",
+    "JournalError",
+    "StoreError",
+    "StoreUnavailable",
+    "StreamDeleted",
+    "StreamNotFound",
+]
+
+
+class JournalError(Exception):
+    """Root of every error agentjournal raises on purpose."""
+
+
+class InvalidInput(JournalError, ValueError):
+    """Raised when an argument is malformed; nothing has been written."""
+
+
+class StoreError(JournalError):
+    """Raised when the event store fails to carry out a request."""
+
+
+class ConcurrencyError(StoreError):
+    """Raised when a stream is not at the revision the writer expected.
+
+    Attributes:
+        stream: The stream whose state did not match.
+        expected: What the writer expected: an exact revision or a state name
+            (``"any"``, ``"no_stream"``, ``"exists"``).
+        actual: The stream's current revision, ``None`` when it does not exist.
+    """
+
+    def __init__(self, stream: str, expected: int | str, actual: int | None) -> None:
+        self.stream = stream
+        self.expected = expected
+        self.actual = actual
+        shown = "no stream" if actual is None else f"revision {actual}"
+        super().__init__(
+            f"stream {stream!r} is at {shown}, the writer expected {expected}: "
+            "read the stream again and retry from its current revision"
+        )
+
+
+class StreamNotFound(StoreError):
+    """Raised when reading a stream that does not exist.
+
+    Attributes:
+        stream: The missing stream.
+    """
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        super().__init__(f"stream {stream!r} does not exist")
+
+
+class StreamDeleted(StoreError):
+    """Raised when writing to or reading from a deleted or tombstoned stream.
+
+    Attributes:
+        stream: The deleted stream.
+    """
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        super().__init__(f"stream {stream!r} has been deleted")
+
+
+class StoreUnavailable(StoreError):
+    """Raised when the store cannot be reached, times out or stays busy."""
+
+
+class CodecError(JournalError):
+    """Raised when an SDK item or a stored event cannot be translated."""

@@ -1,0 +1,73 @@
+"""Event stores: the contract and its backends.
+
+``open_store(uri)`` picks the backend from the URI:
+
+* ``sqlite:///relative/or/absolute/path.db`` or ``sqlite:////abs/path.db``:
+  the embedded store in one SQLite file (the default).
+* ``sqlite://:memory:``: an embedded store that lives as long as the object.
+* ``kurrentdb://host:2113?Tls=false`` or ``kurrentdb+discover://...``: KurrentDB.
+"""
+
+from __future__ import annotations
+
+from agentjournal.errors import InvalidInput
+from agentjournal.store.base import (
+    MAX_EVENT_BYTES,
+    AppendRequest,
+    AppendResult,
+    EventStore,
+    Expected,
+    NewEvent,
+    RecordedEvent,
+    StreamState,
+    event_id,
+)
+
+__all__ = [
+    "MAX_EVENT_BYTES",
+    "AppendRequest",
+    "AppendResult",
+    "EventStore",
+    "Expected",
+    "NewEvent",
+    "RecordedEvent",
+    "StreamState",
+    "event_id",
+    "open_store",
+]
+
+_KURRENTDB_SCHEMES = ("kurrentdb://", "kurrentdb+discover://", "esdb://", "esdb+discover://")
+
+
+async def open_store(uri: str) -> EventStore:
+    """Open the event store that ``uri`` names (see the module docs).
+
+    Raises:
+        InvalidInput: The URI names no known backend.
+        StoreUnavailable: The store cannot be opened or reached.
+    """
+    if uri.startswith("sqlite://"):
+        from agentjournal.store.sqlite import SQLiteEventStore
+
+        return await SQLiteEventStore.open(sqlite_path(uri))
+    if uri.startswith(_KURRENTDB_SCHEMES):
+        from agentjournal.store.kurrentdb import KurrentDBEventStore
+
+        return await KurrentDBEventStore.open(uri)
+    raise InvalidInput(
+        f"unknown store URI {uri.split('://')[0]!r}: use sqlite:///path.db, "
+        "sqlite://:memory: or kurrentdb://host:2113"
+    )
+
+
+def sqlite_path(uri: str) -> str:
+    """Return the file path (or ``:memory:``) a ``sqlite://`` URI names."""
+    rest = uri.removeprefix("sqlite://")
+    if rest in (":memory:", "/:memory:"):
+        return ":memory:"
+    if not rest.startswith("/") or rest == "/":
+        raise InvalidInput(
+            f"invalid SQLite URI {uri!r}: use sqlite:///relative.db, sqlite:////abs/path.db "
+            "or sqlite://:memory:"
+        )
+    return rest[1:]

@@ -1,0 +1,339 @@
+"""The event store contract: records, expected states and the ``EventStore`` protocol.
+
+Both backends (:mod:`agentjournal.store.sqlite`, :mod:`agentjournal.store.kurrentdb`)
+implement this contract with KurrentDB's stream semantics, and both pass the one
+conformance suite in :mod:`agentjournal.testing.store_conformance`:
+
+* A stream is an ordered list of events. Revisions start at 0 and are gapless.
+* Every write states what it expects of the stream: :attr:`StreamState.ANY`,
+  :attr:`StreamState.NO_STREAM`, :attr:`StreamState.EXISTS` or an exact revision
+  (the revision of the stream's last event). A mismatch raises
+  :class:`~agentjournal.errors.ConcurrencyError` and writes nothing.
+* :meth:`EventStore.append_many` is one atomic transaction across streams: all
+  of its streams are written or none is. A stream appears at most once per call
+  (compared case-insensitively, as KurrentDB does).
+* Idempotency: re-sending the same event ids at the same position with an exact
+  revision or ``NO_STREAM`` succeeds without writing twice and returns what the
+  first write returned; ids that only partly match are a conflict. With ``ANY``
+  or ``EXISTS`` a retry is not guaranteed to be recognised: writers that retry
+  should use exact revisions and deterministic ids (see :func:`event_id`).
+* Every event also has a global position: one total order over all streams,
+  strictly increasing, not necessarily gapless.
+* Invalid input raises :class:`~agentjournal.errors.InvalidInput` before
+  anything is written (see :func:`validate_append`).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import Protocol, TypeAlias, runtime_checkable
+
+from agentjournal.errors import InvalidInput
+
+__all__ = [
+    "MAX_EVENT_BYTES",
+    "AppendRequest",
+    "AppendResult",
+    "EventStore",
+    "Expected",
+    "NewEvent",
+    "RecordedEvent",
+    "StreamState",
+    "event_id",
+    "expected_label",
+    "validate_append",
+    "validate_stream_name",
+]
+
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""The largest event (data plus metadata) a store accepts: KurrentDB's limit."""
+
+MAX_STREAM_NAME_BYTES = 1024
+
+_EVENT_TYPE = re.compile(r"^[a-zA-Z0-9_.$:-]+$")
+_STREAM_NAME = re.compile(r"^[!-~]+$")  # printable ASCII, no whitespace
+
+_ID_NAMESPACE = uuid.UUID("5d7e1c0a-3f7b-4c5e-9a3e-6a2f0c1d9b42")
+
+
+class StreamState(enum.Enum):
+    """What a writer expects of a stream other than an exact revision."""
+
+    ANY = "any"
+    """Append whatever the stream's state."""
+    NO_STREAM = "no_stream"
+    """The stream must not exist yet."""
+    EXISTS = "exists"
+    """The stream must already hold at least one event."""
+
+
+Expected: TypeAlias = StreamState | int
+"""A stream state, or the exact revision of the stream's last event."""
+
+
+def _frozen_metadata(value: Mapping[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(dict(value))
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append.
+
+    Attributes:
+        type: Event type; must match ``^[a-zA-Z0-9_.$:-]+$``.
+        data: The JSON payload as UTF-8 bytes; the store keeps it byte for byte.
+        metadata: String keys to string values (KurrentDB's multi-stream append
+            accepts nothing else).
+        id: The event id. Pass a deterministic id (:func:`event_id`) when the
+            write may be retried.
+    """
+
+    type: str
+    data: bytes
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metadata", _frozen_metadata(self.metadata))
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    """An event as the store holds it.
+
+    Attributes:
+        id: The id it was appended with.
+        type: Its event type.
+        data: The payload bytes exactly as appended.
+        metadata: The metadata exactly as appended (store-added keys removed).
+        stream: The stream it belongs to.
+        revision: Its place in the stream, from 0.
+        position: Its place in the global order over all streams.
+        recorded_at: When the store committed it (UTC).
+    """
+
+    id: uuid.UUID
+    type: str
+    data: bytes
+    metadata: Mapping[str, str]
+    stream: str
+    revision: int
+    position: int
+    recorded_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """One stream's share of an :meth:`EventStore.append_many` transaction."""
+
+    stream: str
+    events: Sequence[NewEvent]
+    expected: Expected
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where a successful append left a stream.
+
+    Attributes:
+        stream: The stream written to.
+        revision: The revision of the stream's last event after the append.
+        position: The global position of the append's commit: the position of
+            its last event (for :meth:`EventStore.append_many`, the last event
+            of the whole transaction).
+    """
+
+    stream: str
+    revision: int
+    position: int
+
+
+def event_id(*parts: str | int) -> uuid.UUID:
+    """Return a deterministic event id derived from ``parts``.
+
+    The same parts always give the same id, so a retried write carries the
+    ids of the first attempt and the store can recognise it.
+    """
+    return uuid.uuid5(_ID_NAMESPACE, "\x1f".join(str(part) for part in parts))
+
+
+def expected_label(expected: Expected) -> int | str:
+    """Return ``expected`` as it appears in a :class:`ConcurrencyError`."""
+    return expected.value if isinstance(expected, StreamState) else expected
+
+
+def validate_stream_name(stream: object) -> str:
+    """Return ``stream`` if it is a valid stream name, else raise InvalidInput.
+
+    A stream name is 1 to 1024 bytes of printable ASCII without whitespace and
+    must not start with ``$`` (KurrentDB reserves those for system streams).
+    """
+    if not isinstance(stream, str) or not stream:
+        raise InvalidInput(f"a stream name must be a non-empty string, got {stream!r}")
+    if len(stream) > MAX_STREAM_NAME_BYTES or not _STREAM_NAME.match(stream):
+        raise InvalidInput(
+            f"invalid stream name {stream[:80]!r}: use at most {MAX_STREAM_NAME_BYTES} "
+            "printable ASCII characters without whitespace"
+        )
+    if stream.startswith("$"):
+        raise InvalidInput(f"invalid stream name {stream!r}: names starting with '$' are reserved")
+    return stream
+
+
+def _validate_expected(stream: str, expected: object) -> None:
+    if isinstance(expected, StreamState):
+        return
+    if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
+        raise InvalidInput(
+            f"expected state for {stream!r} must be a StreamState or a revision >= 0, "
+            f"got {expected!r}"
+        )
+
+
+def _validate_event(stream: str, event: object) -> None:
+    if not isinstance(event, NewEvent):
+        raise InvalidInput(f"events for {stream!r} must be NewEvent instances, got {event!r}")
+    if not isinstance(event.type, str) or not _EVENT_TYPE.match(event.type):
+        raise InvalidInput(
+            f"invalid event type {event.type!r} for {stream!r}: must match ^[a-zA-Z0-9_.$:-]+$"
+        )
+    if not isinstance(event.data, bytes):
+        raise InvalidInput(f"event data for {stream!r} must be bytes, got {type(event.data)}")
+    if not isinstance(event.id, uuid.UUID):
+        raise InvalidInput(f"event id for {stream!r} must be a UUID, got {event.id!r}")
+    for key, value in event.metadata.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidInput(
+                f"metadata of {event.type} on {stream!r} must map strings to strings; "
+                f"{key!r} maps to {type(value).__name__}"
+            )
+    size = len(event.data) + len(encode_metadata(event.metadata))
+    if size > MAX_EVENT_BYTES:
+        raise InvalidInput(
+            f"event {event.type} on {stream!r} is {size} bytes; the limit is {MAX_EVENT_BYTES}"
+        )
+
+
+def validate_append(requests: Sequence[AppendRequest], *, many: bool) -> None:
+    """Raise InvalidInput unless ``requests`` is a valid write; nothing is written.
+
+    Args:
+        requests: The streams and events of one append or append_many call.
+        many: True for ``append_many``, where KurrentDB refuses an empty call,
+            a stream without events, and a stream named twice (compared
+            case-insensitively). A single ``append`` may carry no events: it
+            then only checks the expected state.
+    """
+    if many and not requests:
+        raise InvalidInput("append_many needs at least one stream")
+    seen: set[str] = set()
+    for request in requests:
+        if not isinstance(request, AppendRequest):
+            raise InvalidInput(f"append_many takes AppendRequest items, got {request!r}")
+        stream = validate_stream_name(request.stream)
+        folded = stream.casefold()
+        if folded in seen:
+            raise InvalidInput(f"stream {stream!r} appears more than once in one append_many")
+        seen.add(folded)
+        _validate_expected(stream, request.expected)
+        if isinstance(request.events, (str, bytes)) or not isinstance(request.events, Sequence):
+            raise InvalidInput(f"events for {stream!r} must be a list of NewEvent")
+        if many and not request.events:
+            raise InvalidInput(f"append_many got no events for {stream!r}")
+        for event in request.events:
+            _validate_event(stream, event)
+
+
+def encode_metadata(metadata: Mapping[str, str]) -> bytes:
+    """Return the canonical JSON bytes under which metadata is stored."""
+    return json.dumps(dict(metadata), separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    """An append-only store of streams with KurrentDB semantics (see module docs).
+
+    Implementations are async, safe to share between asyncio tasks, and must be
+    closed with :meth:`close` (or used as an async context manager).
+    """
+
+    async def append(
+        self, stream: str, events: Sequence[NewEvent], *, expected: Expected
+    ) -> AppendResult:
+        """Append ``events`` to ``stream`` if it is in the ``expected`` state.
+
+        With no events the call only checks ``expected`` and reports the
+        stream's current revision (``-1`` if it does not exist) and the
+        store's last position.
+
+        Raises:
+            ConcurrencyError: The stream is not in the expected state.
+            StreamDeleted: The stream was deleted.
+            InvalidInput: The request is malformed; nothing was written.
+            StoreUnavailable: The store could not be reached.
+        """
+        ...
+
+    async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        """Append to several streams in one atomic transaction.
+
+        Returns one result per request, in request order. If any stream is not
+        in its expected state nothing at all is written.
+
+        Raises:
+            ConcurrencyError: Some stream was not in its expected state.
+            InvalidInput: The request is malformed; nothing was written.
+            StoreUnavailable: The store could not be reached.
+        """
+        ...
+
+    async def read(
+        self,
+        stream: str,
+        *,
+        from_revision: int | None = None,
+        backwards: bool = False,
+        limit: int | None = None,
+    ) -> list[RecordedEvent]:
+        """Read events of ``stream``.
+
+        Forwards starts at ``from_revision`` (default 0); backwards starts at
+        ``from_revision`` (default the last event) and goes down. Both include
+        ``from_revision``. ``limit`` caps the count; a tail read
+        (``backwards=True, limit=N``) costs O(N) whatever the stream's length.
+
+        Raises:
+            StreamNotFound: The stream does not exist.
+        """
+        ...
+
+    async def head(self, stream: str) -> int | None:
+        """Return the revision of the stream's last event, or None if it does not exist."""
+        ...
+
+    async def read_all(
+        self, *, from_position: int | None = None, limit: int | None = None
+    ) -> list[RecordedEvent]:
+        """Read events of all streams in global order, from ``from_position`` inclusive."""
+        ...
+
+    def subscribe(self, *, after_position: int | None = None) -> AsyncIterator[RecordedEvent]:
+        """Yield every event after ``after_position`` (exclusive), then follow new ones.
+
+        A catch-up subscription over the global order: it first delivers what
+        is stored, then each new event shortly after it is committed (within
+        100 ms), without busy polling. It ends only when the consumer stops
+        iterating or the store is closed.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Release connections; the store cannot be used afterwards."""
+        ...
