@@ -1,0 +1,472 @@
+"""The embedded event store: KurrentDB stream semantics in one SQLite file.
+
+Layout (schema version 1, kept in ``PRAGMA user_version``)::
+
+    streams(id, name UNIQUE, head)          one row per stream; head = last revision
+    events(position PK AUTOINCREMENT,        the global order
+           stream_id, revision,              UNIQUE(stream_id, revision): tail reads
+           id, type, data, metadata,         are an index range scan, O(limit)
+           recorded_at)
+
+Every call runs on one worker thread that owns the connection, so the event
+loop never blocks on SQLite. Writes take ``BEGIN IMMEDIATE``: the expected-state
+check and the insert happen under SQLite's single write lock, which serialises
+writers in this process and in other processes on the same file (WAL mode,
+``synchronous=FULL``: a returned append is on disk). A writer that cannot get
+the lock within ``busy_timeout`` gets :class:`StoreUnavailable`.
+
+Subscriptions wake at once for appends made through this object and notice
+appends by other processes with a cheap check every 50 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any, Final, TypeVar
+
+from agentjournal.errors import (
+    ConcurrencyError,
+    InvalidInput,
+    StoreUnavailable,
+    StreamNotFound,
+)
+from agentjournal.store.base import (
+    AppendRequest,
+    AppendResult,
+    Expected,
+    NewEvent,
+    RecordedEvent,
+    StreamState,
+    encode_metadata,
+    expected_label,
+    validate_append,
+    validate_stream_name,
+)
+
+__all__ = ["SQLiteEventStore"]
+
+SCHEMA_VERSION: Final = 1
+_POLL_SECONDS: Final = 0.05
+_SUBSCRIBE_BATCH: Final = 500
+_T = TypeVar("_T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS streams (
+    id   INTEGER PRIMARY KEY,
+    name TEXT    NOT NULL UNIQUE,
+    head INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    position    INTEGER PRIMARY KEY AUTOINCREMENT,
+    stream_id   INTEGER NOT NULL REFERENCES streams(id),
+    revision    INTEGER NOT NULL,
+    id          BLOB    NOT NULL,
+    type        TEXT    NOT NULL,
+    data        BLOB    NOT NULL,
+    metadata    BLOB    NOT NULL,
+    recorded_at INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS events_by_stream ON events(stream_id, revision);
+"""
+
+_EVENT_COLUMNS = "e.position, e.revision, e.id, e.type, e.data, e.metadata, e.recorded_at"
+
+
+class _Conflict(Exception):
+    """Raised inside a write transaction to roll it back with a ConcurrencyError."""
+
+    def __init__(self, error: ConcurrencyError) -> None:
+        self.error = error
+
+
+class SQLiteEventStore:
+    """An :class:`~agentjournal.store.base.EventStore` in one SQLite file.
+
+    Open it with :meth:`open`; pass ``":memory:"`` for a store that lives as
+    long as the object (tests). Safe for many asyncio tasks and for several
+    processes on one file.
+    """
+
+    def __init__(self, path: str, connection: sqlite3.Connection, executor: ThreadPoolExecutor):
+        self._path = path
+        self._db = connection
+        self._executor = executor
+        self._closed = False
+        self._appended = asyncio.Event()
+
+    @classmethod
+    async def open(
+        cls, path: str | os.PathLike[str], *, busy_timeout: float = 30.0
+    ) -> SQLiteEventStore:
+        """Open (creating if needed) the store in ``path``.
+
+        Args:
+            path: The database file, or ``":memory:"``.
+            busy_timeout: Seconds a writer waits for another process's write
+                lock before raising :class:`StoreUnavailable`.
+
+        Raises:
+            StoreUnavailable: The file cannot be opened or holds something else.
+        """
+        path = os.fspath(path)
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentjournal-sqlite")
+        loop = asyncio.get_running_loop()
+        try:
+            connection = await loop.run_in_executor(executor, _connect, path, busy_timeout)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        return cls(path, connection, executor)
+
+    @property
+    def path(self) -> str:
+        """The database file (or ``":memory:"``)."""
+        return self._path
+
+    async def __aenter__(self) -> SQLiteEventStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connection; waits for a write in flight to finish."""
+        if self._closed:
+            return
+        self._closed = True
+        self._appended.set()
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._db.close)
+        self._executor.shutdown(wait=True)
+
+    # -- writes ---------------------------------------------------------------
+
+    async def append(
+        self, stream: str, events: Sequence[NewEvent], *, expected: Expected
+    ) -> AppendResult:
+        """Append ``events`` to ``stream`` (see :class:`EventStore.append`)."""
+        request = AppendRequest(stream, events, expected)
+        validate_append([request], many=False)
+        (result,) = await self._write([request])
+        return result
+
+    async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        """Append to several streams atomically (see :class:`EventStore.append_many`)."""
+        requests = list(requests)
+        validate_append(requests, many=True)
+        return await self._write(requests)
+
+    async def _write(self, requests: list[AppendRequest]) -> list[AppendResult]:
+        future = self._submit(self._write_sync, requests)
+        # A cancelled caller must not abandon a commit half-way: the thread
+        # finishes the transaction either way, and its outcome stands.
+        results = await asyncio.shield(future)
+        if any(request.events for request in requests):
+            self._appended.set()
+            self._appended = asyncio.Event()
+        return results
+
+    def _write_sync(self, requests: list[AppendRequest]) -> list[AppendResult]:
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            raise StoreUnavailable(f"SQLite store {self._path} is busy: {error}") from error
+        try:
+            now = time.time_ns() // 1000
+            pending = [self._check(db, request) for request in requests]
+            last_position = 0
+            for request, (stream_id, current, replay) in zip(requests, pending, strict=True):
+                if replay is not None or not request.events:
+                    continue
+                head = current + len(request.events)
+                if stream_id is None:
+                    stream_id = db.execute(
+                        "INSERT INTO streams(name, head) VALUES (?, ?)", (request.stream, head)
+                    ).lastrowid
+                else:
+                    db.execute("UPDATE streams SET head = ? WHERE id = ?", (head, stream_id))
+                db.executemany(
+                    "INSERT INTO events(stream_id, revision, id, type, data, metadata, recorded_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (
+                            stream_id,
+                            current + offset,
+                            event.id.bytes,
+                            event.type,
+                            event.data,
+                            encode_metadata(event.metadata),
+                            now,
+                        )
+                        for offset, event in enumerate(request.events, start=1)
+                    ],
+                )
+                last_position = db.execute("SELECT last_insert_rowid()").fetchone()[0]
+            if last_position == 0:
+                last_position = _last_position(db)
+            db.execute("COMMIT")
+        except _Conflict as conflict:
+            db.execute("ROLLBACK")
+            raise conflict.error from None
+        except sqlite3.Error as error:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise StoreUnavailable(f"SQLite store {self._path} failed: {error}") from error
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        results = []
+        for request, (_, current, replay) in zip(requests, pending, strict=True):
+            if replay is not None:
+                results.append(replay)
+            else:
+                head = current + len(request.events)
+                results.append(AppendResult(request.stream, head, last_position))
+        return results
+
+    def _check(
+        self, db: sqlite3.Connection, request: AppendRequest
+    ) -> tuple[int | None, int, AppendResult | None]:
+        """Check one request's expected state inside the write transaction.
+
+        Returns the stream's row id (None if new), its current revision (-1 if
+        new) and, for a recognised retry, the result of the original write.
+        """
+        row = db.execute(
+            "SELECT id, head FROM streams WHERE name = ?", (request.stream,)
+        ).fetchone()
+        stream_id, current = (None, -1) if row is None else (row[0], row[1])
+        expected = request.expected
+        actual = None if row is None else current
+
+        def conflict() -> _Conflict:
+            return _Conflict(ConcurrencyError(request.stream, expected_label(expected), actual))
+
+        if expected is StreamState.ANY:
+            return stream_id, current, None
+        if expected is StreamState.EXISTS:
+            if row is None:
+                raise conflict()
+            return stream_id, current, None
+        exact = -1 if expected is StreamState.NO_STREAM else expected
+        assert isinstance(exact, int)
+        if current == exact:
+            return stream_id, current, None
+        if stream_id is None or current < exact or not request.events:
+            raise conflict()
+        replay = self._replay(db, stream_id, request, exact)
+        if replay is None:
+            raise conflict()
+        return stream_id, current, replay
+
+    def _replay(
+        self, db: sqlite3.Connection, stream_id: int, request: AppendRequest, exact: int
+    ) -> AppendResult | None:
+        """Return the original result if ``request`` repeats events already written."""
+        count = len(request.events)
+        rows = db.execute(
+            "SELECT id, position FROM events WHERE stream_id = ? AND revision > ? "
+            "ORDER BY revision LIMIT ?",
+            (stream_id, exact, count),
+        ).fetchall()
+        if len(rows) != count:
+            return None
+        if any(row[0] != event.id.bytes for row, event in zip(rows, request.events, strict=True)):
+            return None
+        return AppendResult(request.stream, exact + count, rows[-1][1])
+
+    # -- reads ----------------------------------------------------------------
+
+    async def head(self, stream: str) -> int | None:
+        """Return the revision of the stream's last event, or None."""
+        validate_stream_name(stream)
+        row = await self._submit(
+            self._fetchone, "SELECT head FROM streams WHERE name = ?", (stream,)
+        )
+        return None if row is None else int(row[0])
+
+    async def read(
+        self,
+        stream: str,
+        *,
+        from_revision: int | None = None,
+        backwards: bool = False,
+        limit: int | None = None,
+    ) -> list[RecordedEvent]:
+        """Read events of ``stream`` (see :class:`EventStore.read`)."""
+        validate_stream_name(stream)
+        _check_non_negative("from_revision", from_revision)
+        _check_non_negative("limit", limit)
+        return await self._submit(self._read_sync, stream, from_revision, backwards, limit)
+
+    def _read_sync(
+        self, stream: str, from_revision: int | None, backwards: bool, limit: int | None
+    ) -> list[RecordedEvent]:
+        row = self._db.execute("SELECT id FROM streams WHERE name = ?", (stream,)).fetchone()
+        if row is None:
+            raise StreamNotFound(stream)
+        if backwards:
+            sql = "WHERE e.stream_id = ? AND e.revision <= ? ORDER BY e.revision DESC LIMIT ?"
+            start = (1 << 62) if from_revision is None else from_revision
+        else:
+            sql = "WHERE e.stream_id = ? AND e.revision >= ? ORDER BY e.revision LIMIT ?"
+            start = from_revision or 0
+        rows = self._db.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events e {sql}",
+            (row[0], start, -1 if limit is None else limit),
+        ).fetchall()
+        return [_recorded(stream, *r) for r in rows]
+
+    async def read_all(
+        self, *, from_position: int | None = None, limit: int | None = None
+    ) -> list[RecordedEvent]:
+        """Read all streams in global order from ``from_position`` (inclusive)."""
+        _check_non_negative("from_position", from_position)
+        _check_non_negative("limit", limit)
+        return await self._submit(self._read_all_sync, from_position or 0, limit)
+
+    def _read_all_sync(self, from_position: int, limit: int | None) -> list[RecordedEvent]:
+        rows = self._db.execute(
+            f"SELECT s.name, {_EVENT_COLUMNS} FROM events e JOIN streams s ON s.id = e.stream_id "
+            "WHERE e.position >= ? ORDER BY e.position LIMIT ?",
+            (from_position, -1 if limit is None else limit),
+        ).fetchall()
+        return [_recorded(*r) for r in rows]
+
+    async def subscribe(self, *, after_position: int | None = None) -> AsyncIterator[RecordedEvent]:
+        """Yield every event after ``after_position``, then follow new ones."""
+        _check_non_negative("after_position", after_position)
+        position = after_position or 0
+        while not self._closed:
+            appended = self._appended  # taken before the read: no wake-up is missed
+            batch = await self.read_all(from_position=position + 1, limit=_SUBSCRIBE_BATCH)
+            for event in batch:
+                yield event
+                position = event.position
+            if len(batch) == _SUBSCRIBE_BATCH:
+                continue
+            # Appends through this object wake us at once; other processes'
+            # appends are noticed by the next read after a short timeout.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(appended.wait(), _POLL_SECONDS)
+
+    # -- plumbing -------------------------------------------------------------
+
+    def _fetchone(self, sql: str, params: tuple[Any, ...]) -> Any:
+        return self._db.execute(sql, params).fetchone()
+
+    def _submit(self, fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+        if self._closed:
+            raise StoreUnavailable(f"SQLite store {self._path} is closed")
+        return asyncio.get_running_loop().run_in_executor(
+            self._executor, functools.partial(_translated, self._path, fn, *args)
+        )
+
+
+def _translated(path: str, fn: Callable[..., _T], *args: Any) -> _T:
+    try:
+        return fn(*args)
+    except sqlite3.Error as error:
+        raise StoreUnavailable(f"SQLite store {path} failed: {error}") from error
+
+
+def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
+    if path != ":memory:":
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise StoreUnavailable(
+                f"cannot open SQLite store {path}: directory {directory} does not exist"
+            )
+    try:
+        db = sqlite3.connect(
+            path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+        )
+    except sqlite3.Error as error:
+        raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
+    try:
+        db.execute(
+            "PRAGMA journal_mode = WAL" if path != ":memory:" else "PRAGMA journal_mode = MEMORY"
+        )
+        db.execute("PRAGMA synchronous = FULL")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version not in (0, SCHEMA_VERSION):
+            raise StoreUnavailable(
+                f"SQLite store {path} has schema version {version}; this agentjournal "
+                f"reads version {SCHEMA_VERSION}: upgrade agentjournal"
+            )
+        if version == 0:
+            _create_schema(db, path)
+    except sqlite3.DatabaseError as error:
+        db.close()
+        raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _create_schema(db: sqlite3.Connection, path: str) -> None:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if db.execute("PRAGMA user_version").fetchone()[0] == 0:
+            foreign = db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name NOT IN ('streams', 'events', 'sqlite_sequence')"
+            ).fetchone()
+            if foreign is not None:
+                raise StoreUnavailable(
+                    f"{path} is a SQLite database of something else (table {foreign[0]!r}); "
+                    "choose another file"
+                )
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def _last_position(db: sqlite3.Connection) -> int:
+    row = db.execute("SELECT max(position) FROM events").fetchone()
+    return int(row[0] or 0)
+
+
+def _recorded(
+    stream: str,
+    position: int,
+    revision: int,
+    event_id: bytes,
+    type_: str,
+    data: bytes,
+    metadata: bytes,
+    recorded_at: int,
+) -> RecordedEvent:
+    return RecordedEvent(
+        id=uuid.UUID(bytes=event_id),
+        type=type_,
+        data=data,
+        metadata=MappingProxyType(json.loads(metadata)),
+        stream=stream,
+        revision=revision,
+        position=position,
+        recorded_at=datetime.fromtimestamp(recorded_at / 1_000_000, UTC),
+    )
+
+
+def _check_non_negative(name: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise InvalidInput(f"{name} must be an integer >= 0 or None, got {value!r}")

@@ -1,0 +1,497 @@
+"""The conformance suite every EventStore must pass.
+
+Subclass :class:`EventStoreConformance` once per backend in a ``Test*`` class
+and provide two fixtures::
+
+    class TestMyStore(EventStoreConformance):
+        @pytest.fixture
+        def store_uri(self, tmp_path) -> str | None:
+            return "sqlite:///" + str(tmp_path / "events.db")   # None: no multi-process tests
+
+        @pytest.fixture
+        async def store(self, store_uri) -> AsyncIterator[EventStore]:
+            store = await open_store(store_uri)
+            yield store
+            await store.close()
+
+``store_uri`` must reach the same store from another OS process (via
+:func:`agentjournal.store.open_store`). Every test writes to streams with a
+unique suffix and looks at global-order reads only for its own streams, so the
+suite can run against a shared server that holds other data.
+
+Requires pytest and pytest-asyncio (``asyncio_mode = "auto"``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+
+import pytest
+
+from agentjournal.errors import ConcurrencyError, InvalidInput, StreamNotFound
+from agentjournal.store.base import (
+    MAX_EVENT_BYTES,
+    AppendRequest,
+    EventStore,
+    NewEvent,
+    RecordedEvent,
+    StreamState,
+    event_id,
+)
+
+__all__ = ["EventStoreConformance", "make_events"]
+
+
+def make_events(count: int, *, prefix: str = "e", start: int = 0) -> list[NewEvent]:
+    """Return ``count`` distinct events with JSON data and string metadata."""
+    return [
+        NewEvent(
+            type="Tested",
+            data=json.dumps({"n": n, "text": f"{prefix}-{n} ✓"}).encode(),
+            metadata={"prefix": prefix, "n": str(n)},
+            id=event_id("conformance", prefix, n),
+        )
+        for n in range(start, start + count)
+    ]
+
+
+async def _positions(store: EventStore, *streams: str) -> list[int]:
+    return [e.position for stream in streams for e in await store.read(stream)]
+
+
+def _same(recorded: Sequence[RecordedEvent], sent: Sequence[NewEvent]) -> None:
+    assert [(e.id, e.type, e.data, dict(e.metadata)) for e in recorded] == [
+        (e.id, e.type, e.data, dict(e.metadata)) for e in sent
+    ]
+
+
+class EventStoreConformance:
+    """Abstract conformance tests; see the module docstring for how to use it."""
+
+    @pytest.fixture
+    def store_uri(self) -> str | None:
+        """A URI another process can open the same store with, or None."""
+        return None
+
+    @pytest.fixture
+    async def store(self) -> EventStore:
+        """An open store; subclasses must override this fixture."""
+        raise NotImplementedError("subclass EventStoreConformance and provide a store fixture")
+
+    @pytest.fixture
+    def stream(self) -> str:
+        """A stream name no other test uses."""
+        return f"Conformance-{uuid.uuid4().hex}"
+
+    # -- append ---------------------------------------------------------------
+
+    async def test_append_to_new_stream_and_read_back(self, store: EventStore, stream: str) -> None:
+        events = make_events(3)
+        result = await store.append(stream, events, expected=StreamState.NO_STREAM)
+        assert result.stream == stream
+        assert result.revision == 2
+        recorded = await store.read(stream)
+        _same(recorded, events)
+        assert [e.revision for e in recorded] == [0, 1, 2]
+        assert all(e.stream == stream for e in recorded)
+        positions = [e.position for e in recorded]
+        assert positions == sorted(set(positions))
+        assert result.position == positions[-1]
+        assert all(e.recorded_at.tzinfo is not None for e in recorded)
+
+    async def test_revisions_are_gapless_across_appends(
+        self, store: EventStore, stream: str
+    ) -> None:
+        await store.append(stream, make_events(2), expected=StreamState.NO_STREAM)
+        result = await store.append(stream, make_events(3, start=2), expected=1)
+        assert result.revision == 4
+        assert [e.revision for e in await store.read(stream)] == [0, 1, 2, 3, 4]
+        assert await store.head(stream) == 4
+
+    async def test_head_of_missing_stream_is_none(self, store: EventStore, stream: str) -> None:
+        assert await store.head(stream) is None
+
+    async def test_wrong_exact_revision_conflicts_with_actual(
+        self, store: EventStore, stream: str
+    ) -> None:
+        await store.append(stream, make_events(2), expected=StreamState.NO_STREAM)
+        with pytest.raises(ConcurrencyError) as raised:
+            await store.append(stream, make_events(1, prefix="x"), expected=0)
+        assert raised.value.stream == stream
+        assert raised.value.actual == 1
+        assert raised.value.expected == 0
+        with pytest.raises(ConcurrencyError):
+            await store.append(stream, make_events(1, prefix="y"), expected=5)
+        assert await store.head(stream) == 1
+
+    async def test_exact_revision_on_missing_stream_conflicts(
+        self, store: EventStore, stream: str
+    ) -> None:
+        with pytest.raises(ConcurrencyError) as raised:
+            await store.append(stream, make_events(1), expected=0)
+        assert raised.value.actual is None
+        assert await store.head(stream) is None
+
+    async def test_stream_states(self, store: EventStore, stream: str) -> None:
+        with pytest.raises(ConcurrencyError):
+            await store.append(stream, make_events(1), expected=StreamState.EXISTS)
+        await store.append(stream, make_events(1), expected=StreamState.ANY)
+        with pytest.raises(ConcurrencyError) as raised:
+            await store.append(stream, make_events(1, prefix="n"), expected=StreamState.NO_STREAM)
+        assert raised.value.actual == 0
+        await store.append(stream, make_events(1, prefix="x"), expected=StreamState.EXISTS)
+        await store.append(stream, make_events(1, prefix="a"), expected=StreamState.ANY)
+        assert await store.head(stream) == 2
+
+    async def test_empty_append_only_checks_expected(self, store: EventStore, stream: str) -> None:
+        result = await store.append(stream, [], expected=StreamState.ANY)
+        assert result.revision == -1
+        assert await store.head(stream) is None
+        await store.append(stream, make_events(2), expected=StreamState.NO_STREAM)
+        assert (await store.append(stream, [], expected=1)).revision == 1
+        with pytest.raises(ConcurrencyError):
+            await store.append(stream, [], expected=0)
+
+    async def test_data_and_metadata_kept_exactly(self, store: EventStore, stream: str) -> None:
+        odd = NewEvent(
+            type="Odd.type:v2$x-y_z",
+            data='{"z": 1, "a": [1.0, 2], "s": "ünïcødé \\u0000 🚀"}'.encode(),
+            metadata={"ключ": "значение", "$schema_version": "2", "empty": ""},
+        )
+        await store.append(stream, [odd], expected=StreamState.NO_STREAM)
+        (recorded,) = await store.read(stream)
+        assert recorded.data == odd.data
+        assert dict(recorded.metadata) == dict(odd.metadata)
+        assert recorded.type == odd.type
+        assert recorded.id == odd.id
+
+    # -- idempotency ----------------------------------------------------------
+
+    async def test_retry_at_same_revision_is_idempotent(
+        self, store: EventStore, stream: str
+    ) -> None:
+        first = await store.append(stream, make_events(2), expected=StreamState.NO_STREAM)
+        again = await store.append(stream, make_events(2), expected=StreamState.NO_STREAM)
+        assert again.revision == first.revision == 1
+        later = make_events(3, start=2)
+        second = await store.append(stream, later, expected=1)
+        assert (await store.append(stream, later, expected=1)).revision == second.revision
+        assert [e.revision for e in await store.read(stream)] == [0, 1, 2, 3, 4]
+
+    async def test_partial_id_match_is_a_conflict(self, store: EventStore, stream: str) -> None:
+        await store.append(stream, make_events(2), expected=StreamState.NO_STREAM)
+        mixed = [*make_events(1), *make_events(1, prefix="other")]
+        with pytest.raises(ConcurrencyError):
+            await store.append(stream, mixed, expected=StreamState.NO_STREAM)
+        longer = make_events(3)
+        with pytest.raises(ConcurrencyError):
+            await store.append(stream, longer, expected=StreamState.NO_STREAM)
+        assert await store.head(stream) == 1
+
+    async def test_append_many_retry_is_idempotent(self, store: EventStore, stream: str) -> None:
+        requests = [
+            AppendRequest(stream + "-a", make_events(2, prefix="a"), StreamState.NO_STREAM),
+            AppendRequest(stream + "-b", make_events(1, prefix="b"), StreamState.NO_STREAM),
+        ]
+        first = await store.append_many(requests)
+        again = await store.append_many(requests)
+        assert [r.revision for r in again] == [r.revision for r in first] == [1, 0]
+        assert len(await store.read(stream + "-a")) == 2
+        assert len(await store.read(stream + "-b")) == 1
+
+    # -- append_many ------------------------------------------------------------
+
+    async def test_append_many_writes_every_stream(self, store: EventStore, stream: str) -> None:
+        await store.append(stream + "-b", make_events(1, prefix="b0"), expected=StreamState.ANY)
+        results = await store.append_many(
+            [
+                AppendRequest(stream + "-a", make_events(2, prefix="a"), StreamState.NO_STREAM),
+                AppendRequest(stream + "-b", make_events(3, prefix="b"), 0),
+            ]
+        )
+        assert [(r.stream, r.revision) for r in results] == [(stream + "-a", 1), (stream + "-b", 3)]
+        _same(await store.read(stream + "-a"), make_events(2, prefix="a"))
+        _same((await store.read(stream + "-b"))[1:], make_events(3, prefix="b"))
+        assert results[-1].position == max(await _positions(store, stream + "-a", stream + "-b"))
+
+    async def test_append_many_is_all_or_nothing(self, store: EventStore, stream: str) -> None:
+        await store.append(stream + "-b", make_events(2, prefix="b"), expected=StreamState.ANY)
+        with pytest.raises(ConcurrencyError) as raised:
+            await store.append_many(
+                [
+                    AppendRequest(stream + "-a", make_events(2, prefix="a"), StreamState.NO_STREAM),
+                    AppendRequest(stream + "-b", make_events(1, prefix="x"), 0),
+                ]
+            )
+        assert raised.value.stream == stream + "-b"
+        assert raised.value.actual == 1
+        assert await store.head(stream + "-a") is None
+        with pytest.raises(StreamNotFound):
+            await store.read(stream + "-a")
+        assert await store.head(stream + "-b") == 1
+
+    async def test_append_many_refuses_a_stream_twice_case_insensitively(
+        self, store: EventStore, stream: str
+    ) -> None:
+        with pytest.raises(InvalidInput):
+            await store.append_many(
+                [
+                    AppendRequest(stream + "-a", make_events(1), StreamState.ANY),
+                    AppendRequest(
+                        stream.upper() + "-A", make_events(1, prefix="u"), StreamState.ANY
+                    ),
+                ]
+            )
+        assert await store.head(stream + "-a") is None
+
+    async def test_append_many_refuses_empty_requests(self, store: EventStore, stream: str) -> None:
+        with pytest.raises(InvalidInput):
+            await store.append_many([])
+        with pytest.raises(InvalidInput):
+            await store.append_many(
+                [
+                    AppendRequest(stream + "-a", make_events(1), StreamState.ANY),
+                    AppendRequest(stream + "-b", [], StreamState.ANY),
+                ]
+            )
+        assert await store.head(stream + "-a") is None
+
+    async def test_append_many_events_are_in_global_order(
+        self, store: EventStore, stream: str
+    ) -> None:
+        results = await store.append_many(
+            [
+                AppendRequest(stream + "-a", make_events(2, prefix="a"), StreamState.NO_STREAM),
+                AppendRequest(stream + "-b", make_events(2, prefix="b"), StreamState.NO_STREAM),
+            ]
+        )
+        start = min(await _positions(store, stream + "-a", stream + "-b"))
+        ours = [
+            e
+            for e in await store.read_all(from_position=start)
+            if e.stream.startswith(stream) and e.position <= results[-1].position
+        ]
+        assert [(e.stream, e.revision) for e in ours] == [
+            (stream + "-a", 0),
+            (stream + "-a", 1),
+            (stream + "-b", 0),
+            (stream + "-b", 1),
+        ]
+
+    # -- bad input --------------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            NewEvent(type="has space", data=b"{}"),
+            NewEvent(type="", data=b"{}"),
+            NewEvent(type="T", data=b"{}", metadata={"n": 1}),  # type: ignore[dict-item]
+            NewEvent(type="T", data="not bytes"),  # type: ignore[arg-type]
+            NewEvent(type="T", data=b"x" * (MAX_EVENT_BYTES + 1)),
+        ],
+        ids=["type-space", "type-empty", "metadata-int", "data-str", "too-large"],
+    )
+    async def test_bad_events_are_refused_and_nothing_is_written(
+        self, store: EventStore, stream: str, bad: NewEvent
+    ) -> None:
+        with pytest.raises(InvalidInput):
+            await store.append(stream, [*make_events(1), bad], expected=StreamState.ANY)
+        with pytest.raises(InvalidInput):
+            await store.append_many(
+                [
+                    AppendRequest(stream + "-ok", make_events(1), StreamState.ANY),
+                    AppendRequest(stream, [bad], StreamState.ANY),
+                ]
+            )
+        assert await store.head(stream) is None
+        assert await store.head(stream + "-ok") is None
+
+    @pytest.mark.parametrize("name", ["", "has space", "$system", "tab\there", "ü-non-ascii"])
+    async def test_bad_stream_names_are_refused(self, store: EventStore, name: str) -> None:
+        with pytest.raises(InvalidInput):
+            await store.append(name, make_events(1), expected=StreamState.ANY)
+        with pytest.raises(InvalidInput):
+            await store.read(name)
+
+    @pytest.mark.parametrize("expected", [-1, -2, True, "0", 1.0])
+    async def test_bad_expected_is_refused(
+        self, store: EventStore, stream: str, expected: object
+    ) -> None:
+        with pytest.raises(InvalidInput):
+            await store.append(stream, make_events(1), expected=expected)  # type: ignore[arg-type]
+        assert await store.head(stream) is None
+
+    # -- reads ------------------------------------------------------------------
+
+    async def test_read_missing_stream_raises(self, store: EventStore, stream: str) -> None:
+        with pytest.raises(StreamNotFound) as raised:
+            await store.read(stream)
+        assert raised.value.stream == stream
+
+    async def test_read_windows(self, store: EventStore, stream: str) -> None:
+        events = make_events(10)
+        await store.append(stream, events, expected=StreamState.NO_STREAM)
+
+        async def revisions(**kwargs: object) -> list[int]:
+            return [e.revision for e in await store.read(stream, **kwargs)]  # type: ignore[arg-type]
+
+        assert await revisions(from_revision=7) == [7, 8, 9]
+        assert await revisions(limit=3) == [0, 1, 2]
+        assert await revisions(from_revision=2, limit=2) == [2, 3]
+        assert await revisions(backwards=True, limit=3) == [9, 8, 7]
+        assert await revisions(backwards=True, from_revision=4, limit=2) == [4, 3]
+        assert await revisions(backwards=True) == list(range(9, -1, -1))
+        assert await revisions(limit=0) == []
+        assert await revisions(from_revision=10) == []
+        _same(await store.read(stream, backwards=True, limit=2), events[:-3:-1])
+
+    async def test_read_all_is_one_global_order(self, store: EventStore, stream: str) -> None:
+        first = await store.append(
+            stream + "-a", make_events(1, prefix="a0"), expected=StreamState.NO_STREAM
+        )
+        await store.append(
+            stream + "-b", make_events(1, prefix="b0"), expected=StreamState.NO_STREAM
+        )
+        await store.append(stream + "-a", make_events(1, prefix="a1"), expected=0)
+        await store.append(stream + "-b", make_events(1, prefix="b1"), expected=0)
+        everything = await store.read_all(from_position=first.position)
+        ours = [e for e in everything if e.stream.startswith(stream)]
+        assert [(e.stream[len(stream) :], e.revision) for e in ours] == [
+            ("-a", 0),
+            ("-b", 0),
+            ("-a", 1),
+            ("-b", 1),
+        ]
+        positions = [e.position for e in everything]
+        assert positions == sorted(set(positions))
+        assert everything[0].position == first.position
+        limited = await store.read_all(from_position=first.position, limit=2)
+        assert [e.position for e in limited] == positions[:2]
+
+    # -- subscriptions ----------------------------------------------------------
+
+    async def test_subscription_catches_up_then_follows_live(
+        self, store: EventStore, stream: str
+    ) -> None:
+        await store.append(stream, make_events(3), expected=StreamState.NO_STREAM)
+        start = (await store.read(stream, limit=1))[0].position
+        received: list[RecordedEvent] = []
+        got_live = asyncio.Event()
+
+        async def consume() -> None:
+            async for event in store.subscribe(after_position=start - 1 if start else None):
+                if event.stream == stream:
+                    received.append(event)
+                    if len(received) == 5:
+                        got_live.set()
+                        return
+
+        task = asyncio.create_task(consume())
+        try:
+            for _ in range(200):
+                if len(received) == 3:
+                    break
+                await asyncio.sleep(0.01)
+            assert [e.revision for e in received] == [0, 1, 2]
+            await store.append(stream, make_events(2, start=3), expected=2)
+            await asyncio.wait_for(got_live.wait(), 2.0)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        assert [e.revision for e in received] == [0, 1, 2, 3, 4]
+        _same(received, make_events(5))
+
+    async def test_subscription_resumes_after_a_position(
+        self, store: EventStore, stream: str
+    ) -> None:
+        await store.append(stream, make_events(2), expected=StreamState.NO_STREAM)
+        second = (await store.read(stream))[1]
+        await store.append(stream, make_events(2, start=2), expected=1)
+        received: list[int] = []
+
+        async def consume() -> None:
+            async for event in store.subscribe(after_position=second.position):
+                if event.stream == stream:
+                    received.append(event.revision)
+                    if len(received) == 2:
+                        return
+
+        await asyncio.wait_for(consume(), 5.0)
+        assert received == [2, 3]
+
+    # -- concurrency ------------------------------------------------------------
+
+    async def test_racing_tasks_one_winner_per_revision(
+        self, store: EventStore, stream: str
+    ) -> None:
+        await store.append(stream, make_events(1, prefix="seed"), expected=StreamState.NO_STREAM)
+
+        async def contender(n: int) -> bool:
+            try:
+                await store.append(stream, make_events(1, prefix=f"c{n}"), expected=0)
+            except ConcurrencyError:
+                return False
+            return True
+
+        outcomes = await asyncio.gather(*(contender(n) for n in range(16)))
+        assert outcomes.count(True) == 1
+        assert await store.head(stream) == 1
+
+    async def test_racing_tasks_with_retry_land_everything_once(
+        self, store: EventStore, stream: str
+    ) -> None:
+        async def writer(name: str, count: int) -> None:
+            for n in range(count):
+                event = make_events(1, prefix=name, start=n)
+                while True:
+                    head = await store.head(stream)
+                    expected = StreamState.NO_STREAM if head is None else head
+                    try:
+                        await store.append(stream, event, expected=expected)
+                        break
+                    except ConcurrencyError:
+                        await asyncio.sleep(0)
+
+        await asyncio.gather(*(writer(f"w{w}", 10) for w in range(8)))
+        recorded = await store.read(stream)
+        assert [e.revision for e in recorded] == list(range(80))
+        assert len({e.id for e in recorded}) == 80
+
+    async def test_several_processes_write_one_stream(
+        self, store: EventStore, store_uri: str | None, stream: str
+    ) -> None:
+        if store_uri is None:
+            pytest.skip("this store cannot be reached from another process")
+        writers, count = 4, 15
+        started = time.monotonic()
+        processes = [
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "agentjournal.testing.store_writer",
+                store_uri,
+                stream,
+                str(count),
+                f"p{w}",
+                stderr=subprocess.PIPE,
+            )
+            for w in range(writers)
+        ]
+        for process in processes:
+            _, stderr = await asyncio.wait_for(process.communicate(), 120)
+            assert process.returncode == 0, stderr.decode()
+        assert time.monotonic() - started < 120
+        recorded = await store.read(stream)
+        assert [e.revision for e in recorded] == list(range(writers * count))
+        assert len({e.id for e in recorded}) == writers * count
+        per_writer: dict[str, list[int]] = {}
+        for event in recorded:
+            body = json.loads(event.data)
+            per_writer.setdefault(body["writer"], []).append(body["n"])
+        assert per_writer == {f"p{w}": list(range(count)) for w in range(writers)}
