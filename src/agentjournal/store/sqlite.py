@@ -314,19 +314,19 @@ class SQLiteEventStore:
     def _read_sync(
         self, stream: str, from_revision: int | None, backwards: bool, limit: int | None
     ) -> list[RecordedEvent]:
-        row = self._db.execute("SELECT id FROM streams WHERE name = ?", (stream,)).fetchone()
-        if row is None:
-            raise StreamNotFound(stream)
         if backwards:
-            sql = "WHERE e.stream_id = ? AND e.revision <= ? ORDER BY e.revision DESC LIMIT ?"
+            where = "e.revision <= ? ORDER BY e.revision DESC"
             start = (1 << 62) if from_revision is None else from_revision
         else:
-            sql = "WHERE e.stream_id = ? AND e.revision >= ? ORDER BY e.revision LIMIT ?"
+            where = "e.revision >= ? ORDER BY e.revision"
             start = from_revision or 0
         rows = self._db.execute(
-            f"SELECT {_EVENT_COLUMNS} FROM events e {sql}",
-            (row[0], start, -1 if limit is None else limit),
+            f"SELECT {_EVENT_COLUMNS} FROM streams s JOIN events e ON e.stream_id = s.id "
+            f"WHERE s.name = ? AND {where} LIMIT ?",
+            (stream, start, -1 if limit is None else limit),
         ).fetchall()
+        if not rows and self._fetchone("SELECT 1 FROM streams WHERE name = ?", (stream,)) is None:
+            raise StreamNotFound(stream)
         return [_recorded(stream, *r) for r in rows]
 
     async def read_all(

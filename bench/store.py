@@ -1,0 +1,321 @@
+"""Event store benchmark: our stores side by side with raw sqlite3 in one run.
+
+Run: ``python bench/store.py`` (``--quick`` for a smoke run). Every case does the
+same work with the same bytes on raw ``sqlite3`` (one table, same pragmas: WAL,
+``synchronous=FULL``, one transaction per append) and on each store, and prints
+throughput with the ratio store/raw. Machines here are noisy: read the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+
+from agentjournal.store import AppendRequest, EventStore, NewEvent, StreamState
+from agentjournal.store.sqlite import SQLiteEventStore
+
+StoreFactory = Callable[[str], contextlib.AbstractAsyncContextManager[EventStore]]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much work each case does."""
+
+    single: int
+    batches: int
+    many: int
+    long_stream: int
+    tail_reads: int
+    full_read: int
+
+
+FULL = Sizes(
+    single=500, batches=100, many=300, long_stream=100_000, tail_reads=2000, full_read=10_000
+)
+QUICK = Sizes(single=20, batches=5, many=20, long_stream=2_000, tail_reads=50, full_read=500)
+
+
+def payload(n: int) -> NewEvent:
+    """A realistic session event: ~400 bytes of JSON data and string metadata."""
+    data = json.dumps(
+        {
+            "content": f"Message number {n}: " + "lorem ipsum dolor sit amet " * 10,
+            "message_index": n,
+            "extensions": {"openai": {"item_json": '{"role":"user"}'}},
+        }
+    ).encode()
+    return NewEvent(
+        type="UserMessageReceived",
+        data=data,
+        metadata={"$schema_version": "2", "trace_id": "0af7651916cd43dd8448eb211c80319c"},
+        id=uuid.uuid4(),
+    )
+
+
+# -- raw sqlite3: the baseline ------------------------------------------------
+
+
+class RawSQLite:
+    """The same inserts and selects on bare sqlite3, no checks, no threads."""
+
+    def __init__(self, path: str) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute("PRAGMA synchronous = FULL")
+        self.db.execute(
+            "CREATE TABLE events (position INTEGER PRIMARY KEY, stream TEXT, revision INTEGER,"
+            " id BLOB, type TEXT, data BLOB, metadata BLOB)"
+        )
+        self.db.execute("CREATE UNIQUE INDEX by_stream ON events(stream, revision)")
+        self.heads: dict[str, int] = {}
+
+    def append(self, stream: str, events: list[NewEvent]) -> None:
+        self.append_many([(stream, events)])
+
+    def append_many(self, parts: list[tuple[str, list[NewEvent]]]) -> None:
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        for stream, events in parts:
+            head = self.heads.get(stream, -1)
+            db.executemany(
+                "INSERT INTO events(stream, revision, id, type, data, metadata)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (stream, head + i, e.id.bytes, e.type, e.data, json.dumps(dict(e.metadata)))
+                    for i, e in enumerate(events, start=1)
+                ],
+            )
+            self.heads[stream] = head + len(events)
+        db.execute("COMMIT")
+
+    def tail(self, stream: str, n: int) -> list[tuple[object, ...]]:
+        return self.db.execute(
+            "SELECT position, revision, id, type, data, metadata FROM events"
+            " WHERE stream = ? ORDER BY revision DESC LIMIT ?",
+            (stream, n),
+        ).fetchall()
+
+    def read(self, stream: str) -> list[tuple[object, ...]]:
+        return self.db.execute(
+            "SELECT position, revision, id, type, data, metadata FROM events"
+            " WHERE stream = ? ORDER BY revision",
+            (stream,),
+        ).fetchall()
+
+
+# -- cases ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table."""
+
+    case: str
+    store: str
+    unit: str
+    raw: float
+    ours: float
+
+    @property
+    def ratio(self) -> float:
+        return self.ours / self.raw if self.raw else float("nan")
+
+
+def rate(count: int, seconds: float) -> float:
+    return count / seconds if seconds > 0 else float("inf")
+
+
+async def timed(fn: Callable[[], Awaitable[object]]) -> float:
+    started = time.perf_counter()
+    await fn()
+    return time.perf_counter() - started
+
+
+def timed_sync(fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+async def fill(store: EventStore, raw: RawSQLite, stream: str, count: int) -> None:
+    """Write ``count`` events to ``stream`` in both, in chunks, untimed."""
+    head: int | StreamState = StreamState.NO_STREAM
+    for start in range(0, count, 1000):
+        chunk = [payload(n) for n in range(start, min(start + 1000, count))]
+        head = (await store.append(stream, chunk, expected=head)).revision
+        raw.append(stream, chunk)
+
+
+async def run_cases(name: str, store: EventStore, raw: RawSQLite, sizes: Sizes) -> list[Row]:
+    rows: list[Row] = []
+
+    events = [payload(n) for n in range(sizes.single)]
+
+    async def single() -> None:
+        head: int | StreamState = StreamState.NO_STREAM
+        for event in events:
+            head = (await store.append("single", [event], expected=head)).revision
+
+    def raw_single() -> None:
+        for event in events:
+            raw.append("single", [event])
+
+    rows.append(
+        Row(
+            "append 1 event",
+            name,
+            "events/s",
+            rate(sizes.single, timed_sync(raw_single)),
+            rate(sizes.single, await timed(single)),
+        )
+    )
+
+    batches = [[payload(n) for n in range(100)] for _ in range(sizes.batches)]
+
+    async def batched() -> None:
+        head: int | StreamState = StreamState.NO_STREAM
+        for batch in batches:
+            head = (await store.append("batched", batch, expected=head)).revision
+
+    def raw_batched() -> None:
+        for batch in batches:
+            raw.append("batched", batch)
+
+    rows.append(
+        Row(
+            "append 100-event batch",
+            name,
+            "events/s",
+            rate(100 * sizes.batches, timed_sync(raw_batched)),
+            rate(100 * sizes.batches, await timed(batched)),
+        )
+    )
+
+    pairs = [([payload(2 * n)], [payload(2 * n + 1)]) for n in range(sizes.many)]
+
+    async def many() -> None:
+        heads: list[int | StreamState] = [StreamState.NO_STREAM, StreamState.NO_STREAM]
+        for parent, child in pairs:
+            results = await store.append_many(
+                [
+                    AppendRequest("many-parent", parent, heads[0]),
+                    AppendRequest("many-child", child, heads[1]),
+                ]
+            )
+            heads = [results[0].revision, results[1].revision]
+
+    def raw_many() -> None:
+        for parent, child in pairs:
+            raw.append_many([("many-parent", parent), ("many-child", child)])
+
+    rows.append(
+        Row(
+            "append_many 2 streams",
+            name,
+            "commits/s",
+            rate(sizes.many, timed_sync(raw_many)),
+            rate(sizes.many, await timed(many)),
+        )
+    )
+
+    for length in (1_000, sizes.long_stream):
+        if length > sizes.long_stream:
+            continue
+        stream = f"long-{length}"
+        await fill(store, raw, stream, length)
+
+        async def tail(stream: str = stream) -> None:
+            for _ in range(sizes.tail_reads):
+                await store.read(stream, backwards=True, limit=20)
+
+        def raw_tail(stream: str = stream) -> None:
+            for _ in range(sizes.tail_reads):
+                raw.tail(stream, 20)
+
+        rows.append(
+            Row(
+                f"tail read 20 of {length:,}",
+                name,
+                "reads/s",
+                rate(sizes.tail_reads, timed_sync(raw_tail)),
+                rate(sizes.tail_reads, await timed(tail)),
+            )
+        )
+
+    await fill(store, raw, "full", sizes.full_read)
+    rows.append(
+        Row(
+            f"full read of {sizes.full_read:,}",
+            name,
+            "events/s",
+            rate(sizes.full_read, timed_sync(lambda: raw.read("full"))),
+            rate(sizes.full_read, await timed(lambda: store.read("full"))),
+        )
+    )
+    return rows
+
+
+@contextlib.asynccontextmanager
+async def sqlite_store(directory: str) -> AsyncIterator[EventStore]:
+    store = await SQLiteEventStore.open(os.path.join(directory, "agentjournal.db"))
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def stores() -> dict[str, StoreFactory]:
+    """The stores to measure, by name."""
+    found: dict[str, StoreFactory] = {"sqlite": sqlite_store}
+    with contextlib.suppress(ImportError):
+        from agentjournal.testing.kurrentdb_double import bench_store  # type: ignore[attr-defined]
+
+        found["kurrentdb (gRPC double)"] = bench_store
+    return found
+
+
+def print_table(rows: list[Row], out: Iterator[None] | None = None) -> None:
+    header = (
+        f"{'case':<26} {'store':<24} {'raw sqlite3':>14} {'agentjournal':>14} {'ratio':>7}  unit"
+    )
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        print(
+            f"{row.case:<26} {row.store:<24} {row.raw:>14,.0f} {row.ours:>14,.0f} "
+            f"{row.ratio:>7.2f}  {row.unit}"
+        )
+
+
+async def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--store", action="append", help="only these stores (repeatable)")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    rows: list[Row] = []
+    for name, factory in stores().items():
+        if args.store and name.split()[0] not in args.store:
+            continue
+        print(f"measuring {name} ...", file=sys.stderr, flush=True)
+        with tempfile.TemporaryDirectory() as directory:
+            raw = RawSQLite(os.path.join(directory, "raw.db"))
+            async with factory(directory) as store:
+                rows.extend(await run_cases(name, store, raw, sizes))
+            raw.db.close()
+    print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1:])))

@@ -1,0 +1,74 @@
+"""The ``agentjournal`` command line.
+
+Commands:
+    selfcheck   check an event store end to end (a fresh temporary SQLite file
+                unless --uri names a store)
+
+Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+
+from agentjournal.errors import JournalError
+from agentjournal.selfcheck import run_selfcheck
+from agentjournal.store import open_store
+
+
+def _redacted(uri: str) -> str:
+    scheme, sep, rest = uri.partition("://")
+    if "@" in rest.split("/")[0]:
+        rest = "***@" + rest.split("@", 1)[1]
+    return scheme + sep + rest
+
+
+async def _selfcheck(uri: str | None) -> int:
+    with tempfile.TemporaryDirectory(prefix="agentjournal-selfcheck-") as directory:
+        target = uri or f"sqlite:///{os.path.join(directory, 'selfcheck.db')}"
+        print(f"agentjournal selfcheck on {_redacted(target)}")
+        store = await open_store(target)
+        try:
+            ok = await run_selfcheck(store, print)
+        finally:
+            await store.close()
+    print("OK" if ok else "FAILED")
+    return 0 if ok else 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of the ``agentjournal`` command."""
+    parser = argparse.ArgumentParser(
+        prog="agentjournal",
+        description="Event-sourced, tamper-evident session store for the OpenAI Agents SDK.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    check = commands.add_parser("selfcheck", help="check an event store end to end")
+    check.add_argument(
+        "--uri",
+        default=os.environ.get("AGENTJOURNAL_SELFCHECK_URI"),
+        help="store to check (default: a fresh temporary SQLite file); writes a few "
+        "events to new SelfCheck-* streams",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "selfcheck":
+            return asyncio.run(_selfcheck(args.uri))
+    except JournalError as error:
+        print(f"agentjournal: {error}", file=sys.stderr)
+        return 1
+    return 1  # pragma: no cover - argparse rejects unknown commands
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The command line, run as a real subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentjournal.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_selfcheck_on_a_fresh_file_passes() -> None:
+    result = run("selfcheck")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "OK"
+    assert "FAIL" not in result.stdout
+
+
+def test_selfcheck_on_a_named_store(tmp_path: Path) -> None:
+    db = tmp_path / "checked.db"
+    result = run("selfcheck", "--uri", f"sqlite:///{db}")
+    assert result.returncode == 0, result.stderr
+    assert db.exists()
+
+
+def test_unknown_store_is_a_usage_error() -> None:
+    result = run("selfcheck", "--uri", "postgres://db/x")
+    assert result.returncode == 1
+    assert "unknown store URI" in result.stderr
+
+
+def test_store_benchmark_runs() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "store.py"), "--quick", "--store", "sqlite"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "append_many 2 streams" in result.stdout
+    assert "tail read 20 of" in result.stdout
