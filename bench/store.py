@@ -14,11 +14,12 @@ import contextlib
 import json
 import os
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from agentjournal.store import AppendRequest, EventStore, NewEvent, StreamState
@@ -42,7 +43,7 @@ class Sizes:
 FULL = Sizes(
     single=500, batches=100, many=300, long_stream=100_000, tail_reads=2000, full_read=10_000
 )
-QUICK = Sizes(single=20, batches=5, many=20, long_stream=2_000, tail_reads=50, full_read=500)
+QUICK = Sizes(single=10, batches=2, many=10, long_stream=2_000, tail_reads=20, full_read=500)
 
 
 def payload(n: int) -> NewEvent:
@@ -118,7 +119,7 @@ class RawSQLite:
 
 @dataclass(frozen=True)
 class Row:
-    """One line of the table."""
+    """One line of the table: median rates over interleaved rounds."""
 
     case: str
     store: str
@@ -131,20 +132,31 @@ class Row:
         return self.ours / self.raw if self.raw else float("nan")
 
 
-def rate(count: int, seconds: float) -> float:
-    return count / seconds if seconds > 0 else float("inf")
+ROUNDS = 5
 
 
-async def timed(fn: Callable[[], Awaitable[object]]) -> float:
-    started = time.perf_counter()
-    await fn()
-    return time.perf_counter() - started
+async def compare(
+    case: str,
+    store_name: str,
+    unit: str,
+    count: int,
+    raw_round: Callable[[], object],
+    our_round: Callable[[], Awaitable[object]],
+) -> Row:
+    """Run raw and ours in alternating rounds; report each side's median rate.
 
-
-def timed_sync(fn: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
+    Alternating rounds spread the machine's noise over both sides alike.
+    """
+    raw_rates: list[float] = []
+    our_rates: list[float] = []
+    for _ in range(ROUNDS):
+        started = time.perf_counter()
+        raw_round()
+        raw_rates.append(count / (time.perf_counter() - started))
+        started = time.perf_counter()
+        await our_round()
+        our_rates.append(count / (time.perf_counter() - started))
+    return Row(case, store_name, unit, statistics.median(raw_rates), statistics.median(our_rates))
 
 
 async def fill(store: EventStore, raw: RawSQLite, stream: str, count: int) -> None:
@@ -156,110 +168,114 @@ async def fill(store: EventStore, raw: RawSQLite, stream: str, count: int) -> No
         raw.append(stream, chunk)
 
 
+class Appender:
+    """Appends to streams of one store at exact revisions, remembering heads."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+        self.heads: dict[str, int] = {}
+
+    async def append(self, stream: str, events: list[NewEvent]) -> None:
+        expected = self.heads.get(stream, StreamState.NO_STREAM)
+        self.heads[stream] = (await self.store.append(stream, events, expected=expected)).revision
+
+    async def append_many(self, parts: list[tuple[str, list[NewEvent]]]) -> None:
+        results = await self.store.append_many(
+            [
+                AppendRequest(stream, events, self.heads.get(stream, StreamState.NO_STREAM))
+                for stream, events in parts
+            ]
+        )
+        for result in results:
+            self.heads[result.stream] = result.revision
+
+
 async def run_cases(name: str, store: EventStore, raw: RawSQLite, sizes: Sizes) -> list[Row]:
+    ours = Appender(store)
     rows: list[Row] = []
 
-    events = [payload(n) for n in range(sizes.single)]
-
-    async def single() -> None:
-        head: int | StreamState = StreamState.NO_STREAM
-        for event in events:
-            head = (await store.append("single", [event], expected=head)).revision
+    singles = [payload(n) for n in range(sizes.single)]
 
     def raw_single() -> None:
-        for event in events:
+        for event in singles:
             raw.append("single", [event])
 
+    async def our_single() -> None:
+        for event in singles:
+            await ours.append("single", [event])
+
     rows.append(
-        Row(
-            "append 1 event",
-            name,
-            "events/s",
-            rate(sizes.single, timed_sync(raw_single)),
-            rate(sizes.single, await timed(single)),
-        )
+        await compare("append 1 event", name, "events/s", sizes.single, raw_single, our_single)
     )
 
     batches = [[payload(n) for n in range(100)] for _ in range(sizes.batches)]
-
-    async def batched() -> None:
-        head: int | StreamState = StreamState.NO_STREAM
-        for batch in batches:
-            head = (await store.append("batched", batch, expected=head)).revision
 
     def raw_batched() -> None:
         for batch in batches:
             raw.append("batched", batch)
 
+    async def our_batched() -> None:
+        for batch in batches:
+            await ours.append("batched", batch)
+
     rows.append(
-        Row(
+        await compare(
             "append 100-event batch",
             name,
             "events/s",
-            rate(100 * sizes.batches, timed_sync(raw_batched)),
-            rate(100 * sizes.batches, await timed(batched)),
+            100 * sizes.batches,
+            raw_batched,
+            our_batched,
         )
     )
 
-    pairs = [([payload(2 * n)], [payload(2 * n + 1)]) for n in range(sizes.many)]
-
-    async def many() -> None:
-        heads: list[int | StreamState] = [StreamState.NO_STREAM, StreamState.NO_STREAM]
-        for parent, child in pairs:
-            results = await store.append_many(
-                [
-                    AppendRequest("many-parent", parent, heads[0]),
-                    AppendRequest("many-child", child, heads[1]),
-                ]
-            )
-            heads = [results[0].revision, results[1].revision]
+    pairs = [
+        [("parent", [payload(2 * n)]), ("child", [payload(2 * n + 1)])] for n in range(sizes.many)
+    ]
 
     def raw_many() -> None:
-        for parent, child in pairs:
-            raw.append_many([("many-parent", parent), ("many-child", child)])
+        for parts in pairs:
+            raw.append_many(parts)
+
+    async def our_many() -> None:
+        for parts in pairs:
+            await ours.append_many(parts)
 
     rows.append(
-        Row(
-            "append_many 2 streams",
-            name,
-            "commits/s",
-            rate(sizes.many, timed_sync(raw_many)),
-            rate(sizes.many, await timed(many)),
-        )
+        await compare("append_many 2 streams", name, "commits/s", sizes.many, raw_many, our_many)
     )
 
-    for length in (1_000, sizes.long_stream):
-        if length > sizes.long_stream:
-            continue
+    for length in sorted({1_000, sizes.long_stream}):
         stream = f"long-{length}"
         await fill(store, raw, stream, length)
-
-        async def tail(stream: str = stream) -> None:
-            for _ in range(sizes.tail_reads):
-                await store.read(stream, backwards=True, limit=20)
 
         def raw_tail(stream: str = stream) -> None:
             for _ in range(sizes.tail_reads):
                 raw.tail(stream, 20)
 
+        async def our_tail(stream: str = stream) -> None:
+            for _ in range(sizes.tail_reads):
+                await store.read(stream, backwards=True, limit=20)
+
         rows.append(
-            Row(
-                f"tail read 20 of {length:,}",
-                name,
-                "reads/s",
-                rate(sizes.tail_reads, timed_sync(raw_tail)),
-                rate(sizes.tail_reads, await timed(tail)),
+            await compare(
+                f"tail read 20 of {length:,}", name, "reads/s", sizes.tail_reads, raw_tail, our_tail
             )
         )
 
     await fill(store, raw, "full", sizes.full_read)
+
+    async def our_full() -> None:
+        await store.read("full")
+
     rows.append(
-        Row(
+        await compare(
             f"full read of {sizes.full_read:,}",
             name,
             "events/s",
-            rate(sizes.full_read, timed_sync(lambda: raw.read("full"))),
-            rate(sizes.full_read, await timed(lambda: store.read("full"))),
+            sizes.full_read,
+            lambda: raw.read("full"),
+            our_full,
         )
     )
     return rows
@@ -284,7 +300,7 @@ def stores() -> dict[str, StoreFactory]:
     return found
 
 
-def print_table(rows: list[Row], out: Iterator[None] | None = None) -> None:
+def print_table(rows: list[Row]) -> None:
     header = (
         f"{'case':<26} {'store':<24} {'raw sqlite3':>14} {'agentjournal':>14} {'ratio':>7}  unit"
     )
