@@ -1,0 +1,459 @@
+"""The KurrentDB store: the conformance suite on the gRPC double and on a real server.
+
+Plus what is specific to KurrentDB: error translation, connection failures,
+server-added metadata, system events, size limits, and the double itself as
+the unmodified client sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from kurrentdbclient import AsyncKurrentDBClient, NewEvents, StreamState
+from kurrentdbclient import NewEvent as KdbNewEvent
+from kurrentdbclient.exceptions import (
+    MultiAppendToSameStreamError,
+    NotFoundError,
+    ProgrammingError,
+    WrongCurrentVersionError,
+)
+
+from agentjournal.errors import (
+    InvalidInput,
+    StoreUnavailable,
+    StreamDeleted,
+    StreamNotFound,
+)
+from agentjournal.store import AppendRequest, EventStore, NewEvent, open_store
+from agentjournal.store import StreamState as State
+from agentjournal.store.kurrentdb import KurrentDBEventStore, redact_uri
+from agentjournal.testing.kurrentdb_double import (
+    KurrentDBDouble,
+    ThreadedKurrentDBDouble,
+    bench_store,
+    kurrentdb_store_on_double,
+)
+from agentjournal.testing.store_conformance import EventStoreConformance, make_events
+
+KURRENTDB_IMAGE = "kurrentplatform/kurrentdb:26.0.2"
+
+
+@pytest.fixture(scope="session")
+def kurrentdb_double() -> Iterator[ThreadedKurrentDBDouble]:
+    """One double for the session, serving from its own thread like a shared server."""
+    with KurrentDBDouble.in_thread() as double:
+        yield double
+
+
+class TestKurrentDBOnDouble(EventStoreConformance):
+    @pytest.fixture
+    def store_uri(self, kurrentdb_double: ThreadedKurrentDBDouble) -> str | None:
+        return kurrentdb_double.uri
+
+    @pytest.fixture
+    async def store(self, store_uri: str) -> AsyncIterator[EventStore]:
+        store = await open_store(store_uri)
+        yield store
+        await store.close()
+
+
+# -- the real-server leg ---------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def kurrentdb_server_uri() -> Iterator[str]:
+    """``KURRENTDB_URI`` if set, else a container on a Docker engine, else skip."""
+    uri = os.environ.get("KURRENTDB_URI")
+    if uri:
+        yield uri
+        return
+    try:
+        from testcontainers.core.docker_client import DockerClient
+
+        DockerClient().client.ping()
+    except Exception as error:
+        pytest.skip(
+            "no KurrentDB server: set KURRENTDB_URI (e.g. kurrentdb://127.0.0.1:2113?Tls=false "
+            f"after `docker compose up -d`) or provide a Docker engine ({type(error).__name__})"
+        )
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.wait_strategies import HttpWaitStrategy
+
+    container = (
+        DockerContainer(KURRENTDB_IMAGE)
+        .with_envs(
+            KURRENTDB_INSECURE="true",
+            KURRENTDB_RUN_PROJECTIONS="All",
+            KURRENTDB_START_STANDARD_PROJECTIONS="true",
+            KURRENTDB_ENABLE_ATOM_PUB_OVER_HTTP="true",
+            KURRENTDB_MAX_APPEND_SIZE=str(16 * 1024 * 1024),
+        )
+        .with_exposed_ports(2113)
+        .waiting_for(
+            HttpWaitStrategy(2113, "/health/live")
+            .for_status_code_matching(lambda code: 200 <= code < 300)
+            .with_startup_timeout(180)
+        )
+    )
+    with container:
+        host = container.get_container_host_ip()
+        port = container.get_exposed_port(2113)
+        yield f"kurrentdb://{host}:{port}?Tls=false"
+
+
+@pytest.mark.kurrentdb_server
+class TestKurrentDBOnServer(EventStoreConformance):
+    @pytest.fixture
+    def store_uri(self, kurrentdb_server_uri: str) -> str | None:
+        return kurrentdb_server_uri
+
+    @pytest.fixture
+    async def store(self, store_uri: str) -> AsyncIterator[EventStore]:
+        store = await open_store(store_uri)
+        yield store
+        await store.close()
+
+
+# -- KurrentDB specifics, on the double ---------------------------------------------
+
+
+@pytest.fixture
+async def store(kurrentdb_double: ThreadedKurrentDBDouble) -> AsyncIterator[KurrentDBEventStore]:
+    store = await KurrentDBEventStore.open(kurrentdb_double.uri)
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def client(kurrentdb_double: ThreadedKurrentDBDouble) -> AsyncIterator[AsyncKurrentDBClient]:
+    client = AsyncKurrentDBClient(kurrentdb_double.uri)
+    await client.connect()
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+def stream() -> str:
+    return f"Kdb-{uuid.uuid4().hex}"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "kurrentdb://admin:s3cret-pw@127.0.0.1:{port}?Tls=false",
+        "kurrentdb+discover://admin:s3cret-pw@127.0.0.1:{port}"
+        "?Tls=false&MaxDiscoverAttempts=1&GossipTimeout=1",
+    ],
+    ids=["direct", "discover"],
+)
+async def test_unreachable_server_is_one_clear_error_without_credentials(template: str) -> None:
+    uri = template.format(port=_free_port())
+    with pytest.raises(StoreUnavailable) as raised:
+        await open_store(uri)
+    message = str(raised.value)
+    assert redact_uri(uri) in message
+    assert "s3cret" not in message
+    assert "admin" not in message
+    assert raised.value.__cause__ is None
+    assert raised.value.__suppress_context__
+
+
+async def test_invalid_uri_is_invalid_input_without_credentials() -> None:
+    with pytest.raises(InvalidInput) as raised:
+        await open_store("kurrentdb://admin:s3cret-pw@127.0.0.1:2113?NoSuchOption=1")
+    assert "s3cret" not in str(raised.value)
+    assert "NOSUCHOPTION" in str(raised.value)
+
+
+def test_redact_uri() -> None:
+    assert redact_uri("kurrentdb://u:p@h:2113?Tls=false") == "kurrentdb://h:2113?Tls=false"
+    assert redact_uri("kurrentdb+discover://u:p@a,b:2113") == "kurrentdb+discover://a,b:2113"
+    assert redact_uri("kurrentdb://h:2113") == "kurrentdb://h:2113"
+
+
+async def test_discover_uri_reaches_the_double(
+    kurrentdb_double: ThreadedKurrentDBDouble, stream: str
+) -> None:
+    async with await KurrentDBEventStore.open(kurrentdb_double.discover_uri) as store:
+        await store.append(stream, make_events(2), expected=State.NO_STREAM)
+        assert await store.head(stream) == 1
+
+
+async def test_server_schema_keys_are_dropped_on_read(
+    store: KurrentDBEventStore, client: AsyncKurrentDBClient, stream: str
+) -> None:
+    events = make_events(2)
+    await store.append_many([AppendRequest(stream, events, State.NO_STREAM)])
+    raw = await client.get_stream(stream)
+    assert b'"$schema.name":"Tested"' in raw[0].metadata  # what the server hands back
+    assert [dict(e.metadata) for e in await store.read(stream)] == [
+        dict(e.metadata) for e in events
+    ]
+
+
+async def test_metadata_without_keys_round_trips_through_both_apis(
+    store: KurrentDBEventStore, stream: str
+) -> None:
+    bare = [NewEvent(type="Bare", data=b"{}")]
+    await store.append(stream + "-one", bare, expected=State.NO_STREAM)
+    await store.append_many([AppendRequest(stream + "-many", bare, State.NO_STREAM)])
+    for name in (stream + "-one", stream + "-many"):
+        (event,) = await store.read(name)
+        assert dict(event.metadata) == {}
+
+
+async def test_foreign_metadata_reads_as_strings(
+    store: KurrentDBEventStore, client: AsyncKurrentDBClient, stream: str
+) -> None:
+    await client.append_to_stream(
+        stream,
+        events=[
+            KdbNewEvent(type="Foreign", data=b"{}", metadata=b'{"n": 1, "s": "x", "o": {}}'),
+            KdbNewEvent(type="Foreign", data=b"{}", metadata=b"not json"),
+        ],
+        current_version=StreamState.NO_STREAM,
+    )
+    first, second = await store.read(stream)
+    assert dict(first.metadata) == {"n": "1", "s": "x", "o": "{}"}
+    assert dict(second.metadata) == {}
+
+
+async def test_client_refuses_non_string_metadata_in_a_multi_append(
+    client: AsyncKurrentDBClient, stream: str
+) -> None:
+    with pytest.raises(ProgrammingError):
+        await client.multi_append_to_stream(
+            [NewEvents(stream, [KdbNewEvent(type="T", data=b"{}", metadata=b'{"n": 1}')], 0)]
+        )
+
+
+async def test_double_refuses_a_stream_twice_case_insensitively(
+    client: AsyncKurrentDBClient, stream: str
+) -> None:
+    with pytest.raises(MultiAppendToSameStreamError):
+        await client.multi_append_to_stream(
+            [
+                NewEvents(stream, [KdbNewEvent(type="A", data=b"{}")], StreamState.ANY),
+                NewEvents(stream.upper(), [KdbNewEvent(type="B", data=b"{}")], StreamState.ANY),
+            ]
+        )
+    for name in (stream, stream.upper()):
+        with pytest.raises(NotFoundError):
+            await client.get_stream(name)
+
+
+async def test_double_refuses_bad_event_types_in_a_multi_append(
+    client: AsyncKurrentDBClient, stream: str
+) -> None:
+    with pytest.raises(Exception, match="schema name"):
+        await client.multi_append_to_stream(
+            [NewEvents(stream, [KdbNewEvent(type="has space", data=b"{}")], StreamState.ANY)]
+        )
+    with pytest.raises(NotFoundError):
+        await client.get_stream(stream)
+
+
+async def test_double_reports_conflicts_like_the_server(
+    client: AsyncKurrentDBClient, stream: str
+) -> None:
+    await client.append_to_stream(
+        stream, events=[KdbNewEvent(type="A", data=b"{}")], current_version=StreamState.NO_STREAM
+    )
+    with pytest.raises(WrongCurrentVersionError) as single:
+        await client.append_to_stream(
+            stream, events=[KdbNewEvent(type="B", data=b"{}")], current_version=5
+        )
+    assert single.value.actual_version == 0
+    with pytest.raises(WrongCurrentVersionError) as multi:
+        await client.multi_append_to_stream(
+            [NewEvents(stream, [KdbNewEvent(type="B", data=b"{}")], StreamState.NO_STREAM)]
+        )
+    assert (multi.value.stream_name, multi.value.actual_version) == (stream, 0)
+
+
+async def test_positions_of_one_append_are_distinct_and_increasing(
+    store: KurrentDBEventStore, client: AsyncKurrentDBClient, stream: str
+) -> None:
+    await store.append_many(
+        [
+            AppendRequest(stream + "-a", make_events(3), State.NO_STREAM),
+            AppendRequest(stream + "-b", make_events(3), State.NO_STREAM),
+        ]
+    )
+    raw = [*await client.get_stream(stream + "-a"), *await client.get_stream(stream + "-b")]
+    assert all(e.commit_position == e.prepare_position for e in raw)
+    positions = [e.commit_position for e in raw]
+    assert positions == sorted(set(positions))
+
+
+async def test_tombstoned_stream_is_stream_deleted(
+    store: KurrentDBEventStore, client: AsyncKurrentDBClient, stream: str
+) -> None:
+    await store.append(stream, make_events(2), expected=State.NO_STREAM)
+    start = (await store.read(stream))[0].position
+    await client.tombstone_stream(stream, current_version=1)
+    with pytest.raises(StreamDeleted) as raised:
+        await store.append(stream, make_events(1, prefix="x"), expected=State.ANY)
+    assert raised.value.stream == stream
+    with pytest.raises(StreamDeleted):
+        await store.append_many([AppendRequest(stream, make_events(1, prefix="y"), State.ANY)])
+    with pytest.raises(StreamDeleted):
+        await store.read(stream)
+    with pytest.raises(StreamDeleted):
+        await store.head(stream)
+    # The tombstone record ($streamDeleted) is a system event: global reads never show it.
+    after = await store.read_all(from_position=start)
+    assert [e.revision for e in after if e.stream == stream] == [0, 1]
+    assert all(not e.type.startswith("$") for e in after)
+
+
+async def test_soft_deleted_stream_reads_as_missing_and_continues_its_revisions(
+    store: KurrentDBEventStore, client: AsyncKurrentDBClient, stream: str
+) -> None:
+    first = await store.append(stream, make_events(2), expected=State.NO_STREAM)
+    await client.delete_stream(stream, current_version=1)
+    with pytest.raises(StreamNotFound):
+        await store.read(stream)
+    assert await store.head(stream) is None
+    again = await store.append(stream, make_events(1, prefix="again"), expected=State.NO_STREAM)
+    assert again.revision == 2  # read back from the server, not assumed
+    assert [e.revision for e in await store.read(stream)] == [2]
+    # The soft delete wrote a $metadata event to the system stream $$<stream>.
+    everything = await store.read_all(from_position=first.position)
+    assert all(not e.stream.startswith("$") for e in everything)
+
+
+async def test_any_and_exists_report_the_revision_reached(
+    store: KurrentDBEventStore, stream: str
+) -> None:
+    await store.append(stream, make_events(2), expected=State.ANY)
+    result = await store.append(stream, make_events(3, start=2), expected=State.EXISTS)
+    assert result.revision == 4
+    assert result.position == (await store.read(stream))[-1].position
+    many = await store.append_many(
+        [
+            AppendRequest(stream, make_events(1, start=5), State.ANY),
+            AppendRequest(stream + "-new", make_events(2), State.ANY),
+        ]
+    )
+    assert [r.revision for r in many] == [5, 1]
+    # A retry with ANY is recognised through the server's id cache: no duplicate.
+    retried = await store.append(stream, make_events(3, start=2), expected=State.ANY)
+    assert (retried.revision, retried.position) == (4, result.position)
+    assert await store.head(stream) == 5
+
+
+async def test_append_over_the_servers_size_limit_is_invalid_input(stream: str) -> None:
+    async with (
+        KurrentDBDouble(max_append_size=1000) as double,
+        await KurrentDBEventStore.open(double.uri) as small,
+    ):
+        big = [NewEvent(type="Big", data=b"x" * 600) for _ in range(2)]
+        with pytest.raises(InvalidInput):
+            await small.append(stream, big, expected=State.NO_STREAM)
+        with pytest.raises(InvalidInput):
+            await small.append_many([AppendRequest(stream, big, State.NO_STREAM)])
+        assert await small.head(stream) is None
+
+
+async def test_read_all_and_subscribe_accept_any_position(
+    store: KurrentDBEventStore, stream: str
+) -> None:
+    await store.append(stream, make_events(3), expected=State.NO_STREAM)
+    positions = [e.position for e in await store.read(stream)]
+    # position + 1 is not a record boundary; KurrentDB refuses it, the store does not.
+    from_next = await store.read_all(from_position=positions[0] + 1)
+    assert [e.position for e in from_next if e.stream == stream] == positions[1:]
+    received: list[int] = []
+    async for event in store.subscribe(after_position=positions[0] + 1):
+        if event.stream == stream:
+            received.append(event.position)
+            if len(received) == 2:
+                break
+    assert received == positions[1:]
+
+
+async def test_empty_append_reports_the_last_position(
+    store: KurrentDBEventStore, stream: str
+) -> None:
+    written = await store.append(stream, make_events(1), expected=State.NO_STREAM)
+    checked = await store.append(stream, [], expected=0)
+    assert checked.revision == 0
+    assert checked.position >= written.position
+
+
+async def test_closed_store_refuses_work_and_ends_subscriptions(
+    kurrentdb_double: ThreadedKurrentDBDouble, stream: str
+) -> None:
+    store = await KurrentDBEventStore.open(kurrentdb_double.uri)
+    await store.append(stream, make_events(1), expected=State.NO_STREAM)
+    seen = asyncio.Event()
+
+    async def follow() -> None:
+        async for event in store.subscribe():
+            if event.stream == stream:
+                seen.set()
+
+    task = asyncio.create_task(follow())
+    await asyncio.wait_for(seen.wait(), 5)
+    await store.close()
+    await asyncio.wait_for(task, 5)  # ends instead of hanging or raising
+    with pytest.raises(StoreUnavailable, match="closed"):
+        await store.head(stream)
+
+
+async def test_cancelled_append_still_lands_whole(store: KurrentDBEventStore, stream: str) -> None:
+    events = make_events(50)
+    task = asyncio.create_task(store.append(stream, events, expected=State.NO_STREAM))
+    await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    for _ in range(100):
+        if await store.head(stream) == 49:
+            break
+        await asyncio.sleep(0.01)
+    assert await store.head(stream) == 49
+    retry = await store.append(stream, events, expected=State.NO_STREAM)
+    assert retry.revision == 49
+
+
+async def test_double_serves_other_processes_from_its_command_line(stream: str) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agentjournal.testing.kurrentdb_double",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), 30)
+        uri = line.decode().strip()
+        assert uri.startswith("kurrentdb://127.0.0.1:")
+        async with await KurrentDBEventStore.open(uri) as remote:
+            await remote.append(stream, make_events(2), expected=State.NO_STREAM)
+            assert [e.revision for e in await remote.read(stream)] == [0, 1]
+    finally:
+        process.terminate()
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+
+
+async def test_bench_helpers_yield_a_working_store(tmp_path: Path, stream: str) -> None:
+    async with bench_store(str(tmp_path)) as bench:
+        await bench.append(stream, make_events(2), expected=State.NO_STREAM)
+        assert await bench.head(stream) == 1
+    async with kurrentdb_store_on_double() as other:
+        assert await other.head(stream) is None  # a fresh double each time
