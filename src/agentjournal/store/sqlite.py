@@ -27,6 +27,7 @@ import functools
 import json
 import os
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -103,13 +104,15 @@ class SQLiteEventStore:
         self._db = connection
         self._executor = executor
         self._closed = False
-        self._appended = asyncio.Event()
+        # Subscribers waiting for appends, each woken on its own event loop.
+        self._listeners: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self._listeners_lock = threading.Lock()
 
     @classmethod
     async def open(
         cls, path: str | os.PathLike[str], *, busy_timeout: float = 30.0
     ) -> SQLiteEventStore:
-        """Open (creating if needed) the store in ``path``.
+        """Open (creating if needed) the store in ``path`` without blocking the loop.
 
         Args:
             path: The database file, or ``":memory:"``.
@@ -120,7 +123,7 @@ class SQLiteEventStore:
             StoreUnavailable: The file cannot be opened or holds something else.
         """
         path = os.fspath(path)
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentjournal-sqlite")
+        executor = _executor()
         loop = asyncio.get_running_loop()
         try:
             connection = await loop.run_in_executor(executor, _connect, path, busy_timeout)
@@ -128,6 +131,18 @@ class SQLiteEventStore:
             executor.shutdown(wait=False)
             raise
         return cls(path, connection, executor)
+
+    @classmethod
+    def connect(
+        cls, path: str | os.PathLike[str], *, busy_timeout: float = 30.0
+    ) -> SQLiteEventStore:
+        """Open the store from synchronous code (blocks while the file is opened).
+
+        The same as :meth:`open` for callers without a running event loop, such
+        as a constructor; the store may then be used from any event loop.
+        """
+        path = os.fspath(path)
+        return cls(path, _connect(path, busy_timeout), _executor())
 
     @property
     def path(self) -> str:
@@ -142,12 +157,31 @@ class SQLiteEventStore:
 
     async def close(self) -> None:
         """Close the connection; waits for a write in flight to finish."""
-        if self._closed:
+        if not self._mark_closed():
             return
-        self._closed = True
-        self._appended.set()
         await asyncio.get_running_loop().run_in_executor(self._executor, self._db.close)
         self._executor.shutdown(wait=True)
+
+    def close_sync(self) -> None:
+        """Close from synchronous code (blocks until a write in flight finishes)."""
+        if not self._mark_closed():
+            return
+        self._executor.submit(self._db.close).result()
+        self._executor.shutdown(wait=True)
+
+    def _mark_closed(self) -> bool:
+        if self._closed:
+            return False
+        self._closed = True
+        self._notify()
+        return True
+
+    def _notify(self) -> None:
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for loop, event in listeners:
+            with contextlib.suppress(RuntimeError):  # that loop has closed
+                loop.call_soon_threadsafe(event.set)
 
     # -- writes ---------------------------------------------------------------
 
@@ -172,8 +206,7 @@ class SQLiteEventStore:
         # finishes the transaction either way, and its outcome stands.
         results = await asyncio.shield(future)
         if any(request.events for request in requests):
-            self._appended.set()
-            self._appended = asyncio.Event()
+            self._notify()
         return results
 
     def _write_sync(self, requests: list[AppendRequest]) -> list[AppendResult]:
@@ -349,18 +382,25 @@ class SQLiteEventStore:
         """Yield every event after ``after_position``, then follow new ones."""
         _check_non_negative("after_position", after_position)
         position = after_position or 0
-        while not self._closed:
-            appended = self._appended  # taken before the read: no wake-up is missed
-            batch = await self.read_all(from_position=position + 1, limit=_SUBSCRIBE_BATCH)
-            for event in batch:
-                yield event
-                position = event.position
-            if len(batch) == _SUBSCRIBE_BATCH:
-                continue
-            # Appends through this object wake us at once; other processes'
-            # appends are noticed by the next read after a short timeout.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(appended.wait(), _POLL_SECONDS)
+        listener = (asyncio.get_running_loop(), asyncio.Event())
+        with self._listeners_lock:
+            self._listeners.add(listener)
+        try:
+            while not self._closed:
+                listener[1].clear()  # before the read: no wake-up is missed
+                batch = await self.read_all(from_position=position + 1, limit=_SUBSCRIBE_BATCH)
+                for event in batch:
+                    yield event
+                    position = event.position
+                if len(batch) == _SUBSCRIBE_BATCH:
+                    continue
+                # Appends through this object wake us at once; other processes'
+                # appends are noticed by the next read after a short timeout.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(listener[1].wait(), _POLL_SECONDS)
+        finally:
+            with self._listeners_lock:
+                self._listeners.discard(listener)
 
     # -- plumbing -------------------------------------------------------------
 
@@ -373,6 +413,10 @@ class SQLiteEventStore:
         return asyncio.get_running_loop().run_in_executor(
             self._executor, functools.partial(_translated, self._path, fn, *args)
         )
+
+
+def _executor() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentjournal-sqlite")
 
 
 def _translated(path: str, fn: Callable[..., _T], *args: Any) -> _T:

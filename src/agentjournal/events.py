@@ -1,0 +1,144 @@
+"""Metadata keys and agentjournal's own session events (pure).
+
+Item events are the codec's (:mod:`agentjournal.codec`); this module holds what
+the session adds around them: the metadata keys every event carries and the two
+history-editing events, which *hide* items from ``get_items`` without removing
+anything from the stream.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from kurrent_agent_schema import SCHEMA_VERSION, USAGE_METADATA_KEY, SessionStarted, to_json
+
+from agentjournal.errors import CodecError
+
+__all__ = [
+    "INDEX_KEY",
+    "ITEM_POPPED",
+    "NEXT_INDEX_KEY",
+    "RESPONSE_ID_KEY",
+    "SCHEMA_VERSION_KEY",
+    "SESSION_CLEARED",
+    "SESSION_STARTED",
+    "TRACE_ID_KEY",
+    "USAGE_KEY",
+    "ItemPopped",
+    "SessionCleared",
+    "encode_session_started",
+]
+
+SCHEMA_VERSION_KEY: Final = "$schema_version"
+"""``"2"`` on every event (schema v2)."""
+USAGE_KEY: Final = USAGE_METADATA_KEY
+"""``$usage``: the model response's token usage (TokenUsage JSON) on assistant events."""
+INDEX_KEY: Final = "aj.index"
+"""The item's session-wide ``message_index``, on item events."""
+NEXT_INDEX_KEY: Final = "aj.next_index"
+"""The next free ``message_index`` after this event, on every session event: a new
+process learns where to continue from the stream's last event alone."""
+RESPONSE_ID_KEY: Final = "aj.response_id"
+"""The model response that produced an assistant item (groups ``$usage``)."""
+TRACE_ID_KEY: Final = "trace_id"
+"""W3C trace id (32 lowercase hex) of the SDK trace the write happened in."""
+
+SCHEMA_VERSION_VALUE: Final = str(SCHEMA_VERSION)
+
+SESSION_STARTED: Final = "SessionStarted"
+ITEM_POPPED: Final = "agentjournal.ItemPopped"
+SESSION_CLEARED: Final = "agentjournal.SessionCleared"
+
+
+def encode_session_started(
+    *, app_name: str | None, agent_name: str | None, user_id: str | None, timestamp: datetime
+) -> bytes:
+    """Return the data of the canonical ``SessionStarted`` event."""
+    message = SessionStarted(
+        app_name=app_name or "", agent_name=agent_name or "", user_id=user_id or ""
+    )
+    message.timestamp.FromDatetime(timestamp)
+    text: str = to_json(message)
+    return text.encode()
+
+
+@dataclass(frozen=True, slots=True)
+class ItemPopped:
+    """``agentjournal.ItemPopped``: ``pop_item`` hid one item.
+
+    Attributes:
+        stream: The stream of the popped item's event.
+        revision: That event's revision.
+        part: Which item of that event (0 unless a foreign event holds several).
+        message_index: The popped item's ``message_index``.
+    """
+
+    stream: str
+    revision: int
+    part: int
+    message_index: int
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "stream": self.stream,
+                "revision": self.revision,
+                "part": self.part,
+                "message_index": self.message_index,
+            }
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> ItemPopped:
+        body = _object(data, ITEM_POPPED)
+        try:
+            return cls(
+                stream=_typed(body, "stream", str),
+                revision=_typed(body, "revision", int),
+                part=_typed(body, "part", int),
+                message_index=_typed(body, "message_index", int),
+            )
+        except KeyError as missing:
+            raise CodecError(f"{ITEM_POPPED} lacks {missing}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCleared:
+    """``agentjournal.SessionCleared``: ``clear_session`` hid every earlier item.
+
+    Attributes:
+        through_index: The highest ``message_index`` hidden (-1 if none existed).
+    """
+
+    through_index: int
+
+    def encode(self) -> bytes:
+        return json.dumps({"through_index": self.through_index}).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> SessionCleared:
+        body = _object(data, SESSION_CLEARED)
+        try:
+            return cls(through_index=_typed(body, "through_index", int))
+        except KeyError as missing:
+            raise CodecError(f"{SESSION_CLEARED} lacks {missing}") from None
+
+
+def _object(data: bytes, type_: str) -> dict[str, Any]:
+    try:
+        body = json.loads(data)
+    except ValueError as error:
+        raise CodecError(f"{type_} data is not JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise CodecError(f"{type_} data is not a JSON object")
+    return body
+
+
+def _typed(body: dict[str, Any], key: str, kind: type[Any]) -> Any:
+    value = body[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise CodecError(f"{key} must be {kind.__name__}, got {value!r}")
+    return value

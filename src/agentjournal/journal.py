@@ -1,0 +1,127 @@
+"""The entry point: a journal is an open event store that hands out sessions."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator, Mapping
+from types import TracebackType
+from typing import Any, Final
+
+from agents.memory.session_settings import SessionSettings
+
+from agentjournal.session import JournalSession
+from agentjournal.store import EventStore, open_store
+
+__all__ = ["DEFAULT_URI", "URI_ENV", "Journal"]
+
+URI_ENV: Final = "AGENTJOURNAL_URI"
+"""The environment variable :meth:`Journal.open` reads when given no URI."""
+DEFAULT_URI: Final = "sqlite:///agentjournal.db"
+"""Where the journal lives when neither an argument nor the environment says."""
+
+
+class Journal:
+    """An open event store and the sessions written to it.
+
+    Open it with :meth:`open` (awaitable, or an async context manager that
+    closes it)::
+
+        async with Journal.open() as journal:
+            session = journal.session("support-4711")
+            await Runner.run(agent, "hi", session=session, hooks=session)
+    """
+
+    def __init__(self, store: EventStore, uri: str) -> None:
+        self.store = store
+        self.uri = uri
+
+    @classmethod
+    def open(cls, uri: str | None = None) -> _Opening:
+        """Open the journal at ``uri``.
+
+        Args:
+            uri: ``sqlite:///path.db``, ``sqlite://:memory:``, ``kurrentdb://...``;
+                default ``$AGENTJOURNAL_URI``, else ``sqlite:///agentjournal.db``
+                (a file in the working directory).
+
+        Raises:
+            InvalidInput: The URI names no known store.
+            StoreUnavailable: The store cannot be opened or reached.
+        """
+        return _Opening(cls, uri or os.environ.get(URI_ENV) or DEFAULT_URI)
+
+    def session(
+        self,
+        session_id: str,
+        *,
+        app_name: str | None = None,
+        user_id: str | None = None,
+        agent_name: str | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+    ) -> JournalSession:
+        """Return the session ``session_id``: pass it as both ``session=`` and ``hooks=``.
+
+        Args:
+            session_id: ASCII letters, digits, ``.``, ``_`` and ``-``, at most 128
+                bytes, no leading or trailing ``-`` (GUIDs are normalised to
+                lowercase without dashes).
+            app_name: Recorded on ``SessionStarted``.
+            user_id: Recorded on ``SessionStarted``.
+            agent_name: Recorded on ``SessionStarted``; defaults to the first
+                agent that runs.
+            session_settings: Defaults for ``get_items`` (``limit``).
+
+        Raises:
+            InvalidInput: ``session_id`` or ``session_settings`` is malformed.
+        """
+        return JournalSession(
+            self.store,
+            session_id,
+            app_name=app_name,
+            user_id=user_id,
+            agent_name=agent_name,
+            session_settings=session_settings,
+        )
+
+    async def close(self) -> None:
+        """Close the store; sessions of this journal cannot be used afterwards."""
+        await self.store.close()
+
+    async def __aenter__(self) -> Journal:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class _Opening:
+    """``Journal.open(...)``: await it, or use it with ``async with``."""
+
+    def __init__(self, cls: type[Journal], uri: str) -> None:
+        self._cls = cls
+        self._uri = uri
+        self._journal: Journal | None = None
+
+    async def _open(self) -> Journal:
+        return self._cls(await open_store(self._uri), self._uri)
+
+    def __await__(self) -> Generator[Any, None, Journal]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> Journal:
+        self._journal = await self._open()
+        return self._journal
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._journal is not None:
+            await self._journal.close()
