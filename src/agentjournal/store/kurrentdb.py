@@ -412,8 +412,9 @@ class KurrentDBEventStore:
         try:
             try:
                 return await self._read_all(from_position, limit, resume=False)
-            except InvalidCommitPositionError:
-                assert from_position is not None
+            except KurrentDBClientError as error:
+                if from_position is None or not _invalid_position(error):
+                    raise
                 before = await self._position_before(from_position)
                 return await self._read_all(before, limit, resume=before is not None)
         except Exception as error:
@@ -511,18 +512,17 @@ class KurrentDBEventStore:
                         continue
                     delivered = True
                     yield _from_kdb(event)
-            except InvalidCommitPositionError as error:
-                # Not a record boundary: start after the last event before it
-                # (or at the very beginning when there is none).
-                if delivered or fell_back or cursor is None:
-                    raise self._translate(error, None) from None
-                fell_back = True
-                cursor = await self._position_before_translated(cursor)
             except CancelledByClientError:
                 return
             except Exception as error:
                 if self._closed:
                     return
+                if _invalid_position(error) and not (delivered or fell_back or cursor is None):
+                    # Not a record boundary: start after the last event before
+                    # it (or at the very beginning when there is none).
+                    fell_back = True
+                    cursor = await self._position_before_translated(cursor)
+                    continue
                 failures += 1
                 if failures > _RESUBSCRIBE_ATTEMPTS or not _transient(error):
                     raise self._translate(error, None) from None
@@ -627,6 +627,11 @@ def _conflict(request: AppendRequest, error: WrongCurrentVersionError) -> Concur
         expected_label(request.expected),
         actual if isinstance(actual, int) and actual >= 0 else None,
     )
+
+
+def _invalid_position(error: BaseException) -> bool:
+    """Whether KurrentDB refused a start position that is not a record boundary."""
+    return isinstance(error, InvalidCommitPositionError) or "InvalidPosition" in str(error)
 
 
 def _transient(error: BaseException) -> bool:

@@ -790,6 +790,7 @@ class _Streams(streams_pb2_grpc.StreamsServicer):
         index = self._start_index(options, backwards=backwards, exclusive=False)
         log = self._db.log
         indexes = range(index - 1, -1, -1) if backwards else range(index, len(log))
+        count = count or sys.maxsize  # as on the server, 0 reads all of $all
         sent = 0
         for i in indexes:
             if sent >= count:
