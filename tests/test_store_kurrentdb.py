@@ -357,6 +357,25 @@ async def test_any_and_exists_report_the_revision_reached(
     assert await store.head(stream) == 5
 
 
+async def test_racing_any_appends_each_report_their_own_revision(
+    store: KurrentDBEventStore, stream: str
+) -> None:
+    async def one(n: int) -> tuple[uuid.UUID, int, int]:
+        events = make_events(2, prefix=f"r{n}")
+        many = n % 2 == 1
+        if many:
+            (result,) = await store.append_many([AppendRequest(stream, events, State.ANY)])
+        else:
+            result = await store.append(stream, events, expected=State.ANY)
+        return events[-1].id, result.revision, result.position
+
+    outcomes = await asyncio.gather(*(one(n) for n in range(16)))
+    recorded = {e.id: (e.revision, e.position) for e in await store.read(stream)}
+    assert len(recorded) == 32
+    for last_id, revision, position in outcomes:
+        assert recorded[last_id] == (revision, position)
+
+
 async def test_append_over_the_servers_size_limit_is_invalid_input(stream: str) -> None:
     async with (
         KurrentDBDouble(max_append_size=1000) as double,

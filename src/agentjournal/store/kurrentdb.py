@@ -262,7 +262,9 @@ class KurrentDBEventStore:
                 raise await self._explain_failure(requests, error) from None
             raise _conflict(culprit, error) from None
         except (StreamIsDeletedError, StreamTombstonedError) as error:
-            raise self._translate(error, getattr(error, "stream_name", None)) from None
+            named = (getattr(error, "stream_name", None) or "").casefold()
+            deleted = next((r.stream for r in requests if r.stream.casefold() == named), None)
+            raise self._translate(error, deleted) from None
         except (*_INPUT_ERRORS, *_CONNECTION_ERRORS) as error:
             raise self._translate(error, None) from None
         except KurrentDBClientError as error:
@@ -271,9 +273,12 @@ class KurrentDBEventStore:
             raise await self._explain_failure(requests, error) from None
         if position <= 0:  # a server that reports no position for a retry
             position = await self._locate(requests[-1], 0)
+        revisions = await asyncio.gather(
+            *(self._revision(request, position) for request in requests)
+        )
         return [
-            AppendResult(request.stream, await self._revision(request, position), position)
-            for request in requests
+            AppendResult(request.stream, revision, position)
+            for request, revision in zip(requests, revisions, strict=True)
         ]
 
     async def _result(self, request: AppendRequest, position: int) -> AppendResult:
@@ -316,7 +321,7 @@ class KurrentDBEventStore:
         """
         last_id = request.events[-1].id
         from_revision: int | None = None
-        page = 8
+        page = 1  # without a concurrent writer the newest event is the one
         while True:
             events = await self._client.get_stream(
                 request.stream, stream_position=from_revision, backwards=True, limit=page
@@ -329,7 +334,7 @@ class KurrentDBEventStore:
             if len(events) < page or events[-1].stream_position == 0:
                 return None
             from_revision = events[-1].stream_position - 1
-            page = min(page * 4, 1024)
+            page = min(page * 8, 1024)
 
     async def _check_expected(self, request: AppendRequest) -> AppendResult:
         """An append without events: check the expected state, report the head."""
