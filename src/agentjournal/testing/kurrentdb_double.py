@@ -7,6 +7,14 @@ reachable, the way httpx's ``MockTransport`` stands in for a network::
     async with KurrentDBDouble() as double:
         store = await open_store(double.uri)  # "kurrentdb://127.0.0.1:PORT?Tls=false"
 
+It answers only while the event loop that started it runs. When other OS
+processes, other event loops or blocking code must reach it, serve it from a
+thread (``with KurrentDBDouble.in_thread() as double: ...``) or a process
+(``python -m agentjournal.testing.kurrentdb_double`` prints the URI, then
+serves until SIGINT/SIGTERM). ``kurrentdb_store_on_double()`` yields an open
+``KurrentDBEventStore`` on a fresh threaded double; ``bench_store`` is the same
+in the shape ``bench/store.py`` expects.
+
 It is a real gRPC server on loopback (``grpc.aio``, an ephemeral port) that
 implements the servicer stubs ``kurrentdbclient`` ships, so the unmodified
 client talks to it over TCP:
@@ -50,19 +58,23 @@ Not reproduced:
   subscriptions, the projections API, stream metadata (``$maxCount``,
   ``$maxAge``, ACLs) other than the truncation written by a soft delete, and
   the server-features, operations, users and monitoring services.
-* ``AppendRecords`` (the 26.1 API); ``resolve_links`` (there are no links);
-  the ``fell_behind`` message (a subscriber never falls behind).
+* ``AppendRecords`` (the 26.1 API) and ``resolve_links`` (there are no links).
 * Record sizes are counted as data plus metadata bytes; the server also
   counts the event type and record headers, so an event right at the limit
   may be refused by a real server and accepted here. The default limit is
   16 MiB per append (the server's default ``MaxAppendSize`` is 1 MiB; the
   repository's docker-compose file raises it to 16 MiB).
 * A multi-stream append in which some streams are idempotent retries and
-  others are new writes is answered with a revision conflict; KurrentDB 26.0
-  answers it with an internal error.
-* Event ids are not checked for uniqueness across streams, and the
-  ``ANY``/``EXISTS`` idempotency cache is never reset (the server's is lost
-  on restart).
+  others are new writes is answered with a revision conflict naming the
+  retried stream; KurrentDB 26.0 has no stream to name there and fails the
+  call with a non-conflict error.
+* With ``ANY``/``EXISTS`` a retry is recognised when its ids sit at
+  consecutive revisions from the first one found in the cache (the server
+  checks each id against its cache); the cache is never reset (the
+  server's is lost on restart). Event ids are not checked for uniqueness
+  across streams.
+* No server-side deadlines: the double never answers with a timeout, never
+  says it is busy or not the leader, and a subscriber never falls behind.
 """
 
 from __future__ import annotations
