@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from agents.lifecycle import RunHooksBase
+from kurrent_agent_schema import TokenUsage, to_json
 from agents.memory.session_settings import (
     SessionSettings,
     coerce_session_settings,
@@ -214,7 +215,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
     ) -> None:
         """Remember the response's usage and id for the items it produced."""
-        usage_json = _usage_json(response)
+        usage_json = _usage_json(response, agent)
         produced = _Produced(response.response_id, usage_json, agent.name)
         for output in response.output:
             for key in _identities(output):
@@ -340,7 +341,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 found = found or event.id == until_id
                 for timeline_event in self._interpret(event):
                     self._timeline.apply(timeline_event)
-                self._next_index = max(self._next_index, _next_index_after(event))
+                self._next_index = max(self._next_index, _next_index_after(event) or 0)
                 self._head = event.revision
         return found
 
@@ -361,17 +362,22 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             self._timeline.extend_backwards(older, reached_start=self._oldest_read == 0)
 
     async def _find_next_index(self) -> int:
-        """Return the next free message index, reading back from the head."""
-        revision = self._head
+        """Return the next free message index, reading back from the head.
+
+        Every event this library writes carries it, so one event is read;
+        only a stream whose tail another framework wrote needs more.
+        """
+        revision, page_size = self._head, 1
         while revision >= 0:
             page = await self._store.read(
-                self.stream, from_revision=revision, backwards=True, limit=_PAGE
+                self.stream, from_revision=revision, backwards=True, limit=page_size
             )
             for event in page:
                 found = _next_index_after(event)
-                if found:
+                if found is not None:
                     return found
             revision = page[-1].revision - 1 if page else -1
+            page_size = _PAGE
         return 0
 
     def _interpret(self, event: RecordedEvent) -> list[TimelineEvent]:
@@ -420,14 +426,15 @@ def _index_of(event: RecordedEvent) -> int:
     return -1  # an event of another writer: its index is unknown
 
 
-def _next_index_after(event: RecordedEvent) -> int:
+def _next_index_after(event: RecordedEvent) -> int | None:
+    """The next free message index after ``event``; None if it does not say."""
     raw = event.metadata.get(events.NEXT_INDEX_KEY)
     if raw is not None and raw.isdigit():
         return int(raw)
     raw = event.metadata.get(events.INDEX_KEY)
     if raw is not None and raw.isdigit():
         return int(raw) + 1
-    return 0
+    return None
 
 
 def _identities(item: Any) -> list[str]:
@@ -440,22 +447,22 @@ def _identities(item: Any) -> list[str]:
     return keys
 
 
-def _usage_json(response: ModelResponse) -> str | None:
+def _usage_json(response: ModelResponse, agent: Agent[Any]) -> str | None:
+    """The response's usage as canonical ``TokenUsage`` JSON (the ``$usage`` value)."""
     usage = response.usage
     if usage is None:
         return None
-    body: dict[str, Any] = {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
-    }
-    cached = getattr(usage.input_tokens_details, "cached_tokens", 0) or 0
-    reasoning = getattr(usage.output_tokens_details, "reasoning_tokens", 0) or 0
-    if cached:
-        body["cached_input_tokens"] = cached
-    if reasoning:
-        body["reasoning_tokens"] = reasoning
-    return json.dumps(body, separators=(",", ":"))
+    message = TokenUsage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        total_tokens=usage.total_tokens,
+        cached_input_tokens=getattr(usage.input_tokens_details, "cached_tokens", 0) or 0,
+        reasoning_tokens=getattr(usage.output_tokens_details, "reasoning_tokens", 0) or 0,
+    )
+    if isinstance(agent.model, str):
+        message.model = agent.model
+    text: str = to_json(message)
+    return text
 
 
 def _trace_id() -> str | None:
