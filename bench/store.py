@@ -14,16 +14,16 @@ import contextlib
 import json
 import os
 import sqlite3
-import statistics
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+from _common import measure, table
 from agentjournal.store import AppendRequest, EventStore, NewEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
+from agentjournal.testing.kurrentdb_double import bench_store
 
 StoreFactory = Callable[[str], contextlib.AbstractAsyncContextManager[EventStore]]
 
@@ -132,9 +132,6 @@ class Row:
         return self.ours / self.raw if self.raw else float("nan")
 
 
-ROUNDS = 5
-
-
 async def compare(
     case: str,
     store_name: str,
@@ -143,20 +140,9 @@ async def compare(
     raw_round: Callable[[], object],
     our_round: Callable[[], Awaitable[object]],
 ) -> Row:
-    """Run raw and ours in alternating rounds; report each side's median rate.
-
-    Alternating rounds spread the machine's noise over both sides alike.
-    """
-    raw_rates: list[float] = []
-    our_rates: list[float] = []
-    for _ in range(ROUNDS):
-        started = time.perf_counter()
-        raw_round()
-        raw_rates.append(count / (time.perf_counter() - started))
-        started = time.perf_counter()
-        await our_round()
-        our_rates.append(count / (time.perf_counter() - started))
-    return Row(case, store_name, unit, statistics.median(raw_rates), statistics.median(our_rates))
+    """Run raw and ours in alternating rounds; report each side's median rate."""
+    raw_seconds, our_seconds = await measure(raw_round, our_round)
+    return Row(case, store_name, unit, count / raw_seconds, count / our_seconds)
 
 
 async def fill(store: EventStore, raw: RawSQLite, stream: str, count: int) -> None:
@@ -292,25 +278,19 @@ async def sqlite_store(directory: str) -> AsyncIterator[EventStore]:
 
 def stores() -> dict[str, StoreFactory]:
     """The stores to measure, by name."""
-    found: dict[str, StoreFactory] = {"sqlite": sqlite_store}
-    with contextlib.suppress(ImportError):
-        from agentjournal.testing.kurrentdb_double import bench_store  # type: ignore[attr-defined]
-
-        found["kurrentdb (gRPC double)"] = bench_store
-    return found
+    return {"sqlite": sqlite_store, "kurrentdb (gRPC double)": bench_store}
 
 
 def print_table(rows: list[Row]) -> None:
-    header = (
-        f"{'case':<26} {'store':<24} {'raw sqlite3':>14} {'agentjournal':>14} {'ratio':>7}  unit"
-    )
-    print(header)
-    print("-" * len(header))
-    for row in rows:
-        print(
-            f"{row.case:<26} {row.store:<24} {row.raw:>14,.0f} {row.ours:>14,.0f} "
-            f"{row.ratio:>7.2f}  {row.unit}"
+    print(
+        table(
+            ["case", "store", "raw sqlite3", "agentjournal", "ratio", "unit"],
+            [
+                [r.case, r.store, f"{r.raw:,.0f}", f"{r.ours:,.0f}", f"{r.ratio:.2f}", r.unit]
+                for r in rows
+            ],
         )
+    )
 
 
 async def main(argv: list[str]) -> int:
