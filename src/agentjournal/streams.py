@@ -1,0 +1,156 @@
+"""Stream names and the identifier rules of kurrent-agent-schema v2 (§2.4).
+
+Every id that becomes part of a stream name is one *component* and must be:
+
+* ASCII ``[A-Za-z0-9._-]`` only, 1 to 128 bytes;
+* not start or end with ``-`` (a compound name joins components with a single
+  ``-``, so a ``--`` never appears at a join);
+* a GUID is written lowercase and dashless.
+
+:func:`validate_id` enforces this and rewrites nothing but GUIDs: any other id
+that breaks a rule is refused with :class:`~agentjournal.errors.InvalidInput`
+naming the rule, because silently rewriting a user's id would file their
+session under a name they never chose. The schema package's builders
+(``agent_session_stream``, ``agent_subsession_stream``) only format strings;
+this module validates the components before handing them over.
+
+Agent names are free text, so they are turned into components by :func:`slug`,
+and :func:`subagent_id` derives the id of a handoff's receiver from its name and
+the handoff's call id. Readers should take a subsession's stream name from
+``SubagentStarted.subsession_stream`` instead of parsing names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+import uuid
+
+from kurrent_agent_schema import agent_session_stream, agent_subsession_stream
+
+from agentjournal.errors import InvalidInput
+
+__all__ = [
+    "MAX_ID_BYTES",
+    "session_stream",
+    "slug",
+    "subagent_id",
+    "subsession_stream",
+    "validate_id",
+]
+
+MAX_ID_BYTES = 128
+"""The longest id component a stream name may contain (schema v2 §2.4)."""
+
+_VALID_ID = re.compile(r"[A-Za-z0-9._-]+")
+_GUID = re.compile(
+    r"(\{)?[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}(?(1)\})"
+    r"|[0-9A-Fa-f]{32}"
+)
+_NOT_SLUG = re.compile(r"[^a-z0-9._]+")
+
+_MAX_SLUG = 48
+_SUBAGENT_PREFIX = "sub-"
+_HASHED_SUFFIX_HEX = 24
+
+
+def validate_id(value: str | uuid.UUID, what: str) -> str:
+    """Return ``value`` as a valid stream-name component, or refuse it.
+
+    GUIDs (a :class:`uuid.UUID`, the dashed ``8-4-4-4-12`` form in any case, with
+    or without braces, or 32 hex digits) are normalised to 32 lowercase hex
+    digits. Every other value is returned unchanged or refused.
+
+    Args:
+        value: The id to check.
+        what: What the id is (``"session id"``, ``"agent id"``), for the message.
+
+    Raises:
+        InvalidInput: ``value`` is not a string, is empty, is longer than 128
+            bytes, has a character outside ``[A-Za-z0-9._-]`` or starts or ends
+            with ``-``.
+    """
+    if isinstance(value, uuid.UUID):
+        return value.hex
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be a string, got {type(value).__name__}")
+    if _GUID.fullmatch(value) is not None:
+        return uuid.UUID(value).hex
+    if not value:
+        raise InvalidInput(f"{what} must not be empty")
+    if _VALID_ID.fullmatch(value) is None:
+        bad = next(ch for ch in value if _VALID_ID.fullmatch(ch) is None)
+        raise InvalidInput(
+            f"{what} {value!r} contains {bad!r}: stream-name ids may use only ASCII "
+            "letters, digits, '.', '_' and '-' (kurrent-agent-schema v2 §2.4)"
+        )
+    if len(value) > MAX_ID_BYTES:
+        raise InvalidInput(
+            f"{what} is {len(value)} bytes long: stream-name ids may have at most "
+            f"{MAX_ID_BYTES} bytes (kurrent-agent-schema v2 §2.4)"
+        )
+    if value[0] == "-" or value[-1] == "-":
+        raise InvalidInput(
+            f"{what} {value!r} starts or ends with '-': '-' only separates the parts "
+            "of a compound stream name (kurrent-agent-schema v2 §2.4)"
+        )
+    return value
+
+
+def session_stream(session_id: str | uuid.UUID) -> str:
+    """Return the session's stream name, ``AgentSession-{session_id}``.
+
+    Raises:
+        InvalidInput: ``session_id`` breaks an id rule (see :func:`validate_id`).
+    """
+    name: str = agent_session_stream(validate_id(session_id, "session id"))
+    return name
+
+
+def subsession_stream(session_id: str | uuid.UUID, agent_id: str | uuid.UUID) -> str:
+    """Return a subagent's stream name, ``AgentSubsession-{session_id}-{agent_id}``.
+
+    Raises:
+        InvalidInput: either id breaks an id rule (see :func:`validate_id`).
+    """
+    name: str = agent_subsession_stream(
+        validate_id(session_id, "session id"), validate_id(agent_id, "agent id")
+    )
+    return name
+
+
+def slug(name: str) -> str:
+    """Turn an agent name into a stream-name component.
+
+    Accents are dropped, letters lowercased, every run of characters outside
+    ``[a-z0-9._]`` becomes one ``-``, leading and trailing ``-`` are removed and
+    the result is cut to 48 characters. A name with nothing left becomes
+    ``"agent"``. Different names can share a slug: make ids unique with
+    something else (:func:`subagent_id` adds the call id).
+    """
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    text = _NOT_SLUG.sub("-", ascii_name.lower()).strip("-")
+    return text[:_MAX_SLUG].rstrip("-") or "agent"
+
+
+def subagent_id(target_agent_name: str, call_id: str) -> str:
+    """Return the id of a handoff's receiver: ``sub-{slug(target)}-{call id}``.
+
+    The handoff's call id is used as it is when it is a valid component that
+    fits; otherwise (odd characters, too long, empty) it is replaced by 24 hex
+    digits of its SHA-256, so the result is always a valid id, deterministic,
+    and distinct for distinct call ids.
+    """
+    prefix = f"{_SUBAGENT_PREFIX}{slug(target_agent_name)}-"
+    budget = MAX_ID_BYTES - len(prefix)
+    if (
+        call_id
+        and len(call_id) <= budget
+        and _VALID_ID.fullmatch(call_id) is not None
+        and call_id[0] != "-"
+        and call_id[-1] != "-"
+    ):
+        return prefix + call_id
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return prefix + digest[:_HASHED_SUFFIX_HEX]
