@@ -435,6 +435,22 @@ async def test_closed_store_refuses_work_and_ends_subscriptions(
         await store.head(stream)
 
 
+async def test_subscription_whose_server_goes_away_raises_store_unavailable(stream: str) -> None:
+    double = KurrentDBDouble()
+    await double.start()
+    store = await KurrentDBEventStore.open(double.uri)
+    try:
+        await store.append(stream, make_events(1), expected=State.NO_STREAM)
+        subscription = store.subscribe()
+        assert (await anext(subscription)).stream == stream
+        await double.stop()
+        with pytest.raises(StoreUnavailable, match=r"127\.0\.0\.1"):
+            await asyncio.wait_for(anext(subscription), 30)
+    finally:
+        await store.close()
+        await double.stop()
+
+
 async def test_cancelled_append_still_lands_whole(store: KurrentDBEventStore, stream: str) -> None:
     events = make_events(50)
     task = asyncio.create_task(store.append(stream, events, expected=State.NO_STREAM))

@@ -532,6 +532,17 @@ class KurrentDBEventStore:
                 if failures > _RESUBSCRIBE_ATTEMPTS or not _transient(error):
                     raise self._translate(error, None) from None
                 await asyncio.sleep(0.2 * failures)
+            else:
+                # The server ended the subscription without an error (a node
+                # shutting down): resume like after a dropped connection.
+                if self._closed:
+                    return
+                failures += 1
+                if failures > _RESUBSCRIBE_ATTEMPTS:
+                    raise StoreUnavailable(
+                        f"KurrentDB at {self._uri} keeps ending the subscription to $all"
+                    )
+                await asyncio.sleep(0.2 * failures)
             finally:
                 with contextlib.suppress(Exception):
                     await subscription.stop()
