@@ -41,7 +41,7 @@ from agents.memory.session_settings import (
 
 from agentjournal import codec, events
 from agentjournal._locks import CrossLoopLock
-from agentjournal.errors import CodecError, ConcurrencyError, StoreUnavailable
+from agentjournal.errors import CodecError, ConcurrencyError, StoreUnavailable, StreamNotFound
 from agentjournal.replay import Clear, Entry, Pop, Timeline, TimelineEvent
 from agentjournal.store.base import EventStore, NewEvent, RecordedEvent, StreamState, event_id
 from agentjournal.streams import session_stream, validate_id
@@ -108,7 +108,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         self._loaded = False
         self._head = -1  # revision of the last event seen; -1: no stream
         self._oldest_read = 0  # the timeline holds what lies at and after this revision
-        self._next_index = 0
+        self._next_index: int | None = 0  # None: not known yet
         self._current_agent: str | None = agent_name
         self._produced: OrderedDict[str, _Produced] = OrderedDict()
 
@@ -129,7 +129,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         if resolved is not None and resolved <= 0:
             return []
         async with self._lock:
-            await self._refresh()
+            await self._refresh(resolved)
             await self._fill(resolved)
             entries = self._timeline.latest(resolved)
         return [entry.item() for entry in entries]  # type: ignore[misc]
@@ -149,16 +149,16 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             return
         nonce = uuid.uuid4().hex
         async with self._lock:
-            await self._load()
             for _ in range(_CONFLICT_RETRIES):
-                new, entries_json = self._item_events(items, nonce)
+                first = await self._writable()
+                new, entries_json = self._item_events(items, nonce, first)
                 if await self._append(new):
                     for offset, item_json in enumerate(entries_json):
                         revision = self._head - len(entries_json) + 1 + offset
                         self._timeline.apply(
-                            Entry(self.stream, revision, 0, self._next_index + offset, item_json)
+                            Entry(self.stream, revision, 0, first + offset, item_json)
                         )
-                    self._next_index += len(items)
+                    self._next_index = first + len(items)
                     return
                 if await self._catch_up(until_id=new[-1].id):
                     return  # an earlier attempt with these ids did land
@@ -174,14 +174,16 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         """
         async with self._lock:
             for _ in range(_CONFLICT_RETRIES):
-                await self._refresh()
+                await self._refresh(1)
                 await self._fill(1)
                 latest = self._timeline.latest(1)
                 if not latest:
                     return None
                 entry = latest[0]
                 popped = events.ItemPopped(entry.stream, entry.revision, entry.part, entry.index)
-                event = self._control_event(events.ITEM_POPPED, popped.encode())
+                event = self._control_event(
+                    events.ITEM_POPPED, popped.encode(), await self._writable()
+                )
                 if await self._append([event]):
                     self._timeline.apply(Pop(entry.key))
                     return entry.item()  # type: ignore[return-value]
@@ -194,13 +196,13 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         """
         async with self._lock:
             for _ in range(_CONFLICT_RETRIES):
-                await self._refresh()
+                await self._refresh(0)
                 if self._head < 0:
                     return
-                cleared = events.SessionCleared(self._next_index - 1)
-                if await self._append(
-                    [self._control_event(events.SESSION_CLEARED, cleared.encode())]
-                ):
+                next_index = await self._writable()
+                cleared = events.SessionCleared(next_index - 1)
+                event = self._control_event(events.SESSION_CLEARED, cleared.encode(), next_index)
+                if await self._append([event]):
                     self._timeline.apply(Clear())
                     return
             raise ConcurrencyError(self.stream, "exact", self._head)
@@ -226,9 +228,9 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
     # -- internals: writing -------------------------------------------------------
 
     def _item_events(
-        self, items: Sequence[TResponseInputItem], nonce: str
+        self, items: Sequence[TResponseInputItem], nonce: str, first: int
     ) -> tuple[list[NewEvent], list[str]]:
-        """Encode ``items`` from the current next index (raises before any I/O)."""
+        """Encode ``items`` from message index ``first`` (raises before any I/O)."""
         now = datetime.now(UTC)
         trace_id = _trace_id()
         new: list[NewEvent] = []
@@ -239,14 +241,14 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 user_id=self._user_id,
                 timestamp=now,
             )
-            new.append(self._new(events.SESSION_STARTED, data, nonce, "started", {}))
+            new.append(self._new(events.SESSION_STARTED, data, nonce, "started", first, {}))
         items_json: list[str] = []
         for offset, item in enumerate(items):
-            index = self._next_index + offset
+            index = first + offset
             produced = self._produced_by(item)
             author = produced.agent if produced else self._author_of(item)
             encoded = codec.encode_item(item, message_index=index, author=author, timestamp=now)
-            metadata = {events.INDEX_KEY: str(index), events.NEXT_INDEX_KEY: str(index + 1)}
+            metadata = {events.INDEX_KEY: str(index)}
             if produced and encoded.type in _ASSISTANT_TYPES:
                 if produced.usage_json:
                     metadata[events.USAGE_KEY] = produced.usage_json
@@ -254,17 +256,23 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                     metadata[events.RESPONSE_ID_KEY] = produced.response_id
             if trace_id:
                 metadata[events.TRACE_ID_KEY] = trace_id
-            new.append(self._new(encoded.type, encoded.data, nonce, offset, metadata))
+            new.append(self._new(encoded.type, encoded.data, nonce, offset, index + 1, metadata))
             items_json.append(json.dumps(item))
         return new, items_json
 
-    def _control_event(self, type_: str, data: bytes) -> NewEvent:
-        return self._new(type_, data, uuid.uuid4().hex, 0, {})
+    def _control_event(self, type_: str, data: bytes, next_index: int) -> NewEvent:
+        return self._new(type_, data, uuid.uuid4().hex, 0, next_index, {})
 
     def _new(
-        self, type_: str, data: bytes, nonce: str, part: int | str, metadata: dict[str, str]
+        self,
+        type_: str,
+        data: bytes,
+        nonce: str,
+        part: int | str,
+        next_index: int,
+        metadata: dict[str, str],
     ) -> NewEvent:
-        metadata.setdefault(events.NEXT_INDEX_KEY, str(self._next_index))
+        metadata[events.NEXT_INDEX_KEY] = str(next_index)
         metadata[events.SCHEMA_VERSION_KEY] = events.SCHEMA_VERSION_VALUE
         return NewEvent(
             type=type_, data=data, metadata=metadata, id=event_id(self.stream, nonce, part)
@@ -303,47 +311,57 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
 
     # -- internals: reading -------------------------------------------------------
 
-    async def _load(self) -> None:
-        """On first use, learn the stream's head and next message index."""
+    async def _refresh(self, limit: int | None) -> None:
+        """Bring the timeline up to the stream's head: one store call when nothing changed."""
         if self._loaded:
-            return
-        head = await self._store.head(self.stream)
-        self._head = -1 if head is None else head
-        self._oldest_read = self._head + 1
-        self._timeline.reset()
-        self._next_index = await self._find_next_index()
-        self._loaded = True
+            await self._catch_up()
+        else:
+            await self._load(limit)
 
-    async def _refresh(self) -> None:
-        """Bring the timeline up to the stream's current head."""
-        if not self._loaded:
-            await self._load()
-            return
-        await self._catch_up()
+    async def _load(self, limit: int | None) -> None:
+        """First use: read the newest events straight from the end of the stream."""
+        self._timeline.reset()
+        self._next_index = None
+        try:
+            page = await self._store.read(
+                self.stream, backwards=True, limit=_FULL_PAGE if limit is None else limit + 8
+            )
+        except StreamNotFound:
+            page = []
+        self._head = page[0].revision if page else -1
+        self._oldest_read = self._head + 1
+        self._loaded = True
+        if page:
+            self._take_older(page)
+        else:
+            self._next_index = 0
+            self._timeline.extend_backwards([], reached_start=True)
 
     async def _catch_up(self, *, until_id: uuid.UUID | None = None) -> bool:
-        """Apply events other writers appended; True if ``until_id`` was among them."""
-        head = await self._store.head(self.stream)
-        current = -1 if head is None else head
-        if current < self._head:
-            logger.warning(
-                "stream %s shrank from %d to %d; rereading", self.stream, self._head, current
-            )
-            self._loaded = False
-            await self._load()
-            return False
+        """Apply events other writers appended; True if ``until_id`` was among them.
+
+        One forward read from the last revision seen: when nothing changed it
+        returns nothing, so a warm ``get_items`` costs one small store call.
+        """
         found = False
-        while self._head < current:
-            page = await self._store.read(self.stream, from_revision=self._head + 1, limit=_PAGE)
-            if not page:
-                break
+        while True:
+            try:
+                page = await self._store.read(
+                    self.stream, from_revision=self._head + 1, limit=_PAGE
+                )
+            except StreamNotFound:
+                if self._head >= 0:
+                    logger.warning("stream %s disappeared; rereading", self.stream)
+                    await self._load(None)
+                return False
             for event in page:
                 found = found or event.id == until_id
                 for timeline_event in self._interpret(event):
                     self._timeline.apply(timeline_event)
-                self._next_index = max(self._next_index, _next_index_after(event) or 0)
+                self._next_index = _next_index_after(event) or self._next_index
                 self._head = event.revision
-        return found
+            if len(page) < _PAGE:
+                return found
 
     async def _fill(self, limit: int | None) -> None:
         """Read older events until the timeline can answer ``limit``."""
@@ -355,29 +373,42 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             )
             if not page:
                 break
-            older: list[TimelineEvent] = []
-            for event in page:
-                older.extend(reversed(self._interpret(event)))
-            self._oldest_read = page[-1].revision
-            self._timeline.extend_backwards(older, reached_start=self._oldest_read == 0)
+            self._take_older(page)
+
+    def _take_older(self, newest_first: list[RecordedEvent]) -> None:
+        """Put a backwards page in front of the timeline."""
+        older: list[TimelineEvent] = []
+        for event in newest_first:
+            older.extend(reversed(self._interpret(event)))
+            if self._next_index is None:
+                self._next_index = _next_index_after(event)
+        self._oldest_read = newest_first[-1].revision
+        self._timeline.extend_backwards(older, reached_start=self._oldest_read == 0)
+
+    async def _writable(self) -> int:
+        """Make sure head and next index are known; return the next index."""
+        if not self._loaded:
+            await self._load(0)
+        if self._next_index is None:
+            self._next_index = await self._find_next_index()
+        return self._next_index
 
     async def _find_next_index(self) -> int:
-        """Return the next free message index, reading back from the head.
+        """Return the next free message index, reading back from the oldest event read.
 
-        Every event this library writes carries it, so one event is read;
-        only a stream whose tail another framework wrote needs more.
+        Every event this library writes carries it, so this runs only for a
+        stream whose tail another framework wrote.
         """
-        revision, page_size = self._head, 1
+        revision = self._oldest_read - 1
         while revision >= 0:
             page = await self._store.read(
-                self.stream, from_revision=revision, backwards=True, limit=page_size
+                self.stream, from_revision=revision, backwards=True, limit=_PAGE
             )
             for event in page:
                 found = _next_index_after(event)
                 if found is not None:
                     return found
             revision = page[-1].revision - 1 if page else -1
-            page_size = _PAGE
         return 0
 
     def _interpret(self, event: RecordedEvent) -> list[TimelineEvent]:

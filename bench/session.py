@@ -1,0 +1,206 @@
+"""Session benchmark: JournalSession side by side with the SDK's SQLiteSession, both on files.
+
+Run: ``python bench/session.py`` (``--quick`` for a smoke run). Ratios are
+ours / SDK in time (lower is better); machines here are noisy, so each case
+alternates rounds between the two and reports medians.
+
+Cases:
+  (a) runner turns: ``get_items(limit=20)`` then ``add_items`` of a function call
+      and its output, as the runner does per tool turn;
+  (b) the same turn on a session of ~10k items vs one of ~100 items, and
+      ``get_items(limit=20)`` from a fresh session object (cold cache) at both sizes;
+  (c) a full ``get_items`` of 10k items from a fresh session object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from _common import measure, table
+from agents import SQLiteSession
+from agents.memory import Session
+
+from agentjournal import Journal
+
+Turn = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    turns: int
+    small: int
+    large: int
+    probe_turns: int
+
+
+FULL = Sizes(turns=1000, small=100, large=10_000, probe_turns=100)
+QUICK = Sizes(turns=20, small=20, large=400, probe_turns=10)
+
+
+def call_pair(n: int) -> list[Any]:
+    """One tool turn as the runner stores it: a function call and its output."""
+    call_id = f"call_{n:06d}"
+    return [
+        {
+            "arguments": f'{{"order_id":"{n}","note":"lorem ipsum dolor sit amet"}}',
+            "call_id": call_id,
+            "name": "lookup_order",
+            "type": "function_call",
+            "id": f"fc_{n:06d}",
+        },
+        {
+            "call_id": call_id,
+            "output": f"order {n}: two charges of 12.50 EUR on 2026-11-02, one refunded",
+            "type": "function_call_output",
+        },
+    ]
+
+
+class Side:
+    """One contestant: makes sessions on its own file."""
+
+    def __init__(self, name: str, directory: str) -> None:
+        self.name = name
+        self.directory = directory
+        self.journal: Journal | None = None
+        self.counter = 0
+
+    async def start(self) -> None:
+        if self.name == "agentjournal":
+            self.journal = await Journal.open(f"sqlite:///{os.path.join(self.directory, 'aj.db')}")
+
+    async def stop(self) -> None:
+        if self.journal is not None:
+            await self.journal.close()
+
+    def session(self, session_id: str) -> Session:
+        if self.journal is not None:
+            return self.journal.session(session_id)
+        return SQLiteSession(session_id, os.path.join(self.directory, "sdk.db"))
+
+    async def filled(self, session_id: str, items: int) -> Session:
+        session = self.session(session_id)
+        for start in range(0, items, 500):
+            batch = [
+                item for n in range(start, min(start + 500, items), 2) for item in call_pair(n)
+            ]
+            await session.add_items(batch)
+        return session
+
+
+async def turns(session: Session, count: int, start: int) -> None:
+    for n in range(start, start + count):
+        await session.get_items(limit=20)
+        await session.add_items(call_pair(n))
+
+
+async def run(sizes: Sizes) -> list[list[str]]:
+    rows: list[list[str]] = []
+    with tempfile.TemporaryDirectory() as directory:
+        ours, sdk = Side("agentjournal", directory), Side("SQLiteSession", directory)
+        await ours.start()
+        try:
+            rows.extend(await run_cases(ours, sdk, sizes))
+        finally:
+            await ours.stop()
+    return rows
+
+
+def row(case: str, sdk_seconds: float, our_seconds: float, per: int, unit: str) -> list[str]:
+    return [
+        case,
+        f"{1000 * sdk_seconds / per:.3f}",
+        f"{1000 * our_seconds / per:.3f}",
+        f"{our_seconds / sdk_seconds:.2f}",
+        unit,
+    ]
+
+
+async def run_cases(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
+    rows: list[list[str]] = []
+    rounds = 5
+    per_round = sizes.turns // rounds
+
+    # (a) runner turns on a growing session.
+    sessions = {side.name: side.session("turns") for side in (ours, sdk)}
+    offsets = {"agentjournal": 0, "SQLiteSession": 0}
+
+    def turn_round(side: Side) -> Turn:
+        async def go() -> None:
+            await turns(sessions[side.name], per_round, offsets[side.name])
+            offsets[side.name] += per_round
+
+        return go
+
+    sdk_s, our_s = await measure(turn_round(sdk), turn_round(ours), rounds=rounds)
+    rows.append(
+        row(
+            f"(a) turn: get_items(20)+add_items(2), x{sizes.turns}",
+            sdk_s,
+            our_s,
+            per_round,
+            "ms/turn",
+        )
+    )
+
+    # (b) per-turn cost on a small and a large session.
+    probes: dict[tuple[str, int], Session] = {}
+    for side in (ours, sdk):
+        for size in (sizes.small, sizes.large):
+            probes[side.name, size] = await side.filled(f"size-{size}", size)
+    for size in (sizes.small, sizes.large):
+        counters = {"agentjournal": size, "SQLiteSession": size}
+
+        def probe_round(side: Side, size: int = size) -> Turn:
+            async def go() -> None:
+                await turns(probes[side.name, size], sizes.probe_turns, counters[side.name])
+                counters[side.name] += sizes.probe_turns
+
+            return go
+
+        sdk_s, our_s = await measure(probe_round(sdk), probe_round(ours))
+        rows.append(row(f"(b) turn at ~{size:,} items", sdk_s, our_s, sizes.probe_turns, "ms/turn"))
+
+    for size in (sizes.small, sizes.large):
+
+        def cold_round(side: Side, size: int = size) -> Turn:
+            async def go() -> None:
+                for _ in range(sizes.probe_turns):
+                    await side.session(f"size-{size}").get_items(limit=20)
+
+            return go
+
+        sdk_s, our_s = await measure(cold_round(sdk), cold_round(ours))
+        rows.append(
+            row(
+                f"(b) get_items(20), cold, at ~{size:,}", sdk_s, our_s, sizes.probe_turns, "ms/call"
+            )
+        )
+
+    # (c) the whole history from a fresh session object.
+    async def full(side: Side) -> None:
+        await side.session(f"size-{sizes.large}").get_items()
+
+    sdk_s, our_s = await measure(lambda: full(sdk), lambda: full(ours))
+    rows.append(row(f"(c) full get_items of ~{sizes.large:,}, cold", sdk_s, our_s, 1, "ms/call"))
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    args = parser.parse_args(argv)
+    rows = asyncio.run(run(QUICK if args.quick else FULL))
+    print(table(["case", "SQLiteSession", "agentjournal", "ratio", "unit"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
