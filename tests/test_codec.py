@@ -79,6 +79,7 @@ from agentjournal.codec import (
     OPENAI_EXTENSION_KEY,
     EncodedEvent,
     decode_event,
+    decode_item_texts,
     decode_items,
     encode_item,
 )
@@ -113,6 +114,8 @@ def assert_round_trip(item: dict[str, Any], event: EncodedEvent) -> None:
     assert json.dumps(decoded) == json.dumps(item)
     assert_identical(decoded, item)
     assert decode_items(event.type, event.data) == [item]
+    (text,) = decode_item_texts(event.type, event.data)
+    assert json.dumps(json.loads(text)) == json.dumps(item)
 
 
 def has_multi_key_struct(value: Any) -> bool:
@@ -1078,6 +1081,26 @@ async def test_foreign_items_feed_a_real_run() -> None:
     assert call is not None
     assert call.input[: len(items)] == items
     session.close()
+
+
+def test_item_texts_of_foreign_events_match_decode_items() -> None:
+    message = AssistantToolCallsGenerated(content="two calls")
+    for n in range(2):
+        call = message.tool_calls.add()
+        call.call_id, call.tool_name = f"c{n}", "lookup"
+    data = to_json(message).encode()
+    texts = decode_item_texts("AssistantToolCallsGenerated", data)
+    assert [json.loads(t) for t in texts] == decode_items("AssistantToolCallsGenerated", data)
+
+
+def test_item_texts_refuse_a_corrupt_original() -> None:
+    event = encode_item(
+        {"role": "user", "content": "hi"}, message_index=1, author=None, timestamp=TS
+    )
+    corrupt = event.data.replace(b'\\"role\\"', b'\\"role\\"::')
+    assert corrupt != event.data
+    with pytest.raises(CodecError):
+        decode_item_texts(event.type, corrupt)
 
 
 def test_single_item_foreign_events_decode_with_decode_event() -> None:

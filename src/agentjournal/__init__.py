@@ -7,9 +7,15 @@
     async with Journal.open() as journal:               # ./agentjournal.db, or $AGENTJOURNAL_URI
         session = journal.session("support-4711")
         result = await Runner.run(agent, "hi", session=session, hooks=session)
+
+``Journal`` and ``JournalSession`` load the Agents SDK, which takes a few
+seconds to import; they are imported on first use, so code that only needs the
+stores (``agentjournal.store``) starts fast.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from agentjournal.errors import (
     CodecError,
@@ -21,8 +27,10 @@ from agentjournal.errors import (
     StreamDeleted,
     StreamNotFound,
 )
-from agentjournal.journal import Journal
-from agentjournal.session import JournalSession
+
+if TYPE_CHECKING:
+    from agentjournal.journal import Journal
+    from agentjournal.session import JournalSession
 
 __all__ = [
     "CodecError",
@@ -36,3 +44,15 @@ __all__ = [
     "StreamDeleted",
     "StreamNotFound",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Journal":
+        from agentjournal.journal import Journal
+
+        return Journal
+    if name == "JournalSession":
+        from agentjournal.session import JournalSession
+
+        return JournalSession
+    raise AttributeError(f"module 'agentjournal' has no attribute {name!r}")

@@ -69,6 +69,7 @@ __all__ = [
     "OPENAI_EXTENSION_KEY",
     "EncodedEvent",
     "decode_event",
+    "decode_item_texts",
     "decode_items",
     "encode_item",
 ]
@@ -512,6 +513,41 @@ def decode_items(type: str, data: bytes) -> list[dict[str, Any]]:
     if item is not None:
         return [item]
     return _rebuild(type, data)
+
+
+_ITEM_JSON_MARKER = f'"{_ITEM_JSON}": "'
+_scan_string = json.decoder.scanstring  # type: ignore[attr-defined]
+
+
+def decode_item_texts(type: str, data: bytes) -> list[str]:
+    """Return the items an event holds as JSON texts (``decode_items``, serialised).
+
+    For events :func:`encode_item` wrote, the original item's text is cut out of
+    ``extensions.openai.item_json`` without parsing the rest of the event, and
+    checked to be a JSON object; everything else goes through
+    :func:`decode_items`. Loading a returned text gives the item exactly.
+
+    Raises:
+        CodecError: as :func:`decode_items`.
+    """
+    if type != EXTENSION_EVENT_TYPE and data.endswith(b'"}}}'):
+        text = data.decode("utf-8", errors="replace")
+        at = text.rfind(_ITEM_JSON_MARKER)
+        if at > 0:
+            try:
+                item_json, end = _scan_string(text, at + len(_ITEM_JSON_MARKER))
+            except ValueError:
+                end = -1
+            # The layout encode_item writes: the item is the last thing in the event.
+            if text[end:] == "}}}":
+                try:
+                    item = _load(item_json)
+                except (ValueError, RecursionError) as exc:
+                    raise CodecError(f"{type} event's original item is not JSON: {exc}") from exc
+                if not isinstance(item, dict):
+                    raise CodecError(f"{type} event's original item is not a JSON object")
+                return [item_json]
+    return [_ITEM.encode(item) for item in decode_items(type, data)]
 
 
 def _original(type: str, data: bytes) -> dict[str, Any] | None:

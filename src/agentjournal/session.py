@@ -32,12 +32,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from agents.lifecycle import RunHooksBase
-from kurrent_agent_schema import TokenUsage, to_json
 from agents.memory.session_settings import (
     SessionSettings,
     coerce_session_settings,
     resolve_session_limit,
 )
+from kurrent_agent_schema import TokenUsage, to_json
 
 from agentjournal import codec, events
 from agentjournal._locks import CrossLoopLock
@@ -422,7 +422,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 return [Clear()]
             if event.type not in codec.ITEM_EVENT_TYPES:
                 return []
-            items = codec.decode_items(event.type, event.data)
+            texts = codec.decode_item_texts(event.type, event.data)
         except CodecError as error:
             logger.warning(
                 "skipping unreadable event %s at %s@%d: %s",
@@ -434,8 +434,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             return []
         index = _index_of(event)
         return [
-            Entry(event.stream, event.revision, part, index, json.dumps(item))
-            for part, item in enumerate(items)
+            Entry(event.stream, event.revision, part, index, text)
+            for part, text in enumerate(texts)
         ]
 
 

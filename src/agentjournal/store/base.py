@@ -39,6 +39,7 @@ from agentjournal.errors import InvalidInput
 
 __all__ = [
     "MAX_EVENT_BYTES",
+    "RESERVED_METADATA_PREFIXES",
     "AppendRequest",
     "AppendResult",
     "EventStore",
@@ -56,6 +57,9 @@ MAX_EVENT_BYTES = 16 * 1024 * 1024
 """The largest event (data plus metadata) a store accepts: KurrentDB's limit."""
 
 MAX_STREAM_NAME_BYTES = 1024
+
+RESERVED_METADATA_PREFIXES = ("$schema.", "$record.")
+"""Metadata keys KurrentDB adds on read; a writer may not use them."""
 
 _EVENT_TYPE = re.compile(r"^[a-zA-Z0-9_.$:-]+$")
 _STREAM_NAME = re.compile(r"^[!-~]+$")  # printable ASCII, no whitespace
@@ -204,6 +208,11 @@ def _validate_event(stream: str, event: object) -> None:
         raise InvalidInput(
             f"invalid event type {event.type!r} for {stream!r}: must match ^[a-zA-Z0-9_.$:-]+$"
         )
+    if event.type.startswith("$"):
+        raise InvalidInput(
+            f"invalid event type {event.type!r} for {stream!r}: types starting with '$' are "
+            "KurrentDB system events"
+        )
     if not isinstance(event.data, bytes):
         raise InvalidInput(f"event data for {stream!r} must be bytes, got {type(event.data)}")
     if not isinstance(event.id, uuid.UUID):
@@ -213,6 +222,11 @@ def _validate_event(stream: str, event: object) -> None:
             raise InvalidInput(
                 f"metadata of {event.type} on {stream!r} must map strings to strings; "
                 f"{key!r} maps to {type(value).__name__}"
+            )
+        if key.startswith(RESERVED_METADATA_PREFIXES):
+            raise InvalidInput(
+                f"metadata key {key!r} of {event.type} on {stream!r} is reserved: KurrentDB "
+                f"writes keys starting with {' or '.join(RESERVED_METADATA_PREFIXES)} itself"
             )
     size = len(event.data) + len(encode_metadata(event.metadata))
     if size > MAX_EVENT_BYTES:
@@ -315,13 +329,25 @@ class EventStore(Protocol):
         ...
 
     async def head(self, stream: str) -> int | None:
-        """Return the revision of the stream's last event, or None if it does not exist."""
+        """Return the revision of the stream's last event, or None if it does not exist.
+
+        Raises:
+            StreamDeleted: The stream was tombstoned (KurrentDB).
+            StoreUnavailable: The store could not be reached.
+        """
         ...
 
     async def read_all(
         self, *, from_position: int | None = None, limit: int | None = None
     ) -> list[RecordedEvent]:
-        """Read events of all streams in global order, from ``from_position`` inclusive."""
+        """Read events of all streams in global order, from ``from_position`` inclusive.
+
+        Pass positions the store gave out: on KurrentDB any other position
+        costs a backward scan to the nearest event boundary.
+
+        Raises:
+            StoreUnavailable: The store could not be reached.
+        """
         ...
 
     def subscribe(self, *, after_position: int | None = None) -> AsyncIterator[RecordedEvent]:
@@ -331,6 +357,9 @@ class EventStore(Protocol):
         is stored, then each new event shortly after it is committed (within
         100 ms), without busy polling. It ends only when the consumer stops
         iterating or the store is closed.
+
+        Raises:
+            StoreUnavailable: The store cannot be reached (after retries).
         """
         ...
 

@@ -294,8 +294,18 @@ class EventStoreConformance:
             NewEvent(type="T", data=b"{}", metadata={"n": 1}),  # type: ignore[dict-item]
             NewEvent(type="T", data="not bytes"),  # type: ignore[arg-type]
             NewEvent(type="T", data=b"x" * (MAX_EVENT_BYTES + 1)),
+            NewEvent(type="$system", data=b"{}"),
+            NewEvent(type="T", data=b"{}", metadata={"$schema.name": "x"}),
         ],
-        ids=["type-space", "type-empty", "metadata-int", "data-str", "too-large"],
+        ids=[
+            "type-space",
+            "type-empty",
+            "metadata-int",
+            "data-str",
+            "too-large",
+            "type-system",
+            "metadata-reserved",
+        ],
     )
     async def test_bad_events_are_refused_and_nothing_is_written(
         self, store: EventStore, stream: str, bad: NewEvent
