@@ -23,10 +23,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from _common import measure, table
 from agents import SQLiteSession
 from agents.memory import Session
 
+from _common import measure, table
 from agentjournal import Journal
 
 Turn = Callable[[], Awaitable[None]]
@@ -158,7 +158,7 @@ async def run_cases(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
     for size in (sizes.small, sizes.large):
         counters = {"agentjournal": size, "SQLiteSession": size}
 
-        def probe_round(side: Side, size: int = size) -> Turn:
+        def probe_round(side: Side, size: int = size, counters: dict[str, int] = counters) -> Turn:
             async def go() -> None:
                 await turns(probes[side.name, size], sizes.probe_turns, counters[side.name])
                 counters[side.name] += sizes.probe_turns

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import agentjournal
 
 
@@ -14,12 +16,8 @@ def test_every_exported_name_resolves() -> None:
 
 
 def test_unknown_name_is_an_attribute_error() -> None:
-    try:
+    with pytest.raises(AttributeError, match="NoSuchThing"):
         agentjournal.NoSuchThing  # noqa: B018
-    except AttributeError as error:
-        assert "NoSuchThing" in str(error)
-    else:
-        raise AssertionError("expected AttributeError")
 
 
 def test_store_import_does_not_load_the_sdk() -> None:
