@@ -72,6 +72,7 @@ __all__ = [
     "decode_item_texts",
     "decode_items",
     "encode_item",
+    "exact_json",
 ]
 
 EXTENSION_EVENT_TYPE = "OpenAIItemRecorded"
@@ -201,6 +202,17 @@ def _encode_extension(
     if _load(text)["item"] != item:
         raise _not_exact(item)
     return EncodedEvent(EXTENSION_EVENT_TYPE, text.encode("ascii"))
+
+
+def exact_json(item: Mapping[str, Any]) -> str:
+    """Return ``item`` as the compact JSON text :func:`encode_item` stores for it.
+
+    Raises:
+        CodecError: the item is not a dict or would not load back identical.
+    """
+    if not isinstance(item, dict):
+        raise CodecError(f"a session item must be a dict, got {type(item).__name__}")
+    return _exact_json(item)
 
 
 def _exact_json(item: dict[str, Any]) -> str:

@@ -9,16 +9,36 @@ anything from the stream.
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from kurrent_agent_schema import SCHEMA_VERSION, USAGE_METADATA_KEY, SessionStarted, to_json
+from google.protobuf import json_format
+from kurrent_agent_schema import (
+    SCHEMA_VERSION,
+    USAGE_METADATA_KEY,
+    SessionStarted,
+    SubagentCompleted,
+    SubagentStarted,
+    from_json,
+    to_json,
+)
 
 from agentjournal.errors import CodecError
 
 __all__ = [
     "INDEX_KEY",
+    "OPEN_KEY",
+    "OUTCOMES",
+    "SUBAGENT_COMPLETED",
+    "SUBAGENT_STARTED",
+    "TWIN_KEY",
+    "Subagent",
+    "decode_subagent_completed",
+    "decode_subagent_started",
+    "encode_subagent_completed",
+    "encode_subagent_started",
     "ITEM_POPPED",
     "NEXT_INDEX_KEY",
     "RESPONSE_ID_KEY",
@@ -142,3 +162,123 @@ def _typed(body: dict[str, Any], key: str, kind: type[Any]) -> Any:
     if not isinstance(value, kind) or isinstance(value, bool):
         raise CodecError(f"{key} must be {kind.__name__}, got {value!r}")
     return value
+
+
+# -- subagents ---------------------------------------------------------------------
+
+SUBAGENT_STARTED: Final = "SubagentStarted"
+SUBAGENT_COMPLETED: Final = "SubagentCompleted"
+OPEN_KEY: Final = "aj.open"
+"""On every event of a session tree: the subsession of this stream's open subagent, if
+any, after the event. A new process rebuilds the chain of open subagents from it."""
+TWIN_KEY: Final = "aj.twin"
+"""On ``SubagentStarted``/``SubagentCompleted``: the id of the twin event on the other stream."""
+OUTCOMES: Final = ("success", "error", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class Subagent:
+    """A handoff receiver running as a subagent with its own stream.
+
+    Attributes:
+        agent_id: ``sub-{slug(target)}-{call id}`` (schema v2 §2.4).
+        agent_name: The receiving agent's name (``agent_type`` on the wire).
+        source_agent: The agent that handed off.
+        call_id: The handoff tool call's id.
+        stream: The subsession stream, ``AgentSubsession-{session}-{agent_id}``.
+        parent_stream: The stream of the agent that handed off.
+        prompt: The handoff call's arguments (``""`` when it had none).
+    """
+
+    agent_id: str
+    agent_name: str
+    source_agent: str
+    call_id: str
+    stream: str
+    parent_stream: str
+    prompt: str
+
+
+def encode_subagent_started(
+    subagent: Subagent, *, item_json: str | None, twin: uuid.UUID, timestamp: datetime
+) -> bytes:
+    """Return ``SubagentStarted`` data: with the handoff call item on the parent's copy."""
+    message = SubagentStarted(
+        agent_id=subagent.agent_id,
+        agent_type=subagent.agent_name,
+        prompt=subagent.prompt,
+        subsession_stream=subagent.stream,
+    )
+    message.timestamp.FromDatetime(timestamp)
+    openai: dict[str, Any] = {
+        "source_agent": subagent.source_agent,
+        "call_id": subagent.call_id,
+        "parent_stream": subagent.parent_stream,
+        "twin_event_id": str(twin),
+    }
+    if item_json is not None:
+        openai["item_json"] = item_json
+    message.extensions["openai"].update(openai)
+    text: str = to_json(message)
+    return text.encode()
+
+
+def decode_subagent_started(data: bytes) -> tuple[Subagent, str | None]:
+    """Return the subagent a ``SubagentStarted`` opens and the handoff item's JSON, if held."""
+    try:
+        message = from_json(SubagentStarted, data.decode())
+        openai = json_format.MessageToDict(message.extensions["openai"])
+    except Exception as error:
+        raise CodecError(f"{SUBAGENT_STARTED} data is malformed: {error}") from None
+    try:
+        subagent = Subagent(
+            agent_id=message.agent_id,
+            agent_name=message.agent_type,
+            source_agent=str(openai["source_agent"]),
+            call_id=str(openai["call_id"]),
+            stream=message.subsession_stream,
+            parent_stream=str(openai["parent_stream"]),
+            prompt=message.prompt,
+        )
+    except KeyError as missing:
+        raise CodecError(f"{SUBAGENT_STARTED} lacks extensions.openai.{missing}") from None
+    if not subagent.agent_id or not subagent.stream:
+        raise CodecError(f"{SUBAGENT_STARTED} lacks agent_id or subsession_stream")
+    item_json = openai.get("item_json")
+    return subagent, item_json if isinstance(item_json, str) else None
+
+
+def encode_subagent_completed(
+    subagent: Subagent,
+    *,
+    outcome: str,
+    summary: str,
+    reason: str | None,
+    twin: uuid.UUID,
+    timestamp: datetime,
+) -> bytes:
+    """Return ``SubagentCompleted`` data (the same on both copies but for the twin id)."""
+    if outcome not in OUTCOMES:
+        raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
+    message = SubagentCompleted(agent_id=subagent.agent_id, outcome=outcome, summary=summary)
+    message.timestamp.FromDatetime(timestamp)
+    openai: dict[str, Any] = {
+        "subsession_stream": subagent.stream,
+        "parent_stream": subagent.parent_stream,
+        "twin_event_id": str(twin),
+    }
+    if reason:
+        openai["reason"] = reason
+    message.extensions["openai"].update(openai)
+    text: str = to_json(message)
+    return text.encode()
+
+
+def decode_subagent_completed(data: bytes) -> tuple[str, str, str]:
+    """Return (agent_id, subsession stream, outcome) of a ``SubagentCompleted``."""
+    try:
+        message = from_json(SubagentCompleted, data.decode())
+        openai = json_format.MessageToDict(message.extensions["openai"])
+        return message.agent_id, str(openai["subsession_stream"]), message.outcome
+    except Exception as error:
+        raise CodecError(f"{SUBAGENT_COMPLETED} data is malformed: {error}") from None

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Generator, Mapping
 from types import TracebackType
 from typing import Any, Final
 
 from agents.memory.session_settings import SessionSettings
 
-from agentjournal.session import JournalSession
+from agentjournal.session import JournalSession, SessionTree
 from agentjournal.store import EventStore, open_store
+from agentjournal.streams import validate_id
 
 __all__ = ["DEFAULT_URI", "URI_ENV", "Journal"]
 
@@ -24,16 +26,21 @@ class Journal:
     """An open event store and the sessions written to it.
 
     Open it with :meth:`open` (awaitable, or an async context manager that
-    closes it)::
+    closes it). Session objects of one id share a cache of what was read of
+    their streams (the ``cached_sessions`` most recently used ids), so a fresh
+    ``journal.session(id)`` per request reads only what changed::
 
         async with Journal.open() as journal:
             session = journal.session("support-4711")
             await Runner.run(agent, "hi", session=session, hooks=session)
     """
 
-    def __init__(self, store: EventStore, uri: str) -> None:
+    def __init__(self, store: EventStore, uri: str, *, cached_sessions: int = 64) -> None:
         self.store = store
         self.uri = uri
+        self._cached_sessions = cached_sessions
+        # Session objects of one id share what was read of its streams.
+        self._trees: OrderedDict[str, SessionTree] = OrderedDict()
 
     @classmethod
     def open(cls, uri: str | None = None) -> _Opening:
@@ -74,13 +81,19 @@ class Journal:
         Raises:
             InvalidInput: ``session_id`` or ``session_settings`` is malformed.
         """
+        key = validate_id(session_id, "session id")
+        tree = self._trees.pop(key, None) or SessionTree()
+        self._trees[key] = tree
+        while len(self._trees) > self._cached_sessions:
+            self._trees.popitem(last=False)
         return JournalSession(
             self.store,
-            session_id,
+            key,
             app_name=app_name,
             user_id=user_id,
             agent_name=agent_name,
             session_settings=session_settings,
+            tree=tree,
         )
 
     async def close(self) -> None:

@@ -1,24 +1,25 @@
-"""What ``get_items`` shows: the visible items of a session, rebuilt from its events (pure).
+"""What ``get_items`` shows: the visible items of a session tree, folded from its events (pure).
 
-A session stream holds item events, ``ItemPopped`` events (hide one earlier item)
-and ``SessionCleared`` events (hide everything before them). Nothing is ever
-removed from the stream; :class:`Timeline` folds those events into the list the
-SDK sees.
+A session's items live on its stream and on the subsession streams of its
+subagents; every item has a session-wide ``message_index`` and the SDK's flat
+history is all items in index order. ``ItemPopped`` hides one item,
+``SessionCleared`` hides every item up to an index; nothing is ever removed
+from a stream.
 
-A timeline may hold only the newest part of the history: it is filled forwards
-as events are appended and extended backwards on demand, so ``get_items(limit=N)``
-reads about N events however long the session is. ``complete`` says whether it
-reaches back to the start (or to a clear).
+:class:`Timeline` holds the newest visible items. It grows at the end as
+events are appended (:meth:`Timeline.apply`), and a :class:`Picker` chooses
+the newest ``limit`` items from events read backwards, so ``get_items(limit=N)``
+reads about N events however long the session is. Hiding is by key and by
+index, so pops and clears may be folded in any order relative to the items.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-__all__ = ["Clear", "Entry", "Pop", "Timeline", "TimelineEvent"]
+__all__ = ["Clear", "Entry", "Key", "Picker", "Pop", "Timeline", "TimelineEvent"]
 
 Key: TypeAlias = tuple[str, int, int]
 """Where an item lives: (stream, revision, part). ``part`` is 0 except for
@@ -33,7 +34,7 @@ class Entry:
         stream: The stream its event is on.
         revision: Its event's revision there.
         part: Which item of that event (0 unless a foreign event holds several).
-        index: Its session-wide ``message_index``.
+        index: Its session-wide ``message_index`` (-1 if a foreign writer gave none).
         item_json: The SDK item as JSON, exactly as it was written.
     """
 
@@ -62,7 +63,9 @@ class Pop:
 
 @dataclass(frozen=True, slots=True)
 class Clear:
-    """A ``SessionCleared`` event: nothing before it is visible."""
+    """A ``SessionCleared`` event: no item up to ``through_index`` is visible."""
+
+    through_index: int
 
 
 TimelineEvent: TypeAlias = Entry | Pop | Clear
@@ -74,48 +77,29 @@ class Timeline:
     def __init__(self) -> None:
         self.entries: list[Entry] = []
         self.complete = False
-        # Pops met while reading backwards whose items are older than `entries`.
-        self._hidden: set[Key] = set()
+        self.hidden: set[Key] = set()  # popped items older than `entries`
+        self.floor = -1  # the highest index a clear has hidden
 
     def apply(self, event: TimelineEvent) -> None:
-        """Apply an event appended after everything the timeline has seen."""
+        """Fold in an event appended after everything the timeline was built from."""
         if isinstance(event, Entry):
-            self.entries.append(event)
+            if event.key in self.hidden:
+                self.hidden.discard(event.key)
+            elif not 0 <= event.index <= self.floor:
+                self.entries.append(event)
         elif isinstance(event, Pop):
             for position in range(len(self.entries) - 1, -1, -1):
                 if self.entries[position].key == event.key:
                     del self.entries[position]
                     return
-            self._hidden.add(event.key)
+            self.hidden.add(event.key)
         else:
-            self.entries.clear()
-            self._hidden.clear()
+            # Everything written before a clear is hidden; indexless items of other
+            # writers that are already here were written before it too.
+            self.floor = max(self.floor, event.through_index)
+            self.entries = [e for e in self.entries if e.index > self.floor]
+            self.hidden.clear()
             self.complete = True
-
-    def extend_backwards(
-        self, newest_first: Iterable[TimelineEvent], *, reached_start: bool
-    ) -> None:
-        """Add older events, read newest first, in front of the current entries.
-
-        Args:
-            newest_first: Events older than everything the timeline holds.
-            reached_start: True when these events go back to the stream's start.
-        """
-        older: list[Entry] = []
-        for event in newest_first:
-            if isinstance(event, Clear):
-                self.complete = True
-                break
-            if isinstance(event, Pop):
-                self._hidden.add(event.key)
-            elif event.key in self._hidden:
-                self._hidden.discard(event.key)
-            else:
-                older.append(event)
-        else:
-            self.complete = self.complete or reached_start
-        older.reverse()
-        self.entries[:0] = older
 
     def latest(self, limit: int | None) -> list[Entry]:
         """Return the newest ``limit`` entries (all when None), oldest first."""
@@ -127,12 +111,50 @@ class Timeline:
 
     def covers(self, limit: int | None) -> bool:
         """Return True if :meth:`latest` can answer ``limit`` without older events."""
-        if self.complete:
-            return True
-        return limit is not None and len(self.entries) >= limit
+        return self.complete or (limit is not None and len(self.entries) >= limit)
+
+    def take(self, picker: Picker) -> None:
+        """Replace the contents with a window read backwards (see :class:`Picker`)."""
+        self.entries = list(reversed(picker.picked))
+        self.complete = picker.complete
+        self.hidden = picker.hidden
+        self.floor = picker.floor
 
     def reset(self) -> None:
         """Forget everything (the next read rebuilds from the store)."""
-        self.entries.clear()
-        self._hidden.clear()
-        self.complete = False
+        self.entries, self.complete, self.hidden, self.floor = [], False, set(), -1
+
+
+class Picker:
+    """Picks the newest ``limit`` visible items from events fed newest first.
+
+    Feed items by descending ``message_index``, each pop and clear before the
+    items it hides (both are always written after them). :meth:`feed` returns
+    False once the window is full or a clear has cut the rest off.
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.picked: list[Entry] = []  # newest first
+        self.hidden: set[Key] = set()
+        self.floor = -1
+        self.complete = True
+        self._cleared = False
+
+    def feed(self, event: TimelineEvent) -> bool:
+        """Take one more (older) event; False when no older event can matter."""
+        if isinstance(event, Pop):
+            self.hidden.add(event.key)
+        elif isinstance(event, Clear):
+            self._cleared = True
+            self.floor = max(self.floor, event.through_index)
+        elif self._cleared and event.index <= self.floor:
+            return False  # this item and everything older were cleared
+        elif event.key in self.hidden:
+            self.hidden.discard(event.key)
+        elif self.limit is not None and len(self.picked) >= self.limit:
+            self.complete = False
+            return False
+        else:
+            self.picked.append(event)
+        return True

@@ -1,36 +1,49 @@
 """The journal session: the SDK's ``Session`` and ``RunHooks`` in one object.
 
 Use it as both (``Runner.run(agent, input, session=s, hooks=s)``). As a
-session it writes every item as one canonical event on ``AgentSession-{id}``
-and gives them back exactly; as hooks it learns what only the run knows —
-which agent spoke, the token usage of each model response — and stamps it on
-the events.
+session it writes every item as one canonical event and gives the items back
+exactly; as hooks it learns what only the run knows — which agent spoke, the
+token usage of each response, and which tool call is a handoff — and records it.
 
-Write path: one ``add_items`` call is one atomic append at the exact revision
-the session last saw, with event ids derived from a per-call nonce, so a retry
-after an unknown outcome is recognised by the store and never duplicates. If
-another writer got there first the session catches up on what it wrote and
-tries again (bounded); message indices stay unique and gapless.
+**Streams.** Items land on ``AgentSession-{id}`` until a handoff. The handoff
+call becomes ``SubagentStarted``, appended atomically to the sender's stream
+(with the call item) and to the receiver's own stream
+``AgentSubsession-{id}-{agent_id}`` (its twin); the receiver's transcript —
+the handoff acknowledgement, its tool calls and results, its final message —
+goes to that stream, and so on at any depth. When the run's last agent
+finishes, ``SubagentCompleted`` is appended to both streams of every open
+subagent, innermost first, in the same write as the final message.
 
-Read path: a :class:`~agentjournal.replay.Timeline` caches the newest visible
-items. ``get_items`` asks the store only for the stream's head (one cheap call)
-and reads the events it has not seen — forwards what others appended,
-backwards as far as ``limit`` needs — so a call costs O(limit), not
-O(history).
+**Writes.** One ``add_items`` call is one atomic store transaction over every
+stream it touches, at the exact revisions the session last saw, with event
+ids derived from a per-call nonce (a retry after an unknown outcome is
+recognised by the store and never duplicates). If another writer got there
+first the session catches up and tries again (bounded). ``message_index`` is
+session-wide: every write goes through the innermost open stream, which
+serialises writers of one session tree, and every event carries the next free
+index, so indices stay unique and gapless with no recounting.
+
+**Reads.** The flat history is every visible item of the tree in index order.
+A :class:`~agentjournal.replay.Timeline` caches the newest items; a warm
+``get_items`` asks the store only for what was appended since, and a cold one
+merges the streams backwards only as far as ``limit`` needs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
+import weakref
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from agents.handoffs import Handoff, handoff
 from agents.lifecycle import RunHooksBase
 from agents.memory.session_settings import (
     SessionSettings,
@@ -41,17 +54,29 @@ from kurrent_agent_schema import TokenUsage, to_json
 
 from agentjournal import codec, events
 from agentjournal._locks import CrossLoopLock
-from agentjournal.errors import CodecError, ConcurrencyError, StoreUnavailable, StreamNotFound
-from agentjournal.replay import Clear, Entry, Pop, Timeline, TimelineEvent
-from agentjournal.store.base import EventStore, NewEvent, RecordedEvent, StreamState, event_id
-from agentjournal.streams import session_stream, validate_id
+from agentjournal.errors import (
+    CodecError,
+    ConcurrencyError,
+    StoreUnavailable,
+    StreamNotFound,
+)
+from agentjournal.replay import Clear, Entry, Picker, Pop, Timeline, TimelineEvent
+from agentjournal.store.base import (
+    AppendRequest,
+    EventStore,
+    NewEvent,
+    RecordedEvent,
+    StreamState,
+    event_id,
+)
+from agentjournal.streams import session_stream, subagent_id, subsession_stream, validate_id
 
 if TYPE_CHECKING:
     from agents.agent import Agent
     from agents.items import ModelResponse, TResponseInputItem
     from agents.run_context import RunContextWrapper
 
-__all__ = ["JournalSession"]
+__all__ = ["JournalSession", "SessionTree"]
 
 logger = logging.getLogger("agentjournal.session")
 
@@ -59,7 +84,8 @@ _CONFLICT_RETRIES: Final = 16
 _UNAVAILABLE_RETRIES: Final = 3
 _PAGE: Final = 64
 _FULL_PAGE: Final = 1000
-_REMEMBERED_RESPONSES: Final = 256
+_REMEMBERED: Final = 1024
+_SUMMARY_CHARS: Final = 2000
 _ASSISTANT_TYPES: Final = frozenset(
     {"AssistantTextGenerated", "AssistantToolCallsGenerated", "AssistantThinkingGenerated"}
 )
@@ -72,6 +98,46 @@ class _Produced:
     response_id: str | None
     usage_json: str | None
     agent: str
+
+
+@dataclass
+class SessionTree:
+    """What is known of one session's streams; shared by its session objects.
+
+    A :class:`~agentjournal.Journal` keeps one per session id, so every
+    ``journal.session(id)`` object reads through the same cache.
+    """
+
+    lock: CrossLoopLock = field(default_factory=CrossLoopLock)
+    loaded: bool = False
+    heads: dict[str, int] = field(default_factory=dict)  # last revision seen, per followed stream
+    chain: list[events.Subagent] = field(default_factory=list)  # open subagents, outermost first
+    timeline: Timeline = field(default_factory=Timeline)
+    next_index: int | None = None
+    call_owner: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    chain_run: weakref.ref[Any] | None = None  # the run that last wrote inside the chain
+
+
+@dataclass
+class _Op:
+    """One planned event: an item, a subagent start, or a subagent close."""
+
+    kind: str  # "item" | "start" | "close"
+    stream: str
+    item: Mapping[str, Any] | None = None
+    index: int | None = None
+    subagent: events.Subagent | None = None
+    outcome: str = "success"
+    summary: str = ""
+    reason: str | None = None
+
+
+@dataclass
+class _Plan:
+    ops: list[_Op]
+    chain: list[events.Subagent]  # open subagents after the write
+    call_owner: OrderedDict[str, str]  # where each pending call's output goes
+    indexed: int  # items that take a message index
 
 
 class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
@@ -95,6 +161,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         user_id: str | None = None,
         agent_name: str | None = None,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        tree: SessionTree | None = None,
     ) -> None:
         self.session_id = validate_id(session_id, "session id")
         self.stream = session_stream(self.session_id)
@@ -103,14 +170,14 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         self._app_name = app_name
         self._user_id = user_id
         self._agent_name = agent_name
-        self._lock = CrossLoopLock()  # callers may come from several event loops
-        self._timeline = Timeline()
-        self._loaded = False
-        self._head = -1  # revision of the last event seen; -1: no stream
-        self._oldest_read = 0  # the timeline holds what lies at and after this revision
-        self._next_index: int | None = 0  # None: not known yet
+        self._tree = tree if tree is not None else SessionTree()
+        # What the hooks of the current run learned.
         self._current_agent: str | None = agent_name
         self._produced: OrderedDict[str, _Produced] = OrderedDict()
+        self._handoff_calls: OrderedDict[str, tuple[str, str]] = OrderedDict()  # call -> (from, to)
+        self._handoffs: dict[str, tuple[str, str]] = {}  # matched by on_handoff, not yet written
+        self._finished: str | None = None  # the last agent's output, set by on_agent_end
+        self._warned_unwired = False
 
     def __repr__(self) -> str:
         return f"JournalSession({self.session_id!r}, stream={self.stream!r})"
@@ -123,15 +190,15 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         """Return the latest ``limit`` items in chronological order.
 
         ``None`` falls back to ``session_settings.limit``, then to every item;
-        ``0`` returns ``[]``. Items are fresh copies, exactly as written.
+        ``0`` returns ``[]``. Items are fresh copies, exactly as written, with
+        the transcripts of subagents where the handoffs happened.
         """
         resolved = resolve_session_limit(limit, self.session_settings)
         if resolved is not None and resolved <= 0:
             return []
-        async with self._lock:
+        async with self._tree.lock:
             await self._refresh(resolved)
-            await self._fill(resolved)
-            entries = self._timeline.latest(resolved)
+            entries = self._tree.timeline.latest(resolved)
         return [entry.item() for entry in entries]  # type: ignore[misc]
 
     async def add_items(
@@ -145,162 +212,417 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             StoreUnavailable: The store failed and the outcome could not be settled.
         """
         items = list(items)
-        if not items:
-            return
-        nonce = uuid.uuid4().hex
-        async with self._lock:
-            for _ in range(_CONFLICT_RETRIES):
-                first = await self._writable()
-                new, entries_json = self._item_events(items, nonce, first)
-                if await self._append(new):
-                    for offset, item_json in enumerate(entries_json):
-                        revision = self._head - len(entries_json) + 1 + offset
-                        self._timeline.apply(
-                            Entry(self.stream, revision, 0, first + offset, item_json)
-                        )
-                    self._next_index = first + len(items)
-                    return
-                if await self._catch_up(until_id=new[-1].id):
-                    return  # an earlier attempt with these ids did land
-            raise ConcurrencyError(self.stream, "exact", self._head)
+        if items:
+            await self._write(items, wrapper=wrapper, closing=None)
 
     async def pop_item(
         self, *, wrapper: RunContextWrapper[Any] | None = None
     ) -> TResponseInputItem | None:
         """Hide the latest item and return it; ``None`` when there is none.
 
-        The item stays on the stream; an ``agentjournal.ItemPopped`` event
-        records that it was removed from the history.
+        The item stays on its stream; an ``agentjournal.ItemPopped`` event
+        records that it left the history.
         """
-        async with self._lock:
+        tree = self._tree
+        async with tree.lock:
             for _ in range(_CONFLICT_RETRIES):
                 await self._refresh(1)
-                await self._fill(1)
-                latest = self._timeline.latest(1)
+                latest = tree.timeline.latest(1)
                 if not latest:
                     return None
                 entry = latest[0]
                 popped = events.ItemPopped(entry.stream, entry.revision, entry.part, entry.index)
-                event = self._control_event(
-                    events.ITEM_POPPED, popped.encode(), await self._writable()
-                )
-                if await self._append([event]):
-                    self._timeline.apply(Pop(entry.key))
+                if await self._append_control(events.ITEM_POPPED, popped.encode()):
+                    tree.timeline.apply(Pop(entry.key))
                     return entry.item()  # type: ignore[return-value]
-            raise ConcurrencyError(self.stream, "exact", self._head)
+            raise ConcurrencyError(self.stream, "exact", tree.heads.get(self.stream))
 
     async def clear_session(self, *, wrapper: RunContextWrapper[Any] | None = None) -> None:
         """Hide every item; ``get_items`` returns ``[]`` until new items come.
 
         History is kept: an ``agentjournal.SessionCleared`` event marks the cut.
         """
-        async with self._lock:
+        tree = self._tree
+        async with tree.lock:
             for _ in range(_CONFLICT_RETRIES):
                 await self._refresh(0)
-                if self._head < 0:
+                if tree.heads.get(self.stream, -1) < 0:
                     return
-                next_index = await self._writable()
-                cleared = events.SessionCleared(next_index - 1)
-                event = self._control_event(events.SESSION_CLEARED, cleared.encode(), next_index)
-                if await self._append([event]):
-                    self._timeline.apply(Clear())
+                through = await self._next_index() - 1
+                cleared = events.SessionCleared(through)
+                if await self._append_control(events.SESSION_CLEARED, cleared.encode()):
+                    tree.timeline.apply(Clear(through))
                     return
-            raise ConcurrencyError(self.stream, "exact", self._head)
+            raise ConcurrencyError(self.stream, "exact", tree.heads.get(self.stream))
+
+    # -- subagents ----------------------------------------------------------------
+
+    async def open_subagents(self) -> list[events.Subagent]:
+        """Return the subagents that are open now, outermost first (read from the streams)."""
+        async with self._tree.lock:
+            await self._refresh(0)
+            return list(self._tree.chain)
+
+    async def close_subagents(self, *, outcome: str = "error", reason: str = "") -> int:
+        """Close every open subagent with ``outcome`` and ``reason``; return how many.
+
+        Use it when a run failed and will not be resumed (see also
+        :meth:`run_scope`). Each ``SubagentCompleted`` goes to both of its
+        streams, innermost first, in one atomic write.
+        """
+        if outcome not in events.OUTCOMES:
+            raise ValueError(f"outcome must be one of {events.OUTCOMES}, got {outcome!r}")
+        return await self._write([], wrapper=None, closing=(outcome, reason))
+
+    @contextlib.asynccontextmanager
+    async def run_scope(self) -> AsyncIterator[JournalSession]:
+        """Wrap a run so that a failure closes its subagents with the exact outcome.
+
+        ::
+
+            async with session.run_scope():
+                await Runner.run(triage, "hi", session=session, hooks=session)
+
+        If the body raises, open subagents are closed with outcome
+        ``cancelled`` (cancellation, ``KeyboardInterrupt``) or ``error`` and
+        the exception as reason, then the exception propagates. Without it the
+        session closes them at its next write of a new run, with outcome
+        ``error``.
+        """
+        try:
+            yield self
+        except BaseException as error:
+            cancelled = isinstance(error, asyncio.CancelledError | KeyboardInterrupt)
+            reason = f"{type(error).__name__}: {error}"[:_SUMMARY_CHARS]
+            closing = self.close_subagents(
+                outcome="cancelled" if cancelled else "error", reason=reason
+            )
+            try:
+                await asyncio.shield(asyncio.ensure_future(closing))
+            except Exception:  # the run's own error is the one to report
+                logger.exception("could not close the subagents of %s", self.stream)
+            raise
+        if self._finished is not None:
+            await self._write([], wrapper=None, closing=("success", ""))
 
     # -- RunHooks ---------------------------------------------------------------
 
     async def on_agent_start(self, context: RunContextWrapper[Any], agent: Agent[Any]) -> None:
         """Remember which agent is speaking: it authors the items that follow."""
         self._current_agent = agent.name
+        self._finished = None
+
+    async def on_agent_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], output: Any
+    ) -> None:
+        """The run's last agent finished: its subagents close with its final message."""
+        self._finished = output if isinstance(output, str) else repr(output)
 
     async def on_llm_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
     ) -> None:
-        """Remember the response's usage and id for the items it produced."""
-        usage_json = _usage_json(response, agent)
-        produced = _Produced(response.response_id, usage_json, agent.name)
+        """Remember usage, response id and the handoff calls of the response."""
+        produced = _Produced(response.response_id, _usage_json(response, agent), agent.name)
+        targets = _handoff_targets(agent)
         for output in response.output:
             for key in _identities(output):
                 self._produced[key] = produced
-        while len(self._produced) > _REMEMBERED_RESPONSES:
-            self._produced.popitem(last=False)
+            name = getattr(output, "name", None)
+            call_id = getattr(output, "call_id", None)
+            if getattr(output, "type", None) == "function_call" and name in targets and call_id:
+                self._handoff_calls[call_id] = (agent.name, targets[name])
+        _trim(self._produced)
+        _trim(self._handoff_calls)
 
-    # -- internals: writing -------------------------------------------------------
+    async def on_handoff(
+        self, context: RunContextWrapper[Any], from_agent: Agent[Any], to_agent: Agent[Any]
+    ) -> None:
+        """Match the handoff to its exact call: the first call of the response to this target."""
+        for call_id, (source, target) in self._handoff_calls.items():
+            if source == from_agent.name and target == to_agent.name:
+                del self._handoff_calls[call_id]
+                self._handoffs[call_id] = (source, target)
+                return
+        logger.warning(
+            "handoff %s -> %s has no matching call from on_llm_end; it is stored as a tool call",
+            from_agent.name,
+            to_agent.name,
+        )
 
-    def _item_events(
-        self, items: Sequence[TResponseInputItem], nonce: str, first: int
-    ) -> tuple[list[NewEvent], list[str]]:
-        """Encode ``items`` from message index ``first`` (raises before any I/O)."""
+    # -- writing ------------------------------------------------------------------
+
+    async def _write(
+        self,
+        items: list[TResponseInputItem],
+        *,
+        wrapper: RunContextWrapper[Any] | None,
+        closing: tuple[str, str] | None,
+    ) -> int:
+        """Plan, encode and append one atomic write; return the subagents it closed."""
+        tree = self._tree
+        nonce = uuid.uuid4().hex
+        async with tree.lock:
+            if not tree.loaded:
+                await self._load(0)
+            for _ in range(_CONFLICT_RETRIES):
+                first = await self._next_index()
+                plan = self._plan(items, wrapper, closing, first)
+                if not plan.ops:
+                    return 0
+                requests, entries = self._encode(plan, nonce, first)
+                landed = await self._append(requests)
+                if landed is None:
+                    if await self._catch_up(until=requests[0].events[-1].id):
+                        return 0  # an earlier attempt with these ids did land
+                    continue
+                for request, result in zip(requests, landed, strict=True):
+                    tree.heads[request.stream] = result
+                for entry in entries:
+                    tree.timeline.apply(entry)
+                tree.chain = plan.chain
+                tree.call_owner = plan.call_owner
+                tree.next_index = first + plan.indexed
+                if wrapper is not None and tree.chain:
+                    tree.chain_run = _weak(wrapper)
+                closed = sum(1 for op in plan.ops if op.kind == "close")
+                if closed or closing is not None:
+                    self._finished = None
+                for op in plan.ops:
+                    if op.kind == "start" and op.subagent is not None:
+                        self._handoffs.pop(op.subagent.call_id, None)
+                return closed
+            raise ConcurrencyError(self.stream, "exact", tree.heads.get(self.stream))
+
+    def _plan(
+        self,
+        items: list[TResponseInputItem],
+        wrapper: RunContextWrapper[Any] | None,
+        closing: tuple[str, str] | None,
+        first: int,
+    ) -> _Plan:
+        """Decide where every item goes and which subagents open or close (no I/O)."""
+        tree = self._tree
+        chain = list(tree.chain)
+        call_owner = OrderedDict(tree.call_owner)
+        ops: list[_Op] = []
+
+        def close_all(outcome: str, summary: str, reason: str | None) -> None:
+            for subagent in reversed(chain):
+                ops.append(
+                    _Op(
+                        "close",
+                        subagent.parent_stream,
+                        subagent=subagent,
+                        outcome=outcome,
+                        summary=summary,
+                        reason=reason,
+                    )
+                )
+            chain.clear()
+
+        if closing is not None:
+            outcome, reason = closing
+            close_all(outcome, (self._finished or "")[:_SUMMARY_CHARS], reason or None)
+        elif chain and items and _starts_a_run(items[0]) and not _same_run(tree.chain_run, wrapper):
+            reason = (
+                f"the run ended after {chain[-1].agent_name} finished without recording its reply"
+                if self._finished is not None
+                else "the run ended before this subagent completed; found when the next run began"
+            )
+            close_all("error", "", reason)
+        owner = chain[-1].stream if chain else self.stream
+        index = first
+        for item in items:
+            kind = item.get("type")
+            call_id = item.get("call_id")
+            call_id = call_id if isinstance(call_id, str) else None
+            if kind == "function_call" and call_id is not None and call_id in self._handoffs:
+                source, target = self._handoffs[call_id]
+                agent_id = subagent_id(target, call_id)
+                arguments = item.get("arguments")
+                subagent = events.Subagent(
+                    agent_id=agent_id,
+                    agent_name=target,
+                    source_agent=source,
+                    call_id=call_id,
+                    stream=subsession_stream(self.session_id, agent_id),
+                    parent_stream=owner,
+                    prompt=arguments if isinstance(arguments, str) and arguments != "{}" else "",
+                )
+                ops.append(_Op("start", owner, item=item, index=index, subagent=subagent))
+                call_owner[call_id] = subagent.stream
+                chain.append(subagent)
+            else:
+                stream = owner
+                if call_id is not None and isinstance(kind, str):
+                    if kind.endswith("_output"):
+                        stream = call_owner.pop(call_id, owner)
+                        if all(s.call_id != call_id for s in chain):
+                            self._warn_if_unwired(item)
+                    else:
+                        call_owner[call_id] = owner
+                ops.append(_Op("item", stream, item=item, index=index))
+            index += 1
+        _trim(call_owner)
+        if closing is None and self._finished is not None and items and chain:
+            close_all("success", self._finished[:_SUMMARY_CHARS], None)
+        return _Plan(ops, chain, call_owner, index - first)
+
+    def _encode(
+        self, plan: _Plan, nonce: str, first: int
+    ) -> tuple[list[AppendRequest], list[TimelineEvent]]:
+        """Turn the plan into per-stream event lists and the timeline entries they make."""
+        tree = self._tree
         now = datetime.now(UTC)
         trace_id = _trace_id()
-        new: list[NewEvent] = []
-        if self._head < 0:
-            data = events.encode_session_started(
+        next_index = first + plan.indexed
+        by_stream: dict[str, list[NewEvent]] = {}
+        heads = dict(tree.heads)
+        entries: list[TimelineEvent] = []
+        counter = 0
+        open_child = {s.parent_stream: s.stream for s in tree.chain}
+
+        def add(
+            stream: str, type_: str, data: bytes, metadata: dict[str, str], **extra: str
+        ) -> NewEvent:
+            nonlocal counter
+            metadata[events.NEXT_INDEX_KEY] = str(next_index)
+            metadata[events.SCHEMA_VERSION_KEY] = events.SCHEMA_VERSION_VALUE
+            child = open_child.get(stream)
+            if child:
+                metadata[events.OPEN_KEY] = child
+            if trace_id:
+                metadata[events.TRACE_ID_KEY] = trace_id
+            metadata.update(extra)
+            event = NewEvent(type=type_, data=data, metadata=metadata, id=self._id(nonce, counter))
+            counter += 1
+            by_stream.setdefault(stream, []).append(event)
+            return event
+
+        def revision_of(stream: str) -> int:
+            return heads.get(stream, -1) + len(by_stream.get(stream, []))
+
+        if heads.get(self.stream, -1) < 0 and not by_stream.get(self.stream):
+            started = events.encode_session_started(
                 app_name=self._app_name,
                 agent_name=self._agent_name or self._current_agent,
                 user_id=self._user_id,
                 timestamp=now,
             )
-            new.append(self._new(events.SESSION_STARTED, data, nonce, "started", first, {}))
-        items_json: list[str] = []
-        for offset, item in enumerate(items):
-            index = first + offset
-            produced = self._produced_by(item)
-            author = produced.agent if produced else self._author_of(item)
-            encoded = codec.encode_item(item, message_index=index, author=author, timestamp=now)
-            metadata = {events.INDEX_KEY: str(index)}
-            if produced and encoded.type in _ASSISTANT_TYPES:
-                if produced.usage_json:
-                    metadata[events.USAGE_KEY] = produced.usage_json
-                if produced.response_id:
-                    metadata[events.RESPONSE_ID_KEY] = produced.response_id
-            if trace_id:
-                metadata[events.TRACE_ID_KEY] = trace_id
-            new.append(self._new(encoded.type, encoded.data, nonce, offset, index + 1, metadata))
-            items_json.append(json.dumps(item))
-        return new, items_json
+            add(self.stream, events.SESSION_STARTED, started, {})
+        for op in plan.ops:
+            if op.kind == "item":
+                assert op.item is not None
+                assert op.index is not None
+                produced = self._produced_by(op.item)
+                author = produced.agent if produced else self._author_of(op.item)
+                encoded = codec.encode_item(
+                    op.item, message_index=op.index, author=author, timestamp=now
+                )
+                metadata = {events.INDEX_KEY: str(op.index)}
+                if produced and encoded.type in _ASSISTANT_TYPES:
+                    if produced.usage_json:
+                        metadata[events.USAGE_KEY] = produced.usage_json
+                    if produced.response_id:
+                        metadata[events.RESPONSE_ID_KEY] = produced.response_id
+                add(op.stream, encoded.type, encoded.data, metadata)
+                entries.append(
+                    Entry(op.stream, revision_of(op.stream), 0, op.index, codec.exact_json(op.item))
+                )
+            elif op.kind == "start":
+                assert op.subagent is not None
+                assert op.item is not None
+                assert op.index is not None
+                sub = op.subagent
+                item_json = codec.exact_json(op.item)
+                owner_id, twin_id = self._id(nonce, counter), self._id(nonce, counter + 1)
+                open_child[sub.parent_stream] = sub.stream
+                add(
+                    sub.parent_stream,
+                    events.SUBAGENT_STARTED,
+                    events.encode_subagent_started(
+                        sub, item_json=item_json, twin=twin_id, timestamp=now
+                    ),
+                    {events.INDEX_KEY: str(op.index), events.TWIN_KEY: str(twin_id)},
+                )
+                entries.append(
+                    Entry(sub.parent_stream, revision_of(sub.parent_stream), 0, op.index, item_json)
+                )
+                add(
+                    sub.stream,
+                    events.SUBAGENT_STARTED,
+                    events.encode_subagent_started(
+                        sub, item_json=None, twin=owner_id, timestamp=now
+                    ),
+                    {events.TWIN_KEY: str(owner_id)},
+                )
+            else:
+                assert op.subagent is not None
+                sub = op.subagent
+                owner_id, twin_id = self._id(nonce, counter), self._id(nonce, counter + 1)
+                open_child.pop(sub.parent_stream, None)
+                for stream, twin in ((sub.parent_stream, twin_id), (sub.stream, owner_id)):
+                    data = events.encode_subagent_completed(
+                        sub,
+                        outcome=op.outcome,
+                        summary=op.summary,
+                        reason=op.reason,
+                        twin=twin,
+                        timestamp=now,
+                    )
+                    add(stream, events.SUBAGENT_COMPLETED, data, {events.TWIN_KEY: str(twin)})
+        requests = [
+            AppendRequest(
+                stream, new, StreamState.NO_STREAM if heads.get(stream, -1) < 0 else heads[stream]
+            )
+            for stream, new in by_stream.items()
+        ]
+        return requests, entries
 
-    def _control_event(self, type_: str, data: bytes, next_index: int) -> NewEvent:
-        return self._new(type_, data, uuid.uuid4().hex, 0, next_index, {})
+    async def _append_control(self, type_: str, data: bytes) -> bool:
+        """Append a pop or clear to the innermost stream; False on a conflict."""
+        tree = self._tree
+        stream = tree.chain[-1].stream if tree.chain else self.stream
+        metadata = {
+            events.NEXT_INDEX_KEY: str(await self._next_index()),
+            events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE,
+        }
+        event = NewEvent(type=type_, data=data, metadata=metadata, id=uuid.uuid4())
+        head = tree.heads.get(stream, -1)
+        request = AppendRequest(stream, [event], StreamState.NO_STREAM if head < 0 else head)
+        landed = await self._append([request])
+        if landed is None:
+            await self._catch_up()
+            return False
+        tree.heads[stream] = landed[0]
+        return True
 
-    def _new(
-        self,
-        type_: str,
-        data: bytes,
-        nonce: str,
-        part: int | str,
-        next_index: int,
-        metadata: dict[str, str],
-    ) -> NewEvent:
-        metadata[events.NEXT_INDEX_KEY] = str(next_index)
-        metadata[events.SCHEMA_VERSION_KEY] = events.SCHEMA_VERSION_VALUE
-        return NewEvent(
-            type=type_, data=data, metadata=metadata, id=event_id(self.stream, nonce, part)
-        )
-
-    async def _append(self, new: list[NewEvent]) -> bool:
-        """Append at the exact head; False on a conflict (nothing written)."""
-        expected = StreamState.NO_STREAM if self._head < 0 else self._head
+    async def _append(self, requests: list[AppendRequest]) -> list[int] | None:
+        """Append atomically; the new head of each stream, or None on a conflict."""
         for attempt in range(_UNAVAILABLE_RETRIES + 1):
             try:
-                result = await self._store.append(self.stream, new, expected=expected)
+                if len(requests) == 1:
+                    (only,) = requests
+                    result = await self._store.append(
+                        only.stream, only.events, expected=only.expected
+                    )
+                    return [result.revision]
+                return [result.revision for result in await self._store.append_many(requests)]
             except ConcurrencyError:
-                return False
+                return None
             except StoreUnavailable:
-                # Unknown outcome: the same ids at the same revision are recognised
+                # Unknown outcome: the same ids at the same revisions are recognised
                 # by the store if the first attempt did land.
                 if attempt == _UNAVAILABLE_RETRIES:
                     raise
                 await asyncio.sleep(0.05 * 4**attempt)
-                continue
-            self._head = result.revision
-            return True
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _id(self, nonce: str, counter: int) -> uuid.UUID:
+        return event_id(self.stream, nonce, counter)
+
     def _author_of(self, item: Mapping[str, Any]) -> str | None:
-        if item.get("role") == "user":
-            return None
-        return self._current_agent
+        return None if item.get("role") == "user" else self._current_agent
 
     def _produced_by(self, item: Mapping[str, Any]) -> _Produced | None:
         for key in _identities(item):
@@ -309,117 +631,180 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 return found
         return None
 
-    # -- internals: reading -------------------------------------------------------
+    def _warn_if_unwired(self, item: Mapping[str, Any]) -> None:
+        """Warn once when a handoff's output arrives without the hooks having seen it."""
+        if self._warned_unwired or item.get("type") != "function_call_output":
+            return
+        output = item.get("output")
+        try:
+            parsed = json.loads(output) if isinstance(output, str) else None
+        except ValueError:
+            return
+        if isinstance(parsed, dict) and set(parsed) == {"assistant"}:
+            self._warned_unwired = True
+            logger.warning(
+                "a handoff to %r reached %s without the hooks: pass the session as hooks= too "
+                "(Runner.run(..., session=s, hooks=s)) to record it as a subagent; it is stored "
+                "as an ordinary tool call",
+                parsed["assistant"],
+                self.stream,
+            )
+
+    # -- reading ------------------------------------------------------------------
 
     async def _refresh(self, limit: int | None) -> None:
-        """Bring the timeline up to the stream's head: one store call when nothing changed."""
-        if self._loaded:
-            await self._catch_up()
-        else:
+        """Bring the cache up to the streams' heads and make it cover ``limit`` items."""
+        tree = self._tree
+        if not tree.loaded:
             await self._load(limit)
+        else:
+            await self._catch_up()
+        if not tree.timeline.covers(limit):
+            await self._window(limit, {})
 
     async def _load(self, limit: int | None) -> None:
-        """First use: read the newest events straight from the end of the stream."""
-        self._timeline.reset()
-        self._next_index = None
+        """First use: find the open subagents and the newest events of each stream."""
+        tree = self._tree
+        size = _FULL_PAGE if limit is None else limit + 8
+        tree.heads, tree.chain, tree.next_index = {}, [], None
+        tree.timeline.reset()
+        pages: dict[str, list[RecordedEvent]] = {}
+        stream: str | None = self.stream
+        while stream is not None:
+            page = await self._tail(stream, size)
+            pages[stream] = page
+            tree.heads[stream] = page[0].revision if page else -1
+            if page:
+                tree.next_index = max(tree.next_index or 0, _next_index_after(page[0]) or 0)
+            child = page[0].metadata.get(events.OPEN_KEY) if page else None
+            stream = None
+            if child and child not in tree.heads:
+                subagent = await self._read_start(child)
+                if subagent is not None:
+                    tree.chain.append(subagent)
+                    stream = child
+        tree.loaded = True
+        await self._window(limit, pages)
+
+    async def _read_start(self, stream: str) -> events.Subagent | None:
         try:
-            page = await self._store.read(
-                self.stream, backwards=True, limit=_FULL_PAGE if limit is None else limit + 8
+            first = await self._store.read(stream, from_revision=0, limit=1)
+            return events.decode_subagent_started(first[0].data)[0]
+        except (StreamNotFound, IndexError, CodecError) as error:
+            logger.warning(
+                "open subagent stream %s cannot be read (%s); ignoring it", stream, error
             )
+            return None
+
+    async def _tail(self, stream: str, size: int, before: int | None = None) -> list[RecordedEvent]:
+        try:
+            return await self._store.read(stream, from_revision=before, backwards=True, limit=size)
         except StreamNotFound:
-            page = []
-        self._head = page[0].revision if page else -1
-        self._oldest_read = self._head + 1
-        self._loaded = True
-        if page:
-            self._take_older(page)
-        else:
-            self._next_index = 0
-            self._timeline.extend_backwards([], reached_start=True)
+            if stream != self.stream:
+                logger.warning("subsession stream %s is missing; its items are left out", stream)
+            return []
 
-    async def _catch_up(self, *, until_id: uuid.UUID | None = None) -> bool:
-        """Apply events other writers appended; True if ``until_id`` was among them.
+    async def _window(self, limit: int | None, pages: dict[str, list[RecordedEvent]]) -> None:
+        """Rebuild the timeline with the newest ``limit`` items, merging streams backwards."""
+        tree = self._tree
+        size = _FULL_PAGE if limit is None else limit + 8
+        picker = Picker(limit)
+        cursors: list[_Cursor] = []
 
-        One forward read from the last revision seen: when nothing changed it
-        returns nothing, so a warm ``get_items`` costs one small store call.
-        """
-        found = False
+        async def open_cursor(stream: str) -> None:
+            head = tree.heads.get(stream)
+            cursor = _Cursor(self, stream, pages.get(stream), head, size)
+            await cursor.advance(picker, open_cursor)
+            cursors.append(cursor)
+
+        for stream in [self.stream, *(s.stream for s in tree.chain)]:
+            await open_cursor(stream)
         while True:
-            try:
-                page = await self._store.read(
-                    self.stream, from_revision=self._head + 1, limit=_PAGE
-                )
-            except StreamNotFound:
-                if self._head >= 0:
-                    logger.warning("stream %s disappeared; rereading", self.stream)
-                    await self._load(None)
-                return False
-            for event in page:
-                found = found or event.id == until_id
-                for timeline_event in self._interpret(event):
-                    self._timeline.apply(timeline_event)
-                self._next_index = _next_index_after(event) or self._next_index
-                self._head = event.revision
-            if len(page) < _PAGE:
-                return found
-
-    async def _fill(self, limit: int | None) -> None:
-        """Read older events until the timeline can answer ``limit``."""
-        while not self._timeline.covers(limit) and self._oldest_read > 0:
-            missing = None if limit is None else limit - len(self._timeline.entries)
-            wanted = _FULL_PAGE if missing is None else max(missing, 1) + 8
-            page = await self._store.read(
-                self.stream, from_revision=self._oldest_read - 1, backwards=True, limit=wanted
-            )
-            if not page:
+            live = [c for c in cursors if c.head is not None]
+            if not live:
                 break
-            self._take_older(page)
+            cursor = max(live, key=lambda c: c.head.index if c.head else -1)
+            assert cursor.head is not None
+            if not picker.feed(cursor.head):
+                break
+            await cursor.advance(picker, open_cursor)
+        tree.timeline.take(picker)
+        if tree.next_index is None:
+            tree.next_index = await self._scan_next_index()
 
-    def _take_older(self, newest_first: list[RecordedEvent]) -> None:
-        """Put a backwards page in front of the timeline."""
-        older: list[TimelineEvent] = []
-        for event in newest_first:
-            older.extend(reversed(self._interpret(event)))
-            if self._next_index is None:
-                self._next_index = _next_index_after(event)
-        self._oldest_read = newest_first[-1].revision
-        self._timeline.extend_backwards(older, reached_start=self._oldest_read == 0)
+    async def _catch_up(self, *, until: uuid.UUID | None = None) -> bool:
+        """Apply what other writers appended to the followed streams.
 
-    async def _writable(self) -> int:
-        """Make sure head and next index are known; return the next index."""
-        if not self._loaded:
-            await self._load(0)
-        if self._next_index is None:
-            self._next_index = await self._find_next_index()
-        return self._next_index
-
-    async def _find_next_index(self) -> int:
-        """Return the next free message index, reading back from the oldest event read.
-
-        Every event this library writes carries it, so this runs only for a
-        stream whose tail another framework wrote.
+        Returns True if the event ``until`` was among them. When nothing
+        changed this is one empty read per followed stream (the session's
+        stream and those of its open subagents).
         """
-        revision = self._oldest_read - 1
-        while revision >= 0:
-            page = await self._store.read(
-                self.stream, from_revision=revision, backwards=True, limit=_PAGE
-            )
-            for event in page:
-                found = _next_index_after(event)
-                if found is not None:
-                    return found
-            revision = page[-1].revision - 1 if page else -1
-        return 0
+        tree = self._tree
+        found = False
+        new: list[TimelineEvent] = []
+        positions = dict(tree.heads)
+        pending = [self.stream, *(s.stream for s in tree.chain)]
+        while pending:
+            stream = pending.pop(0)
+            while True:
+                head = positions.get(stream, -1)
+                try:
+                    page = await self._store.read(stream, from_revision=head + 1, limit=_PAGE)
+                except StreamNotFound:
+                    if head >= 0:
+                        logger.warning("stream %s disappeared; rereading the session", stream)
+                        await self._load(None)
+                        return False
+                    break
+                for event in page:
+                    found = found or event.id == until
+                    new.extend(self._interpret(event, pending))
+                    positions[stream] = event.revision
+                    nxt = _next_index_after(event)
+                    if nxt is not None:
+                        tree.next_index = max(tree.next_index or 0, nxt)
+                if len(page) < _PAGE:
+                    break
+        followed = {self.stream, *(s.stream for s in tree.chain)}
+        tree.heads = {stream: positions.get(stream, -1) for stream in followed}
+        # Order-free folding: items by index, then what hides them.
+        for entry in sorted((e for e in new if isinstance(e, Entry)), key=lambda e: e.index):
+            tree.timeline.apply(entry)
+        for hiding in new:
+            if not isinstance(hiding, Entry):
+                tree.timeline.apply(hiding)
+        return found
 
-    def _interpret(self, event: RecordedEvent) -> list[TimelineEvent]:
-        """Turn one stored event into timeline events; skip what cannot be read."""
+    def _interpret(
+        self, event: RecordedEvent, follow: list[str] | None = None
+    ) -> list[TimelineEvent]:
+        """Turn one stored event into timeline events; track subagents opening and closing.
+
+        ``follow`` collects newly opened subsession streams (forward reads);
+        unreadable events are skipped with a warning naming stream and revision.
+        """
+        tree = self._tree
         try:
+            if event.type == events.SUBAGENT_STARTED:
+                if events.INDEX_KEY not in event.metadata:
+                    return []  # the twin that opens a subsession stream
+                subagent, item_json = events.decode_subagent_started(event.data)
+                if follow is not None and all(s.stream != subagent.stream for s in tree.chain):
+                    tree.chain.append(subagent)
+                    follow.append(subagent.stream)
+                if item_json is None:
+                    return []
+                return [Entry(event.stream, event.revision, 0, _index_of(event), item_json)]
+            if event.type == events.SUBAGENT_COMPLETED:
+                _, stream, _ = events.decode_subagent_completed(event.data)
+                if follow is not None:
+                    self._forget_from(stream)
+                return []
             if event.type == events.ITEM_POPPED:
                 popped = events.ItemPopped.decode(event.data)
                 return [Pop((popped.stream, popped.revision, popped.part))]
             if event.type == events.SESSION_CLEARED:
-                events.SessionCleared.decode(event.data)
-                return [Clear()]
+                return [Clear(events.SessionCleared.decode(event.data).through_index)]
             if event.type not in codec.ITEM_EVENT_TYPES:
                 return []
             texts = codec.decode_item_texts(event.type, event.data)
@@ -438,8 +823,105 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             for part, text in enumerate(texts)
         ]
 
+    def _forget_from(self, stream: str) -> None:
+        """A subagent closed: drop it (and anything it opened) from the chain."""
+        chain = self._tree.chain
+        for position, subagent in enumerate(chain):
+            if subagent.stream == stream:
+                del chain[position:]
+                return
+
+    async def _next_index(self) -> int:
+        tree = self._tree
+        if tree.next_index is None:
+            tree.next_index = await self._scan_next_index()
+        return tree.next_index
+
+    async def _scan_next_index(self) -> int:
+        """Find the next free index when the newest events do not say (foreign writers)."""
+        revision = self._tree.heads.get(self.stream, -1)
+        while revision >= 0:
+            page = await self._tail(self.stream, _PAGE, revision)
+            for event in page:
+                found = _next_index_after(event)
+                if found is not None:
+                    return found
+            revision = page[-1].revision - 1 if page else -1
+        return 0
+
+
+class _Cursor:
+    """Reads one stream backwards for the merge, one item at a time."""
+
+    def __init__(
+        self,
+        session: JournalSession,
+        stream: str,
+        page: list[RecordedEvent] | None,
+        head: int | None,
+        size: int,
+    ) -> None:
+        self.session = session
+        self.stream = stream
+        self.buffer: list[TimelineEvent] = []
+        self.head: Entry | None = None
+        self._page = page
+        self._next = head  # revision to read from next, going down; None: the end
+        self._size = size
+        self._done = False
+
+    async def advance(self, picker: Picker, open_cursor: Any) -> None:
+        """Move to the next (older) item, feeding pops and clears on the way to ``picker``."""
+        self.head = None
+        while True:
+            while self.buffer:
+                buffered = self.buffer.pop(0)
+                if isinstance(buffered, Entry):
+                    self.head = buffered
+                    return
+                picker.feed(buffered)
+            if self._done:
+                return
+            page = self._page if self._page is not None else await self._read()
+            self._page = None
+            if not page:
+                self._done = True
+                return
+            self._size = min(self._size * 2, _FULL_PAGE)
+            self._next = page[-1].revision - 1
+            if self._next < 0:
+                self._done = True
+            for event in page:
+                if event.type == events.SUBAGENT_STARTED and events.INDEX_KEY not in event.metadata:
+                    self._done = True  # this subsession's first event: nothing older here
+                    break
+                if event.type == events.SUBAGENT_COMPLETED:
+                    child = _closed_child(event)
+                    if child is not None:
+                        # The close is newer than all of that subsession: merge it in from here.
+                        await open_cursor(child)
+                    continue
+                self.buffer.extend(reversed(self.session._interpret(event)))
+
+    async def _read(self) -> list[RecordedEvent]:
+        if self._next is not None and self._next < 0:
+            return []
+        return await self.session._tail(self.stream, self._size, self._next)
+
 
 # -- helpers ----------------------------------------------------------------------
+
+
+def _closed_child(event: RecordedEvent) -> str | None:
+    """The subsession a parent's copy of ``SubagentCompleted`` closes (None for the twin)."""
+    try:
+        _, stream, _ = events.decode_subagent_completed(event.data)
+    except CodecError as error:
+        logger.warning(
+            "skipping unreadable %s at %s@%d: %s", event.type, event.stream, event.revision, error
+        )
+        return None
+    return None if stream == event.stream else stream
 
 
 def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSettings:
@@ -450,11 +932,42 @@ def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSetti
     return coerce_session_settings(value)  # the SDK's own rules and errors
 
 
+def _trim(mapping: OrderedDict[str, Any]) -> None:
+    while len(mapping) > _REMEMBERED:
+        mapping.popitem(last=False)
+
+
+def _weak(wrapper: Any) -> weakref.ref[Any] | None:
+    try:
+        return weakref.ref(wrapper)
+    except TypeError:
+        return None
+
+
+def _same_run(chain_run: weakref.ref[Any] | None, wrapper: Any) -> bool:
+    return wrapper is not None and chain_run is not None and chain_run() is wrapper
+
+
+def _starts_a_run(item: Mapping[str, Any]) -> bool:
+    """A run's own input opens with a user message; resumed runs continue with outputs."""
+    return item.get("role") == "user" and item.get("type", "message") == "message"
+
+
+def _handoff_targets(agent: Agent[Any]) -> dict[str, str]:
+    """The agent's handoff tool names -> receiving agent names."""
+    targets: dict[str, str] = {}
+    for entry in getattr(agent, "handoffs", ()) or ():
+        try:
+            resolved = entry if isinstance(entry, Handoff) else handoff(entry)
+        except Exception:  # not something the SDK can hand off to
+            continue
+        targets[resolved.tool_name] = resolved.agent_name
+    return targets
+
+
 def _index_of(event: RecordedEvent) -> int:
     raw = event.metadata.get(events.INDEX_KEY)
-    if raw is not None and raw.isdigit():
-        return int(raw)
-    return -1  # an event of another writer: its index is unknown
+    return int(raw) if raw is not None and raw.isdigit() else -1
 
 
 def _next_index_after(event: RecordedEvent) -> int | None:
@@ -471,10 +984,10 @@ def _next_index_after(event: RecordedEvent) -> int | None:
 def _identities(item: Any) -> list[str]:
     """Keys that match a model output item with the session item made from it."""
     keys = []
-    for field in ("call_id", "id"):
-        value = item.get(field) if isinstance(item, Mapping) else getattr(item, field, None)
+    for name in ("call_id", "id"):
+        value = item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
         if isinstance(value, str) and value:
-            keys.append(f"{field}:{value}")
+            keys.append(f"{name}:{value}")
     return keys
 
 

@@ -3,10 +3,10 @@
 Layout (schema version 1, kept in ``PRAGMA user_version``)::
 
     streams(id, name UNIQUE, head)          one row per stream; head = last revision
-    events(position PK AUTOINCREMENT,        the global order
-           stream_id, revision,              UNIQUE(stream_id, revision): tail reads
-           id, type, data, metadata,         are an index range scan, O(limit)
-           recorded_at)
+    events(position INTEGER PRIMARY KEY,     the global order: rowids, which only grow
+           stream_id, revision,              because no row is ever deleted
+           id, type, data, metadata,         UNIQUE(stream_id, revision): tail reads
+           recorded_at)                      are an index range scan, O(limit)
 
 Every call runs on one worker thread that owns the connection, so the event
 loop never blocks on SQLite. Writes take ``BEGIN IMMEDIATE``: the expected-state
@@ -69,7 +69,7 @@ CREATE TABLE IF NOT EXISTS streams (
     head INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS events (
-    position    INTEGER PRIMARY KEY AUTOINCREMENT,
+    position    INTEGER PRIMARY KEY,
     stream_id   INTEGER NOT NULL REFERENCES streams(id),
     revision    INTEGER NOT NULL,
     id          BLOB    NOT NULL,

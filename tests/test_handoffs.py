@@ -1,0 +1,343 @@
+"""Handoffs as subagents: twin lifecycle events, subsession transcripts, exact flat replay."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent, RunConfig, Runner, SQLiteSession
+from agents.memory import Session
+from agents.testing import ModelStep, ScriptedModel
+from kurrent_agent_schema import EVENT_TYPE_BY_NAME, from_json, to_json
+
+from agentjournal import Journal, JournalSession
+from agentjournal.store import EventStore, RecordedEvent
+from handoff_scenarios import SCENARIOS, failing, nested, single, top_level
+from scenarios import METHODS, Method
+
+CONFIG = RunConfig(tracing_disabled=True)
+
+
+async def run(
+    method: Method, agent: Agent[Any], text: str, session: Session, *, hooks: bool = True
+) -> Any:
+    run_hooks: Any = session if hooks else None
+    if method == "run":
+        return await Runner.run(agent, text, session=session, hooks=run_hooks, run_config=CONFIG)
+    result = Runner.run_streamed(agent, text, session=session, hooks=run_hooks, run_config=CONFIG)
+    async for _ in result.stream_events():
+        pass
+    return result
+
+
+async def reference(method: Method, turns: list[tuple[Callable[[], Agent[Any]], str]]) -> list[Any]:
+    """The flat history the SDK's own SQLiteSession holds after the same runs."""
+    sdk = SQLiteSession("reference")
+    try:
+        for build, text in turns:
+            await run(method, build(), text, sdk, hooks=False)
+        return await sdk.get_items()
+    finally:
+        sdk.close()
+
+
+def dumps(items: list[Any]) -> list[str]:
+    return [json.dumps(item) for item in items]
+
+
+async def stream_of(store: EventStore, name: str) -> list[RecordedEvent]:
+    return await store.read(name)
+
+
+def types(events: list[RecordedEvent]) -> list[str]:
+    return [e.type for e in events]
+
+
+def subsession(events: list[RecordedEvent], agent: str) -> str:
+    for event in events:
+        if event.type == "SubagentStarted":
+            body = json.loads(event.data)
+            if body["agent_type"] == agent:
+                return str(body["subsession_stream"])
+    raise AssertionError(f"no SubagentStarted for {agent}")
+
+
+def assert_twins(parent: list[RecordedEvent], child: list[RecordedEvent], kind: str) -> None:
+    """Each lifecycle event on one stream names its twin on the other, and they agree."""
+    ours = [e for e in parent if e.type == kind]
+    theirs = {e.id: e for e in child if e.type == kind}
+    assert ours
+    for event in ours:
+        twin = theirs.get(_uuid(event.metadata["aj.twin"]))
+        if twin is None:
+            continue
+        assert twin.metadata["aj.twin"] == str(event.id)
+        mine, other = json.loads(event.data), json.loads(twin.data)
+        assert mine["agent_id"] == other["agent_id"]
+        return
+    raise AssertionError(f"no {kind} twin between the streams")
+
+
+def _uuid(text: str) -> Any:
+    import uuid
+
+    return uuid.UUID(text)
+
+
+def assert_schema_valid(events: list[RecordedEvent]) -> None:
+    for event in events:
+        if event.type in EVENT_TYPE_BY_NAME:
+            message = from_json(EVENT_TYPE_BY_NAME[event.type], event.data.decode())
+            assert json.loads(to_json(message)) == json.loads(event.data)
+
+
+# -- lifecycle and routing ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", METHODS)
+async def test_single_handoff(journal: Journal, method: Method) -> None:
+    session = journal.session("h-single", agent_name="triage")
+    await run(method, single(), "Why was I charged twice?", session)
+    store = journal.store
+    parent = await stream_of(store, session.stream)
+    assert types(parent) == [
+        "SessionStarted",
+        "UserMessageReceived",
+        "SubagentStarted",
+        "SubagentCompleted",
+    ]
+    child_name = subsession(parent, "billing")
+    assert child_name == "AgentSubsession-h-single-sub-billing-h1"
+    child = await stream_of(store, child_name)
+    assert types(child) == [
+        "SubagentStarted",
+        "ToolResultReceived",  # the handoff acknowledgement
+        "AssistantToolCallsGenerated",
+        "ToolResultReceived",
+        "AssistantTextGenerated",
+        "SubagentCompleted",
+    ]
+    assert_twins(parent, child, "SubagentStarted")
+    assert_twins(parent, child, "SubagentCompleted")
+    completed = json.loads(parent[-1].data)
+    assert completed["outcome"] == "success"
+    assert completed["summary"] == "You were charged twice; I can refund one."
+    assert_schema_valid(parent + child)
+    expected = await reference(method, [(single, "Why was I charged twice?")])
+    assert dumps(await session.get_items()) == dumps(expected)
+    cold = JournalSession(store, "h-single")
+    assert dumps(await cold.get_items()) == dumps(expected)
+    indices = [int(e.metadata["aj.index"]) for e in parent + child if "aj.index" in e.metadata]
+    assert sorted(indices) == list(range(len(expected)))
+
+
+@pytest.mark.parametrize("method", METHODS)
+async def test_nested_chain_of_three(journal: Journal, method: Method) -> None:
+    session = journal.session("h-nested")
+    await run(method, nested(), "Refund my double charge", session)
+    store = journal.store
+    parent = await stream_of(store, session.stream)
+    billing = await stream_of(store, subsession(parent, "billing"))
+    refunds = await stream_of(store, subsession(billing, "refunds"))
+    assert types(parent) == [
+        "SessionStarted",
+        "UserMessageReceived",
+        "SubagentStarted",
+        "SubagentCompleted",
+    ]
+    assert types(billing) == [
+        "SubagentStarted",
+        "ToolResultReceived",
+        "AssistantToolCallsGenerated",
+        "ToolResultReceived",
+        "SubagentStarted",  # refunds opens, twinned on its own stream
+        "SubagentCompleted",  # refunds closes (inner first) ...
+        "SubagentCompleted",  # ... then billing itself
+    ]
+    assert types(refunds) == [
+        "SubagentStarted",
+        "ToolResultReceived",
+        "AssistantToolCallsGenerated",
+        "ToolResultReceived",
+        "AssistantTextGenerated",
+        "SubagentCompleted",
+    ]
+    assert_twins(billing, refunds, "SubagentStarted")
+    assert_twins(billing, refunds, "SubagentCompleted")
+    assert_twins(parent, billing, "SubagentCompleted")
+    # The cascade is one transaction, inner close first in the global order.
+    inner_close = refunds[-1].position
+    outer_close = parent[-1].position
+    assert inner_close < outer_close
+    expected = await reference(method, [(nested, "Refund my double charge")])
+    assert dumps(await session.get_items()) == dumps(expected)
+    cold = JournalSession(store, "h-nested")
+    for limit in range(1, len(expected) + 1):  # windows that start inside subsessions
+        assert dumps(await JournalSession(store, "h-nested").get_items(limit=limit)) == dumps(
+            expected[-limit:]
+        ), limit
+    assert dumps(await cold.get_items()) == dumps(expected)
+    assert_schema_valid(parent + billing + refunds)
+
+
+@pytest.mark.parametrize("name", ["parallel", "two_handoffs"])
+@pytest.mark.parametrize("method", METHODS)
+async def test_calls_beside_a_handoff_stay_with_the_sender(
+    journal: Journal, method: Method, name: str
+) -> None:
+    build = SCENARIOS[name]
+    session = journal.session(f"h-{name.replace('_', '-')}")
+    await run(method, build(), "hi", session)
+    parent = await stream_of(journal.store, session.stream)
+    started = [e for e in parent if e.type == "SubagentStarted"]
+    assert len(started) == 1
+    assert json.loads(started[0].data)["agent_type"] == "billing"
+    # The sender's other call and its output are ordinary events on its own stream.
+    other_calls = [e for e in parent if e.type == "AssistantToolCallsGenerated"]
+    assert len(other_calls) == 1
+    assert any(e.type == "ToolResultReceived" for e in parent)
+    child = await stream_of(journal.store, subsession(parent, "billing"))
+    assert types(child)[:2] == ["SubagentStarted", "ToolResultReceived"]
+    expected = await reference(method, [(build, "hi")])
+    assert dumps(await session.get_items()) == dumps(expected)
+    assert dumps(await JournalSession(journal.store, session.session_id).get_items()) == dumps(
+        expected
+    )
+
+
+@pytest.mark.parametrize("method", METHODS)
+async def test_next_turn_returns_to_the_top_level(journal: Journal, method: Method) -> None:
+    session = journal.session("h-turns")
+    await run(method, single(), "first", session)
+    await run(method, top_level(), "second", session)
+    parent = await stream_of(journal.store, session.stream)
+    assert types(parent)[-3:] == [
+        "SubagentCompleted",
+        "UserMessageReceived",
+        "AssistantTextGenerated",
+    ]
+    assert await session.open_subagents() == []
+    expected = await reference(method, [(single, "first"), (top_level, "second")])
+    assert dumps(await session.get_items()) == dumps(expected)
+
+
+# -- failures, restarts, degradation ---------------------------------------------------
+
+
+async def test_failed_run_is_closed_at_the_next_run(journal: Journal) -> None:
+    session = journal.session("h-fail")
+    with pytest.raises(RuntimeError, match="model backend down"):
+        await run("run", failing(), "help", session)
+    (open_,) = await session.open_subagents()
+    assert open_.agent_name == "billing"
+    await run("run", top_level(), "are you there?", session)
+    assert await session.open_subagents() == []
+    parent = await stream_of(journal.store, session.stream)
+    completed = [json.loads(e.data) for e in parent if e.type == "SubagentCompleted"]
+    assert completed[0]["outcome"] == "error"
+    assert "before this subagent completed" in completed[0]["extensions"]["openai"]["reason"]
+    # The close and the new user message are one write, in that order.
+    assert types(parent)[-3:] == [
+        "SubagentCompleted",
+        "UserMessageReceived",
+        "AssistantTextGenerated",
+    ]
+
+
+@pytest.mark.parametrize("error", [RuntimeError, "cancel"])
+async def test_run_scope_closes_with_the_exact_outcome(journal: Journal, error: object) -> None:
+    session = journal.session("h-scope")
+    raised: type[BaseException] = RuntimeError
+    if error == "cancel":
+        import asyncio
+
+        raised = asyncio.CancelledError
+        agent = failing()
+        billing = agent.handoffs[0]
+        assert isinstance(billing, Agent)
+        billing.model = ScriptedModel([ModelStep.respond(_cancelled)])
+    else:
+        agent = failing()
+    with pytest.raises(raised):
+        async with session.run_scope():
+            await run("run", agent, "help", session)
+    assert await session.open_subagents() == []
+    parent = await stream_of(journal.store, session.stream)
+    completed = json.loads(parent[-1].data)
+    assert parent[-1].type == "SubagentCompleted"
+    assert completed["outcome"] == ("cancelled" if error == "cancel" else "error")
+    reason = completed["extensions"]["openai"]["reason"]
+    assert reason.startswith("CancelledError" if error == "cancel" else "RuntimeError: model")
+
+
+def _cancelled(call: Any) -> Any:
+    import asyncio
+
+    raise asyncio.CancelledError  # as when the caller's task is cancelled mid-run
+
+
+async def test_restart_mid_subagent_continues_from_the_streams(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'restart.db'}"
+    async with Journal.open(uri) as first:
+        session = first.session("h-restart")
+        with pytest.raises(RuntimeError):
+            await run("run", failing(), "help", session)
+    async with Journal.open(uri) as second:  # a new process, as far as the session knows
+        session = second.session("h-restart")
+        (open_,) = await session.open_subagents()
+        assert open_.agent_name == "billing"
+        assert open_.stream == "AgentSubsession-h-restart-sub-billing-h1"
+        # Continuing the run (resumed items, not new user input) stays in the subsession.
+        await session.add_items(
+            [{"type": "function_call_output", "call_id": "late", "output": "x"}]
+        )
+        child = await stream_of(second.store, open_.stream)
+        assert child[-1].type == "ToolResultReceived"
+        # A new run closes the abandoned subagent and starts at the top level.
+        await run("run", top_level(), "hello again", session)
+        parent = await stream_of(second.store, session.stream)
+        assert [json.loads(e.data)["outcome"] for e in parent if e.type == "SubagentCompleted"] == [
+            "error"
+        ]
+        items = await session.get_items()
+        assert items[-2] == {"content": "hello again", "role": "user"}
+
+
+async def test_hooks_not_wired_store_an_ordinary_tool_call(
+    journal: Journal, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = journal.session("h-unwired")
+    with caplog.at_level(logging.WARNING, logger="agentjournal.session"):
+        await run("run", single(), "hi", session, hooks=False)
+    parent = await stream_of(journal.store, session.stream)
+    assert "SubagentStarted" not in types(parent)
+    assert types(parent)[2:4] == ["AssistantToolCallsGenerated", "ToolResultReceived"]
+    assert caplog.text.count("without the hooks") == 1
+    expected = await reference("run", [(single, "hi")])
+    assert dumps(await session.get_items()) == dumps(expected)
+
+
+async def test_missing_subsession_degrades_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = tmp_path / "missing.db"
+    async with Journal.open(f"sqlite:///{db}") as journal:
+        await run("run", single(), "hi", journal.session("h-missing"))
+    raw = sqlite3.connect(db)
+    (stream_id,) = raw.execute(
+        "SELECT id FROM streams WHERE name LIKE 'AgentSubsession-h-missing-%'"
+    ).fetchone()
+    raw.execute("DELETE FROM events WHERE stream_id = ?", (stream_id,))
+    raw.execute("DELETE FROM streams WHERE id = ?", (stream_id,))
+    raw.commit()
+    raw.close()
+    async with Journal.open(f"sqlite:///{db}") as journal:
+        with caplog.at_level(logging.WARNING, logger="agentjournal.session"):
+            items = await journal.session("h-missing").get_items()
+    assert "AgentSubsession-h-missing-sub-billing-h1 is missing" in caplog.text
+    assert [i.get("type", "message") for i in items] == ["message", "function_call"]
