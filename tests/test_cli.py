@@ -19,6 +19,21 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_demo_shows_the_session_tree_and_the_replay(tmp_path: Path) -> None:
+    db = tmp_path / "demo.db"
+    result = run("demo", "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "refunds: I refunded the duplicate charge of 12.50 EUR." in out
+    assert "AgentSession-support-" in out
+    assert "-sub-billing-call_to_billing" in out
+    assert "-sub-refunds-call_to_refunds" in out
+    assert out.count("SubagentCompleted") == 4  # two subagents, each on both of its streams
+    assert "replayed flat history (12 items" in out
+    assert f"database: {db}" in out
+    assert db.exists()
+
+
 def test_selfcheck_on_a_fresh_file_passes() -> None:
     result = run("selfcheck")
     assert result.returncode == 0, result.stderr

@@ -1,6 +1,8 @@
 """The ``agentjournal`` command line.
 
 Commands:
+    demo        a scripted support conversation with nested handoffs, offline,
+                on the embedded store; prints every stream and the replay
     selfcheck   check an event store end to end (a fresh temporary SQLite file
                 unless --uri names a store)
 
@@ -48,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Event-sourced, tamper-evident session store for the OpenAI Agents SDK.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="run a scripted conversation with handoffs, offline")
+    demo.add_argument(
+        "--db",
+        default="agentjournal-demo.db",
+        help="SQLite file to write (default: ./agentjournal-demo.db; each run adds a new session)",
+    )
     check = commands.add_parser("selfcheck", help="check an event store end to end")
     check.add_argument(
         "--uri",
@@ -64,6 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "selfcheck":
             return asyncio.run(_selfcheck(args.uri))
+        if args.command == "demo":
+            from agentjournal.demo import run_demo  # loads the Agents SDK
+
+            return asyncio.run(run_demo(args.db))
     except JournalError as error:
         print(f"agentjournal: {error}", file=sys.stderr)
         return 1

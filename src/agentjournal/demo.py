@@ -1,0 +1,195 @@
+"""``agentjournal demo``: a scripted support conversation, offline, on the embedded store.
+
+Triage hands off to billing, billing looks the order up and hands off to
+refunds, refunds issues the refund; then the customer says thanks and triage
+answers. The models are the SDK's ``ScriptedModel``: no network, no API key.
+The demo prints every stream of the session tree and the flat history the SDK
+gets back, and says where the database file is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from agents import Agent, RunConfig, Runner, function_tool
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from agents.usage import Usage
+
+from agentjournal.journal import Journal
+from agentjournal.store import EventStore, RecordedEvent
+
+Print = Callable[[str], None]
+
+
+@function_tool
+def lookup_order(order_id: str) -> str:
+    """Look up an order's charges."""
+    return f"order {order_id}: charged twice on 2026-11-02, 12.50 EUR each"
+
+
+@function_tool
+def issue_refund(order_id: str, amount_cents: int) -> str:
+    """Refund part of an order."""
+    return f"refund of {amount_cents} cents on order {order_id} accepted"
+
+
+def _usage(tokens_in: int, tokens_out: int) -> Usage:
+    return Usage(
+        requests=1,
+        input_tokens=tokens_in,
+        output_tokens=tokens_out,
+        total_tokens=tokens_in + tokens_out,
+    )
+
+
+def _step(*output: Any, tokens: int = 120) -> ModelStep:
+    return ModelStep(output=list(output), usage=_usage(tokens, 30))
+
+
+def support_agents() -> Agent[Any]:
+    """Triage, billing and refunds, scripted for the first turn of the demo."""
+    refunds = Agent[Any](
+        name="refunds",
+        instructions="Issue refunds within policy.",
+        model=ScriptedModel(
+            [
+                _step(
+                    function_call(
+                        "issue_refund",
+                        {"order_id": "42", "amount_cents": 1250},
+                        call_id="call_refund",
+                    )
+                ),
+                _step(
+                    assistant_message(
+                        "I refunded the duplicate charge of 12.50 EUR.", item_id="msg_refunds"
+                    )
+                ),
+            ]
+        ),
+        tools=[issue_refund],
+    )
+    billing = Agent[Any](
+        name="billing",
+        instructions="Explain charges; hand refunds to the refunds agent.",
+        model=ScriptedModel(
+            [
+                _step(function_call("lookup_order", {"order_id": "42"}, call_id="call_lookup")),
+                _step(function_call("transfer_to_refunds", {}, call_id="call_to_refunds")),
+            ]
+        ),
+        tools=[lookup_order],
+        handoffs=[refunds],
+    )
+    return Agent[Any](
+        name="triage",
+        instructions="Route the customer to the right specialist.",
+        model=ScriptedModel(
+            [_step(function_call("transfer_to_billing", {}, call_id="call_to_billing"))]
+        ),
+        handoffs=[billing],
+    )
+
+
+def thanks_agent() -> Agent[Any]:
+    """Triage, scripted for the second turn."""
+    return Agent[Any](
+        name="triage",
+        model=ScriptedModel([_step(assistant_message("Glad I could help!", item_id="msg_triage"))]),
+    )
+
+
+async def run_demo(path: str, out: Print = print) -> int:
+    """Run the demo against the SQLite file at ``path``; returns the exit code."""
+    started = time.monotonic()
+    path = os.path.abspath(path)
+    session_id = f"support-{uuid.uuid4().hex[:8]}"
+    config = RunConfig(tracing_disabled=True)
+    async with Journal.open(f"sqlite:///{path}") as journal:
+        session = journal.session(
+            session_id, app_name="agentjournal-demo", user_id="customer-7", agent_name="triage"
+        )
+        out(f"session {session_id}")
+        for agent, text in (
+            (support_agents(), "Why was I charged twice for order 42?"),
+            (thanks_agent(), "Thanks!"),
+        ):
+            async with session.run_scope():
+                result = await Runner.run(
+                    agent, text, session=session, hooks=session, run_config=config
+                )
+            out(f"  user: {text}")
+            out(f"  {result.last_agent.name}: {result.final_output}")
+        out("")
+        await print_tree(journal.store, session.stream, out)
+        out("")
+        items = await session.get_items()
+        out(f"replayed flat history ({len(items)} items, as the SDK gets it back):")
+        for number, item in enumerate(items):
+            out(f"  {number:>2}  {_describe_item(item)}")
+    out("")
+    out(f"database: {path}")
+    out(f"done in {time.monotonic() - started:.1f} s")
+    return 0
+
+
+async def print_tree(store: EventStore, stream: str, out: Print, depth: int = 0) -> None:
+    """Print a stream, then each subsession it opened, indented."""
+    pad = "    " * depth
+    events = await store.read(stream)
+    out(f"{pad}{stream}")
+    children: list[str] = []
+    for event in events:
+        out(f"{pad}  @{event.revision:<2} {event.type:<28} {_describe_event(event)}")
+        if event.type == "SubagentStarted" and "aj.index" in event.metadata:
+            children.append(json.loads(event.data)["subsession_stream"])
+    for child in children:
+        await print_tree(store, child, out, depth + 1)
+
+
+def _describe_event(event: RecordedEvent) -> str:
+    body = json.loads(event.data)
+    index = event.metadata.get("aj.index")
+    prefix = f"#{index} " if index is not None else ""
+    if event.type == "SubagentStarted":
+        role = "opens" if index is not None else "twin: opened by"
+        target = (
+            body.get("agent_type")
+            if index is not None
+            else body["extensions"]["openai"]["source_agent"]
+        )
+        return f"{prefix}{role} {target}"
+    if event.type == "SubagentCompleted":
+        return f"{body.get('agent_id')} {body.get('outcome')}: {body.get('summary', '')[:40]}"
+    if event.type == "SessionStarted":
+        return f"app={body.get('app_name')} user={body.get('user_id')}"
+    if event.type == "AssistantToolCallsGenerated":
+        call = body["tool_calls"][0]
+        usage = event.metadata.get("$usage")
+        tokens = f" [{json.loads(usage).get('total_tokens')} tokens]" if usage else ""
+        return f"{prefix}{call['tool_name']}{tokens}"
+    if event.type == "ToolResultReceived":
+        return f"{prefix}{body.get('result', '')[:50]}"
+    return f"{prefix}{str(body.get('content', ''))[:50]}"
+
+
+def _describe_item(item: Any) -> str:
+    kind = item.get("type", "message")
+    if kind == "message":
+        content = item.get("content")
+        text = (
+            content
+            if isinstance(content, str)
+            else " ".join(p.get("text", "") for p in content or [])
+        )
+        return f"{item.get('role')}: {text[:60]}"
+    if kind == "function_call":
+        return f"function_call {item.get('name')}({item.get('arguments')})"
+    if kind == "function_call_output":
+        return f"function_call_output {str(item.get('output'))[:60]}"
+    return str(kind)
