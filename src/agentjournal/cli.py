@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from agentjournal.demo import run_demo  # loads the Agents SDK
 
-            return asyncio.run(run_demo(args.db))
+            return asyncio.run(run_demo(os.path.abspath(args.db)))
     except JournalError as error:
         print(f"agentjournal: {error}", file=sys.stderr)
         return 1

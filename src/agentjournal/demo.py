@@ -10,7 +10,6 @@ gets back, and says where the database file is.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -105,9 +104,8 @@ def thanks_agent() -> Agent[Any]:
 
 
 async def run_demo(path: str, out: Print = print) -> int:
-    """Run the demo against the SQLite file at ``path``; returns the exit code."""
+    """Run the demo against the SQLite file at ``path`` (absolute); returns the exit code."""
     started = time.monotonic()
-    path = os.path.abspath(path)
     session_id = f"support-{uuid.uuid4().hex[:8]}"
     config = RunConfig(tracing_disabled=True)
     async with Journal.open(f"sqlite:///{path}") as journal:
