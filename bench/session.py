@@ -9,13 +9,22 @@ Cases:
       and its output, as the runner does per tool turn;
   (b) the same turn on a session of ~10k items vs one of ~100 items, and
       ``get_items(limit=20)`` from a fresh session object (cold cache) at both sizes;
-  (c) a full ``get_items`` of 10k items from a fresh session object.
+  (c) a full ``get_items`` of 10k items from a fresh session object;
+  (d) full replay of a handoff-heavy session: 100 runs in which triage hands off
+      to billing (4 tool calls and a final message: 10 items per subsession),
+      written by ``Runner.run`` with ``session=s, hooks=s`` so every handoff is a
+      subagent with its own stream; ``get_items()`` of all 1,200 items from a fresh
+      ``JournalSession`` (its own cache: reads and merges 101 streams) and from
+      ``journal.session(id)`` (the journal's shared cache), against a
+      ``SQLiteSession`` that ran the same scripts. Both histories are checked
+      identical before timing. Goal: replay <= 2x ``SQLiteSession``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import tempfile
@@ -23,11 +32,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agents import SQLiteSession
+from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.memory import Session
+from agents.testing import ScriptedModel, assistant_message, function_call
 
 from _common import measure, table
-from agentjournal import Journal
+from agentjournal import Journal, JournalSession
 
 Turn = Callable[[], Awaitable[None]]
 
@@ -38,10 +48,14 @@ class Sizes:
     small: int
     large: int
     probe_turns: int
+    handoffs: int
 
 
-FULL = Sizes(turns=1000, small=100, large=10_000, probe_turns=100)
-QUICK = Sizes(turns=20, small=20, large=400, probe_turns=10)
+FULL = Sizes(turns=1000, small=100, large=10_000, probe_turns=100, handoffs=100)
+QUICK = Sizes(turns=20, small=20, large=400, probe_turns=10, handoffs=5)
+TOOL_CALLS = 4  # per subagent: with the handoff acknowledgement and the reply, 10 items
+REPLAY_ROUNDS = 15
+CONFIG = RunConfig(tracing_disabled=True)
 
 
 def call_pair(n: int) -> list[Any]:
@@ -61,6 +75,34 @@ def call_pair(n: int) -> list[Any]:
             "type": "function_call_output",
         },
     ]
+
+
+@function_tool
+def lookup_order(order_id: str) -> str:
+    """Look up an order."""
+    return f"order {order_id}: two charges of 12.50 EUR on 2026-11-02, one refunded"
+
+
+def handoff_run(n: int) -> Agent[Any]:
+    """Fresh agents for run ``n``: triage hands off to billing, which calls tools and answers."""
+    billing: Agent[Any] = Agent(
+        name="billing",
+        model=ScriptedModel(
+            [
+                *(
+                    [function_call("lookup_order", {"order_id": f"{n}-{k}"}, call_id=f"t{n}_{k}")]
+                    for k in range(TOOL_CALLS)
+                ),
+                [assistant_message(f"Order {n}: one charge was refunded.", item_id=f"m{n}")],
+            ]
+        ),
+        tools=[lookup_order],
+    )
+    return Agent(
+        name="triage",
+        model=ScriptedModel([[function_call("transfer_to_billing", {}, call_id=f"h{n}")]]),
+        handoffs=[billing],
+    )
 
 
 class Side:
@@ -190,7 +232,50 @@ async def run_cases(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
 
     sdk_s, our_s = await measure(lambda: full(sdk), lambda: full(ours))
     rows.append(row(f"(c) full get_items of ~{sizes.large:,}, cold", sdk_s, our_s, 1, "ms/call"))
+    rows.extend(await handoff_replay(ours, sdk, sizes))
     return rows
+
+
+async def handoff_replay(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
+    """(d) Full replay of a session of ``sizes.handoffs`` subagents, cold and warm."""
+    journal = ours.journal
+    assert journal is not None
+    session_id = "handoffs"
+    mine = journal.session(session_id, agent_name="triage")
+    theirs = SQLiteSession(session_id, os.path.join(sdk.directory, "sdk.db"))
+    try:
+        for n in range(sizes.handoffs):
+            text = f"Why was order {n} charged twice?"
+            await Runner.run(handoff_run(n), text, session=mine, hooks=mine, run_config=CONFIG)
+            await Runner.run(handoff_run(n), text, session=theirs, run_config=CONFIG)
+
+        # The shape is what is being measured: every handoff is a subagent with its stream.
+        parent = await journal.store.read(mine.stream)
+        started = sum(1 for event in parent if event.type == "SubagentStarted")
+        assert started == sizes.handoffs, f"{started} subagents for {sizes.handoffs} handoffs"
+        # A benchmark of wrong output is worthless: all three replays agree exactly.
+        expected = json.dumps(await theirs.get_items())
+        items = 1 + 1 + 1 + 2 * TOOL_CALLS + 1  # user, handoff call, ack, tools, reply
+        assert len(json.loads(expected)) == sizes.handoffs * items
+        cold = json.dumps(await JournalSession(journal.store, session_id).get_items())
+        warm = json.dumps(await journal.session(session_id).get_items())
+        assert cold == expected, "cold replay differs from SQLiteSession"
+        assert warm == expected, "warm replay differs from SQLiteSession"
+
+        async def cold_round() -> None:
+            await JournalSession(journal.store, session_id).get_items()
+
+        async def warm_round() -> None:
+            await journal.session(session_id).get_items()
+
+        label = f"(d) replay {sizes.handoffs} handoffs x {items - 2} items"
+        rows = []
+        for kind, ours_round in (("cold", cold_round), ("warm", warm_round)):
+            sdk_s, our_s = await measure(theirs.get_items, ours_round, rounds=REPLAY_ROUNDS)
+            rows.append(row(f"{label}, {kind}", sdk_s, our_s, 1, "ms/call"))
+        return rows
+    finally:
+        theirs.close()
 
 
 def main(argv: list[str]) -> int:
