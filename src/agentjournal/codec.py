@@ -104,10 +104,11 @@ _MAX_ARGUMENT_DEPTH = 32  # from_json refuses messages nested deeper than 100
 
 @dataclass(frozen=True, slots=True)
 class EncodedEvent:
-    """One event ready to append: its type and its JSON data."""
+    """One event ready to append: its type, its JSON data, and the item's exact JSON text."""
 
     type: str
     data: bytes
+    item_json: str
 
 
 # --------------------------------------------------------------------------------------
@@ -179,7 +180,7 @@ def encode_item(
         data["message_index"] = message_index
     data["timestamp"] = stamp
     data["extensions"] = {OPENAI_EXTENSION_KEY: {_ITEM_JSON: item_json}}
-    return EncodedEvent(event_type, _ENVELOPE.encode(data).encode("ascii"))
+    return EncodedEvent(event_type, _ENVELOPE.encode(data).encode("ascii"), item_json)
 
 
 def _encode_extension(
@@ -201,7 +202,7 @@ def _encode_extension(
         raise _not_exact(item) from exc
     if _load(text)["item"] != item:
         raise _not_exact(item)
-    return EncodedEvent(EXTENSION_EVENT_TYPE, text.encode("ascii"))
+    return EncodedEvent(EXTENSION_EVENT_TYPE, text.encode("ascii"), _ITEM.encode(item))
 
 
 def exact_json(item: Mapping[str, Any]) -> str:

@@ -527,7 +527,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                         metadata[events.RESPONSE_ID_KEY] = produced.response_id
                 add(op.stream, encoded.type, encoded.data, metadata)
                 entries.append(
-                    Entry(op.stream, revision_of(op.stream), 0, op.index, codec.exact_json(op.item))
+                    Entry(op.stream, revision_of(op.stream), 0, op.index, encoded.item_json)
                 )
             elif op.kind == "start":
                 assert op.subagent is not None

@@ -347,19 +347,22 @@ class SQLiteEventStore:
     def _read_sync(
         self, stream: str, from_revision: int | None, backwards: bool, limit: int | None
     ) -> list[RecordedEvent]:
-        if backwards:
-            where = "e.revision <= ? ORDER BY e.revision DESC"
-            start = (1 << 62) if from_revision is None else from_revision
-        else:
-            where = "e.revision >= ? ORDER BY e.revision"
-            start = from_revision or 0
-        rows = self._db.execute(
-            f"SELECT {_EVENT_COLUMNS} FROM streams s JOIN events e ON e.stream_id = s.id "
-            f"WHERE s.name = ? AND {where} LIMIT ?",
-            (stream, start, -1 if limit is None else limit),
-        ).fetchall()
-        if not rows and self._fetchone("SELECT 1 FROM streams WHERE name = ?", (stream,)) is None:
+        row = self._db.execute("SELECT id, head FROM streams WHERE name = ?", (stream,)).fetchone()
+        if row is None:
             raise StreamNotFound(stream)
+        stream_id, head = row
+        if backwards:
+            where = "revision <= ? ORDER BY revision DESC"
+            start = head if from_revision is None else from_revision
+        else:
+            start = from_revision or 0
+            if start > head:
+                return []  # the common "anything new?" read costs one lookup
+            where = "revision >= ? ORDER BY revision"
+        rows = self._db.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events e WHERE stream_id = ? AND {where} LIMIT ?",
+            (stream_id, start, -1 if limit is None else limit),
+        ).fetchall()
         return [_recorded(stream, *r) for r in rows]
 
     async def read_all(
