@@ -372,16 +372,17 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 requests, entries = self._encode(plan, nonce, first)
                 landed = await self._append(requests)
                 if landed is None:
-                    if await self._catch_up(until=requests[0].events[-1].id):
-                        return 0  # an earlier attempt with these ids did land
-                    continue
-                for request, result in zip(requests, landed, strict=True):
-                    tree.heads[request.stream] = result
-                for entry in entries:
-                    tree.timeline.apply(entry)
-                tree.chain = plan.chain
+                    if not await self._catch_up(until=requests[0].events[-1].id):
+                        continue
+                    # An earlier attempt with these ids did land; the catch-up read it back.
+                else:
+                    for request, result in zip(requests, landed, strict=True):
+                        tree.heads[request.stream] = result
+                    for entry in entries:
+                        tree.timeline.apply(entry)
+                    tree.chain = plan.chain
+                    tree.next_index = first + plan.indexed
                 tree.call_owner = plan.call_owner
-                tree.next_index = first + plan.indexed
                 if wrapper is not None and tree.chain:
                     tree.chain_run = _weak(wrapper)
                 closed = sum(1 for op in plan.ops if op.kind == "close")
