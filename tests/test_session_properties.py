@@ -1,0 +1,39 @@
+"""Property: any batch of items round-trips through a session exactly, or nothing is written."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_codec import bad_items, items
+
+from agentjournal import CodecError, Journal, JournalSession
+
+BATCHES = st.lists(st.lists(items() | bad_items(), min_size=1, max_size=4), min_size=1, max_size=4)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(BATCHES)
+def test_batches_round_trip_exactly_or_write_nothing(batches: list[list[Any]]) -> None:
+    asyncio.run(_check(batches))
+
+
+async def _check(batches: list[list[Any]]) -> None:
+    async with Journal.open("sqlite://:memory:") as journal:
+        session = journal.session("prop")
+        kept: list[Any] = []
+        for batch in batches:
+            head = await journal.store.head(session.stream)
+            try:
+                await session.add_items(batch)
+            except CodecError:
+                assert await journal.store.head(session.stream) == head  # all or nothing
+                continue
+            kept.extend(batch)
+        expected = [json.dumps(item) for item in kept]
+        assert [json.dumps(item) for item in await session.get_items()] == expected
+        cold = JournalSession(journal.store, "prop")  # its own cache: reads the store
+        assert [json.dumps(item) for item in await cold.get_items()] == expected
