@@ -8,9 +8,9 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_codec import bad_items, items
 
 from agentjournal import CodecError, Journal, JournalSession
+from test_codec import bad_items, items
 
 BATCHES = st.lists(st.lists(items() | bad_items(), min_size=1, max_size=4), min_size=1, max_size=4)
 
