@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import uuid
 import weakref
 from collections import OrderedDict
@@ -80,7 +81,7 @@ __all__ = ["JournalSession", "SessionTree"]
 
 logger = logging.getLogger("agentjournal.session")
 
-_CONFLICT_RETRIES: Final = 16
+_CONFLICT_RETRIES: Final = 32
 _UNAVAILABLE_RETRIES: Final = 3
 _PAGE: Final = 64
 _FULL_PAGE: Final = 1000
@@ -225,7 +226,9 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         """
         tree = self._tree
         async with tree.lock:
-            for _ in range(_CONFLICT_RETRIES):
+            for attempt in range(_CONFLICT_RETRIES):
+                if attempt:
+                    await _backoff(attempt)
                 await self._refresh(1)
                 latest = tree.timeline.latest(1)
                 if not latest:
@@ -244,7 +247,9 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         """
         tree = self._tree
         async with tree.lock:
-            for _ in range(_CONFLICT_RETRIES):
+            for attempt in range(_CONFLICT_RETRIES):
+                if attempt:
+                    await _backoff(attempt)
                 await self._refresh(0)
                 if tree.heads.get(self.stream, -1) < 0:
                     return
@@ -364,7 +369,9 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         async with tree.lock:
             if not tree.loaded:
                 await self._load(0)
-            for _ in range(_CONFLICT_RETRIES):
+            for attempt in range(_CONFLICT_RETRIES):
+                if attempt:
+                    await _backoff(attempt)
                 first = await self._next_index()
                 plan = self._plan(items, wrapper, closing, first)
                 if not plan.ops:
@@ -923,6 +930,11 @@ def _closed_child(event: RecordedEvent) -> str | None:
         )
         return None
     return None if stream == event.stream else stream
+
+
+async def _backoff(attempt: int) -> None:
+    """Wait a little after losing a race, more each time, at random (no lockstep retries)."""
+    await asyncio.sleep(random.uniform(0, min(0.1, 0.002 * 2**attempt)))
 
 
 def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSettings:
