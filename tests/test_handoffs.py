@@ -341,3 +341,44 @@ async def test_missing_subsession_degrades_with_a_warning(
             items = await journal.session("h-missing").get_items()
     assert "AgentSubsession-h-missing-sub-billing-h1 is missing" in caplog.text
     assert [i.get("type", "message") for i in items] == ["message", "function_call"]
+
+
+async def test_a_reused_handoff_call_id_gets_its_own_subsession(journal: Journal) -> None:
+    session = journal.session("h-reuse")
+    await run("run", single(), "first", session)
+    await run("run", single(), "second", session)  # the same call id h1 again
+    parent = await stream_of(journal.store, session.stream)
+    streams = [
+        json.loads(e.data)["subsession_stream"] for e in parent if e.type == "SubagentStarted"
+    ]
+    assert streams[0] == "AgentSubsession-h-reuse-sub-billing-h1"
+    assert len(set(streams)) == 2
+    assert streams[1].startswith("AgentSubsession-h-reuse-sub-billing-h1.")
+    expected = await reference("run", [(single, "first"), (single, "second")])
+    assert dumps(await JournalSession(journal.store, "h-reuse").get_items()) == dumps(expected)
+
+
+async def test_closes_written_without_the_closes_key_are_read(tmp_path: Path) -> None:
+    db = tmp_path / "other-writer.db"
+    async with Journal.open(f"sqlite:///{db}") as journal:
+        await run("run", nested(), "refund", journal.session("h-plain"))
+        expected = await journal.session("h-plain").get_items()
+    raw = sqlite3.connect(db)
+    rows = raw.execute("SELECT position, metadata FROM events WHERE type = 'SubagentCompleted'")
+    stripped = 0
+    for position, metadata in rows.fetchall():
+        body = json.loads(metadata)
+        if body.pop("aj.closes", None) is not None:
+            stripped += 1
+            raw.execute(
+                "UPDATE events SET metadata = ? WHERE position = ?",
+                (json.dumps(body).encode(), position),
+            )
+    raw.commit()
+    raw.close()
+    assert stripped == 2
+    async with Journal.open(f"sqlite:///{db}") as journal:
+        for limit in (None, 3, 7):
+            cold = JournalSession(journal.store, "h-plain")
+            got = await cold.get_items(limit=limit)
+            assert dumps(got) == dumps(expected if limit is None else expected[-limit:])

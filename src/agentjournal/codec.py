@@ -69,6 +69,7 @@ __all__ = [
     "OPENAI_EXTENSION_KEY",
     "EncodedEvent",
     "decode_event",
+    "decode_item_pairs",
     "decode_item_texts",
     "decode_items",
     "encode_item",
@@ -535,10 +536,19 @@ _scan_string = json.decoder.scanstring  # type: ignore[attr-defined]
 def decode_item_texts(type: str, data: bytes) -> list[str]:
     """Return the items an event holds as JSON texts (``decode_items``, serialised).
 
+    Raises:
+        CodecError: as :func:`decode_items`.
+    """
+    return [text for text, _ in decode_item_pairs(type, data)]
+
+
+def decode_item_pairs(type: str, data: bytes) -> list[tuple[str, dict[str, Any]]]:
+    """Return the items an event holds, each as (exact JSON text, freshly parsed item).
+
     For events :func:`encode_item` wrote, the original item's text is cut out of
-    ``extensions.openai.item_json`` without parsing the rest of the event, and
-    checked to be a JSON object; everything else goes through
-    :func:`decode_items`. Loading a returned text gives the item exactly.
+    ``extensions.openai.item_json`` without parsing the rest of the event (the
+    item is the last thing in the event) and parsed once; everything else goes
+    through :func:`decode_items`. Loading a text gives its item exactly.
 
     Raises:
         CodecError: as :func:`decode_items`.
@@ -551,7 +561,6 @@ def decode_item_texts(type: str, data: bytes) -> list[str]:
                 item_json, end = _scan_string(text, at + len(_ITEM_JSON_MARKER))
             except ValueError:
                 end = -1
-            # The layout encode_item writes: the item is the last thing in the event.
             if text[end:] == "}}}":
                 try:
                     item = _load(item_json)
@@ -559,8 +568,8 @@ def decode_item_texts(type: str, data: bytes) -> list[str]:
                     raise CodecError(f"{type} event's original item is not JSON: {exc}") from exc
                 if not isinstance(item, dict):
                     raise CodecError(f"{type} event's original item is not a JSON object")
-                return [item_json]
-    return [_ITEM.encode(item) for item in decode_items(type, data)]
+                return [(item_json, item)]
+    return [(_ITEM.encode(item), item) for item in decode_items(type, data)]
 
 
 def _original(type: str, data: bytes) -> dict[str, Any] | None:

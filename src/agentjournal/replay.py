@@ -16,7 +16,7 @@ index, so pops and clears may be folded in any order relative to the items.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 __all__ = ["Clear", "Entry", "Key", "Picker", "Pop", "Timeline", "TimelineEvent"]
@@ -26,7 +26,7 @@ Key: TypeAlias = tuple[str, int, int]
 foreign events that rebuild into several SDK items."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Entry:
     """One visible item.
 
@@ -36,6 +36,8 @@ class Entry:
         part: Which item of that event (0 unless a foreign event holds several).
         index: Its session-wide ``message_index`` (-1 if a foreign writer gave none).
         item_json: The SDK item as JSON, exactly as it was written.
+        fresh: The item already parsed from ``item_json`` and not yet handed
+            out; the first :meth:`item` call takes it, saving a parse.
     """
 
     stream: str
@@ -43,6 +45,7 @@ class Entry:
     part: int
     index: int
     item_json: str
+    fresh: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> Key:
@@ -50,6 +53,9 @@ class Entry:
 
     def item(self) -> dict[str, Any]:
         """Return a fresh copy of the SDK item (callers may mutate it)."""
+        fresh, self.fresh = self.fresh, None
+        if fresh is not None:
+            return fresh
         item: dict[str, Any] = json.loads(self.item_json)
         return item
 

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import json
 import logging
 import random
 import uuid
 import weakref
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -179,6 +180,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         self._handoffs: dict[str, tuple[str, str]] = {}  # matched by on_handoff, not yet written
         self._finished: str | None = None  # the last agent's output, set by on_agent_end
         self._warned_unwired = False
+        self._taken: set[str] = set()  # subsession streams found to exist already
 
     def __repr__(self) -> str:
         return f"JournalSession({self.session_id!r}, stream={self.stream!r})"
@@ -199,8 +201,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             return []
         async with self._tree.lock:
             await self._refresh(resolved)
-            entries = self._tree.timeline.latest(resolved)
-        return [entry.item() for entry in entries]  # type: ignore[misc]
+            return [entry.item() for entry in self._tree.timeline.latest(resolved)]  # type: ignore[misc]
 
     async def add_items(
         self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
@@ -366,6 +367,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         """Plan, encode and append one atomic write; return the subagents it closed."""
         tree = self._tree
         nonce = uuid.uuid4().hex
+        conflict = ConcurrencyError(self.stream, "exact", tree.heads.get(self.stream))
         async with tree.lock:
             if not tree.loaded:
                 await self._load(0)
@@ -378,7 +380,16 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                     return 0
                 requests, entries = self._encode(plan, nonce, first)
                 landed = await self._append(requests)
-                if landed is None:
+                if isinstance(landed, ConcurrencyError):
+                    conflict = landed
+                    opened = {
+                        op.subagent.stream for op in plan.ops if op.kind == "start" and op.subagent
+                    }
+                    if conflict.stream in opened:
+                        # That subsession exists already: the handoff's call id was used
+                        # before in this session. Give the receiver a new id and retry.
+                        self._taken.add(conflict.stream)
+                        continue
                     if not await self._catch_up(until=requests[0].events[-1].id):
                         continue
                     # An earlier attempt with these ids did land; the catch-up read it back.
@@ -399,7 +410,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                     if op.kind == "start" and op.subagent is not None:
                         self._handoffs.pop(op.subagent.call_id, None)
                 return closed
-            raise ConcurrencyError(self.stream, "exact", tree.heads.get(self.stream))
+            raise conflict
 
     def _plan(
         self,
@@ -447,6 +458,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             if kind == "function_call" and call_id is not None and call_id in self._handoffs:
                 source, target = self._handoffs[call_id]
                 agent_id = subagent_id(target, call_id)
+                if subsession_stream(self.session_id, agent_id) in self._taken:
+                    agent_id = subagent_id(target, f"{call_id}.{index}")
                 arguments = item.get("arguments")
                 subagent = events.Subagent(
                     agent_id=agent_id,
@@ -578,7 +591,10 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                         twin=twin,
                         timestamp=now,
                     )
-                    add(stream, events.SUBAGENT_COMPLETED, data, {events.TWIN_KEY: str(twin)})
+                    metadata = {events.TWIN_KEY: str(twin)}
+                    if stream == sub.parent_stream:
+                        metadata[events.CLOSES_KEY] = sub.stream
+                    add(stream, events.SUBAGENT_COMPLETED, data, metadata)
         requests = [
             AppendRequest(
                 stream, new, StreamState.NO_STREAM if heads.get(stream, -1) < 0 else heads[stream]
@@ -599,14 +615,14 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         head = tree.heads.get(stream, -1)
         request = AppendRequest(stream, [event], StreamState.NO_STREAM if head < 0 else head)
         landed = await self._append([request])
-        if landed is None:
+        if isinstance(landed, ConcurrencyError):
             await self._catch_up()
             return False
         tree.heads[stream] = landed[0]
         return True
 
-    async def _append(self, requests: list[AppendRequest]) -> list[int] | None:
-        """Append atomically; the new head of each stream, or None on a conflict."""
+    async def _append(self, requests: list[AppendRequest]) -> list[int] | ConcurrencyError:
+        """Append atomically; the new head of each stream, or the conflict (nothing written)."""
         for attempt in range(_UNAVAILABLE_RETRIES + 1):
             try:
                 if len(requests) == 1:
@@ -616,8 +632,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                     )
                     return [result.revision]
                 return [result.revision for result in await self._store.append_many(requests)]
-            except ConcurrencyError:
-                return None
+            except ConcurrencyError as conflict:
+                return conflict
             except StoreUnavailable:
                 # Unknown outcome: the same ids at the same revisions are recognised
                 # by the store if the first attempt did land.
@@ -713,32 +729,118 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             return []
 
     async def _window(self, limit: int | None, pages: dict[str, list[RecordedEvent]]) -> None:
-        """Rebuild the timeline with the newest ``limit`` items, merging streams backwards."""
+        """Rebuild the timeline with the newest ``limit`` items, merging streams backwards.
+
+        One cursor per stream, in a heap keyed by its next item's index; the
+        newest item overall is always on top. Everything (``limit`` None) is
+        read stream by stream instead, all subsessions at once, and sorted.
+        """
+        if limit is None:
+            await self._everything(pages)
+            return
         tree = self._tree
         size = _FULL_PAGE if limit is None else limit + 8
         picker = Picker(limit)
-        cursors: list[_Cursor] = []
+        heap: list[tuple[int, int, _Cursor]] = []
+        opened = 0
+        # A full read needs every subsession: fetch those a page names all at once.
+        prefetched: dict[str, asyncio.Future[list[RecordedEvent]]] = {}
+
+        def scout(page: list[RecordedEvent]) -> None:
+            if limit is not None:
+                return
+            for event in page:
+                if event.type != events.SUBAGENT_COMPLETED:
+                    continue
+                child = _closed_child(event)
+                if child and child not in prefetched:
+                    prefetched[child] = asyncio.ensure_future(self._tail(child, size))
+
+        def push(cursor: _Cursor) -> None:
+            if cursor.head is not None:
+                heapq.heappush(heap, (-cursor.head.index, cursor.order, cursor))
 
         async def open_cursor(stream: str) -> None:
-            head = tree.heads.get(stream)
-            cursor = _Cursor(self, stream, pages.get(stream), head, size)
+            nonlocal opened
+            opened += 1
+            page = pages.get(stream)
+            if page is None and stream in prefetched:
+                page = await prefetched.pop(stream)
+            cursor = _Cursor(self, stream, page, tree.heads.get(stream), size, opened, scout)
             await cursor.advance(picker, open_cursor)
-            cursors.append(cursor)
+            push(cursor)
 
-        for stream in [self.stream, *(s.stream for s in tree.chain)]:
-            await open_cursor(stream)
-        while True:
-            live = [c for c in cursors if c.head is not None]
-            if not live:
-                break
-            cursor = max(live, key=lambda c: c.head.index if c.head else -1)
-            assert cursor.head is not None
-            if not picker.feed(cursor.head):
-                break
-            await cursor.advance(picker, open_cursor)
+        try:
+            for stream in [self.stream, *(s.stream for s in tree.chain)]:
+                await open_cursor(stream)
+            while heap:
+                _, _, cursor = heapq.heappop(heap)
+                assert cursor.head is not None
+                if not picker.feed(cursor.head):
+                    break
+                await cursor.advance(picker, open_cursor)
+                push(cursor)
+        finally:
+            for unused in prefetched.values():
+                unused.cancel()
         tree.timeline.take(picker)
         if tree.next_index is None:
             tree.next_index = await self._scan_next_index()
+
+    async def _everything(self, pages: dict[str, list[RecordedEvent]]) -> None:
+        """Read the whole tree: each stream in full, subsessions concurrently, then fold.
+
+        ``pages`` are tails already read backwards; one that reaches revision 0
+        is the whole stream and is not read again.
+        """
+        tree = self._tree
+        tasks: dict[str, asyncio.Future[list[RecordedEvent]]] = {}
+
+        def fetch(stream: str) -> None:
+            if stream in tasks:
+                return
+            page = pages.get(stream)
+            if page and page[-1].revision == 0:
+                tasks[stream] = asyncio.get_running_loop().create_future()
+                tasks[stream].set_result(page[::-1])
+            else:
+                tasks[stream] = asyncio.ensure_future(self._whole(stream))
+
+        for stream in [self.stream, *(s.stream for s in tree.chain)]:
+            fetch(stream)
+        new: list[TimelineEvent] = []
+        done: set[str] = set()
+        try:
+            while len(done) < len(tasks):
+                stream = next(name for name in tasks if name not in done)
+                done.add(stream)
+                for event in await tasks[stream]:
+                    if event.type == events.SUBAGENT_COMPLETED:
+                        child = _closed_child(event)
+                        if child:
+                            fetch(child)
+                        continue
+                    new.extend(self._interpret(event))
+        finally:
+            for task in tasks.values():
+                task.cancel()
+        timeline = Timeline()
+        _fold(timeline, new)
+        timeline.complete = True
+        tree.timeline = timeline
+        if tree.next_index is None:
+            tree.next_index = await self._scan_next_index()
+
+    async def _whole(self, stream: str) -> list[RecordedEvent]:
+        head = self._tree.heads.get(stream)
+        try:
+            if head is None:
+                return await self._store.read(stream)
+            return await self._store.read(stream, limit=head + 1)  # nothing past our view
+        except StreamNotFound:
+            if stream != self.stream:
+                logger.warning("subsession stream %s is missing; its items are left out", stream)
+            return []
 
     async def _catch_up(self, *, until: uuid.UUID | None = None) -> bool:
         """Apply what other writers appended to the followed streams.
@@ -775,12 +877,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                     break
         followed = {self.stream, *(s.stream for s in tree.chain)}
         tree.heads = {stream: positions.get(stream, -1) for stream in followed}
-        # Order-free folding: items by index, then what hides them.
-        for entry in sorted((e for e in new if isinstance(e, Entry)), key=lambda e: e.index):
-            tree.timeline.apply(entry)
-        for hiding in new:
-            if not isinstance(hiding, Entry):
-                tree.timeline.apply(hiding)
+        _fold(tree.timeline, new)
         return found
 
     def _interpret(
@@ -815,7 +912,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 return [Clear(events.SessionCleared.decode(event.data).through_index)]
             if event.type not in codec.ITEM_EVENT_TYPES:
                 return []
-            texts = codec.decode_item_texts(event.type, event.data)
+            pairs = codec.decode_item_pairs(event.type, event.data)
         except CodecError as error:
             logger.warning(
                 "skipping unreadable event %s at %s@%d: %s",
@@ -827,8 +924,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             return []
         index = _index_of(event)
         return [
-            Entry(event.stream, event.revision, part, index, text)
-            for part, text in enumerate(texts)
+            Entry(event.stream, event.revision, part, index, text, fresh)
+            for part, (text, fresh) in enumerate(pairs)
         ]
 
     def _forget_from(self, stream: str) -> None:
@@ -868,10 +965,14 @@ class _Cursor:
         page: list[RecordedEvent] | None,
         head: int | None,
         size: int,
+        order: int,
+        scout: Callable[[list[RecordedEvent]], None],
     ) -> None:
         self.session = session
         self.stream = stream
-        self.buffer: list[TimelineEvent] = []
+        self.order = order  # ties (foreign items without an index) go to the earlier cursor
+        self._scout = scout
+        self.buffer: deque[TimelineEvent] = deque()
         self.head: Entry | None = None
         self._page = page
         self._next = head  # revision to read from next, going down; None: the end
@@ -883,7 +984,7 @@ class _Cursor:
         self.head = None
         while True:
             while self.buffer:
-                buffered = self.buffer.pop(0)
+                buffered = self.buffer.popleft()
                 if isinstance(buffered, Entry):
                     self.head = buffered
                     return
@@ -895,6 +996,7 @@ class _Cursor:
             if not page:
                 self._done = True
                 return
+            self._scout(page)
             self._size = min(self._size * 2, _FULL_PAGE)
             self._next = page[-1].revision - 1
             if self._next < 0:
@@ -905,7 +1007,7 @@ class _Cursor:
                     break
                 if event.type == events.SUBAGENT_COMPLETED:
                     child = _closed_child(event)
-                    if child is not None:
+                    if child:
                         # The close is newer than all of that subsession: merge it in from here.
                         await open_cursor(child)
                     continue
@@ -921,7 +1023,13 @@ class _Cursor:
 
 
 def _closed_child(event: RecordedEvent) -> str | None:
-    """The subsession a parent's copy of ``SubagentCompleted`` closes (None for the twin)."""
+    """The subsession a parent's copy of ``SubagentCompleted`` closes (None for the twin).
+
+    Read from ``aj.closes``; events written without it (other writers) are parsed.
+    """
+    child = event.metadata.get(events.CLOSES_KEY)
+    if child is not None:
+        return child
     try:
         _, stream, _ = events.decode_subagent_completed(event.data)
     except CodecError as error:
@@ -930,6 +1038,19 @@ def _closed_child(event: RecordedEvent) -> str | None:
         )
         return None
     return None if stream == event.stream else stream
+
+
+def _fold(timeline: Timeline, new: list[TimelineEvent]) -> None:
+    """Apply events read from several streams: items by index, then what hides them.
+
+    Pops hide by key and clears by index, so this order gives the same result
+    as applying everything in the order it was written.
+    """
+    for entry in sorted((e for e in new if isinstance(e, Entry)), key=lambda e: e.index):
+        timeline.apply(entry)
+    for hiding in new:
+        if not isinstance(hiding, Entry):
+            timeline.apply(hiding)
 
 
 async def _backoff(attempt: int) -> None:

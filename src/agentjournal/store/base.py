@@ -31,9 +31,9 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from agentjournal.errors import InvalidInput
 
@@ -108,9 +108,8 @@ class NewEvent:
         object.__setattr__(self, "metadata", _frozen_metadata(self.metadata))
 
 
-@dataclass(frozen=True, slots=True)
 class RecordedEvent:
-    """An event as the store holds it.
+    """An event as the store holds it; immutable.
 
     Attributes:
         id: The id it was appended with.
@@ -121,16 +120,143 @@ class RecordedEvent:
         revision: Its place in the stream, from 0.
         position: Its place in the global order over all streams.
         recorded_at: When the store committed it (UTC).
+
+    Compares and hashes by value, like a frozen dataclass. A store may build
+    it from raw columns (:meth:`from_raw`): the id, metadata and time are then
+    decoded on first access, because replaying a long session reads many
+    events whose ids and times nobody looks at.
     """
 
-    id: uuid.UUID
-    type: str
-    data: bytes
-    metadata: Mapping[str, str]
-    stream: str
-    revision: int
-    position: int
-    recorded_at: datetime
+    __slots__ = (
+        "_data",
+        "_id",
+        "_metadata",
+        "_position",
+        "_raw_id",
+        "_raw_metadata",
+        "_raw_time",
+        "_recorded_at",
+        "_revision",
+        "_stream",
+        "_type",
+    )
+
+    def __init__(
+        self,
+        *,
+        id: uuid.UUID,
+        type: str,
+        data: bytes,
+        metadata: Mapping[str, str],
+        stream: str,
+        revision: int,
+        position: int,
+        recorded_at: datetime,
+    ) -> None:
+        self._id: uuid.UUID | None = id
+        self._type = type
+        self._data = data
+        self._metadata: Mapping[str, str] | None = _frozen_metadata(metadata)
+        self._stream = stream
+        self._revision = revision
+        self._position = position
+        self._recorded_at: datetime | None = recorded_at
+        self._raw_id = b""
+        self._raw_metadata = b""
+        self._raw_time = 0
+
+    @classmethod
+    def from_raw(
+        cls,
+        *,
+        stream: str,
+        position: int,
+        revision: int,
+        raw_id: bytes,
+        type: str,
+        data: bytes,
+        raw_metadata: bytes,
+        recorded_at_us: int,
+    ) -> RecordedEvent:
+        """Build from stored columns: 16 id bytes, metadata JSON, microseconds since the epoch."""
+        event = cls.__new__(cls)
+        event._id = None
+        event._type = type
+        event._data = data
+        event._metadata = None
+        event._stream = stream
+        event._revision = revision
+        event._position = position
+        event._recorded_at = None
+        event._raw_id = raw_id
+        event._raw_metadata = raw_metadata
+        event._raw_time = recorded_at_us
+        return event
+
+    @property
+    def id(self) -> uuid.UUID:
+        if self._id is None:
+            self._id = uuid.UUID(bytes=self._raw_id)
+        return self._id
+
+    @property
+    def type(self) -> str:
+        return self._type
+
+    @property
+    def data(self) -> bytes:
+        return self._data
+
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        if self._metadata is None:
+            self._metadata = MappingProxyType(json.loads(self._raw_metadata.decode()))
+        return self._metadata
+
+    @property
+    def stream(self) -> str:
+        return self._stream
+
+    @property
+    def revision(self) -> int:
+        return self._revision
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    @property
+    def recorded_at(self) -> datetime:
+        if self._recorded_at is None:
+            self._recorded_at = datetime.fromtimestamp(self._raw_time / 1_000_000, UTC)
+        return self._recorded_at
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (
+            self.id,
+            self.type,
+            self.data,
+            dict(self.metadata),
+            self.stream,
+            self.revision,
+            self.position,
+            self.recorded_at,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RecordedEvent):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash((self.id, self.stream, self.revision, self.position))
+
+    def __repr__(self) -> str:
+        return (
+            f"RecordedEvent(id={self.id!r}, type={self.type!r}, stream={self.stream!r}, "
+            f"revision={self.revision}, position={self.position}, data={self.data[:60]!r}, "
+            f"metadata={dict(self.metadata)!r}, recorded_at={self.recorded_at!r})"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,16 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import os
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
-from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
 from agentjournal.errors import (
@@ -502,15 +498,15 @@ def _recorded(
     metadata: bytes,
     recorded_at: int,
 ) -> RecordedEvent:
-    return RecordedEvent(
-        id=uuid.UUID(bytes=event_id),
+    return RecordedEvent.from_raw(
+        stream=stream,
+        position=position,
+        revision=revision,
+        raw_id=event_id,
         type=type_,
         data=data,
-        metadata=MappingProxyType(json.loads(metadata)),
-        stream=stream,
-        revision=revision,
-        position=position,
-        recorded_at=datetime.fromtimestamp(recorded_at / 1_000_000, UTC),
+        raw_metadata=metadata,
+        recorded_at_us=recorded_at,
     )
 
 
