@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import json
 import logging
 import random
 import uuid
@@ -62,6 +61,7 @@ from agentjournal.errors import (
     StoreUnavailable,
     StreamNotFound,
 )
+from agentjournal.handoffs import SUMMARY_CHARS, Plan, plan_write, starts_a_run
 from agentjournal.replay import Clear, Entry, Picker, Pop, Timeline, TimelineEvent
 from agentjournal.store.base import (
     AppendRequest,
@@ -71,7 +71,7 @@ from agentjournal.store.base import (
     StreamState,
     event_id,
 )
-from agentjournal.streams import session_stream, subagent_id, subsession_stream, validate_id
+from agentjournal.streams import session_stream, validate_id
 
 if TYPE_CHECKING:
     from agents.agent import Agent
@@ -87,7 +87,6 @@ _UNAVAILABLE_RETRIES: Final = 3
 _PAGE: Final = 64
 _FULL_PAGE: Final = 1000
 _REMEMBERED: Final = 1024
-_SUMMARY_CHARS: Final = 2000
 _ASSISTANT_TYPES: Final = frozenset(
     {"AssistantTextGenerated", "AssistantToolCallsGenerated", "AssistantThinkingGenerated"}
 )
@@ -118,28 +117,6 @@ class SessionTree:
     next_index: int | None = None
     call_owner: OrderedDict[str, str] = field(default_factory=OrderedDict)
     chain_run: weakref.ref[Any] | None = None  # the run that last wrote inside the chain
-
-
-@dataclass
-class _Op:
-    """One planned event: an item, a subagent start, or a subagent close."""
-
-    kind: str  # "item" | "start" | "close"
-    stream: str
-    item: Mapping[str, Any] | None = None
-    index: int | None = None
-    subagent: events.Subagent | None = None
-    outcome: str = "success"
-    summary: str = ""
-    reason: str | None = None
-
-
-@dataclass
-class _Plan:
-    ops: list[_Op]
-    chain: list[events.Subagent]  # open subagents after the write
-    call_owner: OrderedDict[str, str]  # where each pending call's output goes
-    indexed: int  # items that take a message index
 
 
 class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
@@ -299,7 +276,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             yield self
         except BaseException as error:
             cancelled = isinstance(error, asyncio.CancelledError | KeyboardInterrupt)
-            reason = f"{type(error).__name__}: {error}"[:_SUMMARY_CHARS]
+            reason = f"{type(error).__name__}: {error}"[:SUMMARY_CHARS]
             closing = self.close_subagents(
                 outcome="cancelled" if cancelled else "error", reason=reason
             )
@@ -418,79 +395,30 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         wrapper: RunContextWrapper[Any] | None,
         closing: tuple[str, str] | None,
         first: int,
-    ) -> _Plan:
-        """Decide where every item goes and which subagents open or close (no I/O)."""
+    ) -> Plan:
+        """Route the items (pure, :func:`agentjournal.handoffs.plan_write`)."""
         tree = self._tree
-        chain = list(tree.chain)
-        call_owner = OrderedDict(tree.call_owner)
-        ops: list[_Op] = []
-
-        def close_all(outcome: str, summary: str, reason: str | None) -> None:
-            for subagent in reversed(chain):
-                ops.append(
-                    _Op(
-                        "close",
-                        subagent.parent_stream,
-                        subagent=subagent,
-                        outcome=outcome,
-                        summary=summary,
-                        reason=reason,
-                    )
-                )
-            chain.clear()
-
-        if closing is not None:
-            outcome, reason = closing
-            close_all(outcome, (self._finished or "")[:_SUMMARY_CHARS], reason or None)
-        elif chain and items and _starts_a_run(items[0]) and not _same_run(tree.chain_run, wrapper):
-            reason = (
-                f"the run ended after {chain[-1].agent_name} finished without recording its reply"
-                if self._finished is not None
-                else "the run ended before this subagent completed; found when the next run began"
-            )
-            close_all("error", "", reason)
-        owner = chain[-1].stream if chain else self.stream
-        index = first
-        for item in items:
-            kind = item.get("type")
-            call_id = item.get("call_id")
-            call_id = call_id if isinstance(call_id, str) else None
-            if kind == "function_call" and call_id is not None and call_id in self._handoffs:
-                source, target = self._handoffs[call_id]
-                agent_id = subagent_id(target, call_id)
-                if subsession_stream(self.session_id, agent_id) in self._taken:
-                    agent_id = subagent_id(target, f"{call_id}.{index}")
-                arguments = item.get("arguments")
-                subagent = events.Subagent(
-                    agent_id=agent_id,
-                    agent_name=target,
-                    source_agent=source,
-                    call_id=call_id,
-                    stream=subsession_stream(self.session_id, agent_id),
-                    parent_stream=owner,
-                    prompt=arguments if isinstance(arguments, str) and arguments != "{}" else "",
-                )
-                ops.append(_Op("start", owner, item=item, index=index, subagent=subagent))
-                call_owner[call_id] = subagent.stream
-                chain.append(subagent)
-            else:
-                stream = owner
-                if call_id is not None and isinstance(kind, str):
-                    if kind.endswith("_output"):
-                        stream = call_owner.pop(call_id, owner)
-                        if all(s.call_id != call_id for s in chain):
-                            self._warn_if_unwired(item)
-                    else:
-                        call_owner[call_id] = owner
-                ops.append(_Op("item", stream, item=item, index=index))
-            index += 1
-        _trim(call_owner)
-        if closing is None and self._finished is not None and items and chain:
-            close_all("success", self._finished[:_SUMMARY_CHARS], None)
-        return _Plan(ops, chain, call_owner, index - first)
+        plan = plan_write(
+            items,
+            session_id=self.session_id,
+            session_stream=self.stream,
+            chain=tree.chain,
+            call_owner=tree.call_owner,
+            first_index=first,
+            handoffs=self._handoffs,
+            taken=self._taken,
+            closing=closing,
+            finished=self._finished,
+            new_run=bool(items)
+            and starts_a_run(items[0])
+            and not _same_run(tree.chain_run, wrapper),
+        )
+        for output in plan.unmatched_outputs:
+            self._warn_if_unwired(output)
+        return plan
 
     def _encode(
-        self, plan: _Plan, nonce: str, first: int
+        self, plan: Plan, nonce: str, first: int
     ) -> tuple[list[AppendRequest], list[TimelineEvent]]:
         """Turn the plan into per-stream event lists and the timeline entries they make."""
         tree = self._tree
@@ -657,22 +585,16 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
 
     def _warn_if_unwired(self, item: Mapping[str, Any]) -> None:
         """Warn once when a handoff's output arrives without the hooks having seen it."""
-        if self._warned_unwired or item.get("type") != "function_call_output":
+        if self._warned_unwired:
             return
-        output = item.get("output")
-        try:
-            parsed = json.loads(output) if isinstance(output, str) else None
-        except ValueError:
-            return
-        if isinstance(parsed, dict) and set(parsed) == {"assistant"}:
-            self._warned_unwired = True
-            logger.warning(
-                "a handoff to %r reached %s without the hooks: pass the session as hooks= too "
-                "(Runner.run(..., session=s, hooks=s)) to record it as a subagent; it is stored "
-                "as an ordinary tool call",
-                parsed["assistant"],
-                self.stream,
-            )
+        self._warned_unwired = True
+        logger.warning(
+            "a handoff (%s) reached %s without the hooks: pass the session as hooks= too "
+            "(Runner.run(..., session=s, hooks=s)) to record it as a subagent; it is stored "
+            "as an ordinary tool call",
+            item.get("output"),
+            self.stream,
+        )
 
     # -- reading ------------------------------------------------------------------
 
@@ -1080,11 +1002,6 @@ def _weak(wrapper: Any) -> weakref.ref[Any] | None:
 
 def _same_run(chain_run: weakref.ref[Any] | None, wrapper: Any) -> bool:
     return wrapper is not None and chain_run is not None and chain_run() is wrapper
-
-
-def _starts_a_run(item: Mapping[str, Any]) -> bool:
-    """A run's own input opens with a user message; resumed runs continue with outputs."""
-    return item.get("role") == "user" and item.get("type", "message") == "message"
 
 
 def _handoff_targets(agent: Agent[Any]) -> dict[str, str]:
