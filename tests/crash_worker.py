@@ -23,36 +23,14 @@ from collections.abc import Callable
 from typing import Any
 
 from agents import Agent, RunConfig, Runner
-from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from agents.testing import ModelStep, assistant_message, function_call
 
 from agentjournal import Journal, JournalSession
-from handoff_scenarios import SINK, issue_refund, lookup_order
+from handoff_scenarios import SINK, agents
 
 CONFIG = RunConfig(tracing_disabled=True)
 FAILURE = "scripted model failure"
 GATE = "CRASH_WORKER_GATE"
-
-
-def agents(
-    triage: list[Any], billing: list[Any] | None = None, refunds: list[Any] | None = None
-) -> Agent[Any]:
-    """triage (hands off to billing or sre) -> billing (hands off to refunds) -> refunds."""
-    refunds_agent: Agent[Any] = Agent(
-        name="refunds", model=ScriptedModel(refunds or []), tools=[issue_refund]
-    )
-    billing_agent: Agent[Any] = Agent(
-        name="billing",
-        model=ScriptedModel(billing or []),
-        tools=[lookup_order],
-        handoffs=[refunds_agent],
-    )
-    sre: Agent[Any] = Agent(name="sre", model=ScriptedModel([[assistant_message("sre here")]]))
-    return Agent(
-        name="triage",
-        model=ScriptedModel(triage),
-        tools=[lookup_order],
-        handoffs=[billing_agent, sre],
-    )
 
 
 def _fail() -> ModelStep:

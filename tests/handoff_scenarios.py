@@ -28,9 +28,10 @@ def issue_refund(order_id: str, amount_cents: int) -> str:
     return f"refunded {amount_cents} cents on {order_id}"
 
 
-def _agents(
+def agents(
     triage: list[Any], billing: list[Any] | None = None, refunds: list[Any] | None = None
 ) -> Agent[Any]:
+    """triage (hands off to billing or sre) -> billing (hands off to refunds) -> refunds."""
     refunds_agent: Agent[Any] = Agent(
         name="refunds", model=ScriptedModel(refunds or []), tools=[issue_refund]
     )
@@ -51,7 +52,7 @@ def _agents(
 
 def single() -> Agent[Any]:
     """triage -> billing; billing looks the order up and answers."""
-    return _agents(
+    return agents(
         [[function_call("transfer_to_billing", {}, call_id="h1")]],
         [
             [function_call("lookup_order", {"order_id": "42"}, call_id="t1")],
@@ -62,7 +63,7 @@ def single() -> Agent[Any]:
 
 def nested() -> Agent[Any]:
     """triage -> billing -> refunds, with tool calls at each level."""
-    return _agents(
+    return agents(
         [[function_call("transfer_to_billing", {}, call_id="h1")]],
         [
             [function_call("lookup_order", {"order_id": "42"}, call_id="t1")],
@@ -77,7 +78,7 @@ def nested() -> Agent[Any]:
 
 def parallel() -> Agent[Any]:
     """triage calls a tool and hands off in the same response."""
-    return _agents(
+    return agents(
         [
             [
                 function_call("lookup_order", {"order_id": "7"}, call_id="t0"),
@@ -90,7 +91,7 @@ def parallel() -> Agent[Any]:
 
 def two_handoffs() -> Agent[Any]:
     """Two handoffs in one response: the SDK honours the first."""
-    return _agents(
+    return agents(
         [
             [
                 function_call("transfer_to_billing", {}, call_id="h1"),
@@ -103,12 +104,12 @@ def two_handoffs() -> Agent[Any]:
 
 def top_level() -> Agent[Any]:
     """triage answers by itself (a later turn after a handoff run)."""
-    return _agents([[assistant_message("Anything else?", item_id="m9")]])
+    return agents([[assistant_message("Anything else?", item_id="m9")]])
 
 
 def failing() -> Agent[Any]:
     """triage -> billing, whose model fails on its second call."""
-    return _agents(
+    return agents(
         [[function_call("transfer_to_billing", {}, call_id="h1")]],
         [
             [function_call("lookup_order", {"order_id": "42"}, call_id="t1")],

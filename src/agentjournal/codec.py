@@ -562,14 +562,19 @@ def decode_item_pairs(type: str, data: bytes) -> list[tuple[str, dict[str, Any]]
             except ValueError:
                 end = -1
             if text[end:] == "}}}":
-                try:
-                    item = _load(item_json)
-                except (ValueError, RecursionError) as exc:
-                    raise CodecError(f"{type} event's original item is not JSON: {exc}") from exc
-                if not isinstance(item, dict):
-                    raise CodecError(f"{type} event's original item is not a JSON object")
-                return [(item_json, item)]
+                return [(item_json, _load_item(type, item_json))]
     return [(_ITEM.encode(item), item) for item in decode_items(type, data)]
+
+
+def _load_item(type: str, item_json: str) -> dict[str, Any]:
+    """Parse an event's original item, refusing anything but a JSON object."""
+    try:
+        item = _load(item_json)
+    except (ValueError, RecursionError) as exc:
+        raise CodecError(f"{type} event's original item is not JSON: {exc}") from exc
+    if not isinstance(item, dict):
+        raise CodecError(f"{type} event's original item is not a JSON object")
+    return item
 
 
 def _original(type: str, data: bytes) -> dict[str, Any] | None:
@@ -593,13 +598,7 @@ def _original(type: str, data: bytes) -> dict[str, Any] | None:
         return None
     item_json = openai.get(_ITEM_JSON)
     if isinstance(item_json, str):
-        try:
-            item = _load(item_json)
-        except (ValueError, RecursionError) as exc:
-            raise CodecError(f"{type} event's original item is not JSON: {exc}") from exc
-        if not isinstance(item, dict):
-            raise CodecError(f"{type} event's original item is not a JSON object")
-        return item
+        return _load_item(type, item_json)
     raw_item = openai.get(_RAW_ITEM)
     if isinstance(raw_item, dict):
         # kurrent-openai-agents keeps a Struct copy: its numbers came back as doubles.
