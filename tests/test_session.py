@@ -323,3 +323,21 @@ async def test_get_items_with_limit_reads_o_limit_events(journal: Journal) -> No
     await writer.add_items([user("new")])
     assert (await cold.get_items(limit=1))[0] == user("new")  # notices the other writer
     assert counting.events_read == before + 1
+
+
+async def test_indices_continue_after_a_foreign_event_at_the_head(journal: Journal) -> None:
+    session = journal.session("foreign-head")
+    await session.add_items([user("ours-0"), user("ours-1")])
+    head = await journal.store.head(session.stream)
+    assert head is not None
+    message = UserMessageReceived(content="written elsewhere")
+    await journal.store.append(
+        session.stream,
+        [NewEvent(type="UserMessageReceived", data=to_json(message).encode())],
+        expected=head,
+    )
+    cold = JournalSession(journal.store, "foreign-head")
+    await cold.add_items([user("ours-2")])
+    recorded = [e for e in await journal.store.read(session.stream) if "aj.index" in e.metadata]
+    assert [int(e.metadata["aj.index"]) for e in recorded] == [0, 1, 2]
+    assert contents(await cold.get_items()) == ["ours-0", "ours-1", "written elsewhere", "ours-2"]

@@ -307,6 +307,10 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         """Remember usage, response id and the handoff calls of the response."""
         produced = _Produced(response.response_id, _usage_json(response, agent), agent.name)
         targets = _handoff_targets(agent)
+        # A handoff is matched within its own response: forget this agent's older
+        # candidates (e.g. the second of two handoffs, which the SDK ignores).
+        for stale in [c for c, (source, _) in self._handoff_calls.items() if source == agent.name]:
+            del self._handoff_calls[stale]
         for output in response.output:
             for key in _identities(output):
                 self._produced[key] = produced
@@ -620,8 +624,9 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             page = await self._tail(stream, size)
             pages[stream] = page
             tree.heads[stream] = page[0].revision if page else -1
-            if page:
-                tree.next_index = max(tree.next_index or 0, _next_index_after(page[0]) or 0)
+            found = _next_index_after(page[0]) if page else None
+            if found is not None:
+                tree.next_index = max(tree.next_index or 0, found)
             child = page[0].metadata.get(events.OPEN_KEY) if page else None
             stream = None
             if child and child not in tree.heads:
@@ -968,7 +973,17 @@ def _fold(timeline: Timeline, new: list[TimelineEvent]) -> None:
     Pops hide by key and clears by index, so this order gives the same result
     as applying everything in the order it was written.
     """
-    for entry in sorted((e for e in new if isinstance(e, Entry)), key=lambda e: e.index):
+    # ``new`` holds each stream's events in stream order; an item another writer
+    # left without an index sorts right after the indexed item before it.
+    last: dict[str, int] = {}
+    keyed: list[tuple[int, int, int, Entry]] = []
+    for order, entry in enumerate(e for e in new if isinstance(e, Entry)):
+        if entry.index >= 0:
+            last[entry.stream] = entry.index
+            keyed.append((entry.index, 0, order, entry))
+        else:
+            keyed.append((last.get(entry.stream, -1), 1, order, entry))
+    for *_, entry in sorted(keyed, key=lambda k: k[:3]):
         timeline.apply(entry)
     for hiding in new:
         if not isinstance(hiding, Entry):
