@@ -49,6 +49,7 @@ __all__ = [
     "StreamState",
     "event_id",
     "expected_label",
+    "expected_matches",
     "validate_append",
     "validate_stream_name",
 ]
@@ -292,6 +293,17 @@ def event_id(*parts: str | int) -> uuid.UUID:
     ids of the first attempt and the store can recognise it.
     """
     return uuid.uuid5(_ID_NAMESPACE, "\x1f".join(str(part) for part in parts))
+
+
+def expected_matches(expected: Expected, head: int | None) -> bool:
+    """Whether a stream whose last revision is ``head`` (None: no stream) is as ``expected``."""
+    if expected is StreamState.ANY:
+        return True
+    if expected is StreamState.NO_STREAM:
+        return head is None
+    if expected is StreamState.EXISTS:
+        return head is not None
+    return expected == head
 
 
 def expected_label(expected: Expected) -> int | str:

@@ -96,6 +96,7 @@ from agentjournal.store.base import (
     StreamState,
     encode_metadata,
     expected_label,
+    expected_matches,
     validate_append,
     validate_stream_name,
 )
@@ -339,13 +340,8 @@ class KurrentDBEventStore:
     async def _check_expected(self, request: AppendRequest) -> AppendResult:
         """An append without events: check the expected state, report the head."""
         head = await self.head(request.stream)
-        expected = request.expected
-        if (
-            (expected is StreamState.NO_STREAM and head is not None)
-            or (expected is StreamState.EXISTS and head is None)
-            or (isinstance(expected, int) and expected != head)
-        ):
-            raise ConcurrencyError(request.stream, expected_label(expected), head)
+        if not expected_matches(request.expected, head):
+            raise ConcurrencyError(request.stream, expected_label(request.expected), head)
         return AppendResult(
             request.stream, -1 if head is None else head, await self._last_position()
         )
@@ -356,13 +352,8 @@ class KurrentDBEventStore:
         """Turn an unexplained multi-append failure into a conflict if a stream moved."""
         for request in requests:
             head = await self.head(request.stream)
-            expected = request.expected
-            if (
-                (expected is StreamState.NO_STREAM and head is not None)
-                or (expected is StreamState.EXISTS and head is None)
-                or (isinstance(expected, int) and expected != head)
-            ):
-                return ConcurrencyError(request.stream, expected_label(expected), head)
+            if not expected_matches(request.expected, head):
+                return ConcurrencyError(request.stream, expected_label(request.expected), head)
         return self._translate(error, None)
 
     # -- reads ----------------------------------------------------------------

@@ -47,6 +47,7 @@ from agentjournal.store.base import (
     StreamState,
     encode_metadata,
     expected_label,
+    expected_matches,
     validate_append,
     validate_stream_name,
 )
@@ -280,24 +281,19 @@ class SQLiteEventStore:
         expected = request.expected
         actual = None if row is None else current
 
-        def conflict() -> _Conflict:
-            return _Conflict(ConcurrencyError(request.stream, expected_label(expected), actual))
-
-        if expected is StreamState.ANY:
+        if expected_matches(expected, actual):
             return stream_id, current, None
+        conflict = _Conflict(ConcurrencyError(request.stream, expected_label(expected), actual))
         if expected is StreamState.EXISTS:
-            if row is None:
-                raise conflict()
-            return stream_id, current, None
+            raise conflict
+        # A retry of a write that landed: the same ids right after the expected revision.
         exact = -1 if expected is StreamState.NO_STREAM else expected
         assert isinstance(exact, int)
-        if current == exact:
-            return stream_id, current, None
         if stream_id is None or current < exact or not request.events:
-            raise conflict()
+            raise conflict
         replay = self._replay(db, stream_id, request, exact)
         if replay is None:
-            raise conflict()
+            raise conflict
         return stream_id, current, replay
 
     def _replay(
