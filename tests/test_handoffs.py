@@ -382,3 +382,32 @@ async def test_closes_written_without_the_closes_key_are_read(tmp_path: Path) ->
             cold = JournalSession(journal.store, "h-plain")
             got = await cold.get_items(limit=limit)
             assert dumps(got) == dumps(expected if limit is None else expected[-limit:])
+
+
+@pytest.mark.parametrize("method", METHODS)
+async def test_a_subagent_ending_on_a_tool_result_closes_with_it(
+    journal: Journal, method: Method
+) -> None:
+    def build() -> Agent[Any]:
+        agent = single()
+        billing = agent.handoffs[0]
+        assert isinstance(billing, Agent)
+        billing.tool_use_behavior = "stop_on_first_tool"  # the tool's result is the final output
+        return agent
+
+    session = journal.session("h-stop-on-tool")
+    await run(method, build(), "hi", session)
+    parent = await stream_of(journal.store, session.stream)
+    child = await stream_of(journal.store, subsession(parent, "billing"))
+    assert types(child)[-3:] == [
+        "AssistantToolCallsGenerated",
+        "ToolResultReceived",
+        "SubagentCompleted",
+    ]
+    completed = json.loads(parent[-1].data)
+    assert (completed["outcome"], completed["summary"]) == (
+        "success",
+        "order 42: charged twice, 12.50 EUR each",
+    )
+    assert await session.open_subagents() == []
+    assert dumps(await session.get_items()) == dumps(await reference(method, [(build, "hi")]))
