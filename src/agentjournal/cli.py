@@ -5,6 +5,8 @@ Commands:
                 on the embedded store; prints every stream and the replay
     selfcheck   check an event store end to end (a fresh temporary SQLite file
                 unless --uri names a store)
+    guardrail serve
+                run the reference guardrail service (POST /v1/validate)
 
 Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed.
 """
@@ -43,6 +45,30 @@ async def _selfcheck(uri: str | None) -> int:
     return 0 if ok else 2
 
 
+def _guardrail_serve(host: str, port: int, rules_file: str | None) -> int:
+    from pydantic import ValidationError
+
+    from agentjournal.guardrails.rules import load_rules
+    from agentjournal.guardrails.service import serve
+
+    text = "rules: [{kind: redact_pii}]"
+    if rules_file is not None:
+        try:
+            with open(rules_file, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as error:
+            print(f"agentjournal: cannot read rules: {error}", file=sys.stderr)
+            return 1
+    try:
+        rules = load_rules(text)
+    except (ValidationError, ValueError) as error:
+        print(f"agentjournal: invalid rules in {rules_file}: {error}", file=sys.stderr)
+        return 1
+    print(f"reference guardrail on http://{host}:{port}/v1/validate ({len(rules.rules)} rules)")
+    serve(rules, host=host, port=port)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``agentjournal`` command."""
     parser = argparse.ArgumentParser(
@@ -56,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="agentjournal-demo.db",
         help="SQLite file to write (default: ./agentjournal-demo.db; each run adds a new session)",
     )
+    guardrail = commands.add_parser("guardrail", help="the reference guardrail service")
+    guardrail_commands = guardrail.add_subparsers(dest="guardrail_command", required=True)
+    serve = guardrail_commands.add_parser("serve", help="serve POST /v1/validate")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8787)
+    serve.add_argument("--rules", help="YAML rules file (default: PII redaction only)")
     check = commands.add_parser("selfcheck", help="check an event store end to end")
     check.add_argument(
         "--uri",
@@ -72,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "selfcheck":
             return asyncio.run(_selfcheck(args.uri))
+        if args.command == "guardrail":
+            return _guardrail_serve(args.host, args.port, args.rules)
         if args.command == "demo":
             from agentjournal.demo import run_demo  # loads the Agents SDK
 

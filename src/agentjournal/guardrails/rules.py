@@ -1,0 +1,175 @@
+"""The reference guardrail's rules and the decision they make (pure, no I/O).
+
+Rules are data (a YAML file or a dict)::
+
+    rules:
+      - kind: deny_tools          # BLOCK calls of these tools
+        tools: [delete_account]
+      - kind: deny_phrases        # BLOCK any payload containing one of these (case-insensitive)
+        phrases: ["drop table"]
+      - kind: ceiling             # BLOCK a tool call whose numeric argument is above max
+        tool: issue_refund
+        argument: amount_cents
+        max: 5000
+      - kind: redact_pii          # MODIFY: e-mail addresses, US SSNs and card numbers -> [REDACTED]
+
+Rules run in order; the first BLOCK wins, otherwise redactions accumulate into
+one MODIFY. :func:`decide` is what the service runs for each request.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentjournal.guardrails.protocol import (
+    ActionType,
+    Decision,
+    ValidateRequest,
+    ValidateResponse,
+)
+
+__all__ = ["RuleSet", "decide", "load_rules"]
+
+REDACTED = "[REDACTED]"
+_PII = re.compile(
+    r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}"  # e-mail
+    r"|\b\d{3}-\d{2}-\d{4}\b"  # US SSN
+    r"|\b(?:\d[ -]?){13,16}\b"  # card number
+)
+
+
+class _Rule(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DenyTools(_Rule):
+    kind: Literal["deny_tools"]
+    tools: list[str]
+
+
+class DenyPhrases(_Rule):
+    kind: Literal["deny_phrases"]
+    phrases: list[str]
+
+
+class Ceiling(_Rule):
+    kind: Literal["ceiling"]
+    tool: str
+    argument: str
+    max: float
+
+
+class RedactPii(_Rule):
+    kind: Literal["redact_pii"]
+
+
+Rule = Annotated[DenyTools | DenyPhrases | Ceiling | RedactPii, Field(discriminator="kind")]
+
+
+class RuleSet(BaseModel):
+    """The service's rules, in order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rules: list[Rule] = Field(default_factory=list)
+
+
+def load_rules(text: str) -> RuleSet:
+    """Parse rules from YAML (or JSON) text; raises ``ValueError`` naming what is wrong."""
+    data = yaml.safe_load(text) or {}
+    return RuleSet.model_validate(data)
+
+
+def decide(request: ValidateRequest, rules: RuleSet) -> ValidateResponse:
+    """Apply ``rules`` to one request."""
+    payload = request.payload
+    tool, arguments = _tool_call(request)
+    modified = payload
+    codes: list[str] = []
+    for rule in rules.rules:
+        if isinstance(rule, DenyTools) and tool in rule.tools:
+            return _block(request, "TOOL_DENIED", f"tool {tool!r} is not allowed")
+        if isinstance(rule, DenyPhrases):
+            text = json.dumps(modified, ensure_ascii=False).lower()
+            for phrase in rule.phrases:
+                if phrase.lower() in text:
+                    return _block(request, "PHRASE_DENIED", f"payload contains {phrase!r}")
+        if isinstance(rule, Ceiling) and tool == rule.tool and isinstance(arguments, dict):
+            value = arguments.get(rule.argument)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value > rule.max:
+                return _block(
+                    request,
+                    "CEILING_EXCEEDED",
+                    f"{rule.argument}={value} is above the ceiling {rule.max:g} for {tool}",
+                )
+        if isinstance(rule, RedactPii):
+            redacted = _redact(modified, request.action_type)
+            if redacted != modified:
+                modified = redacted
+                codes.append("PII_REDACTED")
+    if codes:
+        return ValidateResponse(
+            action_id=request.action_id,
+            decision=Decision.MODIFY,
+            reason_code=codes[0],
+            reason_message="personal data was redacted",
+            modified_payload=modified,
+        )
+    return ValidateResponse(action_id=request.action_id, decision=Decision.ALLOW)
+
+
+def _block(request: ValidateRequest, code: str, message: str) -> ValidateResponse:
+    return ValidateResponse(
+        action_id=request.action_id,
+        decision=Decision.BLOCK,
+        reason_code=code,
+        reason_message=message,
+    )
+
+
+def _tool_call(request: ValidateRequest) -> tuple[str | None, Any]:
+    """The tool name and parsed arguments of a TOOL_CALL payload."""
+    if request.action_type is not ActionType.TOOL_CALL or not isinstance(request.payload, dict):
+        return None, None
+    function = request.payload.get("function")
+    if not isinstance(function, dict):
+        return None, None
+    name = function.get("name")
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except (TypeError, ValueError):
+        arguments = None
+    return (name if isinstance(name, str) else None), arguments
+
+
+def _redact(payload: Any, action_type: ActionType) -> Any:
+    """Replace personal data in every string; tool arguments stay a JSON string."""
+    if action_type is ActionType.TOOL_CALL and isinstance(payload, dict):
+        function = payload.get("function")
+        if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+            try:
+                arguments = json.loads(function["arguments"])
+            except ValueError:
+                arguments = None
+            if arguments is not None:
+                cleaned = _redact_value(arguments)
+                if cleaned != arguments:
+                    text = json.dumps(cleaned, ensure_ascii=False, separators=(",", ":"))
+                    return {**payload, "function": {**function, "arguments": text}}
+                return payload
+    return _redact_value(payload)
+
+
+def _redact_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return _PII.sub(REDACTED, value)
+    if isinstance(value, list):
+        return [_redact_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _redact_value(v) for k, v in value.items()}
+    return value
