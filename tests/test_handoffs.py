@@ -411,3 +411,46 @@ async def test_a_subagent_ending_on_a_tool_result_closes_with_it(
     )
     assert await session.open_subagents() == []
     assert dumps(await session.get_items()) == dumps(await reference(method, [(build, "hi")]))
+
+
+async def test_reused_call_id_without_a_read_between_runs(journal: Journal) -> None:
+    """Direct writes (no get_items between them) reusing a handoff call id stay separate."""
+    from agents.items import ModelResponse
+    from agents.testing import function_call
+    from agents.usage import Usage
+
+    session = journal.session("h-reuse-direct")
+    billing: Agent[Any] = Agent(name="billing")
+    triage: Agent[Any] = Agent(name="triage", handoffs=[billing])
+    call = function_call("transfer_to_billing", {}, call_id="call_0")
+    items: list[Any] = []
+    for turn in range(2):
+        question = {"role": "user", "content": f"q{turn}"}
+        answer = {"role": "assistant", "content": f"a{turn}"}
+        handoff: list[Any] = [call.model_dump(exclude_none=True), output_of("call_0", "billing")]
+        response = ModelResponse(output=[call], usage=Usage(), response_id=None)
+        await session.add_items([question])  # type: ignore[list-item]
+        await session.on_llm_end(None, triage, response)  # type: ignore[arg-type]
+        await session.on_handoff(None, triage, billing)  # type: ignore[arg-type]
+        await session.add_items(handoff)
+        await session.on_agent_end(None, billing, f"a{turn}")  # type: ignore[arg-type]
+        await session.add_items([answer])  # type: ignore[list-item]
+        items += [question, *handoff, answer]
+    parent = await stream_of(journal.store, session.stream)
+    streams = [
+        json.loads(e.data)["subsession_stream"] for e in parent if e.type == "SubagentStarted"
+    ]
+    assert len(set(streams)) == 2
+    for stream in streams:
+        assert types(await stream_of(journal.store, stream))[-1] == "SubagentCompleted"
+    for limit in (None, 2, 4, 8):
+        got = await JournalSession(journal.store, "h-reuse-direct").get_items(limit=limit)
+        assert dumps(got) == dumps(items if limit is None else items[-limit:])
+
+
+def output_of(call_id: str, agent: str) -> dict[str, Any]:
+    return {
+        "call_id": call_id,
+        "output": json.dumps({"assistant": agent}),
+        "type": "function_call_output",
+    }

@@ -169,3 +169,18 @@ def test_what_starts_a_run() -> None:
     assert starts_a_run({"type": "message", "role": "user", "content": []})
     assert not starts_a_run(output("t1"))
     assert not starts_a_run({"role": "assistant", "content": "x"})
+
+
+def test_an_output_whose_subagent_closed_stays_in_the_open_stream() -> None:
+    result = plan([output("t1", "late")], call_owner={"t1": BILLING})  # billing has closed
+    assert where(result) == [("item", P, 0)]
+
+
+def test_a_receiver_stream_already_in_the_chain_gets_a_new_id() -> None:
+    result = plan(
+        [call("h1", "transfer_to_billing")],
+        chain=[billing()],
+        handoffs={"h1": ("billing", "billing")},
+        first_index=5,
+    )
+    assert result.chain[-1].stream == BILLING + ".5"

@@ -341,3 +341,17 @@ async def test_indices_continue_after_a_foreign_event_at_the_head(journal: Journ
     recorded = [e for e in await journal.store.read(session.stream) if "aj.index" in e.metadata]
     assert [int(e.metadata["aj.index"]) for e in recorded] == [0, 1, 2]
     assert contents(await cold.get_items()) == ["ours-0", "ours-1", "written elsewhere", "ours-2"]
+
+
+async def test_a_malformed_index_does_not_crash_a_read(journal: Journal) -> None:
+    session = journal.session("odd-index")
+    await session.add_items([user("hi")])
+    head = await journal.store.head(session.stream)
+    assert head is not None
+    data = to_json(UserMessageReceived(content="odd")).encode()
+    await journal.store.append(
+        session.stream,
+        [NewEvent(type="UserMessageReceived", data=data, metadata={"aj.index": "²"})],
+        expected=head,
+    )
+    assert contents(await JournalSession(journal.store, "odd-index").get_items()) == ["hi", "odd"]

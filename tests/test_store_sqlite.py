@@ -114,3 +114,21 @@ async def test_cancelled_writer_does_not_abandon_its_commit(tmp_path: Path) -> N
 async def test_bad_uris_are_refused(uri: str) -> None:
     with pytest.raises(InvalidInput):
         await open_store(uri)
+
+
+async def test_refused_files_are_left_untouched(tmp_path: Path) -> None:
+    for name, setup in (
+        ("other.db", "CREATE TABLE users (id INTEGER)"),
+        ("newer.db", "PRAGMA user_version = 2"),
+        ("impostor.db", "CREATE TABLE users (id INTEGER); PRAGMA user_version = 1"),
+    ):
+        path = tmp_path / name
+        db = sqlite3.connect(path)
+        db.executescript(setup)
+        db.commit()
+        db.close()
+        with pytest.raises(StoreUnavailable):
+            await SQLiteEventStore.open(path)
+        db = sqlite3.connect(path)
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+        db.close()

@@ -12,8 +12,11 @@ The rules (DESIGN.md §8):
   when none is open).
 * A ``function_call`` matched to a handoff becomes ``start``: ``SubagentStarted``
   on the owner (carrying the call) and its twin opening the receiver's stream.
-* An output goes where its call went; the handoff's own output (its
-  acknowledgement) is the first item of the receiver's stream.
+* An output goes where its call went while that stream is still open (else
+  to the owner); the handoff's own output (its acknowledgement) is the first
+  item of the receiver's stream.
+* A receiver's stream must be new: if its name is taken (a reused call id),
+  the id gets ``.{message_index}`` appended.
 * ``closing`` closes every open subagent; a write that starts a new run
   closes subagents an earlier run left open (``error``); the write after the
   last agent finished closes them with ``success``. Closes are innermost first.
@@ -163,7 +166,8 @@ def plan_write(
         if kind == "function_call" and call_id is not None and call_id in handoffs:
             source, target = handoffs[call_id]
             agent_id = subagent_id(target, call_id)
-            if subsession_stream(session_id, agent_id) in taken:
+            stream_name = subsession_stream(session_id, agent_id)
+            if stream_name in taken or any(s.stream == stream_name for s in open_):
                 agent_id = subagent_id(target, f"{call_id}.{index}")
             arguments = item.get("arguments")
             subagent = Subagent(
@@ -183,6 +187,8 @@ def plan_write(
             if call_id is not None and isinstance(kind, str):
                 if kind.endswith("_output"):
                     stream = owners.pop(call_id, owner)
+                    if stream != session_stream and all(s.stream != stream for s in open_):
+                        stream = owner  # its call's subagent has closed since: stay in the open one
                     if looks_like_a_handoff(item) and all(s.call_id != call_id for s in open_):
                         unmatched.append(item)
                 else:

@@ -380,13 +380,15 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                     for entry in entries:
                         tree.timeline.apply(entry)
                     tree.chain = plan.chain
+                    followed = {self.stream, *(sub.stream for sub in plan.chain)}
+                    tree.heads = {k: v for k, v in tree.heads.items() if k in followed}
                     tree.next_index = first + plan.indexed
                 tree.call_owner = plan.call_owner
                 if wrapper is not None and tree.chain:
                     tree.chain_run = _weak(wrapper)
                 closed = sum(1 for op in plan.ops if op.kind == "close")
-                if closed or closing is not None:
-                    self._finished = None
+                if closed or closing is not None or items:
+                    self._finished = None  # the final output has been written (or closed)
                 for op in plan.ops:
                     if op.kind == "start" and op.subagent is not None:
                         self._handoffs.pop(op.subagent.call_id, None)
@@ -527,9 +529,15 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                     if stream == sub.parent_stream:
                         metadata[events.CLOSES_KEY] = sub.stream
                     add(stream, events.SUBAGENT_COMPLETED, data, metadata)
+        # A receiver's stream must not exist yet, whatever was read before.
+        opened = {op.subagent.stream for op in plan.ops if op.kind == "start" and op.subagent}
         requests = [
             AppendRequest(
-                stream, new, StreamState.NO_STREAM if heads.get(stream, -1) < 0 else heads[stream]
+                stream,
+                new,
+                StreamState.NO_STREAM
+                if stream in opened or heads.get(stream, -1) < 0
+                else heads[stream],
             )
             for stream, new in by_stream.items()
         ]
@@ -1031,20 +1039,23 @@ def _handoff_targets(agent: Agent[Any]) -> dict[str, str]:
     return targets
 
 
+def _number(raw: str | None) -> int | None:
+    """A metadata value as a non-negative int (ASCII digits only), else None."""
+    return int(raw) if raw is not None and raw.isascii() and raw.isdigit() else None
+
+
 def _index_of(event: RecordedEvent) -> int:
-    raw = event.metadata.get(events.INDEX_KEY)
-    return int(raw) if raw is not None and raw.isdigit() else -1
+    index = _number(event.metadata.get(events.INDEX_KEY))
+    return -1 if index is None else index
 
 
 def _next_index_after(event: RecordedEvent) -> int | None:
     """The next free message index after ``event``; None if it does not say."""
-    raw = event.metadata.get(events.NEXT_INDEX_KEY)
-    if raw is not None and raw.isdigit():
-        return int(raw)
-    raw = event.metadata.get(events.INDEX_KEY)
-    if raw is not None and raw.isdigit():
-        return int(raw) + 1
-    return None
+    found = _number(event.metadata.get(events.NEXT_INDEX_KEY))
+    if found is not None:
+        return found
+    index = _number(event.metadata.get(events.INDEX_KEY))
+    return None if index is None else index + 1
 
 
 def _identities(item: Any) -> list[str]:

@@ -435,17 +435,12 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
     except sqlite3.Error as error:
         raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
     try:
+        _refuse_foreign(db, path)  # before anything could change the file
         db.execute(
             "PRAGMA journal_mode = WAL" if path != ":memory:" else "PRAGMA journal_mode = MEMORY"
         )
         db.execute("PRAGMA synchronous = FULL")
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, SCHEMA_VERSION):
-            raise StoreUnavailable(
-                f"SQLite store {path} has schema version {version}; this agentjournal "
-                f"reads version {SCHEMA_VERSION}: upgrade agentjournal"
-            )
-        if version == 0:
+        if db.execute("PRAGMA user_version").fetchone()[0] == 0:
             _create_schema(db, path)
     except sqlite3.DatabaseError as error:
         db.close()
@@ -456,19 +451,28 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
     return db
 
 
+def _refuse_foreign(db: sqlite3.Connection, path: str) -> None:
+    """Raise unless the file is empty or an agentjournal store of this schema version."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if version not in (0, SCHEMA_VERSION):
+        raise StoreUnavailable(
+            f"SQLite store {path} has schema version {version}; this agentjournal "
+            f"reads version {SCHEMA_VERSION}: upgrade agentjournal, or choose another file"
+        )
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    foreign = sorted(tables - {"streams", "events", "sqlite_sequence"})
+    if foreign or (version == SCHEMA_VERSION and not {"streams", "events"} <= tables):
+        shown = foreign[0] if foreign else "missing streams/events tables"
+        raise StoreUnavailable(
+            f"{path} is a SQLite database of something else ({shown!r}); choose another file"
+        )
+
+
 def _create_schema(db: sqlite3.Connection, path: str) -> None:
     db.execute("BEGIN IMMEDIATE")
     try:
         if db.execute("PRAGMA user_version").fetchone()[0] == 0:
-            foreign = db.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' "
-                "AND name NOT IN ('streams', 'events', 'sqlite_sequence')"
-            ).fetchone()
-            if foreign is not None:
-                raise StoreUnavailable(
-                    f"{path} is a SQLite database of something else (table {foreign[0]!r}); "
-                    "choose another file"
-                )
+            _refuse_foreign(db, path)  # again, under the write lock
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
