@@ -189,3 +189,32 @@ def test_bad_configuration_is_refused() -> None:
         GuardrailClient("ftp://x")
     with pytest.raises(ValueError, match="timeout"):
         GuardrailClient("http://x", timeout=0)
+
+
+async def test_a_breaking_fits_check_blocks() -> None:
+    def modify(request: Received) -> Reply:
+        return answer(request, decision="MODIFY", modified_payload={"x": 1})
+
+    def broken(payload: Any) -> bool:
+        raise KeyError("function")
+
+    async with HttpStub(modify) as stub:
+        verdict = await ask(stub.url, fits=broken)
+    assert (verdict.decision, verdict.reason_code) == (
+        Decision.BLOCK,
+        ReasonCode.GUARDRAIL_INVALID_MODIFICATION.value,
+    )
+
+
+async def test_a_payload_that_cannot_be_sent_blocks() -> None:
+    async with HttpStub(lambda r: Reply()) as stub, GuardrailClient(stub.url) as client:
+        verdict = await client.validate(
+            ActionType.AGENT_RESPONSE,
+            {"not json": object()},
+            source_agent_id="a",
+            thread_id="t",
+            trace=TRACE,
+        )
+    assert verdict.decision is Decision.BLOCK
+    assert verdict.fault
+    assert stub.received == []

@@ -84,6 +84,18 @@ class Verdict:
         return self.modified_payload if self.decision is Decision.MODIFY else self.payload
 
 
+def _fits(payload: Any, fits: Callable[[Any], bool] | None) -> bool:
+    """A MODIFY's payload is usable: present, and accepted by the caller's check."""
+    if payload is None:
+        return False
+    if fits is None:
+        return True
+    try:
+        return bool(fits(payload))
+    except Exception:  # a check that breaks does not let the payload through
+        return False
+
+
 class _Fault(Exception):
     def __init__(self, code: ReasonCode, message: str) -> None:
         super().__init__(message)
@@ -179,10 +191,7 @@ class GuardrailClient:
                     ReasonCode.GUARDRAIL_PROTOCOL_ERROR,
                     f"reply is for action {answer.action_id!r}, not {request.action_id!r}",
                 )
-            if answer.decision is Decision.MODIFY and (
-                answer.modified_payload is None
-                or (fits is not None and not fits(answer.modified_payload))
-            ):
+            if answer.decision is Decision.MODIFY and not _fits(answer.modified_payload, fits):
                 raise _Fault(
                     ReasonCode.GUARDRAIL_INVALID_MODIFICATION,
                     "MODIFY without a payload that fits the action",
@@ -196,6 +205,13 @@ class GuardrailClient:
             )
         except _Fault as fault:
             return self._fault(request, started, fault.code, fault.message)
+        except Exception as error:  # anything unforeseen blocks too: never fail open by accident
+            return self._fault(
+                request,
+                started,
+                ReasonCode.GUARDRAIL_PROTOCOL_ERROR,
+                f"{type(error).__name__}: {error}",
+            )
         return Verdict(
             action_id=request.action_id,
             action_type=action_type,
