@@ -272,6 +272,8 @@ class KurrentDBEventStore:
             # A mix of retried and new streams gets an internal error from
             # KurrentDB 26.0 rather than a conflict: find out what happened.
             raise await self._explain_failure(requests, error) from None
+        except Exception as error:  # anything else the client lets through: still our tree
+            raise self._translate(error, None) from None
         if position <= 0:  # a server that reports no position for a retry
             position = await self._locate(requests[-1], 0)
         revisions = await asyncio.gather(
