@@ -199,12 +199,18 @@ class SQLiteEventStore:
 
     async def _write(self, requests: list[AppendRequest]) -> list[AppendResult]:
         future = self._submit(self._write_sync, requests)
+        writes = any(request.events for request in requests)
+
+        def settled(done: asyncio.Future[list[AppendResult]]) -> None:
+            # Runs even when the caller was cancelled: subscribers still hear of the
+            # commit, and a failure is retrieved rather than left unobserved.
+            if not done.cancelled() and done.exception() is None and writes:
+                self._notify()
+
+        future.add_done_callback(settled)
         # A cancelled caller must not abandon a commit half-way: the thread
         # finishes the transaction either way, and its outcome stands.
-        results = await asyncio.shield(future)
-        if any(request.events for request in requests):
-            self._notify()
-        return results
+        return await asyncio.shield(future)
 
     def _write_sync(self, requests: list[AppendRequest]) -> list[AppendResult]:
         db = self._db
