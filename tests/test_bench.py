@@ -9,16 +9,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_session_benchmark_runs() -> None:
+def run_bench(name: str, *args: str) -> str:
+    """Run ``bench/{name}.py --quick`` and return what it printed."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "session.py"), "--quick"],
+        [sys.executable, str(ROOT / "bench" / f"{name}.py"), "--quick", *args],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "(c) full get_items of" in result.stdout
+    return result.stdout
+
+
+def test_session_benchmark_runs() -> None:
+    out = run_bench("session")
+    assert "(c) full get_items of" in out
     # The handoff case checks its replays against SQLiteSession before timing them.
-    assert "(d) replay 5 handoffs x 10 items, cold" in result.stdout
-    assert "(d) replay 5 handoffs x 10 items, warm" in result.stdout
+    assert "(d) replay 5 handoffs x 10 items, cold" in out
+    assert "(d) replay 5 handoffs x 10 items, warm" in out
+
+
+def test_store_benchmark_runs() -> None:
+    out = run_bench("store", "--store", "sqlite")
+    assert "append_many 2 streams" in out
+    assert "tail read 20 of" in out

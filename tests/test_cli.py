@@ -6,8 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -52,16 +50,3 @@ def test_unknown_store_is_a_usage_error() -> None:
     result = run("selfcheck", "--uri", "postgres://db/x")
     assert result.returncode == 1
     assert "unknown store URI" in result.stderr
-
-
-def test_store_benchmark_runs() -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "store.py"), "--quick", "--store", "sqlite"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "append_many 2 streams" in result.stdout
-    assert "tail read 20 of" in result.stdout

@@ -51,6 +51,7 @@ from agents.memory.session_settings import (
     coerce_session_settings,
     resolve_session_limit,
 )
+from agents.tracing import get_current_trace
 from kurrent_agent_schema import TokenUsage, to_json
 
 from agentjournal import codec, events
@@ -1088,8 +1089,6 @@ def _usage_json(response: ModelResponse, agent: Agent[Any]) -> str | None:
 
 def _trace_id() -> str | None:
     """The W3C trace id of the current SDK trace, if any."""
-    from agents.tracing import get_current_trace
-
     trace = get_current_trace()
     trace_id = getattr(trace, "trace_id", None) if trace is not None else None
     if isinstance(trace_id, str) and trace_id.startswith("trace_") and len(trace_id) == 38:
