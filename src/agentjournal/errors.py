@@ -13,14 +13,20 @@ the store boundary and never leak through the public API.
     │   ├── StreamNotFound               the stream does not exist
     │   ├── StreamDeleted                the stream was deleted or tombstoned
     │   └── StoreUnavailable             the store cannot be reached or is busy
-    └── CodecError                       an item or event cannot be translated
+    ├── CodecError                       an item or event cannot be translated
+    └── GuardrailBlocked                 a guardrail stopped the run (also AgentsException)
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from agents.exceptions import AgentsException
+
 __all__ = [
     "CodecError",
     "ConcurrencyError",
+    "GuardrailBlocked",
     "InvalidInput",
     "JournalError",
     "StoreError",
@@ -93,3 +99,45 @@ class StoreUnavailable(StoreError):
 
 class CodecError(JournalError):
     """Raised when an SDK item or a stored event cannot be translated."""
+
+
+class GuardrailBlocked(JournalError, AgentsException):
+    """Raised when a guardrail decision stops the run (the decision is on the stream).
+
+    It ends ``Runner.run`` (and a streamed run's ``stream_events``) when an
+    agent's input or final response is blocked, when a tool call or handoff is
+    blocked and no ``session.guard(agent)`` wrapper can refuse it in the run's
+    place, when a MODIFY cannot be enforced, and when a decision could not be
+    recorded (then nothing was acted on).
+
+    Attributes:
+        action_type: ``AGENT_INPUT``, ``TOOL_CALL``, ``AGENT_HANDOFF`` or ``AGENT_RESPONSE``.
+        action_id: The id sent to the guardrail.
+        reason_code: The guardrail's reason, or the runner's (``GUARDRAIL_UNAVAILABLE``,
+            ``GUARDRAIL_UNENFORCEABLE``, ``DECISION_NOT_RECORDED``, ...).
+        reason_message: Human-readable reason.
+        subject: What was acted on: the tool, the handoff target, the agent.
+        verdict: The full :class:`~agentjournal.guardrails.Verdict`.
+    """
+
+    def __init__(
+        self,
+        *,
+        action_type: str,
+        action_id: str,
+        reason_code: str | None,
+        reason_message: str | None,
+        subject: str,
+        verdict: Any,
+    ) -> None:
+        self.action_type = action_type
+        self.action_id = action_id
+        self.reason_code = reason_code
+        self.reason_message = reason_message
+        self.subject = subject
+        self.verdict = verdict
+        super().__init__(
+            f"guardrail blocked {action_type} of {subject!r} ({reason_code or 'no reason code'}"
+            f"{': ' + reason_message if reason_message else ''}); the decision is recorded "
+            f"as action {action_id}"
+        )

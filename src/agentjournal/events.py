@@ -38,12 +38,15 @@ __all__ = [
     "decode_subagent_started",
     "encode_subagent_completed",
     "encode_subagent_started",
+    "GUARDRAIL_DECIDED",
+    "GuardrailDecided",
     "ITEM_POPPED",
     "NEXT_INDEX_KEY",
     "RESPONSE_ID_KEY",
     "SCHEMA_VERSION_KEY",
     "SESSION_CLEARED",
     "SESSION_STARTED",
+    "SPAN_ID_KEY",
     "TRACE_ID_KEY",
     "USAGE_KEY",
     "ItemPopped",
@@ -63,13 +66,17 @@ process learns where to continue from the stream's last event alone."""
 RESPONSE_ID_KEY: Final = "aj.response_id"
 """The model response that produced an assistant item (groups ``$usage``)."""
 TRACE_ID_KEY: Final = "trace_id"
-"""W3C trace id (32 lowercase hex) of the SDK trace the write happened in."""
+"""W3C trace id (32 lowercase hex) of the span that produced the event."""
+SPAN_ID_KEY: Final = "span_id"
+"""W3C span id (16 lowercase hex) of the span that produced the event: the
+speaking agent's span for items, the guardrail call's span for decisions."""
 
 SCHEMA_VERSION_VALUE: Final = str(SCHEMA_VERSION)
 
 SESSION_STARTED: Final = "SessionStarted"
 ITEM_POPPED: Final = "agentjournal.ItemPopped"
 SESSION_CLEARED: Final = "agentjournal.SessionCleared"
+GUARDRAIL_DECIDED: Final = "agentjournal.GuardrailDecided"
 
 
 def encode_session_started(
@@ -144,6 +151,67 @@ class SessionCleared:
             return cls(through_index=_typed(body, "through_index", int))
         except KeyError as missing:
             raise CodecError(f"{SESSION_CLEARED} lacks {missing}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class GuardrailDecided:
+    """``agentjournal.GuardrailDecided``: a guardrail's decision on one action and what was done.
+
+    Written to the stream of the agent that acts, before the action (a
+    decision that cannot be recorded is not acted on).
+
+    Attributes:
+        action_id: The id sent to the guardrail (uuid4).
+        action_type: ``AGENT_INPUT``, ``TOOL_CALL``, ``AGENT_HANDOFF`` or ``AGENT_RESPONSE``.
+        decision: What the runner acts on: ``ALLOW``, ``BLOCK`` or ``MODIFY``.
+        guardrail_decision: What the service answered; None when it gave no usable answer.
+        reason_code: The guardrail's reason code, or the runner's.
+        reason_message: Human-readable reason.
+        enforcement: How the decision was carried out (see SCHEMA.md).
+        agent: The agent that acts (``source_agent_id``).
+        subject: The tool, the handoff's target agent, or the agent.
+        call_id: The tool or handoff call id, when there is one.
+        payload: The payload sent.
+        modified_payload: The guardrail's replacement (MODIFY), else None.
+        payload_digest: ``sha256:`` of the canonical JSON of ``payload``.
+        modified_payload_digest: The same for ``modified_payload``, else None.
+        latency_ms: Time the guardrail took to decide.
+        trace_id: W3C trace id of the guardrail call's span.
+        span_id: W3C span id of that span.
+    """
+
+    action_id: str
+    action_type: str
+    decision: str
+    guardrail_decision: str | None
+    reason_code: str | None
+    reason_message: str | None
+    enforcement: str
+    agent: str
+    subject: str
+    call_id: str | None
+    payload: Any
+    modified_payload: Any
+    payload_digest: str
+    modified_payload_digest: str | None
+    latency_ms: float
+    trace_id: str
+    span_id: str
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {name: getattr(self, name) for name in self.__slots__},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> GuardrailDecided:
+        body = _object(data, GUARDRAIL_DECIDED)
+        try:
+            return cls(**{name: body[name] for name in cls.__slots__})
+        except KeyError as missing:
+            raise CodecError(f"{GUARDRAIL_DECIDED} lacks {missing}") from None
 
 
 def _object(data: bytes, type_: str) -> dict[str, Any]:

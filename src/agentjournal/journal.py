@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import OrderedDict
 from collections.abc import Generator, Mapping
@@ -10,16 +11,22 @@ from typing import Any, Final
 
 from agents.memory.session_settings import SessionSettings
 
+from agentjournal.errors import InvalidInput
+from agentjournal.guardrails.client import GuardrailClient
 from agentjournal.session import JournalSession, SessionTree
 from agentjournal.store import EventStore, open_store
 from agentjournal.streams import validate_id
 
-__all__ = ["DEFAULT_URI", "URI_ENV", "Journal"]
+__all__ = ["DEFAULT_URI", "GUARDRAIL_URL_ENV", "URI_ENV", "Journal"]
+
+logger = logging.getLogger("agentjournal")
 
 URI_ENV: Final = "AGENTJOURNAL_URI"
 """The environment variable :meth:`Journal.open` reads when given no URI."""
 DEFAULT_URI: Final = "sqlite:///agentjournal.db"
 """Where the journal lives when neither an argument nor the environment says."""
+GUARDRAIL_URL_ENV: Final = "AGENTJOURNAL_GUARDRAIL_URL"
+"""The guardrail service sessions use when ``guardrails=`` is not given."""
 
 
 class Journal:
@@ -41,6 +48,8 @@ class Journal:
         self._cached_sessions = cached_sessions
         # Session objects of one id share what was read of its streams.
         self._trees: OrderedDict[str, SessionTree] = OrderedDict()
+        self._guardrails: dict[str, GuardrailClient] = {}  # made here from URLs; closed here
+        self._said_unguarded = False
 
     @classmethod
     def open(cls, uri: str | None = None) -> _Opening:
@@ -65,6 +74,7 @@ class Journal:
         user_id: str | None = None,
         agent_name: str | None = None,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        guardrails: str | GuardrailClient | None = None,
     ) -> JournalSession:
         """Return the session ``session_id``: pass it as both ``session=`` and ``hooks=``.
 
@@ -77,9 +87,14 @@ class Journal:
             agent_name: Recorded on ``SessionStarted``; defaults to the first
                 agent that runs.
             session_settings: Defaults for ``get_items`` (``limit``).
+            guardrails: The guardrail service: a base URL (a client with the
+                default timeout and fail-closed mode, shared by this journal's
+                sessions) or a configured :class:`GuardrailClient`. Default
+                ``$AGENTJOURNAL_GUARDRAIL_URL``; with neither, nothing is
+                checked (logged once).
 
         Raises:
-            InvalidInput: ``session_id`` or ``session_settings`` is malformed.
+            InvalidInput: ``session_id``, ``session_settings`` or the guardrail URL is malformed.
         """
         key = validate_id(session_id, "session id")
         tree = self._trees.pop(key, None) or SessionTree()
@@ -94,10 +109,36 @@ class Journal:
             agent_name=agent_name,
             session_settings=session_settings,
             tree=tree,
+            guardrails=self._guardrail_client(guardrails),
         )
 
+    def _guardrail_client(self, guardrails: str | GuardrailClient | None) -> GuardrailClient | None:
+        if isinstance(guardrails, GuardrailClient):
+            return guardrails
+        url = guardrails or os.environ.get(GUARDRAIL_URL_ENV)
+        if not url:
+            if not self._said_unguarded:
+                self._said_unguarded = True
+                logger.info(
+                    "no guardrail service configured: actions are not checked "
+                    "(pass guardrails= or set %s)",
+                    GUARDRAIL_URL_ENV,
+                )
+            return None
+        client = self._guardrails.get(url)
+        if client is None:
+            try:
+                client = GuardrailClient(url)
+            except ValueError as error:
+                raise InvalidInput(str(error)) from None
+            self._guardrails[url] = client
+        return client
+
     async def close(self) -> None:
-        """Close the store; sessions of this journal cannot be used afterwards."""
+        """Close the store and the guardrail clients made here; sessions cannot be used after."""
+        for client in self._guardrails.values():
+            await client.aclose()
+        self._guardrails.clear()
         await self.store.close()
 
     async def __aenter__(self) -> Journal:

@@ -51,17 +51,21 @@ from agents.memory.session_settings import (
     coerce_session_settings,
     resolve_session_limit,
 )
-from agents.tracing import get_current_trace
 from kurrent_agent_schema import TokenUsage, to_json
+from opentelemetry.trace import Span
 
-from agentjournal import codec, events
+from agentjournal import codec, events, tracing
 from agentjournal._locks import CrossLoopLock
 from agentjournal.errors import (
     CodecError,
     ConcurrencyError,
+    GuardrailBlocked,
     StoreUnavailable,
     StreamNotFound,
 )
+from agentjournal.guardrails import guard as guarding
+from agentjournal.guardrails.client import GuardrailClient
+from agentjournal.guardrails.enforce import Enforcer
 from agentjournal.handoffs import SUMMARY_CHARS, Plan, plan_write, starts_a_run
 from agentjournal.replay import Clear, Entry, Picker, Pop, Timeline, TimelineEvent
 from agentjournal.store.base import (
@@ -78,6 +82,7 @@ if TYPE_CHECKING:
     from agents.agent import Agent
     from agents.items import ModelResponse, TResponseInputItem
     from agents.run_context import RunContextWrapper
+    from agents.tool import Tool
 
 __all__ = ["JournalSession", "SessionTree"]
 
@@ -142,6 +147,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         agent_name: str | None = None,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
         tree: SessionTree | None = None,
+        guardrails: GuardrailClient | None = None,
     ) -> None:
         self.session_id = validate_id(session_id, "session id")
         self.stream = session_stream(self.session_id)
@@ -159,6 +165,34 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         self._finished: str | None = None  # the last agent's output, set by on_agent_end
         self._warned_unwired = False
         self._taken: set[str] = set()  # subsession streams found to exist already
+        # The current run: its usage object identifies it to every hook and tool context.
+        self._run_usage: weakref.ref[Any] | None = None
+        self._run_wrapper: weakref.ref[Any] | None = None
+        self._trace: tracing.RunTrace | None = None
+        self._enforcer = (
+            Enforcer(guardrails, thread_id=self.session_id, recorder=self)
+            if guardrails is not None
+            else None
+        )
+
+    @property
+    def guardrails(self) -> GuardrailClient | None:
+        """The guardrail client this session checks actions with, if any."""
+        return self._enforcer.client if self._enforcer is not None else None
+
+    def guard(self, agent: Agent[Any]) -> Agent[Any]:
+        """Return a copy of ``agent``'s graph with guardrail wrappers on every tool and handoff.
+
+        The hooks alone stop the run on a blocked tool call or handoff and
+        cannot apply a MODIFY to one; run the guarded copy (still with
+        ``session=s, hooks=s``) and a blocked tool call becomes an error output
+        the model sees, and MODIFY runs the tool or handoff with the modified
+        arguments. The agents passed in are not changed. Without a guardrail
+        configured, ``agent`` is returned as it is.
+        """
+        if self._enforcer is None:
+            return agent
+        return guarding.guard_graph(agent, self._enforcer)
 
     def __repr__(self) -> str:
         return f"JournalSession({self.session_id!r}, stream={self.stream!r})"
@@ -293,19 +327,53 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
 
     async def on_agent_start(self, context: RunContextWrapper[Any], agent: Agent[Any]) -> None:
         """Remember which agent is speaking: it authors the items that follow."""
+        self._enter_run(context)
         self._current_agent = agent.name
         self._finished = None
+        if self._trace is not None:
+            self._trace.agent_started(agent.name)
+        if self._enforcer is not None:
+            self._enforcer.agent_started()
 
     async def on_agent_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], output: Any
     ) -> None:
         """The run's last agent finished: its subagents close with its final message."""
         self._finished = output if isinstance(output, str) else repr(output)
+        if self._trace is not None:
+            self._trace.end()
+
+    async def on_llm_start(
+        self,
+        context: RunContextWrapper[Any],
+        agent: Agent[Any],
+        system_prompt: str | None,
+        input_items: list[TResponseInputItem],
+    ) -> None:
+        """Check a newly started agent's input with the guardrail (AGENT_INPUT)."""
+        self._enter_run(context, main=True)
+        if self._enforcer is not None:
+            await self._enforcer.check_input(agent, input_items)
+
+    async def on_tool_start(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool
+    ) -> None:
+        """Open the tool call's span."""
+        if self._trace is not None:
+            self._trace.tool_started(_tool_key(context, tool), tool.name)
+
+    async def on_tool_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool, result: Any
+    ) -> None:
+        """Close the tool call's span."""
+        if self._trace is not None:
+            self._trace.tool_ended(_tool_key(context, tool))
 
     async def on_llm_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
     ) -> None:
-        """Remember usage, response id and the handoff calls of the response."""
+        """Remember usage, response id and handoff calls; check every action with the guardrail."""
+        self._enter_run(context, main=True)
         produced = _Produced(response.response_id, _usage_json(response, agent), agent.name)
         targets = _handoff_targets(agent)
         # A handoff is matched within its own response: forget this agent's older
@@ -321,6 +389,15 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 self._handoff_calls[call_id] = (agent.name, targets[name])
         _trim(self._produced)
         _trim(self._handoff_calls)
+        if self._enforcer is not None:
+            enforcer = self._enforcer
+            await enforcer.check_response(
+                agent,
+                response,
+                handoff_targets=targets,
+                guarded=lambda name: guarding.covers(agent, name, enforcer),
+                schema_of=lambda name: guarding.schema_of(agent, name),
+            )
 
     async def on_handoff(
         self, context: RunContextWrapper[Any], from_agent: Agent[Any], to_agent: Agent[Any]
@@ -336,6 +413,63 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             from_agent.name,
             to_agent.name,
         )
+
+    # -- runs, spans and guardrail decisions ----------------------------------------
+
+    def _enter_run(self, context: RunContextWrapper[Any], *, main: bool = False) -> None:
+        """Notice a new run: every context of one run shares its ``usage`` object."""
+        usage = getattr(context, "usage", None)
+        if usage is None or (self._run_usage is not None and self._run_usage() is usage):
+            if main:
+                self._run_wrapper = _weak(context)
+            return
+        if self._trace is not None:
+            self._trace.end("the run ended without finishing (error or interruption)")
+        self._run_usage = _weak(usage)
+        self._run_wrapper = _weak(context) if main else None
+        self._trace = tracing.RunTrace(self.session_id)
+        if self._enforcer is not None:
+            self._enforcer.new_run()
+
+    def agent_span(self) -> Span | None:
+        """The span of the agent acting now (for guardrail calls)."""
+        return self._trace.current if self._trace is not None else None
+
+    def _trace_ids(self, wrapper: RunContextWrapper[Any] | None) -> tracing.TraceIds | None:
+        """The ids for events written now: the speaking agent's span, if this run has one."""
+        if self._trace is not None and _same_run(self._run_wrapper, wrapper):
+            return tracing.ids_of(self._trace.current)
+        return tracing.current_ids()
+
+    async def run_stopped(self, error: GuardrailBlocked) -> None:
+        """A guardrail ends the run: its open subagents close with outcome ``error``."""
+        if self._trace is not None:
+            self._trace.end(error)
+        reason = f"{type(error).__name__}: {error}"[:SUMMARY_CHARS]
+        await self.close_subagents(outcome="error", reason=reason)
+
+    async def record_decision(self, decided: events.GuardrailDecided) -> None:
+        """Append a guardrail decision to the acting agent's stream before it is acted on.
+
+        Raises:
+            StoreError: The decision did not land (then it must not be acted on).
+        """
+        tree = self._tree
+        trace = {events.TRACE_ID_KEY: decided.trace_id, events.SPAN_ID_KEY: decided.span_id}
+        async with tree.lock:
+            if not tree.loaded:
+                await self._load(0)
+            for attempt in range(_CONFLICT_RETRIES):
+                if attempt:
+                    await _backoff(attempt)
+                run = self._run_wrapper() if self._run_wrapper is not None else None
+                inner = tree.chain and _same_run(tree.chain_run, run)
+                stream = tree.chain[-1].stream if inner else self.stream
+                if await self._append_control(
+                    events.GUARDRAIL_DECIDED, decided.encode(), stream=stream, extra=trace
+                ):
+                    return
+            raise ConcurrencyError(self.stream, "exact", tree.heads.get(self.stream))
 
     # -- writing ------------------------------------------------------------------
 
@@ -360,7 +494,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 plan = self._plan(items, wrapper, closing, first)
                 if not plan.ops:
                     return 0
-                requests, entries = self._encode(plan, nonce, first)
+                requests, entries = self._encode(plan, nonce, first, wrapper)
                 landed = await self._append(requests)
                 if isinstance(landed, ConcurrencyError):
                     conflict = landed
@@ -425,12 +559,12 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         return plan
 
     def _encode(
-        self, plan: Plan, nonce: str, first: int
+        self, plan: Plan, nonce: str, first: int, wrapper: RunContextWrapper[Any] | None
     ) -> tuple[list[AppendRequest], list[TimelineEvent]]:
         """Turn the plan into per-stream event lists and the timeline entries they make."""
         tree = self._tree
         now = datetime.now(UTC)
-        trace_id = _trace_id()
+        ids = self._trace_ids(wrapper)
         next_index = first + plan.indexed
         by_stream: dict[str, list[NewEvent]] = {}
         heads = dict(tree.heads)
@@ -447,8 +581,10 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             child = open_child.get(stream)
             if child:
                 metadata[events.OPEN_KEY] = child
-            if trace_id:
-                metadata[events.TRACE_ID_KEY] = trace_id
+            if ids is not None:
+                metadata[events.TRACE_ID_KEY] = ids.trace_id
+                if ids.span_id:
+                    metadata[events.SPAN_ID_KEY] = ids.span_id
             metadata.update(extra)
             event = NewEvent(type=type_, data=data, metadata=metadata, id=self._id(nonce, counter))
             counter += 1
@@ -544,14 +680,26 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         ]
         return requests, entries
 
-    async def _append_control(self, type_: str, data: bytes) -> bool:
-        """Append a pop or clear to the innermost stream; False on a conflict."""
+    async def _append_control(
+        self,
+        type_: str,
+        data: bytes,
+        *,
+        stream: str | None = None,
+        extra: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Append an event that is no item (default: to the innermost stream); False on conflict."""
         tree = self._tree
-        stream = tree.chain[-1].stream if tree.chain else self.stream
+        if stream is None:
+            stream = tree.chain[-1].stream if tree.chain else self.stream
         metadata = {
             events.NEXT_INDEX_KEY: str(await self._next_index()),
             events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE,
+            **(extra or {}),
         }
+        child = next((s.stream for s in tree.chain if s.parent_stream == stream), None)
+        if child is not None:
+            metadata[events.OPEN_KEY] = child  # a new process finds the open subagent from here
         event = NewEvent(type=type_, data=data, metadata=metadata, id=uuid.uuid4())
         head = tree.heads.get(stream, -1)
         request = AppendRequest(stream, [event], StreamState.NO_STREAM if head < 0 else head)
@@ -1087,10 +1235,6 @@ def _usage_json(response: ModelResponse, agent: Agent[Any]) -> str | None:
     return text
 
 
-def _trace_id() -> str | None:
-    """The W3C trace id of the current SDK trace, if any."""
-    trace = get_current_trace()
-    trace_id = getattr(trace, "trace_id", None) if trace is not None else None
-    if isinstance(trace_id, str) and trace_id.startswith("trace_") and len(trace_id) == 38:
-        return trace_id[6:]
-    return None
+def _tool_key(context: Any, tool: Any) -> str:
+    """One tool call's key for its span: the call id when the context has it."""
+    return str(getattr(context, "tool_call_id", None) or getattr(tool, "name", ""))

@@ -56,6 +56,8 @@ class ReasonCode(enum.StrEnum):
     """A reply that breaks the contract: status, content type, size, body, action id."""
     GUARDRAIL_INVALID_MODIFICATION = "GUARDRAIL_INVALID_MODIFICATION"
     """MODIFY without a payload, or with one that does not fit the action."""
+    GUARDRAIL_UNENFORCEABLE = "GUARDRAIL_UNENFORCEABLE"
+    """A MODIFY the wiring cannot carry out (hooks alone cannot change a call): blocked."""
     GUARDRAIL_FAILED_OPEN = "GUARDRAIL_FAILED_OPEN"
     """A fault was let through because the client was explicitly set to fail open."""
 
