@@ -12,7 +12,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 
 @dataclass
@@ -52,7 +52,7 @@ class HttpStub:
         host, port = self._server.sockets[0].getsockname()[:2]
         return f"http://{host}:{port}"
 
-    async def __aenter__(self) -> HttpStub:
+    async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         return self
 

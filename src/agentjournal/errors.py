@@ -14,14 +14,12 @@ the store boundary and never leak through the public API.
     │   ├── StreamDeleted                the stream was deleted or tombstoned
     │   └── StoreUnavailable             the store cannot be reached or is busy
     ├── CodecError                       an item or event cannot be translated
-    └── GuardrailBlocked                 a guardrail stopped the run (also AgentsException)
+    └── GuardrailBlocked                 a guardrail decision stopped the run
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from agents.exceptions import AgentsException
 
 __all__ = [
     "CodecError",
@@ -101,7 +99,7 @@ class CodecError(JournalError):
     """Raised when an SDK item or a stored event cannot be translated."""
 
 
-class GuardrailBlocked(JournalError, AgentsException):
+class GuardrailBlocked(JournalError):
     """Raised when a guardrail decision stops the run (the decision is on the stream).
 
     It ends ``Runner.run`` (and a streamed run's ``stream_events``) when an

@@ -346,9 +346,9 @@ class Enforcer:
             modified_payload=verdict.modified_payload,
             payload_digest=actions.digest(payload),
             modified_payload_digest=(
-                actions.digest(verdict.modified_payload)
-                if verdict.decision is Decision.MODIFY
-                else None
+                None
+                if verdict.modified_payload is None
+                else actions.digest(verdict.modified_payload)
             ),
             latency_ms=round(verdict.latency_ms, 3),
             trace_id=ids.trace_id,
