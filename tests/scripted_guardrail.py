@@ -46,12 +46,27 @@ MODIFIERS: dict[str, Callable[[Any], Any]] = {
 }
 
 
-class ScriptedGuardrail(HttpStub):
-    """Decides ``decisions[action_type]`` (ALLOW by default) for every request."""
+Replier = Callable[[dict[str, Any]], Reply]
 
-    def __init__(self, decisions: dict[str, str] | None = None) -> None:
+
+class ScriptedGuardrail(HttpStub):
+    """Decides ``decisions[action_type]`` (ALLOW by default) for every request.
+
+    ``replies[action_type]``, when set, builds the whole reply from the request
+    body instead (for faults); ``before`` is called with each body first.
+    """
+
+    def __init__(
+        self,
+        decisions: dict[str, str] | None = None,
+        *,
+        replies: dict[str, Replier] | None = None,
+        before: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         super().__init__(self._answer)
         self.decisions = dict(decisions or {})
+        self.replies = dict(replies or {})
+        self.before = before
 
     def asked(self, action_type: str | None = None) -> list[dict[str, Any]]:
         """The request bodies received (of one action type)."""
@@ -60,6 +75,10 @@ class ScriptedGuardrail(HttpStub):
 
     def _answer(self, request: Received) -> Reply:
         body = request.json()
+        if self.before is not None:
+            self.before(body)
+        if body["action_type"] in self.replies:
+            return self.replies[body["action_type"]](body)
         decision = self.decisions.get(body["action_type"], "ALLOW")
         answer: dict[str, Any] = {
             "action_id": body["action_id"],

@@ -34,3 +34,9 @@ def test_store_benchmark_runs() -> None:
     out = run_bench("store", "--store", "sqlite")
     assert "append_many 2 streams" in out
     assert "tail read 20 of" in out
+
+
+def test_guardrail_benchmark_runs() -> None:
+    out = run_bench("guardrail")
+    assert "(a) /v1/validate round trip" in out
+    assert "(b) overhead + guardrail (hooks + guard)" in out

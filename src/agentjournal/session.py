@@ -208,6 +208,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         ``0`` returns ``[]``. Items are fresh copies, exactly as written, with
         the transcripts of subagents where the handoffs happened.
         """
+        if wrapper is not None:
+            self._enter_run(wrapper, main=True)
         resolved = resolve_session_limit(limit, self.session_settings)
         if resolved is not None and resolved <= 0:
             return []
@@ -226,6 +228,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             StoreUnavailable: The store failed and the outcome could not be settled.
         """
         items = list(items)
+        if wrapper is not None:
+            self._enter_run(wrapper, main=True)
         if items:
             await self._write(items, wrapper=wrapper, closing=None)
 

@@ -1,0 +1,155 @@
+"""W3C trace context end to end: OpenTelemetry spans, event metadata, guardrail headers, logs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from guardrail_scenarios import graph, run
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from scripted_guardrail import ScriptedGuardrail
+
+from agentjournal import Journal, tracing
+from agentjournal.events import GUARDRAIL_DECIDED, SPAN_ID_KEY, TRACE_ID_KEY, GuardrailDecided
+from agentjournal.guardrails.protocol import parse_traceparent
+
+_EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Spans recorded by an SDK tracer provider (installed once per process)."""
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        trace.set_tracer_provider(provider)
+    _EXPORTER.clear()
+    yield _EXPORTER
+    _EXPORTER.clear()
+
+
+@pytest.fixture
+async def journal() -> AsyncIterator[Journal]:
+    async with Journal.open("sqlite://:memory:") as journal:
+        yield journal
+
+
+def _hex(span: ReadableSpan) -> tuple[str, str]:
+    context = span.get_span_context()
+    assert context is not None
+    return f"{context.trace_id:032x}", f"{context.span_id:016x}"
+
+
+def _by_name(finished: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
+    return [span for span in finished if span.name == name]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "streamed"])
+async def test_spans_ids_and_headers_agree(
+    journal: Journal,
+    spans: InMemorySpanExporter,
+    streamed: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    g = graph()
+    async with ScriptedGuardrail() as guardrail:
+        session = journal.session("s1", guardrails=guardrail.url)
+        with caplog.at_level(logging.INFO, logger="agentjournal.guardrails"):
+            await run(session.guard(g.triage), session, streamed=streamed)
+        received = list(guardrail.received)
+    finished = spans.get_finished_spans()
+    (run_span,) = _by_name(finished, "agentjournal.run")
+    (triage,) = _by_name(finished, "agentjournal.agent triage")
+    (billing,) = _by_name(finished, "agentjournal.agent billing")
+    (tool,) = _by_name(finished, "agentjournal.tool lookup_order")
+    checks = [s for s in finished if s.name.startswith("agentjournal.guardrail ")]
+    trace_id = _hex(run_span)[0]
+    assert {_hex(s)[0] for s in finished} == {trace_id}  # one trace
+    assert triage.parent is not None and triage.parent.span_id == run_span.context.span_id
+    assert billing.parent is not None and billing.parent.span_id == triage.context.span_id
+    assert tool.parent is not None and tool.parent.span_id == triage.context.span_id
+    assert sorted(s.attributes["agentjournal.action_type"] for s in checks) == sorted(  # type: ignore[index]
+        ["AGENT_INPUT", "AGENT_INPUT", "TOOL_CALL", "AGENT_HANDOFF", "AGENT_RESPONSE"]
+    )
+    # Each request's traceparent and body trace name its guardrail span.
+    check_ids = {_hex(s) for s in checks}
+    for request in received:
+        header = parse_traceparent(request.headers["traceparent"])
+        assert header is not None
+        body = request.json()["trace"]
+        assert (header.trace_id, header.span_id) == (body["trace_id"], body["span_id"])
+        assert (header.trace_id, header.span_id) in check_ids
+    # Every event written in the run carries the ids of the span that produced it.
+    producers = {_hex(run_span)[1], _hex(triage)[1], _hex(billing)[1]}
+    for event in await journal.store.read_all():
+        if event.type == "SessionStarted":
+            continue
+        assert event.metadata[TRACE_ID_KEY] == trace_id, event.type
+        if event.type == GUARDRAIL_DECIDED:
+            decided = GuardrailDecided.decode(event.data)
+            assert (decided.trace_id, decided.span_id) in check_ids
+            assert event.metadata[SPAN_ID_KEY] == decided.span_id
+        else:
+            assert event.metadata[SPAN_ID_KEY] in producers, event.type
+    # Structured logs carry the guardrail span's ids.
+    logged = {(r.trace_id, r.span_id) for r in caplog.records if hasattr(r, "trace_id")}
+    assert logged == check_ids
+
+
+async def test_a_run_continues_an_incoming_trace(
+    journal: Journal, spans: InMemorySpanExporter
+) -> None:
+    incoming = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    g = graph()
+    session = journal.session("s1")
+    with tracing.continue_trace(incoming, "vendor=abc"):
+        await run(g.triage, session, streamed=False)
+    (run_span,) = _by_name(spans.get_finished_spans(), "agentjournal.run")
+    assert _hex(run_span)[0] == "0af7651916cd43dd8448eb211c80319c"
+    assert run_span.parent is not None and f"{run_span.parent.span_id:016x}" == "b7ad6b7169203331"
+    assert run_span.context.trace_state.get("vendor") == "abc"
+
+
+async def test_a_stopped_run_ends_its_spans_with_an_error(
+    journal: Journal, spans: InMemorySpanExporter
+) -> None:
+    from agentjournal.errors import GuardrailBlocked
+
+    g = graph()
+    async with ScriptedGuardrail({"AGENT_RESPONSE": "BLOCK"}) as guardrail:
+        session = journal.session("s1", guardrails=guardrail.url)
+        with pytest.raises(GuardrailBlocked):
+            await run(g.triage, session, streamed=False)
+    finished = spans.get_finished_spans()
+    (run_span,) = _by_name(finished, "agentjournal.run")
+    assert run_span.status.status_code is trace.StatusCode.ERROR
+    assert len(_by_name(finished, "agentjournal.agent billing")) == 1
+
+
+def test_without_a_tracer_provider_ids_are_still_valid_and_distinct(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tracing.trace, "get_tracer", trace.NoOpTracerProvider().get_tracer)
+    parent = tracing.start_span("parent")
+    child = tracing.start_span("child", parent=parent)
+    parent_ids, child_ids = tracing.ids_of(parent), tracing.ids_of(child)
+    assert parent_ids.trace_id == child_ids.trace_id != "0" * 32
+    assert parent_ids.span_id != child_ids.span_id
+    assert len(child_ids.span_id) == 16
+
+
+def test_the_log_filter_fills_in_ids() -> None:
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "hello", None, None)
+    assert tracing.TraceLogFilter().filter(record)
+    assert record.trace_id == "" and record.span_id == ""
+    with tracing.continue_trace("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"):
+        record = logging.LogRecord("x", logging.INFO, __file__, 1, "hello", None, None)
+        tracing.TraceLogFilter().filter(record)
+    assert (record.trace_id, record.span_id) == (
+        "0af7651916cd43dd8448eb211c80319c",
+        "b7ad6b7169203331",
+    )
