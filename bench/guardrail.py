@@ -34,7 +34,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
-from agents.memory import Session
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from _common import table
@@ -73,23 +72,25 @@ def agent(calls: int) -> Agent[Any]:
 def service() -> Iterator[str]:
     """The reference service on loopback in a thread of its own (its own event loop)."""
     ready: list[str] = []
-    stop = threading.Event()
+    started = threading.Event()
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
 
     async def serve() -> None:
         async with running(RULES) as url:
             ready.append(url)
-            while not stop.is_set():
-                await asyncio.sleep(0.02)
+            started.set()
+            await stop.wait()
 
-    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
     thread.start()
-    while not ready:
-        time.sleep(0.01)
+    started.wait(timeout=30)
     try:
         yield ready[0]
     finally:
-        stop.set()
+        loop.call_soon_threadsafe(stop.set)
         thread.join(timeout=10)
+        loop.close()
 
 
 def pct(values: list[float], q: float) -> float:
@@ -147,7 +148,7 @@ async def run_cases(directory: str, url: str, calls: int, rounds: int) -> list[l
     }
     times: dict[str, list[float]] = {name: [] for name in sides}
     try:
-        for name, go in sides.items():  # warm up every side once
+        for go in sides.values():  # warm up every side once
             await go()
         for _ in range(rounds):
             for name, go in sides.items():

@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guardrail_scenarios import FINAL, graph, run
-from http_stub import Reply
-from scripted_guardrail import ScriptedGuardrail
 
 from agentjournal import Journal
 from agentjournal.errors import GuardrailBlocked
 from agentjournal.events import GUARDRAIL_DECIDED, GuardrailDecided
 from agentjournal.guardrails import GuardrailClient
 from agentjournal.store.sqlite import SQLiteEventStore
+from guardrail_scenarios import FINAL, graph, run
+from http_stub import Reply
+from scripted_guardrail import ScriptedGuardrail
 
 
 def _json(body: dict[str, Any], **answer: Any) -> Reply:
@@ -144,7 +144,8 @@ async def test_failing_open_must_be_asked_for_and_is_loud(
     assert g.tool_ran == ["42"]
     (decided,) = await tool_decisions(journal)
     assert (decided.decision, decided.reason_code) == ("ALLOW", "GUARDRAIL_FAILED_OPEN")
-    assert "FAILS OPEN" in caplog.text and "FAILING OPEN" in caplog.text
+    assert "FAILS OPEN" in caplog.text
+    assert "FAILING OPEN" in caplog.text
 
 
 @pytest.mark.parametrize("wiring", ["hooks", "guard"])
