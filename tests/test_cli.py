@@ -27,7 +27,12 @@ def test_demo_shows_the_session_tree_and_the_replay(tmp_path: Path) -> None:
     assert "-sub-billing-call_to_billing" in out
     assert "-sub-refunds-call_to_refunds" in out
     assert out.count("SubagentCompleted") == 4  # two subagents, each on both of its streams
-    assert "replayed flat history (12 items" in out
+    assert "replayed flat history (16 items" in out
+    # The reference guardrail redacted the note's e-mail address and refused the large refund.
+    assert "GuardrailDecided             TOOL_CALL add_note: MODIFY PII_REDACTED" in out
+    assert "noted on order 42: [REDACTED] disputes" in out
+    assert "GuardrailDecided             TOOL_CALL issue_refund: BLOCK CEILING_EXCEEDED" in out
+    assert "Error: the guardrail blocked this call to issue_re" in out
     assert f"database: {db}" in out
     assert db.exists()
 

@@ -1,10 +1,17 @@
 """``agentjournal demo``: a scripted support conversation, offline, on the embedded store.
 
-Triage hands off to billing, billing looks the order up and hands off to
-refunds, refunds issues the refund; then the customer says thanks and triage
-answers. The models are the SDK's ``ScriptedModel``: no network, no API key.
-The demo prints every stream of the session tree and the flat history the SDK
-gets back, and says where the database file is.
+Triage hands off to billing, billing looks the order up, notes the dispute
+and hands off to refunds, refunds issues the refund; then the customer says
+thanks and triage answers. The models are the SDK's ``ScriptedModel``: no
+network, no API key.
+
+The reference guardrail service runs on loopback and checks every action
+through the session's hooks and ``session.guard(agent)``: it redacts the
+customer's e-mail address from billing's note (MODIFY: the tool runs with the
+redacted arguments) and refuses a refund above its ceiling (BLOCK: the tool
+never runs, refunds sees an error and retries within policy). The demo prints
+every stream of the session tree, decisions included, and the flat history the
+SDK gets back, and says where the database file is.
 """
 
 from __future__ import annotations
@@ -19,16 +26,34 @@ from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.usage import Usage
 
+from agentjournal.events import GUARDRAIL_DECIDED
+from agentjournal.guardrails.rules import load_rules
+from agentjournal.guardrails.service import running
 from agentjournal.journal import Journal
 from agentjournal.store import EventStore, RecordedEvent
 
 Print = Callable[[str], None]
+
+RULES = """
+rules:
+  - kind: ceiling        # refunds above 20.00 EUR need a human
+    tool: issue_refund
+    argument: amount_cents
+    max: 2000
+  - kind: redact_pii     # no customer e-mail address, SSN or card number reaches a tool
+"""
 
 
 @function_tool
 def lookup_order(order_id: str) -> str:
     """Look up an order's charges."""
     return f"order {order_id}: charged twice on 2026-11-02, 12.50 EUR each"
+
+
+@function_tool
+def add_note(order_id: str, note: str) -> str:
+    """Add a note to an order."""
+    return f"noted on order {order_id}: {note}"
 
 
 @function_tool
@@ -60,6 +85,13 @@ def support_agents() -> Agent[Any]:
                 _step(
                     function_call(
                         "issue_refund",
+                        {"order_id": "42", "amount_cents": 2500},
+                        call_id="call_refund_both",
+                    )
+                ),
+                _step(
+                    function_call(
+                        "issue_refund",
                         {"order_id": "42", "amount_cents": 1250},
                         call_id="call_refund",
                     )
@@ -79,10 +111,17 @@ def support_agents() -> Agent[Any]:
         model=ScriptedModel(
             [
                 _step(function_call("lookup_order", {"order_id": "42"}, call_id="call_lookup")),
+                _step(
+                    function_call(
+                        "add_note",
+                        {"order_id": "42", "note": "ann@example.com disputes a double charge"},
+                        call_id="call_note",
+                    )
+                ),
                 _step(function_call("transfer_to_refunds", {}, call_id="call_to_refunds")),
             ]
         ),
-        tools=[lookup_order],
+        tools=[lookup_order, add_note],
         handoffs=[refunds],
     )
     return Agent[Any](
@@ -108,18 +147,25 @@ async def run_demo(path: str, out: Print = print) -> int:
     started = time.monotonic()
     session_id = f"support-{uuid.uuid4().hex[:8]}"
     config = RunConfig(tracing_disabled=True)
-    async with Journal.open(f"sqlite:///{path}") as journal:
+    async with (
+        running(load_rules(RULES)) as guardrail,
+        Journal.open(f"sqlite:///{path}") as journal,
+    ):
         session = journal.session(
-            session_id, app_name="agentjournal-demo", user_id="customer-7", agent_name="triage"
+            session_id,
+            app_name="agentjournal-demo",
+            user_id="customer-7",
+            agent_name="triage",
+            guardrails=guardrail,
         )
-        out(f"session {session_id}")
+        out(f"session {session_id}, guardrail service {guardrail}")
         for agent, text in (
             (support_agents(), "Why was I charged twice for order 42?"),
             (thanks_agent(), "Thanks!"),
         ):
             async with session.run_scope():
                 result = await Runner.run(
-                    agent, text, session=session, hooks=session, run_config=config
+                    session.guard(agent), text, session=session, hooks=session, run_config=config
                 )
             out(f"  user: {text}")
             out(f"  {result.last_agent.name}: {result.final_output}")
@@ -143,7 +189,8 @@ async def print_tree(store: EventStore, stream: str, out: Print, depth: int = 0)
     out(f"{pad}{stream}")
     children: list[str] = []
     for event in events:
-        out(f"{pad}  @{event.revision:<2} {event.type:<28} {_describe_event(event)}")
+        kind = event.type.removeprefix("agentjournal.")
+        out(f"{pad}  @{event.revision:<2} {kind:<28} {_describe_event(event)}")
         if event.type == "SubagentStarted" and "aj.index" in event.metadata:
             children.append(json.loads(event.data)["subsession_stream"])
     for child in children:
@@ -152,6 +199,9 @@ async def print_tree(store: EventStore, stream: str, out: Print, depth: int = 0)
 
 def _describe_event(event: RecordedEvent) -> str:
     body = json.loads(event.data)
+    if event.type == GUARDRAIL_DECIDED:
+        reason = f" {body['reason_code']}" if body["reason_code"] else ""
+        return f"{body['action_type']} {body['subject']}: {body['decision']}{reason}"
     index = event.metadata.get("aj.index")
     prefix = f"#{index} " if index is not None else ""
     if event.type == "SubagentStarted":
