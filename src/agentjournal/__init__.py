@@ -8,6 +8,10 @@
         session = journal.session("support-4711")
         result = await Runner.run(agent, "hi", session=session, hooks=session)
 
+    # Guardrails: every action checked against a /v1/validate service, every decision recorded.
+    session = journal.session("support-4711", guardrails="http://127.0.0.1:8787")
+    result = await Runner.run(session.guard(agent), "hi", session=session, hooks=session)
+
 ``Journal`` and ``JournalSession`` load the Agents SDK, which takes a few
 seconds to import; they are imported on first use, so code that only needs the
 stores (``agentjournal.store``) starts fast.
@@ -20,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from agentjournal.errors import (
     CodecError,
     ConcurrencyError,
+    GuardrailBlocked,
     InvalidInput,
     JournalError,
     StoreError,
@@ -29,12 +34,15 @@ from agentjournal.errors import (
 )
 
 if TYPE_CHECKING:
+    from agentjournal.guardrails.client import GuardrailClient
     from agentjournal.journal import Journal
     from agentjournal.session import JournalSession
 
 __all__ = [
     "CodecError",
     "ConcurrencyError",
+    "GuardrailBlocked",
+    "GuardrailClient",
     "InvalidInput",
     "Journal",
     "JournalError",
@@ -51,6 +59,10 @@ def __getattr__(name: str) -> Any:
         from agentjournal.journal import Journal
 
         return Journal
+    if name == "GuardrailClient":
+        from agentjournal.guardrails.client import GuardrailClient
+
+        return GuardrailClient
     if name == "JournalSession":
         from agentjournal.session import JournalSession
 

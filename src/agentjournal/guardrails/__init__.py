@@ -1,8 +1,17 @@
-"""Guardrails: the ``/v1/validate`` protocol and a client that fails closed.
+"""Guardrails: the ``/v1/validate`` protocol, a client that fails closed, and the run wiring.
 
-Work in progress (issue 6): the protocol models and the client are here and
-tested; wiring them into the session's hooks, the decision events, the
-reference service and OpenTelemetry spans come next.
+- :mod:`~agentjournal.guardrails.protocol` — request and response models (pure).
+- :mod:`~agentjournal.guardrails.client` — :class:`GuardrailClient`, which turns
+  every fault into a BLOCK with a reason code.
+- :mod:`~agentjournal.guardrails.actions` — the payload of each action type and
+  how a MODIFY is checked and applied (pure).
+- :mod:`~agentjournal.guardrails.enforce` — what the session's hooks do with
+  each decision; :mod:`~agentjournal.guardrails.guard` — ``session.guard(agent)``.
+- :mod:`~agentjournal.guardrails.rules` and :mod:`~agentjournal.guardrails.service`
+  — the reference service (``agentjournal guardrail serve``).
+
+Configure a session with ``journal.session(id, guardrails=url_or_client)`` or
+``$AGENTJOURNAL_GUARDRAIL_URL``.
 """
 
 from __future__ import annotations

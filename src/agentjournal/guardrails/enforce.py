@@ -219,7 +219,12 @@ class Enforcer:
             )
         if not checks:
             return
-        verdicts = await asyncio.gather(*checks)
+        # Every check finishes (and is recorded) before the first failure is raised.
+        outcomes = await asyncio.gather(*checks, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        verdicts = [outcome for outcome in outcomes if isinstance(outcome, Verdict)]
         for verdict, (wrapped, subject) in zip(verdicts, covered, strict=True):
             kind = verdict.action_type
             if verdict.decision is Decision.BLOCK and not (
@@ -271,9 +276,11 @@ class Enforcer:
             enforcement=_run_level,
         )
 
-    async def stop(self, verdict: Verdict, subject: str) -> NoReturn:
+    async def stop(
+        self, verdict: Verdict, subject: str, error: GuardrailBlocked | None = None
+    ) -> NoReturn:
         """End the run because of ``verdict``: the session closes what is open, then raise."""
-        error = blocked(verdict, subject)
+        error = error or blocked(verdict, subject)
         try:
             await self._recorder.run_stopped(error)
         except Exception:  # the block is what the caller must hear of
@@ -366,14 +373,16 @@ class Enforcer:
                 error,
                 extra=ids.log_extra(),
             )
-            raise GuardrailBlocked(
+            refused = GuardrailBlocked(
                 action_type=action_type.value,
                 action_id=verdict.action_id,
                 reason_code=DECISION_NOT_RECORDED,
                 reason_message=f"the decision could not be recorded: {error}",
                 subject=subject,
                 verdict=verdict,
-            ) from error
+            )
+            refused.__cause__ = error
+            await self.stop(verdict, subject, refused)
         tracing.end_span(span)
         logger.info(
             "guardrail %s %s on %s %r (%s) in %.1f ms",
