@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from agents import RunConfig, Runner
+from agents import Agent, RunConfig, Runner
+from agents.testing import ScriptedModel, function_call
 
 from agentjournal import Journal, JournalSession
 from agentjournal.errors import GuardrailBlocked
@@ -265,3 +266,30 @@ async def test_guard_alone_still_checks_tools_and_handoffs(journal: Journal) -> 
     assert g.tool_ran == []
     kinds = [d.action_type for _, d in await decisions(journal)]
     assert kinds == ["TOOL_CALL", "AGENT_HANDOFF"]
+
+
+@pytest.mark.parametrize(
+    ("decision", "outcome"),
+    [("ALLOW", "done"), ("BLOCK", "run_stopped"), ("MODIFY", "unenforceable")],
+)
+async def test_a_tool_result_that_ends_the_run_is_checked_as_the_response(
+    journal: Journal, decision: str, outcome: str
+) -> None:
+    g = graph()
+    agent = Agent(
+        name="solo",
+        model=ScriptedModel([[function_call("lookup_order", {"order_id": "7"}, call_id="t9")]]),
+        tools=g.triage.tools,
+        tool_use_behavior="stop_on_first_tool",
+    )
+    async with ScriptedGuardrail({"AGENT_RESPONSE": decision}) as guardrail:
+        session = journal.session("s1", guardrails=guardrail.url)
+        if outcome == "done":
+            assert await run(agent, session, streamed=False) == "order 7: charged twice"
+        else:
+            with pytest.raises(GuardrailBlocked):
+                await run(agent, session, streamed=False)
+    responses = [d for _, d in await decisions(journal) if d.action_type == "AGENT_RESPONSE"]
+    assert [(d.payload, d.enforcement) for d in responses] == [
+        ("order 7: charged twice", "proceeded" if outcome == "done" else outcome)
+    ]

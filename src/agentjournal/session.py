@@ -342,7 +342,12 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
     async def on_agent_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], output: Any
     ) -> None:
-        """The run's last agent finished: its subagents close with its final message."""
+        """The run's last agent finished: its subagents close with its final message.
+
+        A final output that was no message (a tool's result) is checked here.
+        """
+        if self._enforcer is not None:
+            await self._enforcer.check_final_output(agent, output)
         self._finished = output if isinstance(output, str) else repr(output)
         if self._trace is not None:
             self._trace.end()

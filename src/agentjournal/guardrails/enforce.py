@@ -13,6 +13,9 @@ it at the earliest point the SDK offers for each action:
   wrapper; otherwise BLOCK stops the run, and MODIFY cannot be carried out
   by a hook, so it is recorded as BLOCK (``GUARDRAIL_UNENFORCEABLE``) and
   stops the run too.
+- ``on_agent_end`` — ``AGENT_RESPONSE`` of a final output that was no
+  message (a tool's result that ends the run): BLOCK, or a MODIFY that
+  cannot be applied there, stops the run.
 
 The wrappers (:mod:`agentjournal.guardrails.guard`) take the decision made at
 ``on_llm_end`` for the same call, or ask themselves when there is none, and
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -107,6 +111,7 @@ class Enforcer:
         self._recorder = recorder
         self._turn = _Turn()
         self._input_pending = False
+        self._response_checked = False
         self._replacements: dict[str, str] = {}  # user input text -> its modification, this run
 
     # -- run lifecycle (called by the session's hooks) -----------------------------
@@ -115,11 +120,13 @@ class Enforcer:
         """Forget everything decided for the previous run."""
         self._turn = _Turn()
         self._input_pending = False
+        self._response_checked = False
         self._replacements = {}
 
     def agent_started(self) -> None:
         """An agent starts: its input is checked at its first model call."""
         self._input_pending = True
+        self._response_checked = False
 
     # -- hooks --------------------------------------------------------------------
 
@@ -185,7 +192,7 @@ class Enforcer:
                         subject=name,
                         call_id=call_id,
                         fits=actions.tool_call_fits(call_id, name, schema_of(name)),
-                        enforcement=_at_llm_end(covered[-1][0], refusable=True),
+                        enforcement=_hook_level(covered[-1][0], refusable=True),
                     )
                 )
             elif not handoff_seen:  # the SDK takes the first handoff of a response only
@@ -198,13 +205,14 @@ class Enforcer:
                         subject=target,
                         call_id=call_id,
                         fits=actions.handoff_fits(target, schema_of(name)),
-                        enforcement=_at_llm_end(covered[-1][0], refusable=False),
+                        enforcement=_hook_level(covered[-1][0], refusable=False),
                     )
                 )
             else:
                 covered.pop()
         final_text = actions.response_text(output)
         if final_text is not None:
+            self._response_checked = True
             covered.append((False, agent.name))
             checks.append(
                 self._decide(
@@ -237,6 +245,29 @@ class Enforcer:
                 self._turn.tools[verdict.payload["id"]] = verdict
             elif kind is ActionType.AGENT_HANDOFF:
                 self._turn.handoffs[verdict.payload["target_agent_id"]] = verdict
+
+    async def check_final_output(self, agent: Agent[Any], output: Any) -> None:
+        """``on_agent_end``: a final output that was no message (e.g. a tool's result ends the run).
+
+        ``AGENT_RESPONSE`` of such an output can only be stopped here, not
+        rewritten: BLOCK stops the run, MODIFY is recorded as unenforceable
+        and stops it too.
+        """
+        if self._response_checked:
+            return
+        self._response_checked = True
+        payload = output if isinstance(output, str) else json.dumps(output, default=str)
+        verdict = await self._decide(
+            ActionType.AGENT_RESPONSE,
+            payload,
+            agent=agent.name,
+            subject=agent.name,
+            call_id=None,
+            fits=lambda modified: isinstance(modified, str),
+            enforcement=_hook_level(False, refusable=False),
+        )
+        if verdict.decision is not Decision.ALLOW:
+            await self.stop(verdict, agent.name)
 
     # -- guard wrappers --------------------------------------------------------------
 
@@ -415,8 +446,8 @@ def _guarded_tool(verdict: Verdict) -> str:
     }[verdict.decision]
 
 
-def _at_llm_end(covered: bool, *, refusable: bool) -> Callable[[Verdict], str]:
-    """At ``on_llm_end``: what happens to a tool call or handoff, with or without a wrapper.
+def _hook_level(covered: bool, *, refusable: bool) -> Callable[[Verdict], str]:
+    """From a hook: what happens to a tool call or handoff, with or without a wrapper.
 
     A wrapper refuses a blocked tool (the model gets an error output) and
     applies a MODIFY; without one a hook can only stop the run, and a MODIFY
