@@ -39,7 +39,7 @@ import random
 import uuid
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -832,22 +832,10 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             await self._everything(pages)
             return
         tree = self._tree
-        size = _FULL_PAGE if limit is None else limit + 8
+        size = limit + 8
         picker = Picker(limit)
         heap: list[tuple[int, int, _Cursor]] = []
         opened = 0
-        # A full read needs every subsession: fetch those a page names all at once.
-        prefetched: dict[str, asyncio.Future[list[RecordedEvent]]] = {}
-
-        def scout(page: list[RecordedEvent]) -> None:
-            if limit is not None:
-                return
-            for event in page:
-                if event.type != events.SUBAGENT_COMPLETED:
-                    continue
-                child = _closed_child(event)
-                if child and child not in prefetched:
-                    prefetched[child] = asyncio.ensure_future(self._tail(child, size))
 
         def push(cursor: _Cursor) -> None:
             if cursor.head is not None:
@@ -856,26 +844,19 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         async def open_cursor(stream: str) -> None:
             nonlocal opened
             opened += 1
-            page = pages.get(stream)
-            if page is None and stream in prefetched:
-                page = await prefetched.pop(stream)
-            cursor = _Cursor(self, stream, page, tree.heads.get(stream), size, opened, scout)
+            cursor = _Cursor(self, stream, pages.get(stream), tree.heads.get(stream), size, opened)
             await cursor.advance(picker, open_cursor)
             push(cursor)
 
-        try:
-            for stream in [self.stream, *(s.stream for s in tree.chain)]:
-                await open_cursor(stream)
-            while heap:
-                _, _, cursor = heapq.heappop(heap)
-                assert cursor.head is not None
-                if not picker.feed(cursor.head):
-                    break
-                await cursor.advance(picker, open_cursor)
-                push(cursor)
-        finally:
-            for unused in prefetched.values():
-                unused.cancel()
+        for stream in [self.stream, *(s.stream for s in tree.chain)]:
+            await open_cursor(stream)
+        while heap:
+            _, _, cursor = heapq.heappop(heap)
+            assert cursor.head is not None
+            if not picker.feed(cursor.head):
+                break
+            await cursor.advance(picker, open_cursor)
+            push(cursor)
         tree.timeline.take(picker)
         if tree.next_index is None:
             tree.next_index = await self._scan_next_index()
@@ -1059,12 +1040,10 @@ class _Cursor:
         head: int | None,
         size: int,
         order: int,
-        scout: Callable[[list[RecordedEvent]], None],
     ) -> None:
         self.session = session
         self.stream = stream
         self.order = order  # ties (foreign items without an index) go to the earlier cursor
-        self._scout = scout
         self.buffer: deque[TimelineEvent] = deque()
         self.head: Entry | None = None
         self._page = page
@@ -1089,7 +1068,6 @@ class _Cursor:
             if not page:
                 self._done = True
                 return
-            self._scout(page)
             self._size = min(self._size * 2, _FULL_PAGE)
             self._next = page[-1].revision - 1
             if self._next < 0:

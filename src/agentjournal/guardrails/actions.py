@@ -75,13 +75,12 @@ def _is_user_message(item: Any) -> bool:
     )
 
 
-def input_payload(items: Sequence[Any]) -> tuple[int, dict[str, str]] | None:
-    """The position and payload of the latest user message in ``items``; None if there is none."""
-    for position in range(len(items) - 1, -1, -1):
-        item = items[position]
+def input_payload(items: Sequence[Any]) -> dict[str, str]:
+    """The payload of the latest user message in ``items`` (empty content when there is none)."""
+    for item in reversed(items):
         if _is_user_message(item):
-            return position, {"role": "user", "content": message_text(item.get("content"))}
-    return None
+            return {"role": "user", "content": message_text(item.get("content"))}
+    return {"role": "user", "content": ""}
 
 
 def input_fits(modified: Any) -> bool:
@@ -98,7 +97,8 @@ def replace_input(items: list[Any], replacements: Mapping[str, str]) -> int:
     """Swap the content of user messages whose text was modified; return how many changed.
 
     Items are replaced, not mutated: the list is the model's input, the items
-    may be shared with what the session stores.
+    may be shared with what the session stores. The new content is the
+    modified text (other parts of a multi-part message go with the original).
     """
     changed = 0
     for position, item in enumerate(items):

@@ -137,8 +137,7 @@ class Enforcer:
         if not self._input_pending:
             return
         self._input_pending = False
-        found = actions.input_payload(input_items)
-        payload = found[1] if found else {"role": "user", "content": ""}
+        payload = actions.input_payload(input_items)
         verdict = await self._decide(
             ActionType.AGENT_INPUT,
             payload,
@@ -174,66 +173,60 @@ class Enforcer:
         """
         self._turn = _Turn()
         output = list(response.output)
-        checks: list[Awaitable[Verdict]] = []
-        covered: list[tuple[bool, str]] = []  # per check: a wrapper covers it; its subject
+        pending: list[tuple[Awaitable[Verdict], bool, str]] = []  # check, wrapped, subject
         handoff_seen = False
         for item in output:
             if not isinstance(item, ResponseFunctionToolCall):
                 continue
             name, call_id, arguments = item.name, item.call_id, item.arguments
             target = handoff_targets.get(name)
-            covered.append((guarded(name), target or name))
+            if target is not None and handoff_seen:
+                continue  # the SDK takes the first handoff of a response only
+            wrapped = guarded(name)
             if target is None:
-                checks.append(
-                    self._decide(
-                        ActionType.TOOL_CALL,
-                        actions.tool_call_payload(call_id, name, arguments),
-                        agent=agent.name,
-                        subject=name,
-                        call_id=call_id,
-                        fits=actions.tool_call_fits(call_id, name, schema_of(name)),
-                        enforcement=_hook_level(covered[-1][0], refusable=True),
-                    )
-                )
-            elif not handoff_seen:  # the SDK takes the first handoff of a response only
-                handoff_seen = True
-                checks.append(
-                    self._decide(
-                        ActionType.AGENT_HANDOFF,
-                        actions.handoff_payload(target, arguments),
-                        agent=agent.name,
-                        subject=target,
-                        call_id=call_id,
-                        fits=actions.handoff_fits(target, schema_of(name)),
-                        enforcement=_hook_level(covered[-1][0], refusable=False),
-                    )
+                check = self._decide(
+                    ActionType.TOOL_CALL,
+                    actions.tool_call_payload(call_id, name, arguments),
+                    agent=agent.name,
+                    subject=name,
+                    call_id=call_id,
+                    fits=actions.tool_call_fits(call_id, name, schema_of(name)),
+                    enforcement=_hook_level(wrapped, refusable=True),
                 )
             else:
-                covered.pop()
+                handoff_seen = True
+                check = self._decide(
+                    ActionType.AGENT_HANDOFF,
+                    actions.handoff_payload(target, arguments),
+                    agent=agent.name,
+                    subject=target,
+                    call_id=call_id,
+                    fits=actions.handoff_fits(target, schema_of(name)),
+                    enforcement=_hook_level(wrapped, refusable=False),
+                )
+            pending.append((check, wrapped, target or name))
         final_text = actions.response_text(output)
         if final_text is not None:
             self._response_checked = True
-            covered.append((False, agent.name))
-            checks.append(
-                self._decide(
-                    ActionType.AGENT_RESPONSE,
-                    final_text,
-                    agent=agent.name,
-                    subject=agent.name,
-                    call_id=None,
-                    fits=lambda modified: isinstance(modified, str),
-                    enforcement=_run_level,
-                )
+            check = self._decide(
+                ActionType.AGENT_RESPONSE,
+                final_text,
+                agent=agent.name,
+                subject=agent.name,
+                call_id=None,
+                fits=lambda modified: isinstance(modified, str),
+                enforcement=_run_level,
             )
-        if not checks:
+            pending.append((check, False, agent.name))
+        if not pending:
             return
         # Every check finishes (and is recorded) before the first failure is raised.
-        outcomes = await asyncio.gather(*checks, return_exceptions=True)
+        outcomes = await asyncio.gather(*(check for check, _, _ in pending), return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
         verdicts = [outcome for outcome in outcomes if isinstance(outcome, Verdict)]
-        for verdict, (wrapped, subject) in zip(verdicts, covered, strict=True):
+        for verdict, (_, wrapped, subject) in zip(verdicts, pending, strict=True):
             kind = verdict.action_type
             if verdict.decision is Decision.BLOCK and not (
                 wrapped and kind is ActionType.TOOL_CALL
