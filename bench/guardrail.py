@@ -127,7 +127,13 @@ async def run_cases(directory: str, url: str, calls: int, rounds: int) -> list[l
 
     async def sdk() -> None:
         session = SQLiteSession(fresh_id(), os.path.join(directory, "sdk.db"))
-        await Runner.run(agent(calls), "where are my orders?", session=session, run_config=CONFIG)
+        await Runner.run(
+            agent(calls),
+            "where are my orders?",
+            session=session,
+            run_config=CONFIG,
+            max_turns=calls + 2,
+        )
 
     def journal_run(guardrails: bool, guard: bool) -> Callable[[], Awaitable[None]]:
         async def go() -> None:
@@ -135,7 +141,12 @@ async def run_cases(directory: str, url: str, calls: int, rounds: int) -> list[l
             runnable = session.guard(agent(calls)) if guard else agent(calls)
             hooks: Any = session
             await Runner.run(
-                runnable, "where are my orders?", session=session, hooks=hooks, run_config=CONFIG
+                runnable,
+                "where are my orders?",
+                session=session,
+                hooks=hooks,
+                run_config=CONFIG,
+                max_turns=calls + 2,
             )
 
         return go
