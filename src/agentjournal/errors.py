@@ -14,7 +14,8 @@ the store boundary and never leak through the public API.
     │   ├── StreamDeleted                the stream was deleted or tombstoned
     │   └── StoreUnavailable             the store cannot be reached or is busy
     ├── CodecError                       an item or event cannot be translated
-    └── GuardrailBlocked                 a guardrail decision stopped the run
+    ├── GuardrailBlocked                 a guardrail decision stopped the run
+    └── AuthorityDenied                  an action was outside the agent's authority
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AuthorityDenied",
     "CodecError",
     "ConcurrencyError",
     "GuardrailBlocked",
@@ -138,4 +140,40 @@ class GuardrailBlocked(JournalError):
             f"guardrail blocked {action_type} of {subject!r} ({reason_code or 'no reason code'}"
             f"{': ' + reason_message if reason_message else ''}); the decision is recorded "
             f"as action {action_id}"
+        )
+
+
+class AuthorityDenied(JournalError):
+    """Raised when an action outside the running agent's authority stops the run.
+
+    The refusal is on the stream (``agentjournal.AuthorityRefused``) before this is raised.
+
+    Attributes:
+        gate: The gate that refused (``invocation`` for a call the model made).
+        agent: The agent that would have acted.
+        subject: The tool, or the handoff's receiver.
+        reason: Why.
+        scope: The scope that was needed, if a scope was the problem.
+        ceiling: The ceiling that refused, if one did.
+    """
+
+    def __init__(
+        self,
+        *,
+        gate: str,
+        agent: str,
+        subject: str,
+        reason: str,
+        scope: str | None = None,
+        ceiling: str | None = None,
+    ) -> None:
+        self.gate = gate
+        self.agent = agent
+        self.subject = subject
+        self.reason = reason
+        self.scope = scope
+        self.ceiling = ceiling
+        super().__init__(
+            f"{agent!r} may not use {subject!r}: {reason} (refused at the {gate} gate; "
+            "the refusal is recorded on the stream)"
         )

@@ -38,6 +38,8 @@ __all__ = [
     "decode_subagent_started",
     "encode_subagent_completed",
     "encode_subagent_started",
+    "AUTHORITY_REFUSED",
+    "AuthorityRefused",
     "GUARDRAIL_DECIDED",
     "GuardrailDecided",
     "ITEM_POPPED",
@@ -77,6 +79,7 @@ SESSION_STARTED: Final = "SessionStarted"
 ITEM_POPPED: Final = "agentjournal.ItemPopped"
 SESSION_CLEARED: Final = "agentjournal.SessionCleared"
 GUARDRAIL_DECIDED: Final = "agentjournal.GuardrailDecided"
+AUTHORITY_REFUSED: Final = "agentjournal.AuthorityRefused"
 
 
 def encode_session_started(
@@ -214,6 +217,56 @@ class GuardrailDecided:
             raise CodecError(f"{GUARDRAIL_DECIDED} lacks {missing}") from None
 
 
+@dataclass(frozen=True, slots=True)
+class AuthorityRefused:
+    """``agentjournal.AuthorityRefused``: a gate refused an action outside the agent's authority.
+
+    Attributes:
+        gate: ``tool_visibility``, ``mcp_visibility``, ``handoff_visibility`` or ``invocation``.
+        agent: The agent that would have acted (the sender, for a handoff).
+        subject: The tool, or the handoff's receiver.
+        kind: ``tool`` or ``handoff``.
+        reason: Human-readable reason.
+        scope: The scope that was needed, when a scope was the problem.
+        ceiling: The ceiling that refused, when one did.
+        limit: That ceiling's JSON form.
+        value: The argument value it refused.
+        call_id: The refused call's id (invocation), else None.
+        arguments_digest: ``sha256:`` of the call's arguments text, else None.
+        authority: The agent's effective authority (JSON form).
+        enforcement: ``hidden``, ``tool_refused`` or ``run_stopped``.
+    """
+
+    gate: str
+    agent: str
+    subject: str
+    kind: str
+    reason: str
+    scope: str | None
+    ceiling: str | None
+    limit: Any
+    value: Any
+    call_id: str | None
+    arguments_digest: str | None
+    authority: dict[str, Any]
+    enforcement: str
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {name: getattr(self, name) for name in self.__slots__},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> AuthorityRefused:
+        body = _object(data, AUTHORITY_REFUSED)
+        try:
+            return cls(**{name: body[name] for name in cls.__slots__})
+        except KeyError as missing:
+            raise CodecError(f"{AUTHORITY_REFUSED} lacks {missing}") from None
+
+
 def _object(data: bytes, type_: str) -> dict[str, Any]:
     try:
         body = json.loads(data)
@@ -270,9 +323,18 @@ class Subagent:
 
 
 def encode_subagent_started(
-    subagent: Subagent, *, item_json: str | None, twin: uuid.UUID, timestamp: datetime
+    subagent: Subagent,
+    *,
+    item_json: str | None,
+    twin: uuid.UUID,
+    timestamp: datetime,
+    authority: dict[str, Any] | None = None,
 ) -> bytes:
-    """Return ``SubagentStarted`` data: with the handoff call item on the parent's copy."""
+    """Return ``SubagentStarted`` data: with the handoff call item on the parent's copy.
+
+    ``authority`` (the receiver's granted authority, JSON form) goes to
+    ``extensions.agentjournal.granted_authority`` as compact JSON text.
+    """
     message = SubagentStarted(
         agent_id=subagent.agent_id,
         agent_type=subagent.agent_name,
@@ -289,6 +351,10 @@ def encode_subagent_started(
     if item_json is not None:
         openai["item_json"] = item_json
     message.extensions["openai"].update(openai)
+    if authority is not None:
+        message.extensions["agentjournal"].update(
+            {"granted_authority": json.dumps(authority, sort_keys=True, separators=(",", ":"))}
+        )
     text: str = to_json(message)
     return text.encode()
 

@@ -13,6 +13,7 @@ from agents.memory.session_settings import SessionSettings
 
 from agentjournal.errors import InvalidInput
 from agentjournal.guardrails.client import GuardrailClient
+from agentjournal.policy import Policy
 from agentjournal.session import JournalSession, SessionTree
 from agentjournal.store import EventStore, open_store
 from agentjournal.streams import validate_id
@@ -75,6 +76,7 @@ class Journal:
         agent_name: str | None = None,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
         guardrails: str | GuardrailClient | None = None,
+        policy: Policy | str | os.PathLike[str] | None = None,
     ) -> JournalSession:
         """Return the session ``session_id``: pass it as both ``session=`` and ``hooks=``.
 
@@ -92,9 +94,13 @@ class Journal:
                 sessions) or a configured :class:`GuardrailClient`. Default
                 ``$AGENTJOURNAL_GUARDRAIL_URL``; with neither, nothing is
                 checked (logged once).
+            policy: The authority policy (a :class:`~agentjournal.policy.Policy` or the
+                path of its YAML file): effective authority along handoffs, the four
+                gates, refusals on the stream. Default: none.
 
         Raises:
-            InvalidInput: ``session_id``, ``session_settings`` or the guardrail URL is malformed.
+            InvalidInput: ``session_id``, ``session_settings``, the guardrail URL or the
+                policy is malformed.
         """
         key = validate_id(session_id, "session id")
         tree = self._trees.pop(key, None) or SessionTree()
@@ -110,6 +116,7 @@ class Journal:
             session_settings=session_settings,
             tree=tree,
             guardrails=self._guardrail_client(guardrails),
+            policy=policy if policy is None or isinstance(policy, Policy) else Policy.load(policy),
         )
 
     def _guardrail_client(self, guardrails: str | GuardrailClient | None) -> GuardrailClient | None:

@@ -55,18 +55,22 @@ from kurrent_agent_schema import TokenUsage, to_json
 from opentelemetry.trace import Span
 
 from agentjournal import codec, events, tracing
+from agentjournal import guard as guarding
 from agentjournal._locks import CrossLoopLock
+from agentjournal.authority import Authority
 from agentjournal.errors import (
+    AuthorityDenied,
     CodecError,
     ConcurrencyError,
     GuardrailBlocked,
     StoreUnavailable,
     StreamNotFound,
 )
-from agentjournal.guardrails import guard as guarding
+from agentjournal.gates import Gatekeeper
 from agentjournal.guardrails.client import GuardrailClient
 from agentjournal.guardrails.enforce import Enforcer
 from agentjournal.handoffs import SUMMARY_CHARS, Plan, plan_write, starts_a_run
+from agentjournal.policy import Policy
 from agentjournal.replay import Clear, Entry, Picker, Pop, Timeline, TimelineEvent
 from agentjournal.store.base import (
     AppendRequest,
@@ -148,6 +152,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
         tree: SessionTree | None = None,
         guardrails: GuardrailClient | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.session_id = validate_id(session_id, "session id")
         self.stream = session_stream(self.session_id)
@@ -169,30 +174,51 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         self._run_usage: weakref.ref[Any] | None = None
         self._run_wrapper: weakref.ref[Any] | None = None
         self._trace: tracing.RunTrace | None = None
+        self._granted: dict[str, Authority] = {}  # handoff call id -> the receiver's authority
         self._enforcer = (
             Enforcer(guardrails, thread_id=self.session_id, recorder=self)
             if guardrails is not None
             else None
         )
+        self._gates = Gatekeeper(policy, recorder=self) if policy is not None else None
+        self._wiring = guarding.Wiring(self._enforcer, self._gates)
 
     @property
     def guardrails(self) -> GuardrailClient | None:
         """The guardrail client this session checks actions with, if any."""
         return self._enforcer.client if self._enforcer is not None else None
 
-    def guard(self, agent: Agent[Any]) -> Agent[Any]:
-        """Return a copy of ``agent``'s graph with guardrail wrappers on every tool and handoff.
+    @property
+    def policy(self) -> Policy | None:
+        """The authority policy this session enforces, if any."""
+        return self._gates.policy if self._gates is not None else None
 
-        The hooks alone stop the run on a blocked tool call or handoff and
-        cannot apply a MODIFY to one; run the guarded copy (still with
-        ``session=s, hooks=s``) and a blocked tool call becomes an error output
-        the model sees, and MODIFY runs the tool or handoff with the modified
-        arguments. The agents passed in are not changed. Without a guardrail
-        configured, ``agent`` is returned as it is.
+    def guard(self, agent: Agent[Any]) -> Agent[Any]:
+        """Return a copy of ``agent``'s graph with guardrail and authority wrappers installed.
+
+        The hooks alone stop the run on a blocked or refused tool call or
+        handoff, cannot apply a MODIFY to one and cannot hide anything; run
+        the guarded copy (still with ``session=s, hooks=s``) and a blocked or
+        refused tool call becomes an error output the model sees, MODIFY runs
+        the tool or handoff with the modified arguments, and the policy's
+        visibility gates hide tools and handoffs (see
+        :mod:`agentjournal.guard`). The agents passed in are not changed.
+        With neither a guardrail nor a policy, ``agent`` is returned as it is.
         """
-        if self._enforcer is None:
+        if self._enforcer is None and self._gates is None:
             return agent
-        return guarding.guard_graph(agent, self._enforcer)
+        return guarding.guard_graph(agent, self._wiring)
+
+    async def mcp_tool_filter(self, context: Any, tool: Any) -> bool:
+        """The policy's MCP gate: pass it as an MCP server's ``tool_filter``.
+
+        ``MCPServerStdio(params, tool_filter=session.mcp_tool_filter)`` hides the
+        server's tools whose scope the running agent does not hold. Without a
+        policy every tool is offered.
+        """
+        if self._gates is None:
+            return True
+        return await self._gates.mcp_tool_filter(context, tool)
 
     def __repr__(self) -> str:
         return f"JournalSession({self.session_id!r}, stream={self.stream!r})"
@@ -336,6 +362,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         self._finished = None
         if self._trace is not None:
             self._trace.agent_started(agent.name)
+        if self._gates is not None:
+            self._gates.agent_started(agent.name)
         if self._enforcer is not None:
             self._enforcer.agent_started()
 
@@ -398,24 +426,41 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 self._handoff_calls[call_id] = (agent.name, targets[name])
         _trim(self._produced)
         _trim(self._handoff_calls)
-        if self._enforcer is not None:
-            enforcer = self._enforcer
-            await enforcer.check_response(
+        wiring = self._wiring
+        refused: set[str] = set()
+        if self._gates is not None:
+            refused = await self._gates.check_response(
                 agent,
                 response,
                 handoff_targets=targets,
-                guarded=lambda name: guarding.covers(agent, name, enforcer),
+                guarded=lambda name: guarding.covers(agent, name, wiring),
+            )
+        if self._enforcer is not None:
+            await self._enforcer.check_response(
+                agent,
+                response,
+                handoff_targets=targets,
+                guarded=lambda name: guarding.covers(agent, name, wiring),
                 schema_of=lambda name: guarding.schema_of(agent, name),
+                skip=refused,
+                widens=wiring.widens(agent.name),
             )
 
     async def on_handoff(
         self, context: RunContextWrapper[Any], from_agent: Agent[Any], to_agent: Agent[Any]
     ) -> None:
-        """Match the handoff to its exact call: the first call of the response to this target."""
+        """Match the handoff to its exact call; grant the receiver its authority."""
+        granted = (
+            self._gates.handed_off(from_agent.name, to_agent.name)
+            if self._gates is not None
+            else None
+        )
         for call_id, (source, target) in self._handoff_calls.items():
             if source == from_agent.name and target == to_agent.name:
                 del self._handoff_calls[call_id]
                 self._handoffs[call_id] = (source, target)
+                if granted is not None:
+                    self._granted[call_id] = granted
                 return
         logger.warning(
             "handoff %s -> %s has no matching call from on_llm_end; it is stored as a tool call",
@@ -439,6 +484,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         self._trace = tracing.RunTrace(self.session_id)
         if self._enforcer is not None:
             self._enforcer.new_run()
+        if self._gates is not None:
+            self._gates.new_run()
 
     def agent_span(self) -> Span | None:
         """The span of the agent acting now (for guardrail calls)."""
@@ -450,12 +497,16 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             return tracing.ids_of(self._trace.current)
         return tracing.current_ids()
 
-    async def run_stopped(self, error: GuardrailBlocked) -> None:
-        """A guardrail ends the run: its open subagents close with outcome ``error``."""
+    async def run_stopped(self, error: GuardrailBlocked | AuthorityDenied) -> None:
+        """A guardrail or a refusal ends the run: open subagents close with outcome ``error``."""
         if self._trace is not None:
             self._trace.end(error)
         reason = f"{type(error).__name__}: {error}"[:SUMMARY_CHARS]
         await self.close_subagents(outcome="error", reason=reason)
+
+    async def authority_stopped(self, error: AuthorityDenied) -> None:
+        """An authority refusal ends the run: its open subagents close with outcome ``error``."""
+        await self.run_stopped(error)
 
     async def record_decision(self, decided: events.GuardrailDecided) -> None:
         """Append a guardrail decision to the acting agent's stream before it is acted on.
@@ -463,8 +514,29 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         Raises:
             StoreError: The decision did not land (then it must not be acted on).
         """
+        trace = tracing.TraceIds(decided.trace_id, decided.span_id)
+        await self._record_control(events.GUARDRAIL_DECIDED, decided.encode(), trace)
+
+    async def record_refusal(self, refused: events.AuthorityRefused) -> None:
+        """Append an authority refusal to the acting agent's stream.
+
+        Raises:
+            StoreError: The refusal did not land (the action is refused anyway).
+        """
+        span = self.agent_span()
+        trace = tracing.ids_of(span) if span is not None else tracing.current_ids()
+        await self._record_control(events.AUTHORITY_REFUSED, refused.encode(), trace)
+
+    async def _record_control(
+        self, type_: str, data: bytes, trace: tracing.TraceIds | None
+    ) -> None:
+        """Append a decision or refusal to the stream of the agent acting in this run."""
         tree = self._tree
-        trace = {events.TRACE_ID_KEY: decided.trace_id, events.SPAN_ID_KEY: decided.span_id}
+        extra = {}
+        if trace is not None:
+            extra[events.TRACE_ID_KEY] = trace.trace_id
+            if trace.span_id:
+                extra[events.SPAN_ID_KEY] = trace.span_id
         async with tree.lock:
             if not tree.loaded:
                 await self._load(0)
@@ -474,9 +546,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 run = self._run_wrapper() if self._run_wrapper is not None else None
                 inner = tree.chain and _same_run(tree.chain_run, run)
                 stream = tree.chain[-1].stream if inner else self.stream
-                if await self._append_control(
-                    events.GUARDRAIL_DECIDED, decided.encode(), stream=stream, extra=trace
-                ):
+                if await self._append_control(type_, data, stream=stream, extra=extra):
                     return
             raise ConcurrencyError(self.stream, "exact", tree.heads.get(self.stream))
 
@@ -536,6 +606,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 for op in plan.ops:
                     if op.kind == "start" and op.subagent is not None:
                         self._handoffs.pop(op.subagent.call_id, None)
+                        self._granted.pop(op.subagent.call_id, None)
                 return closed
             raise conflict
 
@@ -636,13 +707,15 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 assert op.index is not None
                 sub = op.subagent
                 item_json = codec.exact_json(op.item)
+                authority = self._granted.get(sub.call_id)
+                granted = authority.to_json() if authority is not None else None
                 owner_id, twin_id = self._id(nonce, counter), self._id(nonce, counter + 1)
                 open_child[sub.parent_stream] = sub.stream
                 add(
                     sub.parent_stream,
                     events.SUBAGENT_STARTED,
                     events.encode_subagent_started(
-                        sub, item_json=item_json, twin=twin_id, timestamp=now
+                        sub, item_json=item_json, twin=twin_id, timestamp=now, authority=granted
                     ),
                     {events.INDEX_KEY: str(op.index), events.TWIN_KEY: str(twin_id)},
                 )
@@ -653,7 +726,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                     sub.stream,
                     events.SUBAGENT_STARTED,
                     events.encode_subagent_started(
-                        sub, item_json=None, twin=owner_id, timestamp=now
+                        sub, item_json=None, twin=owner_id, timestamp=now, authority=granted
                     ),
                     {events.TWIN_KEY: str(owner_id)},
                 )

@@ -53,11 +53,14 @@ if TYPE_CHECKING:
     from agents.agent import Agent
     from agents.items import ModelResponse
 
-__all__ = ["Enforcement", "Enforcer", "Recorder", "blocked"]
+__all__ = ["Enforcement", "Enforcer", "Recorder", "Widens", "blocked"]
 
 logger = logging.getLogger("agentjournal.guardrails")
 
 DECISION_NOT_RECORDED: Final = "DECISION_NOT_RECORDED"
+
+Widens = Callable[[str, str], "str | None"]
+"""(tool name, arguments) -> why they exceed the acting agent's authority, or None."""
 
 
 class Enforcement:
@@ -161,6 +164,8 @@ class Enforcer:
         handoff_targets: dict[str, str],
         guarded: Callable[[str], bool],
         schema_of: Callable[[str], dict[str, Any] | None],
+        skip: frozenset[str] | set[str] = frozenset(),
+        widens: Widens | None = None,
     ) -> None:
         """``on_llm_end``: check every action of the response before any of it executes.
 
@@ -170,6 +175,8 @@ class Enforcer:
             handoff_targets: The agent's handoff tool names -> target agent names.
             guarded: Whether a guard wrapper covers a tool or handoff tool name.
             schema_of: The JSON schema of a tool's or handoff's arguments.
+            skip: Call ids already refused (by the authority gate): not asked about.
+            widens: Why a tool call's modified arguments would exceed the agent's authority.
         """
         self._turn = _Turn()
         output = list(response.output)
@@ -179,6 +186,8 @@ class Enforcer:
             if not isinstance(item, ResponseFunctionToolCall):
                 continue
             name, call_id, arguments = item.name, item.call_id, item.arguments
+            if call_id in skip:
+                continue
             target = handoff_targets.get(name)
             if target is not None and handoff_seen:
                 continue  # the SDK takes the first handoff of a response only
@@ -192,6 +201,7 @@ class Enforcer:
                     call_id=call_id,
                     fits=actions.tool_call_fits(call_id, name, schema_of(name)),
                     enforcement=_hook_level(wrapped, refusable=True),
+                    widens=widens,
                 )
             else:
                 handoff_seen = True
@@ -265,7 +275,14 @@ class Enforcer:
     # -- guard wrappers --------------------------------------------------------------
 
     async def tool_verdict(
-        self, agent: str, call_id: str, name: str, arguments: str, schema: dict[str, Any] | None
+        self,
+        agent: str,
+        call_id: str,
+        name: str,
+        arguments: str,
+        schema: dict[str, Any] | None,
+        *,
+        widens: Widens | None = None,
     ) -> Verdict:
         """The decision for a tool call about to run: the one from ``on_llm_end``, or a new one."""
         earlier = self._turn.tools.pop(call_id, None)
@@ -280,6 +297,7 @@ class Enforcer:
             call_id=call_id,
             fits=actions.tool_call_fits(call_id, name, schema),
             enforcement=_guarded_tool,
+            widens=widens,
         )
 
     async def handoff_verdict(
@@ -325,8 +343,13 @@ class Enforcer:
         call_id: str | None,
         fits: actions.Fits,
         enforcement: Callable[[Verdict], str],
+        widens: Widens | None = None,
     ) -> Verdict:
-        """Ask, settle how the answer is carried out, record it; the verdict to act on."""
+        """Ask, settle how the answer is carried out, record it; the verdict to act on.
+
+        A MODIFY of a tool call that ``widens`` says exceeds the agent's
+        authority becomes a BLOCK (``GUARDRAIL_WIDENS_AUTHORITY``).
+        """
         span = tracing.start_span(
             f"agentjournal.guardrail {action_type.value}",
             parent=self._recorder.agent_span(),
@@ -347,6 +370,16 @@ class Enforcer:
             fits=fits,
         )
         answered = None if verdict.fault else verdict.decision.value
+        if widens is not None and verdict.decision is Decision.MODIFY:
+            function = verdict.modified_payload["function"]
+            beyond = widens(function["name"], function["arguments"])
+            if beyond is not None:
+                verdict = dataclasses.replace(
+                    verdict,
+                    decision=Decision.BLOCK,
+                    reason_code=ReasonCode.GUARDRAIL_WIDENS_AUTHORITY.value,
+                    reason_message=f"the modified call exceeds the agent's authority: {beyond}",
+                )
         how = enforcement(verdict)
         if how == Enforcement.UNENFORCEABLE:
             verdict = dataclasses.replace(

@@ -58,6 +58,8 @@ class ReasonCode(enum.StrEnum):
     """MODIFY without a payload, or with one that does not fit the action."""
     GUARDRAIL_UNENFORCEABLE = "GUARDRAIL_UNENFORCEABLE"
     """A MODIFY the wiring cannot carry out (hooks alone cannot change a call): blocked."""
+    GUARDRAIL_WIDENS_AUTHORITY = "GUARDRAIL_WIDENS_AUTHORITY"
+    """A MODIFY whose payload the acting agent's authority would refuse: blocked."""
     GUARDRAIL_FAILED_OPEN = "GUARDRAIL_FAILED_OPEN"
     """A fault was let through because the client was explicitly set to fail open."""
 

@@ -1,0 +1,285 @@
+"""The four gates of one policy, carried through a session's runs.
+
+One :class:`Gatekeeper` belongs to one session object. It keeps the
+**effective authority** of each agent of the current run: a run's first
+agent holds its own policy entry; a handoff's receiver is granted
+``meet(sender's effective authority, receiver's entry)``, so authority along a
+delegation chain is the meet along the chain and can only narrow.
+
+1. Tool visibility — ``FunctionTool.is_enabled`` (installed by
+   ``session.guard(agent)``): a tool is hidden when the running agent does
+   not hold its scope.
+2. MCP tool visibility — :meth:`Gatekeeper.mcp_tool_filter`, for an MCP
+   server's ``tool_filter``: the same question for MCP tools.
+3. Handoff visibility — ``Handoff.is_enabled``: a handoff is offered only
+   when the receiver's request is narrower than the sender's authority.
+4. Invocation — at ``on_llm_end`` (the hooks) and again in the guard's
+   wrappers: the call's scope and arguments are checked against the running
+   agent's effective authority before anything executes. It does not depend
+   on the other three: with ``visibility: false`` exactly the same calls are
+   refused.
+
+Every refusal is an ``agentjournal.AuthorityDenied`` event on the stream of
+the agent it concerns (visibility refusals once per run, agent and subject).
+A refused tool call with a guard wrapper becomes an error output the model
+sees; without one, and for every refused handoff, the run stops with
+:class:`~agentjournal.errors.AuthorityDenied`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+
+from openai.types.responses import ResponseFunctionToolCall
+
+from agentjournal.authority import Authority, meet
+from agentjournal.errors import AuthorityDenied
+from agentjournal.events import AuthorityRefused
+from agentjournal.guardrails.actions import digest
+from agentjournal.policy import Gate, Policy, Refusal
+
+if TYPE_CHECKING:
+    from agents.agent import Agent
+    from agents.items import ModelResponse
+
+__all__ = ["Enforced", "Gatekeeper", "RefusalRecorder"]
+
+logger = logging.getLogger("agentjournal.authority")
+
+
+class Enforced:
+    """What happened to a refused action (the ``enforcement`` field of the event)."""
+
+    HIDDEN = "hidden"
+    """A visibility gate kept it from the model."""
+    TOOL_REFUSED = "tool_refused"
+    """The tool body did not run; the model got an error output."""
+    RUN_STOPPED = "run_stopped"
+    """The run ended with ``AuthorityDenied`` before the action."""
+
+
+class RefusalRecorder(Protocol):
+    """What the gatekeeper needs from its session."""
+
+    async def record_refusal(self, refused: AuthorityRefused) -> None:
+        """Append the refusal to the acting agent's stream; raise if it did not land."""
+
+    async def authority_stopped(self, error: AuthorityDenied) -> None:
+        """The run is about to end with ``error``: close what it leaves open."""
+
+
+class Gatekeeper:
+    """Applies a :class:`~agentjournal.policy.Policy` to a session's runs.
+
+    Args:
+        policy: The policy.
+        recorder: The session that records refusals.
+    """
+
+    def __init__(self, policy: Policy, *, recorder: RefusalRecorder) -> None:
+        self.policy = policy
+        self._recorder = recorder
+        self._effective: dict[str, Authority] = {}
+        self._said: set[tuple[str, str, str]] = set()  # (gate, agent, subject) recorded this run
+        self._refused_calls: set[str] = set()  # refused at on_llm_end; the wrapper only answers
+
+    # -- the run --------------------------------------------------------------------
+
+    def new_run(self) -> None:
+        """Forget the previous run's authorities and refusals."""
+        self._effective = {}
+        self._said = set()
+        self._refused_calls = set()
+
+    def effective(self, agent: str) -> Authority:
+        """The running agent's effective authority.
+
+        The first agent of a run holds its own entry; an agent reached in
+        this run without a handoff the session saw holds nothing.
+        """
+        found = self._effective.get(agent)
+        if found is None:
+            found = self.policy.authority_of(agent) if not self._effective else Authority()
+            self._effective[agent] = found
+        return found
+
+    def agent_started(self, agent: str) -> None:
+        """``on_agent_start``: settle the agent's effective authority."""
+        self.effective(agent)
+
+    def handed_off(self, sender: str, receiver: str) -> Authority:
+        """A handoff happened: the receiver is granted the meet; return it."""
+        granted = meet(self.effective(sender), self.policy.authority_of(receiver))
+        self._effective[receiver] = granted
+        return granted
+
+    # -- gates 1-3: visibility ---------------------------------------------------------
+
+    async def tool_visible(
+        self, agent: str, tool: str, *, gate: str = Gate.TOOL_VISIBILITY
+    ) -> bool:
+        """Gates 1 and 2: whether ``agent`` may see ``tool``."""
+        if not self.policy.visibility:
+            return True
+        refusal = self.policy.visible(self.effective(agent), tool)
+        if refusal is None:
+            return True
+        refusal = Refusal(gate, refusal.reason, scope=refusal.scope)
+        await self._record_once(agent, tool, "tool", refusal)
+        return False
+
+    async def mcp_tool_filter(self, context: Any, tool: Any) -> bool:
+        """Gate 2 as an MCP server's ``tool_filter`` (``ToolFilterContext``, ``mcp.types.Tool``)."""
+        agent = getattr(getattr(context, "agent", None), "name", "")
+        return await self.tool_visible(agent, tool.name, gate=Gate.MCP_VISIBILITY)
+
+    async def handoff_visible(self, sender: str, receiver: str) -> bool:
+        """Gate 3: whether ``sender`` may be offered the handoff to ``receiver``."""
+        if not self.policy.visibility:
+            return True
+        refusal = self.policy.check_handoff(
+            self.effective(sender), receiver, Gate.HANDOFF_VISIBILITY
+        )
+        if refusal is None:
+            return True
+        await self._record_once(sender, receiver, "handoff", refusal)
+        return False
+
+    # -- gate 4: invocation ---------------------------------------------------------
+
+    async def check_response(
+        self,
+        agent: Agent[Any],
+        response: ModelResponse,
+        *,
+        handoff_targets: Mapping[str, str],
+        guarded: Any,
+    ) -> set[str]:
+        """``on_llm_end``: check every call of the response; return the refused call ids.
+
+        A refused tool call that a guard wrapper covers is answered by the
+        wrapper with an error output; anything else refused stops the run
+        (after every refusal of the response is recorded).
+        """
+        self._refused_calls = set()
+        stop: AuthorityDenied | None = None
+        handoff_seen = False
+        authority = self.effective(agent.name)
+        for item in response.output:
+            if not isinstance(item, ResponseFunctionToolCall):
+                continue
+            target = handoff_targets.get(item.name)
+            if target is not None:
+                if handoff_seen:
+                    continue  # the SDK takes the first handoff of a response only
+                handoff_seen = True
+                refusal = self.policy.check_handoff(authority, target, Gate.INVOCATION)
+                subject, kind = target, "handoff"
+            else:
+                refusal = self.policy.check_call(authority, item.name, item.arguments)
+                subject, kind = item.name, "tool"
+            if refusal is None:
+                continue
+            wrapped = kind == "tool" and guarded(item.name)
+            how = Enforced.TOOL_REFUSED if wrapped else Enforced.RUN_STOPPED
+            error = await self._record(
+                agent.name, subject, kind, refusal, how, item.call_id, item.arguments
+            )
+            self._refused_calls.add(item.call_id)
+            if not wrapped and stop is None:
+                stop = error
+        if stop is not None:
+            await self._stop(stop)
+        return set(self._refused_calls)
+
+    async def refuse_call(self, agent: str, call_id: str, tool: str, arguments: str) -> str | None:
+        """The tool wrapper's gate: an error output for the model when the call is refused."""
+        refusal = self.policy.check_call(self.effective(agent), tool, arguments)
+        if refusal is None:
+            return None
+        if call_id not in self._refused_calls:
+            await self._record(
+                agent, tool, "tool", refusal, Enforced.TOOL_REFUSED, call_id, arguments
+            )
+        return f"Error: {agent} may not call {tool}: {refusal.reason} (authority, {refusal.gate})"
+
+    async def check_handoff(self, sender: str, receiver: str, arguments: str) -> None:
+        """The handoff wrapper's gate: a refused handoff stops the run."""
+        refusal = self.policy.check_handoff(self.effective(sender), receiver, Gate.INVOCATION)
+        if refusal is not None:
+            error = await self._record(
+                sender, receiver, "handoff", refusal, Enforced.RUN_STOPPED, None, arguments
+            )
+            await self._stop(error)
+
+    def widens(self, agent: str, tool: str, arguments: str) -> str | None:
+        """Why a guardrail's modified arguments would exceed the agent's authority, if they do."""
+        refusal = self.policy.check_call(self.effective(agent), tool, arguments)
+        return None if refusal is None else refusal.reason
+
+    # -- recording ----------------------------------------------------------------------
+
+    async def _record_once(self, agent: str, subject: str, kind: str, refusal: Refusal) -> None:
+        key = (refusal.gate, agent, subject)
+        if key not in self._said:
+            self._said.add(key)
+            await self._record(agent, subject, kind, refusal, Enforced.HIDDEN, None, None)
+
+    async def _record(
+        self,
+        agent: str,
+        subject: str,
+        kind: str,
+        refusal: Refusal,
+        how: str,
+        call_id: str | None,
+        arguments: str | None,
+    ) -> AuthorityDenied:
+        """Record a refusal (the action does not happen either way) and return its error."""
+        authority = self.effective(agent)
+        refused = AuthorityRefused(
+            gate=refusal.gate,
+            agent=agent,
+            subject=subject,
+            kind=kind,
+            reason=refusal.reason,
+            scope=refusal.scope,
+            ceiling=refusal.ceiling,
+            limit=refusal.limit,
+            value=refusal.value,
+            call_id=call_id,
+            arguments_digest=None if arguments is None else digest(arguments),
+            authority=authority.to_json(),
+            enforcement=how,
+        )
+        error = AuthorityDenied(
+            gate=refusal.gate,
+            agent=agent,
+            subject=subject,
+            reason=refusal.reason,
+            scope=refusal.scope,
+            ceiling=refusal.ceiling,
+        )
+        try:
+            await self._recorder.record_refusal(refused)
+        except Exception as failure:
+            # Refused anyway: a refusal that cannot be written still refuses.
+            logger.error("authority refusal on %r could not be recorded: %s", subject, failure)
+        logger.info(
+            "authority refused %s %r for %s at %s: %s",
+            kind,
+            subject,
+            agent,
+            refusal.gate,
+            refusal.reason,
+        )
+        return error
+
+    async def _stop(self, error: AuthorityDenied) -> NoReturn:
+        try:
+            await self._recorder.authority_stopped(error)
+        except Exception:  # the refusal is what the caller must hear of
+            logger.exception("could not close the run stopped by an authority refusal")
+        raise error

@@ -1,0 +1,248 @@
+"""The authority policy: what each agent may do, and what each tool needs (pure).
+
+Declare it in Python::
+
+    policy = Policy(
+        agents={
+            "triage": Authority.of("billing.*", "kb.*", spend=Cap(50_000)),
+            "billing": Authority.of("billing.read", "billing.refund", spend=Cap(5_000)),
+        },
+        tools={"issue_credit": ToolRule("billing.refund", {"spend": "amount_cents"})},
+    )
+
+or in YAML (:meth:`Policy.load`)::
+
+    agents:
+      triage:
+        scopes: [billing.*, kb.*]
+        ceilings:
+          spend: {kind: cap, limit: 50000}
+          egress: {kind: ranked, order: [none, internal, any], level: internal}
+    tools:
+      issue_credit: {scope: billing.refund, ceilings: {spend: amount_cents}}
+      kb_export: {scope: kb.export, ceilings: {egress: destination}}
+    visibility: true
+
+An agent's entry is what it holds when it starts a run, and what it requests
+when it receives a handoff: it is then granted ``meet(sender's effective
+authority, its entry)``. An agent without an entry holds nothing. A tool
+names the scope a call needs and which argument each ceiling reads (a dotted
+path into the call's JSON arguments). A tool without a rule is refused.
+
+``visibility: false`` switches the three visibility gates off (tools, MCP
+tools, handoffs are all offered); the invocation gate is always on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import yaml
+
+from agentjournal.authority import Authority, ceiling_at_most, validate_scope
+from agentjournal.errors import InvalidInput
+
+__all__ = ["Gate", "Policy", "Refusal", "ToolRule"]
+
+
+class Gate:
+    """Where a refusal happened (the ``gate`` field of ``AuthorityDenied``)."""
+
+    TOOL_VISIBILITY: Final = "tool_visibility"
+    MCP_VISIBILITY: Final = "mcp_visibility"
+    HANDOFF_VISIBILITY: Final = "handoff_visibility"
+    INVOCATION: Final = "invocation"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRule:
+    """What calling a tool needs.
+
+    Attributes:
+        scope: The scope a call needs (exact, no wildcard).
+        ceilings: Ceiling name -> the argument (dotted path) whose value it limits.
+    """
+
+    scope: str
+    ceilings: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if validate_scope(self.scope).endswith(".*"):
+            raise InvalidInput(f"a tool needs one exact scope, not the wildcard {self.scope!r}")
+        for name, path in self.ceilings.items():
+            if not isinstance(name, str) or not isinstance(path, str) or not path:
+                raise InvalidInput(f"tool ceiling {name!r} must name an argument, got {path!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why an action is outside an agent's authority.
+
+    Attributes:
+        gate: Which gate refused (:class:`Gate`).
+        reason: Human-readable reason.
+        scope: The scope that was needed, if a scope was the problem.
+        ceiling: The ceiling that refused, if one did.
+        limit: That ceiling as JSON.
+        value: The argument value the ceiling refused.
+    """
+
+    gate: str
+    reason: str
+    scope: str | None = None
+    ceiling: str | None = None
+    limit: Any = None
+    value: Any = None
+
+
+_MISSING: Final = object()
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One policy for all four gates: per-agent authority and per-tool rules.
+
+    Args:
+        agents: Agent name -> the authority it holds (starting a run) or requests (receiving a
+            handoff).
+        tools: Tool name (function or MCP tool) -> what a call needs.
+        visibility: Whether the three visibility gates hide what an agent may not use.
+    """
+
+    agents: Mapping[str, Authority] = field(default_factory=dict)
+    tools: Mapping[str, ToolRule] = field(default_factory=dict)
+    visibility: bool = True
+
+    @classmethod
+    def from_json(cls, body: Any) -> Policy:
+        """Read a policy from its YAML/JSON form (see the module docs).
+
+        Raises:
+            InvalidInput: Unknown fields, malformed scopes or ceilings, wrong types.
+        """
+        if not isinstance(body, Mapping):
+            raise InvalidInput("a policy must be a mapping with 'agents' and 'tools'")
+        extra = set(body) - {"agents", "tools", "visibility"}
+        if extra:
+            raise InvalidInput(f"unknown policy fields {sorted(extra)}")
+        agents, tools = body.get("agents") or {}, body.get("tools") or {}
+        visibility = body.get("visibility", True)
+        if not isinstance(agents, Mapping) or not isinstance(tools, Mapping):
+            raise InvalidInput("'agents' and 'tools' must be mappings")
+        if not isinstance(visibility, bool):
+            raise InvalidInput(f"'visibility' must be true or false, got {visibility!r}")
+        rules: dict[str, ToolRule] = {}
+        for name, rule in tools.items():
+            if not isinstance(rule, Mapping) or set(rule) - {"scope", "ceilings"}:
+                raise InvalidInput(f"tool {name!r} needs 'scope' and optional 'ceilings'")
+            ceilings = rule.get("ceilings") or {}
+            if not isinstance(ceilings, Mapping):
+                raise InvalidInput(f"tool {name!r}: 'ceilings' must map ceiling -> argument")
+            rules[str(name)] = ToolRule(rule.get("scope"), dict(ceilings))  # type: ignore[arg-type]
+        return cls(
+            agents={str(name): Authority.from_json(value) for name, value in agents.items()},
+            tools=rules,
+            visibility=visibility,
+        )
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Policy:
+        """Read a policy from a YAML file.
+
+        Raises:
+            InvalidInput: The file cannot be read or holds no valid policy.
+        """
+        try:
+            with open(path, encoding="utf-8") as handle:
+                body = yaml.safe_load(handle)
+        except (OSError, yaml.YAMLError) as error:
+            raise InvalidInput(f"cannot read policy {os.fspath(path)!r}: {error}") from None
+        return cls.from_json(body)
+
+    def authority_of(self, agent: str) -> Authority:
+        """What ``agent`` holds or requests; nothing when the policy does not name it."""
+        return self.agents.get(agent) or Authority()
+
+    def visible(self, authority: Authority, tool: str) -> Refusal | None:
+        """Whether an agent with ``authority`` may see ``tool`` (its scope only)."""
+        rule = self.tools.get(tool)
+        if rule is None:
+            return Refusal(Gate.TOOL_VISIBILITY, f"tool {tool!r} has no rule in the policy")
+        if not authority.holds(rule.scope):
+            return Refusal(
+                Gate.TOOL_VISIBILITY, f"scope {rule.scope!r} is not held", scope=rule.scope
+            )
+        return None
+
+    def check_call(self, authority: Authority, tool: str, arguments: str) -> Refusal | None:
+        """The invocation gate for a tool call: scope, then each ceiling on its argument."""
+        gate = Gate.INVOCATION
+        rule = self.tools.get(tool)
+        if rule is None:
+            return Refusal(gate, f"tool {tool!r} has no rule in the policy")
+        if not authority.holds(rule.scope):
+            return Refusal(gate, f"scope {rule.scope!r} is not held", scope=rule.scope)
+        if not rule.ceilings:
+            return None
+        try:
+            parsed = json.loads(arguments or "{}")
+        except ValueError:
+            return Refusal(gate, "the arguments are not JSON", scope=rule.scope)
+        for name, path in rule.ceilings.items():
+            ceiling = authority.ceilings.get(name)
+            if ceiling is None:
+                continue  # no limit on this dimension
+            value = _argument(parsed, path)
+            if value is _MISSING:
+                return Refusal(
+                    gate,
+                    f"argument {path!r} that ceiling {name!r} reads is missing",
+                    scope=rule.scope,
+                    ceiling=name,
+                    limit=ceiling.to_json(),
+                )
+            if not ceiling.permits(value):
+                return Refusal(
+                    gate,
+                    f"{path}={value!r} is beyond ceiling {name!r}",
+                    scope=rule.scope,
+                    ceiling=name,
+                    limit=ceiling.to_json(),
+                    value=value,
+                )
+        return None
+
+    def check_handoff(self, sender: Authority, receiver: str, gate: str) -> Refusal | None:
+        """Whether the receiver's request is narrower than the sender's effective authority."""
+        request = self.authority_of(receiver)
+        if request.is_narrower_than(sender):
+            return None
+        wider = sorted(s for s in request.scopes if not sender.holds(s))
+        if wider:
+            return Refusal(
+                gate, f"{receiver!r} requests scopes the sender lacks: {wider}", scope=wider[0]
+            )
+        for name, ceiling in sender.ceilings.items():
+            mine = request.ceilings.get(name)
+            if mine is None or not ceiling_at_most(mine, ceiling):
+                return Refusal(
+                    gate,
+                    f"{receiver!r} requests more than ceiling {name!r} allows",
+                    ceiling=name,
+                    limit=ceiling.to_json(),
+                    value=None if mine is None else mine.to_json(),
+                )
+        return Refusal(gate, f"{receiver!r} requests more than the sender holds")
+
+
+def _argument(arguments: Any, path: str) -> Any:
+    value = arguments
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
