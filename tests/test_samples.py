@@ -27,3 +27,17 @@ def test_event_store_sample(tmp_path: Path) -> None:
     assert "AgentSession-demo@1 " in out
     assert "AgentSubsession-demo-sub-billing-1@0 " in out
     assert "tail of AgentSession-demo: SubagentStarted" in out
+
+
+def test_authority_seed_sample() -> None:
+    guarded = run_sample("authority_seed.py")
+    assert "refused at handoff_visibility: triage -> sre" in guarded
+    assert "refused at invocation: billing -> issue_credit (amount_cents=25000" in guarded
+    assert "refused at invocation: triage -> kb_export (destination='any'" in guarded
+    assert "tool bodies ran: none" in guarded
+    gates_off = run_sample("authority_seed.py", "--no-visibility")
+    assert "refused at invocation: triage -> sre" in gates_off
+    assert "refused at invocation: billing -> issue_credit" in gates_off
+    unguarded = run_sample("authority_seed.py", "--no-policy")
+    assert "tool bodies ran: ['credit c-7 25000']" in unguarded
+    assert "refused" not in unguarded

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agentjournal.errors import (
+    AuthorityDenied,
     CodecError,
     ConcurrencyError,
     GuardrailBlocked,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from agentjournal.session import JournalSession
 
 __all__ = [
+    "AuthorityDenied",
     "CodecError",
     "ConcurrencyError",
     "GuardrailBlocked",

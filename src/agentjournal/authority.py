@@ -44,8 +44,11 @@ __all__ = [
     "Nothing",
     "Ranked",
     "ceiling_from_json",
+    "ceiling_at_most",
     "covers",
+    "excess",
     "meet",
+    "meet_ceilings",
     "validate_scope",
 ]
 
@@ -322,3 +325,23 @@ def meet(parent: Authority, request: Authority) -> Authority:
     for name, ceiling in request.ceilings.items():
         ceilings[name] = meet_ceilings(ceilings[name], ceiling) if name in ceilings else ceiling
     return Authority(frozenset(scopes), ceilings)
+
+
+def excess(request: Authority, parent: Authority) -> str | None:
+    """What ``request`` asks for beyond ``parent``; None when the meet grants all of it.
+
+    This is the handoff question: a receiver's request may leave a ceiling
+    out (it inherits the parent's through :func:`meet`) but may not ask for a
+    scope the parent lacks or a looser ceiling than the parent's.
+    """
+    wider = sorted(scope for scope in request.scopes if not parent.holds(scope))
+    if wider:
+        return f"scopes the sender lacks: {wider}"
+    for name, ceiling in sorted(request.ceilings.items()):
+        held = parent.ceilings.get(name)
+        if held is not None and not ceiling_at_most(ceiling, held):
+            return (
+                f"a looser ceiling {name!r} ({ceiling.to_json()}) "
+                f"than the sender's ({held.to_json()})"
+            )
+    return None

@@ -43,7 +43,7 @@ from typing import Any, Final
 
 import yaml
 
-from agentjournal.authority import Authority, ceiling_at_most, validate_scope
+from agentjournal.authority import Authority, ceiling_at_most, excess, validate_scope
 from agentjournal.errors import InvalidInput
 
 __all__ = ["Gate", "Policy", "Refusal", "ToolRule"]
@@ -217,26 +217,25 @@ class Policy:
         return None
 
     def check_handoff(self, sender: Authority, receiver: str, gate: str) -> Refusal | None:
-        """Whether the receiver's request is narrower than the sender's effective authority."""
+        """Whether the receiver's request asks for nothing beyond the sender's authority."""
         request = self.authority_of(receiver)
-        if request.is_narrower_than(sender):
+        beyond = excess(request, sender)
+        if beyond is None:
             return None
-        wider = sorted(s for s in request.scopes if not sender.holds(s))
-        if wider:
-            return Refusal(
-                gate, f"{receiver!r} requests scopes the sender lacks: {wider}", scope=wider[0]
-            )
-        for name, ceiling in sender.ceilings.items():
-            mine = request.ceilings.get(name)
-            if mine is None or not ceiling_at_most(mine, ceiling):
-                return Refusal(
-                    gate,
-                    f"{receiver!r} requests more than ceiling {name!r} allows",
-                    ceiling=name,
-                    limit=ceiling.to_json(),
-                    value=None if mine is None else mine.to_json(),
-                )
-        return Refusal(gate, f"{receiver!r} requests more than the sender holds")
+        wider = sorted(scope for scope in request.scopes if not sender.holds(scope))
+        looser = sorted(
+            name
+            for name, ceiling in request.ceilings.items()
+            if name in sender.ceilings and not ceiling_at_most(ceiling, sender.ceilings[name])
+        )
+        return Refusal(
+            gate,
+            f"{receiver!r} requests {beyond}",
+            scope=wider[0] if wider else None,
+            ceiling=None if wider or not looser else looser[0],
+            limit=None if wider or not looser else sender.ceilings[looser[0]].to_json(),
+            value=None if wider or not looser else request.ceilings[looser[0]].to_json(),
+        )
 
 
 def _argument(arguments: Any, path: str) -> Any:
