@@ -1,0 +1,340 @@
+"""The tamper-evident ledger: per-stream hash chains and signed checkpoints (pure).
+
+**Chain.** Every event agentjournal writes carries three metadata keys:
+``aj.seq`` (its revision: the position in its stream's chain), ``aj.prev``
+(the previous event's hash; 64 zeros for revision 0) and ``aj.hash``:
+
+    sha256( JCS({"stream", "revision", "id", "type", "data_sha256", "metadata"}) )
+
+where JCS is RFC 8785 canonical JSON, ``data_sha256`` the hex SHA-256 of the
+event's data, and ``metadata`` every metadata key except ``aj.hash`` (so
+``aj.seq`` and ``aj.prev`` are covered). Because the data enters only as a
+digest, a payload can be withheld from an export and the chain still verifies.
+Appends are at exact revisions, so each stream's chain is linear.
+
+**Checkpoints.** An Ed25519 signature over the heads (revision and hash) of
+every stream of a session tree, written as an ``agentjournal.Checkpoint``
+event to ``AgentLedger-{session id}``. Against a checkpoint, a truncated tail
+is detectable; without one it is not.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+import rfc8785
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from agentjournal.errors import InvalidInput
+
+__all__ = [
+    "CHECKPOINT",
+    "GENESIS",
+    "HASH_KEY",
+    "PREV_KEY",
+    "SEQ_KEY",
+    "SIGNING_KEY_ENV",
+    "SIGNING_KEY_FILE_ENV",
+    "Checkpoint",
+    "SigningKey",
+    "chain_hash",
+    "data_digest",
+    "key_id",
+    "ledger_stream",
+    "load_public_key",
+    "seal",
+]
+
+SEQ_KEY: Final = "aj.seq"
+PREV_KEY: Final = "aj.prev"
+HASH_KEY: Final = "aj.hash"
+GENESIS: Final = "0" * 64
+CHECKPOINT: Final = "agentjournal.Checkpoint"
+SIGNING_KEY_ENV: Final = "AGENTJOURNAL_SIGNING_KEY"
+"""A base64 (or hex) Ed25519 private key seed of 32 bytes."""
+SIGNING_KEY_FILE_ENV: Final = "AGENTJOURNAL_SIGNING_KEY_FILE"
+"""A file holding a PEM (PKCS#8) Ed25519 private key, or its raw 32-byte seed in base64/hex."""
+
+
+def _jcs(value: Any) -> bytes:
+    """RFC 8785 canonical JSON bytes."""
+    encoded: bytes = rfc8785.dumps(value)
+    return encoded
+
+
+def ledger_stream(session_id: str) -> str:
+    """The checkpoint stream of a session tree."""
+    return f"AgentLedger-{session_id}"
+
+
+def data_digest(data: bytes) -> str:
+    """Hex SHA-256 of an event's data."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def chain_hash(
+    stream: str,
+    revision: int,
+    event_id: str,
+    type_: str,
+    data_sha256: str,
+    metadata: Mapping[str, str],
+) -> str:
+    """The hash of one event (``metadata`` without ``aj.hash``)."""
+    record = {
+        "stream": stream,
+        "revision": revision,
+        "id": event_id,
+        "type": type_,
+        "data_sha256": data_sha256,
+        "metadata": {k: v for k, v in metadata.items() if k != HASH_KEY},
+    }
+    return hashlib.sha256(_jcs(record)).hexdigest()
+
+
+def seal(
+    stream: str,
+    revision: int,
+    event_id: str,
+    type_: str,
+    data: bytes,
+    metadata: dict[str, str],
+    prev: str,
+) -> str:
+    """Add the chain keys to ``metadata`` (in place) and return the event's hash."""
+    metadata.pop(HASH_KEY, None)
+    metadata[SEQ_KEY] = str(revision)
+    metadata[PREV_KEY] = prev
+    digest = chain_hash(stream, revision, event_id, type_, data_digest(data), metadata)
+    metadata[HASH_KEY] = digest
+    return digest
+
+
+# -- keys ---------------------------------------------------------------------------
+
+
+def key_id(public: Ed25519PublicKey) -> str:
+    """``ed25519:`` + the first 16 hex digits of SHA-256 of the raw public key."""
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
+
+
+def _raw32(text: str) -> bytes | None:
+    text = text.strip()
+    for decode in (bytes.fromhex, base64.b64decode):
+        try:
+            raw = decode(text)
+        except (ValueError, binascii.Error):
+            continue
+        if len(raw) == 32:
+            return raw
+    return None
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """An Ed25519 private key and its id.
+
+    Attributes:
+        private: The key.
+        key_id: ``ed25519:`` + 16 hex digits (recorded on each checkpoint).
+    """
+
+    private: Ed25519PrivateKey
+
+    @property
+    def key_id(self) -> str:
+        return key_id(self.private.public_key())
+
+    @property
+    def public_key(self) -> Ed25519PublicKey:
+        return self.private.public_key()
+
+    @classmethod
+    def generate(cls) -> SigningKey:
+        """A new random key."""
+        return cls(Ed25519PrivateKey.generate())
+
+    @classmethod
+    def from_text(cls, text: str) -> SigningKey:
+        """Read a PEM (PKCS#8) key or a raw 32-byte seed in hex or base64.
+
+        Raises:
+            InvalidInput: The text is no Ed25519 private key.
+        """
+        if "-----BEGIN" in text:
+            try:
+                key = serialization.load_pem_private_key(text.encode(), password=None)
+            except (ValueError, TypeError) as error:
+                raise InvalidInput(f"not a PEM private key: {error}") from None
+            if not isinstance(key, Ed25519PrivateKey):
+                raise InvalidInput("the PEM key is not an Ed25519 key")
+            return cls(key)
+        raw = _raw32(text)
+        if raw is None:
+            raise InvalidInput("an Ed25519 seed is 32 bytes in hex or base64, or a PEM key")
+        return cls(Ed25519PrivateKey.from_private_bytes(raw))
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> SigningKey:
+        """Read a key file (see :meth:`from_text`)."""
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return cls.from_text(handle.read())
+        except OSError as error:
+            raise InvalidInput(f"cannot read signing key {os.fspath(path)!r}: {error}") from None
+
+    @classmethod
+    def from_environment(cls) -> SigningKey | None:
+        """``$AGENTJOURNAL_SIGNING_KEY_FILE``, else ``$AGENTJOURNAL_SIGNING_KEY``, else None."""
+        path = os.environ.get(SIGNING_KEY_FILE_ENV)
+        if path:
+            return cls.from_file(path)
+        text = os.environ.get(SIGNING_KEY_ENV)
+        return cls.from_text(text) if text else None
+
+    def private_pem(self) -> str:
+        return self.private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ).decode()
+
+    def public_pem(self) -> str:
+        return self.public_key.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ).decode()
+
+
+def load_public_key(text: str) -> Ed25519PublicKey:
+    """Read a PEM public key or a raw 32-byte public key in hex or base64.
+
+    Raises:
+        InvalidInput: The text is no Ed25519 public key.
+    """
+    if "-----BEGIN" in text:
+        try:
+            key = serialization.load_pem_public_key(text.encode())
+        except (ValueError, TypeError) as error:
+            raise InvalidInput(f"not a PEM public key: {error}") from None
+        if not isinstance(key, Ed25519PublicKey):
+            raise InvalidInput("the PEM key is not an Ed25519 key")
+        return key
+    raw = _raw32(text)
+    if raw is None:
+        raise InvalidInput("an Ed25519 public key is 32 bytes in hex or base64, or PEM")
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+# -- checkpoints --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Signed heads of a session tree.
+
+    Attributes:
+        session_id: The session.
+        heads: Stream -> (revision, hash) of its last event when signed.
+        key_id: The signing key's id.
+        signed_at: RFC 3339 UTC.
+        signature: Base64 Ed25519 signature over :meth:`signed_bytes`.
+    """
+
+    session_id: str
+    heads: Mapping[str, tuple[int, str]]
+    key_id: str
+    signed_at: str
+    signature: str = ""
+
+    def signed_bytes(self) -> bytes:
+        """The JCS bytes the signature covers (everything but the signature)."""
+        return _jcs(
+            {
+                "session_id": self.session_id,
+                "heads": {
+                    stream: {"revision": revision, "hash": digest}
+                    for stream, (revision, digest) in self.heads.items()
+                },
+                "key_id": self.key_id,
+                "signed_at": self.signed_at,
+            }
+        )
+
+    @classmethod
+    def sign(
+        cls,
+        key: SigningKey,
+        session_id: str,
+        heads: Mapping[str, tuple[int, str]],
+        signed_at: datetime,
+    ) -> Checkpoint:
+        unsigned = cls(session_id, dict(heads), key.key_id, signed_at.isoformat())
+        signature = base64.b64encode(key.private.sign(unsigned.signed_bytes())).decode()
+        return cls(session_id, dict(heads), key.key_id, unsigned.signed_at, signature)
+
+    def verify(self, public: Ed25519PublicKey) -> bool:
+        """Whether the signature is valid under ``public``."""
+        try:
+            public.verify(base64.b64decode(self.signature, validate=True), self.signed_bytes())
+        except (InvalidSignature, ValueError, binascii.Error):
+            return False
+        return True
+
+    def encode(self) -> bytes:
+        body = {
+            "session_id": self.session_id,
+            "heads": {
+                stream: {"revision": revision, "hash": digest}
+                for stream, (revision, digest) in sorted(self.heads.items())
+            },
+            "key_id": self.key_id,
+            "signed_at": self.signed_at,
+            "signature": self.signature,
+        }
+        return _jcs(body)
+
+    @classmethod
+    def decode(cls, body: Any) -> Checkpoint:
+        """Read a checkpoint's JSON object (strict: unknown or missing fields are refused).
+
+        Raises:
+            InvalidInput: It is not a well-formed checkpoint.
+        """
+        if not isinstance(body, Mapping) or set(body) != {
+            "session_id",
+            "heads",
+            "key_id",
+            "signed_at",
+            "signature",
+        }:
+            raise InvalidInput(
+                "a checkpoint has exactly session_id, heads, key_id, signed_at, signature"
+            )
+        heads: dict[str, tuple[int, str]] = {}
+        raw_heads = body["heads"]
+        if not isinstance(raw_heads, Mapping):
+            raise InvalidInput("checkpoint heads must be a mapping")
+        for stream, head in raw_heads.items():
+            if (
+                not isinstance(head, Mapping)
+                or set(head) != {"revision", "hash"}
+                or not isinstance(head["revision"], int)
+                or isinstance(head["revision"], bool)
+                or not isinstance(head["hash"], str)
+            ):
+                raise InvalidInput(f"checkpoint head of {stream!r} is malformed")
+            heads[str(stream)] = (head["revision"], head["hash"])
+        for name in ("session_id", "key_id", "signed_at", "signature"):
+            if not isinstance(body[name], str):
+                raise InvalidInput(f"checkpoint {name} must be a string")
+        return cls(body["session_id"], heads, body["key_id"], body["signed_at"], body["signature"])
