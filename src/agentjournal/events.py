@@ -26,6 +26,11 @@ from kurrent_agent_schema import (
 from agentjournal.errors import CodecError
 
 __all__ = [
+    "CALL_ID_KEY",
+    "CLOSES_HASH_KEY",
+    "GUARDED_KEY",
+    "ITEM_TYPE_KEY",
+    "TOOL_RULE_KEY",
     "CLOSES_KEY",
     "INDEX_KEY",
     "OPEN_KEY",
@@ -38,6 +43,7 @@ __all__ = [
     "decode_subagent_started",
     "encode_subagent_completed",
     "encode_subagent_started",
+    "AUTHORITY_GRANTED",
     "AUTHORITY_REFUSED",
     "AuthorityRefused",
     "GUARDRAIL_DECIDED",
@@ -73,6 +79,17 @@ SPAN_ID_KEY: Final = "span_id"
 """W3C span id (16 lowercase hex) of the span that produced the event: the
 speaking agent's span for items, the guardrail call's span for decisions."""
 
+CALL_ID_KEY: Final = "aj.call_id"
+"""The item's ``call_id``, on tool call and tool output item events."""
+ITEM_TYPE_KEY: Final = "aj.item_type"
+"""The item's ``type`` (``function_call``, ``function_call_output``, ...), with ``aj.call_id``."""
+GUARDED_KEY: Final = "aj.guarded"
+"""``"1"`` on a ``function_call`` item written by a session with a guardrail: a verifier
+expects a decision for it."""
+TOOL_RULE_KEY: Final = "aj.tool_rule"
+"""On a ``function_call`` item written by a session with a policy: the tool's rule as JSON
+(``{"scope", "ceilings"}``, or ``null`` when the policy has none)."""
+
 SCHEMA_VERSION_VALUE: Final = str(SCHEMA_VERSION)
 
 SESSION_STARTED: Final = "SessionStarted"
@@ -80,6 +97,7 @@ ITEM_POPPED: Final = "agentjournal.ItemPopped"
 SESSION_CLEARED: Final = "agentjournal.SessionCleared"
 GUARDRAIL_DECIDED: Final = "agentjournal.GuardrailDecided"
 AUTHORITY_REFUSED: Final = "agentjournal.AuthorityRefused"
+AUTHORITY_GRANTED: Final = "agentjournal.AuthorityGranted"
 
 
 def encode_session_started(
@@ -288,6 +306,9 @@ def _typed(body: dict[str, Any], key: str, kind: type[Any]) -> Any:
 
 SUBAGENT_STARTED: Final = "SubagentStarted"
 SUBAGENT_COMPLETED: Final = "SubagentCompleted"
+CLOSES_HASH_KEY: Final = "aj.closes_hash"
+"""On the parent's copy of ``SubagentCompleted``: the chain hash of the subsession's last
+event (its own copy), so the parent's chain covers the closed subtree."""
 CLOSES_KEY: Final = "aj.closes"
 """On the parent's copy of ``SubagentCompleted``: the subsession it closes (readers
 walking the parent backwards open that stream there without parsing the event)."""

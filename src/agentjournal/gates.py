@@ -69,6 +69,9 @@ class RefusalRecorder(Protocol):
     async def authority_stopped(self, error: AuthorityDenied) -> None:
         """The run is about to end with ``error``: close what it leaves open."""
 
+    async def record_grant(self, agent: str, authority: Authority) -> None:
+        """Append what a run's first agent holds (``agentjournal.AuthorityGranted``)."""
+
 
 class Gatekeeper:
     """Applies a :class:`~agentjournal.policy.Policy` to a session's runs.
@@ -105,9 +108,23 @@ class Gatekeeper:
             self._effective[agent] = found
         return found
 
-    def agent_started(self, agent: str) -> None:
-        """``on_agent_start``: settle the agent's effective authority."""
-        self.effective(agent)
+    async def agent_started(self, agent: str) -> None:
+        """``on_agent_start``: settle the agent's effective authority.
+
+        A run's first agent holds its own entry, which is recorded (the root
+        of the run's delegations, for a verifier).
+        """
+        if agent in self._effective:
+            return
+        first = not self._effective
+        authority = self.effective(agent)
+        if first:
+            try:
+                await self._recorder.record_grant(agent, authority)
+            except Exception as failure:
+                # Fail closed: with its grant unrecorded the agent holds nothing.
+                self._effective[agent] = Authority()
+                logger.error("the authority of %r could not be recorded: %s", agent, failure)
 
     def handed_off(self, sender: str, receiver: str) -> Authority:
         """A handoff happened: the receiver is granted the meet; return it."""

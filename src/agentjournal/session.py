@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import json
 import logging
 import random
 import uuid
@@ -54,7 +55,7 @@ from agents.memory.session_settings import (
 from kurrent_agent_schema import TokenUsage, to_json
 from opentelemetry.trace import Span
 
-from agentjournal import codec, events, tracing
+from agentjournal import codec, events, ledger, tracing
 from agentjournal import guard as guarding
 from agentjournal._locks import CrossLoopLock
 from agentjournal.authority import Authority
@@ -122,6 +123,7 @@ class SessionTree:
     lock: CrossLoopLock = field(default_factory=CrossLoopLock)
     loaded: bool = False
     heads: dict[str, int] = field(default_factory=dict)  # last revision seen, per followed stream
+    hashes: dict[str, str] = field(default_factory=dict)  # chain hash at that revision
     chain: list[events.Subagent] = field(default_factory=list)  # open subagents, outermost first
     timeline: Timeline = field(default_factory=Timeline)
     next_index: int | None = None
@@ -363,7 +365,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         if self._trace is not None:
             self._trace.agent_started(agent.name)
         if self._gates is not None:
-            self._gates.agent_started(agent.name)
+            await self._gates.agent_started(agent.name)
         if self._enforcer is not None:
             self._enforcer.agent_started()
 
@@ -527,6 +529,17 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         trace = tracing.ids_of(span) if span is not None else tracing.current_ids()
         await self._record_control(events.AUTHORITY_REFUSED, refused.encode(), trace)
 
+    async def record_grant(self, agent: str, authority: Authority) -> None:
+        """Append ``agentjournal.AuthorityGranted``: what a run's first agent holds."""
+        span = self.agent_span()
+        trace = tracing.ids_of(span) if span is not None else tracing.current_ids()
+        data = json.dumps(
+            {"agent": agent, "authority": authority.to_json()},
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
+        await self._record_control(events.AUTHORITY_GRANTED, data, trace)
+
     async def _record_control(
         self, type_: str, data: bytes, trace: tracing.TraceIds | None
     ) -> None:
@@ -573,7 +586,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 plan = self._plan(items, wrapper, closing, first)
                 if not plan.ops:
                     return 0
-                requests, entries = self._encode(plan, nonce, first, wrapper)
+                requests, entries, hashes = self._encode(plan, nonce, first, wrapper)
                 landed = await self._append(requests)
                 if isinstance(landed, ConcurrencyError):
                     conflict = landed
@@ -596,6 +609,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                     tree.chain = plan.chain
                     followed = {self.stream, *(sub.stream for sub in plan.chain)}
                     tree.heads = {k: v for k, v in tree.heads.items() if k in followed}
+                    tree.hashes = {k: v for k, v in hashes.items() if k in followed}
                     tree.next_index = first + plan.indexed
                 tree.call_owner = plan.call_owner
                 if wrapper is not None and tree.chain:
@@ -640,14 +654,16 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
 
     def _encode(
         self, plan: Plan, nonce: str, first: int, wrapper: RunContextWrapper[Any] | None
-    ) -> tuple[list[AppendRequest], list[TimelineEvent]]:
-        """Turn the plan into per-stream event lists and the timeline entries they make."""
+    ) -> tuple[list[AppendRequest], list[TimelineEvent], dict[str, str]]:
+        """Turn the plan into per-stream event lists, the timeline entries they make, and the
+        streams' chain hashes after them."""
         tree = self._tree
         now = datetime.now(UTC)
         ids = self._trace_ids(wrapper)
         next_index = first + plan.indexed
         by_stream: dict[str, list[NewEvent]] = {}
         heads = dict(tree.heads)
+        hashes = dict(tree.hashes)
         entries: list[TimelineEvent] = []
         counter = 0
         open_child = {s.parent_stream: s.stream for s in tree.chain}
@@ -666,7 +682,13 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 if ids.span_id:
                     metadata[events.SPAN_ID_KEY] = ids.span_id
             metadata.update(extra)
-            event = NewEvent(type=type_, data=data, metadata=metadata, id=self._id(nonce, counter))
+            event_id = self._id(nonce, counter)
+            revision = revision_of(stream) + 1
+            prev = hashes.get(stream, "") if revision > 0 else ledger.GENESIS
+            hashes[stream] = ledger.seal(
+                stream, revision, str(event_id), type_, data, metadata, prev
+            )
+            event = NewEvent(type=type_, data=data, metadata=metadata, id=event_id)
             counter += 1
             by_stream.setdefault(stream, []).append(event)
             return event
@@ -697,6 +719,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                         metadata[events.USAGE_KEY] = produced.usage_json
                     if produced.response_id:
                         metadata[events.RESPONSE_ID_KEY] = produced.response_id
+                metadata.update(self._call_metadata(op.item))
                 add(op.stream, encoded.type, encoded.data, metadata)
                 entries.append(
                     Entry(op.stream, revision_of(op.stream), 0, op.index, encoded.item_json)
@@ -733,9 +756,11 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             else:
                 assert op.subagent is not None
                 sub = op.subagent
-                owner_id, twin_id = self._id(nonce, counter), self._id(nonce, counter + 1)
+                # The twin first: the parent's copy carries the subsession's final hash,
+                # so the parent's chain covers the whole closed subtree.
+                sub_id, parent_id = self._id(nonce, counter), self._id(nonce, counter + 1)
                 open_child.pop(sub.parent_stream, None)
-                for stream, twin in ((sub.parent_stream, twin_id), (sub.stream, owner_id)):
+                for stream, twin in ((sub.stream, parent_id), (sub.parent_stream, sub_id)):
                     data = events.encode_subagent_completed(
                         sub,
                         outcome=op.outcome,
@@ -747,6 +772,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                     metadata = {events.TWIN_KEY: str(twin)}
                     if stream == sub.parent_stream:
                         metadata[events.CLOSES_KEY] = sub.stream
+                        metadata[events.CLOSES_HASH_KEY] = hashes[sub.stream]
                     add(stream, events.SUBAGENT_COMPLETED, data, metadata)
         # A receiver's stream must not exist yet, whatever was read before.
         opened = {op.subagent.stream for op in plan.ops if op.kind == "start" and op.subagent}
@@ -760,7 +786,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             )
             for stream, new in by_stream.items()
         ]
-        return requests, entries
+        return requests, entries, hashes
 
     async def _append_control(
         self,
@@ -782,14 +808,18 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         child = next((s.stream for s in tree.chain if s.parent_stream == stream), None)
         if child is not None:
             metadata[events.OPEN_KEY] = child  # a new process finds the open subagent from here
-        event = NewEvent(type=type_, data=data, metadata=metadata, id=uuid.uuid4())
+        event_id = uuid.uuid4()
         head = tree.heads.get(stream, -1)
+        prev = tree.hashes.get(stream, "") if head >= 0 else ledger.GENESIS
+        sealed = ledger.seal(stream, head + 1, str(event_id), type_, data, metadata, prev)
+        event = NewEvent(type=type_, data=data, metadata=metadata, id=event_id)
         request = AppendRequest(stream, [event], StreamState.NO_STREAM if head < 0 else head)
         landed = await self._append([request])
         if isinstance(landed, ConcurrencyError):
             await self._catch_up()
             return False
         tree.heads[stream] = landed[0]
+        tree.hashes[stream] = sealed
         return True
 
     async def _append(self, requests: list[AppendRequest]) -> list[int] | ConcurrencyError:
@@ -812,6 +842,29 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                     raise
                 await asyncio.sleep(0.05 * 4**attempt)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _call_metadata(self, item: Mapping[str, Any]) -> dict[str, str]:
+        """What a verifier needs to check a tool call without its payload (``aj.call_id``, ...)."""
+        call_id = item.get("call_id")
+        if not isinstance(call_id, str) or not call_id:
+            return {}
+        kind = str(item.get("type", ""))
+        metadata = {events.CALL_ID_KEY: call_id, events.ITEM_TYPE_KEY: kind}
+        if kind == "function_call":
+            if self._enforcer is not None:
+                metadata[events.GUARDED_KEY] = "1"
+            if self._gates is not None:
+                rule = self._gates.policy.tools.get(str(item.get("name", "")))
+                metadata[events.TOOL_RULE_KEY] = (
+                    json.dumps(
+                        {"scope": rule.scope, "ceilings": dict(rule.ceilings)},
+                        sort_keys=True,
+                        separators=(",", ":"),
+                    )
+                    if rule is not None
+                    else "null"
+                )
+        return metadata
 
     def _id(self, nonce: str, counter: int) -> uuid.UUID:
         return event_id(self.stream, nonce, counter)
@@ -855,7 +908,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         """First use: find the open subagents and the newest events of each stream."""
         tree = self._tree
         size = _FULL_PAGE if limit is None else limit + 8
-        tree.heads, tree.chain, tree.next_index = {}, [], None
+        tree.heads, tree.hashes, tree.chain, tree.next_index = {}, {}, [], None
         tree.timeline.reset()
         pages: dict[str, list[RecordedEvent]] = {}
         stream: str | None = self.stream
@@ -863,6 +916,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             page = await self._tail(stream, size)
             pages[stream] = page
             tree.heads[stream] = page[0].revision if page else -1
+            if page:
+                tree.hashes[stream] = page[0].metadata.get(ledger.HASH_KEY, "")
             found = _next_index_after(page[0]) if page else None
             if found is not None:
                 tree.next_index = max(tree.next_index or 0, found)
@@ -1000,6 +1055,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         found = False
         new: list[TimelineEvent] = []
         positions = dict(tree.heads)
+        hashes = dict(tree.hashes)
         pending = [self.stream, *(s.stream for s in tree.chain)]
         while pending:
             stream = pending.pop(0)
@@ -1017,6 +1073,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                     found = found or event.id == until
                     new.extend(self._interpret(event, pending))
                     positions[stream] = event.revision
+                    hashes[stream] = event.metadata.get(ledger.HASH_KEY, "")
                     nxt = _next_index_after(event)
                     if nxt is not None:
                         tree.next_index = max(tree.next_index or 0, nxt)
@@ -1024,6 +1081,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                     break
         followed = {self.stream, *(s.stream for s in tree.chain)}
         tree.heads = {stream: positions.get(stream, -1) for stream in followed}
+        tree.hashes = {stream: hashes[stream] for stream in followed if stream in hashes}
         _fold(tree.timeline, new)
         return found
 
