@@ -7,6 +7,15 @@ Commands:
                 unless --uri names a store)
     guardrail serve
                 run the reference guardrail service (POST /v1/validate)
+    verify SESSION
+                verify a session tree in the store (chains, checkpoints, twins,
+                delegation, containment)
+    bundle export SESSION -o FILE [--redact]
+                write the session tree as a bundle for offline verification
+    bundle verify FILE --pubkey KEY
+                verify a bundle offline: no store, no network
+    keygen -o FILE
+                write a new Ed25519 signing key; print its public key
 
 Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed.
 """
@@ -19,6 +28,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
+from typing import NoReturn
 
 from agentjournal.errors import JournalError
 from agentjournal.selfcheck import run_selfcheck
@@ -69,13 +79,22 @@ def _guardrail_serve(host: str, port: int, rules_file: str | None) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors exit with 1 (2 means a check failed)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(1)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``agentjournal`` command."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="agentjournal",
         description="Event-sourced, tamper-evident session store for the OpenAI Agents SDK.",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     demo = commands.add_parser("demo", help="run a scripted conversation with handoffs, offline")
     demo.add_argument(
         "--db",
@@ -83,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="SQLite file to write (default: ./agentjournal-demo.db; each run adds a new session)",
     )
     guardrail = commands.add_parser("guardrail", help="the reference guardrail service")
-    guardrail_commands = guardrail.add_subparsers(dest="guardrail_command", required=True)
+    guardrail_commands = guardrail.add_subparsers(
+        dest="guardrail_command", required=True, parser_class=_Parser
+    )
     serve = guardrail_commands.add_parser("serve", help="serve POST /v1/validate")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8787)
@@ -95,6 +116,46 @@ def build_parser() -> argparse.ArgumentParser:
         help="store to check (default: a fresh temporary SQLite file); writes a few "
         "events to new SelfCheck-* streams",
     )
+    uri_help = "the store (default: $AGENTJOURNAL_URI, else sqlite:///agentjournal.db)"
+    pubkey_help = (
+        "a trusted Ed25519 public key: a file (PEM or raw hex/base64) or the key itself; "
+        "repeat for several. Keys are never taken from the bundle"
+    )
+    verify = commands.add_parser("verify", help="verify a session tree in the store")
+    verify.add_argument("session", help="the session id")
+    verify.add_argument("--uri", help=uri_help)
+    verify.add_argument("--pubkey", action="append", default=[], help=pubkey_help)
+    verify.add_argument(
+        "--allow-uncovered",
+        action="store_true",
+        help="report events after the last checkpoint as warnings, not failures",
+    )
+    bundle = commands.add_parser("bundle", help="export or verify a session bundle")
+    bundle_commands = bundle.add_subparsers(
+        dest="bundle_command", required=True, parser_class=_Parser
+    )
+    export = bundle_commands.add_parser("export", help="write a session tree as a bundle")
+    export.add_argument("session", help="the session id")
+    export.add_argument("-o", "--output", required=True, help="the bundle file to write")
+    export.add_argument("--uri", help=uri_help)
+    export.add_argument(
+        "--redact", action="store_true", help="withhold conversation payloads (digests stay)"
+    )
+    export.add_argument(
+        "--no-checkpoint",
+        action="store_true",
+        help="do not sign a checkpoint of the heads first (one is signed when a key is set)",
+    )
+    check_bundle = bundle_commands.add_parser("verify", help="verify a bundle offline")
+    check_bundle.add_argument("bundle", help="the bundle file")
+    check_bundle.add_argument("--pubkey", action="append", default=[], help=pubkey_help)
+    check_bundle.add_argument(
+        "--allow-uncovered",
+        action="store_true",
+        help="report events after the last checkpoint as warnings, not failures",
+    )
+    keygen = commands.add_parser("keygen", help="write a new Ed25519 signing key")
+    keygen.add_argument("-o", "--output", required=True, help="the private key file (PEM)")
     return parser
 
 
@@ -106,6 +167,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_selfcheck(args.uri))
         if args.command == "guardrail":
             return _guardrail_serve(args.host, args.port, args.rules)
+        if args.command == "verify":
+            from agentjournal.audit import verify_session
+
+            return asyncio.run(
+                verify_session(args.session, args.uri, args.pubkey, args.allow_uncovered)
+            )
+        if args.command == "bundle" and args.bundle_command == "export":
+            from agentjournal.audit import export_to_file
+
+            return asyncio.run(
+                export_to_file(
+                    args.session, args.uri, args.output, args.redact, not args.no_checkpoint
+                )
+            )
+        if args.command == "bundle":
+            from agentjournal.audit import verify_file
+
+            return verify_file(args.bundle, args.pubkey, args.allow_uncovered)
+        if args.command == "keygen":
+            from agentjournal.audit import keygen
+
+            return keygen(args.output)
         if args.command == "demo":
             from agentjournal.demo import run_demo  # loads the Agents SDK
 

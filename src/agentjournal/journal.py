@@ -13,6 +13,7 @@ from agents.memory.session_settings import SessionSettings
 
 from agentjournal.errors import InvalidInput
 from agentjournal.guardrails.client import GuardrailClient
+from agentjournal.ledger import SigningKey
 from agentjournal.policy import Policy
 from agentjournal.session import JournalSession, SessionTree
 from agentjournal.store import EventStore, open_store
@@ -43,9 +44,17 @@ class Journal:
             await Runner.run(agent, "hi", session=session, hooks=session)
     """
 
-    def __init__(self, store: EventStore, uri: str, *, cached_sessions: int = 64) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        uri: str,
+        *,
+        cached_sessions: int = 64,
+        signing_key: SigningKey | None = None,
+    ) -> None:
         self.store = store
         self.uri = uri
+        self.signing_key = signing_key
         self._cached_sessions = cached_sessions
         # Session objects of one id share what was read of its streams.
         self._trees: OrderedDict[str, SessionTree] = OrderedDict()
@@ -53,19 +62,29 @@ class Journal:
         self._said_unguarded = False
 
     @classmethod
-    def open(cls, uri: str | None = None) -> _Opening:
+    def open(
+        cls, uri: str | None = None, *, signing_key: SigningKey | str | None = None
+    ) -> _Opening:
         """Open the journal at ``uri``.
 
         Args:
             uri: ``sqlite:///path.db``, ``sqlite://:memory:``, ``kurrentdb://...``;
                 default ``$AGENTJOURNAL_URI``, else ``sqlite:///agentjournal.db``
                 (a file in the working directory).
+            signing_key: The Ed25519 key that signs checkpoints (a
+                :class:`~agentjournal.ledger.SigningKey` or a key file's path);
+                default ``$AGENTJOURNAL_SIGNING_KEY_FILE`` or
+                ``$AGENTJOURNAL_SIGNING_KEY``; with none, streams are still
+                hash-chained but no checkpoint is signed.
 
         Raises:
-            InvalidInput: The URI names no known store.
+            InvalidInput: The URI names no known store, or the key cannot be read.
             StoreUnavailable: The store cannot be opened or reached.
         """
-        return _Opening(cls, uri or os.environ.get(URI_ENV) or DEFAULT_URI)
+        if isinstance(signing_key, str):
+            signing_key = SigningKey.from_file(signing_key)
+        key = signing_key if signing_key is not None else SigningKey.from_environment()
+        return _Opening(cls, uri or os.environ.get(URI_ENV) or DEFAULT_URI, key)
 
     def session(
         self,
@@ -117,6 +136,7 @@ class Journal:
             tree=tree,
             guardrails=self._guardrail_client(guardrails),
             policy=policy if policy is None or isinstance(policy, Policy) else Policy.load(policy),
+            signing_key=self.signing_key,
         )
 
     def _guardrail_client(self, guardrails: str | GuardrailClient | None) -> GuardrailClient | None:
@@ -163,13 +183,14 @@ class Journal:
 class _Opening:
     """``Journal.open(...)``: await it, or use it with ``async with``."""
 
-    def __init__(self, cls: type[Journal], uri: str) -> None:
+    def __init__(self, cls: type[Journal], uri: str, signing_key: SigningKey | None) -> None:
         self._cls = cls
         self._uri = uri
+        self._signing_key = signing_key
         self._journal: Journal | None = None
 
     async def _open(self) -> Journal:
-        return self._cls(await open_store(self._uri), self._uri)
+        return self._cls(await open_store(self._uri), self._uri, signing_key=self._signing_key)
 
     def __await__(self) -> Generator[Any, None, Journal]:
         return self._open().__await__()

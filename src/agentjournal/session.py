@@ -93,6 +93,7 @@ __all__ = ["JournalSession", "SessionTree"]
 
 logger = logging.getLogger("agentjournal.session")
 
+DEFAULT_CHECKPOINT_EVERY: Final = 100
 _CONFLICT_RETRIES: Final = 32
 _UNAVAILABLE_RETRIES: Final = 3
 _PAGE: Final = 64
@@ -129,6 +130,8 @@ class SessionTree:
     next_index: int | None = None
     call_owner: OrderedDict[str, str] = field(default_factory=OrderedDict)
     chain_run: weakref.ref[Any] | None = None  # the run that last wrote inside the chain
+    unsigned: int = 0  # events written since the last checkpoint (by this process)
+    ledger_head: tuple[int, str] | None = None  # the checkpoint stream's head, once known
 
 
 class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
@@ -155,6 +158,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         tree: SessionTree | None = None,
         guardrails: GuardrailClient | None = None,
         policy: Policy | None = None,
+        signing_key: ledger.SigningKey | None = None,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
     ) -> None:
         self.session_id = validate_id(session_id, "session id")
         self.stream = session_stream(self.session_id)
@@ -183,6 +188,10 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             else None
         )
         self._gates = Gatekeeper(policy, recorder=self) if policy is not None else None
+        if checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be at least 1, got {checkpoint_every}")
+        self._signing_key = signing_key
+        self._checkpoint_every = checkpoint_every
         self._wiring = guarding.Wiring(self._enforcer, self._gates)
 
     @property
@@ -563,6 +572,76 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                     return
             raise ConcurrencyError(self.stream, "exact", tree.heads.get(self.stream))
 
+    # -- checkpoints ----------------------------------------------------------------
+
+    async def checkpoint(self) -> ledger.Checkpoint | None:
+        """Sign the heads of the session tree now (``agentjournal.Checkpoint``); None without a key.
+
+        The session also checkpoints by itself at the end of each run and
+        every ``checkpoint_every`` events it writes.
+
+        Raises:
+            StoreError: The checkpoint could not be written.
+        """
+        if self._signing_key is None:
+            return None
+        async with self._tree.lock:
+            await self._refresh(0)
+            return await self._write_checkpoint()
+
+    async def _maybe_checkpoint(self, *, force: bool) -> None:
+        """Checkpoint at the end of a run or after enough events (under the tree lock)."""
+        tree = self._tree
+        if self._signing_key is None or not (force or tree.unsigned >= self._checkpoint_every):
+            return
+        try:
+            await self._write_checkpoint()
+        except Exception:  # the write it follows has landed; the next checkpoint covers it
+            logger.exception("could not write a checkpoint of %s", self.stream)
+
+    async def _write_checkpoint(self) -> ledger.Checkpoint | None:
+        tree = self._tree
+        assert self._signing_key is not None
+        heads = {
+            stream: (revision, tree.hashes.get(stream, ""))
+            for stream, revision in tree.heads.items()
+            if revision >= 0
+        }
+        if not heads:
+            return None
+        stream = ledger.ledger_stream(self.session_id)
+        for _ in range(_CONFLICT_RETRIES):
+            if tree.ledger_head is None:
+                try:
+                    tail = await self._store.read(stream, backwards=True, limit=1)
+                except StreamNotFound:
+                    tail = []
+                tree.ledger_head = (
+                    (tail[0].revision, tail[0].metadata.get(ledger.HASH_KEY, ""))
+                    if tail
+                    else (-1, ledger.GENESIS)
+                )
+            head, prev = tree.ledger_head
+            checkpoint = ledger.Checkpoint.sign(
+                self._signing_key, self.session_id, heads, datetime.now(UTC)
+            )
+            data = checkpoint.encode()
+            metadata = {events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE}
+            event_id = uuid.uuid4()
+            sealed = ledger.seal(
+                stream, head + 1, str(event_id), ledger.CHECKPOINT, data, metadata, prev
+            )
+            event = NewEvent(type=ledger.CHECKPOINT, data=data, metadata=metadata, id=event_id)
+            expected = StreamState.NO_STREAM if head < 0 else head
+            landed = await self._append([AppendRequest(stream, [event], expected)])
+            if isinstance(landed, ConcurrencyError):
+                tree.ledger_head = None  # another process checkpointed: read its head
+                continue
+            tree.ledger_head = (landed[0], sealed)
+            tree.unsigned = 0
+            return checkpoint
+        raise ConcurrencyError(stream, "exact", None)
+
     # -- writing ------------------------------------------------------------------
 
     async def _write(
@@ -615,8 +694,12 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 if wrapper is not None and tree.chain:
                     tree.chain_run = _weak(wrapper)
                 closed = sum(1 for op in plan.ops if op.kind == "close")
+                run_ended = bool(closed or closing is not None or (items and self._finished))
                 if closed or closing is not None or items:
                     self._finished = None  # the final output has been written (or closed)
+                if not isinstance(landed, ConcurrencyError):
+                    tree.unsigned += sum(len(r.events) for r in requests)
+                    await self._maybe_checkpoint(force=run_ended)
                 for op in plan.ops:
                     if op.kind == "start" and op.subagent is not None:
                         self._handoffs.pop(op.subagent.call_id, None)
@@ -820,6 +903,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             return False
         tree.heads[stream] = landed[0]
         tree.hashes[stream] = sealed
+        tree.unsigned += 1
         return True
 
     async def _append(self, requests: list[AppendRequest]) -> list[int] | ConcurrencyError:
