@@ -292,12 +292,12 @@ def _check_twins(report: Report, tree: _Tree) -> None:
                 or mate.type != events.SUBAGENT_COMPLETED
                 or mate.metadata.get(events.TWIN_KEY) != event.id
             ):
-                report.fail("mates", event.stream, event.revision, "SubagentCompleted has no mate")
+                report.fail("twins", event.stream, event.revision, "SubagentCompleted has no twin")
             elif last is not mate:
-                report.fail("mates", closes, mate.revision + 1, "events after the subagent closed")
+                report.fail("twins", closes, mate.revision + 1, "events after the subagent closed")
             elif event.metadata.get(events.CLOSES_HASH_KEY) != mate.metadata.get(ledger.HASH_KEY):
                 report.fail(
-                    "mates", event.stream, event.revision, "aj.closes_hash is not the subsession's"
+                    "twins", event.stream, event.revision, "aj.closes_hash is not the subsession's"
                 )
     if not any(p.check == "twins" for p in report.problems):
         report.lines.append(f"twins: {started} subagents started, {completed} closed, links ok")

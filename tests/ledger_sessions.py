@@ -1,0 +1,118 @@
+"""Recorded sessions for the ledger tests, and the tools an attacker would use on a bundle.
+
+Each session is written by the SDK's real ``Runner`` with a signing key, so
+its bundle carries chains, twins, checkpoints, guardrail decisions and
+authority grants. The attacker's tools rewrite digests and chains after an
+edit, and re-sign checkpoints with whatever key they hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import handoff_scenarios
+from agentjournal import Journal
+from agentjournal.authority import Authority
+from agentjournal.bundle import export_bundle
+from agentjournal.ledger import CHECKPOINT, GENESIS, Checkpoint, SigningKey, chain_hash
+from agentjournal.policy import Policy, ToolRule
+from guardrail_scenarios import graph, run
+from scripted_guardrail import ScriptedGuardrail
+
+KEY = SigningKey.generate()
+TRUSTED = {KEY.key_id: KEY.public_key}
+POLICY = Policy(
+    agents={
+        "triage": Authority.of("orders.*", "billing.*"),
+        "billing": Authority.of("orders.read", "orders.refund"),
+        "refunds": Authority.of("orders.refund"),
+    },
+    tools={
+        "lookup_order": ToolRule("orders.read"),
+        "issue_refund": ToolRule("orders.refund"),
+    },
+)
+
+
+async def _record() -> dict[str, dict[str, Any]]:
+    bundles: dict[str, dict[str, Any]] = {}
+    async with Journal.open("sqlite://:memory:", signing_key=KEY) as journal:
+        async with ScriptedGuardrail() as guardrail:
+            guarded = journal.session("guarded", guardrails=guardrail.url, policy=POLICY)
+            g = graph()
+            await run(guarded.guard(g.triage), guarded, streamed=False)
+            await run(graph().triage, guarded, streamed=True)  # a second run, more checkpoints
+        nested = journal.session("nested", policy=POLICY)
+        agent = handoff_scenarios.nested()
+        await run(agent, nested, streamed=False, text="refund please")
+        simple = journal.session("simple")
+        for text in ("hello", "again"):
+            await simple.add_items([{"role": "user", "content": text}])
+        await simple.checkpoint()
+        for name in ("guarded", "nested", "simple"):
+            bundles[name] = await export_bundle(journal.store, name)
+    return bundles
+
+
+def record() -> dict[str, dict[str, Any]]:
+    """Bundles of three recorded sessions: guarded (guardrail and policy), nested, simple."""
+    return asyncio.run(_record())
+
+
+def stream_of(bundle: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The first stream whose name starts with ``prefix``."""
+    return next(s for s in bundle["streams"] if s["name"].startswith(prefix))
+
+
+def rechain(bundle: dict[str, Any], name: str) -> None:
+    """Recompute the digests and the chain of one stream after an edit (no key needed)."""
+    stream = next(s for s in bundle["streams"] if s["name"] == name)
+    prev = GENESIS
+    for revision, event in enumerate(stream["events"]):
+        event["revision"] = revision
+        if event["data"] is not None:
+            event["data_sha256"] = hashlib.sha256(event["data"].encode()).hexdigest()
+        metadata = event["metadata"]
+        metadata["aj.seq"], metadata["aj.prev"] = str(revision), prev
+        metadata["aj.hash"] = chain_hash(
+            name, revision, event["id"], event["type"], event["data_sha256"], metadata
+        )
+        prev = metadata["aj.hash"]
+
+
+def resign(bundle: dict[str, Any], key: SigningKey) -> None:
+    """Replace the last checkpoint by one over the bundle's current heads, signed by ``key``."""
+    ledger = next(s for s in bundle["streams"] if s["name"].startswith("AgentLedger-"))
+    last = ledger["events"][-1]
+    heads = json.loads(last["data"])["heads"]
+    current = {s["name"]: s["events"] for s in bundle["streams"]}
+    fresh = {
+        stream: (len(current[stream]) - 1, current[stream][-1]["metadata"]["aj.hash"])
+        for stream in heads
+    }
+    signed = Checkpoint.sign(key, bundle["session_id"], fresh, datetime.now(UTC))
+    last["type"] = CHECKPOINT
+    last["data"] = signed.encode().decode()
+    ledger["events"] = [last]  # earlier checkpoints would name the old heads
+    rechain(bundle, ledger["name"])
+
+
+def relink(bundle: dict[str, Any]) -> None:
+    """Point every parent's ``aj.closes_hash`` at its subsession's current head, rechaining."""
+    streams = {s["name"]: s["events"] for s in bundle["streams"]}
+    for _ in streams:  # innermost first, one level per pass
+        for name, events in streams.items():
+            for event in events:
+                child = event["metadata"].get("aj.closes")
+                if child in streams:
+                    event["metadata"]["aj.closes_hash"] = streams[child][-1]["metadata"]["aj.hash"]
+            rechain(bundle, name)
+
+
+def edited(bundle: dict[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy(bundle)
