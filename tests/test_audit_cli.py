@@ -1,0 +1,152 @@
+"""keygen, verify, bundle export and bundle verify through the command line's entry point.
+
+One export and verify pair also runs as real subprocesses; the rest call
+``agentjournal.cli.main`` in this process (the same code, without paying for
+the SDK's import each time), on a real SQLite file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from agentjournal.cli import main
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> Ran:
+    out, err = io.StringIO(), io.StringIO()
+    saved = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exit_:
+                code = int(exit_.code or 0)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return Ran(code, out.getvalue(), err.getvalue())
+
+
+def run_process(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentjournal.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
+    """The demo written with a signing key: (database, session id, key file)."""
+    directory = tmp_path_factory.mktemp("audit")
+    key = directory / "key.pem"
+    made = run("keygen", "-o", str(key))
+    assert made.returncode == 0, made.stderr
+    assert (directory / "key.pem.pub").exists()
+    assert oct(key.stat().st_mode & 0o777) == "0o600"
+    db = directory / "demo.db"
+    demo = run("demo", "--db", str(db), env={"AGENTJOURNAL_SIGNING_KEY_FILE": str(key)})
+    assert demo.returncode == 0, demo.stderr
+    session = demo.stdout.split()[1].rstrip(",")
+    return db, session, key
+
+
+def test_verify_in_the_store(recorded: tuple[Path, str, Path]) -> None:
+    db, session, key = recorded
+    result = run("verify", session, "--uri", f"sqlite:///{db}", "--pubkey", f"{key}.pub")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-1] == "OK"
+    assert any(line.startswith("integrity: ") for line in lines)
+    assert any(line.startswith("containment: 3 executed tool calls") for line in lines)
+
+
+def test_bundle_round_trip_and_tamper(recorded: tuple[Path, str, Path], tmp_path: Path) -> None:
+    db, session, key = recorded
+    bundle = tmp_path / "bundle.json"
+    exported = run_process(
+        "bundle", "export", session, "--uri", f"sqlite:///{db}", "-o", str(bundle), "--redact"
+    )
+    assert exported.returncode == 0, exported.stderr
+    body = json.loads(bundle.read_text())
+    assert body["redacted"] is True
+    assert any(e["data"] is None for s in body["streams"] for e in s["events"])
+    ok = run_process("bundle", "verify", str(bundle), "--pubkey", f"{key}.pub")
+    assert ok.returncode == 0, ok.stdout
+    # Tamper: flip the BLOCK of the refund over the ceiling into an ALLOW.
+    for stream in body["streams"]:
+        for event in stream["events"]:
+            if event["type"] == "agentjournal.GuardrailDecided" and "CEILING" in event["data"]:
+                event["data"] = event["data"].replace('"BLOCK"', '"ALLOW"')
+                where = f"{stream['name']}@{event['revision']}"
+    bundle.write_text(json.dumps(body))
+    failed = run_process("bundle", "verify", str(bundle), "--pubkey", f"{key}.pub")
+    assert failed.returncode == 2
+    assert failed.stdout.splitlines()[-1].startswith(f"FAILED: {where}: ")
+
+
+def test_trusted_keys_come_from_the_command_line_only(
+    recorded: tuple[Path, str, Path], tmp_path: Path
+) -> None:
+    db, session, _ = recorded
+    bundle = tmp_path / "bundle.json"
+    assert (
+        run("bundle", "export", session, "--uri", f"sqlite:///{db}", "-o", str(bundle)).returncode
+        == 0
+    )
+    other = tmp_path / "other.pem"
+    assert run("keygen", "-o", str(other)).returncode == 0
+    wrong = run("bundle", "verify", str(bundle), "--pubkey", f"{other}.pub")
+    assert wrong.returncode == 2
+    assert "not a trusted key" in wrong.stdout
+    missing = run("bundle", "verify", str(bundle))
+    assert missing.returncode == 1
+    assert "--pubkey" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "code"),
+    [("", 2), ("{}", 2), ("[1, 2]", 2), ("not json", 2), ('{"format": "x"}', 2)],
+    ids=["empty", "empty-object", "list", "not-json", "unknown"],
+)
+def test_empty_and_malformed_bundles_fail(
+    recorded: tuple[Path, str, Path], tmp_path: Path, content: str, code: int
+) -> None:
+    _, _, key = recorded
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    result = run("bundle", "verify", str(path), "--pubkey", f"{key}.pub")
+    assert result.returncode == code
+    assert result.stdout.splitlines()[-1].startswith("FAILED")
+
+
+def test_usage_errors_exit_1(tmp_path: Path) -> None:
+    assert run("bundle").returncode == 1
+    assert run("bundle", "verify").returncode == 1
+    assert (
+        run("bundle", "verify", str(tmp_path / "missing.json"), "--pubkey", "AAAA").returncode == 1
+    )
+    existing = tmp_path / "k.pem"
+    existing.write_text("x")
+    refused = run("keygen", "-o", str(existing))
+    assert refused.returncode == 1
+    assert existing.read_text() == "x"  # never overwritten
