@@ -40,3 +40,9 @@ def test_guardrail_benchmark_runs() -> None:
     out = run_bench("guardrail")
     assert "(a) /v1/validate round trip" in out
     assert "(b) overhead + guardrail (hooks + guard)" in out
+
+
+def test_ledger_benchmark_runs() -> None:
+    out = run_bench("ledger")
+    assert "raw sha256" in out
+    assert "full verify" in out

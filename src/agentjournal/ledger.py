@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -71,6 +72,23 @@ def _jcs(value: Any) -> bytes:
     return encoded
 
 
+def _record_bytes(record: dict[str, Any], metadata: Mapping[str, str]) -> bytes:
+    """The JCS bytes of a chain record.
+
+    For a record whose keys are all ASCII (every record we write), RFC 8785
+    and Python's sorted compact JSON without ASCII escaping give the same
+    bytes: JCS escapes exactly the characters ``json`` escapes, the same way,
+    and orders keys by UTF-16 code units, which for ASCII is code-point order.
+    That path is six times faster; anything else goes through ``rfc8785``.
+    ``tests/test_ledger_chain.py`` checks the two agree on random records.
+    """
+    if "".join(metadata).isascii():
+        return json.dumps(
+            record, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode()
+    return _jcs(record)
+
+
 def ledger_stream(session_id: str) -> str:
     """The checkpoint stream of a session tree."""
     return f"AgentLedger-{session_id}"
@@ -90,15 +108,16 @@ def chain_hash(
     metadata: Mapping[str, str],
 ) -> str:
     """The hash of one event (``metadata`` without ``aj.hash``)."""
+    covered = {k: v for k, v in metadata.items() if k != HASH_KEY}
     record = {
         "stream": stream,
         "revision": revision,
         "id": event_id,
         "type": type_,
         "data_sha256": data_sha256,
-        "metadata": {k: v for k, v in metadata.items() if k != HASH_KEY},
+        "metadata": covered,
     }
-    return hashlib.sha256(_jcs(record)).hexdigest()
+    return hashlib.sha256(_record_bytes(record, covered)).hexdigest()
 
 
 def seal(

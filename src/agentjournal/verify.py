@@ -28,6 +28,7 @@ The report names the first bad stream and revision.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -180,8 +181,8 @@ def _event(stream: str, raw: Any) -> Event:
     revision, metadata = raw["revision"], raw["metadata"]
     if not isinstance(revision, int) or isinstance(revision, bool):
         raise InvalidInput(f"an event of {stream} has a non-integer revision")
-    if not isinstance(metadata, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    if not isinstance(metadata, dict) or not (
+        set(map(type, metadata)) <= {str} and set(map(type, metadata.values())) <= {str}
     ):
         raise InvalidInput(f"{stream}@{revision}: metadata must map strings to strings")
     for name in ("id", "type", "data_sha256"):
@@ -190,7 +191,7 @@ def _event(stream: str, raw: Any) -> Event:
     if raw["data"] is not None and not isinstance(raw["data"], str):
         raise InvalidInput(f"{stream}@{revision}: data must be a string or null")
     return Event(
-        stream, revision, raw["id"], raw["type"], raw["data"], raw["data_sha256"], dict(metadata)
+        stream, revision, raw["id"], raw["type"], raw["data"], raw["data_sha256"], metadata
     )
 
 
@@ -245,6 +246,7 @@ class _Tree:
         self.ledger_stream = ledger.ledger_stream(session_id)
         self.streams = streams
         self.by_id = {e.id: e for stream in streams.values() for e in stream}
+        self._grants: list[tuple[int, dict[str, Any]]] | None = None
         # Subsession stream -> the parent copy of the SubagentStarted that opened it.
         self.opened_by: dict[str, Event] = {}
         for stream in streams.values():
@@ -254,6 +256,16 @@ class _Tree:
                     child = body.get("subsession_stream")
                     if isinstance(child, str):
                         self.opened_by[child] = event
+
+    def root_grants(self) -> list[tuple[int, dict[str, Any]]]:
+        """The run roots' recorded authorities on the session stream, by revision."""
+        if self._grants is None:
+            self._grants = [
+                (event.revision, event.body() or {})
+                for event in self.streams[self.session_stream]
+                if event.type == events.AUTHORITY_GRANTED
+            ]
+        return self._grants
 
     def head(self, stream: str) -> Event | None:
         found = self.streams.get(stream)
@@ -412,12 +424,11 @@ def _granted(event: Event) -> Authority | None:
 def _authority_at(tree: _Tree, stream: str, revision: int) -> Authority | None:
     """The effective authority of the agent speaking on ``stream`` at ``revision``."""
     if stream == tree.session_stream:
-        found = None
-        for event in tree.streams[stream][:revision]:
-            if event.type == events.AUTHORITY_GRANTED:
-                body = event.body() or {}
-                found = Authority.from_json(body.get("authority"))
-        return found
+        grants = tree.root_grants()
+        position = bisect.bisect_left(grants, revision, key=lambda grant: grant[0])
+        if position == 0:
+            return None
+        return Authority.from_json(grants[position - 1][1].get("authority"))
     opener = tree.opened_by.get(stream)
     return _granted(opener) if opener is not None else None
 
@@ -455,21 +466,17 @@ def _check_delegation(report: Report, tree: _Tree) -> None:
 def _check_containment(report: Report, tree: _Tree) -> None:
     executed = 0
     for name, stream in tree.streams.items():
+        index = _CallIndex(stream)
         for event in stream:
             meta = event.metadata
             if meta.get(events.ITEM_TYPE_KEY) != "function_call":
                 continue
             call_id = meta.get(events.CALL_ID_KEY, "")
-            after = stream[event.revision + 1 :]
-            before = stream[: event.revision]
-            ran = any(
-                e.metadata.get(events.CALL_ID_KEY) == call_id
-                and e.metadata.get(events.ITEM_TYPE_KEY) == "function_call_output"
-                for e in after
-            )
-            decided = _latest(before, events.GUARDRAIL_DECIDED, call_id)
-            refused = _latest(before, events.AUTHORITY_REFUSED, call_id)
-            if not ran or (refused is not None and refused.get("enforcement") == "tool_refused"):
+            decided = index.latest(index.decisions, call_id, event.revision)
+            refused = index.latest(index.refusals, call_id, event.revision)
+            if not index.ran(call_id, event.revision):
+                continue
+            if refused is not None and refused.get("enforcement") == "tool_refused":
                 continue
             if decided is not None and decided.get("decision") == "BLOCK":
                 continue  # refused by the guardrail: the output is the refusal
@@ -492,13 +499,40 @@ def _check_containment(report: Report, tree: _Tree) -> None:
         )
 
 
-def _latest(before: Sequence[Event], type_: str, call_id: str) -> dict[str, Any] | None:
-    for event in reversed(before):
-        if event.type == type_:
-            body = event.body()
-            if body is not None and body.get("call_id") == call_id:
-                return body
-    return None
+class _CallIndex:
+    """One stream's tool outputs, guardrail decisions and refusals, by call id."""
+
+    def __init__(self, stream: Sequence[Event]) -> None:
+        self.outputs: dict[str, list[int]] = {}
+        self.decisions: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        self.refusals: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        for event in stream:
+            meta = event.metadata
+            if meta.get(events.ITEM_TYPE_KEY) == "function_call_output":
+                self.outputs.setdefault(meta.get(events.CALL_ID_KEY, ""), []).append(event.revision)
+            elif event.type in (events.GUARDRAIL_DECIDED, events.AUTHORITY_REFUSED):
+                body = event.body()
+                if body is not None and isinstance(body.get("call_id"), str):
+                    table = (
+                        self.decisions if event.type == events.GUARDRAIL_DECIDED else self.refusals
+                    )
+                    table.setdefault(body["call_id"], []).append((event.revision, body))
+
+    def ran(self, call_id: str, revision: int) -> bool:
+        """Whether an output of the call follows ``revision``."""
+        return any(r > revision for r in self.outputs.get(call_id, ()))
+
+    @staticmethod
+    def latest(
+        table: dict[str, list[tuple[int, dict[str, Any]]]], call_id: str, revision: int
+    ) -> dict[str, Any] | None:
+        """The newest entry for the call before ``revision``."""
+        found = None
+        for at, body in table.get(call_id, ()):
+            if at >= revision:
+                break
+            found = body
+        return found
 
 
 def _check_within(

@@ -1,0 +1,86 @@
+"""The chain primitives: JCS records, sealing, keys and checkpoints (pure)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentjournal.errors import InvalidInput
+from agentjournal.ledger import (
+    GENESIS,
+    HASH_KEY,
+    Checkpoint,
+    SigningKey,
+    _record_bytes,
+    chain_hash,
+    load_public_key,
+    seal,
+)
+
+_text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=30)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    _text,
+    st.integers(0, 2**53 - 1),
+    _text,
+    _text,
+    st.dictionaries(st.one_of(_text, st.text(alphabet=st.characters(max_codepoint=127))), _text),
+)
+def test_the_record_bytes_are_rfc8785(
+    stream: str, revision: int, event_id: str, type_: str, metadata: dict[str, str]
+) -> None:
+    record: dict[str, Any] = {
+        "stream": stream,
+        "revision": revision,
+        "id": event_id,
+        "type": type_,
+        "data_sha256": "ab" * 32,
+        "metadata": metadata,
+    }
+    assert _record_bytes(record, metadata) == rfc8785.dumps(record)
+
+
+def test_seal_covers_everything_but_the_hash() -> None:
+    metadata = {"aj.index": "3"}
+    digest = seal("S-1", 0, "id-1", "T", b"{}", metadata, GENESIS)
+    assert metadata[HASH_KEY] == digest
+    assert (metadata["aj.seq"], metadata["aj.prev"]) == ("0", GENESIS)
+    again = dict(metadata)
+    assert seal("S-1", 0, "id-1", "T", b"{}", again, GENESIS) == digest
+    for changed in (
+        ("S-2", 0, "id-1", "T", b"{}"),
+        ("S-1", 1, "id-1", "T", b"{}"),
+        ("S-1", 0, "id-2", "T", b"{}"),
+        ("S-1", 0, "id-1", "U", b"{}"),
+        ("S-1", 0, "id-1", "T", b"{ }"),
+    ):
+        assert seal(*changed, dict(metadata), GENESIS) != digest
+    assert seal("S-1", 0, "id-1", "T", b"{}", {**metadata, "aj.index": "4"}, GENESIS) != digest
+    assert chain_hash("S-1", 0, "id-1", "T", "0" * 64, metadata) != digest
+
+
+def test_keys_round_trip_and_checkpoints_sign() -> None:
+    key = SigningKey.generate()
+    assert SigningKey.from_text(key.private_pem()).key_id == key.key_id
+    public = load_public_key(key.public_pem())
+    heads = {"AgentSession-s": (4, "f" * 64)}
+    signed = Checkpoint.sign(key, "s", heads, datetime.now(UTC))
+    assert signed.verify(public)
+    assert not signed.verify(SigningKey.generate().public_key)
+    decoded = Checkpoint.decode(__import__("json").loads(signed.encode()))
+    assert decoded == signed
+
+
+@pytest.mark.parametrize("text", ["", "not a key", "AAAA", "-----BEGIN PRIVATE KEY-----\nxx\n"])
+def test_bad_keys_are_refused(text: str) -> None:
+    with pytest.raises(InvalidInput):
+        SigningKey.from_text(text)
+    with pytest.raises(InvalidInput):
+        load_public_key(text)
