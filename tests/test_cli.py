@@ -34,6 +34,11 @@ def test_demo_shows_the_session_tree_and_the_replay(tmp_path: Path) -> None:
     assert "GuardrailDecided             TOOL_CALL issue_refund: BLOCK CEILING_EXCEEDED" in out
     assert "Error: the guardrail blocked this call to issue_re" in out
     assert f"database: {db}" in out
+    # The ledger: exported and verified offline with the key kept next to the database.
+    assert "  integrity: 37 events in 4 streams chain correctly" in out
+    assert "\n  OK\n" in out
+    assert f"--pubkey {db}.key.pem.pub" in out
+    assert (db.parent / "demo.db.key.pem").stat().st_mode & 0o777 == 0o600
     assert db.exists()
 
 

@@ -11,12 +11,15 @@ customer's e-mail address from billing's note (MODIFY: the tool runs with the
 redacted arguments) and refuses a refund above its ceiling (BLOCK: the tool
 never runs, refunds sees an error and retries within policy). The demo prints
 every stream of the session tree, decisions included, and the flat history the
-SDK gets back, and says where the database file is.
+SDK gets back; then it exports the session tree and verifies it offline (hash
+chains, signed checkpoints, twins, containment) and says where the database
+and the signing key are.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -26,11 +29,14 @@ from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.usage import Usage
 
+from agentjournal.bundle import export_bundle
 from agentjournal.events import GUARDRAIL_DECIDED
 from agentjournal.guardrails.rules import load_rules
 from agentjournal.guardrails.service import running
 from agentjournal.journal import Journal
+from agentjournal.ledger import SigningKey
 from agentjournal.store import EventStore, RecordedEvent
+from agentjournal.verify import verify_bundle
 
 Print = Callable[[str], None]
 
@@ -147,9 +153,10 @@ async def run_demo(path: str, out: Print = print) -> int:
     started = time.monotonic()
     session_id = f"support-{uuid.uuid4().hex[:8]}"
     config = RunConfig(tracing_disabled=True)
+    key, key_path = _demo_key(path)
     async with (
         running(load_rules(RULES)) as guardrail,
-        Journal.open(f"sqlite:///{path}") as journal,
+        Journal.open(f"sqlite:///{path}", signing_key=key) as journal,
     ):
         session = journal.session(
             session_id,
@@ -176,10 +183,38 @@ async def run_demo(path: str, out: Print = print) -> int:
         out(f"replayed flat history ({len(items)} items, as the SDK gets it back):")
         for number, item in enumerate(items):
             out(f"  {number:>2}  {_describe_item(item)}")
+        out("")
+        out("offline verification of the exported bundle (chains, signatures, twins, containment):")
+        bundle = await export_bundle(journal.store, session_id)
+    report = verify_bundle(bundle, {key.key_id: key.public_key})
+    for line in report.text().splitlines():
+        out(f"  {line}")
     out("")
     out(f"database: {path}")
+    if key_path is not None:
+        out(
+            f"verify it yourself: agentjournal verify {session_id} --uri sqlite:///{path} "
+            f"--pubkey {key_path}.pub"
+        )
     out(f"done in {time.monotonic() - started:.1f} s")
     return 0
+
+
+def _demo_key(path: str) -> tuple[SigningKey, str | None]:
+    """The configured signing key, else one kept next to the demo database (mode 600)."""
+    configured = SigningKey.from_environment()
+    if configured is not None:
+        return configured, None
+    key_path = f"{path}.key.pem"
+    if os.path.exists(key_path):
+        return SigningKey.from_file(key_path), key_path
+    key = SigningKey.generate()
+    descriptor = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(key.private_pem())
+    with open(f"{key_path}.pub", "w", encoding="utf-8") as handle:
+        handle.write(key.public_pem())
+    return key, key_path
 
 
 async def print_tree(store: EventStore, stream: str, out: Print, depth: int = 0) -> None:
