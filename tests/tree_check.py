@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentjournal import JournalSession, events
+from agentjournal.bundle import export_bundle
 from agentjournal.store import EventStore, RecordedEvent
 from agentjournal.streams import session_stream
+from agentjournal.verify import verify_bundle
 
 LIFECYCLE = (events.SUBAGENT_STARTED, events.SUBAGENT_COMPLETED)
 _READ_ALL_PAGE = 1000
@@ -67,7 +69,8 @@ async def check_session_tree(
     over the tree is unique and gapless 0..N-1 and the largest ``aj.next_index`` is
     N; pops name indexed items; a cold ``get_items`` (whole and windowed) equals the
     flat history folded from the raw events, and every tool output in it follows its
-    call. With ``all_closed``, also that every started subagent has completed.
+    call; the offline verifier passes the tree's chains and twins. With ``all_closed``,
+    also that every started subagent has completed.
     """
     tree = _Tree(session_stream(session_id))
     problems: list[str] = []
@@ -87,6 +90,9 @@ async def check_session_tree(
     expected, index_problems = _fold(tree)
     problems += index_problems
     problems += await _check_replay(store, session_id, expected)
+    # The ledger: every stream hash-chained, twins linked, closed subsessions sealed.
+    report = verify_bundle(await export_bundle(store, session_id), {}, allow_uncovered=True)
+    problems += [f"ledger: {problem}" for problem in report.problems]
     return problems
 
 
