@@ -534,14 +534,11 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         Raises:
             StoreError: The refusal did not land (the action is refused anyway).
         """
-        span = self.agent_span()
-        trace = tracing.ids_of(span) if span is not None else tracing.current_ids()
-        await self._record_control(events.AUTHORITY_REFUSED, refused.encode(), trace)
+        await self._record_control(events.AUTHORITY_REFUSED, refused.encode(), self._current_ids())
 
     async def record_grant(self, agent: str, authority: Authority) -> None:
         """Append ``agentjournal.AuthorityGranted``: what a run's first agent holds."""
-        span = self.agent_span()
-        trace = tracing.ids_of(span) if span is not None else tracing.current_ids()
+        trace = self._current_ids()
         data = json.dumps(
             {"agent": agent, "authority": authority.to_json()},
             sort_keys=True,
@@ -549,16 +546,17 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         ).encode()
         await self._record_control(events.AUTHORITY_GRANTED, data, trace)
 
+    def _current_ids(self) -> tracing.TraceIds | None:
+        """The acting agent's span in this run, else the current span or SDK trace."""
+        span = self.agent_span()
+        return tracing.ids_of(span) if span is not None else tracing.current_ids()
+
     async def _record_control(
         self, type_: str, data: bytes, trace: tracing.TraceIds | None
     ) -> None:
         """Append a decision or refusal to the stream of the agent acting in this run."""
         tree = self._tree
-        extra = {}
-        if trace is not None:
-            extra[events.TRACE_ID_KEY] = trace.trace_id
-            if trace.span_id:
-                extra[events.SPAN_ID_KEY] = trace.span_id
+        extra = _trace_metadata(trace)
         async with tree.lock:
             if not tree.loaded:
                 await self._load(0)
@@ -626,7 +624,10 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 self._signing_key, self.session_id, heads, datetime.now(UTC)
             )
             data = checkpoint.encode()
-            metadata = {events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE}
+            metadata = {
+                events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE,
+                **_trace_metadata(self._current_ids()),
+            }
             event_id = uuid.uuid4()
             sealed = ledger.seal(
                 stream, head + 1, str(event_id), ledger.CHECKPOINT, data, metadata, prev
@@ -742,7 +743,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         streams' chain hashes after them."""
         tree = self._tree
         now = datetime.now(UTC)
-        ids = self._trace_ids(wrapper)
+        trace = _trace_metadata(self._trace_ids(wrapper))
         next_index = first + plan.indexed
         by_stream: dict[str, list[NewEvent]] = {}
         heads = dict(tree.heads)
@@ -760,10 +761,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             child = open_child.get(stream)
             if child:
                 metadata[events.OPEN_KEY] = child
-            if ids is not None:
-                metadata[events.TRACE_ID_KEY] = ids.trace_id
-                if ids.span_id:
-                    metadata[events.SPAN_ID_KEY] = ids.span_id
+            metadata.update(trace)
             metadata.update(extra)
             event_id = self._id(nonce, counter)
             revision = revision_of(stream) + 1
@@ -886,7 +884,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         metadata = {
             events.NEXT_INDEX_KEY: str(await self._next_index()),
             events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE,
-            **(extra or {}),
+            **(extra if extra is not None else _trace_metadata(self._current_ids())),
         }
         child = next((s.stream for s in tree.chain if s.parent_stream == stream), None)
         if child is not None:
@@ -1435,6 +1433,16 @@ def _usage_json(response: ModelResponse, agent: Agent[Any]) -> str | None:
         message.model = agent.model
     text: str = to_json(message)
     return text
+
+
+def _trace_metadata(ids: tracing.TraceIds | None) -> dict[str, str]:
+    """``trace_id`` and ``span_id`` metadata for ``ids`` (nothing when there are none)."""
+    if ids is None:
+        return {}
+    found = {events.TRACE_ID_KEY: ids.trace_id}
+    if ids.span_id:
+        found[events.SPAN_ID_KEY] = ids.span_id
+    return found
 
 
 def _tool_key(context: Any, tool: Any) -> str:
