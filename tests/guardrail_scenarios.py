@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents import Agent, RunConfig, Runner, function_tool, handoff
+from agents import Agent, CustomTool, RunConfig, Runner, function_tool, handoff
 from agents.run_context import RunContextWrapper
 from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.tool import FunctionTool
+from openai.types.responses import ResponseCustomToolCall
 from pydantic import BaseModel
 
 from agentjournal import JournalSession
@@ -91,3 +92,18 @@ async def run(
         return result.final_output
     done = await Runner.run(agent, text, session=session, hooks=session, run_config=config)
     return done.final_output
+
+
+def custom_tool_agent(ran: list[str]) -> Agent[Any]:
+    """An agent whose model calls a custom (free-form input) tool, then answers."""
+
+    def wipe(ctx: Any, text: str) -> str:
+        ran.append(text)
+        return "wiped"
+
+    call = ResponseCustomToolCall(type="custom_tool_call", call_id="w1", name="wipe", input="all")
+    return Agent(
+        name="janitor",
+        model=ScriptedModel([[call], [assistant_message("done")]]),
+        tools=[CustomTool(name="wipe", description="Wipe things.", on_invoke_tool=wipe)],
+    )

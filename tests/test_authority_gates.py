@@ -17,10 +17,11 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 import authority_seed as seed
 from agentjournal import AuthorityDenied, Journal
-from agentjournal.authority import meet
+from agentjournal.authority import Authority, meet
 from agentjournal.errors import InvalidInput
 from agentjournal.events import AUTHORITY_REFUSED, GUARDRAIL_DECIDED, AuthorityRefused
 from agentjournal.policy import Policy
+from guardrail_scenarios import custom_tool_agent
 from http_stub import Reply
 from scripted_guardrail import ScriptedGuardrail
 
@@ -278,3 +279,18 @@ async def test_a_session_takes_a_policy_file(journal: Journal, tmp_path: Path) -
     session = journal.session("from-file", policy=path)
     assert session.policy is not None
     assert session.policy.tools["issue_credit"].scope == "billing.refund"
+
+
+async def test_a_custom_tool_without_a_rule_is_refused(journal: Journal) -> None:
+    ran: list[str] = []
+    rules = Policy(agents={"janitor": Authority.of("kb.*")})
+    session = journal.session("custom", policy=rules)
+    with pytest.raises(AuthorityDenied, match="no rule"):
+        await Runner.run(
+            session.guard(custom_tool_agent(ran)),
+            "clean",
+            session=session,
+            hooks=session,
+            run_config=CONFIG,
+        )
+    assert ran == []

@@ -20,7 +20,7 @@ from agentjournal.errors import GuardrailBlocked
 from agentjournal.events import GUARDRAIL_DECIDED, GuardrailDecided
 from agentjournal.guardrails.actions import digest
 from agentjournal.streams import subsession_stream
-from guardrail_scenarios import FINAL, USER_INPUT, Graph, graph, run
+from guardrail_scenarios import FINAL, USER_INPUT, Graph, custom_tool_agent, graph, run
 from scripted_guardrail import ScriptedGuardrail
 
 ACTIONS = ["AGENT_INPUT", "TOOL_CALL", "AGENT_HANDOFF", "AGENT_RESPONSE"]
@@ -293,3 +293,28 @@ async def test_a_tool_result_that_ends_the_run_is_checked_as_the_response(
     assert [(d.payload, d.enforcement) for d in responses] == [
         ("order 7: charged twice", "proceeded" if outcome == "done" else outcome)
     ]
+
+
+@pytest.mark.parametrize("decision", ["BLOCK", "MODIFY"])
+async def test_other_local_calls_are_checked_too(journal: Journal, decision: str) -> None:
+    """Custom, shell, computer and apply-patch calls have no wrapper: the hooks stop the run."""
+    ran: list[str] = []
+    async with ScriptedGuardrail({"TOOL_CALL": decision}) as guardrail:
+        session = journal.session("s1", guardrails=guardrail.url)
+        with pytest.raises(GuardrailBlocked):
+            await run(session.guard(custom_tool_agent(ran)), session, streamed=False)
+        (asked,) = guardrail.asked("TOOL_CALL")
+    assert ran == []
+    assert asked["payload"] == {
+        "id": "w1",
+        "type": "custom_tool_call",
+        "function": {"name": "wipe", "arguments": '{"input":"all"}'},
+    }
+
+
+async def test_an_allowed_custom_call_runs(journal: Journal) -> None:
+    ran: list[str] = []
+    async with ScriptedGuardrail() as guardrail:
+        session = journal.session("s1", guardrails=guardrail.url)
+        assert await run(custom_tool_agent(ran), session, streamed=False) == "done"
+    assert ran == ["all"]

@@ -32,12 +32,10 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
-from openai.types.responses import ResponseFunctionToolCall
-
 from agentjournal.authority import Authority, meet
 from agentjournal.errors import AuthorityDenied
 from agentjournal.events import AuthorityRefused
-from agentjournal.guardrails.actions import digest
+from agentjournal.guardrails.actions import calls_of, digest
 from agentjournal.policy import Gate, Policy, Refusal
 
 if TYPE_CHECKING:
@@ -184,10 +182,9 @@ class Gatekeeper:
         stop: AuthorityDenied | None = None
         handoff_seen = False
         authority = self.effective(agent.name)
-        for item in response.output:
-            if not isinstance(item, ResponseFunctionToolCall):
-                continue
-            target = handoff_targets.get(item.name)
+        for call in calls_of(response.output):
+            function = call.kind == "function_call"
+            target = handoff_targets.get(call.name) if function else None
             if target is not None:
                 if handoff_seen:
                     continue  # the SDK takes the first handoff of a response only
@@ -195,16 +192,16 @@ class Gatekeeper:
                 refusal = self.policy.check_handoff(authority, target, Gate.INVOCATION)
                 subject, kind = target, "handoff"
             else:
-                refusal = self.policy.check_call(authority, item.name, item.arguments)
-                subject, kind = item.name, "tool"
+                refusal = self.policy.check_call(authority, call.name, call.arguments)
+                subject, kind = call.name, "tool"
             if refusal is None:
                 continue
-            wrapped = kind == "tool" and guarded(item.name)
+            wrapped = kind == "tool" and function and guarded(call.name)
             how = Enforced.TOOL_REFUSED if wrapped else Enforced.RUN_STOPPED
             error = await self._record(
-                agent.name, subject, kind, refusal, how, item.call_id, item.arguments
+                agent.name, subject, kind, refusal, how, call.call_id, call.arguments
             )
-            self._refused_calls.add(item.call_id)
+            self._refused_calls.add(call.call_id)
             if not wrapped and stop is None:
                 stop = error
         if stop is not None:

@@ -68,6 +68,7 @@ from agentjournal.errors import (
     StreamNotFound,
 )
 from agentjournal.gates import Gatekeeper
+from agentjournal.guardrails.actions import call_of
 from agentjournal.guardrails.client import GuardrailClient
 from agentjournal.guardrails.enforce import Enforcer
 from agentjournal.handoffs import SUMMARY_CHARS, Plan, plan_write, starts_a_run
@@ -695,7 +696,9 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 if wrapper is not None and tree.chain:
                     tree.chain_run = _weak(wrapper)
                 closed = sum(1 for op in plan.ops if op.kind == "close")
-                run_ended = bool(closed or closing is not None or (items and self._finished))
+                run_ended = bool(
+                    closed or closing is not None or (items and self._finished is not None)
+                )
                 if closed or closing is not None or items:
                     self._finished = None  # the final output has been written (or closed)
                 if not isinstance(landed, ConcurrencyError):
@@ -932,11 +935,12 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             return {}
         kind = str(item.get("type", ""))
         metadata = {events.CALL_ID_KEY: call_id, events.ITEM_TYPE_KEY: kind}
-        if kind == "function_call":
+        call = call_of(item)
+        if call is not None:
             if self._enforcer is not None:
                 metadata[events.GUARDED_KEY] = "1"
             if self._gates is not None:
-                rule = self._gates.policy.tools.get(str(item.get("name", "")))
+                rule = self._gates.policy.tools.get(call.name)
                 metadata[events.TOOL_RULE_KEY] = (
                     json.dumps(
                         {"scope": rule.scope, "ceilings": dict(rule.ceilings)},

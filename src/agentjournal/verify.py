@@ -40,6 +40,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from agentjournal import events, ledger
 from agentjournal.authority import Authority
 from agentjournal.errors import InvalidInput
+from agentjournal.guardrails.actions import CALL_KINDS, call_of
 from agentjournal.policy import Policy, ToolRule
 
 __all__ = ["BUNDLE_FORMAT", "Event", "Problem", "Report", "verify_bundle"]
@@ -161,6 +162,8 @@ def _parse(bundle: Any) -> tuple[str, dict[str, list[Event]]]:
     session_id = bundle["session_id"]
     if not isinstance(session_id, str) or not session_id:
         raise InvalidInput("session_id must be a non-empty string")
+    if not isinstance(bundle["redacted"], bool) or not isinstance(bundle["exported_at"], str):
+        raise InvalidInput("redacted must be true or false and exported_at a string")
     raw_streams = bundle["streams"]
     if not isinstance(raw_streams, list) or not raw_streams:
         raise InvalidInput("a bundle holds at least one stream")
@@ -469,12 +472,13 @@ def _check_containment(report: Report, tree: _Tree) -> None:
         index = _CallIndex(stream)
         for event in stream:
             meta = event.metadata
-            if meta.get(events.ITEM_TYPE_KEY) != "function_call":
+            kind = meta.get(events.ITEM_TYPE_KEY, "")
+            if kind not in CALL_KINDS:
                 continue
             call_id = meta.get(events.CALL_ID_KEY, "")
             decided = index.latest(index.decisions, call_id, event.revision)
             refused = index.latest(index.refusals, call_id, event.revision)
-            if not index.ran(call_id, event.revision):
+            if not index.ran(call_id, event.revision, kind):
                 continue
             if refused is not None and refused.get("enforcement") == "tool_refused":
                 continue
@@ -503,13 +507,15 @@ class _CallIndex:
     """One stream's tool outputs, guardrail decisions and refusals, by call id."""
 
     def __init__(self, stream: Sequence[Event]) -> None:
-        self.outputs: dict[str, list[int]] = {}
+        self.outputs: dict[tuple[str, str], list[int]] = {}  # (call kind, call id)
         self.decisions: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self.refusals: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         for event in stream:
             meta = event.metadata
-            if meta.get(events.ITEM_TYPE_KEY) == "function_call_output":
-                self.outputs.setdefault(meta.get(events.CALL_ID_KEY, ""), []).append(event.revision)
+            kind = meta.get(events.ITEM_TYPE_KEY, "")
+            if kind.endswith("_output") and kind.removesuffix("_output") in CALL_KINDS:
+                key = (kind.removesuffix("_output"), meta.get(events.CALL_ID_KEY, ""))
+                self.outputs.setdefault(key, []).append(event.revision)
             elif event.type in (events.GUARDRAIL_DECIDED, events.AUTHORITY_REFUSED):
                 body = event.body()
                 if body is not None and isinstance(body.get("call_id"), str):
@@ -518,9 +524,9 @@ class _CallIndex:
                     )
                     table.setdefault(body["call_id"], []).append((event.revision, body))
 
-    def ran(self, call_id: str, revision: int) -> bool:
+    def ran(self, call_id: str, revision: int, kind: str) -> bool:
         """Whether an output of the call follows ``revision``."""
-        return any(r > revision for r in self.outputs.get(call_id, ()))
+        return any(r > revision for r in self.outputs.get((kind, call_id), ()))
 
     @staticmethod
     def latest(
@@ -554,8 +560,9 @@ def _check_within(
         return
     rule = ToolRule(raw_rule["scope"], raw_rule.get("ceilings", {}))
     item = _item(event)
-    name = str(item.get("name", "tool")) if item else "tool"
-    arguments: str | None = item.get("arguments") if item else None
+    call = call_of(item) if item is not None else None
+    name = call.name if call is not None else "tool"
+    arguments: str | None = call.arguments if call is not None else None
     if decided is not None and decided.get("decision") == "MODIFY":
         arguments = decided["modified_payload"]["function"]["arguments"]
     if arguments is None:

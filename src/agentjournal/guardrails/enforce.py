@@ -6,7 +6,8 @@ it at the earliest point the SDK offers for each action:
 - ``on_llm_start`` — ``AGENT_INPUT``, once per agent activation, before the
   model is called. BLOCK stops the run; MODIFY rewrites the model's input.
 - ``on_llm_end`` — the response is parsed and nothing has executed yet:
-  ``TOOL_CALL`` for each function call, ``AGENT_HANDOFF`` for the handoff the
+  ``TOOL_CALL`` for each call the runner executes locally (function, custom,
+  shell, computer and apply-patch calls), ``AGENT_HANDOFF`` for the handoff the
   SDK will take, ``AGENT_RESPONSE`` for a final message. The final message's
   BLOCK stops the run and its MODIFY rewrites it in place. A tool call or
   handoff that a ``session.guard(agent)`` wrapper covers is left to the
@@ -39,7 +40,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
 
-from openai.types.responses import ResponseFunctionToolCall
 from opentelemetry.trace import Span
 
 from agentjournal import tracing
@@ -182,20 +182,19 @@ class Enforcer:
         output = list(response.output)
         pending: list[tuple[Awaitable[Verdict], bool, str]] = []  # check, wrapped, subject
         handoff_seen = False
-        for item in output:
-            if not isinstance(item, ResponseFunctionToolCall):
-                continue
-            name, call_id, arguments = item.name, item.call_id, item.arguments
+        for call in actions.calls_of(output):
+            name, call_id, arguments = call.name, call.call_id, call.arguments
             if call_id in skip:
                 continue
-            target = handoff_targets.get(name)
+            function = call.kind == "function_call"
+            target = handoff_targets.get(name) if function else None
             if target is not None and handoff_seen:
                 continue  # the SDK takes the first handoff of a response only
-            wrapped = guarded(name)
+            wrapped = function and guarded(name)  # other local calls have no wrapper
             if target is None:
                 check = self._decide(
                     ActionType.TOOL_CALL,
-                    actions.tool_call_payload(call_id, name, arguments),
+                    actions.tool_call_payload(call_id, name, arguments, call.kind),
                     agent=agent.name,
                     subject=name,
                     call_id=call_id,
