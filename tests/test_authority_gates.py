@@ -11,16 +11,17 @@ from typing import Any
 
 import pytest
 import yaml
-from agents import Agent, RunConfig, Runner
+from agents import Agent, RunConfig, Runner, function_tool
 from agents.mcp import MCPServerStdio
+from agents.run_state import RunState
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 import authority_seed as seed
 from agentjournal import AuthorityDenied, Journal
-from agentjournal.authority import Authority, meet
+from agentjournal.authority import Authority, Cap, meet
 from agentjournal.errors import InvalidInput
 from agentjournal.events import AUTHORITY_REFUSED, GUARDRAIL_DECIDED, AuthorityRefused
-from agentjournal.policy import Policy
+from agentjournal.policy import Policy, ToolRule
 from guardrail_scenarios import custom_tool_agent
 from http_stub import Reply
 from scripted_guardrail import ScriptedGuardrail
@@ -294,3 +295,53 @@ async def test_a_custom_tool_without_a_rule_is_refused(journal: Journal) -> None
             run_config=CONFIG,
         )
     assert ran == []
+
+
+async def test_a_resumed_run_keeps_the_narrowed_grant(tmp_path: Path) -> None:
+    """Resuming after an approval, in a fresh journal, never widens what the agent was granted."""
+    ran: list[int] = []
+
+    @function_tool(needs_approval=True)
+    def issue_refund(amount_cents: int) -> str:
+        """Refund."""
+        ran.append(amount_cents)
+        return "refunded"
+
+    rules = Policy(
+        agents={
+            "triage": Authority.of("billing.*", spend=Cap(5000)),
+            "billing": Authority.of("billing.refund"),  # its own entry has no cap
+        },
+        tools={"issue_refund": ToolRule("billing.refund", {"spend": "amount_cents"})},
+    )
+
+    def build(billing_steps: list[Any], triage_steps: list[Any]) -> Agent[Any]:
+        billing = Agent(name="billing", model=ScriptedModel(billing_steps), tools=[issue_refund])
+        return Agent(name="triage", model=ScriptedModel(triage_steps), handoffs=[billing])
+
+    uri = f"sqlite:///{tmp_path / 'resume.db'}"
+    async with Journal.open(uri) as first:
+        session = first.session("resume", policy=rules)
+        paused = await Runner.run(
+            session.guard(
+                build(
+                    [[function_call("issue_refund", {"amount_cents": 900000}, call_id="r1")]],
+                    [[function_call("transfer_to_billing", {}, call_id="h1")]],
+                )
+            ),
+            "refund",
+            session=session,
+            hooks=session,
+            run_config=CONFIG,
+        )
+        assert paused.interruptions  # waiting for approval
+        saved = paused.to_state().to_string()
+    async with Journal.open(uri) as second:  # another process picks the run up
+        session = second.session("resume", policy=rules)
+        graph = session.guard(build([[assistant_message("done")]], []))
+        state = await RunState.from_string(graph, saved)
+        state.approve(state.get_interruptions()[0])
+        await Runner.run(graph, state, session=session, hooks=session, run_config=CONFIG)
+        refused = [r for s, r in await refusals(second) if s.startswith("AgentSubsession-")]
+    assert ran == []
+    assert [r.ceiling for r in refused] == ["spend", "spend"]  # in the first run and on resume

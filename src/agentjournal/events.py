@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -41,6 +42,7 @@ __all__ = [
     "Subagent",
     "decode_subagent_completed",
     "decode_subagent_started",
+    "granted_authority",
     "encode_subagent_completed",
     "encode_subagent_started",
     "AUTHORITY_GRANTED",
@@ -378,6 +380,23 @@ def encode_subagent_started(
         )
     text: str = to_json(message)
     return text.encode()
+
+
+def granted_authority(body: Mapping[str, Any]) -> Any:
+    """The ``granted_authority`` JSON a ``SubagentStarted`` body carries, or None.
+
+    Raises:
+        CodecError: It is there but not JSON.
+    """
+    extensions = body.get("extensions")
+    mine = extensions.get("agentjournal") if isinstance(extensions, Mapping) else None
+    text = mine.get("granted_authority") if isinstance(mine, Mapping) else None
+    if not isinstance(text, str):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise CodecError(f"granted_authority is not JSON: {error}") from None
 
 
 def decode_subagent_started(data: bytes) -> tuple[Subagent, str | None]:

@@ -70,6 +70,9 @@ class RefusalRecorder(Protocol):
     async def record_grant(self, agent: str, authority: Authority) -> None:
         """Append what a run's first agent holds (``agentjournal.AuthorityGranted``)."""
 
+    async def open_grant(self, agent: str) -> tuple[bool, Authority | None]:
+        """Whether ``agent`` speaks inside an open subagent (a resumed run), and its grant."""
+
 
 class Gatekeeper:
     """Applies a :class:`~agentjournal.policy.Policy` to a session's runs.
@@ -94,28 +97,39 @@ class Gatekeeper:
         self._said = set()
         self._refused_calls = set()
 
-    def effective(self, agent: str) -> Authority:
+    async def effective(self, agent: str) -> Authority:
         """The running agent's effective authority.
 
-        The first agent of a run holds its own entry; an agent reached in
-        this run without a handoff the session saw holds nothing.
+        The first agent of a run holds its own entry — or, when the run
+        resumes inside an open subagent, at most that subagent's grant, so
+        resuming never widens authority; an agent reached in this run without
+        a handoff the session saw holds nothing.
         """
         found = self._effective.get(agent)
         if found is None:
-            found = self.policy.authority_of(agent) if not self._effective else Authority()
+            found = await self._first(agent) if not self._effective else Authority()
             self._effective[agent] = found
         return found
+
+    async def _first(self, agent: str) -> Authority:
+        """What a run's first agent holds: its entry, or — resuming inside an open
+        subagent — at most that subagent's grant (nothing when none was recorded)."""
+        own = self.policy.authority_of(agent)
+        resumed, granted = await self._recorder.open_grant(agent)
+        if not resumed:
+            return own
+        return meet(own, granted) if granted is not None else Authority()
 
     async def agent_started(self, agent: str) -> None:
         """``on_agent_start``: settle the agent's effective authority.
 
-        A run's first agent holds its own entry, which is recorded (the root
-        of the run's delegations, for a verifier).
+        What a run's first agent holds is recorded (the root of the run's
+        delegations, for a verifier).
         """
         if agent in self._effective:
             return
         first = not self._effective
-        authority = self.effective(agent)
+        authority = await self.effective(agent)
         if first:
             try:
                 await self._recorder.record_grant(agent, authority)
@@ -124,9 +138,9 @@ class Gatekeeper:
                 self._effective[agent] = Authority()
                 logger.error("the authority of %r could not be recorded: %s", agent, failure)
 
-    def handed_off(self, sender: str, receiver: str) -> Authority:
+    async def handed_off(self, sender: str, receiver: str) -> Authority:
         """A handoff happened: the receiver is granted the meet; return it."""
-        granted = meet(self.effective(sender), self.policy.authority_of(receiver))
+        granted = meet(await self.effective(sender), self.policy.authority_of(receiver))
         self._effective[receiver] = granted
         return granted
 
@@ -138,7 +152,7 @@ class Gatekeeper:
         """Gates 1 and 2: whether ``agent`` may see ``tool``."""
         if not self.policy.visibility:
             return True
-        refusal = self.policy.visible(self.effective(agent), tool)
+        refusal = self.policy.visible(await self.effective(agent), tool)
         if refusal is None:
             return True
         refusal = Refusal(gate, refusal.reason, scope=refusal.scope)
@@ -155,7 +169,7 @@ class Gatekeeper:
         if not self.policy.visibility:
             return True
         refusal = self.policy.check_handoff(
-            self.effective(sender), receiver, Gate.HANDOFF_VISIBILITY
+            await self.effective(sender), receiver, Gate.HANDOFF_VISIBILITY
         )
         if refusal is None:
             return True
@@ -181,7 +195,7 @@ class Gatekeeper:
         self._refused_calls = set()
         stop: AuthorityDenied | None = None
         handoff_seen = False
-        authority = self.effective(agent.name)
+        authority = await self.effective(agent.name)
         for call in calls_of(response.output):
             function = call.kind == "function_call"
             target = handoff_targets.get(call.name) if function else None
@@ -210,7 +224,7 @@ class Gatekeeper:
 
     async def refuse_call(self, agent: str, call_id: str, tool: str, arguments: str) -> str | None:
         """The tool wrapper's gate: an error output for the model when the call is refused."""
-        refusal = self.policy.check_call(self.effective(agent), tool, arguments)
+        refusal = self.policy.check_call(await self.effective(agent), tool, arguments)
         if refusal is None:
             return None
         if call_id not in self._refused_calls:
@@ -221,7 +235,7 @@ class Gatekeeper:
 
     async def check_handoff(self, sender: str, receiver: str, arguments: str) -> None:
         """The handoff wrapper's gate: a refused handoff stops the run."""
-        refusal = self.policy.check_handoff(self.effective(sender), receiver, Gate.INVOCATION)
+        refusal = self.policy.check_handoff(await self.effective(sender), receiver, Gate.INVOCATION)
         if refusal is not None:
             error = await self._record(
                 sender, receiver, "handoff", refusal, Enforced.RUN_STOPPED, None, arguments
@@ -229,8 +243,12 @@ class Gatekeeper:
             await self._stop(error)
 
     def widens(self, agent: str, tool: str, arguments: str) -> str | None:
-        """Why a guardrail's modified arguments would exceed the agent's authority, if they do."""
-        refusal = self.policy.check_call(self.effective(agent), tool, arguments)
+        """Why a guardrail's modified arguments would exceed the agent's authority, if they do.
+
+        Asked after the invocation gate settled the agent's authority in this turn.
+        """
+        authority = self._effective.get(agent, Authority())
+        refusal = self.policy.check_call(authority, tool, arguments)
         return None if refusal is None else refusal.reason
 
     # -- recording ----------------------------------------------------------------------
@@ -252,7 +270,7 @@ class Gatekeeper:
         arguments: str | None,
     ) -> AuthorityDenied:
         """Record a refusal (the action does not happen either way) and return its error."""
-        authority = self.effective(agent)
+        authority = await self.effective(agent)
         refused = AuthorityRefused(
             gate=refusal.gate,
             agent=agent,

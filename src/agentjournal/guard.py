@@ -196,7 +196,7 @@ def _wrap_handoff(entry: Any, sender: Agent[Any], wiring: Wiring, visit: Any) ->
                 input_json = verdict.modified_payload["input"]
         target = await original(ctx, input_json)
         if gates is not None:
-            gates.handed_off(sender.name, receiver)
+            await gates.handed_off(sender.name, receiver)
         return visit(target)
 
     setattr(invoke, _MARK, wiring)

@@ -64,6 +64,7 @@ from agentjournal.errors import (
     CodecError,
     ConcurrencyError,
     GuardrailBlocked,
+    InvalidInput,
     StoreUnavailable,
     StreamNotFound,
 )
@@ -133,6 +134,7 @@ class SessionTree:
     chain_run: weakref.ref[Any] | None = None  # the run that last wrote inside the chain
     unsigned: int = 0  # events written since the last checkpoint (by this process)
     ledger_head: tuple[int, str] | None = None  # the checkpoint stream's head, once known
+    grants: dict[str, Any] = field(default_factory=dict)  # open subsession -> granted authority
 
 
 class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
@@ -463,7 +465,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
     ) -> None:
         """Match the handoff to its exact call; grant the receiver its authority."""
         granted = (
-            self._gates.handed_off(from_agent.name, to_agent.name)
+            await self._gates.handed_off(from_agent.name, to_agent.name)
             if self._gates is not None
             else None
         )
@@ -499,6 +501,24 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         if self._gates is not None:
             self._gates.new_run()
 
+    async def open_grant(self, agent: str) -> tuple[bool, Authority | None]:
+        """Whether ``agent`` speaks inside the innermost open subagent, and what it was granted.
+
+        A run that resumes there (e.g. after an approval, in a new process)
+        must not start from the agent's own policy entry.
+        """
+        async with self._tree.lock:
+            await self._refresh(0)
+        chain = self._tree.chain
+        if not chain or chain[-1].agent_name != agent:
+            return False, None
+        granted = self._tree.grants.get(chain[-1].stream)
+        try:
+            return True, None if granted is None else Authority.from_json(granted)
+        except InvalidInput as error:
+            logger.warning("the grant of %s is unreadable (%s): it holds nothing", agent, error)
+            return True, None
+
     def agent_span(self) -> Span | None:
         """The span of the agent acting now (for guardrail calls)."""
         return self._trace.current if self._trace is not None else None
@@ -527,7 +547,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             StoreError: The decision did not land (then it must not be acted on).
         """
         trace = tracing.TraceIds(decided.trace_id, decided.span_id)
-        await self._record_control(events.GUARDRAIL_DECIDED, decided.encode(), trace)
+        await self._record_control(events.GUARDRAIL_DECIDED, decided.encode(), trace, decided.agent)
 
     async def record_refusal(self, refused: events.AuthorityRefused) -> None:
         """Append an authority refusal to the acting agent's stream.
@@ -535,7 +555,9 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         Raises:
             StoreError: The refusal did not land (the action is refused anyway).
         """
-        await self._record_control(events.AUTHORITY_REFUSED, refused.encode(), self._current_ids())
+        await self._record_control(
+            events.AUTHORITY_REFUSED, refused.encode(), self._current_ids(), refused.agent
+        )
 
     async def record_grant(self, agent: str, authority: Authority) -> None:
         """Append ``agentjournal.AuthorityGranted``: what a run's first agent holds."""
@@ -545,7 +567,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             sort_keys=True,
             separators=(",", ":"),
         ).encode()
-        await self._record_control(events.AUTHORITY_GRANTED, data, trace)
+        await self._record_control(events.AUTHORITY_GRANTED, data, trace, agent)
 
     def _current_ids(self) -> tracing.TraceIds | None:
         """The acting agent's span in this run, else the current span or SDK trace."""
@@ -553,9 +575,14 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         return tracing.ids_of(span) if span is not None else tracing.current_ids()
 
     async def _record_control(
-        self, type_: str, data: bytes, trace: tracing.TraceIds | None
+        self, type_: str, data: bytes, trace: tracing.TraceIds | None, agent: str
     ) -> None:
-        """Append a decision or refusal to the stream of the agent acting in this run."""
+        """Append a decision or refusal to the stream of the agent acting in this run.
+
+        That is the innermost open subsession when this run wrote inside it or
+        ``agent`` is its agent (a resumed run), else the session stream (a new
+        run's first agent speaks there).
+        """
         tree = self._tree
         extra = _trace_metadata(trace)
         async with tree.lock:
@@ -565,7 +592,9 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 if attempt:
                     await _backoff(attempt)
                 run = self._run_wrapper() if self._run_wrapper is not None else None
-                inner = tree.chain and _same_run(tree.chain_run, run)
+                inner = tree.chain and (
+                    _same_run(tree.chain_run, run) or tree.chain[-1].agent_name == agent
+                )
                 stream = tree.chain[-1].stream if inner else self.stream
                 if await self._append_control(type_, data, stream=stream, extra=extra):
                     return
@@ -707,7 +736,10 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 for op in plan.ops:
                     if op.kind == "start" and op.subagent is not None:
                         self._handoffs.pop(op.subagent.call_id, None)
-                        self._granted.pop(op.subagent.call_id, None)
+                        granted = self._granted.pop(op.subagent.call_id, None)
+                        tree.grants[op.subagent.stream] = (
+                            granted.to_json() if granted is not None else None
+                        )
                 return closed
             raise conflict
 
@@ -1020,8 +1052,10 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
     async def _read_start(self, stream: str) -> events.Subagent | None:
         try:
             first = await self._store.read(stream, from_revision=0, limit=1)
-            return events.decode_subagent_started(first[0].data)[0]
-        except (StreamNotFound, IndexError, CodecError) as error:
+            subagent = events.decode_subagent_started(first[0].data)[0]
+            self._tree.grants[stream] = events.granted_authority(json.loads(first[0].data))
+            return subagent
+        except (StreamNotFound, IndexError, CodecError, ValueError) as error:
             logger.warning(
                 "open subagent stream %s cannot be read (%s); ignoring it", stream, error
             )
@@ -1188,6 +1222,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 if follow is not None and all(s.stream != subagent.stream for s in tree.chain):
                     tree.chain.append(subagent)
                     follow.append(subagent.stream)
+                    tree.grants[subagent.stream] = events.granted_authority(json.loads(event.data))
                 if item_json is None:
                     return []
                 return [Entry(event.stream, event.revision, 0, _index_of(event), item_json)]

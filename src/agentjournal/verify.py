@@ -417,11 +417,8 @@ def _covered(tree: _Tree, checkpoint: ledger.Checkpoint) -> dict[str, int]:
 
 
 def _granted(event: Event) -> Authority | None:
-    body = event.body() or {}
-    text = body.get("extensions", {}).get("agentjournal", {}).get("granted_authority")
-    if not isinstance(text, str):
-        return None
-    return Authority.from_json(json.loads(text))
+    granted = events.granted_authority(event.body() or {})
+    return None if granted is None else Authority.from_json(granted)
 
 
 def _authority_at(tree: _Tree, stream: str, revision: int) -> Authority | None:
