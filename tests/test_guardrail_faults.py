@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agents import RunConfig, Runner
 
 from agentjournal import Journal
 from agentjournal.errors import GuardrailBlocked
@@ -34,6 +35,8 @@ def _modify(function: dict[str, Any]) -> Callable[[dict[str, Any]], Reply]:
 
     return reply
 
+
+CONFIG = RunConfig(tracing_disabled=True)
 
 FAULTS: dict[str, tuple[Callable[[dict[str, Any]], Reply], str]] = {
     "http-500": (lambda body: Reply(status=500), "GUARDRAIL_UNAVAILABLE"),
@@ -148,7 +151,7 @@ async def test_failing_open_must_be_asked_for_and_is_loud(
     assert "FAILING OPEN" in caplog.text
 
 
-@pytest.mark.parametrize("wiring", ["hooks", "guard"])
+@pytest.mark.parametrize("wiring", ["hooks", "guard", "guard-only"])
 async def test_a_decision_that_cannot_be_recorded_is_not_acted_on(
     tmp_path: Path, wiring: str
 ) -> None:
@@ -166,9 +169,15 @@ async def test_a_decision_that_cannot_be_recorded_is_not_acted_on(
         async with ScriptedGuardrail(before=lock_the_store) as guardrail:
             journal = Journal(store, f"sqlite:///{path}")
             session = journal.session("s1", guardrails=guardrail.url)
-            agent = session.guard(g.triage) if wiring == "guard" else g.triage
+            agent = session.guard(g.triage) if wiring != "hooks" else g.triage
+            # Guard only: the tool wrapper decides, inside the SDK's own tool call.
+            attempt = (
+                Runner.run(agent, "hi", session=session, run_config=CONFIG)
+                if wiring == "guard-only"
+                else run(agent, session, streamed=False)
+            )
             with pytest.raises(GuardrailBlocked) as raised:
-                await run(agent, session, streamed=False)
+                await attempt
     finally:
         blocker.close()  # rolls the lock back
     assert raised.value.reason_code == "DECISION_NOT_RECORDED"

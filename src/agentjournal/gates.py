@@ -32,6 +32,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
+from agentjournal._raised import RunAuthorityDenied
 from agentjournal.authority import Authority, meet
 from agentjournal.errors import AuthorityDenied
 from agentjournal.events import AuthorityRefused
@@ -286,7 +287,7 @@ class Gatekeeper:
             authority=authority.to_json(),
             enforcement=how,
         )
-        error = AuthorityDenied(
+        error = RunAuthorityDenied(
             gate=refusal.gate,
             agent=agent,
             subject=subject,

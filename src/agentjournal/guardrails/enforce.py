@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
 from opentelemetry.trace import Span
 
 from agentjournal import tracing
+from agentjournal._raised import RunGuardrailBlocked
 from agentjournal.errors import GuardrailBlocked
 from agentjournal.events import GuardrailDecided
 from agentjournal.guardrails import actions
@@ -429,7 +430,7 @@ class Enforcer:
                 error,
                 extra=ids.log_extra(),
             )
-            refused = GuardrailBlocked(
+            refused = RunGuardrailBlocked(
                 action_type=action_type.value,
                 action_id=verdict.action_id,
                 reason_code=DECISION_NOT_RECORDED,
@@ -492,7 +493,7 @@ def _hook_level(covered: bool, *, refusable: bool) -> Callable[[Verdict], str]:
 
 def blocked(verdict: Verdict, subject: str) -> GuardrailBlocked:
     """The error that ends a run because of ``verdict``."""
-    return GuardrailBlocked(
+    return RunGuardrailBlocked(
         action_type=verdict.action_type.value,
         action_id=verdict.action_id,
         reason_code=verdict.reason_code,
