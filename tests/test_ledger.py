@@ -306,3 +306,101 @@ def test_every_single_mutation_is_detected(
     bundle = edited(BUNDLES[name])
     mutate(bundle, kind, stream_pick, event_pick)
     assert not verify_bundle(bundle, TRUSTED).ok, (name, kind, stream_pick, event_pick)
+
+
+def test_withholding_what_is_never_redacted_fails() -> None:
+    """A tool call's arguments are never withheld: nulling them cannot hide a ceiling breach."""
+    bundle = edited(BUNDLES["guarded"])
+    stream, event = event_of(bundle, "AgentSession-", "AssistantToolCallsGenerated")
+    event["data"] = None
+    found = problem(bundle)
+    assert (found.stream, found.revision, found.check) == (stream, event["revision"], "integrity")
+    assert "withheld" in found.message
+
+
+@pytest.mark.parametrize("where", ["surrogate-data", "extensions", "granted", "rule"])
+def test_crafted_events_fail_instead_of_crashing(where: str) -> None:
+    bundle = edited(BUNDLES["nested"])
+    if where == "surrogate-data":
+        stream = stream_of(bundle, "AgentSession-")
+        stream["events"][1]["data"] = "\ud800"
+    else:
+        for stream in bundle["streams"]:
+            for event in stream["events"]:
+                if where == "rule" and "aj.tool_rule" in event["metadata"]:
+                    event["metadata"]["aj.tool_rule"] = '{"ceilings": 3}'
+                if event["type"] != "SubagentStarted" or where == "rule":
+                    continue
+                body = json.loads(event["data"])
+                if where == "extensions":
+                    body["extensions"] = "x"
+                else:
+                    body["extensions"]["agentjournal"]["granted_authority"] = "{not json"
+                event["data"] = json.dumps(body)
+            rechain(bundle, stream["name"])
+        relink(bundle)
+        resign(bundle, KEY)
+    report = verify_bundle(bundle, TRUSTED)
+    assert not report.ok
+    assert report.text().splitlines()[-1].startswith("FAILED: ")
+
+
+def test_a_bundle_cut_back_to_an_earlier_checkpoint_needs_an_outside_anchor() -> None:
+    bundle = edited(BUNDLES["guarded"])
+    ledger = stream_of(bundle, "AgentLedger-")
+    first = json.loads(ledger["events"][0]["data"])
+    # Cut every stream back to what the first checkpoint covered; drop what came after.
+    heads = first["heads"]
+    bundle["streams"] = [
+        s
+        for s in bundle["streams"]
+        if s["name"] in heads or s["name"] == ledger["name"] or s["name"].startswith("AgentSub")
+    ]
+    for stream in bundle["streams"]:
+        if stream["name"] in heads:
+            del stream["events"][heads[stream["name"]]["revision"] + 1 :]
+    ledger["events"] = ledger["events"][:1]
+    opened = {
+        json.loads(e["data"])["subsession_stream"]
+        for s in bundle["streams"]
+        for e in s["events"]
+        if e["type"] == "SubagentStarted" and "aj.index" in e["metadata"]
+    }
+    bundle["streams"] = [
+        s for s in bundle["streams"] if not s["name"].startswith("AgentSub") or s["name"] in opened
+    ]
+    report = verify_bundle(bundle, TRUSTED)
+    assert report.ok, report.text()  # indistinguishable from the session as it was then
+    later = json.loads(stream_of(BUNDLES["guarded"], "AgentLedger-")["events"][-1]["data"])
+    found = problem(bundle, not_before=later["signed_at"])
+    assert "cut back" in found.message
+
+
+def test_checkpoints_of_two_writers_together_cover_the_session() -> None:
+    """A checkpoint that lands last but knew less does not make earlier coverage void."""
+    bundle = edited(BUNDLES["simple"])
+    ledger = stream_of(bundle, "AgentLedger-")
+    session = stream_of(bundle, "AgentSession-")
+    from datetime import UTC, datetime
+
+    from agentjournal.ledger import Checkpoint
+
+    stale = Checkpoint.sign(
+        KEY,
+        "simple",
+        {session["name"]: (1, session["events"][1]["metadata"]["aj.hash"])},
+        datetime.now(UTC),
+    )
+    ledger["events"].append(
+        {
+            "revision": 1,
+            "id": "00000000-0000-4000-8000-000000000001",
+            "type": "agentjournal.Checkpoint",
+            "data": stale.encode().decode(),
+            "data_sha256": "",
+            "metadata": {},
+        }
+    )
+    rechain(bundle, ledger["name"])
+    report = verify_bundle(bundle, TRUSTED)
+    assert report.ok, report.text()

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -49,19 +50,34 @@ def _usage(message: str) -> int:
     return 1
 
 
+def _checked_time(value: str | None) -> str | None:
+    """A ``--not-before`` value, refused unless it is an RFC 3339 time."""
+    if value is not None:
+        try:
+            datetime.fromisoformat(value)
+        except ValueError:
+            raise InvalidInput(f"--not-before {value!r} is not an RFC 3339 time") from None
+    return value
+
+
 async def verify_session(
-    session_id: str, uri: str | None, pubkeys: Sequence[str], allow_uncovered: bool
+    session_id: str,
+    uri: str | None,
+    pubkeys: Sequence[str],
+    allow_uncovered: bool,
+    not_before: str | None = None,
 ) -> int:
     """``agentjournal verify SESSION``: verify the session tree as it is in the store."""
     try:
         keys = trusted_keys(pubkeys)
+        not_before = _checked_time(not_before)
     except InvalidInput as error:
         return _usage(str(error))
     if not keys and not allow_uncovered:
         return _usage("give the trusted public key with --pubkey (or --allow-uncovered)")
     async with Journal.open(uri or os.environ.get(URI_ENV) or DEFAULT_URI) as journal:
         bundle = await export_bundle(journal.store, session_id)
-    report = verify_bundle(bundle, keys, allow_uncovered=allow_uncovered)
+    report = verify_bundle(bundle, keys, allow_uncovered=allow_uncovered, not_before=not_before)
     print(report.text())
     return 0 if report.ok else 2
 
@@ -90,10 +106,13 @@ def _write_atomically(path: str, text: str) -> None:
     os.replace(partial, path)
 
 
-def verify_file(path: str, pubkeys: Sequence[str], allow_uncovered: bool) -> int:
+def verify_file(
+    path: str, pubkeys: Sequence[str], allow_uncovered: bool, not_before: str | None = None
+) -> int:
     """``agentjournal bundle verify``: offline, from the file and the given keys alone."""
     try:
         keys = trusted_keys(pubkeys)
+        not_before = _checked_time(not_before)
     except InvalidInput as error:
         return _usage(str(error))
     if not keys and not allow_uncovered:
@@ -108,7 +127,7 @@ def verify_file(path: str, pubkeys: Sequence[str], allow_uncovered: bool) -> int
     except ValueError as error:
         print(f"FAILED: {path} is not JSON: {error}")
         return 2
-    report = verify_bundle(bundle, keys, allow_uncovered=allow_uncovered)
+    report = verify_bundle(bundle, keys, allow_uncovered=allow_uncovered, not_before=not_before)
     print(report.text())
     return 0 if report.ok else 2
 

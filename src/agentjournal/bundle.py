@@ -28,21 +28,11 @@ from agentjournal import events, ledger
 from agentjournal.errors import InvalidInput, StreamNotFound
 from agentjournal.store.base import EventStore, RecordedEvent
 from agentjournal.streams import session_stream, validate_id
-from agentjournal.verify import BUNDLE_FORMAT, BUNDLE_VERSION
+from agentjournal.verify import BUNDLE_FORMAT, BUNDLE_VERSION, REDACTABLE
 
 __all__ = ["REDACTED_TYPES", "export_bundle"]
 
-REDACTED_TYPES: Final = frozenset(
-    {
-        "UserMessageReceived",
-        "AssistantTextGenerated",
-        "AssistantThinkingGenerated",
-        "ToolResultReceived",
-        "OpenAIItemRecorded",
-        "InterruptIssued",
-        "InterruptResolved",
-    }
-)
+REDACTED_TYPES: Final = REDACTABLE
 """Event types whose data ``redact=True`` withholds."""
 
 
@@ -57,6 +47,12 @@ async def export_bundle(
     """
     session_id = validate_id(session_id, "session id")
     root = session_stream(session_id)
+    # The checkpoints first: a session written meanwhile then only adds uncovered
+    # events, never a checkpoint naming events the export lacks.
+    try:
+        checkpoints = await store.read(ledger.ledger_stream(session_id))
+    except StreamNotFound:
+        checkpoints = []
     streams: list[dict[str, Any]] = []
     pending: deque[str] = deque([root])
     seen = {root}
@@ -75,10 +71,6 @@ async def export_bundle(
                 if isinstance(child, str) and child not in seen:
                     seen.add(child)
                     pending.append(child)
-    try:
-        checkpoints = await store.read(ledger.ledger_stream(session_id))
-    except StreamNotFound:
-        checkpoints = []
     if checkpoints:
         streams.append(
             {

@@ -121,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
         "a trusted Ed25519 public key: a file (PEM or raw hex/base64) or the key itself; "
         "repeat for several. Keys are never taken from the bundle"
     )
+    not_before_help = (
+        "RFC 3339 time the newest checkpoint must not be older than (an outside anchor: "
+        "a bundle cut back to an earlier checkpoint verifies otherwise)"
+    )
     verify = commands.add_parser("verify", help="verify a session tree in the store")
     verify.add_argument("session", help="the session id")
     verify.add_argument("--uri", help=uri_help)
@@ -130,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="report events after the last checkpoint as warnings, not failures",
     )
+    verify.add_argument("--not-before", help=not_before_help)
     bundle = commands.add_parser("bundle", help="export or verify a session bundle")
     bundle_commands = bundle.add_subparsers(
         dest="bundle_command", required=True, parser_class=_Parser
@@ -154,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="report events after the last checkpoint as warnings, not failures",
     )
+    check_bundle.add_argument("--not-before", help=not_before_help)
     keygen = commands.add_parser("keygen", help="write a new Ed25519 signing key")
     keygen.add_argument("-o", "--output", required=True, help="the private key file (PEM)")
     return parser
@@ -171,7 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from agentjournal.audit import verify_session
 
             return asyncio.run(
-                verify_session(args.session, args.uri, args.pubkey, args.allow_uncovered)
+                verify_session(
+                    args.session, args.uri, args.pubkey, args.allow_uncovered, args.not_before
+                )
             )
         if args.command == "bundle" and args.bundle_command == "export":
             from agentjournal.audit import export_to_file
@@ -184,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "bundle":
             from agentjournal.audit import verify_file
 
-            return verify_file(args.bundle, args.pubkey, args.allow_uncovered)
+            return verify_file(args.bundle, args.pubkey, args.allow_uncovered, args.not_before)
         if args.command == "keygen":
             from agentjournal.audit import keygen
 

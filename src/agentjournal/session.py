@@ -630,6 +630,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
     async def _write_checkpoint(self) -> ledger.Checkpoint | None:
         tree = self._tree
         assert self._signing_key is not None
+        await self._catch_up()  # sign the heads as they are now, not as this process last saw
         heads = {
             stream: (revision, tree.hashes.get(stream, ""))
             for stream, revision in tree.heads.items()

@@ -31,25 +31,39 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentjournal import events, ledger
 from agentjournal.authority import Authority
-from agentjournal.errors import InvalidInput
+from agentjournal.errors import CodecError, InvalidInput
 from agentjournal.guardrails.actions import CALL_KINDS, call_of
 from agentjournal.policy import Policy, ToolRule
 
-__all__ = ["BUNDLE_FORMAT", "Event", "Problem", "Report", "verify_bundle"]
+__all__ = ["BUNDLE_FORMAT", "REDACTABLE", "Event", "Problem", "Report", "verify_bundle"]
 
 BUNDLE_FORMAT: Final = "agentjournal-bundle"
 BUNDLE_VERSION: Final = 1
+_MALFORMED: Final = (ValueError, TypeError, KeyError, AttributeError, InvalidInput, CodecError)
 _BUNDLE_FIELDS: Final = {"format", "version", "session_id", "exported_at", "redacted", "streams"}
 _STREAM_FIELDS: Final = {"name", "events"}
 _EVENT_FIELDS: Final = {"revision", "id", "type", "data", "data_sha256", "metadata"}
+REDACTABLE: Final = frozenset(
+    {
+        "UserMessageReceived",
+        "AssistantTextGenerated",
+        "AssistantThinkingGenerated",
+        "ToolResultReceived",
+        "OpenAIItemRecorded",
+        "InterruptIssued",
+        "InterruptResolved",
+    }
+)
+"""Event types whose data a redacted bundle may withhold; any other withheld data fails."""
 
 
 @dataclass(frozen=True)
@@ -117,8 +131,19 @@ def verify_bundle(
     trusted: Mapping[str, Ed25519PublicKey],
     *,
     allow_uncovered: bool = False,
+    not_before: str | None = None,
 ) -> Report:
-    """Verify a parsed bundle against the trusted public keys (key id -> key)."""
+    """Verify a parsed bundle against the trusted public keys (key id -> key).
+
+    Args:
+        bundle: The parsed JSON of a bundle.
+        trusted: Key id -> public key; only these keys' checkpoints count.
+        allow_uncovered: Report events after the last checkpoint as warnings.
+        not_before: An RFC 3339 time the last checkpoint may not be older than.
+            Without an outside anchor like this, a bundle cut back to an
+            earlier checkpoint (and its signature) is indistinguishable from
+            the session as it was then.
+    """
     report = Report()
     try:
         session_id, streams = _parse(bundle)
@@ -140,11 +165,27 @@ def verify_bundle(
         report.lines.append("integrity: FAILED")
         return report  # nothing built on a broken chain can be trusted
     report.lines.append(f"integrity: {total} events in {len(streams)} streams chain correctly")
-    tree = _Tree(session_id, session_stream, streams)
-    _check_twins(report, tree)
-    _check_checkpoints(report, tree, trusted, allow_uncovered)
-    _check_delegation(report, tree)
-    _check_containment(report, tree)
+    try:
+        tree = _Tree(session_id, session_stream, streams)
+    except _MALFORMED as error:
+        report.fail("structure", session_stream, None, f"malformed lifecycle event: {error}")
+        return report
+    stages: list[tuple[str, Callable[[], None]]] = [
+        ("twins", lambda: _check_twins(report, tree)),
+        (
+            "checkpoints",
+            lambda: _check_checkpoints(report, tree, trusted, allow_uncovered, not_before),
+        ),
+        ("delegation", lambda: _check_delegation(report, tree)),
+        ("containment", lambda: _check_containment(report, tree)),
+    ]
+    for check, stage in stages:
+        try:
+            stage()
+        except _MALFORMED as error:  # a crafted event: a failure to report, never a crash
+            report.fail(
+                check, session_stream, None, f"malformed event: {type(error).__name__}: {error}"
+            )
     return report
 
 
@@ -212,8 +253,16 @@ def _check_chain(report: Report, name: str, stream: Sequence[Event]) -> None:
                 f"expected revision {position}: an event was removed, added or moved",
             )
             return
-        if event.data is not None:
-            actual = hashlib.sha256(event.data.encode()).hexdigest()
+        if event.data is None:
+            if event.type not in REDACTABLE:
+                report.fail("integrity", name, position, f"the data of {event.type} is withheld")
+                return
+        else:
+            try:
+                actual = hashlib.sha256(event.data.encode()).hexdigest()
+            except UnicodeEncodeError:
+                report.fail("integrity", name, position, "the data is not valid UTF-8 text")
+                return
             if actual != event.data_sha256:
                 report.fail("integrity", name, position, "the data does not match its digest")
                 return
@@ -322,7 +371,11 @@ def _check_twins(report: Report, tree: _Tree) -> None:
 
 
 def _check_checkpoints(
-    report: Report, tree: _Tree, trusted: Mapping[str, Ed25519PublicKey], allow_uncovered: bool
+    report: Report,
+    tree: _Tree,
+    trusted: Mapping[str, Ed25519PublicKey],
+    allow_uncovered: bool,
+    not_before: str | None,
 ) -> None:
     signed: list[tuple[Event, ledger.Checkpoint]] = []
     for event in tree.streams.get(tree.ledger_stream, []):
@@ -375,7 +428,12 @@ def _check_checkpoints(
         report.lines.append("checkpoints: none trusted (tail truncation is not detectable)")
         return
     last_event, last = signed[-1]
-    covered = _covered(tree, last)
+    # Each checkpoint was checked against the chains: what any of them covers is
+    # covered (writers in several processes sign what each of them knew).
+    covered: dict[str, int] = {}
+    for _, checkpoint in signed:
+        for stream, revision in _covered(tree, checkpoint).items():
+            covered[stream] = max(covered.get(stream, -1), revision)
     uncovered = [
         (name, covered.get(name, -1) + 1)
         for name, stream in tree.streams.items()
@@ -386,14 +444,29 @@ def _check_checkpoints(
     keys = sorted({c.key_id for _, c in signed})
     report.lines.append(
         f"checkpoints: {len(signed)} signed by {', '.join(keys)}; the last at "
-        f"{last_event.stream}@{last_event.revision}"
+        f"{last_event.stream}@{last_event.revision}, signed {last.signed_at}"
     )
+    newest = max((checkpoint.signed_at for _, checkpoint in signed), key=_instant)
+    if not_before is not None and _instant(newest) < _instant(not_before):
+        report.fail(
+            "checkpoints",
+            tree.ledger_stream,
+            last_event.revision,
+            f"the newest checkpoint ({newest}) is older than {not_before}: the session was "
+            "cut back",
+        )
     for name, revision in uncovered:
         message = "events after the last checkpoint (not covered by a signature)"
         if allow_uncovered:
             report.lines.append(f"  warning: {name}@{revision}: {message}")
         else:
             report.fail("checkpoints", name, revision, message)
+
+
+def _instant(text: str) -> datetime:
+    """An RFC 3339 time; naive times are UTC."""
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _covered(tree: _Tree, checkpoint: ledger.Checkpoint) -> dict[str, int]:
