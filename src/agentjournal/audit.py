@@ -60,6 +60,20 @@ def _checked_time(value: str | None) -> str | None:
     return value
 
 
+def _verification_options(
+    pubkeys: Sequence[str], allow_uncovered: bool, not_before: str | None
+) -> tuple[dict[str, Ed25519PublicKey], str | None]:
+    """The trusted keys and anchor time of a verify command.
+
+    Raises:
+        InvalidInput: A key or the time cannot be read, or no key is given.
+    """
+    keys = trusted_keys(pubkeys)
+    if not keys and not allow_uncovered:
+        raise InvalidInput("give the trusted public key with --pubkey (or --allow-uncovered)")
+    return keys, _checked_time(not_before)
+
+
 async def verify_session(
     session_id: str,
     uri: str | None,
@@ -69,12 +83,9 @@ async def verify_session(
 ) -> int:
     """``agentjournal verify SESSION``: verify the session tree as it is in the store."""
     try:
-        keys = trusted_keys(pubkeys)
-        not_before = _checked_time(not_before)
+        keys, not_before = _verification_options(pubkeys, allow_uncovered, not_before)
     except InvalidInput as error:
         return _usage(str(error))
-    if not keys and not allow_uncovered:
-        return _usage("give the trusted public key with --pubkey (or --allow-uncovered)")
     async with Journal.open(uri or os.environ.get(URI_ENV) or DEFAULT_URI) as journal:
         bundle = await export_bundle(journal.store, session_id)
     report = verify_bundle(bundle, keys, allow_uncovered=allow_uncovered, not_before=not_before)
@@ -111,12 +122,9 @@ def verify_file(
 ) -> int:
     """``agentjournal bundle verify``: offline, from the file and the given keys alone."""
     try:
-        keys = trusted_keys(pubkeys)
-        not_before = _checked_time(not_before)
+        keys, not_before = _verification_options(pubkeys, allow_uncovered, not_before)
     except InvalidInput as error:
         return _usage(str(error))
-    if not keys and not allow_uncovered:
-        return _usage("give the trusted public key with --pubkey (or --allow-uncovered)")
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()

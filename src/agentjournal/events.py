@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Self
 
 from kurrent_agent_schema import (
     SCHEMA_VERSION,
@@ -176,8 +176,38 @@ class SessionCleared:
             raise CodecError(f"{SESSION_CLEARED} lacks {missing}") from None
 
 
+class _Record:
+    """A flat extension event: its dataclass fields are its JSON object, in order."""
+
+    __slots__ = ()
+    EVENT_TYPE: ClassVar[str]
+
+    def encode(self) -> bytes:
+        """Compact UTF-8 JSON of every field."""
+        names: tuple[str, ...] = type(self).__slots__
+        return json.dumps(
+            {name: getattr(self, name) for name in names},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Self:
+        """Read it back.
+
+        Raises:
+            CodecError: The data is not such an event.
+        """
+        body = _object(data, cls.EVENT_TYPE)
+        names: tuple[str, ...] = cls.__slots__
+        try:
+            return cls(**{name: body[name] for name in names})
+        except KeyError as missing:
+            raise CodecError(f"{cls.EVENT_TYPE} lacks {missing}") from None
+
+
 @dataclass(frozen=True, slots=True)
-class GuardrailDecided:
+class GuardrailDecided(_Record):
     """``agentjournal.GuardrailDecided``: a guardrail's decision on one action and what was done.
 
     Written to the stream of the agent that acts, before the action (a
@@ -221,24 +251,11 @@ class GuardrailDecided:
     trace_id: str
     span_id: str
 
-    def encode(self) -> bytes:
-        return json.dumps(
-            {name: getattr(self, name) for name in self.__slots__},
-            ensure_ascii=False,
-            separators=(",", ":"),
-        ).encode()
-
-    @classmethod
-    def decode(cls, data: bytes) -> GuardrailDecided:
-        body = _object(data, GUARDRAIL_DECIDED)
-        try:
-            return cls(**{name: body[name] for name in cls.__slots__})
-        except KeyError as missing:
-            raise CodecError(f"{GUARDRAIL_DECIDED} lacks {missing}") from None
+    EVENT_TYPE: ClassVar[str] = GUARDRAIL_DECIDED
 
 
 @dataclass(frozen=True, slots=True)
-class AuthorityRefused:
+class AuthorityRefused(_Record):
     """``agentjournal.AuthorityRefused``: a gate refused an action outside the agent's authority.
 
     Attributes:
@@ -271,20 +288,7 @@ class AuthorityRefused:
     authority: dict[str, Any]
     enforcement: str
 
-    def encode(self) -> bytes:
-        return json.dumps(
-            {name: getattr(self, name) for name in self.__slots__},
-            ensure_ascii=False,
-            separators=(",", ":"),
-        ).encode()
-
-    @classmethod
-    def decode(cls, data: bytes) -> AuthorityRefused:
-        body = _object(data, AUTHORITY_REFUSED)
-        try:
-            return cls(**{name: body[name] for name in cls.__slots__})
-        except KeyError as missing:
-            raise CodecError(f"{AUTHORITY_REFUSED} lacks {missing}") from None
+    EVENT_TYPE: ClassVar[str] = AUTHORITY_REFUSED
 
 
 def _object(data: bytes, type_: str) -> dict[str, Any]:
