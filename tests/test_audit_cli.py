@@ -150,3 +150,49 @@ def test_usage_errors_exit_1(tmp_path: Path) -> None:
     refused = run("keygen", "-o", str(existing))
     assert refused.returncode == 1
     assert existing.read_text() == "x"  # never overwritten
+
+
+def test_not_before_anchors_the_newest_checkpoint(
+    recorded: tuple[Path, str, Path], tmp_path: Path
+) -> None:
+    db, session, key = recorded
+    bundle = tmp_path / "bundle.json"
+    assert (
+        run(
+            "bundle",
+            "export",
+            session,
+            "--uri",
+            f"sqlite:///{db}",
+            "-o",
+            str(bundle),
+            "--no-checkpoint",
+        ).returncode
+        == 0
+    )
+    pub = f"{key}.pub"
+    past = run(
+        "bundle",
+        "verify",
+        str(bundle),
+        "--pubkey",
+        pub,
+        "--not-before",
+        "2020-01-01T00:00:00+00:00",
+    )
+    assert past.returncode == 0, past.stdout
+    future = run(
+        "bundle",
+        "verify",
+        str(bundle),
+        "--pubkey",
+        pub,
+        "--not-before",
+        "2999-01-01T00:00:00+00:00",
+    )
+    assert future.returncode == 2
+    assert "cut back" in future.stdout
+    assert (
+        run("bundle", "verify", str(bundle), "--pubkey", pub, "--not-before", "soon").returncode
+        == 1
+    )
