@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any
 
 from agentjournal import events, ledger
 from agentjournal.errors import InvalidInput, StreamNotFound
@@ -30,10 +30,7 @@ from agentjournal.store.base import EventStore, RecordedEvent
 from agentjournal.streams import session_stream, validate_id
 from agentjournal.verify import BUNDLE_FORMAT, BUNDLE_VERSION, REDACTABLE
 
-__all__ = ["REDACTED_TYPES", "export_bundle"]
-
-REDACTED_TYPES: Final = REDACTABLE
-"""Event types whose data ``redact=True`` withholds."""
+__all__ = ["export_bundle"]
 
 
 async def export_bundle(
@@ -99,7 +96,7 @@ def _event(event: RecordedEvent, redact: bool) -> dict[str, Any]:
         "revision": event.revision,
         "id": str(event.id),
         "type": event.type,
-        "data": None if redact and event.type in REDACTED_TYPES else text,
+        "data": None if redact and event.type in REDACTABLE else text,
         "data_sha256": ledger.data_digest(event.data),
         "metadata": dict(event.metadata),
     }

@@ -117,24 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
         "events to new SelfCheck-* streams",
     )
     uri_help = "the store (default: $AGENTJOURNAL_URI, else sqlite:///agentjournal.db)"
-    pubkey_help = (
-        "a trusted Ed25519 public key: a file (PEM or raw hex/base64) or the key itself; "
-        "repeat for several. Keys are never taken from the bundle"
-    )
-    not_before_help = (
-        "RFC 3339 time the newest checkpoint must not be older than (an outside anchor: "
-        "a bundle cut back to an earlier checkpoint verifies otherwise)"
-    )
     verify = commands.add_parser("verify", help="verify a session tree in the store")
     verify.add_argument("session", help="the session id")
     verify.add_argument("--uri", help=uri_help)
-    verify.add_argument("--pubkey", action="append", default=[], help=pubkey_help)
-    verify.add_argument(
-        "--allow-uncovered",
-        action="store_true",
-        help="report events after the last checkpoint as warnings, not failures",
-    )
-    verify.add_argument("--not-before", help=not_before_help)
+    _verification_arguments(verify)
     bundle = commands.add_parser("bundle", help="export or verify a session bundle")
     bundle_commands = bundle.add_subparsers(
         dest="bundle_command", required=True, parser_class=_Parser
@@ -153,16 +139,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check_bundle = bundle_commands.add_parser("verify", help="verify a bundle offline")
     check_bundle.add_argument("bundle", help="the bundle file")
-    check_bundle.add_argument("--pubkey", action="append", default=[], help=pubkey_help)
-    check_bundle.add_argument(
+    _verification_arguments(check_bundle)
+    keygen = commands.add_parser("keygen", help="write a new Ed25519 signing key")
+    keygen.add_argument("-o", "--output", required=True, help="the private key file (PEM)")
+    return parser
+
+
+def _verification_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options ``verify`` and ``bundle verify`` share."""
+    parser.add_argument(
+        "--pubkey",
+        action="append",
+        default=[],
+        help="a trusted Ed25519 public key: a file (PEM or raw hex/base64) or the key itself; "
+        "repeat for several. Keys are never taken from the bundle",
+    )
+    parser.add_argument(
         "--allow-uncovered",
         action="store_true",
         help="report events after the last checkpoint as warnings, not failures",
     )
-    check_bundle.add_argument("--not-before", help=not_before_help)
-    keygen = commands.add_parser("keygen", help="write a new Ed25519 signing key")
-    keygen.add_argument("-o", "--output", required=True, help="the private key file (PEM)")
-    return parser
+    parser.add_argument(
+        "--not-before",
+        help="RFC 3339 time the newest checkpoint must not be older than (an outside anchor: "
+        "a bundle cut back to an earlier checkpoint verifies otherwise)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -86,10 +86,10 @@ CALL_ID_KEY: Final = "aj.call_id"
 ITEM_TYPE_KEY: Final = "aj.item_type"
 """The item's ``type`` (``function_call``, ``function_call_output``, ...), with ``aj.call_id``."""
 GUARDED_KEY: Final = "aj.guarded"
-"""``"1"`` on a ``function_call`` item written by a session with a guardrail: a verifier
-expects a decision for it."""
+"""``"1"`` on a tool call item (any kind the runner executes locally) written by a
+session with a guardrail: a verifier expects a decision for it."""
 TOOL_RULE_KEY: Final = "aj.tool_rule"
-"""On a ``function_call`` item written by a session with a policy: the tool's rule as JSON
+"""On a tool call item written by a session with a policy: the tool's rule as JSON
 (``{"scope", "ceilings"}``, or ``null`` when the policy has none)."""
 
 SCHEMA_VERSION_VALUE: Final = str(SCHEMA_VERSION)

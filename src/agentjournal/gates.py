@@ -37,26 +37,16 @@ from agentjournal.authority import Authority, meet
 from agentjournal.errors import AuthorityDenied
 from agentjournal.events import AuthorityRefused
 from agentjournal.guardrails.actions import calls_of, digest
+from agentjournal.guardrails.enforce import Enforcement
 from agentjournal.policy import Gate, Policy, Refusal
 
 if TYPE_CHECKING:
     from agents.agent import Agent
     from agents.items import ModelResponse
 
-__all__ = ["Enforced", "Gatekeeper", "RefusalRecorder"]
+__all__ = ["Gatekeeper", "RefusalRecorder"]
 
 logger = logging.getLogger("agentjournal.authority")
-
-
-class Enforced:
-    """What happened to a refused action (the ``enforcement`` field of the event)."""
-
-    HIDDEN = "hidden"
-    """A visibility gate kept it from the model."""
-    TOOL_REFUSED = "tool_refused"
-    """The tool body did not run; the model got an error output."""
-    RUN_STOPPED = "run_stopped"
-    """The run ended with ``AuthorityDenied`` before the action."""
 
 
 class RefusalRecorder(Protocol):
@@ -212,7 +202,7 @@ class Gatekeeper:
             if refusal is None:
                 continue
             wrapped = kind == "tool" and function and guarded(call.name)
-            how = Enforced.TOOL_REFUSED if wrapped else Enforced.RUN_STOPPED
+            how = Enforcement.TOOL_REFUSED if wrapped else Enforcement.RUN_STOPPED
             error = await self._record(
                 agent.name, subject, kind, refusal, how, call.call_id, call.arguments
             )
@@ -230,7 +220,7 @@ class Gatekeeper:
             return None
         if call_id not in self._refused_calls:
             await self._record(
-                agent, tool, "tool", refusal, Enforced.TOOL_REFUSED, call_id, arguments
+                agent, tool, "tool", refusal, Enforcement.TOOL_REFUSED, call_id, arguments
             )
         return f"Error: {agent} may not call {tool}: {refusal.reason} (authority, {refusal.gate})"
 
@@ -239,7 +229,7 @@ class Gatekeeper:
         refusal = self.policy.check_handoff(await self.effective(sender), receiver, Gate.INVOCATION)
         if refusal is not None:
             error = await self._record(
-                sender, receiver, "handoff", refusal, Enforced.RUN_STOPPED, None, arguments
+                sender, receiver, "handoff", refusal, Enforcement.RUN_STOPPED, None, arguments
             )
             await self._stop(error)
 
@@ -258,7 +248,7 @@ class Gatekeeper:
         key = (refusal.gate, agent, subject)
         if key not in self._said:
             self._said.add(key)
-            await self._record(agent, subject, kind, refusal, Enforced.HIDDEN, None, None)
+            await self._record(agent, subject, kind, refusal, Enforcement.HIDDEN, None, None)
 
     async def _record(
         self,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import inspect
 import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -125,6 +126,17 @@ async def _enabled(setting: Any, ctx: Any, agent: Any) -> bool:
     return bool(result)
 
 
+def _gated(
+    own: Any, policy_allows: Callable[[str], Awaitable[bool]]
+) -> Callable[[RunContextWrapper[Any], Any], Awaitable[bool]]:
+    """An ``is_enabled``: the tool's or handoff's own setting first, then the policy's gate."""
+
+    async def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
+        return await _enabled(own, ctx, agent) and await policy_allows(agent.name)
+
+    return is_enabled
+
+
 def _wrap_tool(tool: Any, wiring: Wiring) -> Any:
     """A copy of a function tool whose invocation passes the gates first."""
     if not isinstance(tool, FunctionTool) or getattr(tool.on_invoke_tool, _MARK, None) is wiring:
@@ -163,14 +175,9 @@ def _wrap_tool(tool: Any, wiring: Wiring) -> Any:
     wrapped = copy.copy(tool)
     wrapped.on_invoke_tool = invoke
     if gates is not None and gates.policy.visibility:
-        own = tool.is_enabled
-
-        async def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
-            if not await _enabled(own, ctx, agent):
-                return False
-            return await gates.tool_visible(agent.name, original.name)
-
-        wrapped.is_enabled = is_enabled
+        wrapped.is_enabled = _gated(
+            tool.is_enabled, lambda agent: gates.tool_visible(agent, original.name)
+        )
     return wrapped
 
 
@@ -203,14 +210,9 @@ def _wrap_handoff(entry: Any, sender: Agent[Any], wiring: Wiring, visit: Any) ->
     wrapped = copy.copy(resolved)
     wrapped.on_invoke_handoff = invoke
     if gates is not None and gates.policy.visibility:
-        own = resolved.is_enabled
-
-        async def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
-            if not await _enabled(own, ctx, agent):
-                return False
-            return await gates.handoff_visible(agent.name, receiver)
-
-        wrapped.is_enabled = is_enabled
+        wrapped.is_enabled = _gated(
+            resolved.is_enabled, lambda agent: gates.handoff_visible(agent, receiver)
+        )
     target = resolved._agent_ref() if resolved._agent_ref is not None else None
     if target is not None:
         wrapped._agent_ref = weakref.ref(visit(target))

@@ -298,7 +298,8 @@ class _Tree:
         self.ledger_stream = ledger.ledger_stream(session_id)
         self.streams = streams
         self.by_id = {e.id: e for stream in streams.values() for e in stream}
-        self._grants: list[tuple[int, dict[str, Any]]] | None = None
+        self._grants: list[Event] | None = None
+        self._authorities: dict[str, Authority | None] = {}
         # Subsession stream -> the parent copy of the SubagentStarted that opened it.
         self.opened_by: dict[str, Event] = {}
         for stream in streams.values():
@@ -309,15 +310,27 @@ class _Tree:
                     if isinstance(child, str):
                         self.opened_by[child] = event
 
-    def root_grants(self) -> list[tuple[int, dict[str, Any]]]:
-        """The run roots' recorded authorities on the session stream, by revision."""
+    def root_grants(self) -> list[Event]:
+        """The run roots' ``AuthorityGranted`` events on the session stream, in order."""
         if self._grants is None:
             self._grants = [
-                (event.revision, event.body() or {})
+                event
                 for event in self.streams[self.session_stream]
                 if event.type == events.AUTHORITY_GRANTED
             ]
         return self._grants
+
+    def authority(self, event: Event) -> Authority | None:
+        """The authority an ``AuthorityGranted`` or ``SubagentStarted`` records (parsed once)."""
+        if event.id not in self._authorities:
+            body = event.body() or {}
+            raw = (
+                body.get("authority")
+                if event.type == events.AUTHORITY_GRANTED
+                else events.granted_authority(body)
+            )
+            self._authorities[event.id] = None if raw is None else Authority.from_json(raw)
+        return self._authorities[event.id]
 
     def head(self, stream: str) -> Event | None:
         found = self.streams.get(stream)
@@ -489,28 +502,21 @@ def _covered(tree: _Tree, checkpoint: ledger.Checkpoint) -> dict[str, int]:
 # -- delegation and containment ---------------------------------------------------------
 
 
-def _granted(event: Event) -> Authority | None:
-    granted = events.granted_authority(event.body() or {})
-    return None if granted is None else Authority.from_json(granted)
-
-
 def _authority_at(tree: _Tree, stream: str, revision: int) -> Authority | None:
     """The effective authority of the agent speaking on ``stream`` at ``revision``."""
     if stream == tree.session_stream:
         grants = tree.root_grants()
-        position = bisect.bisect_left(grants, revision, key=lambda grant: grant[0])
-        if position == 0:
-            return None
-        return Authority.from_json(grants[position - 1][1].get("authority"))
+        position = bisect.bisect_left(grants, revision, key=lambda grant: grant.revision)
+        return tree.authority(grants[position - 1]) if position else None
     opener = tree.opened_by.get(stream)
-    return _granted(opener) if opener is not None else None
+    return tree.authority(opener) if opener is not None else None
 
 
 def _check_delegation(report: Report, tree: _Tree) -> None:
     checked = 0
     for child, opener in tree.opened_by.items():
         try:
-            granted = _granted(opener)
+            granted = tree.authority(opener)
             if granted is None:
                 continue
             sender = _authority_at(tree, opener.stream, opener.revision)

@@ -65,7 +65,7 @@ Widens = Callable[[str, str], "str | None"]
 
 
 class Enforcement:
-    """How a decision was carried out (the ``enforcement`` field of the event)."""
+    """How a decision or refusal was carried out (the ``enforcement`` field of the events)."""
 
     PROCEEDED: Final = "proceeded"
     """ALLOW: the action went ahead as asked."""
@@ -77,6 +77,8 @@ class Enforcement:
     """BLOCK: the run ended with ``GuardrailBlocked`` before the action."""
     UNENFORCEABLE: Final = "unenforceable"
     """MODIFY this wiring cannot apply: recorded as BLOCK, the run stopped."""
+    HIDDEN: Final = "hidden"
+    """An authority refusal at a visibility gate: the model was not offered it."""
 
 
 class Recorder(Protocol):
