@@ -21,6 +21,7 @@ from agentjournal.authority import Authority
 from agentjournal.bundle import export_bundle
 from agentjournal.ledger import CHECKPOINT, GENESIS, Checkpoint, SigningKey, chain_hash
 from agentjournal.policy import Policy, ToolRule
+from agentjournal.redaction import view, view_digest
 from guardrail_scenarios import graph, run
 from scripted_guardrail import ScriptedGuardrail
 
@@ -70,14 +71,24 @@ def stream_of(bundle: dict[str, Any], prefix: str) -> dict[str, Any]:
 
 
 def rechain(bundle: dict[str, Any], name: str) -> None:
-    """Recompute the digests and the chain of one stream after an edit (no key needed)."""
+    """Recompute the digests, view commitments and the chain of one stream after an edit
+    (no key needed)."""
     stream = next(s for s in bundle["streams"] if s["name"] == name)
     prev = GENESIS
     for revision, event in enumerate(stream["events"]):
         event["revision"] = revision
+        metadata = event["metadata"]
         if event["data"] is not None:
             event["data_sha256"] = hashlib.sha256(event["data"].encode()).hexdigest()
-        metadata = event["metadata"]
+            if "aj.redacted" in metadata:
+                try:
+                    shown = view(event["type"], event["data"].encode(), metadata)
+                except ValueError:
+                    shown = None
+                if shown is not None:
+                    metadata["aj.redacted"] = view_digest(shown)
+        elif event.get("view") is not None:
+            metadata["aj.redacted"] = view_digest(event["view"])
         metadata["aj.seq"], metadata["aj.prev"] = str(revision), prev
         metadata["aj.hash"] = chain_hash(
             name, revision, event["id"], event["type"], event["data_sha256"], metadata
@@ -95,7 +106,9 @@ def resign(bundle: dict[str, Any], key: SigningKey) -> None:
         stream: (len(current[stream]) - 1, current[stream][-1]["metadata"]["aj.hash"])
         for stream in heads
     }
-    signed = Checkpoint.sign(key, bundle["session_id"], fresh, datetime.now(UTC))
+    signed = Checkpoint.sign(
+        key, bundle["session_id"], fresh, datetime.now(UTC), sequence=0, previous=GENESIS
+    )
     last["type"] = CHECKPOINT
     last["data"] = signed.encode().decode()
     ledger["events"] = [last]  # earlier checkpoints would name the old heads

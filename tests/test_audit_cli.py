@@ -92,11 +92,13 @@ def test_bundle_round_trip_and_tamper(recorded: tuple[Path, str, Path], tmp_path
     assert any(e["data"] is None for s in body["streams"] for e in s["events"])
     ok = run_process("bundle", "verify", str(bundle), "--pubkey", f"{key}.pub")
     assert ok.returncode == 0, ok.stdout
-    # Tamper: flip the BLOCK of the refund over the ceiling into an ALLOW.
+    # Tamper: flip the BLOCK of the refund over the ceiling into an ALLOW (in its view:
+    # a redacted decision keeps everything but the payloads and the message).
     for stream in body["streams"]:
         for event in stream["events"]:
-            if event["type"] == "agentjournal.GuardrailDecided" and "CEILING" in event["data"]:
-                event["data"] = event["data"].replace('"BLOCK"', '"ALLOW"')
+            view = event["view"]
+            if event["type"] == "agentjournal.GuardrailDecided" and "CEILING" in str(view):
+                view["decision"] = "ALLOW"
                 where = f"{stream['name']}@{event['revision']}"
     bundle.write_text(json.dumps(body))
     failed = run_process("bundle", "verify", str(bundle), "--pubkey", f"{key}.pub")

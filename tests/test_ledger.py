@@ -390,6 +390,8 @@ def test_checkpoints_of_two_writers_together_cover_the_session() -> None:
         "simple",
         {session["name"]: (1, session["events"][1]["metadata"]["aj.hash"])},
         datetime.now(UTC),
+        sequence=1,
+        previous=ledger["events"][0]["metadata"]["aj.hash"],
     )
     ledger["events"].append(
         {
@@ -399,6 +401,7 @@ def test_checkpoints_of_two_writers_together_cover_the_session() -> None:
             "data": stale.encode().decode(),
             "data_sha256": "",
             "metadata": {},
+            "view": None,
         }
     )
     rechain(bundle, ledger["name"])

@@ -71,7 +71,7 @@ def test_keys_round_trip_and_checkpoints_sign() -> None:
     assert SigningKey.from_text(key.private_pem()).key_id == key.key_id
     public = load_public_key(key.public_pem())
     heads = {"AgentSession-s": (4, "f" * 64)}
-    signed = Checkpoint.sign(key, "s", heads, datetime.now(UTC))
+    signed = Checkpoint.sign(key, "s", heads, datetime.now(UTC), sequence=0, previous="0" * 64)
     assert signed.verify(public)
     assert not signed.verify(SigningKey.generate().public_key)
     decoded = Checkpoint.decode(__import__("json").loads(signed.encode()))

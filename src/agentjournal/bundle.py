@@ -2,19 +2,23 @@
 
 A bundle is one JSON object::
 
-    {"format": "agentjournal-bundle", "version": 1, "session_id": "...",
+    {"format": "agentjournal-bundle", "version": 2, "session_id": "...",
      "exported_at": "...", "redacted": false,
      "streams": [{"name": "AgentSession-...", "events": [
          {"revision": 0, "id": "...", "type": "...", "data": "<UTF-8 text or null>",
-          "data_sha256": "...", "metadata": {...}}, ...]}, ...]}
+          "data_sha256": "...", "metadata": {...}, "view": null}, ...]}, ...]}
 
 Streams: the session stream, every subsession a handoff opened (found by
-following ``SubagentStarted``), and the checkpoint stream ``AgentLedger-{id}``.
-With ``redact=True`` the data of conversation events (messages, reasoning,
-tool results, other items) is withheld — ``data`` is null, the digest stays,
-so the chain still verifies — while tool calls, lifecycle events, guardrail
-decisions, authority events and checkpoints are kept for the checks that
-need them. Guardrail decisions carry the payloads they judged.
+following ``SubagentStarted``), the authority log ``AgentAuthority-{id}``, the
+checkpoint stream ``AgentLedger-{id}`` and the journal's key rotations
+``AgentKeys`` — each when it exists.
+
+With ``redact=True`` no conversation leaves the store
+(:mod:`agentjournal.redaction`): the data of every event is withheld (``data``
+null, its digest kept, so the chain still verifies) except for the types that
+hold none; events that mix conversation with what a verifier needs (tool
+calls, handoffs, completions, guardrail decisions, authority refusals) carry
+their committed ``view`` instead.
 """
 
 from __future__ import annotations
@@ -24,11 +28,10 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import Any
 
-from agentjournal import events, ledger
+from agentjournal import events, ledger, redaction
 from agentjournal.errors import InvalidInput, StreamNotFound
 from agentjournal.store.base import EventStore, RecordedEvent
-from agentjournal.streams import session_stream, validate_id
-from agentjournal.verify import BUNDLE_FORMAT, BUNDLE_VERSION, REDACTABLE
+from agentjournal.streams import KEYS_STREAM, authority_stream, session_stream, validate_id
 
 __all__ = ["export_bundle"]
 
@@ -39,17 +42,15 @@ async def export_bundle(
     """Read every stream of the session tree into a bundle (see the module docs).
 
     Raises:
-        InvalidInput: The session id is malformed, or the session does not exist.
+        InvalidInput: The session id is malformed, the session does not exist, or an
+            event cannot be bundled (data that is not UTF-8).
         StoreUnavailable: The store could not be read.
     """
     session_id = validate_id(session_id, "session id")
     root = session_stream(session_id)
     # The checkpoints first: a session written meanwhile then only adds uncovered
     # events, never a checkpoint naming events the export lacks.
-    try:
-        checkpoints = await store.read(ledger.ledger_stream(session_id))
-    except StreamNotFound:
-        checkpoints = []
+    checkpoints = await _read(store, ledger.ledger_stream(session_id))
     streams: list[dict[str, Any]] = []
     pending: deque[str] = deque([root])
     seen = {root}
@@ -61,28 +62,39 @@ async def export_bundle(
             if name == root:
                 raise InvalidInput(f"session {session_id!r} does not exist") from None
             continue  # a missing subsession: the verifier reports it
-        streams.append({"name": name, "events": [_event(e, redact) for e in recorded]})
+        streams.append(_stream(name, recorded, redact))
         for event in recorded:
             if event.type == events.SUBAGENT_STARTED and events.INDEX_KEY in event.metadata:
                 child = json.loads(event.data).get("subsession_stream")
                 if isinstance(child, str) and child not in seen:
                     seen.add(child)
                     pending.append(child)
-    if checkpoints:
-        streams.append(
-            {
-                "name": ledger.ledger_stream(session_id),
-                "events": [_event(e, False) for e in checkpoints],
-            }
-        )
+    for name, recorded in (
+        (authority_stream(session_id), await _read(store, authority_stream(session_id))),
+        (ledger.ledger_stream(session_id), checkpoints),
+        (KEYS_STREAM, await _read(store, KEYS_STREAM)),
+    ):
+        if recorded:
+            streams.append(_stream(name, recorded, redact))
     return {
-        "format": BUNDLE_FORMAT,
-        "version": BUNDLE_VERSION,
+        "format": ledger.BUNDLE_FORMAT,
+        "version": ledger.BUNDLE_VERSION,
         "session_id": session_id,
         "exported_at": datetime.now(UTC).isoformat(),
         "redacted": redact,
         "streams": streams,
     }
+
+
+async def _read(store: EventStore, stream: str) -> list[RecordedEvent]:
+    try:
+        return await store.read(stream)
+    except StreamNotFound:
+        return []
+
+
+def _stream(name: str, recorded: list[RecordedEvent], redact: bool) -> dict[str, Any]:
+    return {"name": name, "events": [_event(event, redact) for event in recorded]}
 
 
 def _event(event: RecordedEvent, redact: bool) -> dict[str, Any]:
@@ -92,11 +104,20 @@ def _event(event: RecordedEvent, redact: bool) -> dict[str, Any]:
         raise InvalidInput(
             f"{event.stream}@{event.revision} holds data that is not UTF-8; it cannot be bundled"
         ) from None
+    shown: dict[str, Any] | None = None
+    if redact and event.type not in redaction.KEPT:
+        text = None
+        if events.REDACTED_KEY in event.metadata:
+            try:
+                shown = redaction.view(event.type, event.data, event.metadata)
+            except ValueError:
+                shown = None  # unreadable: withheld whole, the verifier reports it
     return {
         "revision": event.revision,
         "id": str(event.id),
         "type": event.type,
-        "data": None if redact and event.type in REDACTABLE else text,
+        "data": text,
         "data_sha256": ledger.data_digest(event.data),
         "metadata": dict(event.metadata),
+        "view": shown,
     }

@@ -46,7 +46,15 @@ __all__ = [
     "encode_subagent_completed",
     "encode_subagent_started",
     "AUTHORITY_GRANTED",
+    "AUTHORITY_HELD",
     "AUTHORITY_REFUSED",
+    "AUTHORITY_RESET",
+    "AuthorityHeld",
+    "AuthorityReset",
+    "POLICY_KEY",
+    "POLICY_RECORDED",
+    "PolicyRecorded",
+    "REDACTED_KEY",
     "AuthorityRefused",
     "GUARDRAIL_DECIDED",
     "GuardrailDecided",
@@ -100,6 +108,15 @@ SESSION_CLEARED: Final = "agentjournal.SessionCleared"
 GUARDRAIL_DECIDED: Final = "agentjournal.GuardrailDecided"
 AUTHORITY_REFUSED: Final = "agentjournal.AuthorityRefused"
 AUTHORITY_GRANTED: Final = "agentjournal.AuthorityGranted"
+POLICY_RECORDED: Final = "agentjournal.PolicyRecorded"
+AUTHORITY_HELD: Final = "agentjournal.AuthorityHeld"
+AUTHORITY_RESET: Final = "agentjournal.AuthorityReset"
+POLICY_KEY: Final = "aj.policy"
+"""On tool call items, guardrail decisions of tool calls and authority refusals written by a
+session with a policy: the digest of that policy (``PolicyRecorded.digest``)."""
+REDACTED_KEY: Final = "aj.redacted"
+"""On events whose data mixes conversation with what a verifier needs: the hex SHA-256 of
+the RFC 8785 bytes of the event's redacted view (:mod:`agentjournal.redaction`)."""
 
 
 def encode_session_started(
@@ -289,6 +306,69 @@ class AuthorityRefused(_Record):
     enforcement: str
 
     EVENT_TYPE: ClassVar[str] = AUTHORITY_REFUSED
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRecorded(_Record):
+    """``agentjournal.PolicyRecorded``: the policy in force from here on, on the authority log.
+
+    Attributes:
+        digest: ``Policy.digest`` of ``policy``.
+        policy: The policy's canonical form (``Policy.to_json``).
+    """
+
+    digest: str
+    policy: dict[str, Any]
+
+    EVENT_TYPE: ClassVar[str] = POLICY_RECORDED
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorityHeld(_Record):
+    """``agentjournal.AuthorityHeld``: an agent was granted an authority (the authority log).
+
+    Attributes:
+        agent: The agent.
+        authority: What it holds now (JSON form).
+        cause: ``run`` (it started a run: ``AuthorityGranted``) or ``handoff`` (it received
+            one: the parent copy of ``SubagentStarted``).
+        event: The id of that event.
+        stream: The stream of that event.
+        policy: The digest of the policy it was computed under.
+        held: What every agent of the session holds after this entry (agent -> JSON form).
+    """
+
+    agent: str
+    authority: dict[str, Any]
+    cause: str
+    event: str
+    stream: str
+    policy: str
+    held: dict[str, Any]
+
+    EVENT_TYPE: ClassVar[str] = AUTHORITY_HELD
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorityReset(_Record):
+    """``agentjournal.AuthorityReset``: the application let an agent start from its policy entry.
+
+    Written by ``JournalSession.reset_authority``: the agent's next run starts from its
+    policy entry again instead of at most what it last held.
+
+    Attributes:
+        agent: The agent.
+        reason: Why, as the application gave it.
+        policy: The digest of the policy in force.
+        held: What every agent holds after this entry (the agent removed).
+    """
+
+    agent: str
+    reason: str
+    policy: str
+    held: dict[str, Any]
+
+    EVENT_TYPE: ClassVar[str] = AUTHORITY_RESET
 
 
 def _object(data: bytes, type_: str) -> dict[str, Any]:

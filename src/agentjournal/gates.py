@@ -19,7 +19,7 @@ delegation chain is the meet along the chain and can only narrow.
    on the other three: with ``visibility: false`` exactly the same calls are
    refused.
 
-Every refusal is an ``agentjournal.AuthorityDenied`` event on the stream of
+Every refusal is an ``agentjournal.AuthorityRefused`` event on the stream of
 the agent it concerns (visibility refusals once per run, agent and subject).
 A refused tool call with a guard wrapper becomes an error output the model
 sees; without one, and for every refused handoff, the run stops with
@@ -64,6 +64,9 @@ class RefusalRecorder(Protocol):
     async def open_grant(self, agent: str) -> tuple[bool, Authority | None]:
         """Whether ``agent`` speaks inside an open subagent (a resumed run), and its grant."""
 
+    async def held_grant(self, agent: str) -> Authority | None:
+        """What ``agent`` last held in this session (the authority log), if anything."""
+
 
 class Gatekeeper:
     """Applies a :class:`~agentjournal.policy.Policy` to a session's runs.
@@ -91,10 +94,12 @@ class Gatekeeper:
     async def effective(self, agent: str) -> Authority:
         """The running agent's effective authority.
 
-        The first agent of a run holds its own entry — or, when the run
-        resumes inside an open subagent, at most that subagent's grant, so
-        resuming never widens authority; an agent reached in this run without
-        a handoff the session saw holds nothing.
+        The first agent of a run holds its own entry, but never more than it
+        last held in this session: when the run resumes inside an open
+        subagent, at most that subagent's grant; otherwise at most its last
+        recorded grant (the authority log), so the next turn of a conversation
+        never widens what a handoff chain narrowed. An agent reached in this
+        run without a handoff the session saw holds nothing.
         """
         found = self._effective.get(agent)
         if found is None:
@@ -103,13 +108,13 @@ class Gatekeeper:
         return found
 
     async def _first(self, agent: str) -> Authority:
-        """What a run's first agent holds: its entry, or — resuming inside an open
-        subagent — at most that subagent's grant (nothing when none was recorded)."""
+        """What a run's first agent holds (see :meth:`effective`)."""
         own = self.policy.authority_of(agent)
         resumed, granted = await self._recorder.open_grant(agent)
-        if not resumed:
-            return own
-        return meet(own, granted) if granted is not None else Authority()
+        if resumed:
+            return meet(own, granted) if granted is not None else Authority()
+        held = await self._recorder.held_grant(agent)
+        return meet(own, held) if held is not None else own
 
     async def agent_started(self, agent: str) -> None:
         """``on_agent_start``: settle the agent's effective authority.

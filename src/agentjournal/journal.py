@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from collections import OrderedDict
 from collections.abc import Generator, Mapping
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Final
 
 from agents.memory.session_settings import SessionSettings
 
-from agentjournal.errors import InvalidInput
+from agentjournal import events, ledger
+from agentjournal.errors import ConcurrencyError, InvalidInput, StreamNotFound
 from agentjournal.guardrails.client import GuardrailClient
-from agentjournal.ledger import SigningKey
+from agentjournal.ledger import KeyRotation, SigningKey
 from agentjournal.policy import Policy
 from agentjournal.session import JournalSession, SessionTree
-from agentjournal.store import EventStore, open_store
-from agentjournal.streams import validate_id
+from agentjournal.store import EventStore, NewEvent, StreamState, open_store
+from agentjournal.streams import KEYS_STREAM, validate_id
 
 __all__ = ["DEFAULT_URI", "GUARDRAIL_URL_ENV", "URI_ENV", "Journal"]
 
@@ -160,6 +163,46 @@ class Journal:
                 raise InvalidInput(str(error)) from None
             self._guardrails[url] = client
         return client
+
+    async def rotate_key(self, old: SigningKey, new: SigningKey) -> KeyRotation:
+        """Record that checkpoints may from now on be signed by ``new`` (signed by ``old``).
+
+        The rotation is an ``agentjournal.KeyRotated`` event on ``AgentKeys``,
+        hash-chained like every stream and exported with every bundle, so a
+        verifier that trusts ``old`` follows it to ``new``. It adds trust and
+        withdraws none: keep ``old`` secret or destroy it. Sessions keep the key
+        the journal was opened with; open the journal with ``new`` to sign with it.
+
+        Raises:
+            InvalidInput: ``new`` is ``old``.
+            StoreError: The rotation could not be written.
+        """
+        if old.key_id == new.key_id:
+            raise InvalidInput(f"the new key is the old one ({old.key_id})")
+        rotation = KeyRotation.sign(old, new.public_key, datetime.now(UTC))
+        data = rotation.encode()
+        for _ in range(8):
+            try:
+                tail = await self.store.read(KEYS_STREAM, backwards=True, limit=1)
+            except StreamNotFound:
+                tail = []
+            head = tail[0].revision if tail else -1
+            prev = tail[0].metadata.get(ledger.HASH_KEY, "") if tail else ledger.GENESIS
+            metadata = {events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE}
+            event_id = uuid.uuid4()
+            ledger.seal(
+                KEYS_STREAM, head + 1, str(event_id), ledger.KEY_ROTATED, data, metadata, prev
+            )
+            event = NewEvent(type=ledger.KEY_ROTATED, data=data, metadata=metadata, id=event_id)
+            try:
+                await self.store.append(
+                    KEYS_STREAM, [event], expected=StreamState.NO_STREAM if head < 0 else head
+                )
+            except ConcurrencyError:
+                continue  # another rotation landed first: chain after it
+            logger.info("key %s rotated to %s", old.key_id, new.key_id)
+            return rotation
+        raise ConcurrencyError(KEYS_STREAM, "exact", None)
 
     async def close(self) -> None:
         """Close the store and the guardrail clients made here; sessions cannot be used after."""

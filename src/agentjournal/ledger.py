@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -38,6 +39,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from agentjournal.errors import InvalidInput
 
 __all__ = [
+    "BUNDLE_FORMAT",
+    "BUNDLE_VERSION",
     "CHECKPOINT",
     "GENESIS",
     "HASH_KEY",
@@ -46,6 +49,8 @@ __all__ = [
     "SIGNING_KEY_ENV",
     "SIGNING_KEY_FILE_ENV",
     "Checkpoint",
+    "KEY_ROTATED",
+    "KeyRotation",
     "SigningKey",
     "chain_hash",
     "data_digest",
@@ -53,6 +58,7 @@ __all__ = [
     "ledger_stream",
     "load_public_key",
     "seal",
+    "trusted_closure",
 ]
 
 SEQ_KEY: Final = "aj.seq"
@@ -60,6 +66,9 @@ PREV_KEY: Final = "aj.prev"
 HASH_KEY: Final = "aj.hash"
 GENESIS: Final = "0" * 64
 CHECKPOINT: Final = "agentjournal.Checkpoint"
+BUNDLE_FORMAT: Final = "agentjournal-bundle"
+BUNDLE_VERSION: Final = 2
+"""Version 2 adds each event's ``view`` (redacted bundles), the authority log and the keys."""
 SIGNING_KEY_ENV: Final = "AGENTJOURNAL_SIGNING_KEY"
 """A base64 (or hex) Ed25519 private key seed of 32 bytes."""
 SIGNING_KEY_FILE_ENV: Final = "AGENTJOURNAL_SIGNING_KEY_FILE"
@@ -257,13 +266,21 @@ def load_public_key(text: str) -> Ed25519PublicKey:
 # -- checkpoints --------------------------------------------------------------------
 
 
+_CHECKPOINT_FIELDS: Final = frozenset(
+    {"session_id", "heads", "sequence", "previous", "key_id", "signed_at", "signature"}
+)
+
+
 @dataclass(frozen=True)
 class Checkpoint:
-    """Signed heads of a session tree.
+    """Signed heads of a session tree, and the checkpoint's own place in its ledger stream.
 
     Attributes:
         session_id: The session.
         heads: Stream -> (revision, hash) of its last event when signed.
+        sequence: The checkpoint's revision in ``AgentLedger-{session}``.
+        previous: The ``aj.hash`` of the ledger event before it (:data:`GENESIS` at 0).
+            Signing its own place means checkpoints cannot be reordered, even re-chained.
         key_id: The signing key's id.
         signed_at: RFC 3339 UTC.
         signature: Base64 Ed25519 signature over :meth:`signed_bytes`.
@@ -271,23 +288,28 @@ class Checkpoint:
 
     session_id: str
     heads: Mapping[str, tuple[int, str]]
+    sequence: int
+    previous: str
     key_id: str
     signed_at: str
     signature: str = ""
 
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "heads": {
+                stream: {"revision": revision, "hash": digest}
+                for stream, (revision, digest) in sorted(self.heads.items())
+            },
+            "sequence": self.sequence,
+            "previous": self.previous,
+            "key_id": self.key_id,
+            "signed_at": self.signed_at,
+        }
+
     def signed_bytes(self) -> bytes:
         """The JCS bytes the signature covers (everything but the signature)."""
-        return _jcs(
-            {
-                "session_id": self.session_id,
-                "heads": {
-                    stream: {"revision": revision, "hash": digest}
-                    for stream, (revision, digest) in self.heads.items()
-                },
-                "key_id": self.key_id,
-                "signed_at": self.signed_at,
-            }
-        )
+        return _jcs(self._fields())
 
     @classmethod
     def sign(
@@ -296,31 +318,23 @@ class Checkpoint:
         session_id: str,
         heads: Mapping[str, tuple[int, str]],
         signed_at: datetime,
+        *,
+        sequence: int,
+        previous: str,
     ) -> Checkpoint:
-        unsigned = cls(session_id, dict(heads), key.key_id, signed_at.isoformat())
+        """A checkpoint of ``heads`` signed by ``key``, to be written at ``sequence``."""
+        unsigned = cls(
+            session_id, dict(heads), sequence, previous, key.key_id, signed_at.isoformat()
+        )
         signature = base64.b64encode(key.private.sign(unsigned.signed_bytes())).decode()
-        return cls(session_id, dict(heads), key.key_id, unsigned.signed_at, signature)
+        return dataclasses.replace(unsigned, signature=signature)
 
     def verify(self, public: Ed25519PublicKey) -> bool:
         """Whether the signature is valid under ``public``."""
-        try:
-            public.verify(base64.b64decode(self.signature, validate=True), self.signed_bytes())
-        except (InvalidSignature, ValueError, binascii.Error):
-            return False
-        return True
+        return _verified(public, self.signature, self.signed_bytes())
 
     def encode(self) -> bytes:
-        body = {
-            "session_id": self.session_id,
-            "heads": {
-                stream: {"revision": revision, "hash": digest}
-                for stream, (revision, digest) in sorted(self.heads.items())
-            },
-            "key_id": self.key_id,
-            "signed_at": self.signed_at,
-            "signature": self.signature,
-        }
-        return _jcs(body)
+        return _jcs({**self._fields(), "signature": self.signature})
 
     @classmethod
     def decode(cls, body: Any) -> Checkpoint:
@@ -329,16 +343,8 @@ class Checkpoint:
         Raises:
             InvalidInput: It is not a well-formed checkpoint.
         """
-        if not isinstance(body, Mapping) or set(body) != {
-            "session_id",
-            "heads",
-            "key_id",
-            "signed_at",
-            "signature",
-        }:
-            raise InvalidInput(
-                "a checkpoint has exactly session_id, heads, key_id, signed_at, signature"
-            )
+        if not isinstance(body, Mapping) or set(body) != _CHECKPOINT_FIELDS:
+            raise InvalidInput(f"a checkpoint has exactly {', '.join(sorted(_CHECKPOINT_FIELDS))}")
         heads: dict[str, tuple[int, str]] = {}
         raw_heads = body["heads"]
         if not isinstance(raw_heads, Mapping):
@@ -347,13 +353,144 @@ class Checkpoint:
             if (
                 not isinstance(head, Mapping)
                 or set(head) != {"revision", "hash"}
-                or not isinstance(head["revision"], int)
-                or isinstance(head["revision"], bool)
+                or not _is_int(head["revision"])
                 or not isinstance(head["hash"], str)
             ):
                 raise InvalidInput(f"checkpoint head of {stream!r} is malformed")
             heads[str(stream)] = (head["revision"], head["hash"])
-        for name in ("session_id", "key_id", "signed_at", "signature"):
+        for name in ("session_id", "previous", "key_id", "signed_at", "signature"):
             if not isinstance(body[name], str):
                 raise InvalidInput(f"checkpoint {name} must be a string")
-        return cls(body["session_id"], heads, body["key_id"], body["signed_at"], body["signature"])
+        if not _is_int(body["sequence"]):
+            raise InvalidInput("checkpoint sequence must be an integer")
+        return cls(
+            body["session_id"],
+            heads,
+            body["sequence"],
+            body["previous"],
+            body["key_id"],
+            body["signed_at"],
+            body["signature"],
+        )
+
+
+# -- key rotation ---------------------------------------------------------------------
+
+KEY_ROTATED: Final = "agentjournal.KeyRotated"
+_ROTATION_FIELDS: Final = frozenset(
+    {"old_key_id", "new_key_id", "new_public_key", "rotated_at", "signature"}
+)
+
+
+@dataclass(frozen=True)
+class KeyRotation:
+    """The old key's signed statement that checkpoints may from now on be signed by a new key.
+
+    Recorded as ``agentjournal.KeyRotated`` on the journal's ``AgentKeys`` stream by
+    ``agentjournal keygen --rotate``; a verifier that trusts the old key follows it to the
+    new one. It adds trust; it does not withdraw the old key's.
+
+    Attributes:
+        old_key_id: The signing key's id.
+        new_key_id: The new key's id.
+        new_public_key: The new raw public key, base64.
+        rotated_at: RFC 3339 UTC.
+        signature: Base64 Ed25519 signature by the old key over :meth:`signed_bytes`.
+    """
+
+    old_key_id: str
+    new_key_id: str
+    new_public_key: str
+    rotated_at: str
+    signature: str = ""
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "old_key_id": self.old_key_id,
+            "new_key_id": self.new_key_id,
+            "new_public_key": self.new_public_key,
+            "rotated_at": self.rotated_at,
+        }
+
+    def signed_bytes(self) -> bytes:
+        """The JCS bytes the signature covers (everything but the signature)."""
+        return _jcs(self._fields())
+
+    @classmethod
+    def sign(cls, old: SigningKey, new: Ed25519PublicKey, rotated_at: datetime) -> KeyRotation:
+        """``old`` hands over to ``new``."""
+        raw = new.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        unsigned = cls(
+            old.key_id, key_id(new), base64.b64encode(raw).decode(), rotated_at.isoformat()
+        )
+        signature = base64.b64encode(old.private.sign(unsigned.signed_bytes())).decode()
+        return dataclasses.replace(unsigned, signature=signature)
+
+    def new_key(self) -> Ed25519PublicKey | None:
+        """The new public key, if it is one and its id is the one stated."""
+        try:
+            public = load_public_key(self.new_public_key)
+        except InvalidInput:
+            return None
+        return public if key_id(public) == self.new_key_id else None
+
+    def verify(self, old: Ed25519PublicKey) -> bool:
+        """Whether ``old`` signed this rotation."""
+        return _verified(old, self.signature, self.signed_bytes())
+
+    def encode(self) -> bytes:
+        return _jcs({**self._fields(), "signature": self.signature})
+
+    @classmethod
+    def decode(cls, body: Any) -> KeyRotation:
+        """Read a rotation's JSON object (strict).
+
+        Raises:
+            InvalidInput: It is not a well-formed rotation.
+        """
+        if not isinstance(body, Mapping) or set(body) != _ROTATION_FIELDS:
+            raise InvalidInput(f"a key rotation has exactly {', '.join(sorted(_ROTATION_FIELDS))}")
+        if not all(isinstance(body[name], str) for name in _ROTATION_FIELDS):
+            raise InvalidInput("every field of a key rotation is a string")
+        return cls(
+            body["old_key_id"],
+            body["new_key_id"],
+            body["new_public_key"],
+            body["rotated_at"],
+            body["signature"],
+        )
+
+
+def trusted_closure(
+    trusted: Mapping[str, Ed25519PublicKey], rotations: Iterable[KeyRotation]
+) -> dict[str, Ed25519PublicKey]:
+    """The trusted keys and every key a chain of valid rotations from them leads to.
+
+    A rotation counts only when a key already trusted signed it and its new key is
+    what it says; the result does not depend on the rotations' order.
+    """
+    keys = dict(trusted)
+    pending = list(rotations)
+    changed = True
+    while changed:
+        changed = False
+        for rotation in list(pending):
+            old = keys.get(rotation.old_key_id)
+            new = rotation.new_key()
+            if old is not None and new is not None and rotation.verify(old):
+                keys.setdefault(rotation.new_key_id, new)
+                pending.remove(rotation)
+                changed = True
+    return keys
+
+
+def _verified(public: Ed25519PublicKey, signature: str, signed: bytes) -> bool:
+    try:
+        public.verify(base64.b64decode(signature, validate=True), signed)
+    except (InvalidSignature, ValueError, binascii.Error):
+        return False
+    return True
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

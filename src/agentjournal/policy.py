@@ -35,12 +35,15 @@ tools, handoffs are all offered); the invocation gate is always on.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Final
 
+import rfc8785
 import yaml
 
 from agentjournal.authority import Authority, ceiling_at_most, excess, validate_scope
@@ -162,6 +165,29 @@ class Policy:
         except (OSError, yaml.YAMLError) as error:
             raise InvalidInput(f"cannot read policy {os.fspath(path)!r}: {error}") from None
         return cls.from_json(body)
+
+    def to_json(self) -> dict[str, Any]:
+        """The canonical form: what :meth:`from_json` reads, every mapping in sorted order."""
+        return {
+            "agents": {name: self.agents[name].to_json() for name in sorted(self.agents)},
+            "tools": {
+                name: {
+                    "scope": self.tools[name].scope,
+                    "ceilings": dict(sorted(self.tools[name].ceilings.items())),
+                }
+                for name in sorted(self.tools)
+            },
+            "visibility": self.visibility,
+        }
+
+    @cached_property
+    def digest(self) -> str:
+        """``sha256:`` + hex SHA-256 of the RFC 8785 bytes of :meth:`to_json`.
+
+        Two policies that grant and require exactly the same have the same
+        digest, however they were written (YAML order, redundant scopes).
+        """
+        return "sha256:" + hashlib.sha256(rfc8785.dumps(self.to_json())).hexdigest()
 
     def authority_of(self, agent: str) -> Authority:
         """What ``agent`` holds or requests; nothing when the policy does not name it."""

@@ -54,7 +54,7 @@ from agents.memory.session_settings import (
 from kurrent_agent_schema import TokenUsage, to_json
 from opentelemetry.trace import Span
 
-from agentjournal import codec, events, ledger, tracing
+from agentjournal import codec, events, ledger, redaction, tracing
 from agentjournal import guard as guarding
 from agentjournal.authority import Authority
 from agentjournal.errors import (
@@ -72,7 +72,7 @@ from agentjournal.guardrails.enforce import Enforcer
 from agentjournal.handoffs import SUMMARY_CHARS, Plan, plan_write, starts_a_run
 from agentjournal.policy import Policy
 from agentjournal.replay import Clear, Entry, Pop, TimelineEvent
-from agentjournal.session_tree import SessionTree, TreeReader
+from agentjournal.session_tree import AuthorityLog, SessionTree, TreeReader
 from agentjournal.store.base import (
     AppendRequest,
     EventStore,
@@ -80,7 +80,7 @@ from agentjournal.store.base import (
     StreamState,
     event_id,
 )
-from agentjournal.streams import session_stream, validate_id
+from agentjournal.streams import authority_stream, session_stream, validate_id
 
 if TYPE_CHECKING:
     from agents.agent import Agent
@@ -520,7 +520,12 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
             StoreError: The decision did not land (then it must not be acted on).
         """
         trace = tracing.TraceIds(decided.trace_id, decided.span_id)
-        await self._record_control(events.GUARDRAIL_DECIDED, decided.encode(), trace, decided.agent)
+        metadata = (
+            self._rule_metadata(decided.subject) if decided.action_type == "TOOL_CALL" else {}
+        )
+        await self._record_control(
+            events.GUARDRAIL_DECIDED, decided.encode(), trace, decided.agent, metadata=metadata
+        )
 
     async def record_refusal(self, refused: events.AuthorityRefused) -> None:
         """Append an authority refusal to the acting agent's stream.
@@ -529,18 +534,78 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
             StoreError: The refusal did not land (the action is refused anyway).
         """
         await self._record_control(
-            events.AUTHORITY_REFUSED, refused.encode(), self._current_ids(), refused.agent
+            events.AUTHORITY_REFUSED,
+            refused.encode(),
+            self._current_ids(),
+            refused.agent,
+            metadata=self._policy_metadata(),
         )
 
     async def record_grant(self, agent: str, authority: Authority) -> None:
-        """Append ``agentjournal.AuthorityGranted``: what a run's first agent holds."""
+        """Append ``agentjournal.AuthorityGranted`` (what a run's first agent holds) and,
+        in the same transaction, its entry on the authority log."""
         trace = self._current_ids()
         data = json.dumps(
             {"agent": agent, "authority": authority.to_json()},
             sort_keys=True,
             separators=(",", ":"),
         ).encode()
-        await self._record_control(events.AUTHORITY_GRANTED, data, trace, agent)
+        await self._record_control(
+            events.AUTHORITY_GRANTED, data, trace, agent, held=(agent, authority.to_json())
+        )
+
+    async def held_grant(self, agent: str) -> Authority | None:
+        """What ``agent`` last held in this session (the authority log, read afresh), if any.
+
+        An unreadable entry holds nothing (fail closed).
+        """
+        async with self._tree.lock:
+            log = await self._authority_log(fresh=True)
+        raw = log.held.get(agent)
+        if raw is None:
+            return None
+        try:
+            return Authority.from_json(raw)
+        except InvalidInput as error:
+            logger.warning("what %s last held is unreadable (%s): it holds nothing", agent, error)
+            return Authority()
+
+    async def reset_authority(self, agent: str, *, reason: str) -> None:
+        """Let ``agent`` start its next run from its policy entry again.
+
+        Within one session a run's first agent holds at most what it last held
+        (a subagent narrowed by a handoff chain stays narrowed when the next
+        turn starts at it). Widening it again is this explicit call, recorded
+        as ``agentjournal.AuthorityReset`` on the authority log, where a
+        verifier sees it. It does not touch a subagent that is still open
+        (close it with :meth:`close_subagents` first) nor a run in progress.
+
+        Raises:
+            InvalidInput: The session has no policy, or ``reason`` is empty.
+        """
+        if self._gates is None:
+            raise InvalidInput(f"{self.session_id!r} has no policy: there is no authority to reset")
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidInput("reset_authority needs a reason (it is recorded for auditors)")
+        policy = self._gates.policy
+        tree = self._tree
+        async with tree.lock:
+            for attempt in range(_CONFLICT_RETRIES):
+                if attempt:
+                    await _backoff(attempt)
+                log = await self._authority_log(fresh=True)
+                held = {name: value for name, value in log.held.items() if name != agent}
+                entries = self._policy_entries(log)
+                reset = events.AuthorityReset(agent, reason, policy.digest, held)
+                entries.append((events.AUTHORITY_RESET, reset.encode()))
+                request, after = self._log_request(log, entries, held)
+                landed = await self._append([request])
+                if isinstance(landed, ConcurrencyError):
+                    continue
+                tree.authority = after
+                logger.info("authority of %r reset in %s: %s", agent, self.session_id, reason)
+                return
+            raise ConcurrencyError(authority_stream(self.session_id), "exact", None)
 
     def _current_ids(self) -> tracing.TraceIds | None:
         """The acting agent's span in this run, else the current span or SDK trace."""
@@ -548,16 +613,24 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
         return tracing.ids_of(span) if span is not None else tracing.current_ids()
 
     async def _record_control(
-        self, type_: str, data: bytes, trace: tracing.TraceIds | None, agent: str
+        self,
+        type_: str,
+        data: bytes,
+        trace: tracing.TraceIds | None,
+        agent: str,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        held: tuple[str, Any] | None = None,
     ) -> None:
-        """Append a decision or refusal to the stream of the agent acting in this run.
+        """Append a decision, refusal or grant to the stream of the agent acting in this run.
 
         That is the innermost open subsession when this run wrote inside it or
         ``agent`` is its agent (a resumed run), else the session stream (a new
-        run's first agent speaks there).
+        run's first agent speaks there). ``held`` (agent, authority JSON) adds
+        the grant's entry to the authority log in the same transaction.
         """
         tree = self._tree
-        extra = _trace_metadata(trace)
+        extra = {**_trace_metadata(trace), **(metadata or {})}
         async with tree.lock:
             if not tree.loaded:
                 await self._load(0)
@@ -569,9 +642,96 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                     _same_run(tree.chain_run, run) or tree.chain[-1].agent_name == agent
                 )
                 stream = tree.chain[-1].stream if inner else self.stream
-                if await self._append_control(type_, data, stream=stream, extra=extra):
-                    return
+                request, sealed = await self._control_request(type_, data, stream, extra)
+                requests = [request]
+                after: AuthorityLog | None = None
+                if held is not None:
+                    log = await self._authority_log()
+                    entry = (held[0], held[1], "run", str(request.events[0].id), stream)
+                    log_request, after = self._held_request(log, [entry])
+                    requests.append(log_request)
+                landed = await self._append(requests)
+                if isinstance(landed, ConcurrencyError):
+                    await self._catch_up()
+                    tree.authority = None  # reread the log's head before the next attempt
+                    continue
+                tree.heads[stream] = landed[0]
+                tree.hashes[stream] = sealed
+                tree.unsigned += sum(len(r.events) for r in requests)
+                if after is not None:
+                    tree.authority = after
+                return
             raise ConcurrencyError(self.stream, "exact", tree.heads.get(self.stream))
+
+    # -- the authority log ---------------------------------------------------------
+
+    def _policy_entries(self, log: AuthorityLog) -> list[tuple[str, bytes]]:
+        """``PolicyRecorded`` when the log's policy in force is not this session's."""
+        assert self._gates is not None
+        policy = self._gates.policy
+        if log.policy == policy.digest:
+            return []
+        recorded = events.PolicyRecorded(policy.digest, policy.to_json())
+        return [(events.POLICY_RECORDED, recorded.encode())]
+
+    def _held_request(
+        self, log: AuthorityLog, grants: list[tuple[str, Any, str, str, str]]
+    ) -> tuple[AppendRequest, AuthorityLog]:
+        """The authority log's entries for ``grants`` (agent, authority JSON, cause, event id,
+        event stream), after the policy when it changed."""
+        assert self._gates is not None
+        digest = self._gates.policy.digest
+        held = dict(log.held)
+        entries = self._policy_entries(log)
+        for agent, authority, cause, event, stream in grants:
+            held[agent] = authority
+            entry = events.AuthorityHeld(
+                agent, authority, cause, event, stream, digest, dict(sorted(held.items()))
+            )
+            entries.append((events.AUTHORITY_HELD, entry.encode()))
+        return self._log_request(log, entries, held)
+
+    def _log_request(
+        self, log: AuthorityLog, entries: list[tuple[str, bytes]], held: Mapping[str, Any]
+    ) -> tuple[AppendRequest, AuthorityLog]:
+        """Seal ``entries`` after the log's head; the request and the log after it lands."""
+        assert self._gates is not None
+        stream = authority_stream(self.session_id)
+        prev = log.hash
+        new: list[NewEvent] = []
+        for offset, (type_, data) in enumerate(entries):
+            metadata = {
+                events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE,
+                **_trace_metadata(self._current_ids()),
+            }
+            event_id = uuid.uuid4()
+            prev = _seal(stream, log.revision + 1 + offset, event_id, type_, data, metadata, prev)
+            new.append(NewEvent(type=type_, data=data, metadata=metadata, id=event_id))
+        expected = StreamState.NO_STREAM if log.revision < 0 else log.revision
+        after = AuthorityLog(
+            log.revision + len(new), prev, self._gates.policy.digest, dict(sorted(held.items()))
+        )
+        return AppendRequest(stream, new, expected), after
+
+    def _policy_metadata(self) -> dict[str, str]:
+        """``aj.policy``: the digest of the policy this session enforces (nothing without)."""
+        return {events.POLICY_KEY: self._gates.policy.digest} if self._gates is not None else {}
+
+    def _rule_metadata(self, tool: str) -> dict[str, str]:
+        """``aj.policy`` and ``aj.tool_rule`` of a tool, under this session's policy."""
+        if self._gates is None:
+            return {}
+        rule = self._gates.policy.tools.get(tool)
+        text = (
+            json.dumps(
+                {"scope": rule.scope, "ceilings": dict(rule.ceilings)},
+                sort_keys=True,
+                separators=(",", ":"),
+            )
+            if rule is not None
+            else "null"
+        )
+        return {**self._policy_metadata(), events.TOOL_RULE_KEY: text}
 
     # -- checkpoints ----------------------------------------------------------------
 
@@ -609,6 +769,9 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
             for stream, revision in tree.heads.items()
             if revision >= 0
         }
+        log = await self._authority_log(fresh=True)
+        if log.revision >= 0:
+            heads[authority_stream(self.session_id)] = (log.revision, log.hash)
         if not heads:
             return None
         stream = ledger.ledger_stream(self.session_id)
@@ -625,7 +788,12 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                 )
             head, prev = tree.ledger_head
             checkpoint = ledger.Checkpoint.sign(
-                self._signing_key, self.session_id, heads, datetime.now(UTC)
+                self._signing_key,
+                self.session_id,
+                heads,
+                datetime.now(UTC),
+                sequence=head + 1,
+                previous=prev,
             )
             data = checkpoint.encode()
             metadata = {
@@ -633,9 +801,7 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                 **_trace_metadata(self._current_ids()),
             }
             event_id = uuid.uuid4()
-            sealed = ledger.seal(
-                stream, head + 1, str(event_id), ledger.CHECKPOINT, data, metadata, prev
-            )
+            sealed = _seal(stream, head + 1, event_id, ledger.CHECKPOINT, data, metadata, prev)
             event = NewEvent(type=ledger.CHECKPOINT, data=data, metadata=metadata, id=event_id)
             expected = StreamState.NO_STREAM if head < 0 else head
             landed = await self._append([AppendRequest(stream, [event], expected)])
@@ -670,10 +836,12 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                 plan = self._plan(items, wrapper, closing, first)
                 if not plan.ops:
                     return 0
-                requests, entries, hashes = self._encode(plan, nonce, first, wrapper)
+                log = await self._authority_log() if self._grants_in(plan) else None
+                requests, entries, hashes, after = self._encode(plan, nonce, first, wrapper, log)
                 landed = await self._append(requests)
                 if isinstance(landed, ConcurrencyError):
                     conflict = landed
+                    tree.authority = None  # reread the log's head before the next attempt
                     opened = {
                         op.subagent.stream for op in plan.ops if op.kind == "start" and op.subagent
                     }
@@ -695,6 +863,8 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                     tree.heads = {k: v for k, v in tree.heads.items() if k in followed}
                     tree.hashes = {k: v for k, v in hashes.items() if k in followed}
                     tree.next_index = first + plan.indexed
+                    if after is not None:
+                        tree.authority = after
                 tree.call_owner = plan.call_owner
                 if wrapper is not None and tree.chain:
                     tree.chain_run = _weak(wrapper)
@@ -745,11 +915,23 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
             self._warn_if_unwired(output)
         return plan
 
+    def _grants_in(self, plan: Plan) -> bool:
+        """Whether the write opens a subagent with a granted authority (it goes on the log)."""
+        return any(
+            op.kind == "start" and op.subagent is not None and op.subagent.call_id in self._granted
+            for op in plan.ops
+        )
+
     def _encode(
-        self, plan: Plan, nonce: str, first: int, wrapper: RunContextWrapper[Any] | None
-    ) -> tuple[list[AppendRequest], list[TimelineEvent], dict[str, str]]:
-        """Turn the plan into per-stream event lists, the timeline entries they make, and the
-        streams' chain hashes after them."""
+        self,
+        plan: Plan,
+        nonce: str,
+        first: int,
+        wrapper: RunContextWrapper[Any] | None,
+        log: AuthorityLog | None,
+    ) -> tuple[list[AppendRequest], list[TimelineEvent], dict[str, str], AuthorityLog | None]:
+        """Turn the plan into per-stream event lists, the timeline entries they make, the
+        streams' chain hashes after them, and the authority log after its new entries."""
         tree = self._tree
         now = datetime.now(UTC)
         trace = _trace_metadata(self._trace_ids(wrapper))
@@ -760,6 +942,7 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
         entries: list[TimelineEvent] = []
         counter = 0
         open_child = {s.parent_stream: s.stream for s in tree.chain}
+        grants: list[tuple[str, Any, str, str, str]] = []  # for the authority log
 
         def add(
             stream: str, type_: str, data: bytes, metadata: dict[str, str], **extra: str
@@ -775,9 +958,7 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
             event_id = self._id(nonce, counter)
             revision = revision_of(stream) + 1
             prev = hashes.get(stream, "") if revision > 0 else ledger.GENESIS
-            hashes[stream] = ledger.seal(
-                stream, revision, str(event_id), type_, data, metadata, prev
-            )
+            hashes[stream] = _seal(stream, revision, event_id, type_, data, metadata, prev)
             event = NewEvent(type=type_, data=data, metadata=metadata, id=event_id)
             counter += 1
             by_stream.setdefault(stream, []).append(event)
@@ -823,6 +1004,10 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                 authority = self._granted.get(sub.call_id)
                 granted = authority.to_json() if authority is not None else None
                 owner_id, twin_id = self._id(nonce, counter), self._id(nonce, counter + 1)
+                if granted is not None:
+                    grants.append(
+                        (sub.agent_name, granted, "handoff", str(owner_id), sub.parent_stream)
+                    )
                 open_child[sub.parent_stream] = sub.stream
                 add(
                     sub.parent_stream,
@@ -864,6 +1049,12 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                         metadata[events.CLOSES_KEY] = sub.stream
                         metadata[events.CLOSES_HASH_KEY] = hashes[sub.stream]
                     add(stream, events.SUBAGENT_COMPLETED, data, metadata)
+        after: AuthorityLog | None = None
+        if grants and log is not None:
+            log_request, after = self._held_request(log, grants)
+            by_stream[log_request.stream] = list(log_request.events)
+            heads[log_request.stream] = log.revision
+            hashes[log_request.stream] = after.hash
         # A receiver's stream must not exist yet, whatever was read before.
         opened = {op.subagent.stream for op in plan.ops if op.kind == "start" and op.subagent}
         requests = [
@@ -876,34 +1067,15 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
             )
             for stream, new in by_stream.items()
         ]
-        return requests, entries, hashes
+        return requests, entries, hashes, after
 
-    async def _append_control(
-        self,
-        type_: str,
-        data: bytes,
-        *,
-        stream: str | None = None,
-        extra: Mapping[str, str] | None = None,
-    ) -> bool:
-        """Append an event that is no item (default: to the innermost stream); False on conflict."""
+    async def _append_control(self, type_: str, data: bytes) -> bool:
+        """Append an event that is no item to the innermost stream; False on conflict."""
         tree = self._tree
-        if stream is None:
-            stream = tree.chain[-1].stream if tree.chain else self.stream
-        metadata = {
-            events.NEXT_INDEX_KEY: str(await self._next_index()),
-            events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE,
-            **(extra if extra is not None else _trace_metadata(self._current_ids())),
-        }
-        child = next((s.stream for s in tree.chain if s.parent_stream == stream), None)
-        if child is not None:
-            metadata[events.OPEN_KEY] = child  # a new process finds the open subagent from here
-        event_id = uuid.uuid4()
-        head = tree.heads.get(stream, -1)
-        prev = tree.hashes.get(stream, "") if head >= 0 else ledger.GENESIS
-        sealed = ledger.seal(stream, head + 1, str(event_id), type_, data, metadata, prev)
-        event = NewEvent(type=type_, data=data, metadata=metadata, id=event_id)
-        request = AppendRequest(stream, [event], StreamState.NO_STREAM if head < 0 else head)
+        stream = tree.chain[-1].stream if tree.chain else self.stream
+        request, sealed = await self._control_request(
+            type_, data, stream, _trace_metadata(self._current_ids())
+        )
         landed = await self._append([request])
         if isinstance(landed, ConcurrencyError):
             await self._catch_up()
@@ -912,6 +1084,26 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
         tree.hashes[stream] = sealed
         tree.unsigned += 1
         return True
+
+    async def _control_request(
+        self, type_: str, data: bytes, stream: str, extra: Mapping[str, str]
+    ) -> tuple[AppendRequest, str]:
+        """One sealed event that is no item, after ``stream``'s head; and its chain hash."""
+        tree = self._tree
+        metadata = {
+            events.NEXT_INDEX_KEY: str(await self._next_index()),
+            events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE,
+            **extra,
+        }
+        child = next((s.stream for s in tree.chain if s.parent_stream == stream), None)
+        if child is not None:
+            metadata[events.OPEN_KEY] = child  # a new process finds the open subagent from here
+        event_id = uuid.uuid4()
+        head = tree.heads.get(stream, -1)
+        prev = tree.hashes.get(stream, "") if head >= 0 else ledger.GENESIS
+        sealed = _seal(stream, head + 1, event_id, type_, data, metadata, prev)
+        event = NewEvent(type=type_, data=data, metadata=metadata, id=event_id)
+        return AppendRequest(stream, [event], StreamState.NO_STREAM if head < 0 else head), sealed
 
     async def _append(self, requests: list[AppendRequest]) -> list[int] | ConcurrencyError:
         """Append atomically; the new head of each stream, or the conflict (nothing written)."""
@@ -945,17 +1137,7 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
         if call is not None:
             if self._enforcer is not None:
                 metadata[events.GUARDED_KEY] = "1"
-            if self._gates is not None:
-                rule = self._gates.policy.tools.get(call.name)
-                metadata[events.TOOL_RULE_KEY] = (
-                    json.dumps(
-                        {"scope": rule.scope, "ceilings": dict(rule.ceilings)},
-                        sort_keys=True,
-                        separators=(",", ":"),
-                    )
-                    if rule is not None
-                    else "null"
-                )
+            metadata.update(self._rule_metadata(call.name))
         return metadata
 
     def _id(self, nonce: str, counter: int) -> uuid.UUID:
@@ -986,6 +1168,23 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
 
 
 # -- helpers ----------------------------------------------------------------------
+
+
+def _seal(
+    stream: str,
+    revision: int,
+    event_id: uuid.UUID,
+    type_: str,
+    data: bytes,
+    metadata: dict[str, str],
+    prev: str,
+) -> str:
+    """Commit the event's redacted view (``aj.redacted``, when its type has one), then add
+    the chain keys; return its hash. Every event the session writes goes through here."""
+    shown = redaction.view(type_, data, metadata)
+    if shown is not None:
+        metadata[events.REDACTED_KEY] = redaction.view_digest(shown)
+    return ledger.seal(stream, revision, str(event_id), type_, data, metadata, prev)
 
 
 async def _backoff(attempt: int) -> None:

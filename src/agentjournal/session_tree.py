@@ -16,6 +16,7 @@ import logging
 import uuid
 import weakref
 from collections import OrderedDict, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -24,13 +25,31 @@ from agentjournal._locks import CrossLoopLock
 from agentjournal.errors import CodecError, StreamNotFound
 from agentjournal.replay import Clear, Entry, Picker, Pop, Timeline, TimelineEvent
 from agentjournal.store.base import EventStore, RecordedEvent
+from agentjournal.streams import authority_stream
 
-__all__ = ["SessionTree", "TreeReader"]
+__all__ = ["AuthorityLog", "SessionTree", "TreeReader"]
 
 logger = logging.getLogger("agentjournal.session")
 
 _PAGE: Final = 64
 _FULL_PAGE: Final = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorityLog:
+    """What is known of a session's authority log, ``AgentAuthority-{id}``.
+
+    Attributes:
+        revision: Its last revision (-1: no log yet).
+        hash: The chain hash of that event (the genesis hash when there is none).
+        policy: The digest of the policy in force (the newest entry's), if any.
+        held: What each agent last held in this session (agent -> authority JSON).
+    """
+
+    revision: int = -1
+    hash: str = ledger.GENESIS
+    policy: str | None = None
+    held: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -53,14 +72,63 @@ class SessionTree:
     unsigned: int = 0  # events written since the last checkpoint (by this process)
     ledger_head: tuple[int, str] | None = None  # the checkpoint stream's head, once known
     grants: dict[str, Any] = field(default_factory=dict)  # open subsession -> granted authority
+    authority: AuthorityLog | None = None  # the authority log's head, once read
 
 
 class TreeReader:
     """The read path of a session (a base of :class:`~agentjournal.session.JournalSession`)."""
 
+    session_id: str
     stream: str
     _tree: SessionTree
     _store: EventStore
+
+    async def _authority_log(self, *, fresh: bool = False) -> AuthorityLog:
+        """The authority log's head and state (read from its tail when not known or ``fresh``).
+
+        The newest entry names the policy in force, and the newest entry with a
+        ``held`` map says what every agent last held: usually the last event.
+        """
+        tree = self._tree
+        if tree.authority is not None and not fresh:
+            return tree.authority
+        stream = authority_stream(self.session_id)
+        head: RecordedEvent | None = None
+        policy: str | None = None
+        held: Mapping[str, Any] | None = None
+        before: int | None = None
+        while held is None and (before is None or before >= 0):
+            try:
+                page = await self._store.read(stream, from_revision=before, backwards=True, limit=8)
+            except StreamNotFound:
+                page = []
+            if not page:
+                break
+            head = head or page[0]
+            for event in page:
+                try:
+                    body = json.loads(event.data)
+                except ValueError:
+                    body = None
+                if not isinstance(body, dict):
+                    logger.warning(
+                        "skipping unreadable %s at %s@%d", event.type, stream, event.revision
+                    )
+                    continue
+                if policy is None:
+                    key = "digest" if event.type == events.POLICY_RECORDED else "policy"
+                    policy = body.get(key) if isinstance(body.get(key), str) else None
+                if isinstance(body.get("held"), dict):
+                    held = body["held"]
+                    break
+            before = page[-1].revision - 1
+        tree.authority = AuthorityLog(
+            head.revision if head is not None else -1,
+            head.metadata.get(ledger.HASH_KEY, "") if head is not None else ledger.GENESIS,
+            policy,
+            held or {},
+        )
+        return tree.authority
 
     async def _refresh(self, limit: int | None) -> None:
         """Bring the cache up to the streams' heads and make it cover ``limit`` items."""

@@ -32,7 +32,9 @@ from kurrent_agent_schema import agent_session_stream, agent_subsession_stream
 from agentjournal.errors import InvalidInput
 
 __all__ = [
+    "KEYS_STREAM",
     "MAX_ID_BYTES",
+    "authority_stream",
     "session_stream",
     "slug",
     "subagent_id",
@@ -106,6 +108,15 @@ def session_stream(session_id: str | uuid.UUID) -> str:
     """
     name: str = agent_session_stream(validate_id(session_id, "session id"))
     return name
+
+
+KEYS_STREAM = "AgentKeys"
+"""The journal's key rotations (``agentjournal.KeyRotated``), one stream per store."""
+
+
+def authority_stream(session_id: str) -> str:
+    """The authority log of a session tree: policies in force and every grant, in order."""
+    return f"AgentAuthority-{validate_id(session_id, 'session id')}"
 
 
 def subsession_stream(session_id: str | uuid.UUID, agent_id: str | uuid.UUID) -> str:

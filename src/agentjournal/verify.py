@@ -2,26 +2,37 @@
 
 A bundle (:mod:`agentjournal.bundle` writes one) holds every stream of a
 session tree with every event's revision, id, type, metadata, data digest and
-(unless withheld) data. :func:`verify_bundle` checks, in order:
+data — or, in a redacted bundle, no data but a committed view
+(:mod:`agentjournal.redaction`). :func:`verify_bundle` checks, in order:
 
 1. **Structure** — the format, no unknown or missing fields, no empty bundle.
 2. **Integrity** — per stream: revisions 0, 1, 2, ... with no gap; each
    event's data matches its digest; ``aj.seq`` is its revision, ``aj.prev`` the
-   previous event's hash, and ``aj.hash`` recomputes (:mod:`agentjournal.ledger`).
-3. **Checkpoints** — each signed by a trusted key (keys come only from the
-   caller, never from the bundle), naming heads that exist with those hashes;
-   the last one covers every event: the session stream and open subsessions
-   up to their heads, closed subsessions through the ``aj.closes_hash`` of
-   their covered parent event. Anything after it is uncovered (a removed
-   checkpoint or an unsigned tail) and fails unless allowed.
-4. **Twins** — each handoff's ``SubagentStarted`` and each
-   ``SubagentCompleted`` exist on both streams and name each other; a closed
-   subsession ends with its completion, whose hash the parent recorded.
-5. **Delegation** — each granted authority is narrower than its sender's
-   (the run's recorded root grant, or the sender's own grant).
+   previous event's hash, and ``aj.hash`` recomputes (:mod:`agentjournal.ledger`);
+   a view matches its commitment ``aj.redacted`` (recomputed from the data when
+   the data is there); only the data redaction may withhold is withheld.
+3. **Twins** — each handoff's ``SubagentStarted`` and each
+   ``SubagentCompleted`` exist on both streams and name each other, the two
+   copies of ``SubagentStarted`` grant the same authority; a closed subsession
+   ends with its completion, whose hash the parent recorded.
+4. **Checkpoints** — the trusted keys are the caller's (never the bundle's)
+   and every key a chain of valid rotations on ``AgentKeys`` leads to from
+   them; each checkpoint is signed by one, sits at the ledger position it
+   signed, and names heads that exist with those hashes; together they cover
+   every event (closed subsessions through the ``aj.closes_hash`` of their
+   covered parent event). Anything after them is uncovered and fails unless
+   allowed.
+5. **Delegation** — the authority log replayed in order: each policy's digest
+   recomputes (and is the caller's ``policy`` when one is given); each grant is
+   recomputed from the policy it names — a run's first agent holds its entry
+   met with what it last held (or, resuming inside an open subagent, with that
+   subagent's grant), a handoff's receiver ``meet(sender's authority, its
+   entry)`` — and every grant of the tree is on the log. Without a log, each
+   grant must be narrower than its sender's.
 6. **Containment** — every executed tool call of a guarded session had an
-   ALLOW or MODIFY decision, and every executed tool call of a session with a
-   policy was within the calling agent's effective authority.
+   ALLOW or MODIFY decision about exactly that call, and every executed tool
+   call of a session with a policy was within the calling agent's authority
+   under the recorded policy's rule; every refusal is one the policy makes.
 
 The report names the first bad stream and revision.
 """
@@ -38,37 +49,27 @@ from typing import Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentjournal import events, ledger
-from agentjournal.authority import Authority
+from agentjournal import events, ledger, redaction
+from agentjournal.authority import Authority, meet
 from agentjournal.errors import CodecError, InvalidInput
-from agentjournal.guardrails.actions import CALL_KINDS, call_of
-from agentjournal.policy import Policy, ToolRule
+from agentjournal.guardrails.actions import CALL_KINDS
+from agentjournal.policy import Gate, Policy, ToolRule
+from agentjournal.streams import KEYS_STREAM, authority_stream
 
-__all__ = ["BUNDLE_FORMAT", "REDACTABLE", "Event", "Problem", "Report", "verify_bundle"]
+__all__ = ["Event", "Problem", "Report", "verify_bundle"]
 
-BUNDLE_FORMAT: Final = "agentjournal-bundle"
-BUNDLE_VERSION: Final = 1
 _MALFORMED: Final = (ValueError, TypeError, KeyError, AttributeError, InvalidInput, CodecError)
 _BUNDLE_FIELDS: Final = {"format", "version", "session_id", "exported_at", "redacted", "streams"}
 _STREAM_FIELDS: Final = {"name", "events"}
-_EVENT_FIELDS: Final = {"revision", "id", "type", "data", "data_sha256", "metadata"}
-REDACTABLE: Final = frozenset(
-    {
-        "UserMessageReceived",
-        "AssistantTextGenerated",
-        "AssistantThinkingGenerated",
-        "ToolResultReceived",
-        "OpenAIItemRecorded",
-        "InterruptIssued",
-        "InterruptResolved",
-    }
-)
-"""Event types whose data a redacted bundle may withhold; any other withheld data fails."""
+_EVENT_FIELDS: Final = {
+    1: frozenset({"revision", "id", "type", "data", "data_sha256", "metadata"}),
+    2: frozenset({"revision", "id", "type", "data", "data_sha256", "metadata", "view"}),
+}
 
 
 @dataclass(frozen=True)
 class Event:
-    """One event of a bundle; ``data`` is None when withheld."""
+    """One event of a bundle; ``data`` is None when withheld, ``view`` its redacted view."""
 
     stream: str
     revision: int
@@ -77,10 +78,12 @@ class Event:
     data: str | None
     data_sha256: str
     metadata: Mapping[str, str]
+    view: Mapping[str, Any] | None = None
 
     def body(self) -> dict[str, Any] | None:
+        """The data as a JSON object, else the view (withheld data), else None."""
         if self.data is None:
-            return None
+            return dict(self.view) if self.view is not None else None
         try:
             parsed = json.loads(self.data)
         except ValueError:
@@ -116,6 +119,10 @@ class Report:
     def fail(self, check: str, stream: str, revision: int | None, message: str) -> None:
         self.problems.append(Problem(check, stream, revision, message))
 
+    def failed(self, check: str) -> bool:
+        """Whether a check of this kind has failed."""
+        return any(problem.check == check for problem in self.problems)
+
     def text(self) -> str:
         """The readable report, ending with OK or FAILED and the first problem."""
         out = list(self.lines)
@@ -132,17 +139,21 @@ def verify_bundle(
     *,
     allow_uncovered: bool = False,
     not_before: str | None = None,
+    policy: Policy | None = None,
 ) -> Report:
     """Verify a parsed bundle against the trusted public keys (key id -> key).
 
     Args:
         bundle: The parsed JSON of a bundle.
-        trusted: Key id -> public key; only these keys' checkpoints count.
+        trusted: Key id -> public key; only these keys' checkpoints count, and those of
+            keys a chain of valid rotations in the bundle leads to from them.
         allow_uncovered: Report events after the last checkpoint as warnings.
         not_before: An RFC 3339 time the last checkpoint may not be older than.
             Without an outside anchor like this, a bundle cut back to an
             earlier checkpoint (and its signature) is indistinguishable from
             the session as it was then.
+        policy: The policy the session must have run under (an outside anchor,
+            like the keys): every policy the bundle records must be this one.
     """
     report = Report()
     try:
@@ -176,7 +187,7 @@ def verify_bundle(
             "checkpoints",
             lambda: _check_checkpoints(report, tree, trusted, allow_uncovered, not_before),
         ),
-        ("delegation", lambda: _check_delegation(report, tree)),
+        ("delegation", lambda: _check_authority(report, tree, policy)),
         ("containment", lambda: _check_containment(report, tree)),
     ]
     for check, stage in stages:
@@ -198,8 +209,16 @@ def _parse(bundle: Any) -> tuple[str, dict[str, list[Event]]]:
     if set(bundle) != _BUNDLE_FIELDS:
         extra, missing = set(bundle) - _BUNDLE_FIELDS, _BUNDLE_FIELDS - set(bundle)
         raise InvalidInput(f"bundle fields: unknown {sorted(extra)}, missing {sorted(missing)}")
-    if bundle["format"] != BUNDLE_FORMAT or bundle["version"] != BUNDLE_VERSION:
-        raise InvalidInput(f"not an {BUNDLE_FORMAT} version {BUNDLE_VERSION} bundle")
+    version = bundle["version"]
+    if (
+        bundle["format"] != ledger.BUNDLE_FORMAT
+        or not isinstance(version, int)
+        or version not in _EVENT_FIELDS
+    ):
+        raise InvalidInput(
+            f"not an {ledger.BUNDLE_FORMAT} bundle of version "
+            f"{' or '.join(map(str, sorted(_EVENT_FIELDS)))}"
+        )
     session_id = bundle["session_id"]
     if not isinstance(session_id, str) or not session_id:
         raise InvalidInput("session_id must be a non-empty string")
@@ -215,13 +234,13 @@ def _parse(bundle: Any) -> tuple[str, dict[str, list[Event]]]:
         name, raw_events = raw["name"], raw["events"]
         if not isinstance(name, str) or not isinstance(raw_events, list) or name in streams:
             raise InvalidInput(f"stream {name!r} is malformed or repeated")
-        streams[name] = [_event(name, e) for e in raw_events]
+        streams[name] = [_event(name, e, _EVENT_FIELDS[version]) for e in raw_events]
     return session_id, streams
 
 
-def _event(stream: str, raw: Any) -> Event:
-    if not isinstance(raw, Mapping) or set(raw) != _EVENT_FIELDS:
-        raise InvalidInput(f"an event of {stream} must have exactly {sorted(_EVENT_FIELDS)}")
+def _event(stream: str, raw: Any, fields: frozenset[str]) -> Event:
+    if not isinstance(raw, Mapping) or set(raw) != fields:
+        raise InvalidInput(f"an event of {stream} must have exactly {sorted(fields)}")
     revision, metadata = raw["revision"], raw["metadata"]
     if not isinstance(revision, int) or isinstance(revision, bool):
         raise InvalidInput(f"an event of {stream} has a non-integer revision")
@@ -234,8 +253,11 @@ def _event(stream: str, raw: Any) -> Event:
             raise InvalidInput(f"{stream}@{revision}: {name} must be a string")
     if raw["data"] is not None and not isinstance(raw["data"], str):
         raise InvalidInput(f"{stream}@{revision}: data must be a string or null")
+    view = raw.get("view")
+    if view is not None and not isinstance(view, dict):
+        raise InvalidInput(f"{stream}@{revision}: view must be an object or null")
     return Event(
-        stream, revision, raw["id"], raw["type"], raw["data"], raw["data_sha256"], metadata
+        stream, revision, raw["id"], raw["type"], raw["data"], raw["data_sha256"], metadata, view
     )
 
 
@@ -253,19 +275,10 @@ def _check_chain(report: Report, name: str, stream: Sequence[Event]) -> None:
                 f"expected revision {position}: an event was removed, added or moved",
             )
             return
-        if event.data is None:
-            if event.type not in REDACTABLE:
-                report.fail("integrity", name, position, f"the data of {event.type} is withheld")
-                return
-        else:
-            try:
-                actual = hashlib.sha256(event.data.encode()).hexdigest()
-            except UnicodeEncodeError:
-                report.fail("integrity", name, position, "the data is not valid UTF-8 text")
-                return
-            if actual != event.data_sha256:
-                report.fail("integrity", name, position, "the data does not match its digest")
-                return
+        problem = _data_problem(event)
+        if problem is not None:
+            report.fail("integrity", name, position, problem)
+            return
         metadata = event.metadata
         stored = metadata.get(ledger.HASH_KEY)
         if stored is None:
@@ -283,7 +296,48 @@ def _check_chain(report: Report, name: str, stream: Sequence[Event]) -> None:
         if expected != stored:
             report.fail("integrity", name, position, "the hash does not match the event")
             return
+        problem = _view_problem(event)
+        if problem is not None:
+            report.fail("integrity", name, position, problem)
+            return
         prev = stored
+
+
+def _data_problem(event: Event) -> str | None:
+    """Why the event's data (or its absence) is not what it may be, if it is not."""
+    if event.data is None:
+        if event.type in redaction.KEPT:
+            return f"the data of {event.type} is withheld; it holds no conversation"
+        if events.REDACTED_KEY in event.metadata and event.view is None:
+            return f"the data of {event.type} is withheld without its committed view"
+        return None
+    if event.view is not None:
+        return "an event with both its data and a view"
+    try:
+        actual = hashlib.sha256(event.data.encode()).hexdigest()
+    except UnicodeEncodeError:
+        return "the data is not valid UTF-8 text"
+    return None if actual == event.data_sha256 else "the data does not match its digest"
+
+
+def _view_problem(event: Event) -> str | None:
+    """Why the event's view does not match its commitment ``aj.redacted``, if it does not."""
+    committed = event.metadata.get(events.REDACTED_KEY)
+    if committed is None:
+        return None if event.view is None else "a view without a commitment (aj.redacted)"
+    if event.view is not None:
+        shown: Any = event.view
+    else:
+        assert event.data is not None
+        try:
+            shown = redaction.view(event.type, event.data.encode(), event.metadata)
+        except ValueError:
+            return f"the data of {event.type} is not a JSON object"
+        if shown is None:
+            return f"{event.type} carries a view commitment but has no view"
+    if redaction.view_digest(shown) != committed:
+        return "the redacted view does not match its commitment (aj.redacted)"
+    return None
 
 
 # -- the tree -----------------------------------------------------------------------
@@ -296,10 +350,12 @@ class _Tree:
         self.session_id = session_id
         self.session_stream = session_stream
         self.ledger_stream = ledger.ledger_stream(session_id)
+        self.authority_stream = authority_stream(session_id)
         self.streams = streams
         self.by_id = {e.id: e for stream in streams.values() for e in stream}
         self._grants: list[Event] | None = None
         self._authorities: dict[str, Authority | None] = {}
+        self.policies = _Policies()  # filled by the authority check
         # Subsession stream -> the parent copy of the SubagentStarted that opened it.
         self.opened_by: dict[str, Event] = {}
         for stream in streams.values():
@@ -310,15 +366,20 @@ class _Tree:
                     if isinstance(child, str):
                         self.opened_by[child] = event
 
-    def root_grants(self) -> list[Event]:
-        """The run roots' ``AuthorityGranted`` events on the session stream, in order."""
+    def is_tree_stream(self, name: str) -> bool:
+        """Whether ``name`` is the session stream or a subsession (not a log or the keys)."""
+        return name not in (self.ledger_stream, self.authority_stream, KEYS_STREAM)
+
+    def root_grants(self, stream: str) -> list[Event]:
+        """The ``AuthorityGranted`` events of the runs that started on ``stream``, in order."""
         if self._grants is None:
             self._grants = [
                 event
-                for event in self.streams[self.session_stream]
+                for events_of in self.streams.values()
+                for event in events_of
                 if event.type == events.AUTHORITY_GRANTED
             ]
-        return self._grants
+        return [grant for grant in self._grants if grant.stream == stream]
 
     def authority(self, event: Event) -> Authority | None:
         """The authority an ``AuthorityGranted`` or ``SubagentStarted`` records (parsed once)."""
@@ -331,6 +392,9 @@ class _Tree:
             )
             self._authorities[event.id] = None if raw is None else Authority.from_json(raw)
         return self._authorities[event.id]
+
+    def twin_of(self, event: Event) -> Event | None:
+        return self.by_id.get(event.metadata.get(events.TWIN_KEY, ""))
 
     def head(self, stream: str) -> Event | None:
         found = self.streams.get(stream)
@@ -352,8 +416,12 @@ def _check_twins(report: Report, tree: _Tree) -> None:
             or twin.metadata.get(events.TWIN_KEY) != parent.id
         ):
             report.fail("twins", child, 0, "SubagentStarted twins do not name each other")
+        elif tree.authority(parent) != tree.authority(twin):
+            report.fail(
+                "twins", child, 0, "the two copies of SubagentStarted grant different authorities"
+            )
     for name in tree.streams:
-        if name not in (tree.session_stream, tree.ledger_stream) and name not in tree.opened_by:
+        if name != tree.session_stream and tree.is_tree_stream(name) and name not in tree.opened_by:
             report.fail("twins", name, None, "a subsession no handoff in the bundle opened")
     for stream in tree.streams.values():
         for event in stream:
@@ -361,7 +429,7 @@ def _check_twins(report: Report, tree: _Tree) -> None:
             if event.type != events.SUBAGENT_COMPLETED or closes is None:
                 continue
             completed += 1
-            mate = tree.by_id.get(event.metadata.get(events.TWIN_KEY, ""))
+            mate = tree.twin_of(event)
             last = tree.head(closes)
             if (
                 mate is None
@@ -376,11 +444,40 @@ def _check_twins(report: Report, tree: _Tree) -> None:
                 report.fail(
                     "twins", event.stream, event.revision, "aj.closes_hash is not the subsession's"
                 )
-    if not any(p.check == "twins" for p in report.problems):
-        report.lines.append(f"twins: {started} subagents started, {completed} closed, links ok")
+    if not report.failed("twins"):
+        report.lines.append(
+            f"twins: {_count(started, 'subagent')} started, {completed} closed, links ok"
+        )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 # -- checkpoints ----------------------------------------------------------------------
+
+
+def _trusted_keys(
+    report: Report, tree: _Tree, trusted: Mapping[str, Ed25519PublicKey]
+) -> Mapping[str, Ed25519PublicKey]:
+    """The caller's keys and those that valid rotations on ``AgentKeys`` lead to."""
+    rotations: list[ledger.KeyRotation] = []
+    for event in tree.streams.get(KEYS_STREAM, []):
+        try:
+            if event.type != ledger.KEY_ROTATED:
+                raise InvalidInput(f"{event.type} does not belong on {KEYS_STREAM}")
+            rotations.append(ledger.KeyRotation.decode(event.body()))
+        except InvalidInput as error:
+            report.fail("checkpoints", event.stream, event.revision, str(error))
+    keys = ledger.trusted_closure(trusted, rotations)
+    if rotations:
+        added = sorted(set(keys) - set(trusted))
+        report.lines.append(
+            f"keys: {_count(len(trusted), 'trusted key')} given; "
+            f"{_count(len(rotations), 'rotation')} recorded; followed to "
+            + (", ".join(added) if added else "no other key")
+        )
+    return keys
 
 
 def _check_checkpoints(
@@ -390,31 +487,39 @@ def _check_checkpoints(
     allow_uncovered: bool,
     not_before: str | None,
 ) -> None:
+    keys = _trusted_keys(report, tree, trusted)
     signed: list[tuple[Event, ledger.Checkpoint]] = []
     for event in tree.streams.get(tree.ledger_stream, []):
+        where = ("checkpoints", event.stream, event.revision)
         if event.type != ledger.CHECKPOINT:
+            report.fail(*where, f"{event.type} does not belong on the checkpoint stream")
             continue
-        body = event.body()
         try:
-            checkpoint = ledger.Checkpoint.decode(body)
+            checkpoint = ledger.Checkpoint.decode(event.body())
         except InvalidInput as error:
-            report.fail("checkpoints", event.stream, event.revision, str(error))
+            report.fail(*where, str(error))
             continue
-        public = trusted.get(checkpoint.key_id)
+        public = keys.get(checkpoint.key_id)
         if public is None:
             report.fail(
-                "checkpoints",
-                event.stream,
-                event.revision,
-                f"signed by {checkpoint.key_id}, which is not a trusted key",
+                *where,
+                f"signed by {checkpoint.key_id}, which is not a trusted key nor one a "
+                "trusted key rotated to: not counted",
             )
             continue
         if not checkpoint.verify(public):
-            report.fail("checkpoints", event.stream, event.revision, "the signature is invalid")
+            report.fail(*where, "the signature is invalid")
             continue
         if checkpoint.session_id != tree.session_id:
+            report.fail(*where, "a checkpoint of another session")
+            continue
+        if checkpoint.sequence != event.revision or checkpoint.previous != event.metadata.get(
+            ledger.PREV_KEY
+        ):
             report.fail(
-                "checkpoints", event.stream, event.revision, "a checkpoint of another session"
+                *where,
+                f"signed for ledger revision {checkpoint.sequence}: the checkpoints were "
+                "reordered or spliced",
             )
             continue
         for stream, (revision, digest) in checkpoint.heads.items():
@@ -440,7 +545,6 @@ def _check_checkpoints(
             report.fail("checkpoints", tree.ledger_stream, None, "no trusted checkpoint")
         report.lines.append("checkpoints: none trusted (tail truncation is not detectable)")
         return
-    last_event, last = signed[-1]
     # Each checkpoint was checked against the chains: what any of them covers is
     # covered (writers in several processes sign what each of them knew).
     covered: dict[str, int] = {}
@@ -450,23 +554,23 @@ def _check_checkpoints(
     uncovered = [
         (name, covered.get(name, -1) + 1)
         for name, stream in tree.streams.items()
-        if name != tree.ledger_stream and covered.get(name, -1) < len(stream) - 1
+        if name not in (tree.ledger_stream, KEYS_STREAM) and covered.get(name, -1) < len(stream) - 1
     ]
+    last_event, last = signed[-1]  # the newest by sequence: the ledger's order is signed
     if tree.head(tree.ledger_stream) is not last_event:
         uncovered.append((tree.ledger_stream, last_event.revision + 1))
-    keys = sorted({c.key_id for _, c in signed})
+    names = sorted({c.key_id for _, c in signed})
     report.lines.append(
-        f"checkpoints: {len(signed)} signed by {', '.join(keys)}; the last at "
+        f"checkpoints: {len(signed)} signed by {', '.join(names)}; the newest at "
         f"{last_event.stream}@{last_event.revision}, signed {last.signed_at}"
     )
-    newest = max((checkpoint.signed_at for _, checkpoint in signed), key=_instant)
-    if not_before is not None and _instant(newest) < _instant(not_before):
+    if not_before is not None and _instant(last.signed_at) < _instant(not_before):
         report.fail(
             "checkpoints",
             tree.ledger_stream,
             last_event.revision,
-            f"the newest checkpoint ({newest}) is older than {not_before}: the session was "
-            "cut back",
+            f"the newest checkpoint ({last.signed_at}) is older than {not_before}: the session "
+            "was cut back",
         )
     for name, revision in uncovered:
         message = "events after the last checkpoint (not covered by a signature)"
@@ -492,58 +596,202 @@ def _covered(tree: _Tree, checkpoint: ledger.Checkpoint) -> dict[str, int]:
             for event in stream[: covered.get(name, -1) + 1]:
                 child = event.metadata.get(events.CLOSES_KEY)
                 if child and covered.get(child, -1) < len(tree.streams.get(child, [])) - 1:
-                    twin = tree.by_id.get(event.metadata.get(events.TWIN_KEY, ""))
+                    twin = tree.twin_of(event)
                     if twin is not None and twin.stream == child:
                         covered[child] = twin.revision
                         changed = True
     return covered
 
 
-# -- delegation and containment ---------------------------------------------------------
+# -- authority ----------------------------------------------------------------------
 
 
 def _authority_at(tree: _Tree, stream: str, revision: int) -> Authority | None:
-    """The effective authority of the agent speaking on ``stream`` at ``revision``."""
-    if stream == tree.session_stream:
-        grants = tree.root_grants()
-        position = bisect.bisect_left(grants, revision, key=lambda grant: grant.revision)
-        return tree.authority(grants[position - 1]) if position else None
+    """The effective authority of the agent speaking on ``stream`` at ``revision``.
+
+    On the session stream, the newest run root before it; on a subsession, the
+    newest run root on it (a run resumed there), else the grant that opened it.
+    """
+    grants = tree.root_grants(stream)
+    position = bisect.bisect_left(grants, revision, key=lambda grant: grant.revision)
+    if position:
+        return tree.authority(grants[position - 1])
     opener = tree.opened_by.get(stream)
     return tree.authority(opener) if opener is not None else None
 
 
-def _check_delegation(report: Report, tree: _Tree) -> None:
-    checked = 0
-    for child, opener in tree.opened_by.items():
+class _Policies:
+    """The policies an authority log recorded, by digest."""
+
+    def __init__(self) -> None:
+        self.by_digest: dict[str, Policy] = {}
+
+    def get(self, digest: str | None) -> Policy:
+        if digest is None or digest not in self.by_digest:
+            raise InvalidInput(f"policy {digest} is not on the authority log")
+        return self.by_digest[digest]
+
+
+def _check_authority(report: Report, tree: _Tree, anchor: Policy | None) -> None:
+    """The authority log replayed, every grant recomputed (see the module docs)."""
+    policies = tree.policies
+    log = tree.streams.get(tree.authority_stream, [])
+    grants = [
+        event
+        for stream in tree.streams.values()
+        for event in stream
+        if event.type == events.AUTHORITY_GRANTED
+        or (
+            event.type == events.SUBAGENT_STARTED
+            and events.INDEX_KEY in event.metadata
+            and tree.authority(event) is not None
+        )
+    ]
+    if not log:
+        if anchor is not None and grants:
+            report.fail("delegation", tree.session_stream, None, "grants without a recorded policy")
+        _check_narrowing(report, tree, grants)
+        return
+    held: dict[str, Any] = {}
+    logged: set[str] = set()
+    for entry in log:
+        where = ("delegation", entry.stream, entry.revision)
         try:
-            granted = tree.authority(opener)
-            if granted is None:
-                continue
-            sender = _authority_at(tree, opener.stream, opener.revision)
+            held = _replay(report, tree, entry, held, policies, anchor, logged)
         except InvalidInput as error:
-            report.fail("delegation", opener.stream, opener.revision, str(error))
+            report.fail(*where, str(error))
+    for grant in grants:
+        if grant.id not in logged:
+            report.fail(
+                "delegation",
+                grant.stream,
+                grant.revision,
+                "a grant the authority log does not hold",
+            )
+    if not report.failed("delegation"):
+        recorded = len(policies.by_digest)
+        report.lines.append(
+            f"delegation: {_count(recorded, 'policy')} recorded"
+            + (" (the one given)" if anchor is not None else "")
+            + f"; {_count(len(grants), 'grant')}, each recomputed from its policy"
+        )
+
+
+def _replay(
+    report: Report,
+    tree: _Tree,
+    entry: Event,
+    held: dict[str, Any],
+    policies: _Policies,
+    anchor: Policy | None,
+    logged: set[str],
+) -> dict[str, Any]:
+    """Apply one log entry; return what every agent holds after it."""
+    where = ("delegation", entry.stream, entry.revision)
+    body = entry.body()
+    if body is None:
+        raise InvalidInput(f"{entry.type} is not a JSON object")
+    if entry.type == events.POLICY_RECORDED:
+        recorded = events.PolicyRecorded.decode(json.dumps(body).encode())
+        policy = Policy.from_json(recorded.policy)
+        if policy.digest != recorded.digest:
+            report.fail(*where, "the policy does not match its digest")
+        elif anchor is not None and recorded.digest != anchor.digest:
+            report.fail(
+                *where, f"the session ran under policy {recorded.digest}, not the one given"
+            )
+        policies.by_digest[recorded.digest] = policy
+        return held
+    if entry.type == events.AUTHORITY_RESET:
+        reset = events.AuthorityReset.decode(json.dumps(body).encode())
+        policies.get(reset.policy)
+        after = {name: value for name, value in held.items() if name != reset.agent}
+        _same_held(report, entry, reset.held, after)
+        return after
+    if entry.type != events.AUTHORITY_HELD:
+        raise InvalidInput(f"{entry.type} does not belong on the authority log")
+    record = events.AuthorityHeld.decode(json.dumps(body).encode())
+    policy = policies.get(record.policy)
+    grant = tree.by_id.get(record.event)
+    cause = {"run": events.AUTHORITY_GRANTED, "handoff": events.SUBAGENT_STARTED}.get(record.cause)
+    if grant is None or grant.type != cause or grant.stream != record.stream:
+        raise InvalidInput(f"the {record.cause} grant {record.event} is not in the tree")
+    granted = tree.authority(grant)
+    own = policy.authority_of(record.agent)
+    sender: Authority | None = None
+    if record.cause == "handoff":
+        agent = (grant.body() or {}).get("agent_type")
+        sender = _authority_at(tree, grant.stream, grant.revision)
+        expected = meet(sender, own) if sender is not None else None
+    else:
+        agent = (grant.body() or {}).get("agent")
+        expected = _run_root(tree, grant, own, held.get(record.agent))
+    if agent != record.agent:
+        raise InvalidInput(f"the grant is for {agent!r}, its log entry for {record.agent!r}")
+    at = ("delegation", grant.stream, grant.revision)
+    if expected is None or granted is None:
+        report.fail(*at, "a grant without the sender's authority")
+    elif sender is not None and not granted.is_narrower_than(sender):
+        report.fail(*at, f"the authority granted to {record.agent} is wider than its sender's")
+    elif granted != expected:
+        report.fail(
+            *at,
+            f"{record.agent} was granted {granted.to_json()}, but the policy gives "
+            f"{expected.to_json()}",
+        )
+    elif Authority.from_json(record.authority) != granted:
+        report.fail(*where, "the log entry differs from the grant it names")
+    logged.add(grant.id)
+    after = {**held, record.agent: record.authority}
+    _same_held(report, entry, record.held, after)
+    return after
+
+
+def _run_root(tree: _Tree, grant: Event, own: Authority, last: Any) -> Authority:
+    """What a run's first agent may hold: its entry met with what it last held, or —
+    resuming inside an open subagent — with that subagent's grant (nothing without one)."""
+    if grant.stream != tree.session_stream:
+        opener = tree.opened_by.get(grant.stream)
+        opened = tree.authority(opener) if opener is not None else None
+        return meet(own, opened) if opened is not None else Authority()
+    return meet(own, Authority.from_json(last)) if last is not None else own
+
+
+def _same_held(report: Report, entry: Event, recorded: Any, expected: Mapping[str, Any]) -> None:
+    if not isinstance(recorded, Mapping) or {
+        name: Authority.from_json(value) for name, value in recorded.items()
+    } != {name: Authority.from_json(value) for name, value in expected.items()}:
+        report.fail(
+            "delegation", entry.stream, entry.revision, "what every agent holds does not add up"
+        )
+
+
+def _check_narrowing(report: Report, tree: _Tree, grants: list[Event]) -> None:
+    """Without a log: each handoff grant is narrower than its sender's authority."""
+    checked = 0
+    for opener in grants:
+        if opener.type != events.SUBAGENT_STARTED:
             continue
         checked += 1
+        granted = tree.authority(opener)
+        sender = _authority_at(tree, opener.stream, opener.revision)
+        where = ("delegation", opener.stream, opener.revision)
         if sender is None:
-            report.fail(
-                "delegation",
-                opener.stream,
-                opener.revision,
-                "a grant without the sender's authority",
-            )
-        elif not granted.is_narrower_than(sender):
-            report.fail(
-                "delegation",
-                opener.stream,
-                opener.revision,
-                f"the authority granted to {child} is wider than its sender's",
-            )
-    if not any(p.check == "delegation" for p in report.problems):
-        report.lines.append(f"delegation: {checked} grants, each narrower than its sender's")
+            report.fail(*where, "a grant without the sender's authority")
+        elif granted is not None and not granted.is_narrower_than(sender):
+            report.fail(*where, "the authority granted is wider than its sender's")
+    if not report.failed("delegation") and checked:
+        report.lines.append(
+            f"delegation: no policy recorded; {_count(checked, 'grant')}, "
+            "each narrower than its sender's"
+        )
+
+
+# -- containment ----------------------------------------------------------------------
 
 
 def _check_containment(report: Report, tree: _Tree) -> None:
-    executed = 0
+    executed = guarded = bounded = 0
     for name, stream in tree.streams.items():
         index = _CallIndex(stream)
         for event in stream:
@@ -561,22 +809,52 @@ def _check_containment(report: Report, tree: _Tree) -> None:
             if decided is not None and decided.get("decision") == "BLOCK":
                 continue  # refused by the guardrail: the output is the refusal
             executed += 1
-            if meta.get(events.GUARDED_KEY) == "1" and (
-                decided is None or decided.get("decision") not in ("ALLOW", "MODIFY")
-            ):
-                report.fail(
-                    "containment",
-                    name,
-                    event.revision,
-                    f"tool call {call_id} ran without an ALLOW or MODIFY decision",
-                )
-            rule_text = meta.get(events.TOOL_RULE_KEY)
-            if rule_text is not None:
-                _check_within(report, tree, event, rule_text, decided)
-    if not any(p.check == "containment" for p in report.problems):
-        report.lines.append(
-            f"containment: {executed} executed tool calls, each decided and within authority"
-        )
+            marker = _call_marker(event)
+            where = ("containment", name, event.revision)
+            if meta.get(events.GUARDED_KEY) == "1":
+                guarded += 1
+                if decided is None or decided.get("decision") not in ("ALLOW", "MODIFY"):
+                    report.fail(
+                        *where, f"tool call {call_id} ran without an ALLOW or MODIFY decision"
+                    )
+                elif decided.get("payload_digest") != marker.get("payload_digest"):
+                    report.fail(*where, f"the decision on {call_id} was about another call")
+            if events.TOOL_RULE_KEY in meta:
+                bounded += 1
+                _check_within(report, tree, event, marker, decided)
+    for stream in tree.streams.values():
+        for event in stream:
+            if event.type == events.AUTHORITY_REFUSED:
+                _check_refusal(report, tree, event)
+    if not report.failed("containment"):
+        if not executed:
+            summary = "no executed tool calls"
+        else:
+            parts = [_count(executed, "executed tool call")]
+            parts.append(
+                f"{guarded} decided by the guardrail"
+                if guarded
+                else "no guardrail decisions expected"
+            )
+            parts.append(f"{bounded} within authority" if bounded else "no policy to check")
+            summary = "; ".join(parts)
+        report.lines.append(f"containment: {summary}")
+
+
+def _call_marker(event: Event) -> dict[str, Any]:
+    """The call's marker (name, payload digest, ceiling inputs): from its view, or computed
+    from its data exactly as the view was."""
+    body = event.body() or {}
+    if event.type == "OpenAIItemRecorded":
+        item: Any = body.get("item")
+    else:
+        item = body.get("extensions", {}).get("openai", {}).get("item_json")
+    if redaction.is_withheld(item):
+        return dict(item)
+    if isinstance(item, str):
+        item = json.loads(item)
+    rule = json.loads(event.metadata.get(events.TOOL_RULE_KEY, "null"))
+    return redaction.call_marker(item, rule if isinstance(rule, Mapping) else None)
 
 
 class _CallIndex:
@@ -617,48 +895,117 @@ class _CallIndex:
         return found
 
 
+def _policy_rule(tree: _Tree, event: Event, tool: str) -> ToolRule | None:
+    """The rule of ``tool`` in the policy the event names (``aj.policy``).
+
+    Raises:
+        InvalidInput: The event names no policy, or one the log did not record.
+    """
+    return tree.policies.get(event.metadata.get(events.POLICY_KEY)).tools.get(tool)
+
+
 def _check_within(
-    report: Report, tree: _Tree, event: Event, rule_text: str, decided: dict[str, Any] | None
+    report: Report,
+    tree: _Tree,
+    event: Event,
+    marker: Mapping[str, Any],
+    decided: dict[str, Any] | None,
 ) -> None:
     where = ("containment", event.stream, event.revision)
     call_id = event.metadata.get(events.CALL_ID_KEY)
+    name = str(marker.get("name", ""))
     try:
-        raw_rule = json.loads(rule_text)
+        rule = _policy_rule(tree, event, name)
         authority = _authority_at(tree, event.stream, event.revision)
-    except (ValueError, InvalidInput) as error:
-        report.fail(*where, f"unreadable rule or authority: {error}")
+    except InvalidInput as error:
+        report.fail(*where, f"tool call {call_id}: {error}")
         return
-    if raw_rule is None:
+    recorded = json.loads(event.metadata[events.TOOL_RULE_KEY])
+    if rule is None:
         report.fail(*where, f"tool call {call_id} ran with no rule in the policy")
+        return
+    if recorded != {"scope": rule.scope, "ceilings": dict(rule.ceilings)}:
+        report.fail(*where, f"tool call {call_id} carries another rule than its policy's")
         return
     if authority is None:
         report.fail(*where, f"tool call {call_id} ran with no recorded authority")
         return
-    rule = ToolRule(raw_rule["scope"], raw_rule.get("ceilings", {}))
-    item = _item(event)
-    call = call_of(item) if item is not None else None
-    name = call.name if call is not None else "tool"
-    arguments: str | None = call.arguments if call is not None else None
+    inputs = marker.get("ceilings", {})
     if decided is not None and decided.get("decision") == "MODIFY":
-        arguments = decided["modified_payload"]["function"]["arguments"]
-    if arguments is None:
-        if not authority.holds(rule.scope):
-            report.fail(*where, f"tool call {call_id} ran without scope {rule.scope}")
-        return  # withheld: the ceilings cannot be checked
-    refusal = Policy(tools={name: rule}).check_call(authority, name, arguments)
+        inputs = _modified_inputs(decided, recorded)
+    refusal = _refused(authority, rule, inputs)
     if refusal is not None:
-        report.fail(*where, f"tool call {call_id} ran beyond authority: {refusal.reason}")
+        report.fail(*where, f"tool call {call_id} ran beyond authority: {refusal}")
 
 
-def _item(event: Event) -> dict[str, Any] | None:
-    body = event.body()
-    if body is None:
-        return None
-    text = body.get("extensions", {}).get("openai", {}).get("item_json")
-    if isinstance(text, str):
-        try:
-            item = json.loads(text)
-        except ValueError:
-            return None
-        return item if isinstance(item, dict) else None
+def _modified_inputs(decided: Mapping[str, Any], rule: Mapping[str, Any]) -> Any:
+    modified: Any = decided["modified_payload"]
+    if redaction.is_withheld(modified):
+        return modified.get("ceilings", {})
+    return redaction.ceiling_inputs(modified["function"]["arguments"], rule)
+
+
+def _refused(authority: Authority, rule: ToolRule, inputs: Mapping[str, Any]) -> str | None:
+    """Why the policy refuses a call with these ceiling inputs, if it does (the invocation
+    gate, on inputs: see :func:`agentjournal.redaction.permits`)."""
+    if not authority.holds(rule.scope):
+        return f"scope {rule.scope!r} is not held"
+    for name, path in rule.ceilings.items():
+        ceiling = authority.ceilings.get(name)
+        if ceiling is None:
+            continue
+        found = inputs.get(path)
+        if not isinstance(found, Mapping) or found.get("absent"):
+            return f"argument {path!r} that ceiling {name!r} reads is missing"
+        if not redaction.permits(ceiling, dict(found)):
+            return f"{path} is beyond ceiling {name!r}"
     return None
+
+
+def _check_refusal(report: Report, tree: _Tree, event: Event) -> None:
+    """An ``AuthorityRefused`` is a refusal its policy makes."""
+    if events.POLICY_KEY not in event.metadata:
+        return  # written before policies were recorded: nothing to recompute against
+    where = ("containment", event.stream, event.revision)
+    body = event.body() or {}
+    policy = tree.policies.get(event.metadata[events.POLICY_KEY])
+    authority = Authority.from_json(body["authority"])
+    current = _authority_at(tree, event.stream, event.revision)
+    if current is not None and current != authority and body.get("agent") == _speaker(tree, event):
+        report.fail(*where, "the refusal records another authority than the agent held")
+        return
+    subject, gate = body["subject"], body["gate"]
+    if body["kind"] == "handoff":
+        wrong = policy.check_handoff(authority, subject, gate) is None
+    elif gate in (Gate.TOOL_VISIBILITY, Gate.MCP_VISIBILITY):
+        wrong = policy.visible(authority, subject) is None
+    else:
+        rule = policy.tools.get(subject)
+        inputs = _refused_inputs(tree, event, body)
+        wrong = (
+            rule is not None and inputs is not None and _refused(authority, rule, inputs) is None
+        )
+    if wrong:
+        report.fail(*where, f"the policy allows what was refused: {subject} ({gate})")
+
+
+def _speaker(tree: _Tree, event: Event) -> str | None:
+    """The agent whose authority governs ``event``'s stream at its revision."""
+    grants = tree.root_grants(event.stream)
+    position = bisect.bisect_left(grants, event.revision, key=lambda grant: grant.revision)
+    if position:
+        return (grants[position - 1].body() or {}).get("agent")
+    opener = tree.opened_by.get(event.stream)
+    return (opener.body() or {}).get("agent_type") if opener is not None else None
+
+
+def _refused_inputs(tree: _Tree, event: Event, body: Mapping[str, Any]) -> Any:
+    """The ceiling inputs of a refused call: from its item on the stream, when it was stored."""
+    call_id = body.get("call_id")
+    for other in tree.streams[event.stream][event.revision + 1 :]:
+        if (
+            other.metadata.get(events.CALL_ID_KEY) == call_id
+            and other.metadata.get(events.ITEM_TYPE_KEY) in CALL_KINDS
+        ):
+            return _call_marker(other).get("ceilings", {})
+    return None  # the run stopped before the call was stored: only its scope is known

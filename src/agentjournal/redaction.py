@@ -1,0 +1,279 @@
+"""What a redacted bundle shows of each event, and why a verifier can trust it (pure).
+
+A redacted bundle must hold no user text, assistant text, tool argument or
+tool output, yet verify completely. Every event type falls in one of three
+classes:
+
+* **kept** — its data holds no conversation (lifecycle of the session,
+  authority, policies, checkpoints, pops and clears): shown whole;
+* **viewed** — its data mixes conversation with what a verifier needs (tool
+  calls, handoffs, subagent completions, guardrail decisions, authority
+  refusals): shown as its *view*, the data with every conversation value
+  replaced by a marker ``{"withheld": "sha256:..."}`` holding the digest of
+  that value (:func:`agentjournal.guardrails.actions.digest`);
+* **withheld** — everything else, including types this version does not
+  know: no data at all, only its digest.
+
+A view is committed when the event is written: ``aj.redacted`` in its
+metadata is the SHA-256 of the view's RFC 8785 bytes, and the metadata is in
+the hash chain. So a redacted bundle's view is bound to the chain exactly as
+the data is, and on an unredacted bundle the verifier recomputes each view
+from the data and checks the commitment, so a view can never say something
+the data does not.
+
+The arguments of a tool call are a marker that also carries what the
+authority checks need: the tool's name, the digest of the payload a guardrail
+was shown for the call (``payload_digest``, compared with the decision's),
+and the value of each argument a ceiling of the tool's rule reads —
+integers as they are (a cap compares numbers), strings only as digests (an
+allow, deny or ranked ceiling compares them with the digests of the policy's
+own values), anything else by its JSON type. See SCHEMA.md, "Redacted
+bundles".
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+import rfc8785
+
+from agentjournal import events, ledger
+from agentjournal.authority import AllowList, Cap, Ceiling, DenyList, Ranked
+from agentjournal.guardrails.actions import call_of, digest, tool_call_payload
+
+__all__ = [
+    "KEPT",
+    "VIEWED",
+    "CeilingInput",
+    "call_marker",
+    "ceiling_inputs",
+    "is_withheld",
+    "permits",
+    "view",
+    "view_digest",
+    "withheld",
+]
+
+KEPT: Final = frozenset(
+    {
+        events.SESSION_STARTED,
+        events.ITEM_POPPED,
+        events.SESSION_CLEARED,
+        events.AUTHORITY_GRANTED,
+        events.POLICY_RECORDED,
+        events.AUTHORITY_HELD,
+        events.AUTHORITY_RESET,
+        ledger.CHECKPOINT,
+        ledger.KEY_ROTATED,
+    }
+)
+"""Event types whose data a redacted bundle shows whole: they carry no conversation."""
+
+VIEWED: Final = frozenset(
+    {
+        "AssistantToolCallsGenerated",
+        "OpenAIItemRecorded",
+        events.SUBAGENT_STARTED,
+        events.SUBAGENT_COMPLETED,
+        events.GUARDRAIL_DECIDED,
+        events.AUTHORITY_REFUSED,
+    }
+)
+"""Event types that get a view (``OpenAIItemRecorded`` only for locally executed calls)."""
+
+CeilingInput = dict[str, Any]
+"""What a view keeps of one argument a ceiling reads: ``{"int": n}``, ``{"sha256": digest}``
+(a string), ``{"absent": true}`` or ``{"type": "<JSON type>"}``."""
+
+
+def withheld(value: Any) -> dict[str, str]:
+    """The marker that stands for a withheld value."""
+    return {"withheld": digest(value)}
+
+
+def is_withheld(value: Any) -> bool:
+    """Whether ``value`` is a marker rather than the value itself."""
+    return isinstance(value, Mapping) and "withheld" in value
+
+
+def view_digest(body: Any) -> str:
+    """Hex SHA-256 of the RFC 8785 bytes of a view (the ``aj.redacted`` value).
+
+    A view RFC 8785 cannot print (an integer beyond 2**53, a non-finite number) is
+    hashed as Python's sorted compact JSON instead: every reader computes the same.
+    """
+    try:
+        encoded: bytes = rfc8785.dumps(body)
+    except (rfc8785.CanonicalizationError, UnicodeError):
+        encoded = json.dumps(
+            body, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(encoded).hexdigest()
+
+
+def view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any] | None:
+    """The redacted view of an event; None when the type has none (kept or withheld whole).
+
+    Raises:
+        ValueError: The data of a viewed type is not a JSON object (the caller's bug, or a
+            forged event: a verifier reports it).
+    """
+    if type_ not in VIEWED:
+        return None
+    body = json.loads(data)
+    if not isinstance(body, dict):
+        raise ValueError(f"{type_} data is not a JSON object")
+    rule = _rule(metadata)
+    if type_ == "AssistantToolCallsGenerated":
+        return _tool_calls(body, rule)
+    if type_ == "OpenAIItemRecorded":
+        item = body.get("item")
+        if call_of(item) is None:
+            return None  # a message or an output: withheld whole
+        return {**body, "item": call_marker(item, rule)}
+    if type_ == events.SUBAGENT_STARTED:
+        return _replace(body, [("prompt",), ("extensions", "openai", "item_json")])
+    if type_ == events.SUBAGENT_COMPLETED:
+        return _replace(body, [("summary",), ("extensions", "openai", "reason")])
+    if type_ == events.GUARDRAIL_DECIDED:
+        shown = _replace(body, [("payload",), ("reason_message",)])
+        modified = body.get("modified_payload")
+        if modified is not None:
+            shown["modified_payload"] = _modified_marker(body, modified, rule)
+        return shown
+    return _replace(body, [("reason",), ("value",)])  # AuthorityRefused
+
+
+def call_marker(item: Any, rule: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The marker of a call item: withheld, with what containment needs (see the module)."""
+    marker: dict[str, Any] = withheld(item)
+    call = call_of(item)
+    if call is not None:
+        marker["name"] = call.name
+        marker["payload_digest"] = digest(
+            tool_call_payload(call.call_id, call.name, call.arguments, call.kind)
+        )
+        marker["ceilings"] = ceiling_inputs(call.arguments, rule)
+    return marker
+
+
+def ceiling_inputs(arguments: str, rule: Mapping[str, Any] | None) -> dict[str, CeilingInput]:
+    """What a view keeps of each argument the rule's ceilings read (argument path -> input)."""
+    paths = sorted(set(_ceilings(rule).values()))
+    if not paths:
+        return {}
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        parsed = None
+    return {path: _input(_argument(parsed, path)) for path in paths}
+
+
+def permits(ceiling: Ceiling, found: CeilingInput) -> bool:
+    """Whether ``ceiling`` permits the argument that ``found`` stands for.
+
+    Exactly ``ceiling.permits(value)``: a cap permits only integers, the other
+    kinds only strings, and a string is recognised by its digest.
+    """
+    if "int" in found:
+        return isinstance(ceiling, Cap) and ceiling.permits(found["int"])
+    text = found.get("sha256")
+    if not isinstance(text, str):
+        return False
+    if isinstance(ceiling, Ranked):
+        allowed = ceiling.order[: ceiling.order.index(ceiling.level) + 1]
+        return text in {digest(level) for level in allowed}
+    if isinstance(ceiling, AllowList):
+        return text in {digest(value) for value in ceiling.values}
+    if isinstance(ceiling, DenyList):
+        return text not in {digest(value) for value in ceiling.values}
+    return False  # Cap (not an integer) and Nothing
+
+
+# -- helpers --------------------------------------------------------------------------
+
+
+def _rule(metadata: Mapping[str, str]) -> Mapping[str, Any] | None:
+    text = metadata.get(events.TOOL_RULE_KEY)
+    if text is None:
+        return None
+    try:
+        rule = json.loads(text)
+    except ValueError:
+        return None
+    return rule if isinstance(rule, Mapping) else None
+
+
+def _ceilings(rule: Mapping[str, Any] | None) -> Mapping[str, str]:
+    ceilings = rule.get("ceilings") if rule is not None else None
+    if not isinstance(ceilings, Mapping):
+        return {}
+    return {str(name): path for name, path in ceilings.items() if isinstance(path, str)}
+
+
+_ABSENT: Final = object()
+
+
+def _argument(arguments: Any, path: str) -> Any:
+    value = arguments
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return _ABSENT
+        value = value[part]
+    return value
+
+
+def _input(value: Any) -> CeilingInput:
+    if value is _ABSENT:
+        return {"absent": True}
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"int": value}
+    if isinstance(value, str):
+        return {"sha256": digest(value)}
+    kinds = {bool: "boolean", float: "number", list: "array", dict: "object", type(None): "null"}
+    return {"type": kinds.get(type(value), "unknown")}
+
+
+def _replace(body: dict[str, Any], paths: list[tuple[str, ...]]) -> dict[str, Any]:
+    """A copy of ``body`` with the value at each path (where present) withheld."""
+    shown = copy.deepcopy(body)
+    for path in paths:
+        parent: Any = shown
+        for key in path[:-1]:
+            parent = parent.get(key) if isinstance(parent, dict) else None
+        if isinstance(parent, dict) and parent.get(path[-1]) is not None:
+            parent[path[-1]] = withheld(parent[path[-1]])
+    return shown
+
+
+def _tool_calls(body: dict[str, Any], rule: Mapping[str, Any] | None) -> dict[str, Any]:
+    shown = _replace(body, [])
+    for call in shown.get("tool_calls") or ():
+        if isinstance(call, dict) and "arguments" in call:
+            call["arguments"] = withheld(call["arguments"])
+    openai = shown.get("extensions", {}).get("openai")
+    if isinstance(openai, dict) and isinstance(openai.get("item_json"), str):
+        try:
+            item = json.loads(openai["item_json"])
+        except ValueError:
+            item = None
+        marker = call_marker(item, rule) if isinstance(item, dict) else {}
+        openai["item_json"] = {**marker, "withheld": digest(openai["item_json"])}
+    return shown
+
+
+def _modified_marker(
+    body: Mapping[str, Any], modified: Any, rule: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """A guardrail's replacement, withheld; for a tool call, with its ceiling inputs."""
+    marker: dict[str, Any] = withheld(modified)
+    if body.get("action_type") == "TOOL_CALL" and isinstance(modified, Mapping):
+        function = modified.get("function")
+        arguments = function.get("arguments") if isinstance(function, Mapping) else None
+        if isinstance(arguments, str):
+            marker["ceilings"] = ceiling_inputs(arguments, rule)
+    return marker

@@ -1,0 +1,318 @@
+"""A redacted bundle holds no conversation anywhere, and still verifies completely.
+
+One session written by the SDK's real Runner plants a unique marker in every
+kind of payload: the user's message, reasoning, tool arguments (one of them
+PII that the guardrail redacts with a MODIFY), a refused argument, tool and
+custom-tool outputs, a custom tool's input, the handoff's arguments, the final
+answer. The redacted bundle file is searched for each marker, and verified:
+chains, views against their commitments, checkpoints, delegation, and
+containment by digest (ceilings included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import re
+from typing import Any
+
+import pytest
+from agents import Agent, CustomTool, function_tool, handoff
+from agents.testing import ScriptedModel, assistant_message, function_call
+from openai.types.responses import ResponseCustomToolCall, ResponseReasoningItem
+from openai.types.responses.response_reasoning_item import Summary
+from pydantic import BaseModel
+
+from agentjournal import Journal
+from agentjournal.authority import AllowList, Authority, Cap, Ranked
+from agentjournal.bundle import export_bundle
+from agentjournal.policy import Policy, ToolRule
+from agentjournal.redaction import ceiling_inputs, permits, view, view_digest
+from agentjournal.verify import verify_bundle
+from guardrail_scenarios import run
+from http_stub import Reply
+from ledger_sessions import KEY, TRUSTED, rechain, relink, resign
+from scripted_guardrail import Replier, ScriptedGuardrail
+
+MARKERS = {
+    "user": "MARKUSER7c1",
+    "reasoning": "MARKREASON2b9",
+    "argument": "MARKARG5d3",
+    "pii": "markpii9e4@example.com",
+    "refused": "MARKREFUSED1a8",
+    "tool output": "MARKOUT3f6",
+    "custom input": "MARKCUSTOM8d2",
+    "custom output": "MARKCUSTOMOUT4c7",
+    "handoff": "MARKHANDOFF6e5",
+    "final": "MARKFINAL0a3",
+}
+
+POLICY = Policy(
+    agents={
+        "triage": Authority.of(
+            "orders.*", region=AllowList(frozenset({"eu", "us"})), spend=Cap(5_000)
+        ),
+        "billing": Authority.of("orders.read"),
+    },
+    tools={
+        "lookup_order": ToolRule("orders.read"),
+        "issue_refund": ToolRule("orders.refund", {"region": "region", "spend": "amount_cents"}),
+        "wipe": ToolRule("orders.write"),
+    },
+)
+
+
+class Escalation(BaseModel):
+    reason: str
+
+
+def _agents() -> Agent[Any]:
+    @function_tool
+    def lookup_order(order_id: str, contact: str) -> str:
+        """Look up an order."""
+        return f"{MARKERS['tool output']} for {order_id}"
+
+    @function_tool
+    def issue_refund(order_id: str, amount_cents: int, region: str) -> str:
+        """Refund an order."""
+        return f"refunded {amount_cents}"
+
+    def wipe(ctx: Any, text: str) -> str:
+        return MARKERS["custom output"]
+
+    async def on_handoff(ctx: Any, escalation: Escalation) -> None:
+        return None
+
+    billing: Agent[Any] = Agent(
+        name="billing", model=ScriptedModel([[assistant_message(MARKERS["final"])]])
+    )
+    thinking = ResponseReasoningItem(
+        id="r1", type="reasoning", summary=[Summary(text=MARKERS["reasoning"], type="summary_text")]
+    )
+    refund = {"order_id": "o1", "amount_cents": 250}
+    return Agent(
+        name="triage",
+        model=ScriptedModel(
+            [
+                [
+                    thinking,
+                    function_call(
+                        "lookup_order",
+                        {"order_id": MARKERS["argument"], "contact": MARKERS["pii"]},
+                        call_id="t1",
+                    ),
+                ],
+                [
+                    function_call(
+                        "issue_refund", {**refund, "region": MARKERS["refused"]}, call_id="t2"
+                    )
+                ],
+                [function_call("issue_refund", {**refund, "region": "eu"}, call_id="t3")],
+                [
+                    ResponseCustomToolCall(
+                        type="custom_tool_call",
+                        call_id="c1",
+                        name="wipe",
+                        input=MARKERS["custom input"],
+                    )
+                ],
+                [
+                    function_call(
+                        "transfer_to_billing", {"reason": MARKERS["handoff"]}, call_id="h1"
+                    )
+                ],
+            ]
+        ),
+        tools=[
+            lookup_order,
+            issue_refund,
+            CustomTool(name="wipe", description="Wipe.", on_invoke_tool=wipe),
+        ],
+        handoffs=[handoff(billing, input_type=Escalation, on_handoff=on_handoff)],
+    )
+
+
+def _redact_pii(body: dict[str, Any]) -> Reply:
+    """ALLOW, but a tool call that carries an e-mail address is MODIFIED without it."""
+    payload = body["payload"]
+    answer: dict[str, Any] = {"action_id": body["action_id"], "decision": "ALLOW"}
+    text = json.dumps(payload)
+    if body["action_type"] == "TOOL_CALL" and "@" in text:
+        function = payload["function"]
+        redacted = re.sub(r"[\w.]+@[\w.]+", "[EMAIL]", function["arguments"])
+        answer.update(
+            decision="MODIFY",
+            reason_code="PII",
+            reason_message=f"redacted {MARKERS['pii']}",
+            modified_payload={**payload, "function": {**function, "arguments": redacted}},
+        )
+    return Reply(body=json.dumps(answer).encode())
+
+
+async def _record() -> tuple[dict[str, Any], dict[str, Any]]:
+    async with Journal.open("sqlite://:memory:", signing_key=KEY) as journal:
+        replies: dict[str, Replier] = dict.fromkeys(
+            ("AGENT_INPUT", "TOOL_CALL", "AGENT_RESPONSE"), _redact_pii
+        )
+        async with ScriptedGuardrail(replies=replies) as guardrail:
+            session = journal.session("marked", guardrails=guardrail.url, policy=POLICY)
+            await run(session.guard(_agents()), session, streamed=False, text=MARKERS["user"])
+        full = await export_bundle(journal.store, "marked")
+        redacted = await export_bundle(journal.store, "marked", redact=True)
+    return full, redacted
+
+
+FULL, REDACTED = asyncio.run(_record())
+
+
+def test_the_full_bundle_holds_every_marker() -> None:
+    """The markers are really there to be found (else the next test proves nothing)."""
+    text = json.dumps(FULL, ensure_ascii=False)
+    assert [name for name, marker in MARKERS.items() if marker not in text] == []
+
+
+def test_a_redacted_bundle_holds_no_conversation() -> None:
+    text = json.dumps(REDACTED, ensure_ascii=False)
+    leaked = {name: marker for name, marker in MARKERS.items() if marker in text}
+    assert leaked == {}
+
+
+def test_a_redacted_bundle_verifies_as_completely_as_the_full_one() -> None:
+    full, redacted = verify_bundle(FULL, TRUSTED), verify_bundle(REDACTED, TRUSTED)
+    assert full.ok, full.text()
+    assert redacted.ok, redacted.text()
+    # The same checks ran with the same counts; only the withheld count differs.
+    assert full.lines[1:] == redacted.lines[1:]
+    containment = next(line for line in redacted.lines if line.startswith("containment:"))
+    assert "3 executed tool calls" in containment, containment
+    assert "3 decided by the guardrail" in containment
+    assert "within authority" in containment
+
+
+def _events(bundle: dict[str, Any], type_: str) -> list[dict[str, Any]]:
+    return [e for s in bundle["streams"] for e in s["events"] if e["type"] == type_]
+
+
+def test_what_a_redacted_bundle_keeps() -> None:
+    """Withheld data, committed views for what a verifier needs, the rest whole."""
+    kept = {
+        "SessionStarted",
+        "agentjournal.Checkpoint",
+        "agentjournal.AuthorityGranted",
+        "agentjournal.AuthorityHeld",
+        "agentjournal.PolicyRecorded",
+    }
+    seen = set()
+    for stream in REDACTED["streams"]:
+        for event in stream["events"]:
+            seen.add(event["type"])
+            assert (event["data"] is not None) is (event["type"] in kept), event["type"]
+    assert kept <= seen
+    (refund,) = [
+        e["view"]
+        for e in _events(REDACTED, "AssistantToolCallsGenerated")
+        if e["metadata"].get("aj.call_id") == "t3"
+    ]
+    marker = refund["extensions"]["openai"]["item_json"]
+    assert marker["name"] == "issue_refund"
+    # A cap reads the integer itself; a string is only its digest.
+    assert marker["ceilings"]["amount_cents"] == {"int": 250}
+    assert set(marker["ceilings"]["region"]) == {"sha256"}
+    (started,) = [e for e in _events(REDACTED, "SubagentStarted") if "aj.index" in e["metadata"]]
+    assert started["view"]["agent_type"] == "billing"
+    assert "withheld" in started["view"]["prompt"]
+
+
+def _resigned(bundle: dict[str, Any]) -> dict[str, Any]:
+    """Rechain everything, relink the parents and re-sign with the trusted key itself."""
+    for stream in bundle["streams"]:
+        rechain(bundle, stream["name"])
+    relink(bundle)
+    resign(bundle, KEY)
+    return bundle
+
+
+def test_an_edited_view_fails_integrity() -> None:
+    bundle = copy.deepcopy(REDACTED)
+    (decision,) = [
+        e
+        for e in _events(bundle, "agentjournal.GuardrailDecided")
+        if e["view"]["decision"] == "MODIFY"
+    ]
+    decision["view"]["decision"] = "ALLOW"
+    report = verify_bundle(bundle, TRUSTED)
+    assert not report.ok
+    assert report.problems[0].check == "integrity"
+    assert "commitment" in report.problems[0].message
+
+
+def test_a_view_withheld_as_well_fails() -> None:
+    bundle = copy.deepcopy(REDACTED)
+    _events(bundle, "SubagentStarted")[0]["view"] = None
+    report = verify_bundle(bundle, TRUSTED)
+    assert not report.ok
+    assert "without its committed view" in report.problems[0].message
+
+
+def test_a_ceiling_breach_forged_into_a_redacted_view_is_caught_by_digest() -> None:
+    """Even re-signed with the trusted key: the region is not an allowed one's digest."""
+    bundle = copy.deepcopy(REDACTED)
+    for event in _events(bundle, "AssistantToolCallsGenerated"):
+        if event["metadata"].get("aj.call_id") == "t3":
+            event["view"]["extensions"]["openai"]["item_json"]["ceilings"]["region"] = {
+                "sha256": "sha256:" + "0" * 64
+            }
+    report = verify_bundle(_resigned(bundle), TRUSTED)
+    assert not report.ok
+    assert report.problems[0].check == "containment", report.text()
+    assert "beyond authority" in report.problems[0].message
+
+
+def test_a_decision_about_another_call_is_caught_by_digest() -> None:
+    bundle = copy.deepcopy(REDACTED)
+    for event in _events(bundle, "agentjournal.GuardrailDecided"):
+        if event["view"].get("call_id") == "t3":
+            event["view"]["payload_digest"] = "sha256:" + "1" * 64
+    report = verify_bundle(_resigned(bundle), TRUSTED)
+    assert not report.ok
+    assert "about another call" in report.problems[0].message, report.text()
+
+
+@pytest.mark.parametrize(
+    ("ceiling", "value", "allowed"),
+    [
+        (Cap(100), 100, True),
+        (Cap(100), 101, False),
+        (Cap(100), -(10**30), True),  # as Cap.permits: any integer up to the limit
+        (Cap(100), "100", False),
+        (Cap(100), True, False),
+        (AllowList(frozenset({"eu"})), "eu", True),
+        (AllowList(frozenset({"eu"})), "us", False),
+        (AllowList(frozenset({"eu"})), 1, False),
+        (Ranked(("none", "internal", "any"), "internal"), "none", True),
+        (Ranked(("none", "internal", "any"), "internal"), "any", False),
+        (Ranked(("none", "internal", "any"), "internal"), "public", False),
+    ],
+)
+def test_ceilings_by_digest_decide_as_on_the_value(ceiling: Any, value: Any, allowed: bool) -> None:
+    arguments = json.dumps({"x": value})
+    (found,) = ceiling_inputs(arguments, {"scope": "s", "ceilings": {"c": "x"}}).values()
+    assert permits(ceiling, found) is ceiling.permits(value) is allowed
+    if isinstance(value, str) and value.isalpha():
+        assert value not in json.dumps(found)  # a string is only its digest
+
+
+def test_missing_and_unparseable_arguments() -> None:
+    rule = {"scope": "s", "ceilings": {"c": "a.b"}}
+    assert ceiling_inputs('{"a": {}}', rule) == {"a.b": {"absent": True}}
+    assert ceiling_inputs("not json", rule) == {"a.b": {"absent": True}}
+    assert ceiling_inputs("{}", None) == {}
+
+
+def test_views_of_huge_numbers_and_surrogates_still_commit() -> None:
+    data = json.dumps({"reason": "x", "value": 10**40, "gate": "\ud800"}).encode()
+    shown = view("agentjournal.AuthorityRefused", data, {})
+    assert shown is not None
+    assert len(view_digest(shown)) == 64
+    assert view("UserMessageReceived", b"{}", {}) is None
