@@ -937,9 +937,9 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
     def _call_metadata(self, item: Mapping[str, Any]) -> dict[str, str]:
         """What a verifier needs to check a tool call without its payload (``aj.call_id``, ...)."""
         call_id = item.get("call_id")
-        if not isinstance(call_id, str) or not call_id:
-            return {}
-        kind = str(item.get("type", ""))
+        kind = item.get("type", "")
+        if not isinstance(call_id, str) or not call_id or not isinstance(kind, str):
+            return {}  # an object whose type is no string is no call (it is stored opaque)
         metadata = {events.CALL_ID_KEY: call_id, events.ITEM_TYPE_KEY: kind}
         call = call_of(item)
         if call is not None:
@@ -962,7 +962,10 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
         return event_id(self.stream, nonce, counter)
 
     def _author_of(self, item: Mapping[str, Any]) -> str | None:
-        return None if item.get("role") == "user" else self._current_agent
+        role = item.get("role")
+        if role == "user" or (role is None and not isinstance(item.get("type"), str)):
+            return None  # the user's; or opaque (an EncryptedSession envelope): nobody knows
+        return self._current_agent
 
     def _produced_by(self, item: Mapping[str, Any]) -> _Produced | None:
         for key in _identities(item):
