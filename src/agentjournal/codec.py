@@ -18,15 +18,24 @@ message, role ``assistant``                            ``AssistantTextGenerated`
 ``mcp_approval_request``                               ``InterruptIssued``
 ``mcp_approval_response``                              ``InterruptResolved``
 anything else, including ``system``/``developer``      ``OpenAIItemRecorded``
-messages and every hosted or local tool item
+messages, every hosted or local tool item, and any
+other JSON object (no ``type`` and no ``role``, e.g.
+``EncryptedSession``'s envelopes)
 =====================================================  ===============================
+
+Any JSON object the SDK's ``SQLiteSession`` keeps is accepted, because the SDK's
+own session wrappers store objects that are no Responses item in the session
+beneath them (``EncryptedSession`` writes ``{"__enc__": 1, "v": 1, "kid": ...,
+"payload": ...}``). What JSON cannot give back identical is still refused.
 
 The canonical fields are filled for readers that know only the schema; the item
 itself rides along as an exact JSON string in ``extensions["openai"]["item_json"]``
 (extension values are protobuf ``Struct`` s, whose numbers are doubles: an object
 there would turn ``1`` into ``1.0`` and round big integers). ``OpenAIItemRecorded``
 is this library's extension event: a plain JSON object, not a protobuf message,
-holding the item as a JSON object under ``"item"``.
+holding the item as a JSON object under ``"item"``; its ``item_type`` is left out
+when the item names no kind (neither ``type`` nor ``role``, or a ``type`` that is
+no string).
 
 Canonical event data is what ``kurrent_agent_schema.to_json`` prints for the
 message, byte for byte, and parses with ``kurrent_agent_schema.from_json``. It is
@@ -138,9 +147,9 @@ def encode_item(
 
     Raises:
         CodecError: the item cannot be stored so that it comes back identical: it
-            is not a ``dict``, has neither ``type`` nor ``role``, or holds a value
-            JSON does not keep (tuple, set, bytes, non-string key, NaN,
-            infinity, a circular or too deep structure). Nothing is written.
+            is not a ``dict``, or holds a value JSON does not keep (tuple, set,
+            bytes, non-string key, NaN, infinity, a circular or too deep
+            structure). Nothing is written.
         InvalidInput: ``message_index``, ``author`` or ``timestamp`` is malformed.
     """
     if not isinstance(item, dict):
@@ -156,19 +165,19 @@ def encode_item(
         raise InvalidInput(f"author must be a string or None, got {type(author).__name__}")
     stamp = _timestamp_json(timestamp)
     kind = item.get("type")
+    fill: _Filler | None = None
     if kind is None or kind == "message":
         role = item.get("role")
         if kind is None and role is None:
-            raise CodecError(
-                "a session item needs a 'type' (or a 'role' for a message); "
-                f"got keys {sorted(map(str, item))}"
-            )
-        fill = _MESSAGE_ROLES.get(role) if isinstance(role, str) else None
-        kind = "message"
+            # No kind at all, e.g. EncryptedSession's envelope: opaque, kept as it is.
+            kind = None
+        else:
+            fill = _MESSAGE_ROLES.get(role) if isinstance(role, str) else None
+            kind = "message"
     elif isinstance(kind, str):
         fill = _CANONICAL.get(kind)
     else:
-        raise CodecError(f"an item's 'type' must be a string, got {type(kind).__name__}")
+        kind = None  # SQLiteSession keeps such an object too; it names no kind we know
     if fill is None:
         return _encode_extension(item, kind, message_index, author, stamp)
 
@@ -185,9 +194,9 @@ def encode_item(
 
 
 def _encode_extension(
-    item: dict[str, Any], kind: str, message_index: int, author: str | None, stamp: str
+    item: dict[str, Any], kind: str | None, message_index: int, author: str | None, stamp: str
 ) -> EncodedEvent:
-    data: dict[str, Any] = {"item_type": kind}
+    data: dict[str, Any] = {} if kind is None else {"item_type": kind}
     for source, key in (("role", "role"), ("call_id", "call_id"), ("id", "message_id")):
         value = item.get(source)
         if isinstance(value, str):

@@ -39,13 +39,14 @@ import random
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from agents.handoffs import Handoff, handoff
 from agents.lifecycle import RunHooksBase
+from agents.memory.session import _CompactionSnapshot
 from agents.memory.session_settings import (
     SessionSettings,
     coerce_session_settings,
@@ -71,7 +72,7 @@ from agentjournal.guardrails.client import GuardrailClient
 from agentjournal.guardrails.enforce import Enforcer
 from agentjournal.handoffs import SUMMARY_CHARS, Plan, plan_write, starts_a_run
 from agentjournal.policy import Policy
-from agentjournal.replay import Clear, Entry, Pop, TimelineEvent
+from agentjournal.replay import Clear, Entry, Key, Pop, TimelineEvent
 from agentjournal.session_tree import AuthorityLog, SessionTree, TreeReader
 from agentjournal.store.base import (
     AppendRequest,
@@ -289,6 +290,118 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                     tree.timeline.apply(Clear(through))
                     return
             raise ConcurrencyError(self.stream, "exact", tree.heads.get(self.stream))
+
+    # -- OpenAIResponsesCompactionSession -----------------------------------------------
+
+    async def _get_compaction_snapshot(
+        self,
+        limit: int,
+        *,
+        prune_prefix: Callable[[TResponseInputItem], bool] | None = None,
+    ) -> _CompactionSnapshot | None:
+        """The newest ``limit`` items, and a replacement of their suffix that cannot lose a write.
+
+        The SDK's compaction session asks its store for this (``SQLiteSession`` has
+        the same private method): it compacts a suffix of what it read, then calls
+        ``replace_suffix(start, output)``. That hides the items from ``start`` on and
+        appends ``output``, in one atomic write, only if those items are still the
+        newest visible ones; if another writer added, popped or cleared anything
+        since, nothing is written and it returns False. ``prune_prefix`` (from
+        ``EncryptedSession``: expired envelopes) also hides, in the same write, the
+        oldest visible items before the suffix for which it returns True, up to the
+        first for which it does not. Hidden items stay on their streams.
+        ``complete`` is True when no visible item is older than ``items``.
+        """
+        if not self._unchanged_storage():
+            return None  # a subclass that transforms items must supply its own
+        tree = self._tree
+        async with tree.lock:
+            await self._refresh(max(limit, 0) + 1)
+            window = tree.timeline.latest(max(limit, 0) + 1)
+            complete = len(window) <= limit
+            read = window[max(len(window) - limit, 0) :] if limit > 0 else []
+            seen = [(entry.key, entry.item_json) for entry in read]
+            items: list[TResponseInputItem] = [entry.item() for entry in read]  # type: ignore[misc]
+
+        async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:
+            expected = seen[start:]
+            if not expected:
+                return False
+
+            async def hiding() -> list[Entry | Clear]:
+                return await self._suffix_to_hide(expected, prune_prefix)
+
+            try:
+                await self._write(list(output), wrapper=None, closing=None, hiding=hiding)
+            except _HistoryChanged:
+                return False
+            return True
+
+        return _CompactionSnapshot(items, complete, replace_suffix)
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """Replace the whole visible history with ``items`` in one atomic write.
+
+        The SDK's compaction session uses this (as ``RedisSession``'s) for a manual
+        ``run_compaction()`` instead of ``clear_session`` then ``add_items``, whose
+        failure it repairs by clearing again and re-adding every item, which would
+        leave a copy of the conversation on the record. Like the SDK's, it does not
+        check that the history is still what was compacted: a manual compaction
+        replaces the complete history. Returns False (use the fallback) for a
+        subclass that transforms items.
+        """
+        if not self._unchanged_storage():
+            return False
+
+        async def hiding() -> list[Entry | Clear]:
+            await self._refresh(0)
+            if self._tree.heads.get(self.stream, -1) < 0:
+                return []  # no session yet: nothing to clear
+            return [Clear(await self._next_index() - 1)]
+
+        await self._write(list(items), wrapper=None, closing=None, hiding=hiding)
+        return True
+
+    async def _suffix_to_hide(
+        self,
+        expected: list[tuple[Key, str]],
+        prune_prefix: Callable[[TResponseInputItem], bool] | None,
+    ) -> list[Entry | Clear]:
+        """What a snapshot's replacement hides, read now (under the tree's lock).
+
+        Raises:
+            _HistoryChanged: The newest visible items are no longer ``expected``.
+        """
+        tree = self._tree
+        if prune_prefix is None:
+            await self._refresh(len(expected))
+            visible = tree.timeline.latest(len(expected))
+        else:
+            visible = await self._visible()
+        if len(visible) < len(expected):
+            raise _HistoryChanged
+        suffix = visible[len(visible) - len(expected) :]
+        if [(entry.key, entry.item_json) for entry in suffix] != expected:
+            raise _HistoryChanged
+        prefix: list[Entry] = []
+        if prune_prefix is not None:
+            for entry in visible[: len(visible) - len(expected)]:
+                if not prune_prefix(entry.item()):  # type: ignore[arg-type]
+                    break
+                prefix.append(entry)
+        hidden: list[Entry | Clear] = [*prefix, *suffix]
+        whole = tree.timeline.complete and len(hidden) == len(tree.timeline.entries)
+        if whole and all(entry.index >= 0 for entry in [*prefix, *suffix]):
+            # Everything goes: one clear instead of a pop per item, and later reads stop there.
+            return [Clear(await self._next_index() - 1)]
+        return hidden
+
+    def _unchanged_storage(self) -> bool:
+        """Whether reads and writes are this class's own (a subclass may transform items)."""
+        kind = type(self)
+        return kind.add_items is JournalSession.add_items and (
+            kind.get_items is JournalSession.get_items
+        )
 
     # -- subagents ----------------------------------------------------------------
 
@@ -821,8 +934,14 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
         *,
         wrapper: RunContextWrapper[Any] | None,
         closing: tuple[str, str] | None,
+        hiding: Callable[[], Awaitable[Sequence[Entry | Clear]]] | None = None,
     ) -> int:
-        """Plan, encode and append one atomic write; return the subagents it closed."""
+        """Plan, encode and append one atomic write; return the subagents it closed.
+
+        ``hiding`` (a compaction's replacement) is asked before each attempt, under
+        the tree's lock, which items the same write hides (popped entries, or one
+        clear); it raises to give up.
+        """
         tree = self._tree
         nonce = uuid.uuid4().hex
         conflict = ConcurrencyError(self.stream, "exact", tree.heads.get(self.stream))
@@ -832,12 +951,15 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
             for attempt in range(_CONFLICT_RETRIES):
                 if attempt:
                     await _backoff(attempt)
+                hides = await hiding() if hiding is not None else ()
                 first = await self._next_index()
                 plan = self._plan(items, wrapper, closing, first)
-                if not plan.ops:
+                if not plan.ops and not hides:
                     return 0
                 log = await self._authority_log() if self._grants_in(plan) else None
-                requests, entries, hashes, after = self._encode(plan, nonce, first, wrapper, log)
+                requests, entries, hashes, after = self._encode(
+                    plan, nonce, first, wrapper, log, hides
+                )
                 landed = await self._append(requests)
                 if isinstance(landed, ConcurrencyError):
                     conflict = landed
@@ -929,9 +1051,12 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
         first: int,
         wrapper: RunContextWrapper[Any] | None,
         log: AuthorityLog | None,
+        hides: Sequence[Entry | Clear] = (),
     ) -> tuple[list[AppendRequest], list[TimelineEvent], dict[str, str], AuthorityLog | None]:
         """Turn the plan into per-stream event lists, the timeline entries they make, the
-        streams' chain hashes after them, and the authority log after its new entries."""
+        streams' chain hashes after them, and the authority log after its new entries.
+        ``hides`` go first, to the innermost open stream, as ``ItemPopped`` per entry and
+        ``SessionCleared`` per clear."""
         tree = self._tree
         now = datetime.now(UTC)
         trace = _trace_metadata(self._trace_ids(wrapper))
@@ -975,6 +1100,18 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                 timestamp=now,
             )
             add(self.stream, events.SESSION_STARTED, started, {})
+        innermost = tree.chain[-1].stream if tree.chain else self.stream
+        for hidden in hides:
+            if isinstance(hidden, Clear):
+                cleared = events.SessionCleared(hidden.through_index)
+                add(innermost, events.SESSION_CLEARED, cleared.encode(), {})
+                entries.append(hidden)
+            else:
+                popped = events.ItemPopped(
+                    hidden.stream, hidden.revision, hidden.part, hidden.index
+                )
+                add(innermost, events.ITEM_POPPED, popped.encode(), {})
+                entries.append(Pop(hidden.key))
         for op in plan.ops:
             if op.kind == "item":
                 assert op.item is not None
@@ -1129,9 +1266,9 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
     def _call_metadata(self, item: Mapping[str, Any]) -> dict[str, str]:
         """What a verifier needs to check a tool call without its payload (``aj.call_id``, ...)."""
         call_id = item.get("call_id")
-        if not isinstance(call_id, str) or not call_id:
-            return {}
-        kind = str(item.get("type", ""))
+        kind = item.get("type", "")
+        if not isinstance(call_id, str) or not call_id or not isinstance(kind, str):
+            return {}  # an object whose type is no string is no call (it is stored opaque)
         metadata = {events.CALL_ID_KEY: call_id, events.ITEM_TYPE_KEY: kind}
         call = call_of(item)
         if call is not None:
@@ -1144,7 +1281,10 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
         return event_id(self.stream, nonce, counter)
 
     def _author_of(self, item: Mapping[str, Any]) -> str | None:
-        return None if item.get("role") == "user" else self._current_agent
+        role = item.get("role")
+        if role == "user" or (role is None and not isinstance(item.get("type"), str)):
+            return None  # the user's; or opaque (an EncryptedSession envelope): nobody knows
+        return self._current_agent
 
     def _produced_by(self, item: Mapping[str, Any]) -> _Produced | None:
         for key in _identities(item):
@@ -1185,6 +1325,10 @@ def _seal(
     if shown is not None:
         metadata[events.REDACTED_KEY] = redaction.view_digest(shown)
     return ledger.seal(stream, revision, str(event_id), type_, data, metadata, prev)
+
+
+class _HistoryChanged(Exception):
+    """A compaction snapshot's suffix is no longer the newest history: replace nothing."""
 
 
 async def _backoff(attempt: int) -> None:

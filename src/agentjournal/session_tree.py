@@ -140,6 +140,20 @@ class TreeReader:
         if not tree.timeline.covers(limit):
             await self._window(limit, {})
 
+    async def _visible(self) -> list[Entry]:
+        """Every visible item, oldest first, read backwards in growing windows.
+
+        Unlike a read of everything, the windows stop at the newest clear: a
+        session compacted (or cleared) before costs what is visible since.
+        """
+        tree = self._tree
+        size = _PAGE
+        await self._refresh(size)
+        while not tree.timeline.complete:  # (a reread may replace the timeline object)
+            size = max(size * 2, len(tree.timeline.entries) + 1)
+            await self._refresh(size)
+        return tree.timeline.latest(None)
+
     async def _load(self, limit: int | None) -> None:
         """First use: find the open subagents and the newest events of each stream."""
         tree = self._tree

@@ -90,8 +90,8 @@ def call_of(item: Any) -> Call | None:
         return None
     kind = fields.get("type")
     call_id = fields.get("call_id")
-    if kind not in CALL_KINDS or not isinstance(call_id, str):
-        return None
+    if not isinstance(kind, str) or kind not in CALL_KINDS or not isinstance(call_id, str):
+        return None  # any JSON object may be an item: a type that is no string is no call
     if kind == "function_call":
         arguments = fields.get("arguments")
         return Call(kind, call_id, str(fields.get("name", "")), arguments or "{}")
