@@ -826,6 +826,19 @@ def _check_containment(report: Report, tree: _Tree) -> None:
         for event in stream:
             if event.type == events.AUTHORITY_REFUSED:
                 _check_refusal(report, tree, event)
+    opaque = sum(
+        1
+        for stream in tree.streams.values()
+        for event in stream
+        if event.type == "OpenAIItemRecorded"
+        and event.data is not None
+        and "item_type" not in (event.body() or {})
+    )
+    if opaque:
+        report.lines.append(
+            f"  note: {_count(opaque, 'opaque item')} (encrypted, or naming no kind) could not "
+            "be inspected: calls or handoffs inside them are not checked"
+        )
     if not report.failed("containment"):
         if not executed:
             summary = "no executed tool calls"
