@@ -82,11 +82,18 @@ def _record_bytes(record: dict[str, Any], metadata: Mapping[str, str]) -> bytes:
     That path is six times faster; anything else goes through ``rfc8785``.
     ``tests/test_ledger_chain.py`` checks the two agree on random records.
     """
-    if "".join(metadata).isascii():
-        return json.dumps(
-            record, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        ).encode()
-    return _jcs(record)
+    try:
+        if "".join(metadata).isascii():
+            return json.dumps(
+                record, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            ).encode()
+        return _jcs(record)
+    except (UnicodeEncodeError, rfc8785.CanonicalizationError):
+        # A lone surrogate: JSON text can hold one, UTF-8 (and so JCS) cannot.
+        raise InvalidInput(
+            f"{record['stream']}@{record['revision']}: the event's id, type or metadata is not "
+            "valid Unicode text (a lone surrogate); it cannot be chained"
+        ) from None
 
 
 def ledger_stream(session_id: str) -> str:
@@ -107,7 +114,11 @@ def chain_hash(
     data_sha256: str,
     metadata: Mapping[str, str],
 ) -> str:
-    """The hash of one event (``metadata`` without ``aj.hash``)."""
+    """The hash of one event (``metadata`` without ``aj.hash``).
+
+    Raises:
+        InvalidInput: A text field is not valid Unicode (a lone surrogate).
+    """
     covered = {k: v for k, v in metadata.items() if k != HASH_KEY}
     record = {
         "stream": stream,

@@ -44,11 +44,32 @@ from agentjournal.errors import CodecError, InvalidInput
 from agentjournal.guardrails.actions import CALL_KINDS, call_of
 from agentjournal.policy import Policy, ToolRule
 
-__all__ = ["BUNDLE_FORMAT", "REDACTABLE", "Event", "Problem", "Report", "verify_bundle"]
+__all__ = [
+    "BUNDLE_FORMAT",
+    "REDACTABLE",
+    "Event",
+    "Problem",
+    "Report",
+    "parse_bundle",
+    "verify_bundle",
+]
 
 BUNDLE_FORMAT: Final = "agentjournal-bundle"
 BUNDLE_VERSION: Final = 1
-_MALFORMED: Final = (ValueError, TypeError, KeyError, AttributeError, InvalidInput, CodecError)
+# What a crafted event can make a check raise: each is a failure to report, never a crash
+# (RecursionError: JSON nested deeper than the parser goes; LookupError: a missing key or
+# index; OverflowError: a number too large for a float).
+_MALFORMED: Final = (
+    ValueError,
+    TypeError,
+    LookupError,
+    AttributeError,
+    RecursionError,
+    OverflowError,
+    InvalidInput,
+    CodecError,
+)
+_MAX_REVISION: Final = 2**63 - 1  # a stream revision is a signed 64-bit number everywhere
 _BUNDLE_FIELDS: Final = {"format", "version", "session_id", "exported_at", "redacted", "streams"}
 _STREAM_FIELDS: Final = {"name", "events"}
 _EVENT_FIELDS: Final = {"revision", "id", "type", "data", "data_sha256", "metadata"}
@@ -83,7 +104,7 @@ class Event:
             return None
         try:
             parsed = json.loads(self.data)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         return parsed if isinstance(parsed, dict) else None
 
@@ -147,6 +168,9 @@ def verify_bundle(
     report = Report()
     try:
         session_id, streams = _parse(bundle)
+    except _Malformed as error:
+        report.fail("structure", error.stream, error.revision, str(error))
+        return report
     except InvalidInput as error:
         report.fail("structure", "bundle", None, str(error))
         return report
@@ -154,7 +178,8 @@ def verify_bundle(
     total = sum(len(stream) for stream in streams.values())
     withheld = sum(1 for stream in streams.values() for e in stream if e.data is None)
     report.lines.append(
-        f"session {session_id}: {len(streams)} streams, {total} events ({withheld} withheld)"
+        f"session {session_id}: {_plural(len(streams), 'stream')}, {_plural(total, 'event')} "
+        f"({withheld} withheld)"
     )
     if session_stream not in streams or not streams[session_stream]:
         report.fail("structure", session_stream, None, "the session stream is missing or empty")
@@ -164,7 +189,9 @@ def verify_bundle(
     if report.problems:
         report.lines.append("integrity: FAILED")
         return report  # nothing built on a broken chain can be trusted
-    report.lines.append(f"integrity: {total} events in {len(streams)} streams chain correctly")
+    report.lines.append(
+        f"integrity: {_plural(total, 'event')} in {_plural(len(streams), 'stream')} chain correctly"
+    )
     try:
         tree = _Tree(session_id, session_stream, streams)
     except _MALFORMED as error:
@@ -192,16 +219,103 @@ def verify_bundle(
 # -- structure ----------------------------------------------------------------------
 
 
+def parse_bundle(raw: bytes) -> Any:
+    """Parse a bundle file's bytes as strict JSON (the structure is checked by verification).
+
+    Strict beyond :func:`json.loads`: the bytes must be UTF-8, names may not repeat within an
+    object (two parsers could each pick a different one), and ``NaN``/``Infinity`` and numbers
+    too large for a float are refused. An empty (or all-blank) file parses to None, which
+    :func:`verify_bundle` reports as empty input.
+
+    Raises:
+        InvalidInput: The bytes are not such JSON; the message says where.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidInput(
+            f"byte {error.start} (0x{raw[error.start]:02x}) is not UTF-8: a bundle is UTF-8 JSON"
+        ) from None
+    if not text.strip():
+        return None
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_unique_names,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+        )
+    except json.JSONDecodeError as error:
+        raise InvalidInput(
+            f"not JSON at line {error.lineno} column {error.colno}: {error.msg}"
+        ) from None
+    except RecursionError:
+        raise InvalidInput(
+            "JSON nested too deeply (no bundle nests more than a few levels)"
+        ) from None
+    except ValueError as error:  # from the hooks, or an integer of over 4300 digits
+        raise InvalidInput(f"not a bundle: {_cut(str(error), 200)}") from None
+
+
+def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        names = [name for name, _ in pairs]
+        repeated = next(name for name in names if names.count(name) > 1)
+        raise ValueError(f"the name {_cut(repr(repeated), 60)} appears twice in one object")
+    return found
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"the number {_cut(text, 40)} is too large")
+    return value
+
+
+def _plural(count: int, noun: str) -> str:
+    """``1 event``, ``2 events``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text``, cut to ``limit`` characters with "…" when it was longer."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode text (JSON can carry lone surrogates, UTF-8 cannot)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _parse(bundle: Any) -> tuple[str, dict[str, list[Event]]]:
     if not isinstance(bundle, Mapping) or not bundle:
         raise InvalidInput("empty input: a bundle is a JSON object")
     if set(bundle) != _BUNDLE_FIELDS:
         extra, missing = set(bundle) - _BUNDLE_FIELDS, _BUNDLE_FIELDS - set(bundle)
-        raise InvalidInput(f"bundle fields: unknown {sorted(extra)}, missing {sorted(missing)}")
-    if bundle["format"] != BUNDLE_FORMAT or bundle["version"] != BUNDLE_VERSION:
+        raise InvalidInput(
+            f"bundle fields: unknown {_cut(str(sorted(extra)), 200)}, missing {sorted(missing)}"
+        )
+    version = bundle["version"]
+    if (
+        bundle["format"] != BUNDLE_FORMAT
+        or not isinstance(version, int)
+        or isinstance(version, bool)
+        or version != BUNDLE_VERSION
+    ):
         raise InvalidInput(f"not an {BUNDLE_FORMAT} version {BUNDLE_VERSION} bundle")
     session_id = bundle["session_id"]
-    if not isinstance(session_id, str) or not session_id:
+    if not isinstance(session_id, str) or not session_id or not _unicode(session_id):
         raise InvalidInput("session_id must be a non-empty string")
     if not isinstance(bundle["redacted"], bool) or not isinstance(bundle["exported_at"], str):
         raise InvalidInput("redacted must be true or false and exported_at a string")
@@ -213,27 +327,47 @@ def _parse(bundle: Any) -> tuple[str, dict[str, list[Event]]]:
         if not isinstance(raw, Mapping) or set(raw) != _STREAM_FIELDS:
             raise InvalidInput("each stream has exactly 'name' and 'events'")
         name, raw_events = raw["name"], raw["events"]
-        if not isinstance(name, str) or not isinstance(raw_events, list) or name in streams:
-            raise InvalidInput(f"stream {name!r} is malformed or repeated")
+        if (
+            not isinstance(name, str)
+            or not _unicode(name)
+            or not isinstance(raw_events, list)
+            or name in streams
+        ):
+            raise InvalidInput(f"stream {_cut(repr(name), 200)} is malformed or repeated")
         streams[name] = [_event(name, e) for e in raw_events]
     return session_id, streams
 
 
+class _Malformed(InvalidInput):
+    """Raised by :func:`_event` for a malformed event, with where it is."""
+
+    def __init__(self, stream: str, revision: int | None, message: str) -> None:
+        super().__init__(message)
+        self.stream, self.revision = stream, revision
+
+
 def _event(stream: str, raw: Any) -> Event:
     if not isinstance(raw, Mapping) or set(raw) != _EVENT_FIELDS:
-        raise InvalidInput(f"an event of {stream} must have exactly {sorted(_EVENT_FIELDS)}")
+        raise _Malformed(stream, None, f"an event must have exactly {sorted(_EVENT_FIELDS)}")
     revision, metadata = raw["revision"], raw["metadata"]
     if not isinstance(revision, int) or isinstance(revision, bool):
-        raise InvalidInput(f"an event of {stream} has a non-integer revision")
+        raise _Malformed(stream, None, "an event has a non-integer revision")
+    if not 0 <= revision <= _MAX_REVISION:
+        raise _Malformed(stream, None, "an event has a revision out of range")
     if not isinstance(metadata, dict) or not (
         set(map(type, metadata)) <= {str} and set(map(type, metadata.values())) <= {str}
     ):
-        raise InvalidInput(f"{stream}@{revision}: metadata must map strings to strings")
+        raise _Malformed(stream, revision, "metadata must map strings to strings")
+    bad = next((k for k, v in metadata.items() if not (_unicode(k) and _unicode(v))), None)
+    if bad is not None:
+        raise _Malformed(
+            stream, revision, f"metadata {_cut(repr(bad), 60)} is not valid Unicode text"
+        )
     for name in ("id", "type", "data_sha256"):
-        if not isinstance(raw[name], str):
-            raise InvalidInput(f"{stream}@{revision}: {name} must be a string")
+        if not isinstance(raw[name], str) or not _unicode(raw[name]):
+            raise _Malformed(stream, revision, f"{name} must be a string of Unicode text")
     if raw["data"] is not None and not isinstance(raw["data"], str):
-        raise InvalidInput(f"{stream}@{revision}: data must be a string or null")
+        raise _Malformed(stream, revision, "data must be a string or null")
     return Event(
         stream, revision, raw["id"], raw["type"], raw["data"], raw["data_sha256"], metadata
     )
@@ -377,7 +511,11 @@ def _check_twins(report: Report, tree: _Tree) -> None:
                     "twins", event.stream, event.revision, "aj.closes_hash is not the subsession's"
                 )
     if not any(p.check == "twins" for p in report.problems):
-        report.lines.append(f"twins: {started} subagents started, {completed} closed, links ok")
+        report.lines.append(
+            f"twins: {_plural(started, 'subagent')} started, {completed} closed, links ok"
+            if started
+            else "twins: no subagents"
+        )
 
 
 # -- checkpoints ----------------------------------------------------------------------
@@ -456,8 +594,8 @@ def _check_checkpoints(
         uncovered.append((tree.ledger_stream, last_event.revision + 1))
     keys = sorted({c.key_id for _, c in signed})
     report.lines.append(
-        f"checkpoints: {len(signed)} signed by {', '.join(keys)}; the last at "
-        f"{last_event.stream}@{last_event.revision}, signed {last.signed_at}"
+        f"checkpoints: {_plural(len(signed), 'checkpoint')} signed by {', '.join(keys)}; "
+        f"the last at {last_event.stream}@{last_event.revision}, signed {last.signed_at}"
     )
     newest = max((checkpoint.signed_at for _, checkpoint in signed), key=_instant)
     if not_before is not None and _instant(newest) < _instant(not_before):
@@ -539,11 +677,15 @@ def _check_delegation(report: Report, tree: _Tree) -> None:
                 f"the authority granted to {child} is wider than its sender's",
             )
     if not any(p.check == "delegation" for p in report.problems):
-        report.lines.append(f"delegation: {checked} grants, each narrower than its sender's")
+        report.lines.append(
+            f"delegation: {_plural(checked, 'grant')}, each narrower than its sender's"
+            if checked
+            else "delegation: no authority was granted along a handoff"
+        )
 
 
 def _check_containment(report: Report, tree: _Tree) -> None:
-    executed = 0
+    executed = guarded = ruled = 0
     for name, stream in tree.streams.items():
         index = _CallIndex(stream)
         for event in stream:
@@ -561,6 +703,8 @@ def _check_containment(report: Report, tree: _Tree) -> None:
             if decided is not None and decided.get("decision") == "BLOCK":
                 continue  # refused by the guardrail: the output is the refusal
             executed += 1
+            guarded += meta.get(events.GUARDED_KEY) == "1"
+            ruled += events.TOOL_RULE_KEY in meta
             if meta.get(events.GUARDED_KEY) == "1" and (
                 decided is None or decided.get("decision") not in ("ALLOW", "MODIFY")
             ):
@@ -574,9 +718,26 @@ def _check_containment(report: Report, tree: _Tree) -> None:
             if rule_text is not None:
                 _check_within(report, tree, event, rule_text, decided)
     if not any(p.check == "containment" for p in report.problems):
-        report.lines.append(
-            f"containment: {executed} executed tool calls, each decided and within authority"
-        )
+        report.lines.append(_containment_line(executed, guarded, ruled))
+
+
+def _containment_line(executed: int, guarded: int, ruled: int) -> str:
+    """What containment found, saying only what was checked."""
+    if not executed:
+        return "containment: no tool call ran"
+    if guarded == executed:
+        decided = "each had an ALLOW or MODIFY decision"
+    elif guarded:
+        decided = f"{guarded} guarded, each with an ALLOW or MODIFY decision"
+    else:
+        decided = "no guardrail: no decisions were expected"
+    if ruled == executed:
+        within = "each within its agent's authority"
+    elif ruled:
+        within = f"{ruled} under the policy, each within its agent's authority"
+    else:
+        within = "no policy: no authority to check"
+    return f"containment: {_plural(executed, 'executed tool call')}; {decided}; {within}"
 
 
 class _CallIndex:
