@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from agentjournal.audit import DEFAULT_MAX_BYTES
 from agentjournal.cli import build_parser
 from cli_run import run
 
@@ -168,7 +169,7 @@ def test_every_option_shows_its_default_in_help() -> None:
                 missing.append(f"{parser.prog} {action.option_strings[0]}")
     assert missing == []
     shown = run("bundle", "verify", "--help").stdout
-    assert "(default: 268435456, i.e. 256 MiB)" in " ".join(shown.split())
+    assert f"(default: {DEFAULT_MAX_BYTES}, i.e. 256 MiB)" in " ".join(shown.split())
 
 
 def _free_port() -> int:

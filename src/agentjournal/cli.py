@@ -217,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     _verification_arguments(check_bundle)
     check_bundle.add_argument(
         "--max-bytes",
+        metavar="BYTES",
         type=_size,
         default=None,
         help="refuse a bundle larger than this many bytes, read whole into memory "
@@ -247,6 +248,7 @@ def _verification_arguments(parser: argparse.ArgumentParser) -> None:
     """The options ``verify`` and ``bundle verify`` share."""
     parser.add_argument(
         "--pubkey",
+        metavar="KEY",
         action="append",
         default=[],
         help="a trusted Ed25519 public key: a file (PEM or raw hex/base64) or the key itself; "
