@@ -12,6 +12,7 @@ command as a real subprocess, where a traceback would reach stderr.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import copy
 import json
@@ -37,6 +38,7 @@ from ledger_sessions import KEY, TRUSTED, rechain, record, stream_of
 
 BUNDLES = record()
 WORK = Path(tempfile.mkdtemp(prefix="agentjournal-hostile-"))
+atexit.register(shutil.rmtree, WORK, ignore_errors=True)
 PUBKEY = WORK / "trusted.pem.pub"
 PUBKEY.write_text(KEY.public_pem(), encoding="utf-8")
 
