@@ -107,7 +107,13 @@ def resign(bundle: dict[str, Any], key: SigningKey) -> None:
         for stream in heads
     }
     signed = Checkpoint.sign(
-        key, bundle["session_id"], fresh, datetime.now(UTC), sequence=0, previous=GENESIS
+        key,
+        bundle["session_id"],
+        fresh,
+        datetime.now(UTC),
+        sequence=0,
+        previous=GENESIS,
+        metadata=last["metadata"],
     )
     last["type"] = CHECKPOINT
     last["data"] = signed.encode().decode()

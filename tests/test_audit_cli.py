@@ -1,47 +1,21 @@
 """keygen, verify, bundle export and bundle verify through the command line's entry point.
 
 One export and verify pair also runs as real subprocesses; the rest call
-``agentjournal.cli.main`` in this process (the same code, without paying for
-the SDK's import each time), on a real SQLite file.
+``agentjournal.cli.main`` in this process (``cli_run.run``: the same code, without paying for
+the SDK's import each time), on a real SQLite file. Hostile input is in
+``test_verify_hostile.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from agentjournal.cli import main
-
-
-@dataclass
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def run(*args: str, env: dict[str, str] | None = None) -> Ran:
-    out, err = io.StringIO(), io.StringIO()
-    saved = dict(os.environ)
-    os.environ.update(env or {})
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(list(args))
-            except SystemExit as exit_:
-                code = int(exit_.code or 0)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    return Ran(code, out.getvalue(), err.getvalue())
+from cli_run import run
 
 
 def run_process(*args: str) -> subprocess.CompletedProcess[str]:
@@ -77,7 +51,11 @@ def test_verify_in_the_store(recorded: tuple[Path, str, Path]) -> None:
     lines = result.stdout.splitlines()
     assert lines[-1] == "OK"
     assert any(line.startswith("integrity: ") for line in lines)
-    assert any(line.startswith("containment: 3 executed tool calls") for line in lines)
+    assert (
+        "containment: 3 executed tool calls; each had an ALLOW or MODIFY decision; no policy: "
+        "no authority to check"
+    ) in lines
+    assert "twins: 2 subagents started, 2 closed, links ok" in lines
 
 
 def test_bundle_round_trip_and_tamper(recorded: tuple[Path, str, Path], tmp_path: Path) -> None:

@@ -141,7 +141,13 @@ async def test_the_newest_checkpoint_is_the_newest_by_sequence(tmp_path: Path) -
     for event, when in zip(ledger["events"], (late, early), strict=True):
         body = Checkpoint.decode(json.loads(event["data"]))
         signed = Checkpoint.sign(
-            A, body.session_id, body.heads, when, sequence=body.sequence, previous=previous
+            A,
+            body.session_id,
+            body.heads,
+            when,
+            sequence=body.sequence,
+            previous=previous,
+            metadata=body.metadata,
         )
         event["data"] = signed.encode().decode()
         rechain(bundle, ledger["name"])

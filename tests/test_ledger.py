@@ -228,6 +228,7 @@ def test_without_a_trusted_key_nothing_is_ok() -> None:
 
 def test_a_redacted_bundle_still_verifies() -> None:
     bundle = edited(BUNDLES["guarded"])
+    bundle["redacted"] = True
     for stream in bundle["streams"]:
         for event in stream["events"]:
             if event["type"] in ("UserMessageReceived", "AssistantTextGenerated"):
@@ -309,8 +310,10 @@ def test_every_single_mutation_is_detected(
 
 
 def test_withholding_what_is_never_redacted_fails() -> None:
-    """A tool call's arguments are never withheld: nulling them cannot hide a ceiling breach."""
+    """A tool call's arguments are withheld only behind their committed view: nulling them
+    cannot hide a ceiling breach."""
     bundle = edited(BUNDLES["guarded"])
+    bundle["redacted"] = True
     stream, event = event_of(bundle, "AgentSession-", "AssistantToolCallsGenerated")
     event["data"] = None
     found = problem(bundle)

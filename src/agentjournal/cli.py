@@ -2,9 +2,10 @@
 
 Commands:
     demo        a scripted support conversation with nested handoffs, offline,
-                on the embedded store; prints every stream and the replay
+                written to the store; prints every stream, the replay and how
+                to verify it
     selfcheck   check an event store end to end (a fresh temporary SQLite file
-                unless --uri names a store)
+                unless --uri or $AGENTJOURNAL_URI names a store)
     guardrail serve
                 run the reference guardrail service (POST /v1/validate)
     verify SESSION
@@ -17,7 +18,13 @@ Commands:
     keygen -o FILE
                 write a new Ed25519 signing key; print its public key
 
-Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed.
+Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
+else ``sqlite:///agentjournal.db``); the commands that only read one
+(``verify``, ``bundle export``) never create it.
+
+Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed. An
+expected error is one line on stderr saying what to do; ``--debug`` shows the
+traceback instead.
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from agentjournal.errors import JournalError
-from agentjournal.selfcheck import run_selfcheck
-from agentjournal.store import open_store
+from agentjournal.store import DEFAULT_URI, URI_ENV, store_uri
+
+_STORE_HELP = f"the store (default: ${URI_ENV}, else {DEFAULT_URI})"
 
 
 def _redacted(uri: str) -> str:
@@ -43,6 +51,9 @@ def _redacted(uri: str) -> str:
 
 
 async def _selfcheck(uri: str | None) -> int:
+    from agentjournal.selfcheck import run_selfcheck
+    from agentjournal.store import open_store
+
     with tempfile.TemporaryDirectory(prefix="agentjournal-selfcheck-") as directory:
         target = uri or f"sqlite:///{os.path.join(directory, 'selfcheck.db')}"
         print(f"agentjournal selfcheck on {_redacted(target)}")
@@ -56,8 +67,6 @@ async def _selfcheck(uri: str | None) -> int:
 
 
 def _guardrail_serve(host: str, port: int, rules_file: str | None) -> int:
-    from pydantic import ValidationError
-
     from agentjournal.guardrails.rules import load_rules
     from agentjournal.guardrails.service import serve
 
@@ -66,16 +75,20 @@ def _guardrail_serve(host: str, port: int, rules_file: str | None) -> int:
         try:
             with open(rules_file, encoding="utf-8") as handle:
                 text = handle.read()
-        except OSError as error:
-            print(f"agentjournal: cannot read rules: {error}", file=sys.stderr)
-            return 1
+        except (OSError, UnicodeDecodeError) as error:
+            return _error(f"cannot read rules {rules_file}: {_reason(error)}")
     try:
         rules = load_rules(text)
-    except (ValidationError, ValueError) as error:
-        print(f"agentjournal: invalid rules in {rules_file}: {error}", file=sys.stderr)
-        return 1
-    print(f"reference guardrail on http://{host}:{port}/v1/validate ({len(rules.rules)} rules)")
-    serve(rules, host=host, port=port)
+    except ValueError as error:
+        return _error(f"invalid rules in {rules_file}: {error}")
+    count = len(rules.rules)
+
+    def ready(url: str) -> None:
+        # Flushed: a caller reading our stdout through a pipe learns the port at once.
+        print(f"reference guardrail on {url}/v1/validate ({count} rule{'s' * (count != 1)})")
+        sys.stdout.flush()
+
+    serve(rules, host=host, port=port, ready=ready)
     return 0
 
 
@@ -88,124 +101,254 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(1)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("agentjournal")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``agentjournal`` command."""
+    # --debug is accepted before and after the command; SUPPRESS keeps a subcommand
+    # from resetting what the top level parsed.
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show the traceback of an error (default: one line)",
+    )
     parser = _Parser(
         prog="agentjournal",
         description="Event-sourced, tamper-evident session store for the OpenAI Agents SDK.",
+        epilog="Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed.",
+    )
+    parser.add_argument("--version", action="version", version=f"agentjournal {_version()}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (default: one line)"
     )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    demo = commands.add_parser("demo", help="run a scripted conversation with handoffs, offline")
-    demo.add_argument(
+
+    def command(parent: argparse._SubParsersAction[_Parser], name: str, text: str) -> _Parser:
+        return parent.add_parser(name, help=text, description=text, parents=[common])
+
+    demo = command(commands, "demo", "run a scripted conversation with handoffs, offline")
+    where = demo.add_mutually_exclusive_group()
+    where.add_argument("--uri", help=_STORE_HELP + "; created when missing")
+    where.add_argument(
         "--db",
-        default="agentjournal-demo.db",
-        help="SQLite file to write (default: ./agentjournal-demo.db; each run adds a new session)",
+        metavar="PATH",
+        help="a SQLite file: the same as --uri sqlite:///PATH (default: none)",
     )
-    guardrail = commands.add_parser("guardrail", help="the reference guardrail service")
+    demo.add_argument(
+        "--session",
+        metavar="ID",
+        help="the new session's id (default: support- and 8 random hex digits)",
+    )
+    demo.add_argument(
+        "--key",
+        metavar="FILE",
+        help="the signing key, made when missing (default: $AGENTJOURNAL_SIGNING_KEY_FILE "
+        "or $AGENTJOURNAL_SIGNING_KEY, else ./agentjournal-demo.pem)",
+    )
+    demo.add_argument(
+        "--rules",
+        metavar="FILE",
+        help="the guardrail's rules, e.g. samples/guardrail-rules.yml (default: a refund "
+        "ceiling of 2000 cents and PII redaction)",
+    )
+    demo.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="an authority policy, e.g. samples/policy.yml (default: none)",
+    )
+
+    guardrail = command(commands, "guardrail", "the reference guardrail service")
     guardrail_commands = guardrail.add_subparsers(
         dest="guardrail_command", required=True, parser_class=_Parser
     )
-    serve = guardrail_commands.add_parser("serve", help="serve POST /v1/validate")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8787)
-    serve.add_argument("--rules", help="YAML rules file (default: PII redaction only)")
-    check = commands.add_parser("selfcheck", help="check an event store end to end")
+    serve = command(guardrail_commands, "serve", "serve POST /v1/validate until interrupted")
+    serve.add_argument("--host", default="127.0.0.1", help="the address (default: 127.0.0.1)")
+    serve.add_argument(
+        "--port", type=int, default=8787, help="the port; 0 picks a free one (default: 8787)"
+    )
+    serve.add_argument(
+        "--rules",
+        metavar="FILE",
+        help="YAML rules, e.g. samples/guardrail-rules.yml (default: PII redaction only)",
+    )
+
+    check = command(commands, "selfcheck", "check an event store end to end")
     check.add_argument(
         "--uri",
-        default=os.environ.get("AGENTJOURNAL_SELFCHECK_URI"),
-        help="store to check (default: a fresh temporary SQLite file); writes a few "
-        "events to new SelfCheck-* streams",
+        help=f"the store to check; writes a few events to new SelfCheck-* streams "
+        f"(default: ${URI_ENV}, else a fresh temporary SQLite file)",
     )
-    uri_help = "the store (default: $AGENTJOURNAL_URI, else sqlite:///agentjournal.db)"
-    verify = commands.add_parser("verify", help="verify a session tree in the store")
+
+    verify = command(commands, "verify", "verify a session tree in the store")
     verify.add_argument("session", help="the session id")
-    verify.add_argument("--uri", help=uri_help)
+    verify.add_argument("--uri", help=_STORE_HELP + "; never created")
     _verification_arguments(verify)
-    bundle = commands.add_parser("bundle", help="export or verify a session bundle")
+
+    bundle = command(commands, "bundle", "export or verify a session bundle")
     bundle_commands = bundle.add_subparsers(
         dest="bundle_command", required=True, parser_class=_Parser
     )
-    export = bundle_commands.add_parser("export", help="write a session tree as a bundle")
+    export = command(bundle_commands, "export", "write a session tree as a bundle")
     export.add_argument("session", help="the session id")
     export.add_argument("-o", "--output", required=True, help="the bundle file to write")
-    export.add_argument("--uri", help=uri_help)
+    export.add_argument("--uri", help=_STORE_HELP + "; never created")
     export.add_argument(
-        "--redact", action="store_true", help="withhold conversation payloads (digests stay)"
+        "--redact",
+        action="store_true",
+        help="withhold conversation payloads; digests stay (default: off)",
     )
     export.add_argument(
         "--no-checkpoint",
         action="store_true",
-        help="do not sign a checkpoint of the heads first (one is signed when a key is set)",
+        help="do not sign a checkpoint of the heads first (default: one is signed when a "
+        "key is set)",
     )
-    check_bundle = bundle_commands.add_parser("verify", help="verify a bundle offline")
+    check_bundle = command(bundle_commands, "verify", "verify a bundle offline")
     check_bundle.add_argument("bundle", help="the bundle file")
     _verification_arguments(check_bundle)
-    keygen = commands.add_parser("keygen", help="write a new Ed25519 signing key")
-    keygen.add_argument("-o", "--output", required=True, help="the private key file (PEM)")
+    check_bundle.add_argument(
+        "--max-bytes",
+        metavar="BYTES",
+        type=_size,
+        default=None,
+        help="refuse a bundle larger than this many bytes, read whole into memory "
+        "(default: 268435456, i.e. 256 MiB)",
+    )
+
+    keygen = command(commands, "keygen", "write a new Ed25519 signing key")
+    keygen.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="the private key file (PEM); FILE.pub gets the public key",
+    )
     return parser
+
+
+def _size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("a size is at least 1 byte")
+    return value
 
 
 def _verification_arguments(parser: argparse.ArgumentParser) -> None:
     """The options ``verify`` and ``bundle verify`` share."""
     parser.add_argument(
         "--pubkey",
+        metavar="KEY",
         action="append",
         default=[],
         help="a trusted Ed25519 public key: a file (PEM or raw hex/base64) or the key itself; "
-        "repeat for several. Keys are never taken from the bundle",
+        "repeat for several. Keys are never taken from the bundle (default: none, so "
+        "--allow-uncovered is needed)",
     )
     parser.add_argument(
         "--allow-uncovered",
         action="store_true",
-        help="report events after the last checkpoint as warnings, not failures",
+        help="report events after the last checkpoint as warnings, not failures (default: off)",
     )
     parser.add_argument(
         "--not-before",
+        metavar="TIME",
         help="RFC 3339 time the newest checkpoint must not be older than (an outside anchor: "
-        "a bundle cut back to an earlier checkpoint verifies otherwise)",
+        "a bundle cut back to an earlier checkpoint verifies otherwise; default: none)",
     )
+
+
+def _reason(error: BaseException) -> str:
+    """An exception as one line: its message without line breaks."""
+    if isinstance(error, OSError) and error.strerror:
+        text = error.strerror + (f": {error.filename}" if error.filename else "")
+    else:
+        text = str(error) or type(error).__name__
+    return " ".join(text.split())
+
+
+def _error(message: str) -> int:
+    print(f"agentjournal: {' '.join(message.split())}", file=sys.stderr)
+    return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "selfcheck":
+        return asyncio.run(_selfcheck(args.uri or os.environ.get(URI_ENV)))
+    if args.command == "guardrail":
+        return _guardrail_serve(args.host, args.port, args.rules)
+    if args.command == "verify":
+        from agentjournal.audit import verify_session
+
+        return asyncio.run(
+            verify_session(
+                args.session, args.uri, args.pubkey, args.allow_uncovered, args.not_before
+            )
+        )
+    if args.command == "bundle" and args.bundle_command == "export":
+        from agentjournal.audit import export_to_file
+
+        return asyncio.run(
+            export_to_file(args.session, args.uri, args.output, args.redact, not args.no_checkpoint)
+        )
+    if args.command == "bundle":
+        from agentjournal.audit import DEFAULT_MAX_BYTES, verify_file
+
+        return verify_file(
+            args.bundle,
+            args.pubkey,
+            args.allow_uncovered,
+            args.not_before,
+            max_bytes=args.max_bytes or DEFAULT_MAX_BYTES,
+        )
+    if args.command == "keygen":
+        from agentjournal.audit import keygen
+
+        return keygen(args.output)
+    if args.command == "demo":
+        from agentjournal.demo import run_demo  # loads the Agents SDK
+
+        uri = f"sqlite:///{os.path.abspath(args.db)}" if args.db else store_uri(args.uri)
+        return asyncio.run(
+            run_demo(
+                uri,
+                session_id=args.session,
+                key_file=args.key,
+                rules_file=args.rules,
+                policy_file=args.policy,
+            )
+        )
+    return 1  # pragma: no cover - argparse rejects unknown commands
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "selfcheck":
-            return asyncio.run(_selfcheck(args.uri))
-        if args.command == "guardrail":
-            return _guardrail_serve(args.host, args.port, args.rules)
-        if args.command == "verify":
-            from agentjournal.audit import verify_session
-
-            return asyncio.run(
-                verify_session(
-                    args.session, args.uri, args.pubkey, args.allow_uncovered, args.not_before
-                )
-            )
-        if args.command == "bundle" and args.bundle_command == "export":
-            from agentjournal.audit import export_to_file
-
-            return asyncio.run(
-                export_to_file(
-                    args.session, args.uri, args.output, args.redact, not args.no_checkpoint
-                )
-            )
-        if args.command == "bundle":
-            from agentjournal.audit import verify_file
-
-            return verify_file(args.bundle, args.pubkey, args.allow_uncovered, args.not_before)
-        if args.command == "keygen":
-            from agentjournal.audit import keygen
-
-            return keygen(args.output)
-        if args.command == "demo":
-            from agentjournal.demo import run_demo  # loads the Agents SDK
-
-            return asyncio.run(run_demo(os.path.abspath(args.db)))
-    except JournalError as error:
-        print(f"agentjournal: {error}", file=sys.stderr)
-        return 1
-    return 1  # pragma: no cover - argparse rejects unknown commands
+        return _run(args)
+    except KeyboardInterrupt:
+        return 130
+    except (JournalError, OSError) as error:  # expected: bad input, a missing file or store
+        if args.debug:
+            raise
+        return _error(_reason(error))
+    except Exception as error:
+        if args.debug:
+            raise
+        return _error(
+            f"unexpected error: {type(error).__name__}: {_reason(error)} "
+            "(run again with --debug for the traceback)"
+        )
 
 
 if __name__ == "__main__":

@@ -12,33 +12,46 @@ redacted arguments) and refuses a refund above its ceiling (BLOCK: the tool
 never runs, refunds sees an error and retries within policy). The demo prints
 every stream of the session tree, decisions included, and the flat history the
 SDK gets back; then it exports the session tree and verifies it offline (hash
-chains, signed checkpoints, twins, containment) and says where the database
-and the signing key are.
+chains, signed checkpoints, twins, containment) and prints the command that
+verifies it again from the store.
+
+It writes to the store every command uses (``--uri``, else ``$AGENTJOURNAL_URI``,
+else ``./agentjournal.db``) and signs with the configured key, else with
+``./agentjournal-demo.pem`` (made when missing), so ``agentjournal verify`` works
+on its session as printed. ``--rules`` and ``--policy`` take the files in
+``samples/``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.usage import Usage
 
 from agentjournal.bundle import export_bundle
+from agentjournal.errors import InvalidInput
 from agentjournal.events import GUARDRAIL_DECIDED
-from agentjournal.guardrails.rules import load_rules
+from agentjournal.guardrails.rules import RuleSet, load_rules
 from agentjournal.guardrails.service import running
 from agentjournal.journal import Journal
-from agentjournal.ledger import SigningKey
-from agentjournal.store import EventStore, RecordedEvent
+from agentjournal.ledger import SIGNING_KEY_FILE_ENV, SigningKey
+from agentjournal.policy import Policy
+from agentjournal.store import EventStore, RecordedEvent, store_uri
+from agentjournal.streams import session_stream, validate_id
 from agentjournal.verify import verify_bundle
 
 Print = Callable[[str], None]
+
+DEMO_KEY: Final = "agentjournal-demo.pem"
+"""The key the demo signs with when none is configured (in the working directory)."""
 
 RULES = """
 rules:
@@ -148,22 +161,52 @@ def thanks_agent() -> Agent[Any]:
     )
 
 
-async def run_demo(path: str, out: Print = print) -> int:
-    """Run the demo against the SQLite file at ``path`` (absolute); returns the exit code."""
+async def run_demo(
+    uri: str,
+    out: Print = print,
+    *,
+    session_id: str | None = None,
+    key_file: str | None = None,
+    rules_file: str | None = None,
+    policy_file: str | None = None,
+) -> int:
+    """Run the demo against the store at ``uri``; returns the exit code.
+
+    Args:
+        uri: The store to write (created when missing).
+        out: Where each line of output goes.
+        session_id: The new session's id (default: ``support-`` and 8 random hex digits).
+        key_file: The signing key file, made (mode 600, with ``.pub``) when missing.
+            Default: the configured key, else :data:`DEMO_KEY`.
+        rules_file: The guardrail's rules (YAML; default :data:`RULES`).
+        policy_file: The authority policy (YAML; default: none).
+
+    Raises:
+        InvalidInput: The session exists already; a file cannot be read or is malformed.
+        StoreUnavailable: The store cannot be opened.
+    """
     started = time.monotonic()
-    session_id = f"support-{uuid.uuid4().hex[:8]}"
+    session_id = validate_id(session_id or f"support-{uuid.uuid4().hex[:8]}", "session id")
+    rules = load_rules(RULES) if rules_file is None else _rules(rules_file)
+    policy = None if policy_file is None else Policy.load(policy_file)
+    key, public = _demo_key(key_file)
     config = RunConfig(tracing_disabled=True)
-    key, key_path = _demo_key(path)
     async with (
-        running(load_rules(RULES)) as guardrail,
-        Journal.open(f"sqlite:///{path}", signing_key=key) as journal,
+        running(rules) as guardrail,
+        Journal.open(uri, signing_key=key) as journal,
     ):
+        if await journal.store.head(session_stream(session_id)) is not None:
+            raise InvalidInput(
+                f"session {session_id} exists already: choose another --session, or leave it "
+                "out for a new one"
+            )
         session = journal.session(
             session_id,
             app_name="agentjournal-demo",
             user_id="customer-7",
             agent_name="triage",
             guardrails=guardrail,
+            policy=policy,
         )
         out(f"session {session_id}, guardrail service {guardrail}")
         for agent, text in (
@@ -190,31 +233,66 @@ async def run_demo(path: str, out: Print = print) -> int:
     for line in report.text().splitlines():
         out(f"  {line}")
     out("")
-    out(f"database: {path}")
-    if key_path is not None:
-        out(
-            f"verify it yourself: agentjournal verify {session_id} --uri sqlite:///{path} "
-            f"--pubkey {key_path}.pub"
-        )
+    out(f"store: {uri}")
+    # Name the store only when `verify` would not find it by itself.
+    where = "" if uri == store_uri() else f" --uri {shlex.quote(uri)}"
+    out(f"verify it yourself: agentjournal verify {session_id}{where} --pubkey {public}")
     out(f"done in {time.monotonic() - started:.1f} s")
-    return 0
+    return 0 if report.ok else 2
 
 
-def _demo_key(path: str) -> tuple[SigningKey, str | None]:
-    """The configured signing key, else one kept next to the demo database (mode 600)."""
-    configured = SigningKey.from_environment()
-    if configured is not None:
-        return configured, None
-    key_path = f"{path}.key.pem"
-    if os.path.exists(key_path):
-        return SigningKey.from_file(key_path), key_path
+def _rules(path: str) -> RuleSet:
+    """The guardrail rules in the YAML file ``path``.
+
+    Raises:
+        InvalidInput: The file cannot be read or holds no valid rules.
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return load_rules(handle.read())
+    except (OSError, UnicodeDecodeError) as error:
+        raise InvalidInput(f"cannot read rules {path}: {error}") from None
+    except ValueError as error:
+        raise InvalidInput(f"invalid rules in {path}: {error}") from None
+
+
+def _demo_key(key_file: str | None) -> tuple[SigningKey, str]:
+    """The signing key and how to name its public key on the command line.
+
+    ``key_file`` when given (made when missing), else the configured key, else
+    :data:`DEMO_KEY` (made when missing). A key file's public key is the file
+    beside it (``.pub``); a key from the environment is named by its hex.
+    """
+    if key_file is None:
+        configured = SigningKey.from_environment()
+        if configured is not None:
+            return configured, _public_ref(configured, os.environ.get(SIGNING_KEY_FILE_ENV))
+        key_file = DEMO_KEY
+    if os.path.exists(key_file):
+        key = SigningKey.from_file(key_file)
+        return key, _public_ref(key, key_file)
+    folder = os.path.dirname(os.path.abspath(key_file))
+    if not os.path.isdir(folder):
+        raise InvalidInput(f"cannot write {key_file}: folder {folder} does not exist")
     key = SigningKey.generate()
-    descriptor = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
         handle.write(key.private_pem())
-    with open(f"{key_path}.pub", "w", encoding="utf-8") as handle:
+    with open(f"{key_file}.pub", "w", encoding="utf-8") as handle:
         handle.write(key.public_pem())
-    return key, key_path
+    return key, shlex.quote(f"{key_file}.pub")
+
+
+def _public_ref(key: SigningKey, key_file: str | None) -> str:
+    """``KEY.pub`` when that file holds this key's public key, else the key in hex."""
+    if key_file:
+        try:
+            with open(f"{key_file}.pub", encoding="utf-8") as handle:
+                if handle.read(64 * 1024) == key.public_pem():
+                    return shlex.quote(f"{key_file}.pub")
+        except (OSError, UnicodeDecodeError):
+            pass
+    return key.public_key.public_bytes_raw().hex()
 
 
 async def print_tree(store: EventStore, stream: str, out: Print, depth: int = 0) -> None:
@@ -248,7 +326,7 @@ def _describe_event(event: RecordedEvent) -> str:
         )
         return f"{prefix}{role} {target}"
     if event.type == "SubagentCompleted":
-        return f"{body.get('agent_id')} {body.get('outcome')}: {body.get('summary', '')[:40]}"
+        return f"{body.get('agent_id')} {body.get('outcome')}: {_cut(body.get('summary', ''), 40)}"
     if event.type == "SessionStarted":
         return f"app={body.get('app_name')} user={body.get('user_id')}"
     if event.type == "AssistantToolCallsGenerated":
@@ -257,8 +335,8 @@ def _describe_event(event: RecordedEvent) -> str:
         tokens = f" [{json.loads(usage).get('total_tokens')} tokens]" if usage else ""
         return f"{prefix}{call['tool_name']}{tokens}"
     if event.type == "ToolResultReceived":
-        return f"{prefix}{body.get('result', '')[:50]}"
-    return f"{prefix}{str(body.get('content', ''))[:50]}"
+        return f"{prefix}{_cut(body.get('result', ''), 50)}"
+    return f"{prefix}{_cut(str(body.get('content', '')), 50)}"
 
 
 def _describe_item(item: Any) -> str:
@@ -270,9 +348,14 @@ def _describe_item(item: Any) -> str:
             if isinstance(content, str)
             else " ".join(p.get("text", "") for p in content or [])
         )
-        return f"{item.get('role')}: {text[:60]}"
+        return f"{item.get('role')}: {_cut(text, 60)}"
     if kind == "function_call":
         return f"function_call {item.get('name')}({item.get('arguments')})"
     if kind == "function_call_output":
-        return f"function_call_output {str(item.get('output'))[:60]}"
+        return f"function_call_output {_cut(str(item.get('output')), 60)}"
     return str(kind)
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text``, cut to ``limit`` characters ending with "…" when it was longer."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"

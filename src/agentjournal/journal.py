@@ -19,17 +19,21 @@ from agentjournal.guardrails.client import GuardrailClient
 from agentjournal.ledger import KeyRotation, SigningKey
 from agentjournal.policy import Policy
 from agentjournal.session import JournalSession, SessionTree
-from agentjournal.store import EventStore, NewEvent, StreamState, open_store
+from agentjournal.store import (
+    DEFAULT_URI,
+    URI_ENV,
+    EventStore,
+    NewEvent,
+    StreamState,
+    open_store,
+    store_uri,
+)
 from agentjournal.streams import KEYS_STREAM, validate_id
 
 __all__ = ["DEFAULT_URI", "GUARDRAIL_URL_ENV", "URI_ENV", "Journal"]
 
 logger = logging.getLogger("agentjournal")
 
-URI_ENV: Final = "AGENTJOURNAL_URI"
-"""The environment variable :meth:`Journal.open` reads when given no URI."""
-DEFAULT_URI: Final = "sqlite:///agentjournal.db"
-"""Where the journal lives when neither an argument nor the environment says."""
 GUARDRAIL_URL_ENV: Final = "AGENTJOURNAL_GUARDRAIL_URL"
 """The guardrail service sessions use when ``guardrails=`` is not given."""
 
@@ -87,7 +91,7 @@ class Journal:
         if isinstance(signing_key, str):
             signing_key = SigningKey.from_file(signing_key)
         key = signing_key if signing_key is not None else SigningKey.from_environment()
-        return _Opening(cls, uri or os.environ.get(URI_ENV) or DEFAULT_URI, key)
+        return _Opening(cls, store_uri(uri), key)
 
     def session(
         self,

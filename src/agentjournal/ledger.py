@@ -41,6 +41,7 @@ from agentjournal.errors import InvalidInput
 __all__ = [
     "BUNDLE_FORMAT",
     "BUNDLE_VERSION",
+    "CHAIN_KEYS",
     "CHECKPOINT",
     "GENESIS",
     "HASH_KEY",
@@ -91,11 +92,18 @@ def _record_bytes(record: dict[str, Any], metadata: Mapping[str, str]) -> bytes:
     That path is six times faster; anything else goes through ``rfc8785``.
     ``tests/test_ledger_chain.py`` checks the two agree on random records.
     """
-    if "".join(metadata).isascii():
-        return json.dumps(
-            record, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        ).encode()
-    return _jcs(record)
+    try:
+        if "".join(metadata).isascii():
+            return json.dumps(
+                record, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            ).encode()
+        return _jcs(record)
+    except (UnicodeEncodeError, rfc8785.CanonicalizationError):
+        # A lone surrogate: JSON text can hold one, UTF-8 (and so JCS) cannot.
+        raise InvalidInput(
+            f"{record['stream']}@{record['revision']}: the event's id, type or metadata is not "
+            "valid Unicode text (a lone surrogate); it cannot be chained"
+        ) from None
 
 
 def ledger_stream(session_id: str) -> str:
@@ -116,7 +124,11 @@ def chain_hash(
     data_sha256: str,
     metadata: Mapping[str, str],
 ) -> str:
-    """The hash of one event (``metadata`` without ``aj.hash``)."""
+    """The hash of one event (``metadata`` without ``aj.hash``).
+
+    Raises:
+        InvalidInput: A text field is not valid Unicode (a lone surrogate).
+    """
     covered = {k: v for k, v in metadata.items() if k != HASH_KEY}
     record = {
         "stream": stream,
@@ -267,8 +279,9 @@ def load_public_key(text: str) -> Ed25519PublicKey:
 
 
 _CHECKPOINT_FIELDS: Final = frozenset(
-    {"session_id", "heads", "sequence", "previous", "key_id", "signed_at", "signature"}
+    {"session_id", "heads", "sequence", "previous", "metadata", "key_id", "signed_at", "signature"}
 )
+CHAIN_KEYS: Final = frozenset({SEQ_KEY, PREV_KEY, HASH_KEY})
 
 
 @dataclass(frozen=True)
@@ -281,6 +294,8 @@ class Checkpoint:
         sequence: The checkpoint's revision in ``AgentLedger-{session}``.
         previous: The ``aj.hash`` of the ledger event before it (:data:`GENESIS` at 0).
             Signing its own place means checkpoints cannot be reordered, even re-chained.
+        metadata: The checkpoint event's own metadata but its chain keys: signed too, so
+            nothing on the ledger stream is left unauthenticated.
         key_id: The signing key's id.
         signed_at: RFC 3339 UTC.
         signature: Base64 Ed25519 signature over :meth:`signed_bytes`.
@@ -290,6 +305,7 @@ class Checkpoint:
     heads: Mapping[str, tuple[int, str]]
     sequence: int
     previous: str
+    metadata: Mapping[str, str]
     key_id: str
     signed_at: str
     signature: str = ""
@@ -303,6 +319,7 @@ class Checkpoint:
             },
             "sequence": self.sequence,
             "previous": self.previous,
+            "metadata": dict(sorted(self.metadata.items())),
             "key_id": self.key_id,
             "signed_at": self.signed_at,
         }
@@ -321,10 +338,18 @@ class Checkpoint:
         *,
         sequence: int,
         previous: str,
+        metadata: Mapping[str, str] | None = None,
     ) -> Checkpoint:
-        """A checkpoint of ``heads`` signed by ``key``, to be written at ``sequence``."""
+        """A checkpoint of ``heads`` signed by ``key``, to be written at ``sequence`` with
+        ``metadata`` (its chain keys aside)."""
         unsigned = cls(
-            session_id, dict(heads), sequence, previous, key.key_id, signed_at.isoformat()
+            session_id,
+            dict(heads),
+            sequence,
+            previous,
+            {k: v for k, v in (metadata or {}).items() if k not in CHAIN_KEYS},
+            key.key_id,
+            signed_at.isoformat(),
         )
         signature = base64.b64encode(key.private.sign(unsigned.signed_bytes())).decode()
         return dataclasses.replace(unsigned, signature=signature)
@@ -363,11 +388,17 @@ class Checkpoint:
                 raise InvalidInput(f"checkpoint {name} must be a string")
         if not _is_int(body["sequence"]):
             raise InvalidInput("checkpoint sequence must be an integer")
+        metadata = body["metadata"]
+        if not isinstance(metadata, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+        ):
+            raise InvalidInput("checkpoint metadata must map strings to strings")
         return cls(
             body["session_id"],
             heads,
             body["sequence"],
             body["previous"],
+            dict(metadata),
             body["key_id"],
             body["signed_at"],
             body["signature"],

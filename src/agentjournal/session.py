@@ -900,6 +900,10 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                     else (-1, ledger.GENESIS)
                 )
             head, prev = tree.ledger_head
+            metadata = {
+                events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE,
+                **_trace_metadata(self._current_ids()),
+            }
             checkpoint = ledger.Checkpoint.sign(
                 self._signing_key,
                 self.session_id,
@@ -907,12 +911,9 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                 datetime.now(UTC),
                 sequence=head + 1,
                 previous=prev,
+                metadata=metadata,
             )
             data = checkpoint.encode()
-            metadata = {
-                events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE,
-                **_trace_metadata(self._current_ids()),
-            }
             event_id = uuid.uuid4()
             sealed = _seal(stream, head + 1, event_id, ledger.CHECKPOINT, data, metadata, prev)
             event = NewEvent(type=ledger.CHECKPOINT, data=data, metadata=metadata, id=event_id)

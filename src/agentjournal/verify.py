@@ -56,9 +56,22 @@ from agentjournal.guardrails.actions import CALL_KINDS
 from agentjournal.policy import Gate, Policy, ToolRule
 from agentjournal.streams import KEYS_STREAM, authority_stream
 
-__all__ = ["Event", "Problem", "Report", "verify_bundle"]
+__all__ = ["Event", "Problem", "Report", "parse_bundle", "verify_bundle"]
 
-_MALFORMED: Final = (ValueError, TypeError, KeyError, AttributeError, InvalidInput, CodecError)
+# What a crafted event can make a check raise: each is a failure to report, never a crash
+# (RecursionError: JSON nested deeper than the parser goes; LookupError: a missing key or
+# index; OverflowError: a number too large for a float).
+_MALFORMED: Final = (
+    ValueError,
+    TypeError,
+    LookupError,
+    AttributeError,
+    RecursionError,
+    OverflowError,
+    InvalidInput,
+    CodecError,
+)
+_MAX_REVISION: Final = 2**63 - 1  # a stream revision is a signed 64-bit number everywhere
 _BUNDLE_FIELDS: Final = {"format", "version", "session_id", "exported_at", "redacted", "streams"}
 _STREAM_FIELDS: Final = {"name", "events"}
 _EVENT_FIELDS: Final = {
@@ -86,7 +99,7 @@ class Event:
             return dict(self.view) if self.view is not None else None
         try:
             parsed = json.loads(self.data)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         return parsed if isinstance(parsed, dict) else None
 
@@ -158,6 +171,9 @@ def verify_bundle(
     report = Report()
     try:
         session_id, streams = _parse(bundle)
+    except _Malformed as error:
+        report.fail("structure", error.stream, error.revision, str(error))
+        return report
     except InvalidInput as error:
         report.fail("structure", "bundle", None, str(error))
         return report
@@ -165,7 +181,8 @@ def verify_bundle(
     total = sum(len(stream) for stream in streams.values())
     withheld = sum(1 for stream in streams.values() for e in stream if e.data is None)
     report.lines.append(
-        f"session {session_id}: {len(streams)} streams, {total} events ({withheld} withheld)"
+        f"session {session_id}: {_plural(len(streams), 'stream')}, {_plural(total, 'event')} "
+        f"({withheld} withheld)"
     )
     if session_stream not in streams or not streams[session_stream]:
         report.fail("structure", session_stream, None, "the session stream is missing or empty")
@@ -175,7 +192,9 @@ def verify_bundle(
     if report.problems:
         report.lines.append("integrity: FAILED")
         return report  # nothing built on a broken chain can be trusted
-    report.lines.append(f"integrity: {total} events in {len(streams)} streams chain correctly")
+    report.lines.append(
+        f"integrity: {_plural(total, 'event')} in {_plural(len(streams), 'stream')} chain correctly"
+    )
     try:
         tree = _Tree(session_id, session_stream, streams)
     except _MALFORMED as error:
@@ -203,16 +222,100 @@ def verify_bundle(
 # -- structure ----------------------------------------------------------------------
 
 
+def parse_bundle(raw: bytes) -> Any:
+    """Parse a bundle file's bytes as strict JSON (the structure is checked by verification).
+
+    Strict beyond :func:`json.loads`: the bytes must be UTF-8, names may not repeat within an
+    object (two parsers could each pick a different one), and ``NaN``/``Infinity`` and numbers
+    too large for a float are refused. An empty (or all-blank) file parses to None, which
+    :func:`verify_bundle` reports as empty input.
+
+    Raises:
+        InvalidInput: The bytes are not such JSON; the message says where.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidInput(
+            f"byte {error.start} (0x{raw[error.start]:02x}) is not UTF-8: a bundle is UTF-8 JSON"
+        ) from None
+    if not text.strip():
+        return None
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_unique_names,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+        )
+    except json.JSONDecodeError as error:
+        raise InvalidInput(
+            f"not JSON at line {error.lineno} column {error.colno}: {error.msg}"
+        ) from None
+    except RecursionError:
+        raise InvalidInput(
+            "JSON nested too deeply (no bundle nests more than a few levels)"
+        ) from None
+    except ValueError as error:  # from the hooks, or an integer of over 4300 digits
+        raise InvalidInput(f"not a bundle: {_cut(str(error), 200)}") from None
+
+
+def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        names = [name for name, _ in pairs]
+        repeated = next(name for name in names if names.count(name) > 1)
+        raise ValueError(f"the name {_cut(repr(repeated), 60)} appears twice in one object")
+    return found
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"the number {_cut(text, 40)} is too large")
+    return value
+
+
+def _plural(count: int, noun: str) -> str:
+    """``1 event``, ``2 events``, ``3 policies``."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {noun[:-1]}ies" if noun.endswith("y") else f"{count} {noun}s"
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text``, cut to ``limit`` characters with "…" when it was longer."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode text (JSON can carry lone surrogates, UTF-8 cannot)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _parse(bundle: Any) -> tuple[str, dict[str, list[Event]]]:
     if not isinstance(bundle, Mapping) or not bundle:
         raise InvalidInput("empty input: a bundle is a JSON object")
     if set(bundle) != _BUNDLE_FIELDS:
         extra, missing = set(bundle) - _BUNDLE_FIELDS, _BUNDLE_FIELDS - set(bundle)
-        raise InvalidInput(f"bundle fields: unknown {sorted(extra)}, missing {sorted(missing)}")
+        raise InvalidInput(
+            f"bundle fields: unknown {_cut(str(sorted(extra)), 200)}, missing {sorted(missing)}"
+        )
     version = bundle["version"]
     if (
         bundle["format"] != ledger.BUNDLE_FORMAT
         or not isinstance(version, int)
+        or isinstance(version, bool)
         or version not in _EVENT_FIELDS
     ):
         raise InvalidInput(
@@ -220,9 +323,10 @@ def _parse(bundle: Any) -> tuple[str, dict[str, list[Event]]]:
             f"{' or '.join(map(str, sorted(_EVENT_FIELDS)))}"
         )
     session_id = bundle["session_id"]
-    if not isinstance(session_id, str) or not session_id:
+    if not isinstance(session_id, str) or not session_id or not _unicode(session_id):
         raise InvalidInput("session_id must be a non-empty string")
-    if not isinstance(bundle["redacted"], bool) or not isinstance(bundle["exported_at"], str):
+    redacted = bundle["redacted"]
+    if not isinstance(redacted, bool) or not isinstance(bundle["exported_at"], str):
         raise InvalidInput("redacted must be true or false and exported_at a string")
     raw_streams = bundle["streams"]
     if not isinstance(raw_streams, list) or not raw_streams:
@@ -232,30 +336,55 @@ def _parse(bundle: Any) -> tuple[str, dict[str, list[Event]]]:
         if not isinstance(raw, Mapping) or set(raw) != _STREAM_FIELDS:
             raise InvalidInput("each stream has exactly 'name' and 'events'")
         name, raw_events = raw["name"], raw["events"]
-        if not isinstance(name, str) or not isinstance(raw_events, list) or name in streams:
-            raise InvalidInput(f"stream {name!r} is malformed or repeated")
+        if (
+            not isinstance(name, str)
+            or not _unicode(name)
+            or not isinstance(raw_events, list)
+            or name in streams
+        ):
+            raise InvalidInput(f"stream {_cut(repr(name), 200)} is malformed or repeated")
         streams[name] = [_event(name, e, _EVENT_FIELDS[version]) for e in raw_events]
+        withheld = next((e for e in streams[name] if e.data is None), None)
+        if withheld is not None and not redacted:
+            raise _Malformed(
+                name, withheld.revision, "data is withheld in a bundle that says it is unredacted"
+            )
     return session_id, streams
+
+
+class _Malformed(InvalidInput):
+    """Raised by :func:`_event` for a malformed event, with where it is."""
+
+    def __init__(self, stream: str, revision: int | None, message: str) -> None:
+        super().__init__(message)
+        self.stream, self.revision = stream, revision
 
 
 def _event(stream: str, raw: Any, fields: frozenset[str]) -> Event:
     if not isinstance(raw, Mapping) or set(raw) != fields:
-        raise InvalidInput(f"an event of {stream} must have exactly {sorted(fields)}")
+        raise _Malformed(stream, None, f"an event must have exactly {sorted(fields)}")
     revision, metadata = raw["revision"], raw["metadata"]
     if not isinstance(revision, int) or isinstance(revision, bool):
-        raise InvalidInput(f"an event of {stream} has a non-integer revision")
+        raise _Malformed(stream, None, "an event has a non-integer revision")
+    if not 0 <= revision <= _MAX_REVISION:
+        raise _Malformed(stream, None, "an event has a revision out of range")
     if not isinstance(metadata, dict) or not (
         set(map(type, metadata)) <= {str} and set(map(type, metadata.values())) <= {str}
     ):
-        raise InvalidInput(f"{stream}@{revision}: metadata must map strings to strings")
+        raise _Malformed(stream, revision, "metadata must map strings to strings")
+    bad = next((k for k, v in metadata.items() if not (_unicode(k) and _unicode(v))), None)
+    if bad is not None:
+        raise _Malformed(
+            stream, revision, f"metadata {_cut(repr(bad), 60)} is not valid Unicode text"
+        )
     for name in ("id", "type", "data_sha256"):
-        if not isinstance(raw[name], str):
-            raise InvalidInput(f"{stream}@{revision}: {name} must be a string")
+        if not isinstance(raw[name], str) or not _unicode(raw[name]):
+            raise _Malformed(stream, revision, f"{name} must be a string of Unicode text")
     if raw["data"] is not None and not isinstance(raw["data"], str):
-        raise InvalidInput(f"{stream}@{revision}: data must be a string or null")
+        raise _Malformed(stream, revision, "data must be a string or null")
     view = raw.get("view")
     if view is not None and not isinstance(view, dict):
-        raise InvalidInput(f"{stream}@{revision}: view must be an object or null")
+        raise _Malformed(stream, revision, "view must be an object or null")
     return Event(
         stream, revision, raw["id"], raw["type"], raw["data"], raw["data_sha256"], metadata, view
     )
@@ -446,12 +575,10 @@ def _check_twins(report: Report, tree: _Tree) -> None:
                 )
     if not report.failed("twins"):
         report.lines.append(
-            f"twins: {_count(started, 'subagent')} started, {completed} closed, links ok"
+            f"twins: {_plural(started, 'subagent')} started, {completed} closed, links ok"
+            if started
+            else "twins: no subagents"
         )
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 # -- checkpoints ----------------------------------------------------------------------
@@ -466,6 +593,8 @@ def _trusted_keys(
         try:
             if event.type != ledger.KEY_ROTATED:
                 raise InvalidInput(f"{event.type} does not belong on {KEYS_STREAM}")
+            if _unchained(event.metadata) != _ROTATION_METADATA:
+                raise InvalidInput("a key rotation carries metadata it was not written with")
             rotations.append(ledger.KeyRotation.decode(event.body()))
         except InvalidInput as error:
             report.fail("checkpoints", event.stream, event.revision, str(error))
@@ -473,11 +602,19 @@ def _trusted_keys(
     if rotations:
         added = sorted(set(keys) - set(trusted))
         report.lines.append(
-            f"keys: {_count(len(trusted), 'trusted key')} given; "
-            f"{_count(len(rotations), 'rotation')} recorded; followed to "
+            f"keys: {_plural(len(trusted), 'trusted key')} given; "
+            f"{_plural(len(rotations), 'rotation')} recorded; followed to "
             + (", ".join(added) if added else "no other key")
         )
     return keys
+
+
+_ROTATION_METADATA: Final = {events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE}
+
+
+def _unchained(metadata: Mapping[str, str]) -> dict[str, str]:
+    """Metadata without its chain keys (``aj.seq``, ``aj.prev``, ``aj.hash``)."""
+    return {k: v for k, v in metadata.items() if k not in ledger.CHAIN_KEYS}
 
 
 def _check_checkpoints(
@@ -522,6 +659,9 @@ def _check_checkpoints(
                 "reordered or spliced",
             )
             continue
+        if _unchained(event.metadata) != dict(checkpoint.metadata):
+            report.fail(*where, "the checkpoint event's metadata is not what was signed")
+            continue
         for stream, (revision, digest) in checkpoint.heads.items():
             found = tree.streams.get(stream, [])
             if revision >= len(found):
@@ -561,7 +701,8 @@ def _check_checkpoints(
         uncovered.append((tree.ledger_stream, last_event.revision + 1))
     names = sorted({c.key_id for _, c in signed})
     report.lines.append(
-        f"checkpoints: {len(signed)} signed by {', '.join(names)}; the newest at "
+        f"checkpoints: {_plural(len(signed), 'checkpoint')} signed by {', '.join(names)}; "
+        f"the newest at "
         f"{last_event.stream}@{last_event.revision}, signed {last.signed_at}"
     )
     if not_before is not None and _instant(last.signed_at) < _instant(not_before):
@@ -671,9 +812,9 @@ def _check_authority(report: Report, tree: _Tree, anchor: Policy | None) -> None
     if not report.failed("delegation"):
         recorded = len(policies.by_digest)
         report.lines.append(
-            f"delegation: {_count(recorded, 'policy')} recorded"
+            f"delegation: {_plural(recorded, 'policy')} recorded"
             + (" (the one given)" if anchor is not None else "")
-            + f"; {_count(len(grants), 'grant')}, each recomputed from its policy"
+            + f"; {_plural(len(grants), 'grant')}, each recomputed from its policy"
         )
 
 
@@ -780,10 +921,12 @@ def _check_narrowing(report: Report, tree: _Tree, grants: list[Event]) -> None:
             report.fail(*where, "a grant without the sender's authority")
         elif granted is not None and not granted.is_narrower_than(sender):
             report.fail(*where, "the authority granted is wider than its sender's")
-    if not report.failed("delegation") and checked:
+    if not report.failed("delegation"):
         report.lines.append(
-            f"delegation: no policy recorded; {_count(checked, 'grant')}, "
+            f"delegation: no policy recorded; {_plural(checked, 'grant')}, "
             "each narrower than its sender's"
+            if checked
+            else "delegation: no authority was granted along a handoff"
         )
 
 
@@ -836,22 +979,30 @@ def _check_containment(report: Report, tree: _Tree) -> None:
     )
     if opaque:
         report.lines.append(
-            f"  note: {_count(opaque, 'opaque item')} (encrypted, or naming no kind) could not "
+            f"  note: {_plural(opaque, 'opaque item')} (encrypted, or naming no kind) could not "
             "be inspected: calls or handoffs inside them are not checked"
         )
     if not report.failed("containment"):
-        if not executed:
-            summary = "no executed tool calls"
-        else:
-            parts = [_count(executed, "executed tool call")]
-            parts.append(
-                f"{guarded} decided by the guardrail"
-                if guarded
-                else "no guardrail decisions expected"
-            )
-            parts.append(f"{bounded} within authority" if bounded else "no policy to check")
-            summary = "; ".join(parts)
-        report.lines.append(f"containment: {summary}")
+        report.lines.append(_containment_line(executed, guarded, bounded))
+
+
+def _containment_line(executed: int, guarded: int, bounded: int) -> str:
+    """What containment found, saying only what was checked."""
+    if not executed:
+        return "containment: no tool call ran"
+    if guarded == executed:
+        decided = "each had an ALLOW or MODIFY decision"
+    elif guarded:
+        decided = f"{guarded} guarded, each with an ALLOW or MODIFY decision"
+    else:
+        decided = "no guardrail: no decisions were expected"
+    if bounded == executed:
+        within = "each within its agent's authority"
+    elif bounded:
+        within = f"{bounded} under the policy, each within its agent's authority"
+    else:
+        within = "no policy: no authority to check"
+    return f"containment: {_plural(executed, 'executed tool call')}; {decided}; {within}"
 
 
 def _call_marker(event: Event) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import re
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentjournal.guardrails.protocol import (
     ActionType,
@@ -80,9 +80,27 @@ class RuleSet(BaseModel):
 
 
 def load_rules(text: str) -> RuleSet:
-    """Parse rules from YAML (or JSON) text; raises ``ValueError`` naming what is wrong."""
-    data = yaml.safe_load(text) or {}
-    return RuleSet.model_validate(data)
+    """Parse rules from YAML (or JSON) text.
+
+    Raises:
+        ValueError: The text is not YAML or not rules; one line naming where and what.
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ValueError(f"not valid YAML{where}: {problem}") from None
+    try:
+        return RuleSet.model_validate(data or {})
+    except ValidationError as error:
+        # pydantic's own message spans several lines; the first problem is enough to act on.
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the file"
+        more = error.error_count() - 1
+        extra = f" (and {more} more)" if more else ""
+        raise ValueError(f"{where}: {first['msg']}{extra}") from None
 
 
 def decide(request: ValidateRequest, rules: RuleSet) -> ValidateResponse:

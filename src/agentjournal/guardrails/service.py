@@ -10,9 +10,11 @@ fields), so the service's log lines join the caller's trace.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
-from collections.abc import AsyncIterator
+import socket
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,10 +25,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from agentjournal.errors import InvalidInput
 from agentjournal.guardrails.protocol import ValidateRequest, ValidateResponse, parse_traceparent
 from agentjournal.guardrails.rules import RuleSet, decide
 
-__all__ = ["create_app", "openapi", "running", "serve"]
+__all__ = ["bind", "create_app", "openapi", "running", "serve"]
 
 logger = logging.getLogger("agentjournal.guardrails.service")
 
@@ -125,6 +128,63 @@ async def running(rules: RuleSet, *, host: str = "127.0.0.1", port: int = 0) -> 
         await task
 
 
-def serve(rules: RuleSet, *, host: str = "127.0.0.1", port: int = 8787) -> None:
-    """Serve until interrupted (the ``agentjournal guardrail serve`` command)."""
-    uvicorn.run(create_app(rules), host=host, port=port, log_level="info")
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host`` and ``port`` (0: a free port), not yet listening.
+
+    Binding before the server starts lets the caller say which port it got, and
+    turns a port in use into one clear error instead of a server that exits.
+
+    Raises:
+        InvalidInput: The port is in use, not allowed, or the host cannot be resolved.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as error:
+        raise InvalidInput(f"cannot resolve --host {host!r}: {error}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # restart over TIME_WAIT
+        sock.bind(address)
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise InvalidInput(
+                f"port {port} on {host} is in use: stop what holds it, or choose another "
+                "--port (0 picks a free one)"
+            ) from None
+        raise InvalidInput(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    return sock
+
+
+def serve(
+    rules: RuleSet,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8787,
+    ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve until interrupted (the ``agentjournal guardrail serve`` command).
+
+    Args:
+        rules: The rules to decide with.
+        host: The address to listen on.
+        port: The port; 0 picks a free one.
+        ready: Called with the base URL (the port actually bound) before serving.
+
+    Raises:
+        InvalidInput: The port is in use or the host cannot be resolved.
+    """
+    sock = bind(host, port)
+    try:
+        # Listening before `ready`: a client told the URL is queued until uvicorn accepts.
+        sock.listen(2048)
+        bound = sock.getsockname()
+        shown = f"[{bound[0]}]" if sock.family == socket.AF_INET6 else bound[0]
+        if ready is not None:
+            ready(f"http://{shown}:{bound[1]}")
+        server = uvicorn.Server(uvicorn.Config(create_app(rules), log_level="info"))
+        server.run(sockets=[sock])
+    finally:
+        sock.close()

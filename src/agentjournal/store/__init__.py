@@ -10,6 +10,9 @@
 
 from __future__ import annotations
 
+import os
+from typing import Final
+
 from agentjournal.errors import InvalidInput
 from agentjournal.store.base import (
     MAX_EVENT_BYTES,
@@ -24,6 +27,7 @@ from agentjournal.store.base import (
 )
 
 __all__ = [
+    "DEFAULT_URI",
     "MAX_EVENT_BYTES",
     "AppendRequest",
     "AppendResult",
@@ -32,24 +36,44 @@ __all__ = [
     "NewEvent",
     "RecordedEvent",
     "StreamState",
+    "URI_ENV",
     "event_id",
     "open_store",
+    "store_uri",
 ]
+
+URI_ENV: Final = "AGENTJOURNAL_URI"
+"""The environment variable naming the store when no URI is given."""
+DEFAULT_URI: Final = "sqlite:///agentjournal.db"
+"""Where the store is when neither an argument nor the environment says (a file in the
+working directory)."""
+
+
+def store_uri(uri: str | None = None) -> str:
+    """The store to use: ``uri``, else ``$AGENTJOURNAL_URI``, else :data:`DEFAULT_URI`."""
+    return uri or os.environ.get(URI_ENV) or DEFAULT_URI
+
 
 _KURRENTDB_SCHEMES = ("kurrentdb://", "kurrentdb+discover://", "esdb://", "esdb+discover://")
 
 
-async def open_store(uri: str) -> EventStore:
+async def open_store(uri: str, *, create: bool = True) -> EventStore:
     """Open the event store that ``uri`` names (see the module docs).
+
+    Args:
+        uri: The store.
+        create: With False, a SQLite file that does not exist (or is empty)
+            raises instead of becoming a new store. KurrentDB has nothing to create.
 
     Raises:
         InvalidInput: The URI names no known backend.
-        StoreUnavailable: The store cannot be opened or reached.
+        StoreUnavailable: The store cannot be opened or reached (or, with
+            ``create=False``, there is no store at that path).
     """
     if uri.startswith("sqlite://"):
         from agentjournal.store.sqlite import SQLiteEventStore
 
-        return await SQLiteEventStore.open(sqlite_path(uri))
+        return await SQLiteEventStore.open(sqlite_path(uri), create=create)
     if uri.startswith(_KURRENTDB_SCHEMES):
         from agentjournal.store.kurrentdb import KurrentDBEventStore
 

@@ -28,6 +28,7 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
@@ -107,7 +108,7 @@ class SQLiteEventStore:
 
     @classmethod
     async def open(
-        cls, path: str | os.PathLike[str], *, busy_timeout: float = 30.0
+        cls, path: str | os.PathLike[str], *, busy_timeout: float = 30.0, create: bool = True
     ) -> SQLiteEventStore:
         """Open (creating if needed) the store in ``path`` without blocking the loop.
 
@@ -115,15 +116,19 @@ class SQLiteEventStore:
             path: The database file, or ``":memory:"``.
             busy_timeout: Seconds a writer waits for another process's write
                 lock before raising :class:`StoreUnavailable`.
+            create: With False, only an existing store is opened: a missing or
+                empty file raises instead of becoming a new store (what
+                read-only commands want).
 
         Raises:
-            StoreUnavailable: The file cannot be opened or holds something else.
+            StoreUnavailable: The file cannot be opened, holds something else,
+                or (``create=False``) holds no store.
         """
         path = os.fspath(path)
         executor = _executor()
         loop = asyncio.get_running_loop()
         try:
-            connection = await loop.run_in_executor(executor, _connect, path, busy_timeout)
+            connection = await loop.run_in_executor(executor, _connect, path, busy_timeout, create)
         except BaseException:
             executor.shutdown(wait=False)
             raise
@@ -427,21 +432,30 @@ def _translated(path: str, fn: Callable[..., _T], *args: Any) -> _T:
         raise StoreUnavailable(f"SQLite store {path} failed: {error}") from error
 
 
-def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
+def _connect(path: str, busy_timeout: float, create: bool = True) -> sqlite3.Connection:
     if path != ":memory:":
+        if not create and not os.path.isfile(path):
+            raise StoreUnavailable(f"no store at {path}: check the path or --uri")
         directory = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(directory):
             raise StoreUnavailable(
-                f"cannot open SQLite store {path}: directory {directory} does not exist"
+                f"cannot open SQLite store {path}: directory {directory} does not exist "
+                "(create it first)"
             )
+    target, as_uri = path, False
+    if not create and path != ":memory:":
+        # mode=rw: SQLite itself refuses to create the file (no race with the check above).
+        target, as_uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=rw", True
     try:
         db = sqlite3.connect(
-            path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            target, timeout=busy_timeout, isolation_level=None, check_same_thread=False, uri=as_uri
         )
     except sqlite3.Error as error:
         raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
     try:
         _refuse_foreign(db, path)  # before anything could change the file
+        if not create and db.execute("PRAGMA user_version").fetchone()[0] == 0:
+            raise StoreUnavailable(f"no store at {path}: the file is empty")
         db.execute(
             "PRAGMA journal_mode = WAL" if path != ":memory:" else "PRAGMA journal_mode = MEMORY"
         )
