@@ -176,3 +176,66 @@ def test_not_before_anchors_the_newest_checkpoint(
         run("bundle", "verify", str(bundle), "--pubkey", pub, "--not-before", "soon").returncode
         == 1
     )
+
+
+def test_keygen_rotate_records_the_hand_over_and_the_old_key_vouches_for_the_new(
+    tmp_path: Path,
+) -> None:
+    old, new, db = tmp_path / "old.pem", tmp_path / "new.pem", tmp_path / "rotate.db"
+    uri = f"sqlite:///{db}"
+    assert run("keygen", "-o", str(old)).returncode == 0
+    first = run("demo", "--uri", uri, "--session", "s-1", "--key", str(old))
+    assert first.returncode == 0, first.stderr
+    rotated = run("keygen", "--rotate", str(old), "-o", str(new), "--uri", uri)
+    assert rotated.returncode == 0, rotated.stderr
+    assert "hands over to" in rotated.stdout
+    assert oct(new.stat().st_mode & 0o777) == "0o600"
+    second = run("demo", "--uri", uri, "--session", "s-2", "--key", str(new))
+    assert second.returncode == 0, second.stderr
+    # Only the first key is given: the recorded rotation leads the verifier to the new one.
+    verified = run("verify", "s-2", "--uri", uri, "--pubkey", f"{old}.pub")
+    assert verified.returncode == 0, verified.stdout
+    assert "keys: 1 trusted key given; 1 rotation recorded" in verified.stdout
+
+
+def test_keygen_rotate_writes_nothing_when_it_cannot_record(tmp_path: Path) -> None:
+    old, new = tmp_path / "old.pem", tmp_path / "new.pem"
+    assert run("keygen", "-o", str(old)).returncode == 0
+    missing = run("keygen", "--rotate", str(old), "-o", str(new), "--uri", "sqlite:///nope.db")
+    assert missing.returncode == 1
+    assert "no store at" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+    assert not new.exists()
+    assert not Path(f"{new}.pub").exists()
+    unreadable = run("keygen", "--rotate", str(tmp_path / "absent.pem"), "-o", str(new))
+    assert unreadable.returncode == 1
+    assert not new.exists()
+    alone = run("keygen", "-o", str(new), "--uri", "sqlite:///x.db")
+    assert alone.returncode == 1
+    assert "--uri is for --rotate" in alone.stderr
+
+
+def test_the_policy_anchor(tmp_path: Path) -> None:
+    key, db = tmp_path / "key.pem", tmp_path / "policy.db"
+    uri = f"sqlite:///{db}"
+    assert run("keygen", "-o", str(key)).returncode == 0
+    policy = Path(__file__).parent.parent / "samples" / "policy.yml"
+    demo = run("demo", "--uri", uri, "--session", "s-1", "--key", str(key), "--policy", str(policy))
+    assert demo.returncode == 0, demo.stderr
+    same = run("verify", "s-1", "--uri", uri, "--pubkey", f"{key}.pub", "--policy", str(policy))
+    assert same.returncode == 0, same.stdout
+    assert "1 policy recorded (the one given)" in same.stdout
+    other = tmp_path / "other.yml"
+    other.write_text(policy.read_text().replace("limit: 3000", "limit: 2999"))
+    assert other.read_text() != policy.read_text()
+    differs = run("verify", "s-1", "--uri", uri, "--pubkey", f"{key}.pub", "--policy", str(other))
+    assert differs.returncode == 2
+    assert "not the one given" in differs.stdout
+    broken = tmp_path / "broken.yml"
+    broken.write_text("agents: [")
+    bad = run("verify", "s-1", "--uri", uri, "--pubkey", f"{key}.pub", "--policy", str(broken))
+    assert bad.returncode == 1
+    assert bad.stderr.strip().splitlines() == [
+        f"agentjournal: policy {broken} is not valid YAML at line 1 column 10: "
+        "expected the node content, but found '<stream end>'"
+    ]

@@ -299,7 +299,7 @@ def test_demo_errors_are_one_line(tmp_path: Path) -> None:
     assert "invalid rules in bad.yml: not valid YAML" in _one_line(rules.stderr)
     policy = run_process("demo", "--policy", "missing.yml", cwd=tmp_path)
     assert policy.returncode == 1
-    assert "cannot read policy 'missing.yml'" in _one_line(policy.stderr)
+    assert "cannot read policy missing.yml: No such file" in _one_line(policy.stderr)
     assert not missing.exists()
     assert not (tmp_path / "agentjournal.db").exists()
 

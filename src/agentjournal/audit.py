@@ -1,4 +1,4 @@
-"""The audit commands: ``verify``, ``bundle export``, ``bundle verify``, ``keygen``.
+"""The audit commands: ``verify``, ``bundle export``, ``bundle verify``, ``keygen [--rotate]``.
 
 Each returns the process exit code: 0 OK, 2 the check failed (the data does not
 verify, whatever is wrong with it), 1 a usage problem (a missing key, file,
@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
@@ -21,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from agentjournal import ledger
 from agentjournal.bundle import export_bundle
 from agentjournal.errors import InvalidInput, StoreUnavailable
+from agentjournal.policy import Policy
 from agentjournal.store import (
     AppendRequest,
     AppendResult,
@@ -37,6 +39,7 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "export_to_file",
     "keygen",
+    "rotate",
     "trusted_keys",
     "verify_file",
     "verify_session",
@@ -74,7 +77,7 @@ def trusted_keys(values: Sequence[str]) -> dict[str, Ed25519PublicKey]:
 
 
 def _usage(message: str) -> int:
-    print(f"agentjournal: {message}", file=sys.stderr)
+    print(f"agentjournal: {' '.join(message.split())}", file=sys.stderr)  # one line
     return 1
 
 
@@ -88,18 +91,40 @@ def _checked_time(value: str | None) -> str | None:
     return value
 
 
+@dataclass(frozen=True)
+class _Anchors:
+    """What a verify command trusts from outside the bundle."""
+
+    keys: dict[str, Ed25519PublicKey]
+    not_before: str | None
+    policy: Policy | None
+
+    def verify(self, bundle: Any, allow_uncovered: bool) -> Report:
+        return verify_bundle(
+            bundle,
+            self.keys,
+            allow_uncovered=allow_uncovered,
+            not_before=self.not_before,
+            policy=self.policy,
+        )
+
+
 def _verification_options(
-    pubkeys: Sequence[str], allow_uncovered: bool, not_before: str | None
-) -> tuple[dict[str, Ed25519PublicKey], str | None]:
-    """The trusted keys and anchor time of a verify command.
+    pubkeys: Sequence[str],
+    allow_uncovered: bool,
+    not_before: str | None,
+    policy_file: str | None = None,
+) -> _Anchors:
+    """The trusted keys, anchor time and policy of a verify command.
 
     Raises:
-        InvalidInput: A key or the time cannot be read, or no key is given.
+        InvalidInput: A key, the time or the policy cannot be read, or no key is given.
     """
     keys = trusted_keys(pubkeys)
     if not keys and not allow_uncovered:
         raise InvalidInput("give the trusted public key with --pubkey (or --allow-uncovered)")
-    return keys, _checked_time(not_before)
+    policy = Policy.load(policy_file) if policy_file is not None else None
+    return _Anchors(keys, _checked_time(not_before), policy)
 
 
 async def _open_session(uri: str | None, session_id: str) -> tuple[EventStore, str]:
@@ -218,6 +243,8 @@ async def verify_session(
     pubkeys: Sequence[str],
     allow_uncovered: bool,
     not_before: str | None = None,
+    *,
+    policy_file: str | None = None,
 ) -> int:
     """``agentjournal verify SESSION``: verify the session tree as it is in the store.
 
@@ -228,7 +255,7 @@ async def verify_session(
         JournalError: The store cannot be opened or reached (a usage error: 1).
     """
     try:
-        keys, not_before = _verification_options(pubkeys, allow_uncovered, not_before)
+        anchors = _verification_options(pubkeys, allow_uncovered, not_before, policy_file)
     except InvalidInput as error:
         return _usage(str(error))
     store, session_id = await _open_session(uri, session_id)
@@ -241,7 +268,7 @@ async def verify_session(
         return 2
     finally:
         await store.close()
-    report = verify_bundle(bundle, keys, allow_uncovered=allow_uncovered, not_before=not_before)
+    report = anchors.verify(bundle, allow_uncovered)
     print(report.text())
     return 0 if report.ok else 2
 
@@ -343,6 +370,8 @@ def verify_file(
     allow_uncovered: bool,
     not_before: str | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    *,
+    policy_file: str | None = None,
 ) -> int:
     """``agentjournal bundle verify``: offline, from the file and the given keys alone.
 
@@ -351,7 +380,7 @@ def verify_file(
     crash. A file that cannot be opened is a usage error (1).
     """
     try:
-        keys, not_before = _verification_options(pubkeys, allow_uncovered, not_before)
+        anchors = _verification_options(pubkeys, allow_uncovered, not_before, policy_file)
     except InvalidInput as error:
         return _usage(str(error))
     try:
@@ -369,25 +398,69 @@ def verify_file(
     except InvalidInput as error:
         print(f"FAILED: {path}: {error}")
         return 2
-    report = verify_bundle(bundle, keys, allow_uncovered=allow_uncovered, not_before=not_before)
+    report = anchors.verify(bundle, allow_uncovered)
     print(report.text())
     return 0 if report.ok else 2
 
 
 def keygen(output: str) -> int:
     """``agentjournal keygen -o FILE``: a new signing key (mode 600); prints the public key."""
-    if os.path.exists(output):
-        return _usage(f"{output} exists; refusing to overwrite a key")
     try:
-        _writable_folder(output)
+        key = _new_key_files(output)
     except InvalidInput as error:
         return _usage(str(error))
+    print(f"wrote {output} (private, keep it secret) and {output}.pub; key id {key.key_id}")
+    return 0
+
+
+def _new_key_files(output: str) -> ledger.SigningKey:
+    """Write a new key to ``output`` (mode 600) and its public key to ``output.pub``.
+
+    Raises:
+        InvalidInput: Either file exists or the folder does not; nothing is written.
+    """
+    public = f"{output}.pub"
+    for path in (output, public):
+        if os.path.exists(path):
+            raise InvalidInput(f"{path} exists; refusing to overwrite a key")
+    _writable_folder(output)
     key = ledger.SigningKey.generate()
     descriptor = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
         handle.write(key.private_pem())
-    public = f"{output}.pub"
-    with open(public, "w", encoding="utf-8") as handle:
+    with open(public, "x", encoding="utf-8") as handle:
         handle.write(key.public_pem())
-    print(f"wrote {output} (private, keep it secret) and {public}; key id {key.key_id}")
+    return key
+
+
+async def rotate(old_file: str, output: str, uri: str | None) -> int:
+    """``agentjournal keygen --rotate OLD -o NEW``: a new key, and OLD's signed hand-over to it
+    recorded on the store's ``AgentKeys`` stream. All or nothing: if the rotation cannot be
+    recorded, the new key files are removed.
+
+    Raises:
+        JournalError: The old key or the store cannot be read (a usage error: 1).
+    """
+    from agentjournal.journal import Journal  # loads the Agents SDK
+
+    old = ledger.SigningKey.from_file(old_file)
+    target = store_uri(uri)
+    store = await open_store(target, create=False)  # a missing store: no rotation to record
+    try:
+        new = _new_key_files(output)
+    except InvalidInput as error:
+        await store.close()
+        return _usage(str(error))
+    try:
+        async with Journal(store, target) as journal:
+            await journal.rotate_key(old, new)
+    except BaseException:
+        for path in (output, f"{output}.pub"):
+            os.unlink(path)
+        raise
+    print(
+        f"wrote {output} (private, keep it secret) and {output}.pub; key id {new.key_id}\n"
+        f"recorded in {_shown(target)}: {old.key_id} hands over to {new.key_id}; "
+        f"sign with the new key from now on (AGENTJOURNAL_SIGNING_KEY_FILE={output})"
+    )
     return 0

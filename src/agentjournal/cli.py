@@ -15,8 +15,9 @@ Commands:
                 write the session tree as a bundle for offline verification
     bundle verify FILE --pubkey KEY
                 verify a bundle offline: no store, no network
-    keygen -o FILE
-                write a new Ed25519 signing key; print its public key
+    keygen -o FILE [--rotate OLD]
+                write a new Ed25519 signing key; print its public key; with
+                --rotate, record in the store that OLD hands over to it
 
 Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
 else ``sqlite:///agentjournal.db``); the commands that only read one
@@ -231,6 +232,13 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="the private key file (PEM); FILE.pub gets the public key",
     )
+    keygen.add_argument(
+        "--rotate",
+        metavar="OLD",
+        help="the key file being replaced: the new public key is recorded in the store, "
+        "signed by OLD, so a verifier that trusts OLD trusts the new key too (default: none)",
+    )
+    keygen.add_argument("--uri", help=_STORE_HELP + "; with --rotate only; never created")
     return parser
 
 
@@ -259,6 +267,12 @@ def _verification_arguments(parser: argparse.ArgumentParser) -> None:
         "--allow-uncovered",
         action="store_true",
         help="report events after the last checkpoint as warnings, not failures (default: off)",
+    )
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="the authority policy (YAML) the session must have run under: every policy it "
+        "recorded must be this one (an outside anchor, like the keys; default: none)",
     )
     parser.add_argument(
         "--not-before",
@@ -292,7 +306,12 @@ def _run(args: argparse.Namespace) -> int:
 
         return asyncio.run(
             verify_session(
-                args.session, args.uri, args.pubkey, args.allow_uncovered, args.not_before
+                args.session,
+                args.uri,
+                args.pubkey,
+                args.allow_uncovered,
+                args.not_before,
+                policy_file=args.policy,
             )
         )
     if args.command == "bundle" and args.bundle_command == "export":
@@ -310,10 +329,17 @@ def _run(args: argparse.Namespace) -> int:
             args.allow_uncovered,
             args.not_before,
             max_bytes=args.max_bytes or DEFAULT_MAX_BYTES,
+            policy_file=args.policy,
         )
+    if args.command == "keygen" and args.rotate is not None:
+        from agentjournal.audit import rotate
+
+        return asyncio.run(rotate(args.rotate, args.output, args.uri))
     if args.command == "keygen":
         from agentjournal.audit import keygen
 
+        if args.uri is not None:
+            return _error("--uri is for --rotate: a new key alone is not recorded anywhere")
         return keygen(args.output)
     if args.command == "demo":
         from agentjournal.demo import run_demo  # loads the Agents SDK

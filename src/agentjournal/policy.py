@@ -159,12 +159,22 @@ class Policy:
         Raises:
             InvalidInput: The file cannot be read or holds no valid policy.
         """
+        name = os.fspath(path)
         try:
             with open(path, encoding="utf-8") as handle:
                 body = yaml.safe_load(handle)
-        except (OSError, yaml.YAMLError) as error:
-            raise InvalidInput(f"cannot read policy {os.fspath(path)!r}: {error}") from None
-        return cls.from_json(body)
+        except (OSError, UnicodeDecodeError) as error:
+            reason = getattr(error, "strerror", None) or str(error)
+            raise InvalidInput(f"cannot read policy {name}: {reason}") from None
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise InvalidInput(f"policy {name} is not valid YAML{where}: {problem}") from None
+        try:
+            return cls.from_json(body)
+        except InvalidInput as error:
+            raise InvalidInput(f"policy {name}: {error}") from None
 
     def to_json(self) -> dict[str, Any]:
         """The canonical form: what :meth:`from_json` reads, every mapping in sorted order."""
