@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 import pytest
-from agents import Agent, RunConfig, Runner, SQLiteSession
+from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.extensions.memory.encrypt_session import EncryptedSession
 from agents.items import TResponseInputItem
 from agents.memory import OpenAIResponsesCompactionSession
 from agents.memory.session import Session, SessionABC
-from agents.testing import ModelStep, ScriptedModel, assistant_message
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from cryptography.fernet import Fernet
 from openai import AsyncOpenAI
 
@@ -42,6 +42,7 @@ from agentjournal.testing.kurrentdb_double import KurrentDBDouble, ThreadedKurre
 from agentjournal.verify import verify_bundle
 from http_stub import HttpStub, Received, Reply
 from scenarios import METHODS, TURNS, Method, agent_for
+from scripted_guardrail import ScriptedGuardrail
 
 T = TypeVar("T")
 CONFIG = RunConfig(tracing_disabled=True)
@@ -351,6 +352,41 @@ async def test_a_redacted_bundle_withholds_envelopes_and_verifies(journal: Journ
         items = [e for e in recorded if e["type"] == "OpenAIItemRecorded"]
         assert len(items) == 2
         assert all((e["data"] is None) == redact for e in items)
+
+
+@pytest.mark.parametrize("record_payloads", [True, False])
+async def test_under_encryption_decisions_can_keep_digests_only(
+    tmp_path: Path, record_payloads: bool
+) -> None:
+    """A guardrail judges plain text; with ``record_payloads=False`` none of it is stored."""
+    marker = "MARKPLAIN4e1"
+
+    @function_tool
+    def lookup(query: str) -> str:
+        """Look something up."""
+        return "found"
+
+    model = ScriptedModel(
+        [
+            ModelStep(output=[function_call("lookup", {"query": marker}, call_id="q1")]),
+            ModelStep(output=[assistant_message("done")]),
+        ]
+    )
+    agent = Agent(name="a", model=model, tools=[lookup])
+    async with Journal.open(f"sqlite:///{tmp_path / 'enc.db'}") as journal:
+        async with ScriptedGuardrail() as guardrail:
+            backend = journal.session(
+                SID, guardrails=guardrail.url, record_payloads=record_payloads
+            )
+            await run(agent, f"find {marker}", encrypted(backend), method="run", hooks=backend)
+            assert len(guardrail.asked()) == 3  # input, the tool call, the final answer
+        stored = [e for e in await journal.store.read_all() if e.stream.startswith("Agent")]
+        decisions = [e for e in stored if e.type == "agentjournal.GuardrailDecided"]
+        assert len(decisions) == 3
+        assert any(marker.encode() in e.data for e in stored) is record_payloads
+        bundle = await export_bundle(journal.store, SID)
+    report = verify_bundle(bundle, {}, allow_uncovered=True)
+    assert report.ok, report.text()
 
 
 # -- OpenAIResponsesCompactionSession -----------------------------------------------

@@ -103,6 +103,7 @@ class Journal:
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
         guardrails: str | GuardrailClient | None = None,
         policy: Policy | str | os.PathLike[str] | None = None,
+        record_payloads: bool = True,
     ) -> JournalSession:
         """Return the session ``session_id``: pass it as both ``session=`` and ``hooks=``.
 
@@ -123,6 +124,11 @@ class Journal:
             policy: The authority policy (a :class:`~agentjournal.policy.Policy` or the
                 path of its YAML file): effective authority along handoffs, the four
                 gates, refusals on the stream. Default: none.
+            record_payloads: Whether guardrail decisions and authority refusals keep what
+                they judged (the user's message, a tool call's arguments, a refused value).
+                ``False`` keeps only digests (their redacted view, which verifies the same):
+                use it under the SDK's ``EncryptedSession``, whose items this session stores
+                encrypted, so that no plain text reaches the record beside them.
 
         Raises:
             InvalidInput: ``session_id``, ``session_settings``, the guardrail URL or the
@@ -144,6 +150,7 @@ class Journal:
             guardrails=self._guardrail_client(guardrails),
             policy=policy if policy is None or isinstance(policy, Policy) else Policy.load(policy),
             signing_key=self.signing_key,
+            record_payloads=record_payloads,
         )
 
     def _guardrail_client(self, guardrails: str | GuardrailClient | None) -> GuardrailClient | None:

@@ -137,6 +137,7 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
         policy: Policy | None = None,
         signing_key: ledger.SigningKey | None = None,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+        record_payloads: bool = True,
     ) -> None:
         self.session_id = validate_id(session_id, "session id")
         self.stream = session_stream(self.session_id)
@@ -169,6 +170,7 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
             raise ValueError(f"checkpoint_every must be at least 1, got {checkpoint_every}")
         self._signing_key = signing_key
         self._checkpoint_every = checkpoint_every
+        self._record_payloads = record_payloads
         self._wiring = guarding.Wiring(self._enforcer, self._gates)
 
     @property
@@ -744,6 +746,11 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
         """
         tree = self._tree
         extra = {**_trace_metadata(trace), **(metadata or {})}
+        if not self._record_payloads:
+            # What it judged stays out of the record: its view (digests) is the data.
+            shown = redaction.view(type_, data, extra)
+            if shown is not None:
+                data = json.dumps(shown, ensure_ascii=False, separators=(",", ":")).encode()
         async with tree.lock:
             if not tree.loaded:
                 await self._load(0)
