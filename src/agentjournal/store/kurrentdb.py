@@ -4,10 +4,11 @@
 checks that the server answers. Any connection string ``kurrentdbclient``
 accepts works: several seeds of a cluster as
 ``kurrentdb://h1:2113,h2:2113,h3:2113?Tls=false``, DNS discovery of one name
-as ``kurrentdb+discover://cluster.example.com:2113``, TLS (the default) with
-``user:password@``. ``DefaultDeadline=<seconds>`` in the query sets the
-store's deadline (fractions allowed); keepalive is switched on unless the URI
-sets ``KeepAliveInterval``/``KeepAliveTimeout``.
+as ``kurrentdb+discover://cluster.example.com:2113?Tls=false``, TLS (the
+default) with credentials: ``kurrentdb://user:password@host:2113``.
+``DefaultDeadline=<seconds>`` in the query sets the store's deadline (fractions
+allowed); keepalive is switched on unless the URI sets
+``KeepAliveInterval``/``KeepAliveTimeout``.
 
 How the contract maps onto KurrentDB:
 

@@ -16,6 +16,7 @@ import grpc.aio
 from kurrentdbclient.protos.v1 import gossip_pb2_grpc, streams_pb2_grpc
 from kurrentdbclient.protos.v2.streams import streams_pb2_grpc as v2_pb2_grpc
 
+from agentjournal.testing.kurrentdb_double.answers import MAX_V1_MESSAGE_BYTES
 from agentjournal.testing.kurrentdb_double.faults import Faults
 from agentjournal.testing.kurrentdb_double.servicers import Gossip, Limits, Streams, StreamsV2
 from agentjournal.testing.kurrentdb_double.state import Database
@@ -114,9 +115,10 @@ class KurrentDBDouble:
         """
         if self._server is not None:
             raise RuntimeError("the KurrentDB double is already running")
-        # The v2 service takes messages up to 1.5 x MaxAppendSize (ApiV2Plugin.cs);
-        # the v1 service's smaller limit is checked in its servicer.
-        receive = int(self._limits.max_append_size * 1.5) + 1024 * 1024
+        # gRPC here has one message limit per server; KurrentDB has one per service
+        # (v1: 16 MiB - 10,000, ClusterVNodeStartup.cs; v2: 1.5 x MaxAppendSize,
+        # ApiV2Plugin.cs): take the larger, each servicer checks its own.
+        receive = max(int(self._limits.max_append_size * 1.5), MAX_V1_MESSAGE_BYTES) + 1024 * 1024
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", receive),

@@ -337,9 +337,9 @@ class Streams(streams_pb2_grpc.StreamsServicer):
         try:
             return self._db.delete(stream, expected, tombstone=tombstone)
         except WrongExpectedVersion as error:
-            operation = "Tombstone" if tombstone else "Delete"
+            # DeleteInternal names the operation "Delete" for a tombstone too.
             await Rpc.wrong_expected_version(
-                operation, stream, expected, error.failures[0].current
+                "Delete", stream, expected, error.failures[0].current
             ).abort(context)
         except StreamDeleted:
             await Rpc.stream_deleted(stream).abort(context)
@@ -616,6 +616,8 @@ class StreamsV2(v2_pb2_grpc.StreamsServiceServicer):
         total = 0
         count = 0
         async for request in request_iterator:
+            if request.ByteSize() > int(self._limits.max_append_size * 1.5):
+                await Rpc.message_too_large().abort(context)  # ApiV2Plugin.cs
             await self._validate_request(request, context)
             folded = request.stream.casefold()
             if folded in seen:
