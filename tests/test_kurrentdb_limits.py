@@ -136,24 +136,24 @@ def test_the_v1_message_size_bounds_what_the_client_sends() -> None:
         NewEvent(type="Tested", data=b"x" * n, metadata={"n": str(n)}, id=uuid.uuid4())
         for n in (0, 1, 200, 70_000)
     ]
-    request = AppendRequest("Limits-size", events, 12)
+    kdb_events = [
+        KdbNewEvent(
+            type=e.type,
+            data=e.data,
+            metadata=encode_metadata(e.metadata),
+            content_type="application/json",
+            id=e.id,
+        )
+        for e in events
+    ]
     sent = BaseStreamsService._construct_batch_append_req(
         stream_name="Limits-size",
         current_version=12,
-        events=[
-            KdbNewEvent(
-                type=e.type,
-                data=e.data,
-                metadata=encode_metadata(e.metadata),
-                content_type="application/json",
-                id=e.id,
-            )
-            for e in events
-        ],
+        events=kdb_events,
         correlation_id=uuid.uuid4(),
         timeout=10.0,
     )
-    assert sent.ByteSize() <= _v1_message_size(request) <= sent.ByteSize() + 32
+    assert sent.ByteSize() <= _v1_message_size("Limits-size", kdb_events) <= sent.ByteSize() + 32
     no_state = BaseStreamsService._construct_batch_append_req(
         stream_name="Limits-size",
         current_version=KdbStreamState.ANY,
@@ -161,5 +161,5 @@ def test_the_v1_message_size_bounds_what_the_client_sends() -> None:
         correlation_id=uuid.uuid4(),
         timeout=None,
     )
-    assert no_state.ByteSize() <= _v1_message_size(AppendRequest("Limits-size", [], State.ANY))
+    assert no_state.ByteSize() <= _v1_message_size("Limits-size", [])
     assert MAX_V1_MESSAGE_BYTES == 16 * MIB - 10_000 == MAX_EVENT_BYTES

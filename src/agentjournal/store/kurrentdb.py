@@ -346,12 +346,12 @@ class KurrentDBEventStore:
         self._check_open()
         if not request.events:
             return await self._check_expected(request)
-        if not _fits_v1_message(request):
+        new_events = [_to_kdb(event) for event in request.events]
+        if not _fits_v1_message(stream, new_events):
             # Too large for the v1 service's message limit: the v2 call takes it.
             (result,) = await self.append_many([request])
             return result
-        _check_append_size([request], self._max_append_size, v2=False)
-        new_events = [_to_kdb(event) for event in request.events]
+        _check_v1_size(stream, new_events, self._max_append_size)
         try:
             position = await self._write(
                 lambda: self._client.append_to_stream(
@@ -375,7 +375,7 @@ class KurrentDBEventStore:
         requests = list(requests)
         validate_append(requests, many=True)
         self._check_open()
-        _check_append_size(requests, self._max_append_size, v2=True)
+        _check_v2_size(requests, self._max_append_size)
         batches = [
             KdbNewEvents(
                 stream_name=request.stream,
@@ -948,25 +948,20 @@ def _describe(error: BaseException, deadline: float) -> str:
     return " ".join(text.split()) or type(error).__name__
 
 
-def _fits_v1_message(request: AppendRequest) -> bool:
+def _fits_v1_message(stream: str, events: Sequence[KdbNewEvent]) -> bool:
     """Whether ``append_to_stream``'s one request message stays within the v1 service's limit."""
     rough = (
-        len(request.stream)
-        + 256
-        + sum(
-            len(e.data) + len(e.type) + len(encode_metadata(e.metadata)) + 160
-            for e in request.events
-        )
+        len(stream) + 256 + sum(len(e.data) + len(e.type) + len(e.metadata) + 160 for e in events)
     )
     if rough <= MAX_V1_MESSAGE_BYTES:
         return True
-    return _v1_message_size(request) <= MAX_V1_MESSAGE_BYTES
+    return _v1_message_size(stream, events) <= MAX_V1_MESSAGE_BYTES
 
 
-def _v1_message_size(request: AppendRequest) -> int:
-    """The exact size of the ``BatchAppendReq`` kurrentdbclient sends for ``request``."""
+def _v1_message_size(stream: str, events: Sequence[KdbNewEvent]) -> int:
+    """The size of the ``BatchAppendReq`` kurrentdbclient sends (at most a few bytes more)."""
     options = streams_pb2.BatchAppendReq.Options(
-        stream_identifier=shared_pb2.StreamIdentifier(stream_name=request.stream.encode()),
+        stream_identifier=shared_pb2.StreamIdentifier(stream_name=stream.encode()),
     )
     options.deadline.seconds = _PROTOBUF_MAX_SECONDS
     options.deadline.nanos = 999_999_999
@@ -977,11 +972,11 @@ def _v1_message_size(request: AppendRequest) -> int:
         proposed_messages=[
             streams_pb2.BatchAppendReq.ProposedMessage(
                 id=shared_pb2.UUID(string=str(event.id)),
-                metadata={"type": event.type, "content-type": "application/json"},
-                custom_metadata=encode_metadata(event.metadata) if event.metadata else b"",
+                metadata={"type": event.type, "content-type": event.content_type},
+                custom_metadata=event.metadata,
                 data=event.data,
             )
-            for event in request.events
+            for event in events
         ],
         is_final=True,
     )
@@ -1004,36 +999,54 @@ def struct_size(metadata: Mapping[str, str]) -> int:
     return total
 
 
-def _check_append_size(requests: Sequence[AppendRequest], max_append: int, *, v2: bool) -> None:
-    """Refuse, before any I/O, a write the server would refuse for its size.
+def _check_v1_size(stream: str, events: Sequence[KdbNewEvent], max_append: int) -> None:
+    """Refuse, before any I/O, a v1 append the server would refuse for its size.
 
-    v2 (``AppendRecordExtensions.CalculateSizeOnDisk``): data, metadata as a
-    ``Struct``, the type's UTF-8 bytes, at most ``MaxAppendEventSize`` each; the
-    stored event (``Event.SizeOnDisk``: the type counts two bytes a character)
-    at most 16 MiB - 10,000. v1: ``Event.SizeOnDisk`` with the metadata's JSON
-    bytes. The sum at most ``MaxAppendSize``.
+    Each event as stored (``Event.SizeOnDisk``: data, metadata, the type two
+    bytes a character) at most 16 MiB - 10,000; their sum at most ``MaxAppendSize``.
+    """
+    total = 0
+    for event in events:
+        stored = len(event.data) + len(event.metadata) + 2 * len(event.type)
+        _check_stored(stream, event.type, stored)
+        total += stored
+    _check_total(total, max_append)
+
+
+def _check_v2_size(requests: Sequence[AppendRequest], max_append: int) -> None:
+    """Refuse, before any I/O, a v2 append the server would refuse for its size.
+
+    Each record (``AppendRecordExtensions.CalculateSizeOnDisk``: data, metadata as
+    the ``Struct`` it is stored as, the type's UTF-8 bytes) at most
+    ``MaxAppendEventSize``, stored (``Event.SizeOnDisk``) in at most 16 MiB -
+    10,000; the records' sum at most ``MaxAppendSize``.
     """
     total = 0
     for request in requests:
         for event in request.events:
-            metadata = (
-                struct_size(event.metadata)
-                if v2
-                else len(encode_metadata(event.metadata) if event.metadata else b"")
-            )
-            stored = len(event.data) + metadata + 2 * len(event.type)
+            metadata = struct_size(event.metadata)
             record = len(event.data) + metadata + len(event.type.encode())
-            if v2 and record > MAX_RECORD_SIZE:
+            if record > MAX_RECORD_SIZE:
                 raise InvalidInput(
                     f"event {event.type} on {request.stream!r} is {record} bytes as KurrentDB "
                     f"counts it; its MaxAppendEventSize is {MAX_RECORD_SIZE}"
                 )
-            if stored > MAX_V1_MESSAGE_BYTES:
-                raise InvalidInput(
-                    f"event {event.type} on {request.stream!r} takes {stored} bytes to store; "
-                    f"KurrentDB stores at most {MAX_V1_MESSAGE_BYTES} (16 MiB - 10,000) per event"
-                )
-            total += record if v2 else stored
+            _check_stored(
+                request.stream, event.type, len(event.data) + metadata + 2 * len(event.type)
+            )
+            total += record
+    _check_total(total, max_append)
+
+
+def _check_stored(stream: str, event_type: str, stored: int) -> None:
+    if stored > MAX_V1_MESSAGE_BYTES:
+        raise InvalidInput(
+            f"event {event_type} on {stream!r} takes {stored} bytes to store; KurrentDB "
+            f"stores at most {MAX_V1_MESSAGE_BYTES} (16 MiB - 10,000) per event"
+        )
+
+
+def _check_total(total: int, max_append: int) -> None:
     if total > max_append:
         raise InvalidInput(
             f"the append is {total} bytes as KurrentDB counts it; its MaxAppendSize is "
