@@ -13,7 +13,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
 
 import pytest
 from agents import Runner
@@ -23,6 +24,7 @@ from agentjournal.errors import ConcurrencyError, StoreUnavailable
 from agentjournal.store import AppendRequest, AppendResult, NewEvent, RecordedEvent, open_store
 from agentjournal.store import StreamState as State
 from agentjournal.store.kurrentdb import KurrentDBEventStore
+from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.testing.kurrentdb_double import (
     KurrentDBDouble,
     SilentServer,
@@ -169,6 +171,49 @@ async def test_session_never_duplicates_an_item_after_an_unknown_outcome(
         items = await JournalSession(journal.store, "fault-handoff").get_items()
         assert len(items) == len(indices) == 6
     assert double.faults.used  # the faults did happen
+
+
+class _LostAnswers(SQLiteEventStore):
+    """A real store whose answer to the first multi-stream write is lost after it landed.
+
+    What the old KurrentDB store reported after a commit timeout (a conflict naming
+    one of the write's own streams, here the new subsession): the session must find
+    its own events and go on, not write the items again under a new subagent.
+    """
+
+    lose = 1
+
+    async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        results = await super().append_many(requests)
+        if self.lose:
+            self.lose -= 1
+            raise ConcurrencyError(requests[-1].stream, "no_stream", results[-1].revision)
+        return results
+
+
+async def test_session_treats_its_own_landed_write_as_written_whatever_the_store_says(
+    tmp_path: Path,
+) -> None:
+    store = await _LostAnswers.open(str(tmp_path / "journal.db"))
+    assert isinstance(store, _LostAnswers)
+    journal = Journal(store, "sqlite:///journal.db")
+    session = journal.session("lost-answer", agent_name="triage")
+    await Runner.run(
+        single(), "Why was I charged twice?", session=session, hooks=session, run_config=CONFIG
+    )
+    assert store.lose == 0
+    parent = await store.read(session.stream)
+    assert [e.type for e in parent] == [
+        "SessionStarted",
+        "UserMessageReceived",
+        "SubagentStarted",
+        "SubagentCompleted",
+    ]
+    child = await store.read(json.loads(parent[2].data)["subsession_stream"])
+    indices = [int(e.metadata["aj.index"]) for e in parent + child if "aj.index" in e.metadata]
+    assert sorted(indices) == list(range(6))
+    assert len(await JournalSession(store, "lost-answer").get_items()) == 6
+    await journal.close()
 
 
 # -- not ready, hung, silent: StoreUnavailable within the deadline ------------------------
