@@ -70,12 +70,17 @@ class Journal:
 
     @classmethod
     def open(
-        cls, uri: str | None = None, *, signing_key: SigningKey | str | None = None
+        cls,
+        uri: str | None = None,
+        *,
+        signing_key: SigningKey | str | None = None,
+        deadline: float | None = None,
     ) -> _Opening:
         """Open the journal at ``uri``.
 
         Args:
-            uri: ``sqlite:///path.db``, ``sqlite://:memory:``, ``kurrentdb://...``;
+            uri: ``sqlite:///path.db``, ``sqlite://:memory:``,
+                ``kurrentdb://host:2113?Tls=false``;
                 default ``$AGENTJOURNAL_URI``, else ``sqlite:///agentjournal.db``
                 (a file in the working directory).
             signing_key: The Ed25519 key that signs checkpoints (a
@@ -83,6 +88,9 @@ class Journal:
                 default ``$AGENTJOURNAL_SIGNING_KEY_FILE`` or
                 ``$AGENTJOURNAL_SIGNING_KEY``; with none, streams are still
                 hash-chained but no checkpoint is signed.
+            deadline: Seconds any one KurrentDB call may take before it fails
+                with ``StoreUnavailable`` (default: the URI's ``DefaultDeadline``,
+                else 10); SQLite ignores it.
 
         Raises:
             InvalidInput: The URI names no known store, or the key cannot be read.
@@ -91,7 +99,7 @@ class Journal:
         if isinstance(signing_key, str):
             signing_key = SigningKey.from_file(signing_key)
         key = signing_key if signing_key is not None else SigningKey.from_environment()
-        return _Opening(cls, store_uri(uri), key)
+        return _Opening(cls, store_uri(uri), key, deadline)
 
     def session(
         self,
@@ -237,14 +245,22 @@ class Journal:
 class _Opening:
     """``Journal.open(...)``: await it, or use it with ``async with``."""
 
-    def __init__(self, cls: type[Journal], uri: str, signing_key: SigningKey | None) -> None:
+    def __init__(
+        self,
+        cls: type[Journal],
+        uri: str,
+        signing_key: SigningKey | None,
+        deadline: float | None = None,
+    ) -> None:
         self._cls = cls
         self._uri = uri
         self._signing_key = signing_key
+        self._deadline = deadline
         self._journal: Journal | None = None
 
     async def _open(self) -> Journal:
-        return self._cls(await open_store(self._uri), self._uri, signing_key=self._signing_key)
+        store = await open_store(self._uri, deadline=self._deadline)
+        return self._cls(store, self._uri, signing_key=self._signing_key)
 
     def __await__(self) -> Generator[Any, None, Journal]:
         return self._open().__await__()

@@ -1262,7 +1262,11 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                     return [result.revision]
                 return [result.revision for result in await self._store.append_many(requests)]
             except ConcurrencyError as conflict:
-                return conflict
+                # After an unknown outcome (ours or the store's) a conflict may be
+                # our own earlier attempt: its ids in place mean it landed, and
+                # writing again after a catch-up would duplicate every item.
+                landed = await _landed(self._store, requests)
+                return conflict if landed is None else landed
             except StoreUnavailable:
                 # Unknown outcome: the same ids at the same revisions are recognised
                 # by the store if the first attempt did land.
@@ -1337,6 +1341,24 @@ def _seal(
 
 class _HistoryChanged(Exception):
     """A compaction snapshot's suffix is no longer the newest history: replace nothing."""
+
+
+async def _landed(store: EventStore, requests: list[AppendRequest]) -> list[int] | None:
+    """The new heads if every stream holds these events right where the write expected them."""
+    heads: list[int] = []
+    for request in requests:
+        expected = request.expected
+        if isinstance(expected, StreamState) and expected is not StreamState.NO_STREAM:
+            return None  # ANY/EXISTS say nothing about where a write went
+        start = expected + 1 if isinstance(expected, int) else 0
+        try:
+            found = await store.read(request.stream, from_revision=start, limit=len(request.events))
+        except StreamNotFound:
+            return None
+        if [event.id for event in found] != [event.id for event in request.events]:
+            return None
+        heads.append(found[-1].revision)
+    return heads
 
 
 async def _backoff(attempt: int) -> None:

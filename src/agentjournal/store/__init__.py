@@ -5,7 +5,9 @@
 * ``sqlite:///relative/or/absolute/path.db`` or ``sqlite:////abs/path.db``:
   the embedded store in one SQLite file (the default).
 * ``sqlite://:memory:``: an embedded store that lives as long as the object.
-* ``kurrentdb://host:2113?Tls=false`` or ``kurrentdb+discover://...``: KurrentDB.
+* ``kurrentdb://host:2113?Tls=false``: KurrentDB (also a cluster's seeds,
+  ``kurrentdb://h1:2113,h2:2113,h3:2113?Tls=false``, or one DNS name to discover
+  it from, ``kurrentdb+discover://cluster.example.com:2113?Tls=false``).
 """
 
 from __future__ import annotations
@@ -57,19 +59,26 @@ def store_uri(uri: str | None = None) -> str:
 _KURRENTDB_SCHEMES = ("kurrentdb://", "kurrentdb+discover://", "esdb://", "esdb+discover://")
 
 
-async def open_store(uri: str, *, create: bool = True) -> EventStore:
+async def open_store(uri: str, *, create: bool = True, deadline: float | None = None) -> EventStore:
     """Open the event store that ``uri`` names (see the module docs).
 
     Args:
-        uri: The store.
+        uri: The store's URI.
         create: With False, a SQLite file that does not exist (or is empty)
             raises instead of becoming a new store. KurrentDB has nothing to create.
+        deadline: Seconds any one KurrentDB call may take before it is
+            ``StoreUnavailable`` (default: the URI's ``DefaultDeadline``, else 10).
+            The SQLite store does not wait on a network and ignores it.
 
     Raises:
-        InvalidInput: The URI names no known backend.
+        InvalidInput: The URI names no known backend, or ``deadline`` is not > 0.
         StoreUnavailable: The store cannot be opened or reached (or, with
             ``create=False``, there is no store at that path).
     """
+    if deadline is not None and (
+        isinstance(deadline, bool) or not isinstance(deadline, int | float) or not deadline > 0
+    ):
+        raise InvalidInput(f"deadline must be a number of seconds > 0, got {deadline!r}")
     if uri.startswith("sqlite://"):
         from agentjournal.store.sqlite import SQLiteEventStore
 
@@ -77,10 +86,10 @@ async def open_store(uri: str, *, create: bool = True) -> EventStore:
     if uri.startswith(_KURRENTDB_SCHEMES):
         from agentjournal.store.kurrentdb import KurrentDBEventStore
 
-        return await KurrentDBEventStore.open(uri)
+        return await KurrentDBEventStore.open(uri, deadline=deadline)
     raise InvalidInput(
         f"unknown store URI {uri.split('://')[0]!r}: use sqlite:///path.db, "
-        "sqlite://:memory: or kurrentdb://host:2113"
+        "sqlite://:memory: or kurrentdb://host:2113?Tls=false"
     )
 
 

@@ -54,16 +54,24 @@ __all__ = [
     "validate_stream_name",
 ]
 
-MAX_EVENT_BYTES = 16 * 1024 * 1024
-"""The largest event (data plus metadata) a store accepts: KurrentDB's limit."""
+MAX_EVENT_BYTES = 16 * 1024 * 1024 - 10_000
+"""The largest event a store accepts: KurrentDB's largest stored event.
+
+Counted as KurrentDB counts it (``Event.SizeOnDisk``): the data, the metadata's
+JSON bytes, and the type twice (two bytes a character); the server refuses an
+event over its largest log record less 10,000 bytes of overhead
+(``TFConsts.EffectiveMaxLogRecordSize``). Every store enforces it, so a store
+swap cannot fail later.
+"""
 
 MAX_STREAM_NAME_BYTES = 1024
 
 RESERVED_METADATA_PREFIXES = ("$schema.", "$record.")
 """Metadata keys KurrentDB adds on read; a writer may not use them."""
 
-_EVENT_TYPE = re.compile(r"^[a-zA-Z0-9_.$:-]+$")
-_STREAM_NAME = re.compile(r"^[!-~]+$")  # printable ASCII, no whitespace
+# Matched with fullmatch: "$" would also match before a trailing newline.
+_EVENT_TYPE = re.compile(r"[a-zA-Z0-9_.$:-]+")
+_STREAM_NAME = re.compile(r"[!-~]+")  # printable ASCII, no whitespace
 
 _ID_NAMESPACE = uuid.UUID("5d7e1c0a-3f7b-4c5e-9a3e-6a2f0c1d9b42")
 
@@ -319,7 +327,7 @@ def validate_stream_name(stream: object) -> str:
     """
     if not isinstance(stream, str) or not stream:
         raise InvalidInput(f"a stream name must be a non-empty string, got {stream!r}")
-    if len(stream) > MAX_STREAM_NAME_BYTES or not _STREAM_NAME.match(stream):
+    if len(stream) > MAX_STREAM_NAME_BYTES or not _STREAM_NAME.fullmatch(stream):
         raise InvalidInput(
             f"invalid stream name {stream[:80]!r}: use at most {MAX_STREAM_NAME_BYTES} "
             "printable ASCII characters without whitespace"
@@ -342,7 +350,7 @@ def _validate_expected(stream: str, expected: object) -> None:
 def _validate_event(stream: str, event: object) -> None:
     if not isinstance(event, NewEvent):
         raise InvalidInput(f"events for {stream!r} must be NewEvent instances, got {event!r}")
-    if not isinstance(event.type, str) or not _EVENT_TYPE.match(event.type):
+    if not isinstance(event.type, str) or not _EVENT_TYPE.fullmatch(event.type):
         raise InvalidInput(
             f"invalid event type {event.type!r} for {stream!r}: must match ^[a-zA-Z0-9_.$:-]+$"
         )
@@ -355,21 +363,30 @@ def _validate_event(stream: str, event: object) -> None:
         raise InvalidInput(f"event data for {stream!r} must be bytes, got {type(event.data)}")
     if not isinstance(event.id, uuid.UUID):
         raise InvalidInput(f"event id for {stream!r} must be a UUID, got {event.id!r}")
+    if event.id.int == 0:
+        raise InvalidInput(
+            f"event {event.type} on {stream!r} has the nil UUID as its id; KurrentDB refuses it"
+        )
     for key, value in event.metadata.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise InvalidInput(
                 f"metadata of {event.type} on {stream!r} must map strings to strings; "
                 f"{key!r} maps to {type(value).__name__}"
             )
+        if not key:
+            raise InvalidInput(
+                f"metadata of {event.type} on {stream!r} has an empty key; KurrentDB refuses it"
+            )
         if key.startswith(RESERVED_METADATA_PREFIXES):
             raise InvalidInput(
                 f"metadata key {key!r} of {event.type} on {stream!r} is reserved: KurrentDB "
                 f"writes keys starting with {' or '.join(RESERVED_METADATA_PREFIXES)} itself"
             )
-    size = len(event.data) + len(encode_metadata(event.metadata))
+    size = len(event.data) + len(encode_metadata(event.metadata)) + 2 * len(event.type)
     if size > MAX_EVENT_BYTES:
         raise InvalidInput(
-            f"event {event.type} on {stream!r} is {size} bytes; the limit is {MAX_EVENT_BYTES}"
+            f"event {event.type} on {stream!r} is {size} bytes (data, metadata, type twice); "
+            f"the limit is {MAX_EVENT_BYTES} (MAX_EVENT_BYTES, KurrentDB's largest event)"
         )
 
 

@@ -1,34 +1,54 @@
 """The KurrentDB event store: the contract on ``kurrentdbclient.AsyncKurrentDBClient``.
 
 ``KurrentDBEventStore.open("kurrentdb://host:2113?Tls=false")`` connects and
-checks that the server answers; any connection string ``kurrentdbclient``
-accepts works (``kurrentdb+discover://`` for clusters, TLS options, ...).
+checks that the server answers. Any connection string ``kurrentdbclient``
+accepts works: several seeds of a cluster as
+``kurrentdb://h1:2113,h2:2113,h3:2113?Tls=false``, DNS discovery of one name
+as ``kurrentdb+discover://cluster.example.com:2113?Tls=false``, TLS (the
+default) with credentials: ``kurrentdb://user:password@host:2113``.
+``DefaultDeadline=<seconds>`` in the query sets the store's deadline (fractions
+allowed); keepalive is switched on unless the URI sets
+``KeepAliveInterval``/``KeepAliveTimeout``.
 
 How the contract maps onto KurrentDB:
 
-* ``append`` is ``append_to_stream`` (one atomic write) and ``append_many`` is
-  ``multi_append_to_stream`` (one atomic transaction over several streams,
-  KurrentDB >= 25.1.1). Event ids pass through unchanged, so a retry carries
-  the ids of the first attempt and the server recognises it.
+* ``append`` is ``append_to_stream`` (v1 ``BatchAppend``, one atomic write) and
+  ``append_many`` is ``multi_append_to_stream`` (v2 ``AppendSession``, one
+  atomic transaction over several streams, KurrentDB >= 25.1.1). An ``append``
+  too large for the v1 service's message limit goes through the v2 call.
+  Event ids pass through unchanged, so a retry carries the ids of the first
+  attempt and the server recognises it.
+* **Nothing hangs.** Every call has a deadline (default 10 s): a read, head
+  lookup or append that gets no answer in time raises ``StoreUnavailable``.
+  A write is shielded: the request in flight is not cancelled, and its outcome
+  is unknown; a retry with the same ids is recognised either way.
+* **An unknown outcome is never a conflict.** When the server refuses a write
+  that may be a retry (a revision conflict, or the non-conflict error 26.0
+  gives a partly retried ``append_many``), the store reads the expected places
+  back: if its own event ids are there, the write landed and succeeds.
 * Both client calls report only the commit position of the write's last
   event. The revision a stream reached is computed when the writer gave an
   exact revision (``expected + len(events)``); for ``NO_STREAM``, ``ANY`` and
   ``EXISTS`` it is read back: the stream's tail is read backwards to the first
   event at or below the write's position, which is the write's last event in
-  that stream (a transaction's events are contiguous in the log, and later
-  writes have higher positions). A tail read costs one round trip.
-* ``position`` is the event's commit position. KurrentDB writes every event of
-  an append as its own self-committed log record, so each event has its own
-  commit position (equal to its prepare position) and positions are strictly
-  increasing, with gaps. KurrentDB accepts only record boundaries as start
-  positions: ``read_all``/``subscribe`` with any other position first find the
-  last event before it (a backwards read from the end) and start there.
-* ``read_all`` and ``subscribe`` exclude system streams (names starting with
-  ``$``) on the server and system events (types starting with ``$``, such as
-  the ``$streamDeleted`` record of a tombstone) on the client.
+  that stream. A retry whose events can no longer be read (the stream was
+  soft-deleted since) reports what is known: its revision where the expected
+  state gives it (else ``-1``) and position ``0``.
+* ``position`` is the event's commit position. KurrentDB accepts only record
+  boundaries as start positions: ``read_all``/``subscribe`` with any other
+  position first find the last event before it and start there.
+* ``read_all`` and ``subscribe`` exclude system streams on the server and
+  system events on the client. ``subscribe`` reconnects after a dropped
+  connection or a server restart, with capped exponential backoff and jitter,
+  resuming right after the last event it delivered, for ``reconnect_for``
+  seconds (default: for ever, logging each attempt).
+* Sizes follow the server (25.1+): a record of at most 16 MiB
+  (``MaxAppendEventSize``) whose stored size is at most 16 MiB - 10,000 bytes,
+  an append of at most ``max_append_size`` (``MaxAppendSize``, 256 MiB by
+  default; pass 1 MiB for 25.0), a v1 request message of at most 16 MiB -
+  10,000 bytes. A write over a limit is ``InvalidInput`` before any I/O.
 * Metadata is written as a JSON object of strings; on read the keys the
-  server adds (``$schema.name``, ``$schema.format``, ``$schema.id``,
-  ``$record.timestamp``) are dropped.
+  server adds are dropped.
 * Client errors are translated into :mod:`agentjournal.errors`; no ``grpc`` or
   ``kurrentdbclient`` exception reaches a caller.
 """
@@ -38,13 +58,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
-from collections.abc import AsyncIterator, Awaitable, Sequence
+import logging
+import math
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Final, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import grpc
 import grpc.aio
 from kurrentdbclient import AsyncKurrentDBClient
 from kurrentdbclient import NewEvent as KdbNewEvent
@@ -77,6 +103,7 @@ from kurrentdbclient.exceptions import (
 from kurrentdbclient.exceptions import (
     CancelledError as ServerCancelledError,
 )
+from kurrentdbclient.protos.v1 import shared_pb2, streams_pb2
 
 from agentjournal.errors import (
     ConcurrencyError,
@@ -101,7 +128,28 @@ from agentjournal.store.base import (
     validate_stream_name,
 )
 
-__all__ = ["KurrentDBEventStore", "redact_uri"]
+__all__ = [
+    "DEFAULT_DEADLINE",
+    "MAX_APPEND_SIZE",
+    "MAX_RECORD_SIZE",
+    "MAX_V1_MESSAGE_BYTES",
+    "KurrentDBEventStore",
+    "redact_uri",
+]
+
+logger = logging.getLogger("agentjournal.store.kurrentdb")
+
+DEFAULT_DEADLINE: Final = 10.0
+"""Seconds a call may take before it is ``StoreUnavailable`` (the official clients' default)."""
+MAX_APPEND_SIZE: Final = 256 * 1024 * 1024
+"""KurrentDB's default ``MaxAppendSize`` since 25.1 (one append; 25.0: 1 MiB)."""
+MAX_RECORD_SIZE: Final = 16 * 1024 * 1024
+"""KurrentDB's ``MaxAppendEventSize``: one record (data, metadata, type)."""
+MAX_V1_MESSAGE_BYTES: Final = 16 * 1024 * 1024 - 10_000
+"""The largest request the v1 streams service takes (``TFConsts.EffectiveMaxLogRecordSize``);
+also the largest stored event (``Event.SizeOnDisk``)."""
+KEEPALIVE_MS: Final = 10_000
+"""gRPC keepalive interval and timeout the store asks for (the server's defaults)."""
 
 SERVER_METADATA_KEYS: Final = frozenset(
     {"$schema.name", "$schema.format", "$schema.id", "$record.timestamp"}
@@ -110,10 +158,16 @@ SERVER_METADATA_KEYS: Final = frozenset(
 
 _NOT_SYSTEM_STREAMS: Final = (r"\$.*",)  # filter_exclude on stream names
 _PROBE_STREAM: Final = "agentjournal-connection-probe"
-_PROBE_TIMEOUT: Final = 10.0
 _SCAN_PAGE: Final = 256
-_RESUBSCRIBE_ATTEMPTS: Final = 3
+_READ_PAGE: Final = 4096  # events per read call: each call has its own deadline
+_BACKOFF_FIRST: Final = 0.1
+_BACKOFF_CAP: Final = 5.0
+_CHANNEL_OPTIONS: Final = (
+    ("grpc.initial_reconnect_backoff_ms", int(_BACKOFF_FIRST * 1000)),
+    ("grpc.max_reconnect_backoff_ms", int(_BACKOFF_CAP * 1000)),
+)
 _EPOCH: Final = datetime.fromtimestamp(0, UTC)
+_PROTOBUF_MAX_SECONDS: Final = 315_576_000_000
 _T = TypeVar("_T")
 
 _INPUT_ERRORS: Final = (
@@ -124,19 +178,28 @@ _INPUT_ERRORS: Final = (
     BadRequestError,
     ProgrammingError,
 )
-_CONNECTION_ERRORS: Final = (
+_UNAVAILABLE_ERRORS: Final = (
     ServiceUnavailableError,
     DeadlineExceededError,
     DiscoveryFailedError,
     NodeIsNotLeaderError,
     grpc.aio.UsageError,
-)
-_UNAVAILABLE_ERRORS: Final = (
-    *_CONNECTION_ERRORS,
-    AbortedByServerError,  # e.g. a subscriber too slow for the server
+    AbortedByServerError,  # a server-side timeout, a subscriber too slow for the server
     ExceptionThrownByHandlerError,  # KurrentDB throws it "from time to time"
     ServerCancelledError,
+    TimeoutError,
+    ConnectionError,
 )
+_UNAVAILABLE_CODES: Final = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.CANCELLED,
+    }
+)
+# v1 BatchAppend answers a NotHandled request with a status without a code.
+_NOT_HANDLED_TEXTS: Final = ("Server Is Not Ready", "Server Is Busy", "Server Is Too Busy")
 
 
 def redact_uri(uri: str) -> str:
@@ -159,49 +222,104 @@ class KurrentDBEventStore:
     read ``$all`` for :meth:`read_all` and :meth:`subscribe`.
     """
 
-    def __init__(self, client: AsyncKurrentDBClient, uri: str) -> None:
+    def __init__(
+        self,
+        client: AsyncKurrentDBClient,
+        uri: str,
+        *,
+        deadline: float = DEFAULT_DEADLINE,
+        reconnect_for: float | None = None,
+        max_append_size: int = MAX_APPEND_SIZE,
+    ) -> None:
         """Wrap a connected client; prefer :meth:`open`.
 
         Args:
             client: A connected ``AsyncKurrentDBClient``; the store closes it.
             uri: The connection string, used (redacted) in error messages.
+            deadline: Seconds any one call may take.
+            reconnect_for: Seconds a subscription keeps reconnecting after it
+                lost the server; None: for ever.
+            max_append_size: The server's ``MaxAppendSize`` in bytes.
         """
         self._client = client
         self._uri = redact_uri(uri)
         self._secret = _userinfo(uri)
+        self._deadline = _positive("deadline", deadline)
+        self._reconnect_for = (
+            None if reconnect_for is None else _positive("reconnect_for", reconnect_for, zero=True)
+        )
+        self._max_append_size = int(_positive("max_append_size", max_append_size))
         self._closed = False
 
+    @property
+    def deadline(self) -> float:
+        """Seconds any one call may take before it is ``StoreUnavailable``."""
+        return self._deadline
+
     @classmethod
-    async def open(cls, uri: str) -> KurrentDBEventStore:
+    async def open(
+        cls,
+        uri: str,
+        *,
+        deadline: float | None = None,
+        reconnect_for: float | None = None,
+        max_append_size: int = MAX_APPEND_SIZE,
+    ) -> KurrentDBEventStore:
         """Connect to the KurrentDB server ``uri`` names and check that it answers.
 
+        Args:
+            uri: A KurrentDB connection string (see the module docs).
+            deadline: Seconds any one call may take; default the URI's
+                ``DefaultDeadline``, else 10.
+            reconnect_for: Seconds a subscription keeps reconnecting; None: for ever.
+            max_append_size: The server's ``MaxAppendSize`` (default 256 MiB,
+                25.1+; 1 MiB for 25.0).
+
         Raises:
-            InvalidInput: ``uri`` is not a valid KurrentDB connection string.
-            StoreUnavailable: The server cannot be reached; the message names
-                the URI without credentials.
+            InvalidInput: ``uri`` is not a valid KurrentDB connection string,
+                or an option is out of range.
+            StoreUnavailable: The server cannot be reached or does not answer
+                within the deadline; the message names the URI without credentials.
         """
         safe = redact_uri(uri)
         secret = _userinfo(uri)
         try:
-            client = AsyncKurrentDBClient(uri)
+            client_uri, uri_deadline = _client_uri(uri)
+            client = AsyncKurrentDBClient(client_uri)
+            # gRPC's own reconnect backoff grows to two minutes: a node back after a
+            # restart would wait that long for its clients. Cap it like ours.
+            client.grpc_options += _CHANNEL_OPTIONS
         except (ValueError, TypeError, KeyError, OSError, KurrentDBClientError) as error:
             raise InvalidInput(
                 f"invalid KurrentDB URI {safe}: {_scrub(str(error), secret)}; use "
-                "kurrentdb://host:2113?Tls=false or kurrentdb+discover://host1,host2:2113"
+                "kurrentdb://host:2113?Tls=false, kurrentdb://h1:2113,h2:2113,h3:2113?Tls=false "
+                "(cluster seeds), kurrentdb+discover://cluster.example.com:2113?Tls=false (one "
+                "DNS name) or kurrentdb://user:password@host:2113 (TLS)"
             ) from None
+        chosen = deadline if deadline is not None else uri_deadline or DEFAULT_DEADLINE
+        store = cls(
+            client,
+            uri,
+            deadline=chosen,
+            reconnect_for=reconnect_for,
+            max_append_size=max_append_size,
+        )
         try:
-            await client.connect()
-            with contextlib.suppress(NotFoundError):
-                await client.get_stream(_PROBE_STREAM, limit=1, timeout=_PROBE_TIMEOUT)
-        except (KurrentDBClientError, grpc.aio.UsageError, grpc.RpcError, OSError) as error:
+            await store._bounded(lambda: store._probe())
+        except Exception as error:
             with contextlib.suppress(Exception):
                 await client.close()
-            reason = _scrub(str(error) or type(error).__name__, secret)
+            reason = _scrub(_describe(error, store._deadline), secret)
             raise StoreUnavailable(
                 f"cannot reach KurrentDB at {safe}: {reason}. Check that the server runs, "
                 "that host and port are right, and that Tls= matches the server"
             ) from None
-        return cls(client, uri)
+        return store
+
+    async def _probe(self) -> None:
+        await self._client.connect()
+        with contextlib.suppress(NotFoundError):
+            await self._client.get_stream(_PROBE_STREAM, limit=1, timeout=self._deadline)
 
     async def __aenter__(self) -> KurrentDBEventStore:
         return self
@@ -229,13 +347,24 @@ class KurrentDBEventStore:
         if not request.events:
             return await self._check_expected(request)
         new_events = [_to_kdb(event) for event in request.events]
+        if not _fits_v1_message(stream, new_events):
+            # Too large for the v1 service's message limit: the v2 call takes it.
+            (result,) = await self.append_many([request])
+            return result
+        _check_v1_size(stream, new_events, self._max_append_size)
         try:
-            position = await _shielded(
-                self._client.append_to_stream(
-                    stream, events=new_events, current_version=_kdb_expected(expected)
+            position = await self._write(
+                lambda: self._client.append_to_stream(
+                    stream,
+                    events=new_events,
+                    current_version=_kdb_expected(expected),
+                    timeout=self._deadline,
                 )
             )
         except WrongCurrentVersionError as error:
+            landed = await self._landed([request])
+            if landed is not None:
+                return landed[0]
             raise _conflict(request, error) from None
         except Exception as error:
             raise self._translate(error, stream) from None
@@ -246,6 +375,7 @@ class KurrentDBEventStore:
         requests = list(requests)
         validate_append(requests, many=True)
         self._check_open()
+        _check_v2_size(requests, self._max_append_size)
         batches = [
             KdbNewEvents(
                 stream_name=request.stream,
@@ -255,8 +385,13 @@ class KurrentDBEventStore:
             for request in requests
         ]
         try:
-            position = await _shielded(self._client.multi_append_to_stream(batches))
+            position = await self._write(
+                lambda: self._client.multi_append_to_stream(batches, timeout=self._deadline)
+            )
         except WrongCurrentVersionError as error:
+            landed = await self._landed(requests)
+            if landed is not None:
+                return landed
             by_name = {request.stream.casefold(): request for request in requests}
             culprit = by_name.get((error.stream_name or "").casefold())
             if culprit is None:
@@ -266,55 +401,94 @@ class KurrentDBEventStore:
             named = (getattr(error, "stream_name", None) or "").casefold()
             deleted = next((r.stream for r in requests if r.stream.casefold() == named), None)
             raise self._translate(error, deleted) from None
-        except (*_INPUT_ERRORS, *_CONNECTION_ERRORS) as error:
-            raise self._translate(error, None) from None
-        except KurrentDBClientError as error:
-            # A mix of retried and new streams gets an internal error from
-            # KurrentDB 26.0 rather than a conflict: find out what happened.
-            raise await self._explain_failure(requests, error) from None
-        except Exception as error:  # anything else the client lets through: still our tree
-            raise self._translate(error, None) from None
-        if position <= 0:  # a server that reports no position for a retry
-            position = await self._locate(requests[-1], 0)
-        revisions = await asyncio.gather(
-            *(self._revision(request, position) for request in requests)
-        )
+        except Exception as error:
+            translated = self._translate(error, None)
+            if isinstance(translated, StoreUnavailable | InvalidInput) or self._closed:
+                raise translated from None
+            # An unexplained refusal (26.0 fails a partly retried transaction with
+            # an internal error): did an earlier attempt land, did a stream move?
+            landed = await self._landed(requests)
+            if landed is not None:
+                return landed
+            raise await self._explain_failure(requests, translated) from None
+        results = await asyncio.gather(*(self._result(r, position) for r in requests))
+        final = max((r.position for r in results), default=0)
+        return [AppendResult(r.stream, r.revision, final) for r in results]
+
+    async def _write(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        """Run a write within the deadline, shielded: a cancelled or timed-out caller
+        does not cancel the request in flight; its outcome stands."""
+        task = asyncio.ensure_future(call())
+        task.add_done_callback(_consume_outcome)
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), self._deadline)
+        except TimeoutError:
+            raise StoreUnavailable(
+                f"KurrentDB at {self._uri} did not answer within {self._deadline:g} s; the "
+                "write may or may not have landed: retry it with the same event ids"
+            ) from None
+
+    async def _landed(self, requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
+        """The results of an earlier attempt of this very write, if its events are in place.
+
+        Each stream must hold the request's event ids, in order, right after the
+        expected revision (from the start for ``NO_STREAM``). ``ANY`` and
+        ``EXISTS`` say nothing about where a write went: then None.
+
+        Raises:
+            StoreUnavailable: The streams could not be read: the outcome is unknown.
+        """
+        found: list[KdbRecordedEvent] = []
+        for request in requests:
+            expected = request.expected
+            if not isinstance(expected, int) and expected is not StreamState.NO_STREAM:
+                return None
+            start = expected + 1 if isinstance(expected, int) else 0
+            try:
+                events = await self._bounded(
+                    partial(
+                        self._client.get_stream,
+                        request.stream,
+                        stream_position=start,
+                        limit=len(request.events),
+                        timeout=self._deadline,
+                    )
+                )
+            except (NotFoundError, StreamIsDeletedError):
+                return None
+            except Exception as error:
+                raise self._translate(error, request.stream) from None
+            if [event.id for event in events] != [event.id for event in request.events]:
+                return None
+            found.append(events[-1])
+        position = max(event.commit_position for event in found)
         return [
-            AppendResult(request.stream, revision, position)
-            for request, revision in zip(requests, revisions, strict=True)
+            AppendResult(request.stream, event.stream_position, position)
+            for request, event in zip(requests, found, strict=True)
         ]
 
     async def _result(self, request: AppendRequest, position: int) -> AppendResult:
-        if position <= 0:
-            position = await self._locate(request, 0)
-        return AppendResult(request.stream, await self._revision(request, position), position)
-
-    async def _revision(self, request: AppendRequest, position: int) -> int:
-        """Return the revision ``request``'s stream reached in the write at ``position``."""
-        if isinstance(request.expected, int):
-            return request.expected + len(request.events)
-        # NO_STREAM, ANY, EXISTS: read it back (a soft-deleted stream that is
-        # written again continues its old revisions, so NO_STREAM is not -1).
-        try:
-            return await self._locate_revision(request, position)
-        except Exception as error:
-            raise self._translate(error, request.stream) from None
-
-    async def _locate(self, request: AppendRequest, position: int) -> int:
-        """Return the position of ``request``'s last event (found by id)."""
+        """Where ``request``'s stream stands after the write at ``position`` (<= 0: unknown)."""
+        expected = request.expected
+        known = _known_revision(request)
+        if isinstance(expected, int) and position > 0:
+            return AppendResult(request.stream, expected + len(request.events), position)
+        # NO_STREAM, ANY, EXISTS, or a retry the server gave no position for: read it
+        # back (a soft-deleted stream that is written again continues its old revisions).
         try:
             event = await self._find_last(request, position)
+        except (NotFoundError, StreamIsDeletedError, StreamTombstonedError):
+            event = None
         except Exception as error:
             raise self._translate(error, request.stream) from None
-        return event.commit_position if event is not None else position
-
-    async def _locate_revision(self, request: AppendRequest, position: int) -> int:
-        event = await self._find_last(request, position)
         if event is not None:
-            return event.stream_position
-        # Not found (the stream was deleted meanwhile): the best answer left.
-        head = await self.head(request.stream)
-        return -1 if head is None else head
+            return AppendResult(
+                request.stream,
+                event.stream_position,
+                position if position > 0 else event.commit_position,
+            )
+        # The events cannot be read any more (deleted since): what is known.
+        return AppendResult(request.stream, known, max(position, 0))
 
     async def _find_last(self, request: AppendRequest, position: int) -> KdbRecordedEvent | None:
         """Scan ``request.stream`` backwards for the write's last event.
@@ -326,8 +500,15 @@ class KurrentDBEventStore:
         from_revision: int | None = None
         page = 1  # without a concurrent writer the newest event is the one
         while True:
-            events = await self._client.get_stream(
-                request.stream, stream_position=from_revision, backwards=True, limit=page
+            events = await self._bounded(
+                partial(
+                    self._client.get_stream,
+                    request.stream,
+                    stream_position=from_revision,
+                    backwards=True,
+                    limit=page,
+                    timeout=self._deadline,
+                )
             )
             for event in events:
                 if position > 0 and event.commit_position <= position:
@@ -368,30 +549,51 @@ class KurrentDBEventStore:
         backwards: bool = False,
         limit: int | None = None,
     ) -> list[RecordedEvent]:
-        """Read events of ``stream`` (see :meth:`EventStore.read`)."""
+        """Read events of ``stream`` (see :meth:`EventStore.read`).
+
+        Long reads go in pages, each within the deadline.
+        """
         validate_stream_name(stream)
         _check_non_negative("from_revision", from_revision)
         _check_non_negative("limit", limit)
         self._check_open()
+        results: list[RecordedEvent] = []
+        cursor = from_revision
         try:
-            events = await self._client.get_stream(
-                stream,
-                stream_position=from_revision,
-                backwards=backwards,
-                limit=1 if limit == 0 else (sys.maxsize if limit is None else limit),
-            )
+            while True:
+                want = _READ_PAGE if limit is None else min(_READ_PAGE, limit - len(results))
+                page = await self._bounded(
+                    partial(
+                        self._client.get_stream,
+                        stream,
+                        stream_position=cursor,
+                        backwards=backwards,
+                        limit=max(want, 1),
+                        timeout=self._deadline,
+                    )
+                )
+                if limit == 0:
+                    return []
+                results.extend(_from_kdb(event) for event in page)
+                if len(page) < want or (limit is not None and len(results) >= limit):
+                    return results
+                last = page[-1].stream_position
+                if backwards and last == 0:
+                    return results
+                cursor = last - 1 if backwards else last + 1
         except Exception as error:
             raise self._translate(error, stream) from None
-        if limit == 0:
-            return []
-        return [_from_kdb(event) for event in events]
 
     async def head(self, stream: str) -> int | None:
         """Return the revision of the stream's last event, or None if it does not exist."""
         validate_stream_name(stream)
         self._check_open()
         try:
-            events = await self._client.get_stream(stream, backwards=True, limit=1)
+            events = await self._bounded(
+                lambda: self._client.get_stream(
+                    stream, backwards=True, limit=1, timeout=self._deadline
+                )
+            )
         except NotFoundError:
             return None
         except Exception as error:
@@ -424,16 +626,11 @@ class KurrentDBEventStore:
         """Read forwards from ``cursor`` (exclusive when ``resume``), skipping system events."""
         results: list[RecordedEvent] = []
         while True:
-            want = None if limit is None else limit - len(results) + (1 if resume else 0)
-            seen = 0
+            want = _READ_PAGE if limit is None else min(_READ_PAGE, limit - len(results))
+            want += 1 if resume else 0
+            page = await self._bounded(partial(self._read_all_page, cursor, want))
             last = cursor
-            async for event in await self._client.read_all(
-                commit_position=cursor,
-                limit=sys.maxsize if want is None else want,
-                filter_exclude=_NOT_SYSTEM_STREAMS,
-                filter_by_stream_name=True,
-            ):
-                seen += 1
+            for event in page:
                 if resume and event.commit_position == cursor:
                     continue
                 last = event.commit_position
@@ -442,24 +639,25 @@ class KurrentDBEventStore:
                 results.append(_from_kdb(event))
                 if limit is not None and len(results) == limit:
                     return results
-            if want is None or seen < want:
+            if len(page) < want:
                 return results
             cursor, resume = last, True
+
+    async def _read_all_page(self, cursor: int | None, limit: int) -> list[KdbRecordedEvent]:
+        response = await self._client.read_all(
+            commit_position=cursor,
+            limit=limit,
+            filter_exclude=_NOT_SYSTEM_STREAMS,
+            filter_by_stream_name=True,
+            timeout=self._deadline,
+        )
+        return [event async for event in response]
 
     async def _position_before(self, position: int) -> int | None:
         """Return the position of the last event before ``position``, or None."""
         cursor: int | None = None
         while True:
-            page = [
-                event
-                async for event in await self._client.read_all(
-                    commit_position=cursor,
-                    backwards=True,
-                    limit=_SCAN_PAGE,
-                    filter_exclude=_NOT_SYSTEM_STREAMS,
-                    filter_by_stream_name=True,
-                )
-            ]
+            page = await self._bounded(partial(self._read_back, cursor, _SCAN_PAGE))
             for event in page:
                 if event.commit_position < position:
                     return event.commit_position
@@ -467,45 +665,61 @@ class KurrentDBEventStore:
                 return None
             cursor = page[-1].commit_position
 
+    async def _read_back(self, cursor: int | None, limit: int) -> list[KdbRecordedEvent]:
+        response = await self._client.read_all(
+            commit_position=cursor,
+            backwards=True,
+            limit=limit,
+            filter_exclude=_NOT_SYSTEM_STREAMS,
+            filter_by_stream_name=True,
+            timeout=self._deadline,
+        )
+        return [event async for event in response]
+
     async def _last_position(self) -> int:
+        """The position of the last event (0 for none): one backward read of one event."""
         try:
-            before = await self._position_before(sys.maxsize)
+            page = await self._bounded(lambda: self._read_back(None, 1))
         except Exception as error:
             raise self._translate(error, None) from None
-        return before or 0
+        return page[0].commit_position if page else 0
 
     async def subscribe(self, *, after_position: int | None = None) -> AsyncIterator[RecordedEvent]:
         """Yield every non-system event after ``after_position``, then follow new ones.
 
         A catch-up subscription to ``$all``. It ends when the consumer stops
-        iterating or the store is closed; if the connection drops it resumes
-        from the last event delivered, and raises
-        :class:`~agentjournal.errors.StoreUnavailable` when that keeps failing.
+        iterating or the store is closed. When the connection drops or the
+        server restarts it reconnects (capped exponential backoff with jitter,
+        each attempt logged) and resumes right after the last event delivered:
+        no gap, no duplicate. It raises
+        :class:`~agentjournal.errors.StoreUnavailable` only after
+        ``reconnect_for`` seconds without a connection (never by default).
         """
         _check_non_negative("after_position", after_position)
         self._check_open()
         cursor = after_position
         delivered = fell_back = False
-        failures = 0
+        retry = _Reconnect(self._reconnect_for)
         while not self._closed:
             try:
-                subscription = await self._client.subscribe_to_all(
-                    commit_position=cursor,
-                    filter_exclude=_NOT_SYSTEM_STREAMS,
-                    filter_by_stream_name=True,
+                subscription = await self._bounded(
+                    partial(
+                        self._client.subscribe_to_all,
+                        commit_position=cursor,
+                        filter_exclude=_NOT_SYSTEM_STREAMS,
+                        filter_by_stream_name=True,
+                    )
                 )
             except Exception as error:
                 if self._closed:
                     return
-                failures += 1
-                if failures > _RESUBSCRIBE_ATTEMPTS or not _transient(error):
-                    raise self._translate(error, None) from None
-                await asyncio.sleep(0.2 * failures)
+                await self._reconnect_or_raise(error, retry)
                 continue
+            retry.connected()
             try:
                 async for event in subscription:
-                    failures = 0
                     cursor = event.commit_position
+                    retry.delivered()
                     if _is_system(event):
                         continue
                     delivered = True
@@ -521,24 +735,38 @@ class KurrentDBEventStore:
                     fell_back = True
                     cursor = await self._position_before_translated(cursor)
                     continue
-                failures += 1
-                if failures > _RESUBSCRIBE_ATTEMPTS or not _transient(error):
-                    raise self._translate(error, None) from None
-                await asyncio.sleep(0.2 * failures)
+                await self._reconnect_or_raise(error, retry)
             else:
                 # The server ended the subscription without an error (a node
                 # shutting down): resume like after a dropped connection.
                 if self._closed:
                     return
-                failures += 1
-                if failures > _RESUBSCRIBE_ATTEMPTS:
-                    raise StoreUnavailable(
-                        f"KurrentDB at {self._uri} keeps ending the subscription to $all"
-                    )
-                await asyncio.sleep(0.2 * failures)
+                await self._reconnect_or_raise(
+                    ServiceUnavailableError("the server ended the subscription"), retry
+                )
             finally:
                 with contextlib.suppress(Exception):
                     await subscription.stop()
+
+    async def _reconnect_or_raise(self, error: BaseException, retry: _Reconnect) -> None:
+        """Wait before the next attempt, or raise when the error is final or time is up."""
+        translated = self._translate(error, None)
+        if not isinstance(translated, StoreUnavailable) or self._closed:
+            raise translated
+        delay = retry.next_delay()
+        if delay is None:
+            raise StoreUnavailable(
+                f"{translated} (the subscription to $all kept failing for "
+                f"{self._reconnect_for:g} s)"
+            )
+        logger.warning(
+            "subscription to $all on %s lost (%s); reconnecting in %.2f s (attempt %d)",
+            self._uri,
+            _scrub(_describe(error, self._deadline), self._secret),
+            delay,
+            retry.attempt,
+        )
+        await asyncio.sleep(delay)
 
     async def _position_before_translated(self, position: int) -> int | None:
         try:
@@ -548,6 +776,20 @@ class KurrentDBEventStore:
 
     # -- plumbing -------------------------------------------------------------
 
+    async def _bounded(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        """Await ``call()`` within the deadline; past it, ``StoreUnavailable``."""
+        scope = asyncio.timeout(self._deadline)
+        try:
+            async with scope:
+                return await call()
+        except Exception as error:
+            # The client may turn the cancellation into its own error: check the clock.
+            if scope.expired():
+                raise StoreUnavailable(
+                    f"KurrentDB at {self._uri} did not answer within {self._deadline:g} s"
+                ) from None
+            raise error
+
     def _check_open(self) -> None:
         if self._closed:
             raise StoreUnavailable(f"KurrentDB store {self._uri} is closed")
@@ -556,7 +798,7 @@ class KurrentDBEventStore:
         """Map a client error onto the agentjournal error tree."""
         if isinstance(error, JournalError):
             return error
-        text = _scrub(str(error) or type(error).__name__, self._secret)
+        text = _scrub(_describe(error, self._deadline), self._secret)
         if isinstance(error, NotFoundError) and stream is not None:
             return StreamNotFound(stream)
         if isinstance(error, StreamIsDeletedError | StreamTombstonedError):
@@ -570,7 +812,16 @@ class KurrentDBEventStore:
             )
         if self._closed or isinstance(error, CancelledByClientError):
             return StoreUnavailable(f"KurrentDB store {self._uri} is closed")
-        if isinstance(error, _UNAVAILABLE_ERRORS):
+        code = _status_code(error)
+        if code is grpc.StatusCode.RESOURCE_EXHAUSTED and "message" in text:
+            return InvalidInput(f"KurrentDB refused a request message this large: {text}")
+        if code is grpc.StatusCode.INVALID_ARGUMENT:
+            return InvalidInput(f"KurrentDB refused the request: {text}")
+        if (
+            isinstance(error, _UNAVAILABLE_ERRORS)
+            or code in _UNAVAILABLE_CODES
+            or any(marker in text for marker in _NOT_HANDLED_TEXTS)
+        ):
             return StoreUnavailable(f"KurrentDB at {self._uri} is unavailable: {text}")
         return StoreError(f"KurrentDB at {self._uri} failed: {type(error).__name__}: {text}")
 
@@ -578,15 +829,229 @@ class KurrentDBEventStore:
 # ------------------------------------------------------------------ helpers
 
 
-async def _shielded(call: Awaitable[_T]) -> _T:
-    """Await ``call`` so that a cancelled caller does not cancel the request in flight.
+class _Reconnect:
+    """When a subscription tries again: capped exponential backoff with jitter.
 
-    The write then completes (or fails) on its own and its outcome stands; a
-    retry with the same event ids is recognised either way.
+    The exponent goes back to zero once an event arrives; the give-up clock
+    starts at the first failure after a working connection.
     """
-    task = asyncio.ensure_future(call)
-    task.add_done_callback(_consume_outcome)
-    return await asyncio.shield(task)
+
+    def __init__(self, give_up_after: float | None) -> None:
+        self._give_up_after = give_up_after
+        self.attempt = 0
+        self._failing_since: float | None = None
+
+    def connected(self) -> None:
+        self._failing_since = None
+
+    def delivered(self) -> None:
+        self.attempt = 0
+        self._failing_since = None
+
+    def next_delay(self) -> float | None:
+        """Seconds to wait before the next attempt, or None when it is time to give up."""
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        elapsed = now - self._failing_since
+        if self._give_up_after is not None and elapsed >= self._give_up_after:
+            return None
+        self.attempt += 1
+        ceiling = min(_BACKOFF_CAP, _BACKOFF_FIRST * 2 ** (self.attempt - 1))
+        delay = random.uniform(ceiling / 2, ceiling)  # jitter: no lockstep reconnects
+        if self._give_up_after is not None:
+            delay = min(delay, max(self._give_up_after - elapsed, 0.0))
+        return delay
+
+
+def _client_uri(uri: str) -> tuple[str, float | None]:
+    """The URI for the client, and the deadline its ``DefaultDeadline`` asks for.
+
+    ``DefaultDeadline`` is taken out (the client takes whole seconds only and
+    applies it to writes alone; the store applies it to every call) and
+    keepalive is switched on when the URI does not set it.
+    """
+    parts = urlsplit(uri)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    deadline: float | None = None
+    kept: list[tuple[str, str]] = []
+    for key, value in query:
+        if key.lower() == "defaultdeadline":
+            try:
+                deadline = float(value)
+            except ValueError:
+                raise ValueError(
+                    f"DefaultDeadline must be a number of seconds, got {value!r}"
+                ) from None
+            if not math.isfinite(deadline) or deadline <= 0:
+                raise ValueError(f"DefaultDeadline must be > 0 seconds, got {value!r}")
+            continue
+        kept.append((key, value))
+    keys = {key.lower() for key, _ in kept}
+    for option in ("KeepAliveInterval", "KeepAliveTimeout"):
+        if option.lower() not in keys:
+            kept.append((option, str(KEEPALIVE_MS)))
+    return urlunsplit(parts._replace(query=urlencode(kept, safe=",:/"))), deadline
+
+
+def _positive(name: str, value: float, *, zero: bool = False) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not zero)
+    ):
+        raise InvalidInput(f"{name} must be a number {'>=' if zero else '>'} 0, got {value!r}")
+    return float(value)
+
+
+def _known_revision(request: AppendRequest) -> int:
+    """The revision a write reached as far as its expected state tells (-1: unknown)."""
+    if isinstance(request.expected, int):
+        return request.expected + len(request.events)
+    if request.expected is StreamState.NO_STREAM:
+        return len(request.events) - 1
+    return -1
+
+
+def _rpc_error(error: BaseException) -> grpc.aio.AioRpcError | None:
+    """The gRPC error behind a client error: the client chains it or raises from it."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, grpc.aio.AioRpcError):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _status_code(error: BaseException) -> grpc.StatusCode | None:
+    """The gRPC status code behind a client error, if there is one."""
+    rpc = _rpc_error(error)
+    return rpc.code() if rpc is not None else None
+
+
+def _describe(error: BaseException, deadline: float) -> str:
+    """A one-line reason: the server's answer, not the client's repr of it."""
+    if isinstance(error, TimeoutError):
+        return f"no answer within {deadline:g} s"
+    text = str(error)
+    rpc = _rpc_error(error)
+    if rpc is not None and (rpc is error or not text or text.startswith("<AioRpcError")):
+        return f"{rpc.code().name}: {rpc.details() or ''}".strip()
+    status = error.args[0] if error.args else None
+    if status is not None and hasattr(status, "message") and hasattr(status, "code"):
+        # A v1 BatchAppendResp status the client passes on as it is.
+        return str(status.message)
+    return " ".join(text.split()) or type(error).__name__
+
+
+def _fits_v1_message(stream: str, events: Sequence[KdbNewEvent]) -> bool:
+    """Whether ``append_to_stream``'s one request message stays within the v1 service's limit."""
+    rough = (
+        len(stream) + 256 + sum(len(e.data) + len(e.type) + len(e.metadata) + 160 for e in events)
+    )
+    if rough <= MAX_V1_MESSAGE_BYTES:
+        return True
+    return _v1_message_size(stream, events) <= MAX_V1_MESSAGE_BYTES
+
+
+def _v1_message_size(stream: str, events: Sequence[KdbNewEvent]) -> int:
+    """The size of the ``BatchAppendReq`` kurrentdbclient sends (at most a few bytes more)."""
+    options = streams_pb2.BatchAppendReq.Options(
+        stream_identifier=shared_pb2.StreamIdentifier(stream_name=stream.encode()),
+    )
+    options.deadline.seconds = _PROTOBUF_MAX_SECONDS
+    options.deadline.nanos = 999_999_999
+    options.stream_position = 2**63 - 1  # the widest expected-revision encoding
+    message = streams_pb2.BatchAppendReq(
+        correlation_id=shared_pb2.UUID(string=str(uuid.UUID(int=0))),
+        options=options,
+        proposed_messages=[
+            streams_pb2.BatchAppendReq.ProposedMessage(
+                id=shared_pb2.UUID(string=str(event.id)),
+                metadata={"type": event.type, "content-type": event.content_type},
+                custom_metadata=event.metadata,
+                data=event.data,
+            )
+            for event in events
+        ],
+        is_final=True,
+    )
+    size: int = message.ByteSize()
+    return size
+
+
+def _varint_size(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
+def struct_size(metadata: Mapping[str, str]) -> int:
+    """Bytes of ``metadata`` as the protobuf ``Struct`` of string values the v2 API stores."""
+    total = 0
+    for key, value in metadata.items():
+        key_bytes, value_bytes = len(key.encode()), len(value.encode())
+        inner = 1 + _varint_size(value_bytes) + value_bytes  # Value.string_value
+        entry = 1 + _varint_size(key_bytes) + key_bytes + 1 + _varint_size(inner) + inner
+        total += 1 + _varint_size(entry) + entry
+    return total
+
+
+def _check_v1_size(stream: str, events: Sequence[KdbNewEvent], max_append: int) -> None:
+    """Refuse, before any I/O, a v1 append the server would refuse for its size.
+
+    Each event as stored (``Event.SizeOnDisk``: data, metadata, the type two
+    bytes a character) at most 16 MiB - 10,000; their sum at most ``MaxAppendSize``.
+    """
+    total = 0
+    for event in events:
+        stored = len(event.data) + len(event.metadata) + 2 * len(event.type)
+        _check_stored(stream, event.type, stored)
+        total += stored
+    _check_total(total, max_append)
+
+
+def _check_v2_size(requests: Sequence[AppendRequest], max_append: int) -> None:
+    """Refuse, before any I/O, a v2 append the server would refuse for its size.
+
+    Each record (``AppendRecordExtensions.CalculateSizeOnDisk``: data, metadata as
+    the ``Struct`` it is stored as, the type's UTF-8 bytes) at most
+    ``MaxAppendEventSize``, stored (``Event.SizeOnDisk``) in at most 16 MiB -
+    10,000; the records' sum at most ``MaxAppendSize``.
+    """
+    total = 0
+    for request in requests:
+        for event in request.events:
+            metadata = struct_size(event.metadata)
+            record = len(event.data) + metadata + len(event.type.encode())
+            if record > MAX_RECORD_SIZE:
+                raise InvalidInput(
+                    f"event {event.type} on {request.stream!r} is {record} bytes as KurrentDB "
+                    f"counts it; its MaxAppendEventSize is {MAX_RECORD_SIZE}"
+                )
+            _check_stored(
+                request.stream, event.type, len(event.data) + metadata + 2 * len(event.type)
+            )
+            total += record
+    _check_total(total, max_append)
+
+
+def _check_stored(stream: str, event_type: str, stored: int) -> None:
+    if stored > MAX_V1_MESSAGE_BYTES:
+        raise InvalidInput(
+            f"event {event_type} on {stream!r} takes {stored} bytes to store; KurrentDB "
+            f"stores at most {MAX_V1_MESSAGE_BYTES} (16 MiB - 10,000) per event"
+        )
+
+
+def _check_total(total: int, max_append: int) -> None:
+    if total > max_append:
+        raise InvalidInput(
+            f"the append is {total} bytes as KurrentDB counts it; its MaxAppendSize is "
+            f"{max_append}: split it into several appends"
+        )
 
 
 def _consume_outcome(task: asyncio.Future[Any]) -> None:
@@ -639,12 +1104,18 @@ def _conflict(request: AppendRequest, error: WrongCurrentVersionError) -> Concur
 
 
 def _invalid_position(error: BaseException) -> bool:
-    """Whether KurrentDB refused a start position that is not a record boundary."""
-    return isinstance(error, InvalidCommitPositionError) or "InvalidPosition" in str(error)
+    """Whether KurrentDB refused a start position that is not a record boundary.
 
-
-def _transient(error: BaseException) -> bool:
-    return isinstance(error, _UNAVAILABLE_ERRORS) and not isinstance(error, _INPUT_ERRORS)
+    A read says ``Unexpected FilteredReadAllResult: InvalidPosition`` (UNKNOWN),
+    a subscription ``Trying to read from an invalid position.`` (INVALID_ARGUMENT).
+    """
+    if isinstance(error, InvalidCommitPositionError):
+        return True
+    text = str(error)
+    cause = error.__cause__ or error.__context__
+    if cause is not None:
+        text += " " + str(cause)
+    return "InvalidPosition" in text or "invalid position" in text.lower()
 
 
 def _to_kdb(event: NewEvent) -> KdbNewEvent:

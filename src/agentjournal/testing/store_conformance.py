@@ -296,6 +296,10 @@ class EventStoreConformance:
             NewEvent(type="T", data=b"x" * (MAX_EVENT_BYTES + 1)),
             NewEvent(type="$system", data=b"{}"),
             NewEvent(type="T", data=b"{}", metadata={"$schema.name": "x"}),
+            NewEvent(type="Tested\n", data=b"{}"),
+            NewEvent(type="T", data=b"{}", id=uuid.UUID(int=0)),
+            NewEvent(type="T", data=b"{}", metadata={"": "empty key"}),
+            NewEvent(type="T" * 100, data=b"x" * (MAX_EVENT_BYTES - 199)),
         ],
         ids=[
             "type-space",
@@ -305,6 +309,10 @@ class EventStoreConformance:
             "too-large",
             "type-system",
             "metadata-reserved",
+            "type-trailing-newline",
+            "id-nil",
+            "metadata-empty-key",
+            "too-large-with-its-type",
         ],
     )
     async def test_bad_events_are_refused_and_nothing_is_written(
@@ -322,7 +330,9 @@ class EventStoreConformance:
         assert await store.head(stream) is None
         assert await store.head(stream + "-ok") is None
 
-    @pytest.mark.parametrize("name", ["", "has space", "$system", "tab\there", "ü-non-ascii"])
+    @pytest.mark.parametrize(
+        "name", ["", "has space", "$system", "tab\there", "ü-non-ascii", "trailing-newline\n"]
+    )
     async def test_bad_stream_names_are_refused(self, store: EventStore, name: str) -> None:
         with pytest.raises(InvalidInput):
             await store.append(name, make_events(1), expected=StreamState.ANY)

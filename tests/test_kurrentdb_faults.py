@@ -1,0 +1,371 @@
+"""The KurrentDB store under the faults a real server shows, staged on the gRPC double.
+
+Unknown outcomes (a commit whose answer is lost or is a timeout), not-ready
+answers, a server that hangs, a server that restarts under a subscription:
+each is a real behaviour on the wire (see ``agentjournal.testing.kurrentdb_double.faults``),
+met by the unmodified ``kurrentdbclient``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from agents import Runner
+
+from agentjournal import Journal, JournalSession
+from agentjournal.errors import ConcurrencyError, StoreUnavailable
+from agentjournal.store import AppendRequest, AppendResult, NewEvent, RecordedEvent, open_store
+from agentjournal.store import StreamState as State
+from agentjournal.store.kurrentdb import KurrentDBEventStore
+from agentjournal.store.sqlite import SQLiteEventStore
+from agentjournal.testing.kurrentdb_double import (
+    KurrentDBDouble,
+    SilentServer,
+    ThreadedKurrentDBDouble,
+)
+from agentjournal.testing.store_conformance import make_events
+from handoff_scenarios import single
+from scenarios import CONFIG
+
+DEADLINE = 0.4
+
+
+@pytest.fixture
+def double() -> Iterator[ThreadedKurrentDBDouble]:
+    with KurrentDBDouble.in_thread() as double:
+        yield double
+
+
+@pytest.fixture
+async def store(double: ThreadedKurrentDBDouble) -> AsyncIterator[KurrentDBEventStore]:
+    store = await KurrentDBEventStore.open(double.uri, deadline=DEADLINE)
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+def stream() -> str:
+    return f"Fault-{uuid.uuid4().hex}"
+
+
+async def _ids(store: KurrentDBEventStore, name: str) -> list[uuid.UUID]:
+    return [event.id for event in await store.read(name)]
+
+
+# -- 1. an unknown outcome is never a conflict, never written twice ------------------------
+
+
+async def test_append_many_whose_commit_times_out_is_unavailable_then_its_retry_succeeds(
+    store: KurrentDBEventStore, double: ThreadedKurrentDBDouble, stream: str
+) -> None:
+    await store.append(stream + "-a", make_events(2, prefix="seed"), expected=State.NO_STREAM)
+    requests = [
+        AppendRequest(stream + "-a", make_events(2, prefix="a"), 1),
+        AppendRequest(stream + "-b", make_events(1, prefix="b"), State.NO_STREAM),
+    ]
+    # The server commits, then answers with its own commit timeout (v2 OperationTimeout,
+    # DEADLINE_EXCEEDED): the heads moved, but the write is ours, not a conflict.
+    double.faults.timeout_after_commit("AppendSession")
+    with pytest.raises(StoreUnavailable, match="timed out"):
+        await store.append_many(requests)
+    again = await store.append_many(requests)  # the same ids: recognised
+    assert [(r.stream, r.revision) for r in again] == [(stream + "-a", 3), (stream + "-b", 0)]
+    assert await _ids(store, stream + "-a") == [
+        e.id for e in make_events(2, prefix="seed") + make_events(2, prefix="a")
+    ]
+    assert await _ids(store, stream + "-b") == [e.id for e in make_events(1, prefix="b")]
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["append", "append_many"])
+async def test_commit_without_an_answer_is_unavailable_within_the_deadline(
+    store: KurrentDBEventStore, double: ThreadedKurrentDBDouble, stream: str, many: bool
+) -> None:
+    events = make_events(3)
+    double.faults.stall_after_commit("AppendSession" if many else "BatchAppend")
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="may or may not have landed"):
+        await asyncio.wait_for(_append(store, stream, events, many), 5)
+    assert time.monotonic() - started < DEADLINE + 1
+    result = await _append(store, stream, events, many)  # the retry: recognised, not a conflict
+    assert result.revision == 2
+    assert await _ids(store, stream) == [e.id for e in events]
+
+
+async def _append(
+    store: KurrentDBEventStore, stream: str, events: list[NewEvent], many: bool
+) -> AppendResult:
+    if many:
+        (result,) = await store.append_many([AppendRequest(stream, events, State.NO_STREAM)])
+        return result
+    return await store.append(stream, events, expected=State.NO_STREAM)
+
+
+async def test_v1_commit_timeout_is_unavailable(
+    store: KurrentDBEventStore, double: ThreadedKurrentDBDouble, stream: str
+) -> None:
+    double.faults.timeout_after_commit("BatchAppend")
+    with pytest.raises(StoreUnavailable):
+        await store.append(stream, make_events(2), expected=State.NO_STREAM)
+    assert (await store.append(stream, make_events(2), expected=State.NO_STREAM)).revision == 1
+
+
+@pytest.mark.parametrize("version", ["26.0", "26.1"])
+async def test_a_partly_retried_append_many_is_a_conflict_on_both_server_versions(
+    stream: str, version: str
+) -> None:
+    # One stream repeats an earlier write (its ids are in place), the other is new:
+    # 26.0 refuses with an internal error, 26.1 with a conflict naming the retried
+    # stream. Either way nothing is written and the caller learns which stream moved.
+    with KurrentDBDouble.in_thread(server_version=version) as double:
+        async with await KurrentDBEventStore.open(double.uri, deadline=DEADLINE) as store:
+            first = make_events(2, prefix="first")
+            await store.append_many([AppendRequest(stream + "-a", first, State.NO_STREAM)])
+            with pytest.raises(ConcurrencyError) as raised:
+                await store.append_many(
+                    [
+                        AppendRequest(stream + "-a", first, State.NO_STREAM),
+                        AppendRequest(stream + "-b", make_events(1, prefix="b"), State.NO_STREAM),
+                    ]
+                )
+            assert (raised.value.stream, raised.value.actual) == (stream + "-a", 1)
+            assert await store.head(stream + "-b") is None
+
+
+@pytest.mark.parametrize(
+    "fault", ["timeout_after_commit", "stall_after_commit"], ids=["timeout", "no-answer"]
+)
+async def test_session_never_duplicates_an_item_after_an_unknown_outcome(
+    double: ThreadedKurrentDBDouble, fault: str
+) -> None:
+    async with Journal.open(double.uri, deadline=DEADLINE) as journal:
+        session = journal.session("fault-handoff", agent_name="triage")
+        # Every write of the handoff run meets the fault once (v1 and v2 calls).
+        getattr(double.faults, fault)("AppendSession", times=3)
+        getattr(double.faults, fault)("BatchAppend", times=3)
+        await Runner.run(
+            single(), "Why was I charged twice?", session=session, hooks=session, run_config=CONFIG
+        )
+        stored: list[RecordedEvent] = []
+        names, seen = [session.stream], set()
+        while names:
+            name = names.pop()
+            seen.add(name)
+            events = await journal.store.read(name)
+            stored.extend(events)
+            names.extend(
+                sub
+                for e in events
+                if e.type == "SubagentStarted"
+                and (sub := json.loads(e.data)["subsession_stream"]) not in seen
+            )
+        assert len({e.id for e in stored}) == len(stored)
+        indices = [int(e.metadata["aj.index"]) for e in stored if "aj.index" in e.metadata]
+        assert sorted(indices) == list(range(len(indices)))  # every item once
+        items = await JournalSession(journal.store, "fault-handoff").get_items()
+        assert len(items) == len(indices) == 6
+    assert double.faults.used  # the faults did happen
+
+
+class _LostAnswers(SQLiteEventStore):
+    """A real store whose answer to the first multi-stream write is lost after it landed.
+
+    What the old KurrentDB store reported after a commit timeout (a conflict naming
+    one of the write's own streams, here the new subsession): the session must find
+    its own events and go on, not write the items again under a new subagent.
+    """
+
+    lose = 1
+
+    async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        results = await super().append_many(requests)
+        if self.lose:
+            self.lose -= 1
+            raise ConcurrencyError(requests[-1].stream, "no_stream", results[-1].revision)
+        return results
+
+
+async def test_session_treats_its_own_landed_write_as_written_whatever_the_store_says(
+    tmp_path: Path,
+) -> None:
+    store = await _LostAnswers.open(str(tmp_path / "journal.db"))
+    assert isinstance(store, _LostAnswers)
+    journal = Journal(store, "sqlite:///journal.db")
+    session = journal.session("lost-answer", agent_name="triage")
+    await Runner.run(
+        single(), "Why was I charged twice?", session=session, hooks=session, run_config=CONFIG
+    )
+    assert store.lose == 0
+    parent = await store.read(session.stream)
+    assert [e.type for e in parent] == [
+        "SessionStarted",
+        "UserMessageReceived",
+        "SubagentStarted",
+        "SubagentCompleted",
+    ]
+    child = await store.read(json.loads(parent[2].data)["subsession_stream"])
+    indices = [int(e.metadata["aj.index"]) for e in parent + child if "aj.index" in e.metadata]
+    assert sorted(indices) == list(range(6))
+    assert len(await JournalSession(store, "lost-answer").get_items()) == 6
+    await journal.close()
+
+
+# -- not ready, hung, silent: StoreUnavailable within the deadline ------------------------
+
+
+@pytest.mark.parametrize("method", ["BatchAppend", "AppendSession", "Read"])
+async def test_not_ready_answers_are_store_unavailable(
+    double: ThreadedKurrentDBDouble, stream: str, method: str
+) -> None:
+    # A deadline long enough for the client's own retries of a read to run out.
+    async with await KurrentDBEventStore.open(double.uri, deadline=5) as store:
+        double.faults.not_ready(method, times=10)
+        operation = {"BatchAppend": "append", "AppendSession": "append_many"}.get(method, "read")
+        with pytest.raises(StoreUnavailable, match=r"[Nn]ot (yet )?[Rr]eady"):
+            await _call(store, stream, operation)
+        double.faults.clear()
+        assert await store.head(stream) is None  # nothing was written
+
+
+@pytest.mark.parametrize(
+    "operation", ["append", "append_many", "read", "head", "read_all", "subscribe"]
+)
+async def test_every_call_has_a_deadline(
+    double: ThreadedKurrentDBDouble, stream: str, operation: str
+) -> None:
+    # A subscription would keep reconnecting; reconnect_for=0 lets the first failure show.
+    async with await KurrentDBEventStore.open(
+        double.uri, deadline=DEADLINE, reconnect_for=0
+    ) as store:
+        method = {"append": "BatchAppend", "append_many": "AppendSession"}.get(operation, "Read")
+        double.faults.stall(method, times=10)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=r"within 0\.4 s"):
+            await asyncio.wait_for(_call(store, stream, operation), 5)
+        assert time.monotonic() - started < DEADLINE + 1
+
+
+async def _call(store: KurrentDBEventStore, stream: str, operation: str) -> object:
+    if operation == "append":
+        return await store.append(stream, make_events(1), expected=State.NO_STREAM)
+    if operation == "append_many":
+        return await store.append_many([AppendRequest(stream, make_events(1), State.NO_STREAM)])
+    if operation == "read":
+        return await store.read(stream)
+    if operation == "head":
+        return await store.head(stream)
+    if operation == "read_all":
+        return await store.read_all()
+    return await anext(store.subscribe())
+
+
+async def test_a_server_that_never_answers_is_unavailable_within_the_deadline() -> None:
+    with SilentServer() as silent:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=r"no answer within 0\.5 s|within 0\.5 s"):
+            await asyncio.wait_for(open_store(silent.uri, deadline=0.5), 10)
+        assert time.monotonic() - started < 2
+        assert silent.accepted >= 1  # it did connect: the server just never answered
+        with pytest.raises(StoreUnavailable):
+            await asyncio.wait_for(Journal.open(silent.uri + "&DefaultDeadline=0.3"), 10)
+        assert time.monotonic() - started < 3
+
+
+async def test_deadline_comes_from_the_uri_or_the_caller(double: ThreadedKurrentDBDouble) -> None:
+    async with await KurrentDBEventStore.open(double.uri + "&DefaultDeadline=2.5") as store:
+        assert store.deadline == 2.5
+    async with Journal.open(double.uri + "&DefaultDeadline=2.5", deadline=0.75) as journal:
+        assert isinstance(journal.store, KurrentDBEventStore)
+        assert journal.store.deadline == 0.75
+    async with await KurrentDBEventStore.open(double.uri) as store:
+        assert store.deadline == 10.0
+        # Keepalive is on: a dead connection under an idle subscription is noticed.
+        options = dict(store._client.grpc_options)
+        assert options["grpc.keepalive_time_ms"] == 10_000
+        assert options["grpc.keepalive_timeout_ms"] == 10_000
+
+
+# -- 3. subscriptions outlive restarts -------------------------------------------------------
+
+
+async def test_an_idle_subscription_survives_any_number_of_restarts(
+    double: ThreadedKurrentDBDouble, stream: str
+) -> None:
+    uri = double.uri + "&DefaultDeadline=1"  # the deadline the URI asks for
+    async with (
+        await KurrentDBEventStore.open(uri) as reader,
+        await KurrentDBEventStore.open(uri) as writer,
+    ):
+        await writer.append(stream, make_events(1), expected=State.NO_STREAM)
+        subscription = reader.subscribe()
+        assert (await anext(subscription)).revision == 0
+        pending = asyncio.ensure_future(anext(subscription))
+        for _ in range(8):  # idle drops, far more than the old limit of three
+            await double.restart(down_for=0.1)
+            await asyncio.sleep(0.3)
+            assert not pending.done()
+        await _append_retrying(writer, stream, make_events(1, start=1), 0)
+        event = await asyncio.wait_for(pending, 10)
+        assert (event.stream, event.revision) == (stream, 1)
+
+
+async def test_a_subscription_resumes_after_a_restart_without_gap_or_duplicate(
+    double: ThreadedKurrentDBDouble, stream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    uri = double.uri + "&DefaultDeadline=1"
+    async with (
+        await KurrentDBEventStore.open(uri) as reader,
+        await KurrentDBEventStore.open(uri) as writer,
+    ):
+        await writer.append(stream, make_events(3), expected=State.NO_STREAM)
+        received: list[int] = []
+        got = asyncio.Event()
+
+        async def follow() -> None:
+            async for event in reader.subscribe():
+                if event.stream == stream:
+                    received.append(event.revision)
+                    got.set()
+
+        task = asyncio.create_task(follow())
+        try:
+            await _until(lambda: len(received) == 3)
+            with caplog.at_level(logging.WARNING, logger="agentjournal.store.kurrentdb"):
+                await double.restart(down_for=4.0)  # longer than the old give-up time allowed
+                # Right after a restart a write may meet a channel still reconnecting:
+                # StoreUnavailable, retried with the same ids, as the session does.
+                await _append_retrying(writer, stream, make_events(2, start=3), 2)
+                await _until(lambda: len(received) == 5)
+                await _append_retrying(writer, stream, make_events(1, start=5), 4)
+                await _until(lambda: len(received) == 6)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        assert received == [0, 1, 2, 3, 4, 5]
+        assert "reconnecting in" in caplog.text
+
+
+async def _append_retrying(
+    store: KurrentDBEventStore, stream: str, events: list[NewEvent], expected: int
+) -> None:
+    for _ in range(20):
+        try:
+            await store.append(stream, events, expected=expected)
+            return
+        except StoreUnavailable:
+            await asyncio.sleep(0.1)
+    raise AssertionError("the store did not come back")
+
+
+async def _until(condition: object, within: float = 10.0) -> None:
+    assert callable(condition)
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await asyncio.sleep(0.02)
