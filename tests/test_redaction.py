@@ -27,8 +27,8 @@ from pydantic import BaseModel
 from agentjournal import Journal
 from agentjournal.authority import AllowList, Authority, Cap, Ranked
 from agentjournal.bundle import export_bundle
-from agentjournal.policy import Policy, ToolRule
-from agentjournal.redaction import ceiling_inputs, permits, view, view_digest
+from agentjournal.policy import Policy, ToolRule, ceiling_inputs, input_permits
+from agentjournal.redaction import view, view_digest
 from agentjournal.verify import verify_bundle
 from guardrail_scenarios import run
 from http_stub import Reply
@@ -298,17 +298,17 @@ def test_a_decision_about_another_call_is_caught_by_digest() -> None:
 )
 def test_ceilings_by_digest_decide_as_on_the_value(ceiling: Any, value: Any, allowed: bool) -> None:
     arguments = json.dumps({"x": value})
-    (found,) = ceiling_inputs(arguments, {"scope": "s", "ceilings": {"c": "x"}}).values()
-    assert permits(ceiling, found) is ceiling.permits(value) is allowed
+    (found,) = ceiling_inputs(arguments, ["x"]).values()
+    assert input_permits(ceiling, found) is ceiling.permits(value) is allowed
     if isinstance(value, str) and value.isalpha():
         assert value not in json.dumps(found)  # a string is only its digest
 
 
 def test_missing_and_unparseable_arguments() -> None:
-    rule = {"scope": "s", "ceilings": {"c": "a.b"}}
-    assert ceiling_inputs('{"a": {}}', rule) == {"a.b": {"absent": True}}
-    assert ceiling_inputs("not json", rule) == {"a.b": {"absent": True}}
-    assert ceiling_inputs("{}", None) == {}
+    assert ceiling_inputs('{"a": {}}', ["a.b"]) == {"a.b": {"absent": True}}
+    assert ceiling_inputs("not json", ["a.b"]) == {"a.b": {"type": "invalid"}}
+    assert ceiling_inputs("[1]", ["a.b"]) == {"a.b": {"absent": True}}
+    assert ceiling_inputs("{}", []) == {}
 
 
 def test_views_of_huge_numbers_and_surrogates_still_commit() -> None:

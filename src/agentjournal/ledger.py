@@ -60,6 +60,7 @@ __all__ = [
     "load_public_key",
     "seal",
     "trusted_closure",
+    "value_digest",
 ]
 
 SEQ_KEY: Final = "aj.seq"
@@ -109,6 +110,17 @@ def _record_bytes(record: dict[str, Any], metadata: Mapping[str, str]) -> bytes:
 def ledger_stream(session_id: str) -> str:
     """The checkpoint stream of a session tree."""
     return f"AgentLedger-{session_id}"
+
+
+def value_digest(value: Any) -> str:
+    """``sha256:`` + hex SHA-256 of ``value`` as JSON with sorted keys, no whitespace, UTF-8.
+
+    The digest of a payload a guardrail judged, of a withheld value in a redacted view, and of a
+    string a ceiling reads. Lone surrogates are kept as their bytes (``surrogatepass``): a digest
+    never fails on data a model or a forged bundle produced.
+    """
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def data_digest(data: bytes) -> str:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final
@@ -46,10 +46,29 @@ from typing import Any, Final
 import rfc8785
 import yaml
 
-from agentjournal.authority import Authority, ceiling_at_most, excess, validate_scope
+from agentjournal.authority import (
+    AllowList,
+    Authority,
+    Cap,
+    Ceiling,
+    DenyList,
+    Ranked,
+    ceiling_at_most,
+    excess,
+    validate_scope,
+)
 from agentjournal.errors import InvalidInput
+from agentjournal.ledger import value_digest
 
-__all__ = ["Gate", "Policy", "Refusal", "ToolRule"]
+__all__ = [
+    "CeilingInput",
+    "Gate",
+    "Policy",
+    "Refusal",
+    "ToolRule",
+    "ceiling_inputs",
+    "input_permits",
+]
 
 
 class Gate:
@@ -215,7 +234,34 @@ class Policy:
         return None
 
     def check_call(self, authority: Authority, tool: str, arguments: str) -> Refusal | None:
-        """The invocation gate for a tool call: scope, then each ceiling on its argument."""
+        """The invocation gate for a tool call: scope, then each ceiling on its argument.
+
+        The decision is :meth:`check_inputs` on the call's :func:`ceiling_inputs`, the same
+        procedure a verifier runs on a redacted view; the arguments add the refused value.
+        """
+        rule = self.tools.get(tool)
+        paths = rule.ceilings.values() if rule is not None else ()
+        refusal = self.check_inputs(authority, tool, ceiling_inputs(arguments, paths))
+        if refusal is None or refusal.ceiling is None or rule is None:
+            return refusal
+        path = rule.ceilings[refusal.ceiling]
+        value = _argument(_parsed(arguments), path)
+        if value is _MISSING:
+            return refusal
+        return Refusal(
+            refusal.gate,
+            f"{path}={value!r} is beyond ceiling {refusal.ceiling!r}",
+            scope=refusal.scope,
+            ceiling=refusal.ceiling,
+            limit=refusal.limit,
+            value=value,
+        )
+
+    def check_inputs(
+        self, authority: Authority, tool: str, inputs: Mapping[str, CeilingInput]
+    ) -> Refusal | None:
+        """The invocation gate on a call's ceiling inputs (argument path -> what a ceiling
+        reads of it, :func:`ceiling_inputs`): exactly what :meth:`check_call` decides."""
         gate = Gate.INVOCATION
         rule = self.tools.get(tool)
         if rule is None:
@@ -224,16 +270,14 @@ class Policy:
             return Refusal(gate, f"scope {rule.scope!r} is not held", scope=rule.scope)
         if not rule.ceilings:
             return None
-        try:
-            parsed = json.loads(arguments or "{}")
-        except ValueError:
+        if any(found.get("type") == "invalid" for found in inputs.values()):
             return Refusal(gate, "the arguments are not JSON", scope=rule.scope)
         for name, path in rule.ceilings.items():
             ceiling = authority.ceilings.get(name)
             if ceiling is None:
                 continue  # no limit on this dimension
-            value = _argument(parsed, path)
-            if value is _MISSING:
+            found = inputs.get(path, _ABSENT_INPUT)
+            if found.get("absent"):
                 return Refusal(
                     gate,
                     f"argument {path!r} that ceiling {name!r} reads is missing",
@@ -241,14 +285,13 @@ class Policy:
                     ceiling=name,
                     limit=ceiling.to_json(),
                 )
-            if not ceiling.permits(value):
+            if not input_permits(ceiling, found):
                 return Refusal(
                     gate,
-                    f"{path}={value!r} is beyond ceiling {name!r}",
+                    f"{path} is beyond ceiling {name!r}",
                     scope=rule.scope,
                     ceiling=name,
                     limit=ceiling.to_json(),
-                    value=value,
                 )
         return None
 
@@ -272,6 +315,64 @@ class Policy:
             limit=None if wider or not looser else sender.ceilings[looser[0]].to_json(),
             value=None if wider or not looser else request.ceilings[looser[0]].to_json(),
         )
+
+
+# -- ceiling inputs ---------------------------------------------------------------------
+
+CeilingInput = dict[str, Any]
+"""What a ceiling reads of one argument: ``{"int": n}``, ``{"sha256": digest}`` (a string),
+``{"absent": true}``, ``{"type": "invalid"}`` (the arguments are not JSON) or ``{"type":
+"<JSON type>"}``. A redacted view keeps these instead of the arguments."""
+
+_ABSENT_INPUT: Final[CeilingInput] = {"absent": True}
+_JSON_TYPES: Final = {bool: "boolean", float: "number", list: "array", dict: "object"}
+
+
+def ceiling_inputs(arguments: str, paths: Iterable[str]) -> dict[str, CeilingInput]:
+    """What the ceilings reading ``paths`` (dotted argument paths) see of a call's arguments."""
+    wanted = sorted(set(paths))
+    if not wanted:
+        return {}
+    parsed = _parsed(arguments)
+    if parsed is _MISSING:
+        return {path: {"type": "invalid"} for path in wanted}
+    return {path: _input(_argument(parsed, path)) for path in wanted}
+
+
+def input_permits(ceiling: Ceiling, found: Mapping[str, Any]) -> bool:
+    """Whether ``ceiling`` permits the argument ``found`` stands for: exactly
+    ``ceiling.permits(value)`` — a cap permits only integers, the other kinds only strings,
+    and a string is recognised by its digest."""
+    if "int" in found:
+        return isinstance(ceiling, Cap) and ceiling.permits(found["int"])
+    text = found.get("sha256")
+    if not isinstance(text, str):
+        return False
+    if isinstance(ceiling, Ranked):
+        allowed = ceiling.order[: ceiling.order.index(ceiling.level) + 1]
+        return text in {value_digest(level) for level in allowed}
+    if isinstance(ceiling, AllowList):
+        return text in {value_digest(value) for value in ceiling.values}
+    if isinstance(ceiling, DenyList):
+        return text not in {value_digest(value) for value in ceiling.values}
+    return False  # a cap (the value is no integer) and Nothing
+
+
+def _parsed(arguments: str) -> Any:
+    try:
+        return json.loads(arguments or "{}")
+    except (ValueError, RecursionError):
+        return _MISSING
+
+
+def _input(value: Any) -> CeilingInput:
+    if value is _MISSING:
+        return dict(_ABSENT_INPUT)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"int": value}
+    if isinstance(value, str):
+        return {"sha256": value_digest(value)}
+    return {"type": _JSON_TYPES.get(type(value), "null")}
 
 
 def _argument(arguments: Any, path: str) -> Any:

@@ -42,17 +42,14 @@ from typing import Any, Final
 import rfc8785
 
 from agentjournal import events, ledger
-from agentjournal.authority import AllowList, Cap, Ceiling, DenyList, Ranked
 from agentjournal.guardrails.actions import call_of, digest, tool_call_payload
+from agentjournal.policy import ceiling_inputs
 
 __all__ = [
     "KEPT",
     "VIEWED",
-    "CeilingInput",
     "call_marker",
-    "ceiling_inputs",
     "is_withheld",
-    "permits",
     "view",
     "view_digest",
     "withheld",
@@ -84,10 +81,6 @@ VIEWED: Final = frozenset(
     }
 )
 """Event types that get a view (``OpenAIItemRecorded`` only for locally executed calls)."""
-
-CeilingInput = dict[str, Any]
-"""What a view keeps of one argument a ceiling reads: ``{"int": n}``, ``{"sha256": digest}``
-(a string), ``{"absent": true}`` or ``{"type": "<JSON type>"}``."""
 
 
 def withheld(value: Any) -> dict[str, str]:
@@ -164,41 +157,8 @@ def call_marker(item: Any, rule: Mapping[str, Any] | None) -> dict[str, Any]:
         marker["payload_digest"] = digest(
             tool_call_payload(call.call_id, call.name, call.arguments, call.kind)
         )
-        marker["ceilings"] = ceiling_inputs(call.arguments, rule)
+        marker["ceilings"] = ceiling_inputs(call.arguments, _ceilings(rule).values())
     return marker
-
-
-def ceiling_inputs(arguments: str, rule: Mapping[str, Any] | None) -> dict[str, CeilingInput]:
-    """What a view keeps of each argument the rule's ceilings read (argument path -> input)."""
-    paths = sorted(set(_ceilings(rule).values()))
-    if not paths:
-        return {}
-    try:
-        parsed = json.loads(arguments or "{}")
-    except ValueError:
-        parsed = None
-    return {path: _input(_argument(parsed, path)) for path in paths}
-
-
-def permits(ceiling: Ceiling, found: CeilingInput) -> bool:
-    """Whether ``ceiling`` permits the argument that ``found`` stands for.
-
-    Exactly ``ceiling.permits(value)``: a cap permits only integers, the other
-    kinds only strings, and a string is recognised by its digest.
-    """
-    if "int" in found:
-        return isinstance(ceiling, Cap) and ceiling.permits(found["int"])
-    text = found.get("sha256")
-    if not isinstance(text, str):
-        return False
-    if isinstance(ceiling, Ranked):
-        allowed = ceiling.order[: ceiling.order.index(ceiling.level) + 1]
-        return text in {digest(level) for level in allowed}
-    if isinstance(ceiling, AllowList):
-        return text in {digest(value) for value in ceiling.values}
-    if isinstance(ceiling, DenyList):
-        return text not in {digest(value) for value in ceiling.values}
-    return False  # Cap (not an integer) and Nothing
 
 
 # -- helpers --------------------------------------------------------------------------
@@ -220,29 +180,6 @@ def _ceilings(rule: Mapping[str, Any] | None) -> Mapping[str, str]:
     if not isinstance(ceilings, Mapping):
         return {}
     return {str(name): path for name, path in ceilings.items() if isinstance(path, str)}
-
-
-_ABSENT: Final = object()
-
-
-def _argument(arguments: Any, path: str) -> Any:
-    value = arguments
-    for part in path.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return _ABSENT
-        value = value[part]
-    return value
-
-
-def _input(value: Any) -> CeilingInput:
-    if value is _ABSENT:
-        return {"absent": True}
-    if isinstance(value, int) and not isinstance(value, bool):
-        return {"int": value}
-    if isinstance(value, str):
-        return {"sha256": digest(value)}
-    kinds = {bool: "boolean", float: "number", list: "array", dict: "object", type(None): "null"}
-    return {"type": kinds.get(type(value), "unknown")}
 
 
 def _replace(body: dict[str, Any], paths: list[tuple[str, ...]]) -> dict[str, Any]:
@@ -282,5 +219,5 @@ def _modified_marker(
         function = modified.get("function")
         arguments = function.get("arguments") if isinstance(function, Mapping) else None
         if isinstance(arguments, str):
-            marker["ceilings"] = ceiling_inputs(arguments, rule)
+            marker["ceilings"] = ceiling_inputs(arguments, _ceilings(rule).values())
     return marker

@@ -53,7 +53,7 @@ from agentjournal import events, ledger, redaction
 from agentjournal.authority import Authority, meet
 from agentjournal.errors import CodecError, InvalidInput
 from agentjournal.guardrails.actions import CALL_KINDS
-from agentjournal.policy import Gate, Policy, ToolRule
+from agentjournal.policy import Gate, Policy, ToolRule, ceiling_inputs
 from agentjournal.streams import KEYS_STREAM, authority_stream
 
 __all__ = ["Event", "Problem", "Report", "parse_bundle", "verify_bundle"]
@@ -747,18 +747,27 @@ def _covered(tree: _Tree, checkpoint: ledger.Checkpoint) -> dict[str, int]:
 # -- authority ----------------------------------------------------------------------
 
 
-def _authority_at(tree: _Tree, stream: str, revision: int) -> Authority | None:
-    """The effective authority of the agent speaking on ``stream`` at ``revision``.
-
-    On the session stream, the newest run root before it; on a subsession, the
-    newest run root on it (a run resumed there), else the grant that opened it.
-    """
+def _grant_at(tree: _Tree, stream: str, revision: int) -> Event | None:
+    """The grant of the agent speaking on ``stream`` at ``revision``: the newest
+    ``AuthorityGranted`` before it on that stream (a run's root, a run resumed there, a handoff
+    that opened no subsession), else the ``SubagentStarted`` that opened the stream."""
     grants = tree.root_grants(stream)
     position = bisect.bisect_left(grants, revision, key=lambda grant: grant.revision)
     if position:
-        return tree.authority(grants[position - 1])
-    opener = tree.opened_by.get(stream)
-    return tree.authority(opener) if opener is not None else None
+        return grants[position - 1]
+    return tree.opened_by.get(stream)
+
+
+def _authority_at(tree: _Tree, stream: str, revision: int) -> Authority | None:
+    """The effective authority of the agent speaking on ``stream`` at ``revision``."""
+    grant = _grant_at(tree, stream, revision)
+    return tree.authority(grant) if grant is not None else None
+
+
+def _agent_of(grant: Event) -> Any:
+    """The agent a grant is for (``AuthorityGranted.agent``, ``SubagentStarted.agent_type``)."""
+    body = grant.body() or {}
+    return body.get("agent" if grant.type == events.AUTHORITY_GRANTED else "agent_type")
 
 
 class _Policies:
@@ -968,7 +977,10 @@ def _check_containment(report: Report, tree: _Tree) -> None:
     for stream in tree.streams.values():
         for event in stream:
             if event.type == events.AUTHORITY_REFUSED:
-                _check_refusal(report, tree, event)
+                try:
+                    _check_refusal(report, tree, event)
+                except InvalidInput as error:
+                    report.fail("containment", event.stream, event.revision, str(error))
     opaque = sum(
         1
         for stream in tree.streams.values()
@@ -1059,15 +1071,6 @@ class _CallIndex:
         return found
 
 
-def _policy_rule(tree: _Tree, event: Event, tool: str) -> ToolRule | None:
-    """The rule of ``tool`` in the policy the event names (``aj.policy``).
-
-    Raises:
-        InvalidInput: The event names no policy, or one the log did not record.
-    """
-    return tree.policies.get(event.metadata.get(events.POLICY_KEY)).tools.get(tool)
-
-
 def _check_within(
     report: Report,
     tree: _Tree,
@@ -1079,11 +1082,12 @@ def _check_within(
     call_id = event.metadata.get(events.CALL_ID_KEY)
     name = str(marker.get("name", ""))
     try:
-        rule = _policy_rule(tree, event, name)
+        policy = tree.policies.get(event.metadata.get(events.POLICY_KEY))
         authority = _authority_at(tree, event.stream, event.revision)
     except InvalidInput as error:
         report.fail(*where, f"tool call {call_id}: {error}")
         return
+    rule = policy.tools.get(name)
     recorded = json.loads(event.metadata[events.TOOL_RULE_KEY])
     if rule is None:
         report.fail(*where, f"tool call {call_id} ran with no rule in the policy")
@@ -1096,46 +1100,31 @@ def _check_within(
         return
     inputs = marker.get("ceilings", {})
     if decided is not None and decided.get("decision") == "MODIFY":
-        inputs = _modified_inputs(decided, recorded)
-    refusal = _refused(authority, rule, inputs)
+        inputs = _modified_inputs(decided, rule)
+    refusal = policy.check_inputs(authority, name, inputs)
     if refusal is not None:
-        report.fail(*where, f"tool call {call_id} ran beyond authority: {refusal}")
+        report.fail(*where, f"tool call {call_id} ran beyond authority: {refusal.reason}")
 
 
-def _modified_inputs(decided: Mapping[str, Any], rule: Mapping[str, Any]) -> Any:
+def _modified_inputs(decided: Mapping[str, Any], rule: ToolRule) -> Any:
     modified: Any = decided["modified_payload"]
     if redaction.is_withheld(modified):
         return modified.get("ceilings", {})
-    return redaction.ceiling_inputs(modified["function"]["arguments"], rule)
-
-
-def _refused(authority: Authority, rule: ToolRule, inputs: Mapping[str, Any]) -> str | None:
-    """Why the policy refuses a call with these ceiling inputs, if it does (the invocation
-    gate, on inputs: see :func:`agentjournal.redaction.permits`)."""
-    if not authority.holds(rule.scope):
-        return f"scope {rule.scope!r} is not held"
-    for name, path in rule.ceilings.items():
-        ceiling = authority.ceilings.get(name)
-        if ceiling is None:
-            continue
-        found = inputs.get(path)
-        if not isinstance(found, Mapping) or found.get("absent"):
-            return f"argument {path!r} that ceiling {name!r} reads is missing"
-        if not redaction.permits(ceiling, dict(found)):
-            return f"{path} is beyond ceiling {name!r}"
-    return None
+    return ceiling_inputs(modified["function"]["arguments"], rule.ceilings.values())
 
 
 def _check_refusal(report: Report, tree: _Tree, event: Event) -> None:
-    """An ``AuthorityRefused`` is a refusal its policy makes."""
-    if events.POLICY_KEY not in event.metadata:
-        return  # written before policies were recorded: nothing to recompute against
+    """An ``AuthorityRefused`` is a refusal its policy makes, of what the agent held."""
     where = ("containment", event.stream, event.revision)
     body = event.body() or {}
-    policy = tree.policies.get(event.metadata[events.POLICY_KEY])
+    policy = tree.policies.get(event.metadata.get(events.POLICY_KEY))
     authority = Authority.from_json(body["authority"])
-    current = _authority_at(tree, event.stream, event.revision)
-    if current is not None and current != authority and body.get("agent") == _speaker(tree, event):
+    grant = _grant_at(tree, event.stream, event.revision)
+    if (
+        grant is not None
+        and _agent_of(grant) == body["agent"]
+        and tree.authority(grant) != authority
+    ):
         report.fail(*where, "the refusal records another authority than the agent held")
         return
     subject, gate = body["subject"], body["gate"]
@@ -1144,23 +1133,12 @@ def _check_refusal(report: Report, tree: _Tree, event: Event) -> None:
     elif gate in (Gate.TOOL_VISIBILITY, Gate.MCP_VISIBILITY):
         wrong = policy.visible(authority, subject) is None
     else:
-        rule = policy.tools.get(subject)
-        inputs = _refused_inputs(tree, event, body)
-        wrong = (
-            rule is not None and inputs is not None and _refused(authority, rule, inputs) is None
-        )
+        # A call not stored (the run stopped first) reads as absent arguments: a ceiling
+        # that reads one then refuses, so only a refusal no argument explains fails.
+        inputs = _refused_inputs(tree, event, body) or {}
+        wrong = policy.check_inputs(authority, subject, inputs) is None
     if wrong:
         report.fail(*where, f"the policy allows what was refused: {subject} ({gate})")
-
-
-def _speaker(tree: _Tree, event: Event) -> str | None:
-    """The agent whose authority governs ``event``'s stream at its revision."""
-    grants = tree.root_grants(event.stream)
-    position = bisect.bisect_left(grants, event.revision, key=lambda grant: grant.revision)
-    if position:
-        return (grants[position - 1].body() or {}).get("agent")
-    opener = tree.opened_by.get(event.stream)
-    return (opener.body() or {}).get("agent_type") if opener is not None else None
 
 
 def _refused_inputs(tree: _Tree, event: Event, body: Mapping[str, Any]) -> Any:

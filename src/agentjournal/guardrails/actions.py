@@ -19,13 +19,14 @@ JSON schema; a handoff keeps its target; an input stays a user message.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import jsonschema
+
+from agentjournal.ledger import value_digest
 
 __all__ = [
     "CALL_KINDS",
@@ -105,10 +106,8 @@ def calls_of(output: Sequence[Any]) -> list[Call]:
     return [call for call in (call_of(item) for item in output) if call is not None]
 
 
-def digest(payload: Any) -> str:
-    """``sha256:`` + hex digest of ``payload`` as JSON with sorted keys and no whitespace."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+digest = value_digest
+"""``sha256:`` + hex digest of a payload as JSON with sorted keys and no whitespace."""
 
 
 # -- AGENT_INPUT ------------------------------------------------------------------
