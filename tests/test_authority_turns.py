@@ -15,10 +15,12 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from agents import Agent, function_tool
+from agents import Agent, Handoff, RunConfig, Runner, function_tool
+from agents.extensions.memory.encrypt_session import EncryptedSession
+from agents.memory.session import SessionABC
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agentjournal import AuthorityDenied, Journal, JournalSession
@@ -75,8 +77,6 @@ def _prod_turn(deployed: list[str]) -> Agent[Any]:
 
 async def _start(session: JournalSession, deployed: list[str]) -> Agent[Any]:
     """Turn one; returns ``result.last_agent`` as the SDK gives it."""
-    from agents import RunConfig, Runner
-
     result = await Runner.run(
         session.guard(_first_turn(deployed)),
         "ship it to staging",
@@ -239,7 +239,7 @@ def test_a_widened_root_of_the_next_turn_fails(bundle: dict[str, Any]) -> None:
     for event in _events(bundle):
         body = json.loads(event["data"]) if event["data"] else {}
         if event["type"] == "agentjournal.AuthorityGranted" and body["agent"] == "deployer":
-            event["data"] = json.dumps({"agent": "deployer", "authority": whole}, sort_keys=True)
+            event["data"] = json.dumps({**body, "authority": whole}, sort_keys=True)
         run_entry = event["type"] == "agentjournal.AuthorityHeld" and body["cause"] == "run"
         if run_entry and body["agent"] == "deployer":
             body["authority"] = whole
@@ -280,3 +280,116 @@ def test_a_dropped_log_entry_fails(bundle: dict[str, Any]) -> None:
     report = verify_bundle(_resigned(bundle), TRUSTED)
     assert not report.ok
     assert any("a grant the authority log does not hold" in p.message for p in report.problems)
+
+
+# -- handoffs the session cannot show as subagents --------------------------------------------
+
+
+async def test_under_encryption_the_next_turn_keeps_it_too() -> None:
+    """EncryptedSession hides the handoff's call from the session: the grant is recorded anyway."""
+    deployed: list[str] = []
+    async with Journal.open("sqlite://:memory:", signing_key=KEY) as journal:
+        inner = journal.session("enc", policy=POLICY, record_payloads=False)
+        outer = EncryptedSession("enc", cast(SessionABC, inner), "k" * 32)
+        config = RunConfig(tracing_disabled=True)
+        first = await Runner.run(
+            inner.guard(_first_turn(deployed)),
+            "staging",
+            session=outer,
+            hooks=inner,
+            run_config=config,
+        )
+        last = first.last_agent
+        last.model = ScriptedModel(
+            [[function_call("deploy", {"env": "prod"}, call_id="d2")], [assistant_message("no")]]
+        )
+        await Runner.run(last, "now prod", session=outer, hooks=inner, run_config=config)
+        assert deployed == ["staging"]
+        bundle = await export_bundle(journal.store, "enc")
+    report = verify_bundle(bundle, TRUSTED, policy=POLICY)
+    assert report.ok, report.text()
+    grants = [
+        json.loads(e["data"])
+        for e in _events(bundle)
+        if e["type"] == "agentjournal.AuthorityGranted"
+    ]
+    assert [(g["agent"], g["cause"]) for g in grants] == [
+        ("triage", "run"),
+        ("deployer", "handoff"),
+        ("deployer", "run"),
+    ]
+
+
+async def test_a_router_handoff_grants_the_agent_that_really_receives_it(tmp_path: Path) -> None:
+    """A handoff named for one agent that hands to another: the policy binds the real one."""
+    deployed: list[str] = []
+    deployer = _deployer(
+        deployed,
+        [
+            [function_call("deploy", {"env": "staging"}, call_id="d1")],
+            [assistant_message("staging is live")],
+        ],
+    )
+
+    async def route(ctx: Any, arguments: str) -> Agent[Any]:
+        return deployer
+
+    router = Handoff(
+        tool_name="transfer_to_ops",
+        tool_description="Hand to whoever runs operations.",
+        input_json_schema={"type": "object", "properties": {}},
+        on_invoke_handoff=route,
+        agent_name="ops",
+    )
+    triage = Agent(
+        name="triage",
+        model=ScriptedModel([[function_call("transfer_to_ops", {}, call_id="h1")]]),
+        handoffs=[router],
+    )
+    db = f"sqlite:///{tmp_path / 'router.db'}"
+    async with Journal.open(db, signing_key=KEY) as journal:
+        session = journal.session("router", policy=POLICY)
+        await run(session.guard(triage), session, streamed=False, text="staging")
+    async with Journal.open(db, signing_key=KEY) as journal:
+        session = journal.session("router", policy=POLICY)
+        await run(session.guard(_prod_turn(deployed)), session, streamed=False, text="prod")
+        bundle = await export_bundle(journal.store, "router")
+    assert deployed == ["staging"]
+    report = verify_bundle(bundle, TRUSTED, policy=POLICY)
+    assert report.ok, report.text()
+
+
+async def test_guard_alone_keeps_it_across_processes(tmp_path: Path) -> None:
+    """Without hooks=, the guard's handoff wrapper grants, and the grant is recorded."""
+    deployed: list[str] = []
+    config = RunConfig(tracing_disabled=True)
+    db = f"sqlite:///{tmp_path / 'guard.db'}"
+    async with Journal.open(db) as journal:
+        session = journal.session("guarded", policy=POLICY)
+        await Runner.run(
+            session.guard(_first_turn(deployed)), "staging", session=session, run_config=config
+        )
+    async with Journal.open(db) as journal:
+        session = journal.session("guarded", policy=POLICY)
+        await Runner.run(
+            session.guard(_prod_turn(deployed)), "prod", session=session, run_config=config
+        )
+    assert deployed == ["staging"]
+
+
+async def test_the_policy_anchor_requires_every_call_to_run_under_it(tmp_path: Path) -> None:
+    """A later process that forgets the policy deploys unchecked: --policy says so."""
+    deployed: list[str] = []
+    db = f"sqlite:///{tmp_path / 'forgot.db'}"
+    async with Journal.open(db, signing_key=KEY) as journal:
+        await _start(journal.session("forgot", policy=POLICY), deployed)
+    async with Journal.open(db, signing_key=KEY) as journal:
+        session = journal.session("forgot")  # no policy in this process
+        await run(_prod_turn(deployed), session, streamed=False, text="prod")
+        bundle = await export_bundle(journal.store, "forgot")
+    assert deployed == ["staging", "prod"]
+    unanchored = verify_bundle(bundle, TRUSTED)
+    assert unanchored.ok  # it says how many calls ran under a policy: 1 of 2
+    assert any("1 under the policy" in line for line in unanchored.lines)
+    found = _failure(verify_bundle(bundle, TRUSTED, policy=POLICY))
+    assert "tool call d2 ran without the policy given" in found

@@ -317,3 +317,14 @@ def test_views_of_huge_numbers_and_surrogates_still_commit() -> None:
     assert shown is not None
     assert len(view_digest(shown)) == 64
     assert view("UserMessageReceived", b"{}", {}) is None
+
+
+def test_the_gate_and_the_verifier_decide_alike_on_unparseable_arguments() -> None:
+    """A model may emit arguments that are not JSON: refused by both, whatever is held."""
+    policy = Policy(tools={"t": ToolRule("s.x", {"spend": "amount"})})
+    holder = Authority.of("s.x")  # holds no spend ceiling at all
+    refused = policy.check_call(holder, "t", "{bad json")
+    assert refused is not None
+    assert refused.reason == "the arguments are not JSON"
+    found = policy.check_inputs(holder, "t", ceiling_inputs("{bad json", ["amount"]))
+    assert found == refused

@@ -67,6 +67,9 @@ class RefusalRecorder(Protocol):
     async def held_grant(self, agent: str) -> Authority | None:
         """What ``agent`` last held in this session (the authority log), if anything."""
 
+    async def handoff_granted(self, sender: str, receiver: str, authority: Authority) -> None:
+        """A handoff granted ``receiver`` ``authority``: record it with the next write."""
+
 
 class Gatekeeper:
     """Applies a :class:`~agentjournal.policy.Policy` to a session's runs.
@@ -138,6 +141,7 @@ class Gatekeeper:
         """A handoff happened: the receiver is granted the meet; return it."""
         granted = meet(await self.effective(sender), self.policy.authority_of(receiver))
         self._effective[receiver] = granted
+        await self._recorder.handoff_granted(sender, receiver, granted)
         return granted
 
     # -- gates 1-3: visibility ---------------------------------------------------------

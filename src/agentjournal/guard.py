@@ -203,7 +203,12 @@ def _wrap_handoff(entry: Any, sender: Agent[Any], wiring: Wiring, visit: Any) ->
                 input_json = verdict.modified_payload["input"]
         target = await original(ctx, input_json)
         if gates is not None:
-            await gates.handed_off(sender.name, receiver)
+            # A handoff may hand to another agent than it names (a router): the policy
+            # applies to the agent that really receives it.
+            actual = getattr(target, "name", receiver)
+            if actual != receiver:
+                await gates.check_handoff(sender.name, actual, input_json)
+            await gates.handed_off(sender.name, actual)
         return visit(target)
 
     setattr(invoke, _MARK, wiring)

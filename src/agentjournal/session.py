@@ -102,6 +102,17 @@ _ASSISTANT_TYPES: Final = frozenset(
 )
 
 
+@dataclass(slots=True)
+class _Grant:
+    """A handoff's grant not yet written: on its ``SubagentStarted`` when the write carries the
+    handoff's call (``call_id``), else as an ``AuthorityGranted`` of its own."""
+
+    sender: str
+    receiver: str
+    authority: Authority
+    call_id: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class _Produced:
     """What the hooks learned about a model output item."""
@@ -159,7 +170,7 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
         self._run_usage: weakref.ref[Any] | None = None
         self._run_wrapper: weakref.ref[Any] | None = None
         self._trace: tracing.RunTrace | None = None
-        self._granted: dict[str, Authority] = {}  # handoff call id -> the receiver's authority
+        self._grants: list[_Grant] = []  # handoffs granted since the last write
         self._enforcer = (
             Enforcer(guardrails, thread_id=self.session_id, recorder=self)
             if guardrails is not None
@@ -551,18 +562,23 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
     async def on_handoff(
         self, context: RunContextWrapper[Any], from_agent: Agent[Any], to_agent: Agent[Any]
     ) -> None:
-        """Match the handoff to its exact call; grant the receiver its authority."""
-        granted = (
-            await self._gates.handed_off(from_agent.name, to_agent.name)
-            if self._gates is not None
-            else None
-        )
-        for call_id, (source, target) in self._handoff_calls.items():
-            if source == from_agent.name and target == to_agent.name:
+        """Match the handoff to its exact call; grant the receiver its authority.
+
+        The SDK takes the first handoff call of a response, and ``on_llm_end`` kept only
+        the sender's latest response's calls: the sender's first candidate is the call.
+        Its receiver is ``to_agent``, which a routing handoff may choose at run time.
+        """
+        source, target = from_agent.name, to_agent.name
+        if self._gates is not None:
+            await self._gates.handed_off(source, target)
+        for call_id, (sender, _) in self._handoff_calls.items():
+            if sender == source:
                 del self._handoff_calls[call_id]
                 self._handoffs[call_id] = (source, target)
-                if granted is not None:
-                    self._granted[call_id] = granted
+                for grant in reversed(self._grants):
+                    if (grant.sender, grant.receiver, grant.call_id) == (source, target, None):
+                        grant.call_id = call_id
+                        break
                 return
         logger.warning(
             "handoff %s -> %s has no matching call from on_llm_end; it is stored as a tool call",
@@ -661,13 +677,25 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
         in the same transaction, its entry on the authority log."""
         trace = self._current_ids()
         data = json.dumps(
-            {"agent": agent, "authority": authority.to_json()},
+            {"agent": agent, "authority": authority.to_json(), "cause": "run"},
             sort_keys=True,
             separators=(",", ":"),
         ).encode()
         await self._record_control(
             events.AUTHORITY_GRANTED, data, trace, agent, held=(agent, authority.to_json())
         )
+
+    async def handoff_granted(self, sender: str, receiver: str, authority: Authority) -> None:
+        """A handoff granted ``receiver`` an authority: it goes on the record with the next
+        write, whether or not that write can show the handoff as a subagent."""
+        last = self._grants[-1] if self._grants else None
+        if last is not None and (last.sender, last.receiver, last.authority) == (
+            sender,
+            receiver,
+            authority,
+        ):
+            return  # the guard's wrapper and the hooks both saw this handoff
+        self._grants.append(_Grant(sender, receiver, authority))
 
     async def held_grant(self, agent: str) -> Authority | None:
         """What ``agent`` last held in this session (the authority log, read afresh), if any.
@@ -964,7 +992,7 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                 plan = self._plan(items, wrapper, closing, first)
                 if not plan.ops and not hides:
                     return 0
-                log = await self._authority_log() if self._grants_in(plan) else None
+                log = await self._authority_log() if self._grants else None
                 requests, entries, hashes, after = self._encode(
                     plan, nonce, first, wrapper, log, hides
                 )
@@ -1010,10 +1038,15 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                 for op in plan.ops:
                     if op.kind == "start" and op.subagent is not None:
                         self._handoffs.pop(op.subagent.call_id, None)
-                        granted = self._granted.pop(op.subagent.call_id, None)
+                        granted = self._granted(op.subagent.call_id)
                         tree.grants[op.subagent.stream] = (
-                            granted.to_json() if granted is not None else None
+                            granted.authority.to_json() if granted is not None else None
                         )
+                self._grants = []  # written, on a SubagentStarted or as AuthorityGranted
+                if items:
+                    # A handoff this write could not show as a subagent (its call is inside
+                    # an encrypted envelope, or was never matched) never will be.
+                    self._handoffs.clear()
                 return closed
             raise conflict
 
@@ -1045,12 +1078,9 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
             self._warn_if_unwired(output)
         return plan
 
-    def _grants_in(self, plan: Plan) -> bool:
-        """Whether the write opens a subagent with a granted authority (it goes on the log)."""
-        return any(
-            op.kind == "start" and op.subagent is not None and op.subagent.call_id in self._granted
-            for op in plan.ops
-        )
+    def _granted(self, call_id: str) -> _Grant | None:
+        """The grant of the handoff made by call ``call_id``, if the hooks matched it."""
+        return next((grant for grant in self._grants if grant.call_id == call_id), None)
 
     def _encode(
         self,
@@ -1076,6 +1106,7 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
         counter = 0
         open_child = {s.parent_stream: s.stream for s in tree.chain}
         grants: list[tuple[str, Any, str, str, str]] = []  # for the authority log
+        shown: list[_Grant] = []  # grants this write shows on a SubagentStarted
 
         def add(
             stream: str, type_: str, data: bytes, metadata: dict[str, str], **extra: str
@@ -1146,10 +1177,11 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                 assert op.index is not None
                 sub = op.subagent
                 item_json = codec.exact_json(op.item)
-                authority = self._granted.get(sub.call_id)
-                granted = authority.to_json() if authority is not None else None
+                grant = self._granted(sub.call_id)
+                granted = grant.authority.to_json() if grant is not None else None
                 owner_id, twin_id = self._id(nonce, counter), self._id(nonce, counter + 1)
-                if granted is not None:
+                if grant is not None:
+                    shown.append(grant)
                     grants.append(
                         (sub.agent_name, granted, "handoff", str(owner_id), sub.parent_stream)
                     )
@@ -1194,6 +1226,16 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                         metadata[events.CLOSES_KEY] = sub.stream
                         metadata[events.CLOSES_HASH_KEY] = hashes[sub.stream]
                     add(stream, events.SUBAGENT_COMPLETED, data, metadata)
+        # A grant whose handoff this write does not show as a subagent is recorded on its own,
+        # after the write's items: what follows on that stream is the receiver's.
+        owner = plan.chain[-1].stream if plan.chain else self.stream
+        for grant in self._grants:
+            if any(grant is other for other in shown):
+                continue
+            event = add(owner, events.AUTHORITY_GRANTED, _grant_data(grant), {})
+            grants.append(
+                (grant.receiver, grant.authority.to_json(), "handoff", str(event.id), owner)
+            )
         after: AuthorityLog | None = None
         if grants and log is not None:
             log_request, after = self._held_request(log, grants)
@@ -1320,6 +1362,17 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
 
 
 # -- helpers ----------------------------------------------------------------------
+
+
+def _grant_data(grant: _Grant) -> bytes:
+    """``AuthorityGranted`` of a handoff that opened no subagent."""
+    body = {
+        "agent": grant.receiver,
+        "authority": grant.authority.to_json(),
+        "cause": "handoff",
+        "sender": grant.sender,
+    }
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _seal(

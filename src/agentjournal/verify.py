@@ -207,7 +207,7 @@ def verify_bundle(
             lambda: _check_checkpoints(report, tree, trusted, allow_uncovered, not_before),
         ),
         ("delegation", lambda: _check_authority(report, tree, policy)),
-        ("containment", lambda: _check_containment(report, tree)),
+        ("containment", lambda: _check_containment(report, tree, policy)),
     ]
     for check, stage in stages:
         try:
@@ -499,8 +499,9 @@ class _Tree:
         """Whether ``name`` is the session stream or a subsession (not a log or the keys)."""
         return name not in (self.ledger_stream, self.authority_stream, KEYS_STREAM)
 
-    def root_grants(self, stream: str) -> list[Event]:
-        """The ``AuthorityGranted`` events of the runs that started on ``stream``, in order."""
+    def grants_on(self, stream: str) -> list[Event]:
+        """The ``AuthorityGranted`` events on ``stream`` (runs started there, handoffs that
+        opened no subsession), in order."""
         if self._grants is None:
             self._grants = [
                 event
@@ -751,7 +752,7 @@ def _grant_at(tree: _Tree, stream: str, revision: int) -> Event | None:
     """The grant of the agent speaking on ``stream`` at ``revision``: the newest
     ``AuthorityGranted`` before it on that stream (a run's root, a run resumed there, a handoff
     that opened no subsession), else the ``SubagentStarted`` that opened the stream."""
-    grants = tree.root_grants(stream)
+    grants = tree.grants_on(stream)
     position = bisect.bisect_left(grants, revision, key=lambda grant: grant.revision)
     if position:
         return grants[position - 1]
@@ -762,6 +763,16 @@ def _authority_at(tree: _Tree, stream: str, revision: int) -> Authority | None:
     """The effective authority of the agent speaking on ``stream`` at ``revision``."""
     grant = _grant_at(tree, stream, revision)
     return tree.authority(grant) if grant is not None else None
+
+
+def _cause_of(grant: Event) -> str | None:
+    """``run`` or ``handoff`` for a grant event; None for anything else."""
+    if grant.type == events.SUBAGENT_STARTED:
+        return "handoff" if events.INDEX_KEY in grant.metadata else None
+    if grant.type == events.AUTHORITY_GRANTED:
+        cause = (grant.body() or {}).get("cause")
+        return cause if cause in ("run", "handoff") else None
+    return None
 
 
 def _agent_of(grant: Event) -> Any:
@@ -863,18 +874,16 @@ def _replay(
     record = events.AuthorityHeld.decode(json.dumps(body).encode())
     policy = policies.get(record.policy)
     grant = tree.by_id.get(record.event)
-    cause = {"run": events.AUTHORITY_GRANTED, "handoff": events.SUBAGENT_STARTED}.get(record.cause)
-    if grant is None or grant.type != cause or grant.stream != record.stream:
+    if grant is None or grant.stream != record.stream or _cause_of(grant) != record.cause:
         raise InvalidInput(f"the {record.cause} grant {record.event} is not in the tree")
     granted = tree.authority(grant)
     own = policy.authority_of(record.agent)
     sender: Authority | None = None
+    agent = _agent_of(grant)
     if record.cause == "handoff":
-        agent = (grant.body() or {}).get("agent_type")
         sender = _authority_at(tree, grant.stream, grant.revision)
         expected = meet(sender, own) if sender is not None else None
     else:
-        agent = (grant.body() or {}).get("agent")
         expected = _run_root(tree, grant, own, held.get(record.agent))
     if agent != record.agent:
         raise InvalidInput(f"the grant is for {agent!r}, its log entry for {record.agent!r}")
@@ -942,7 +951,7 @@ def _check_narrowing(report: Report, tree: _Tree, grants: list[Event]) -> None:
 # -- containment ----------------------------------------------------------------------
 
 
-def _check_containment(report: Report, tree: _Tree) -> None:
+def _check_containment(report: Report, tree: _Tree, anchor: Policy | None) -> None:
     executed = guarded = bounded = 0
     for name, stream in tree.streams.items():
         index = _CallIndex(stream)
@@ -971,7 +980,9 @@ def _check_containment(report: Report, tree: _Tree) -> None:
                     )
                 elif decided.get("payload_digest") != marker.get("payload_digest"):
                     report.fail(*where, f"the decision on {call_id} was about another call")
-            if events.TOOL_RULE_KEY in meta:
+            if anchor is not None and meta.get(events.POLICY_KEY) != anchor.digest:
+                report.fail(*where, f"tool call {call_id} ran without the policy given")
+            elif events.TOOL_RULE_KEY in meta:
                 bounded += 1
                 _check_within(report, tree, event, marker, decided)
     for stream in tree.streams.values():
