@@ -524,3 +524,99 @@ def test_fuzz_mutated_bundles_fail_cleanly_or_are_unmodified(data: st.DataObject
         assert _essence(parse_bundle(raw)) == ESSENCE[name], "a modified bundle verified"
     else:
         assert result.stdout.splitlines()[-1].startswith("FAILED: ")
+
+
+# -- found in review: forged data that reached a message or a view -----------------------------
+
+
+def _rechained(edit: Callable[[dict[str, Any]], None]) -> bytes:
+    """The guarded bundle edited, every stream re-chained (an attacker without the key)."""
+    bundle = copy.deepcopy(BUNDLES["guarded"])
+    edit(bundle)
+    for stream in bundle["streams"]:
+        rechain(bundle, stream["name"])
+    return json.dumps(bundle).encode()
+
+
+def _checkpoint_key_surrogate(bundle: dict[str, Any]) -> None:
+    event = stream_of(bundle, "AgentLedger-")["events"][0]
+    body = json.loads(event["data"])
+    body["key_id"] = "ed25519:\ud800"
+    event["data"] = json.dumps(body)
+
+
+def _tool_call_shape(bundle: dict[str, Any]) -> None:
+    stream = stream_of(bundle, "AgentSession-")
+    event = next(e for e in stream["events"] if e["type"] == "AssistantToolCallsGenerated")
+    event["data"] = json.dumps({"extensions": [], "tool_calls": 5})
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (_checkpoint_key_surrogate, "signed by ed25519:\\ud800"),
+        (_tool_call_shape, "AssistantToolCallsGenerated data is malformed"),
+    ],
+    ids=["surrogate-in-a-message", "viewed-data-of-another-shape"],
+)
+def test_forged_data_fails_instead_of_crashing(
+    edit: Callable[[dict[str, Any]], None], says: str
+) -> None:
+    assert says in verify_bytes(_rechained(edit)).stdout
+    failed(verify_bytes(_rechained(edit)))
+
+
+def test_a_damaged_subagent_start_in_the_store(store_file: Path, tmp_path: Path) -> None:
+    """Export and verify both read a SubagentStarted that is no JSON object without a crash."""
+    copy_ = tmp_path / "handoff.db"
+
+    async def write() -> None:
+        async with Journal.open(f"sqlite:///{copy_}", signing_key=KEY) as journal:
+            graph = __import__("guardrail_scenarios").graph()
+            await __import__("guardrail_scenarios").run(
+                graph.triage, journal.session("h"), streamed=False
+            )
+            await journal.session("h").checkpoint()
+
+    asyncio.run(write())
+    with sqlite3.connect(copy_) as db:
+        db.execute(
+            "UPDATE events SET data = ? WHERE type = 'SubagentStarted' AND position = "
+            "(SELECT MIN(position) FROM events WHERE type = 'SubagentStarted')",
+            (b"[1, 2]",),
+        )
+    uri = f"sqlite:///{copy_}"
+    assert "(integrity)" in failed(run("verify", "h", "--uri", uri, "--pubkey", str(PUBKEY)))
+    exported = run(
+        "bundle", "export", "h", "--uri", uri, "-o", str(tmp_path / "b.json"), "--redact"
+    )
+    assert exported.returncode == 0, exported.stderr
+    failed(run("bundle", "verify", str(tmp_path / "b.json"), "--pubkey", str(PUBKEY)))
+
+
+def test_a_huge_max_bytes_allocates_nothing_up_front() -> None:
+    path = WORK / "small.json"
+    path.write_bytes(original())
+    for limit in ("100000000000", "99999999999999999999"):
+        result = run("bundle", "verify", str(path), "--pubkey", str(PUBKEY), "--max-bytes", limit)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_unreadable_keys_and_policies_are_one_line(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\xff\xfe\x00binary")
+    rotated = run("keygen", "--rotate", str(junk), "-o", str(tmp_path / "new.pem"))
+    assert rotated.returncode == 1
+    assert rotated.stderr.strip() == f"agentjournal: {junk} is no key file (not text)"
+    for bad in (
+        "agents: {a: {scopes: [[x]]}}",
+        "agents: {a: {ceilings: {c: {kind: allow, values: [[1]]}}}}",
+    ):
+        policy = tmp_path / "policy.yml"
+        policy.write_text(bad)
+        checked = run(
+            "bundle", "verify", str(junk), "--pubkey", str(PUBKEY), "--policy", str(policy)
+        )
+        assert checked.returncode == 1
+        assert len(checked.stderr.strip().splitlines()) == 1
+        assert "unexpected" not in checked.stderr

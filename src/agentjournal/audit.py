@@ -344,14 +344,18 @@ def _read_bounded(path: str, max_bytes: int) -> bytes:
         OSError: The file cannot be read.
         _TooLarge: It holds more than ``max_bytes``.
     """
+    chunks: list[bytes] = []
+    read = 0
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > max_bytes:  # refused before reading a byte
             raise _TooLarge(size)
-        raw = handle.read(max_bytes + 1)  # a pipe or device claims no size
-    if len(raw) > max_bytes:
-        raise _TooLarge(len(raw))
-    return raw
+        while chunk := handle.read(1 << 20):  # a pipe or device claims no size
+            read += len(chunk)
+            if read > max_bytes:
+                raise _TooLarge(read)
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _size(count: int) -> str:

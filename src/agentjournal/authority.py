@@ -210,13 +210,15 @@ def ceiling_from_json(body: Any) -> Ceiling:
         return Cap(body.get("limit"))  # type: ignore[arg-type]
     if kind == "ranked":
         order = body.get("order")
-        if not isinstance(order, list | tuple):
-            raise InvalidInput(f"a ranked ceiling needs an 'order' list, got {order!r}")
+        if not isinstance(order, list | tuple) or not all(isinstance(o, str) for o in order):
+            raise InvalidInput(f"a ranked ceiling needs an 'order' list of strings, got {order!r}")
         return Ranked(tuple(order), body.get("level"))  # type: ignore[arg-type]
     if kind in ("allow", "deny"):
         values = body.get("values")
-        if not isinstance(values, list | tuple | set | frozenset):
-            raise InvalidInput(f"an {kind} ceiling needs a 'values' list, got {values!r}")
+        if not isinstance(values, list | tuple | set | frozenset) or not all(
+            isinstance(value, str) for value in values
+        ):
+            raise InvalidInput(f"a {kind} ceiling needs a 'values' list of strings, got {values!r}")
         return (AllowList if kind == "allow" else DenyList)(frozenset(values))
     if kind == "nothing":
         return NOTHING
@@ -294,6 +296,8 @@ class Authority:
         ceilings = body.get("ceilings", {})
         if not isinstance(scopes, list | tuple) or not isinstance(ceilings, Mapping):
             raise InvalidInput("an authority has a 'scopes' list and a 'ceilings' mapping")
+        if not all(isinstance(scope, str) for scope in scopes):
+            raise InvalidInput(f"scopes must be strings, got {scopes!r}")
         return cls(
             frozenset(scopes),
             {name: ceiling_from_json(value) for name, value in ceilings.items()},

@@ -64,11 +64,10 @@ async def export_bundle(
             continue  # a missing subsession: the verifier reports it
         streams.append(_stream(name, recorded, redact))
         for event in recorded:
-            if event.type == events.SUBAGENT_STARTED and events.INDEX_KEY in event.metadata:
-                child = json.loads(event.data).get("subsession_stream")
-                if isinstance(child, str) and child not in seen:
-                    seen.add(child)
-                    pending.append(child)
+            child = _opened(event)
+            if child is not None and child not in seen:
+                seen.add(child)
+                pending.append(child)
     for name, recorded in (
         (authority_stream(session_id), await _read(store, authority_stream(session_id))),
         (ledger.ledger_stream(session_id), checkpoints),
@@ -84,6 +83,19 @@ async def export_bundle(
         "redacted": redact,
         "streams": streams,
     }
+
+
+def _opened(event: RecordedEvent) -> str | None:
+    """The subsession a parent's copy of ``SubagentStarted`` opens; None for anything else,
+    and for a damaged event (the verifier reports what it cannot find)."""
+    if event.type != events.SUBAGENT_STARTED or events.INDEX_KEY not in event.metadata:
+        return None
+    try:
+        body = json.loads(event.data)
+    except (ValueError, RecursionError):
+        return None
+    child = body.get("subsession_stream") if isinstance(body, dict) else None
+    return child if isinstance(child, str) else None
 
 
 async def _read(store: EventStore, stream: str) -> list[RecordedEvent]:

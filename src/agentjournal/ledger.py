@@ -241,9 +241,13 @@ class SigningKey:
         """Read a key file (see :meth:`from_text`)."""
         try:
             with open(path, encoding="utf-8") as handle:
-                return cls.from_text(handle.read())
+                text = handle.read(64 * 1024)  # a key is a few hundred bytes
         except OSError as error:
-            raise InvalidInput(f"cannot read signing key {os.fspath(path)!r}: {error}") from None
+            reason = error.strerror or str(error)
+            raise InvalidInput(f"cannot read signing key {os.fspath(path)}: {reason}") from None
+        except UnicodeDecodeError:
+            raise InvalidInput(f"{os.fspath(path)} is no key file (not text)") from None
+        return cls.from_text(text)
 
     @classmethod
     def from_environment(cls) -> SigningKey | None:

@@ -112,8 +112,8 @@ def view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any]
     """The redacted view of an event; None when the type has none (kept or withheld whole).
 
     Raises:
-        ValueError: The data of a viewed type is not a JSON object, or nests deeper than
-            Python's parser goes (the caller's bug, or a forged event: a verifier reports it).
+        ValueError: The data of a viewed type is not a JSON object of its shape, or nests
+            deeper than Python's parser goes (a forged or damaged event: a verifier reports it).
     """
     if type_ not in VIEWED:
         return None
@@ -121,6 +121,8 @@ def view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any]
         return _view(type_, data, metadata)
     except RecursionError:
         raise ValueError(f"{type_} data is nested too deeply") from None
+    except (TypeError, AttributeError, LookupError) as error:  # a field of the wrong shape
+        raise ValueError(f"{type_} data is malformed: {error}") from None
 
 
 def _view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any] | None:

@@ -143,7 +143,8 @@ class Report:
         if len(self.problems) > 20:
             out.append(f"  ... and {len(self.problems) - 20} more")
         out.append("OK" if self.ok else f"FAILED: {self.problems[0]}")
-        return "\n".join(out)
+        # Forged data can carry lone surrogates into a message: shown escaped, never a crash.
+        return "\n".join(out).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def verify_bundle(
@@ -460,8 +461,8 @@ def _view_problem(event: Event) -> str | None:
         assert event.data is not None
         try:
             shown = redaction.view(event.type, event.data.encode(), event.metadata)
-        except ValueError:
-            return f"the data of {event.type} is not a JSON object"
+        except ValueError as error:
+            return str(error)
         if shown is None:
             return f"{event.type} carries a view commitment but has no view"
     if redaction.view_digest(shown) != committed:
