@@ -150,13 +150,18 @@ def _redact_pii(body: dict[str, Any]) -> Reply:
     return Reply(body=json.dumps(answer).encode())
 
 
-async def _record() -> tuple[dict[str, Any], dict[str, Any]]:
+async def _record(*, record_payloads: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
     async with Journal.open("sqlite://:memory:", signing_key=KEY) as journal:
         replies: dict[str, Replier] = dict.fromkeys(
             ("AGENT_INPUT", "TOOL_CALL", "AGENT_RESPONSE"), _redact_pii
         )
         async with ScriptedGuardrail(replies=replies) as guardrail:
-            session = journal.session("marked", guardrails=guardrail.url, policy=POLICY)
+            session = journal.session(
+                "marked",
+                guardrails=guardrail.url,
+                policy=POLICY,
+                record_payloads=record_payloads,
+            )
             await run(session.guard(_agents()), session, streamed=False, text=MARKERS["user"])
         full = await export_bundle(journal.store, "marked")
         redacted = await export_bundle(journal.store, "marked", redact=True)
@@ -328,3 +333,52 @@ def test_the_gate_and_the_verifier_decide_alike_on_unparseable_arguments() -> No
     assert refused.reason == "the arguments are not JSON"
     found = policy.check_inputs(holder, "t", ceiling_inputs("{bad json", ["amount"]))
     assert found == refused
+
+
+async def test_decisions_kept_as_digests_verify_full_and_redacted() -> None:
+    """record_payloads=False: decisions and refusals are their own views; a redacted export
+    keeps them as they are, and the modified call's ceilings still decide."""
+    full, redacted = await _record(record_payloads=False)
+    for bundle in (full, redacted):
+        report = verify_bundle(bundle, TRUSTED)
+        assert report.ok, report.text()
+    decisions = _events(full, "agentjournal.GuardrailDecided")
+    assert all(e["metadata"]["aj.viewed"] == "1" for e in decisions)
+    text = json.dumps(redacted, ensure_ascii=False)
+    assert [marker for marker in MARKERS.values() if marker in text] == []
+
+
+async def test_a_modified_call_under_ceilings_verifies_redacted_with_digests_only() -> None:
+    """The review's case: a guardrail MODIFY of a call that ceilings read, with
+    record_payloads=False, exported redacted: the modification's ceilings are kept."""
+
+    @function_tool
+    def issue_refund(order_id: str, amount_cents: int, region: str) -> str:
+        """Refund an order."""
+        return "refunded"
+
+    arguments = {"order_id": "for someone@example.com", "amount_cents": 250, "region": "eu"}
+    agent: Agent[Any] = Agent(
+        name="triage",
+        model=ScriptedModel(
+            [
+                [function_call("issue_refund", arguments, call_id="r1")],
+                [assistant_message("done")],
+            ]
+        ),
+        tools=[issue_refund],
+    )
+    async with Journal.open("sqlite://:memory:", signing_key=KEY) as journal:
+        replies: dict[str, Replier] = {"TOOL_CALL": _redact_pii}
+        async with ScriptedGuardrail(replies=replies) as guardrail:
+            session = journal.session(
+                "modified", guardrails=guardrail.url, policy=POLICY, record_payloads=False
+            )
+            await run(session.guard(agent), session, streamed=False, text="refund")
+        bundles = [await export_bundle(journal.store, "modified", redact=r) for r in (False, True)]
+    decided = [json.loads(e["data"]) for e in _events(bundles[0], "agentjournal.GuardrailDecided")]
+    assert [d["decision"] for d in decided if d["action_type"] == "TOOL_CALL"] == ["MODIFY"]
+    for bundle in bundles:
+        report = verify_bundle(bundle, TRUSTED)
+        assert report.ok, report.text()
+        assert "each within its agent's authority" in report.text()

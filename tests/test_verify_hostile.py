@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from agentjournal import Journal
 from agentjournal.audit import verify_file
-from agentjournal.redaction import KEPT
+from agentjournal.redaction import withholds
 from agentjournal.verify import parse_bundle, verify_bundle
 from cli_run import Ran, run
 from ledger_sessions import KEY, TRUSTED, rechain, record, stream_of
@@ -421,7 +421,7 @@ def _essence(parsed: Any) -> str | None:
 
 def _withholdable(event: dict[str, Any]) -> bool:
     """Whether redaction may withhold the event's data whole (no view is committed for it)."""
-    return event["type"] not in KEPT and "aj.redacted" not in event["metadata"]
+    return withholds(event["type"], event["metadata"]) and "aj.redacted" not in event["metadata"]
 
 
 ESSENCE = {name: _essence(bundle) for name, bundle in BUNDLES.items()}

@@ -117,7 +117,7 @@ def _event(event: RecordedEvent, redact: bool) -> dict[str, Any]:
             f"{event.stream}@{event.revision} holds data that is not UTF-8; it cannot be bundled"
         ) from None
     shown: dict[str, Any] | None = None
-    if redact and event.type not in redaction.KEPT:
+    if redact and redaction.withholds(event.type, event.metadata):
         text = None
         if events.REDACTED_KEY in event.metadata:
             try:

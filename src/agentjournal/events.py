@@ -55,6 +55,7 @@ __all__ = [
     "POLICY_RECORDED",
     "PolicyRecorded",
     "REDACTED_KEY",
+    "VIEWED_KEY",
     "AuthorityRefused",
     "GUARDRAIL_DECIDED",
     "GuardrailDecided",
@@ -114,6 +115,9 @@ AUTHORITY_RESET: Final = "agentjournal.AuthorityReset"
 POLICY_KEY: Final = "aj.policy"
 """On tool call items, guardrail decisions of tool calls and authority refusals written by a
 session with a policy: the digest of that policy (``PolicyRecorded.digest``)."""
+VIEWED_KEY: Final = "aj.viewed"
+"""``"1"`` on a guardrail decision or refusal written by a session with
+``record_payloads=False``: its data is already its redacted view (no conversation)."""
 REDACTED_KEY: Final = "aj.redacted"
 """On events whose data mixes conversation with what a verifier needs: the hex SHA-256 of
 the RFC 8785 bytes of the event's redacted view (:mod:`agentjournal.redaction`)."""

@@ -53,6 +53,7 @@ __all__ = [
     "view",
     "view_digest",
     "withheld",
+    "withholds",
 ]
 
 KEPT: Final = frozenset(
@@ -108,6 +109,12 @@ def view_digest(body: Any) -> str:
     return hashlib.sha256(encoded).hexdigest()
 
 
+def withholds(type_: str, metadata: Mapping[str, str]) -> bool:
+    """Whether a redacted bundle withholds the event's data: all but the kept types and the
+    events whose data is already their view (``aj.viewed``)."""
+    return type_ not in KEPT and metadata.get(events.VIEWED_KEY) != "1"
+
+
 def view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any] | None:
     """The redacted view of an event; None when the type has none (kept or withheld whole).
 
@@ -115,7 +122,7 @@ def view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any]
         ValueError: The data of a viewed type is not a JSON object of its shape, or nests
             deeper than Python's parser goes (a forged or damaged event: a verifier reports it).
     """
-    if type_ not in VIEWED:
+    if type_ not in VIEWED or metadata.get(events.VIEWED_KEY) == "1":
         return None
     try:
         return _view(type_, data, metadata)

@@ -779,6 +779,7 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
             shown = redaction.view(type_, data, extra)
             if shown is not None:
                 data = json.dumps(shown, ensure_ascii=False, separators=(",", ":")).encode()
+                extra[events.VIEWED_KEY] = "1"
         async with tree.lock:
             if not tree.loaded:
                 await self._load(0)

@@ -436,7 +436,7 @@ def _check_chain(report: Report, name: str, stream: Sequence[Event]) -> None:
 def _data_problem(event: Event) -> str | None:
     """Why the event's data (or its absence) is not what it may be, if it is not."""
     if event.data is None:
-        if event.type in redaction.KEPT:
+        if not redaction.withholds(event.type, event.metadata):
             return f"the data of {event.type} is withheld; it holds no conversation"
         if events.REDACTED_KEY in event.metadata and event.view is None:
             return f"the data of {event.type} is withheld without its committed view"
