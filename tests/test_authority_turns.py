@@ -393,3 +393,31 @@ async def test_the_policy_anchor_requires_every_call_to_run_under_it(tmp_path: P
     assert any("1 under the policy" in line for line in unanchored.lines)
     found = _failure(verify_bundle(bundle, TRUSTED, policy=POLICY))
     assert "tool call d2 ran without the policy given" in found
+
+
+async def test_a_reset_hidden_by_reordering_the_log_fails() -> None:
+    """The review's attack: drop the reset, move the handoff's entry after the next turn's
+    root so that the root looks unconstrained, redo what every agent holds, re-sign."""
+    deployed: list[str] = []
+    async with Journal.open("sqlite://:memory:", signing_key=KEY) as journal:
+        session = journal.session("turns", policy=POLICY)
+        await _start(session, deployed)
+        await session.reset_authority("deployer", reason="approved")
+        await run(session.guard(_prod_turn(deployed)), session, streamed=False, text="prod")
+        bundle = await export_bundle(journal.store, "turns")
+    assert verify_bundle(bundle, TRUSTED).ok
+    log = next(s for s in bundle["streams"] if s["name"].startswith("AgentAuthority-"))
+    entries = [e for e in log["events"] if e["type"] != "agentjournal.AuthorityReset"]
+    handoff = next(e for e in entries if json.loads(e["data"]).get("cause") == "handoff")
+    entries.remove(handoff)
+    entries.append(handoff)
+    held: dict[str, Any] = {}
+    for event in entries:
+        body = json.loads(event["data"])
+        if "held" in body:
+            held = {**held, body["agent"]: body["authority"]}
+            body["held"] = held
+            event["data"] = json.dumps(body)
+    log["events"] = entries
+    found = _failure(verify_bundle(_resigned(bundle), TRUSTED))
+    assert "out of the order it was written" in found

@@ -110,7 +110,10 @@ def test_demo_takes_the_store_from_the_environment_and_the_samples(tmp_path: Pat
     assert demo.returncode == 0, demo.stderr
     assert (tmp_path / "env.db").exists()
     assert not (tmp_path / "agentjournal.db").exists()
-    assert "delegation: 1 policy recorded; 4 grants, each recomputed from its policy" in demo.stdout
+    assert re.search(
+        r"delegation: 1 policy recorded \(sha256:[0-9a-f]{64}\); 4 grants, each recomputed",
+        demo.stdout,
+    )
     assert "each within its agent's authority" in demo.stdout
     assert "verify it yourself: agentjournal verify s-1 --pubkey k.pem.pub" in demo.stdout
     verified = run_process("verify", "s-1", "--pubkey", "k.pem.pub", cwd=tmp_path, env=env)

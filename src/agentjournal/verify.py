@@ -796,7 +796,6 @@ class _Policies:
 
 def _check_authority(report: Report, tree: _Tree, anchor: Policy | None) -> None:
     """The authority log replayed, every grant recomputed (see the module docs)."""
-    policies = tree.policies
     log = tree.streams.get(tree.authority_stream, [])
     grants = [
         event
@@ -814,16 +813,14 @@ def _check_authority(report: Report, tree: _Tree, anchor: Policy | None) -> None
             report.fail("delegation", tree.session_stream, None, "grants without a recorded policy")
         _check_narrowing(report, tree, grants)
         return
-    held: dict[str, Any] = {}
-    logged: set[str] = set()
+    replay = _LogReplay(report, tree, anchor)
     for entry in log:
-        where = ("delegation", entry.stream, entry.revision)
         try:
-            held = _replay(report, tree, entry, held, policies, anchor, logged)
+            replay.apply(entry)
         except InvalidInput as error:
-            report.fail(*where, str(error))
+            report.fail("delegation", entry.stream, entry.revision, str(error))
     for grant in grants:
-        if grant.id not in logged:
+        if grant.id not in replay.logged:
             report.fail(
                 "delegation",
                 grant.stream,
@@ -831,80 +828,127 @@ def _check_authority(report: Report, tree: _Tree, anchor: Policy | None) -> None
                 "a grant the authority log does not hold",
             )
     if not report.failed("delegation"):
-        recorded = len(policies.by_digest)
+        digests = ", ".join(sorted(tree.policies.by_digest))
         report.lines.append(
-            f"delegation: {_plural(recorded, 'policy')} recorded"
-            + (" (the one given)" if anchor is not None else "")
+            f"delegation: {_plural(len(tree.policies.by_digest), 'policy')} recorded"
+            + (" (the one given)" if anchor is not None else f" ({digests})")
             + f"; {_plural(len(grants), 'grant')}, each recomputed from its policy"
         )
+        for agent, reason in replay.resets:
+            report.lines.append(f"  reset: {agent} may start from its policy entry again: {reason}")
 
 
-def _replay(
-    report: Report,
-    tree: _Tree,
-    entry: Event,
-    held: dict[str, Any],
-    policies: _Policies,
-    anchor: Policy | None,
-    logged: set[str],
-) -> dict[str, Any]:
-    """Apply one log entry; return what every agent holds after it."""
-    where = ("delegation", entry.stream, entry.revision)
-    body = entry.body()
-    if body is None:
-        raise InvalidInput(f"{entry.type} is not a JSON object")
-    if entry.type == events.POLICY_RECORDED:
-        recorded = events.PolicyRecorded.decode(json.dumps(body).encode())
+class _LogReplay:
+    """The authority log applied in order: what every agent holds, which grants it names."""
+
+    def __init__(self, report: Report, tree: _Tree, anchor: Policy | None) -> None:
+        self.report, self.tree, self.anchor = report, tree, anchor
+        self.held: dict[str, Any] = {}
+        self.logged: set[str] = set()
+        self.resets: list[tuple[str, str]] = []
+        self._last: dict[str, int] = {}  # stream -> revision of the last grant named on it
+        self._next_index = 0  # the newest aj.next_index of a grant named so far
+
+    def apply(self, entry: Event) -> None:
+        """Apply one entry.
+
+        Raises:
+            InvalidInput: The entry is malformed or names what is not there.
+        """
+        body = entry.body()
+        if body is None:
+            raise InvalidInput(f"{entry.type} is not a JSON object")
+        data = json.dumps(body).encode()
+        if entry.type == events.POLICY_RECORDED:
+            self._policy(entry, events.PolicyRecorded.decode(data))
+        elif entry.type == events.AUTHORITY_RESET:
+            reset = events.AuthorityReset.decode(data)
+            self.tree.policies.get(reset.policy)
+            after = {name: value for name, value in self.held.items() if name != reset.agent}
+            self._advance(entry, reset.held, after)
+            self.resets.append((reset.agent, reset.reason))
+        elif entry.type == events.AUTHORITY_HELD:
+            self._grant(entry, events.AuthorityHeld.decode(data))
+        else:
+            raise InvalidInput(f"{entry.type} does not belong on the authority log")
+
+    def _policy(self, entry: Event, recorded: events.PolicyRecorded) -> None:
+        where = ("delegation", entry.stream, entry.revision)
         policy = Policy.from_json(recorded.policy)
         if policy.digest != recorded.digest:
-            report.fail(*where, "the policy does not match its digest")
-        elif anchor is not None and recorded.digest != anchor.digest:
-            report.fail(
+            self.report.fail(*where, "the policy does not match its digest")
+        elif self.anchor is not None and recorded.digest != self.anchor.digest:
+            self.report.fail(
                 *where, f"the session ran under policy {recorded.digest}, not the one given"
             )
-        policies.by_digest[recorded.digest] = policy
-        return held
-    if entry.type == events.AUTHORITY_RESET:
-        reset = events.AuthorityReset.decode(json.dumps(body).encode())
-        policies.get(reset.policy)
-        after = {name: value for name, value in held.items() if name != reset.agent}
-        _same_held(report, entry, reset.held, after)
-        return after
-    if entry.type != events.AUTHORITY_HELD:
-        raise InvalidInput(f"{entry.type} does not belong on the authority log")
-    record = events.AuthorityHeld.decode(json.dumps(body).encode())
-    policy = policies.get(record.policy)
-    grant = tree.by_id.get(record.event)
-    if grant is None or grant.stream != record.stream or _cause_of(grant) != record.cause:
-        raise InvalidInput(f"the {record.cause} grant {record.event} is not in the tree")
-    granted = tree.authority(grant)
-    own = policy.authority_of(record.agent)
-    sender: Authority | None = None
-    agent = _agent_of(grant)
-    if record.cause == "handoff":
-        sender = _authority_at(tree, grant.stream, grant.revision)
-        expected = meet(sender, own) if sender is not None else None
-    else:
-        expected = _run_root(tree, grant, own, held.get(record.agent))
-    if agent != record.agent:
-        raise InvalidInput(f"the grant is for {agent!r}, its log entry for {record.agent!r}")
-    at = ("delegation", grant.stream, grant.revision)
-    if expected is None or granted is None:
-        report.fail(*at, "a grant without the sender's authority")
-    elif sender is not None and not granted.is_narrower_than(sender):
-        report.fail(*at, f"the authority granted to {record.agent} is wider than its sender's")
-    elif granted != expected:
-        report.fail(
-            *at,
-            f"{record.agent} was granted {granted.to_json()}, but the policy gives "
-            f"{expected.to_json()}",
-        )
-    elif Authority.from_json(record.authority) != granted:
-        report.fail(*where, "the log entry differs from the grant it names")
-    logged.add(grant.id)
-    after = {**held, record.agent: record.authority}
-    _same_held(report, entry, record.held, after)
-    return after
+        self.tree.policies.by_digest[recorded.digest] = policy
+
+    def _grant(self, entry: Event, record: events.AuthorityHeld) -> None:
+        tree = self.tree
+        policy = tree.policies.get(record.policy)
+        grant = tree.by_id.get(record.event)
+        if grant is None or grant.stream != record.stream or _cause_of(grant) != record.cause:
+            raise InvalidInput(f"the {record.cause} grant {record.event} is not in the tree")
+        self._in_order(grant)
+        agent = _agent_of(grant)
+        if agent != record.agent:
+            raise InvalidInput(f"the grant is for {agent!r}, its log entry for {record.agent!r}")
+        granted = tree.authority(grant)
+        own = policy.authority_of(record.agent)
+        sender: Authority | None = None
+        if record.cause == "handoff":
+            sender = _authority_at(tree, grant.stream, grant.revision)
+            expected = meet(sender, own) if sender is not None else None
+        else:
+            expected = _run_root(tree, grant, own, self.held.get(record.agent))
+        at = ("delegation", grant.stream, grant.revision)
+        if expected is None or granted is None:
+            self.report.fail(*at, "a grant without the sender's authority")
+        elif sender is not None and not granted.is_narrower_than(sender):
+            self.report.fail(*at, f"the authority granted to {agent} is wider than its sender's")
+        elif granted != expected:
+            self.report.fail(
+                *at,
+                f"{agent} was granted {granted.to_json()}, but the policy gives "
+                f"{expected.to_json()}",
+            )
+        elif Authority.from_json(record.authority) != granted:
+            self.report.fail(
+                "delegation", entry.stream, entry.revision, "the log entry differs from its grant"
+            )
+        self.logged.add(grant.id)
+        self._advance(entry, record.held, {**self.held, record.agent: record.authority})
+
+    def _in_order(self, grant: Event) -> None:
+        """The log names grants in the order they were written: by revision on each stream,
+        and never back in the session's message order (``aj.next_index``).
+
+        Raises:
+            InvalidInput: It does not (entries were moved, e.g. to hide a reset).
+        """
+        index = _number(grant.metadata.get(events.NEXT_INDEX_KEY)) or 0
+        if grant.revision <= self._last.get(grant.stream, -1) or index < self._next_index:
+            raise InvalidInput(
+                f"the authority log names {grant.stream}@{grant.revision} out of the order "
+                "it was written"
+            )
+        self._last[grant.stream] = grant.revision
+        self._next_index = index
+
+    def _advance(self, entry: Event, recorded: Any, expected: dict[str, Any]) -> None:
+        """Take ``expected`` as what every agent holds, failing if the entry says otherwise."""
+        if not isinstance(recorded, Mapping) or {
+            name: Authority.from_json(value) for name, value in recorded.items()
+        } != {name: Authority.from_json(value) for name, value in expected.items()}:
+            self.report.fail(
+                "delegation", entry.stream, entry.revision, "what every agent holds does not add up"
+            )
+        self.held = expected
+
+
+def _number(raw: str | None) -> int | None:
+    """A metadata value as a non-negative int (ASCII digits only), else None."""
+    return int(raw) if raw is not None and raw.isascii() and raw.isdigit() else None
 
 
 def _run_root(tree: _Tree, grant: Event, own: Authority, last: Any) -> Authority:
@@ -915,15 +959,6 @@ def _run_root(tree: _Tree, grant: Event, own: Authority, last: Any) -> Authority
         opened = tree.authority(opener) if opener is not None else None
         return meet(own, opened) if opened is not None else Authority()
     return meet(own, Authority.from_json(last)) if last is not None else own
-
-
-def _same_held(report: Report, entry: Event, recorded: Any, expected: Mapping[str, Any]) -> None:
-    if not isinstance(recorded, Mapping) or {
-        name: Authority.from_json(value) for name, value in recorded.items()
-    } != {name: Authority.from_json(value) for name, value in expected.items()}:
-        report.fail(
-            "delegation", entry.stream, entry.revision, "what every agent holds does not add up"
-        )
 
 
 def _check_narrowing(report: Report, tree: _Tree, grants: list[Event]) -> None:
