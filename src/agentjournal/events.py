@@ -54,6 +54,7 @@ __all__ = [
     "POLICY_KEY",
     "POLICY_RECORDED",
     "PolicyRecorded",
+    "OPAQUE_KEY",
     "REDACTED_KEY",
     "VIEWED_KEY",
     "AuthorityRefused",
@@ -115,6 +116,9 @@ AUTHORITY_RESET: Final = "agentjournal.AuthorityReset"
 POLICY_KEY: Final = "aj.policy"
 """On tool call items, guardrail decisions of tool calls and authority refusals written by a
 session with a policy: the digest of that policy (``PolicyRecorded.digest``)."""
+OPAQUE_KEY: Final = "aj.opaque"
+"""``"1"`` on the event of an item that names no kind (neither ``type`` nor ``role``: e.g. an
+``EncryptedSession`` envelope): nobody can tell what it holds, a verifier least of all."""
 VIEWED_KEY: Final = "aj.viewed"
 """``"1"`` on a guardrail decision or refusal written by a session with
 ``record_payloads=False``: its data is already its redacted view (no conversation)."""

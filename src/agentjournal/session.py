@@ -1319,7 +1319,10 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _call_metadata(self, item: Mapping[str, Any]) -> dict[str, str]:
-        """What a verifier needs to check a tool call without its payload (``aj.call_id``, ...)."""
+        """What a verifier needs to check a tool call without its payload (``aj.call_id``, ...),
+        or to say that it cannot look into an item (``aj.opaque``)."""
+        if not isinstance(item.get("type"), str) and not isinstance(item.get("role"), str):
+            return {events.OPAQUE_KEY: "1"}
         call_id = item.get("call_id")
         kind = item.get("type", "")
         if not isinstance(call_id, str) or not call_id or not isinstance(kind, str):

@@ -1029,12 +1029,9 @@ def _check_containment(report: Report, tree: _Tree, anchor: Policy | None) -> No
                 except InvalidInput as error:
                     report.fail("containment", event.stream, event.revision, str(error))
     opaque = sum(
-        1
+        event.metadata.get(events.OPAQUE_KEY) == "1"
         for stream in tree.streams.values()
         for event in stream
-        if event.type == "OpenAIItemRecorded"
-        and event.data is not None
-        and "item_type" not in (event.body() or {})
     )
     if opaque:
         report.lines.append(
