@@ -382,3 +382,45 @@ async def test_a_modified_call_under_ceilings_verifies_redacted_with_digests_onl
         report = verify_bundle(bundle, TRUSTED)
         assert report.ok, report.text()
         assert "each within its agent's authority" in report.text()
+
+
+# -- found in review: records the verifier can cross-check ---------------------------------------
+
+
+def _decision_on(bundle: dict[str, Any], call_id: str) -> dict[str, Any]:
+    return next(
+        e
+        for e in _events(bundle, "agentjournal.GuardrailDecided")
+        if json.loads(e["data"] or json.dumps(e["view"])).get("call_id") == call_id
+    )
+
+
+def test_a_block_that_proceeded_contradicts_itself() -> None:
+    bundle = copy.deepcopy(FULL)
+    event = _decision_on(bundle, "t3")
+    body = json.loads(event["data"])
+    body["decision"] = "BLOCK"  # the call now looks refused, and its ceilings unchecked
+    event["data"] = json.dumps(body)
+    found = verify_bundle(_resigned(bundle), TRUSTED)
+    assert not found.ok
+    assert "a BLOCK decision carried out as 'proceeded'" in found.text()
+
+
+def test_a_payload_other_than_its_digest_fails() -> None:
+    bundle = copy.deepcopy(FULL)
+    event = _decision_on(bundle, "t3")
+    body = json.loads(event["data"])
+    body["payload"]["function"]["arguments"] = '{"order_id": "o1"}'  # a harmless-looking call
+    event["data"] = json.dumps(body)
+    found = verify_bundle(_resigned(bundle), TRUSTED)
+    assert "the payload is not the one its digest names" in found.text()
+
+
+def test_a_call_id_changed_to_look_unrun_fails() -> None:
+    """Renaming a call's aj.call_id would detach it from its decision and output."""
+    bundle = copy.deepcopy(REDACTED)
+    for event in _events(bundle, "AssistantToolCallsGenerated"):
+        if event["metadata"].get("aj.call_id") == "t3":
+            event["metadata"]["aj.call_id"] = "t9"
+    found = verify_bundle(_resigned(bundle), TRUSTED)
+    assert "aj.call_id or aj.item_type is not the call's own" in found.text()

@@ -58,6 +58,7 @@ __all__ = [
     "REDACTED_KEY",
     "VIEWED_KEY",
     "AuthorityRefused",
+    "Enforcement",
     "GUARDRAIL_DECIDED",
     "GuardrailDecided",
     "ITEM_POPPED",
@@ -377,6 +378,23 @@ class AuthorityReset(_Record):
     held: dict[str, Any]
 
     EVENT_TYPE: ClassVar[str] = AUTHORITY_RESET
+
+
+class Enforcement:
+    """How a decision or refusal was carried out (the ``enforcement`` field of the events)."""
+
+    PROCEEDED: Final = "proceeded"
+    """ALLOW: the action went ahead as asked."""
+    MODIFIED: Final = "modified"
+    """MODIFY: the action went ahead with the modified payload."""
+    TOOL_REFUSED: Final = "tool_refused"
+    """TOOL_CALL BLOCK: the body did not run; the model got an error output."""
+    RUN_STOPPED: Final = "run_stopped"
+    """BLOCK: the run ended with ``GuardrailBlocked`` before the action."""
+    UNENFORCEABLE: Final = "unenforceable"
+    """MODIFY this wiring cannot apply: recorded as BLOCK, the run stopped."""
+    HIDDEN: Final = "hidden"
+    """An authority refusal at a visibility gate: the model was not offered it."""
 
 
 def _object(data: bytes, type_: str) -> dict[str, Any]:

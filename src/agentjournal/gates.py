@@ -35,9 +35,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from agentjournal._raised import RunAuthorityDenied
 from agentjournal.authority import Authority, meet
 from agentjournal.errors import AuthorityDenied
-from agentjournal.events import AuthorityRefused
+from agentjournal.events import AuthorityRefused, Enforcement
 from agentjournal.guardrails.actions import calls_of, digest
-from agentjournal.guardrails.enforce import Enforcement
 from agentjournal.policy import Gate, Policy, Refusal
 
 if TYPE_CHECKING:

@@ -162,6 +162,8 @@ def call_marker(item: Any, rule: Mapping[str, Any] | None) -> dict[str, Any]:
     marker: dict[str, Any] = withheld(item)
     call = call_of(item)
     if call is not None:
+        marker["call_id"] = call.call_id
+        marker["kind"] = call.kind
         marker["name"] = call.name
         marker["payload_digest"] = digest(
             tool_call_payload(call.call_id, call.name, call.arguments, call.kind)

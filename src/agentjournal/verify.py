@@ -52,6 +52,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from agentjournal import events, ledger, redaction
 from agentjournal.authority import Authority, meet
 from agentjournal.errors import CodecError, InvalidInput
+from agentjournal.events import Enforcement
 from agentjournal.guardrails.actions import CALL_KINDS
 from agentjournal.policy import Gate, Policy, ToolRule, ceiling_inputs
 from agentjournal.streams import KEYS_STREAM, authority_stream
@@ -999,15 +1000,23 @@ def _check_containment(report: Report, tree: _Tree, anchor: Policy | None) -> No
             call_id = meta.get(events.CALL_ID_KEY, "")
             decided = index.latest(index.decisions, call_id, event.revision)
             refused = index.latest(index.refusals, call_id, event.revision)
-            if not index.ran(call_id, event.revision, kind):
-                continue
-            if refused is not None and refused.get("enforcement") == "tool_refused":
-                continue
-            if decided is not None and decided.get("decision") == "BLOCK":
-                continue  # refused by the guardrail: the output is the refusal
-            executed += 1
             marker = _call_marker(event)
             where = ("containment", name, event.revision)
+            if (marker.get("call_id"), marker.get("kind")) != (call_id, kind):
+                report.fail(*where, "the call's aj.call_id or aj.item_type is not the call's own")
+                continue
+            stopped = next(
+                (r for r in (decided, refused) if r is not None and _stops(r.get("enforcement"))),
+                None,
+            )
+            if stopped is not None:
+                # Refused before it ran: a refusal as its output, or the run ended there.
+                if stopped.get("enforcement") != "tool_refused" and index.ran(
+                    call_id, event.revision, kind
+                ):
+                    report.fail(*where, f"tool call {call_id} ran although its run was stopped")
+                continue
+            executed += 1  # it ran, or may have: an output is no proof either way
             if meta.get(events.GUARDED_KEY) == "1":
                 guarded += 1
                 if decided is None or decided.get("decision") not in ("ALLOW", "MODIFY"):
@@ -1028,6 +1037,10 @@ def _check_containment(report: Report, tree: _Tree, anchor: Policy | None) -> No
                     _check_refusal(report, tree, event)
                 except InvalidInput as error:
                     report.fail("containment", event.stream, event.revision, str(error))
+            elif event.type == events.GUARDRAIL_DECIDED:
+                problem = _decision_problem(event.body() or {})
+                if problem is not None:
+                    report.fail("containment", event.stream, event.revision, problem)
     opaque = sum(
         event.metadata.get(events.OPAQUE_KEY) == "1"
         for stream in tree.streams.values()
@@ -1059,6 +1072,42 @@ def _containment_line(executed: int, guarded: int, bounded: int) -> str:
     else:
         within = "no policy: no authority to check"
     return f"containment: {_plural(executed, 'executed tool call')}; {decided}; {within}"
+
+
+_ENFORCED: Final = {
+    "ALLOW": {Enforcement.PROCEEDED},
+    "MODIFY": {Enforcement.MODIFIED},
+    "BLOCK": {Enforcement.TOOL_REFUSED, Enforcement.RUN_STOPPED, Enforcement.UNENFORCEABLE},
+}
+
+
+def _decision_problem(body: Mapping[str, Any]) -> str | None:
+    """Why a ``GuardrailDecided`` contradicts itself, if it does: an enforcement that does
+    not follow from the decision, a payload (or its view's digest) other than its digest."""
+    decision, enforcement = body.get("decision"), body.get("enforcement")
+    if enforcement not in _ENFORCED.get(str(decision), ()):
+        return f"a {decision} decision carried out as {enforcement!r}"
+    for name in ("payload", "modified_payload"):
+        value: Any = body.get(name)
+        recorded = body.get(f"{name}_digest")
+        if value is None and name == "modified_payload":
+            found = None
+        elif redaction.is_withheld(value):
+            found = value.get("withheld")
+        else:
+            found = ledger.value_digest(value)
+        if found != recorded:
+            return f"the {name} is not the one its digest names"
+    return None
+
+
+def _stops(enforcement: Any) -> bool:
+    """Whether a decision or refusal carried out this way kept its call from running."""
+    return enforcement in (
+        Enforcement.TOOL_REFUSED,
+        Enforcement.RUN_STOPPED,
+        Enforcement.UNENFORCEABLE,
+    )
 
 
 def _call_marker(event: Event) -> dict[str, Any]:

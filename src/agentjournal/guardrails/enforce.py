@@ -45,7 +45,7 @@ from opentelemetry.trace import Span
 from agentjournal import tracing
 from agentjournal._raised import RunGuardrailBlocked
 from agentjournal.errors import GuardrailBlocked
-from agentjournal.events import GuardrailDecided
+from agentjournal.events import Enforcement, GuardrailDecided
 from agentjournal.guardrails import actions
 from agentjournal.guardrails.client import GuardrailClient, Verdict
 from agentjournal.guardrails.protocol import ActionType, Decision, ReasonCode, TraceRef
@@ -62,23 +62,6 @@ DECISION_NOT_RECORDED: Final = "DECISION_NOT_RECORDED"
 
 Widens = Callable[[str, str], "str | None"]
 """(tool name, arguments) -> why they exceed the acting agent's authority, or None."""
-
-
-class Enforcement:
-    """How a decision or refusal was carried out (the ``enforcement`` field of the events)."""
-
-    PROCEEDED: Final = "proceeded"
-    """ALLOW: the action went ahead as asked."""
-    MODIFIED: Final = "modified"
-    """MODIFY: the action went ahead with the modified payload."""
-    TOOL_REFUSED: Final = "tool_refused"
-    """TOOL_CALL BLOCK: the body did not run; the model got an error output."""
-    RUN_STOPPED: Final = "run_stopped"
-    """BLOCK: the run ended with ``GuardrailBlocked`` before the action."""
-    UNENFORCEABLE: Final = "unenforceable"
-    """MODIFY this wiring cannot apply: recorded as BLOCK, the run stopped."""
-    HIDDEN: Final = "hidden"
-    """An authority refusal at a visibility gate: the model was not offered it."""
 
 
 class Recorder(Protocol):
