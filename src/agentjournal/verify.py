@@ -629,6 +629,7 @@ def _check_checkpoints(
 ) -> None:
     keys = _trusted_keys(report, tree, trusted)
     signed: list[tuple[Event, ledger.Checkpoint]] = []
+    foreign: list[tuple[Event, str]] = []  # checkpoints by keys outside the trusted chain
     for event in tree.streams.get(tree.ledger_stream, []):
         where = ("checkpoints", event.stream, event.revision)
         if event.type != ledger.CHECKPOINT:
@@ -641,11 +642,11 @@ def _check_checkpoints(
             continue
         public = keys.get(checkpoint.key_id)
         if public is None:
-            report.fail(
-                *where,
-                f"signed by {checkpoint.key_id}, which is not a trusted key nor one a "
-                "trusted key rotated to: not counted",
+            report.lines.append(
+                f"  warning: {event.stream}@{event.revision}: signed by {checkpoint.key_id}, "
+                "which is not a trusted key nor one a trusted key rotated to: not counted"
             )
+            foreign.append((event, checkpoint.key_id))
             continue
         if not checkpoint.verify(public):
             report.fail(*where, "the signature is invalid")
@@ -683,9 +684,15 @@ def _check_checkpoints(
                     f"the hash differs from the checkpoint at {event.stream}@{event.revision}",
                 )
         signed.append((event, checkpoint))
+    untrusted = (
+        f"; {', '.join(sorted({key for _, key in foreign}))} is not a trusted key"
+        if foreign
+        else ""
+    )
     if not signed:
         if not allow_uncovered:
-            report.fail("checkpoints", tree.ledger_stream, None, "no trusted checkpoint")
+            at = foreign[0][0].revision if foreign else None
+            report.fail("checkpoints", tree.ledger_stream, at, f"no trusted checkpoint{untrusted}")
         report.lines.append("checkpoints: none trusted (tail truncation is not detectable)")
         return
     # Each checkpoint was checked against the chains: what any of them covers is
@@ -717,7 +724,7 @@ def _check_checkpoints(
             "was cut back",
         )
     for name, revision in uncovered:
-        message = "events after the last checkpoint (not covered by a signature)"
+        message = f"events after the last checkpoint (not covered by a signature{untrusted})"
         if allow_uncovered:
             report.lines.append(f"  warning: {name}@{revision}: {message}")
         else:
