@@ -424,3 +424,12 @@ def test_a_call_id_changed_to_look_unrun_fails() -> None:
             event["metadata"]["aj.call_id"] = "t9"
     found = verify_bundle(_resigned(bundle), TRUSTED)
     assert "aj.call_id or aj.item_type is not the call's own" in found.text()
+
+
+def test_a_reason_code_that_is_no_code_is_withheld() -> None:
+    body = {"action_type": "AGENT_INPUT", "payload": "x", "modified_payload": None}
+    for code, kept in (("PII_REDACTED", True), ("customer Jane Doe, card 4111", False)):
+        data = json.dumps({**body, "reason_code": code, "reason_message": "m"}).encode()
+        shown = view("agentjournal.GuardrailDecided", data, {})
+        assert shown is not None
+        assert (shown["reason_code"] == code) is kept

@@ -36,6 +36,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -82,6 +83,10 @@ VIEWED: Final = frozenset(
     }
 )
 """Event types that get a view (``OpenAIItemRecorded`` only for locally executed calls)."""
+
+
+_CODE: Final = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+"""A machine-readable reason code (``GUARDRAIL_UNAVAILABLE``): kept in a view; other text not."""
 
 
 def withheld(value: Any) -> dict[str, str]:
@@ -150,6 +155,9 @@ def _view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any
         return _replace(body, [("summary",), ("extensions", "openai", "reason")])
     if type_ == events.GUARDRAIL_DECIDED:
         shown = _replace(body, [("payload",), ("reason_message",)])
+        code = shown.get("reason_code")
+        if isinstance(code, str) and not _CODE.fullmatch(code):
+            shown["reason_code"] = withheld(code)  # a service may put any text there
         modified = body.get("modified_payload")
         if modified is not None:
             shown["modified_payload"] = _modified_marker(body, modified, rule)
