@@ -19,7 +19,14 @@ import handoff_scenarios
 from agentjournal import Journal
 from agentjournal.authority import Authority
 from agentjournal.bundle import export_bundle
-from agentjournal.ledger import CHECKPOINT, GENESIS, Checkpoint, SigningKey, chain_hash
+from agentjournal.ledger import (
+    CHECKPOINT,
+    GENESIS,
+    Checkpoint,
+    SigningKey,
+    chain_hash,
+    signed_event_id,
+)
 from agentjournal.policy import Policy, ToolRule
 from agentjournal.redaction import view, view_digest
 from guardrail_scenarios import graph, run
@@ -117,6 +124,7 @@ def resign(bundle: dict[str, Any], key: SigningKey) -> None:
     )
     last["type"] = CHECKPOINT
     last["data"] = signed.encode().decode()
+    last["id"] = str(signed_event_id(ledger["name"], signed.signature))
     ledger["events"] = [last]  # earlier checkpoints would name the old heads
     rechain(bundle, ledger["name"])
 

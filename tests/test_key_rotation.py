@@ -14,7 +14,14 @@ import pytest
 from agentjournal import Journal
 from agentjournal.bundle import export_bundle
 from agentjournal.errors import InvalidInput
-from agentjournal.ledger import GENESIS, Checkpoint, KeyRotation, SigningKey, trusted_closure
+from agentjournal.ledger import (
+    GENESIS,
+    Checkpoint,
+    KeyRotation,
+    SigningKey,
+    signed_event_id,
+    trusted_closure,
+)
 from agentjournal.verify import verify_bundle
 from ledger_sessions import rechain
 
@@ -149,6 +156,7 @@ async def test_the_newest_checkpoint_is_the_newest_by_sequence(tmp_path: Path) -
             metadata=body.metadata,
         )
         event["data"] = signed.encode().decode()
+        event["id"] = str(signed_event_id(ledger["name"], signed.signature))
         rechain(bundle, ledger["name"])
         previous = event["metadata"]["aj.hash"]
     report = verify_bundle(copy.deepcopy(bundle), trust(A))

@@ -386,7 +386,7 @@ def test_checkpoints_of_two_writers_together_cover_the_session() -> None:
     session = stream_of(bundle, "AgentSession-")
     from datetime import UTC, datetime
 
-    from agentjournal.ledger import Checkpoint
+    from agentjournal.ledger import Checkpoint, signed_event_id
 
     stale = Checkpoint.sign(
         KEY,
@@ -399,7 +399,7 @@ def test_checkpoints_of_two_writers_together_cover_the_session() -> None:
     ledger["events"].append(
         {
             "revision": 1,
-            "id": "00000000-0000-4000-8000-000000000001",
+            "id": str(signed_event_id(ledger["name"], stale.signature)),
             "type": "agentjournal.Checkpoint",
             "data": stale.encode().decode(),
             "data_sha256": "",

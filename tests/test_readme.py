@@ -69,12 +69,17 @@ def readme_blocks(text: str) -> list[Block]:
     while number < len(lines):
         line = lines[number]
         fence = line.strip()
-        if fence.startswith("```") and fence[3:].strip() in SHELLS:
+        if fence.startswith("```"):
             body: list[str] = []
             number += 1
             while not lines[number].strip().startswith("```"):
                 body.append(lines[number])
                 number += 1
+            if lines[number].strip() != "```":  # CommonMark would not close the block here
+                raise AssertionError(f"README.md:{number + 1}: text after a closing fence")
+            if fence[3:].strip() not in SHELLS:
+                number += 1
+                continue
             before = lines[number - len(body) - 2] if number - len(body) - 2 >= 0 else ""
             found = MARK.match(before.strip())
             blocks.append(

@@ -137,7 +137,7 @@ SESSION = "AgentSession-guarded"
         ),
         pytest.param(
             original().replace(b'"version": 2', b'"version": 2.0', 1),
-            "not an agentjournal-bundle bundle of version 1 or 2",
+            "not an agentjournal-bundle bundle",
             id="float-version",
         ),
         pytest.param(

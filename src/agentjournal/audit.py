@@ -20,6 +20,7 @@ from typing import Any, Final
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentjournal import ledger
+from agentjournal._text import plural, shown_uri
 from agentjournal.bundle import export_bundle
 from agentjournal.errors import InvalidInput, StoreUnavailable
 from agentjournal.policy import Policy
@@ -140,20 +141,12 @@ async def _open_session(uri: str | None, session_id: str) -> tuple[EventStore, s
     try:
         if await store.head(session_stream(session_id)) is None:
             raise InvalidInput(
-                f"no session {session_id!r} in {_shown(target)}: check the id, or pass --uri"
+                f"no session {session_id!r} in {shown_uri(target)}: check the id, or pass --uri"
             )
     except BaseException:
         await store.close()
         raise
     return store, session_id
-
-
-def _shown(uri: str) -> str:
-    """A URI without its password, for messages."""
-    scheme, sep, rest = uri.partition("://")
-    if "@" in rest.split("/")[0]:
-        rest = "***@" + rest.split("@", 1)[1]
-    return scheme + sep + rest
 
 
 class _BadEvent(Exception):
@@ -313,10 +306,7 @@ async def export_to_file(
         return _usage(f"cannot write {output}: {error.strerror or error}")
     streams = bundle["streams"]
     count = sum(len(stream["events"]) for stream in streams)
-    print(
-        f"wrote {output}: {len(streams)} stream{'' if len(streams) == 1 else 's'}, "
-        f"{count} event{'' if count == 1 else 's'}"
-    )
+    print(f"wrote {output}: {plural(len(streams), 'stream')}, {plural(count, 'event')}")
     return 0
 
 
@@ -358,7 +348,7 @@ def _read_bounded(path: str, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def _size(count: int) -> str:
+def _amount(count: int) -> str:
     """``1.0 GiB``, ``256 MiB``, ``17 bytes``."""
     value, unit = float(count), "bytes"
     for bigger in ("KiB", "MiB", "GiB"):
@@ -391,7 +381,7 @@ def verify_file(
         raw = _read_bounded(path, max_bytes)
     except _TooLarge:
         print(
-            f"FAILED: {path}: larger than {_size(max_bytes)}, the most this verifier reads "
+            f"FAILED: {path}: larger than {_amount(max_bytes)}, the most this verifier reads "
             "into memory (raise --max-bytes to verify it)"
         )
         return 2
@@ -464,7 +454,7 @@ async def rotate(old_file: str, output: str, uri: str | None) -> int:
         raise
     print(
         f"wrote {output} (private, keep it secret) and {output}.pub; key id {new.key_id}\n"
-        f"recorded in {_shown(target)}: {old.key_id} hands over to {new.key_id}; "
+        f"recorded in {shown_uri(target)}: {old.key_id} hands over to {new.key_id}; "
         f"sign with the new key from now on (AGENTJOURNAL_SIGNING_KEY_FILE={output})"
     )
     return 0

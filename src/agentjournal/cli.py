@@ -38,17 +38,11 @@ import tempfile
 from collections.abc import Sequence
 from typing import NoReturn
 
+from agentjournal._text import plural, shown_uri
 from agentjournal.errors import JournalError
 from agentjournal.store import DEFAULT_URI, URI_ENV, store_uri
 
 _STORE_HELP = f"the store (default: ${URI_ENV}, else {DEFAULT_URI})"
-
-
-def _redacted(uri: str) -> str:
-    scheme, sep, rest = uri.partition("://")
-    if "@" in rest.split("/")[0]:
-        rest = "***@" + rest.split("@", 1)[1]
-    return scheme + sep + rest
 
 
 async def _selfcheck(uri: str | None) -> int:
@@ -57,7 +51,7 @@ async def _selfcheck(uri: str | None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="agentjournal-selfcheck-") as directory:
         target = uri or f"sqlite:///{os.path.join(directory, 'selfcheck.db')}"
-        print(f"agentjournal selfcheck on {_redacted(target)}")
+        print(f"agentjournal selfcheck on {shown_uri(target)}")
         store = await open_store(target)
         try:
             ok = await run_selfcheck(store, print)
@@ -86,7 +80,7 @@ def _guardrail_serve(host: str, port: int, rules_file: str | None) -> int:
 
     def ready(url: str) -> None:
         # Flushed: a caller reading our stdout through a pipe learns the port at once.
-        print(f"reference guardrail on {url}/v1/validate ({count} rule{'s' * (count != 1)})")
+        print(f"reference guardrail on {url}/v1/validate ({plural(count, 'rule')})")
         sys.stdout.flush()
 
     serve(rules, host=host, port=port, ready=ready)
@@ -219,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_bundle.add_argument(
         "--max-bytes",
         metavar="BYTES",
-        type=_size,
+        type=_byte_count,
         default=None,
         help="refuse a bundle larger than this many bytes, read whole into memory "
         "(default: 268435456, i.e. 256 MiB)",
@@ -242,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _size(text: str) -> int:
+def _byte_count(text: str) -> int:
     try:
         value = int(text)
     except ValueError:

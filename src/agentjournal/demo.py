@@ -36,6 +36,7 @@ from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.usage import Usage
 
+from agentjournal._text import cut
 from agentjournal.bundle import export_bundle
 from agentjournal.errors import InvalidInput
 from agentjournal.events import GUARDRAIL_DECIDED
@@ -326,7 +327,7 @@ def _describe_event(event: RecordedEvent) -> str:
         )
         return f"{prefix}{role} {target}"
     if event.type == "SubagentCompleted":
-        return f"{body.get('agent_id')} {body.get('outcome')}: {_cut(body.get('summary', ''), 40)}"
+        return f"{body.get('agent_id')} {body.get('outcome')}: {cut(body.get('summary', ''), 40)}"
     if event.type == "SessionStarted":
         return f"app={body.get('app_name')} user={body.get('user_id')}"
     if event.type == "AssistantToolCallsGenerated":
@@ -335,8 +336,8 @@ def _describe_event(event: RecordedEvent) -> str:
         tokens = f" [{json.loads(usage).get('total_tokens')} tokens]" if usage else ""
         return f"{prefix}{call['tool_name']}{tokens}"
     if event.type == "ToolResultReceived":
-        return f"{prefix}{_cut(body.get('result', ''), 50)}"
-    return f"{prefix}{_cut(str(body.get('content', '')), 50)}"
+        return f"{prefix}{cut(body.get('result', ''), 50)}"
+    return f"{prefix}{cut(str(body.get('content', '')), 50)}"
 
 
 def _describe_item(item: Any) -> str:
@@ -348,14 +349,9 @@ def _describe_item(item: Any) -> str:
             if isinstance(content, str)
             else " ".join(p.get("text", "") for p in content or [])
         )
-        return f"{item.get('role')}: {_cut(text, 60)}"
+        return f"{item.get('role')}: {cut(text, 60)}"
     if kind == "function_call":
         return f"function_call {item.get('name')}({item.get('arguments')})"
     if kind == "function_call_output":
-        return f"function_call_output {_cut(str(item.get('output')), 60)}"
+        return f"function_call_output {cut(str(item.get('output')), 60)}"
     return str(kind)
-
-
-def _cut(text: str, limit: int) -> str:
-    """``text``, cut to ``limit`` characters ending with "…" when it was longer."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"

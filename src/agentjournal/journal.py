@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from collections import OrderedDict
 from collections.abc import Generator, Mapping
 from datetime import UTC, datetime
@@ -208,7 +207,7 @@ class Journal:
             head = tail[0].revision if tail else -1
             prev = tail[0].metadata.get(ledger.HASH_KEY, "") if tail else ledger.GENESIS
             metadata = {events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE}
-            event_id = uuid.uuid4()
+            event_id = ledger.signed_event_id(KEYS_STREAM, rotation.signature)
             ledger.seal(
                 KEYS_STREAM, head + 1, str(event_id), ledger.KEY_ROTATED, data, metadata, prev
             )

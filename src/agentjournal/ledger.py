@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -59,6 +60,7 @@ __all__ = [
     "ledger_stream",
     "load_public_key",
     "seal",
+    "signed_event_id",
     "trusted_closure",
     "value_digest",
 ]
@@ -121,6 +123,15 @@ def value_digest(value: Any) -> str:
     """
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_SIGNED_IDS: Final = uuid.UUID("6b3f0f0e-5a59-4d3c-9d8e-2f1c7a0b9e41")
+
+
+def signed_event_id(stream: str, signature: str) -> uuid.UUID:
+    """The id of a signed ledger event (a checkpoint, a key rotation), derived from its
+    signature: what the signature does not cover of the event, its id, it determines."""
+    return uuid.uuid5(_SIGNED_IDS, f"{stream}\x1f{signature}")
 
 
 def data_digest(data: bytes) -> str:

@@ -950,7 +950,7 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
                 metadata=metadata,
             )
             data = checkpoint.encode()
-            event_id = uuid.uuid4()
+            event_id = ledger.signed_event_id(stream, checkpoint.signature)
             sealed = _seal(stream, head + 1, event_id, ledger.CHECKPOINT, data, metadata, prev)
             event = NewEvent(type=ledger.CHECKPOINT, data=data, metadata=metadata, id=event_id)
             expected = StreamState.NO_STREAM if head < 0 else head

@@ -50,6 +50,7 @@ from typing import Any, Final
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentjournal import events, ledger, redaction
+from agentjournal._text import cut, plural
 from agentjournal.authority import Authority, meet
 from agentjournal.errors import CodecError, InvalidInput
 from agentjournal.events import Enforcement
@@ -75,10 +76,9 @@ _MALFORMED: Final = (
 _MAX_REVISION: Final = 2**63 - 1  # a stream revision is a signed 64-bit number everywhere
 _BUNDLE_FIELDS: Final = {"format", "version", "session_id", "exported_at", "redacted", "streams"}
 _STREAM_FIELDS: Final = {"name", "events"}
-_EVENT_FIELDS: Final = {
-    1: frozenset({"revision", "id", "type", "data", "data_sha256", "metadata"}),
-    2: frozenset({"revision", "id", "type", "data", "data_sha256", "metadata", "view"}),
-}
+_EVENT_FIELDS: Final = frozenset(
+    {"revision", "id", "type", "data", "data_sha256", "metadata", "view"}
+)
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,7 @@ def verify_bundle(
     total = sum(len(stream) for stream in streams.values())
     withheld = sum(1 for stream in streams.values() for e in stream if e.data is None)
     report.lines.append(
-        f"session {session_id}: {_plural(len(streams), 'stream')}, {_plural(total, 'event')} "
+        f"session {session_id}: {plural(len(streams), 'stream')}, {plural(total, 'event')} "
         f"({withheld} withheld)"
     )
     if session_stream not in streams or not streams[session_stream]:
@@ -195,7 +195,7 @@ def verify_bundle(
         report.lines.append("integrity: FAILED")
         return report  # nothing built on a broken chain can be trusted
     report.lines.append(
-        f"integrity: {_plural(total, 'event')} in {_plural(len(streams), 'stream')} chain correctly"
+        f"integrity: {plural(total, 'event')} in {plural(len(streams), 'stream')} chain correctly"
     )
     try:
         tree = _Tree(session_id, session_stream, streams)
@@ -259,7 +259,7 @@ def parse_bundle(raw: bytes) -> Any:
             "JSON nested too deeply (no bundle nests more than a few levels)"
         ) from None
     except ValueError as error:  # from the hooks, or an integer of over 4300 digits
-        raise InvalidInput(f"not a bundle: {_cut(str(error), 200)}") from None
+        raise InvalidInput(f"not a bundle: {cut(str(error), 200)}") from None
 
 
 def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -267,7 +267,7 @@ def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(found) != len(pairs):
         names = [name for name, _ in pairs]
         repeated = next(name for name in names if names.count(name) > 1)
-        raise ValueError(f"the name {_cut(repr(repeated), 60)} appears twice in one object")
+        raise ValueError(f"the name {cut(repr(repeated), 60)} appears twice in one object")
     return found
 
 
@@ -278,20 +278,8 @@ def _no_constant(name: str) -> Any:
 def _finite_float(text: str) -> float:
     value = float(text)
     if value in (float("inf"), float("-inf")):
-        raise ValueError(f"the number {_cut(text, 40)} is too large")
+        raise ValueError(f"the number {cut(text, 40)} is too large")
     return value
-
-
-def _plural(count: int, noun: str) -> str:
-    """``1 event``, ``2 events``, ``3 policies``."""
-    if count == 1:
-        return f"{count} {noun}"
-    return f"{count} {noun[:-1]}ies" if noun.endswith("y") else f"{count} {noun}s"
-
-
-def _cut(text: str, limit: int) -> str:
-    """``text``, cut to ``limit`` characters with "…" when it was longer."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _unicode(text: str) -> bool:
@@ -311,18 +299,16 @@ def _parse(bundle: Any) -> tuple[str, dict[str, list[Event]]]:
     if set(bundle) != _BUNDLE_FIELDS:
         extra, missing = set(bundle) - _BUNDLE_FIELDS, _BUNDLE_FIELDS - set(bundle)
         raise InvalidInput(
-            f"bundle fields: unknown {_cut(str(sorted(extra)), 200)}, missing {sorted(missing)}"
+            f"bundle fields: unknown {cut(str(sorted(extra)), 200)}, missing {sorted(missing)}"
         )
     version = bundle["version"]
-    if (
-        bundle["format"] != ledger.BUNDLE_FORMAT
-        or not isinstance(version, int)
-        or isinstance(version, bool)
-        or version not in _EVENT_FIELDS
-    ):
+    if bundle["format"] != ledger.BUNDLE_FORMAT or type(version) is not int:
+        raise InvalidInput(f"not an {ledger.BUNDLE_FORMAT} bundle")
+    if version != ledger.BUNDLE_VERSION:
         raise InvalidInput(
-            f"not an {ledger.BUNDLE_FORMAT} bundle of version "
-            f"{' or '.join(map(str, sorted(_EVENT_FIELDS)))}"
+            f"an {ledger.BUNDLE_FORMAT} of version {version}; this verifier reads version "
+            f"{ledger.BUNDLE_VERSION} (agentjournal 0.2): verify it with the agentjournal "
+            "that wrote it"
         )
     session_id = bundle["session_id"]
     if not isinstance(session_id, str) or not session_id or not _unicode(session_id):
@@ -344,8 +330,8 @@ def _parse(bundle: Any) -> tuple[str, dict[str, list[Event]]]:
             or not isinstance(raw_events, list)
             or name in streams
         ):
-            raise InvalidInput(f"stream {_cut(repr(name), 200)} is malformed or repeated")
-        streams[name] = [_event(name, e, _EVENT_FIELDS[version]) for e in raw_events]
+            raise InvalidInput(f"stream {cut(repr(name), 200)} is malformed or repeated")
+        streams[name] = [_event(name, e) for e in raw_events]
         withheld = next((e for e in streams[name] if e.data is None), None)
         if withheld is not None and not redacted:
             raise _Malformed(
@@ -362,9 +348,9 @@ class _Malformed(InvalidInput):
         self.stream, self.revision = stream, revision
 
 
-def _event(stream: str, raw: Any, fields: frozenset[str]) -> Event:
-    if not isinstance(raw, Mapping) or set(raw) != fields:
-        raise _Malformed(stream, None, f"an event must have exactly {sorted(fields)}")
+def _event(stream: str, raw: Any) -> Event:
+    if not isinstance(raw, Mapping) or set(raw) != _EVENT_FIELDS:
+        raise _Malformed(stream, None, f"an event must have exactly {sorted(_EVENT_FIELDS)}")
     revision, metadata = raw["revision"], raw["metadata"]
     if not isinstance(revision, int) or isinstance(revision, bool):
         raise _Malformed(stream, None, "an event has a non-integer revision")
@@ -377,14 +363,14 @@ def _event(stream: str, raw: Any, fields: frozenset[str]) -> Event:
     bad = next((k for k, v in metadata.items() if not (_unicode(k) and _unicode(v))), None)
     if bad is not None:
         raise _Malformed(
-            stream, revision, f"metadata {_cut(repr(bad), 60)} is not valid Unicode text"
+            stream, revision, f"metadata {cut(repr(bad), 60)} is not valid Unicode text"
         )
     for name in ("id", "type", "data_sha256"):
         if not isinstance(raw[name], str) or not _unicode(raw[name]):
             raise _Malformed(stream, revision, f"{name} must be a string of Unicode text")
     if raw["data"] is not None and not isinstance(raw["data"], str):
         raise _Malformed(stream, revision, "data must be a string or null")
-    view = raw.get("view")
+    view = raw["view"]
     if view is not None and not isinstance(view, dict):
         raise _Malformed(stream, revision, "view must be an object or null")
     return Event(
@@ -578,7 +564,7 @@ def _check_twins(report: Report, tree: _Tree) -> None:
                 )
     if not report.failed("twins"):
         report.lines.append(
-            f"twins: {_plural(started, 'subagent')} started, {completed} closed, links ok"
+            f"twins: {plural(started, 'subagent')} started, {completed} closed, links ok"
             if started
             else "twins: no subagents"
         )
@@ -598,15 +584,18 @@ def _trusted_keys(
                 raise InvalidInput(f"{event.type} does not belong on {KEYS_STREAM}")
             if _unchained(event.metadata) != _ROTATION_METADATA:
                 raise InvalidInput("a key rotation carries metadata it was not written with")
-            rotations.append(ledger.KeyRotation.decode(event.body()))
+            rotation = ledger.KeyRotation.decode(event.body())
+            if event.id != str(ledger.signed_event_id(KEYS_STREAM, rotation.signature)):
+                raise InvalidInput("the rotation's event id is not the one its signature gives")
+            rotations.append(rotation)
         except InvalidInput as error:
             report.fail("checkpoints", event.stream, event.revision, str(error))
     keys = ledger.trusted_closure(trusted, rotations)
     if rotations:
         added = sorted(set(keys) - set(trusted))
         report.lines.append(
-            f"keys: {_plural(len(trusted), 'trusted key')} given; "
-            f"{_plural(len(rotations), 'rotation')} recorded; followed to "
+            f"keys: {plural(len(trusted), 'trusted key')} given; "
+            f"{plural(len(rotations), 'rotation')} recorded; followed to "
             + (", ".join(added) if added else "no other key")
         )
     return keys
@@ -666,6 +655,9 @@ def _check_checkpoints(
         if _unchained(event.metadata) != dict(checkpoint.metadata):
             report.fail(*where, "the checkpoint event's metadata is not what was signed")
             continue
+        if event.id != str(ledger.signed_event_id(event.stream, checkpoint.signature)):
+            report.fail(*where, "the checkpoint's event id is not the one its signature gives")
+            continue
         for stream, (revision, digest) in checkpoint.heads.items():
             found = tree.streams.get(stream, [])
             if revision >= len(found):
@@ -711,7 +703,7 @@ def _check_checkpoints(
         uncovered.append((tree.ledger_stream, last_event.revision + 1))
     names = sorted({c.key_id for _, c in signed})
     report.lines.append(
-        f"checkpoints: {_plural(len(signed), 'checkpoint')} signed by {', '.join(names)}; "
+        f"checkpoints: {plural(len(signed), 'checkpoint')} signed by {', '.join(names)}; "
         f"the newest at "
         f"{last_event.stream}@{last_event.revision}, signed {last.signed_at}"
     )
@@ -838,9 +830,9 @@ def _check_authority(report: Report, tree: _Tree, anchor: Policy | None) -> None
     if not report.failed("delegation"):
         digests = ", ".join(sorted(tree.policies.by_digest))
         report.lines.append(
-            f"delegation: {_plural(len(tree.policies.by_digest), 'policy')} recorded"
+            f"delegation: {plural(len(tree.policies.by_digest), 'policy')} recorded"
             + (" (the one given)" if anchor is not None else f" ({digests})")
-            + f"; {_plural(len(grants), 'grant')}, each recomputed from its policy"
+            + f"; {plural(len(grants), 'grant')}, each recomputed from its policy"
         )
         for agent, reason in replay.resets:
             report.lines.append(f"  reset: {agent} may start from its policy entry again: {reason}")
@@ -985,7 +977,7 @@ def _check_narrowing(report: Report, tree: _Tree, grants: list[Event]) -> None:
             report.fail(*where, "the authority granted is wider than its sender's")
     if not report.failed("delegation"):
         report.lines.append(
-            f"delegation: no policy recorded; {_plural(checked, 'grant')}, "
+            f"delegation: no policy recorded; {plural(checked, 'grant')}, "
             "each narrower than its sender's"
             if checked
             else "delegation: no authority was granted along a handoff"
@@ -1055,7 +1047,7 @@ def _check_containment(report: Report, tree: _Tree, anchor: Policy | None) -> No
     )
     if opaque:
         report.lines.append(
-            f"  note: {_plural(opaque, 'opaque item')} (encrypted, or naming no kind) could not "
+            f"  note: {plural(opaque, 'opaque item')} (encrypted, or naming no kind) could not "
             "be inspected: calls or handoffs inside them are not checked"
         )
     if not report.failed("containment"):
@@ -1078,7 +1070,7 @@ def _containment_line(executed: int, guarded: int, bounded: int) -> str:
         within = f"{bounded} under the policy, each within its agent's authority"
     else:
         within = "no policy: no authority to check"
-    return f"containment: {_plural(executed, 'executed tool call')}; {decided}; {within}"
+    return f"containment: {plural(executed, 'executed tool call')}; {decided}; {within}"
 
 
 _ENFORCED: Final = {
