@@ -1,8 +1,8 @@
 """Codec benchmark: microseconds per item to encode and decode, next to the SDK's own costs.
 
 Run: ``python bench/codec.py`` (``--quick`` for a smoke run). For a realistic
-mix of session items it times :func:`agentjournal.codec.encode_item`,
-:func:`~agentjournal.codec.decode_event`, the JSON round trip the SDK's
+mix of session items it times :func:`agentjournal.engine.codec.encode_item`,
+:func:`~agentjournal.engine.codec.decode_event`, the JSON round trip the SDK's
 ``SQLiteSession`` does per item (``json.dumps`` + ``json.loads``), and a whole
 ``SQLiteSession`` ``add_items`` + ``get_items`` per item (in memory), so the
 codec's share of a session write and read is visible. Machines here are noisy:
@@ -23,7 +23,7 @@ from typing import Any
 from agents import SQLiteSession
 from agents.items import TResponseInputItem
 
-from agentjournal.codec import decode_event, encode_item
+from agentjournal.engine.codec import decode_event, encode_item
 
 TS = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 

@@ -29,9 +29,10 @@ from typing import Any
 
 from _common import table
 from agentjournal import Journal
-from agentjournal.bundle import export_bundle
-from agentjournal.ledger import HASH_KEY, SigningKey, _record_bytes
-from agentjournal.verify import Report, _check_chain, _parse, verify_bundle
+from agentjournal.ledger import HASH_KEY, SigningKey
+from agentjournal.ledger.bundle import export_bundle
+from agentjournal.ledger.chain import _record_bytes
+from agentjournal.ledger.verify import Report, _check_chain, _parse, verify_bundle
 
 ANSWER = "Your order shipped on Monday and should arrive by Thursday. " * 5
 

@@ -33,8 +33,8 @@ from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from agentjournal import AuthorityDenied, Journal, JournalSession
+from agentjournal.authority import Policy
 from agentjournal.events import AUTHORITY_REFUSED, AuthorityRefused
-from agentjournal.policy import Policy
 
 POLICY = """
 agents:

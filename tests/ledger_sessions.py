@@ -17,8 +17,7 @@ from typing import Any
 
 import handoff_scenarios
 from agentjournal import Journal
-from agentjournal.authority import Authority
-from agentjournal.bundle import export_bundle
+from agentjournal.authority import Authority, Policy, ToolRule
 from agentjournal.ledger import (
     CHECKPOINT,
     GENESIS,
@@ -27,8 +26,8 @@ from agentjournal.ledger import (
     chain_hash,
     signed_event_id,
 )
-from agentjournal.policy import Policy, ToolRule
-from agentjournal.redaction import view, view_digest
+from agentjournal.ledger.bundle import export_bundle
+from agentjournal.ledger.redaction import view, view_digest
 from guardrail_scenarios import graph, run
 from scripted_guardrail import ScriptedGuardrail
 

@@ -18,10 +18,9 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 import authority_seed as seed
 from agentjournal import AuthorityDenied, Journal
-from agentjournal.authority import Authority, Cap, meet
+from agentjournal.authority import Authority, Cap, Policy, ToolRule, meet
 from agentjournal.errors import InvalidInput
 from agentjournal.events import AUTHORITY_REFUSED, GUARDRAIL_DECIDED, AuthorityRefused
-from agentjournal.policy import Policy, ToolRule
 from guardrail_scenarios import custom_tool_agent
 from http_stub import Reply
 from scripted_guardrail import ScriptedGuardrail

@@ -24,11 +24,10 @@ from agents.memory.session import SessionABC
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agentjournal import AuthorityDenied, Journal, JournalSession
-from agentjournal.authority import AllowList, Authority
-from agentjournal.bundle import export_bundle
+from agentjournal.authority import AllowList, Authority, Policy, ToolRule
 from agentjournal.errors import InvalidInput
-from agentjournal.policy import Policy, ToolRule
-from agentjournal.verify import Report, verify_bundle
+from agentjournal.ledger.bundle import export_bundle
+from agentjournal.ledger.verify import Report, verify_bundle
 from guardrail_scenarios import run
 from ledger_sessions import KEY, TRUSTED, rechain, relink, resign
 

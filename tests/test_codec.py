@@ -73,7 +73,7 @@ from openai.types.responses.response_output_item import (
 )
 from openai.types.responses.response_reasoning_item import Content, Summary
 
-from agentjournal.codec import (
+from agentjournal.engine.codec import (
     EXTENSION_EVENT_TYPE,
     ITEM_EVENT_TYPES,
     OPENAI_EXTENSION_KEY,

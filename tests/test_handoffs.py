@@ -312,7 +312,7 @@ async def test_hooks_not_wired_store_an_ordinary_tool_call(
     journal: Journal, caplog: pytest.LogCaptureFixture
 ) -> None:
     session = journal.session("h-unwired")
-    with caplog.at_level(logging.WARNING, logger="agentjournal.session"):
+    with caplog.at_level(logging.WARNING, logger="agentjournal.sdk.session"):
         await run("run", single(), "hi", session, hooks=False)
     parent = await stream_of(journal.store, session.stream)
     assert "SubagentStarted" not in types(parent)
@@ -337,7 +337,7 @@ async def test_missing_subsession_degrades_with_a_warning(
     raw.commit()
     raw.close()
     async with Journal.open(f"sqlite:///{db}") as journal:
-        with caplog.at_level(logging.WARNING, logger="agentjournal.session"):
+        with caplog.at_level(logging.WARNING, logger="agentjournal.sdk.session"):
             items = await journal.session("h-missing").get_items()
     assert "AgentSubsession-h-missing-sub-billing-h1 is missing" in caplog.text
     assert [i.get("type", "message") for i in items] == ["message", "function_call"]

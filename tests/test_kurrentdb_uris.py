@@ -24,10 +24,7 @@ _DOCUMENTS = [
     "README.md",
     "DESIGN.md",
     "docker-compose.yml",
-    "src/agentjournal/store/__init__.py",
-    "src/agentjournal/store/kurrentdb.py",
-    "src/agentjournal/journal.py",
-    "src/agentjournal/cli.py",
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "src" / "agentjournal").rglob("*.py")),
 ]
 
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentjournal.ledger import SigningKey
-from agentjournal.verify import Problem, verify_bundle
+from agentjournal.ledger.verify import Problem, verify_bundle
 from ledger_sessions import KEY, TRUSTED, edited, rechain, record, relink, resign, stream_of
 
 BUNDLES = record()

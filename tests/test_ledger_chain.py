@@ -16,11 +16,11 @@ from agentjournal.ledger import (
     HASH_KEY,
     Checkpoint,
     SigningKey,
-    _record_bytes,
     chain_hash,
     load_public_key,
     seal,
 )
+from agentjournal.ledger.chain import _record_bytes
 
 _text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=30)
 

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from agentjournal import Journal
-from agentjournal.bundle import export_bundle
-from agentjournal.ledger import CHECKPOINT, SigningKey, ledger_stream
-from agentjournal.session import JournalSession
+from agentjournal.ledger import CHECKPOINT, SigningKey
+from agentjournal.ledger.bundle import export_bundle
+from agentjournal.ledger.verify import verify_bundle
+from agentjournal.sdk.session import JournalSession
+from agentjournal.streams import ledger_stream
 from agentjournal.testing.kurrentdb_double import ThreadedKurrentDBDouble
-from agentjournal.verify import verify_bundle
 
 
 async def writes(session: JournalSession, who: str, count: int) -> None:

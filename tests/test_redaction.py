@@ -25,11 +25,19 @@ from openai.types.responses.response_reasoning_item import Summary
 from pydantic import BaseModel
 
 from agentjournal import Journal
-from agentjournal.authority import AllowList, Authority, Cap, Ranked
-from agentjournal.bundle import export_bundle
-from agentjournal.policy import Policy, ToolRule, ceiling_inputs, input_permits
-from agentjournal.redaction import view, view_digest
-from agentjournal.verify import verify_bundle
+from agentjournal.authority import (
+    AllowList,
+    Authority,
+    Cap,
+    Policy,
+    Ranked,
+    ToolRule,
+    ceiling_inputs,
+    input_permits,
+)
+from agentjournal.ledger.bundle import export_bundle
+from agentjournal.ledger.redaction import view, view_digest
+from agentjournal.ledger.verify import verify_bundle
 from guardrail_scenarios import run
 from http_stub import Reply
 from ledger_sessions import KEY, TRUSTED, rechain, relink, resign

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentjournal.engine.routing import Plan, looks_like_a_handoff, plan_write, starts_a_run
 from agentjournal.events import Subagent
-from agentjournal.handoffs import Plan, looks_like_a_handoff, plan_write, starts_a_run
 
 P = "AgentSession-s1"
 

@@ -33,13 +33,12 @@ from cryptography.fernet import Fernet
 from openai import AsyncOpenAI
 
 from agentjournal import Journal, JournalSession
-from agentjournal.authority import Authority
-from agentjournal.bundle import export_bundle
+from agentjournal.authority import Authority, Policy
 from agentjournal.errors import InvalidInput, StoreUnavailable
-from agentjournal.policy import Policy
+from agentjournal.ledger.bundle import export_bundle
+from agentjournal.ledger.verify import verify_bundle
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble, ThreadedKurrentDBDouble
-from agentjournal.verify import verify_bundle
 from http_stub import HttpStub, Received, Reply
 from scenarios import METHODS, TURNS, Method, agent_for
 from scripted_guardrail import ScriptedGuardrail

@@ -220,7 +220,7 @@ async def test_malformed_event_is_skipped_with_a_warning(
         session.stream, [NewEvent(type="UserMessageReceived", data=b"{not json")], expected=head
     )
     await session.add_items([user("after")])
-    with caplog.at_level(logging.WARNING, logger="agentjournal.session"):
+    with caplog.at_level(logging.WARNING, logger="agentjournal.sdk.session"):
         items = await journal.session("malformed").get_items()
     assert items == [user("before"), user("after")]
     assert f"{session.stream}@{head + 1}" in caplog.text

@@ -11,9 +11,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentjournal import Journal, tracing
+from agentjournal import Journal
 from agentjournal.events import GUARDRAIL_DECIDED, SPAN_ID_KEY, TRACE_ID_KEY, GuardrailDecided
 from agentjournal.guardrails.protocol import parse_traceparent
+from agentjournal.sdk import tracing
 from guardrail_scenarios import graph, run
 from scripted_guardrail import ScriptedGuardrail
 

@@ -31,9 +31,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentjournal import Journal
-from agentjournal.audit import verify_file
-from agentjournal.redaction import withholds
-from agentjournal.verify import parse_bundle, verify_bundle
+from agentjournal.cli._audit import verify_file
+from agentjournal.ledger.redaction import withholds
+from agentjournal.ledger.verify import parse_bundle, verify_bundle
 from cli_run import Ran, run
 from ledger_sessions import KEY, TRUSTED, rechain, record, stream_of
 

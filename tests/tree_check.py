@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentjournal import JournalSession, events
-from agentjournal.bundle import export_bundle
+from agentjournal.ledger.bundle import export_bundle
+from agentjournal.ledger.verify import verify_bundle
 from agentjournal.store import EventStore, RecordedEvent
 from agentjournal.streams import session_stream
-from agentjournal.verify import verify_bundle
 
 LIFECYCLE = (events.SUBAGENT_STARTED, events.SUBAGENT_COMPLETED)
 _READ_ALL_PAGE = 1000

@@ -37,7 +37,7 @@ from agentjournal.errors import (
 if TYPE_CHECKING:
     from agentjournal.guardrails.client import GuardrailClient
     from agentjournal.journal import Journal
-    from agentjournal.session import JournalSession
+    from agentjournal.sdk.session import JournalSession
 
 __all__ = [
     "AuthorityDenied",
@@ -66,7 +66,7 @@ def __getattr__(name: str) -> Any:
 
         return GuardrailClient
     if name == "JournalSession":
-        from agentjournal.session import JournalSession
+        from agentjournal.sdk.session import JournalSession
 
         return JournalSession
     raise AttributeError(f"module 'agentjournal' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """Metadata keys and agentjournal's own session events (pure).
 
-Item events are the codec's (:mod:`agentjournal.codec`); this module holds what
+Item events are the codec's (:mod:`agentjournal.engine.codec`); this module holds what
 the session adds around them: the metadata keys every event carries and the two
 history-editing events, which *hide* items from ``get_items`` without removing
 anything from the stream.
@@ -125,7 +125,7 @@ VIEWED_KEY: Final = "aj.viewed"
 ``record_payloads=False``: its data is already its redacted view (no conversation)."""
 REDACTED_KEY: Final = "aj.redacted"
 """On events whose data mixes conversation with what a verifier needs: the hex SHA-256 of
-the RFC 8785 bytes of the event's redacted view (:mod:`agentjournal.redaction`)."""
+the RFC 8785 bytes of the event's redacted view (:mod:`agentjournal.ledger.redaction`)."""
 
 
 def encode_session_started(

@@ -13,11 +13,11 @@ from typing import Any, Final
 from agents.memory.session_settings import SessionSettings
 
 from agentjournal import events, ledger
+from agentjournal.authority import Policy
 from agentjournal.errors import ConcurrencyError, InvalidInput, StreamNotFound
 from agentjournal.guardrails.client import GuardrailClient
 from agentjournal.ledger import KeyRotation, SigningKey
-from agentjournal.policy import Policy
-from agentjournal.session import JournalSession, SessionTree
+from agentjournal.sdk.session import JournalSession, SessionTree
 from agentjournal.store import (
     DEFAULT_URI,
     URI_ENV,
@@ -128,7 +128,7 @@ class Journal:
                 sessions) or a configured :class:`GuardrailClient`. Default
                 ``$AGENTJOURNAL_GUARDRAIL_URL``; with neither, nothing is
                 checked (logged once).
-            policy: The authority policy (a :class:`~agentjournal.policy.Policy` or the
+            policy: The authority policy (a :class:`~agentjournal.authority.Policy` or the
                 path of its YAML file): effective authority along handoffs, the four
                 gates, refusals on the stream. Default: none.
             record_payloads: Whether guardrail decisions and authority refusals keep what

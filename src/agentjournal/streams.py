@@ -35,6 +35,7 @@ __all__ = [
     "KEYS_STREAM",
     "MAX_ID_BYTES",
     "authority_stream",
+    "ledger_stream",
     "session_stream",
     "slug",
     "subagent_id",
@@ -108,6 +109,11 @@ def session_stream(session_id: str | uuid.UUID) -> str:
     """
     name: str = agent_session_stream(validate_id(session_id, "session id"))
     return name
+
+
+def ledger_stream(session_id: str) -> str:
+    """The checkpoint stream of a session tree, ``AgentLedger-{session_id}``."""
+    return f"AgentLedger-{session_id}"
 
 
 KEYS_STREAM = "AgentKeys"

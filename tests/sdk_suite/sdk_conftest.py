@@ -17,7 +17,7 @@ import agents
 import agents.memory
 from agents import set_tracing_disabled
 
-from agentjournal.session import JournalSession
+from agentjournal.sdk.session import JournalSession
 from agentjournal.store.sqlite import SQLiteEventStore
 
 set_tracing_disabled(True)

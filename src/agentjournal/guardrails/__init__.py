@@ -5,7 +5,7 @@
   every fault into a BLOCK with a reason code.
 - :mod:`~agentjournal.guardrails.actions` — the payload of each action type and
   how a MODIFY is checked and applied (pure).
-- :mod:`~agentjournal.guardrails.enforce` — what the session's hooks do with
+- :mod:`~agentjournal.sdk.enforce` — what the session's hooks do with
   each decision; :mod:`~agentjournal.guardrails.guard` — ``session.guard(agent)``.
 - :mod:`~agentjournal.guardrails.rules` and :mod:`~agentjournal.guardrails.service`
   — the reference service (``agentjournal guardrail serve``).

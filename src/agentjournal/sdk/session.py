@@ -24,7 +24,7 @@ serialises writers of one session tree, and every event carries the next free
 index, so indices stay unique and gapless with no recounting.
 
 **Reads.** The flat history is every visible item of the tree in index order.
-A :class:`~agentjournal.replay.Timeline` caches the newest items; a warm
+A :class:`~agentjournal.engine.timeline.Timeline` caches the newest items; a warm
 ``get_items`` asks the store only for what was appended since, and a cold one
 merges the streams backwards only as far as ``limit`` needs.
 """
@@ -55,9 +55,13 @@ from agents.memory.session_settings import (
 from kurrent_agent_schema import TokenUsage, to_json
 from opentelemetry.trace import Span
 
-from agentjournal import codec, events, ledger, redaction, tracing
-from agentjournal import guard as guarding
-from agentjournal.authority import Authority
+from agentjournal import events, ledger
+from agentjournal.authority import Authority, Policy
+from agentjournal.calls import call_of
+from agentjournal.engine import codec
+from agentjournal.engine.reader import AuthorityLog, SessionTree, TreeReader
+from agentjournal.engine.routing import SUMMARY_CHARS, Plan, plan_write, starts_a_run
+from agentjournal.engine.timeline import Clear, Entry, Key, Pop, TimelineEvent
 from agentjournal.errors import (
     AuthorityDenied,
     ConcurrencyError,
@@ -66,14 +70,12 @@ from agentjournal.errors import (
     StoreUnavailable,
     StreamNotFound,
 )
-from agentjournal.gates import Gatekeeper
-from agentjournal.guardrails.actions import call_of
 from agentjournal.guardrails.client import GuardrailClient
-from agentjournal.guardrails.enforce import Enforcer
-from agentjournal.handoffs import SUMMARY_CHARS, Plan, plan_write, starts_a_run
-from agentjournal.policy import Policy
-from agentjournal.replay import Clear, Entry, Key, Pop, TimelineEvent
-from agentjournal.session_tree import AuthorityLog, SessionTree, TreeReader
+from agentjournal.ledger import redaction
+from agentjournal.sdk import guard as guarding
+from agentjournal.sdk import tracing
+from agentjournal.sdk.enforce import Enforcer
+from agentjournal.sdk.gates import Gatekeeper
 from agentjournal.store.base import (
     AppendRequest,
     EventStore,
@@ -81,7 +83,7 @@ from agentjournal.store.base import (
     StreamState,
     event_id,
 )
-from agentjournal.streams import authority_stream, session_stream, validate_id
+from agentjournal.streams import authority_stream, ledger_stream, session_stream, validate_id
 
 if TYPE_CHECKING:
     from agents.agent import Agent
@@ -91,7 +93,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JournalSession", "SessionTree"]
 
-logger = logging.getLogger("agentjournal.session")
+logger = logging.getLogger("agentjournal.sdk.session")
 
 DEFAULT_CHECKPOINT_EVERY: Final = 100
 _CONFLICT_RETRIES: Final = 32
@@ -203,7 +205,7 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
         refused tool call becomes an error output the model sees, MODIFY runs
         the tool or handoff with the modified arguments, and the policy's
         visibility gates hide tools and handoffs (see
-        :mod:`agentjournal.guard`). The agents passed in are not changed.
+        :mod:`agentjournal.sdk.guard`). The agents passed in are not changed.
         With neither a guardrail nor a policy, ``agent`` is returned as it is.
         """
         if self._enforcer is None and self._gates is None:
@@ -923,7 +925,7 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
             heads[authority_stream(self.session_id)] = (log.revision, log.hash)
         if not heads:
             return None
-        stream = ledger.ledger_stream(self.session_id)
+        stream = ledger_stream(self.session_id)
         for _ in range(_CONFLICT_RETRIES):
             if tree.ledger_head is None:
                 try:
@@ -1058,7 +1060,7 @@ class JournalSession(TreeReader, RunHooksBase[Any, "Agent[Any]"]):
         closing: tuple[str, str] | None,
         first: int,
     ) -> Plan:
-        """Route the items (pure, :func:`agentjournal.handoffs.plan_write`)."""
+        """Route the items (pure, :func:`agentjournal.engine.routing.plan_write`)."""
         tree = self._tree
         plan = plan_write(
             items,

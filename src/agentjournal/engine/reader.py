@@ -2,7 +2,7 @@
 
 :class:`SessionTree` is shared by the session objects of one id (the journal
 keeps one per id). :class:`TreeReader` holds the reads of
-:class:`~agentjournal.session.JournalSession`: the first load (following
+:class:`~agentjournal.sdk.session.JournalSession`: the first load (following
 ``aj.open`` to the open subagents), catching up with other writers, and the
 windowed and full merges of the tree's streams into the flat history.
 """
@@ -20,16 +20,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from agentjournal import codec, events, ledger
+from agentjournal import events
 from agentjournal._locks import CrossLoopLock
+from agentjournal.engine import codec
+from agentjournal.engine.timeline import Clear, Entry, Picker, Pop, Timeline, TimelineEvent
 from agentjournal.errors import CodecError, StreamNotFound
-from agentjournal.replay import Clear, Entry, Picker, Pop, Timeline, TimelineEvent
+from agentjournal.ledger import chain as ledger
 from agentjournal.store.base import EventStore, RecordedEvent
 from agentjournal.streams import authority_stream
 
 __all__ = ["AuthorityLog", "SessionTree", "TreeReader"]
 
-logger = logging.getLogger("agentjournal.session")
+logger = logging.getLogger("agentjournal.sdk.session")
 
 _PAGE: Final = 64
 _FULL_PAGE: Final = 1000
@@ -76,7 +78,7 @@ class SessionTree:
 
 
 class TreeReader:
-    """The read path of a session (a base of :class:`~agentjournal.session.JournalSession`)."""
+    """The read path of a session (a base of :class:`~agentjournal.sdk.session.JournalSession`)."""
 
     session_id: str
     stream: str

@@ -37,17 +37,17 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 from agents.usage import Usage
 
 from agentjournal._text import cut
-from agentjournal.bundle import export_bundle
+from agentjournal.authority import Policy
 from agentjournal.errors import InvalidInput
 from agentjournal.events import GUARDRAIL_DECIDED
 from agentjournal.guardrails.rules import RuleSet, load_rules
 from agentjournal.guardrails.service import running
 from agentjournal.journal import Journal
 from agentjournal.ledger import SIGNING_KEY_FILE_ENV, SigningKey
-from agentjournal.policy import Policy
+from agentjournal.ledger.bundle import export_bundle
+from agentjournal.ledger.verify import verify_bundle
 from agentjournal.store import EventStore, RecordedEvent, store_uri
 from agentjournal.streams import session_stream, validate_id
-from agentjournal.verify import verify_bundle
 
 Print = Callable[[str], None]
 

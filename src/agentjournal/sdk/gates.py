@@ -32,12 +32,12 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
-from agentjournal._raised import RunAuthorityDenied
-from agentjournal.authority import Authority, meet
+from agentjournal.authority import Authority, Gate, Policy, Refusal, meet
+from agentjournal.calls import calls_of
+from agentjournal.digests import value_digest as digest
 from agentjournal.errors import AuthorityDenied
 from agentjournal.events import AuthorityRefused, Enforcement
-from agentjournal.guardrails.actions import calls_of, digest
-from agentjournal.policy import Gate, Policy, Refusal
+from agentjournal.sdk._raised import RunAuthorityDenied
 
 if TYPE_CHECKING:
     from agents.agent import Agent
@@ -71,7 +71,7 @@ class RefusalRecorder(Protocol):
 
 
 class Gatekeeper:
-    """Applies a :class:`~agentjournal.policy.Policy` to a session's runs.
+    """Applies a :class:`~agentjournal.authority.Policy` to a session's runs.
 
     Args:
         policy: The policy.

@@ -14,7 +14,7 @@ checkpoint stream ``AgentLedger-{id}`` and the journal's key rotations
 ``AgentKeys`` — each when it exists.
 
 With ``redact=True`` no conversation leaves the store
-(:mod:`agentjournal.redaction`): the data of every event is withheld (``data``
+(:mod:`agentjournal.ledger.redaction`): the data of every event is withheld (``data``
 null, its digest kept, so the chain still verifies) except for the types that
 hold none; events that mix conversation with what a verifier needs (tool
 calls, handoffs, completions, guardrail decisions, authority refusals) carry
@@ -26,14 +26,26 @@ from __future__ import annotations
 import json
 from collections import deque
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
-from agentjournal import events, ledger, redaction
+from agentjournal import events
+from agentjournal.digests import data_digest
 from agentjournal.errors import InvalidInput, StreamNotFound
+from agentjournal.ledger import redaction
 from agentjournal.store.base import EventStore, RecordedEvent
-from agentjournal.streams import KEYS_STREAM, authority_stream, session_stream, validate_id
+from agentjournal.streams import (
+    KEYS_STREAM,
+    authority_stream,
+    ledger_stream,
+    session_stream,
+    validate_id,
+)
 
-__all__ = ["export_bundle"]
+__all__ = ["BUNDLE_FORMAT", "BUNDLE_VERSION", "export_bundle"]
+
+BUNDLE_FORMAT: Final = "agentjournal-bundle"
+BUNDLE_VERSION: Final = 2
+"""Version 2 adds each event's ``view`` (redacted bundles), the authority log and the keys."""
 
 
 async def export_bundle(
@@ -50,7 +62,7 @@ async def export_bundle(
     root = session_stream(session_id)
     # The checkpoints first: a session written meanwhile then only adds uncovered
     # events, never a checkpoint naming events the export lacks.
-    checkpoints = await _read(store, ledger.ledger_stream(session_id))
+    checkpoints = await _read(store, ledger_stream(session_id))
     streams: list[dict[str, Any]] = []
     pending: deque[str] = deque([root])
     seen = {root}
@@ -70,14 +82,14 @@ async def export_bundle(
                 pending.append(child)
     for name, recorded in (
         (authority_stream(session_id), await _read(store, authority_stream(session_id))),
-        (ledger.ledger_stream(session_id), checkpoints),
+        (ledger_stream(session_id), checkpoints),
         (KEYS_STREAM, await _read(store, KEYS_STREAM)),
     ):
         if recorded:
             streams.append(_stream(name, recorded, redact))
     return {
-        "format": ledger.BUNDLE_FORMAT,
-        "version": ledger.BUNDLE_VERSION,
+        "format": BUNDLE_FORMAT,
+        "version": BUNDLE_VERSION,
         "session_id": session_id,
         "exported_at": datetime.now(UTC).isoformat(),
         "redacted": redact,
@@ -129,7 +141,7 @@ def _event(event: RecordedEvent, redact: bool) -> dict[str, Any]:
         "id": str(event.id),
         "type": event.type,
         "data": text,
-        "data_sha256": ledger.data_digest(event.data),
+        "data_sha256": data_digest(event.data),
         "metadata": dict(event.metadata),
         "view": shown,
     }

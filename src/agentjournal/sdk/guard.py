@@ -30,10 +30,10 @@ from agents.handoffs import Handoff, handoff
 from agents.tool import FunctionTool, _get_function_tool_invoke_context
 from agents.tool_context import ToolContext
 
-from agentjournal.gates import Gatekeeper
 from agentjournal.guardrails import actions
-from agentjournal.guardrails.enforce import Enforcer
 from agentjournal.guardrails.protocol import Decision
+from agentjournal.sdk.enforce import Enforcer
+from agentjournal.sdk.gates import Gatekeeper
 
 if TYPE_CHECKING:
     from agents.agent import Agent

@@ -42,13 +42,14 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
 
 from opentelemetry.trace import Span
 
-from agentjournal import tracing
-from agentjournal._raised import RunGuardrailBlocked
+from agentjournal.calls import calls_of, tool_call_payload
 from agentjournal.errors import GuardrailBlocked
 from agentjournal.events import Enforcement, GuardrailDecided
 from agentjournal.guardrails import actions
 from agentjournal.guardrails.client import GuardrailClient, Verdict
 from agentjournal.guardrails.protocol import ActionType, Decision, ReasonCode, TraceRef
+from agentjournal.sdk import tracing
+from agentjournal.sdk._raised import RunGuardrailBlocked
 
 if TYPE_CHECKING:
     from agents.agent import Agent
@@ -168,7 +169,7 @@ class Enforcer:
         output = list(response.output)
         pending: list[tuple[Awaitable[Verdict], bool, str]] = []  # check, wrapped, subject
         handoff_seen = False
-        for call in actions.calls_of(output):
+        for call in calls_of(output):
             name, call_id, arguments = call.name, call.call_id, call.arguments
             if call_id in skip:
                 continue
@@ -180,7 +181,7 @@ class Enforcer:
             if target is None:
                 check = self._decide(
                     ActionType.TOOL_CALL,
-                    actions.tool_call_payload(call_id, name, arguments, call.kind),
+                    tool_call_payload(call_id, name, arguments, call.kind),
                     agent=agent.name,
                     subject=name,
                     call_id=call_id,
@@ -271,7 +272,7 @@ class Enforcer:
     ) -> Verdict:
         """The decision for a tool call about to run: the one from ``on_llm_end``, or a new one."""
         earlier = self._turn.tools.pop(call_id, None)
-        payload = actions.tool_call_payload(call_id, name, arguments)
+        payload = tool_call_payload(call_id, name, arguments)
         if earlier is not None and earlier.payload == payload:
             return earlier
         return await self._decide(

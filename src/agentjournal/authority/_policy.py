@@ -57,8 +57,8 @@ from agentjournal.authority import (
     excess,
     validate_scope,
 )
+from agentjournal.digests import value_digest
 from agentjournal.errors import InvalidInput
-from agentjournal.ledger import value_digest
 
 __all__ = [
     "CeilingInput",

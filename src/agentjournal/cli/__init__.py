@@ -46,8 +46,8 @@ _STORE_HELP = f"the store (default: ${URI_ENV}, else {DEFAULT_URI})"
 
 
 async def _selfcheck(uri: str | None) -> int:
-    from agentjournal.selfcheck import run_selfcheck
     from agentjournal.store import open_store
+    from agentjournal.store.selfcheck import run_selfcheck
 
     with tempfile.TemporaryDirectory(prefix="agentjournal-selfcheck-") as directory:
         target = uri or f"sqlite:///{os.path.join(directory, 'selfcheck.db')}"
@@ -296,7 +296,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "guardrail":
         return _guardrail_serve(args.host, args.port, args.rules)
     if args.command == "verify":
-        from agentjournal.audit import verify_session
+        from agentjournal.cli._audit import verify_session
 
         return asyncio.run(
             verify_session(
@@ -309,13 +309,13 @@ def _run(args: argparse.Namespace) -> int:
             )
         )
     if args.command == "bundle" and args.bundle_command == "export":
-        from agentjournal.audit import export_to_file
+        from agentjournal.cli._audit import export_to_file
 
         return asyncio.run(
             export_to_file(args.session, args.uri, args.output, args.redact, not args.no_checkpoint)
         )
     if args.command == "bundle":
-        from agentjournal.audit import DEFAULT_MAX_BYTES, verify_file
+        from agentjournal.cli._audit import DEFAULT_MAX_BYTES, verify_file
 
         return verify_file(
             args.bundle,
@@ -326,17 +326,17 @@ def _run(args: argparse.Namespace) -> int:
             policy_file=args.policy,
         )
     if args.command == "keygen" and args.rotate is not None:
-        from agentjournal.audit import rotate
+        from agentjournal.cli._audit import rotate
 
         return asyncio.run(rotate(args.rotate, args.output, args.uri))
     if args.command == "keygen":
-        from agentjournal.audit import keygen
+        from agentjournal.cli._audit import keygen
 
         if args.uri is not None:
             return _error("--uri is for --rotate: a new key alone is not recorded anywhere")
         return keygen(args.output)
     if args.command == "demo":
-        from agentjournal.demo import run_demo  # loads the Agents SDK
+        from agentjournal.cli.demo import run_demo  # loads the Agents SDK
 
         uri = f"sqlite:///{os.path.abspath(args.db)}" if args.db else store_uri(args.uri)
         return asyncio.run(

@@ -42,9 +42,12 @@ from typing import Any, Final
 
 import rfc8785
 
-from agentjournal import events, ledger
-from agentjournal.guardrails.actions import call_of, digest, tool_call_payload
-from agentjournal.policy import ceiling_inputs
+from agentjournal import events
+from agentjournal.authority import ceiling_inputs
+from agentjournal.calls import call_of, tool_call_payload
+from agentjournal.digests import value_digest
+from agentjournal.ledger.checkpoints import CHECKPOINT
+from agentjournal.ledger.keys import KEY_ROTATED
 
 __all__ = [
     "KEPT",
@@ -66,8 +69,8 @@ KEPT: Final = frozenset(
         events.POLICY_RECORDED,
         events.AUTHORITY_HELD,
         events.AUTHORITY_RESET,
-        ledger.CHECKPOINT,
-        ledger.KEY_ROTATED,
+        CHECKPOINT,
+        KEY_ROTATED,
     }
 )
 """Event types whose data a redacted bundle shows whole: they carry no conversation."""
@@ -91,7 +94,7 @@ _CODE: Final = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 
 def withheld(value: Any) -> dict[str, str]:
     """The marker that stands for a withheld value."""
-    return {"withheld": digest(value)}
+    return {"withheld": value_digest(value)}
 
 
 def is_withheld(value: Any) -> bool:
@@ -173,7 +176,7 @@ def call_marker(item: Any, rule: Mapping[str, Any] | None) -> dict[str, Any]:
         marker["call_id"] = call.call_id
         marker["kind"] = call.kind
         marker["name"] = call.name
-        marker["payload_digest"] = digest(
+        marker["payload_digest"] = value_digest(
             tool_call_payload(call.call_id, call.name, call.arguments, call.kind)
         )
         marker["ceilings"] = ceiling_inputs(call.arguments, _ceilings(rule).values())
@@ -225,7 +228,7 @@ def _tool_calls(body: dict[str, Any], rule: Mapping[str, Any] | None) -> dict[st
         except ValueError:
             item = None
         marker = call_marker(item, rule) if isinstance(item, dict) else {}
-        openai["item_json"] = {**marker, "withheld": digest(openai["item_json"])}
+        openai["item_json"] = {**marker, "withheld": value_digest(openai["item_json"])}
     return shown
 
 

@@ -1,9 +1,9 @@
 """Offline verification of a session bundle (pure: no store, no network).
 
-A bundle (:mod:`agentjournal.bundle` writes one) holds every stream of a
+A bundle (:mod:`agentjournal.ledger.bundle` writes one) holds every stream of a
 session tree with every event's revision, id, type, metadata, data digest and
 data — or, in a redacted bundle, no data but a committed view
-(:mod:`agentjournal.redaction`). :func:`verify_bundle` checks, in order:
+(:mod:`agentjournal.ledger.redaction`). :func:`verify_bundle` checks, in order:
 
 1. **Structure** — the format, no unknown or missing fields, no empty bundle.
 2. **Integrity** — per stream: revisions 0, 1, 2, ... with no gap; each
@@ -49,14 +49,19 @@ from typing import Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentjournal import events, ledger, redaction
+from agentjournal import events
 from agentjournal._text import cut, plural
-from agentjournal.authority import Authority, meet
+from agentjournal.authority import Authority, Gate, Policy, ToolRule, ceiling_inputs, meet
+from agentjournal.calls import CALL_KINDS
+from agentjournal.digests import value_digest
 from agentjournal.errors import CodecError, InvalidInput
 from agentjournal.events import Enforcement
-from agentjournal.guardrails.actions import CALL_KINDS
-from agentjournal.policy import Gate, Policy, ToolRule, ceiling_inputs
-from agentjournal.streams import KEYS_STREAM, authority_stream
+from agentjournal.ledger import redaction
+from agentjournal.ledger.bundle import BUNDLE_FORMAT, BUNDLE_VERSION
+from agentjournal.ledger.chain import CHAIN_KEYS, GENESIS, HASH_KEY, PREV_KEY, SEQ_KEY, chain_hash
+from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
+from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, signed_event_id, trusted_closure
+from agentjournal.streams import KEYS_STREAM, authority_stream, ledger_stream
 
 __all__ = ["Event", "Problem", "Report", "parse_bundle", "verify_bundle"]
 
@@ -302,12 +307,12 @@ def _parse(bundle: Any) -> tuple[str, dict[str, list[Event]]]:
             f"bundle fields: unknown {cut(str(sorted(extra)), 200)}, missing {sorted(missing)}"
         )
     version = bundle["version"]
-    if bundle["format"] != ledger.BUNDLE_FORMAT or type(version) is not int:
-        raise InvalidInput(f"not an {ledger.BUNDLE_FORMAT} bundle")
-    if version != ledger.BUNDLE_VERSION:
+    if bundle["format"] != BUNDLE_FORMAT or type(version) is not int:
+        raise InvalidInput(f"not an {BUNDLE_FORMAT} bundle")
+    if version != BUNDLE_VERSION:
         raise InvalidInput(
-            f"an {ledger.BUNDLE_FORMAT} of version {version}; this verifier reads version "
-            f"{ledger.BUNDLE_VERSION} (agentjournal 0.2): verify it with the agentjournal "
+            f"an {BUNDLE_FORMAT} of version {version}; this verifier reads version "
+            f"{BUNDLE_VERSION} (agentjournal 0.2): verify it with the agentjournal "
             "that wrote it"
         )
     session_id = bundle["session_id"]
@@ -382,7 +387,7 @@ def _event(stream: str, raw: Any) -> Event:
 
 
 def _check_chain(report: Report, name: str, stream: Sequence[Event]) -> None:
-    prev = ledger.GENESIS
+    prev = GENESIS
     for position, event in enumerate(stream):
         if event.revision != position:
             report.fail(
@@ -397,19 +402,17 @@ def _check_chain(report: Report, name: str, stream: Sequence[Event]) -> None:
             report.fail("integrity", name, position, problem)
             return
         metadata = event.metadata
-        stored = metadata.get(ledger.HASH_KEY)
+        stored = metadata.get(HASH_KEY)
         if stored is None:
             report.fail("integrity", name, position, "the event is not chained (no aj.hash)")
             return
-        if metadata.get(ledger.SEQ_KEY) != str(position):
+        if metadata.get(SEQ_KEY) != str(position):
             report.fail("integrity", name, position, "aj.seq does not match the revision")
             return
-        if metadata.get(ledger.PREV_KEY) != prev:
+        if metadata.get(PREV_KEY) != prev:
             report.fail("integrity", name, position, "aj.prev is not the previous event's hash")
             return
-        expected = ledger.chain_hash(
-            name, position, event.id, event.type, event.data_sha256, metadata
-        )
+        expected = chain_hash(name, position, event.id, event.type, event.data_sha256, metadata)
         if expected != stored:
             report.fail("integrity", name, position, "the hash does not match the event")
             return
@@ -466,7 +469,7 @@ class _Tree:
     def __init__(self, session_id: str, session_stream: str, streams: dict[str, list[Event]]):
         self.session_id = session_id
         self.session_stream = session_stream
-        self.ledger_stream = ledger.ledger_stream(session_id)
+        self.ledger_stream = ledger_stream(session_id)
         self.authority_stream = authority_stream(session_id)
         self.streams = streams
         self.by_id = {e.id: e for stream in streams.values() for e in stream}
@@ -558,7 +561,7 @@ def _check_twins(report: Report, tree: _Tree) -> None:
                 report.fail("twins", event.stream, event.revision, "SubagentCompleted has no twin")
             elif last is not mate:
                 report.fail("twins", closes, mate.revision + 1, "events after the subagent closed")
-            elif event.metadata.get(events.CLOSES_HASH_KEY) != mate.metadata.get(ledger.HASH_KEY):
+            elif event.metadata.get(events.CLOSES_HASH_KEY) != mate.metadata.get(HASH_KEY):
                 report.fail(
                     "twins", event.stream, event.revision, "aj.closes_hash is not the subsession's"
                 )
@@ -577,20 +580,20 @@ def _trusted_keys(
     report: Report, tree: _Tree, trusted: Mapping[str, Ed25519PublicKey]
 ) -> Mapping[str, Ed25519PublicKey]:
     """The caller's keys and those that valid rotations on ``AgentKeys`` lead to."""
-    rotations: list[ledger.KeyRotation] = []
+    rotations: list[KeyRotation] = []
     for event in tree.streams.get(KEYS_STREAM, []):
         try:
-            if event.type != ledger.KEY_ROTATED:
+            if event.type != KEY_ROTATED:
                 raise InvalidInput(f"{event.type} does not belong on {KEYS_STREAM}")
             if _unchained(event.metadata) != _ROTATION_METADATA:
                 raise InvalidInput("a key rotation carries metadata it was not written with")
-            rotation = ledger.KeyRotation.decode(event.body())
-            if event.id != str(ledger.signed_event_id(KEYS_STREAM, rotation.signature)):
+            rotation = KeyRotation.decode(event.body())
+            if event.id != str(signed_event_id(KEYS_STREAM, rotation.signature)):
                 raise InvalidInput("the rotation's event id is not the one its signature gives")
             rotations.append(rotation)
         except InvalidInput as error:
             report.fail("checkpoints", event.stream, event.revision, str(error))
-    keys = ledger.trusted_closure(trusted, rotations)
+    keys = trusted_closure(trusted, rotations)
     if rotations:
         added = sorted(set(keys) - set(trusted))
         report.lines.append(
@@ -606,7 +609,7 @@ _ROTATION_METADATA: Final = {events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VA
 
 def _unchained(metadata: Mapping[str, str]) -> dict[str, str]:
     """Metadata without its chain keys (``aj.seq``, ``aj.prev``, ``aj.hash``)."""
-    return {k: v for k, v in metadata.items() if k not in ledger.CHAIN_KEYS}
+    return {k: v for k, v in metadata.items() if k not in CHAIN_KEYS}
 
 
 def _check_checkpoints(
@@ -617,15 +620,15 @@ def _check_checkpoints(
     not_before: str | None,
 ) -> None:
     keys = _trusted_keys(report, tree, trusted)
-    signed: list[tuple[Event, ledger.Checkpoint]] = []
+    signed: list[tuple[Event, Checkpoint]] = []
     foreign: list[tuple[Event, str]] = []  # checkpoints by keys outside the trusted chain
     for event in tree.streams.get(tree.ledger_stream, []):
         where = ("checkpoints", event.stream, event.revision)
-        if event.type != ledger.CHECKPOINT:
+        if event.type != CHECKPOINT:
             report.fail(*where, f"{event.type} does not belong on the checkpoint stream")
             continue
         try:
-            checkpoint = ledger.Checkpoint.decode(event.body())
+            checkpoint = Checkpoint.decode(event.body())
         except InvalidInput as error:
             report.fail(*where, str(error))
             continue
@@ -644,7 +647,7 @@ def _check_checkpoints(
             report.fail(*where, "a checkpoint of another session")
             continue
         if checkpoint.sequence != event.revision or checkpoint.previous != event.metadata.get(
-            ledger.PREV_KEY
+            PREV_KEY
         ):
             report.fail(
                 *where,
@@ -655,7 +658,7 @@ def _check_checkpoints(
         if _unchained(event.metadata) != dict(checkpoint.metadata):
             report.fail(*where, "the checkpoint event's metadata is not what was signed")
             continue
-        if event.id != str(ledger.signed_event_id(event.stream, checkpoint.signature)):
+        if event.id != str(signed_event_id(event.stream, checkpoint.signature)):
             report.fail(*where, "the checkpoint's event id is not the one its signature gives")
             continue
         for stream, (revision, digest) in checkpoint.heads.items():
@@ -668,7 +671,7 @@ def _check_checkpoints(
                     f"the checkpoint at {event.stream}@{event.revision} names revision "
                     f"{revision}: the stream was truncated",
                 )
-            elif found[revision].metadata.get(ledger.HASH_KEY) != digest:
+            elif found[revision].metadata.get(HASH_KEY) != digest:
                 report.fail(
                     "checkpoints",
                     stream,
@@ -729,7 +732,7 @@ def _instant(text: str) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def _covered(tree: _Tree, checkpoint: ledger.Checkpoint) -> dict[str, int]:
+def _covered(tree: _Tree, checkpoint: Checkpoint) -> dict[str, int]:
     """The last covered revision of each stream under ``checkpoint``."""
     covered = {stream: revision for stream, (revision, _) in checkpoint.heads.items()}
     changed = True
@@ -1094,7 +1097,7 @@ def _decision_problem(body: Mapping[str, Any]) -> str | None:
         elif redaction.is_withheld(value):
             found = value.get("withheld")
         else:
-            found = ledger.value_digest(value)
+            found = value_digest(value)
         if found != recorded:
             return f"the {name} is not the one its digest names"
     return None

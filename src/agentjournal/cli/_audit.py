@@ -21,9 +21,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentjournal import ledger
 from agentjournal._text import plural, shown_uri
-from agentjournal.bundle import export_bundle
+from agentjournal.authority import Policy
 from agentjournal.errors import InvalidInput, StoreUnavailable
-from agentjournal.policy import Policy
+from agentjournal.ledger.bundle import export_bundle
+from agentjournal.ledger.verify import Report, parse_bundle, verify_bundle
 from agentjournal.store import (
     AppendRequest,
     AppendResult,
@@ -34,7 +35,6 @@ from agentjournal.store import (
 )
 from agentjournal.store.base import Expected, RecordedEvent
 from agentjournal.streams import session_stream, validate_id
-from agentjournal.verify import Report, parse_bundle, verify_bundle
 
 __all__ = [
     "DEFAULT_MAX_BYTES",

@@ -1,0 +1,7 @@
+"""``python -m agentjournal.cli``: the same as the ``agentjournal`` command."""
+
+import sys
+
+from agentjournal.cli import main
+
+sys.exit(main())

@@ -1,0 +1,25 @@
+"""Digests of what agentjournal records (pure): of event data, and of JSON values."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+__all__ = ["data_digest", "value_digest"]
+
+
+def value_digest(value: Any) -> str:
+    """``sha256:`` + hex SHA-256 of ``value`` as JSON with sorted keys, no whitespace, UTF-8.
+
+    The digest of a payload a guardrail judged, of a withheld value in a redacted view, and of a
+    string a ceiling reads. Lone surrogates are kept as their bytes (``surrogatepass``): a digest
+    never fails on data a model or a forged bundle produced.
+    """
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def data_digest(data: bytes) -> str:
+    """Hex SHA-256 of an event's data."""
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,64 @@
+"""The tamper-evident ledger: hash chains, signing keys, checkpoints, bundles and their
+offline verification (no store, no network, no Agents SDK).
+
+- :mod:`~agentjournal.ledger.chain` — per-stream hash chains (pure).
+- :mod:`~agentjournal.ledger.keys` — Ed25519 signing keys and their rotation (pure).
+- :mod:`~agentjournal.ledger.checkpoints` — signed checkpoints of a tree's heads (pure).
+- :mod:`~agentjournal.ledger.redaction` — what a redacted bundle shows of each event (pure).
+- :mod:`~agentjournal.ledger.bundle` — the bundle format, and exporting a session tree.
+- :mod:`~agentjournal.ledger.verify` — verifying a bundle (pure).
+"""
+
+from __future__ import annotations
+
+from agentjournal.ledger.bundle import BUNDLE_FORMAT, BUNDLE_VERSION, export_bundle
+from agentjournal.ledger.chain import (
+    CHAIN_KEYS,
+    GENESIS,
+    HASH_KEY,
+    PREV_KEY,
+    SEQ_KEY,
+    chain_hash,
+    seal,
+)
+from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
+from agentjournal.ledger.keys import (
+    KEY_ROTATED,
+    SIGNING_KEY_ENV,
+    SIGNING_KEY_FILE_ENV,
+    KeyRotation,
+    SigningKey,
+    key_id,
+    load_public_key,
+    signed_event_id,
+    trusted_closure,
+)
+from agentjournal.ledger.verify import Problem, Report, parse_bundle, verify_bundle
+
+__all__ = [
+    "BUNDLE_FORMAT",
+    "BUNDLE_VERSION",
+    "CHAIN_KEYS",
+    "CHECKPOINT",
+    "GENESIS",
+    "HASH_KEY",
+    "KEY_ROTATED",
+    "PREV_KEY",
+    "SEQ_KEY",
+    "SIGNING_KEY_ENV",
+    "SIGNING_KEY_FILE_ENV",
+    "Checkpoint",
+    "KeyRotation",
+    "Problem",
+    "Report",
+    "SigningKey",
+    "chain_hash",
+    "export_bundle",
+    "key_id",
+    "load_public_key",
+    "parse_bundle",
+    "seal",
+    "signed_event_id",
+    "trusted_closure",
+    "verify_bundle",
+]
