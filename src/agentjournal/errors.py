@@ -10,6 +10,7 @@ the store boundary and never leak through the public API.
     ├── InvalidInput (also ValueError)   bad arguments; nothing was written
     ├── StoreError                       the event store failed
     │   ├── ConcurrencyError             expected revision did not match
+    │   ├── RetriesExhausted             other writers kept winning, every retry
     │   ├── StreamNotFound               the stream does not exist
     │   ├── StreamDeleted                the stream was deleted or tombstoned
     │   └── StoreUnavailable             the store cannot be reached or is busy
@@ -29,6 +30,7 @@ __all__ = [
     "GuardrailBlocked",
     "InvalidInput",
     "JournalError",
+    "RetriesExhausted",
     "StoreError",
     "StoreUnavailable",
     "StreamDeleted",
@@ -66,6 +68,23 @@ class ConcurrencyError(StoreError):
         super().__init__(
             f"stream {stream!r} is at {shown}, the writer expected {expected}: "
             "read the stream again and retry from its current revision"
+        )
+
+
+class RetriesExhausted(StoreError):
+    """Raised when a session's write lost to other writers on every retry; nothing was written.
+
+    Attributes:
+        stream: The stream the last attempt conflicted on.
+        attempts: How many attempts were made.
+    """
+
+    def __init__(self, stream: str, attempts: int) -> None:
+        self.stream = stream
+        self.attempts = attempts
+        super().__init__(
+            f"{attempts} attempts to write to {stream!r} each lost to another writer; "
+            "nothing was written: retry later, or write less concurrently to one session"
         )
 
 

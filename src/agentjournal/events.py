@@ -24,7 +24,7 @@ from kurrent_agent_schema import (
     to_json,
 )
 
-from agentjournal.errors import CodecError
+from agentjournal.errors import CodecError, InvalidInput
 
 __all__ = [
     "CALL_ID_KEY",
@@ -547,7 +547,7 @@ def encode_subagent_completed(
 ) -> bytes:
     """Return ``SubagentCompleted`` data (the same on both copies but for the twin id)."""
     if outcome not in OUTCOMES:
-        raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
+        raise InvalidInput(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
     message = SubagentCompleted(agent_id=subagent.agent_id, outcome=outcome, summary=summary)
     message.timestamp.FromDatetime(timestamp)
     openai: dict[str, Any] = {

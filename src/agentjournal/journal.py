@@ -6,28 +6,26 @@ import logging
 import os
 from collections import OrderedDict
 from collections.abc import Generator, Mapping
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Final
 
 from agents.memory.session_settings import SessionSettings
 
-from agentjournal import events, ledger
 from agentjournal.authority import Policy
-from agentjournal.errors import ConcurrencyError, InvalidInput, StreamNotFound
+from agentjournal.engine.tree import SessionTree
+from agentjournal.engine.writer import rotate_key
+from agentjournal.errors import InvalidInput
 from agentjournal.guardrails.client import GuardrailClient
 from agentjournal.ledger import KeyRotation, SigningKey
-from agentjournal.sdk.session import JournalSession, SessionTree
+from agentjournal.sdk.session import JournalSession
 from agentjournal.store import (
     DEFAULT_URI,
     URI_ENV,
     EventStore,
-    NewEvent,
-    StreamState,
     open_store,
     store_uri,
 )
-from agentjournal.streams import KEYS_STREAM, validate_id
+from agentjournal.streams import session_stream, validate_id
 
 __all__ = ["DEFAULT_URI", "GUARDRAIL_URL_ENV", "URI_ENV", "Journal"]
 
@@ -142,7 +140,7 @@ class Journal:
                 policy is malformed.
         """
         key = validate_id(session_id, "session id")
-        tree = self._trees.pop(key, None) or SessionTree()
+        tree = self._trees.pop(key, None) or SessionTree(session_stream(key))
         self._trees[key] = tree
         while len(self._trees) > self._cached_sessions:
             self._trees.popitem(last=False)
@@ -195,32 +193,9 @@ class Journal:
             InvalidInput: ``new`` is ``old``.
             StoreError: The rotation could not be written.
         """
-        if old.key_id == new.key_id:
-            raise InvalidInput(f"the new key is the old one ({old.key_id})")
-        rotation = KeyRotation.sign(old, new.public_key, datetime.now(UTC))
-        data = rotation.encode()
-        for _ in range(8):
-            try:
-                tail = await self.store.read(KEYS_STREAM, backwards=True, limit=1)
-            except StreamNotFound:
-                tail = []
-            head = tail[0].revision if tail else -1
-            prev = tail[0].metadata.get(ledger.HASH_KEY, "") if tail else ledger.GENESIS
-            metadata = {events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE}
-            event_id = ledger.signed_event_id(KEYS_STREAM, rotation.signature)
-            ledger.seal(
-                KEYS_STREAM, head + 1, str(event_id), ledger.KEY_ROTATED, data, metadata, prev
-            )
-            event = NewEvent(type=ledger.KEY_ROTATED, data=data, metadata=metadata, id=event_id)
-            try:
-                await self.store.append(
-                    KEYS_STREAM, [event], expected=StreamState.NO_STREAM if head < 0 else head
-                )
-            except ConcurrencyError:
-                continue  # another rotation landed first: chain after it
-            logger.info("key %s rotated to %s", old.key_id, new.key_id)
-            return rotation
-        raise ConcurrencyError(KEYS_STREAM, "exact", None)
+        rotation = await rotate_key(self.store, old, new)
+        logger.info("key %s rotated to %s", old.key_id, new.key_id)
+        return rotation
 
     async def close(self) -> None:
         """Close the store and the guardrail clients made here; sessions cannot be used after."""

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-__all__ = ["Clear", "Entry", "Key", "Picker", "Pop", "Timeline", "TimelineEvent"]
+__all__ = ["Clear", "Entry", "Key", "Picker", "Pop", "Timeline", "TimelineEvent", "fold"]
 
 Key: TypeAlias = tuple[str, int, int]
 """Where an item lives: (stream, revision, part). ``part`` is 0 except for
@@ -164,3 +164,26 @@ class Picker:
         else:
             self.picked.append(event)
         return True
+
+
+def fold(timeline: Timeline, new: list[TimelineEvent]) -> None:
+    """Apply events read from several streams: items by index, then what hides them.
+
+    Pops hide by key and clears by index, so this order gives the same result
+    as applying everything in the order it was written.
+    """
+    # ``new`` holds each stream's events in stream order; an item another writer
+    # left without an index sorts right after the indexed item before it.
+    last: dict[str, int] = {}
+    keyed: list[tuple[int, int, int, Entry]] = []
+    for order, entry in enumerate(e for e in new if isinstance(e, Entry)):
+        if entry.index >= 0:
+            last[entry.stream] = entry.index
+            keyed.append((entry.index, 0, order, entry))
+        else:
+            keyed.append((last.get(entry.stream, -1), 1, order, entry))
+    for *_, entry in sorted(keyed, key=lambda k: k[:3]):
+        timeline.apply(entry)
+    for hiding in new:
+        if not isinstance(hiding, Entry):
+            timeline.apply(hiding)

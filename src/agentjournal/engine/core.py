@@ -1,0 +1,531 @@
+"""A journal session without the Agents SDK: its reads and writes on one session tree.
+
+:class:`SessionCore` is what :class:`~agentjournal.sdk.session.JournalSession`
+delegates to. Items are plain dicts; what only a run knows (who speaks, which
+call is a handoff, what a handoff granted) arrives as a
+:class:`~agentjournal.engine.plan.RunView`, and trace ids as metadata. Every
+operation takes the tree's lock, reads through its
+:class:`~agentjournal.engine.reader.Reader` and writes through its
+:class:`~agentjournal.engine.writer.Writer`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from agentjournal import events
+from agentjournal.authority import Authority
+from agentjournal.engine.plan import (
+    ItemsPlan,
+    RunView,
+    SessionFacts,
+    WritePlan,
+    plan_checkpoint,
+    plan_control,
+    plan_items,
+    plan_log,
+    run_grant,
+)
+from agentjournal.engine.reader import Reader
+from agentjournal.engine.timeline import Clear, Entry, Key, Pop
+from agentjournal.engine.tree import SessionTree
+from agentjournal.engine.writer import Writer
+from agentjournal.errors import ConcurrencyError, InvalidInput
+from agentjournal.ledger import redaction
+from agentjournal.ledger.checkpoints import Checkpoint
+from agentjournal.ledger.keys import SigningKey
+from agentjournal.streams import authority_stream
+
+__all__ = ["DEFAULT_CHECKPOINT_EVERY", "HistoryChanged", "SessionCore", "Snapshot"]
+
+logger = logging.getLogger("agentjournal.engine")
+
+DEFAULT_CHECKPOINT_EVERY: Final = 100
+
+
+class HistoryChanged(Exception):
+    """A compaction snapshot's suffix is no longer the newest history: replace nothing."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The newest visible items of a session, as a compaction read them.
+
+    Attributes:
+        items: The items, oldest first.
+        complete: Whether no visible item is older than ``items``.
+        seen: Each item's key and exact text (what a replacement checks is unchanged).
+    """
+
+    items: list[dict[str, Any]]
+    complete: bool
+    seen: list[tuple[Key, str]]
+
+
+class _NoRun:
+    """The run of a write outside any run (``close_subagents``, a compaction)."""
+
+    identity: Any = None
+    speaker: str | None = None
+    handoffs: Mapping[str, tuple[str, str]] = {}
+    grants: Sequence[Any] = ()
+    finished: str | None = None
+
+    def __init__(self, speaker: str | None = None) -> None:
+        self.speaker = speaker
+
+    def produced_by(self, item: Mapping[str, Any]) -> None:
+        return None
+
+    def same_run(self, run: Any) -> bool:
+        return False
+
+
+class SessionCore:
+    """One session's reads and writes (see the module docs).
+
+    Args:
+        store: The event store.
+        facts: What the session adds to every write.
+        tree: What is known of the session's streams (shared per session id).
+        signing_key: Signs checkpoints; without one none are written.
+        checkpoint_every: Events written between two checkpoints (at least 1).
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        facts: SessionFacts,
+        tree: SessionTree,
+        *,
+        signing_key: SigningKey | None = None,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+    ) -> None:
+        if checkpoint_every < 1:
+            raise InvalidInput(f"checkpoint_every must be at least 1, got {checkpoint_every}")
+        self.facts = facts
+        self.tree = tree
+        self.reader = Reader(store, tree, facts.session_id)
+        self.writer = Writer(store, tree, self.reader)
+        self.signing_key = signing_key
+        self._checkpoint_every = checkpoint_every
+        self._taken: set[str] = set()  # subsession streams found to exist already
+        self._warned_unwired = False
+
+    # -- reads ------------------------------------------------------------------------
+
+    async def items(self, limit: int | None) -> list[dict[str, Any]]:
+        """The newest ``limit`` visible items (every one for None), oldest first, fresh."""
+        async with self.tree.lock:
+            await self.reader.refresh(limit)
+            return [entry.item() for entry in self.tree.timeline.latest(limit)]
+
+    async def open_subagents(self) -> list[events.Subagent]:
+        """The subagents open now, outermost first (read from the streams)."""
+        async with self.tree.lock:
+            await self.reader.refresh(0)
+            return list(self.tree.chain)
+
+    async def open_grant(self, agent: str) -> tuple[bool, Authority | None]:
+        """Whether ``agent`` speaks inside the innermost open subagent, and what it was granted."""
+        async with self.tree.lock:
+            await self.reader.refresh(0)
+        chain = self.tree.chain
+        if not chain or chain[-1].agent_name != agent:
+            return False, None
+        granted = self.tree.grants.get(chain[-1].stream)
+        try:
+            return True, None if granted is None else Authority.from_json(granted)
+        except InvalidInput as error:
+            logger.warning("the grant of %s is unreadable (%s): it holds nothing", agent, error)
+            return True, None
+
+    async def held_grant(self, agent: str) -> Authority | None:
+        """What ``agent`` last held in this session (the authority log, read afresh), if any.
+
+        An unreadable entry holds nothing (fail closed).
+        """
+        async with self.tree.lock:
+            log = await self.reader.authority_log(fresh=True)
+        raw = log.held.get(agent)
+        if raw is None:
+            return None
+        try:
+            return Authority.from_json(raw)
+        except InvalidInput as error:
+            logger.warning("what %s last held is unreadable (%s): it holds nothing", agent, error)
+            return Authority()
+
+    # -- writing items ------------------------------------------------------------------
+
+    async def add(
+        self,
+        items: list[Any],
+        run: RunView,
+        *,
+        trace: Mapping[str, str],
+        closing: tuple[str, str] | None = None,
+        hiding: Callable[[], Awaitable[Sequence[Entry | Clear]]] | None = None,
+    ) -> ItemsPlan | None:
+        """Write ``items`` as one atomic write (closing subagents with ``closing``); return
+        the plan that landed, None when there was nothing to write.
+
+        ``hiding`` (a compaction's replacement) is asked before each attempt, under the
+        tree's lock, which items the same write hides; it raises to give up.
+
+        Raises:
+            CodecError: An item cannot be stored exactly; nothing was written.
+            RetriesExhausted: Other writers kept winning for every retry.
+            StoreUnavailable: The store failed and the outcome could not be settled.
+        """
+        tree = self.tree
+        nonce = uuid.uuid4().hex
+
+        async def build() -> ItemsPlan | None:
+            hides = await hiding() if hiding is not None else ()
+            first = await self.reader.next_index()
+            log = await self.reader.authority_log() if run.grants else None
+            plan = plan_items(
+                tree,
+                self.facts,
+                run,
+                items,
+                first_index=first,
+                nonce=nonce,
+                now=datetime.now(UTC),
+                trace=trace,
+                closing=closing,
+                hides=hides,
+                taken=self._taken,
+                log=log,
+            )
+            if plan is not None:
+                for output in plan.routed.unmatched_outputs:
+                    self._warn_if_unwired(output)
+            return plan
+
+        def retry_now(plan: ItemsPlan, conflict: ConcurrencyError) -> bool:
+            if conflict.stream not in plan.opened:
+                return False
+            # That subsession exists already: the handoff's call id was used before in
+            # this session. Give the receiver a new id and plan again.
+            self._taken.add(conflict.stream)
+            return True
+
+        async with tree.lock:
+            if not tree.loaded:
+                await self.reader.load(0)
+            landed = await self.writer.write(build, retry_now=retry_now)
+            if landed is not None:
+                ended = bool(
+                    landed.closed or closing is not None or (items and run.finished is not None)
+                )
+                await self._maybe_checkpoint(force=ended, trace=trace)
+            return landed
+
+    async def pop(self, trace: Mapping[str, str]) -> dict[str, Any] | None:
+        """Hide the latest item and return it (``agentjournal.ItemPopped``); None if none."""
+        tree = self.tree
+        popped: list[Entry] = []
+
+        async def build() -> WritePlan | None:
+            await self.reader.refresh(1)
+            latest = tree.timeline.latest(1)
+            if not latest:
+                return None
+            entry = latest[0]
+            popped[:] = [entry]
+            data = events.ItemPopped(entry.stream, entry.revision, entry.part, entry.index)
+            return await self._control(events.ITEM_POPPED, data.encode(), trace, [Pop(entry.key)])
+
+        async with tree.lock:
+            landed = await self.writer.write(build)
+        return popped[0].item() if landed is not None else None
+
+    async def clear(self, trace: Mapping[str, str]) -> None:
+        """Hide every item (``agentjournal.SessionCleared``); nothing for no session yet."""
+        tree = self.tree
+
+        async def build() -> WritePlan | None:
+            await self.reader.refresh(0)
+            if tree.heads.get(tree.stream, -1) < 0:
+                return None
+            through = await self.reader.next_index() - 1
+            data = events.SessionCleared(through).encode()
+            return await self._control(events.SESSION_CLEARED, data, trace, [Clear(through)])
+
+        async with tree.lock:
+            await self.writer.write(build)
+
+    async def _control(
+        self, type_: str, data: bytes, trace: Mapping[str, str], entries: list[Any]
+    ) -> WritePlan:
+        """A pop or a clear: one event on the innermost stream."""
+        tree = self.tree
+        stream = tree.chain[-1].stream if tree.chain else tree.stream
+        return plan_control(
+            tree,
+            self.facts,
+            stream,
+            type_,
+            data,
+            next_index=await self.reader.next_index(),
+            metadata=trace,
+            entries=entries,
+        )
+
+    # -- decisions, refusals, grants ---------------------------------------------------
+
+    async def record(
+        self,
+        type_: str,
+        data: bytes,
+        *,
+        agent: str,
+        run: RunView,
+        metadata: Mapping[str, str],
+        held: tuple[str, Any] | None = None,
+    ) -> None:
+        """Append a decision, refusal or grant to the stream of the agent acting in ``run``.
+
+        That is the innermost open subsession when this run wrote inside it or
+        ``agent`` is its agent (a resumed run), else the session stream (a new
+        run's first agent speaks there). ``held`` (agent, authority JSON) adds the
+        grant's entry to the authority log in the same transaction. With
+        ``record_payloads`` off, a decision or refusal is written as its redacted
+        view (``aj.viewed``).
+
+        Raises:
+            StoreError: It did not land.
+        """
+        tree = self.tree
+        extra = dict(metadata)
+        if not self.facts.record_payloads:
+            shown = redaction.view(type_, data, extra)
+            if shown is not None:
+                data = json.dumps(shown, ensure_ascii=False, separators=(",", ":")).encode()
+                extra[events.VIEWED_KEY] = "1"
+
+        async def build() -> WritePlan:
+            inner = tree.chain and (
+                run.same_run(tree.chain_run) or tree.chain[-1].agent_name == agent
+            )
+            stream = tree.chain[-1].stream if inner else tree.stream
+            log = await self.reader.authority_log() if held is not None else None
+            return plan_control(
+                tree,
+                self.facts,
+                stream,
+                type_,
+                data,
+                next_index=await self.reader.next_index(),
+                metadata=extra,
+                held=held,
+                log=log,
+            )
+
+        async with tree.lock:
+            if not tree.loaded:
+                await self.reader.load(0)
+            await self.writer.write(build)
+
+    async def record_grant(
+        self, agent: str, authority: Authority, run: RunView, trace: Mapping[str, str]
+    ) -> None:
+        """Append ``agentjournal.AuthorityGranted`` (what a run's first agent holds) and its
+        entry on the authority log, in one transaction."""
+        await self.record(
+            events.AUTHORITY_GRANTED,
+            run_grant(agent, authority),
+            agent=agent,
+            run=run,
+            metadata=trace,
+            held=(agent, authority.to_json()),
+        )
+
+    async def reset_authority(self, agent: str, reason: str, trace: Mapping[str, str]) -> None:
+        """Record ``agentjournal.AuthorityReset``: ``agent``'s next run starts from its policy
+        entry again.
+
+        Raises:
+            InvalidInput: The session has no policy, or ``reason`` is empty.
+        """
+        policy = self.facts.policy
+        if policy is None:
+            raise InvalidInput(
+                f"{self.facts.session_id!r} has no policy: there is no authority to reset"
+            )
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidInput("reset_authority needs a reason (it is recorded for auditors)")
+
+        async def build() -> WritePlan:
+            log = await self.reader.authority_log(fresh=True)
+            held = {name: value for name, value in log.held.items() if name != agent}
+            reset = events.AuthorityReset(agent, reason, policy.digest, held)
+            return plan_log(
+                self.facts, log, [(events.AUTHORITY_RESET, reset.encode())], held, trace
+            )
+
+        async with self.tree.lock:
+            await self.writer.write(build)
+        logger.info("authority of %r reset in %s: %s", agent, self.facts.session_id, reason)
+
+    # -- checkpoints --------------------------------------------------------------------
+
+    async def checkpoint(self, trace: Mapping[str, str]) -> Checkpoint | None:
+        """Sign the heads of the session tree now; None without a key.
+
+        Raises:
+            StoreError: The checkpoint could not be written.
+        """
+        if self.signing_key is None:
+            return None
+        async with self.tree.lock:
+            await self.reader.refresh(0)
+            return await self._write_checkpoint(trace)
+
+    async def _maybe_checkpoint(self, *, force: bool, trace: Mapping[str, str]) -> None:
+        """Checkpoint at the end of a run or after enough events (under the tree lock)."""
+        if self.signing_key is None or not (force or self.tree.unsigned >= self._checkpoint_every):
+            return
+        try:
+            await self._write_checkpoint(trace)
+        except Exception:  # the write it follows has landed; the next checkpoint covers it
+            logger.exception("could not write a checkpoint of %s", self.tree.stream)
+
+    async def _write_checkpoint(self, trace: Mapping[str, str]) -> Checkpoint | None:
+        tree = self.tree
+        key = self.signing_key
+        assert key is not None
+        await self.reader.catch_up()  # sign the heads as they are now, not as last seen
+        signed: list[Checkpoint] = []
+
+        async def build() -> WritePlan | None:
+            heads = {
+                stream: (revision, tree.hashes.get(stream, ""))
+                for stream, revision in tree.heads.items()
+                if revision >= 0
+            }
+            if not heads:
+                return None
+            log = await self.reader.authority_log(fresh=True)
+            if log.revision >= 0:
+                heads[authority_stream(self.facts.session_id)] = (log.revision, log.hash)
+            plan, checkpoint = plan_checkpoint(
+                self.facts.session_id,
+                key,
+                heads,
+                await self.reader.ledger_head(),
+                now=datetime.now(UTC),
+                trace={
+                    k: v for k, v in trace.items() if k in (events.TRACE_ID_KEY, events.SPAN_ID_KEY)
+                },
+            )
+            signed[:] = [checkpoint]
+            return plan
+
+        landed = await self.writer.write(build)
+        return signed[0] if landed is not None else None
+
+    # -- compaction -----------------------------------------------------------------------
+
+    async def snapshot(self, limit: int) -> Snapshot:
+        """The newest ``limit`` visible items, as a compaction reads them."""
+        tree = self.tree
+        async with tree.lock:
+            await self.reader.refresh(max(limit, 0) + 1)
+            window = tree.timeline.latest(max(limit, 0) + 1)
+            complete = len(window) <= limit
+            read = window[max(len(window) - limit, 0) :] if limit > 0 else []
+            return Snapshot(
+                [entry.item() for entry in read],
+                complete,
+                [(entry.key, entry.item_json) for entry in read],
+            )
+
+    async def replace_suffix(
+        self,
+        expected: list[tuple[Key, str]],
+        output: list[Any],
+        prune_prefix: Callable[[Any], bool] | None,
+        *,
+        trace: Mapping[str, str],
+    ) -> bool:
+        """Hide the items ``expected`` (and, with ``prune_prefix``, the oldest visible items
+        before them it accepts) and append ``output``, in one atomic write, only if they
+        are still the newest visible items; False (nothing written) otherwise."""
+
+        async def hiding() -> list[Entry | Clear]:
+            return await self._suffix_to_hide(expected, prune_prefix)
+
+        try:
+            await self.add(output, _NoRun(), trace=trace, hiding=hiding)
+        except HistoryChanged:
+            return False
+        return True
+
+    async def replace_all(self, items: list[Any], *, trace: Mapping[str, str]) -> None:
+        """Replace the whole visible history with ``items`` in one atomic write."""
+
+        async def hiding() -> list[Entry | Clear]:
+            await self.reader.refresh(0)
+            if self.tree.heads.get(self.tree.stream, -1) < 0:
+                return []  # no session yet: nothing to clear
+            return [Clear(await self.reader.next_index() - 1)]
+
+        await self.add(items, _NoRun(), trace=trace, hiding=hiding)
+
+    async def _suffix_to_hide(
+        self,
+        expected: list[tuple[Key, str]],
+        prune_prefix: Callable[[Any], bool] | None,
+    ) -> list[Entry | Clear]:
+        """What a snapshot's replacement hides, read now (under the tree's lock).
+
+        Raises:
+            HistoryChanged: The newest visible items are no longer ``expected``.
+        """
+        tree = self.tree
+        if prune_prefix is None:
+            await self.reader.refresh(len(expected))
+            visible = tree.timeline.latest(len(expected))
+        else:
+            visible = await self.reader.visible()
+        if len(visible) < len(expected):
+            raise HistoryChanged
+        suffix = visible[len(visible) - len(expected) :]
+        if [(entry.key, entry.item_json) for entry in suffix] != expected:
+            raise HistoryChanged
+        prefix: list[Entry] = []
+        if prune_prefix is not None:
+            for entry in visible[: len(visible) - len(expected)]:
+                if not prune_prefix(entry.item()):
+                    break
+                prefix.append(entry)
+        hidden: list[Entry | Clear] = [*prefix, *suffix]
+        whole = tree.timeline.complete and len(hidden) == len(tree.timeline.entries)
+        if whole and all(entry.index >= 0 for entry in [*prefix, *suffix]):
+            # Everything goes: one clear instead of a pop per item, and later reads stop there.
+            return [Clear(await self.reader.next_index() - 1)]
+        return hidden
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _warn_if_unwired(self, item: Mapping[str, Any]) -> None:
+        """Warn once when a handoff's output arrives without the hooks having seen it."""
+        if self._warned_unwired:
+            return
+        self._warned_unwired = True
+        logger.warning(
+            "a handoff (%s) reached %s without the hooks: pass the session as hooks= too "
+            "(Runner.run(..., session=s, hooks=s)) to record it as a subagent; it is stored "
+            "as an ordinary tool call",
+            item.get("output"),
+            self.tree.stream,
+        )

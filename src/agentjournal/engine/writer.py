@@ -1,0 +1,213 @@
+"""The one writer: every event agentjournal writes is appended here.
+
+:class:`Writer` takes a function that plans a write from the tree as it is
+(:mod:`agentjournal.engine.plan`: events sealed, ids, indices and twins
+decided), appends the plan atomically at the exact revisions it names, and on
+success has the tree take on the plan's commit. If another writer got there
+first it catches up and plans again, after a short random wait that grows,
+up to a bound (:class:`~agentjournal.errors.RetriesExhausted`). An unknown
+outcome (the store failed mid-write) is retried with the same ids, which the
+store recognises; a conflict whose own ids are in place is the write landing
+(:func:`append`). :func:`append_chained` writes one chained event at the head
+of a stream outside any session tree (the journal's key rotations).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Final, TypeVar
+
+from agentjournal import events
+from agentjournal.engine.plan import WritePlan, seal_event
+from agentjournal.engine.reader import Reader
+from agentjournal.engine.tree import Commit, SessionTree
+from agentjournal.errors import (
+    ConcurrencyError,
+    InvalidInput,
+    RetriesExhausted,
+    StoreUnavailable,
+    StreamNotFound,
+)
+from agentjournal.ledger.chain import GENESIS, HASH_KEY
+from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, SigningKey, signed_event_id
+from agentjournal.store.base import AppendRequest, EventStore, NewEvent, StreamState
+from agentjournal.streams import KEYS_STREAM
+
+__all__ = ["CONFLICT_RETRIES", "Writer", "append", "append_chained", "rotate_key"]
+
+CONFLICT_RETRIES: Final = 32
+_UNAVAILABLE_RETRIES: Final = 3
+
+P = TypeVar("P", bound=WritePlan)
+
+
+class Writer:
+    """Appends the writes of one session tree (call :meth:`write` under the tree's lock).
+
+    Args:
+        store: The event store.
+        tree: The session tree; it takes on each write that lands.
+        reader: Catches the tree up after a conflict.
+    """
+
+    def __init__(self, store: EventStore, tree: SessionTree, reader: Reader) -> None:
+        self._store = store
+        self._tree = tree
+        self._reader = reader
+
+    async def write(
+        self,
+        build: Callable[[], Awaitable[P | None]],
+        *,
+        retry_now: Callable[[P, ConcurrencyError], bool] | None = None,
+    ) -> P | None:
+        """Plan and append one write; return the plan that landed (None: nothing to write).
+
+        ``build`` is asked before every attempt, with the tree as it is then.
+        ``retry_now``, given the plan and a conflict, says whether to plan again at
+        once (the conflict changed the plan's inputs) instead of catching up.
+
+        Raises:
+            RetriesExhausted: Other writers kept winning.
+            StoreUnavailable: The store failed and the outcome could not be settled.
+        """
+        tree = self._tree
+        conflict: ConcurrencyError | None = None
+        for attempt in range(CONFLICT_RETRIES):
+            if attempt:
+                await _backoff(attempt)
+            plan = await build()
+            if plan is None:
+                return None
+            landed = await append(self._store, plan.requests)
+            if isinstance(landed, ConcurrencyError):
+                conflict = landed
+                tree.read_log(None)  # a grant may have moved the authority log: read it again
+                tree.read_ledger(None)  # and a checkpoint the ledger
+                if retry_now is not None and retry_now(plan, landed):
+                    continue
+                await self._reader.catch_up()
+                continue
+            heads = {
+                request.stream: head for request, head in zip(plan.requests, landed, strict=True)
+            }
+            tree.apply(_landed_at(plan.commit, heads))
+            return plan
+        assert conflict is not None
+        raise RetriesExhausted(conflict.stream, CONFLICT_RETRIES)
+
+
+def _landed_at(commit: Commit, heads: dict[str, int]) -> Commit:
+    """The commit with the heads the store reported (the same as planned, as a rule)."""
+    if all(commit.heads.get(stream) == head for stream, head in heads.items()):
+        return commit
+    return replace(commit, heads={**commit.heads, **heads})
+
+
+async def append(store: EventStore, requests: list[AppendRequest]) -> list[int] | ConcurrencyError:
+    """Append atomically; the new head of each stream, or the conflict (nothing written).
+
+    After an unknown outcome the same ids are sent again at the same revisions, and
+    the store recognises them if the first attempt landed; a conflict whose own ids
+    are in place is that earlier attempt, never a reason to write again.
+
+    Raises:
+        StoreUnavailable: The store kept failing.
+    """
+    for attempt in range(_UNAVAILABLE_RETRIES + 1):
+        try:
+            if len(requests) == 1:
+                (only,) = requests
+                result = await store.append(only.stream, only.events, expected=only.expected)
+                return [result.revision]
+            return [result.revision for result in await store.append_many(requests)]
+        except ConcurrencyError as conflict:
+            landed = await _landed(store, requests)
+            return conflict if landed is None else landed
+        except StoreUnavailable:
+            if attempt == _UNAVAILABLE_RETRIES:
+                raise
+            await asyncio.sleep(0.05 * 4**attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _landed(store: EventStore, requests: list[AppendRequest]) -> list[int] | None:
+    """The new heads if every stream holds these events right where the write expected them."""
+    heads: list[int] = []
+    for request in requests:
+        expected = request.expected
+        if isinstance(expected, StreamState) and expected is not StreamState.NO_STREAM:
+            return None  # ANY/EXISTS say nothing about where a write went
+        start = expected + 1 if isinstance(expected, int) else 0
+        try:
+            found = await store.read(request.stream, from_revision=start, limit=len(request.events))
+        except StreamNotFound:
+            return None
+        if [event.id for event in found] != [event.id for event in request.events]:
+            return None
+        heads.append(found[-1].revision)
+    return heads
+
+
+async def append_chained(
+    store: EventStore,
+    stream: str,
+    type_: str,
+    data: bytes,
+    event_id: uuid.UUID,
+    *,
+    metadata: dict[str, str] | None = None,
+) -> int:
+    """Append one event at the head of ``stream``, sealed into its chain; return its revision.
+
+    For streams outside any session tree (the journal's ``AgentKeys``): the head is
+    read, the event sealed after it and appended at that exact revision, again after
+    another writer's event.
+
+    Raises:
+        RetriesExhausted: Other writers kept winning.
+        StoreUnavailable: The store failed and the outcome could not be settled.
+    """
+    for attempt in range(CONFLICT_RETRIES):
+        if attempt:
+            await _backoff(attempt)
+        try:
+            tail = await store.read(stream, backwards=True, limit=1)
+        except StreamNotFound:
+            tail = []
+        head = tail[0].revision if tail else -1
+        prev = tail[0].metadata.get(HASH_KEY, "") if tail else GENESIS
+        meta = {events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE, **(metadata or {})}
+        seal_event(stream, head + 1, event_id, type_, data, meta, prev)
+        event = NewEvent(type=type_, data=data, metadata=meta, id=event_id)
+        expected = StreamState.NO_STREAM if head < 0 else head
+        landed = await append(store, [AppendRequest(stream, [event], expected)])
+        if not isinstance(landed, ConcurrencyError):
+            return landed[0]
+    raise RetriesExhausted(stream, CONFLICT_RETRIES)
+
+
+async def rotate_key(store: EventStore, old: SigningKey, new: SigningKey) -> KeyRotation:
+    """Record on ``AgentKeys`` that checkpoints may from now on be signed by ``new``, signed
+    by ``old`` (``agentjournal.KeyRotated``; its id derived from its signature).
+
+    Raises:
+        InvalidInput: ``new`` is ``old``.
+        StoreError: The rotation could not be written.
+    """
+    if old.key_id == new.key_id:
+        raise InvalidInput(f"the new key is the old one ({old.key_id})")
+    rotation = KeyRotation.sign(old, new.public_key, datetime.now(UTC))
+    event_id = signed_event_id(KEYS_STREAM, rotation.signature)
+    await append_chained(store, KEYS_STREAM, KEY_ROTATED, rotation.encode(), event_id)
+    return rotation
+
+
+async def _backoff(attempt: int) -> None:
+    """Wait a little after losing a race, more each time, at random (no lockstep retries)."""
+    await asyncio.sleep(random.uniform(0, min(0.1, 0.002 * 2**attempt)))

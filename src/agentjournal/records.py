@@ -1,0 +1,290 @@
+"""The read model: a session tree as frozen, typed records (no Agents SDK).
+
+A session tree is its session stream, every subsession a handoff opened (at any
+depth), its authority log, its checkpoint stream and the journal's key
+rotations. :func:`walk_tree` is the one place that finds a tree's streams and
+reads them; :func:`read_tree` turns what it reads into :class:`Record` values,
+each event decoded once, with its chain position. The bundle exporter, the
+verifier, the demo and the command-line tools read sessions through here; the
+session's own windowed read (``get_items(limit)``) merges backwards only as far
+as its limit needs and uses :func:`walk_tree` when it needs everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from typing import Any
+
+from agentjournal import events
+from agentjournal.digests import data_digest
+from agentjournal.errors import InvalidInput, JournalError, StoreUnavailable, StreamNotFound
+from agentjournal.ledger.chain import HASH_KEY, PREV_KEY, SEQ_KEY
+from agentjournal.store.base import EventStore, RecordedEvent
+from agentjournal.streams import (
+    KEYS_STREAM,
+    authority_stream,
+    ledger_stream,
+    session_stream,
+    validate_id,
+)
+
+__all__ = ["DamagedEvent", "Record", "TreeRecords", "opened_stream", "read_tree", "walk_tree"]
+
+logger = logging.getLogger("agentjournal.records")
+
+
+class DamagedEvent(JournalError):
+    """Raised when a stored event cannot be read as any event agentjournal writes can: its
+    data is not UTF-8, its metadata not an object of strings, its id malformed.
+
+    Attributes:
+        stream: Where it is.
+        revision: Its revision, when the store could say.
+    """
+
+    def __init__(self, stream: str, revision: int | None, message: str) -> None:
+        super().__init__(message)
+        self.stream, self.revision, self.message = stream, revision, message
+
+
+@dataclass(frozen=True)
+class Record:
+    """One event of a session tree, as read from a store or from a bundle.
+
+    Attributes:
+        stream: Its stream.
+        revision: Its place there (from 0).
+        id: Its event id (dashed lowercase UUID).
+        type: Its type.
+        data: Its data as UTF-8 text; None when a redacted bundle withheld it.
+        data_sha256: The hex SHA-256 of its data.
+        metadata: Its metadata (strings to strings).
+        view: Its redacted view, when the data is withheld and it has one.
+        position: Its place in the store's global order (None from a bundle).
+        recorded_at: When the store recorded it (None from a bundle).
+    """
+
+    stream: str
+    revision: int
+    id: str
+    type: str
+    data: str | None
+    data_sha256: str
+    metadata: Mapping[str, str]
+    view: Mapping[str, Any] | None = None
+    position: int | None = None
+    recorded_at: datetime | None = None
+
+    @cached_property
+    def body(self) -> dict[str, Any] | None:
+        """The data as a JSON object (decoded once), else the view, else None."""
+        if self.data is None:
+            return dict(self.view) if self.view is not None else None
+        try:
+            parsed = json.loads(self.data)
+        except (ValueError, RecursionError):
+            return None
+        return parsed if isinstance(parsed, dict) else None
+
+    @property
+    def seq(self) -> str | None:
+        """``aj.seq``: its place in its stream's chain, as written."""
+        return self.metadata.get(SEQ_KEY)
+
+    @property
+    def prev(self) -> str | None:
+        """``aj.prev``: the hash of the event before it, as written."""
+        return self.metadata.get(PREV_KEY)
+
+    @property
+    def hash(self) -> str | None:
+        """``aj.hash``: its chain hash, as written."""
+        return self.metadata.get(HASH_KEY)
+
+    @property
+    def opens(self) -> str | None:
+        """The subsession this parent copy of ``SubagentStarted`` opens, else None."""
+        if self.type != events.SUBAGENT_STARTED or events.INDEX_KEY not in self.metadata:
+            return None
+        child = (self.body or {}).get("subsession_stream")
+        return child if isinstance(child, str) else None
+
+    @classmethod
+    def of(cls, event: RecordedEvent) -> Record:
+        """A stored event as a record.
+
+        Raises:
+            DamagedEvent: It cannot be read as any event agentjournal writes can.
+        """
+        where = (event.stream, event.revision)
+        try:
+            event_id = str(event.id)
+        except (ValueError, TypeError):
+            raise DamagedEvent(*where, "the event id is not 16 bytes") from None
+        try:
+            metadata: Any = dict(event.metadata)
+        except (ValueError, TypeError, RecursionError):
+            raise DamagedEvent(*where, "the metadata is not a UTF-8 JSON object") from None
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+            raise DamagedEvent(*where, "the metadata does not map strings to strings")
+        if not isinstance(event.type, str) or not isinstance(event.data, bytes):
+            raise DamagedEvent(*where, "the event type or data has the wrong column type")
+        try:
+            text = event.data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise DamagedEvent(*where, f"the data is not UTF-8 text (byte {error.start})") from None
+        return cls(
+            event.stream,
+            event.revision,
+            event_id,
+            event.type,
+            text,
+            data_digest(event.data),
+            metadata,
+            None,
+            event.position,
+            event.recorded_at,
+        )
+
+
+@dataclass(frozen=True)
+class TreeRecords:
+    """A session tree as records, stream by stream.
+
+    Attributes:
+        session_id: The session.
+        streams: Stream -> its records in revision order: the session stream, every
+            subsession a handoff opened, then the authority log, the checkpoint stream
+            and the journal's key rotations when they exist.
+    """
+
+    session_id: str
+    streams: Mapping[str, Sequence[Record]] = field(default_factory=dict)
+
+    @property
+    def session_stream(self) -> str:
+        return session_stream(self.session_id)
+
+    def records(self) -> list[Record]:
+        """Every record, stream by stream."""
+        return [record for stream in self.streams.values() for record in stream]
+
+
+def opened_stream(event: RecordedEvent) -> str | None:
+    """The subsession a stored parent copy of ``SubagentStarted`` opens; None for anything
+    else, and for a damaged event (a verifier reports what it cannot find)."""
+    if event.type != events.SUBAGENT_STARTED or events.INDEX_KEY not in event.metadata:
+        return None
+    try:
+        body = json.loads(event.data)
+    except (ValueError, RecursionError):
+        return None
+    child = body.get("subsession_stream") if isinstance(body, dict) else None
+    return child if isinstance(child, str) else None
+
+
+async def walk_tree(
+    store: EventStore,
+    root: str,
+    *,
+    limits: Mapping[str, int] | None = None,
+    read: Mapping[str, list[RecordedEvent]] | None = None,
+) -> AsyncIterator[tuple[str, list[RecordedEvent]]]:
+    """Every stream of the tree under ``root``, in the order handoffs opened them.
+
+    The root first, then each subsession named by a ``SubagentStarted`` already
+    read, the subsessions of one stream read concurrently. ``limits`` caps a
+    stream at a revision (nothing past what a caller has seen), ``read`` gives
+    whole streams already read. A subsession that does not exist is skipped with
+    a warning (a verifier reports it from the records).
+
+    Raises:
+        StreamNotFound: ``root`` does not exist.
+    """
+    limits = limits or {}
+    read = read or {}
+
+    async def whole(stream: str) -> list[RecordedEvent] | None:
+        if stream in read:
+            return read[stream]
+        try:
+            if stream in limits:
+                return await store.read(stream, limit=limits[stream] + 1)
+            return await store.read(stream)
+        except StreamNotFound:
+            if stream == root:
+                raise
+            logger.warning("subsession stream %s is missing; it is left out", stream)
+            return None
+        except StoreUnavailable as error:
+            raise _Unreadable(stream, error) from None
+
+    seen = {root}
+    level = [root]
+    while level:
+        found = await asyncio.gather(*(whole(stream) for stream in level))
+        following: list[str] = []
+        for stream, recorded in zip(level, found, strict=True):
+            if recorded is None:
+                continue
+            yield stream, recorded
+            for event in recorded:
+                child = opened_stream(event)
+                if child is not None and child not in seen:
+                    seen.add(child)
+                    following.append(child)
+        level = following
+
+
+async def read_tree(store: EventStore, session_id: str) -> TreeRecords:
+    """Read a session tree into records (see the module docs).
+
+    The checkpoints are read first: a session written meanwhile then only adds
+    events no checkpoint names, never a checkpoint naming events the read lacks.
+
+    Raises:
+        InvalidInput: The session id is malformed, or the session does not exist.
+        DamagedEvent: A stored event cannot be read as any event agentjournal writes can.
+        StoreUnavailable: The store could not be read.
+    """
+    session_id = validate_id(session_id, "session id")
+    checkpoints = await _read(store, ledger_stream(session_id))
+    streams: dict[str, Sequence[Record]] = {}
+    try:
+        async for stream, recorded in walk_tree(store, session_stream(session_id)):
+            streams[stream] = [Record.of(event) for event in recorded]
+    except StreamNotFound:
+        raise InvalidInput(f"session {session_id!r} does not exist") from None
+    except _Unreadable as error:  # e.g. a SQLite text column that is not UTF-8
+        raise DamagedEvent(error.stream, None, f"cannot be read: {error}") from None
+    for stream, recorded in (
+        (authority_stream(session_id), await _read(store, authority_stream(session_id))),
+        (ledger_stream(session_id), checkpoints),
+        (KEYS_STREAM, await _read(store, KEYS_STREAM)),
+    ):
+        if recorded:
+            streams[stream] = [Record.of(event) for event in recorded]
+    return TreeRecords(session_id, streams)
+
+
+class _Unreadable(StoreUnavailable):
+    """A stream of the tree could not be read (the store failed, or the data is damaged)."""
+
+    def __init__(self, stream: str, error: StoreUnavailable) -> None:
+        super().__init__(str(error))
+        self.stream = stream
+
+
+async def _read(store: EventStore, stream: str) -> list[RecordedEvent]:
+    try:
+        return await store.read(stream)
+    except StreamNotFound:
+        return []
+    except StoreUnavailable as error:  # e.g. a SQLite text column that is not UTF-8
+        raise DamagedEvent(stream, None, f"cannot be read: {error}") from None
