@@ -106,9 +106,9 @@ def main(argv: list[str]) -> int:
             hashlib.sha256(record).hexdigest()
 
     def chain() -> None:
-        _, streams = _parse(bundle)
+        tree = _parse(bundle)
         report = Report()
-        for name, events in streams.items():
+        for name, events in tree.streams.items():
             _check_chain(report, name, events)
         assert report.ok
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from agentjournal.cli import build_parser
-from agentjournal.cli._audit import DEFAULT_MAX_BYTES
+from agentjournal.cli.bundle import DEFAULT_MAX_BYTES
 from cli_run import run
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"

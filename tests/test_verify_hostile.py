@@ -31,7 +31,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentjournal import Journal
-from agentjournal.cli._audit import verify_file
 from agentjournal.ledger.redaction import withholds
 from agentjournal.ledger.verify import parse_bundle, verify_bundle
 from cli_run import Ran, run
@@ -200,7 +199,7 @@ def test_a_1_gb_file_is_refused_by_size_with_bounded_memory() -> None:
         handle.truncate(1024**3)  # sparse: no disk used
     tracemalloc.start()
     try:
-        code = verify_file(str(big), [str(PUBKEY)], False)
+        code = run("bundle", "verify", str(big), "--pubkey", str(PUBKEY)).returncode
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

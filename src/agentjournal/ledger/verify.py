@@ -61,9 +61,10 @@ from agentjournal.ledger.bundle import BUNDLE_FORMAT, BUNDLE_VERSION
 from agentjournal.ledger.chain import CHAIN_KEYS, GENESIS, HASH_KEY, PREV_KEY, SEQ_KEY, chain_hash
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, signed_event_id, trusted_closure
+from agentjournal.records import Record, TreeRecords
 from agentjournal.streams import KEYS_STREAM, authority_stream, ledger_stream
 
-__all__ = ["Event", "Problem", "Report", "parse_bundle", "verify_bundle"]
+__all__ = ["Problem", "Report", "parse_bundle", "verify_bundle", "verify_records"]
 
 # What a crafted event can make a check raise: each is a failure to report, never a crash
 # (RecursionError: JSON nested deeper than the parser goes; LookupError: a missing key or
@@ -84,30 +85,6 @@ _STREAM_FIELDS: Final = {"name", "events"}
 _EVENT_FIELDS: Final = frozenset(
     {"revision", "id", "type", "data", "data_sha256", "metadata", "view"}
 )
-
-
-@dataclass(frozen=True)
-class Event:
-    """One event of a bundle; ``data`` is None when withheld, ``view`` its redacted view."""
-
-    stream: str
-    revision: int
-    id: str
-    type: str
-    data: str | None
-    data_sha256: str
-    metadata: Mapping[str, str]
-    view: Mapping[str, Any] | None = None
-
-    def body(self) -> dict[str, Any] | None:
-        """The data as a JSON object, else the view (withheld data), else None."""
-        if self.data is None:
-            return dict(self.view) if self.view is not None else None
-        try:
-            parsed = json.loads(self.data)
-        except (ValueError, RecursionError):
-            return None
-        return parsed if isinstance(parsed, dict) else None
 
 
 @dataclass(frozen=True)
@@ -175,15 +152,34 @@ def verify_bundle(
         policy: The policy the session must have run under (an outside anchor,
             like the keys): every policy the bundle records must be this one.
     """
-    report = Report()
     try:
-        session_id, streams = _parse(bundle)
+        tree = _parse(bundle)
     except _Malformed as error:
+        report = Report()
         report.fail("structure", error.stream, error.revision, str(error))
         return report
     except InvalidInput as error:
+        report = Report()
         report.fail("structure", "bundle", None, str(error))
         return report
+    return verify_records(
+        tree, trusted, allow_uncovered=allow_uncovered, not_before=not_before, policy=policy
+    )
+
+
+def verify_records(
+    records: TreeRecords,
+    trusted: Mapping[str, Ed25519PublicKey],
+    *,
+    allow_uncovered: bool = False,
+    not_before: str | None = None,
+    policy: Policy | None = None,
+) -> Report:
+    """Verify a session tree's records (from a bundle, or read from a store with
+    :func:`agentjournal.records.read_tree`); the arguments as for :func:`verify_bundle`."""
+    report = Report()
+    session_id = records.session_id
+    streams = {name: list(stream) for name, stream in records.streams.items()}
     session_stream = f"AgentSession-{session_id}"
     total = sum(len(stream) for stream in streams.values())
     withheld = sum(1 for stream in streams.values() for e in stream if e.data is None)
@@ -194,6 +190,13 @@ def verify_bundle(
     if session_stream not in streams or not streams[session_stream]:
         report.fail("structure", session_stream, None, "the session stream is missing or empty")
         return report
+    for stream in streams.values():
+        problem = next(((r, p) for r in stream if (p := _record_problem(r)) is not None), None)
+        if problem is not None:
+            bad = problem[0]
+            shown = bad.revision if 0 <= bad.revision <= _MAX_REVISION else None
+            report.fail("structure", bad.stream, shown, problem[1])
+            return report
     for name, stream in streams.items():
         _check_chain(report, name, stream)
     if report.problems:
@@ -298,7 +301,7 @@ def _unicode(text: str) -> bool:
     return True
 
 
-def _parse(bundle: Any) -> tuple[str, dict[str, list[Event]]]:
+def _parse(bundle: Any) -> TreeRecords:
     if not isinstance(bundle, Mapping) or not bundle:
         raise InvalidInput("empty input: a bundle is a JSON object")
     if set(bundle) != _BUNDLE_FIELDS:
@@ -324,7 +327,7 @@ def _parse(bundle: Any) -> tuple[str, dict[str, list[Event]]]:
     raw_streams = bundle["streams"]
     if not isinstance(raw_streams, list) or not raw_streams:
         raise InvalidInput("a bundle holds at least one stream")
-    streams: dict[str, list[Event]] = {}
+    streams: dict[str, list[Record]] = {}
     for raw in raw_streams:
         if not isinstance(raw, Mapping) or set(raw) != _STREAM_FIELDS:
             raise InvalidInput("each stream has exactly 'name' and 'events'")
@@ -342,7 +345,7 @@ def _parse(bundle: Any) -> tuple[str, dict[str, list[Event]]]:
             raise _Malformed(
                 name, withheld.revision, "data is withheld in a bundle that says it is unredacted"
             )
-    return session_id, streams
+    return TreeRecords(session_id, streams)
 
 
 class _Malformed(InvalidInput):
@@ -353,40 +356,47 @@ class _Malformed(InvalidInput):
         self.stream, self.revision = stream, revision
 
 
-def _event(stream: str, raw: Any) -> Event:
+def _event(stream: str, raw: Any) -> Record:
     if not isinstance(raw, Mapping) or set(raw) != _EVENT_FIELDS:
         raise _Malformed(stream, None, f"an event must have exactly {sorted(_EVENT_FIELDS)}")
     revision, metadata = raw["revision"], raw["metadata"]
     if not isinstance(revision, int) or isinstance(revision, bool):
         raise _Malformed(stream, None, "an event has a non-integer revision")
-    if not 0 <= revision <= _MAX_REVISION:
-        raise _Malformed(stream, None, "an event has a revision out of range")
     if not isinstance(metadata, dict) or not (
         set(map(type, metadata)) <= {str} and set(map(type, metadata.values())) <= {str}
     ):
         raise _Malformed(stream, revision, "metadata must map strings to strings")
-    bad = next((k for k, v in metadata.items() if not (_unicode(k) and _unicode(v))), None)
-    if bad is not None:
-        raise _Malformed(
-            stream, revision, f"metadata {cut(repr(bad), 60)} is not valid Unicode text"
-        )
     for name in ("id", "type", "data_sha256"):
-        if not isinstance(raw[name], str) or not _unicode(raw[name]):
-            raise _Malformed(stream, revision, f"{name} must be a string of Unicode text")
+        if not isinstance(raw[name], str):
+            raise _Malformed(stream, revision, f"{name} must be a string")
     if raw["data"] is not None and not isinstance(raw["data"], str):
         raise _Malformed(stream, revision, "data must be a string or null")
     view = raw["view"]
     if view is not None and not isinstance(view, dict):
         raise _Malformed(stream, revision, "view must be an object or null")
-    return Event(
+    return Record(
         stream, revision, raw["id"], raw["type"], raw["data"], raw["data_sha256"], metadata, view
     )
+
+
+def _record_problem(record: Record) -> str | None:
+    """What is wrong with a record's form, whatever it was read from: a revision out of
+    range, text that is not valid Unicode (a lone surrogate), if anything."""
+    if not 0 <= record.revision <= _MAX_REVISION:
+        return "an event has a revision out of range"
+    bad = next((k for k, v in record.metadata.items() if not (_unicode(k) and _unicode(v))), None)
+    if bad is not None:
+        return f"metadata {cut(repr(bad), 60)} is not valid Unicode text"
+    for name in ("id", "type", "data_sha256"):
+        if not _unicode(getattr(record, name)):
+            return f"{name} must be a string of Unicode text"
+    return None
 
 
 # -- integrity ----------------------------------------------------------------------
 
 
-def _check_chain(report: Report, name: str, stream: Sequence[Event]) -> None:
+def _check_chain(report: Report, name: str, stream: Sequence[Record]) -> None:
     prev = GENESIS
     for position, event in enumerate(stream):
         if event.revision != position:
@@ -423,7 +433,7 @@ def _check_chain(report: Report, name: str, stream: Sequence[Event]) -> None:
         prev = stored
 
 
-def _data_problem(event: Event) -> str | None:
+def _data_problem(event: Record) -> str | None:
     """Why the event's data (or its absence) is not what it may be, if it is not."""
     if event.data is None:
         if not redaction.withholds(event.type, event.metadata):
@@ -440,7 +450,7 @@ def _data_problem(event: Event) -> str | None:
     return None if actual == event.data_sha256 else "the data does not match its digest"
 
 
-def _view_problem(event: Event) -> str | None:
+def _view_problem(event: Record) -> str | None:
     """Why the event's view does not match its commitment ``aj.redacted``, if it does not."""
     committed = event.metadata.get(events.REDACTED_KEY)
     if committed is None:
@@ -466,22 +476,22 @@ def _view_problem(event: Event) -> str | None:
 class _Tree:
     """Indexes over the bundle's streams."""
 
-    def __init__(self, session_id: str, session_stream: str, streams: dict[str, list[Event]]):
+    def __init__(self, session_id: str, session_stream: str, streams: dict[str, list[Record]]):
         self.session_id = session_id
         self.session_stream = session_stream
         self.ledger_stream = ledger_stream(session_id)
         self.authority_stream = authority_stream(session_id)
         self.streams = streams
         self.by_id = {e.id: e for stream in streams.values() for e in stream}
-        self._grants: list[Event] | None = None
+        self._grants: list[Record] | None = None
         self._authorities: dict[str, Authority | None] = {}
         self.policies = _Policies()  # filled by the authority check
         # Subsession stream -> the parent copy of the SubagentStarted that opened it.
-        self.opened_by: dict[str, Event] = {}
+        self.opened_by: dict[str, Record] = {}
         for stream in streams.values():
             for event in stream:
                 if event.type == events.SUBAGENT_STARTED and events.INDEX_KEY in event.metadata:
-                    body = event.body() or {}
+                    body = event.body or {}
                     child = body.get("subsession_stream")
                     if isinstance(child, str):
                         self.opened_by[child] = event
@@ -490,7 +500,7 @@ class _Tree:
         """Whether ``name`` is the session stream or a subsession (not a log or the keys)."""
         return name not in (self.ledger_stream, self.authority_stream, KEYS_STREAM)
 
-    def grants_on(self, stream: str) -> list[Event]:
+    def grants_on(self, stream: str) -> list[Record]:
         """The ``AuthorityGranted`` events on ``stream`` (runs started there, handoffs that
         opened no subsession), in order."""
         if self._grants is None:
@@ -502,10 +512,10 @@ class _Tree:
             ]
         return [grant for grant in self._grants if grant.stream == stream]
 
-    def authority(self, event: Event) -> Authority | None:
+    def authority(self, event: Record) -> Authority | None:
         """The authority an ``AuthorityGranted`` or ``SubagentStarted`` records (parsed once)."""
         if event.id not in self._authorities:
-            body = event.body() or {}
+            body = event.body or {}
             raw = (
                 body.get("authority")
                 if event.type == events.AUTHORITY_GRANTED
@@ -514,10 +524,10 @@ class _Tree:
             self._authorities[event.id] = None if raw is None else Authority.from_json(raw)
         return self._authorities[event.id]
 
-    def twin_of(self, event: Event) -> Event | None:
+    def twin_of(self, event: Record) -> Record | None:
         return self.by_id.get(event.metadata.get(events.TWIN_KEY, ""))
 
-    def head(self, stream: str) -> Event | None:
+    def head(self, stream: str) -> Record | None:
         found = self.streams.get(stream)
         return found[-1] if found else None
 
@@ -587,7 +597,7 @@ def _trusted_keys(
                 raise InvalidInput(f"{event.type} does not belong on {KEYS_STREAM}")
             if _unchained(event.metadata) != _ROTATION_METADATA:
                 raise InvalidInput("a key rotation carries metadata it was not written with")
-            rotation = KeyRotation.decode(event.body())
+            rotation = KeyRotation.decode(event.body)
             if event.id != str(signed_event_id(KEYS_STREAM, rotation.signature)):
                 raise InvalidInput("the rotation's event id is not the one its signature gives")
             rotations.append(rotation)
@@ -620,15 +630,15 @@ def _check_checkpoints(
     not_before: str | None,
 ) -> None:
     keys = _trusted_keys(report, tree, trusted)
-    signed: list[tuple[Event, Checkpoint]] = []
-    foreign: list[tuple[Event, str]] = []  # checkpoints by keys outside the trusted chain
+    signed: list[tuple[Record, Checkpoint]] = []
+    foreign: list[tuple[Record, str]] = []  # checkpoints by keys outside the trusted chain
     for event in tree.streams.get(tree.ledger_stream, []):
         where = ("checkpoints", event.stream, event.revision)
         if event.type != CHECKPOINT:
             report.fail(*where, f"{event.type} does not belong on the checkpoint stream")
             continue
         try:
-            checkpoint = Checkpoint.decode(event.body())
+            checkpoint = Checkpoint.decode(event.body)
         except InvalidInput as error:
             report.fail(*where, str(error))
             continue
@@ -752,7 +762,7 @@ def _covered(tree: _Tree, checkpoint: Checkpoint) -> dict[str, int]:
 # -- authority ----------------------------------------------------------------------
 
 
-def _grant_at(tree: _Tree, stream: str, revision: int) -> Event | None:
+def _grant_at(tree: _Tree, stream: str, revision: int) -> Record | None:
     """The grant of the agent speaking on ``stream`` at ``revision``: the newest
     ``AuthorityGranted`` before it on that stream (a run's root, a run resumed there, a handoff
     that opened no subsession), else the ``SubagentStarted`` that opened the stream."""
@@ -769,19 +779,19 @@ def _authority_at(tree: _Tree, stream: str, revision: int) -> Authority | None:
     return tree.authority(grant) if grant is not None else None
 
 
-def _cause_of(grant: Event) -> str | None:
+def _cause_of(grant: Record) -> str | None:
     """``run`` or ``handoff`` for a grant event; None for anything else."""
     if grant.type == events.SUBAGENT_STARTED:
         return "handoff" if events.INDEX_KEY in grant.metadata else None
     if grant.type == events.AUTHORITY_GRANTED:
-        cause = (grant.body() or {}).get("cause")
+        cause = (grant.body or {}).get("cause")
         return cause if cause in ("run", "handoff") else None
     return None
 
 
-def _agent_of(grant: Event) -> Any:
+def _agent_of(grant: Record) -> Any:
     """The agent a grant is for (``AuthorityGranted.agent``, ``SubagentStarted.agent_type``)."""
-    body = grant.body() or {}
+    body = grant.body or {}
     return body.get("agent" if grant.type == events.AUTHORITY_GRANTED else "agent_type")
 
 
@@ -852,13 +862,13 @@ class _LogReplay:
         self._last: dict[str, int] = {}  # stream -> revision of the last grant named on it
         self._next_index = 0  # the newest aj.next_index of a grant named so far
 
-    def apply(self, entry: Event) -> None:
+    def apply(self, entry: Record) -> None:
         """Apply one entry.
 
         Raises:
             InvalidInput: The entry is malformed or names what is not there.
         """
-        body = entry.body()
+        body = entry.body
         if body is None:
             raise InvalidInput(f"{entry.type} is not a JSON object")
         data = json.dumps(body).encode()
@@ -875,7 +885,7 @@ class _LogReplay:
         else:
             raise InvalidInput(f"{entry.type} does not belong on the authority log")
 
-    def _policy(self, entry: Event, recorded: events.PolicyRecorded) -> None:
+    def _policy(self, entry: Record, recorded: events.PolicyRecorded) -> None:
         where = ("delegation", entry.stream, entry.revision)
         policy = Policy.from_json(recorded.policy)
         if policy.digest != recorded.digest:
@@ -886,7 +896,7 @@ class _LogReplay:
             )
         self.tree.policies.by_digest[recorded.digest] = policy
 
-    def _grant(self, entry: Event, record: events.AuthorityHeld) -> None:
+    def _grant(self, entry: Record, record: events.AuthorityHeld) -> None:
         tree = self.tree
         policy = tree.policies.get(record.policy)
         grant = tree.by_id.get(record.event)
@@ -922,7 +932,7 @@ class _LogReplay:
         self.logged.add(grant.id)
         self._advance(entry, record.held, {**self.held, record.agent: record.authority})
 
-    def _in_order(self, grant: Event) -> None:
+    def _in_order(self, grant: Record) -> None:
         """The log names grants in the order they were written: by revision on each stream,
         and never back in the session's message order (``aj.next_index``).
 
@@ -938,7 +948,7 @@ class _LogReplay:
         self._last[grant.stream] = grant.revision
         self._next_index = index
 
-    def _advance(self, entry: Event, recorded: Any, expected: dict[str, Any]) -> None:
+    def _advance(self, entry: Record, recorded: Any, expected: dict[str, Any]) -> None:
         """Take ``expected`` as what every agent holds, failing if the entry says otherwise."""
         if not isinstance(recorded, Mapping) or {
             name: Authority.from_json(value) for name, value in recorded.items()
@@ -954,7 +964,7 @@ def _number(raw: str | None) -> int | None:
     return int(raw) if raw is not None and raw.isascii() and raw.isdigit() else None
 
 
-def _run_root(tree: _Tree, grant: Event, own: Authority, last: Any) -> Authority:
+def _run_root(tree: _Tree, grant: Record, own: Authority, last: Any) -> Authority:
     """What a run's first agent may hold: its entry met with what it last held, or —
     resuming inside an open subagent — with that subagent's grant (nothing without one)."""
     if grant.stream != tree.session_stream:
@@ -964,7 +974,7 @@ def _run_root(tree: _Tree, grant: Event, own: Authority, last: Any) -> Authority
     return meet(own, Authority.from_json(last)) if last is not None else own
 
 
-def _check_narrowing(report: Report, tree: _Tree, grants: list[Event]) -> None:
+def _check_narrowing(report: Report, tree: _Tree, grants: list[Record]) -> None:
     """Without a log: each handoff grant is narrower than its sender's authority."""
     checked = 0
     for opener in grants:
@@ -1040,7 +1050,7 @@ def _check_containment(report: Report, tree: _Tree, anchor: Policy | None) -> No
                 except InvalidInput as error:
                     report.fail("containment", event.stream, event.revision, str(error))
             elif event.type == events.GUARDRAIL_DECIDED:
-                problem = _decision_problem(event.body() or {})
+                problem = _decision_problem(event.body or {})
                 if problem is not None:
                     report.fail("containment", event.stream, event.revision, problem)
     opaque = sum(
@@ -1112,10 +1122,10 @@ def _stops(enforcement: Any) -> bool:
     )
 
 
-def _call_marker(event: Event) -> dict[str, Any]:
+def _call_marker(event: Record) -> dict[str, Any]:
     """The call's marker (name, payload digest, ceiling inputs): from its view, or computed
     from its data exactly as the view was."""
-    body = event.body() or {}
+    body = event.body or {}
     if event.type == "OpenAIItemRecorded":
         item: Any = body.get("item")
     else:
@@ -1131,7 +1141,7 @@ def _call_marker(event: Event) -> dict[str, Any]:
 class _CallIndex:
     """One stream's tool outputs, guardrail decisions and refusals, by call id."""
 
-    def __init__(self, stream: Sequence[Event]) -> None:
+    def __init__(self, stream: Sequence[Record]) -> None:
         self.outputs: dict[tuple[str, str], list[int]] = {}  # (call kind, call id)
         self.decisions: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self.refusals: dict[str, list[tuple[int, dict[str, Any]]]] = {}
@@ -1142,7 +1152,7 @@ class _CallIndex:
                 key = (kind.removesuffix("_output"), meta.get(events.CALL_ID_KEY, ""))
                 self.outputs.setdefault(key, []).append(event.revision)
             elif event.type in (events.GUARDRAIL_DECIDED, events.AUTHORITY_REFUSED):
-                body = event.body()
+                body = event.body
                 if body is not None and isinstance(body.get("call_id"), str):
                     table = (
                         self.decisions if event.type == events.GUARDRAIL_DECIDED else self.refusals
@@ -1169,7 +1179,7 @@ class _CallIndex:
 def _check_within(
     report: Report,
     tree: _Tree,
-    event: Event,
+    event: Record,
     marker: Mapping[str, Any],
     decided: dict[str, Any] | None,
 ) -> None:
@@ -1208,10 +1218,10 @@ def _modified_inputs(decided: Mapping[str, Any], rule: ToolRule) -> Any:
     return ceiling_inputs(modified["function"]["arguments"], rule.ceilings.values())
 
 
-def _check_refusal(report: Report, tree: _Tree, event: Event) -> None:
+def _check_refusal(report: Report, tree: _Tree, event: Record) -> None:
     """An ``AuthorityRefused`` is a refusal its policy makes, of what the agent held."""
     where = ("containment", event.stream, event.revision)
-    body = event.body() or {}
+    body = event.body or {}
     policy = tree.policies.get(event.metadata.get(events.POLICY_KEY))
     authority = Authority.from_json(body["authority"])
     grant = _grant_at(tree, event.stream, event.revision)
@@ -1236,7 +1246,7 @@ def _check_refusal(report: Report, tree: _Tree, event: Event) -> None:
         report.fail(*where, f"the policy allows what was refused: {subject} ({gate})")
 
 
-def _refused_inputs(tree: _Tree, event: Event, body: Mapping[str, Any]) -> Any:
+def _refused_inputs(tree: _Tree, event: Record, body: Mapping[str, Any]) -> Any:
     """The ceiling inputs of a refused call: from its item on the stream, when it was stored."""
     call_id = body.get("call_id")
     for other in tree.streams[event.stream][event.revision + 1 :]:

@@ -1,0 +1,182 @@
+"""What the commands share: one-line usage errors, the store option, writing files safely,
+and what a verification trusts from outside the data (keys, an anchor time, a policy)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from agentjournal.errors import InvalidInput
+from agentjournal.store import DEFAULT_URI, URI_ENV
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from agentjournal.authority import Policy
+    from agentjournal.ledger.verify import Report
+    from agentjournal.records import TreeRecords
+
+__all__ = [
+    "STORE_HELP",
+    "Anchors",
+    "add_verification_arguments",
+    "anchors_of",
+    "usage",
+    "writable_folder",
+    "write_atomically",
+]
+
+STORE_HELP = f"the store (default: ${URI_ENV}, else {DEFAULT_URI})"
+
+
+def usage(message: str) -> int:
+    """Print a usage error as one line on stderr; return exit code 1."""
+    print(f"agentjournal: {' '.join(message.split())}", file=sys.stderr)
+    return 1
+
+
+def writable_folder(path: str) -> None:
+    """Raise unless the folder ``path`` would be written in exists.
+
+    Raises:
+        InvalidInput: It does not exist (or is not a folder).
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InvalidInput(f"cannot write {path}: folder {folder} does not exist; create it first")
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` so that nothing half-written ever has the real name."""
+    partial = f"{path}.partial"
+    try:
+        with open(partial, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(partial, path)
+    except BaseException:
+        if os.path.exists(partial):
+            os.unlink(partial)
+        raise
+
+
+def add_verification_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options ``verify`` and ``bundle verify`` share."""
+    parser.add_argument(
+        "--pubkey",
+        metavar="KEY",
+        action="append",
+        default=[],
+        help="a trusted Ed25519 public key: a file (PEM or raw hex/base64) or the key itself; "
+        "repeat for several. Keys are never taken from the bundle (default: none, so "
+        "--allow-uncovered is needed)",
+    )
+    parser.add_argument(
+        "--allow-uncovered",
+        action="store_true",
+        help="report events after the last checkpoint as warnings, not failures (default: off)",
+    )
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="the authority policy (YAML) the session must have run under: every policy it "
+        "recorded must be this one (an outside anchor, like the keys; default: none)",
+    )
+    parser.add_argument(
+        "--not-before",
+        metavar="TIME",
+        help="RFC 3339 time the newest checkpoint must not be older than (an outside anchor: "
+        "a bundle cut back to an earlier checkpoint verifies otherwise; default: none)",
+    )
+
+
+@dataclass(frozen=True)
+class Anchors:
+    """What a verify command trusts from outside the data."""
+
+    keys: dict[str, Ed25519PublicKey]
+    not_before: str | None
+    policy: Policy | None
+    allow_uncovered: bool
+
+    def verify_bundle(self, bundle: Any) -> Report:
+        from agentjournal.ledger.verify import verify_bundle
+
+        return verify_bundle(
+            bundle,
+            self.keys,
+            allow_uncovered=self.allow_uncovered,
+            not_before=self.not_before,
+            policy=self.policy,
+        )
+
+    def verify_records(self, records: TreeRecords) -> Report:
+        from agentjournal.ledger.verify import verify_records
+
+        return verify_records(
+            records,
+            self.keys,
+            allow_uncovered=self.allow_uncovered,
+            not_before=self.not_before,
+            policy=self.policy,
+        )
+
+
+def anchors_of(args: argparse.Namespace) -> Anchors:
+    """The trusted keys, anchor time and policy a verify command was given.
+
+    Raises:
+        InvalidInput: A key, the time or the policy cannot be read, or no key is given.
+    """
+    keys = trusted_keys(args.pubkey)
+    if not keys and not args.allow_uncovered:
+        raise InvalidInput("give the trusted public key with --pubkey (or --allow-uncovered)")
+    policy = None
+    if args.policy is not None:
+        from agentjournal.authority import Policy
+
+        policy = Policy.load(args.policy)
+    return Anchors(keys, _checked_time(args.not_before), policy, args.allow_uncovered)
+
+
+def trusted_keys(values: Sequence[str]) -> dict[str, Ed25519PublicKey]:
+    """Read ``--pubkey`` values: each a key file's path or the key itself.
+
+    Raises:
+        InvalidInput: A value is neither a readable key file nor a key.
+    """
+    from agentjournal.ledger.keys import key_id, load_public_key
+
+    keys: dict[str, Ed25519PublicKey] = {}
+    for value in values:
+        text = value
+        if os.path.isfile(value):
+            try:
+                with open(value, encoding="utf-8") as handle:
+                    text = handle.read(64 * 1024)  # a key is a few hundred bytes
+            except (OSError, UnicodeDecodeError) as error:
+                raise InvalidInput(f"cannot read public key {value!r}: {error}") from None
+        try:
+            public = load_public_key(text)
+        except InvalidInput as error:
+            if text is value:
+                raise InvalidInput(
+                    f"--pubkey {value!r} is neither a key file nor a key ({error})"
+                ) from None
+            raise InvalidInput(f"{value} holds no public key: {error}") from None
+        keys[key_id(public)] = public
+    return keys
+
+
+def _checked_time(value: str | None) -> str | None:
+    """A ``--not-before`` value, refused unless it is an RFC 3339 time."""
+    if value is not None:
+        try:
+            datetime.fromisoformat(value)
+        except ValueError:
+            raise InvalidInput(f"--not-before {value!r} is not an RFC 3339 time") from None
+    return value

@@ -1,0 +1,198 @@
+"""``agentjournal bundle export|verify``: a session tree as one file, and its offline check."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from typing import Final
+
+from agentjournal._text import plural
+from agentjournal.cli._common import (
+    STORE_HELP,
+    add_verification_arguments,
+    anchors_of,
+    usage,
+    writable_folder,
+    write_atomically,
+)
+from agentjournal.errors import InvalidInput
+
+__all__ = ["DEFAULT_MAX_BYTES", "export_to_file", "register", "verify_file"]
+
+DEFAULT_MAX_BYTES: Final = 256 * 1024 * 1024
+"""The largest bundle ``bundle verify`` reads (the whole bundle is held in memory)."""
+
+
+def register(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """Add the ``bundle`` command and its ``export`` and ``verify``."""
+    text = "export or verify a session bundle"
+    bundle = commands.add_parser("bundle", help=text, description=text, parents=[common])
+    subcommands = bundle.add_subparsers(
+        dest="bundle_command", required=True, parser_class=type(bundle)
+    )
+    text = "write a session tree as a bundle"
+    export = subcommands.add_parser(
+        "export",
+        help=text,
+        description=text,
+        parents=[common],
+        epilog="example: agentjournal bundle export support-4711 -o bundle.json --redact",
+    )
+    export.add_argument("session", help="the session id")
+    export.add_argument("-o", "--output", required=True, help="the bundle file to write")
+    export.add_argument("--uri", help=STORE_HELP + "; never created")
+    export.add_argument(
+        "--redact",
+        action="store_true",
+        help="withhold every copy of the conversation; digests and views stay (default: off)",
+    )
+    export.add_argument(
+        "--no-checkpoint",
+        action="store_true",
+        help="do not sign a checkpoint of the heads first (default: one is signed when a "
+        "key is set)",
+    )
+    export.set_defaults(run=lambda args: asyncio.run(export_to_file(args)))
+    text = "verify a bundle offline"
+    check = subcommands.add_parser(
+        "verify",
+        help=text,
+        description=text,
+        parents=[common],
+        epilog="example: agentjournal bundle verify bundle.json --pubkey journal.pem.pub",
+    )
+    check.add_argument("bundle", help="the bundle file")
+    add_verification_arguments(check)
+    check.add_argument(
+        "--max-bytes",
+        metavar="BYTES",
+        type=_byte_count,
+        default=DEFAULT_MAX_BYTES,
+        help="refuse a bundle larger than this many bytes, read whole into memory "
+        "(default: 268435456, i.e. 256 MiB)",
+    )
+    check.set_defaults(run=verify_file)
+
+
+def _byte_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("a size is at least 1 byte")
+    return value
+
+
+async def export_to_file(args: argparse.Namespace) -> int:
+    """Sign the heads first when a key is set, then write the bundle.
+
+    Raises:
+        JournalError: The store, the session or the output folder is missing, or
+            the signing key cannot be read (a usage error: 1).
+    """
+    from agentjournal.cli._store import open_session
+    from agentjournal.engine.core import SessionCore
+    from agentjournal.engine.plan import SessionFacts
+    from agentjournal.engine.tree import SessionTree
+    from agentjournal.ledger.bundle import export_bundle
+    from agentjournal.ledger.keys import SigningKey
+    from agentjournal.streams import session_stream
+
+    output: str = args.output
+    writable_folder(output)  # before anything is signed or read
+    key = SigningKey.from_environment() if not args.no_checkpoint else None
+    store, session_id = await open_session(args.uri, args.session)
+    try:
+        if key is not None:
+            stream = session_stream(session_id)
+            core = SessionCore(
+                store, SessionFacts(session_id, stream), SessionTree(stream), signing_key=key
+            )
+            signed = await core.checkpoint({})
+            if signed is not None:
+                print(f"signed a checkpoint with {signed.key_id}")
+        bundle = await export_bundle(store, session_id, redact=args.redact)
+    finally:
+        await store.close()
+    try:
+        await asyncio.to_thread(write_atomically, output, json.dumps(bundle, ensure_ascii=False))
+    except OSError as error:
+        return usage(f"cannot write {output}: {error.strerror or error}")
+    streams = bundle["streams"]
+    count = sum(len(stream["events"]) for stream in streams)
+    print(f"wrote {output}: {plural(len(streams), 'stream')}, {plural(count, 'event')}")
+    return 0
+
+
+def verify_file(args: argparse.Namespace) -> int:
+    """Verify a bundle offline, from the file and the given keys alone.
+
+    Whatever the file holds — not UTF-8, not JSON, nested too deeply, too
+    large, a crafted bundle — it is a failed check (2) naming where, never a
+    crash. A file that cannot be opened is a usage error (1).
+    """
+    from agentjournal.ledger.verify import parse_bundle
+
+    path: str = args.bundle
+    try:
+        anchors = anchors_of(args)
+    except InvalidInput as error:
+        return usage(str(error))
+    try:
+        raw = _read_bounded(path, args.max_bytes)
+    except _TooLarge:
+        print(
+            f"FAILED: {path}: larger than {_amount(args.max_bytes)}, the most this verifier "
+            "reads into memory (raise --max-bytes to verify it)"
+        )
+        return 2
+    except OSError as error:
+        return usage(f"cannot read {path}: {error.strerror or error}")
+    try:
+        bundle = parse_bundle(raw)
+    except InvalidInput as error:
+        print(f"FAILED: {path}: {error}")
+        return 2
+    report = anchors.verify_bundle(bundle)
+    print(report.text())
+    return 0 if report.ok else 2
+
+
+class _TooLarge(Exception):
+    """Raised by :func:`_read_bounded` for a file over the limit (before reading it all)."""
+
+
+def _read_bounded(path: str, max_bytes: int) -> bytes:
+    """The bytes of ``path``, reading at most ``max_bytes + 1`` whatever the file claims.
+
+    Raises:
+        OSError: The file cannot be read.
+        _TooLarge: It holds more than ``max_bytes``.
+    """
+    chunks: list[bytes] = []
+    read = 0
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > max_bytes:  # refused before reading a byte
+            raise _TooLarge(size)
+        while chunk := handle.read(1 << 20):  # a pipe or device claims no size
+            read += len(chunk)
+            if read > max_bytes:
+                raise _TooLarge(read)
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _amount(count: int) -> str:
+    """``1.0 GiB``, ``256 MiB``, ``17 bytes``."""
+    value, unit = float(count), "bytes"
+    for bigger in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{count} bytes" if unit == "bytes" else f"{value:.4g} {unit}"

@@ -1,0 +1,66 @@
+"""``agentjournal verify SESSION``: verify a session tree as it is in the store."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from agentjournal.cli._common import (
+    STORE_HELP,
+    add_verification_arguments,
+    anchors_of,
+    usage,
+)
+from agentjournal.errors import InvalidInput
+
+__all__ = ["register", "verify_session"]
+
+
+def register(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """Add the ``verify`` command."""
+    text = "verify a session tree in the store"
+    verify = commands.add_parser(
+        "verify",
+        help=text,
+        description=text,
+        parents=[common],
+        epilog="example: agentjournal verify support-4711 --pubkey journal.pem.pub",
+    )
+    verify.add_argument("session", help="the session id")
+    verify.add_argument("--uri", help=STORE_HELP + "; never created")
+    add_verification_arguments(verify)
+    verify.set_defaults(run=lambda args: asyncio.run(verify_session(args)))
+
+
+async def verify_session(args: argparse.Namespace) -> int:
+    """Verify the session tree as it is in the store.
+
+    A missing store or session is a usage error (1); anything wrong with what
+    is stored, including an event the store cannot even decode, fails (2).
+
+    Raises:
+        JournalError: The store cannot be opened or reached (a usage error: 1).
+    """
+    from agentjournal.cli._store import open_session
+    from agentjournal.ledger.verify import Report
+    from agentjournal.records import DamagedEvent, read_tree
+
+    try:
+        anchors = anchors_of(args)
+    except InvalidInput as error:
+        return usage(str(error))
+    store, session_id = await open_session(args.uri, args.session)
+    try:
+        records = await read_tree(store, session_id)
+    except DamagedEvent as bad:
+        failed = Report()
+        failed.fail("integrity", bad.stream, bad.revision, bad.message)
+        print(failed.text())
+        return 2
+    finally:
+        await store.close()
+    report = anchors.verify_records(records)
+    print(report.text())
+    return 0 if report.ok else 2
