@@ -22,13 +22,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from agents import Agent, RunConfig, Runner
+from agents import Agent
 from agents.testing import ModelStep, assistant_message, function_call
 
 from agentjournal import Journal, JournalSession
+from drive import Method, drive
 from handoff_scenarios import SINK, agents
 
-CONFIG = RunConfig(tracing_disabled=True)
 FAILURE = "scripted model failure"
 GATE = "CRASH_WORKER_GATE"
 
@@ -154,16 +154,6 @@ WEIGHTS = {
 }
 
 
-async def run(session: JournalSession, agent: Agent[Any], text: str, *, streamed: bool) -> None:
-    """One run with the session as both session and hooks."""
-    if not streamed:
-        await Runner.run(agent, text, session=session, hooks=session, run_config=CONFIG)
-        return
-    result = Runner.run_streamed(agent, text, session=session, hooks=session, run_config=CONFIG)
-    async for _ in result.stream_events():
-        pass
-
-
 async def step(session: JournalSession, rng: random.Random, tag: str) -> str:
     """Do one random thing to the session; return what it was."""
     roll = rng.random()
@@ -176,7 +166,10 @@ async def step(session: JournalSession, rng: random.Random, tag: str) -> str:
     name = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
     streamed = rng.random() < 0.3
     try:
-        await run(session, SCENARIOS[name](tag), f"help with {tag}", streamed=streamed)
+        method: Method = "run_streamed" if streamed else "run"
+        await drive(
+            SCENARIOS[name](tag), f"help with {tag}", method=method, session=session, hooks=session
+        )
     except RuntimeError as error:
         if str(error) != FAILURE:
             raise

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents import Agent, CustomTool, RunConfig, Runner, function_tool, handoff
+from agents import Agent, CustomTool, function_tool, handoff
 from agents.run_context import RunContextWrapper
 from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.tool import FunctionTool
@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from agentjournal import JournalSession
 from agentjournal.guardrails.actions import message_text
+from drive import Method, drive
 
 USER_INPUT = "my secret order"
 FINAL = "your secret is safe"
@@ -81,17 +82,11 @@ def graph() -> Graph:
 
 
 async def run(
-    agent: Agent[Any], session: JournalSession, *, streamed: bool, text: str = USER_INPUT
+    agent: Agent[Any], session: JournalSession, *, method: Method = "run", text: str = USER_INPUT
 ) -> Any:
-    """Run ``agent`` with the session as session and hooks; the final output."""
-    config = RunConfig(tracing_disabled=True)
-    if streamed:
-        result = Runner.run_streamed(agent, text, session=session, hooks=session, run_config=config)
-        async for _ in result.stream_events():
-            pass
-        return result.final_output
-    done = await Runner.run(agent, text, session=session, hooks=session, run_config=config)
-    return done.final_output
+    """Drive ``agent`` with the session as session and hooks; the final output."""
+    result = await drive(agent, text, method=method, session=session, hooks=session)
+    return result.final_output
 
 
 def custom_tool_agent(ran: list[str]) -> Agent[Any]:

@@ -52,11 +52,12 @@ async def _record() -> dict[str, dict[str, Any]]:
         async with ScriptedGuardrail() as guardrail:
             guarded = journal.session("guarded", guardrails=guardrail.url, policy=POLICY)
             g = graph()
-            await run(guarded.guard(g.triage), guarded, streamed=False)
-            await run(graph().triage, guarded, streamed=True)  # a second run, more checkpoints
+            await run(guarded.guard(g.triage), guarded)
+            # A second run, streamed: more checkpoints.
+            await run(graph().triage, guarded, method="run_streamed")
         nested = journal.session("nested", policy=POLICY)
         agent = handoff_scenarios.nested()
-        await run(agent, nested, streamed=False, text="refund please")
+        await run(agent, nested, text="refund please")
         simple = journal.session("simple")
         for text in ("hello", "again"):
             await simple.add_items([{"role": "user", "content": text}])

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any, Literal
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
-from agents import Agent, RunConfig, Runner, Session, function_tool
+from agents import Agent, Session, function_tool
 from agents.items import TResponseOutputItem
 from agents.result import RunResultBase
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
@@ -18,9 +20,7 @@ from agents.usage import Usage
 from openai.types.responses import ResponseReasoningItem
 from openai.types.responses.response_reasoning_item import Summary
 
-Method = Literal["run", "run_streamed"]
-METHODS: tuple[Method, ...] = ("run", "run_streamed")
-CONFIG = RunConfig(tracing_disabled=True)
+from drive import Method, drive
 
 
 @function_tool
@@ -93,22 +93,19 @@ def agent_for(turn: int) -> Agent[Any]:
     )
 
 
+def first_turns(count: int) -> list[tuple[Callable[[], Agent[Any]], str]]:
+    """The first ``count`` turns of :data:`TURNS` as runs for :func:`drive.sdk_reference`."""
+    return [(partial(agent_for, turn), TURNS[turn][0]) for turn in range(count)]
+
+
 async def run_turn(
     method: Method, turn: int, session: Session, *, hooks: bool = True
 ) -> RunResultBase:
     """Run one turn of :data:`TURNS` with ``session`` (and as hooks, if it is ours)."""
-    agent = agent_for(turn)
     run_hooks: Any = session if hooks else None
-    if method == "run":
-        return await Runner.run(
-            agent, TURNS[turn][0], session=session, hooks=run_hooks, run_config=CONFIG
-        )
-    result = Runner.run_streamed(
-        agent, TURNS[turn][0], session=session, hooks=run_hooks, run_config=CONFIG
+    return await drive(
+        agent_for(turn), TURNS[turn][0], method=method, session=session, hooks=run_hooks
     )
-    async for _ in result.stream_events():
-        pass
-    return result
 
 
 async def _main(uri: str, session_id: str, turn: int, method: Method) -> None:

@@ -21,6 +21,7 @@ from agentjournal import AuthorityDenied, Journal
 from agentjournal.authority import Authority, Cap, Policy, ToolRule, meet
 from agentjournal.errors import InvalidInput
 from agentjournal.events import AUTHORITY_REFUSED, GUARDRAIL_DECIDED, AuthorityRefused
+from drive import METHODS, Method, drive
 from guardrail_scenarios import custom_tool_agent
 from http_stub import Reply
 from scripted_guardrail import ScriptedGuardrail
@@ -35,7 +36,8 @@ def policy(*, visibility: bool = True) -> Policy:
 
 
 @pytest.fixture
-async def journal() -> AsyncIterator[Journal]:
+async def memory_journal() -> AsyncIterator[Journal]:
+    """An open journal on the in-memory SQLite store (one backend is enough here)."""
     async with Journal.open("sqlite://:memory:") as journal:
         yield journal
 
@@ -55,10 +57,12 @@ def invocations(outcome: seed.Outcome) -> list[tuple[str, str, str | None, Any]]
 
 
 @pytest.mark.parametrize("visibility", [True, False], ids=["gates-on", "gates-off"])
-async def test_the_seed_scenario(journal: Journal, visibility: bool) -> None:
+async def test_the_seed_scenario(memory_journal: Journal, visibility: bool) -> None:
     rules = policy(visibility=visibility)
     outcomes = {
-        name: await seed.run_scenario(journal, journal.session(f"seed-{name}", policy=rules), name)
+        name: await seed.run_scenario(
+            memory_journal, memory_journal.session(f"seed-{name}", policy=rules), name
+        )
         for name in ("escalate", "credit", "export")
     }
     escalate, credit, export = outcomes["escalate"], outcomes["credit"], outcomes["export"]
@@ -91,15 +95,15 @@ async def test_the_seed_scenario(journal: Journal, visibility: bool) -> None:
     assert invocations(export) == [("triage", "kb_export", "egress", "any")]
 
 
-async def test_without_the_policy_the_same_scripts_execute(journal: Journal) -> None:
+async def test_without_the_policy_the_same_scripts_execute(memory_journal: Journal) -> None:
     done = {
-        name: await seed.run_scenario(journal, journal.session(f"open-{name}"), name)
+        name: await seed.run_scenario(memory_journal, memory_journal.session(f"open-{name}"), name)
         for name in ("escalate", "credit", "export")
     }
     assert done["escalate"].did == ["deploy billing-api"]
     assert done["credit"].did == ["credit c-7 25000"]
     assert done["export"].did == ["export 'refunds' to any"]
-    assert await refusals(journal) == []
+    assert await refusals(memory_journal) == []
 
 
 def test_a_direct_python_call_is_not_mediated() -> None:
@@ -110,39 +114,32 @@ def test_a_direct_python_call_is_not_mediated() -> None:
 
 
 async def test_the_granted_authority_is_on_both_copies_of_subagent_started(
-    journal: Journal,
+    memory_journal: Journal,
 ) -> None:
     rules = policy()
-    await seed.run_scenario(journal, journal.session("seed-credit", policy=rules), "credit")
+    await seed.run_scenario(
+        memory_journal, memory_journal.session("seed-credit", policy=rules), "credit"
+    )
     granted = meet(rules.authority_of("triage"), rules.authority_of("billing")).to_json()
-    started = [e for e in await journal.store.read_all() if e.type == "SubagentStarted"]
+    started = [e for e in await memory_journal.store.read_all() if e.type == "SubagentStarted"]
     assert len(started) == 2  # the parent's copy and the twin
     for event in started:
         text = json.loads(event.data)["extensions"]["agentjournal"]["granted_authority"]
         assert json.loads(text) == granted
     # The refusal of billing's credit sits on billing's own stream.
-    streams = {s for s, r in await refusals(journal) if r.agent == "billing"}
+    streams = {s for s, r in await refusals(memory_journal) if r.agent == "billing"}
     assert streams == {"AgentSubsession-seed-credit-sub-billing-h_billing"}
 
 
-@pytest.mark.parametrize("streamed", [False, True], ids=["run", "streamed"])
-async def test_hooks_alone_stop_the_run_on_a_refused_call(journal: Journal, streamed: bool) -> None:
+@pytest.mark.parametrize("method", METHODS)
+async def test_hooks_alone_stop_the_run_on_a_refused_call(
+    memory_journal: Journal, method: Method
+) -> None:
     seed.SINK.clear()
-    session = journal.session("hooks-only", policy=policy())
+    session = memory_journal.session("hooks-only", policy=policy())
     triage = seed.graph("credit")  # not guarded: the invocation gate is the hooks' on_llm_end
-
-    async def run() -> None:
-        if streamed:
-            result = Runner.run_streamed(
-                triage, "credit", session=session, hooks=session, run_config=CONFIG
-            )
-            async for _ in result.stream_events():
-                pass
-        else:
-            await Runner.run(triage, "credit", session=session, hooks=session, run_config=CONFIG)
-
     with pytest.raises(AuthorityDenied) as raised:
-        await run()
+        await drive(triage, "credit", method=method, session=session, hooks=session)
     assert (raised.value.gate, raised.value.subject, raised.value.ceiling) == (
         "invocation",
         "issue_credit",
@@ -150,11 +147,11 @@ async def test_hooks_alone_stop_the_run_on_a_refused_call(journal: Journal, stre
     )
     assert seed.SINK == []
     assert await session.open_subagents() == []  # closed with outcome error
-    ((_, refused),) = await refusals(journal)
+    ((_, refused),) = await refusals(memory_journal)
     assert refused.enforcement == "run_stopped"
 
 
-async def test_a_guardrail_modify_that_widens_authority_is_blocked(journal: Journal) -> None:
+async def test_a_guardrail_modify_that_widens_authority_is_blocked(memory_journal: Journal) -> None:
     def raise_the_amount(body: dict[str, Any]) -> Reply:
         payload = body["payload"]
         arguments = json.loads(payload["function"]["arguments"])
@@ -185,13 +182,15 @@ async def test_a_guardrail_modify_that_widens_authority_is_blocked(journal: Jour
         ]
     )
     async with ScriptedGuardrail(replies={"TOOL_CALL": raise_the_amount}) as guardrail:
-        session = journal.session("widen", policy=policy(), guardrails=guardrail.url)
+        session = memory_journal.session("widen", policy=policy(), guardrails=guardrail.url)
         await Runner.run(
             session.guard(triage), "credit", session=session, hooks=session, run_config=CONFIG
         )
     assert seed.SINK == []  # neither the original nor the widened credit ran
     decided = [
-        json.loads(e.data) for e in await journal.store.read_all() if e.type == GUARDRAIL_DECIDED
+        json.loads(e.data)
+        for e in await memory_journal.store.read_all()
+        if e.type == GUARDRAIL_DECIDED
     ]
     (tool,) = [d for d in decided if d["action_type"] == "TOOL_CALL"]
     assert (tool["decision"], tool["guardrail_decision"], tool["reason_code"]) == (
@@ -213,10 +212,12 @@ tools:
 
 
 @pytest.mark.parametrize("visibility", [True, False], ids=["gates-on", "gates-off"])
-async def test_the_mcp_gate_over_a_real_stdio_server(journal: Journal, visibility: bool) -> None:
+async def test_the_mcp_gate_over_a_real_stdio_server(
+    memory_journal: Journal, visibility: bool
+) -> None:
     body = yaml.safe_load(MCP_POLICY)
     body["visibility"] = visibility
-    session = journal.session("mcp", policy=Policy.from_json(body))
+    session = memory_journal.session("mcp", policy=Policy.from_json(body))
     script = str(Path(__file__).with_name("mcp_kb_server.py"))
     async with MCPServerStdio(
         params={"command": sys.executable, "args": [script]},
@@ -235,7 +236,7 @@ async def test_the_mcp_gate_over_a_real_stdio_server(journal: Journal, visibilit
             await Runner.run(billing, "clean up", session=session, hooks=session, run_config=CONFIG)
             offered = [tool.name for tool in model.calls[0].tools]
             assert offered == ["kb_search"]
-            ((_, hidden),) = await refusals(journal)
+            ((_, hidden),) = await refusals(memory_journal)
             assert (hidden.gate, hidden.subject, hidden.scope) == (
                 "mcp_visibility",
                 "kb_delete",
@@ -246,7 +247,7 @@ async def test_the_mcp_gate_over_a_real_stdio_server(journal: Journal, visibilit
                 await Runner.run(
                     billing, "clean up", session=session, hooks=session, run_config=CONFIG
                 )
-            ((_, refused),) = await refusals(journal)
+            ((_, refused),) = await refusals(memory_journal)
             assert (refused.gate, refused.subject) == ("invocation", "kb_delete")
 
 
@@ -273,18 +274,18 @@ def test_policy_files_are_checked(tmp_path: Path) -> None:
         Policy.load(tmp_path / "missing.yml")
 
 
-async def test_a_session_takes_a_policy_file(journal: Journal, tmp_path: Path) -> None:
+async def test_a_session_takes_a_policy_file(memory_journal: Journal, tmp_path: Path) -> None:
     path = tmp_path / "policy.yml"
     path.write_text(seed.POLICY)
-    session = journal.session("from-file", policy=path)
+    session = memory_journal.session("from-file", policy=path)
     assert session.policy is not None
     assert session.policy.tools["issue_credit"].scope == "billing.refund"
 
 
-async def test_a_custom_tool_without_a_rule_is_refused(journal: Journal) -> None:
+async def test_a_custom_tool_without_a_rule_is_refused(memory_journal: Journal) -> None:
     ran: list[str] = []
     rules = Policy(agents={"janitor": Authority.of("kb.*")})
-    session = journal.session("custom", policy=rules)
+    session = memory_journal.session("custom", policy=rules)
     with pytest.raises(AuthorityDenied, match="no rule"):
         await Runner.run(
             session.guard(custom_tool_agent(ran)),

@@ -28,6 +28,7 @@ from agentjournal.authority import AllowList, Authority, Policy, ToolRule
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger.bundle import export_bundle
 from agentjournal.ledger.verify import Report, verify_bundle
+from drive import METHODS, Method
 from guardrail_scenarios import run
 from ledger_sessions import KEY, TRUSTED, rechain, relink, resign
 
@@ -97,21 +98,21 @@ async def test_the_next_turn_at_the_last_agent_keeps_the_narrowed_authority() ->
         last.model = ScriptedModel(
             [[function_call("deploy", {"env": "prod"}, call_id="d2")], [assistant_message("no")]]
         )
-        await run(last, session, streamed=False, text="now prod")
+        await run(last, session, text="now prod")
         assert deployed == ["staging"]  # prod was refused; the model got an error output
         refused = await _refusals(journal, "turns")
         assert [(r["subject"], r["enforcement"]) for r in refused] == [("deploy", "tool_refused")]
 
 
-@pytest.mark.parametrize("streamed", [False, True])
-async def test_a_new_process_keeps_it_too(tmp_path: Path, streamed: bool) -> None:
+@pytest.mark.parametrize("method", METHODS)
+async def test_a_new_process_keeps_it_too(tmp_path: Path, method: Method) -> None:
     db = f"sqlite:///{tmp_path / 'turns.db'}"
     deployed: list[str] = []
     async with Journal.open(db) as journal:
         await _start(journal.session("turns", policy=POLICY), deployed)
     async with Journal.open(db) as journal:  # a fresh journal: nothing cached
         session = journal.session("turns", policy=POLICY)
-        await run(session.guard(_prod_turn(deployed)), session, streamed=streamed, text="prod")
+        await run(session.guard(_prod_turn(deployed)), session, method=method, text="prod")
     assert deployed == ["staging"]
 
 
@@ -121,7 +122,7 @@ async def test_hooks_alone_stop_the_run(tmp_path: Path) -> None:
         session = journal.session("turns", policy=POLICY)
         await _start(session, deployed)
         with pytest.raises(AuthorityDenied) as denied:
-            await run(_prod_turn(deployed), session, streamed=False, text="prod")
+            await run(_prod_turn(deployed), session, text="prod")
         assert denied.value.ceiling == "env"
     assert deployed == ["staging"]
 
@@ -132,7 +133,7 @@ async def test_an_explicit_reset_widens_it_on_the_record() -> None:
         session = journal.session("turns", policy=POLICY)
         await _start(session, deployed)
         await session.reset_authority("deployer", reason="change CHG-77 approved by on-call")
-        await run(session.guard(_prod_turn(deployed)), session, streamed=False, text="prod")
+        await run(session.guard(_prod_turn(deployed)), session, text="prod")
         assert deployed == ["staging", "prod"]
         bundle = await export_bundle(journal.store, "turns")
     resets = [e for e in _events(bundle) if e["type"] == "agentjournal.AuthorityReset"]
@@ -172,7 +173,7 @@ async def _two_turns() -> dict[str, Any]:
     async with Journal.open("sqlite://:memory:", signing_key=KEY) as journal:
         session = journal.session("turns", policy=POLICY)
         await _start(session, deployed)
-        await run(session.guard(_prod_turn(deployed)), session, streamed=False, text="prod")
+        await run(session.guard(_prod_turn(deployed)), session, text="prod")
         return await export_bundle(journal.store, "turns")
 
 
@@ -348,10 +349,10 @@ async def test_a_router_handoff_grants_the_agent_that_really_receives_it(tmp_pat
     db = f"sqlite:///{tmp_path / 'router.db'}"
     async with Journal.open(db, signing_key=KEY) as journal:
         session = journal.session("router", policy=POLICY)
-        await run(session.guard(triage), session, streamed=False, text="staging")
+        await run(session.guard(triage), session, text="staging")
     async with Journal.open(db, signing_key=KEY) as journal:
         session = journal.session("router", policy=POLICY)
-        await run(session.guard(_prod_turn(deployed)), session, streamed=False, text="prod")
+        await run(session.guard(_prod_turn(deployed)), session, text="prod")
         bundle = await export_bundle(journal.store, "router")
     assert deployed == ["staging"]
     report = verify_bundle(bundle, TRUSTED, policy=POLICY)
@@ -384,7 +385,7 @@ async def test_the_policy_anchor_requires_every_call_to_run_under_it(tmp_path: P
         await _start(journal.session("forgot", policy=POLICY), deployed)
     async with Journal.open(db, signing_key=KEY) as journal:
         session = journal.session("forgot")  # no policy in this process
-        await run(_prod_turn(deployed), session, streamed=False, text="prod")
+        await run(_prod_turn(deployed), session, text="prod")
         bundle = await export_bundle(journal.store, "forgot")
     assert deployed == ["staging", "prod"]
     unanchored = verify_bundle(bundle, TRUSTED)
@@ -402,7 +403,7 @@ async def test_a_reset_hidden_by_reordering_the_log_fails() -> None:
         session = journal.session("turns", policy=POLICY)
         await _start(session, deployed)
         await session.reset_authority("deployer", reason="approved")
-        await run(session.guard(_prod_turn(deployed)), session, streamed=False, text="prod")
+        await run(session.guard(_prod_turn(deployed)), session, text="prod")
         bundle = await export_bundle(journal.store, "turns")
     assert verify_bundle(bundle, TRUSTED).ok
     log = next(s for s in bundle["streams"] if s["name"].startswith("AgentAuthority-"))

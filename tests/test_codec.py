@@ -21,8 +21,6 @@ from agents import (
     CustomTool,
     HostedMCPTool,
     LocalShellTool,
-    RunConfig,
-    Runner,
     SQLiteSession,
     function_tool,
 )
@@ -84,6 +82,7 @@ from agentjournal.engine.codec import (
     encode_item,
 )
 from agentjournal.errors import CodecError, InvalidInput
+from drive import Method, drive
 
 Message = Any  # a generated protobuf message (the schema package ships no stubs)
 TS = datetime(2026, 5, 1, 12, 30, 5, 123000, tzinfo=UTC)
@@ -357,9 +356,9 @@ def streamable_turns() -> list[Any]:
     return [turn for turn in turns if turn]
 
 
-async def run_scenario(streamed: bool) -> tuple[list[TResponseInputItem], list[TResponseInputItem]]:
+async def run_scenario(method: Method) -> tuple[list[TResponseInputItem], list[TResponseInputItem]]:
     """Run a two-agent conversation touching every tool family; return what was stored."""
-    model = ScriptedModel(streamable_turns() if streamed else scripted_turns())
+    model = ScriptedModel(streamable_turns() if method == "run_streamed" else scripted_turns())
     billing = Agent(name="billing", model=model)
     triage = Agent(
         name="triage",
@@ -388,20 +387,14 @@ async def run_scenario(streamed: bool) -> tuple[list[TResponseInputItem], list[T
         {"role": "user", "content": [{"type": "input_text", "text": "Why was I charged twice?"}]},
         {"role": "developer", "content": "Answer briefly."},
     ]
-    config = RunConfig(tracing_disabled=True)
-    if streamed:
-        result = Runner.run_streamed(triage, user_input, session=session, run_config=config)
-        async for _ in result.stream_events():
-            pass
-    else:
-        await Runner.run(triage, user_input, session=session, run_config=config)
+    await drive(triage, user_input, method=method, session=session)
     stored = await session.get_items()
     session.close()
     return session.given, stored
 
 
-def stored_items(streamed: bool) -> list[dict[str, Any]]:
-    given, stored = asyncio.run(run_scenario(streamed))
+def stored_items(method: Method) -> list[dict[str, Any]]:
+    given, stored = asyncio.run(run_scenario(method))
     assert given == stored  # SQLiteSession gives back what it was given: our reference
     return [dict(item) for item in given]
 
@@ -409,13 +402,13 @@ def stored_items(streamed: bool) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def run_items() -> list[dict[str, Any]]:
     """Items of a Runner.run touching every tool family."""
-    return stored_items(streamed=False)
+    return stored_items("run")
 
 
 @pytest.fixture(scope="module")
 def streamed_items() -> list[dict[str, Any]]:
     """Items of a Runner.run_streamed (messages, reasoning, function and patch calls)."""
-    return stored_items(streamed=True)
+    return stored_items("run_streamed")
 
 
 @pytest.fixture(params=["run_items", "streamed_items"])
@@ -1089,9 +1082,7 @@ async def test_foreign_items_feed_a_real_run() -> None:
     agent = Agent(name="support", model=model, tools=[track])
     session = SQLiteSession("foreign")
     await session.add_items(typing.cast(list[TResponseInputItem], items))
-    result = await Runner.run(
-        agent, "thanks", session=session, run_config=RunConfig(tracing_disabled=True)
-    )
+    result = await drive(agent, "thanks", session=session)
     assert result.final_output == "Anything else?"
     call = model.first_call
     assert call is not None

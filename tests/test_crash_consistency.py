@@ -40,7 +40,8 @@ import pytest
 
 from agentjournal import Journal, events
 from agentjournal.store import NewEvent, StreamState
-from crash_worker import GATE, failing, nested, run
+from crash_worker import GATE, failing, nested
+from drive import drive
 from tree_check import check_session_tree
 
 KILLS = int(os.environ.get("AGENTJOURNAL_CRASH_KILLS", "8"))
@@ -166,7 +167,7 @@ async def check_after_kill(uri: str, session_id: str, *, tag: str) -> tuple[list
             return problems, 0
         session = journal.session(session_id)
         left_open = await session.open_subagents()
-        await run(session, nested(tag), "are you still there?", streamed=False)
+        await drive(nested(tag), "are you still there?", session=session, hooks=session)
         still_open = await session.open_subagents()
         if still_open:
             problems.append(f"open after a new run: {still_open}")
@@ -191,9 +192,9 @@ async def file_journal(tmp_path: Path) -> AsyncIterator[Journal]:
 
 async def test_checker_passes_a_whole_tree(file_journal: Journal) -> None:
     session = file_journal.session("whole")
-    await run(session, nested("a"), "refund", streamed=False)
+    await drive(nested("a"), "refund", session=session, hooks=session)
     await session.pop_item()
-    await run(session, nested("b"), "again", streamed=True)
+    await drive(nested("b"), "again", method="run_streamed", session=session, hooks=session)
     assert await check_session_tree(file_journal.store, "whole", all_closed=True) == []
 
 
@@ -202,7 +203,7 @@ async def test_checker_reports_a_lifecycle_event_without_its_twin(
     file_journal: Journal, side: str
 ) -> None:
     session = file_journal.session("half")
-    await run(session, nested("a"), "refund", streamed=False)
+    await drive(nested("a"), "refund", session=session, hooks=session)
     assert await check_session_tree(file_journal.store, "half") == []
     child = "AgentSubsession-half-sub-billing-h9"
     subagent = events.Subagent(
@@ -230,8 +231,8 @@ async def test_checker_reports_revision_and_index_gaps(
     file_journal: Journal, tmp_path: Path
 ) -> None:
     session = file_journal.session("gap")
-    await run(session, nested("a"), "refund", streamed=False)
-    await run(session, nested("b"), "again", streamed=False)
+    await drive(nested("a"), "refund", session=session, hooks=session)
+    await drive(nested("b"), "again", session=session, hooks=session)
     raw = sqlite3.connect(tmp_path / "check.db")
     raw.execute(
         "DELETE FROM events WHERE revision = 2 AND stream_id = "
@@ -250,7 +251,7 @@ async def test_checker_reports_an_open_subagent_when_all_must_be_closed(
 ) -> None:
     session = file_journal.session("open")
     with pytest.raises(RuntimeError):
-        await run(session, failing("a"), "help", streamed=False)
+        await drive(failing("a"), "help", session=session, hooks=session)
     assert await check_session_tree(file_journal.store, "open") == []
     problems = await check_session_tree(file_journal.store, "open", all_closed=True)
     assert problems == ["AgentSubsession-open-sub-billing-h1-a: subagent never completed"]

@@ -20,7 +20,7 @@ async def test_a_url_from_the_environment_is_used(monkeypatch: pytest.MonkeyPatc
         assert session.guardrails.base_url == guardrail.url
         assert journal.session("s2").guardrails is session.guardrails  # one client per URL
         g = graph()
-        assert await run(g.triage, session, streamed=False) == FINAL
+        assert await run(g.triage, session) == FINAL
         assert len(guardrail.asked()) == 5  # 2 inputs, a tool call, a handoff, a response
 
 
@@ -45,7 +45,7 @@ async def test_no_guardrail_means_no_checks_and_says_so_once(
         assert first.guardrails is None
         assert caplog.text.count("no guardrail service configured") == 1
         g = graph()
-        assert await run(g.triage, first, streamed=False) == FINAL
+        assert await run(g.triage, first) == FINAL
         assert g.tool_ran == ["42"]
 
 

@@ -19,6 +19,7 @@ from agentjournal.errors import GuardrailBlocked
 from agentjournal.events import GUARDRAIL_DECIDED, GuardrailDecided
 from agentjournal.guardrails import GuardrailClient
 from agentjournal.store.sqlite import SQLiteEventStore
+from drive import METHODS, Method
 from guardrail_scenarios import FINAL, graph, run
 from http_stub import Reply
 from scripted_guardrail import ScriptedGuardrail
@@ -75,7 +76,8 @@ FAULTS: dict[str, tuple[Callable[[dict[str, Any]], Reply], str]] = {
 
 
 @pytest.fixture
-async def journal() -> AsyncIterator[Journal]:
+async def memory_journal() -> AsyncIterator[Journal]:
+    """An open journal on the in-memory SQLite store (one backend is enough here)."""
     async with Journal.open("sqlite://:memory:") as journal:
         yield journal
 
@@ -90,23 +92,25 @@ async def tool_decisions(journal: Journal) -> list[GuardrailDecided]:
 
 @pytest.mark.parametrize("wiring", ["hooks", "guard"])
 @pytest.mark.parametrize("fault", FAULTS)
-async def test_a_fault_blocks_the_tool_call(journal: Journal, fault: str, wiring: str) -> None:
+async def test_a_fault_blocks_the_tool_call(
+    memory_journal: Journal, fault: str, wiring: str
+) -> None:
     reply, code = FAULTS[fault]
     g = graph()
     async with ScriptedGuardrail(replies={"TOOL_CALL": reply}) as guardrail:
         client = GuardrailClient(guardrail.url, timeout=0.3, max_body_bytes=1024)
-        session = journal.session("s1", guardrails=client)
+        session = memory_journal.session("s1", guardrails=client)
         agent = session.guard(g.triage) if wiring == "guard" else g.triage
         if wiring == "guard":
             # The wrapper refuses the call; the model sees an error output and goes on.
-            assert await run(agent, session, streamed=False) == FINAL
+            assert await run(agent, session) == FINAL
         else:
             with pytest.raises(GuardrailBlocked) as raised:
-                await run(agent, session, streamed=False)
+                await run(agent, session)
             assert raised.value.reason_code == code
         await client.aclose()
     assert g.tool_ran == []  # the body never ran
-    (decided,) = await tool_decisions(journal)
+    (decided,) = await tool_decisions(memory_journal)
     assert (decided.decision, decided.reason_code, decided.guardrail_decision) == (
         "BLOCK",
         code,
@@ -115,17 +119,17 @@ async def test_a_fault_blocks_the_tool_call(journal: Journal, fault: str, wiring
     assert decided.enforcement == ("tool_refused" if wiring == "guard" else "run_stopped")
 
 
-@pytest.mark.parametrize("streamed", [False, True], ids=["run", "streamed"])
+@pytest.mark.parametrize("method", METHODS)
 async def test_an_unreachable_guardrail_stops_the_run_before_the_model(
-    journal: Journal, streamed: bool
+    memory_journal: Journal, method: Method
 ) -> None:
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{probe.getsockname()[1]}"
     g = graph()
-    session = journal.session("s1", guardrails=url)
+    session = memory_journal.session("s1", guardrails=url)
     with pytest.raises(GuardrailBlocked) as raised:
-        await run(session.guard(g.triage), session, streamed=streamed)
+        await run(session.guard(g.triage), session, method=method)
     assert (raised.value.action_type, raised.value.reason_code) == (
         "AGENT_INPUT",
         "GUARDRAIL_UNAVAILABLE",
@@ -135,17 +139,17 @@ async def test_an_unreachable_guardrail_stops_the_run_before_the_model(
 
 
 async def test_failing_open_must_be_asked_for_and_is_loud(
-    journal: Journal, caplog: pytest.LogCaptureFixture
+    memory_journal: Journal, caplog: pytest.LogCaptureFixture
 ) -> None:
     g = graph()
     async with ScriptedGuardrail(replies={"TOOL_CALL": lambda body: Reply(status=503)}) as stub:
         with caplog.at_level(logging.WARNING, logger="agentjournal.guardrails"):
             client = GuardrailClient(stub.url, fail_open=True)
-            session = journal.session("s1", guardrails=client)
-            assert await run(g.triage, session, streamed=False) == FINAL
+            session = memory_journal.session("s1", guardrails=client)
+            assert await run(g.triage, session) == FINAL
             await client.aclose()
     assert g.tool_ran == ["42"]
-    (decided,) = await tool_decisions(journal)
+    (decided,) = await tool_decisions(memory_journal)
     assert (decided.decision, decided.reason_code) == ("ALLOW", "GUARDRAIL_FAILED_OPEN")
     assert "FAILS OPEN" in caplog.text
     assert "FAILING OPEN" in caplog.text
@@ -174,7 +178,7 @@ async def test_a_decision_that_cannot_be_recorded_is_not_acted_on(
             attempt = (
                 Runner.run(agent, "hi", session=session, run_config=CONFIG)
                 if wiring == "guard-only"
-                else run(agent, session, streamed=False)
+                else run(agent, session)
             )
             with pytest.raises(GuardrailBlocked) as raised:
                 await attempt

@@ -20,6 +20,7 @@ from agentjournal.errors import GuardrailBlocked
 from agentjournal.events import GUARDRAIL_DECIDED, GuardrailDecided
 from agentjournal.guardrails.actions import digest
 from agentjournal.streams import subsession_stream
+from drive import METHODS, Method
 from guardrail_scenarios import FINAL, USER_INPUT, Graph, custom_tool_agent, graph, run
 from scripted_guardrail import ScriptedGuardrail
 
@@ -30,7 +31,8 @@ BILLING = subsession_stream("s1", "sub-billing-h1")
 
 
 @pytest.fixture
-async def journal() -> AsyncIterator[Journal]:
+async def memory_journal() -> AsyncIterator[Journal]:
+    """An open journal on the in-memory SQLite store (one backend is enough here)."""
     async with Journal.open("sqlite://:memory:") as journal:
         yield journal
 
@@ -71,27 +73,27 @@ def expected_enforcement(action: str, decision: str, wiring: str) -> str:
     return "modified"
 
 
-@pytest.mark.parametrize("streamed", [False, True], ids=["run", "streamed"])
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("wiring", ["hooks", "guard"])
 @pytest.mark.parametrize("decision", DECISIONS)
 @pytest.mark.parametrize("action", ACTIONS)
 async def test_matrix(
-    journal: Journal, action: str, decision: str, wiring: str, streamed: bool
+    memory_journal: Journal, action: str, decision: str, wiring: str, method: Method
 ) -> None:
     g = graph()
     async with ScriptedGuardrail({action: decision}) as guardrail:
-        session = journal.session("s1", guardrails=guardrail.url)
+        session = memory_journal.session("s1", guardrails=guardrail.url)
         agent = session.guard(g.triage) if wiring == "guard" else g.triage
         outcome = expected_outcome(action, decision, wiring)
         if outcome == "blocked":
             with pytest.raises(GuardrailBlocked) as raised:
-                await run(agent, session, streamed=streamed)
+                await run(agent, session, method=method)
             assert raised.value.action_type == action
             final = None
         else:
-            final = await run(agent, session, streamed=streamed)
+            final = await run(agent, session, method=method)
         asked = guardrail.asked(action)
-    recorded = [(s, d) for s, d in await decisions(journal) if d.action_type == action]
+    recorded = [(s, d) for s, d in await decisions(memory_journal) if d.action_type == action]
     assert recorded, f"no {action} decision recorded"
     stream, first = recorded[0]
     assert first.action_id == asked[0]["action_id"]
@@ -198,64 +200,64 @@ CHECKS = {
 }
 
 
-@pytest.mark.parametrize("streamed", [False, True], ids=["run", "streamed"])
+@pytest.mark.parametrize("method", METHODS)
 async def test_blocked_response_is_neither_delivered_nor_stored(
-    journal: Journal, streamed: bool
+    memory_journal: Journal, method: Method
 ) -> None:
     g = graph()
     async with ScriptedGuardrail({"AGENT_RESPONSE": "BLOCK"}) as guardrail:
-        session = journal.session("s1", guardrails=guardrail.url)
+        session = memory_journal.session("s1", guardrails=guardrail.url)
         with pytest.raises(GuardrailBlocked) as raised:
-            await run(g.triage, session, streamed=streamed)
+            await run(g.triage, session, method=method)
     assert raised.value.reason_code == "SCRIPTED_BLOCK"
     items = await session.get_items()
     assert not [i for i in items if i.get("role") == "assistant"]
-    types = await stream_types(journal, BILLING)
+    types = await stream_types(memory_journal, BILLING)
     assert "AssistantTextGenerated" not in types
     assert types[-1] == "SubagentCompleted"  # closed with outcome error
 
 
-@pytest.mark.parametrize("streamed", [False, True], ids=["run", "streamed"])
-async def test_modified_response_is_what_is_stored(journal: Journal, streamed: bool) -> None:
+@pytest.mark.parametrize("method", METHODS)
+async def test_modified_response_is_what_is_stored(memory_journal: Journal, method: Method) -> None:
     g = graph()
     async with ScriptedGuardrail({"AGENT_RESPONSE": "MODIFY"}) as guardrail:
-        session = journal.session("s1", guardrails=guardrail.url)
-        final = await run(g.triage, session, streamed=streamed)
+        session = memory_journal.session("s1", guardrails=guardrail.url)
+        final = await run(g.triage, session, method=method)
     assert final == "your [REDACTED] is safe"
     items = await session.get_items()
     last: Any = items[-1]
     assert last["content"][0]["text"] == "your [REDACTED] is safe"
 
 
-async def test_decisions_precede_the_actions_they_guard(journal: Journal) -> None:
+async def test_decisions_precede_the_actions_they_guard(memory_journal: Journal) -> None:
     g = graph()
     async with ScriptedGuardrail() as guardrail:
-        session = journal.session("s1", guardrails=guardrail.url)
-        await run(session.guard(g.triage), session, streamed=False)
-    types = await stream_types(journal, SESSION)
+        session = memory_journal.session("s1", guardrails=guardrail.url)
+        await run(session.guard(g.triage), session)
+    types = await stream_types(memory_journal, SESSION)
     assert types.index(GUARDRAIL_DECIDED) < types.index("AssistantToolCallsGenerated")
-    billing = await stream_types(journal, BILLING)
+    billing = await stream_types(memory_journal, BILLING)
     assert billing.index(GUARDRAIL_DECIDED) < billing.index("AssistantTextGenerated")
     # A tool call decided at on_llm_end is not asked again by the guard's wrapper.
     assert len(guardrail.asked("TOOL_CALL")) == 1
 
 
-async def test_guard_copies_and_leaves_the_graph_alone(journal: Journal) -> None:
+async def test_guard_copies_and_leaves_the_graph_alone(memory_journal: Journal) -> None:
     g = graph()
     async with ScriptedGuardrail() as guardrail:
-        session = journal.session("s1", guardrails=guardrail.url)
+        session = memory_journal.session("s1", guardrails=guardrail.url)
         guarded = session.guard(g.triage)
         assert guarded is not g.triage
         assert guarded.tools[0] is not g.triage.tools[0]
         assert session.guard(guarded) is guarded  # idempotent
-        assert journal.session("s2").guard(g.triage) is g.triage  # no guardrail: unchanged
+        assert memory_journal.session("s2").guard(g.triage) is g.triage  # no guardrail: unchanged
 
 
-async def test_guard_alone_still_checks_tools_and_handoffs(journal: Journal) -> None:
+async def test_guard_alone_still_checks_tools_and_handoffs(memory_journal: Journal) -> None:
     """Without hooks=, the wrappers ask at invocation time."""
     g = graph()
     async with ScriptedGuardrail({"TOOL_CALL": "BLOCK"}) as guardrail:
-        session = journal.session("s1", guardrails=guardrail.url)
+        session = memory_journal.session("s1", guardrails=guardrail.url)
         result = await Runner.run(
             session.guard(g.triage),
             USER_INPUT,
@@ -264,7 +266,7 @@ async def test_guard_alone_still_checks_tools_and_handoffs(journal: Journal) -> 
         )
     assert result.final_output == FINAL
     assert g.tool_ran == []
-    kinds = [d.action_type for _, d in await decisions(journal)]
+    kinds = [d.action_type for _, d in await decisions(memory_journal)]
     assert kinds == ["TOOL_CALL", "AGENT_HANDOFF"]
 
 
@@ -273,7 +275,7 @@ async def test_guard_alone_still_checks_tools_and_handoffs(journal: Journal) -> 
     [("ALLOW", "done"), ("BLOCK", "run_stopped"), ("MODIFY", "unenforceable")],
 )
 async def test_a_tool_result_that_ends_the_run_is_checked_as_the_response(
-    journal: Journal, decision: str, outcome: str
+    memory_journal: Journal, decision: str, outcome: str
 ) -> None:
     g = graph()
     agent = Agent(
@@ -283,26 +285,26 @@ async def test_a_tool_result_that_ends_the_run_is_checked_as_the_response(
         tool_use_behavior="stop_on_first_tool",
     )
     async with ScriptedGuardrail({"AGENT_RESPONSE": decision}) as guardrail:
-        session = journal.session("s1", guardrails=guardrail.url)
+        session = memory_journal.session("s1", guardrails=guardrail.url)
         if outcome == "done":
-            assert await run(agent, session, streamed=False) == "order 7: charged twice"
+            assert await run(agent, session) == "order 7: charged twice"
         else:
             with pytest.raises(GuardrailBlocked):
-                await run(agent, session, streamed=False)
-    responses = [d for _, d in await decisions(journal) if d.action_type == "AGENT_RESPONSE"]
+                await run(agent, session)
+    responses = [d for _, d in await decisions(memory_journal) if d.action_type == "AGENT_RESPONSE"]
     assert [(d.payload, d.enforcement) for d in responses] == [
         ("order 7: charged twice", "proceeded" if outcome == "done" else outcome)
     ]
 
 
 @pytest.mark.parametrize("decision", ["BLOCK", "MODIFY"])
-async def test_other_local_calls_are_checked_too(journal: Journal, decision: str) -> None:
+async def test_other_local_calls_are_checked_too(memory_journal: Journal, decision: str) -> None:
     """Custom, shell, computer and apply-patch calls have no wrapper: the hooks stop the run."""
     ran: list[str] = []
     async with ScriptedGuardrail({"TOOL_CALL": decision}) as guardrail:
-        session = journal.session("s1", guardrails=guardrail.url)
+        session = memory_journal.session("s1", guardrails=guardrail.url)
         with pytest.raises(GuardrailBlocked):
-            await run(session.guard(custom_tool_agent(ran)), session, streamed=False)
+            await run(session.guard(custom_tool_agent(ran)), session)
         (asked,) = guardrail.asked("TOOL_CALL")
     assert ran == []
     assert asked["payload"] == {
@@ -312,9 +314,9 @@ async def test_other_local_calls_are_checked_too(journal: Journal, decision: str
     }
 
 
-async def test_an_allowed_custom_call_runs(journal: Journal) -> None:
+async def test_an_allowed_custom_call_runs(memory_journal: Journal) -> None:
     ran: list[str] = []
     async with ScriptedGuardrail() as guardrail:
-        session = journal.session("s1", guardrails=guardrail.url)
-        assert await run(custom_tool_agent(ran), session, streamed=False) == "done"
+        session = memory_journal.session("s1", guardrails=guardrail.url)
+        assert await run(custom_tool_agent(ran), session) == "done"
     assert ran == ["all"]

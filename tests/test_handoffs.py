@@ -5,45 +5,18 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, RunConfig, Runner, SQLiteSession
-from agents.memory import Session
+from agents import Agent
 from agents.testing import ModelStep, ScriptedModel
 from kurrent_agent_schema import EVENT_TYPE_BY_NAME, from_json, to_json
 
 from agentjournal import Journal, JournalSession
 from agentjournal.store import EventStore, RecordedEvent
+from drive import METHODS, Method, drive, sdk_reference
 from handoff_scenarios import SCENARIOS, failing, nested, single, top_level
-from scenarios import METHODS, Method
-
-CONFIG = RunConfig(tracing_disabled=True)
-
-
-async def run(
-    method: Method, agent: Agent[Any], text: str, session: Session, *, hooks: bool = True
-) -> Any:
-    run_hooks: Any = session if hooks else None
-    if method == "run":
-        return await Runner.run(agent, text, session=session, hooks=run_hooks, run_config=CONFIG)
-    result = Runner.run_streamed(agent, text, session=session, hooks=run_hooks, run_config=CONFIG)
-    async for _ in result.stream_events():
-        pass
-    return result
-
-
-async def reference(method: Method, turns: list[tuple[Callable[[], Agent[Any]], str]]) -> list[Any]:
-    """The flat history the SDK's own SQLiteSession holds after the same runs."""
-    sdk = SQLiteSession("reference")
-    try:
-        for build, text in turns:
-            await run(method, build(), text, sdk, hooks=False)
-        return await sdk.get_items()
-    finally:
-        sdk.close()
 
 
 def dumps(items: list[Any]) -> list[str]:
@@ -102,7 +75,7 @@ def assert_schema_valid(events: list[RecordedEvent]) -> None:
 @pytest.mark.parametrize("method", METHODS)
 async def test_single_handoff(journal: Journal, method: Method) -> None:
     session = journal.session("h-single", agent_name="triage")
-    await run(method, single(), "Why was I charged twice?", session)
+    await drive(single(), "Why was I charged twice?", method=method, session=session, hooks=session)
     store = journal.store
     parent = await stream_of(store, session.stream)
     assert types(parent) == [
@@ -128,7 +101,7 @@ async def test_single_handoff(journal: Journal, method: Method) -> None:
     assert completed["outcome"] == "success"
     assert completed["summary"] == "You were charged twice; I can refund one."
     assert_schema_valid(parent + child)
-    expected = await reference(method, [(single, "Why was I charged twice?")])
+    expected = await sdk_reference(method, [(single, "Why was I charged twice?")])
     assert dumps(await session.get_items()) == dumps(expected)
     cold = JournalSession(store, "h-single")
     assert dumps(await cold.get_items()) == dumps(expected)
@@ -139,7 +112,7 @@ async def test_single_handoff(journal: Journal, method: Method) -> None:
 @pytest.mark.parametrize("method", METHODS)
 async def test_nested_chain_of_three(journal: Journal, method: Method) -> None:
     session = journal.session("h-nested")
-    await run(method, nested(), "Refund my double charge", session)
+    await drive(nested(), "Refund my double charge", method=method, session=session, hooks=session)
     store = journal.store
     parent = await stream_of(store, session.stream)
     billing = await stream_of(store, subsession(parent, "billing"))
@@ -174,7 +147,7 @@ async def test_nested_chain_of_three(journal: Journal, method: Method) -> None:
     inner_close = refunds[-1].position
     outer_close = parent[-1].position
     assert inner_close < outer_close
-    expected = await reference(method, [(nested, "Refund my double charge")])
+    expected = await sdk_reference(method, [(nested, "Refund my double charge")])
     assert dumps(await session.get_items()) == dumps(expected)
     cold = JournalSession(store, "h-nested")
     for limit in range(1, len(expected) + 1):  # windows that start inside subsessions
@@ -192,7 +165,7 @@ async def test_calls_beside_a_handoff_stay_with_the_sender(
 ) -> None:
     build = SCENARIOS[name]
     session = journal.session(f"h-{name.replace('_', '-')}")
-    await run(method, build(), "hi", session)
+    await drive(build(), "hi", method=method, session=session, hooks=session)
     parent = await stream_of(journal.store, session.stream)
     started = [e for e in parent if e.type == "SubagentStarted"]
     assert len(started) == 1
@@ -203,7 +176,7 @@ async def test_calls_beside_a_handoff_stay_with_the_sender(
     assert any(e.type == "ToolResultReceived" for e in parent)
     child = await stream_of(journal.store, subsession(parent, "billing"))
     assert types(child)[:2] == ["SubagentStarted", "ToolResultReceived"]
-    expected = await reference(method, [(build, "hi")])
+    expected = await sdk_reference(method, [(build, "hi")])
     assert dumps(await session.get_items()) == dumps(expected)
     assert dumps(await JournalSession(journal.store, session.session_id).get_items()) == dumps(
         expected
@@ -213,8 +186,8 @@ async def test_calls_beside_a_handoff_stay_with_the_sender(
 @pytest.mark.parametrize("method", METHODS)
 async def test_next_turn_returns_to_the_top_level(journal: Journal, method: Method) -> None:
     session = journal.session("h-turns")
-    await run(method, single(), "first", session)
-    await run(method, top_level(), "second", session)
+    await drive(single(), "first", method=method, session=session, hooks=session)
+    await drive(top_level(), "second", method=method, session=session, hooks=session)
     parent = await stream_of(journal.store, session.stream)
     assert types(parent)[-3:] == [
         "SubagentCompleted",
@@ -222,7 +195,7 @@ async def test_next_turn_returns_to_the_top_level(journal: Journal, method: Meth
         "AssistantTextGenerated",
     ]
     assert await session.open_subagents() == []
-    expected = await reference(method, [(single, "first"), (top_level, "second")])
+    expected = await sdk_reference(method, [(single, "first"), (top_level, "second")])
     assert dumps(await session.get_items()) == dumps(expected)
 
 
@@ -232,10 +205,10 @@ async def test_next_turn_returns_to_the_top_level(journal: Journal, method: Meth
 async def test_failed_run_is_closed_at_the_next_run(journal: Journal) -> None:
     session = journal.session("h-fail")
     with pytest.raises(RuntimeError, match="model backend down"):
-        await run("run", failing(), "help", session)
+        await drive(failing(), "help", session=session, hooks=session)
     (open_,) = await session.open_subagents()
     assert open_.agent_name == "billing"
-    await run("run", top_level(), "are you there?", session)
+    await drive(top_level(), "are you there?", session=session, hooks=session)
     assert await session.open_subagents() == []
     parent = await stream_of(journal.store, session.stream)
     completed = [json.loads(e.data) for e in parent if e.type == "SubagentCompleted"]
@@ -265,7 +238,7 @@ async def test_run_scope_closes_with_the_exact_outcome(journal: Journal, error: 
         agent = failing()
     with pytest.raises(raised):
         async with session.run_scope():
-            await run("run", agent, "help", session)
+            await drive(agent, "help", session=session, hooks=session)
     assert await session.open_subagents() == []
     parent = await stream_of(journal.store, session.stream)
     completed = json.loads(parent[-1].data)
@@ -286,7 +259,7 @@ async def test_restart_mid_subagent_continues_from_the_streams(tmp_path: Path) -
     async with Journal.open(uri) as first:
         session = first.session("h-restart")
         with pytest.raises(RuntimeError):
-            await run("run", failing(), "help", session)
+            await drive(failing(), "help", session=session, hooks=session)
     async with Journal.open(uri) as second:  # a new process, as far as the session knows
         session = second.session("h-restart")
         (open_,) = await session.open_subagents()
@@ -299,7 +272,7 @@ async def test_restart_mid_subagent_continues_from_the_streams(tmp_path: Path) -
         child = await stream_of(second.store, open_.stream)
         assert child[-1].type == "ToolResultReceived"
         # A new run closes the abandoned subagent and starts at the top level.
-        await run("run", top_level(), "hello again", session)
+        await drive(top_level(), "hello again", session=session, hooks=session)
         parent = await stream_of(second.store, session.stream)
         assert [json.loads(e.data)["outcome"] for e in parent if e.type == "SubagentCompleted"] == [
             "error"
@@ -313,12 +286,12 @@ async def test_hooks_not_wired_store_an_ordinary_tool_call(
 ) -> None:
     session = journal.session("h-unwired")
     with caplog.at_level(logging.WARNING, logger="agentjournal.sdk.session"):
-        await run("run", single(), "hi", session, hooks=False)
+        await drive(single(), "hi", session=session)
     parent = await stream_of(journal.store, session.stream)
     assert "SubagentStarted" not in types(parent)
     assert types(parent)[2:4] == ["AssistantToolCallsGenerated", "ToolResultReceived"]
     assert caplog.text.count("without the hooks") == 1
-    expected = await reference("run", [(single, "hi")])
+    expected = await sdk_reference("run", [(single, "hi")])
     assert dumps(await session.get_items()) == dumps(expected)
 
 
@@ -327,7 +300,8 @@ async def test_missing_subsession_degrades_with_a_warning(
 ) -> None:
     db = tmp_path / "missing.db"
     async with Journal.open(f"sqlite:///{db}") as journal:
-        await run("run", single(), "hi", journal.session("h-missing"))
+        session = journal.session("h-missing")
+        await drive(single(), "hi", session=session, hooks=session)
     raw = sqlite3.connect(db)
     (stream_id,) = raw.execute(
         "SELECT id FROM streams WHERE name LIKE 'AgentSubsession-h-missing-%'"
@@ -345,8 +319,8 @@ async def test_missing_subsession_degrades_with_a_warning(
 
 async def test_a_reused_handoff_call_id_gets_its_own_subsession(journal: Journal) -> None:
     session = journal.session("h-reuse")
-    await run("run", single(), "first", session)
-    await run("run", single(), "second", session)  # the same call id h1 again
+    await drive(single(), "first", session=session, hooks=session)
+    await drive(single(), "second", session=session, hooks=session)  # the same call id h1 again
     parent = await stream_of(journal.store, session.stream)
     streams = [
         json.loads(e.data)["subsession_stream"] for e in parent if e.type == "SubagentStarted"
@@ -354,14 +328,15 @@ async def test_a_reused_handoff_call_id_gets_its_own_subsession(journal: Journal
     assert streams[0] == "AgentSubsession-h-reuse-sub-billing-h1"
     assert len(set(streams)) == 2
     assert streams[1].startswith("AgentSubsession-h-reuse-sub-billing-h1.")
-    expected = await reference("run", [(single, "first"), (single, "second")])
+    expected = await sdk_reference("run", [(single, "first"), (single, "second")])
     assert dumps(await JournalSession(journal.store, "h-reuse").get_items()) == dumps(expected)
 
 
 async def test_closes_written_without_the_closes_key_are_read(tmp_path: Path) -> None:
     db = tmp_path / "other-writer.db"
     async with Journal.open(f"sqlite:///{db}") as journal:
-        await run("run", nested(), "refund", journal.session("h-plain"))
+        session = journal.session("h-plain")
+        await drive(nested(), "refund", session=session, hooks=session)
         expected = await journal.session("h-plain").get_items()
     raw = sqlite3.connect(db)
     rows = raw.execute("SELECT position, metadata FROM events WHERE type = 'SubagentCompleted'")
@@ -396,7 +371,7 @@ async def test_a_subagent_ending_on_a_tool_result_closes_with_it(
         return agent
 
     session = journal.session("h-stop-on-tool")
-    await run(method, build(), "hi", session)
+    await drive(build(), "hi", method=method, session=session, hooks=session)
     parent = await stream_of(journal.store, session.stream)
     child = await stream_of(journal.store, subsession(parent, "billing"))
     assert types(child)[-3:] == [
@@ -410,7 +385,7 @@ async def test_a_subagent_ending_on_a_tool_result_closes_with_it(
         "order 42: charged twice, 12.50 EUR each",
     )
     assert await session.open_subagents() == []
-    assert dumps(await session.get_items()) == dumps(await reference(method, [(build, "hi")]))
+    assert dumps(await session.get_items()) == dumps(await sdk_reference(method, [(build, "hi")]))
 
 
 async def test_reused_call_id_without_a_read_between_runs(journal: Journal) -> None:

@@ -31,8 +31,8 @@ from agentjournal.testing.kurrentdb_double import (
     ThreadedKurrentDBDouble,
 )
 from agentjournal.testing.store_conformance import make_events
+from drive import CONFIG
 from handoff_scenarios import single
-from scenarios import CONFIG
 
 DEADLINE = 0.4
 

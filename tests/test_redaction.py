@@ -170,7 +170,7 @@ async def _record(*, record_payloads: bool = True) -> tuple[dict[str, Any], dict
                 policy=POLICY,
                 record_payloads=record_payloads,
             )
-            await run(session.guard(_agents()), session, streamed=False, text=MARKERS["user"])
+            await run(session.guard(_agents()), session, text=MARKERS["user"])
         full = await export_bundle(journal.store, "marked")
         redacted = await export_bundle(journal.store, "marked", redact=True)
     return full, redacted
@@ -382,7 +382,7 @@ async def test_a_modified_call_under_ceilings_verifies_redacted_with_digests_onl
             session = journal.session(
                 "modified", guardrails=guardrail.url, policy=POLICY, record_payloads=False
             )
-            await run(session.guard(agent), session, streamed=False, text="refund")
+            await run(session.guard(agent), session, text="refund")
         bundles = [await export_bundle(journal.store, "modified", redact=r) for r in (False, True)]
     decided = [json.loads(e["data"]) for e in _events(bundles[0], "agentjournal.GuardrailDecided")]
     assert [d["decision"] for d in decided if d["action_type"] == "TOOL_CALL"] == ["MODIFY"]

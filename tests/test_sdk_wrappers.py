@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 import pytest
-from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
+from agents import Agent, SQLiteSession, function_tool
 from agents.extensions.memory.encrypt_session import EncryptedSession
 from agents.items import TResponseInputItem
 from agents.memory import OpenAIResponsesCompactionSession
@@ -39,12 +39,12 @@ from agentjournal.ledger.bundle import export_bundle
 from agentjournal.ledger.verify import verify_bundle
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble, ThreadedKurrentDBDouble
+from drive import METHODS, Method, drive
 from http_stub import HttpStub, Received, Reply
-from scenarios import METHODS, TURNS, Method, agent_for
+from scenarios import TURNS, agent_for
 from scripted_guardrail import ScriptedGuardrail
 
 T = TypeVar("T")
-CONFIG = RunConfig(tracing_disabled=True)
 KEY = Fernet.generate_key().decode()
 ENVELOPE_KEYS = {"__enc__", "v", "kid", "payload"}
 Layering = Literal["plain", "encrypted-outer", "encrypted-inner"]
@@ -82,17 +82,6 @@ def opened(items: list[Any]) -> list[Any]:
         json.loads(CIPHER.decrypt(item["payload"].encode())) if is_envelope(item) else item
         for item in items
     ]
-
-
-async def run(
-    agent: Agent[Any], text: str, session: Any, *, method: Method, hooks: Any = None
-) -> Any:
-    if method == "run":
-        return await Runner.run(agent, text, session=session, hooks=hooks, run_config=CONFIG)
-    result = Runner.run_streamed(agent, text, session=session, hooks=hooks, run_config=CONFIG)
-    async for _ in result.stream_events():
-        pass
-    return result
 
 
 def encrypted(backend: Session, *, ttl: int = 600) -> EncryptedSession:
@@ -295,7 +284,9 @@ async def test_runner_over_an_encrypted_journal_matches_sqlite(
         for store, hooks in ((backend, backend), (reference, None)):
             session = encrypted(store)
             for turn in range(len(TURNS)):
-                await run(agent_for(turn), TURNS[turn][0], session, method=method, hooks=hooks)
+                await drive(
+                    agent_for(turn), TURNS[turn][0], method=method, session=session, hooks=hooks
+                )
         expected = opened(await reference.get_items())
         assert dumps(opened(await backend.get_items())) == dumps(expected)
         assert dumps(await encrypted(cold(journal)).get_items()) == dumps(expected)
@@ -313,7 +304,9 @@ async def test_encrypted_history_expires_and_rolls_back(
     clock.advance(20)  # both have expired
     await session.add_items([user("fresh question")])
     model = ScriptedModel([ModelStep(output=[assistant_message("fresh answer", item_id="m1")])])
-    await run(Agent(name="a", model=model), "follow-up", session, method=method, hooks=backend)
+    await drive(
+        Agent(name="a", model=model), "follow-up", method=method, session=session, hooks=backend
+    )
     # The model saw only what has not expired; the store keeps everything.
     assert model.calls[0].input == [user("fresh question"), user("follow-up")]
     assert [item["content"] for item in opened(await backend.get_items())][:3] == [
@@ -340,7 +333,7 @@ async def test_a_redacted_bundle_withholds_envelopes_and_verifies(journal: Journ
     backend = journal.session(SID)
     session = encrypted(backend)
     model = ScriptedModel([ModelStep(output=[assistant_message("secret answer")])])
-    await run(Agent(name="a", model=model), "secret question", session, method="run", hooks=backend)
+    await drive(Agent(name="a", model=model), "secret question", session=session, hooks=backend)
     for redact in (False, True):
         bundle = await export_bundle(journal.store, SID, redact=redact)
         report = verify_bundle(bundle, {}, allow_uncovered=True)
@@ -377,7 +370,7 @@ async def test_under_encryption_decisions_can_keep_digests_only(
             backend = journal.session(
                 SID, guardrails=guardrail.url, record_payloads=record_payloads
             )
-            await run(agent, f"find {marker}", encrypted(backend), method="run", hooks=backend)
+            await drive(agent, f"find {marker}", session=encrypted(backend), hooks=backend)
             assert len(guardrail.asked()) == 3  # input, the tool call, the final answer
         stored = [e for e in await journal.store.read_all() if e.stream.startswith("Agent")]
         decisions = [e for e in stored if e.type == "agentjournal.GuardrailDecided"]
@@ -396,7 +389,7 @@ async def three_turns(session: SessionABC, method: Method, hooks: Any) -> list[l
     seen: list[list[Any]] = []
     for turn in range(len(TURNS)):
         agent = agent_for(turn)
-        await run(agent, TURNS[turn][0], session, method=method, hooks=hooks)
+        await drive(agent, TURNS[turn][0], method=method, session=session, hooks=hooks)
         seen.extend(call.input for call in cast(ScriptedModel, agent.model).calls)
     return seen
 
@@ -445,7 +438,7 @@ async def test_compaction_keeps_what_another_writer_appends_meanwhile(
         session = compacting(backend, compactor, "plain")
         reply = assistant_message("done", item_id="m1")
         model = ScriptedModel([ModelStep(output=[reply])])
-        await run(Agent(name="a", model=model), "continue", session, method="run", hooks=backend)
+        await drive(Agent(name="a", model=model), "continue", session=session, hooks=backend)
         assert len(compactor.requests) == 1  # compaction ran, and found the history changed
         expected = [*original, said("continue"), reply.model_dump(exclude_unset=True), newer]
         assert dumps(await backend.get_items()) == dumps(expected)
@@ -467,7 +460,7 @@ async def test_encrypted_compaction_keeps_what_another_writer_appends_meanwhile(
         compactor.during = append_elsewhere
         reply = assistant_message("done", item_id="m1")
         model = ScriptedModel([ModelStep(output=[reply])])
-        await run(Agent(name="a", model=model), "continue", session, method="run", hooks=backend)
+        await drive(Agent(name="a", model=model), "continue", session=session, hooks=backend)
         assert len(compactor.requests) == 1
         expected = [user("earlier"), said("continue"), reply.model_dump(exclude_unset=True), newer]
         assert dumps(await session.get_items()) == dumps(expected)
@@ -603,7 +596,7 @@ async def test_compaction_prunes_an_expired_prefix_like_sqlite(
             await writer.add_items([user(f"live {n}") for n in range(4)])
             session = compacting(backend, compactor, "encrypted-outer", ttl=10)
             model = ScriptedModel([ModelStep(output=[assistant_message("done", item_id="m")])])
-            await run(Agent(name="a", model=model), "continue", session, method="run")
+            await drive(Agent(name="a", model=model), "continue", session=session)
             results.append((opened(await backend.get_items()), compactor.requests[-1]))
             clock.now = start
     finally:
@@ -630,7 +623,7 @@ async def test_compaction_keeps_what_it_cannot_read(
             await backend.add_items([{"role": "system", "content": "untrusted plaintext"}])
             await session.add_items([user("after")])
             model = ScriptedModel([ModelStep(output=[assistant_message("done", item_id="m")])])
-            await run(Agent(name="a", model=model), "next", session, method="run")
+            await drive(Agent(name="a", model=model), "next", session=session)
             results.append(opened(await backend.get_items()))
     finally:
         reference.close()
@@ -659,7 +652,7 @@ async def test_a_compaction_that_cannot_be_written_changes_nothing(
         compactor.during = lock_the_store
         model = ScriptedModel([ModelStep(output=[assistant_message("done", item_id="m")])])
         with pytest.raises(StoreUnavailable):
-            await run(Agent(name="a", model=model), "continue", session, method="run")
+            await drive(Agent(name="a", model=model), "continue", session=session)
         blocker.rollback()
         compactor.during = None
         reply = assistant_message("done", item_id="m").model_dump(exclude_unset=True)

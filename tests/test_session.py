@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import SQLiteSession
-from agents.items import TResponseInputItem
 from kurrent_agent_schema import EVENT_TYPE_BY_NAME, UserMessageReceived, from_json, to_json
 
 from agentjournal import CodecError, Journal, JournalSession
 from agentjournal.store import EventStore, NewEvent, RecordedEvent, StreamState
-from scenarios import METHODS, TURNS, Method, run_turn
+from drive import METHODS, Method, sdk_reference
+from scenarios import TURNS, first_turns, run_turn
 
 HERE = Path(__file__).resolve().parent
 
@@ -25,17 +24,6 @@ HERE = Path(__file__).resolve().parent
 def dumps(items: Sequence[Any]) -> list[str]:
     """Items as the SDK fingerprints them: exact JSON, key order included."""
     return [json.dumps(item) for item in items]
-
-
-async def sdk_reference(method: Method, turns: int) -> list[TResponseInputItem]:
-    """What the SDK's own SQLiteSession holds after the same scripted turns."""
-    reference = SQLiteSession("reference")
-    try:
-        for turn in range(turns):
-            await run_turn(method, turn, reference, hooks=False)
-        return await reference.get_items()
-    finally:
-        reference.close()
 
 
 def user(text: str) -> Any:
@@ -54,7 +42,7 @@ async def test_runner_history_is_exactly_the_sdks(journal: Journal, method: Meth
     session = journal.session("conv-1", app_name="tests", user_id="u-7")
     for turn in range(len(TURNS)):
         await run_turn(method, turn, session)
-    expected = await sdk_reference(method, len(TURNS))
+    expected = await sdk_reference(method, first_turns(len(TURNS)))
     assert dumps(await session.get_items()) == dumps(expected)
     fresh = journal.session("conv-1")  # a cold cache reads the same from the store
     assert dumps(await fresh.get_items()) == dumps(expected)
@@ -107,7 +95,7 @@ async def test_a_second_process_resumes_the_session(tmp_path: Path, method: Meth
     async with Journal.open(uri) as journal:
         session = journal.session("conv-3")
         await run_turn(method, 2, session)
-        expected = await sdk_reference(method, 3)
+        expected = await sdk_reference(method, first_turns(3))
         assert dumps(await session.get_items()) == dumps(expected)
         recorded = await journal.store.read(session.stream)
         assert [e.type for e in recorded].count("SessionStarted") == 1
@@ -116,7 +104,7 @@ async def test_a_second_process_resumes_the_session(tmp_path: Path, method: Meth
 async def test_hooks_not_wired_still_store_and_replay(journal: Journal) -> None:
     session = journal.session("conv-4")
     await run_turn("run", 0, session, hooks=False)
-    assert dumps(await session.get_items()) == dumps(await sdk_reference("run", 1))
+    assert dumps(await session.get_items()) == dumps(await sdk_reference("run", first_turns(1)))
 
 
 # -- Session semantics ----------------------------------------------------------

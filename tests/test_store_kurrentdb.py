@@ -48,7 +48,7 @@ KURRENTDB_IMAGE = "kurrentplatform/kurrentdb:26.0.2"
 
 
 @pytest.fixture(scope="session")
-def kurrentdb_double() -> Iterator[ThreadedKurrentDBDouble]:
+def shared_double() -> Iterator[ThreadedKurrentDBDouble]:
     """One double for the session, serving from its own thread like a shared server."""
     with KurrentDBDouble.in_thread() as double:
         yield double
@@ -56,8 +56,8 @@ def kurrentdb_double() -> Iterator[ThreadedKurrentDBDouble]:
 
 class TestKurrentDBOnDouble(EventStoreConformance):
     @pytest.fixture
-    def store_uri(self, kurrentdb_double: ThreadedKurrentDBDouble) -> str | None:
-        return kurrentdb_double.uri
+    def store_uri(self, shared_double: ThreadedKurrentDBDouble) -> str | None:
+        return shared_double.uri
 
     @pytest.fixture
     async def store(self, store_uri: str) -> AsyncIterator[EventStore]:
@@ -147,15 +147,15 @@ class TestKurrentDBOnServer(EventStoreConformance):
 
 
 @pytest.fixture
-async def store(kurrentdb_double: ThreadedKurrentDBDouble) -> AsyncIterator[KurrentDBEventStore]:
-    store = await KurrentDBEventStore.open(kurrentdb_double.uri)
+async def store(shared_double: ThreadedKurrentDBDouble) -> AsyncIterator[KurrentDBEventStore]:
+    store = await KurrentDBEventStore.open(shared_double.uri)
     yield store
     await store.close()
 
 
 @pytest.fixture
-async def client(kurrentdb_double: ThreadedKurrentDBDouble) -> AsyncIterator[AsyncKurrentDBClient]:
-    client = AsyncKurrentDBClient(kurrentdb_double.uri)
+async def client(shared_double: ThreadedKurrentDBDouble) -> AsyncIterator[AsyncKurrentDBClient]:
+    client = AsyncKurrentDBClient(shared_double.uri)
     await client.connect()
     yield client
     await client.close()
@@ -208,9 +208,9 @@ def test_redact_uri() -> None:
 
 
 async def test_discover_uri_reaches_the_double(
-    kurrentdb_double: ThreadedKurrentDBDouble, stream: str
+    shared_double: ThreadedKurrentDBDouble, stream: str
 ) -> None:
-    async with await KurrentDBEventStore.open(kurrentdb_double.discover_uri) as store:
+    async with await KurrentDBEventStore.open(shared_double.discover_uri) as store:
         await store.append(stream, make_events(2), expected=State.NO_STREAM)
         assert await store.head(stream) == 1
 
@@ -459,9 +459,9 @@ async def test_empty_append_reports_the_last_position(
 
 
 async def test_closed_store_refuses_work_and_ends_subscriptions(
-    kurrentdb_double: ThreadedKurrentDBDouble, stream: str
+    shared_double: ThreadedKurrentDBDouble, stream: str
 ) -> None:
-    store = await KurrentDBEventStore.open(kurrentdb_double.uri)
+    store = await KurrentDBEventStore.open(shared_double.uri)
     await store.append(stream, make_events(1), expected=State.NO_STREAM)
     seen = asyncio.Event()
 

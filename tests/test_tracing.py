@@ -15,6 +15,7 @@ from agentjournal import Journal
 from agentjournal.events import GUARDRAIL_DECIDED, SPAN_ID_KEY, TRACE_ID_KEY, GuardrailDecided
 from agentjournal.guardrails.protocol import parse_traceparent
 from agentjournal.sdk import tracing
+from drive import METHODS, Method
 from guardrail_scenarios import graph, run
 from scripted_guardrail import ScriptedGuardrail
 
@@ -34,7 +35,8 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 
 @pytest.fixture
-async def journal() -> AsyncIterator[Journal]:
+async def memory_journal() -> AsyncIterator[Journal]:
+    """An open journal on the in-memory SQLite store (one backend is enough here)."""
     async with Journal.open("sqlite://:memory:") as journal:
         yield journal
 
@@ -49,18 +51,18 @@ def _by_name(finished: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan
     return [span for span in finished if span.name == name]
 
 
-@pytest.mark.parametrize("streamed", [False, True], ids=["run", "streamed"])
+@pytest.mark.parametrize("method", METHODS)
 async def test_spans_ids_and_headers_agree(
-    journal: Journal,
+    memory_journal: Journal,
     spans: InMemorySpanExporter,
-    streamed: bool,
+    method: Method,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     g = graph()
     async with ScriptedGuardrail() as guardrail:
-        session = journal.session("s1", guardrails=guardrail.url)
+        session = memory_journal.session("s1", guardrails=guardrail.url)
         with caplog.at_level(logging.INFO, logger="agentjournal.guardrails"):
-            await run(session.guard(g.triage), session, streamed=streamed)
+            await run(session.guard(g.triage), session, method=method)
         received = list(guardrail.received)
     finished = spans.get_finished_spans()
     (run_span,) = _by_name(finished, "agentjournal.run")
@@ -90,7 +92,7 @@ async def test_spans_ids_and_headers_agree(
         assert (header.trace_id, header.span_id) in check_ids
     # Every event written in the run carries the ids of the span that produced it.
     producers = {_hex(run_span)[1], _hex(triage)[1], _hex(billing)[1]}
-    for event in await journal.store.read_all():
+    for event in await memory_journal.store.read_all():
         if event.type == "SessionStarted":
             continue
         assert event.metadata[TRACE_ID_KEY] == trace_id, event.type
@@ -106,13 +108,13 @@ async def test_spans_ids_and_headers_agree(
 
 
 async def test_a_run_continues_an_incoming_trace(
-    journal: Journal, spans: InMemorySpanExporter
+    memory_journal: Journal, spans: InMemorySpanExporter
 ) -> None:
     incoming = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     g = graph()
-    session = journal.session("s1")
+    session = memory_journal.session("s1")
     with tracing.continue_trace(incoming, "vendor=abc"):
-        await run(g.triage, session, streamed=False)
+        await run(g.triage, session)
     (run_span,) = _by_name(spans.get_finished_spans(), "agentjournal.run")
     assert _hex(run_span)[0] == "0af7651916cd43dd8448eb211c80319c"
     assert run_span.parent is not None
@@ -121,15 +123,15 @@ async def test_a_run_continues_an_incoming_trace(
 
 
 async def test_a_stopped_run_ends_its_spans_with_an_error(
-    journal: Journal, spans: InMemorySpanExporter
+    memory_journal: Journal, spans: InMemorySpanExporter
 ) -> None:
     from agentjournal.errors import GuardrailBlocked
 
     g = graph()
     async with ScriptedGuardrail({"AGENT_RESPONSE": "BLOCK"}) as guardrail:
-        session = journal.session("s1", guardrails=guardrail.url)
+        session = memory_journal.session("s1", guardrails=guardrail.url)
         with pytest.raises(GuardrailBlocked):
-            await run(g.triage, session, streamed=False)
+            await run(g.triage, session)
     finished = spans.get_finished_spans()
     (run_span,) = _by_name(finished, "agentjournal.run")
     assert run_span.status.status_code is trace.StatusCode.ERROR

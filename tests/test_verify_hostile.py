@@ -570,11 +570,10 @@ def test_a_damaged_subagent_start_in_the_store(store_file: Path, tmp_path: Path)
     copy_ = tmp_path / "handoff.db"
 
     async def write() -> None:
+        from guardrail_scenarios import graph, run
+
         async with Journal.open(f"sqlite:///{copy_}", signing_key=KEY) as journal:
-            graph = __import__("guardrail_scenarios").graph()
-            await __import__("guardrail_scenarios").run(
-                graph.triage, journal.session("h"), streamed=False
-            )
+            await run(graph().triage, journal.session("h"))
             await journal.session("h").checkpoint()
 
     asyncio.run(write())
