@@ -14,6 +14,19 @@ from typing import TYPE_CHECKING, Any
 from agentjournal.errors import InvalidInput
 from agentjournal.store import DEFAULT_URI, URI_ENV
 
+_SERVICE_MODULES = frozenset({"starlette", "uvicorn"})
+"""What the ``[service]`` extra installs (the reference guardrail service)."""
+
+
+def missing_service(error: ImportError, needs: str) -> int:
+    """A usage error naming the ``[service]`` extra when ``error`` is one of its modules
+    missing; any other import error is raised again (it is a bug, not an install step)."""
+    missing = (error.name or "").partition(".")[0]
+    if missing not in _SERVICE_MODULES:
+        raise error
+    return usage(f"{needs} ({missing} is missing): pip install 'agentjournal[service]'")
+
+
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 

@@ -56,16 +56,13 @@ def register(
 
 
 def _run(args: argparse.Namespace) -> int:
-    from agentjournal.cli._common import usage
+    from agentjournal.cli._common import missing_service
     from agentjournal.store import store_uri
 
     try:
         from agentjournal.cli._demo import run_demo  # loads the Agents SDK and the service
-    except ImportError as error:  # the [service] extra is not installed
-        return usage(
-            f"the demo runs the reference guardrail service ({error.name} is missing): "
-            "pip install 'agentjournal[service]'"
-        )
+    except ImportError as error:
+        return missing_service(error, "the demo runs the reference guardrail service")
     uri = f"sqlite:///{os.path.abspath(args.db)}" if args.db else store_uri(args.uri)
     return asyncio.run(
         run_demo(

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from agentjournal._text import plural
-from agentjournal.cli._common import usage
+from agentjournal.cli._common import missing_service, usage
 
 __all__ = ["register"]
 
@@ -44,11 +44,8 @@ def _serve(host: str, port: int, rules_file: str | None) -> int:
     try:
         from agentjournal.guardrails.rules import load_rules
         from agentjournal.guardrails.service import serve
-    except ImportError as error:  # the [service] extra is not installed
-        return usage(
-            f"the reference guardrail service needs its extra ({error.name} is missing): "
-            "pip install 'agentjournal[service]'"
-        )
+    except ImportError as error:
+        return missing_service(error, "the reference guardrail service needs its extra")
 
     text = "rules: [{kind: redact_pii}]"
     if rules_file is not None:

@@ -490,11 +490,8 @@ class _Tree:
         self.opened_by: dict[str, Record] = {}
         for stream in streams.values():
             for event in stream:
-                if event.type == events.SUBAGENT_STARTED and events.INDEX_KEY in event.metadata:
-                    body = event.body or {}
-                    child = body.get("subsession_stream")
-                    if isinstance(child, str):
-                        self.opened_by[child] = event
+                if event.opens is not None:
+                    self.opened_by[event.opens] = event
 
     def is_tree_stream(self, name: str) -> bool:
         """Whether ``name`` is the session stream or a subsession (not a log or the keys)."""
