@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from agentjournal.ledger.verify import Problem, Report, verify_bundle
     from agentjournal.records import DamagedEvent, Record, TreeRecords, read_tree
     from agentjournal.sdk.session import JournalSession
+    from agentjournal.sdk.tracing import TraceLogFilter, continue_trace
 
 __all__ = [
     "Authority",
@@ -73,7 +74,9 @@ __all__ = [
     "StreamDeleted",
     "StreamNotFound",
     "Subagent",
+    "TraceLogFilter",
     "TreeRecords",
+    "continue_trace",
     "export_bundle",
     "read_tree",
     "verify_bundle",
@@ -92,7 +95,9 @@ _NAMES = {
     "Report": "agentjournal.ledger.verify",
     "SigningKey": "agentjournal.ledger.keys",
     "Subagent": "agentjournal.events",
+    "TraceLogFilter": "agentjournal.sdk.tracing",
     "TreeRecords": "agentjournal.records",
+    "continue_trace": "agentjournal.sdk.tracing",
     "export_bundle": "agentjournal.ledger.bundle",
     "read_tree": "agentjournal.records",
     "verify_bundle": "agentjournal.ledger.verify",
