@@ -6,23 +6,15 @@ import argparse
 import asyncio
 import os
 
-from agentjournal.cli._common import STORE_HELP
+from agentjournal.cli._common import STORE_HELP, Commands
 
 __all__ = ["register"]
 
 
-def register(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def register(commands: Commands) -> None:
     """Add the ``demo`` command."""
     text = "run a scripted conversation with handoffs, offline"
-    demo = commands.add_parser(
-        "demo",
-        help=text,
-        description=text,
-        parents=[common],
-        epilog="example: agentjournal demo --policy samples/policy.yml",
-    )
+    demo = commands.add("demo", text, "agentjournal demo --policy samples/policy.yml")
     where = demo.add_mutually_exclusive_group()
     where.add_argument("--uri", help=STORE_HELP + "; created when missing")
     where.add_argument(

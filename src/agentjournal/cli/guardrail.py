@@ -2,31 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from agentjournal._text import plural
-from agentjournal.cli._common import missing_service, usage
+from agentjournal.cli._common import Commands, missing_service, usage
 
 __all__ = ["register"]
 
 
-def register(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def register(commands: Commands) -> None:
     """Add the ``guardrail`` command and its ``serve``."""
     text = "the reference guardrail service"
-    guardrail = commands.add_parser("guardrail", help=text, description=text, parents=[common])
-    subcommands = guardrail.add_subparsers(
-        dest="guardrail_command", required=True, parser_class=type(guardrail)
-    )
+    subcommands = commands.group("guardrail", text)
     text = "serve POST /v1/validate until interrupted"
-    serve = subcommands.add_parser(
-        "serve",
-        help=text,
-        description=text,
-        parents=[common],
-        epilog="example: agentjournal guardrail serve --port 0 --rules samples/guardrail-rules.yml",
+    serve = subcommands.add(
+        "serve", text, "agentjournal guardrail serve --port 0 --rules samples/guardrail-rules.yml"
     )
     serve.add_argument("--host", default="127.0.0.1", help="the address (default: 127.0.0.1)")
     serve.add_argument(
