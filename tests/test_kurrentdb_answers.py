@@ -285,6 +285,32 @@ async def p_read_not_ready(wire: Wire, double: KurrentDBDouble, stream: str) -> 
     return await _read_error(wire, stream_options(stream))
 
 
+async def p_read_no_leader(wire: Wire, double: KurrentDBDouble, stream: str) -> Seen:
+    double.faults.no_leader("Read")
+    return await _read_error(wire, stream_options(stream))
+
+
+async def p_read_access_denied(wire: Wire, double: KurrentDBDouble, stream: str) -> Seen:
+    double.faults.access_denied("Read")
+    return await _read_error(wire, stream_options(stream))
+
+
+async def p_subscription_refused_after_confirming(
+    wire: Wire, double: KurrentDBDouble, stream: str
+) -> Seen:
+    double.faults.not_ready_after_confirmation("Read")
+    kinds: list[str] = []
+    try:
+        async for response in wire.v1.Read(
+            streams_pb2.ReadReq(options=all_options(None, subscribe=True))
+        ):
+            kinds.append(str(response.WhichOneof("content")))
+    except grpc.aio.AioRpcError as error:
+        assert kinds == ["confirmation"]
+        return _seen_error(error)
+    raise AssertionError("the subscription did not fail")
+
+
 async def p_delete_wrong_version(wire: Wire, double: KurrentDBDouble, stream: str) -> Seen:
     await wire.batch_append(stream, "no_stream", [(_id(), "Tested")])
     options = streams_pb2.DeleteReq.Options(
@@ -320,6 +346,20 @@ async def p_batch_not_ready(wire: Wire, double: KurrentDBDouble, stream: str) ->
 
 async def p_batch_timeout(wire: Wire, double: KurrentDBDouble, stream: str) -> Seen:
     double.faults.timeout_after_commit("BatchAppend")
+    return _seen_status((await wire.batch_append(stream, "any", [(_id(), "Tested")])).error)
+
+
+async def p_batch_event_too_large(wire: Wire, double: KurrentDBDouble, stream: str) -> Seen:
+    return _seen_status((await wire.batch_append(stream, "any", [(_id(), "T")], pad=1500)).error)
+
+
+async def p_batch_no_leader(wire: Wire, double: KurrentDBDouble, stream: str) -> Seen:
+    double.faults.no_leader("BatchAppend")
+    return _seen_status((await wire.batch_append(stream, "any", [(_id(), "Tested")])).error)
+
+
+async def p_batch_access_denied(wire: Wire, double: KurrentDBDouble, stream: str) -> Seen:
+    double.faults.access_denied("BatchAppend")
     return _seen_status((await wire.batch_append(stream, "any", [(_id(), "Tested")])).error)
 
 
@@ -389,6 +429,11 @@ async def p_v2_not_ready(wire: Wire, double: KurrentDBDouble, stream: str) -> Se
     return await _session_error(wire, [(stream, -2, [record()])])
 
 
+async def p_v2_access_denied(wire: Wire, double: KurrentDBDouble, stream: str) -> Seen:
+    double.faults.access_denied("AppendSession")
+    return await _session_error(wire, [(stream, -2, [record()])])
+
+
 async def p_v2_timeout(wire: Wire, double: KurrentDBDouble, stream: str) -> Seen:
     double.faults.timeout_after_commit("AppendSession")
     return await _session_error(wire, [(stream, -2, [record()])])
@@ -428,6 +473,26 @@ ANSWERS = [
         V1 + "RpcExceptions.cs ServerNotReady",
         Seen("UNAVAILABLE", "Server Is Not Ready"),
         p_read_not_ready,
+    ),
+    Row(
+        "read while no leader is known",
+        V1 + "RpcExceptions.cs NoLeaderInfo (NotHandled NotLeader/IsReadOnly without leader "
+        "info), Streams.Read.cs ConvertReadResponseException",
+        Seen("UNKNOWN", "No leader info available in response"),
+        p_read_no_leader,
+    ),
+    Row(
+        "read without access",
+        V1 + "RpcExceptions.cs AccessDenied",
+        Seen("PERMISSION_DENIED", "Access Denied", metadata=(("exception", "access-denied"),)),
+        p_read_access_denied,
+    ),
+    Row(
+        "subscription whose catch-up read is refused",
+        "Enumerators/Enumerator.AllSubscriptionFiltered.cs (MainLoop confirms, then CatchUp "
+        "meets NotHandled NotReady), RpcExceptions.cs ServerNotReady",
+        Seen("UNAVAILABLE", "Server Is Not Ready"),
+        p_subscription_refused_after_confirming,
     ),
     Row(
         "delete at a wrong expected version",
@@ -478,6 +543,28 @@ ANSWERS = [
             ("event_store.client.MaximumAppendSizeExceeded",),
         ),
         p_batch_too_large,
+    ),
+    Row(
+        "batch append event over MaxAppendEventSize",
+        V1 + "Status.cs MaximumAppendEventSizeExceeded, Streams.BatchAppend.cs AddEvents",
+        Seen(
+            "INVALID_ARGUMENT",
+            "MaximumAppendEventSizeExceeded",
+            ("event_store.client.MaximumAppendEventSizeExceeded",),
+        ),
+        p_batch_event_too_large,
+    ),
+    Row(
+        "batch append while no leader is known",
+        V1 + "Streams.BatchAppend.cs ConvertMessage (NotHandled NotLeader without leader info)",
+        Seen("OK", "No leader info available in response", ("google.protobuf.Empty",)),
+        p_batch_no_leader,
+    ),
+    Row(
+        "batch append without access",
+        V1 + "Status.cs AccessDenied (OperationResult.AccessDenied)",
+        Seen("PERMISSION_DENIED", "AccessDenied", ("event_store.client.AccessDenied",)),
+        p_batch_access_denied,
     ),
     Row(
         "batch append while the server is not ready",
@@ -644,6 +731,16 @@ ANSWERS = [
         p_v2_not_ready,
     ),
     Row(
+        "append session without access",
+        V2 + "ApiErrors.cs AccessDenied (without detailed errors)",
+        Seen(
+            "PERMISSION_DENIED",
+            "Access denied. Insufficient permissions to perform Append session",
+            (*_error_info("ACCESS_DENIED", "server"), "kurrent.rpc.AccessDeniedErrorDetails"),
+        ),
+        p_v2_access_denied,
+    ),
+    Row(
         "append session whose commit times out",
         V2 + "ApiErrors.cs OperationTimeout, Streams/StreamsService.cs (CommitTimeout)",
         Seen(
@@ -689,6 +786,33 @@ async def test_26_1_names_the_retried_stream_of_a_partly_retried_append_session(
     assert seen.message == (
         f"Append failed due to a revision conflict on stream '{stream}-a'. "
         "Expected revision: -1. Actual revision: 0."
+    )
+
+
+@pytest.mark.parametrize("version", ["26.0", "26.1"])
+async def test_a_deleted_stream_beside_a_conflicting_one_is_named_as_each_version_does(
+    stream: str, version: str
+) -> None:
+    # 26.0: VerifyCommitChecks answers StreamDeleted for the first deleted stream.
+    # 26.1 (StorageWriterService.VerifyCommitChecks, RequestManagerBase.Handle(
+    # ConsistencyChecksFailed), StreamsService.MapToError): every failed stream is a
+    # consistency-check failure; one tombstone makes the answer "tombstoned", and it
+    # names ConsistencyCheckFailures[0], here the stream that only conflicts.
+    async with (
+        KurrentDBDouble(server_version=version) as double,
+        grpc.aio.insecure_channel(f"{double.host}:{double.port}") as channel,
+    ):
+        wire = Wire(channel)
+        await wire.append_session([(stream + "-a", -1, [record()])])
+        await _tombstoned(wire, stream + "-b")
+        seen = await _session_error(
+            wire, [(stream + "-a", 5, [record()]), (stream + "-b", -2, [record()])]
+        )
+    named = stream + ("-a" if version == "26.1" else "-b")
+    assert (seen.code, seen.message) == (
+        "FAILED_PRECONDITION",
+        f"Stream '{named}' has been tombstoned. It has been permanently removed from the system "
+        "and cannot be restored.",
     )
 
 

@@ -18,12 +18,14 @@ from pathlib import Path
 
 import pytest
 from agents import Runner
+from kurrentdbclient import AsyncKurrentDBClient
+from kurrentdbclient import StreamState as KdbStreamState
 
 from agentjournal import Journal, JournalSession
-from agentjournal.errors import ConcurrencyError, StoreUnavailable
+from agentjournal.errors import ConcurrencyError, StoreError, StoreUnavailable
 from agentjournal.store import AppendRequest, AppendResult, NewEvent, RecordedEvent, open_store
 from agentjournal.store import StreamState as State
-from agentjournal.store.kurrentdb import KurrentDBEventStore
+from agentjournal.store.kurrentdb import KurrentDBEventStore, _Reconnect
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.testing.kurrentdb_double import (
     KurrentDBDouble,
@@ -369,3 +371,233 @@ async def _until(condition: object, within: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting"
         await asyncio.sleep(0.02)
+
+
+# -- one store for reading, writing and following: its subscription outlives the rest -----
+
+
+async def _follow(
+    store: KurrentDBEventStore, stream: str, received: list[int], outcome: list[str]
+) -> None:
+    """Record ``stream``'s revisions from a subscription, and how the subscription ended."""
+    try:
+        async for event in store.subscribe():
+            if event.stream == stream:
+                received.append(event.revision)
+        outcome.append("ended")
+    except Exception as error:
+        outcome.append(f"raised {type(error).__name__}: {error}")
+
+
+async def test_a_subscription_outlives_a_reconnect_caused_by_another_call(
+    double: ThreadedKurrentDBDouble, stream: str
+) -> None:
+    # The client answers a not-ready read by opening a new connection and closing
+    # the old one, which cancels every call on it "by the client", the store's
+    # own subscription too. The subscription must not take that for its store's
+    # close: it resubscribes after the last event it delivered.
+    async with await KurrentDBEventStore.open(double.uri, deadline=5) as store:
+        await store.append(stream, make_events(1), expected=State.NO_STREAM)
+        received: list[int] = []
+        outcome: list[str] = []
+        task = asyncio.create_task(_follow(store, stream, received, outcome))
+        try:
+            await _until(lambda: received == [0])
+            double.faults.not_ready("Read")
+            assert await store.head(stream) == 0  # the client reconnected and retried
+            assert ("Read", "not_ready") in double.faults.used
+            await store.append(stream, make_events(1, start=1), expected=0)
+            await _until(lambda: len(received) == 2 or bool(outcome))
+            assert (received, outcome) == ([0, 1], [])
+        finally:
+            await store.close()
+            await asyncio.wait_for(task, 5)
+    assert outcome == ["ended"]  # our close ends it quietly
+
+
+async def test_a_shared_store_rides_out_a_restart_with_a_not_ready_start_up(
+    double: ThreadedKurrentDBDouble, stream: str
+) -> None:
+    # KurrentDB listens before it is ready: after the restart every call is "Server
+    # Is Not Ready" for a while. The subscription keeps trying, the writer retries;
+    # once the subscription is back, a read that still meets a not-ready answer makes
+    # the client replace the connection under it. Nothing is lost or repeated.
+    async with await KurrentDBEventStore.open(double.uri, deadline=2) as store:
+        await store.append(stream, make_events(1), expected=State.NO_STREAM)
+        received: list[int] = []
+        outcome: list[str] = []
+        task = asyncio.create_task(_follow(store, stream, received, outcome))
+        try:
+            await _until(lambda: received == [0])
+            await double.restart(down_for=0.2, not_ready_for=1.0)
+            await _append_retrying(store, stream, make_events(1, start=1), 0)
+            assert ("BatchAppend", "not_ready") in double.faults.used
+            await _until(lambda: len(received) == 2 or bool(outcome))  # it is back
+            double.faults.not_ready("Read")  # a late answer from the start-up
+            assert await store.head(stream) == 1
+            for revision in range(2, 4):
+                await _append_retrying(store, stream, make_events(1, start=revision), revision - 1)
+            await _until(lambda: len(received) == 4 or bool(outcome))
+            assert (received, outcome) == ([0, 1, 2, 3], [])
+        finally:
+            await store.close()
+            await asyncio.wait_for(task, 5)
+    assert outcome == ["ended"]
+
+
+async def test_finding_the_start_of_a_non_boundary_position_rides_out_not_ready_answers(
+    double: ThreadedKurrentDBDouble, stream: str
+) -> None:
+    # subscribe(after_position=inside a record): the server confirms, then refuses
+    # the position; the store scans back for the record before it, and those reads
+    # meet not-ready answers. A subscription that reconnects for ever retries the
+    # scan like any other attempt instead of raising.
+    async with await KurrentDBEventStore.open(double.uri, deadline=2) as store:
+        await store.append(stream, make_events(3), expected=State.NO_STREAM)
+        second = (await store.read(stream))[1].position
+        # The subscription's own call goes through; the scan's next reads do not
+        # (the client retries each once after reconnecting).
+        double.faults.not_ready("Read", times=3, after=1)
+        event = await asyncio.wait_for(anext(store.subscribe(after_position=second - 1)), 10)
+        assert (event.stream, event.revision) == (stream, 1)
+        assert double.faults.used.count(("Read", "not_ready")) == 3
+
+
+async def test_a_server_that_confirms_and_then_fails_every_subscription_is_given_up_on(
+    double: ThreadedKurrentDBDouble, stream: str
+) -> None:
+    # A confirmation is not progress: the give-up clock keeps running until an
+    # event arrives or a connection holds for a while.
+    async with await KurrentDBEventStore.open(
+        double.uri, deadline=DEADLINE, reconnect_for=1.0
+    ) as store:
+        await store.append(stream, make_events(1), expected=State.NO_STREAM)
+        subscription = store.subscribe()
+        assert (await anext(subscription)).stream == stream
+        double.faults.not_ready_after_confirmation("Read", times=1000)
+        pending = asyncio.ensure_future(anext(subscription))
+        await double.restart()  # the live subscription drops; every new one fails
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="kept failing for 1 s"):
+            await asyncio.wait_for(pending, 8)
+        assert time.monotonic() - started < 3
+        assert double.faults.used.count(("Read", "not_ready_after_confirmation")) >= 2
+
+
+def test_only_progress_resets_the_reconnect_clock() -> None:
+    now = [0.0]
+    retry = _Reconnect(5.0, clock=lambda: now[0])
+    for _ in range(10):  # confirmed, then failed at once: still failing
+        retry.connected()
+        now[0] += 1.0
+        if retry.next_delay() is None:
+            break
+    assert now[0] <= 6.0
+    assert retry.next_delay() is None
+    fresh = _Reconnect(5.0, clock=lambda: now[0])
+    fresh.connected()
+    now[0] += 4.0
+    first = fresh.next_delay()
+    assert first is not None
+    fresh.connected()
+    now[0] += 30.0  # this connection held: it was working
+    assert fresh.next_delay() is not None
+    assert fresh.attempt == 1  # the backoff started over too
+    fresh.connected()
+    now[0] += 4.0
+    assert fresh.next_delay() is not None  # 4 s into a new failing period of 5
+    fresh.delivered()
+    now[0] += 4.0
+    assert fresh.next_delay() is not None
+
+
+# -- an earlier attempt that landed is recognised where the server does not -------------------
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["append", "append_many"])
+async def test_a_lost_answer_on_a_soft_deleted_stream_is_found_by_reading_back(
+    store: KurrentDBEventStore, double: ThreadedKurrentDBDouble, stream: str, many: bool
+) -> None:
+    # A NO_STREAM write to a soft-deleted stream commits (undeleting it at revision
+    # 2), its answer is a commit timeout. The retry with the same ids meets a
+    # conflict: the stream now exists, and KurrentDB does not recognise a NO_STREAM
+    # retry there. The store reads back, finds its own events, and succeeds.
+    await store.append(stream, make_events(2, prefix="old"), expected=State.NO_STREAM)
+    client = AsyncKurrentDBClient(double.uri)
+    await client.connect()
+    await client.delete_stream(stream, current_version=KdbStreamState.ANY)
+    await client.close()
+    events = make_events(1, prefix="new")
+    double.faults.timeout_after_commit("AppendSession" if many else "BatchAppend")
+    with pytest.raises(StoreUnavailable):
+        await _append(store, stream, events, many)
+    result = await _append(store, stream, events, many)
+    (written,) = await store.read(stream)
+    assert (written.id, written.revision) == (events[0].id, 2)
+    assert (result.stream, result.revision, result.position) == (stream, 2, written.position)
+
+
+@pytest.mark.parametrize("version", ["26.0", "26.1"])
+async def test_a_lost_answer_over_two_streams_one_soft_deleted_is_found_by_reading_back(
+    stream: str, version: str
+) -> None:
+    # The retry is idempotent for the new stream and a conflict for the undeleted
+    # one: 26.0 answers with an internal error, 26.1 with a conflict. Both times the
+    # events are in place, so the write succeeds with its original revisions.
+    with KurrentDBDouble.in_thread(server_version=version) as double:
+        async with await KurrentDBEventStore.open(double.uri, deadline=DEADLINE) as store:
+            await store.append(
+                stream + "-a", make_events(2, prefix="old"), expected=State.NO_STREAM
+            )
+            client = AsyncKurrentDBClient(double.uri)
+            await client.connect()
+            await client.delete_stream(stream + "-a", current_version=1)
+            await client.close()
+            requests = [
+                AppendRequest(stream + "-a", make_events(1, prefix="a"), State.NO_STREAM),
+                AppendRequest(stream + "-b", make_events(2, prefix="b"), State.NO_STREAM),
+            ]
+            double.faults.timeout_after_commit("AppendSession")
+            with pytest.raises(StoreUnavailable):
+                await store.append_many(requests)
+            results = await store.append_many(requests)
+            assert [(r.stream, r.revision) for r in results] == [
+                (stream + "-a", 2),
+                (stream + "-b", 1),
+            ]
+            assert await _ids(store, stream + "-a") == [e.id for e in requests[0].events]
+            assert await _ids(store, stream + "-b") == [e.id for e in requests[1].events]
+
+
+# -- the server's other refusals, as the error table says -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fault", "method", "operation", "error", "text"),
+    [
+        # An election in progress: the node is not the leader and knows none.
+        ("no_leader", "Read", "head", StoreUnavailable, "No leader info available"),
+        ("no_leader", "BatchAppend", "append", StoreUnavailable, "No leader info available"),
+        ("access_denied", "Read", "head", StoreError, "check the user and password"),
+        ("access_denied", "BatchAppend", "append", StoreError, "check the user and password"),
+        ("access_denied", "AppendSession", "append_many", StoreError, "check the user and pass"),
+    ],
+    ids=["read-no-leader", "append-no-leader", "read-denied", "append-denied", "many-denied"],
+)
+async def test_refusals_map_onto_the_error_table(
+    store: KurrentDBEventStore,
+    double: ThreadedKurrentDBDouble,
+    stream: str,
+    fault: str,
+    method: str,
+    operation: str,
+    error: type[Exception],
+    text: str,
+) -> None:
+    getattr(double.faults, fault)(method)
+    with pytest.raises(error, match=text) as raised:
+        await _call(store, stream, operation)
+    assert type(raised.value) is error
+    assert "\n" not in str(raised.value)
+    assert double.faults.used == [(method, fault)]
+    assert await store.head(stream) is None  # nothing was written

@@ -163,3 +163,29 @@ def test_the_v1_message_size_bounds_what_the_client_sends() -> None:
     )
     assert no_state.ByteSize() <= _v1_message_size("Limits-size", [])
     assert MAX_V1_MESSAGE_BYTES == 16 * MIB - 10_000 == MAX_EVENT_BYTES
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["append", "append_many"])
+async def test_a_server_with_a_lower_max_append_event_size_is_invalid_input(
+    stream: str, many: bool
+) -> None:
+    # An operator lowered MaxAppendEventSize. Not told, the store sends the event
+    # and the server refuses it (v1: a MaximumAppendEventSizeExceeded status, v2:
+    # APPEND_RECORD_SIZE_EXCEEDED): bad input naming the limit, one line.
+    event = NewEvent(type="Big", data=b"x" * 4096)
+    with KurrentDBDouble.in_thread(max_append_event_size=1024) as double:
+        async with await KurrentDBEventStore.open(double.uri) as store:
+            with pytest.raises(InvalidInput, match=r"MaxAppendEventSize of 1024|1\.000 KB") as e:
+                await _write(store, stream, [event], many)
+            assert "\n" not in str(e.value)
+            assert await store.head(stream) is None
+        # Told, it refuses before sending anything.
+        calls = sum(double.faults.calls.values())
+        async with await KurrentDBEventStore.open(double.uri, max_append_event_size=1024) as store:
+            opened = sum(double.faults.calls.values())
+            with pytest.raises(InvalidInput, match=r"MaxAppendEventSize is 1024"):
+                await _write(store, stream, [event], many)
+            assert sum(double.faults.calls.values()) == opened > calls
+            small = NewEvent(type="Small", data=b"x" * 900)
+            await _write(store, stream, [small], many)
+            assert await store.head(stream) == 0

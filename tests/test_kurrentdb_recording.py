@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import uuid
 from pathlib import Path
 
@@ -90,8 +92,6 @@ async def test_the_replay_command(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 async def _in_thread(function: object) -> int:
-    import asyncio
-
     assert callable(function)
     result: int = await asyncio.to_thread(function)
     return result
@@ -107,10 +107,73 @@ async def test_the_last_position_is_read_with_limit_one() -> None:
                 checked = await recorded.append(stream, [], expected=0)
     assert checked.revision == 0
     reads = [
-        streams_pb2.ReadReq.FromString(__import__("base64").b64decode(e.requests[0]))
+        streams_pb2.ReadReq.FromString(base64.b64decode(e.requests[0]))
         for e in recorder.exchanges
         if e.method.endswith("/Read")
     ]
     backwards_all = [r for r in reads if r.options.WhichOneof("stream_option") == "all"]
     assert backwards_all, "the last position comes from $all"
     assert [r.options.count for r in backwards_all] == [1]
+
+
+async def _concurrent_run(uri: str, stream: str) -> None:
+    """A subscription that sees later writes, racing writers, reads between them."""
+    client = AsyncKurrentDBClient(uri)
+    await client.connect()
+    subscription = await client.subscribe_to_stream(stream)
+    seen: list[int] = []
+
+    async def follow() -> None:
+        async for event in subscription:
+            seen.append(event.stream_position)
+            if len(seen) == 4:
+                return
+
+    follower = asyncio.create_task(follow())
+    async with await KurrentDBEventStore.open(uri) as store:
+        await store.append(stream, make_events(3), expected=State.NO_STREAM)
+
+        async def contender(n: int) -> bool:
+            try:
+                await store.append(stream, make_events(1, prefix=f"c{n}"), expected=2)
+            except ConcurrencyError:
+                return False
+            return True
+
+        async def reader() -> None:
+            for _ in range(4):
+                await store.head(stream)
+
+        outcomes = await asyncio.gather(
+            *(contender(n) for n in range(8)), reader(), reader(), return_exceptions=False
+        )
+        assert outcomes[:8].count(True) == 1
+        await asyncio.wait_for(follower, 5)
+        await subscription.stop()
+        await store.read(stream)
+    await client.close()
+
+
+async def test_a_concurrent_recording_replays_cleanly() -> None:
+    # Logged as the calls end: the subscription after the writes it saw, the race's
+    # winner before its losers. Replayed in that order against a fresh double, every
+    # answer has the recorded shape (the subscription compared by what it delivered).
+    recorder = Recorder()
+    stream = f"Rec-{uuid.uuid4().hex}"
+    async with KurrentDBDouble() as recorded:
+        with recorder.installed():
+            await _concurrent_run(recorded.uri, stream)
+    subscriptions = [
+        e
+        for e in recorder.exchanges
+        if e.method.endswith("/Read")
+        and streams_pb2.ReadReq.FromString(base64.b64decode(e.requests[0])).options.WhichOneof(
+            "count_option"
+        )
+        == "subscription"
+    ]
+    assert len(subscriptions) == 1
+    assert subscriptions[0].cancelled_by_client
+    assert len(subscriptions[0].responses) >= 6  # confirmation, caught up, four events
+    async with KurrentDBDouble() as fresh:
+        assert await replay(recorder.exchanges, f"{fresh.host}:{fresh.port}") == []

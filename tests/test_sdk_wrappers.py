@@ -493,7 +493,7 @@ async def test_a_snapshot_replaces_only_the_suffix_it_read(shared_uri: str) -> N
         # suffix: the replacement retries past it and lands.
         snapshot = await backend._get_compaction_snapshot(3)
         assert snapshot is not None
-        await other.record_grant("a", Authority.of("orders.read"))
+        await other._recorder.record_grant("a", Authority.of("orders.read"))
         assert await snapshot.replace_suffix(1, [summary])
         expected = [user("0"), user("1"), user("2"), user("3"), summary]
         assert await backend.get_items() == expected
@@ -529,7 +529,7 @@ async def test_a_write_between_the_check_and_the_append_is_never_lost(shared_uri
 
                 return prune
 
-            grant = once(lambda: theirs.record_grant("a", Authority.of("orders.read")))
+            grant = once(lambda: theirs._recorder.record_grant("a", Authority.of("orders.read")))
             snapshot = await backend._get_compaction_snapshot(3, prune_prefix=grant)
             assert snapshot is not None
             assert await snapshot.replace_suffix(1, [summary])

@@ -28,6 +28,7 @@ from kurrentdbclient.exceptions import (
 
 from agentjournal.errors import (
     InvalidInput,
+    StoreError,
     StoreUnavailable,
     StreamDeleted,
     StreamNotFound,
@@ -141,6 +142,15 @@ class TestKurrentDBOnServer(EventStoreConformance):
             store = await open_store(store_uri)
             yield store
             await store.close()
+
+    async def test_several_processes_write_one_stream(
+        self, store: EventStore, store_uri: str | None, stream: str
+    ) -> None:
+        if os.environ.get("KURRENTDB_RECORD"):
+            # The writer processes' calls are not recorded: a replay without their
+            # writes would report differences that are not the double's.
+            pytest.skip("writes from other processes are not recorded (KURRENTDB_RECORD is set)")
+        await super().test_several_processes_write_one_stream(store, store_uri, stream)
 
 
 # -- KurrentDB specifics, on the double ---------------------------------------------
@@ -537,3 +547,50 @@ async def test_bench_helpers_yield_a_working_store(tmp_path: Path, stream: str) 
         assert await bench.head(stream) == 1
     async with kurrentdb_store_on_double() as other:
         assert await other.head(stream) is None  # a fresh double each time
+
+
+async def test_append_many_on_a_server_without_the_v2_service_says_it_is_too_old(
+    stream: str,
+) -> None:
+    # KurrentDB 25.0 has no v2 streams service: AppendSession is UNIMPLEMENTED.
+    # Single appends work (1 MiB each); a multi-stream append is a clear refusal.
+    async with (
+        KurrentDBDouble(server_version="25.0") as double,
+        await KurrentDBEventStore.open(double.uri, max_append_size=1024 * 1024) as old,
+    ):
+        assert (await old.append(stream, make_events(2), expected=State.NO_STREAM)).revision == 1
+        with pytest.raises(StoreError, match=r"needs KurrentDB 25\.1 or newer") as raised:
+            await old.append_many([AppendRequest(stream + "-b", make_events(1), State.NO_STREAM)])
+        assert type(raised.value) is StoreError
+        assert "\n" not in str(raised.value)
+        assert await old.head(stream + "-b") is None
+
+
+@pytest.mark.parametrize("version", ["26.0", "26.1"])
+@pytest.mark.parametrize("how", ["tombstoned", "soft-deleted"])
+async def test_append_many_blames_the_deleted_stream_not_a_conflicting_one(
+    stream: str, version: str, how: str
+) -> None:
+    # The first stream only conflicts; the second is deleted (tombstoned, or soft-
+    # deleted and expected to exist). 26.0 names the deleted stream; 26.1 names the
+    # first stream that failed its check, the conflicting one.
+    conflicting, deleted = stream + "-conflicting", stream + "-deleted"
+    with KurrentDBDouble.in_thread(server_version=version) as double:
+        async with await KurrentDBEventStore.open(double.uri) as store:
+            await store.append(conflicting, make_events(1), expected=State.NO_STREAM)
+            await store.append(deleted, make_events(1), expected=State.NO_STREAM)
+            client = AsyncKurrentDBClient(double.uri)
+            await client.connect()
+            if how == "tombstoned":
+                await client.tombstone_stream(deleted, current_version=0)
+            else:
+                await client.delete_stream(deleted, current_version=0)
+            await client.close()
+            requests = [
+                AppendRequest(conflicting, make_events(1, prefix="c"), 5),
+                AppendRequest(deleted, make_events(1, prefix="d"), State.EXISTS),
+            ]
+            with pytest.raises(StreamDeleted) as raised:
+                await store.append_many(requests)
+            assert raised.value.stream == deleted
+            assert await store.head(conflicting) == 0

@@ -170,6 +170,11 @@ SESSION = "AgentSession-guarded"
             id="deep-data-rechained",
         ),
         pytest.param(
+            original().replace(b'"session_id": "guarded"', b'"session_id": "guarded -x"', 1),
+            "FAILED: bundle: session_id 'guarded -x' contains ' ': stream-name ids may use only",
+            id="session-id-off-the-id-rules",
+        ),
+        pytest.param(
             with_event(lambda e: e.update(revision=10**4000)),
             f"FAILED: {SESSION}: an event has a revision out of range (structure)",
             id="huge-revision-value",

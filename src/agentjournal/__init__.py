@@ -12,15 +12,17 @@
     session = journal.session("support-4711", guardrails="http://127.0.0.1:8787")
     result = await Runner.run(session.guard(agent), "hi", session=session, hooks=session)
 
-``Journal`` and ``JournalSession`` load the Agents SDK, which takes a few
-seconds to import; they are imported on first use, so code that only needs the
+Every name but the errors is imported on first use: ``Journal`` and
+``JournalSession`` load the Agents SDK, which takes a few seconds to import, so
+code that only verifies bundles, reads session trees (``read_tree``) or uses the
 stores (``agentjournal.store``) starts fast.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from agentjournal._lazy import exports
 from agentjournal.errors import (
     AuthorityDenied,
     CodecError,
@@ -28,6 +30,7 @@ from agentjournal.errors import (
     GuardrailBlocked,
     InvalidInput,
     JournalError,
+    RetriesExhausted,
     StoreError,
     StoreUnavailable,
     StreamDeleted,
@@ -35,38 +38,68 @@ from agentjournal.errors import (
 )
 
 if TYPE_CHECKING:
+    from agentjournal.authority import Authority, Policy
+    from agentjournal.events import Subagent
     from agentjournal.guardrails.client import GuardrailClient
     from agentjournal.journal import Journal
+    from agentjournal.ledger.bundle import export_bundle
+    from agentjournal.ledger.checkpoints import Checkpoint
+    from agentjournal.ledger.keys import SigningKey
+    from agentjournal.ledger.verify import Problem, Report, verify_bundle
+    from agentjournal.records import DamagedEvent, Record, TreeRecords, read_tree
     from agentjournal.sdk.session import JournalSession
+    from agentjournal.sdk.tracing import TraceLogFilter, continue_trace
 
 __all__ = [
+    "Authority",
     "AuthorityDenied",
+    "Checkpoint",
     "CodecError",
     "ConcurrencyError",
+    "DamagedEvent",
     "GuardrailBlocked",
     "GuardrailClient",
     "InvalidInput",
     "Journal",
     "JournalError",
     "JournalSession",
+    "Policy",
+    "Problem",
+    "Record",
+    "Report",
+    "RetriesExhausted",
+    "SigningKey",
     "StoreError",
     "StoreUnavailable",
     "StreamDeleted",
     "StreamNotFound",
+    "Subagent",
+    "TraceLogFilter",
+    "TreeRecords",
+    "continue_trace",
+    "export_bundle",
+    "read_tree",
+    "verify_bundle",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name == "Journal":
-        from agentjournal.journal import Journal
-
-        return Journal
-    if name == "GuardrailClient":
-        from agentjournal.guardrails.client import GuardrailClient
-
-        return GuardrailClient
-    if name == "JournalSession":
-        from agentjournal.sdk.session import JournalSession
-
-        return JournalSession
-    raise AttributeError(f"module 'agentjournal' has no attribute {name!r}")
+_NAMES = {
+    "Authority": "agentjournal.authority",
+    "Checkpoint": "agentjournal.ledger.checkpoints",
+    "DamagedEvent": "agentjournal.records",
+    "GuardrailClient": "agentjournal.guardrails.client",
+    "Journal": "agentjournal.journal",
+    "JournalSession": "agentjournal.sdk.session",
+    "Policy": "agentjournal.authority",
+    "Problem": "agentjournal.ledger.verify",
+    "Record": "agentjournal.records",
+    "Report": "agentjournal.ledger.verify",
+    "SigningKey": "agentjournal.ledger.keys",
+    "Subagent": "agentjournal.events",
+    "TraceLogFilter": "agentjournal.sdk.tracing",
+    "TreeRecords": "agentjournal.records",
+    "continue_trace": "agentjournal.sdk.tracing",
+    "export_bundle": "agentjournal.ledger.bundle",
+    "read_tree": "agentjournal.records",
+    "verify_bundle": "agentjournal.ledger.verify",
+}
+__getattr__ = exports(__name__, _NAMES)

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from agentjournal.cli import bundle, demo, guardrail, keygen, selfcheck, verify
-from agentjournal.cli._common import usage
+from agentjournal.cli._common import Commands, usage
 from agentjournal.errors import JournalError
 
 __all__ = ["build_parser", "main"]
@@ -84,9 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback of an error (default: one line)"
     )
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands = Commands(
+        parser.add_subparsers(dest="command", required=True, parser_class=_Parser), common
+    )
     for command in _COMMANDS:
-        command.register(commands, common)
+        command.register(commands)
     return parser
 
 

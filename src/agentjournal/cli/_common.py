@@ -14,6 +14,56 @@ from typing import TYPE_CHECKING, Any
 from agentjournal.errors import InvalidInput
 from agentjournal.store import DEFAULT_URI, URI_ENV
 
+
+class Commands:
+    """Where a command module adds its parser: every command shares the common options
+    (``--debug``), says what it does in one line and shows an example.
+
+    Args:
+        action: The parent parser's subcommands.
+        common: The parser of the options every command takes.
+    """
+
+    def __init__(
+        self,
+        action: argparse._SubParsersAction[argparse.ArgumentParser],
+        common: argparse.ArgumentParser,
+    ) -> None:
+        self._action = action
+        self._common = common
+
+    def add(self, name: str, text: str, example: str | None = None) -> argparse.ArgumentParser:
+        """A command ``name`` that does ``text`` (its help and description)."""
+        return self._action.add_parser(
+            name,
+            help=text,
+            description=text,
+            parents=[self._common],
+            epilog=f"example: {example}" if example else None,
+        )
+
+    def group(self, name: str, text: str) -> Commands:
+        """A command ``name`` whose subcommands are added to what it returns."""
+        parser = self.add(name, text)
+        action = parser.add_subparsers(
+            dest=f"{name}_command", required=True, parser_class=type(parser)
+        )
+        return Commands(action, self._common)
+
+
+_SERVICE_MODULES = frozenset({"starlette", "uvicorn"})
+"""What the ``[service]`` extra installs (the reference guardrail service)."""
+
+
+def missing_service(error: ImportError, needs: str) -> int:
+    """A usage error naming the ``[service]`` extra when ``error`` is one of its modules
+    missing; any other import error is raised again (it is a bug, not an install step)."""
+    missing = (error.name or "").partition(".")[0]
+    if missing not in _SERVICE_MODULES:
+        raise error
+    return usage(f"{needs} ({missing} is missing): pip install 'agentjournal[service]'")
+
+
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 

@@ -39,14 +39,15 @@ from agents.usage import Usage
 from agentjournal._text import cut
 from agentjournal.authority import Policy
 from agentjournal.errors import InvalidInput
-from agentjournal.events import GUARDRAIL_DECIDED
+from agentjournal.events import GUARDRAIL_DECIDED, INDEX_KEY, SUBAGENT_COMPLETED, SUBAGENT_STARTED
 from agentjournal.guardrails.rules import RuleSet, load_rules
 from agentjournal.guardrails.service import running
 from agentjournal.journal import Journal
 from agentjournal.ledger import SIGNING_KEY_FILE_ENV, SigningKey
 from agentjournal.ledger.bundle import export_bundle
 from agentjournal.ledger.verify import verify_bundle
-from agentjournal.store import EventStore, RecordedEvent, store_uri
+from agentjournal.records import Record, TreeRecords, read_tree
+from agentjournal.store import store_uri
 from agentjournal.streams import session_stream, validate_id
 
 Print = Callable[[str], None]
@@ -221,7 +222,7 @@ async def run_demo(
             out(f"  user: {text}")
             out(f"  {result.last_agent.name}: {result.final_output}")
         out("")
-        await print_tree(journal.store, session.stream, out)
+        print_tree(await read_tree(journal.store, session_id), out)
         out("")
         items = await session.get_items()
         out(f"replayed flat history ({len(items)} items, as the SDK gets it back):")
@@ -296,46 +297,43 @@ def _public_ref(key: SigningKey, key_file: str | None) -> str:
     return key.public_key.public_bytes_raw().hex()
 
 
-async def print_tree(store: EventStore, stream: str, out: Print, depth: int = 0) -> None:
-    """Print a stream, then each subsession it opened, indented."""
-    pad = "    " * depth
-    events = await store.read(stream)
-    out(f"{pad}{stream}")
-    children: list[str] = []
-    for event in events:
-        kind = event.type.removeprefix("agentjournal.")
-        out(f"{pad}  @{event.revision:<2} {kind:<28} {_describe_event(event)}")
-        if event.type == "SubagentStarted" and "aj.index" in event.metadata:
-            children.append(json.loads(event.data)["subsession_stream"])
-    for child in children:
-        await print_tree(store, child, out, depth + 1)
+def print_tree(tree: TreeRecords, out: Print) -> None:
+    """Print the session stream, then each subsession it opened, indented under it."""
+
+    def show(stream: str, depth: int) -> None:
+        pad = "    " * depth
+        out(f"{pad}{stream}")
+        for record in tree.streams.get(stream, ()):
+            kind = record.type.removeprefix("agentjournal.")
+            out(f"{pad}  @{record.revision:<2} {kind:<28} {_describe_record(record)}")
+        for record in tree.streams.get(stream, ()):
+            if record.opens is not None:
+                show(record.opens, depth + 1)
+
+    show(tree.session_stream, 0)
 
 
-def _describe_event(event: RecordedEvent) -> str:
-    body = json.loads(event.data)
-    if event.type == GUARDRAIL_DECIDED:
-        reason = f" {body['reason_code']}" if body["reason_code"] else ""
-        return f"{body['action_type']} {body['subject']}: {body['decision']}{reason}"
-    index = event.metadata.get("aj.index")
+def _describe_record(record: Record) -> str:
+    body = record.body or {}
+    if record.type == GUARDRAIL_DECIDED:
+        reason = f" {body['reason_code']}" if body.get("reason_code") else ""
+        return f"{body.get('action_type')} {body.get('subject')}: {body.get('decision')}{reason}"
+    index = record.metadata.get(INDEX_KEY)
     prefix = f"#{index} " if index is not None else ""
-    if event.type == "SubagentStarted":
-        role = "opens" if index is not None else "twin: opened by"
-        target = (
-            body.get("agent_type")
-            if index is not None
-            else body["extensions"]["openai"]["source_agent"]
-        )
-        return f"{prefix}{role} {target}"
-    if event.type == "SubagentCompleted":
+    if record.type == SUBAGENT_STARTED:
+        if record.opens is not None:
+            return f"{prefix}opens {body.get('agent_type')}"
+        return f"twin: opened by {body.get('extensions', {}).get('openai', {}).get('source_agent')}"
+    if record.type == SUBAGENT_COMPLETED:
         return f"{body.get('agent_id')} {body.get('outcome')}: {cut(body.get('summary', ''), 40)}"
-    if event.type == "SessionStarted":
+    if record.type == "SessionStarted":
         return f"app={body.get('app_name')} user={body.get('user_id')}"
-    if event.type == "AssistantToolCallsGenerated":
+    if record.type == "AssistantToolCallsGenerated":
         call = body["tool_calls"][0]
-        usage = event.metadata.get("$usage")
+        usage = record.metadata.get("$usage")
         tokens = f" [{json.loads(usage).get('total_tokens')} tokens]" if usage else ""
         return f"{prefix}{call['tool_name']}{tokens}"
-    if event.type == "ToolResultReceived":
+    if record.type == "ToolResultReceived":
         return f"{prefix}{cut(body.get('result', ''), 50)}"
     return f"{prefix}{cut(str(body.get('content', '')), 50)}"
 

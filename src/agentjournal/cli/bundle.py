@@ -11,6 +11,7 @@ from typing import Final
 from agentjournal._text import plural
 from agentjournal.cli._common import (
     STORE_HELP,
+    Commands,
     add_verification_arguments,
     anchors_of,
     usage,
@@ -25,22 +26,13 @@ DEFAULT_MAX_BYTES: Final = 256 * 1024 * 1024
 """The largest bundle ``bundle verify`` reads (the whole bundle is held in memory)."""
 
 
-def register(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def register(commands: Commands) -> None:
     """Add the ``bundle`` command and its ``export`` and ``verify``."""
     text = "export or verify a session bundle"
-    bundle = commands.add_parser("bundle", help=text, description=text, parents=[common])
-    subcommands = bundle.add_subparsers(
-        dest="bundle_command", required=True, parser_class=type(bundle)
-    )
+    subcommands = commands.group("bundle", text)
     text = "write a session tree as a bundle"
-    export = subcommands.add_parser(
-        "export",
-        help=text,
-        description=text,
-        parents=[common],
-        epilog="example: agentjournal bundle export support-4711 -o bundle.json --redact",
+    export = subcommands.add(
+        "export", text, "agentjournal bundle export support-4711 -o bundle.json --redact"
     )
     export.add_argument("session", help="the session id")
     export.add_argument("-o", "--output", required=True, help="the bundle file to write")
@@ -58,12 +50,8 @@ def register(
     )
     export.set_defaults(run=lambda args: asyncio.run(export_to_file(args)))
     text = "verify a bundle offline"
-    check = subcommands.add_parser(
-        "verify",
-        help=text,
-        description=text,
-        parents=[common],
-        epilog="example: agentjournal bundle verify bundle.json --pubkey journal.pem.pub",
+    check = subcommands.add(
+        "verify", text, "agentjournal bundle verify bundle.json --pubkey journal.pem.pub"
     )
     check.add_argument("bundle", help="the bundle file")
     add_verification_arguments(check)

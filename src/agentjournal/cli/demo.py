@@ -6,23 +6,15 @@ import argparse
 import asyncio
 import os
 
-from agentjournal.cli._common import STORE_HELP
+from agentjournal.cli._common import STORE_HELP, Commands
 
 __all__ = ["register"]
 
 
-def register(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def register(commands: Commands) -> None:
     """Add the ``demo`` command."""
     text = "run a scripted conversation with handoffs, offline"
-    demo = commands.add_parser(
-        "demo",
-        help=text,
-        description=text,
-        parents=[common],
-        epilog="example: agentjournal demo --policy samples/policy.yml",
-    )
+    demo = commands.add("demo", text, "agentjournal demo --policy samples/policy.yml")
     where = demo.add_mutually_exclusive_group()
     where.add_argument("--uri", help=STORE_HELP + "; created when missing")
     where.add_argument(
@@ -56,16 +48,13 @@ def register(
 
 
 def _run(args: argparse.Namespace) -> int:
-    from agentjournal.cli._common import usage
+    from agentjournal.cli._common import missing_service
     from agentjournal.store import store_uri
 
     try:
         from agentjournal.cli._demo import run_demo  # loads the Agents SDK and the service
-    except ImportError as error:  # the [service] extra is not installed
-        return usage(
-            f"the demo runs the reference guardrail service ({error.name} is missing): "
-            "pip install 'agentjournal[service]'"
-        )
+    except ImportError as error:
+        return missing_service(error, "the demo runs the reference guardrail service")
     uri = f"sqlite:///{os.path.abspath(args.db)}" if args.db else store_uri(args.uri)
     return asyncio.run(
         run_demo(

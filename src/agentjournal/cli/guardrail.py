@@ -2,31 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from agentjournal._text import plural
-from agentjournal.cli._common import usage
+from agentjournal.cli._common import Commands, missing_service, usage
 
 __all__ = ["register"]
 
 
-def register(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def register(commands: Commands) -> None:
     """Add the ``guardrail`` command and its ``serve``."""
     text = "the reference guardrail service"
-    guardrail = commands.add_parser("guardrail", help=text, description=text, parents=[common])
-    subcommands = guardrail.add_subparsers(
-        dest="guardrail_command", required=True, parser_class=type(guardrail)
-    )
+    subcommands = commands.group("guardrail", text)
     text = "serve POST /v1/validate until interrupted"
-    serve = subcommands.add_parser(
-        "serve",
-        help=text,
-        description=text,
-        parents=[common],
-        epilog="example: agentjournal guardrail serve --port 0 --rules samples/guardrail-rules.yml",
+    serve = subcommands.add(
+        "serve", text, "agentjournal guardrail serve --port 0 --rules samples/guardrail-rules.yml"
     )
     serve.add_argument("--host", default="127.0.0.1", help="the address (default: 127.0.0.1)")
     serve.add_argument(
@@ -44,11 +34,8 @@ def _serve(host: str, port: int, rules_file: str | None) -> int:
     try:
         from agentjournal.guardrails.rules import load_rules
         from agentjournal.guardrails.service import serve
-    except ImportError as error:  # the [service] extra is not installed
-        return usage(
-            f"the reference guardrail service needs its extra ({error.name} is missing): "
-            "pip install 'agentjournal[service]'"
-        )
+    except ImportError as error:
+        return missing_service(error, "the reference guardrail service needs its extra")
 
     text = "rules: [{kind: redact_pii}]"
     if rules_file is not None:

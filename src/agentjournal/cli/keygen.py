@@ -7,7 +7,7 @@ import asyncio
 import os
 from typing import TYPE_CHECKING
 
-from agentjournal.cli._common import STORE_HELP, usage, writable_folder
+from agentjournal.cli._common import STORE_HELP, Commands, usage, writable_folder
 from agentjournal.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -16,17 +16,11 @@ if TYPE_CHECKING:
 __all__ = ["keygen", "register", "rotate"]
 
 
-def register(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def register(commands: Commands) -> None:
     """Add the ``keygen`` command."""
     text = "write a new Ed25519 signing key"
-    keygen_ = commands.add_parser(
-        "keygen",
-        help=text,
-        description=text,
-        parents=[common],
-        epilog="example: agentjournal keygen --rotate journal.pem -o journal-2.pem",
+    keygen_ = commands.add(
+        "keygen", text, "agentjournal keygen --rotate journal.pem -o journal-2.pem"
     )
     keygen_.add_argument(
         "-o",

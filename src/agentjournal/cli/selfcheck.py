@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import tempfile
 
+from agentjournal.cli._common import Commands
 from agentjournal.store import URI_ENV
 
 __all__ = ["register"]
 
 
-def register(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def register(commands: Commands) -> None:
     """Add the ``selfcheck`` command."""
     text = "check an event store end to end"
-    check = commands.add_parser(
-        "selfcheck",
-        help=text,
-        description=text,
-        parents=[common],
-        epilog='example: agentjournal selfcheck --uri "kurrentdb://127.0.0.1:2113?Tls=false"',
+    check = commands.add(
+        "selfcheck", text, 'agentjournal selfcheck --uri "kurrentdb://127.0.0.1:2113?Tls=false"'
     )
     check.add_argument(
         "--uri",

@@ -7,6 +7,7 @@ import asyncio
 
 from agentjournal.cli._common import (
     STORE_HELP,
+    Commands,
     add_verification_arguments,
     anchors_of,
     usage,
@@ -16,17 +17,11 @@ from agentjournal.errors import InvalidInput
 __all__ = ["register", "verify_session"]
 
 
-def register(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def register(commands: Commands) -> None:
     """Add the ``verify`` command."""
     text = "verify a session tree in the store"
-    verify = commands.add_parser(
-        "verify",
-        help=text,
-        description=text,
-        parents=[common],
-        epilog="example: agentjournal verify support-4711 --pubkey journal.pem.pub",
+    verify = commands.add(
+        "verify", text, "agentjournal verify support-4711 --pubkey journal.pem.pub"
     )
     verify.add_argument("session", help="the session id")
     verify.add_argument("--uri", help=STORE_HELP + "; never created")

@@ -287,6 +287,12 @@ class _Events:
             for stream, new in self.by_stream.items()
         ]
 
+    def add_log(self, request: AppendRequest, log: AuthorityLog, after: AuthorityLog) -> None:
+        """The authority log's entries of this write (planned by :func:`_log_request`)."""
+        self.by_stream[request.stream] = list(request.events)
+        self.heads[request.stream] = log.revision
+        self.hashes[request.stream] = after.hash
+
     def written(self) -> tuple[dict[str, int], dict[str, str]]:
         """The heads and hashes of the streams written, after this write."""
         heads = {stream: self.revision_of(stream) for stream in self.by_stream}
@@ -453,9 +459,7 @@ def plan_items(
     if grants:
         assert log is not None, "a write with grants needs the authority log's head"
         log_request, after = _log_request(facts, log, _held_entries(facts, log, grants), trace)
-        out.by_stream[log_request.stream] = list(log_request.events)
-        out.heads[log_request.stream] = log.revision
-        out.hashes[log_request.stream] = after.hash
+        out.add_log(log_request, log, after)
     requests = out.requests(fresh=set(_opened(routed)))
     heads, hashes = out.written()
     commit = Commit(
@@ -498,9 +502,7 @@ def plan_control(
         log_request, authority = _log_request(
             facts, log, _held_entries(facts, log, [entry]), metadata
         )
-        out.by_stream[log_request.stream] = list(log_request.events)
-        out.heads[log_request.stream] = log.revision
-        out.hashes[log_request.stream] = authority.hash
+        out.add_log(log_request, log, authority)
     requests = out.requests()
     heads, hashes = out.written()
     commit = Commit(

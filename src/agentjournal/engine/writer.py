@@ -5,7 +5,8 @@
 decided), appends the plan atomically at the exact revisions it names, and on
 success has the tree take on the plan's commit. If another writer got there
 first it catches up and plans again, after a short random wait that grows,
-up to a bound (:class:`~agentjournal.errors.RetriesExhausted`). An unknown
+up to a bound (:class:`~agentjournal.errors.RetriesExhausted`): one retry loop,
+:func:`_retrying`, for every write. An unknown
 outcome (the store failed mid-write) is retried with the same ids, which the
 store recognises; a conflict whose own ids are in place is the write landing
 (:func:`append`). :func:`append_chained` writes one chained event at the head
@@ -44,6 +45,7 @@ CONFLICT_RETRIES: Final = 32
 _UNAVAILABLE_RETRIES: Final = 3
 
 P = TypeVar("P", bound=WritePlan)
+T = TypeVar("T")
 
 
 class Writer:
@@ -69,37 +71,33 @@ class Writer:
         """Plan and append one write; return the plan that landed (None: nothing to write).
 
         ``build`` is asked before every attempt, with the tree as it is then.
-        ``retry_now``, given the plan and a conflict, says whether to plan again at
-        once (the conflict changed the plan's inputs) instead of catching up.
+        ``retry_now``, given the plan and a conflict, says whether to plan again
+        without catching up first (the conflict changed the plan's inputs).
 
         Raises:
             RetriesExhausted: Other writers kept winning.
             StoreUnavailable: The store failed and the outcome could not be settled.
         """
         tree = self._tree
-        conflict: ConcurrencyError | None = None
-        for attempt in range(CONFLICT_RETRIES):
-            if attempt:
-                await _backoff(attempt)
+
+        async def attempt() -> P | ConcurrencyError | None:
             plan = await build()
             if plan is None:
                 return None
             landed = await append(self._store, plan.requests)
             if isinstance(landed, ConcurrencyError):
-                conflict = landed
                 tree.read_log(None)  # a grant may have moved the authority log: read it again
                 tree.read_ledger(None)  # and a checkpoint the ledger
-                if retry_now is not None and retry_now(plan, landed):
-                    continue
-                await self._reader.catch_up()
-                continue
+                if retry_now is None or not retry_now(plan, landed):
+                    await self._reader.catch_up()
+                return landed
             heads = {
                 request.stream: head for request, head in zip(plan.requests, landed, strict=True)
             }
             tree.apply(_landed_at(plan.commit, heads))
             return plan
-        assert conflict is not None
-        raise RetriesExhausted(conflict.stream, CONFLICT_RETRIES)
+
+        return await _retrying(attempt)
 
 
 def _landed_at(commit: Commit, heads: dict[str, int]) -> Commit:
@@ -173,9 +171,8 @@ async def append_chained(
         RetriesExhausted: Other writers kept winning.
         StoreUnavailable: The store failed and the outcome could not be settled.
     """
-    for attempt in range(CONFLICT_RETRIES):
-        if attempt:
-            await _backoff(attempt)
+
+    async def attempt() -> int | ConcurrencyError:
         try:
             tail = await store.read(stream, backwards=True, limit=1)
         except StreamNotFound:
@@ -187,9 +184,9 @@ async def append_chained(
         event = NewEvent(type=type_, data=data, metadata=meta, id=event_id)
         expected = StreamState.NO_STREAM if head < 0 else head
         landed = await append(store, [AppendRequest(stream, [event], expected)])
-        if not isinstance(landed, ConcurrencyError):
-            return landed[0]
-    raise RetriesExhausted(stream, CONFLICT_RETRIES)
+        return landed if isinstance(landed, ConcurrencyError) else landed[0]
+
+    return await _retrying(attempt)
 
 
 async def rotate_key(store: EventStore, old: SigningKey, new: SigningKey) -> KeyRotation:
@@ -206,6 +203,25 @@ async def rotate_key(store: EventStore, old: SigningKey, new: SigningKey) -> Key
     event_id = signed_event_id(KEYS_STREAM, rotation.signature)
     await append_chained(store, KEYS_STREAM, KEY_ROTATED, rotation.encode(), event_id)
     return rotation
+
+
+async def _retrying(attempt: Callable[[], Awaitable[T | ConcurrencyError]]) -> T:
+    """Run ``attempt`` until it does not lose to another writer, waiting a little after each
+    loss, more each time, at random (no lockstep retries); at most :data:`CONFLICT_RETRIES`.
+
+    Raises:
+        RetriesExhausted: Every attempt lost.
+    """
+    lost: ConcurrencyError | None = None
+    for number in range(CONFLICT_RETRIES):
+        if number:
+            await _backoff(number)
+        outcome = await attempt()
+        if not isinstance(outcome, ConcurrencyError):
+            return outcome
+        lost = outcome
+    assert lost is not None
+    raise RetriesExhausted(lost.stream, CONFLICT_RETRIES)
 
 
 async def _backoff(attempt: int) -> None:

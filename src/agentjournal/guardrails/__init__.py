@@ -6,7 +6,7 @@
 - :mod:`~agentjournal.guardrails.actions` — the payload of each action type and
   how a MODIFY is checked and applied (pure).
 - :mod:`~agentjournal.sdk.enforce` — what the session's hooks do with
-  each decision; :mod:`~agentjournal.guardrails.guard` — ``session.guard(agent)``.
+  each decision; :mod:`~agentjournal.sdk.guard` — ``session.guard(agent)``.
 - :mod:`~agentjournal.guardrails.rules` and :mod:`~agentjournal.guardrails.service`
   — the reference service (``agentjournal guardrail serve``).
 
@@ -16,15 +16,20 @@ Configure a session with ``journal.session(id, guardrails=url_or_client)`` or
 
 from __future__ import annotations
 
-from agentjournal.guardrails.client import GuardrailClient, Verdict
-from agentjournal.guardrails.protocol import (
-    ActionType,
-    Decision,
-    ReasonCode,
-    TraceRef,
-    ValidateRequest,
-    ValidateResponse,
-)
+from typing import TYPE_CHECKING
+
+from agentjournal._lazy import exports
+
+if TYPE_CHECKING:
+    from agentjournal.guardrails.client import GuardrailClient, Verdict
+    from agentjournal.guardrails.protocol import (
+        ActionType,
+        Decision,
+        ReasonCode,
+        TraceRef,
+        ValidateRequest,
+        ValidateResponse,
+    )
 
 __all__ = [
     "ActionType",
@@ -36,3 +41,15 @@ __all__ = [
     "ValidateResponse",
     "Verdict",
 ]
+
+_NAMES = {
+    "ActionType": "agentjournal.guardrails.protocol",
+    "Decision": "agentjournal.guardrails.protocol",
+    "GuardrailClient": "agentjournal.guardrails.client",
+    "ReasonCode": "agentjournal.guardrails.protocol",
+    "TraceRef": "agentjournal.guardrails.protocol",
+    "ValidateRequest": "agentjournal.guardrails.protocol",
+    "ValidateResponse": "agentjournal.guardrails.protocol",
+    "Verdict": "agentjournal.guardrails.client",
+}
+__getattr__ = exports(__name__, _NAMES)

@@ -26,6 +26,7 @@ from typing import Any, Final
 import httpx
 from pydantic import ValidationError
 
+from agentjournal.errors import InvalidInput
 from agentjournal.guardrails.protocol import (
     ActionType,
     Decision,
@@ -113,6 +114,9 @@ class GuardrailClient:
         fail_open: Let faults through as ALLOW (recorded with reason
             ``GUARDRAIL_FAILED_OPEN``). Off by default; logged loudly when on.
         headers: Extra headers for every request (e.g. an API key).
+
+    Raises:
+        InvalidInput: The URL is not http(s), or the timeout or body limit is not positive.
     """
 
     def __init__(
@@ -125,9 +129,11 @@ class GuardrailClient:
         headers: dict[str, str] | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"guardrail base URL must be http(s), got {base_url!r}")
+            raise InvalidInput(f"guardrail base URL must be http(s), got {base_url!r}")
         if timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout!r}")
+            raise InvalidInput(f"timeout must be positive, got {timeout!r}")
+        if max_body_bytes <= 0:
+            raise InvalidInput(f"max_body_bytes must be positive, got {max_body_bytes!r}")
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.max_body_bytes = max_body_bytes

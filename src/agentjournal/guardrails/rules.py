@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentjournal.errors import InvalidInput
 from agentjournal.guardrails.protocol import (
     ActionType,
     Decision,
@@ -83,7 +84,7 @@ def load_rules(text: str) -> RuleSet:
     """Parse rules from YAML (or JSON) text.
 
     Raises:
-        ValueError: The text is not YAML or not rules; one line naming where and what.
+        InvalidInput: The text is not YAML or not rules; one line naming where and what.
     """
     try:
         data = yaml.safe_load(text)
@@ -91,7 +92,7 @@ def load_rules(text: str) -> RuleSet:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise ValueError(f"not valid YAML{where}: {problem}") from None
+        raise InvalidInput(f"not valid YAML{where}: {problem}") from None
     try:
         return RuleSet.model_validate(data or {})
     except ValidationError as error:
@@ -100,7 +101,7 @@ def load_rules(text: str) -> RuleSet:
         where = ".".join(str(part) for part in first["loc"]) or "the file"
         more = error.error_count() - 1
         extra = f" (and {more} more)" if more else ""
-        raise ValueError(f"{where}: {first['msg']}{extra}") from None
+        raise InvalidInput(f"{where}: {first['msg']}{extra}") from None
 
 
 def decide(request: ValidateRequest, rules: RuleSet) -> ValidateResponse:

@@ -11,29 +11,34 @@ offline verification (no store, no network, no Agents SDK).
 
 from __future__ import annotations
 
-from agentjournal.ledger.bundle import BUNDLE_FORMAT, BUNDLE_VERSION, export_bundle
-from agentjournal.ledger.chain import (
-    CHAIN_KEYS,
-    GENESIS,
-    HASH_KEY,
-    PREV_KEY,
-    SEQ_KEY,
-    chain_hash,
-    seal,
-)
-from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
-from agentjournal.ledger.keys import (
-    KEY_ROTATED,
-    SIGNING_KEY_ENV,
-    SIGNING_KEY_FILE_ENV,
-    KeyRotation,
-    SigningKey,
-    key_id,
-    load_public_key,
-    signed_event_id,
-    trusted_closure,
-)
-from agentjournal.ledger.verify import Problem, Report, parse_bundle, verify_bundle
+from typing import TYPE_CHECKING
+
+from agentjournal._lazy import exports
+
+if TYPE_CHECKING:
+    from agentjournal.ledger.bundle import BUNDLE_FORMAT, BUNDLE_VERSION, export_bundle
+    from agentjournal.ledger.chain import (
+        CHAIN_KEYS,
+        GENESIS,
+        HASH_KEY,
+        PREV_KEY,
+        SEQ_KEY,
+        chain_hash,
+        seal,
+    )
+    from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
+    from agentjournal.ledger.keys import (
+        KEY_ROTATED,
+        SIGNING_KEY_ENV,
+        SIGNING_KEY_FILE_ENV,
+        KeyRotation,
+        SigningKey,
+        key_id,
+        load_public_key,
+        signed_event_id,
+        trusted_closure,
+    )
+    from agentjournal.ledger.verify import Problem, Report, parse_bundle, verify_bundle
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -62,3 +67,32 @@ __all__ = [
     "trusted_closure",
     "verify_bundle",
 ]
+
+_NAMES = {
+    "BUNDLE_FORMAT": "agentjournal.ledger.bundle",
+    "BUNDLE_VERSION": "agentjournal.ledger.bundle",
+    "CHAIN_KEYS": "agentjournal.ledger.chain",
+    "CHECKPOINT": "agentjournal.ledger.checkpoints",
+    "GENESIS": "agentjournal.ledger.chain",
+    "HASH_KEY": "agentjournal.ledger.chain",
+    "KEY_ROTATED": "agentjournal.ledger.keys",
+    "PREV_KEY": "agentjournal.ledger.chain",
+    "SEQ_KEY": "agentjournal.ledger.chain",
+    "SIGNING_KEY_ENV": "agentjournal.ledger.keys",
+    "SIGNING_KEY_FILE_ENV": "agentjournal.ledger.keys",
+    "Checkpoint": "agentjournal.ledger.checkpoints",
+    "KeyRotation": "agentjournal.ledger.keys",
+    "Problem": "agentjournal.ledger.verify",
+    "Report": "agentjournal.ledger.verify",
+    "SigningKey": "agentjournal.ledger.keys",
+    "chain_hash": "agentjournal.ledger.chain",
+    "export_bundle": "agentjournal.ledger.bundle",
+    "key_id": "agentjournal.ledger.keys",
+    "load_public_key": "agentjournal.ledger.keys",
+    "parse_bundle": "agentjournal.ledger.verify",
+    "seal": "agentjournal.ledger.chain",
+    "signed_event_id": "agentjournal.ledger.keys",
+    "trusted_closure": "agentjournal.ledger.keys",
+    "verify_bundle": "agentjournal.ledger.verify",
+}
+__getattr__ = exports(__name__, _NAMES)

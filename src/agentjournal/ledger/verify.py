@@ -62,7 +62,13 @@ from agentjournal.ledger.chain import CHAIN_KEYS, GENESIS, HASH_KEY, PREV_KEY, S
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, signed_event_id, trusted_closure
 from agentjournal.records import Record, TreeRecords
-from agentjournal.streams import KEYS_STREAM, authority_stream, ledger_stream
+from agentjournal.streams import (
+    KEYS_STREAM,
+    authority_stream,
+    ledger_stream,
+    session_stream,
+    validate_id,
+)
 
 __all__ = ["Problem", "Report", "parse_bundle", "verify_bundle", "verify_records"]
 
@@ -180,15 +186,15 @@ def verify_records(
     report = Report()
     session_id = records.session_id
     streams = {name: list(stream) for name, stream in records.streams.items()}
-    session_stream = f"AgentSession-{session_id}"
+    root = session_stream(session_id)
     total = sum(len(stream) for stream in streams.values())
     withheld = sum(1 for stream in streams.values() for e in stream if e.data is None)
     report.lines.append(
         f"session {session_id}: {plural(len(streams), 'stream')}, {plural(total, 'event')} "
         f"({withheld} withheld)"
     )
-    if session_stream not in streams or not streams[session_stream]:
-        report.fail("structure", session_stream, None, "the session stream is missing or empty")
+    if root not in streams or not streams[root]:
+        report.fail("structure", root, None, "the session stream is missing or empty")
         return report
     for stream in streams.values():
         problem = next(((r, p) for r in stream if (p := _record_problem(r)) is not None), None)
@@ -206,9 +212,9 @@ def verify_records(
         f"integrity: {plural(total, 'event')} in {plural(len(streams), 'stream')} chain correctly"
     )
     try:
-        tree = _Tree(session_id, session_stream, streams)
+        tree = _Tree(session_id, root, streams)
     except _MALFORMED as error:
-        report.fail("structure", session_stream, None, f"malformed lifecycle event: {error}")
+        report.fail("structure", root, None, f"malformed lifecycle event: {error}")
         return report
     stages: list[tuple[str, Callable[[], None]]] = [
         ("twins", lambda: _check_twins(report, tree)),
@@ -223,9 +229,7 @@ def verify_records(
         try:
             stage()
         except _MALFORMED as error:  # a crafted event: a failure to report, never a crash
-            report.fail(
-                check, session_stream, None, f"malformed event: {type(error).__name__}: {error}"
-            )
+            report.fail(check, root, None, f"malformed event: {type(error).__name__}: {error}")
     return report
 
 
@@ -321,6 +325,8 @@ def _parse(bundle: Any) -> TreeRecords:
     session_id = bundle["session_id"]
     if not isinstance(session_id, str) or not session_id or not _unicode(session_id):
         raise InvalidInput("session_id must be a non-empty string")
+    if validate_id(session_id, "session_id") != session_id:  # we write GUIDs normalised
+        raise InvalidInput(f"session_id {cut(repr(session_id), 80)} is not written normalised")
     redacted = bundle["redacted"]
     if not isinstance(redacted, bool) or not isinstance(bundle["exported_at"], str):
         raise InvalidInput("redacted must be true or false and exported_at a string")
@@ -490,11 +496,8 @@ class _Tree:
         self.opened_by: dict[str, Record] = {}
         for stream in streams.values():
             for event in stream:
-                if event.type == events.SUBAGENT_STARTED and events.INDEX_KEY in event.metadata:
-                    body = event.body or {}
-                    child = body.get("subsession_stream")
-                    if isinstance(child, str):
-                        self.opened_by[child] = event
+                if event.opens is not None:
+                    self.opened_by[event.opens] = event
 
     def is_tree_stream(self, name: str) -> bool:
         """Whether ``name`` is the session stream or a subsession (not a log or the keys)."""

@@ -18,7 +18,7 @@ it at the earliest point the SDK offers for each action:
   message (a tool's result that ends the run): BLOCK, or a MODIFY that
   cannot be applied there, stops the run.
 
-The wrappers (:mod:`agentjournal.guardrails.guard`) take the decision made at
+The wrappers (:mod:`agentjournal.sdk.guard`) take the decision made at
 ``on_llm_end`` for the same call, or ask themselves when there is none, and
 enforce at invocation time: a blocked tool's body never runs and the model
 gets an error output; a modified tool runs with the modified arguments; a

@@ -112,12 +112,13 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             checkpoint_every=checkpoint_every,
         )
         self._run = RunState(speaker=agent_name)
+        self._recorder = _Recorder(self)
         self._enforcer = (
-            Enforcer(guardrails, thread_id=self.session_id, recorder=self)
+            Enforcer(guardrails, thread_id=self.session_id, recorder=self._recorder)
             if guardrails is not None
             else None
         )
-        self._gates = Gatekeeper(policy, recorder=self) if policy is not None else None
+        self._gates = Gatekeeper(policy, recorder=self._recorder) if policy is not None else None
         self._wiring = guarding.Wiring(self._enforcer, self._gates)
 
     @property
@@ -202,14 +203,14 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         The item stays on its stream; an ``agentjournal.ItemPopped`` event
         records that it left the history.
         """
-        return await self._core.pop(self._trace_now())  # type: ignore[return-value]
+        return await self._core.pop(self._recorder.trace_now())  # type: ignore[return-value]
 
     async def clear_session(self, *, wrapper: RunContextWrapper[Any] | None = None) -> None:
         """Hide every item; ``get_items`` returns ``[]`` until new items come.
 
         History is kept: an ``agentjournal.SessionCleared`` event marks the cut.
         """
-        await self._core.clear(self._trace_now())
+        await self._core.clear(self._recorder.trace_now())
 
     # -- OpenAIResponsesCompactionSession -----------------------------------------------
 
@@ -242,7 +243,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             if not expected:
                 return False
             return await self._core.replace_suffix(
-                expected, list(output), prune_prefix, trace=self._trace_now()
+                expected, list(output), prune_prefix, trace=self._recorder.trace_now()
             )
 
         return _CompactionSnapshot(snapshot.items, snapshot.complete, replace_suffix)  # type: ignore[arg-type]
@@ -260,7 +261,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         """
         if not self._unchanged_storage():
             return False
-        await self._core.replace_all(list(items), trace=self._trace_now())
+        await self._core.replace_all(list(items), trace=self._recorder.trace_now())
         return True
 
     def _unchanged_storage(self) -> bool:
@@ -451,88 +452,12 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         if self._gates is not None:
             self._gates.new_run()
 
-    def agent_span(self) -> Span | None:
-        """The span of the agent acting now (for guardrail calls)."""
-        return self._run.trace.current if self._run.trace is not None else None
-
     def _trace_ids(self, wrapper: RunContextWrapper[Any] | None) -> tracing.TraceIds | None:
         """The ids for events written now: the speaking agent's span, if this run has one."""
         run = self._run
         if run.trace is not None and run.view(wrapper).same_run(run.wrapper):
             return tracing.ids_of(run.trace.current)
         return tracing.current_ids()
-
-    def _trace_now(self) -> dict[str, str]:
-        """Trace metadata for an event written now: the acting agent's span, else the
-        current span or SDK trace."""
-        span = self.agent_span()
-        return _trace_metadata(tracing.ids_of(span) if span is not None else tracing.current_ids())
-
-    # -- what the guardrail and the gates record ----------------------------------------
-
-    async def run_stopped(self, error: GuardrailBlocked | AuthorityDenied) -> None:
-        """A guardrail or a refusal ends the run: open subagents close with outcome ``error``."""
-        if self._run.trace is not None:
-            self._run.trace.end(error)
-        reason = f"{type(error).__name__}: {error}"[:SUMMARY_CHARS]
-        await self.close_subagents(outcome="error", reason=reason)
-
-    async def authority_stopped(self, error: AuthorityDenied) -> None:
-        """An authority refusal ends the run: its open subagents close with outcome ``error``."""
-        await self.run_stopped(error)
-
-    async def record_decision(self, decided: events.GuardrailDecided) -> None:
-        """Append a guardrail decision to the acting agent's stream before it is acted on.
-
-        Raises:
-            StoreError: The decision did not land (then it must not be acted on).
-        """
-        trace = _trace_metadata(tracing.TraceIds(decided.trace_id, decided.span_id))
-        facts = self._core.facts
-        rule = facts.rule_metadata(decided.subject) if decided.action_type == "TOOL_CALL" else {}
-        await self._core.record(
-            events.GUARDRAIL_DECIDED,
-            decided.encode(),
-            agent=decided.agent,
-            run=self._current_run(),
-            metadata={**trace, **rule},
-        )
-
-    async def record_refusal(self, refused: events.AuthorityRefused) -> None:
-        """Append an authority refusal to the acting agent's stream.
-
-        Raises:
-            StoreError: The refusal did not land (the action is refused anyway).
-        """
-        await self._core.record(
-            events.AUTHORITY_REFUSED,
-            refused.encode(),
-            agent=refused.agent,
-            run=self._current_run(),
-            metadata={**self._trace_now(), **self._core.facts.policy_metadata()},
-        )
-
-    async def record_grant(self, agent: str, authority: Authority) -> None:
-        """Append ``agentjournal.AuthorityGranted`` (what a run's first agent holds) and,
-        in the same transaction, its entry on the authority log."""
-        await self._core.record_grant(agent, authority, self._current_run(), self._trace_now())
-
-    async def handoff_granted(self, sender: str, receiver: str, authority: Authority) -> None:
-        """A handoff granted ``receiver`` an authority: it goes on the record with the next
-        write, whether or not that write can show the handoff as a subagent."""
-        self._run.granted(sender, receiver, authority)
-
-    async def held_grant(self, agent: str) -> Authority | None:
-        """What ``agent`` last held in this session (the authority log, read afresh), if any."""
-        return await self._core.held_grant(agent)
-
-    async def open_grant(self, agent: str) -> tuple[bool, Authority | None]:
-        """Whether ``agent`` speaks inside the innermost open subagent, and what it was granted.
-
-        A run that resumes there (e.g. after an approval, in a new process)
-        must not start from the agent's own policy entry.
-        """
-        return await self._core.open_grant(agent)
 
     async def reset_authority(self, agent: str, *, reason: str) -> None:
         """Let ``agent`` start its next run from its policy entry again.
@@ -547,12 +472,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         Raises:
             InvalidInput: The session has no policy, or ``reason`` is empty.
         """
-        await self._core.reset_authority(agent, reason, self._trace_now())
-
-    def _current_run(self) -> Any:
-        """The run in progress as a write by its own main context sees it."""
-        run = self._run
-        return run.view(run.wrapper() if run.wrapper is not None else None)
+        await self._core.reset_authority(agent, reason, self._recorder.trace_now())
 
     # -- checkpoints ----------------------------------------------------------------
 
@@ -565,7 +485,100 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         Raises:
             StoreError: The checkpoint could not be written.
         """
-        return await self._core.checkpoint(self._trace_now())
+        return await self._core.checkpoint(self._recorder.trace_now())
+
+
+class _Recorder:
+    """What the guardrail's enforcer and the authority gates record through their session.
+
+    Kept off :class:`JournalSession` so the session's public surface is the SDK's
+    ``Session`` and ``RunHooks`` and the calls a user makes; this is the
+    ``Recorder`` and ``RefusalRecorder`` the two collaborators are given.
+    """
+
+    def __init__(self, session: JournalSession) -> None:
+        self._session = session
+
+    def agent_span(self) -> Span | None:
+        """The span of the agent acting now (for guardrail calls)."""
+        return self._session._run.trace.current if self._session._run.trace is not None else None
+
+    def trace_now(self) -> dict[str, str]:
+        """Trace metadata for an event written now: the acting agent's span, else the
+        current span or SDK trace."""
+        span = self.agent_span()
+        return _trace_metadata(tracing.ids_of(span) if span is not None else tracing.current_ids())
+
+    def current_run(self) -> Any:
+        """The run in progress as a write by its own main context sees it."""
+        run = self._session._run
+        return run.view(run.wrapper() if run.wrapper is not None else None)
+
+    async def run_stopped(self, error: GuardrailBlocked | AuthorityDenied) -> None:
+        """A guardrail or a refusal ends the run: open subagents close with outcome ``error``."""
+        if self._session._run.trace is not None:
+            self._session._run.trace.end(error)
+        reason = f"{type(error).__name__}: {error}"[:SUMMARY_CHARS]
+        await self._session.close_subagents(outcome="error", reason=reason)
+
+    async def authority_stopped(self, error: AuthorityDenied) -> None:
+        """An authority refusal ends the run: its open subagents close with outcome ``error``."""
+        await self.run_stopped(error)
+
+    async def record_decision(self, decided: events.GuardrailDecided) -> None:
+        """Append a guardrail decision to the acting agent's stream before it is acted on.
+
+        Raises:
+            StoreError: The decision did not land (then it must not be acted on).
+        """
+        trace = _trace_metadata(tracing.TraceIds(decided.trace_id, decided.span_id))
+        facts = self._session._core.facts
+        rule = facts.rule_metadata(decided.subject) if decided.action_type == "TOOL_CALL" else {}
+        await self._session._core.record(
+            events.GUARDRAIL_DECIDED,
+            decided.encode(),
+            agent=decided.agent,
+            run=self.current_run(),
+            metadata={**trace, **rule},
+        )
+
+    async def record_refusal(self, refused: events.AuthorityRefused) -> None:
+        """Append an authority refusal to the acting agent's stream.
+
+        Raises:
+            StoreError: The refusal did not land (the action is refused anyway).
+        """
+        await self._session._core.record(
+            events.AUTHORITY_REFUSED,
+            refused.encode(),
+            agent=refused.agent,
+            run=self.current_run(),
+            metadata={**self.trace_now(), **self._session._core.facts.policy_metadata()},
+        )
+
+    async def record_grant(self, agent: str, authority: Authority) -> None:
+        """Append ``agentjournal.AuthorityGranted`` (what a run's first agent holds) and,
+        in the same transaction, its entry on the authority log."""
+        await self._session._core.record_grant(
+            agent, authority, self.current_run(), self.trace_now()
+        )
+
+    async def handoff_granted(self, sender: str, receiver: str, authority: Authority) -> None:
+        """A handoff granted ``receiver`` an authority: it goes on the record with the next
+        write, whether or not that write can show the handoff as a subagent."""
+        self._session._run.granted(sender, receiver, authority)
+
+    async def held_grant(self, agent: str) -> Authority | None:
+        """What ``agent`` last held in this session (the authority log, read afresh), if any."""
+        return await self._session._core.held_grant(agent)
+
+    async def open_grant(self, agent: str) -> tuple[bool, Authority | None]:
+        """Whether ``agent`` speaks inside the innermost open subagent, and what it was granted.
+
+        A run that resumes there (e.g. after an approval, in a new process)
+        must not start from the agent's own policy entry.
+        """
+        return await self._session._core.open_grant(agent)
 
 
 # -- helpers ----------------------------------------------------------------------

@@ -13,8 +13,9 @@
 from __future__ import annotations
 
 import os
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
+from agentjournal._lazy import exports
 from agentjournal.errors import InvalidInput
 from agentjournal.store.base import (
     MAX_EVENT_BYTES,
@@ -28,6 +29,10 @@ from agentjournal.store.base import (
     event_id,
 )
 
+if TYPE_CHECKING:
+    from agentjournal.store.kurrentdb import KurrentDBEventStore
+    from agentjournal.store.sqlite import SQLiteEventStore
+
 __all__ = [
     "DEFAULT_URI",
     "MAX_EVENT_BYTES",
@@ -35,14 +40,25 @@ __all__ = [
     "AppendResult",
     "EventStore",
     "Expected",
+    "KurrentDBEventStore",
     "NewEvent",
     "RecordedEvent",
+    "SQLiteEventStore",
     "StreamState",
     "URI_ENV",
     "event_id",
     "open_store",
     "store_uri",
 ]
+
+# The backends load on first use (the KurrentDB client brings gRPC).
+__getattr__ = exports(
+    __name__,
+    {
+        "KurrentDBEventStore": "agentjournal.store.kurrentdb",
+        "SQLiteEventStore": "agentjournal.store.sqlite",
+    },
+)
 
 URI_ENV: Final = "AGENTJOURNAL_URI"
 """The environment variable naming the store when no URI is given."""

@@ -14,8 +14,9 @@ How the contract maps onto KurrentDB:
 
 * ``append`` is ``append_to_stream`` (v1 ``BatchAppend``, one atomic write) and
   ``append_many`` is ``multi_append_to_stream`` (v2 ``AppendSession``, one
-  atomic transaction over several streams, KurrentDB >= 25.1.1). An ``append``
-  too large for the v1 service's message limit goes through the v2 call.
+  atomic transaction over several streams, KurrentDB >= 25.1.1; 25.0 has no
+  v2 service, and ``append_many`` there is a ``StoreError`` saying so). An
+  ``append`` too large for the v1 service's message limit goes through the v2 call.
   Event ids pass through unchanged, so a retry carries the ids of the first
   attempt and the server recognises it.
 * **Nothing hangs.** Every call has a deadline (default 10 s): a read, head
@@ -38,15 +39,19 @@ How the contract maps onto KurrentDB:
   boundaries as start positions: ``read_all``/``subscribe`` with any other
   position first find the last event before it and start there.
 * ``read_all`` and ``subscribe`` exclude system streams on the server and
-  system events on the client. ``subscribe`` reconnects after a dropped
-  connection or a server restart, with capped exponential backoff and jitter,
-  resuming right after the last event it delivered, for ``reconnect_for``
-  seconds (default: for ever, logging each attempt).
-* Sizes follow the server (25.1+): a record of at most 16 MiB
-  (``MaxAppendEventSize``) whose stored size is at most 16 MiB - 10,000 bytes,
-  an append of at most ``max_append_size`` (``MaxAppendSize``, 256 MiB by
-  default; pass 1 MiB for 25.0), a v1 request message of at most 16 MiB -
-  10,000 bytes. A write over a limit is ``InvalidInput`` before any I/O.
+  system events on the client. ``subscribe`` ends only when its consumer stops
+  or this store is closed: after a dropped connection, a server restart, or the
+  client replacing its connection (it does that when any other call meets an
+  unavailable server, cancelling every call on the old one) it reconnects with
+  capped exponential backoff and jitter, resuming right after the last event it
+  delivered, for ``reconnect_for`` seconds without progress (default: for ever,
+  logging each attempt).
+* Sizes follow the server (25.1+): a record of at most ``max_append_event_size``
+  (``MaxAppendEventSize``, 16 MiB by default) whose stored size is at most
+  16 MiB - 10,000 bytes, an append of at most ``max_append_size``
+  (``MaxAppendSize``, 256 MiB by default), a v1 request message of at most
+  16 MiB - 10,000 bytes. A write over a limit is ``InvalidInput`` before any
+  I/O; a server configured lower refuses with ``InvalidInput`` naming its limit.
 * Metadata is written as a JSON object of strings; on read the keys the
   server adds are dropped.
 * Client errors are translated into :mod:`agentjournal.errors`; no ``grpc`` or
@@ -103,7 +108,7 @@ from kurrentdbclient.exceptions import (
 from kurrentdbclient.exceptions import (
     CancelledError as ServerCancelledError,
 )
-from kurrentdbclient.protos.v1 import shared_pb2, streams_pb2
+from kurrentdbclient.protos.v1 import shared_pb2, status_pb2, streams_pb2
 
 from agentjournal.errors import (
     ConcurrencyError,
@@ -162,6 +167,7 @@ _SCAN_PAGE: Final = 256
 _READ_PAGE: Final = 4096  # events per read call: each call has its own deadline
 _BACKOFF_FIRST: Final = 0.1
 _BACKOFF_CAP: Final = 5.0
+_HEALTHY_AFTER: Final = 2 * _BACKOFF_CAP  # seconds a subscription must hold to count as working
 _CHANNEL_OPTIONS: Final = (
     ("grpc.initial_reconnect_backoff_ms", int(_BACKOFF_FIRST * 1000)),
     ("grpc.max_reconnect_backoff_ms", int(_BACKOFF_CAP * 1000)),
@@ -198,8 +204,21 @@ _UNAVAILABLE_CODES: Final = frozenset(
         grpc.StatusCode.CANCELLED,
     }
 )
-# v1 BatchAppend answers a NotHandled request with a status without a code.
-_NOT_HANDLED_TEXTS: Final = ("Server Is Not Ready", "Server Is Busy", "Server Is Too Busy")
+_ACCESS_CODES: Final = frozenset(
+    {grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED}
+)
+# The server's answers to a request it did not handle (NotHandled): v1 reads end
+# with UNAVAILABLE or, for "no leader" (an election in progress), UNKNOWN; v1
+# BatchAppend answers with a status without a code. All mean "try again".
+_NOT_HANDLED_TEXTS: Final = (
+    "Server Is Not Ready",
+    "Server Is Busy",
+    "Server Is Too Busy",
+    "No leader info available",
+)
+# Answers that mean the server wrote nothing, whatever an earlier attempt did.
+_REFUSED_BEFORE_WRITING: Final = _ACCESS_CODES | {grpc.StatusCode.UNIMPLEMENTED}
+_EVENT_SIZE_DETAIL: Final = "event_store.client.MaximumAppendEventSizeExceeded"
 
 
 def redact_uri(uri: str) -> str:
@@ -230,6 +249,7 @@ class KurrentDBEventStore:
         deadline: float = DEFAULT_DEADLINE,
         reconnect_for: float | None = None,
         max_append_size: int = MAX_APPEND_SIZE,
+        max_append_event_size: int = MAX_RECORD_SIZE,
     ) -> None:
         """Wrap a connected client; prefer :meth:`open`.
 
@@ -240,6 +260,7 @@ class KurrentDBEventStore:
             reconnect_for: Seconds a subscription keeps reconnecting after it
                 lost the server; None: for ever.
             max_append_size: The server's ``MaxAppendSize`` in bytes.
+            max_append_event_size: The server's ``MaxAppendEventSize`` in bytes.
         """
         self._client = client
         self._uri = redact_uri(uri)
@@ -249,6 +270,7 @@ class KurrentDBEventStore:
             None if reconnect_for is None else _positive("reconnect_for", reconnect_for, zero=True)
         )
         self._max_append_size = int(_positive("max_append_size", max_append_size))
+        self._max_event_size = int(_positive("max_append_event_size", max_append_event_size))
         self._closed = False
 
     @property
@@ -264,6 +286,7 @@ class KurrentDBEventStore:
         deadline: float | None = None,
         reconnect_for: float | None = None,
         max_append_size: int = MAX_APPEND_SIZE,
+        max_append_event_size: int = MAX_RECORD_SIZE,
     ) -> KurrentDBEventStore:
         """Connect to the KurrentDB server ``uri`` names and check that it answers.
 
@@ -273,7 +296,10 @@ class KurrentDBEventStore:
                 ``DefaultDeadline``, else 10.
             reconnect_for: Seconds a subscription keeps reconnecting; None: for ever.
             max_append_size: The server's ``MaxAppendSize`` (default 256 MiB,
-                25.1+; 1 MiB for 25.0).
+                25.1+; 25.0 took 1 MiB, and has no multi-stream appends).
+            max_append_event_size: The server's ``MaxAppendEventSize`` (default
+                16 MiB); pass a lower one the server is configured with to
+                refuse larger events before sending them.
 
         Raises:
             InvalidInput: ``uri`` is not a valid KurrentDB connection string,
@@ -303,6 +329,7 @@ class KurrentDBEventStore:
             deadline=chosen,
             reconnect_for=reconnect_for,
             max_append_size=max_append_size,
+            max_append_event_size=max_append_event_size,
         )
         try:
             await store._bounded(lambda: store._probe())
@@ -351,7 +378,7 @@ class KurrentDBEventStore:
             # Too large for the v1 service's message limit: the v2 call takes it.
             (result,) = await self.append_many([request])
             return result
-        _check_v1_size(stream, new_events, self._max_append_size)
+        _check_v1_size(stream, new_events, self._max_append_size, self._max_event_size)
         try:
             position = await self._write(
                 lambda: self._client.append_to_stream(
@@ -375,7 +402,7 @@ class KurrentDBEventStore:
         requests = list(requests)
         validate_append(requests, many=True)
         self._check_open()
-        _check_v2_size(requests, self._max_append_size)
+        _check_v2_size(requests, self._max_append_size, self._max_event_size)
         batches = [
             KdbNewEvents(
                 stream_name=request.stream,
@@ -398,12 +425,14 @@ class KurrentDBEventStore:
                 raise await self._explain_failure(requests, error) from None
             raise _conflict(culprit, error) from None
         except (StreamIsDeletedError, StreamTombstonedError) as error:
-            named = (getattr(error, "stream_name", None) or "").casefold()
-            deleted = next((r.stream for r in requests if r.stream.casefold() == named), None)
-            raise self._translate(error, deleted) from None
+            raise await self._deleted(requests, error) from None
         except Exception as error:
             translated = self._translate(error, None)
-            if isinstance(translated, StoreUnavailable | InvalidInput) or self._closed:
+            if (
+                isinstance(translated, StoreUnavailable | InvalidInput)
+                or self._closed
+                or _status_code(error) in _REFUSED_BEFORE_WRITING
+            ):
                 raise translated from None
             # An unexplained refusal (26.0 fails a partly retried transaction with
             # an internal error): did an earlier attempt land, did a stream move?
@@ -528,6 +557,30 @@ class KurrentDBEventStore:
         return AppendResult(
             request.stream, -1 if head is None else head, await self._last_position()
         )
+
+    async def _deleted(self, requests: Sequence[AppendRequest], error: Exception) -> JournalError:
+        """``StreamDeleted`` for the stream of the write that is deleted, checked by reading.
+
+        KurrentDB 26.1 answers "deleted" when any stream of a multi-stream write
+        is, but names the first stream that failed its check, which may be one
+        that only conflicts: with several streams the name is checked, not
+        trusted. Deleted is a tombstone, or a soft delete under ``EXISTS``.
+        """
+        named = (getattr(error, "stream_name", None) or "").casefold()
+        ordered = sorted(requests, key=lambda request: request.stream.casefold() != named)
+        if len(requests) == 1:
+            return StreamDeleted(requests[0].stream)
+        missing: list[str] = []
+        for request in ordered:
+            try:
+                head = await self.head(request.stream)
+            except StreamDeleted:
+                return StreamDeleted(request.stream)
+            except StoreError:
+                break  # cannot tell: report what the server said
+            if head is None and request.expected is StreamState.EXISTS:
+                missing.append(request.stream)
+        return StreamDeleted(missing[0] if missing else ordered[0].stream)
 
     async def _explain_failure(
         self, requests: Sequence[AppendRequest], error: Exception
@@ -688,20 +741,26 @@ class KurrentDBEventStore:
         """Yield every non-system event after ``after_position``, then follow new ones.
 
         A catch-up subscription to ``$all``. It ends when the consumer stops
-        iterating or the store is closed. When the connection drops or the
-        server restarts it reconnects (capped exponential backoff with jitter,
-        each attempt logged) and resumes right after the last event delivered:
-        no gap, no duplicate. It raises
-        :class:`~agentjournal.errors.StoreUnavailable` only after
-        ``reconnect_for`` seconds without a connection (never by default).
+        iterating or the store is closed, and only then. When the connection
+        drops, the server restarts, or the client replaces its connection
+        (after another call on this store met an unavailable server) it
+        reconnects (capped exponential backoff with jitter, each attempt
+        logged) and resumes right after the last event delivered: no gap, no
+        duplicate. It raises :class:`~agentjournal.errors.StoreUnavailable`
+        only after ``reconnect_for`` seconds without progress (never by default).
         """
         _check_non_negative("after_position", after_position)
         self._check_open()
         cursor = after_position
-        delivered = fell_back = False
+        find_boundary = fell_back = delivered = False
         retry = _Reconnect(self._reconnect_for)
         while not self._closed:
             try:
+                if find_boundary:
+                    # ``cursor`` is not a record boundary: start after the last event
+                    # before it (or at the very beginning when there is none).
+                    cursor = await self._position_before(cursor or 0)
+                    find_boundary, fell_back = False, True
                 subscription = await self._bounded(
                     partial(
                         self._client.subscribe_to_all,
@@ -724,16 +783,14 @@ class KurrentDBEventStore:
                         continue
                     delivered = True
                     yield _from_kdb(event)
-            except CancelledByClientError:
-                return
             except Exception as error:
+                # CancelledByClientError lands here too: when our store is not
+                # closed, the client cut the call off because it replaced its
+                # connection after another call's error. Resubscribe.
                 if self._closed:
                     return
                 if _invalid_position(error) and not (delivered or fell_back or cursor is None):
-                    # Not a record boundary: start after the last event before
-                    # it (or at the very beginning when there is none).
-                    fell_back = True
-                    cursor = await self._position_before_translated(cursor)
+                    find_boundary = True
                     continue
                 await self._reconnect_or_raise(error, retry)
             else:
@@ -768,12 +825,6 @@ class KurrentDBEventStore:
         )
         await asyncio.sleep(delay)
 
-    async def _position_before_translated(self, position: int) -> int | None:
-        try:
-            return await self._position_before(position)
-        except Exception as error:
-            raise self._translate(error, None) from None
-
     # -- plumbing -------------------------------------------------------------
 
     async def _bounded(self, call: Callable[[], Awaitable[_T]]) -> _T:
@@ -805,18 +856,33 @@ class KurrentDBEventStore:
             return StreamDeleted(stream or getattr(error, "stream_name", "") or "?")
         if isinstance(error, _INPUT_ERRORS):
             return InvalidInput(f"KurrentDB refused the request: {text}")
-        if isinstance(error, AccessDeniedError | UnauthenticatedError):
+        code = _status_code(error)
+        status = _batch_status(error)
+        if isinstance(error, AccessDeniedError | UnauthenticatedError) or code in _ACCESS_CODES:
             return StoreError(
                 f"KurrentDB at {self._uri} refused access ({text}): check the user and "
                 "password in the URI and the stream's access control list"
             )
-        if self._closed or isinstance(error, CancelledByClientError):
+        if self._closed:
             return StoreUnavailable(f"KurrentDB store {self._uri} is closed")
-        code = _status_code(error)
+        if isinstance(error, CancelledByClientError):
+            # Not our close: the client cut the call off when it replaced its
+            # connection after another call met an unavailable server.
+            return StoreUnavailable(
+                f"KurrentDB at {self._uri}: the call was cut off when the client replaced its "
+                "connection; retry it"
+            )
         if code is grpc.StatusCode.RESOURCE_EXHAUSTED and "message" in text:
             return InvalidInput(f"KurrentDB refused a request message this large: {text}")
         if code is grpc.StatusCode.INVALID_ARGUMENT:
             return InvalidInput(f"KurrentDB refused the request: {text}")
+        if status is not None and status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]:
+            return InvalidInput(_refused_batch(status, text))
+        if code is grpc.StatusCode.UNIMPLEMENTED:
+            return StoreError(
+                f"KurrentDB at {self._uri} is too old for multi-stream appends (it has no v2 "
+                "streams service): append_many needs KurrentDB 25.1 or newer"
+            )
         if (
             isinstance(error, _UNAVAILABLE_ERRORS)
             or code in _UNAVAILABLE_CODES
@@ -832,25 +898,38 @@ class KurrentDBEventStore:
 class _Reconnect:
     """When a subscription tries again: capped exponential backoff with jitter.
 
-    The exponent goes back to zero once an event arrives; the give-up clock
-    starts at the first failure after a working connection.
+    Only progress starts over (the exponent back to zero, the give-up clock
+    stopped): an event delivered, or a connection that stayed up for
+    ``_HEALTHY_AFTER`` seconds. A server that confirms each subscription and
+    then fails it at once is still failing, and is given up on after
+    ``give_up_after`` seconds like one that refuses outright.
     """
 
-    def __init__(self, give_up_after: float | None) -> None:
+    def __init__(
+        self, give_up_after: float | None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._give_up_after = give_up_after
+        self._clock = clock
         self.attempt = 0
         self._failing_since: float | None = None
+        self._connected_at: float | None = None
 
     def connected(self) -> None:
-        self._failing_since = None
+        """A subscription was confirmed (not yet progress)."""
+        self._connected_at = self._clock()
 
     def delivered(self) -> None:
+        """An event arrived: progress."""
         self.attempt = 0
         self._failing_since = None
 
     def next_delay(self) -> float | None:
         """Seconds to wait before the next attempt, or None when it is time to give up."""
-        now = time.monotonic()
+        now = self._clock()
+        connected_at, self._connected_at = self._connected_at, None
+        if connected_at is not None and now - connected_at >= _HEALTHY_AFTER:
+            self.attempt = 0  # a connection that held that long was working
+            self._failing_since = None
         if self._failing_since is None:
             self._failing_since = now
         elapsed = now - self._failing_since
@@ -937,6 +1016,8 @@ def _describe(error: BaseException, deadline: float) -> str:
     """A one-line reason: the server's answer, not the client's repr of it."""
     if isinstance(error, TimeoutError):
         return f"no answer within {deadline:g} s"
+    if isinstance(error, CancelledByClientError) and not str(error):
+        return "the client replaced its connection"
     text = str(error)
     rpc = _rpc_error(error)
     if rpc is not None and (rpc is error or not text or text.startswith("<AioRpcError")):
@@ -946,6 +1027,67 @@ def _describe(error: BaseException, deadline: float) -> str:
         # A v1 BatchAppendResp status the client passes on as it is.
         return str(status.message)
     return " ".join(text.split()) or type(error).__name__
+
+
+def _batch_status(error: BaseException) -> Any | None:
+    """The ``BatchAppendResp.error`` status a client error carries as it is, if any."""
+    status = error.args[0] if error.args else None
+    if isinstance(status, status_pb2.Status):
+        return status
+    return None
+
+
+def _refused_batch(status: Any, text: str) -> str:
+    """One line for a batch append refused as bad input, naming the limit where there is one."""
+    if status.details.type_url.endswith("/" + _EVENT_SIZE_DETAIL):
+        fields = _proto_fields(status.details.value)
+        event_id, size, limit = fields.get(1, b""), fields.get(2), fields.get(3)
+        shown = event_id.decode(errors="replace") if isinstance(event_id, bytes) else "?"
+        if not isinstance(size, int) or not isinstance(limit, int):
+            return f"KurrentDB refused an event as over its MaxAppendEventSize: {text}"
+        return (
+            f"KurrentDB refused event {shown}: {size} bytes as it counts them (data, metadata, "
+            f"the type twice), over its MaxAppendEventSize of {limit} bytes"
+        )
+    return f"KurrentDB refused the request: {text}"
+
+
+def _proto_fields(raw: bytes) -> dict[int, int | bytes]:
+    """The varint and length-delimited fields of a protobuf message, by number.
+
+    For a detail kurrentdbclient's protos lack (``MaximumAppendEventSizeExceeded``:
+    string 1, uint32 2, uint32 3); anything else ends the parse.
+    """
+    fields: dict[int, int | bytes] = {}
+    offset = 0
+
+    def varint() -> int:
+        nonlocal offset
+        value = shift = 0
+        while offset < len(raw):
+            byte = raw[offset]
+            offset += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+        raise ValueError("truncated varint")
+
+    try:
+        while offset < len(raw):
+            key = varint()
+            number, kind = key >> 3, key & 7
+            if kind == 0:
+                fields[number] = varint()
+            elif kind == 2:
+                length = varint()
+                fields[number] = raw[offset : offset + length]
+                offset += length
+            else:
+                break
+    except ValueError:
+        pass
+    return fields
 
 
 def _fits_v1_message(stream: str, events: Sequence[KdbNewEvent]) -> bool:
@@ -999,21 +1141,25 @@ def struct_size(metadata: Mapping[str, str]) -> int:
     return total
 
 
-def _check_v1_size(stream: str, events: Sequence[KdbNewEvent], max_append: int) -> None:
+def _check_v1_size(
+    stream: str, events: Sequence[KdbNewEvent], max_append: int, max_event: int
+) -> None:
     """Refuse, before any I/O, a v1 append the server would refuse for its size.
 
     Each event as stored (``Event.SizeOnDisk``: data, metadata, the type two
-    bytes a character) at most 16 MiB - 10,000; their sum at most ``MaxAppendSize``.
+    bytes a character) at most 16 MiB - 10,000 and at most ``MaxAppendEventSize``
+    (``ClientWriteRequest.AddEvents``); their sum at most ``MaxAppendSize``.
     """
     total = 0
     for event in events:
         stored = len(event.data) + len(event.metadata) + 2 * len(event.type)
         _check_stored(stream, event.type, stored)
+        _check_record(stream, event.type, stored, max_event)
         total += stored
     _check_total(total, max_append)
 
 
-def _check_v2_size(requests: Sequence[AppendRequest], max_append: int) -> None:
+def _check_v2_size(requests: Sequence[AppendRequest], max_append: int, max_event: int) -> None:
     """Refuse, before any I/O, a v2 append the server would refuse for its size.
 
     Each record (``AppendRecordExtensions.CalculateSizeOnDisk``: data, metadata as
@@ -1026,16 +1172,20 @@ def _check_v2_size(requests: Sequence[AppendRequest], max_append: int) -> None:
         for event in request.events:
             metadata = struct_size(event.metadata)
             record = len(event.data) + metadata + len(event.type.encode())
-            if record > MAX_RECORD_SIZE:
-                raise InvalidInput(
-                    f"event {event.type} on {request.stream!r} is {record} bytes as KurrentDB "
-                    f"counts it; its MaxAppendEventSize is {MAX_RECORD_SIZE}"
-                )
+            _check_record(request.stream, event.type, record, max_event)
             _check_stored(
                 request.stream, event.type, len(event.data) + metadata + 2 * len(event.type)
             )
             total += record
     _check_total(total, max_append)
+
+
+def _check_record(stream: str, event_type: str, size: int, max_event: int) -> None:
+    if size > max_event:
+        raise InvalidInput(
+            f"event {event_type} on {stream!r} is {size} bytes as KurrentDB counts it; its "
+            f"MaxAppendEventSize is {max_event}"
+        )
 
 
 def _check_stored(stream: str, event_type: str, stored: int) -> None:

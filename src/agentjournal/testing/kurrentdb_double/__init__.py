@@ -25,8 +25,10 @@ It is pinned to KurrentDB 26.0.2's source (``kurrent-io/KurrentDB``):
 
 * :mod:`.state`: the log and the commit decisions of ``IndexWriter.CheckCommit``
   and ``StorageWriterService.VerifyCommitChecks`` (idempotency, conflicts,
-  soft deletes and their undelete, tombstones), with 26.1's answer to a partly
-  retried multi-stream append as an option (``server_version="26.1"``);
+  soft deletes and their undelete, tombstones), with 26.1's answers to a partly
+  retried multi-stream append and to one that meets a deleted stream as an
+  option (``server_version="26.1"``); ``server_version="25.0"`` serves no v2
+  streams service;
 * :mod:`.answers`: every error in the server's exact shape (code, message,
   trailing metadata or ``google.rpc.Status`` details);
 * :mod:`.servicers`: the services, with the server's size limits (per record,
@@ -34,10 +36,11 @@ It is pinned to KurrentDB 26.0.2's source (``kurrent-io/KurrentDB``):
   validations and positions (``$all`` refuses a start inside a record:
   reads with an ``Unexpected ...ReadAllResult: InvalidPosition`` error,
   subscriptions with ``INVALID_ARGUMENT`` after confirming);
-* :mod:`.faults`: commit-then-stall, commit-then-timeout and not-ready answers
-  staged per call, :meth:`KurrentDBDouble.restart` (a new gRPC server on the
-  same port with the same data), and :class:`SilentServer`, a listener that
-  never answers;
+* :mod:`.faults`: commit-then-stall, commit-then-timeout, not-ready (also after
+  a subscription's confirmation), no-leader and access-denied answers staged
+  per call, :meth:`KurrentDBDouble.restart` (a new gRPC server on the same port
+  with the same data, optionally "not ready" for a while as a node starts), and
+  :class:`SilentServer`, a listener that never answers;
 * :mod:`.recording`: a client interceptor that records the gRPC exchanges of
   a run (against a real server) and replays them against the double.
 

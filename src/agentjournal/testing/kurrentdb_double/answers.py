@@ -40,6 +40,7 @@ from google.rpc import (  # type: ignore[import-untyped, unused-ignore]
     status_pb2,
 )
 from grpc_status import rpc_status  # type: ignore[import-untyped, unused-ignore]
+from kurrentdbclient.protos.kurrent.rpc import errors_pb2 as rpc_errors_pb2
 from kurrentdbclient.protos.v1 import shared_pb2
 from kurrentdbclient.protos.v1 import status_pb2 as v1_status_pb2
 from kurrentdbclient.protos.v2.streams import errors_pb2 as v2_errors_pb2
@@ -87,6 +88,17 @@ class Rpc:
     @staticmethod
     def server_busy() -> Answer:
         return Answer(grpc.StatusCode.UNAVAILABLE, "Server Is Too Busy")
+
+    @staticmethod
+    def no_leader_info() -> Answer:
+        """A node that is not the leader and knows none (an election): ``NoLeaderInfo``."""
+        return Answer(grpc.StatusCode.UNKNOWN, "No leader info available in response")
+
+    @staticmethod
+    def access_denied() -> Answer:
+        return Answer(
+            grpc.StatusCode.PERMISSION_DENIED, "Access Denied", (("exception", "access-denied"),)
+        )
 
     @staticmethod
     def timeout(message: str) -> Answer:
@@ -190,6 +202,14 @@ class batch_status:
         )
 
     @staticmethod
+    def access_denied() -> v1_status_pb2.Status:
+        return v1_status_pb2.Status(
+            code=grpc.StatusCode.PERMISSION_DENIED.value[0],
+            message="AccessDenied",
+            details=_pack(shared_pb2.AccessDenied()),
+        )
+
+    @staticmethod
     def timeout() -> v1_status_pb2.Status:
         return v1_status_pb2.Status(
             code=grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
@@ -234,8 +254,16 @@ class batch_status:
 
     @staticmethod
     def not_handled(reason: str) -> v1_status_pb2.Status:
-        """A NotHandled reply (``NotReady``, ``TooBusy``): no code set, an empty detail."""
-        text = {"NotReady": "Server Is Not Ready", "TooBusy": "Server Is Busy"}[reason]
+        """A NotHandled reply: no code set, an empty detail.
+
+        ``reason`` is ``NotReady``, ``TooBusy`` or ``NotLeader`` (not the leader,
+        and no leader known: with one, the server ends the call with its address).
+        """
+        text = {
+            "NotReady": "Server Is Not Ready",
+            "TooBusy": "Server Is Busy",
+            "NotLeader": "No leader info available in response",
+        }[reason]
         return v1_status_pb2.Status(message=text, details=_pack(empty_pb2.Empty()))
 
 
@@ -387,6 +415,17 @@ class v2:
             error_details_pb2.RetryInfo(
                 retry_delay=duration_pb2.Duration(seconds=_RETRY_AFTER_SECONDS)
             ),
+        )
+
+    @classmethod
+    def access_denied(cls, operation: str) -> Answer:
+        """``ApiErrors.AccessDenied`` without detailed errors (no user name, no permission)."""
+        return cls._error(
+            grpc.StatusCode.PERMISSION_DENIED,
+            "ACCESS_DENIED",
+            "server",
+            f"Access denied. Insufficient permissions to perform {operation}",
+            rpc_errors_pb2.AccessDeniedErrorDetails(operation=operation),
         )
 
     @classmethod

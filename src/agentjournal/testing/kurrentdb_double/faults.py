@@ -9,22 +9,32 @@ Faults are real behaviours on the wire, not flags the client is told about:
   as KurrentDB does when the commit is slow to be acknowledged;
 * ``not_ready``: the call is answered with the server's not-ready error (during
   start-up or shutdown), nothing is done;
+* ``not_ready_after_confirmation``: a subscription is confirmed, then ended with
+  the not-ready error (its catch-up read was refused: ``Enumerator.AllSubscription*``
+  confirm before they read); a plain read gets ``not_ready``;
+* ``no_leader``: the v1 answer of a node that knows no leader (an election in
+  progress): ``UNKNOWN "No leader info available in response"`` for a read, a
+  status without a code and that text for a batch append;
+* ``access_denied``: the server's access-denied answer of each API;
 * ``stall``: the call is never answered and nothing is done (a server that
   hangs mid-call).
 
 Stage them on :attr:`KurrentDBDouble.faults` by gRPC method name (``"BatchAppend"``
 for ``append_to_stream``, ``"AppendSession"`` for ``multi_append_to_stream``,
 ``"Read"`` for reads and subscriptions); each is used by the next ``times``
-calls of that method. A server restart and a too-large message need no
-staging: :meth:`KurrentDBDouble.restart` and the double's size limits.
-:class:`SilentServer` is a TCP listener that accepts connections and never
-says a word.
+calls of that method. :meth:`Faults.not_ready_for` answers every call of every
+method with not-ready for a while, as a node does while it starts
+(:meth:`KurrentDBDouble.restart` takes it as ``not_ready_for``). A server restart
+and a too-large message need no staging: :meth:`KurrentDBDouble.restart` and the
+double's size limits. :class:`SilentServer` is a TCP listener that accepts
+connections and never says a word.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections import Counter, deque
 from dataclasses import dataclass
 from types import TracebackType
@@ -32,13 +42,22 @@ from typing import Literal
 
 __all__ = ["FaultKind", "Faults", "SilentServer"]
 
-FaultKind = Literal["stall_after_commit", "timeout_after_commit", "not_ready", "stall"]
+FaultKind = Literal[
+    "stall_after_commit",
+    "timeout_after_commit",
+    "not_ready",
+    "not_ready_after_confirmation",
+    "no_leader",
+    "access_denied",
+    "stall",
+]
 _METHODS = ("BatchAppend", "AppendSession", "Read")
+_APPENDS = ("BatchAppend", "AppendSession")
 
 
 @dataclass(frozen=True)
 class _Staged:
-    kind: FaultKind
+    kind: FaultKind | None  # None: a call let through untouched
 
 
 class Faults:
@@ -51,45 +70,78 @@ class Faults:
         """Every fault used so far, in order: ``(method, kind)``."""
         self.calls: Counter[str] = Counter()
         """How many calls of each method the double has received."""
+        self._not_ready_until = 0.0
 
     def stall_after_commit(self, method: str, *, times: int = 1) -> None:
         """Commit the next ``times`` appends of ``method``, then never answer them."""
-        self._stage(method, "stall_after_commit", times, appends_only=True)
+        self._stage(method, "stall_after_commit", times, _APPENDS)
 
     def timeout_after_commit(self, method: str, *, times: int = 1) -> None:
         """Commit the next ``times`` appends of ``method``, then answer with a commit timeout."""
-        self._stage(method, "timeout_after_commit", times, appends_only=True)
+        self._stage(method, "timeout_after_commit", times, _APPENDS)
 
     def stall(self, method: str, *, times: int = 1) -> None:
         """Never answer the next ``times`` calls of ``method``; do nothing for them."""
-        self._stage(method, "stall", times, appends_only=False)
+        self._stage(method, "stall", times, _METHODS)
 
-    def not_ready(self, method: str, *, times: int = 1) -> None:
-        """Answer the next ``times`` calls of ``method`` with the server's not-ready error."""
-        self._stage(method, "not_ready", times, appends_only=False)
+    def not_ready(self, method: str, *, times: int = 1, after: int = 0) -> None:
+        """Answer ``times`` calls of ``method`` with the server's not-ready error.
+
+        The next ``after`` calls go through untouched first (e.g. a subscription's
+        own call, when the reads that follow it are to be refused).
+        """
+        self._stage(method, None, after, _METHODS)
+        self._stage(method, "not_ready", times, _METHODS)
+
+    def not_ready_after_confirmation(self, method: str = "Read", *, times: int = 1) -> None:
+        """Confirm the next ``times`` subscriptions, then end each with the not-ready error."""
+        self._stage(method, "not_ready_after_confirmation", times, ("Read",))
+
+    def no_leader(self, method: str, *, times: int = 1) -> None:
+        """Answer the next ``times`` v1 calls of ``method`` as a node that knows no leader."""
+        self._stage(method, "no_leader", times, ("BatchAppend", "Read"))
+
+    def access_denied(self, method: str, *, times: int = 1) -> None:
+        """Answer the next ``times`` calls of ``method`` with the server's access-denied error."""
+        self._stage(method, "access_denied", times, _METHODS)
+
+    def not_ready_for(self, seconds: float) -> None:
+        """Answer every call of every method with not-ready for the next ``seconds``.
+
+        What a node does while it starts: it listens before it can serve, and
+        refuses reads, appends and subscriptions until it is ready.
+        """
+        with self._lock:
+            self._not_ready_until = time.monotonic() + seconds
 
     def clear(self) -> None:
-        """Drop every staged fault."""
+        """Drop every staged fault (and a not-ready period)."""
         with self._lock:
             for queue in self._staged.values():
                 queue.clear()
+            self._not_ready_until = 0.0
 
     def take(self, method: str) -> FaultKind | None:
         """Count a call of ``method``; return its fault (used up), or None."""
         with self._lock:
             self.calls[method] += 1
+            if time.monotonic() < self._not_ready_until:
+                self.used.append((method, "not_ready"))
+                return "not_ready"
             queue = self._staged[method]
             if not queue:
                 return None
             kind = queue.popleft().kind
-            self.used.append((method, kind))
+            if kind is not None:
+                self.used.append((method, kind))
             return kind
 
-    def _stage(self, method: str, kind: FaultKind, times: int, *, appends_only: bool) -> None:
-        allowed = ("BatchAppend", "AppendSession") if appends_only else _METHODS
+    def _stage(
+        self, method: str, kind: FaultKind | None, times: int, allowed: tuple[str, ...]
+    ) -> None:
         if method not in allowed:
             raise ValueError(f"{kind} applies to {', '.join(allowed)}, not {method!r}")
-        if times < 1:
+        if times < (1 if kind is not None else 0):
             raise ValueError(f"times must be >= 1, got {times}")
         with self._lock:
             self._staged[method].extend(_Staged(kind) for _ in range(times))

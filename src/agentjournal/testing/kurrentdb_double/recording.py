@@ -8,10 +8,28 @@ its rich details. Replaying the file against a fresh double
 sends the same requests and reports every answer whose shape differs: another
 status code, other error detail types or reasons, other kinds of responses
 (an event where the server said "stream not found", a success where it
-refused). Values that depend on the log (positions, ids, timestamps) are not
-compared, and calls that carry positions of the recorded server's ``$all``
-(reads and subscriptions of ``$all``) and gossip are skipped: they mean
-nothing to another log.
+refused).
+
+What a replay can and cannot compare:
+
+* Exchanges are logged when they end (answered, failed, or cancelled by the
+  client), in that order, and replayed one at a time in it. For calls that
+  overlap, the order their answers arrived in is the order the server decided
+  them in (the winner of a race for a revision answers first; a subscription
+  ends after the writes it saw), so concurrent writers and readers replay as
+  the server saw them. Calls the server decided in one order but answered in
+  the other (a race within one network round trip) cannot be told apart and
+  may show as a difference.
+* A subscription is compared by what it delivered (its confirmation, events,
+  "stream not found", its end): when it caught up, fell behind or sent a
+  checkpoint depends on timing and is not compared.
+* Values that depend on the log (positions, ids, timestamps) are not
+  compared, and calls that carry positions of the recorded server's ``$all``
+  (reads and subscriptions of ``$all``) and gossip are skipped: they mean
+  nothing to another log.
+* Only the recording process's calls are recorded: writes made by other OS
+  processes are missing from the file, so the real-server leg skips the test
+  that writes from other processes while it records.
 
 Use :class:`Recorder` in tests::
 
@@ -94,18 +112,43 @@ class Exchange:
                 self.status = _b64(value)
 
 
+class _Log:
+    """Exchanges in the order they ended, and those still open."""
+
+    def __init__(self) -> None:
+        self.ended: list[Exchange] = []
+        self.open: dict[int, Exchange] = {}
+
+    def started(self, exchange: Exchange) -> None:
+        self.open[id(exchange)] = exchange
+
+    def ended_now(self, exchange: Exchange) -> None:
+        # The first end counts (a stream may also see its end as an error later).
+        if self.open.pop(id(exchange), None) is not None:
+            self.ended.append(exchange)
+
+    def all(self) -> list[Exchange]:
+        return [*self.ended, *self.open.values()]
+
+
 class _Recording:
     """What the four interceptors share: where exchanges go, how they are recorded."""
 
-    def __init__(self, sink: list[Exchange]) -> None:
-        self._sink = sink
+    def __init__(self, log: _Log) -> None:
+        self._log = log
 
     def _start(self, details: grpc.aio.ClientCallDetails) -> Exchange:
         method = details.method
         name = method.decode() if isinstance(method, bytes) else str(method)
         exchange = Exchange(name)
-        self._sink.append(exchange)
+        self._log.started(exchange)
         return exchange
+
+    def _track(self, exchange: Exchange, call: Any) -> Any:
+        # Logged when the call ends, however it ends (a client's cancel too): the
+        # order calls end in is the order the server decided them in.
+        call.add_done_callback(lambda _: self._log.ended_now(exchange))
+        return call
 
     @staticmethod
     def _requests(exchange: Exchange, requests: Iterable[Any]) -> Iterator[Any]:
@@ -148,7 +191,8 @@ class _UnaryUnary(_Recording, grpc.aio.UnaryUnaryClientInterceptor):  # type: ig
     ) -> Any:
         exchange = self._start(client_call_details)
         exchange.requests.append(_b64(request.SerializeToString()))
-        return await self._single(exchange, await continuation(client_call_details, request))
+        call = self._track(exchange, await continuation(client_call_details, request))
+        return await self._single(exchange, call)
 
 
 class _UnaryStream(_Recording, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
@@ -157,7 +201,8 @@ class _UnaryStream(_Recording, grpc.aio.UnaryStreamClientInterceptor):  # type: 
     ) -> Any:
         exchange = self._start(client_call_details)
         exchange.requests.append(_b64(request.SerializeToString()))
-        return self._stream(exchange, await continuation(client_call_details, request))
+        call = self._track(exchange, await continuation(client_call_details, request))
+        return self._stream(exchange, call)
 
 
 class _StreamUnary(_Recording, grpc.aio.StreamUnaryClientInterceptor):  # type: ignore[misc]
@@ -166,7 +211,7 @@ class _StreamUnary(_Recording, grpc.aio.StreamUnaryClientInterceptor):  # type: 
     ) -> Any:
         exchange = self._start(client_call_details)
         call = await continuation(client_call_details, self._requests(exchange, request_iterator))
-        return await self._single(exchange, call)
+        return await self._single(exchange, self._track(exchange, call))
 
 
 class _StreamStream(_Recording, grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]
@@ -175,20 +220,24 @@ class _StreamStream(_Recording, grpc.aio.StreamStreamClientInterceptor):  # type
     ) -> Any:
         exchange = self._start(client_call_details)
         call = await continuation(client_call_details, self._requests(exchange, request_iterator))
-        return self._stream(exchange, call)
+        return self._stream(exchange, self._track(exchange, call))
 
 
 class Recorder:
     """Records the calls of every ``grpc.aio`` channel created while :meth:`installed`."""
 
     def __init__(self) -> None:
-        self.exchanges: list[Exchange] = []
+        self._log = _Log()
+
+    @property
+    def exchanges(self) -> list[Exchange]:
+        """The calls recorded so far: those that ended, in that order, then those still open."""
+        return self._log.all()
 
     def interceptors(self) -> list[grpc.aio.ClientInterceptor]:
-        """Client interceptors (one per call kind) that append to :attr:`exchanges`."""
+        """Client interceptors (one per call kind) that log to :attr:`exchanges`."""
         return [
-            kind(self.exchanges)
-            for kind in (_UnaryUnary, _UnaryStream, _StreamUnary, _StreamStream)
+            kind(self._log) for kind in (_UnaryUnary, _UnaryStream, _StreamUnary, _StreamStream)
         ]
 
     @contextlib.contextmanager
@@ -236,6 +285,24 @@ def _replayable(exchange: Exchange) -> bool:
     return bool(request.options.WhichOneof("stream_option") == "stream")
 
 
+def _is_subscription(exchange: Exchange) -> bool:
+    if exchange.method != _READ or not exchange.requests:
+        return False
+    request = streams_pb2.ReadReq.FromString(base64.b64decode(exchange.requests[0]))
+    return bool(request.options.WhichOneof("count_option") == "subscription")
+
+
+# Responses of a subscription whose place depends on timing, not on what it delivers.
+_TIMING = frozenset({"caught_up", "fell_behind", "checkpoint"})
+
+
+def _delivered(exchange: Exchange, responses: Sequence[str]) -> list[str]:
+    """The responses a replay compares: a subscription's timing markers left out."""
+    if not _is_subscription(exchange):
+        return list(responses)
+    return [r for r in responses if _response_shape(exchange.method, r) not in _TIMING]
+
+
 def _error_shape(code: str, status: str) -> tuple[str, ...]:
     """Status code, detail types and ErrorInfo reasons of a failed call."""
     shape = [code]
@@ -265,10 +332,11 @@ def _response_shape(method: str, raw: str) -> str:
     return "response"
 
 
-def _shape(exchange: Exchange, responses: Sequence[str]) -> tuple[Any, ...]:
+def _shape(exchange: Exchange, answer: Exchange) -> tuple[Any, ...]:
+    """How ``answer`` (recorded or replayed) to ``exchange``'s requests looks."""
     return (
-        _error_shape(exchange.code, exchange.status),
-        [_response_shape(exchange.method, r) for r in responses],
+        _error_shape(answer.code, answer.status),
+        [_response_shape(exchange.method, r) for r in _delivered(exchange, answer.responses)],
     )
 
 
@@ -276,7 +344,7 @@ async def _send(channel: grpc.aio.Channel, exchange: Exchange) -> Exchange:
     """Send ``exchange``'s requests; the answer, recorded as an Exchange."""
     got = Exchange(exchange.method)
     requests = [base64.b64decode(r) for r in exchange.requests]
-    want = len(exchange.responses)
+    want = len(_delivered(exchange, exchange.responses))
     try:
         if exchange.method == _READ:
             call = channel.unary_stream(exchange.method)(requests[0], timeout=_CALL_TIMEOUT)
@@ -296,7 +364,7 @@ async def _send(channel: grpc.aio.Channel, exchange: Exchange) -> Exchange:
             return got
         async for response in call:
             got.responses.append(_b64(response))
-            if exchange.cancelled_by_client and len(got.responses) >= want:
+            if exchange.cancelled_by_client and len(_delivered(exchange, got.responses)) >= want:
                 call.cancel()
                 got.code, got.cancelled_by_client = "CANCELLED", True
                 break
@@ -313,8 +381,8 @@ async def replay(exchanges: Sequence[Exchange], target: str) -> list[str]:
             if not _replayable(exchange):
                 continue
             got = await _send(channel, exchange)
-            want_shape = _shape(exchange, exchange.responses)
-            got_shape = _shape(got, got.responses)
+            want_shape = _shape(exchange, exchange)
+            got_shape = _shape(exchange, got)
             if want_shape != got_shape:
                 mismatches.append(
                     f"#{number} {exchange.method}: recorded {want_shape}, replayed {got_shape}"
@@ -332,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = commands.add_parser("replay", help="replay a recording (JSON lines)")
     command.add_argument("file")
     command.add_argument("--target", help="host:port to replay against (default: a new double)")
-    command.add_argument("--server-version", choices=["26.0", "26.1"], default="26.0")
+    command.add_argument("--server-version", choices=["25.0", "26.0", "26.1"], default="26.0")
     args = parser.parse_args(argv)
     exchanges = load(args.file)
 

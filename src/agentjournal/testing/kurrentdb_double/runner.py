@@ -52,12 +52,14 @@ class KurrentDBDouble:
         host: Interface to listen on.
         port: TCP port; 0 picks a free one (see :attr:`port` once started).
         max_append_size: ``MaxAppendSize``: the largest append (the sum of its
-            records' sizes as the server counts them).
+            records' sizes as the server counts them); default 256 MiB (25.0: 1 MiB).
         max_append_event_size: ``MaxAppendEventSize``: the largest record.
         idempotency_cache_size: How many recent event ids the server remembers
             to recognise retries with ``ANY``/``EXISTS``.
         server_version: ``"26.0"`` (default, as ``docker-compose.yml`` runs) or
-            ``"26.1"``, where the two differ (see :mod:`.state`).
+            ``"26.1"``, where the two differ (see :mod:`.state`); ``"25.0"``
+            serves no v2 streams service (``AppendSession`` is ``UNIMPLEMENTED``,
+            as on KurrentDB 25.0.x) and takes 1 MiB per append by default.
     """
 
     def __init__(
@@ -65,7 +67,7 @@ class KurrentDBDouble:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        max_append_size: int = DEFAULT_MAX_APPEND_SIZE,
+        max_append_size: int | None = None,
         max_append_event_size: int = DEFAULT_MAX_APPEND_EVENT_SIZE,
         idempotency_cache_size: int = 10_000,
         server_version: str = "26.0",
@@ -76,6 +78,9 @@ class KurrentDBDouble:
         self._db = Database(
             idempotency_cache_size=idempotency_cache_size, server_version=server_version
         )
+        self._v2 = server_version != "25.0"
+        if max_append_size is None:
+            max_append_size = DEFAULT_MAX_APPEND_SIZE if self._v2 else 1024 * 1024
         self._limits = Limits(
             max_append_size=max_append_size, max_append_event_size=max_append_event_size
         )
@@ -131,7 +136,8 @@ class KurrentDBDouble:
         streams = Streams(self._db, self._limits, self.faults)
         streams_v2 = StreamsV2(self._db, self._limits, self.faults)
         streams_pb2_grpc.add_StreamsServicer_to_server(streams, server)  # type: ignore[no-untyped-call]
-        v2_pb2_grpc.add_StreamsServiceServicer_to_server(streams_v2, server)  # type: ignore[no-untyped-call]
+        if self._v2:
+            v2_pb2_grpc.add_StreamsServiceServicer_to_server(streams_v2, server)  # type: ignore[no-untyped-call]
         gossip_pb2_grpc.add_GossipServicer_to_server(gossip, server)  # type: ignore[no-untyped-call]
         port = self._port or self._requested_port
         bound = server.add_insecure_port(f"{self._host}:{port}")
@@ -147,15 +153,20 @@ class KurrentDBDouble:
         if server is not None:
             await server.stop(grace)
 
-    async def restart(self, *, down_for: float = 0.0) -> None:
+    async def restart(self, *, down_for: float = 0.0, not_ready_for: float = 0.0) -> None:
         """Stop the gRPC server and start a new one on the same port with the same data.
 
         Open calls (subscriptions too) end as they do when a node goes down;
-        clients must reconnect. ``down_for`` seconds pass in between.
+        clients must reconnect. ``down_for`` seconds pass in between. For
+        ``not_ready_for`` seconds after it is back, the node answers every call
+        with "not ready", as KurrentDB does while it starts (it accepts
+        connections before it can serve).
         """
         await self.stop(grace=0)
         if down_for:
             await asyncio.sleep(down_for)
+        if not_ready_for:
+            self.faults.not_ready_for(not_ready_for)
         await self.start()
 
     async def __aenter__(self) -> KurrentDBDouble:
@@ -231,11 +242,11 @@ class ThreadedKurrentDBDouble:
             self._thread.join(timeout=10)
             self._thread = None
 
-    async def restart(self, *, down_for: float = 0.0) -> None:
+    async def restart(self, *, down_for: float = 0.0, not_ready_for: float = 0.0) -> None:
         """:meth:`KurrentDBDouble.restart` in the double's thread; await it from any loop."""
         assert self._loop is not None, "the double is not running"
         future = asyncio.run_coroutine_threadsafe(
-            self.double.restart(down_for=down_for), self._loop
+            self.double.restart(down_for=down_for, not_ready_for=not_ready_for), self._loop
         )
         await asyncio.wrap_future(future)
 
@@ -307,8 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--max-append-size", type=int, default=DEFAULT_MAX_APPEND_SIZE)
-    parser.add_argument("--server-version", choices=["26.0", "26.1"], default="26.0")
+    parser.add_argument("--max-append-size", type=int, default=None)
+    parser.add_argument("--server-version", choices=["25.0", "26.0", "26.1"], default="26.0")
     args = parser.parse_args(argv)
 
     async def serve() -> None:

@@ -228,6 +228,12 @@ class Streams(streams_pb2_grpc.StreamsServicer):
         if fault == "not_ready":
             response.error.CopyFrom(batch_status.not_handled("NotReady"))
             return response
+        if fault == "no_leader":
+            response.error.CopyFrom(batch_status.not_handled("NotLeader"))
+            return response
+        if fault == "access_denied":
+            response.error.CopyFrom(batch_status.access_denied())
+            return response
         if fault == "stall":
             await _hold(context)
         try:
@@ -351,13 +357,25 @@ class Streams(streams_pb2_grpc.StreamsServicer):
         self, request: streams_pb2.ReadReq, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[streams_pb2.ReadResp]:
         fault = self._faults.take("Read")
-        if fault == "not_ready":
-            await Rpc.server_not_ready().abort(context)
-        if fault == "stall":
-            await _hold(context)
         options = request.options
         structured = options.uuid_option.WhichOneof("content") == "structured"
         subscribe = options.WhichOneof("count_option") == "subscription"
+        if fault == "not_ready" or (fault == "not_ready_after_confirmation" and not subscribe):
+            await Rpc.server_not_ready().abort(context)
+        if fault == "no_leader":
+            await Rpc.no_leader_info().abort(context)
+        if fault == "access_denied":
+            await Rpc.access_denied().abort(context)
+        if fault == "stall":
+            await _hold(context)
+        if fault == "not_ready_after_confirmation":
+            # The enumerator confirms, then its catch-up read is refused (NotHandled).
+            yield streams_pb2.ReadResp(
+                confirmation=streams_pb2.ReadResp.SubscriptionConfirmation(
+                    subscription_id=str(uuid.uuid4())
+                )
+            )
+            await Rpc.server_not_ready().abort(context)
         backwards = options.read_direction == streams_pb2.ReadReq.Options.Backwards
         filtered = options.WhichOneof("filter_option") == "filter"
         if options.WhichOneof("stream_option") == "stream":
@@ -649,6 +667,8 @@ class StreamsV2(v2_pb2_grpc.StreamsServiceServicer):
             await v2.append_session_no_requests().abort(context)
         if fault == "not_ready":
             await v2.server_not_ready().abort(context)
+        if fault == "access_denied":
+            await v2.access_denied("Append session").abort(context)
         if fault == "stall":
             await _hold(context)
         try:

@@ -10,7 +10,7 @@ public ``kurrent-io/KurrentDB`` repository at tag v26.0.2):
 * ``StorageWriterService.VerifyCommitChecks`` (``src/KurrentDB.Core/Services/
   Storage/StorageWriterService.cs``) combines the per-stream decisions of one
   (multi-stream) write; this is where 26.0 and 26.1 differ (see
-  :class:`WrongExpectedVersion`);
+  :class:`WrongExpectedVersion` and :class:`StreamDeleted`);
 * a soft delete writes ``{"$tb": long.MaxValue}`` to ``$$stream``; a later write
   to the stream "undeletes" it with ``$tb`` = its revision before that write
   (``SoftUndeleteStream``), so the old events stay hidden and revisions go on.
@@ -135,7 +135,15 @@ class WrongExpectedVersion(Exception):
 
 
 class StreamDeleted(Exception):
-    """A stream of the write is deleted (tombstoned, or soft-deleted for ``EXISTS``)."""
+    """A stream of the write is deleted (tombstoned, or soft-deleted for ``EXISTS``).
+
+    ``index`` is the stream the server names. 26.0 names the first deleted
+    stream. 26.1 collects every failed stream (conflicting, idempotent, deleted)
+    in the write's order, answers "deleted" when any of them is, and names the
+    first failure (``RequestManagerBase.Handle(ConsistencyChecksFailed)``, then
+    ``StreamsService.MapToError`` with ``ConsistencyCheckFailures[0]``): that
+    may be a stream that only conflicts.
+    """
 
     def __init__(self, index: int, stream: str) -> None:
         super().__init__(stream)
@@ -171,13 +179,18 @@ class Database:
             recognise retries with ``ANY``/``EXISTS`` (the server's
             ``_committedEvents`` cache; bounded, lost on restart).
         server_version: ``"26.0"`` or ``"26.1"``: how a multi-stream write that
-            partly matches earlier writes is refused (see :class:`WrongExpectedVersion`).
+            partly matches earlier writes or meets a deleted stream is refused
+            (see :class:`WrongExpectedVersion`, :class:`StreamDeleted`).
+            ``"25.0"`` decides as 26.0 (it has no multi-stream writes).
     """
 
     def __init__(self, *, idempotency_cache_size: int, server_version: str) -> None:
-        if server_version not in ("26.0", "26.1"):
-            raise ValueError(f"server_version must be '26.0' or '26.1', got {server_version!r}")
+        if server_version not in ("25.0", "26.0", "26.1"):
+            raise ValueError(
+                f"server_version must be '25.0', '26.0' or '26.1', got {server_version!r}"
+            )
         self.server_version = server_version
+        self._lists_failures = server_version == "26.1"
         self.log: list[Record] = []
         self.log_positions: list[int] = []
         self.streams: dict[str, Stream] = {}
@@ -277,11 +290,16 @@ class Database:
         single = len(checks) == 1
         failures: list[Failure] = []
         idempotent = 0
+        deleted = False
         for index, check in enumerate(checks):
             if check.decision is _Decision.DELETED:
-                raise StreamDeleted(index, "")
-            if check.decision is _Decision.CORRUPTED_IDEMPOTENCY:
-                if self.server_version == "26.0":
+                if not self._lists_failures:
+                    raise StreamDeleted(index, "")
+                # 26.1: a consistency-check failure like the others; "deleted" wins below.
+                deleted = True
+                failures.append(Failure(index, check.current))
+            elif check.decision is _Decision.CORRUPTED_IDEMPOTENCY:
+                if not self._lists_failures:
                     # "for backwards compatibility" only a single stream is named.
                     raise WrongExpectedVersion([Failure(0, check.current)] if single else [])
                 failures.append(Failure(index, check.current))
@@ -291,17 +309,17 @@ class Database:
                 idempotent += 1
         if idempotent == len(checks) or (not failures and not idempotent):
             return
-        if not idempotent:
-            raise WrongExpectedVersion(failures)
-        if self.server_version == "26.0":
+        if idempotent and not self._lists_failures:
             raise WrongExpectedVersion([])  # a retry mixed with new writes: nothing to name
-        raise WrongExpectedVersion(
-            [
+        if idempotent:
+            failures = [
                 Failure(index, check.current)
                 for index, check in enumerate(checks)
                 if check.decision is not _Decision.OK
             ]
-        )
+        if deleted:
+            raise StreamDeleted(failures[0].index, "")
+        raise WrongExpectedVersion(failures)
 
     def _check_commit(self, name: str, expected: int, ids: Sequence[str]) -> _Check:
         """IndexWriter.CheckCommit for one stream of a write."""
