@@ -204,7 +204,7 @@ def test_the_suites_items_are_valid_input_items() -> None:
 
 def test_the_suites_items_are_what_the_runner_writes() -> None:
     """A scripted run touching every tool family writes items of the suite's shapes."""
-    written = stored_items(streamed=False)
+    written = stored_items("run")
     ours = {shape(item) for item in sdk_items()}
     assert {shape(item) for item in written} <= ours
     # What the suite adds: the SDK tests' string messages, a reasoning item with a summary only.
