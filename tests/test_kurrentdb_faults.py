@@ -15,9 +15,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import grpc
+import grpc.aio
 import pytest
 from agents import Runner
+from google.protobuf import descriptor_pool
 from kurrentdbclient import AsyncKurrentDBClient
 from kurrentdbclient import StreamState as KdbStreamState
 
@@ -288,7 +292,7 @@ async def test_deadline_comes_from_the_uri_or_the_caller(double: ThreadedKurrent
     async with await KurrentDBEventStore.open(double.uri) as store:
         assert store.deadline == 10.0
         # Keepalive is on: a dead connection under an idle subscription is noticed.
-        options = dict(store._client.grpc_options)
+        options = dict(store._client().grpc_options)
         assert options["grpc.keepalive_time_ms"] == 10_000
         assert options["grpc.keepalive_timeout_ms"] == 10_000
 
@@ -601,3 +605,190 @@ async def test_refusals_map_onto_the_error_table(
     assert "\n" not in str(raised.value)
     assert double.faults.used == [(method, fault)]
     assert await store.head(stream) is None  # nothing was written
+
+
+# -- an answer the network loses after the commit: never a definite failure --------------------
+
+
+class CuttingProxy:
+    """A gRPC proxy on loopback in front of the double that can lose an append's answer.
+
+    It forwards every call unchanged (request bytes, metadata, deadline, the
+    server's errors with their trailers). :meth:`cut_after_commit` makes the next
+    appends of a method reach the server, which commits and answers, and then
+    ends them with ``UNKNOWN "Stream removed"``: what gRPC reports when a
+    connection or a proxy drops a call whose response was on its way. No error
+    the store knows, and the write landed.
+    """
+
+    def __init__(self, target_uri: str) -> None:
+        self._target = target_uri.removeprefix("kurrentdb://").split("?", 1)[0]
+        self._cuts: dict[str, int] = {}
+        self.cut: list[str] = []
+        """Every method whose answer was cut, in order."""
+
+    async def __aenter__(self) -> CuttingProxy:
+        self._channel = grpc.aio.insecure_channel(self._target)
+        self._server = grpc.aio.server()
+        self._server.add_generic_rpc_handlers((_Forward(self),))
+        self._port = self._server.add_insecure_port("127.0.0.1:0")
+        await self._server.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._server.stop(grace=None)
+        await self._channel.close()
+
+    @property
+    def uri(self) -> str:
+        return f"kurrentdb://127.0.0.1:{self._port}?Tls=false"
+
+    def cut_after_commit(self, method: str, *, times: int = 1) -> None:
+        """Lose the answers of the next ``times`` calls of ``method`` (``BatchAppend``...)."""
+        self._cuts[method] = self._cuts.get(method, 0) + times
+
+    def _take_cut(self, method: str) -> bool:
+        name = method.rsplit("/", 1)[-1]
+        if not self._cuts.get(name):
+            return False
+        self._cuts[name] -= 1
+        self.cut.append(name)
+        return True
+
+    async def _lose_answer(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        await context.abort(grpc.StatusCode.UNKNOWN, "Stream removed")
+
+
+class _Forward(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc's stubs leave it untyped
+    """Forward any call as raw bytes; its kind comes from the protos kurrentdbclient loaded."""
+
+    def __init__(self, proxy: CuttingProxy) -> None:
+        self._proxy = proxy
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
+        method: str = details.method
+        try:
+            found = descriptor_pool.Default().FindMethodByName(method.strip("/").replace("/", "."))
+        except KeyError:
+            return None
+        proxy, channel = self._proxy, self._proxy._channel
+
+        def forwarded(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, Any]:
+            metadata = tuple(
+                (key, value)
+                for key, value in context.invocation_metadata() or ()
+                if not key.startswith((":", "grpc-")) and key != "user-agent"
+            )
+            return {"metadata": metadata, "timeout": context.time_remaining()}
+
+        async def relay(error: grpc.aio.AioRpcError, context: Any) -> None:
+            await context.abort(error.code(), error.details() or "", error.trailing_metadata())
+
+        if found.client_streaming and found.server_streaming:
+
+            async def stream_stream(requests: Any, context: Any) -> AsyncIterator[bytes]:
+                cut = proxy._take_cut(method)
+                call = channel.stream_stream(method)(requests, **forwarded(context))
+                try:
+                    async for response in call:
+                        if cut:
+                            await proxy._lose_answer(context)
+                        yield response
+                except grpc.aio.AioRpcError as error:
+                    await relay(error, context)
+                finally:
+                    call.cancel()
+
+            return grpc.stream_stream_rpc_method_handler(stream_stream)
+        if found.client_streaming:
+
+            async def stream_unary(requests: Any, context: Any) -> bytes:
+                cut = proxy._take_cut(method)
+                try:
+                    response: bytes = await channel.stream_unary(method)(
+                        requests, **forwarded(context)
+                    )
+                except grpc.aio.AioRpcError as error:
+                    await relay(error, context)
+                    raise
+                if cut:
+                    await proxy._lose_answer(context)
+                return response
+
+            return grpc.stream_unary_rpc_method_handler(stream_unary)
+        if found.server_streaming:
+
+            async def unary_stream(request: bytes, context: Any) -> AsyncIterator[bytes]:
+                call = channel.unary_stream(method)(request, **forwarded(context))
+                try:
+                    async for response in call:
+                        yield response
+                except grpc.aio.AioRpcError as error:
+                    await relay(error, context)
+                finally:
+                    call.cancel()
+
+            return grpc.unary_stream_rpc_method_handler(unary_stream)
+
+        async def unary_unary(request: bytes, context: Any) -> bytes:
+            try:
+                response: bytes = await channel.unary_unary(method)(request, **forwarded(context))
+            except grpc.aio.AioRpcError as error:
+                await relay(error, context)
+                raise
+            return response
+
+        return grpc.unary_unary_rpc_method_handler(unary_unary)
+
+
+@pytest.fixture
+async def proxy(double: ThreadedKurrentDBDouble) -> AsyncIterator[CuttingProxy]:
+    async with CuttingProxy(double.uri) as proxy:
+        yield proxy
+
+
+@pytest.mark.parametrize("expected", ["no_stream", "exact"])
+async def test_an_append_whose_answer_is_lost_after_the_commit_is_unavailable_never_failed(
+    proxy: CuttingProxy, stream: str, expected: str
+) -> None:
+    async with await KurrentDBEventStore.open(proxy.uri, deadline=DEADLINE) as store:
+        seed = make_events(2, prefix="seed")
+        await store.append(stream, seed, expected=State.NO_STREAM)
+        events = make_events(2, prefix="lost")
+        at = 1 if expected == "exact" else State.NO_STREAM
+        if at is State.NO_STREAM:
+            stream += "-new"
+        proxy.cut_after_commit("BatchAppend")
+        # The server committed; the store cannot know it: StoreUnavailable (retry with
+        # the same ids), never a plain StoreError that says the write failed.
+        with pytest.raises(StoreUnavailable, match="may or may not have landed") as raised:
+            await store.append(stream, events, expected=at)
+        assert "\n" not in str(raised.value)
+        assert proxy.cut == ["BatchAppend"]
+        assert await _ids(store, stream) == [e.id for e in (seed if at == 1 else []) + events]
+        again = await store.append(stream, events, expected=at)  # recognised, not written twice
+        assert again.revision == (3 if at == 1 else 1)
+        assert await _ids(store, stream) == [e.id for e in (seed if at == 1 else []) + events]
+
+
+@pytest.mark.parametrize("method", ["BatchAppend", "AppendSession"])
+async def test_a_session_write_whose_answer_is_lost_lands_once_and_succeeds(
+    proxy: CuttingProxy, method: str
+) -> None:
+    async with Journal.open(proxy.uri, deadline=DEADLINE) as journal:
+        session = journal.session(f"lost-{method}", agent_name="triage")
+        await session.add_items([{"role": "user", "content": "first"}])
+        proxy.cut_after_commit(method)
+        if method == "BatchAppend":
+            await session.add_items([{"role": "user", "content": "second"}])
+        else:  # a handoff run: its writes span the parent and the subsession (append_many)
+            await Runner.run(single(), "Why?", session=session, hooks=session, run_config=CONFIG)
+        assert proxy.cut == [method]
+        fresh = JournalSession(journal.store, f"lost-{method}")
+        contents = [item.get("content") for item in await fresh.get_items()]
+        assert contents[0] == "first"
+        assert contents.count("second") == (1 if method == "BatchAppend" else 0)
+        stored = await journal.store.read(session.stream)
+        assert len({e.id for e in stored}) == len(stored)
+        indices = [int(e.metadata["aj.index"]) for e in stored if "aj.index" in e.metadata]
+        assert indices == sorted(set(indices))  # no item written twice

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pydantic
 import pytest
@@ -122,27 +122,7 @@ async def journals(journal_uri: str) -> AsyncIterator[Journals]:
     await journals.close()
 
 
-LOOP_BOUND = (
-    "the KurrentDB store's gRPC channel belongs to the event loop that opened it: from another "
-    "loop an append fails with StoreError, sometimes after it landed (reported to the lead)"
-)
-
-
-class JournalSessionConformance(SessionConformance):
-    """The suite on ``journals``' backend, with its known failures marked."""
-
-    run_known_failures: ClassVar[bool] = True
-
-    @pytest.fixture(autouse=True)
-    def known_failures(self, request: pytest.FixtureRequest, journal_uri: str) -> None:
-        name = request.node.originalname
-        if name == "test_one_object_serves_several_event_loops" and "kurrentdb" in journal_uri:
-            # strict: the day it passes, this mark must go.
-            mark = pytest.mark.xfail(strict=True, run=self.run_known_failures, reason=LOOP_BOUND)
-            request.applymarker(mark)
-
-
-class TestJournalSession(JournalSessionConformance):
+class TestJournalSession(SessionConformance):
     """``journal.session(id)``: objects of one id share what was read of the streams."""
 
     @pytest.fixture
@@ -158,10 +138,8 @@ class TestJournalSession(JournalSessionConformance):
         return journals.restart
 
 
-class TestJournalSessionUncached(JournalSessionConformance):
+class TestJournalSessionUncached(SessionConformance):
     """``JournalSession(store, id)``: each object has its own cache and must notice the others."""
-
-    run_known_failures = False  # the same store call as above; its teardown waits 5 s
 
     @pytest.fixture
     def open_session(self, journals: Journals) -> OpenSession:

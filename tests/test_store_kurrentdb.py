@@ -12,9 +12,12 @@ import contextlib
 import os
 import socket
 import sys
+import threading
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from kurrentdbclient import AsyncKurrentDBClient, NewEvents, StreamState
@@ -33,7 +36,7 @@ from agentjournal.errors import (
     StreamDeleted,
     StreamNotFound,
 )
-from agentjournal.store import AppendRequest, EventStore, NewEvent, open_store
+from agentjournal.store import AppendRequest, EventStore, NewEvent, RecordedEvent, open_store
 from agentjournal.store import StreamState as State
 from agentjournal.store.kurrentdb import KurrentDBEventStore, redact_uri
 from agentjournal.testing.kurrentdb_double import (
@@ -46,6 +49,7 @@ from agentjournal.testing.kurrentdb_double.recording import Recorder
 from agentjournal.testing.store_conformance import EventStoreConformance, make_events
 
 KURRENTDB_IMAGE = "kurrentplatform/kurrentdb:26.0.2"
+_T = TypeVar("_T")
 
 
 @pytest.fixture(scope="session")
@@ -486,6 +490,171 @@ async def test_closed_store_refuses_work_and_ends_subscriptions(
     await asyncio.wait_for(task, 5)  # ends instead of hanging or raising
     with pytest.raises(StoreUnavailable, match="closed"):
         await store.head(stream)
+
+
+# -- one store, many event loops (Runner.run_sync in thread pools) -------------------------
+
+
+class LoopThread:
+    """An event loop running in its own thread for as long as the block lasts."""
+
+    def __enter__(self) -> LoopThread:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.loop.close()
+
+    async def run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coroutine`` on this loop; wait for it from the caller's loop."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        return await asyncio.wait_for(asyncio.wrap_future(future), 10)
+
+
+async def _next_on(subscription: AsyncIterator[RecordedEvent], stream: str) -> RecordedEvent:
+    async for event in subscription:
+        if event.stream == stream:
+            return event
+    raise AssertionError("the subscription ended")
+
+
+async def _end(subscription: AsyncIterator[RecordedEvent]) -> None:
+    assert isinstance(subscription, AsyncGenerator)
+    await subscription.aclose()
+
+
+def _loop_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Errors asyncio logged on any loop (gRPC's events for a closed loop end up there)."""
+    return [
+        r.getMessage() for r in caplog.records if r.name == "asyncio" and r.levelname == "ERROR"
+    ]
+
+
+async def test_one_store_serves_event_loops_in_several_threads(
+    kurrentdb_double: ThreadedKurrentDBDouble, stream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = await KurrentDBEventStore.open(kurrentdb_double.uri)
+    first = await store.append(stream, make_events(1, prefix="main"), expected=State.NO_STREAM)
+    together = threading.Barrier(2, timeout=10)
+
+    async def elsewhere(name: str) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
+        # A new loop in another thread, as asyncio.run per call in a thread pool makes.
+        mine = f"{stream}-{name}"
+        subscription = store.subscribe(after_position=first.position)
+        together.wait()  # both loops use the store at once
+        await store.append(mine, make_events(2, prefix=name), expected=State.NO_STREAM)
+        await store.append_many([AppendRequest(mine, make_events(1, prefix=name, start=2), 1)])
+        read = [event.id for event in await store.read(mine)]
+        seen = [(await _next_on(subscription, mine)).id for _ in range(3)]
+        await _end(subscription)
+        return read, seen
+
+    results = await asyncio.gather(
+        *(asyncio.to_thread(asyncio.run, elsewhere(name)) for name in "ab")
+    )
+    for name, (read, seen) in zip("ab", results, strict=True):
+        want = [event.id for event in make_events(3, prefix=name)]
+        assert read == seen == want
+        assert [event.id for event in await store.read(f"{stream}-{name}")] == want
+    for _ in range(5):  # short-lived loops: asyncio.run per call
+        assert await asyncio.to_thread(asyncio.run, store.head(stream)) == 0
+        assert await asyncio.to_thread(asyncio.run, store.read_all(limit=1))
+
+    # Closed from this loop while a subscription waits in a live loop elsewhere.
+    with LoopThread() as follower:
+        following = threading.Event()
+
+        async def follow() -> int:
+            count = 0
+            async for event in store.subscribe(after_position=first.position):
+                count += event.stream.startswith(stream)
+                if count == 6:
+                    following.set()
+            return count  # after the store closed
+
+        follows = asyncio.run_coroutine_threadsafe(follow(), follower.loop)
+        assert await asyncio.to_thread(following.wait, 10)
+        clients = [store._home_client, store._io_client]
+        started = time.monotonic()
+        await asyncio.wait_for(store.close(), 15)
+        took = time.monotonic() - started
+        assert await asyncio.wait_for(asyncio.wrap_future(follows), 5) == 6  # ended quietly
+        with pytest.raises(StoreUnavailable, match="closed"):
+            await follower.run(store.head(stream))
+    print(f"close of a store used from 10 event loops: {took:.3f} s")
+    assert all(client is not None and client.is_closed for client in clients)
+    with pytest.raises(StoreUnavailable, match="closed"):
+        await store.head(stream)
+    # No channel was left on a loop that closed: gRPC had no events for one.
+    assert _loop_errors(caplog) == []
+
+
+async def test_a_subscription_follows_its_consumer_to_another_event_loop(
+    store: KurrentDBEventStore, stream: str
+) -> None:
+    events = make_events(4)
+    subscription = store.subscribe()
+    got: list[RecordedEvent] = []
+    with LoopThread() as other:
+        for n, event in enumerate(events):
+            # The consumer moves, waits, and only then is the event written: one
+            # already received would be handed out without a call on the old loop.
+            step = _next_on(subscription, stream)
+            waiting = asyncio.ensure_future(other.run(step) if n % 2 == 0 else step)
+            await asyncio.sleep(0.05)
+            await store.append(stream, [event], expected=n - 1 if n else State.NO_STREAM)
+            got.append(await asyncio.wait_for(waiting, 10))
+    await _end(subscription)
+    assert [event.id for event in got] == [event.id for event in events]  # no gap, no repeat
+
+
+@pytest.mark.parametrize("home", ["stopped", "closed"])
+async def test_a_store_outlives_the_loop_that_opened_it(
+    kurrentdb_double: ThreadedKurrentDBDouble, stream: str, home: str
+) -> None:
+    # Opened on a loop that then stops (Runner.run_sync's, between runs) or closes
+    # (asyncio.run's), then used and closed from this one: nothing waits for it.
+    opened_on = asyncio.new_event_loop()
+
+    def open_there() -> KurrentDBEventStore:
+        store = opened_on.run_until_complete(KurrentDBEventStore.open(kurrentdb_double.uri))
+        opened_on.run_until_complete(store.append(stream, make_events(1), expected=State.NO_STREAM))
+        if home == "closed":
+            opened_on.close()
+        return store
+
+    try:
+        store = await asyncio.to_thread(open_there)
+        assert await store.append(stream, make_events(2, start=1), expected=0)
+        assert [event.revision for event in await store.read(stream)] == [0, 1, 2]
+        started = time.monotonic()
+        await asyncio.wait_for(store.close(), 5)
+        print(f"close with its home loop {home}: {time.monotonic() - started:.3f} s")
+    finally:
+        opened_on.close()
+    with pytest.raises(StoreUnavailable, match="closed"):
+        await store.head(stream)
+
+
+def test_a_store_made_outside_a_loop_belongs_to_the_first_loop_that_uses_it(
+    kurrentdb_double: ThreadedKurrentDBDouble, stream: str
+) -> None:
+    store = KurrentDBEventStore(AsyncKurrentDBClient(kurrentdb_double.uri), kurrentdb_double.uri)
+
+    async def write(n: int) -> int:
+        expected = n - 1 if n else State.NO_STREAM
+        return (await store.append(stream, make_events(1, start=n), expected=expected)).revision
+
+    assert asyncio.run(write(0)) == 0  # its home, closed when asyncio.run returns
+    assert asyncio.run(write(1)) == 1  # another loop: the I/O loop serves it
+    assert asyncio.run(store.head(stream)) == 1
+    asyncio.run(store.close())
+    with pytest.raises(StoreUnavailable, match="closed"):
+        asyncio.run(store.head(stream))
 
 
 async def test_subscription_gives_up_after_reconnect_for_seconds(stream: str) -> None:

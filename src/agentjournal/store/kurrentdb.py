@@ -19,14 +19,22 @@ How the contract maps onto KurrentDB:
   ``append`` too large for the v1 service's message limit goes through the v2 call.
   Event ids pass through unchanged, so a retry carries the ids of the first
   attempt and the server recognises it.
+* **Every event loop.** A ``grpc.aio`` channel belongs to the loop that made
+  it. The store's client serves the loop that opened it (its home); a call
+  from any other loop runs on the process's I/O loop, a daemon thread with a
+  client of its own (made like the first on its first call) that never closes.
+  So one store serves ``Runner.run_sync`` in a thread pool and ``asyncio.run``
+  per call, and a subscription can be iterated from any loop.
 * **Nothing hangs.** Every call has a deadline (default 10 s): a read, head
   lookup or append that gets no answer in time raises ``StoreUnavailable``.
   A write is shielded: the request in flight is not cancelled, and its outcome
   is unknown; a retry with the same ids is recognised either way.
-* **An unknown outcome is never a conflict.** When the server refuses a write
-  that may be a retry (a revision conflict, or the non-conflict error 26.0
-  gives a partly retried ``append_many``), the store reads the expected places
-  back: if its own event ids are there, the write landed and succeeds.
+* **An unknown outcome is never a conflict, nor a failure.** When the server
+  refuses a write that may be a retry (a revision conflict, or the
+  non-conflict error 26.0 gives a partly retried ``append_many``), the store
+  reads the expected places back: if its own event ids are there, the write
+  landed and succeeds. Only answers that say nothing was written are definite
+  errors; any other error of a write is ``StoreUnavailable``.
 * Both client calls report only the commit position of the write's last
   event. The revision a stream reached is computed when the writer gave an
   exact revision (``expected + len(events)``); for ``NO_STREAM``, ``ANY`` and
@@ -61,14 +69,25 @@ How the contract maps onto KurrentDB:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
 import math
+import os
 import random
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Mapping,
+    Sequence,
+)
 from datetime import UTC, datetime
 from functools import partial
 from types import MappingProxyType
@@ -175,6 +194,7 @@ _CHANNEL_OPTIONS: Final = (
 _EPOCH: Final = datetime.fromtimestamp(0, UTC)
 _PROTOBUF_MAX_SECONDS: Final = 315_576_000_000
 _T = TypeVar("_T")
+_BACKGROUND: Final[set[asyncio.Task[None]]] = set()  # closes and stops run on other loops
 
 _INPUT_ERRORS: Final = (
     MultiAppendToSameStreamError,
@@ -236,9 +256,13 @@ class KurrentDBEventStore:
     """An :class:`~agentjournal.store.base.EventStore` on a KurrentDB server.
 
     Create it with :meth:`open`; close it with :meth:`close` or use it as an
-    async context manager. Safe to share between asyncio tasks of one event
-    loop. Needs KurrentDB >= 25.1.1 for :meth:`append_many`, and permission to
-    read ``$all`` for :meth:`read_all` and :meth:`subscribe`.
+    async context manager. Safe to share between asyncio tasks and between
+    event loops in several threads (``Runner.run_sync`` in a thread pool): a
+    ``grpc.aio`` channel belongs to the loop that created it, so calls from
+    loops other than the one that opened the store run on the process's I/O
+    loop (one hand-over between threads each). Needs KurrentDB >= 25.1.1 for
+    :meth:`append_many`, and permission to read ``$all`` for :meth:`read_all`
+    and :meth:`subscribe`.
     """
 
     def __init__(
@@ -251,10 +275,13 @@ class KurrentDBEventStore:
         max_append_size: int = MAX_APPEND_SIZE,
         max_append_event_size: int = MAX_RECORD_SIZE,
     ) -> None:
-        """Wrap a connected client; prefer :meth:`open`.
+        """Wrap a client; prefer :meth:`open`.
 
         Args:
-            client: A connected ``AsyncKurrentDBClient``; the store closes it.
+            client: An ``AsyncKurrentDBClient`` for the running event loop (or,
+                created outside one, for the first loop that uses the store);
+                calls from other loops use one made like it (its URI, CA and
+                gRPC options) on the I/O loop. The store closes both.
             uri: The connection string, used (redacted) in error messages.
             deadline: Seconds any one call may take.
             reconnect_for: Seconds a subscription keeps reconnecting after it
@@ -262,7 +289,15 @@ class KurrentDBEventStore:
             max_append_size: The server's ``MaxAppendSize`` in bytes.
             max_append_event_size: The server's ``MaxAppendEventSize`` in bytes.
         """
-        self._client = client
+        # The client serves its home loop; calls from any other loop run on the
+        # process's I/O loop with a client made there from the same settings.
+        self._new_client = _client_factory(client)
+        self._lock = threading.Lock()  # loops in several threads share what follows
+        self._home: asyncio.AbstractEventLoop | None = None  # None: the first user's
+        self._home_client: AsyncKurrentDBClient | None = client
+        self._io_client: AsyncKurrentDBClient | None = None
+        with contextlib.suppress(RuntimeError):
+            self._home = asyncio.get_running_loop()
         self._uri = redact_uri(uri)
         self._secret = _userinfo(uri)
         self._deadline = _positive("deadline", deadline)
@@ -344,9 +379,10 @@ class KurrentDBEventStore:
         return store
 
     async def _probe(self) -> None:
-        await self._client.connect()
+        client = self._client()
+        await client.connect()
         with contextlib.suppress(NotFoundError):
-            await self._client.get_stream(_PROBE_STREAM, limit=1, timeout=self._deadline)
+            await client.get_stream(_PROBE_STREAM, limit=1, timeout=self._deadline)
 
     async def __aenter__(self) -> KurrentDBEventStore:
         return self
@@ -355,12 +391,77 @@ class KurrentDBEventStore:
         await self.close()
 
     async def close(self) -> None:
-        """Close the connection; open subscriptions end."""
-        if self._closed:
+        """Close the connections; open subscriptions end.
+
+        Each client is closed on its own loop: at once on the running one; on
+        another loop that runs, through it (waiting at most the deadline); one
+        whose loop has stopped or closed is dropped (nothing can run there; its
+        channel closes when freed). Calls made after this raise ``StoreUnavailable``.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            home, home_client, io_client = self._home, self._home_client, self._io_client
+            self._home_client = self._io_client = None
+        here = asyncio.get_running_loop()
+        closing = []
+        if home_client is not None:
+            closing.append(self._close_on(home or here, home_client, here))
+        if io_client is not None:
+            closing.append(self._close_on(_io_loop(), io_client, here))
+        await asyncio.gather(*closing)
+
+    async def _close_on(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        client: AsyncKurrentDBClient,
+        here: asyncio.AbstractEventLoop,
+    ) -> None:
+        if loop is here:
+            await _quietly(client.close)
             return
-        self._closed = True
-        with contextlib.suppress(Exception):
-            await self._client.close()
+        if loop.is_closed() or not loop.is_running():
+            return  # a stopped loop (Runner.run_sync's between runs) would never run it
+        try:
+            closing = _run_on(loop, client.close)
+        except RuntimeError:
+            return  # closed just now
+        await asyncio.wait([asyncio.wrap_future(closing)], timeout=self._deadline)
+        closing.cancel()  # a loop that stopped meanwhile: call it off if it has not started
+
+    def _elsewhere(self) -> asyncio.AbstractEventLoop | None:
+        """The loop a call from the running loop must run on; None: right here.
+
+        A ``grpc.aio`` channel belongs to the loop that created it: a call from
+        another loop fails (``RuntimeError: ... attached to a different loop``),
+        at times after its request went out. The client the store was opened
+        with serves its home loop; every other loop's calls run on the process's
+        I/O loop (:func:`_io_loop`), whose client is made on its first call.
+        """
+        loop = asyncio.get_running_loop()
+        if loop is self._home or (_io is not None and loop is _io[1]):
+            return None
+        with self._lock:
+            if self._home is None:  # made outside a loop: the first loop to use it
+                self._home = loop
+                return None
+            if self._home_client is not None and self._home.is_closed():
+                self._home_client = None  # nothing can run there: freed, its channel closes
+        return _io_loop()
+
+    def _client(self) -> AsyncKurrentDBClient:
+        """The running loop's client: the home loop's or the I/O loop's (:meth:`_elsewhere`)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailable(f"KurrentDB store {self._uri} is closed")
+            if loop is self._home and self._home_client is not None:
+                return self._home_client
+            assert loop is _io_loop(), "a call from another loop runs on the I/O loop"
+            if self._io_client is None:
+                self._io_client = self._new_client()
+            return self._io_client
 
     # -- writes ---------------------------------------------------------------
 
@@ -368,6 +469,8 @@ class KurrentDBEventStore:
         self, stream: str, events: Sequence[NewEvent], *, expected: Expected
     ) -> AppendResult:
         """Append ``events`` to ``stream`` (see :meth:`EventStore.append`)."""
+        if (there := self._elsewhere()) is not None:
+            return await _run_there(there, self.append(stream, events, expected=expected))
         request = AppendRequest(stream, events, expected)
         validate_append([request], many=False)
         self._check_open()
@@ -381,7 +484,7 @@ class KurrentDBEventStore:
         _check_v1_size(stream, new_events, self._max_append_size, self._max_event_size)
         try:
             position = await self._write(
-                lambda: self._client.append_to_stream(
+                lambda: self._client().append_to_stream(
                     stream,
                     events=new_events,
                     current_version=_kdb_expected(expected),
@@ -394,11 +497,13 @@ class KurrentDBEventStore:
                 return landed[0]
             raise _conflict(request, error) from None
         except Exception as error:
-            raise self._translate(error, stream) from None
+            raise self._write_failed(error, stream) from None
         return await self._result(request, position)
 
     async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         """Append to several streams atomically (see :meth:`EventStore.append_many`)."""
+        if (there := self._elsewhere()) is not None:
+            return await _run_there(there, self.append_many(requests))
         requests = list(requests)
         validate_append(requests, many=True)
         self._check_open()
@@ -413,7 +518,7 @@ class KurrentDBEventStore:
         ]
         try:
             position = await self._write(
-                lambda: self._client.multi_append_to_stream(batches, timeout=self._deadline)
+                lambda: self._client().multi_append_to_stream(batches, timeout=self._deadline)
             )
         except WrongCurrentVersionError as error:
             landed = await self._landed(requests)
@@ -431,7 +536,7 @@ class KurrentDBEventStore:
             if (
                 isinstance(translated, StoreUnavailable | InvalidInput)
                 or self._closed
-                or _status_code(error) in _REFUSED_BEFORE_WRITING
+                or _refused_before_writing(error)
             ):
                 raise translated from None
             # An unexplained refusal (26.0 fails a partly retried transaction with
@@ -439,7 +544,7 @@ class KurrentDBEventStore:
             landed = await self._landed(requests)
             if landed is not None:
                 return landed
-            raise await self._explain_failure(requests, translated) from None
+            raise await self._explain_failure(requests, error) from None
         results = await asyncio.gather(*(self._result(r, position) for r in requests))
         final = max((r.position for r in results), default=0)
         return [AppendResult(r.stream, r.revision, final) for r in results]
@@ -476,7 +581,7 @@ class KurrentDBEventStore:
             try:
                 events = await self._bounded(
                     partial(
-                        self._client.get_stream,
+                        self._client().get_stream,
                         request.stream,
                         stream_position=start,
                         limit=len(request.events),
@@ -486,7 +591,7 @@ class KurrentDBEventStore:
             except (NotFoundError, StreamIsDeletedError):
                 return None
             except Exception as error:
-                raise self._translate(error, request.stream) from None
+                raise self._unknown_outcome(error, request.stream) from None
             if [event.id for event in events] != [event.id for event in request.events]:
                 return None
             found.append(events[-1])
@@ -509,7 +614,7 @@ class KurrentDBEventStore:
         except (NotFoundError, StreamIsDeletedError, StreamTombstonedError):
             event = None
         except Exception as error:
-            raise self._translate(error, request.stream) from None
+            raise self._unknown_outcome(error, request.stream, landed=True) from None
         if event is not None:
             return AppendResult(
                 request.stream,
@@ -531,7 +636,7 @@ class KurrentDBEventStore:
         while True:
             events = await self._bounded(
                 partial(
-                    self._client.get_stream,
+                    self._client().get_stream,
                     request.stream,
                     stream_position=from_revision,
                     backwards=True,
@@ -585,12 +690,19 @@ class KurrentDBEventStore:
     async def _explain_failure(
         self, requests: Sequence[AppendRequest], error: Exception
     ) -> JournalError:
-        """Turn an unexplained multi-append failure into a conflict if a stream moved."""
+        """Turn an unexplained multi-append failure into a conflict if a stream moved.
+
+        Otherwise its outcome is unknown (``StoreUnavailable``): an error this
+        store does not know may have come after the server wrote.
+        """
         for request in requests:
-            head = await self.head(request.stream)
+            try:
+                head = await self.head(request.stream)
+            except StoreError as failure:
+                return self._unknown_outcome(failure)
             if not expected_matches(request.expected, head):
                 return ConcurrencyError(request.stream, expected_label(request.expected), head)
-        return self._translate(error, None)
+        return self._unknown_outcome(error)
 
     # -- reads ----------------------------------------------------------------
 
@@ -606,6 +718,11 @@ class KurrentDBEventStore:
 
         Long reads go in pages, each within the deadline.
         """
+        if (there := self._elsewhere()) is not None:
+            return await _run_there(
+                there,
+                self.read(stream, from_revision=from_revision, backwards=backwards, limit=limit),
+            )
         validate_stream_name(stream)
         _check_non_negative("from_revision", from_revision)
         _check_non_negative("limit", limit)
@@ -617,7 +734,7 @@ class KurrentDBEventStore:
                 want = _READ_PAGE if limit is None else min(_READ_PAGE, limit - len(results))
                 page = await self._bounded(
                     partial(
-                        self._client.get_stream,
+                        self._client().get_stream,
                         stream,
                         stream_position=cursor,
                         backwards=backwards,
@@ -639,11 +756,13 @@ class KurrentDBEventStore:
 
     async def head(self, stream: str) -> int | None:
         """Return the revision of the stream's last event, or None if it does not exist."""
+        if (there := self._elsewhere()) is not None:
+            return await _run_there(there, self.head(stream))
         validate_stream_name(stream)
         self._check_open()
         try:
             events = await self._bounded(
-                lambda: self._client.get_stream(
+                lambda: self._client().get_stream(
                     stream, backwards=True, limit=1, timeout=self._deadline
                 )
             )
@@ -657,6 +776,8 @@ class KurrentDBEventStore:
         self, *, from_position: int | None = None, limit: int | None = None
     ) -> list[RecordedEvent]:
         """Read all non-system streams in global order, from ``from_position`` inclusive."""
+        if (there := self._elsewhere()) is not None:
+            return await _run_there(there, self.read_all(from_position=from_position, limit=limit))
         _check_non_negative("from_position", from_position)
         _check_non_negative("limit", limit)
         self._check_open()
@@ -697,7 +818,7 @@ class KurrentDBEventStore:
             cursor, resume = last, True
 
     async def _read_all_page(self, cursor: int | None, limit: int) -> list[KdbRecordedEvent]:
-        response = await self._client.read_all(
+        response = await self._client().read_all(
             commit_position=cursor,
             limit=limit,
             filter_exclude=_NOT_SYSTEM_STREAMS,
@@ -719,7 +840,7 @@ class KurrentDBEventStore:
             cursor = page[-1].commit_position
 
     async def _read_back(self, cursor: int | None, limit: int) -> list[KdbRecordedEvent]:
-        response = await self._client.read_all(
+        response = await self._client().read_all(
             commit_position=cursor,
             backwards=True,
             limit=limit,
@@ -748,9 +869,40 @@ class KurrentDBEventStore:
         logged) and resumes right after the last event delivered: no gap, no
         duplicate. It raises :class:`~agentjournal.errors.StoreUnavailable`
         only after ``reconnect_for`` seconds without progress (never by default).
+
+        Iterate it from any event loop, even a different one from step to step:
+        off the home loop its events come from the I/O loop, one hand-over each;
+        when the consumer changes loops it resubscribes after the last event
+        delivered, and the old call is ended on its own loop.
         """
         _check_non_negative("after_position", after_position)
         self._check_open()
+        cursor = after_position
+        follow: AsyncGenerator[RecordedEvent, None] | None = None
+        follow_loop: asyncio.AbstractEventLoop | None = None  # the loop ``follow`` runs on
+        try:
+            while not self._closed:
+                there = self._elsewhere()
+                loop = there or asyncio.get_running_loop()
+                if follow is None or loop is not follow_loop:
+                    if follow is not None and follow_loop is not None:
+                        _end_on(follow_loop, follow)
+                    follow, follow_loop = self._follow(cursor), loop
+                step = _next(follow)
+                event = await (step if there is None else _run_there(there, step))
+                if event is None:
+                    return
+                cursor = event.position
+                yield event
+        finally:
+            if follow is not None and follow_loop is not None:
+                if follow_loop is asyncio.get_running_loop():
+                    await follow.aclose()
+                else:
+                    _end_on(follow_loop, follow)
+
+    async def _follow(self, after_position: int | None) -> AsyncGenerator[RecordedEvent, None]:
+        """:meth:`subscribe` on the running loop's client, for one loop."""
         cursor = after_position
         find_boundary = fell_back = delivered = False
         retry = _Reconnect(self._reconnect_for)
@@ -763,7 +915,7 @@ class KurrentDBEventStore:
                     find_boundary, fell_back = False, True
                 subscription = await self._bounded(
                     partial(
-                        self._client.subscribe_to_all,
+                        self._client().subscribe_to_all,
                         commit_position=cursor,
                         filter_exclude=_NOT_SYSTEM_STREAMS,
                         filter_by_stream_name=True,
@@ -844,6 +996,33 @@ class KurrentDBEventStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreUnavailable(f"KurrentDB store {self._uri} is closed")
+
+    def _write_failed(self, error: BaseException, stream: str | None) -> JournalError:
+        """A failed write's error: the server's refusal, else an unknown outcome.
+
+        Only answers that say nothing was written are definite failures (bad
+        input, a deleted stream, access denied, a call the server lacks); an
+        error this store does not know may have come after the server wrote
+        (a connection cut, a proxy's error, a client fault), so it is
+        ``StoreUnavailable``: retry with the same ids, which the server recognises.
+        """
+        translated = self._translate(error, stream)
+        if type(translated) is not StoreError or _refused_before_writing(error):
+            return translated
+        return self._unknown_outcome(translated)
+
+    def _unknown_outcome(
+        self, error: BaseException, stream: str | None = None, *, landed: bool = False
+    ) -> StoreUnavailable:
+        """``StoreUnavailable`` for a write whose outcome the store could not settle."""
+        translated = self._translate(error, stream)
+        if isinstance(translated, StoreUnavailable):
+            return translated
+        if landed:
+            what = "the write landed, but reading back the revision it reached failed"
+        else:
+            what = "the write may or may not have landed"
+        return StoreUnavailable(f"{translated}; {what}: retry it with the same event ids")
 
     def _translate(self, error: BaseException, stream: str | None) -> JournalError:
         """Map a client error onto the agentjournal error tree."""
@@ -1004,6 +1183,14 @@ def _rpc_error(error: BaseException) -> grpc.aio.AioRpcError | None:
             return current
         current = current.__cause__ or current.__context__
     return None
+
+
+def _refused_before_writing(error: BaseException) -> bool:
+    """Whether the server refused a call before writing anything (access, unimplemented)."""
+    return (
+        isinstance(error, AccessDeniedError | UnauthenticatedError)
+        or _status_code(error) in _REFUSED_BEFORE_WRITING
+    )
 
 
 def _status_code(error: BaseException) -> grpc.StatusCode | None:
@@ -1202,6 +1389,101 @@ def _check_total(total: int, max_append: int) -> None:
             f"the append is {total} bytes as KurrentDB counts it; its MaxAppendSize is "
             f"{max_append}: split it into several appends"
         )
+
+
+def _client_factory(client: AsyncKurrentDBClient) -> Callable[[], AsyncKurrentDBClient]:
+    """Make clients like ``client``, for other event loops: its URI, CA and gRPC options.
+
+    (Its private key and certificate chain come from the URI's files: the client
+    reads them there and ignores the arguments.)
+    """
+    uri = client.connection_spec.uri
+    root_certificates = client.root_certificates
+    grpc_options = client.grpc_options
+
+    def new_client() -> AsyncKurrentDBClient:
+        twin = AsyncKurrentDBClient(uri, root_certificates=root_certificates)
+        twin.grpc_options = grpc_options
+        return twin
+
+    return new_client
+
+
+_io_lock = threading.Lock()
+_io: tuple[int, asyncio.AbstractEventLoop] | None = None  # (pid, loop)
+
+
+def _io_loop() -> asyncio.AbstractEventLoop:
+    """The process's I/O loop: serves store calls made on loops other than a store's home.
+
+    A daemon thread runs it for as long as the process lives; it is never
+    closed, so a channel on it never sees its loop go away (gRPC would then
+    deliver the channel's last events to a closed loop: an error logged on
+    whichever loop handles them). Made on first use; a forked child makes its own.
+    """
+    global _io
+    with _io_lock:
+        if _io is None or _io[0] != os.getpid():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(
+                target=loop.run_forever, name="agentjournal-kurrentdb-io", daemon=True
+            )
+            thread.start()
+            _io = (os.getpid(), loop)
+        return _io[1]
+
+
+async def _run_there(loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, _T]) -> _T:
+    """Await ``coroutine`` run on ``loop`` (the I/O loop); cancelling the caller cancels it."""
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, loop))
+
+
+async def _next(iterator: AsyncIterator[_T]) -> _T | None:
+    """The iterator's next item, None at its end (a coroutine, to run on another loop)."""
+    try:
+        return await anext(iterator)
+    except StopAsyncIteration:
+        return None
+
+
+def _end_on(loop: asyncio.AbstractEventLoop, generator: AsyncGenerator[Any, None]) -> None:
+    """Close an async generator on the loop it runs on, without waiting."""
+    with contextlib.suppress(RuntimeError):  # that loop has closed: nothing to end
+        _run_on(loop, generator.aclose)
+
+
+async def _quietly(action: Callable[[], Awaitable[object]]) -> None:
+    # Closing and stopping: a failure leaves nothing for anyone to do.
+    with contextlib.suppress(Exception):
+        await action()
+
+
+def _run_on(
+    loop: asyncio.AbstractEventLoop, action: Callable[[], Awaitable[object]]
+) -> concurrent.futures.Future[None]:
+    """Run ``action()`` quietly on ``loop`` (another thread's); the future ends when it has.
+
+    The coroutine is made only once the loop runs the callback, so a loop that
+    never does leaves no coroutine unawaited; cancel the future to call it off.
+
+    Raises:
+        RuntimeError: ``loop`` is closed.
+    """
+    done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def start() -> None:
+        if done.set_running_or_notify_cancel():
+            task = loop.create_task(_quietly(action))
+            _BACKGROUND.add(task)  # the loop holds tasks weakly
+
+            def finished(task: asyncio.Task[None]) -> None:
+                _BACKGROUND.discard(task)
+                done.set_result(None)
+
+            task.add_done_callback(finished)
+
+    loop.call_soon_threadsafe(start)
+    return done
 
 
 def _consume_outcome(task: asyncio.Future[Any]) -> None:
