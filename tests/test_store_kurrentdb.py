@@ -535,9 +535,9 @@ def _loop_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 async def test_one_store_serves_event_loops_in_several_threads(
-    kurrentdb_double: ThreadedKurrentDBDouble, stream: str, caplog: pytest.LogCaptureFixture
+    shared_double: ThreadedKurrentDBDouble, stream: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = await KurrentDBEventStore.open(kurrentdb_double.uri)
+    store = await KurrentDBEventStore.open(shared_double.uri)
     first = await store.append(stream, make_events(1, prefix="main"), expected=State.NO_STREAM)
     together = threading.Barrier(2, timeout=10)
 
@@ -614,14 +614,14 @@ async def test_a_subscription_follows_its_consumer_to_another_event_loop(
 
 @pytest.mark.parametrize("home", ["stopped", "closed"])
 async def test_a_store_outlives_the_loop_that_opened_it(
-    kurrentdb_double: ThreadedKurrentDBDouble, stream: str, home: str
+    shared_double: ThreadedKurrentDBDouble, stream: str, home: str
 ) -> None:
     # Opened on a loop that then stops (Runner.run_sync's, between runs) or closes
     # (asyncio.run's), then used and closed from this one: nothing waits for it.
     opened_on = asyncio.new_event_loop()
 
     def open_there() -> KurrentDBEventStore:
-        store = opened_on.run_until_complete(KurrentDBEventStore.open(kurrentdb_double.uri))
+        store = opened_on.run_until_complete(KurrentDBEventStore.open(shared_double.uri))
         opened_on.run_until_complete(store.append(stream, make_events(1), expected=State.NO_STREAM))
         if home == "closed":
             opened_on.close()
@@ -641,9 +641,9 @@ async def test_a_store_outlives_the_loop_that_opened_it(
 
 
 def test_a_store_made_outside_a_loop_belongs_to_the_first_loop_that_uses_it(
-    kurrentdb_double: ThreadedKurrentDBDouble, stream: str
+    shared_double: ThreadedKurrentDBDouble, stream: str
 ) -> None:
-    store = KurrentDBEventStore(AsyncKurrentDBClient(kurrentdb_double.uri), kurrentdb_double.uri)
+    store = KurrentDBEventStore(AsyncKurrentDBClient(shared_double.uri), shared_double.uri)
 
     async def write(n: int) -> int:
         expected = n - 1 if n else State.NO_STREAM
