@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from agentjournal import events
+from agentjournal._digests import data_digest
 from agentjournal.authority import Authority, Cap, Policy, ToolRule
-from agentjournal.digests import data_digest
 from agentjournal.engine.codec import exact_json
 from agentjournal.engine.plan import (
     Grant,

@@ -22,7 +22,7 @@ from functools import cached_property
 from typing import Any
 
 from agentjournal import events
-from agentjournal.digests import data_digest
+from agentjournal._digests import data_digest
 from agentjournal.errors import InvalidInput, JournalError, StoreUnavailable, StreamNotFound
 from agentjournal.ledger.chain import HASH_KEY, PREV_KEY, SEQ_KEY
 from agentjournal.store.base import EventStore, RecordedEvent

@@ -46,6 +46,7 @@ from typing import Any, Final
 import rfc8785
 import yaml
 
+from agentjournal._digests import value_digest
 from agentjournal.authority import (
     AllowList,
     Authority,
@@ -57,7 +58,6 @@ from agentjournal.authority import (
     excess,
     validate_scope,
 )
-from agentjournal.digests import value_digest
 from agentjournal.errors import InvalidInput
 
 __all__ = [

@@ -27,8 +27,8 @@ from datetime import datetime
 from typing import Any, Final, Protocol
 
 from agentjournal import events
+from agentjournal._calls import call_of
 from agentjournal.authority import Authority, Policy
-from agentjournal.calls import call_of
 from agentjournal.engine import codec
 from agentjournal.engine.routing import Plan, plan_write, starts_a_run
 from agentjournal.engine.timeline import Clear, Entry, Pop, TimelineEvent

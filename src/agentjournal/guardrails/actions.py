@@ -25,7 +25,7 @@ from typing import Any
 
 import jsonschema
 
-from agentjournal.digests import value_digest
+from agentjournal._digests import value_digest
 
 __all__ = [
     "Fits",

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import rfc8785
 
-from agentjournal.digests import data_digest
+from agentjournal._digests import data_digest
 from agentjournal.errors import InvalidInput
 
 __all__ = ["CHAIN_KEYS", "GENESIS", "HASH_KEY", "PREV_KEY", "SEQ_KEY", "chain_hash", "jcs", "seal"]

@@ -43,9 +43,9 @@ from typing import Any, Final
 import rfc8785
 
 from agentjournal import events
+from agentjournal._calls import call_of, tool_call_payload
+from agentjournal._digests import value_digest
 from agentjournal.authority import ceiling_inputs
-from agentjournal.calls import call_of, tool_call_payload
-from agentjournal.digests import value_digest
 from agentjournal.ledger.checkpoints import CHECKPOINT
 from agentjournal.ledger.keys import KEY_ROTATED
 

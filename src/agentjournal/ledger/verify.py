@@ -50,10 +50,10 @@ from typing import Any, Final
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentjournal import events
+from agentjournal._calls import CALL_KINDS
+from agentjournal._digests import value_digest
 from agentjournal._text import cut, plural
 from agentjournal.authority import Authority, Gate, Policy, ToolRule, ceiling_inputs, meet
-from agentjournal.calls import CALL_KINDS
-from agentjournal.digests import value_digest
 from agentjournal.errors import CodecError, InvalidInput
 from agentjournal.events import Enforcement
 from agentjournal.ledger import redaction

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
 
 from opentelemetry.trace import Span
 
-from agentjournal.calls import calls_of, tool_call_payload
+from agentjournal._calls import calls_of, tool_call_payload
 from agentjournal.errors import GuardrailBlocked
 from agentjournal.events import Enforcement, GuardrailDecided
 from agentjournal.guardrails import actions

@@ -32,9 +32,9 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
+from agentjournal._calls import calls_of
+from agentjournal._digests import value_digest as digest
 from agentjournal.authority import Authority, Gate, Policy, Refusal, meet
-from agentjournal.calls import calls_of
-from agentjournal.digests import value_digest as digest
 from agentjournal.errors import AuthorityDenied
 from agentjournal.events import AuthorityRefused, Enforcement
 from agentjournal.sdk._raised import RunAuthorityDenied
