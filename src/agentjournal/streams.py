@@ -35,6 +35,7 @@ __all__ = [
     "KEYS_STREAM",
     "MAX_ID_BYTES",
     "authority_stream",
+    "projection_stream",
     "ledger_stream",
     "session_stream",
     "slug",
@@ -123,6 +124,15 @@ KEYS_STREAM = "AgentKeys"
 def authority_stream(session_id: str) -> str:
     """The authority log of a session tree: policies in force and every grant, in order."""
     return f"AgentAuthority-{validate_id(session_id, 'session id')}"
+
+
+def projection_stream(name: str) -> str:
+    """The saved state of a projection (a reader of the global log), ``AgentProjection-{name}``.
+
+    Raises:
+        InvalidInput: ``name`` breaks an id rule (see :func:`validate_id`).
+    """
+    return f"AgentProjection-{validate_id(name, 'projection name')}"
 
 
 def subsession_stream(session_id: str | uuid.UUID, agent_id: str | uuid.UUID) -> str:
