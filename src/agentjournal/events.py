@@ -62,6 +62,7 @@ __all__ = [
     "GUARDRAIL_DECIDED",
     "GuardrailDecided",
     "ITEM_POPPED",
+    "MODEL_RESPONDED",
     "NEXT_INDEX_KEY",
     "RESPONSE_ID_KEY",
     "SCHEMA_VERSION_KEY",
@@ -107,6 +108,8 @@ SCHEMA_VERSION_VALUE: Final = str(SCHEMA_VERSION)
 
 SESSION_STARTED: Final = "SessionStarted"
 ITEM_POPPED: Final = "agentjournal.ItemPopped"
+MODEL_RESPONDED: Final = "agentjournal.ModelResponded"
+"""One model response: usage, model, agent, times (:class:`agentjournal.usage.ModelResponse`)."""
 SESSION_CLEARED: Final = "agentjournal.SessionCleared"
 GUARDRAIL_DECIDED: Final = "agentjournal.GuardrailDecided"
 AUTHORITY_REFUSED: Final = "agentjournal.AuthorityRefused"
