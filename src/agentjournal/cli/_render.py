@@ -1,0 +1,72 @@
+"""How the read commands print: rich tables, trees and progress on a terminal, plain text
+when the output is a pipe or a file (so ``| grep`` and ``> file`` get no escape codes).
+
+Every command that prints data goes through here, so "is this a terminal" is decided
+in one place: ``NO_COLOR`` is honoured, and progress goes to stderr only when stderr
+is a terminal (a pipe gets no progress at all).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["Progress", "console", "progress", "table"]
+
+
+def console(file: TextIO | None = None) -> Console:
+    """A console on ``file`` (default stdout): styled on a terminal, plain text otherwise."""
+    from rich.console import Console
+
+    out = file if file is not None else sys.stdout
+    terminal = out.isatty()
+    return Console(
+        file=out,
+        force_terminal=terminal,
+        no_color=not terminal,
+        highlight=False,
+        soft_wrap=not terminal,  # a pipe gets whole lines, never wrapped at 80 columns
+        width=None if terminal else 10_000,
+    )
+
+
+def table(out: Console, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print rows under ``columns``: a rich table on a terminal, aligned plain text otherwise."""
+    if out.is_terminal:
+        from rich.table import Table
+
+        grid = Table(*columns, show_edge=False, header_style="bold")
+        for row in rows:
+            grid.add_row(*(str(cell) for cell in row))
+        out.print(grid)
+        return
+    cells = [list(map(str, columns)), *([str(cell) for cell in row] for row in rows)]
+    widths = [max(len(line[at]) for line in cells) for at in range(len(columns))]
+    for line in cells:
+        text = "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+        out.print(text.rstrip(), markup=False, highlight=False)
+
+
+class Progress(Protocol):
+    """Advance a progress display by ``done`` units (events, sessions)."""
+
+    def __call__(self, done: int) -> None: ...
+
+
+@contextmanager
+def progress(description: str, total: int | None = None) -> Iterator[Progress]:
+    """A progress bar on stderr while a long read runs; a no-op when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        yield lambda done: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress as Bar
+
+    with Bar(console=Console(file=sys.stderr), transient=True) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda done: bar.advance(task, done)
