@@ -35,6 +35,7 @@ from agentjournal.errors import (
     StoreUnavailable,
     StreamDeleted,
     StreamNotFound,
+    UndecodableEvent,
 )
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ __all__ = [
     "Subagent",
     "TraceLogFilter",
     "TreeRecords",
+    "UndecodableEvent",
     "continue_trace",
     "export_bundle",
     "read_tree",
