@@ -104,4 +104,4 @@ _NAMES = {
     "read_tree": "agentjournal.records",
     "verify_bundle": "agentjournal.ledger.verify",
 }
-__getattr__ = exports(__name__, _NAMES)
+__getattr__, __dir__ = exports(__name__, _NAMES)

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any
 
 from agentjournal import events
@@ -81,10 +82,14 @@ class Record:
     type: str
     data: str | None
     data_sha256: str
-    metadata: Mapping[str, str]
-    view: Mapping[str, Any] | None = None
+    metadata: Mapping[str, str] = field(hash=False)
+    view: Mapping[str, Any] | None = field(default=None, hash=False)
     position: int | None = None
     recorded_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        # Read-only: a record is evidence; nothing downstream may edit it in place.
+        object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
 
     @cached_property
     def body(self) -> dict[str, Any] | None:

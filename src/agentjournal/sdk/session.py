@@ -172,6 +172,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         ``0`` returns ``[]``. Items are fresh copies, exactly as written, with
         the transcripts of subagents where the handoffs happened.
         """
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
+            raise InvalidInput(f"limit must be an integer or None, got {limit!r}")
         if wrapper is not None:
             self._enter_run(wrapper, main=True)
         resolved = resolve_session_limit(limit, self.session_settings)
@@ -185,11 +187,17 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         """Append ``items`` as one atomic write; all of them land or none.
 
         Raises:
+            InvalidInput: An item is not a mapping; nothing was written.
             CodecError: An item cannot be stored exactly; nothing was written.
             RetriesExhausted: Other writers kept winning for every retry.
             StoreUnavailable: The store failed and the outcome could not be settled.
         """
         items = list(items)
+        for at, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise InvalidInput(
+                    f"item {at} is a {type(item).__name__}, not an SDK item (a mapping)"
+                )
         if wrapper is not None:
             self._enter_run(wrapper, main=True)
         if items:
