@@ -176,10 +176,6 @@ async def test_a_tree_written_without_aj_metadata_replays_its_subsessions(
     assert sorted(map(json.dumps, windowed)) == sorted(map(json.dumps, expected))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a windowed read merges items without aj.index by stream, not by message_index",
-)
 async def test_a_windowed_read_of_a_tree_without_aj_metadata_keeps_its_order(
     tmp_path: Path,
 ) -> None:

@@ -275,9 +275,19 @@ def _number(raw: str | None) -> int | None:
 
 
 def index_of(event: RecordedEvent) -> int:
-    """An item event's message index (-1 when a foreign writer gave none)."""
+    """An item event's message index: ``aj.index``, else (a foreign writer) the canonical
+    event's own ``message_index``, else -1."""
     index = _number(event.metadata.get(events.INDEX_KEY))
-    return -1 if index is None else index
+    if index is not None:
+        return index
+    try:
+        body = json.loads(event.data)
+    except (ValueError, RecursionError):
+        return -1
+    found = body.get("message_index") if isinstance(body, dict) else None
+    if isinstance(found, str):
+        found = _number(found)
+    return found if isinstance(found, int) and not isinstance(found, bool) and found >= 0 else -1
 
 
 def next_index_after(event: RecordedEvent) -> int | None:
