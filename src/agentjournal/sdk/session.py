@@ -172,6 +172,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         ``0`` returns ``[]``. Items are fresh copies, exactly as written, with
         the transcripts of subagents where the handoffs happened.
         """
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
+            raise InvalidInput(f"limit must be an integer or None, got {limit!r}")
         if wrapper is not None:
             self._enter_run(wrapper, main=True)
         resolved = resolve_session_limit(limit, self.session_settings)
@@ -185,11 +187,17 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         """Append ``items`` as one atomic write; all of them land or none.
 
         Raises:
+            InvalidInput: An item is not a mapping; nothing was written.
             CodecError: An item cannot be stored exactly; nothing was written.
             RetriesExhausted: Other writers kept winning for every retry.
             StoreUnavailable: The store failed and the outcome could not be settled.
         """
         items = list(items)
+        for at, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise InvalidInput(
+                    f"item {at} is a {type(item).__name__}, not an SDK item (a mapping)"
+                )
         if wrapper is not None:
             self._enter_run(wrapper, main=True)
         if items:
@@ -243,7 +251,11 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             if not expected:
                 return False
             return await self._core.replace_suffix(
-                expected, list(output), prune_prefix, trace=self._recorder.trace_now()
+                expected,
+                list(output),
+                prune_prefix,
+                trace=self._recorder.trace_now(),
+                speaker=self._run.speaker,
             )
 
         return _CompactionSnapshot(snapshot.items, snapshot.complete, replace_suffix)  # type: ignore[arg-type]
@@ -261,7 +273,9 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         """
         if not self._unchanged_storage():
             return False
-        await self._core.replace_all(list(items), trace=self._recorder.trace_now())
+        await self._core.replace_all(
+            list(items), trace=self._recorder.trace_now(), speaker=self._run.speaker
+        )
         return True
 
     def _unchanged_storage(self) -> bool:
@@ -336,8 +350,9 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             run.view(wrapper),
             trace=_trace_metadata(self._trace_ids(wrapper)),
             closing=closing,
+            landed=lambda plan: run.written(plan, items=bool(items), closing=closing is not None),
+            checkpoint_trace=self._recorder.trace_now(),
         )
-        run.written(plan, items=bool(items), closing=closing is not None)
         return plan.closed if plan is not None else 0
 
     # -- RunHooks ---------------------------------------------------------------
@@ -441,11 +456,15 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             return
         if self._run.trace is not None:
             self._run.trace.end("the run ended without finishing (error or interruption)")
+        left = self._run  # what the last run left unwritten, the next write still records
         self._run = RunState(
             usage=weak(usage),
             wrapper=weak(context) if main else None,
             trace=tracing.RunTrace(self.session_id),
             speaker=self._agent_name,
+            handoffs=left.handoffs,
+            grants=left.grants,
+            finished=left.finished,
         )
         if self._enforcer is not None:
             self._enforcer.new_run()
