@@ -77,6 +77,7 @@ class _NoRun:
     handoffs: Mapping[str, tuple[str, str]] = {}
     grants: Sequence[Any] = ()
     finished: str | None = None
+    responses: Sequence[Any] = ()  # a compaction carries no model response
 
     def __init__(self, speaker: str | None = None) -> None:
         self.speaker = speaker
@@ -307,7 +308,8 @@ class SessionCore:
         That is the innermost open subsession when this run wrote inside it or
         ``agent`` is its agent (a resumed run), else the session stream (a new
         run's first agent speaks there). ``held`` (agent, authority JSON) adds the
-        grant's entry to the authority log in the same transaction. With
+        grant's entry to the authority log in the same transaction, and the run's
+        model responses not yet written go first in it. With
         ``record_payloads`` off, a decision or refusal is written as its redacted
         view (``aj.viewed``).
 
@@ -338,6 +340,7 @@ class SessionCore:
                 metadata=extra,
                 held=held,
                 log=log,
+                run=run,
             )
 
         async with tree.lock:
