@@ -18,6 +18,11 @@ Commands:
     keygen -o FILE [--rotate OLD]
                 write a new Ed25519 signing key; print its public key; with
                 --rotate, record in the store that OLD hands over to it
+    tail [SESSION] [--from-start] [--json]
+                print each event as it is written, by any process (Ctrl-C ends it)
+    trace export [SESSION | --all] [--follow] (--otlp URL | --console | --jsonl FILE)
+                session trees as OpenTelemetry spans; --follow keeps going and
+                saves where it is in the store
 
 Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
 else ``sqlite:///agentjournal.db``); the commands that only read one
@@ -35,13 +40,13 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from agentjournal.cli import bundle, demo, guardrail, keygen, selfcheck, verify
+from agentjournal.cli import bundle, demo, guardrail, keygen, selfcheck, tail, trace, verify
 from agentjournal.cli._common import Commands, usage
 from agentjournal.errors import JournalError
 
 __all__ = ["build_parser", "main"]
 
-_COMMANDS = (demo, selfcheck, guardrail, verify, bundle, keygen)
+_COMMANDS = (demo, selfcheck, guardrail, verify, bundle, keygen, tail, trace)
 """The command modules, in the order ``--help`` lists them: each adds its parser and the
 function that runs it (``register``), and loads what it needs only when it runs."""
 
