@@ -122,7 +122,7 @@ class Collector:
 
 def _http_handler(sink: Collector) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (the http.server API)
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             if self.path != "/v1/traces":
                 self.send_error(404)
@@ -150,7 +150,7 @@ class _Servicer(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self, sink: Collector) -> None:
         self._sink = sink
 
-    def Export(  # noqa: N802 (the generated API)
+    def Export(
         self, request: trace_service_pb2.ExportTraceServiceRequest, context: grpc.ServicerContext
     ) -> trace_service_pb2.ExportTraceServiceResponse:
         if self._sink.refuse:
@@ -167,7 +167,9 @@ def collector() -> Iterator[Collector]:
     thread = threading.Thread(target=http.serve_forever, daemon=True)
     thread.start()
     server = grpc.server(ThreadPoolExecutor(max_workers=4))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Servicer(sink), server)
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+        _Servicer(sink), server
+    )
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     sink.http_url = f"http://127.0.0.1:{http.server_address[1]}"

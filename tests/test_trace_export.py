@@ -91,11 +91,13 @@ def _check_tree(spans: list[Received], recorded: dict[str, Any]) -> None:
     named = {span.name: span for span in spans}
     billing, refunds = named["invoke_agent billing"], named["invoke_agent refunds"]
     # Subagents nest two deep and reuse the span ids of the live agent spans.
-    assert billing.parent_id == first.span_id and refunds.parent_id == billing.span_id
+    assert billing.parent_id == first.span_id
+    assert refunds.parent_id == billing.span_id
     assert billing.span_id == recorded["agents"]["billing"]
     assert refunds.span_id == recorded["agents"]["refunds"]
     assert billing.attributes["agentjournal.outcome"] == "success"
-    assert billing.status_code == 0 and refunds.trace_id == first.trace_id
+    assert billing.status_code == 0
+    assert refunds.trace_id == first.trace_id
     # A span per tool call, under the agent that called it: name, call id, arguments digest.
     tools = [span for span in spans if span.name.startswith("execute_tool ")]
     assert sorted(t.attributes["gen_ai.tool.call.id"] for t in tools) == sorted(EXPECTED_CALLS)
@@ -116,6 +118,24 @@ def _check_tree(spans: list[Received], recorded: dict[str, Any]) -> None:
         "call_refund_over": 2,  # the policy refused it
         "call_refund": 0,
     }
+    # A span per model response (GenAI conventions), under the agent that called the model.
+    chats = [span for span in spans if span.name == "chat"]
+    callers = sorted(
+        (c.attributes["gen_ai.agent.name"], c.parent_id, c.trace_id == first.trace_id)
+        for c in chats
+    )
+    second = next(r for r in roots if r is not first)
+    assert callers == sorted(
+        [("triage", first.span_id, True), ("triage", second.span_id, False)]
+        + [("billing", billing.span_id, True)] * 3
+        + [("refunds", refunds.span_id, True)] * 4
+    )
+    for chat in chats:
+        assert chat.attributes["gen_ai.operation.name"] == "chat"
+        assert chat.attributes["gen_ai.usage.input_tokens"] == 120
+        assert chat.attributes["gen_ai.usage.output_tokens"] == 30
+        assert chat.attributes["gen_ai.response.id"] == "resp-789"
+        assert chat.start_ns < chat.end_ns
     # Guardrail decisions and refusals are span events on the acting agent's span.
     refund_events = [(name, attrs) for name, attrs in refunds.events]
     blocks = [a for n, a in refund_events if a.get("agentjournal.guardrail.decision") == "BLOCK"]
@@ -304,7 +324,7 @@ def test_an_unreachable_collector_is_one_line(sqlite_uri: str, protocol: str) ->
     args = ["t1", "--otlp", url, "--protocol", protocol, "--timeout", "1"]
     done = run("trace", "export", *args, "--uri", sqlite_uri)
     assert done.returncode == 1
-    assert f"could not export 9 spans to http://127.0.0.1:{port}" in done.stderr
+    assert f"could not export 18 spans to http://127.0.0.1:{port}" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
@@ -315,12 +335,13 @@ def test_a_refusing_collector_is_one_line(otlp: Collector, sqlite_uri: str) -> N
     finally:
         otlp.refuse = False
     assert done.returncode == 1
-    assert "could not export 9 spans to" in done.stderr
+    assert "could not export 18 spans to" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 def test_a_missing_store_is_not_created(tmp_path: Path) -> None:
     db = tmp_path / "none.db"
     done = run("trace", "export", "--all", "--console", "--uri", f"sqlite:///{db}")
-    assert done.returncode == 1 and "no store" in done.stderr
+    assert done.returncode == 1
+    assert "no store" in done.stderr
     assert not db.exists()

@@ -97,7 +97,11 @@ async def write_support(uri: str, session_id: str) -> None:
     policy = Policy.load(str(POLICY))
     async with running(load_rules(RULES)) as guardrail, Journal.open(uri) as journal:
         session = journal.session(
-            session_id, app_name="trace-test", agent_name="triage", guardrails=guardrail, policy=policy
+            session_id,
+            app_name="trace-test",
+            agent_name="triage",
+            guardrails=guardrail,
+            policy=policy,
         )
         for agent, text in ((support_team(), "Charged twice?"), (thanks_agent(), "Thanks!")):
             async with session.run_scope():

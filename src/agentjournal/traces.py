@@ -59,6 +59,8 @@ SESSION_PREFIX: Final = "AgentSession-"
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 _SPAN_ID = re.compile(r"[0-9a-f]{16}")
 _USER_MESSAGE: Final = "UserMessageReceived"
+_INPUT: Final = frozenset({events.SESSION_STARTED, _USER_MESSAGE})
+"""What a run's input writes: a trace-less one after other events starts the next run."""
 _TOOL_CALLS: Final = "AssistantToolCallsGenerated"
 _TOOL_RESULT: Final = "ToolResultReceived"
 _OTHER_ITEM: Final = "OpenAIItemRecorded"
@@ -139,7 +141,7 @@ class _Run:
     start_ns: int
     end_ns: int
     recorded: bool  # its trace id was recorded (else derived)
-    only_input: bool = True  # nothing but user messages so far
+    only_input: bool = True  # nothing but its input so far
     sent: bool = False
     agent: str = ""
     error: str | None = None
@@ -186,6 +188,7 @@ class _Tree:
     subagents: dict[str, _Subagent] = field(default_factory=dict)
     calls: dict[str, _Call] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)  # call id -> why it did not run
+    responded: dict[str, int] = field(default_factory=dict)  # stream -> last response's end
 
 
 def session_of_stream(stream: str) -> str | None:
@@ -286,6 +289,7 @@ class Projector:
                 subagents={k: _Subagent(**v) for k, v in tree["subagents"].items()},
                 calls={k: _Call(**v) for k, v in tree["calls"].items()},
                 refused=dict(tree["refused"]),
+                responded=dict(tree["responded"]),
             )
         return projector
 
@@ -309,7 +313,7 @@ class Projector:
         run = self._run_for(tree, record, sent)
         when = _ns(record.recorded_at)
         run.end_ns = max(run.end_ns, when)
-        if record.type != _USER_MESSAGE:
+        if record.type not in _INPUT:
             run.only_input = False
         author = _author(record)
         if not run.agent and author and record.stream == tree_stream(tree):
@@ -380,7 +384,7 @@ class Projector:
         run = tree.run
         if run is not None:
             if trace is None or trace == run.trace_id:
-                if trace is not None or record.type != _USER_MESSAGE or run.only_input:
+                if trace is not None or record.type not in _INPUT or run.only_input:
                     return run
             elif run.only_input and not run.recorded and not run.sent:
                 # The run's input was written before anything knew its trace: adopt it.
@@ -423,6 +427,7 @@ class Projector:
         ]
         tree.calls = {k: c for k, c in tree.calls.items() if c.trace_id != run.trace_id}
         tree.refused.clear()
+        tree.responded.clear()
         if not run.sent and not run.only_input:
             sent.append(self._run_span(tree, run))
         return sent
@@ -505,9 +510,7 @@ class Projector:
                 run.error = f"subagent {sub.agent} ended with {error}"
         return [self._subagent_span(tree, sub, when, outcome=outcome, error=error)]
 
-    def _responded(
-        self, tree: _Tree, run: _Run, record: Record, when: int
-    ) -> list[ProjectedSpan]:
+    def _responded(self, tree: _Tree, run: _Run, record: Record, when: int) -> list[ProjectedSpan]:
         try:
             response = ModelResponse.decode((record.data or "").encode())
         except (ValueError, TypeError):
@@ -516,6 +519,7 @@ class Projector:
         start = _parse_time(response.started_at) or end
         run.start_ns = min(run.start_ns, start)
         run.end_ns = max(run.end_ns, end)
+        tree.responded[record.stream] = end
         attributes: dict[str, Attribute] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.agent.name": response.agent,
@@ -642,6 +646,9 @@ class Projector:
             return
         if record.type not in (_TOOL_CALLS, _OTHER_ITEM):
             return
+        # The runner writes a call with its output after it ran: the call started when the
+        # response that asked for it had arrived (or, without one, when it was written).
+        start = min(tree.responded.get(record.stream, when), when)
         for kind, found_id, name, arguments in _calls(record, body):
             tree.calls[found_id] = _Call(
                 call_id=found_id,
@@ -653,7 +660,7 @@ class Projector:
                 event_id=f"{record.id}:{found_id}",
                 trace_id=run.trace_id,
                 parent_id=self._owner(tree, run, record.stream),
-                start_ns=when,
+                start_ns=start,
             )
 
     # -- spans ----------------------------------------------------------------------

@@ -72,6 +72,9 @@ async def _tail(args: argparse.Namespace) -> int:
                 # Subagents opened before now may still speak: their streams, from the tree.
                 async for stream, _ in walk_tree(store, session_stream(session)):
                     streams.add(stream)
+        what = "every stream" if session is None else f"session {session} and its subsessions"
+        start = "the start" if after is None else f"position {after}"
+        print(f"tailing {what} from {start}; Ctrl-C ends it", file=sys.stderr, flush=True)
         return await _follow(store, after, streams, as_json=args.json)
     finally:
         await store.close()
@@ -191,8 +194,15 @@ def describe(record: Record) -> str:
         return f"{body.get('agent')} may not {body.get('subject')} ({body.get('gate')}): " + cut(
             str(body.get("reason", "")), 50
         )
-    if kind == events.AUTHORITY_GRANTED:
-        return f"{body.get('agent')} holds {cut(json.dumps(body.get('authority')), 50)}"
+    if kind in (events.AUTHORITY_GRANTED, events.AUTHORITY_HELD):
+        cause = f" ({body['cause']})" if body.get("cause") else ""
+        return f"{body.get('agent')} holds {cut(json.dumps(body.get('authority')), 50)}{cause}"
+    if kind == events.POLICY_RECORDED:
+        return f"policy {cut(str(body.get('digest')), 24)}"
+    if kind == events.AUTHORITY_RESET:
+        return f"{body.get('agent')}: {cut(str(body.get('reason', '')), 50)}"
+    if kind == "agentjournal.KeyRotated":
+        return f"{body.get('old_key_id')} -> {body.get('new_key_id')}"
     if kind == events.MODEL_RESPONDED:
         usage = body.get("usage") or {}
         return (

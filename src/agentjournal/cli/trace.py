@@ -127,7 +127,11 @@ def _destination(args: argparse.Namespace) -> _Destination:
     """
     chosen = [
         flag
-        for flag, value in (("--otlp", args.otlp), ("--console", args.console), ("--jsonl", args.jsonl))
+        for flag, value in (
+            ("--otlp", args.otlp),
+            ("--console", args.console),
+            ("--jsonl", args.jsonl),
+        )
         if value
     ]
     if not chosen:
@@ -248,9 +252,7 @@ class _Otlp:
                 result = self._exporter.export(_readable(part))
             if result is not SpanExportResult.SUCCESS:
                 reason = said[-1] if said else "the exporter gave no reason"
-                raise ExportFailed(
-                    f"could not export {len(part)} spans to {self.where}: {reason}"
-                )
+                raise ExportFailed(f"could not export {len(part)} spans to {self.where}: {reason}")
 
     def close(self) -> None:
         with _exporter_log():
