@@ -96,6 +96,7 @@ PACKAGES = [
     "agentjournal.ledger",
     "agentjournal.guardrails",
     "agentjournal.records",
+    "agentjournal.traces",
 ]
 """The packages and modules whose ``__all__`` is the public API."""
 
@@ -199,6 +200,7 @@ def _loaded(code: str) -> list[str]:
         "agentjournal.errors",
         "agentjournal.store",
         "agentjournal.records",
+        "agentjournal.traces",
         "agentjournal.ledger",
         "agentjournal.ledger.verify",
         "agentjournal.ledger.bundle",

@@ -539,8 +539,10 @@ class Projector:
             attributes["gen_ai.response.model"] = response.model
         if response.response_id:
             attributes["gen_ai.response.id"] = response.response_id
-        for output, count in sorted(response.outputs.items()):
-            attributes[f"agentjournal.outputs.{output}"] = count
+        if response.outputs:
+            attributes["agentjournal.outputs"] = ",".join(
+                f"{output}={count}" for output, count in sorted(response.outputs.items())
+            )
         name = f"chat {response.model}" if response.model else "chat"
         return [
             ProjectedSpan(
@@ -578,14 +580,14 @@ class Projector:
         ):
             value = body.get(key)
             if isinstance(value, str):
-                attributes[f"agentjournal.guardrail.{key}"] = value
+                attributes[key] = value
         latency = body.get("latency_ms")
         if isinstance(latency, int | float) and not isinstance(latency, bool):
-            attributes["agentjournal.guardrail.latency_ms"] = float(latency)
+            attributes["latency_ms"] = float(latency)
         span_id = _recorded(record.metadata, events.SPAN_ID_KEY, _SPAN_ID)
         if span_id is not None:  # the guardrail call's own span: the service's spans hang there
-            attributes["agentjournal.guardrail.span_id"] = span_id
-        attributes["agentjournal.event_id"] = record.id
+            attributes["guardrail_span_id"] = span_id
+        attributes["event_id"] = record.id
         self._span_events(tree, run, record.stream).append(
             asdict(SpanEvent("agentjournal.guardrail", when, attributes))
         )
@@ -615,8 +617,8 @@ class Projector:
         ):
             value = body.get(key)
             if isinstance(value, str):
-                attributes[f"agentjournal.authority.{key}"] = value
-        attributes["agentjournal.event_id"] = record.id
+                attributes[key] = value
+        attributes["event_id"] = record.id
         self._span_events(tree, run, record.stream).append(
             asdict(SpanEvent("agentjournal.authority_refused", when, attributes))
         )
@@ -682,7 +684,7 @@ class Projector:
             "gen_ai.tool.name": call.name,
             "gen_ai.tool.call.id": call.call_id,
             "gen_ai.tool.type": "function" if call.kind == "function_call" else call.kind,
-            "agentjournal.tool.arguments_digest": call.digest,
+            "agentjournal.arguments_digest": call.digest,
             "agentjournal.session_id": tree.session_id,
             "agentjournal.stream": call.stream,
         }
@@ -731,7 +733,7 @@ class Projector:
             "agentjournal.stream": sub.stream,
             "agentjournal.parent_stream": sub.parent_stream,
             "agentjournal.source_agent": sub.source,
-            "agentjournal.handoff.call_id": sub.call_id,
+            "agentjournal.handoff_call_id": sub.call_id,
         }
         if outcome is not None:
             attributes["agentjournal.outcome"] = outcome
