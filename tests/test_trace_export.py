@@ -344,3 +344,63 @@ def test_a_missing_store_is_not_created(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "no store" in done.stderr
     assert not db.exists()
+
+
+def test_follow_saves_nothing_past_spans_the_collector_did_not_take(
+    otlp: Collector, tmp_path: Path
+) -> None:
+    """A follower whose export fails stops (exit 1, one line) without saving past the
+    failed spans; restarted, it sends every span of the session, and its save names them."""
+    from agentjournal import projections
+
+    uri = f"sqlite:///{tmp_path / 'refused.db'}"
+    asyncio.run(write_support(uri, "r1"))
+    args = (
+        "r1",
+        "--follow",
+        "--name",
+        "mine",
+        "--otlp",
+        otlp.http_url,
+        "--idle",
+        "0.5",
+        "--uri",
+        uri,
+    )
+    otlp.clear()
+    otlp.refuse = True
+    try:
+        failed = _process("-m", "agentjournal.cli", "trace", "export", *args, "--timeout", "1")
+        assert failed.wait(60) == 1
+    finally:
+        otlp.refuse = False
+    assert failed.stderr is not None
+    said = failed.stderr.read().strip().splitlines()
+    assert said[-1].startswith("agentjournal: could not export "), said
+    assert "Traceback" not in "\n".join(said)
+
+    async def saved() -> Any:
+        store = await open_store(uri, create=False)
+        try:
+            return await projections.load(store, "mine"), await store.read_all()
+        finally:
+            await store.close()
+
+    assert asyncio.run(saved())[0] is None  # nothing was saved past what was refused
+    assert otlp.snapshot() == []
+    expected = tmp_path / "expected.jsonl"
+    assert run("trace", "export", "r1", "--jsonl", str(expected), "--uri", uri).returncode == 0
+    wanted = {json.loads(line)["span_id"] for line in expected.read_text().splitlines()}
+    follower = _process("-m", "agentjournal.cli", "trace", "export", *args)
+    try:
+        _wait(lambda: otlp.ids() >= wanted)
+        follower.send_signal(signal.SIGINT)
+        assert follower.wait(20) == 0
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert otlp.ids() == wanted
+    assert len(otlp.snapshot()) == len(wanted)  # nothing was sent twice
+    last, stored = asyncio.run(saved())
+    session_events = [e for e in stored if "-r1" in e.stream]
+    assert last is not None and last.position >= session_events[-1].position
