@@ -28,7 +28,7 @@ LINE = re.compile(r"\d\d:\d\d:\d\d\.\d{3}  (\S+)@(\d+)  (\S+)(  .*)?")
 
 def _start(out: IO[str], *args: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTJOURNAL_")}
-    env["PYTHONPATH"] = str(TESTS)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
     return subprocess.Popen(
         [sys.executable, *args], stdout=out, stderr=subprocess.PIPE, text=True, env=env, cwd=TESTS
     )

@@ -206,7 +206,7 @@ def test_export_on_the_kurrentdb_double(otlp: Collector, double: ThreadedKurrent
 
 def _process(*args: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTJOURNAL_")}
-    env["PYTHONPATH"] = str(TESTS)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
     return subprocess.Popen(
         [sys.executable, *args],
         stdout=subprocess.PIPE,
@@ -403,4 +403,5 @@ def test_follow_saves_nothing_past_spans_the_collector_did_not_take(
     assert len(otlp.snapshot()) == len(wanted)  # nothing was sent twice
     last, stored = asyncio.run(saved())
     session_events = [e for e in stored if "-r1" in e.stream]
-    assert last is not None and last.position >= session_events[-1].position
+    assert last is not None
+    assert last.position >= session_events[-1].position
