@@ -37,9 +37,11 @@ def register(commands: Commands) -> None:
     tail.add_argument(
         "--from-start",
         action="store_true",
-        help="print what is stored first (default: only what is written from now on)",
+        help="print what is stored first (default: off: only what is written from now on)",
     )
-    tail.add_argument("--json", action="store_true", help="one JSON object per event and line")
+    tail.add_argument(
+        "--json", action="store_true", help="one JSON object per event and line (default: off)"
+    )
     tail.add_argument("--uri", help=STORE_HELP + "; never created")
     tail.set_defaults(run=lambda args: asyncio.run(_tail(args)))
 

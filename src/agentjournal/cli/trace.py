@@ -59,25 +59,32 @@ def register(commands: Commands) -> None:
         "agentjournal trace export support-4711 --otlp http://localhost:4318",
     )
     export.add_argument("session", nargs="?", help="the session id (or --all)")
-    export.add_argument("--all", action="store_true", help="every session tree in the store")
+    export.add_argument(
+        "--all", action="store_true", help="every session tree in the store (default: off)"
+    )
     export.add_argument(
         "--follow",
         action="store_true",
         help="keep exporting what is written, from where the last follower of this "
-        "destination stopped (its position is saved in the store)",
+        "destination stopped (its position is saved in the store; default: off)",
     )
-    export.add_argument("--otlp", metavar="URL", help="an OTLP collector, e.g. http://host:4318")
+    export.add_argument(
+        "--otlp", metavar="URL", help="an OTLP collector, e.g. http://host:4318 (default: none)"
+    )
     export.add_argument(
         "--protocol",
         choices=("http", "grpc"),
         help="the OTLP transport: http (HTTP/protobuf, POST URL/v1/traces when URL has no "
         "path) or grpc (default: http)",
     )
-    export.add_argument("--console", action="store_true", help="print the spans as JSON")
+    export.add_argument(
+        "--console", action="store_true", help="print the spans as JSON (default: off)"
+    )
     export.add_argument(
         "--jsonl",
         metavar="FILE",
-        help="write one span per line (a one-shot export writes FILE anew; --follow appends)",
+        help="write one span per line (a one-shot export writes FILE anew; --follow appends; "
+        "default: none)",
     )
     export.add_argument(
         "--name",
