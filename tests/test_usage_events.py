@@ -18,11 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, GuardrailFunctionOutput, OutputGuardrailTripwireTriggered, function_tool
+from agents import (
+    Agent,
+    GuardrailFunctionOutput,
+    Model,
+    ModelProvider,
+    OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
+    OutputGuardrailTripwireTriggered,
+    RunConfig,
+)
 from agents import output_guardrail as sdk_output_guardrail
-from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from agents.testing import ScriptedModel, assistant_message
 from agents.usage import Usage as SdkUsage
-from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+from openai import AsyncOpenAI
 
 from agentjournal import Journal
 from agentjournal.authority import Policy
@@ -32,6 +41,7 @@ from agentjournal.ledger import redaction
 from agentjournal.ledger.bundle import bundle_of
 from agentjournal.ledger.verify import verify_bundle
 from agentjournal.records import Record, TreeRecords, read_tree
+from agentjournal.sdk.session import _model_of
 from agentjournal.store import AppendRequest, AppendResult, NewEvent, StreamState
 from agentjournal.store.base import Expected
 from agentjournal.store.sqlite import SQLiteEventStore
@@ -40,8 +50,7 @@ from agentjournal.usage import ModelResponse, Usage
 from drive import METHODS, Method, drive
 from ledger_sessions import KEY, TRUSTED, rechain, stream_of
 from scripted_guardrail import ScriptedGuardrail
-
-SINK: list[str] = []
+from usage_scenarios import POLICY, SINK, Script, credit, model, nested, parallel
 
 
 @pytest.fixture
@@ -49,105 +58,6 @@ async def memory_journal() -> AsyncIterator[Journal]:
     """An open journal on the in-memory SQLite store (one backend is enough here)."""
     async with Journal.open("sqlite://:memory:") as journal:
         yield journal
-
-
-@function_tool
-def lookup_order(order_id: str) -> str:
-    """Look up an order."""
-    SINK.append(f"lookup {order_id}")
-    return f"order {order_id}: charged twice"
-
-
-@function_tool
-def issue_credit(customer_id: str, amount_cents: int) -> str:
-    """Credit a customer."""
-    SINK.append(f"credit {customer_id} {amount_cents}")
-    return f"credited {amount_cents}"
-
-
-class Script:
-    """Scripted responses, each with usage and a response id of its own (k = 1, 2, ...)."""
-
-    def __init__(self) -> None:
-        self.scripted: list[tuple[str, str, Usage]] = []  # (response id, agent, usage)
-
-    def steps(self, agent: str, outputs: Sequence[list[Any]]) -> list[ModelStep]:
-        steps = []
-        for output in outputs:
-            k = len(self.scripted) + 1
-            usage = Usage(1, 100 * k, 10 * k, 7 * k, k, 107 * k)
-            self.scripted.append((f"resp-{k}", agent, usage))
-            steps.append(ModelStep(output=output, usage=sdk_usage(usage), response_id=f"resp-{k}"))
-        return steps
-
-    def total(self, count: int | None = None) -> Usage:
-        return sum((usage for _, _, usage in self.scripted[:count]), Usage())
-
-
-def sdk_usage(usage: Usage) -> SdkUsage:
-    return SdkUsage(
-        requests=1,
-        input_tokens=usage.input_tokens,
-        input_tokens_details=InputTokensDetails(
-            cached_tokens=usage.cached_input_tokens, cache_write_tokens=0
-        ),
-        output_tokens=usage.output_tokens,
-        output_tokens_details=OutputTokensDetails(reasoning_tokens=usage.reasoning_tokens),
-        total_tokens=usage.total_tokens,
-    )
-
-
-def model(steps: list[ModelStep], name: str | None = None) -> ScriptedModel:
-    scripted = ScriptedModel(steps)
-    if name is not None:
-        scripted.model = name  # type: ignore[attr-defined]  # a model object naming its model
-    return scripted
-
-
-def nested(script: Script, *, checks: Sequence[Any] = ()) -> Agent[Any]:
-    """triage -> billing -> refunds: two handoff-only responses, tool calls, a message."""
-    # Scripted in the order the run calls the models: the k-th response is resp-k.
-    triage = script.steps("triage", [[function_call("transfer_to_billing", {}, call_id="h1")]])
-    billing = script.steps(
-        "billing",
-        [
-            [function_call("lookup_order", {"order_id": "42"}, call_id="t1")],
-            [function_call("transfer_to_refunds", {}, call_id="h2")],
-        ],
-    )
-    refunds = script.steps(
-        "refunds",
-        [
-            [function_call("lookup_order", {"order_id": "42"}, call_id="t2")],
-            [assistant_message("Refunded 12.50 EUR.", item_id="m2")],
-        ],
-    )
-    refunds_agent: Agent[Any] = Agent(
-        name="refunds", model=model(refunds), tools=[lookup_order], output_guardrails=[*checks]
-    )
-    billing_agent: Agent[Any] = Agent(
-        name="billing",
-        model=model(billing, name="scripted-mini"),
-        tools=[lookup_order],
-        handoffs=[refunds_agent],
-    )
-    return Agent(name="triage", model=model(triage), handoffs=[billing_agent])
-
-
-def parallel(script: Script) -> Agent[Any]:
-    """triage calls a tool and hands off in one response; billing answers."""
-    triage = script.steps(
-        "triage",
-        [
-            [
-                function_call("lookup_order", {"order_id": "7"}, call_id="t0"),
-                function_call("transfer_to_billing", {}, call_id="h1"),
-            ]
-        ],
-    )
-    billing = script.steps("billing", [[assistant_message("Billing here.", item_id="m1")]])
-    billing_agent: Agent[Any] = Agent(name="billing", model=model(billing))
-    return Agent(name="triage", model=model(triage), tools=[lookup_order], handoffs=[billing_agent])
 
 
 def responses(tree: TreeRecords) -> list[Record]:
@@ -254,39 +164,6 @@ async def test_a_guardrail_blocked_final_answer_is_counted(
     await check_once(memory_journal, "u-blocked", script, 5)
     tree = await read_tree(memory_journal.store, "u-blocked")
     assert not any(r.type == "AssistantTextGenerated" for r in tree.records())
-
-
-POLICY = {
-    "agents": {
-        "triage": {"scopes": ["billing.*"]},
-        "billing": {
-            "scopes": ["billing.read", "billing.refund"],
-            "ceilings": {"spend": {"kind": "cap", "limit": 5000}},
-        },
-    },
-    "tools": {
-        "lookup_order": {"scope": "billing.read"},
-        "issue_credit": {"scope": "billing.refund", "ceilings": {"spend": "amount_cents"}},
-    },
-}
-
-
-def credit(script: Script) -> Agent[Any]:
-    """triage -> billing, which tries a credit beyond its cap, then answers."""
-    triage = script.steps("triage", [[function_call("transfer_to_billing", {}, call_id="h1")]])
-    billing = script.steps(
-        "billing",
-        [
-            [
-                function_call(
-                    "issue_credit", {"customer_id": "c-7", "amount_cents": 25000}, call_id="c1"
-                )
-            ],
-            [assistant_message("I cannot credit that much.", item_id="m1")],
-        ],
-    )
-    billing_agent: Agent[Any] = Agent(name="billing", model=model(billing), tools=[issue_credit])
-    return Agent(name="triage", model=model(triage), handoffs=[billing_agent])
 
 
 @pytest.mark.parametrize("wiring", ["guard", "hooks"])
@@ -532,3 +409,45 @@ async def test_bundles_with_responses_verify_and_a_forged_response_fails(redact:
     assert [(p.check, p.message) for p in forged.problems if p.check != "checkpoints"] == [
         ("usage", "a model response of another session")
     ]
+
+
+class _Provider(ModelProvider):
+    """Routes every model name to one scripted model (what a custom provider does)."""
+
+    def __init__(self, scripted: ScriptedModel) -> None:
+        self.scripted = scripted
+        self.asked: list[str | None] = []
+
+    def get_model(self, model_name: str | None) -> Model:
+        self.asked.append(model_name)
+        return self.scripted
+
+
+@pytest.mark.parametrize(
+    ("name", "system"),
+    [("gpt-4.1-mini", "openai"), ("openai/gpt-4.1", "openai"), ("litellm/claude-x", None)],
+)
+async def test_a_named_model_is_recorded_with_its_system(
+    memory_journal: Journal, name: str, system: str | None
+) -> None:
+    script = Script()
+    provider = _Provider(model(script.steps("triage", [[assistant_message("hi", item_id="m")]])))
+    agent: Agent[Any] = Agent(name="triage", model=name)
+    session = memory_journal.session("u-named")
+    config = RunConfig(tracing_disabled=True, model_provider=provider)
+    await drive(agent, "hello", session=session, hooks=session, config=config)
+    assert provider.asked == [name]
+    (record,) = responses(await read_tree(memory_journal.store, "u-named"))
+    response = ModelResponse.decode((record.data or "").encode())
+    assert (response.model, response.system) == (name, system)
+    assert response.outputs == {"message": 1}
+
+
+def test_an_sdk_openai_model_object_is_openais() -> None:
+    client = AsyncOpenAI(api_key="not-used", base_url="http://127.0.0.1:9")
+    for made in (
+        OpenAIResponsesModel(model="gpt-4.1", openai_client=client),
+        OpenAIChatCompletionsModel(model="gpt-4.1", openai_client=client),
+    ):
+        assert _model_of(Agent(name="a", model=made)) == ("gpt-4.1", "openai")
+    assert _model_of(Agent(name="a", model=ScriptedModel([]))) == (None, None)

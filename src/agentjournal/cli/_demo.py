@@ -39,13 +39,7 @@ from agents.usage import Usage
 from agentjournal._text import cut
 from agentjournal.authority import Policy
 from agentjournal.errors import InvalidInput
-from agentjournal.events import (
-    GUARDRAIL_DECIDED,
-    INDEX_KEY,
-    MODEL_RESPONDED,
-    SUBAGENT_COMPLETED,
-    SUBAGENT_STARTED,
-)
+from agentjournal.events import GUARDRAIL_DECIDED, INDEX_KEY, SUBAGENT_COMPLETED, SUBAGENT_STARTED
 from agentjournal.guardrails.rules import RuleSet, load_rules
 from agentjournal.guardrails.service import running
 from agentjournal.journal import Journal
@@ -324,11 +318,6 @@ def _describe_record(record: Record) -> str:
     if record.type == GUARDRAIL_DECIDED:
         reason = f" {body['reason_code']}" if body.get("reason_code") else ""
         return f"{body.get('action_type')} {body.get('subject')}: {body.get('decision')}{reason}"
-    if record.type == MODEL_RESPONDED:
-        usage = body.get("usage") or {}
-        model = body.get("model") or "model"
-        tokens = f"{usage.get('input_tokens')} in, {usage.get('output_tokens')} out"
-        return f"{body.get('agent')} ← {model}: {tokens}"
     index = record.metadata.get(INDEX_KEY)
     prefix = f"#{index} " if index is not None else ""
     if record.type == SUBAGENT_STARTED:

@@ -292,9 +292,8 @@ class SessionCore:
         run: RunView,
         metadata: Mapping[str, str],
         held: tuple[str, Any] | None = None,
-    ) -> WritePlan:
-        """Append a decision, refusal or grant to the stream of the agent acting in ``run``;
-        return the plan that landed.
+    ) -> None:
+        """Append a decision, refusal or grant to the stream of the agent acting in ``run``.
 
         That is the innermost open subsession when this run wrote inside it or
         ``agent`` is its agent (a resumed run), else the session stream (a new
@@ -337,16 +336,14 @@ class SessionCore:
         async with tree.lock:
             if not tree.loaded:
                 await self.reader.load(0)
-            landed = await self.writer.write(build)
-        assert landed is not None  # a control write always has its event
-        return landed
+            await self.writer.write(build)
 
     async def record_grant(
         self, agent: str, authority: Authority, run: RunView, trace: Mapping[str, str]
-    ) -> WritePlan:
+    ) -> None:
         """Append ``agentjournal.AuthorityGranted`` (what a run's first agent holds) and its
         entry on the authority log, in one transaction."""
-        return await self.record(
+        await self.record(
             events.AUTHORITY_GRANTED,
             run_grant(agent, authority),
             agent=agent,

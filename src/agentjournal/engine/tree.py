@@ -39,11 +39,11 @@ from agentjournal.errors import CodecError
 from agentjournal.ledger.chain import GENESIS
 from agentjournal.store.base import RecordedEvent
 
-_RESPONDED: Final = 1024  # response ids remembered: far more than a run ever has pending
-
 __all__ = ["AuthorityLog", "Commit", "SessionTree", "index_of", "next_index_after"]
 
 logger = logging.getLogger("agentjournal.engine")
+
+_RESPONDED: Final = 1024  # response ids remembered: far more than a run ever has pending
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ from opentelemetry.trace import Span
 from agentjournal import events
 from agentjournal.authority import Authority, Policy
 from agentjournal.engine.core import DEFAULT_CHECKPOINT_EVERY, SessionCore
-from agentjournal.engine.plan import Produced, Responded, SessionFacts, WritePlan
+from agentjournal.engine.plan import Produced, Responded, SessionFacts
 from agentjournal.engine.routing import SUMMARY_CHARS
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import AuthorityDenied, GuardrailBlocked, InvalidInput
@@ -445,6 +445,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         """The ``ModelResponded`` event of a response that just arrived (not yet written)."""
         usage = response.usage
         model, system = _model_of(agent)
+        kinds = Counter(str(getattr(item, "type", None) or "unknown") for item in response.output)
         record = ResponseRecord(
             session_id=self.session_id,
             agent=agent.name,
@@ -461,13 +462,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             ),
             started_at=self._run.model_responded(agent.name),
             ended_at=_now(),
-            outputs=dict(
-                sorted(
-                    Counter(
-                        str(getattr(i, "type", None) or "unknown") for i in response.output
-                    ).items()
-                )
-            ),
+            outputs=dict(sorted(kinds.items())),
         )
         metadata = self._recorder.trace_now()
         if response.response_id:
@@ -581,15 +576,14 @@ class _Recorder:
         trace = _trace_metadata(tracing.TraceIds(decided.trace_id, decided.span_id))
         facts = self._session._core.facts
         rule = facts.rule_metadata(decided.subject) if decided.action_type == "TOOL_CALL" else {}
-        self._landed(
-            await self._session._core.record(
-                events.GUARDRAIL_DECIDED,
-                decided.encode(),
-                agent=decided.agent,
-                run=self.current_run(),
-                metadata={**trace, **rule},
-            )
+        await self._session._core.record(
+            events.GUARDRAIL_DECIDED,
+            decided.encode(),
+            agent=decided.agent,
+            run=self.current_run(),
+            metadata={**trace, **rule},
         )
+        self._landed()
 
     async def record_refusal(self, refused: events.AuthorityRefused) -> None:
         """Append an authority refusal to the acting agent's stream.
@@ -597,26 +591,24 @@ class _Recorder:
         Raises:
             StoreError: The refusal did not land (the action is refused anyway).
         """
-        self._landed(
-            await self._session._core.record(
-                events.AUTHORITY_REFUSED,
-                refused.encode(),
-                agent=refused.agent,
-                run=self.current_run(),
-                metadata={**self.trace_now(), **self._session._core.facts.policy_metadata()},
-            )
+        await self._session._core.record(
+            events.AUTHORITY_REFUSED,
+            refused.encode(),
+            agent=refused.agent,
+            run=self.current_run(),
+            metadata={**self.trace_now(), **self._session._core.facts.policy_metadata()},
         )
+        self._landed()
 
     async def record_grant(self, agent: str, authority: Authority) -> None:
         """Append ``agentjournal.AuthorityGranted`` (what a run's first agent holds) and,
         in the same transaction, its entry on the authority log."""
-        self._landed(
-            await self._session._core.record_grant(
-                agent, authority, self.current_run(), self.trace_now()
-            )
+        await self._session._core.record_grant(
+            agent, authority, self.current_run(), self.trace_now()
         )
+        self._landed()
 
-    def _landed(self, plan: WritePlan) -> None:
+    def _landed(self) -> None:
         """A write landed: the model responses it carried are no longer pending."""
         self._session._run.landed(self._session._core.tree.responded)
 
