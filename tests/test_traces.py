@@ -13,7 +13,7 @@ import pytest
 from agentjournal import Journal
 from agentjournal.records import Record, TreeRecords, read_tree
 from agentjournal.traces import ProjectedSpan, Projector, project_tree
-from drive import drive
+from drive import METHODS, Method, drive
 from handoff_scenarios import failing, nested, top_level
 from trace_scenarios import write_support
 
@@ -158,3 +158,32 @@ async def test_a_session_in_progress_exports_what_is_open(tmp_path: Path) -> Non
     billing = next(s for s in spans if s.name == "invoke_agent billing")
     assert billing.attributes["agentjournal.in_progress"] is True
     assert billing.error is None
+
+
+@pytest.mark.parametrize("method", METHODS)
+async def test_both_runners_give_one_well_formed_tree_per_run(method: Method) -> None:
+    """A streamed run writes its input after the first agent started: the shape is the same."""
+    async with Journal.open("sqlite://:memory:") as journal:
+        session = journal.session("both")
+        for build in (nested, top_level):
+            await drive(build(), "hi", method=method, session=session, hooks=session)
+        tree = await read_tree(journal.store, "both")
+    spans = project_tree(tree)
+    by_id = {span.span_id: span for span in spans}
+    assert len(by_id) == len(spans)
+    roots = [span for span in spans if span.parent_id is None]
+    assert len(roots) == 2
+    for span in spans:
+        if span.parent_id is not None:
+            assert by_id[span.parent_id].trace_id == span.trace_id
+    named = {span.name: span for span in spans}
+    assert named["invoke_agent refunds"].parent_id == named["invoke_agent billing"].span_id
+    assert named["invoke_agent billing"].parent_id in {root.span_id for root in roots}
+    tools = sorted(
+        (s.attributes["gen_ai.tool.call.id"], by_id[s.parent_id or ""].name)
+        for s in spans
+        if s.name.startswith("execute_tool")
+    )
+    assert tools == [("t1", "invoke_agent billing"), ("t2", "invoke_agent refunds")]
+    chats = sorted(str(s.attributes["gen_ai.agent.name"]) for s in spans if s.name == "chat")
+    assert chats == ["billing", "billing", "refunds", "refunds", "triage", "triage"]
