@@ -316,7 +316,7 @@ class Projector:
         if record.type not in _INPUT:
             run.only_input = False
         author = _author(record)
-        if not run.agent and author and record.stream == tree_stream(tree):
+        if not run.agent and author and record.stream == _session_stream_of(tree):
             run.agent = author
         self._notice_own(tree, record, author)
         body = record.body or {}
@@ -775,7 +775,7 @@ class Projector:
         return span
 
 
-def tree_stream(tree: _Tree) -> str:
+def _session_stream_of(tree: _Tree) -> str:
     """The session stream of a tree."""
     return SESSION_PREFIX + tree.session_id
 
