@@ -98,6 +98,7 @@ PACKAGES = [
     "agentjournal.guardrails",
     "agentjournal.records",
     "agentjournal.usage",
+    "agentjournal.traces",
 ]
 """The packages and modules whose ``__all__`` is the public API."""
 
@@ -201,6 +202,7 @@ def _loaded(code: str) -> list[str]:
         "agentjournal.errors",
         "agentjournal.store",
         "agentjournal.records",
+        "agentjournal.traces",
         "agentjournal.ledger",
         "agentjournal.ledger.verify",
         "agentjournal.ledger.bundle",

@@ -21,10 +21,16 @@ Commands:
     usage [SESSION] [--by model|agent|session] [--prices FILE] [--json]
                 tokens, requests and cost per model, agent or session, each
                 model response counted once (every session without SESSION)
+    tail [SESSION] [--from-start] [--json]
+                print each event as it is written, by any process (Ctrl-C ends it)
+    trace export [SESSION | --all] [--follow] (--otlp URL | --console | --jsonl FILE)
+                session trees as OpenTelemetry spans; --follow keeps going and
+                saves where it is in the store
 
 Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
 else ``sqlite:///agentjournal.db``); the commands that only read one
-(``verify``, ``bundle export``, ``usage``) never create it.
+(``verify``, ``bundle export``, ``usage``, ``tail``, ``trace export``) never create
+it.
 
 Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed. An
 expected error is one line on stderr saying what to do; ``--debug`` shows the
@@ -38,14 +44,14 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from agentjournal.cli import bundle, demo, guardrail, keygen, selfcheck, verify
+from agentjournal.cli import bundle, demo, guardrail, keygen, selfcheck, tail, trace, verify
 from agentjournal.cli import usage as usage_command
 from agentjournal.cli._common import Commands, usage
 from agentjournal.errors import JournalError
 
 __all__ = ["build_parser", "main"]
 
-_COMMANDS = (demo, selfcheck, guardrail, verify, bundle, keygen, usage_command)
+_COMMANDS = (demo, selfcheck, guardrail, verify, bundle, keygen, usage_command, tail, trace)
 """The command modules, in the order ``--help`` lists them: each adds its parser and the
 function that runs it (``register``), and loads what it needs only when it runs."""
 

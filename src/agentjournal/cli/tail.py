@@ -1,0 +1,224 @@
+"""``agentjournal tail [SESSION]``: every event as it is written, by any process.
+
+A catch-up subscription over the store's global order (``store.subscribe``), from
+now (the store's last position when it starts) or ``--from-start``. With a session,
+only its tree: the session stream and every subsession, which it learns from the
+parent copies of ``SubagentStarted`` as they arrive (and, starting from now, from the
+tree as it is when it starts). Ctrl-C or SIGTERM ends it: exit 0, output flushed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from typing import TYPE_CHECKING, Any
+
+from agentjournal.cli._common import STORE_HELP, Commands
+
+if TYPE_CHECKING:
+    from agentjournal.records import Record
+    from agentjournal.store.base import EventStore, RecordedEvent
+
+__all__ = ["describe", "register"]
+
+
+def register(commands: Commands) -> None:
+    """Add ``tail``."""
+    text = (
+        "print each event as it is written, by any process: the whole store, or one "
+        "session tree with its subsessions; Ctrl-C ends it"
+    )
+    tail = commands.add("tail", text, "agentjournal tail support-4711 --from-start")
+    tail.add_argument("session", nargs="?", help="only this session tree (default: everything)")
+    tail.add_argument(
+        "--from-start",
+        action="store_true",
+        help="print what is stored first (default: off: only what is written from now on)",
+    )
+    tail.add_argument(
+        "--json", action="store_true", help="one JSON object per event and line (default: off)"
+    )
+    tail.add_argument("--uri", help=STORE_HELP + "; never created")
+    tail.set_defaults(run=lambda args: asyncio.run(_tail(args)))
+
+
+async def last_position(store: EventStore) -> int:
+    """The store's last global position (0 when empty): an append of no events reports it
+    and writes nothing."""
+    from agentjournal.store.base import StreamState
+    from agentjournal.streams import KEYS_STREAM
+
+    return (await store.append(KEYS_STREAM, [], expected=StreamState.ANY)).position
+
+
+async def _tail(args: argparse.Namespace) -> int:
+    from agentjournal.cli._store import open_session
+    from agentjournal.records import walk_tree
+    from agentjournal.store import open_store, store_uri
+    from agentjournal.streams import session_stream
+
+    if args.session is not None:
+        store, session = await open_session(args.uri, args.session)
+    else:
+        store, session = await open_store(store_uri(args.uri), create=False), None
+    try:
+        after = None if args.from_start else await last_position(store)
+        streams: set[str] | None = None
+        if session is not None:
+            streams = {session_stream(session)}
+            if after is not None:
+                # Subagents opened before now may still speak: their streams, from the tree.
+                async for stream, _ in walk_tree(store, session_stream(session)):
+                    streams.add(stream)
+        what = "every stream" if session is None else f"session {session} and its subsessions"
+        start = "the start" if after is None else f"position {after}"
+        print(f"tailing {what} from {start}; Ctrl-C ends it", file=sys.stderr, flush=True)
+        return await _follow(store, after, streams, as_json=args.json)
+    finally:
+        await store.close()
+
+
+async def _follow(
+    store: EventStore, after: int | None, streams: set[str] | None, *, as_json: bool
+) -> int:
+    from agentjournal.cli._render import console
+    from agentjournal.records import DamagedEvent, Record
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(number, stop.set)
+    out = console()
+    events = store.subscribe(after_position=after)
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        while True:
+            step = asyncio.ensure_future(anext(events))
+            await asyncio.wait({step, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
+                step.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await step
+                return 0
+            event: RecordedEvent = step.result()
+            if streams is not None and event.stream not in streams:
+                continue
+            try:
+                record = Record.of(event)
+            except DamagedEvent as bad:
+                print(f"{event.stream}@{event.revision} damaged: {bad.message}", flush=True)
+                continue
+            if streams is not None and record.opens is not None:
+                streams.add(record.opens)
+            try:
+                if as_json:
+                    sys.stdout.write(json.dumps(_as_json(record), ensure_ascii=False) + "\n")
+                else:
+                    out.print(_line(record), markup=False, highlight=False)
+                sys.stdout.flush()
+            except BrokenPipeError:  # `| head`: the reader is gone, and so are we
+                _quiet_stdout()
+                return 0
+    finally:
+        stopping.cancel()
+        for number in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(number)
+        with contextlib.suppress(Exception):
+            await events.aclose()  # type: ignore[attr-defined]
+
+
+def _quiet_stdout() -> None:
+    """After a broken pipe, point stdout at nothing so the interpreter's final flush is quiet."""
+    import os
+
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _line(record: Record) -> str:
+    when = record.recorded_at.strftime("%H:%M:%S.%f")[:-3] if record.recorded_at else "-"
+    kind = record.type.removeprefix("agentjournal.")
+    return f"{when}  {record.stream}@{record.revision}  {kind}  {describe(record)}".rstrip()
+
+
+def _as_json(record: Record) -> dict[str, Any]:
+    return {
+        "position": record.position,
+        "recorded_at": record.recorded_at.isoformat() if record.recorded_at else None,
+        "stream": record.stream,
+        "revision": record.revision,
+        "id": record.id,
+        "type": record.type,
+        "description": describe(record),
+        "metadata": dict(record.metadata),
+        "data": record.body if record.body is not None else record.data,
+    }
+
+
+def describe(record: Record) -> str:
+    """One short line saying what an event is (the tail's last column)."""
+    from agentjournal import events
+    from agentjournal._text import cut
+
+    body = record.body or {}
+    kind = record.type
+    openai = body.get("extensions", {}).get("openai", {}) if isinstance(body, dict) else {}
+    index = record.metadata.get(events.INDEX_KEY)
+    at = f"#{index} " if index is not None else ""
+    by = body.get("author_name")
+    speaker = f"{by}: " if isinstance(by, str) and by else ""
+    if kind == events.SESSION_STARTED:
+        return f"app={body.get('app_name') or '-'} user={body.get('user_id') or '-'}"
+    if kind in ("UserMessageReceived", "AssistantTextGenerated", "AssistantThinkingGenerated"):
+        return f"{at}{speaker}{cut(' '.join(str(body.get('content', '')).split()), 60)}"
+    if kind == "AssistantToolCallsGenerated":
+        calls = body.get("tool_calls") or [{}]
+        names = ", ".join(str(call.get("tool_name", "?")) for call in calls)
+        return f"{at}{speaker}calls {names} ({record.metadata.get(events.CALL_ID_KEY, '-')})"
+    if kind == "ToolResultReceived":
+        result = cut(" ".join(str(body.get("result", "")).split()), 50)
+        return f"{at}{body.get('call_id', '-')} -> {result}"
+    if kind == events.SUBAGENT_STARTED:
+        if record.opens is not None:
+            return f"{at}{openai.get('source_agent')} hands off to {body.get('agent_type')}"
+        return f"{body.get('agent_type')} starts (from {openai.get('source_agent')})"
+    if kind == events.SUBAGENT_COMPLETED:
+        reason = openai.get("reason") or body.get("summary") or ""
+        return f"{body.get('agent_id')} {body.get('outcome')}: {cut(str(reason), 50)}".rstrip(": ")
+    if kind == events.GUARDRAIL_DECIDED:
+        code = f" {body['reason_code']}" if body.get("reason_code") else ""
+        return f"{body.get('action_type')} {body.get('subject')}: {body.get('decision')}{code}"
+    if kind == events.AUTHORITY_REFUSED:
+        return f"{body.get('agent')} may not {body.get('subject')} ({body.get('gate')}): " + cut(
+            str(body.get("reason", "")), 50
+        )
+    if kind in (events.AUTHORITY_GRANTED, events.AUTHORITY_HELD):
+        cause = f" ({body['cause']})" if body.get("cause") else ""
+        return f"{body.get('agent')} holds {cut(json.dumps(body.get('authority')), 50)}{cause}"
+    if kind == events.POLICY_RECORDED:
+        return f"policy {cut(str(body.get('digest')), 24)}"
+    if kind == events.AUTHORITY_RESET:
+        return f"{body.get('agent')}: {cut(str(body.get('reason', '')), 50)}"
+    if kind == "agentjournal.KeyRotated":
+        return f"{body.get('old_key_id')} -> {body.get('new_key_id')}"
+    if kind == events.MODEL_RESPONDED:
+        usage = body.get("usage") or {}
+        return (
+            f"{body.get('agent')} {body.get('model') or '-'}: {usage.get('input_tokens', 0)} in, "
+            f"{usage.get('output_tokens', 0)} out"
+        )
+    if kind == events.ITEM_POPPED:
+        return f"pops #{body.get('message_index')}"
+    if kind == events.SESSION_CLEARED:
+        return f"hides through #{body.get('through_index')}"
+    if kind == "OpenAIItemRecorded":
+        return f"{at}{speaker}{body.get('item_type', 'item')}"
+    if kind == "agentjournal.Checkpoint":
+        return f"signs {len(body.get('heads') or {})} heads ({body.get('key_id')})"
+    if kind == "agentjournal.ProjectionSaved":
+        return f"at position {body.get('position')}"
+    return ""

@@ -1,0 +1,552 @@
+"""``agentjournal trace export``: session trees as OpenTelemetry traces (OTLP, console, JSONL).
+
+The spans come from :mod:`agentjournal.traces` (pure); this module reads the store,
+hands the spans to the official exporters (``opentelemetry-exporter-otlp``: HTTP/protobuf
+or gRPC; the SDK's ``ConsoleSpanExporter``) or writes JSON Lines, and with ``--follow``
+keeps its position in the store (:mod:`agentjournal.projections`), saved only after the
+destination acknowledged every span before it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final, Protocol
+from urllib.parse import urlsplit
+
+from agentjournal.cli._common import STORE_HELP, Commands, writable_folder, write_atomically
+from agentjournal.errors import ConcurrencyError, InvalidInput, JournalError
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    from agentjournal.store.base import EventStore, RecordedEvent
+    from agentjournal.traces import ProjectedSpan, Projector
+
+__all__ = ["ExportFailed", "register"]
+
+BATCH: Final = 512
+"""Spans per export call, and events folded before a follower saves (at most)."""
+SAVE_EVERY: Final = 1000
+"""A follower saves its position at least every this many events it folded."""
+TICK_SECONDS: Final = 0.5
+"""A follower that got nothing for this long is caught up: it checks for quiet runs."""
+
+
+class ExportFailed(JournalError):
+    """Raised when the destination did not take the spans (nothing was saved after them)."""
+
+
+def register(commands: Commands) -> None:
+    """Add ``trace export``."""
+    group = commands.group("trace", "project session trees into OpenTelemetry traces")
+    text = (
+        "export session trees as OpenTelemetry spans: a span per run, subagent, model "
+        "response and tool call; guardrail decisions and refusals as span events"
+    )
+    export = group.add(
+        "export",
+        text,
+        "agentjournal trace export support-4711 --otlp http://localhost:4318",
+    )
+    export.add_argument("session", nargs="?", help="the session id (or --all)")
+    export.add_argument(
+        "--all", action="store_true", help="every session tree in the store (default: off)"
+    )
+    export.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep exporting what is written, from where the last follower of this "
+        "destination stopped (its position is saved in the store; default: off)",
+    )
+    export.add_argument(
+        "--otlp", metavar="URL", help="an OTLP collector, e.g. http://host:4318 (default: none)"
+    )
+    export.add_argument(
+        "--protocol",
+        choices=("http", "grpc"),
+        help="the OTLP transport: http (HTTP/protobuf, POST URL/v1/traces when URL has no "
+        "path) or grpc (default: http)",
+    )
+    export.add_argument(
+        "--console", action="store_true", help="print the spans as JSON (default: off)"
+    )
+    export.add_argument(
+        "--jsonl",
+        metavar="FILE",
+        help="write one span per line (a one-shot export writes FILE anew; --follow appends; "
+        "default: none)",
+    )
+    export.add_argument(
+        "--name",
+        help="--follow: the name its position is saved under, AgentProjection-NAME "
+        "(default: trace- and a digest of the destination and the session)",
+    )
+    export.add_argument(
+        "--idle",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="--follow: a run whose session wrote nothing for this long is over and its "
+        "run span is sent (default: 10)",
+    )
+    export.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long an OTLP export may take, retries included (default: 10)",
+    )
+    export.add_argument("--uri", help=STORE_HELP + "; never created")
+    export.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    destination = _destination(args)
+    return asyncio.run(_export(args, destination))
+
+
+# -- where the spans go ------------------------------------------------------------------
+
+
+class _Sink(Protocol):
+    where: str
+
+    def send(self, spans: Sequence[ProjectedSpan]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _destination(args: argparse.Namespace) -> _Destination:
+    """The checked options: one destination, a session or --all.
+
+    Raises:
+        InvalidInput: Options missing, contradicting, or a bad URL or number.
+    """
+    chosen = [
+        flag
+        for flag, value in (
+            ("--otlp", args.otlp),
+            ("--console", args.console),
+            ("--jsonl", args.jsonl),
+        )
+        if value
+    ]
+    if not chosen:
+        raise InvalidInput("say where the spans go: --otlp URL, --console or --jsonl FILE")
+    if len(chosen) > 1:
+        raise InvalidInput(f"give one destination, not {' and '.join(chosen)}")
+    if args.session is not None and args.all:
+        raise InvalidInput("give a session id or --all, not both")
+    if args.session is None and not args.all:
+        raise InvalidInput("give a session id, or --all for every session")
+    if args.protocol is not None and not args.otlp:
+        raise InvalidInput("--protocol goes with --otlp")
+    if not args.follow and args.name is not None:
+        raise InvalidInput("--name goes with --follow")
+    for option, value in (("--idle", args.idle), ("--timeout", args.timeout)):
+        if not value > 0:
+            raise InvalidInput(f"{option} must be a positive number of seconds, got {value}")
+    protocol = args.protocol or "http"
+    if args.otlp:
+        return _Destination("otlp", _endpoint(args.otlp, protocol), protocol)
+    if args.jsonl:
+        writable_folder(args.jsonl)
+        return _Destination("jsonl", os.path.abspath(args.jsonl), "")
+    return _Destination("console", "stdout", "")
+
+
+class _Destination:
+    def __init__(self, kind: str, target: str, protocol: str) -> None:
+        self.kind, self.target, self.protocol = kind, target, protocol
+
+    def key(self, session: str | None) -> str:
+        """The default projection name: the destination and the session, digested."""
+        text = json.dumps([self.kind, self.protocol, self.target, session])
+        return "trace-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def open(self, *, follow: bool, timeout: float) -> _Sink:
+        if self.kind == "otlp":
+            return _Otlp(self.target, self.protocol, timeout)
+        if self.kind == "jsonl":
+            return _JsonLines(self.target, append=follow)
+        return _Console()
+
+
+def _endpoint(url: str, protocol: str) -> str:
+    """The exporter's endpoint for ``--otlp URL``.
+
+    Raises:
+        InvalidInput: The URL is not ``http(s)://host[:port][/path]``.
+    """
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        raise InvalidInput(f"--otlp {url!r} has an invalid port") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInput(
+            f"--otlp {url!r} is not a collector URL: use http://HOST:PORT or https://HOST:PORT"
+        )
+    if parts.query or parts.fragment:
+        raise InvalidInput(f"--otlp {url!r}: a collector URL has no query or fragment")
+    if protocol == "grpc":
+        if parts.path not in ("", "/"):
+            raise InvalidInput(f"--otlp {url!r}: a gRPC collector URL has no path")
+        return f"{parts.scheme}://{parts.hostname}:{port or 4317}"
+    if parts.path in ("", "/"):
+        return url.rstrip("/") + "/v1/traces"
+    return url
+
+
+@contextlib.contextmanager
+def _exporter_log() -> Iterator[list[str]]:
+    """What the OTLP exporters log while they export, kept for the one-line error instead
+    of printed (they log every retry)."""
+    said: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(" ".join(record.getMessage().split()))
+
+    logger = logging.getLogger("opentelemetry.exporter.otlp")
+    keep, propagate = _Keep(logging.WARNING), logger.propagate
+    logger.addHandler(keep)
+    logger.propagate = False
+    try:
+        yield said
+    finally:
+        logger.removeHandler(keep)
+        logger.propagate = propagate
+
+
+class _Otlp:
+    """The official OTLP exporter of the chosen transport."""
+
+    def __init__(self, endpoint: str, protocol: str, timeout: float) -> None:
+        self.where = f"{endpoint} (OTLP/{'gRPC' if protocol == 'grpc' else 'HTTP'})"
+        self._exporter: Any
+        if protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                OTLPSpanExporter as GrpcExporter,
+            )
+
+            self._exporter = GrpcExporter(
+                endpoint=endpoint, insecure=endpoint.startswith("http://"), timeout=timeout
+            )
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                OTLPSpanExporter as HttpExporter,
+            )
+
+            self._exporter = HttpExporter(endpoint=endpoint, timeout=timeout)
+
+    def send(self, spans: Sequence[ProjectedSpan]) -> None:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        for at in range(0, len(spans), BATCH):
+            part = spans[at : at + BATCH]
+            with _exporter_log() as said:
+                result = self._exporter.export(_readable(part))
+            if result is not SpanExportResult.SUCCESS:
+                reason = said[-1] if said else "the exporter gave no reason"
+                raise ExportFailed(f"could not export {len(part)} spans to {self.where}: {reason}")
+
+    def close(self) -> None:
+        with _exporter_log():
+            self._exporter.shutdown()
+
+
+class _Console:
+    """The OpenTelemetry SDK's ``ConsoleSpanExporter`` on stdout."""
+
+    where = "stdout"
+
+    def __init__(self) -> None:
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        self._exporter = ConsoleSpanExporter(out=sys.stdout)
+
+    def send(self, spans: Sequence[ProjectedSpan]) -> None:
+        self._exporter.export(_readable(spans))
+        sys.stdout.flush()
+
+    def close(self) -> None:
+        self._exporter.shutdown()
+
+
+class _JsonLines:
+    """One span per line (:meth:`ProjectedSpan.as_json`); a line is on disk before the
+    follower saves past it."""
+
+    def __init__(self, path: str, *, append: bool) -> None:
+        self.where = path
+        self._append = append
+        self._lines: list[str] = []
+
+    def send(self, spans: Sequence[ProjectedSpan]) -> None:
+        lines = [json.dumps(span.as_json(), sort_keys=True) + "\n" for span in spans]
+        if not self._append:  # a one-shot export: written whole at the end, never half
+            self._lines.extend(lines)
+            return
+        with open(self.where, "a", encoding="utf-8") as handle:
+            handle.writelines(lines)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def close(self) -> None:
+        if not self._append:
+            write_atomically(self.where, "".join(self._lines))
+
+
+def _readable(spans: Sequence[ProjectedSpan]) -> list[ReadableSpan]:
+    """Projected spans as the SDK's ``ReadableSpan``: made with their own ids (a tracer would
+    make random ones)."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+    resource = Resource.create({"service.name": "agentjournal"})
+    scope = InstrumentationScope("agentjournal.traces")
+    sampled = TraceFlags(TraceFlags.SAMPLED)
+    made = []
+    for span in spans:
+        trace_id = int(span.trace_id, 16)
+        parent = (
+            SpanContext(trace_id, int(span.parent_id, 16), is_remote=False, trace_flags=sampled)
+            if span.parent_id is not None
+            else None
+        )
+        made.append(
+            ReadableSpan(
+                name=span.name,
+                context=SpanContext(
+                    trace_id, int(span.span_id, 16), is_remote=False, trace_flags=sampled
+                ),
+                parent=parent,
+                resource=resource,
+                attributes=dict(span.attributes),
+                events=[
+                    Event(e.name, attributes=dict(e.attributes), timestamp=e.time_ns)
+                    for e in span.events
+                ],
+                kind=SpanKind.INTERNAL,
+                status=Status(StatusCode.ERROR, span.error)
+                if span.error is not None
+                else Status(StatusCode.UNSET),
+                start_time=span.start_ns,
+                end_time=span.end_ns,
+                instrumentation_scope=scope,
+            )
+        )
+    return made
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+async def _export(args: argparse.Namespace, destination: _Destination) -> int:
+    from agentjournal.cli._store import open_session
+    from agentjournal.store import open_store, store_uri
+
+    session: str | None = None
+    if args.session is not None:
+        store, session = await open_session(args.uri, args.session)
+    else:
+        store = await open_store(store_uri(args.uri), create=False)
+    try:
+        sink = destination.open(follow=args.follow, timeout=args.timeout)
+        try:
+            if args.follow:
+                name = args.name or destination.key(session)
+                return await _Follower(store, sink, session, name, args.idle).run()
+            spans = await _once(store, session)
+            sink.send(spans)
+        finally:
+            sink.close()
+    finally:
+        await store.close()
+    traces = len({span.trace_id for span in spans})
+    summary = f"exported {len(spans)} spans of {traces} traces to {sink.where}"
+    print(summary, file=sys.stderr if destination.kind == "console" else sys.stdout)
+    return 0
+
+
+async def _once(store: EventStore, session: str | None) -> list[ProjectedSpan]:
+    """Every span of one session tree, or of every tree in the store."""
+    from agentjournal.cli._render import progress
+    from agentjournal.records import Record, read_tree
+    from agentjournal.traces import Projector, project_tree
+
+    if session is not None:
+        return project_tree(await read_tree(store, session))
+    projector = Projector()
+    spans: list[ProjectedSpan] = []
+    position = 0
+    with progress("reading the store") as advance:
+        while True:
+            page = await store.read_all(from_position=position, limit=BATCH * 4)
+            for event in page:
+                spans.extend(projector.feed(Record.of(event)))
+            advance(len(page))
+            if len(page) < BATCH * 4:
+                break
+            position = page[-1].position + 1
+    return spans + projector.finish()
+
+
+class _Follower:
+    """``--follow``: fold the subscription, send what ends, save the position after the
+    destination took every span before it."""
+
+    def __init__(
+        self, store: EventStore, sink: _Sink, session: str | None, name: str, idle: float
+    ) -> None:
+        self._store, self._sink, self._session, self._name = store, sink, session, name
+        self._quiet = timedelta(seconds=idle)
+        self._stop = asyncio.Event()
+        self._warned: set[str] = set()
+
+    async def run(self) -> int:
+        from agentjournal import projections
+        from agentjournal.traces import Projector
+
+        saved = await projections.load(self._store, self._name)
+        if saved is None:
+            projector = Projector(self._session)
+        else:
+            try:
+                projector = Projector.load(saved.state)
+            except (ValueError, KeyError, TypeError):
+                raise InvalidInput(
+                    f"AgentProjection-{self._name} is not a trace follower's: choose another --name"
+                ) from None
+            if projector.session_id != self._session:
+                raise InvalidInput(
+                    f"AgentProjection-{self._name} follows "
+                    f"{projector.session_id or 'every session'}: choose another --name"
+                )
+        where = "every session" if self._session is None else f"session {self._session}"
+        start = "the start" if saved is None or saved.position is None else saved.position
+        print(
+            f"following {where} into {self._sink.where} as AgentProjection-{self._name}, "
+            f"from {start}; Ctrl-C stops",
+            file=sys.stderr,
+            flush=True,
+        )
+        loop = asyncio.get_running_loop()
+        for number in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(number, self._stop.set)
+        try:
+            await self._loop(projector, saved)
+        finally:
+            for number in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(number)
+        return 0
+
+    async def _loop(self, projector: Projector, saved: Any) -> None:
+        from agentjournal import projections
+        from agentjournal.streams import projection_stream
+
+        own = projection_stream(self._name)
+        position = None if saved is None else saved.position
+        queue: asyncio.Queue[RecordedEvent] = asyncio.Queue(maxsize=4 * BATCH)
+
+        async def pump() -> None:
+            async for event in self._store.subscribe(after_position=position):
+                await queue.put(event)
+
+        pumping = asyncio.create_task(pump())
+        stopping = asyncio.create_task(self._stop.wait())
+        spans: list[ProjectedSpan] = []
+        folded = 0  # events folded since the last save that changed the state
+        try:
+            while not self._stop.is_set():
+                getting = asyncio.create_task(queue.get())
+                done, _ = await asyncio.wait(
+                    {getting, pumping, stopping},
+                    timeout=TICK_SECONDS,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if pumping in done:
+                    getting.cancel()
+                    pumping.result()  # the subscription failed: its error ends the command
+                    return
+                if getting not in done:
+                    getting.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await getting
+                    if self._stop.is_set():
+                        break
+                    # Caught up and nothing came: runs that went quiet are over.
+                    spans.extend(projector.idle(datetime.now(UTC), self._quiet))
+                    if spans or folded:
+                        saved = await self._save(projector, spans, position, saved, projections)
+                        spans, folded = [], 0
+                    continue
+                batch = [getting.result()]
+                while len(batch) < BATCH and not queue.empty():
+                    batch.append(queue.get_nowait())
+                for event in batch:
+                    position = event.position
+                    if event.stream == own:
+                        continue
+                    spans.extend(self._feed(projector, event))
+                    if projector.knows(event.stream):
+                        folded += 1
+                if spans or folded >= SAVE_EVERY:
+                    saved = await self._save(projector, spans, position, saved, projections)
+                    spans, folded = [], 0
+            if spans or folded:
+                saved = await self._save(projector, spans, position, saved, projections)
+        finally:
+            for task in (pumping, stopping):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    def _feed(self, projector: Projector, event: RecordedEvent) -> list[ProjectedSpan]:
+        from agentjournal.records import DamagedEvent, Record
+
+        try:
+            return projector.feed(Record.of(event))
+        except DamagedEvent as bad:
+            if bad.stream not in self._warned:
+                self._warned.add(bad.stream)
+                print(
+                    f"agentjournal: skipped {bad.stream}@{bad.revision}: {bad.message}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return []
+
+    async def _save(
+        self,
+        projector: Projector,
+        spans: list[ProjectedSpan],
+        position: int | None,
+        saved: Any,
+        projections: Any,
+    ) -> Any:
+        """Send, and only once the destination took them, save the position after them."""
+        if spans:
+            await asyncio.to_thread(self._sink.send, spans)
+        try:
+            return await projections.save(
+                self._store, self._name, position=position, state=projector.dump(), after=saved
+            )
+        except ConcurrencyError:
+            raise JournalError(
+                f"another follower saved AgentProjection-{self._name} meanwhile: run one "
+                "follower per name (its spans up to here were sent and may be sent again)"
+            ) from None
