@@ -18,10 +18,17 @@ Commands:
     keygen -o FILE [--rotate OLD]
                 write a new Ed25519 signing key; print its public key; with
                 --rotate, record in the store that OLD hands over to it
+    sessions [--app A] [--user U] [--since T] [--json]
+                one row per session, newest activity first (the catalog
+                projection, saved in the store: a call folds what is new)
+    show SESSION [--stream S] [--json]
+                a session tree, one line per event, subsessions nested
+    replay SESSION [--limit N] [--at INDEX]
+                the flat history as JSON Lines, exactly as get_items returns it
 
 Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
 else ``sqlite:///agentjournal.db``); the commands that only read one
-(``verify``, ``bundle export``) never create it.
+(``verify``, ``bundle export``, ``sessions``, ``show``, ``replay``) never create it.
 
 Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed. An
 expected error is one line on stderr saying what to do; ``--debug`` shows the
@@ -35,13 +42,23 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from agentjournal.cli import bundle, demo, guardrail, keygen, selfcheck, verify
+from agentjournal.cli import (
+    bundle,
+    demo,
+    guardrail,
+    keygen,
+    replay,
+    selfcheck,
+    sessions,
+    show,
+    verify,
+)
 from agentjournal.cli._common import Commands, usage
 from agentjournal.errors import JournalError
 
 __all__ = ["build_parser", "main"]
 
-_COMMANDS = (demo, selfcheck, guardrail, verify, bundle, keygen)
+_COMMANDS = (demo, selfcheck, guardrail, verify, bundle, keygen, sessions, show, replay)
 """The command modules, in the order ``--help`` lists them: each adds its parser and the
 function that runs it (``register``), and loads what it needs only when it runs."""
 
