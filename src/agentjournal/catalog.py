@@ -111,7 +111,8 @@ class SessionRow:
         session_id: The session.
         app: ``SessionStarted.app_name`` (empty when none was given).
         user: ``SessionStarted.user_id``.
-        agent: ``SessionStarted.agent_name``: the first agent.
+        agent: The first agent: ``SessionStarted.agent_name``, else the first agent that
+            handed off, was granted authority, was judged by a guardrail or called a model.
         items: How many items ``get_items()`` returns: item events, less pops, reset by clears.
         subagents_open: Subagents started and not completed.
         subagents_closed: Subagents completed with outcome ``success``.
@@ -329,11 +330,12 @@ class Catalog:
                 body = json.loads(event.data)
                 row["app"] = str(body.get("app_name", ""))
                 row["user"] = str(body.get("user_id", ""))
-                row["agent"] = str(body.get("agent_name", ""))
+                row["agent"] = str(body.get("agent_name") or row["agent"])
         elif kind == events.SUBAGENT_STARTED:
             if events.INDEX_KEY not in metadata:
                 return  # the subsession's own copy
             subagent, item_json = events.decode_subagent_started(event.data)
+            self._speaker(row, subagent.source_agent)
             row["started"] += 1
             self.streams.setdefault(subagent.stream, [session_id, -1, GENESIS])
             if item_json is not None:
@@ -350,15 +352,27 @@ class Catalog:
             row["items"] = 0  # everything written before a clear is hidden
             row["floor"] = max(row["floor"], through)
         elif kind == events.GUARDRAIL_DECIDED:
-            if json.loads(event.data).get("decision") == "BLOCK":
+            body = json.loads(event.data)
+            self._speaker(row, body.get("agent"))
+            if body.get("decision") == "BLOCK":
                 row["blocks"] += 1
+        elif kind == events.AUTHORITY_GRANTED:
+            self._speaker(row, json.loads(event.data).get("agent"))
         elif kind == events.AUTHORITY_REFUSED:
             row["refusals"] += 1
         elif kind == events.MODEL_RESPONDED:
+            response = ModelResponse.decode(event.data)
+            self._speaker(row, response.agent)
             row["modelled"] = True
-            row["tokens"] += ModelResponse.decode(event.data).usage.total_tokens
+            row["tokens"] += response.usage.total_tokens
         elif kind == _CHECKPOINT and event.stream == ledger_stream(session_id):
             self._checkpoint(row, event, session_id)
+
+    @staticmethod
+    def _speaker(row: dict[str, Any], agent: Any) -> None:
+        """The first agent, when ``SessionStarted`` named none: the first that acted."""
+        if not row["agent"] and isinstance(agent, str):
+            row["agent"] = agent
 
     @staticmethod
     def _item(row: dict[str, Any], metadata: Mapping[str, str]) -> None:

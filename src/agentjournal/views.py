@@ -220,7 +220,13 @@ def _started(record: Record, body: Mapping[str, Any]) -> str:
 
 
 def _completed(record: Record, body: Mapping[str, Any]) -> str:
-    return f"{body.get('agent_id')} {body.get('outcome')}: {cut(str(body.get('summary', '')), 40)}"
+    summary = str(body.get("summary") or "")
+    reason = body.get("extensions", {}).get("openai", {}).get("reason")
+    return (
+        f"{body.get('agent_id')} {body.get('outcome')}"
+        + (f": {cut(summary, 40)}" if summary else "")
+        + (f" ({cut(str(reason), 40)})" if reason else "")
+    )
 
 
 def _session(record: Record, body: Mapping[str, Any]) -> str:
