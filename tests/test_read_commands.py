@@ -520,6 +520,34 @@ def test_a_store_refusing_the_save_still_lists_with_one_warning(written: Written
     assert _rows(written)["refused-save"]["items"] == 6  # the next call folds it again
 
 
+def test_a_damaged_saved_catalog_is_rebuilt_with_one_warning(written: Written) -> None:
+    from agentjournal import catalog, projections
+    from agentjournal.store.base import NewEvent, StreamState
+
+    async def damage() -> None:
+        store = await open_store(written.uri, create=False)
+        try:
+            await catalog.refresh(store)
+            await store.append(
+                "AgentProjection-catalog",
+                [NewEvent(projections.SAVED, b"{}")],
+                expected=StreamState.EXISTS,
+            )
+        finally:
+            await store.close()
+
+    asyncio.run(damage())
+    listed = run("sessions", "--uri", written.uri, "--json")
+    assert listed.returncode == 0, listed.stderr
+    (warning,) = listed.stderr.splitlines()
+    assert warning.startswith("agentjournal: warning: the saved catalog was damaged (")
+    rebuilt = {row["session_id"]: row for row in json.loads(listed.stdout)}
+    again = run("sessions", "--uri", written.uri, "--json")
+    assert again.stderr == ""
+    assert {row["session_id"]: row for row in json.loads(again.stdout)} == rebuilt
+    assert {"demo-1", "edits-1", "failed-1"} <= set(rebuilt)
+
+
 def test_a_twin_saving_first_is_fenced(written: Written) -> None:
     """Two readers of one store: the one that saves second reloads the other's save and
     folds only what came after it."""
@@ -556,7 +584,7 @@ def test_a_twin_saving_first_is_fenced(written: Written) -> None:
             before = await projections.load(store, catalog.NAME)
             assert before is not None
             wrapped = TwinFirst(store)
-            listing = await catalog.refresh(wrapped)  # type: ignore[arg-type]
+            listing = await catalog.refresh(wrapped)
             assert wrapped.twin_saved
             assert listing.saved
             # Ours saved on top of the twin's save, which it loaded: two saves, one each.

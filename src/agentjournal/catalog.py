@@ -55,6 +55,7 @@ from agentjournal.streams import (
     KEYS_STREAM,
     authority_stream,
     ledger_stream,
+    projection_stream,
     session_stream,
     validate_id,
 )
@@ -361,10 +362,10 @@ class Catalog:
         elif kind == events.AUTHORITY_REFUSED:
             row["refusals"] += 1
         elif kind == events.MODEL_RESPONDED:
-            response = ModelResponse.decode(event.data)
-            self._speaker(row, response.agent)
+            answer = ModelResponse.decode(event.data)
+            self._speaker(row, answer.agent)
             row["modelled"] = True
-            row["tokens"] += response.usage.total_tokens
+            row["tokens"] += answer.usage.total_tokens
         elif kind == _CHECKPOINT and event.stream == ledger_stream(session_id):
             self._checkpoint(row, event, session_id)
 
@@ -566,7 +567,7 @@ class Listing:
             new since the last save; the saves of projections do not count).
         saved: Whether the state was saved (False when nothing changed, or the store
             refused the save: see ``warning``).
-        warning: One line on what went wrong saving, if anything did.
+        warning: One line on what went wrong loading or saving, if anything did.
     """
 
     rows: list[SessionRow]
@@ -593,7 +594,8 @@ async def refresh(
     with one point read each, and saves the state on top of the save it loaded. If a
     twin saved in between (``ConcurrencyError``), it loads that save and folds again
     from there. A store that refuses the save (read-only) still gets its rows, with
-    ``warning`` set.
+    ``warning`` set; so does a saved catalog that cannot be read back (it is folded
+    again from the start and saved over).
 
     Args:
         store: The store to list.
@@ -603,12 +605,17 @@ async def refresh(
 
     Raises:
         StoreUnavailable: The store could not be read.
-        DamagedProjection: The saved catalog cannot be read back.
     """
     trusted_keys = dict(keys or {})
-    warning = None
+    damaged = None
     for _ in range(_SAVE_ATTEMPTS):
-        saved = await projections.load(store, NAME)
+        try:
+            saved = await projections.load(store, NAME)
+        except projections.DamagedProjection as error:
+            # Derived data: fold it again from the streams and save over the damage.
+            damaged = f"the saved catalog was damaged ({error}) and is rebuilt"
+            head = await store.head(projection_stream(NAME))
+            saved = projections.Saved(None, b"", head if head is not None else -1)
         catalog = Catalog.load(saved.state) if saved is not None else None
         position = saved.position if saved is not None and catalog is not None else None
         if catalog is None:
@@ -617,7 +624,7 @@ async def refresh(
         trusted = catalog.trusted(trusted_keys)
         settled = await _settle(store, catalog, trusted)
         rows = catalog.rows(trusted)
-        if not folded and not settled:
+        if not folded and not settled and damaged is None:
             return Listing(rows, position, 0, False)
         try:
             await projections.save(
@@ -627,10 +634,14 @@ async def refresh(
             continue  # a twin saved first: start again from its save
         except StoreError as error:
             warning = f"the catalog could not be saved ({error}); the next call reads it again"
-            return Listing(rows, position, folded, False, warning)
-        return Listing(rows, position, folded, True)
+            return Listing(rows, position, folded, False, _joined(damaged, warning))
+        return Listing(rows, position, folded, True, damaged)
     warning = "the catalog was not saved: other readers kept saving it first"
-    return Listing(rows, position, folded, False, warning)
+    return Listing(rows, position, folded, False, _joined(damaged, warning))
+
+
+def _joined(*warnings: str | None) -> str | None:
+    return "; ".join(w for w in warnings if w) or None
 
 
 async def sessions(
