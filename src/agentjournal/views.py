@@ -124,12 +124,15 @@ def print_tree(tree: TreeRecords, out: Callable[[str], None]) -> None:
 
 def describe_record(record: Record) -> str:
     """What one event says, in a line (see the module docs)."""
-    body = record.body or {}
+    body = record.body
     index = record.metadata.get(events.INDEX_KEY)
     prefix = f"#{index} " if index is not None else ""
     describe = _DESCRIBE.get(record.type)
     try:
-        text = describe(record, body) if describe is not None else _content(body)
+        if body is None:
+            text = "(withheld)" if record.data is None else "(not a JSON object)"
+        else:
+            text = describe(record, body) if describe is not None else _content(body)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError):
         text = "(unreadable)"
     if record.type in _ITEMS or (record.type == events.SUBAGENT_STARTED and record.opens):
