@@ -98,8 +98,10 @@ def test_items_follow_pops_and_clears() -> None:
     w = Writer()
     s = "AgentSession-a"
     w.add(s, events.SESSION_STARTED, {"app_name": "shop", "user_id": "u", "agent_name": ""})
-    for index in range(3):
-        item(w, s, index)
+    for index, kind in enumerate(
+        ("UserMessageReceived", "AssistantThinkingGenerated", "AssistantTextGenerated")
+    ):
+        item(w, s, index, kind)  # reasoning is an item like any other
     w.add(s, events.ITEM_POPPED, {"stream": s, "revision": 3, "part": 0, "message_index": 2})
     assert fold(w)[0].items == 2
     w.add(s, events.SESSION_CLEARED, {"through_index": 1})

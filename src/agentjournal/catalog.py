@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from agentjournal import events, projections
 from agentjournal._digests import data_digest
+from agentjournal.engine.codec import ITEM_EVENT_TYPES
 from agentjournal.errors import (
     ConcurrencyError,
     InvalidInput,
@@ -51,6 +52,8 @@ from agentjournal.errors import (
     StreamNotFound,
 )
 from agentjournal.ledger.chain import GENESIS, HASH_KEY, PREV_KEY, SEQ_KEY, chain_hash
+from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
+from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, trusted_closure
 from agentjournal.streams import (
     KEYS_STREAM,
     authority_stream,
@@ -64,7 +67,6 @@ from agentjournal.usage import ModelResponse
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    from agentjournal.ledger.checkpoints import Checkpoint
     from agentjournal.store.base import EventStore, RecordedEvent
 
 __all__ = [
@@ -90,18 +92,6 @@ _SAVE_ATTEMPTS: Final = 5
 _SESSION_PREFIX: Final = session_stream("x")[:-1]
 _AUTHORITY_PREFIX: Final = authority_stream("x")[:-1]
 _LEDGER_PREFIX: Final = ledger_stream("x")[:-1]
-
-# Item events as the codec writes them (each one item of the history).
-_ITEM_TYPES: Final = frozenset(
-    {
-        "UserMessageReceived",
-        "AssistantTextGenerated",
-        "AssistantToolCallsGenerated",
-        "ToolResultReceived",
-        "OpenAIItemRecorded",
-    }
-)
-_CHECKPOINT: Final = "agentjournal.Checkpoint"
 
 
 @dataclass(frozen=True)
@@ -312,7 +302,7 @@ class Catalog:
     def _fold_content(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         kind = event.type
         metadata = event.metadata
-        if kind in _ITEM_TYPES:
+        if kind in ITEM_EVENT_TYPES:
             self._item(row, metadata)
             # Legacy usage: a response's items, written together, each carry its $usage:
             # count it once per run of items of one aj.response_id on one stream (model
@@ -366,7 +356,7 @@ class Catalog:
             self._speaker(row, answer.agent)
             row["modelled"] = True
             row["tokens"] += answer.usage.total_tokens
-        elif kind == _CHECKPOINT and event.stream == ledger_stream(session_id):
+        elif kind == CHECKPOINT and event.stream == ledger_stream(session_id):
             self._checkpoint(row, event, session_id)
 
     @staticmethod
@@ -383,8 +373,6 @@ class Catalog:
         row["items"] += 1
 
     def _checkpoint(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
-        from agentjournal.ledger.checkpoints import Checkpoint
-
         mark: dict[str, Any] = {"rev": event.revision, "key": None, "sig": None, "pending": []}
         row["ck"] = mark
         self.fresh.pop(session_id, None)
@@ -398,8 +386,6 @@ class Catalog:
         self.fresh[session_id] = checkpoint
 
     def _fold_key(self, event: RecordedEvent) -> None:
-        from agentjournal.ledger.keys import KEY_ROTATED
-
         if event.type == KEY_ROTATED:
             try:
                 body = json.loads(event.data)
@@ -412,8 +398,6 @@ class Catalog:
 
     def trusted(self, keys: Mapping[str, Ed25519PublicKey]) -> dict[str, Ed25519PublicKey]:
         """``keys`` and every key a valid rotation on ``AgentKeys`` leads to from them."""
-        from agentjournal.ledger.keys import KeyRotation, trusted_closure
-
         rotations = []
         for body in self.rotations:
             try:
@@ -680,8 +664,6 @@ async def _settle(
     store: EventStore, catalog: Catalog, trusted: Mapping[str, Ed25519PublicKey]
 ) -> bool:
     """Decide what the fold left open, with one point read each; whether anything changed."""
-    from agentjournal.ledger.checkpoints import Checkpoint
-
     changed = False
     for session_id, stream, revision, _ in catalog.unsettled():
         try:

@@ -19,6 +19,9 @@ from typing import Any, Final
 
 from agentjournal import events
 from agentjournal._text import cut
+from agentjournal.engine.codec import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
+from agentjournal.ledger.checkpoints import CHECKPOINT
+from agentjournal.ledger.keys import KEY_ROTATED
 from agentjournal.records import Record, TreeRecords
 from agentjournal.streams import KEYS_STREAM, authority_stream, ledger_stream
 
@@ -39,8 +42,6 @@ LEGEND: Final = (
 )
 
 _TEXT: Final = 50
-_CHECKPOINT: Final = "agentjournal.Checkpoint"
-_KEY_ROTATED: Final = "agentjournal.KeyRotated"
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def describe_record(record: Record) -> str:
             text = describe(record, body) if describe is not None else _content(body)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError):
         text = "(unreadable)"
-    if record.type in _ITEMS or (record.type == events.SUBAGENT_STARTED and record.opens):
+    if record.type in ITEM_EVENT_TYPES or (record.type == events.SUBAGENT_STARTED and record.opens):
         text = prefix + text
     return text
 
@@ -159,16 +160,6 @@ def describe_item(item: Any) -> str:
 
 
 # -- one line per event type -------------------------------------------------------------
-
-_ITEMS: Final = frozenset(
-    {
-        "UserMessageReceived",
-        "AssistantTextGenerated",
-        "AssistantToolCallsGenerated",
-        "ToolResultReceived",
-        "OpenAIItemRecorded",
-    }
-)
 
 
 def _content(body: Mapping[str, Any]) -> str:
@@ -304,7 +295,8 @@ _DESCRIBE: Final[dict[str, Callable[[Record, Mapping[str, Any]], str]]] = {
     "AssistantTextGenerated": _text,
     "UserMessageReceived": _text,
     "ToolResultReceived": _result,
-    "OpenAIItemRecorded": _foreign,
-    _CHECKPOINT: _checkpoint,
-    _KEY_ROTATED: _rotated,
+    "AssistantThinkingGenerated": _text,
+    EXTENSION_EVENT_TYPE: _foreign,
+    CHECKPOINT: _checkpoint,
+    KEY_ROTATED: _rotated,
 }

@@ -43,7 +43,9 @@ def register(commands: Commands) -> None:
         "recorded rotation leads to; the configured signing key is trusted too "
         "(default: none)",
     )
-    sessions.add_argument("--json", action="store_true", help="print the rows as JSON (default: a table)")
+    sessions.add_argument(
+        "--json", action="store_true", help="print the rows as JSON (default: a table)"
+    )
     sessions.add_argument("--uri", help=STORE_HELP + "; never created")
     sessions.set_defaults(run=lambda args: asyncio.run(list_sessions(args)))
 

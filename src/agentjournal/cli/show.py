@@ -22,7 +22,9 @@ def register(commands: Commands) -> None:
         metavar="STREAM",
         help="only this stream of the tree, e.g. a subsession (default: every stream)",
     )
-    show.add_argument("--json", action="store_true", help="print the records as JSON (default: the tree as text)")
+    show.add_argument(
+        "--json", action="store_true", help="print the records as JSON (default: the tree as text)"
+    )
     show.add_argument("--uri", help=STORE_HELP + "; never created")
     show.set_defaults(run=lambda args: asyncio.run(show_session(args)))
 
