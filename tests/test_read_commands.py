@@ -621,6 +621,24 @@ def test_the_commands_as_processes(written: Written) -> None:
         assert "\x1b[" not in done.stdout
 
 
+def test_the_readers_load_neither_the_sdk_nor_an_http_client(written: Written) -> None:
+    _sqlite_only(written)
+    script = (
+        "import sys, contextlib, io\n"
+        "from agentjournal.cli import main\n"
+        "for args in (['sessions'], ['show', 'demo-1'], ['replay', 'demo-1'],\n"
+        "             ['replay', 'demo-1', '--at', '3']):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"        assert main([*args, '--uri', {written.uri!r}]) == 0\n"
+        "print(sorted(m for m in ('agents', 'httpx', 'openai') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 def _on_a_terminal(*args: str) -> str:
     """What ``agentjournal ARGS`` prints to a terminal (a pseudo-terminal, 120 columns)."""
     import fcntl

@@ -1,11 +1,14 @@
 """What the SDK got back, then and now: a stored session's flat history (no writes).
 
-:func:`replay` is the session's own ``get_items(limit)``, through a session object
-that only reads (opening one writes nothing: ``SessionStarted`` is written with a
-session's first items). :func:`history_before` is the history as it was just before
-one item was written: the session tree's events committed before that item, folded
-by the engine's own timeline (the same code ``get_items`` folds with), so pops and
-clears written before it are honoured and nothing after it counts.
+:func:`replay` is the session's own ``get_items(limit)``: the read path a
+``journal.session(id)`` uses (:class:`~agentjournal.engine.core.SessionCore`, which
+``JournalSession.get_items`` calls after resolving the limit), without the Agents SDK.
+Reading writes nothing (``SessionStarted`` is written with a session's first items).
+
+:func:`history_before` is the history as it was just before one item was written:
+the session tree's events committed before that item, folded by the engine's own
+timeline (the same code ``get_items`` folds with), so pops and clears written
+before it are honoured and nothing after it counts.
 """
 
 from __future__ import annotations
@@ -14,12 +17,20 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from agentjournal import events
+from agentjournal.engine.core import SessionCore
+from agentjournal.engine.plan import SessionFacts
 from agentjournal.engine.timeline import Timeline, TimelineEvent, fold
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import InvalidInput
 from agentjournal.records import Record, TreeRecords, read_tree
 from agentjournal.store.base import RecordedEvent
-from agentjournal.streams import KEYS_STREAM, authority_stream, ledger_stream, validate_id
+from agentjournal.streams import (
+    KEYS_STREAM,
+    authority_stream,
+    ledger_stream,
+    session_stream,
+    validate_id,
+)
 
 if TYPE_CHECKING:
     from agentjournal.store.base import EventStore
@@ -43,11 +54,14 @@ async def replay(
         raise InvalidInput(f"limit must be 0 or more, got {limit}")
     if at is not None:
         return history_before(await read_tree(store, session_id), at, limit=limit)
-    from agentjournal.journal import Journal  # the SDK session: exactly what the SDK gets
-
-    session = Journal(store, "(open store)").session(session_id)
-    items: list[dict[str, Any]] = await session.get_items(limit)  # type: ignore[assignment]
-    return items
+    if limit == 0:
+        return []  # as get_items(limit=0), which reads nothing
+    # The session's own read path without the SDK adapter (JournalSession.get_items
+    # resolves the limit and calls exactly this): no SDK import, nothing written.
+    core = SessionCore(
+        store, SessionFacts(session_id, session_stream(session_id)), _tree(session_id)
+    )
+    return await core.items(limit)
 
 
 def history_before(
@@ -104,3 +118,7 @@ def _recorded(record: Record) -> RecordedEvent:
         position=record.position,
         recorded_at=record.recorded_at,
     )
+
+
+def _tree(session_id: str) -> SessionTree:
+    return SessionTree(session_stream(session_id))
