@@ -60,7 +60,12 @@ def test_demo_shows_the_session_tree_and_the_replay(tmp_path: Path) -> None:
     assert "Error: the guardrail blocked this call to issue_r…\n" in out  # cut text says so
     assert f"store: sqlite:///{db}" in out
     # The ledger: exported and verified offline with the demo's own key.
-    assert "  integrity: 37 events in 4 streams chain correctly" in out
+    assert "  integrity: 45 events in 4 streams chain correctly" in out
+    # Every model response once (8 calls of 120 in, 30 out), a handoff-only one included.
+    assert out.count("ModelResponded") == 8
+    assert (
+        "  usage: 8 model responses; 960 input (0 cached), 240 output (0 reasoning) tokens" in out
+    )
     assert "\n  OK\n" in out
     assert (tmp_path / "agentjournal-demo.pem").stat().st_mode & 0o777 == 0o600
     assert db.exists()

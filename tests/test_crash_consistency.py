@@ -233,16 +233,16 @@ async def test_checker_reports_revision_and_index_gaps(
     session = file_journal.session("gap")
     await drive(nested("a"), "refund", session=session, hooks=session)
     await drive(nested("b"), "again", session=session, hooks=session)
-    raw = sqlite3.connect(tmp_path / "check.db")
+    raw = sqlite3.connect(tmp_path / "check.db")  # revision 3: the first SubagentStarted
     raw.execute(
-        "DELETE FROM events WHERE revision = 2 AND stream_id = "
+        "DELETE FROM events WHERE revision = 3 AND stream_id = "
         "(SELECT id FROM streams WHERE name = ?)",
         (session.stream,),
     )
     raw.commit()
     raw.close()
     problems = await check_session_tree(file_journal.store, "gap")
-    assert any("revisions are not gapless from 0: 0-1, 3-" in p for p in problems), problems
+    assert any("revisions are not gapless from 0: 0-2, 4-" in p for p in problems), problems
     assert any("aj.index is not gapless" in p for p in problems), problems
 
 

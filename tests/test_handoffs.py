@@ -14,6 +14,7 @@ from agents.testing import ModelStep, ScriptedModel
 from kurrent_agent_schema import EVENT_TYPE_BY_NAME, from_json, to_json
 
 from agentjournal import Journal, JournalSession
+from agentjournal.events import MODEL_RESPONDED
 from agentjournal.store import EventStore, RecordedEvent
 from drive import METHODS, Method, drive, sdk_reference
 from handoff_scenarios import SCENARIOS, failing, nested, single, top_level
@@ -28,7 +29,8 @@ async def stream_of(store: EventStore, name: str) -> list[RecordedEvent]:
 
 
 def types(events: list[RecordedEvent]) -> list[str]:
-    return [e.type for e in events]
+    """The types of a stream's events but its model responses (tests/test_usage.py's)."""
+    return [e.type for e in events if e.type != MODEL_RESPONDED]
 
 
 def subsession(events: list[RecordedEvent], agent: str) -> str:

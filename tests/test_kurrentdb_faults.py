@@ -212,10 +212,11 @@ async def test_session_treats_its_own_landed_write_as_written_whatever_the_store
     assert [e.type for e in parent] == [
         "SessionStarted",
         "UserMessageReceived",
+        "agentjournal.ModelResponded",  # triage's handoff, once although its answer was lost
         "SubagentStarted",
         "SubagentCompleted",
     ]
-    child = await store.read(json.loads(parent[2].data)["subsession_stream"])
+    child = await store.read(json.loads(parent[3].data)["subsession_stream"])
     indices = [int(e.metadata["aj.index"]) for e in parent + child if "aj.index" in e.metadata]
     assert sorted(indices) == list(range(6))
     assert len(await JournalSession(store, "lost-answer").get_items()) == 6

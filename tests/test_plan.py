@@ -22,6 +22,7 @@ from agentjournal.engine.plan import (
     Grant,
     ItemsPlan,
     Produced,
+    Responded,
     SessionFacts,
     WritePlan,
     plan_checkpoint,
@@ -72,6 +73,7 @@ class Run:
     grants: list[Grant] = field(default_factory=list)
     finished: str | None = None
     produced: dict[str, Produced] = field(default_factory=dict)  # by item id
+    responses: list[Responded] = field(default_factory=list)
 
     def produced_by(self, item: Mapping[str, Any]) -> Produced | None:
         return self.produced.get(str(item.get("id")))
@@ -797,3 +799,74 @@ def test_seal_event_commits_the_redacted_view_then_chains() -> None:
         assert digest == chain_hash(S, 7, str(id_), type_, data_digest(data), metadata)
     assert redaction.view("AssistantToolCallsGenerated", data, {}) is not None
     assert redaction.view("UserMessageReceived", data, {}) is None
+
+
+# -- model responses ----------------------------------------------------------------------
+
+
+def responded(agent: str, n: int) -> Responded:
+    return Responded(
+        uuid.UUID(int=n),
+        agent,
+        f'{{"agent":"{agent}","n":{n}}}'.encode(),
+        {"trace_id": "a" * 32, "span_id": "b" * 16, events.RESPONSE_ID_KEY: f"resp_{n}"},
+    )
+
+
+def test_responses_go_first_each_on_its_agents_stream_with_its_own_trace() -> None:
+    # billing (A) handed to refunds (B); refunds' answer closes both; a response of each.
+    run = Run(responses=[responded("billing", 1), responded("refunds", 2)], finished="done")
+    plan = items_plan(tree_at({S: 3, A: 5, B: 2}, BILLING, REFUNDS), [said("done")], run)
+    new = by_stream(plan)
+    assert types(new[A])[0] == events.MODEL_RESPONDED
+    assert types(new[B])[:2] == [events.MODEL_RESPONDED, "AssistantTextGenerated"]
+    assert types(new[B])[-1] == events.SUBAGENT_COMPLETED  # the close comes after it
+    first = new[A][0]
+    assert first.id == uuid.UUID(int=1)  # its own id, the same on every attempt
+    assert first.data == b'{"agent":"billing","n":1}'
+    assert first.metadata["trace_id"] == "a" * 32  # its own trace, not the write's
+    assert first.metadata[events.RESPONSE_ID_KEY] == "resp_1"
+    assert first.metadata[events.SCHEMA_VERSION_KEY] == "2"
+    assert SEQ_KEY in first.metadata
+    assert list(plan.commit.responded) == [uuid.UUID(int=1), uuid.UUID(int=2)]
+
+
+def test_a_response_of_an_agent_outside_the_chain_goes_to_the_session_stream() -> None:
+    run = Run(responses=[responded("triage", 1)])
+    plan = items_plan(tree_at({S: 3, A: 5}, BILLING), [], run, closing=("error", "stopped"))
+    new = by_stream(plan)
+    assert types(new[S])[0] == events.MODEL_RESPONDED
+    assert types(new[A]) == [events.SUBAGENT_COMPLETED]
+
+
+def test_responses_alone_are_a_write_and_landed_ones_are_not_planned_again() -> None:
+    tree = tree_at({S: 3})
+    run = Run(responses=[responded("triage", 1), responded("triage", 2)])
+    plan = items_plan(tree, [], run)  # nothing else to write: still a write
+    assert types(by_stream(plan)[S]) == [events.MODEL_RESPONDED] * 2
+    tree.apply(plan.commit)
+    assert list(tree.responded) == [uuid.UUID(int=1), uuid.UUID(int=2)]
+    again = plan_items(tree, facts(), run, [], first_index=0, nonce=NONCE, now=NOW, trace=TRACE)
+    assert again is None
+
+
+def test_a_control_write_carries_the_pending_responses_before_its_event() -> None:
+    tree = tree_at({S: 4, A: 1}, BILLING)
+    run = Run(responses=[responded("billing", 1)])
+    plan = plan_control(
+        tree,
+        facts(),
+        A,
+        events.GUARDRAIL_DECIDED,
+        b"{}",
+        next_index=9,
+        metadata={**TRACE, events.TOOL_RULE_KEY: "null"},
+        run=run,
+    )
+    (request,) = plan.requests
+    assert [e.type for e in request.events] == [events.MODEL_RESPONDED, events.GUARDRAIL_DECIDED]
+    response, decision = request.events
+    assert events.TOOL_RULE_KEY not in response.metadata  # the decision's metadata is its own
+    assert decision.metadata[events.TOOL_RULE_KEY] == "null"
+    assert decision.metadata[PREV_KEY] == response.metadata[HASH_KEY]
+    assert list(plan.commit.responded) == [uuid.UUID(int=1)]

@@ -96,6 +96,7 @@ PACKAGES = [
     "agentjournal.ledger",
     "agentjournal.guardrails",
     "agentjournal.records",
+    "agentjournal.usage",
 ]
 """The packages and modules whose ``__all__`` is the public API."""
 
@@ -207,6 +208,7 @@ def _loaded(code: str) -> list[str]:
         "agentjournal.guardrails.actions",
         "agentjournal.engine.core",
         "agentjournal.cli",
+        "agentjournal.usage",
     ],
 )
 def test_importing_loads_neither_the_sdk_nor_an_http_stack(module: str) -> None:

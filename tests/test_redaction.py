@@ -216,6 +216,7 @@ def test_what_a_redacted_bundle_keeps() -> None:
         "agentjournal.AuthorityGranted",
         "agentjournal.AuthorityHeld",
         "agentjournal.PolicyRecorded",
+        "agentjournal.ModelResponded",  # usage, model, times: no conversation
     }
     seen = set()
     for stream in REDACTED["streams"]:

@@ -1,24 +1,69 @@
-"""Token usage: what one model response cost, and sums of many (pure, no SDK).
+"""Token usage: what each model response cost, and totals by model, agent or session (pure).
 
 Every model response a session sees is recorded once, by one
 ``agentjournal.ModelResponded`` event on the stream of the agent that called the
 model (see SCHEMA.md). :class:`ModelResponse` is that event's data;
 :class:`Usage` is the counts, which add up. ``$usage`` on assistant events (schema
-v2) is a copy for other readers: agentjournal's own totals count
-``ModelResponded`` events only, so a response is counted once whatever it
-produced (a message, tool calls, a handoff, a refusal, a blocked answer).
+v2) is a copy for other readers: agentjournal's totals count ``ModelResponded``
+events, so a response is counted once whatever it produced (a message, tool
+calls, a handoff, a refusal, a blocked answer).
+
+**Sessions written before ``ModelResponded`` existed** (the legacy rule): an
+assistant event's ``$usage`` counts when no ``ModelResponded`` came before it on
+its stream (the writer puts a response's event before the items it produced, on
+the same stream, so only events older than the upgrade qualify), once per
+``aj.response_id`` in its stream (every item of one response carries the same
+copy); an event without a response id counts alone. A response that produced no
+assistant event (a handoff only) was never recorded there: legacy totals may
+come up short, never double.
+
+Reading::
+
+    from agentjournal.records import read_tree
+    from agentjournal.usage import Prices, usage_of
+
+    report = usage_of(await read_tree(store, "support-4711"), by="model",
+                      prices=Prices.load("prices.yml"))
+    for row in report.rows:
+        print(row.key, row.usage.input_tokens, row.cost)
+
+For every session, feed the store's global order to a :class:`UsageFold`
+(``fold.add(event)`` for each event of ``store.read_all()``), then
+``fold.report(by=...)``. Costs come from a price table (:class:`Prices`, a small
+YAML file; there are no built-in prices): a row whose tokens include a model
+without a price has cost None (unknown), never 0.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Final
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, get_args
 
+from agentjournal import events
+from agentjournal.errors import InvalidInput
 from agentjournal.events import MODEL_RESPONDED
 
-__all__ = ["MODEL_RESPONDED", "ModelResponse", "Usage"]
+if TYPE_CHECKING:
+    from agentjournal.records import TreeRecords
+
+__all__ = [
+    "GROUPS",
+    "MODEL_RESPONDED",
+    "Group",
+    "ModelResponse",
+    "Price",
+    "Prices",
+    "Usage",
+    "UsageFold",
+    "UsageReport",
+    "UsageRow",
+    "usage_of",
+]
 
 # The counts of TokenUsage's canonical JSON (kurrent-agent-schema v2 ``to_json``), which
 # Usage names alike.
@@ -154,3 +199,357 @@ class ModelResponse:
             ended_at=text("ended_at", optional=False) or "",
             outputs={str(k): _count(v, f"outputs.{k}") for k, v in outputs.items()},
         )
+
+
+# -- totals ----------------------------------------------------------------------------
+
+Group = Literal["model", "agent", "session"]
+"""What a usage report's rows are: one per model, per agent or per session."""
+GROUPS: Final[tuple[Group, ...]] = get_args(Group)
+
+_PER: Final = Decimal(1_000_000)
+_PRICE_FIELDS: Final = ("input", "cached_input", "output", "reasoning")
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """What one model costs, in USD per 1M tokens.
+
+    Attributes:
+        input: Each input token that was not cached.
+        output: Each output token (reasoning included unless ``reasoning`` is set).
+        cached_input: Each cached input token (None: as ``input``).
+        reasoning: Each reasoning token (None: as ``output``).
+    """
+
+    input: Decimal
+    output: Decimal
+    cached_input: Decimal | None = None
+    reasoning: Decimal | None = None
+
+    def cost(self, usage: Usage) -> Decimal:
+        """What ``usage`` costs at this price, in USD."""
+        cached = min(usage.cached_input_tokens, usage.input_tokens)
+        reasoning = min(usage.reasoning_tokens, usage.output_tokens)
+        cached_price = self.input if self.cached_input is None else self.cached_input
+        reasoning_price = self.output if self.reasoning is None else self.reasoning
+        total = (
+            (usage.input_tokens - cached) * self.input
+            + cached * cached_price
+            + (usage.output_tokens - reasoning) * self.output
+            + reasoning * reasoning_price
+        )
+        return total / _PER
+
+
+@dataclass(frozen=True)
+class Prices:
+    """A price table: model name -> :class:`Price`. There are no built-in prices.
+
+    The YAML file :meth:`load` reads (USD per 1M tokens; ``cached_input`` and
+    ``reasoning`` are optional)::
+
+        models:
+          gpt-4.1:
+            input: 2.00
+            cached_input: 0.50
+            output: 8.00
+          o3:
+            input: 2.00
+            output: 8.00
+            reasoning: 8.00
+
+    A model is matched by its exact name as recorded.
+    """
+
+    models: Mapping[str, Price]
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Prices:
+        """Read a price table from a YAML file.
+
+        Raises:
+            InvalidInput: The file cannot be read, is not YAML, or is not a price table
+                (the message names the model and field).
+        """
+        import yaml
+
+        name = os.fspath(path)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                body = yaml.safe_load(handle)
+        except (OSError, UnicodeDecodeError) as error:
+            reason = getattr(error, "strerror", None) or str(error)
+            raise InvalidInput(f"cannot read prices {name}: {reason}") from None
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise InvalidInput(f"prices {name} is not valid YAML{where}: {problem}") from None
+        try:
+            return cls.from_json(body)
+        except InvalidInput as error:
+            raise InvalidInput(f"prices {name}: {error}") from None
+
+    @classmethod
+    def from_json(cls, body: Any) -> Prices:
+        """A price table from its parsed form (``{"models": {name: {field: USD}}}``).
+
+        Raises:
+            InvalidInput: It is not one; the message names the model and field.
+        """
+        if not isinstance(body, Mapping) or set(body) != {"models"}:
+            found = sorted(map(str, body)) if isinstance(body, Mapping) else type(body).__name__
+            raise InvalidInput(f"a price table is a mapping with one key, models (found {found})")
+        models = body["models"]
+        if not isinstance(models, Mapping) or not models:
+            raise InvalidInput("models must map each model name to its prices")
+        table: dict[str, Price] = {}
+        for model, fields_ in models.items():
+            if not isinstance(model, str) or not model:
+                raise InvalidInput(f"model name {model!r} is not a name")
+            if not isinstance(fields_, Mapping):
+                raise InvalidInput(f"model {model!r}: give input and output (USD per 1M tokens)")
+            unknown = sorted(str(key) for key in fields_ if key not in _PRICE_FIELDS)
+            if unknown:
+                raise InvalidInput(
+                    f"model {model!r}: unknown field {unknown[0]!r} "
+                    f"(fields: {', '.join(_PRICE_FIELDS)})"
+                )
+            for needed in ("input", "output"):
+                if needed not in fields_:
+                    raise InvalidInput(f"model {model!r}: {needed} is missing")
+            given = {key: _usd(model, key, value) for key, value in fields_.items()}
+            table[model] = Price(**given)
+        return cls(table)
+
+    def cost(self, model: str | None, usage: Usage) -> Decimal | None:
+        """What ``usage`` of ``model`` costs; None when it has tokens and no price."""
+        price = self.models.get(model) if model is not None else None
+        if price is not None:
+            return price.cost(usage)
+        return Decimal(0) if not (usage.input_tokens or usage.output_tokens) else None
+
+
+def _usd(model: str, key: str, value: Any) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"model {model!r}: {key} must be a number (USD per 1M tokens)")
+    if not math.isfinite(value) or value < 0:
+        raise InvalidInput(f"model {model!r}: {key} must be a non-negative number, got {value}")
+    return Decimal(str(value))
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """One row of a usage report.
+
+    Attributes:
+        key: The model, agent or session (None: a model nobody named).
+        usage: Its token counts; ``requests`` is the number of model responses.
+        cost: What it cost in USD; None without a price table, or when a model in it
+            has tokens and no price.
+    """
+
+    key: str | None
+    usage: Usage
+    cost: Decimal | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row for ``--json`` (cost as a number of USD, or null)."""
+        return {
+            "key": self.key,
+            **self.usage.as_dict(),
+            "cost_usd": float(self.cost) if self.cost is not None else None,
+        }
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    """Totals grouped one way.
+
+    Attributes:
+        by: What the rows are (``model``, ``agent`` or ``session``).
+        rows: One per model, agent or session, most tokens first.
+        total: Everything.
+        priced: Whether a price table was given.
+        legacy: How many responses were counted by the legacy ``$usage`` rule.
+    """
+
+    by: Group
+    rows: list[UsageRow]
+    total: UsageRow
+    priced: bool
+    legacy: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report for ``--json``."""
+        return {
+            "by": self.by,
+            "priced": self.priced,
+            "rows": [row.as_dict() for row in self.rows],
+            "total": self.total.as_dict(),
+            "legacy_responses": self.legacy,
+        }
+
+
+class _Event(Protocol):
+    """What the fold reads of an event: a :class:`~agentjournal.records.Record` or a
+    :class:`~agentjournal.store.RecordedEvent`."""
+
+    @property
+    def stream(self) -> str: ...
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def metadata(self) -> Mapping[str, str]: ...
+
+
+_Part = tuple[str, str, str | None]  # (session, agent, model)
+_COLUMN: Final[Mapping[str, int]] = {"session": 0, "agent": 1, "model": 2}
+
+
+class UsageFold:
+    """Folds events into usage counts: feed it one tree's records, or the global order.
+
+    Events must come in their streams' order (any interleaving of streams). A
+    ``ModelResponded`` counts as one response; an assistant event's ``$usage``
+    counts by the legacy rule (see the module docs). What it cannot read is skipped
+    and counted in :attr:`unreadable`.
+
+    Args:
+        session_id: The session every event belongs to (one tree); None for the global
+            order, where each stream's session is learned from the events.
+    """
+
+    def __init__(self, session_id: str | None = None) -> None:
+        self._session = session_id
+        self._parts: dict[_Part, Usage] = {}
+        self._responded: set[str] = set()  # streams with a ModelResponded so far
+        self._legacy: set[tuple[str, str]] = set()  # (stream, response id) counted
+        self._sessions: dict[str, str] = {}  # stream -> session (the global order)
+        self.legacy = 0
+        self.unreadable = 0
+
+    def add_all(self, events_: Iterable[_Event]) -> None:
+        """Fold each event, in order."""
+        for event in events_:
+            self.add(event)
+
+    def add(self, event: _Event) -> None:
+        """Fold one event."""
+        kind = event.type
+        if kind == MODEL_RESPONDED:
+            self._responded.add(event.stream)
+            try:
+                response = ModelResponse.decode(_data(event))
+            except (ValueError, RecursionError):
+                self.unreadable += 1
+                return
+            self._count((response.session_id, response.agent, response.model), response.usage)
+        elif self._session is None and kind in (events.SESSION_STARTED, events.SUBAGENT_STARTED):
+            self._learn(event, kind)
+        elif events.USAGE_KEY in event.metadata and event.stream not in self._responded:
+            self._count_legacy(event)
+
+    def _learn(self, event: _Event, kind: str) -> None:
+        """Which session a stream belongs to: a session stream names itself in its first
+        event; a subsession is the session of the stream whose handoff opened it."""
+        if kind == events.SESSION_STARTED:
+            self._sessions[event.stream] = event.stream.removeprefix("AgentSession-")
+            return
+        if events.INDEX_KEY not in event.metadata:
+            return  # the twin: the parent's copy came first, in the same transaction
+        try:
+            body = json.loads(_data(event))
+            child = body.get("subsession_stream")
+        except (ValueError, RecursionError, AttributeError):
+            return
+        parent = self._sessions.get(event.stream)
+        if isinstance(child, str) and parent is not None:
+            self._sessions[child] = parent
+
+    def _count_legacy(self, event: _Event) -> None:
+        metadata = event.metadata
+        response_id = metadata.get(events.RESPONSE_ID_KEY)
+        if response_id is not None:
+            key = (event.stream, response_id)
+            if key in self._legacy:
+                return  # another item of a response already counted
+            self._legacy.add(key)
+        try:
+            body = json.loads(metadata[events.USAGE_KEY])
+            usage = Usage.from_token_usage(body)
+            author = json.loads(_data(event)).get("author_name")
+        except (ValueError, RecursionError, AttributeError):
+            self.unreadable += 1
+            return
+        session = self._session or self._sessions.get(event.stream, "")
+        model = body.get("model") if isinstance(body.get("model"), str) else None
+        self.legacy += 1
+        self._count((session, author if isinstance(author, str) else "", model or None), usage)
+
+    def _count(self, part: _Part, usage: Usage) -> None:
+        self._parts[part] = self._parts.get(part, Usage()) + Usage(1, *_counts(usage))
+
+    def report(self, *, by: Group = "model", prices: Prices | None = None) -> UsageReport:
+        """The totals so far, one row per ``by``, with costs when ``prices`` is given.
+
+        Raises:
+            InvalidInput: ``by`` is not model, agent or session.
+        """
+        if by not in GROUPS:
+            raise InvalidInput(f"usage is grouped by one of {', '.join(GROUPS)}, not {by!r}")
+        column = _COLUMN[by]
+        grouped: dict[str | None, list[tuple[str | None, Usage]]] = {}
+        for part, usage in self._parts.items():
+            key = part[column]
+            grouped.setdefault(key, []).append((part[2], usage))
+        rows = [_row(key, parts, prices) for key, parts in grouped.items()]
+        rows.sort(key=lambda row: (-row.usage.total_tokens, row.key is None, row.key or ""))
+        everything = [part for parts in grouped.values() for part in parts]
+        return UsageReport(
+            by, rows, _row(None, everything, prices), prices is not None, self.legacy
+        )
+
+
+def _counts(usage: Usage) -> tuple[int, int, int, int, int]:
+    return (
+        usage.input_tokens,
+        usage.cached_input_tokens,
+        usage.output_tokens,
+        usage.reasoning_tokens,
+        usage.total_tokens,
+    )
+
+
+def _row(key: str | None, parts: list[tuple[str | None, Usage]], prices: Prices | None) -> UsageRow:
+    """A row of ``parts`` (model, usage): its cost is known only when every part's is."""
+    usage = sum((part for _, part in parts), Usage())
+    cost: Decimal | None = None
+    if prices is not None:
+        costs = [prices.cost(model, part) for model, part in parts]
+        cost = None if any(c is None for c in costs) else sum((c for c in costs if c), Decimal(0))
+    return UsageRow(key, usage, cost)
+
+
+def _data(event: _Event) -> bytes:
+    data = getattr(event, "data", None)
+    if isinstance(data, bytes):
+        return data
+    return data.encode() if isinstance(data, str) else b""
+
+
+def usage_of(
+    records: TreeRecords, *, by: Group = "model", prices: Prices | None = None
+) -> UsageReport:
+    """The usage of one session tree (:func:`agentjournal.records.read_tree`'s records).
+
+    Raises:
+        InvalidInput: ``by`` is not model, agent or session.
+    """
+    fold = UsageFold(records.session_id)
+    for stream in records.streams.values():
+        fold.add_all(stream)
+    return fold.report(by=by, prices=prices)

@@ -25,10 +25,14 @@ Commands:
                 a session tree, one line per event, subsessions nested
     replay SESSION [--limit N] [--at INDEX]
                 the flat history as JSON Lines, exactly as get_items returns it
+    usage [SESSION] [--by model|agent|session] [--prices FILE] [--json]
+                tokens, requests and cost per model, agent or session, each
+                model response counted once (every session without SESSION)
 
 Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
 else ``sqlite:///agentjournal.db``); the commands that only read one
-(``verify``, ``bundle export``, ``sessions``, ``show``, ``replay``) never create it.
+(``verify``, ``bundle export``, ``sessions``, ``show``, ``replay``, ``usage``) never
+create it.
 
 Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed. An
 expected error is one line on stderr saying what to do; ``--debug`` shows the
@@ -53,12 +57,24 @@ from agentjournal.cli import (
     show,
     verify,
 )
+from agentjournal.cli import usage as usage_command
 from agentjournal.cli._common import Commands, usage
 from agentjournal.errors import JournalError
 
 __all__ = ["build_parser", "main"]
 
-_COMMANDS = (demo, selfcheck, guardrail, verify, bundle, keygen, sessions, show, replay)
+_COMMANDS = (
+    demo,
+    selfcheck,
+    guardrail,
+    verify,
+    bundle,
+    keygen,
+    sessions,
+    show,
+    replay,
+    usage_command,
+)
 """The command modules, in the order ``--help`` lists them: each adds its parser and the
 function that runs it (``register``), and loads what it needs only when it runs."""
 

@@ -76,6 +76,7 @@ class _NoRun:
     handoffs: Mapping[str, tuple[str, str]] = {}
     grants: Sequence[Any] = ()
     finished: str | None = None
+    responses: Sequence[Any] = ()  # a compaction carries no model response
 
     def __init__(self, speaker: str | None = None) -> None:
         self.speaker = speaker
@@ -291,13 +292,15 @@ class SessionCore:
         run: RunView,
         metadata: Mapping[str, str],
         held: tuple[str, Any] | None = None,
-    ) -> None:
-        """Append a decision, refusal or grant to the stream of the agent acting in ``run``.
+    ) -> WritePlan:
+        """Append a decision, refusal or grant to the stream of the agent acting in ``run``;
+        return the plan that landed.
 
         That is the innermost open subsession when this run wrote inside it or
         ``agent`` is its agent (a resumed run), else the session stream (a new
         run's first agent speaks there). ``held`` (agent, authority JSON) adds the
-        grant's entry to the authority log in the same transaction. With
+        grant's entry to the authority log in the same transaction, and the run's
+        model responses not yet written go first in it. With
         ``record_payloads`` off, a decision or refusal is written as its redacted
         view (``aj.viewed``).
 
@@ -328,19 +331,22 @@ class SessionCore:
                 metadata=extra,
                 held=held,
                 log=log,
+                run=run,
             )
 
         async with tree.lock:
             if not tree.loaded:
                 await self.reader.load(0)
-            await self.writer.write(build)
+            landed = await self.writer.write(build)
+        assert landed is not None  # a control write always has its event
+        return landed
 
     async def record_grant(
         self, agent: str, authority: Authority, run: RunView, trace: Mapping[str, str]
-    ) -> None:
+    ) -> WritePlan:
         """Append ``agentjournal.AuthorityGranted`` (what a run's first agent holds) and its
         entry on the authority log, in one transaction."""
-        await self.record(
+        return await self.record(
             events.AUTHORITY_GRANTED,
             run_grant(agent, authority),
             agent=agent,

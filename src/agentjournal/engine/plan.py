@@ -12,6 +12,11 @@ function of what it is given, so each plan is unit-tested directly.
   subagent opened or closed, and the authority log's entries for its grants.
 - :func:`plan_control` — one event that is no item (a decision, a refusal, a
   run's grant, a pop, a clear), with the authority log's entry when it grants.
+
+Both first write the run's model responses not yet written
+(:class:`Responded`: one ``agentjournal.ModelResponded`` each, on the stream of
+the agent that called the model), so a response rides on the next write the
+session makes and lands with it or not at all.
 - :func:`plan_log` — entries of the authority log alone (a reset).
 - :func:`plan_checkpoint` — a signed checkpoint of the heads.
 - :func:`seal_event` — the chain keys and view commitment every event gets.
@@ -44,6 +49,7 @@ __all__ = [
     "Grant",
     "ItemsPlan",
     "Produced",
+    "Responded",
     "RunView",
     "SessionFacts",
     "WritePlan",
@@ -73,6 +79,30 @@ class Produced:
     response_id: str | None
     usage_json: str | None
     agent: str
+
+
+@dataclass(frozen=True, slots=True)
+class Responded:
+    """A model response whose ``agentjournal.ModelResponded`` event is not written yet.
+
+    It is written with the next write the session makes (:func:`plan_items`,
+    :func:`plan_control`), before that write's own events, and its id is fixed
+    when the response arrives: every attempt of every write carries the same
+    event, and a write that landed is recognised by it
+    (the ``responded`` ids of its :class:`~agentjournal.engine.tree.SessionTree`).
+
+    Attributes:
+        id: Its event id.
+        agent: The agent that called the model (it picks the stream).
+        data: The event's data (:meth:`agentjournal.usage.ModelResponse.encode`).
+        metadata: Its own metadata: the agent's ``trace_id``/``span_id`` when the
+            response arrived, ``aj.response_id`` when the model gave one.
+    """
+
+    id: uuid.UUID
+    agent: str
+    data: bytes
+    metadata: Mapping[str, str]
 
 
 @dataclass(slots=True)
@@ -115,6 +145,10 @@ class RunView(Protocol):
     @property
     def finished(self) -> str | None:
         """The last agent's final output, once it finished."""
+
+    @property
+    def responses(self) -> Sequence[Responded]:
+        """The run's model responses not yet written, oldest first."""
 
     def produced_by(self, item: Mapping[str, Any]) -> Produced | None:
         """What the hooks learned about the model output item ``item`` came from."""
@@ -259,14 +293,24 @@ class _Events:
         return self.heads.get(stream, -1) + len(self.by_stream.get(stream, []))
 
     def add(
-        self, stream: str, type_: str, data: bytes, metadata: dict[str, str], id_: uuid.UUID
+        self,
+        stream: str,
+        type_: str,
+        data: bytes,
+        metadata: dict[str, str],
+        id_: uuid.UUID,
+        *,
+        own_trace: bool = False,
     ) -> NewEvent:
+        """Seal an event after ``stream``'s last; ``own_trace``: its metadata carries its own
+        trace ids (a model response's), not the write's."""
         metadata[events.NEXT_INDEX_KEY] = str(self.next_index)
         metadata[events.SCHEMA_VERSION_KEY] = events.SCHEMA_VERSION_VALUE
         child = self.open_child.get(stream)
         if child:
             metadata[events.OPEN_KEY] = child
-        metadata.update(self.trace)
+        if not own_trace:
+            metadata.update(self.trace)
         revision = self.revision_of(stream) + 1
         prev = self.hashes.get(stream, "") if revision > 0 else GENESIS
         self.hashes[stream] = seal_event(stream, revision, id_, type_, data, metadata, prev)
@@ -297,6 +341,38 @@ class _Events:
         """The heads and hashes of the streams written, after this write."""
         heads = {stream: self.revision_of(stream) for stream in self.by_stream}
         return heads, {stream: self.hashes[stream] for stream in self.by_stream}
+
+
+def _add_responses(
+    out: _Events, tree: SessionTree, facts: SessionFacts, run: RunView
+) -> tuple[uuid.UUID, ...]:
+    """Add the run's responses not yet written, each to its agent's stream; their ids."""
+    added: list[uuid.UUID] = []
+    for response in run.responses:
+        if response.id in tree.responded or response.id in added:
+            continue  # it landed already (with an earlier write, or one whose answer was lost)
+        stream = _response_stream(tree, facts.stream, response.agent, run)
+        out.add(
+            stream,
+            events.MODEL_RESPONDED,
+            response.data,
+            dict(response.metadata),
+            response.id,
+            own_trace=True,
+        )
+        added.append(response.id)
+    return tuple(added)
+
+
+def _response_stream(tree: SessionTree, session_stream: str, agent: str, run: RunView) -> str:
+    """The stream of the agent that called the model: the innermost open subagent it is,
+    else (it speaks inside the chain this run wrote in) the innermost, else the session's."""
+    for subagent in reversed(tree.chain):
+        if subagent.agent_name == agent:
+            return subagent.stream
+    if tree.chain and run.same_run(tree.chain_run):
+        return tree.chain[-1].stream
+    return session_stream
 
 
 def plan_items(
@@ -334,7 +410,8 @@ def plan_items(
         finished=run.finished,
         new_run=bool(items) and starts_a_run(items[0]) and not run.same_run(tree.chain_run),
     )
-    if not routed.ops and not hides:
+    pending = [r for r in run.responses if r.id not in tree.responded]
+    if not routed.ops and not hides and not pending:
         return None
     counter = 0
 
@@ -366,6 +443,8 @@ def plan_items(
             popped = events.ItemPopped(hidden.stream, hidden.revision, hidden.part, hidden.index)
             out.add(innermost, events.ITEM_POPPED, popped.encode(), {}, next_id())
             entries.append(Pop(hidden.key))
+    # The responses before the items they produced, and before any close of their streams.
+    responded = _add_responses(out, tree, facts, run)
     for op in routed.ops:
         if op.kind == "item":
             assert op.item is not None
@@ -473,6 +552,7 @@ def plan_items(
         run=run.identity,
         grants=granted_to,
         authority=after,
+        responded=responded,
     )
     return ItemsPlan(requests, commit, routed, tuple(shown))
 
@@ -489,10 +569,13 @@ def plan_control(
     entries: Sequence[TimelineEvent] = (),
     held: tuple[str, Any] | None = None,
     log: AuthorityLog | None = None,
+    run: RunView | None = None,
 ) -> WritePlan:
-    """One event that is no item, after ``stream``'s head; with ``held`` (agent, authority
-    JSON: a run's grant) its authority log entry in the same transaction."""
+    """One event that is no item, after ``stream``'s head (and ``run``'s responses not yet
+    written, first); with ``held`` (agent, authority JSON: a run's grant) its authority
+    log entry in the same transaction."""
     out = _Events(tree, next_index, metadata)
+    responded = _add_responses(out, tree, facts, run) if run is not None else ()
     # The control event's own metadata has no open child of another stream than its own.
     event = out.add(stream, type_, data, {}, uuid.uuid4())
     authority: AuthorityLog | None = None
@@ -511,6 +594,7 @@ def plan_control(
         entries=entries,
         written=sum(len(request.events) for request in requests),
         authority=authority,
+        responded=responded,
     )
     return WritePlan(requests, commit)
 

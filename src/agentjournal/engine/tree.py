@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from agentjournal import events
 from agentjournal._locks import CrossLoopLock
@@ -37,6 +38,8 @@ from agentjournal.engine.timeline import (
 from agentjournal.errors import CodecError
 from agentjournal.ledger.chain import GENESIS
 from agentjournal.store.base import RecordedEvent
+
+_RESPONDED: Final = 1024  # response ids remembered: far more than a run ever has pending
 
 __all__ = ["AuthorityLog", "Commit", "SessionTree", "index_of", "next_index_after"]
 
@@ -77,6 +80,7 @@ class Commit:
         authority: The authority log after it (None: unchanged).
         ledger: The checkpoint stream's head after it (None: unchanged).
         signed: Whether it was a checkpoint (nothing is unsigned after it).
+        responded: The ids of the ``ModelResponded`` events it wrote.
     """
 
     heads: Mapping[str, int]
@@ -91,6 +95,7 @@ class Commit:
     authority: AuthorityLog | None = None
     ledger: tuple[int, str] | None = None
     signed: bool = False
+    responded: Sequence[uuid.UUID] = ()
 
 
 @dataclass
@@ -117,6 +122,9 @@ class SessionTree:
     ledger_head: tuple[int, str] | None = None  # the checkpoint stream's head, once known
     grants: dict[str, Any] = field(default_factory=dict)  # open subsession -> granted authority
     authority: AuthorityLog | None = None  # the authority log's head, once read
+    # Ids of ModelResponded events known to be on the store (written, or read back after a
+    # write whose answer was lost): a pending response among them is never written again.
+    responded: OrderedDict[uuid.UUID, None] = field(default_factory=OrderedDict)
 
     @property
     def followed(self) -> list[str]:
@@ -156,6 +164,9 @@ class SessionTree:
         event is skipped with a warning naming its stream and revision.
         """
         try:
+            if event.type == events.MODEL_RESPONDED:
+                self._responded([event.id])
+                return []
             if event.type == events.SUBAGENT_STARTED:
                 if events.INDEX_KEY not in event.metadata:
                     return []  # the twin that opens a subsession stream
@@ -240,11 +251,18 @@ class SessionTree:
             self.authority = commit.authority
         if commit.ledger is not None:
             self.ledger_head = commit.ledger
+        self._responded(commit.responded)
         self.unsigned = 0 if commit.signed else self.unsigned + commit.written
         # Only the session's stream and the open subagents' are followed.
         followed = set(self.followed)
         self.heads = {k: v for k, v in self.heads.items() if k in followed}
         self.hashes = {k: v for k, v in self.hashes.items() if k in followed}
+
+    def _responded(self, ids: Sequence[uuid.UUID]) -> None:
+        for id_ in ids:
+            self.responded[id_] = None
+        while len(self.responded) > _RESPONDED:
+            self.responded.popitem(last=False)
 
     def _forget_from(self, stream: str) -> None:
         """A subagent closed: drop it (and anything it opened) from the chain."""

@@ -5,7 +5,8 @@ tool output, yet verify completely. Every event type falls in one of three
 classes:
 
 * **kept** — its data holds no conversation (lifecycle of the session,
-  authority, policies, checkpoints, pops and clears): shown whole;
+  authority, policies, checkpoints, pops and clears, model responses' usage):
+  shown whole;
 * **viewed** — its data mixes conversation with what a verifier needs (tool
   calls, handoffs, subagent completions, guardrail decisions, authority
   refusals): shown as its *view*, the data with every conversation value
@@ -69,6 +70,7 @@ KEPT: Final = frozenset(
         events.POLICY_RECORDED,
         events.AUTHORITY_HELD,
         events.AUTHORITY_RESET,
+        events.MODEL_RESPONDED,
         CHECKPOINT,
         KEY_ROTATED,
     }

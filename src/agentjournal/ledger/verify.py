@@ -33,6 +33,9 @@ data — or, in a redacted bundle, no data but a committed view
    ALLOW or MODIFY decision about exactly that call, and every executed tool
    call of a session with a policy was within the calling agent's authority
    under the recorded policy's rule; every refusal is one the policy makes.
+7. **Usage** — every ``agentjournal.ModelResponded`` is one this version
+   reads, of this session, on a stream of its tree, with the response id its
+   metadata names; the report totals their tokens.
 
 The report names the first bad stream and revision.
 """
@@ -69,6 +72,7 @@ from agentjournal.streams import (
     session_stream,
     validate_id,
 )
+from agentjournal.usage import ModelResponse, Usage
 
 __all__ = ["Problem", "Report", "parse_bundle", "verify_bundle", "verify_records"]
 
@@ -224,6 +228,7 @@ def verify_records(
         ),
         ("delegation", lambda: _check_authority(report, tree, policy)),
         ("containment", lambda: _check_containment(report, tree, policy)),
+        ("usage", lambda: _check_responses(report, tree)),
     ]
     for check, stage in stages:
         try:
@@ -1259,3 +1264,38 @@ def _refused_inputs(tree: _Tree, event: Record, body: Mapping[str, Any]) -> Any:
         ):
             return _call_marker(other).get("ceilings", {})
     return None  # the run stopped before the call was stored: only its scope is known
+
+
+# -- usage ------------------------------------------------------------------------------
+
+
+def _check_responses(report: Report, tree: _Tree) -> None:
+    """Each ``ModelResponded`` reads as one, belongs to this session's tree and names the
+    response its metadata does; the report totals what they record."""
+    total, count = Usage(), 0
+    for name, stream in tree.streams.items():
+        for event in stream:
+            if event.type != events.MODEL_RESPONDED:
+                continue
+            where = ("usage", name, event.revision)
+            if not tree.is_tree_stream(name):
+                report.fail(*where, f"a model response does not belong on {name}")
+                continue
+            try:
+                response = ModelResponse.decode((event.data or "").encode())
+            except ValueError as error:
+                report.fail(*where, f"an unreadable model response: {cut(str(error), 200)}")
+                continue
+            if response.session_id != tree.session_id:
+                report.fail(*where, "a model response of another session")
+            elif event.metadata.get(events.RESPONSE_ID_KEY) not in (None, response.response_id):
+                report.fail(*where, "aj.response_id is not the response's id")
+            else:
+                count += 1
+                total += response.usage
+    if count and not report.failed("usage"):
+        report.lines.append(
+            f"usage: {plural(count, 'model response')}; {total.input_tokens} input "
+            f"({total.cached_input_tokens} cached), {total.output_tokens} output "
+            f"({total.reasoning_tokens} reasoning) tokens"
+        )

@@ -3,21 +3,24 @@
 A run is recognised by the SDK's ``Usage`` object, which every context of one
 run shares (the hooks', the tools', the session calls'). :class:`RunState`
 holds what the hooks learn during it — the speaking agent, which response
-produced each output item, the handoff calls and the handoffs matched to them,
-the grants not yet written, the final output — and the run's spans. The next
-run replaces it; nothing of a run outlives it.
+produced each output item, the model responses not yet written, the handoff
+calls and the handoffs matched to them, the grants not yet written, the final
+output — and the run's spans. The next run replaces it; nothing of a run
+outlives it but the responses it could not write (they go with the next run's
+first write).
 """
 
 from __future__ import annotations
 
+import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from agentjournal.authority import Authority
-from agentjournal.engine.plan import Grant, ItemsPlan, Produced
+from agentjournal.engine.plan import Grant, ItemsPlan, Produced, Responded
 from agentjournal.sdk import tracing
 
 __all__ = ["RunState", "RunView", "weak"]
@@ -53,6 +56,8 @@ class RunState:
     handoffs: dict[str, tuple[str, str]] = field(default_factory=dict)
     grants: list[Grant] = field(default_factory=list)
     finished: str | None = None
+    responses: list[Responded] = field(default_factory=list)
+    llm_started: dict[str, str] = field(default_factory=dict)  # agent -> its call's start
 
     def is_run(self, usage: Any) -> bool:
         """Whether ``usage`` is this run's."""
@@ -101,6 +106,31 @@ class RunState:
                 self.handoff_calls[call_id] = (agent, targets[name])
         _trim(self.produced)
         _trim(self.handoff_calls)
+
+    def model_called(self, agent: str, at: str) -> None:
+        """``agent`` called the model at ``at`` (RFC 3339)."""
+        self.llm_started[agent] = at
+
+    def model_responded(self, agent: str) -> str | None:
+        """When ``agent``'s model call started, if it was seen (and forget it)."""
+        return self.llm_started.pop(agent, None)
+
+    def responded(self, response: Responded) -> None:
+        """A model response: its ``ModelResponded`` goes with the next write."""
+        self.responses.append(response)
+
+    def carry(self, previous: RunState) -> None:
+        """A new run begins: the responses the last run could not write are still due."""
+        self.responses[:0] = previous.responses
+
+    def landed(self, stored: Container[uuid.UUID]) -> None:
+        """A write landed: the responses now known to be stored are no longer pending.
+
+        ``stored`` is the ``responded`` ids of the session's
+        :class:`~agentjournal.engine.tree.SessionTree`.
+        """
+        if any(response.id in stored for response in self.responses):
+            self.responses = [r for r in self.responses if r.id not in stored]
 
     def handed_off(self, sender: str, receiver: str) -> bool:
         """The SDK handed off: match it to the sender's call (False when there is none).
@@ -185,6 +215,10 @@ class RunView:
     @property
     def finished(self) -> str | None:
         return self._state.finished
+
+    @property
+    def responses(self) -> Sequence[Responded]:
+        return self._state.responses
 
     def produced_by(self, item: Mapping[str, Any]) -> Produced | None:
         return self._state.produced_by(item)

@@ -19,9 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from agents import OpenAIChatCompletionsModel, OpenAIResponsesModel
 from agents.handoffs import Handoff, handoff
 from agents.lifecycle import RunHooksBase
 from agents.memory.session import _CompactionSnapshot
@@ -36,7 +40,7 @@ from opentelemetry.trace import Span
 from agentjournal import events
 from agentjournal.authority import Authority, Policy
 from agentjournal.engine.core import DEFAULT_CHECKPOINT_EVERY, SessionCore
-from agentjournal.engine.plan import Produced, SessionFacts
+from agentjournal.engine.plan import Produced, Responded, SessionFacts, WritePlan
 from agentjournal.engine.routing import SUMMARY_CHARS
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import AuthorityDenied, GuardrailBlocked, InvalidInput
@@ -50,6 +54,8 @@ from agentjournal.sdk.gates import Gatekeeper
 from agentjournal.sdk.run import RunState, weak
 from agentjournal.store.base import EventStore
 from agentjournal.streams import session_stream, validate_id
+from agentjournal.usage import ModelResponse as ResponseRecord
+from agentjournal.usage import Usage
 
 if TYPE_CHECKING:
     from agents.agent import Agent
@@ -338,6 +344,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             closing=closing,
         )
         run.written(plan, items=bool(items), closing=closing is not None)
+        run.landed(self._core.tree.responded)
         return plan.closed if plan is not None else 0
 
     # -- RunHooks ---------------------------------------------------------------
@@ -369,8 +376,10 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         system_prompt: str | None,
         input_items: list[TResponseInputItem],
     ) -> None:
-        """Check a newly started agent's input with the guardrail (AGENT_INPUT)."""
+        """Note when the call started; check a newly started agent's input with the
+        guardrail (AGENT_INPUT)."""
         self._enter_run(context, main=True)
+        self._run.model_called(agent.name, _now())
         if self._enforcer is not None:
             await self._enforcer.check_input(agent, input_items)
 
@@ -391,11 +400,13 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
     async def on_llm_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
     ) -> None:
-        """Remember usage, response id and handoff calls; check every action with the guardrail."""
+        """Record the response (``agentjournal.ModelResponded``, written with the next write);
+        remember usage, response id and handoff calls; check every action with the guardrail."""
         self._enter_run(context, main=True)
         targets = _handoff_targets(agent)
         produced = Produced(response.response_id, _usage_json(response, agent), agent.name)
         self._run.response(agent.name, response.output, produced, targets)
+        self._run.responded(self._responded(agent, response))
         wiring = self._wiring
         refused: set[str] = set()
         if self._gates is not None:
@@ -430,6 +441,40 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
                 to_agent.name,
             )
 
+    def _responded(self, agent: Agent[Any], response: ModelResponse) -> Responded:
+        """The ``ModelResponded`` event of a response that just arrived (not yet written)."""
+        usage = response.usage
+        model, system = _model_of(agent)
+        record = ResponseRecord(
+            session_id=self.session_id,
+            agent=agent.name,
+            model=model,
+            system=system,
+            response_id=response.response_id,
+            usage=Usage(
+                requests=1,
+                input_tokens=usage.input_tokens,
+                cached_input_tokens=getattr(usage.input_tokens_details, "cached_tokens", 0) or 0,
+                output_tokens=usage.output_tokens,
+                reasoning_tokens=getattr(usage.output_tokens_details, "reasoning_tokens", 0) or 0,
+                total_tokens=usage.total_tokens,
+            ),
+            started_at=self._run.model_responded(agent.name),
+            ended_at=_now(),
+            outputs=dict(
+                sorted(
+                    Counter(
+                        str(getattr(i, "type", None) or "unknown") for i in response.output
+                    ).items()
+                )
+            ),
+        )
+        metadata = self._recorder.trace_now()
+        if response.response_id:
+            metadata[events.RESPONSE_ID_KEY] = response.response_id
+        # The id is fixed now: every attempt of whichever write carries it sends the same event.
+        return Responded(uuid.uuid4(), agent.name, record.encode(), metadata)
+
     # -- runs and spans -------------------------------------------------------------
 
     def _enter_run(self, context: RunContextWrapper[Any], *, main: bool = False) -> None:
@@ -441,12 +486,14 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             return
         if self._run.trace is not None:
             self._run.trace.end("the run ended without finishing (error or interruption)")
+        previous = self._run
         self._run = RunState(
             usage=weak(usage),
             wrapper=weak(context) if main else None,
             trace=tracing.RunTrace(self.session_id),
             speaker=self._agent_name,
         )
+        self._run.carry(previous)
         if self._enforcer is not None:
             self._enforcer.new_run()
         if self._gates is not None:
@@ -534,12 +581,14 @@ class _Recorder:
         trace = _trace_metadata(tracing.TraceIds(decided.trace_id, decided.span_id))
         facts = self._session._core.facts
         rule = facts.rule_metadata(decided.subject) if decided.action_type == "TOOL_CALL" else {}
-        await self._session._core.record(
-            events.GUARDRAIL_DECIDED,
-            decided.encode(),
-            agent=decided.agent,
-            run=self.current_run(),
-            metadata={**trace, **rule},
+        self._landed(
+            await self._session._core.record(
+                events.GUARDRAIL_DECIDED,
+                decided.encode(),
+                agent=decided.agent,
+                run=self.current_run(),
+                metadata={**trace, **rule},
+            )
         )
 
     async def record_refusal(self, refused: events.AuthorityRefused) -> None:
@@ -548,20 +597,28 @@ class _Recorder:
         Raises:
             StoreError: The refusal did not land (the action is refused anyway).
         """
-        await self._session._core.record(
-            events.AUTHORITY_REFUSED,
-            refused.encode(),
-            agent=refused.agent,
-            run=self.current_run(),
-            metadata={**self.trace_now(), **self._session._core.facts.policy_metadata()},
+        self._landed(
+            await self._session._core.record(
+                events.AUTHORITY_REFUSED,
+                refused.encode(),
+                agent=refused.agent,
+                run=self.current_run(),
+                metadata={**self.trace_now(), **self._session._core.facts.policy_metadata()},
+            )
         )
 
     async def record_grant(self, agent: str, authority: Authority) -> None:
         """Append ``agentjournal.AuthorityGranted`` (what a run's first agent holds) and,
         in the same transaction, its entry on the authority log."""
-        await self._session._core.record_grant(
-            agent, authority, self.current_run(), self.trace_now()
+        self._landed(
+            await self._session._core.record_grant(
+                agent, authority, self.current_run(), self.trace_now()
+            )
         )
+
+    def _landed(self, plan: WritePlan) -> None:
+        """A write landed: the model responses it carried are no longer pending."""
+        self._session._run.landed(self._session._core.tree.responded)
 
     async def handoff_granted(self, sender: str, receiver: str, authority: Authority) -> None:
         """A handoff granted ``receiver`` an authority: it goes on the record with the next
@@ -620,6 +677,29 @@ def _usage_json(response: ModelResponse, agent: Agent[Any]) -> str | None:
         message.model = agent.model
     text: str = to_json(message)
     return text
+
+
+def _model_of(agent: Agent[Any]) -> tuple[str | None, str | None]:
+    """The model an agent names and its GenAI system, as far as the agent shows them.
+
+    A name is routed by the run's model provider, which hooks cannot see: a bare name
+    or ``openai/...`` is OpenAI's under the SDK's default provider, anything else (or a
+    ``RunConfig(model=...)`` override) is unknown to us. An SDK OpenAI model object is
+    OpenAI's; another model object gives its ``model`` attribute when that is a name.
+    """
+    model = agent.model
+    if isinstance(model, str):
+        return model, "openai" if "/" not in model or model.startswith("openai/") else None
+    name = getattr(model, "model", None)
+    system = (
+        "openai" if isinstance(model, OpenAIResponsesModel | OpenAIChatCompletionsModel) else None
+    )
+    return (name if isinstance(name, str) else None), system
+
+
+def _now() -> str:
+    """Now, RFC 3339 UTC with microseconds."""
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _trace_metadata(ids: tracing.TraceIds | None) -> dict[str, str]:
