@@ -51,6 +51,7 @@ TOP_LEVEL = {
     "StoreUnavailable",
     "StreamDeleted",
     "StreamNotFound",
+    "UndecodableEvent",
     # writing sessions
     "Journal",
     "JournalSession",

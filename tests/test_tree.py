@@ -350,8 +350,19 @@ def test_an_item_event_is_its_item_at_its_index() -> None:
     assert got.item() == item
 
 
-def test_an_item_without_an_index_is_a_foreign_writers() -> None:
-    (got,) = SessionTree(S).apply_recorded(item_event(S, 3, {"role": "user", "content": "x"}, None))
+def test_an_item_without_aj_index_takes_its_events_message_index() -> None:
+    # A foreign writer's canonical event still carries message_index in its data.
+    encoded = codec.encode_item(
+        {"role": "user", "content": "x"}, message_index=5, author=None, timestamp=NOW
+    )
+    (got,) = SessionTree(S).apply_recorded(recorded(S, 3, encoded.type, encoded.data, {}))
+    assert isinstance(got, Entry)
+    assert got.index == 5
+
+
+def test_an_item_with_no_index_anywhere_is_minus_one() -> None:
+    event = recorded(S, 3, "UserMessageReceived", b'{"content": "x"}', {})
+    (got,) = SessionTree(S).apply_recorded(event)
     assert isinstance(got, Entry)
     assert got.index == -1
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import importlib
 import json
 import os
 import pty
@@ -253,8 +254,13 @@ def test_one_session_by_model_agent_and_session(backend: str, tmp_path: Path) ->
     assert [row["key"] for row in sessions["rows"]] == ["u-one"]
 
 
-def test_every_session_with_prices(backend: str, tmp_path: Path) -> None:
+def test_every_session_with_prices(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     written = asyncio.run(write_sessions(backend, tmp_path))
+    # Many pages: each event folded once. (``agentjournal.cli.usage`` is also the name of
+    # the package's usage-error helper: take the module itself.)
+    monkeypatch.setattr(importlib.import_module("agentjournal.cli.usage"), "PAGE", 7)
     everything = written.scripts["u-one"].total() + written.scripts["u-two"].total()
     report = usage_json("--by", "session", "--prices", str(written.prices), "--uri", backend)
     assert report["session"] is None

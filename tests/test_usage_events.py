@@ -18,10 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, GuardrailFunctionOutput, OutputGuardrailTripwireTriggered
+from agents import (
+    Agent,
+    GuardrailFunctionOutput,
+    Model,
+    ModelProvider,
+    OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
+    OutputGuardrailTripwireTriggered,
+    RunConfig,
+)
 from agents import output_guardrail as sdk_output_guardrail
-from agents.testing import assistant_message
+from agents.testing import ScriptedModel, assistant_message
 from agents.usage import Usage as SdkUsage
+from openai import AsyncOpenAI
 
 from agentjournal import Journal
 from agentjournal.authority import Policy
@@ -31,6 +41,7 @@ from agentjournal.ledger import redaction
 from agentjournal.ledger.bundle import bundle_of
 from agentjournal.ledger.verify import verify_bundle
 from agentjournal.records import Record, TreeRecords, read_tree
+from agentjournal.sdk.session import _model_of
 from agentjournal.store import AppendRequest, AppendResult, NewEvent, StreamState
 from agentjournal.store.base import Expected
 from agentjournal.store.sqlite import SQLiteEventStore
@@ -398,3 +409,45 @@ async def test_bundles_with_responses_verify_and_a_forged_response_fails(redact:
     assert [(p.check, p.message) for p in forged.problems if p.check != "checkpoints"] == [
         ("usage", "a model response of another session")
     ]
+
+
+class _Provider(ModelProvider):
+    """Routes every model name to one scripted model (what a custom provider does)."""
+
+    def __init__(self, scripted: ScriptedModel) -> None:
+        self.scripted = scripted
+        self.asked: list[str | None] = []
+
+    def get_model(self, model_name: str | None) -> Model:
+        self.asked.append(model_name)
+        return self.scripted
+
+
+@pytest.mark.parametrize(
+    ("name", "system"),
+    [("gpt-4.1-mini", "openai"), ("openai/gpt-4.1", "openai"), ("litellm/claude-x", None)],
+)
+async def test_a_named_model_is_recorded_with_its_system(
+    memory_journal: Journal, name: str, system: str | None
+) -> None:
+    script = Script()
+    provider = _Provider(model(script.steps("triage", [[assistant_message("hi", item_id="m")]])))
+    agent: Agent[Any] = Agent(name="triage", model=name)
+    session = memory_journal.session("u-named")
+    config = RunConfig(tracing_disabled=True, model_provider=provider)
+    await drive(agent, "hello", session=session, hooks=session, config=config)
+    assert provider.asked == [name]
+    (record,) = responses(await read_tree(memory_journal.store, "u-named"))
+    response = ModelResponse.decode((record.data or "").encode())
+    assert (response.model, response.system) == (name, system)
+    assert response.outputs == {"message": 1}
+
+
+def test_an_sdk_openai_model_object_is_openais() -> None:
+    client = AsyncOpenAI(api_key="not-used", base_url="http://127.0.0.1:9")
+    for made in (
+        OpenAIResponsesModel(model="gpt-4.1", openai_client=client),
+        OpenAIChatCompletionsModel(model="gpt-4.1", openai_client=client),
+    ):
+        assert _model_of(Agent(name="a", model=made)) == ("gpt-4.1", "openai")
+    assert _model_of(Agent(name="a", model=ScriptedModel([]))) == (None, None)

@@ -35,6 +35,7 @@ from agentjournal.errors import (
     StoreUnavailable,
     StreamDeleted,
     StreamNotFound,
+    UndecodableEvent,
 )
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ __all__ = [
     "Subagent",
     "TraceLogFilter",
     "TreeRecords",
+    "UndecodableEvent",
     "continue_trace",
     "export_bundle",
     "read_tree",
@@ -102,4 +104,4 @@ _NAMES = {
     "read_tree": "agentjournal.records",
     "verify_bundle": "agentjournal.ledger.verify",
 }
-__getattr__ = exports(__name__, _NAMES)
+__getattr__, __dir__ = exports(__name__, _NAMES)

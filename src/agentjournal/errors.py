@@ -13,7 +13,8 @@ the store boundary and never leak through the public API.
     │   ├── RetriesExhausted             other writers kept winning, every retry
     │   ├── StreamNotFound               the stream does not exist
     │   ├── StreamDeleted                the stream was deleted or tombstoned
-    │   └── StoreUnavailable             the store cannot be reached or is busy
+    │   ├── StoreUnavailable             the store cannot be reached or is busy
+    │   └── UndecodableEvent             the store holds an event it cannot hand out
     ├── CodecError                       an item or event cannot be translated
     ├── GuardrailBlocked                 a guardrail decision stopped the run
     └── AuthorityDenied                  an action was outside the agent's authority
@@ -35,6 +36,7 @@ __all__ = [
     "StoreUnavailable",
     "StreamDeleted",
     "StreamNotFound",
+    "UndecodableEvent",
 ]
 
 
@@ -114,6 +116,20 @@ class StreamDeleted(StoreError):
 
 class StoreUnavailable(StoreError):
     """Raised when the store cannot be reached, times out or stays busy."""
+
+
+class UndecodableEvent(StoreError):
+    """Raised when the store holds an event it cannot hand out: e.g. a SQLite text column
+    that is not UTF-8 (written by something other than agentjournal). Reading it again
+    fails the same way; it is damage, not an outage.
+
+    Attributes:
+        stream: The stream read.
+    """
+
+    def __init__(self, stream: str, message: str) -> None:
+        self.stream = stream
+        super().__init__(message)
 
 
 class CodecError(JournalError):

@@ -19,11 +19,17 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any
 
 from agentjournal import events
 from agentjournal._digests import data_digest
-from agentjournal.errors import InvalidInput, JournalError, StoreUnavailable, StreamNotFound
+from agentjournal.errors import (
+    InvalidInput,
+    JournalError,
+    StreamNotFound,
+    UndecodableEvent,
+)
 from agentjournal.ledger.chain import HASH_KEY, PREV_KEY, SEQ_KEY
 from agentjournal.store.base import EventStore, RecordedEvent
 from agentjournal.streams import (
@@ -76,10 +82,14 @@ class Record:
     type: str
     data: str | None
     data_sha256: str
-    metadata: Mapping[str, str]
-    view: Mapping[str, Any] | None = None
+    metadata: Mapping[str, str] = field(hash=False)
+    view: Mapping[str, Any] | None = field(default=None, hash=False)
     position: int | None = None
     recorded_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        # Read-only: a record is evidence; nothing downstream may edit it in place.
+        object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
 
     @cached_property
     def body(self) -> dict[str, Any] | None:
@@ -110,10 +120,9 @@ class Record:
     @property
     def opens(self) -> str | None:
         """The subsession this parent copy of ``SubagentStarted`` opens, else None."""
-        if self.type != events.SUBAGENT_STARTED or events.INDEX_KEY not in self.metadata:
+        if self.type != events.SUBAGENT_STARTED:
             return None
-        child = (self.body or {}).get("subsession_stream")
-        return child if isinstance(child, str) else None
+        return _child_of(self.stream, self.body)
 
     @classmethod
     def of(cls, event: RecordedEvent) -> Record:
@@ -179,14 +188,21 @@ class TreeRecords:
 def opened_stream(event: RecordedEvent) -> str | None:
     """The subsession a stored parent copy of ``SubagentStarted`` opens; None for anything
     else, and for a damaged event (a verifier reports what it cannot find)."""
-    if event.type != events.SUBAGENT_STARTED or events.INDEX_KEY not in event.metadata:
+    if event.type != events.SUBAGENT_STARTED:
         return None
     try:
         body = json.loads(event.data)
     except (ValueError, RecursionError):
         return None
+    return _child_of(event.stream, body)
+
+
+def _child_of(stream: str, body: object) -> str | None:
+    """The ``subsession_stream`` of a ``SubagentStarted`` body when it names another stream
+    than the event's own: the parent copy (the twin on the subsession names itself). Told
+    by the data, not by ``aj.*`` metadata, so a tree written by another writer walks too."""
     child = body.get("subsession_stream") if isinstance(body, dict) else None
-    return child if isinstance(child, str) else None
+    return child if isinstance(child, str) and child != stream else None
 
 
 async def walk_tree(
@@ -196,16 +212,19 @@ async def walk_tree(
     limits: Mapping[str, int] | None = None,
     read: Mapping[str, list[RecordedEvent]] | None = None,
 ) -> AsyncIterator[tuple[str, list[RecordedEvent]]]:
-    """Every stream of the tree under ``root``, in the order handoffs opened them.
+    """Every stream of the tree under ``root``, level by level.
 
-    The root first, then each subsession named by a ``SubagentStarted`` already
-    read, the subsessions of one stream read concurrently. ``limits`` caps a
+    The root first, then the subsessions its ``SubagentStarted`` events name (in
+    stream order), then theirs, and so on; the streams of one level are read
+    concurrently. ``limits`` caps a
     stream at a revision (nothing past what a caller has seen), ``read`` gives
     whole streams already read. A subsession that does not exist is skipped with
     a warning (a verifier reports it from the records).
 
     Raises:
         StreamNotFound: ``root`` does not exist.
+        UndecodableEvent: The store holds an event of the tree it cannot hand out.
+        StoreUnavailable: The store could not be read.
     """
     limits = limits or {}
     read = read or {}
@@ -222,13 +241,17 @@ async def walk_tree(
                 raise
             logger.warning("subsession stream %s is missing; it is left out", stream)
             return None
-        except StoreUnavailable as error:
-            raise _Unreadable(stream, error) from None
 
     seen = {root}
     level = [root]
     while level:
-        found = await asyncio.gather(*(whole(stream) for stream in level))
+        tasks = [asyncio.ensure_future(whole(stream)) for stream in level]
+        try:
+            found = await asyncio.gather(*tasks)
+        finally:  # one failed read cancels its siblings: nobody reads for a caller that left
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         following: list[str] = []
         for stream, recorded in zip(level, found, strict=True):
             if recorded is None:
@@ -261,7 +284,7 @@ async def read_tree(store: EventStore, session_id: str) -> TreeRecords:
             streams[stream] = [Record.of(event) for event in recorded]
     except StreamNotFound:
         raise InvalidInput(f"session {session_id!r} does not exist") from None
-    except _Unreadable as error:  # e.g. a SQLite text column that is not UTF-8
+    except UndecodableEvent as error:  # e.g. a SQLite text column that is not UTF-8
         raise DamagedEvent(error.stream, None, f"cannot be read: {error}") from None
     for stream, recorded in (
         (authority_stream(session_id), await _read(store, authority_stream(session_id))),
@@ -273,18 +296,10 @@ async def read_tree(store: EventStore, session_id: str) -> TreeRecords:
     return TreeRecords(session_id, streams)
 
 
-class _Unreadable(StoreUnavailable):
-    """A stream of the tree could not be read (the store failed, or the data is damaged)."""
-
-    def __init__(self, stream: str, error: StoreUnavailable) -> None:
-        super().__init__(str(error))
-        self.stream = stream
-
-
 async def _read(store: EventStore, stream: str) -> list[RecordedEvent]:
     try:
         return await store.read(stream)
     except StreamNotFound:
         return []
-    except StoreUnavailable as error:  # e.g. a SQLite text column that is not UTF-8
+    except UndecodableEvent as error:  # e.g. a SQLite text column that is not UTF-8
         raise DamagedEvent(stream, None, f"cannot be read: {error}") from None

@@ -153,7 +153,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"unexpected error: {type(error).__name__}: {_reason(error)} "
             "(run again with --debug for the traceback)"
         )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -49,7 +49,9 @@ def register(commands: Commands) -> None:
         help="a price table (YAML, USD per 1M tokens per model; see README): adds a cost "
         "column, unknown for a model it does not price (default: no cost)",
     )
-    command.add_argument("--json", action="store_true", help="print the report as JSON")
+    command.add_argument(
+        "--json", action="store_true", help="print the report as JSON (default: a table)"
+    )
     command.add_argument("--uri", help=STORE_HELP + "; never created")
     command.set_defaults(run=lambda args: asyncio.run(show_usage(args)))
 

@@ -69,7 +69,8 @@ class Snapshot:
 
 
 class _NoRun:
-    """The run of a write outside any run (``close_subagents``, a compaction)."""
+    """What a write that belongs to no run's turn knows of the run (``close_subagents``, a
+    compaction, which the SDK makes inside a run): at most who is speaking."""
 
     identity: Any = None
     speaker: str | None = None
@@ -173,12 +174,17 @@ class SessionCore:
         trace: Mapping[str, str],
         closing: tuple[str, str] | None = None,
         hiding: Callable[[], Awaitable[Sequence[Entry | Clear]]] | None = None,
+        landed: Callable[[ItemsPlan], None] | None = None,
+        checkpoint_trace: Mapping[str, str] | None = None,
     ) -> ItemsPlan | None:
         """Write ``items`` as one atomic write (closing subagents with ``closing``); return
         the plan that landed, None when there was nothing to write.
 
         ``hiding`` (a compaction's replacement) is asked before each attempt, under the
-        tree's lock, which items the same write hides; it raises to give up.
+        tree's lock, which items the same write hides; it raises to give up. ``landed``
+        is told the plan as soon as it has landed, before the checkpoint that may
+        follow: a caller cancelled during that checkpoint still knows what was written.
+        The checkpoint carries ``checkpoint_trace`` (default ``trace``).
 
         Raises:
             CodecError: An item cannot be stored exactly; nothing was written.
@@ -222,13 +228,17 @@ class SessionCore:
         async with tree.lock:
             if not tree.loaded:
                 await self.reader.load(0)
-            landed = await self.writer.write(build, retry_now=retry_now)
-            if landed is not None:
+            plan = await self.writer.write(build, retry_now=retry_now)
+            if plan is not None:
                 ended = bool(
-                    landed.closed or closing is not None or (items and run.finished is not None)
+                    plan.closed or closing is not None or (items and run.finished is not None)
                 )
-                await self._maybe_checkpoint(force=ended, trace=trace)
-            return landed
+                if landed is not None:
+                    landed(plan)
+                await self._maybe_checkpoint(
+                    force=ended, trace=trace if checkpoint_trace is None else checkpoint_trace
+                )
+            return plan
 
     async def pop(self, trace: Mapping[str, str]) -> dict[str, Any] | None:
         """Hide the latest item and return it (``agentjournal.ItemPopped``); None if none."""
@@ -292,9 +302,8 @@ class SessionCore:
         run: RunView,
         metadata: Mapping[str, str],
         held: tuple[str, Any] | None = None,
-    ) -> WritePlan:
-        """Append a decision, refusal or grant to the stream of the agent acting in ``run``;
-        return the plan that landed.
+    ) -> None:
+        """Append a decision, refusal or grant to the stream of the agent acting in ``run``.
 
         That is the innermost open subsession when this run wrote inside it or
         ``agent`` is its agent (a resumed run), else the session stream (a new
@@ -337,16 +346,14 @@ class SessionCore:
         async with tree.lock:
             if not tree.loaded:
                 await self.reader.load(0)
-            landed = await self.writer.write(build)
-        assert landed is not None  # a control write always has its event
-        return landed
+            await self.writer.write(build)
 
     async def record_grant(
         self, agent: str, authority: Authority, run: RunView, trace: Mapping[str, str]
-    ) -> WritePlan:
+    ) -> None:
         """Append ``agentjournal.AuthorityGranted`` (what a run's first agent holds) and its
         entry on the authority log, in one transaction."""
-        return await self.record(
+        await self.record(
             events.AUTHORITY_GRANTED,
             run_grant(agent, authority),
             agent=agent,
@@ -418,11 +425,11 @@ class SessionCore:
                 for stream, revision in tree.heads.items()
                 if revision >= 0
             }
-            if not heads:
-                return None
             log = await self.reader.authority_log(fresh=True)
             if log.revision >= 0:
                 heads[authority_stream(self.facts.session_id)] = (log.revision, log.hash)
+            if not heads:
+                return None
             plan, checkpoint = plan_checkpoint(
                 self.facts.session_id,
                 key,
@@ -462,6 +469,7 @@ class SessionCore:
         prune_prefix: Callable[[Any], bool] | None,
         *,
         trace: Mapping[str, str],
+        speaker: str | None = None,
     ) -> bool:
         """Hide the items ``expected`` (and, with ``prune_prefix``, the oldest visible items
         before them it accepts) and append ``output``, in one atomic write, only if they
@@ -471,13 +479,16 @@ class SessionCore:
             return await self._suffix_to_hide(expected, prune_prefix)
 
         try:
-            await self.add(output, _NoRun(), trace=trace, hiding=hiding)
+            await self.add(output, _NoRun(speaker), trace=trace, hiding=hiding)
         except HistoryChanged:
             return False
         return True
 
-    async def replace_all(self, items: list[Any], *, trace: Mapping[str, str]) -> None:
-        """Replace the whole visible history with ``items`` in one atomic write."""
+    async def replace_all(
+        self, items: list[Any], *, trace: Mapping[str, str], speaker: str | None = None
+    ) -> None:
+        """Replace the whole visible history with ``items`` in one atomic write (``speaker``
+        authors its assistant items)."""
 
         async def hiding() -> list[Entry | Clear]:
             await self.reader.refresh(0)
@@ -485,7 +496,7 @@ class SessionCore:
                 return []  # no session yet: nothing to clear
             return [Clear(await self.reader.next_index() - 1)]
 
-        await self.add(items, _NoRun(), trace=trace, hiding=hiding)
+        await self.add(items, _NoRun(speaker), trace=trace, hiding=hiding)
 
     async def _suffix_to_hide(
         self,

@@ -12,14 +12,14 @@ function of what it is given, so each plan is unit-tested directly.
   subagent opened or closed, and the authority log's entries for its grants.
 - :func:`plan_control` — one event that is no item (a decision, a refusal, a
   run's grant, a pop, a clear), with the authority log's entry when it grants.
-
-Both first write the run's model responses not yet written
-(:class:`Responded`: one ``agentjournal.ModelResponded`` each, on the stream of
-the agent that called the model), so a response rides on the next write the
-session makes and lands with it or not at all.
 - :func:`plan_log` — entries of the authority log alone (a reset).
 - :func:`plan_checkpoint` — a signed checkpoint of the heads.
 - :func:`seal_event` — the chain keys and view commitment every event gets.
+
+:func:`plan_items` and :func:`plan_control` first write the run's model
+responses not yet written (:class:`Responded`: one ``agentjournal.ModelResponded``
+each, on the stream of the agent that called the model), so a response rides on
+the next write the session makes and lands with it or not at all.
 """
 
 from __future__ import annotations

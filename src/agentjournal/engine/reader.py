@@ -23,7 +23,7 @@ from agentjournal.engine.timeline import Entry, Picker, Timeline, TimelineEvent,
 from agentjournal.engine.tree import AuthorityLog, SessionTree, next_index_after
 from agentjournal.errors import CodecError, StreamNotFound
 from agentjournal.ledger.chain import GENESIS, HASH_KEY
-from agentjournal.records import walk_tree
+from agentjournal.records import opened_stream, walk_tree
 from agentjournal.store.base import EventStore, RecordedEvent
 from agentjournal.streams import authority_stream, ledger_stream
 
@@ -186,6 +186,11 @@ class Reader:
         tree.replace_timeline(timeline)
         await self.next_index()
 
+    @property
+    def side_streams(self) -> frozenset[str]:
+        """The tree's streams a catch-up does not read: its authority log and ledger."""
+        return frozenset((authority_stream(self._session_id), ledger_stream(self._session_id)))
+
     async def catch_up(self) -> None:
         """Apply what other writers appended to the followed streams.
 
@@ -197,27 +202,28 @@ class Reader:
         positions = dict(tree.heads)
         hashes = dict(tree.hashes)
         pending = tree.followed
-        while pending:
-            stream = pending.pop(0)
-            while True:
-                head = positions.get(stream, -1)
-                try:
-                    page = await self._store.read(stream, from_revision=head + 1, limit=_PAGE)
-                except StreamNotFound:
-                    if head >= 0:
-                        logger.warning("stream %s disappeared; rereading the session", stream)
-                        await self.load(None)
-                        return
-                    break
-                for event in page:
-                    new.extend(tree.apply_recorded(event, pending))
-                    positions[stream] = event.revision
-                    hashes[stream] = event.metadata.get(HASH_KEY, "")
-                    found = next_index_after(event)
-                    if found is not None:
-                        tree.found_next_index(found)
-                if len(page) < _PAGE:
-                    break
+        with tree.tentatively():  # cut short, nothing read so far counts
+            while pending:
+                stream = pending.pop(0)
+                while True:
+                    head = positions.get(stream, -1)
+                    try:
+                        page = await self._store.read(stream, from_revision=head + 1, limit=_PAGE)
+                    except StreamNotFound:
+                        if head >= 0:
+                            logger.warning("stream %s disappeared; rereading the session", stream)
+                            await self.load(None)
+                            return
+                        break
+                    for event in page:
+                        new.extend(tree.apply_recorded(event, pending))
+                        positions[stream] = event.revision
+                        hashes[stream] = event.metadata.get(HASH_KEY, "")
+                        found = next_index_after(event)
+                        if found is not None:
+                            tree.found_next_index(found)
+                    if len(page) < _PAGE:
+                        break
         tree.caught_up(positions, hashes, new)
 
     async def next_index(self) -> int:
@@ -349,7 +355,11 @@ class _Cursor:
             if self._next < 0:
                 self._done = True
             for event in page:
-                if event.type == events.SUBAGENT_STARTED and events.INDEX_KEY not in event.metadata:
+                if (
+                    event.type == events.SUBAGENT_STARTED
+                    and events.INDEX_KEY not in event.metadata
+                    and opened_stream(event) is None
+                ):
                     self._done = True  # this subsession's first event: nothing older here
                     break
                 if event.type == events.SUBAGENT_COMPLETED:

@@ -15,11 +15,12 @@ stream, and the reader's results arrive through :meth:`loaded_with`,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -37,13 +38,14 @@ from agentjournal.engine.timeline import (
 )
 from agentjournal.errors import CodecError
 from agentjournal.ledger.chain import GENESIS
+from agentjournal.records import opened_stream
 from agentjournal.store.base import RecordedEvent
-
-_RESPONDED: Final = 1024  # response ids remembered: far more than a run ever has pending
 
 __all__ = ["AuthorityLog", "Commit", "SessionTree", "index_of", "next_index_after"]
 
 logger = logging.getLogger("agentjournal.engine")
+
+_RESPONDED: Final = 1024  # response ids remembered: far more than a run ever has pending
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +156,19 @@ class SessionTree:
             self.chain.append(subagent)
         self.grants[subagent.stream] = grant
 
+    @contextlib.contextmanager
+    def tentatively(self) -> Iterator[None]:
+        """The chain as it is now comes back if the block raises or is cancelled: a
+        catch-up cut short between a subagent's close and the rest of its stream must
+        not stop following that stream (the next catch-up reads it all again)."""
+        chain, grants = list(self.chain), dict(self.grants)
+        try:
+            yield
+        except BaseException:
+            self.chain[:] = chain
+            self.grants = grants
+            raise
+
     def apply_recorded(
         self, event: RecordedEvent, follow: list[str] | None = None
     ) -> list[TimelineEvent]:
@@ -168,8 +183,8 @@ class SessionTree:
                 self._responded([event.id])
                 return []
             if event.type == events.SUBAGENT_STARTED:
-                if events.INDEX_KEY not in event.metadata:
-                    return []  # the twin that opens a subsession stream
+                if events.INDEX_KEY not in event.metadata and opened_stream(event) is None:
+                    return []  # the twin that opens a subsession stream (names itself)
                 subagent, item_json = events.decode_subagent_started(event.data)
                 if follow is not None and all(s.stream != subagent.stream for s in self.chain):
                     self.opened(subagent, events.granted_authority(json.loads(event.data)))
@@ -278,9 +293,19 @@ def _number(raw: str | None) -> int | None:
 
 
 def index_of(event: RecordedEvent) -> int:
-    """An item event's message index (-1 when a foreign writer gave none)."""
+    """An item event's message index: ``aj.index``, else (a foreign writer) the canonical
+    event's own ``message_index``, else -1."""
     index = _number(event.metadata.get(events.INDEX_KEY))
-    return -1 if index is None else index
+    if index is not None:
+        return index
+    try:
+        body = json.loads(event.data)
+    except (ValueError, RecursionError):
+        return -1
+    found = body.get("message_index") if isinstance(body, dict) else None
+    if isinstance(found, str):
+        found = _number(found)
+    return found if isinstance(found, int) and not isinstance(found, bool) and found >= 0 else -1
 
 
 def next_index_after(event: RecordedEvent) -> int | None:

@@ -88,7 +88,11 @@ class Writer:
             if isinstance(landed, ConcurrencyError):
                 tree.read_log(None)  # a grant may have moved the authority log: read it again
                 tree.read_ledger(None)  # and a checkpoint the ledger
-                if retry_now is None or not retry_now(plan, landed):
+                # A lost race on the authority log or the ledger alone (both read again
+                # above) needs no read of the session's history.
+                if landed.stream not in self._reader.side_streams and (
+                    retry_now is None or not retry_now(plan, landed)
+                ):
                     await self._reader.catch_up()
                 return landed
             heads = {

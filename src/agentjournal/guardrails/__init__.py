@@ -52,4 +52,4 @@ _NAMES = {
     "ValidateResponse": "agentjournal.guardrails.protocol",
     "Verdict": "agentjournal.guardrails.client",
 }
-__getattr__ = exports(__name__, _NAMES)
+__getattr__, __dir__ = exports(__name__, _NAMES)

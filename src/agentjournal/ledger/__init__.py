@@ -1,5 +1,6 @@
 """The tamper-evident ledger: hash chains, signing keys, checkpoints, bundles and their
-offline verification (no store, no network, no Agents SDK).
+offline verification (pure but for :func:`export_bundle`, which reads a store; no network,
+no Agents SDK).
 
 - :mod:`~agentjournal.ledger.chain` — per-stream hash chains (pure).
 - :mod:`~agentjournal.ledger.keys` — Ed25519 signing keys and their rotation (pure).
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 from agentjournal._lazy import exports
 
 if TYPE_CHECKING:
-    from agentjournal.ledger.bundle import BUNDLE_FORMAT, BUNDLE_VERSION, export_bundle
+    from agentjournal.ledger.bundle import BUNDLE_FORMAT, BUNDLE_VERSION, bundle_of, export_bundle
     from agentjournal.ledger.chain import (
         CHAIN_KEYS,
         GENESIS,
@@ -38,7 +39,13 @@ if TYPE_CHECKING:
         signed_event_id,
         trusted_closure,
     )
-    from agentjournal.ledger.verify import Problem, Report, parse_bundle, verify_bundle
+    from agentjournal.ledger.verify import (
+        Problem,
+        Report,
+        parse_bundle,
+        verify_bundle,
+        verify_records,
+    )
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -57,6 +64,7 @@ __all__ = [
     "Problem",
     "Report",
     "SigningKey",
+    "bundle_of",
     "chain_hash",
     "export_bundle",
     "key_id",
@@ -66,6 +74,7 @@ __all__ = [
     "signed_event_id",
     "trusted_closure",
     "verify_bundle",
+    "verify_records",
 ]
 
 _NAMES = {
@@ -85,6 +94,8 @@ _NAMES = {
     "Problem": "agentjournal.ledger.verify",
     "Report": "agentjournal.ledger.verify",
     "SigningKey": "agentjournal.ledger.keys",
+    "bundle_of": "agentjournal.ledger.bundle",
+    "verify_records": "agentjournal.ledger.verify",
     "chain_hash": "agentjournal.ledger.chain",
     "export_bundle": "agentjournal.ledger.bundle",
     "key_id": "agentjournal.ledger.keys",
@@ -95,4 +106,4 @@ _NAMES = {
     "trusted_closure": "agentjournal.ledger.keys",
     "verify_bundle": "agentjournal.ledger.verify",
 }
-__getattr__ = exports(__name__, _NAMES)
+__getattr__, __dir__ = exports(__name__, _NAMES)

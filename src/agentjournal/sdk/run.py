@@ -120,8 +120,14 @@ class RunState:
         self.responses.append(response)
 
     def carry(self, previous: RunState) -> None:
-        """A new run begins: the responses the last run could not write are still due."""
+        """A new run begins: what the last run left unwritten is still due — its model
+        responses, a finished agent's output, pending grants and matched handoffs — and the
+        next write records it."""
         self.responses[:0] = previous.responses
+        self.handoffs = {**previous.handoffs, **self.handoffs}
+        self.grants[:0] = previous.grants
+        if self.finished is None:
+            self.finished = previous.finished
 
     def landed(self, stored: Container[uuid.UUID]) -> None:
         """A write landed: the responses now known to be stored are no longer pending.

@@ -40,7 +40,7 @@ from opentelemetry.trace import Span
 from agentjournal import events
 from agentjournal.authority import Authority, Policy
 from agentjournal.engine.core import DEFAULT_CHECKPOINT_EVERY, SessionCore
-from agentjournal.engine.plan import Produced, Responded, SessionFacts, WritePlan
+from agentjournal.engine.plan import ItemsPlan, Produced, Responded, SessionFacts
 from agentjournal.engine.routing import SUMMARY_CHARS
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import AuthorityDenied, GuardrailBlocked, InvalidInput
@@ -178,6 +178,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         ``0`` returns ``[]``. Items are fresh copies, exactly as written, with
         the transcripts of subagents where the handoffs happened.
         """
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
+            raise InvalidInput(f"limit must be an integer or None, got {limit!r}")
         if wrapper is not None:
             self._enter_run(wrapper, main=True)
         resolved = resolve_session_limit(limit, self.session_settings)
@@ -191,11 +193,17 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         """Append ``items`` as one atomic write; all of them land or none.
 
         Raises:
+            InvalidInput: An item is not a mapping; nothing was written.
             CodecError: An item cannot be stored exactly; nothing was written.
             RetriesExhausted: Other writers kept winning for every retry.
             StoreUnavailable: The store failed and the outcome could not be settled.
         """
         items = list(items)
+        for at, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise InvalidInput(
+                    f"item {at} is a {type(item).__name__}, not an SDK item (a mapping)"
+                )
         if wrapper is not None:
             self._enter_run(wrapper, main=True)
         if items:
@@ -249,7 +257,11 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             if not expected:
                 return False
             return await self._core.replace_suffix(
-                expected, list(output), prune_prefix, trace=self._recorder.trace_now()
+                expected,
+                list(output),
+                prune_prefix,
+                trace=self._recorder.trace_now(),
+                speaker=self._run.speaker,
             )
 
         return _CompactionSnapshot(snapshot.items, snapshot.complete, replace_suffix)  # type: ignore[arg-type]
@@ -267,7 +279,9 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         """
         if not self._unchanged_storage():
             return False
-        await self._core.replace_all(list(items), trace=self._recorder.trace_now())
+        await self._core.replace_all(
+            list(items), trace=self._recorder.trace_now(), speaker=self._run.speaker
+        )
         return True
 
     def _unchanged_storage(self) -> bool:
@@ -342,10 +356,17 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             run.view(wrapper),
             trace=_trace_metadata(self._trace_ids(wrapper)),
             closing=closing,
+            landed=lambda plan: self._landed(run, plan, items=bool(items), closing=closing),
+            checkpoint_trace=self._recorder.trace_now(),
         )
-        run.written(plan, items=bool(items), closing=closing is not None)
-        run.landed(self._core.tree.responded)
         return plan.closed if plan is not None else 0
+
+    def _landed(
+        self, run: RunState, plan: ItemsPlan, *, items: bool, closing: tuple[str, str] | None
+    ) -> None:
+        """A write landed (told before its checkpoint): what it carried is no longer pending."""
+        run.written(plan, items=items, closing=closing is not None)
+        run.landed(self._core.tree.responded)
 
     # -- RunHooks ---------------------------------------------------------------
 
@@ -445,6 +466,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         """The ``ModelResponded`` event of a response that just arrived (not yet written)."""
         usage = response.usage
         model, system = _model_of(agent)
+        kinds = Counter(str(getattr(item, "type", None) or "unknown") for item in response.output)
         record = ResponseRecord(
             session_id=self.session_id,
             agent=agent.name,
@@ -461,13 +483,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             ),
             started_at=self._run.model_responded(agent.name),
             ended_at=_now(),
-            outputs=dict(
-                sorted(
-                    Counter(
-                        str(getattr(i, "type", None) or "unknown") for i in response.output
-                    ).items()
-                )
-            ),
+            outputs=dict(sorted(kinds.items())),
         )
         metadata = self._recorder.trace_now()
         if response.response_id:
@@ -581,15 +597,14 @@ class _Recorder:
         trace = _trace_metadata(tracing.TraceIds(decided.trace_id, decided.span_id))
         facts = self._session._core.facts
         rule = facts.rule_metadata(decided.subject) if decided.action_type == "TOOL_CALL" else {}
-        self._landed(
-            await self._session._core.record(
-                events.GUARDRAIL_DECIDED,
-                decided.encode(),
-                agent=decided.agent,
-                run=self.current_run(),
-                metadata={**trace, **rule},
-            )
+        await self._session._core.record(
+            events.GUARDRAIL_DECIDED,
+            decided.encode(),
+            agent=decided.agent,
+            run=self.current_run(),
+            metadata={**trace, **rule},
         )
+        self._landed()
 
     async def record_refusal(self, refused: events.AuthorityRefused) -> None:
         """Append an authority refusal to the acting agent's stream.
@@ -597,26 +612,24 @@ class _Recorder:
         Raises:
             StoreError: The refusal did not land (the action is refused anyway).
         """
-        self._landed(
-            await self._session._core.record(
-                events.AUTHORITY_REFUSED,
-                refused.encode(),
-                agent=refused.agent,
-                run=self.current_run(),
-                metadata={**self.trace_now(), **self._session._core.facts.policy_metadata()},
-            )
+        await self._session._core.record(
+            events.AUTHORITY_REFUSED,
+            refused.encode(),
+            agent=refused.agent,
+            run=self.current_run(),
+            metadata={**self.trace_now(), **self._session._core.facts.policy_metadata()},
         )
+        self._landed()
 
     async def record_grant(self, agent: str, authority: Authority) -> None:
         """Append ``agentjournal.AuthorityGranted`` (what a run's first agent holds) and,
         in the same transaction, its entry on the authority log."""
-        self._landed(
-            await self._session._core.record_grant(
-                agent, authority, self.current_run(), self.trace_now()
-            )
+        await self._session._core.record_grant(
+            agent, authority, self.current_run(), self.trace_now()
         )
+        self._landed()
 
-    def _landed(self, plan: WritePlan) -> None:
+    def _landed(self) -> None:
         """A write landed: the model responses it carried are no longer pending."""
         self._session._run.landed(self._session._core.tree.responded)
 

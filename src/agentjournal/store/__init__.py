@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 # The backends load on first use (the KurrentDB client brings gRPC).
-__getattr__ = exports(
+__getattr__, __dir__ = exports(
     __name__,
     {
         "KurrentDBEventStore": "agentjournal.store.kurrentdb",

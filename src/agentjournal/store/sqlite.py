@@ -38,6 +38,7 @@ from agentjournal.errors import (
     InvalidInput,
     StoreUnavailable,
     StreamNotFound,
+    UndecodableEvent,
 )
 from agentjournal.store.base import (
     AppendRequest,
@@ -362,10 +363,12 @@ class SQLiteEventStore:
             if start > head:
                 return []  # the common "anything new?" read costs one lookup
             where = "revision >= ? ORDER BY revision"
-        rows = self._db.execute(
+        rows = _fetch_events(
+            self._db,
+            stream,
             f"SELECT {_EVENT_COLUMNS} FROM events e WHERE stream_id = ? AND {where} LIMIT ?",
             (stream_id, start, -1 if limit is None else limit),
-        ).fetchall()
+        )
         return [_recorded(stream, *r) for r in rows]
 
     async def read_all(
@@ -377,11 +380,13 @@ class SQLiteEventStore:
         return await self._submit(self._read_all_sync, from_position or 0, limit)
 
     def _read_all_sync(self, from_position: int, limit: int | None) -> list[RecordedEvent]:
-        rows = self._db.execute(
+        rows = _fetch_events(
+            self._db,
+            "$all",
             f"SELECT s.name, {_EVENT_COLUMNS} FROM events e JOIN streams s ON s.id = e.stream_id "
             "WHERE e.position >= ? ORDER BY e.position LIMIT ?",
             (from_position, -1 if limit is None else limit),
-        ).fetchall()
+        )
         return [_recorded(*r) for r in rows]
 
     async def subscribe(self, *, after_position: int | None = None) -> AsyncIterator[RecordedEvent]:
@@ -423,6 +428,19 @@ class SQLiteEventStore:
 
 def _executor() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentjournal-sqlite")
+
+
+def _fetch_events(
+    db: sqlite3.Connection, stream: str, sql: str, params: tuple[Any, ...]
+) -> list[Any]:
+    """Rows of events; a text column that is not UTF-8 (written by something else) is
+    damage, not an outage: :class:`UndecodableEvent`, which no retry can cure."""
+    try:
+        return db.execute(sql, params).fetchall()
+    except sqlite3.OperationalError as error:
+        if "decode" not in str(error).lower():
+            raise
+        raise UndecodableEvent(stream, f"{stream}: an event cannot be read: {error}") from None
 
 
 def _translated(path: str, fn: Callable[..., _T], *args: Any) -> _T:
