@@ -46,3 +46,9 @@ def test_ledger_benchmark_runs() -> None:
     out = run_bench("ledger")
     assert "raw sha256" in out
     assert "full verify" in out
+
+
+def test_catalog_benchmark_runs() -> None:
+    out = run_bench("catalog")
+    assert "first build" in out
+    assert "after 10 new" in out

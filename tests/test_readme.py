@@ -237,6 +237,10 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     assert "keys: 1 trusted key given; 1 rotation recorded" in out  # the first key was enough
     hint = f"verify it yourself: agentjournal verify support-4711 --pubkey {repo}/journal.pem.pub"
     assert hint in out  # the key of $AGENTJOURNAL_SIGNING_KEY_FILE, named as the README did
+    # `agentjournal sessions`: both demo sessions verify cheaply, the second through the
+    # recorded rotation (or the configured key).
+    for session in ("support-4712", "support-4711"):
+        assert re.search(rf"^{session}\s.*\sok$", out, re.MULTILINE), session
     assert (repo / "agentjournal.db").exists()
     assert (repo / "bundle.json").exists()
     bundle = json.loads((repo / "bundle.json").read_text(encoding="utf-8"))

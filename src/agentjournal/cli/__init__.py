@@ -18,6 +18,13 @@ Commands:
     keygen -o FILE [--rotate OLD]
                 write a new Ed25519 signing key; print its public key; with
                 --rotate, record in the store that OLD hands over to it
+    sessions [--app A] [--user U] [--since T] [--json]
+                one row per session, newest activity first (the catalog
+                projection, saved in the store: a call folds what is new)
+    show SESSION [--stream S] [--json]
+                a session tree, one line per event, subsessions nested
+    replay SESSION [--limit N] [--at INDEX]
+                the flat history as JSON Lines, exactly as get_items returns it
     usage [SESSION] [--by model|agent|session] [--prices FILE] [--json]
                 tokens, requests and cost per model, agent or session, each
                 model response counted once (every session without SESSION)
@@ -29,8 +36,8 @@ Commands:
 
 Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
 else ``sqlite:///agentjournal.db``); the commands that only read one
-(``verify``, ``bundle export``, ``usage``, ``tail``, ``trace export``) never create
-it.
+(``verify``, ``bundle export``, ``sessions``, ``show``, ``replay``, ``usage``, ``tail``,
+``trace export``) never create it.
 
 Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed. An
 expected error is one line on stderr saying what to do; ``--debug`` shows the
@@ -44,14 +51,39 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from agentjournal.cli import bundle, demo, guardrail, keygen, selfcheck, tail, trace, verify
+from agentjournal.cli import (
+    bundle,
+    demo,
+    guardrail,
+    keygen,
+    replay,
+    selfcheck,
+    sessions,
+    show,
+    tail,
+    trace,
+    verify,
+)
 from agentjournal.cli import usage as usage_command
 from agentjournal.cli._common import Commands, usage
 from agentjournal.errors import JournalError
 
 __all__ = ["build_parser", "main"]
 
-_COMMANDS = (demo, selfcheck, guardrail, verify, bundle, keygen, usage_command, tail, trace)
+_COMMANDS = (
+    demo,
+    selfcheck,
+    guardrail,
+    verify,
+    bundle,
+    keygen,
+    sessions,
+    show,
+    replay,
+    usage_command,
+    tail,
+    trace,
+)
 """The command modules, in the order ``--help`` lists them: each adds its parser and the
 function that runs it (``register``), and loads what it needs only when it runs."""
 

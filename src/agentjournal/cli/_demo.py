@@ -10,7 +10,8 @@ through the session's hooks and ``session.guard(agent)``: it redacts the
 customer's e-mail address from billing's note (MODIFY: the tool runs with the
 redacted arguments) and refuses a refund above its ceiling (BLOCK: the tool
 never runs, refunds sees an error and retries within policy). The demo prints
-every stream of the session tree, decisions included, and the flat history the
+every stream of the session tree, decisions included (the view `agentjournal show`
+prints), and the flat history the
 SDK gets back; then it exports the session tree and verifies it offline (hash
 chains, signed checkpoints, twins, containment) and prints the command that
 verifies it again from the store.
@@ -24,7 +25,6 @@ on its session as printed. ``--rules`` and ``--policy`` take the files in
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import time
@@ -36,19 +36,18 @@ from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.usage import Usage
 
-from agentjournal._text import cut
 from agentjournal.authority import Policy
 from agentjournal.errors import InvalidInput
-from agentjournal.events import GUARDRAIL_DECIDED, INDEX_KEY, SUBAGENT_COMPLETED, SUBAGENT_STARTED
 from agentjournal.guardrails.rules import RuleSet, load_rules
 from agentjournal.guardrails.service import running
 from agentjournal.journal import Journal
 from agentjournal.ledger import SIGNING_KEY_FILE_ENV, SigningKey
 from agentjournal.ledger.bundle import export_bundle
 from agentjournal.ledger.verify import verify_bundle
-from agentjournal.records import Record, TreeRecords, read_tree
+from agentjournal.records import read_tree
 from agentjournal.store import store_uri
 from agentjournal.streams import session_stream, validate_id
+from agentjournal.views import describe_item, print_tree
 
 Print = Callable[[str], None]
 
@@ -227,7 +226,7 @@ async def run_demo(
         items = await session.get_items()
         out(f"replayed flat history ({len(items)} items, as the SDK gets it back):")
         for number, item in enumerate(items):
-            out(f"  {number:>2}  {_describe_item(item)}")
+            out(f"  {number:>2}  {describe_item(item)}")
         out("")
         out("offline verification of the exported bundle (chains, signatures, twins, containment):")
         bundle = await export_bundle(journal.store, session_id)
@@ -238,6 +237,16 @@ async def run_demo(
     out(f"store: {uri}")
     # Name the store only when `verify` would not find it by itself.
     where = "" if uri == store_uri() else f" --uri {shlex.quote(uri)}"
+    out("look at it:")
+    for command in (
+        f"sessions{where} --pubkey {public}",
+        f"show {session_id}{where}",
+        f"replay {session_id}{where}",
+        f"usage {session_id}{where}",
+        f"tail {session_id}{where}",
+        f"trace export {session_id}{where} --console",
+    ):
+        out(f"  agentjournal {command}")
     out(f"verify it yourself: agentjournal verify {session_id}{where} --pubkey {public}")
     out(f"done in {time.monotonic() - started:.1f} s")
     return 0 if report.ok else 2
@@ -295,61 +304,3 @@ def _public_ref(key: SigningKey, key_file: str | None) -> str:
         except (OSError, UnicodeDecodeError):
             pass
     return key.public_key.public_bytes_raw().hex()
-
-
-def print_tree(tree: TreeRecords, out: Print) -> None:
-    """Print the session stream, then each subsession it opened, indented under it."""
-
-    def show(stream: str, depth: int) -> None:
-        pad = "    " * depth
-        out(f"{pad}{stream}")
-        for record in tree.streams.get(stream, ()):
-            kind = record.type.removeprefix("agentjournal.")
-            out(f"{pad}  @{record.revision:<2} {kind:<28} {_describe_record(record)}")
-        for record in tree.streams.get(stream, ()):
-            if record.opens is not None:
-                show(record.opens, depth + 1)
-
-    show(tree.session_stream, 0)
-
-
-def _describe_record(record: Record) -> str:
-    body = record.body or {}
-    if record.type == GUARDRAIL_DECIDED:
-        reason = f" {body['reason_code']}" if body.get("reason_code") else ""
-        return f"{body.get('action_type')} {body.get('subject')}: {body.get('decision')}{reason}"
-    index = record.metadata.get(INDEX_KEY)
-    prefix = f"#{index} " if index is not None else ""
-    if record.type == SUBAGENT_STARTED:
-        if record.opens is not None:
-            return f"{prefix}opens {body.get('agent_type')}"
-        return f"twin: opened by {body.get('extensions', {}).get('openai', {}).get('source_agent')}"
-    if record.type == SUBAGENT_COMPLETED:
-        return f"{body.get('agent_id')} {body.get('outcome')}: {cut(body.get('summary', ''), 40)}"
-    if record.type == "SessionStarted":
-        return f"app={body.get('app_name')} user={body.get('user_id')}"
-    if record.type == "AssistantToolCallsGenerated":
-        call = body["tool_calls"][0]
-        usage = record.metadata.get("$usage")
-        tokens = f" [{json.loads(usage).get('total_tokens')} tokens]" if usage else ""
-        return f"{prefix}{call['tool_name']}{tokens}"
-    if record.type == "ToolResultReceived":
-        return f"{prefix}{cut(body.get('result', ''), 50)}"
-    return f"{prefix}{cut(str(body.get('content', '')), 50)}"
-
-
-def _describe_item(item: Any) -> str:
-    kind = item.get("type", "message")
-    if kind == "message":
-        content = item.get("content")
-        text = (
-            content
-            if isinstance(content, str)
-            else " ".join(p.get("text", "") for p in content or [])
-        )
-        return f"{item.get('role')}: {cut(text, 60)}"
-    if kind == "function_call":
-        return f"function_call {item.get('name')}({item.get('arguments')})"
-    if kind == "function_call_output":
-        return f"function_call_output {cut(str(item.get('output')), 60)}"
-    return str(kind)

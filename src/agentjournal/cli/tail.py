@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from agentjournal.records import Record
     from agentjournal.store.base import EventStore, RecordedEvent
 
-__all__ = ["describe", "register"]
+__all__ = ["register"]
 
 
 def register(commands: Commands) -> None:
@@ -140,12 +140,16 @@ def _quiet_stdout() -> None:
 
 
 def _line(record: Record) -> str:
+    from agentjournal.views import describe_record
+
     when = record.recorded_at.strftime("%H:%M:%S.%f")[:-3] if record.recorded_at else "-"
     kind = record.type.removeprefix("agentjournal.")
-    return f"{when}  {record.stream}@{record.revision}  {kind}  {describe(record)}".rstrip()
+    return f"{when}  {record.stream}@{record.revision}  {kind}  {describe_record(record)}".rstrip()
 
 
 def _as_json(record: Record) -> dict[str, Any]:
+    from agentjournal.views import describe_record
+
     return {
         "position": record.position,
         "recorded_at": record.recorded_at.isoformat() if record.recorded_at else None,
@@ -153,72 +157,7 @@ def _as_json(record: Record) -> dict[str, Any]:
         "revision": record.revision,
         "id": record.id,
         "type": record.type,
-        "description": describe(record),
+        "description": describe_record(record),
         "metadata": dict(record.metadata),
         "data": record.body if record.body is not None else record.data,
     }
-
-
-def describe(record: Record) -> str:
-    """One short line saying what an event is (the tail's last column)."""
-    from agentjournal import events
-    from agentjournal._text import cut
-
-    body = record.body or {}
-    kind = record.type
-    openai = body.get("extensions", {}).get("openai", {}) if isinstance(body, dict) else {}
-    index = record.metadata.get(events.INDEX_KEY)
-    at = f"#{index} " if index is not None else ""
-    by = body.get("author_name")
-    speaker = f"{by}: " if isinstance(by, str) and by else ""
-    if kind == events.SESSION_STARTED:
-        return f"app={body.get('app_name') or '-'} user={body.get('user_id') or '-'}"
-    if kind in ("UserMessageReceived", "AssistantTextGenerated", "AssistantThinkingGenerated"):
-        return f"{at}{speaker}{cut(' '.join(str(body.get('content', '')).split()), 60)}"
-    if kind == "AssistantToolCallsGenerated":
-        calls = body.get("tool_calls") or [{}]
-        names = ", ".join(str(call.get("tool_name", "?")) for call in calls)
-        return f"{at}{speaker}calls {names} ({record.metadata.get(events.CALL_ID_KEY, '-')})"
-    if kind == "ToolResultReceived":
-        result = cut(" ".join(str(body.get("result", "")).split()), 50)
-        return f"{at}{body.get('call_id', '-')} -> {result}"
-    if kind == events.SUBAGENT_STARTED:
-        if record.opens is not None:
-            return f"{at}{openai.get('source_agent')} hands off to {body.get('agent_type')}"
-        return f"{body.get('agent_type')} starts (from {openai.get('source_agent')})"
-    if kind == events.SUBAGENT_COMPLETED:
-        reason = openai.get("reason") or body.get("summary") or ""
-        return f"{body.get('agent_id')} {body.get('outcome')}: {cut(str(reason), 50)}".rstrip(": ")
-    if kind == events.GUARDRAIL_DECIDED:
-        code = f" {body['reason_code']}" if body.get("reason_code") else ""
-        return f"{body.get('action_type')} {body.get('subject')}: {body.get('decision')}{code}"
-    if kind == events.AUTHORITY_REFUSED:
-        return f"{body.get('agent')} may not {body.get('subject')} ({body.get('gate')}): " + cut(
-            str(body.get("reason", "")), 50
-        )
-    if kind in (events.AUTHORITY_GRANTED, events.AUTHORITY_HELD):
-        cause = f" ({body['cause']})" if body.get("cause") else ""
-        return f"{body.get('agent')} holds {cut(json.dumps(body.get('authority')), 50)}{cause}"
-    if kind == events.POLICY_RECORDED:
-        return f"policy {cut(str(body.get('digest')), 24)}"
-    if kind == events.AUTHORITY_RESET:
-        return f"{body.get('agent')}: {cut(str(body.get('reason', '')), 50)}"
-    if kind == "agentjournal.KeyRotated":
-        return f"{body.get('old_key_id')} -> {body.get('new_key_id')}"
-    if kind == events.MODEL_RESPONDED:
-        usage = body.get("usage") or {}
-        return (
-            f"{body.get('agent')} {body.get('model') or '-'}: {usage.get('input_tokens', 0)} in, "
-            f"{usage.get('output_tokens', 0)} out"
-        )
-    if kind == events.ITEM_POPPED:
-        return f"pops #{body.get('message_index')}"
-    if kind == events.SESSION_CLEARED:
-        return f"hides through #{body.get('through_index')}"
-    if kind == "OpenAIItemRecorded":
-        return f"{at}{speaker}{body.get('item_type', 'item')}"
-    if kind == "agentjournal.Checkpoint":
-        return f"signs {len(body.get('heads') or {})} heads ({body.get('key_id')})"
-    if kind == "agentjournal.ProjectionSaved":
-        return f"at position {body.get('position')}"
-    return ""

@@ -1,0 +1,158 @@
+"""``agentjournal sessions``: one row per session, newest activity first (the catalog)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+from agentjournal.cli._common import STORE_HELP, Commands, usage
+from agentjournal.errors import InvalidInput
+
+__all__ = ["parse_since", "register"]
+
+_RELATIVE: Final = re.compile(r"(\d+)([smhdw])")
+_UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def register(commands: Commands) -> None:
+    """Add the ``sessions`` command."""
+    text = "list the sessions in the store, newest activity first"
+    sessions = commands.add(
+        "sessions", text, "agentjournal sessions --since 7d --pubkey journal.pem.pub"
+    )
+    sessions.add_argument("--app", help="only sessions of this app (default: all)")
+    sessions.add_argument("--user", help="only sessions of this user (default: all)")
+    sessions.add_argument(
+        "--since",
+        metavar="TIME",
+        help="only sessions active at or after TIME: an ISO 8601 date or time (UTC unless "
+        "it says otherwise), or an age such as 30m, 2h, 7d, 2w (default: all)",
+    )
+    sessions.add_argument(
+        "--pubkey",
+        metavar="KEY",
+        action="append",
+        default=[],
+        help="a trusted Ed25519 public key (a file or the key itself; repeat for several): "
+        "the ledger column is ok only for checkpoints signed by one, or by a key a "
+        "recorded rotation leads to; the configured signing key is trusted too "
+        "(default: none)",
+    )
+    sessions.add_argument(
+        "--json", action="store_true", help="print the rows as JSON (default: a table)"
+    )
+    sessions.add_argument("--uri", help=STORE_HELP + "; never created")
+    sessions.set_defaults(run=lambda args: asyncio.run(list_sessions(args)))
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """A ``--since`` value as a UTC time: an ISO 8601 date or time, or an age (``2h``).
+
+    Raises:
+        InvalidInput: It is neither.
+    """
+    now = now or datetime.now(UTC)
+    relative = _RELATIVE.fullmatch(text.strip())
+    if relative is not None:
+        amount, unit = int(relative.group(1)), relative.group(2)
+        try:
+            return now - timedelta(**{_UNITS[unit]: amount})
+        except OverflowError:
+            raise InvalidInput(f"--since {text!r} is too far back") from None
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(
+            f"--since {text!r} is neither an ISO 8601 date or time (2026-11-30, "
+            "2026-11-30T08:00:00Z) nor an age (30m, 2h, 7d, 2w)"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+async def list_sessions(args: argparse.Namespace) -> int:
+    """Print the catalog's rows (filtered); a warning line when it could not be saved.
+
+    Raises:
+        JournalError: The store cannot be opened or read (a usage error: 1).
+    """
+    from agentjournal import catalog
+    from agentjournal.cli._common import trusted_keys
+    from agentjournal.cli._render import console, progress, table
+    from agentjournal.ledger.keys import SigningKey
+    from agentjournal.store import open_store, store_uri
+
+    try:
+        since = parse_since(args.since) if args.since is not None else None
+        keys = trusted_keys(args.pubkey)
+        own = SigningKey.from_environment()
+    except InvalidInput as error:
+        return usage(str(error))
+    if own is not None:
+        keys.setdefault(own.key_id, own.public_key)
+    store = await open_store(store_uri(args.uri), create=False)
+    try:
+        with progress("reading the store") as advance:
+            listing = await catalog.refresh(store, keys=keys, progress=advance)
+    finally:
+        await store.close()
+    if listing.warning is not None:
+        print(f"agentjournal: warning: {listing.warning}", file=sys.stderr)
+    rows = [
+        row
+        for row in listing.rows
+        if (args.app is None or row.app == args.app)
+        and (args.user is None or row.user == args.user)
+        and (since is None or row.last_activity >= since)
+    ]
+    if args.json:
+        print(json.dumps([row.as_dict() for row in rows], indent=2, ensure_ascii=False))
+        return 0
+    out = console()
+    if not rows:
+        out.print("no sessions" + (" match" if len(listing.rows) else ""), markup=False)
+        return 0
+    columns = (
+        "session",
+        "app",
+        "user",
+        "agent",
+        "items",
+        "subagents(o/c/f)",
+        "blocks",
+        "refusals",
+        "tokens",
+        "first",
+        "last",
+        "ledger",
+    )
+    table(
+        out,
+        columns,
+        [
+            (
+                row.session_id,
+                row.app or "-",
+                row.user or "-",
+                row.agent or "-",
+                row.items,
+                f"{row.subagents_open}/{row.subagents_closed}/{row.subagents_failed}",
+                row.guardrail_blocks,
+                row.refusals,
+                row.tokens,
+                _when(row.first_activity),
+                _when(row.last_activity),
+                row.ledger,
+            )
+            for row in rows
+        ],
+    )
+    return 0
+
+
+def _when(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S")

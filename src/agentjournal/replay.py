@@ -1,0 +1,124 @@
+"""What the SDK got back, then and now: a stored session's flat history (no writes).
+
+:func:`replay` is the session's own ``get_items(limit)``: the read path a
+``journal.session(id)`` uses (:class:`~agentjournal.engine.core.SessionCore`, which
+``JournalSession.get_items`` calls after resolving the limit), without the Agents SDK.
+Reading writes nothing (``SessionStarted`` is written with a session's first items).
+
+:func:`history_before` is the history as it was just before one item was written:
+the session tree's events committed before that item, folded by the engine's own
+timeline (the same code ``get_items`` folds with), so pops and clears written
+before it are honoured and nothing after it counts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from agentjournal import events
+from agentjournal.engine.core import SessionCore
+from agentjournal.engine.plan import SessionFacts
+from agentjournal.engine.timeline import Timeline, TimelineEvent, fold
+from agentjournal.engine.tree import SessionTree
+from agentjournal.errors import InvalidInput
+from agentjournal.records import Record, TreeRecords, read_tree
+from agentjournal.store.base import RecordedEvent
+from agentjournal.streams import (
+    KEYS_STREAM,
+    authority_stream,
+    ledger_stream,
+    session_stream,
+    validate_id,
+)
+
+if TYPE_CHECKING:
+    from agentjournal.store.base import EventStore
+
+__all__ = ["history_before", "replay"]
+
+
+async def replay(
+    store: EventStore, session_id: str, *, limit: int | None = None, at: int | None = None
+) -> list[dict[str, Any]]:
+    """The session's items, oldest first: what ``get_items(limit)`` returns now, or with
+    ``at`` what it returned just before the item with message index ``at`` was written.
+
+    Raises:
+        InvalidInput: The session does not exist, ``limit`` is negative, or it has no
+            item ``at``.
+        StoreUnavailable: The store could not be read.
+    """
+    session_id = validate_id(session_id, "session id")
+    if limit is not None and limit < 0:
+        raise InvalidInput(f"limit must be 0 or more, got {limit}")
+    if at is not None:
+        return history_before(await read_tree(store, session_id), at, limit=limit)
+    if limit == 0:
+        return []  # as get_items(limit=0), which reads nothing
+    # The session's own read path without the SDK adapter (JournalSession.get_items
+    # resolves the limit and calls exactly this): no SDK import, nothing written.
+    core = SessionCore(
+        store, SessionFacts(session_id, session_stream(session_id)), _tree(session_id)
+    )
+    return await core.items(limit)
+
+
+def history_before(
+    tree: TreeRecords, index: int, *, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """The items ``get_items(limit)`` returned just before item ``index`` was written (pure).
+
+    Raises:
+        InvalidInput: The tree has no item with message index ``index``.
+    """
+    logs = {authority_stream(tree.session_id), ledger_stream(tree.session_id), KEYS_STREAM}
+    streams = {name: records for name, records in tree.streams.items() if name not in logs}
+    target = next(
+        (
+            record
+            for records in streams.values()
+            for record in records
+            if record.metadata.get(events.INDEX_KEY) == str(index) and _is_item(record)
+        ),
+        None,
+    )
+    if target is None or target.position is None:
+        raise InvalidInput(f"session {tree.session_id} has no item #{index}")
+    reader = SessionTree(tree.session_stream)
+    new: list[TimelineEvent] = []
+    for records in streams.values():
+        for record in records:
+            before = record.position is not None and record.position < target.position
+            if before and record.type != events.SUBAGENT_COMPLETED:
+                new.extend(reader.apply_recorded(_recorded(record)))
+    timeline = Timeline()
+    fold(timeline, new)
+    return [entry.item() for entry in timeline.latest(limit)]
+
+
+def _is_item(record: Record) -> bool:
+    if record.type == events.SUBAGENT_STARTED:
+        return record.opens is not None
+    return record.type != events.SUBAGENT_COMPLETED
+
+
+def _recorded(record: Record) -> RecordedEvent:
+    """A record as the engine reads events (the records come from the store)."""
+    assert record.data is not None
+    assert record.position is not None
+    assert record.recorded_at is not None
+    return RecordedEvent(
+        id=uuid.UUID(record.id),
+        type=record.type,
+        data=record.data.encode(),
+        metadata=record.metadata,
+        stream=record.stream,
+        revision=record.revision,
+        position=record.position,
+        recorded_at=record.recorded_at,
+    )
+
+
+def _tree(session_id: str) -> SessionTree:
+    return SessionTree(session_stream(session_id))

@@ -1,0 +1,302 @@
+"""How a session tree reads to a person: one line per event, streams nested (pure).
+
+The one view of a stored session that ``agentjournal show`` and ``agentjournal
+demo`` print (on a terminal ``show`` draws it as a rich tree; in a pipe both print
+the same indented text). :func:`tree_view` turns a
+:class:`~agentjournal.records.TreeRecords` into :class:`StreamView` values, each
+event described by :func:`describe_record` where it happened: items with their
+message index, every guardrail decision, authority refusal and grant, subagent
+outcome, model response (usage), pop, clear and checkpoint. Long text is cut
+with "…".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from agentjournal import events
+from agentjournal._text import cut
+from agentjournal.engine.codec import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
+from agentjournal.ledger.checkpoints import CHECKPOINT
+from agentjournal.ledger.keys import KEY_ROTATED
+from agentjournal.records import Record, TreeRecords
+from agentjournal.streams import KEYS_STREAM, authority_stream, ledger_stream
+
+__all__ = [
+    "LEGEND",
+    "Line",
+    "StreamView",
+    "describe_item",
+    "describe_record",
+    "plain_lines",
+    "print_tree",
+    "tree_view",
+]
+
+LEGEND: Final = (
+    "@N: the event's revision on its stream · #N: the item's message index (its place "
+    "in get_items) · long text is cut with …"
+)
+
+_TEXT: Final = 50
+
+
+@dataclass(frozen=True)
+class Line:
+    """One event as a line: its revision, its type (without ``agentjournal.``) and what
+    it says."""
+
+    revision: int
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class StreamView:
+    """One stream of the tree: nested ``depth`` subagents deep (0: the session, and the
+    logs beside it)."""
+
+    stream: str
+    depth: int
+    lines: tuple[Line, ...]
+
+
+def tree_view(
+    tree: TreeRecords, *, stream: str | None = None, logs: bool = True
+) -> list[StreamView]:
+    """The session stream, each subsession after the stream that opened it (one level
+    deeper), then with ``logs`` the authority log, the checkpoints and the key rotations.
+
+    Args:
+        tree: The session tree as read (:func:`~agentjournal.records.read_tree`).
+        stream: Only this stream (at depth 0).
+        logs: Include the authority log, the checkpoint stream and the key stream.
+    """
+    views: list[StreamView] = []
+
+    def lines(name: str) -> tuple[Line, ...]:
+        return tuple(
+            Line(r.revision, r.type.removeprefix("agentjournal."), describe_record(r))
+            for r in tree.streams.get(name, ())
+        )
+
+    if stream is not None:
+        return [StreamView(stream, 0, lines(stream))]
+
+    seen: set[str] = set()
+
+    def visit(name: str, depth: int) -> None:
+        seen.add(name)
+        views.append(StreamView(name, depth, lines(name)))
+        for record in tree.streams.get(name, ()):
+            child = record.opens
+            if child is not None and child not in seen and child in tree.streams:
+                visit(child, depth + 1)
+
+    visit(tree.session_stream, 0)
+    if logs:
+        for name in (authority_stream(tree.session_id), ledger_stream(tree.session_id)):
+            if name in tree.streams:
+                views.append(StreamView(name, 0, lines(name)))
+        if KEYS_STREAM in tree.streams:
+            views.append(StreamView(KEYS_STREAM, 0, lines(KEYS_STREAM)))
+    return views
+
+
+def plain_lines(views: Sequence[StreamView]) -> list[str]:
+    """The views as indented text (what a pipe and the demo get)."""
+    out: list[str] = []
+    for view in views:
+        pad = "    " * view.depth
+        out.append(f"{pad}{view.stream}")
+        for line in view.lines:
+            out.append(f"{pad}  @{line.revision:<2} {line.kind:<28} {line.text}".rstrip())
+    return out
+
+
+def print_tree(tree: TreeRecords, out: Callable[[str], None]) -> None:
+    """Print the session stream, then each subsession it opened, indented under it."""
+    for text in plain_lines(tree_view(tree, logs=False)):
+        out(text)
+
+
+def describe_record(record: Record) -> str:
+    """What one event says, in a line (see the module docs)."""
+    body = record.body
+    index = record.metadata.get(events.INDEX_KEY)
+    prefix = f"#{index} " if index is not None else ""
+    describe = _DESCRIBE.get(record.type)
+    try:
+        if body is None:
+            text = "(withheld)" if record.data is None else "(not a JSON object)"
+        else:
+            text = describe(record, body) if describe is not None else _content(body)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        text = "(unreadable)"
+    if record.type in ITEM_EVENT_TYPES or (record.type == events.SUBAGENT_STARTED and record.opens):
+        text = prefix + text
+    return text
+
+
+def describe_item(item: Any) -> str:
+    """One SDK item as a line (the flat history the SDK gets back)."""
+    kind = item.get("type", "message")
+    if kind == "message":
+        content = item.get("content")
+        text = (
+            content
+            if isinstance(content, str)
+            else " ".join(p.get("text", "") for p in content or [])
+        )
+        return f"{item.get('role')}: {cut(text, 60)}"
+    if kind == "function_call":
+        return f"function_call {item.get('name')}({item.get('arguments')})"
+    if kind == "function_call_output":
+        return f"function_call_output {cut(str(item.get('output')), 60)}"
+    return str(kind)
+
+
+# -- one line per event type -------------------------------------------------------------
+
+
+def _content(body: Mapping[str, Any]) -> str:
+    return cut(str(body.get("content", "")), _TEXT)
+
+
+def _tokens(record: Record) -> str:
+    usage = record.metadata.get(events.USAGE_KEY)
+    return f" [{json.loads(usage).get('total_tokens')} tokens]" if usage else ""
+
+
+def _authority(value: Any) -> str:
+    """An authority's JSON form, short: its scopes and ceilings."""
+    if not isinstance(value, Mapping):
+        return "nothing"
+    scopes = ",".join(value.get("scopes", [])) or "no scopes"
+    ceilings = value.get("ceilings") or {}
+    capped = ", ".join(
+        f"{name}≤{rule.get('limit')}" if isinstance(rule, Mapping) else name
+        for name, rule in sorted(ceilings.items())
+    )
+    return f"[{scopes}]" + (f" {capped}" if capped else "")
+
+
+def _guardrail(record: Record, body: Mapping[str, Any]) -> str:
+    reason = f" {body['reason_code']}" if body.get("reason_code") else ""
+    return f"{body.get('action_type')} {body.get('subject')}: {body.get('decision')}{reason}"
+
+
+def _refused(record: Record, body: Mapping[str, Any]) -> str:
+    return (
+        f"{body.get('kind')} {body.get('subject')} refused to {body.get('agent')} at "
+        f"{body.get('gate')} ({body.get('enforcement')}): {cut(str(body.get('reason')), 40)}"
+    )
+
+
+def _granted(record: Record, body: Mapping[str, Any]) -> str:
+    return f"{body.get('agent')} holds {_authority(body.get('authority'))} ({body.get('cause')})"
+
+
+def _held(record: Record, body: Mapping[str, Any]) -> str:
+    return f"{body.get('agent')} holds {_authority(body.get('authority'))} ({body.get('cause')})"
+
+
+def _started(record: Record, body: Mapping[str, Any]) -> str:
+    if record.opens is None:
+        openai = body.get("extensions", {}).get("openai", {})
+        return f"twin: opened by {openai.get('source_agent')}"
+    granted = events.granted_authority(body)
+    grant = f", granted {_authority(granted)}" if granted is not None else ""
+    return f"opens {body.get('agent_type')}{grant}"
+
+
+def _completed(record: Record, body: Mapping[str, Any]) -> str:
+    summary = str(body.get("summary") or "")
+    reason = body.get("extensions", {}).get("openai", {}).get("reason")
+    return (
+        f"{body.get('agent_id')} {body.get('outcome')}"
+        + (f": {cut(summary, 40)}" if summary else "")
+        + (f" ({cut(str(reason), 40)})" if reason else "")
+    )
+
+
+def _session(record: Record, body: Mapping[str, Any]) -> str:
+    return f"app={body.get('app_name')} user={body.get('user_id')} agent={body.get('agent_name')}"
+
+
+def _tool_calls(record: Record, body: Mapping[str, Any]) -> str:
+    names = ", ".join(str(call.get("tool_name")) for call in body.get("tool_calls", []))
+    return f"{cut(names, _TEXT)}{_tokens(record)}"
+
+
+def _text(record: Record, body: Mapping[str, Any]) -> str:
+    return f"{_content(body)}{_tokens(record)}"
+
+
+def _result(record: Record, body: Mapping[str, Any]) -> str:
+    return cut(str(body.get("result", "")), _TEXT)
+
+
+def _foreign(record: Record, body: Mapping[str, Any]) -> str:
+    return str(record.metadata.get(events.ITEM_TYPE_KEY) or body.get("type") or "item")
+
+
+def _responded(record: Record, body: Mapping[str, Any]) -> str:
+    usage = body.get("usage") or {}
+    model = body.get("model") or "a model"
+    return (
+        f"{body.get('agent')} ← {model}: {usage.get('total_tokens', 0)} tokens "
+        f"({usage.get('input_tokens', 0)} in, {usage.get('output_tokens', 0)} out)"
+    )
+
+
+def _popped(record: Record, body: Mapping[str, Any]) -> str:
+    return f"pops #{body.get('message_index')} ({body.get('stream')}@{body.get('revision')})"
+
+
+def _cleared(record: Record, body: Mapping[str, Any]) -> str:
+    return f"clears every item through #{body.get('through_index')}"
+
+
+def _policy(record: Record, body: Mapping[str, Any]) -> str:
+    return f"policy {cut(str(body.get('digest')), 24)}"
+
+
+def _reset(record: Record, body: Mapping[str, Any]) -> str:
+    return f"{body.get('agent')} starts again from its policy: {cut(str(body.get('reason')), 40)}"
+
+
+def _checkpoint(record: Record, body: Mapping[str, Any]) -> str:
+    heads = body.get("heads") or {}
+    return f"signed by {body.get('key_id')}: heads of {len(heads)} streams"
+
+
+def _rotated(record: Record, body: Mapping[str, Any]) -> str:
+    return f"{body.get('old_key_id')} hands over to {body.get('new_key_id')}"
+
+
+_DESCRIBE: Final[dict[str, Callable[[Record, Mapping[str, Any]], str]]] = {
+    events.GUARDRAIL_DECIDED: _guardrail,
+    events.AUTHORITY_REFUSED: _refused,
+    events.AUTHORITY_GRANTED: _granted,
+    events.AUTHORITY_HELD: _held,
+    events.AUTHORITY_RESET: _reset,
+    events.POLICY_RECORDED: _policy,
+    events.SUBAGENT_STARTED: _started,
+    events.SUBAGENT_COMPLETED: _completed,
+    events.SESSION_STARTED: _session,
+    events.MODEL_RESPONDED: _responded,
+    events.ITEM_POPPED: _popped,
+    events.SESSION_CLEARED: _cleared,
+    "AssistantToolCallsGenerated": _tool_calls,
+    "AssistantTextGenerated": _text,
+    "UserMessageReceived": _text,
+    "ToolResultReceived": _result,
+    "AssistantThinkingGenerated": _text,
+    EXTENSION_EVENT_TYPE: _foreign,
+    CHECKPOINT: _checkpoint,
+    KEY_ROTATED: _rotated,
+}
