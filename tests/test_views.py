@@ -67,5 +67,5 @@ def test_the_demo_view_leaves_the_logs_out_and_show_keeps_them() -> None:
         "AgentSession-s",
         "  @0  UserMessageReceived          #0 hi",
         "AgentLedger-s",
-        "  @0  Checkpoint                   signed by k: heads of 1 streams",
+        "  @0  Checkpoint                   signed by k: heads of 1 stream",
     ]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from agentjournal import events
-from agentjournal._text import cut
+from agentjournal._text import cut, plural
 from agentjournal.engine.codec import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
 from agentjournal.ledger.checkpoints import CHECKPOINT
 from agentjournal.ledger.keys import KEY_ROTATED
@@ -271,7 +271,7 @@ def _reset(record: Record, body: Mapping[str, Any]) -> str:
 
 def _checkpoint(record: Record, body: Mapping[str, Any]) -> str:
     heads = body.get("heads") or {}
-    return f"signed by {body.get('key_id')}: heads of {len(heads)} streams"
+    return f"signed by {body.get('key_id')}: heads of {plural(len(heads), 'stream')}"
 
 
 def _rotated(record: Record, body: Mapping[str, Any]) -> str:

@@ -95,12 +95,23 @@ def _step(*output: Any, tokens: int = 120) -> ModelStep:
     return ModelStep(output=list(output), usage=_usage(tokens, 30))
 
 
+DEMO_MODEL = "scripted-demo"
+"""The name the demo's scripted models go by (what ``agentjournal usage`` shows for them)."""
+
+
+def _scripted(steps: list[ModelStep]) -> ScriptedModel:
+    """A scripted model with a name, as a real one has: usage and traces show it."""
+    model = ScriptedModel(steps)
+    model.model = DEMO_MODEL  # type: ignore[attr-defined]
+    return model
+
+
 def support_agents() -> Agent[Any]:
     """Triage, billing and refunds, scripted for the first turn of the demo."""
     refunds = Agent[Any](
         name="refunds",
         instructions="Issue refunds within policy.",
-        model=ScriptedModel(
+        model=_scripted(
             [
                 _step(
                     function_call(
@@ -128,7 +139,7 @@ def support_agents() -> Agent[Any]:
     billing = Agent[Any](
         name="billing",
         instructions="Explain charges; hand refunds to the refunds agent.",
-        model=ScriptedModel(
+        model=_scripted(
             [
                 _step(function_call("lookup_order", {"order_id": "42"}, call_id="call_lookup")),
                 _step(
@@ -147,7 +158,7 @@ def support_agents() -> Agent[Any]:
     return Agent[Any](
         name="triage",
         instructions="Route the customer to the right specialist.",
-        model=ScriptedModel(
+        model=_scripted(
             [_step(function_call("transfer_to_billing", {}, call_id="call_to_billing"))]
         ),
         handoffs=[billing],
@@ -158,7 +169,7 @@ def thanks_agent() -> Agent[Any]:
     """Triage, scripted for the second turn."""
     return Agent[Any](
         name="triage",
-        model=ScriptedModel([_step(assistant_message("Glad I could help!", item_id="msg_triage"))]),
+        model=_scripted([_step(assistant_message("Glad I could help!", item_id="msg_triage"))]),
     )
 
 
