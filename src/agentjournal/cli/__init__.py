@@ -18,6 +18,9 @@ Commands:
     keygen -o FILE [--rotate OLD]
                 write a new Ed25519 signing key; print its public key; with
                 --rotate, record in the store that OLD hands over to it
+    run --manifests DIR --agent ID
+                run a manifest's agent: one JSON object on stdin, one on
+                stdout (seed 000's contract; exit 0/1/2/3, see its --help)
 
 Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
 else ``sqlite:///agentjournal.db``); the commands that only read one
@@ -35,13 +38,13 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from agentjournal.cli import bundle, demo, guardrail, keygen, selfcheck, verify
+from agentjournal.cli import bundle, demo, guardrail, keygen, run, selfcheck, verify
 from agentjournal.cli._common import Commands, usage
 from agentjournal.errors import JournalError
 
 __all__ = ["build_parser", "main"]
 
-_COMMANDS = (demo, selfcheck, guardrail, verify, bundle, keygen)
+_COMMANDS = (demo, selfcheck, guardrail, verify, bundle, keygen, run)
 """The command modules, in the order ``--help`` lists them: each adds its parser and the
 function that runs it (``register``), and loads what it needs only when it runs."""
 
