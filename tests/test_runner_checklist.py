@@ -267,6 +267,13 @@ async def test_agent_process_reads_its_configuration_and_input_only_from_one_jso
         assert output["status"] == "failed", name
         assert output["error"]["code"] == "INVALID_INPUT", name
         assert not db.exists(), name
+    # An existing store is left exactly as it was.
+    store = tmp_path / "existing"
+    shutil.copytree(allow.db.parent, store)
+    before = {path.name: path.read_bytes() for path in store.iterdir()}
+    invoked = await invoke(uri=f"sqlite:///{store / 'journal.db'}", stdin=BAD_STDIN["partial"])
+    assert invoked.output["error"]["code"] == "INVALID_INPUT"
+    assert {path.name: path.read_bytes() for path in store.iterdir()} == before
 
 
 async def test_agent_process_writes_all_results_as_one_json_object_on_stdout(

@@ -148,7 +148,16 @@ class ErrorInfo(_Strict):
 
 
 class InvocationOutput(_Strict):
-    """The one JSON object an invocation writes to stdout."""
+    """The one JSON object an invocation writes to stdout (``agentjournal run``).
+
+    ``status`` and the process's exit code: ``completed`` (exit 0; ``response`` is the
+    final answer, ``error`` null); ``blocked`` (exit 2: a guardrail blocked the input, a
+    handoff or the final response, or the authority policy refused; ``error.code`` is the
+    reason code); ``failed`` (exit 3: ``MODEL_ERROR``, ``MAX_TURNS``, ``RUN_ERROR``,
+    ``JOURNAL_ERROR``, ``STATE_NOT_RECORDED``; or exit 1 with ``INVALID_INPUT``,
+    ``INVALID_MANIFEST``, ``INVALID_SETUP`` when nothing ran and nothing was written, and
+    then ``thread_id``, ``run_id``, ``agent_id`` and ``trace`` are null).
+    """
 
     thread_id: str | None
     run_id: str | None
@@ -223,3 +232,11 @@ def model_schemas() -> dict[str, dict[str, Any]]:
         schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
         schema["$id"] = f"agentjournal/runner/{name}"
     return made
+
+
+if __name__ == "__main__":  # regenerate the shipped schemas: python -m agentjournal.runner.contract
+    folder = resources.files("agentjournal.runner") / "schemas"
+    for name, schema in model_schemas().items():
+        path = folder / name
+        with resources.as_file(path) as target:
+            target.write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n", encoding="utf-8")
