@@ -12,7 +12,7 @@ import asyncio
 import json
 import re
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,6 +213,7 @@ async def test_agent_exposes_a_valid_agent_yml_at_a_runner_accessible_location(
     db = tmp_path / "journal.db"
     invoked = await invoke(uri=f"sqlite:///{db}", stdin=request(), manifests=broken)
     assert invoked.code == 1
+    assert invoked.output["thread_id"] == "thread_abc123"
     error = invoked.output["error"]
     assert error["code"] == "INVALID_MANIFEST"
     assert str(manifest) in error["message"]
@@ -604,4 +605,10 @@ async def test_anti_pattern_a_declared_tool_without_implementation_is_refused(
     assert not db.exists()
 
 
-AsyncRunner = Callable[[], AsyncIterator[None]]
+async def test_without_a_model_script_or_an_api_key_nothing_runs(tmp_path: Path) -> None:
+    db = tmp_path / "journal.db"
+    invoked = await invoke(uri=f"sqlite:///{db}", stdin=request(), script=None)
+    assert invoked.code == 1
+    assert invoked.output["error"]["code"] == "INVALID_SETUP"
+    assert "OPENAI_API_KEY" in invoked.output["error"]["message"]
+    assert not db.exists()

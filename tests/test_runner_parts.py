@@ -144,6 +144,21 @@ def test_the_input_takes_traceparent_instead_of_ids() -> None:
         parse_input(json.dumps(body).encode())
 
 
+def test_a_guid_thread_id_is_echoed_as_given() -> None:
+    body = {
+        "thread_id": "123E4567-E89B-12D3-A456-426614174000",
+        "run_id": "r",
+        "input_message": {"role": "user", "content": "hi"},
+        "state": {},
+        "config": {},
+        "trace": {
+            "trace_id": "0af7651916cd43dd8448eb211c80319c",
+            "parent_span_id": "b7ad6b7169203331",
+        },
+    }
+    assert parse_input(json.dumps(body).encode()).thread_id == body["thread_id"]
+
+
 # -- scripts -------------------------------------------------------------------------------
 
 

@@ -96,13 +96,16 @@ def _configure_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _refuse(code: str, message: str) -> int:
-    """The one output object of an invocation refused before anything ran; exit 1."""
+def _refuse(code: str, message: str, request: Any = None) -> int:
+    """The one output object of an invocation refused before anything ran; exit 1.
+
+    ``request`` (the parsed input, once it is known) gives its thread and run ids.
+    """
     from agentjournal.runner.contract import ErrorInfo, InvocationOutput
 
     output = InvocationOutput(
-        thread_id=None,
-        run_id=None,
+        thread_id=getattr(request, "thread_id", None),
+        run_id=getattr(request, "run_id", None),
         status="failed",
         response=None,
         agent_id=None,
@@ -143,13 +146,14 @@ def _run(args: argparse.Namespace) -> int:
             load_script(args.model_script, known=set(catalog.ids())) if args.model_script else None
         )
     except ManifestError as error:
-        return _refuse("INVALID_MANIFEST", str(error))
+        return _refuse("INVALID_MANIFEST", str(error), request)
     except InvalidInput as error:
-        return _refuse("INVALID_SETUP", str(error))
+        return _refuse("INVALID_SETUP", str(error), request)
     if script is None and not os.environ.get("OPENAI_API_KEY"):
         return _refuse(
             "INVALID_SETUP",
             "no --model-script and no $OPENAI_API_KEY: the manifests' models cannot be called",
+            request,
         )
     for manifest, other in running.hardcoded_ids(catalog):
         logger.warning(
@@ -169,6 +173,6 @@ def _run(args: argparse.Namespace) -> int:
     try:
         output = asyncio.run(running.invoke(setup, request))
     except (JournalError, OSError) as error:  # the store could not be opened or read
-        return _refuse("JOURNAL_ERROR", f"{type(error).__name__}: {error}")
+        return _refuse("JOURNAL_ERROR", f"{type(error).__name__}: {error}", request)
     print(output.to_json(), flush=True)
     return running.EXIT_CODES[output.status]

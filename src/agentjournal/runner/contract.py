@@ -115,10 +115,12 @@ class InvocationInput(_Strict):
     @field_validator("thread_id")
     @classmethod
     def _thread(cls, value: str) -> str:
+        # It names the session's streams; kept as given (the journal normalises a GUID).
         try:
-            return validate_id(value, "thread_id")
+            validate_id(value, "thread_id")
         except InvalidInput as error:
             raise ValueError(str(error)) from None
+        return value
 
 
 class HandoffRecord(_Strict):
@@ -155,8 +157,9 @@ class InvocationOutput(_Strict):
     handoff or the final response, or the authority policy refused; ``error.code`` is the
     reason code); ``failed`` (exit 3: ``MODEL_ERROR``, ``MAX_TURNS``, ``RUN_ERROR``,
     ``JOURNAL_ERROR``, ``STATE_NOT_RECORDED``; or exit 1 with ``INVALID_INPUT``,
-    ``INVALID_MANIFEST``, ``INVALID_SETUP`` when nothing ran and nothing was written, and
-    then ``thread_id``, ``run_id``, ``agent_id`` and ``trace`` are null).
+    ``INVALID_MANIFEST``, ``INVALID_SETUP``, ``JOURNAL_ERROR`` when nothing ran and nothing
+    was written; then ``agent_id`` and ``trace`` are null, and so are ``thread_id`` and
+    ``run_id`` when the input itself was refused).
     """
 
     thread_id: str | None
