@@ -588,6 +588,7 @@ async def test_anti_pattern_hardcoded_agent_ids_are_reported(tmp_path: Path) -> 
     assert invoked.output["status"] == "completed"  # reported, not refused
     warnings = [line for line in invoked.logs if line.get("level") == "warning"]
     assert any(f"names agent id {ADMIN} in its instructions" in w["message"] for w in warnings)
+    assert {w["trace_id"] for w in warnings} == {TRACE_ID}
 
 
 async def test_anti_pattern_a_declared_tool_without_implementation_is_refused(

@@ -17,9 +17,12 @@ import logging
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentjournal.cli._common import STORE_HELP, Commands
+
+if TYPE_CHECKING:
+    from agentjournal.runner.contract import InvocationInput
 
 __all__ = ["register"]
 
@@ -28,7 +31,10 @@ _LOG_KEYS = ("thread_id", "run_id")
 
 def register(commands: Commands) -> None:
     """Add the ``run`` command."""
-    text = "run a manifest's agent: one JSON object on stdin, one on stdout (seed 000)"
+    text = (
+        "run a manifest's agent: one JSON object on stdin, one on stdout (seed 000); "
+        "exit 0 completed, 1 invalid (nothing written), 2 blocked, 3 failed"
+    )
     run = commands.add(
         "run",
         text,
@@ -96,7 +102,7 @@ def _configure_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _refuse(code: str, message: str, request: Any = None) -> int:
+def _refuse(code: str, message: str, request: InvocationInput | None = None) -> int:
     """The one output object of an invocation refused before anything ran; exit 1.
 
     ``request`` (the parsed input, once it is known) gives its thread and run ids.
@@ -130,7 +136,17 @@ def _run(args: argparse.Namespace) -> int:
     except InvalidInput as error:
         return _refuse("INVALID_INPUT", str(error))
     _configure_logging()
-    from agentjournal.errors import JournalError
+    from agentjournal.sdk.tracing import continue_trace
+
+    # From here every log line carries the input's trace (the parent span's id until the
+    # invocation's root span starts).
+    with continue_trace(*request.trace.header()):
+        return _invoke(args, request)
+
+
+def _invoke(args: argparse.Namespace, request: InvocationInput) -> int:
+    """Everything after the input was accepted: manifests, tools, script, the run."""
+    from agentjournal.errors import InvalidInput, JournalError
     from agentjournal.runner import run as running
     from agentjournal.runner.manifest import ManifestError, load_catalog
     from agentjournal.runner.script import load_script
