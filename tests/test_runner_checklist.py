@@ -69,7 +69,10 @@ def modify_reply(body: dict[str, Any]) -> Reply:
     payload = body["payload"]
     action = body["action_type"]
     if action == "TOOL_CALL":
-        arguments = json.loads(payload["function"]["arguments"])
+        try:
+            arguments = json.loads(payload["function"]["arguments"])
+        except ValueError:
+            arguments = {}
         if "ticket_id" in arguments:
             arguments["ticket_id"] = "PROJ-124"
         payload = {
@@ -139,13 +142,15 @@ async def guarded_run(
     return Run(invoked, db, guardrail, api)
 
 
-async def plain_run(folder: Path, script: Path, *, agent: str = MANAGER, **changes: Any) -> Run:
-    folder.mkdir(exist_ok=True)  # noqa: ASYNC240 - a test's temporary folder
+async def refused_run(folder: Path, script: Path) -> Run:
+    """Refused handoff calls, behind a guardrail that MODIFYs every tool call."""
+    folder.mkdir()  # noqa: ASYNC240 - a test's temporary folder
     db = folder / "journal.db"
-    invoked = await invoke(
-        uri=f"sqlite:///{db}", stdin=request(**changes), script=script, agent=agent
-    )
-    return Run(invoked, db)
+    async with ScriptedGuardrail(replies={"TOOL_CALL": modify_reply}) as guardrail:
+        invoked = await invoke(
+            uri=f"sqlite:///{db}", stdin=request(), script=script, guardrails=guardrail.url
+        )
+    return Run(invoked, db, guardrail)
 
 
 REFUSED_TURNS = {
@@ -187,7 +192,7 @@ async def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
         "block_response": guarded_run(
             base / "block_response", decisions={"AGENT_RESPONSE": "BLOCK"}
         ),
-        "refused": plain_run(base / "refused", refused_script),
+        "refused": refused_run(base / "refused", refused_script),
     }
     done = await asyncio.gather(*(limited(make) for make in made.values()))
     return dict(zip(made, done, strict=True))
@@ -330,6 +335,11 @@ async def test_agent_initiates_handoff_exclusively_by_calling_the_system_handoff
     assert "not JSON" in errors[1]
     types = [record.type for record in await refused.records()]
     assert "SubagentStarted" not in types
+    # The guardrail was asked about each refused call and its MODIFY carried out (by the
+    # guard's wrapper), instead of stopping the run as unenforceable.
+    assert refused.guardrail is not None
+    asked = [b["payload"]["function"]["name"] for b in refused.guardrail.asked("TOOL_CALL")]
+    assert asked == ["system__handoff_rejected"] * 2
 
 
 async def test_all_outbound_http_requests_include_traceparent_and_tracestate_from_stdin(

@@ -22,9 +22,11 @@ next invocation replays it as it is.
 
 **Refusals.** A call that names an unknown target (or the sender itself), is
 not a JSON object, or has fields of the wrong type is not a handoff: the wrapper
-renames it ``system__handoff_rejected`` (no such tool exists), and the SDK
-answers it, through the runner's ``tool_error_formatter``, with an error output
-the model sees (recorded like any call and output); the sender goes on.
+renames it ``system__handoff_rejected``, a function tool every agent has whose
+body answers with the reason — an error output the model sees, recorded like
+any call and output; the sender goes on. Being a real tool, it is checked by the
+guardrail like any tool call and wrapped by ``session.guard``, so a BLOCK or
+MODIFY of it is carried out instead of stopping the run.
 """
 
 from __future__ import annotations
@@ -37,13 +39,14 @@ from typing import TYPE_CHECKING, Any
 from agents.handoffs import Handoff, HandoffInputData
 from agents.items import HandoffOutputItem, ModelResponse
 from agents.models.interface import Model
+from agents.tool import FunctionTool
+from agents.tool_context import ToolContext
 
 from agentjournal.guardrails.actions import SYSTEM_HANDOFF_TOOL
 from agentjournal.runner.manifest import Catalog
 
 if TYPE_CHECKING:
     from agents.agent import Agent
-    from agents.run_config import ToolErrorFormatterArgs
     from agents.run_context import RunContextWrapper
 
 __all__ = [
@@ -219,11 +222,25 @@ class HandoffDesk:
             renamed.append(item)
         return renamed
 
-    def error_output(self, args: ToolErrorFormatterArgs[Any]) -> str | None:
-        """The runner's ``tool_error_formatter``: a refused handoff's error output."""
-        if args.kind == "tool_not_found":
-            return self.rejected.get(args.call_id)
-        return None
+    def rejected_tool(self) -> FunctionTool:
+        """``system__handoff_rejected``: answers each refused handoff call with its reason."""
+
+        async def answer(context: ToolContext[Any], arguments: str) -> str:
+            call_id = getattr(context, "tool_call_id", "")
+            return self.rejected.get(
+                call_id,
+                "Error: this is not a tool; hand off by calling system::handoff.",
+            )
+
+        return FunctionTool(
+            name=REJECTED_NAME,
+            description=(
+                "Not for use: the runner answers refused system::handoff calls under this name."
+            ),
+            params_json_schema={"type": "object", "properties": {}},
+            on_invoke_tool=answer,
+            strict_json_schema=False,
+        )
 
 
 class HandoffModel(Model):

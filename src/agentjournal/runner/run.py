@@ -139,8 +139,7 @@ async def _run(
         )
         config = RunConfig(
             tracing_disabled=True,  # spans are OpenTelemetry's (agentjournal.*), see DESIGN §15
-            tool_not_found_behavior="return_error_to_model",
-            tool_error_formatter=desk.error_output,
+            tool_not_found_behavior="return_error_to_model",  # an unknown name never crashes
         )
         status, response, error = "completed", None, None
         final_agent: str | None = first.id
@@ -231,7 +230,7 @@ def _agent(manifest: Manifest, setup: Invocation, desk: HandoffDesk) -> Agent[An
         name=manifest.id,
         instructions=manifest.instructions,
         model=HandoffModel(inner, desk, manifest.id),
-        tools=list(tooling.bind_tools(manifest, setup.registry)),
+        tools=[*tooling.bind_tools(manifest, setup.registry), desk.rejected_tool()],
         handoffs=[handoff] if handoff is not None else [],
     )
 
