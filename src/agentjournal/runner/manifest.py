@@ -173,6 +173,7 @@ class Catalog:
 
     Attributes:
         root: The directory.
+        versions: Each id's manifests, lowest version first.
         files: Each manifest's file, by ``id@version``.
     """
 
