@@ -33,6 +33,9 @@ Commands:
     trace export [SESSION | --all] [--follow] (--otlp URL | --console | --jsonl FILE)
                 session trees as OpenTelemetry spans; --follow keeps going and
                 saves where it is in the store
+    run --manifests DIR --agent ID
+                run a manifest's agent: one JSON object on stdin, one on
+                stdout (seed 000's contract; exit 0/1/2/3, see its --help)
 
 Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
 else ``sqlite:///agentjournal.db``); the commands that only read one
@@ -57,6 +60,7 @@ from agentjournal.cli import (
     guardrail,
     keygen,
     replay,
+    run,
     selfcheck,
     sessions,
     show,
@@ -83,6 +87,7 @@ _COMMANDS = (
     usage_command,
     tail,
     trace,
+    run,
 )
 """The command modules, in the order ``--help`` lists them: each adds its parser and the
 function that runs it (``register``), and loads what it needs only when it runs."""

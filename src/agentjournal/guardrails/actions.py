@@ -8,7 +8,9 @@ Payloads follow seed 000:
 ``TOOL_CALL``       ``{"id", "type": "function", "function": {"name", "arguments"}}``
                     (``arguments`` a JSON string, as the model wrote it)
 ``AGENT_HANDOFF``   ``{"target_agent_id", "input", "state"}`` — ``input`` is the
-                    handoff call's arguments (a JSON string), ``state`` is ``{}``
+                    handoff call's arguments (a JSON string), ``state`` is ``{}``;
+                    for the runner's ``system::handoff`` (wire name
+                    ``system__handoff``) the call's arguments object itself
 ``AGENT_RESPONSE``  the final message's text (a string)
 =================  ===========================================================
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import jsonschema
 
@@ -31,8 +33,11 @@ __all__ = [
     "Fits",
     "apply_response",
     "digest",
+    "SYSTEM_HANDOFF_TOOL",
+    "handoff_arguments",
     "handoff_fits",
     "handoff_payload",
+    "handoff_target",
     "input_fits",
     "input_payload",
     "message_text",
@@ -135,22 +140,60 @@ def modified_arguments(modified: Mapping[str, Any]) -> str:
 # -- AGENT_HANDOFF ----------------------------------------------------------------
 
 
-def handoff_payload(target: str, arguments: str) -> dict[str, Any]:
-    """The ``system::handoff`` arguments for an SDK handoff call."""
+SYSTEM_HANDOFF_TOOL: Final = "system__handoff"
+"""The wire name of seed 000's ``system::handoff`` (OpenAI function names cannot hold ``::``).
+Its arguments are already ``{"target_agent_id", "input", "state"}``: the guardrail is shown
+that object, and the target is the one it names."""
+
+
+def handoff_payload(target: str, arguments: str, *, tool_name: str = "") -> dict[str, Any]:
+    """The ``system::handoff`` arguments for an SDK handoff call.
+
+    A ``system__handoff`` call's payload is its arguments object as the model
+    wrote it; any other handoff is shown as ``target``, its arguments as ``input``.
+    """
+    if tool_name == SYSTEM_HANDOFF_TOOL:
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            return parsed
     return {"target_agent_id": target, "input": arguments, "state": {}}
 
 
-def handoff_fits(target: str, schema: Mapping[str, Any] | None) -> Fits:
-    """A check that a modified handoff keeps its target and its input fits ``schema``."""
+def handoff_target(target: str, arguments: str, *, tool_name: str = "") -> str:
+    """The agent a handoff call goes to: ``target``, or the one a ``system__handoff`` names."""
+    named = handoff_payload(target, arguments, tool_name=tool_name).get("target_agent_id")
+    return named if isinstance(named, str) else target
+
+
+def handoff_arguments(modified: Mapping[str, Any], *, tool_name: str = "") -> str:
+    """The handoff's arguments after a MODIFY (checked by :func:`handoff_fits`)."""
+    if tool_name == SYSTEM_HANDOFF_TOOL:
+        return json.dumps(dict(modified), ensure_ascii=False, separators=(",", ":"))
+    arguments: str = modified["input"]
+    return arguments
+
+
+def handoff_fits(target: str, schema: Mapping[str, Any] | None, *, tool_name: str = "") -> Fits:
+    """A check that a modified handoff keeps its target and its input fits ``schema``.
+
+    For ``system__handoff`` the whole modified object must fit the tool's schema.
+    """
 
     def fits(modified: Any) -> bool:
-        return (
+        shaped = (
             isinstance(modified, Mapping)
             and modified.get("target_agent_id") == target
             and isinstance(modified.get("input"), str)
             and isinstance(modified.get("state", {}), Mapping)
-            and _json_fits(modified["input"], schema)
         )
+        if not shaped:
+            return False
+        if tool_name == SYSTEM_HANDOFF_TOOL:
+            return _json_fits(json.dumps(dict(modified)), schema)
+        return _json_fits(modified["input"], schema)
 
     return fits
 

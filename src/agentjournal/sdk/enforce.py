@@ -191,13 +191,14 @@ class Enforcer:
                 )
             else:
                 handoff_seen = True
+                target = actions.handoff_target(target, arguments, tool_name=name)
                 check = self._decide(
                     ActionType.AGENT_HANDOFF,
-                    actions.handoff_payload(target, arguments),
+                    actions.handoff_payload(target, arguments, tool_name=name),
                     agent=agent.name,
                     subject=target,
                     call_id=call_id,
-                    fits=actions.handoff_fits(target, schema_of(name)),
+                    fits=actions.handoff_fits(target, schema_of(name), tool_name=name),
                     enforcement=_hook_level(wrapped, refusable=False),
                 )
             pending.append((check, wrapped, target or name))
@@ -287,11 +288,18 @@ class Enforcer:
         )
 
     async def handoff_verdict(
-        self, agent: str, target: str, arguments: str, schema: dict[str, Any] | None
+        self,
+        agent: str,
+        target: str,
+        arguments: str,
+        schema: dict[str, Any] | None,
+        *,
+        tool_name: str = "",
     ) -> Verdict:
         """The decision for a handoff about to happen: the one from ``on_llm_end``, or a new one."""
+        target = actions.handoff_target(target, arguments, tool_name=tool_name)
         earlier = self._turn.handoffs.pop(target, None)
-        payload = actions.handoff_payload(target, arguments)
+        payload = actions.handoff_payload(target, arguments, tool_name=tool_name)
         if earlier is not None and earlier.payload == payload:
             return earlier
         return await self._decide(
@@ -300,7 +308,7 @@ class Enforcer:
             agent=agent,
             subject=target,
             call_id=None,
-            fits=actions.handoff_fits(target, schema),
+            fits=actions.handoff_fits(target, schema, tool_name=tool_name),
             enforcement=_run_level,
         )
 

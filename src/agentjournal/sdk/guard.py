@@ -191,22 +191,27 @@ def _wrap_handoff(entry: Any, sender: Agent[Any], wiring: Wiring, visit: Any) ->
     enforcer, gates = wiring.enforcer, wiring.gates
 
     async def invoke(ctx: RunContextWrapper[Any], input_json: str) -> Any:
+        tool_name = resolved.tool_name
+        # system__handoff names its receiver in its arguments (seed 000's system::handoff).
+        named = actions.handoff_target(receiver, input_json, tool_name=tool_name)
         if gates is not None:
-            await gates.check_handoff(sender.name, receiver, input_json)
+            await gates.check_handoff(sender.name, named, input_json)
         if enforcer is not None:
             verdict = await enforcer.handoff_verdict(
-                sender.name, receiver, input_json, resolved.input_json_schema
+                sender.name, named, input_json, resolved.input_json_schema, tool_name=tool_name
             )
             if verdict.decision is Decision.BLOCK:
-                await enforcer.stop(verdict, receiver)
+                await enforcer.stop(verdict, named)
             if verdict.decision is Decision.MODIFY:
-                input_json = verdict.modified_payload["input"]
+                input_json = actions.handoff_arguments(
+                    verdict.modified_payload, tool_name=tool_name
+                )
         target = await original(ctx, input_json)
         if gates is not None:
             # A handoff may hand to another agent than it names (a router): the policy
             # applies to the agent that really receives it.
-            actual = getattr(target, "name", receiver)
-            if actual != receiver:
+            actual = getattr(target, "name", named)
+            if actual != named:
                 await gates.check_handoff(sender.name, actual, input_json)
             await gates.handed_off(sender.name, actual)
         return visit(target)

@@ -39,13 +39,14 @@ from opentelemetry.trace import Span
 
 from agentjournal import events
 from agentjournal.authority import Authority, Policy
+from agentjournal.engine.codec import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
 from agentjournal.engine.core import DEFAULT_CHECKPOINT_EVERY, SessionCore
 from agentjournal.engine.plan import ItemsPlan, Produced, Responded, SessionFacts
 from agentjournal.engine.routing import SUMMARY_CHARS
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import AuthorityDenied, GuardrailBlocked, InvalidInput
 from agentjournal.guardrails.client import GuardrailClient
-from agentjournal.ledger.checkpoints import Checkpoint
+from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import SigningKey
 from agentjournal.sdk import guard as guarding
 from agentjournal.sdk import tracing
@@ -66,6 +67,24 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_CHECKPOINT_EVERY", "JournalSession"]
 
 logger = logging.getLogger("agentjournal.session")
+
+_OWN_EVENT_TYPES = frozenset(
+    {
+        *ITEM_EVENT_TYPES,
+        EXTENSION_EVENT_TYPE,
+        events.SESSION_STARTED,
+        events.SUBAGENT_STARTED,
+        events.SUBAGENT_COMPLETED,
+        events.ITEM_POPPED,
+        events.SESSION_CLEARED,
+        events.MODEL_RESPONDED,
+        events.GUARDRAIL_DECIDED,
+        events.AUTHORITY_REFUSED,
+        events.AUTHORITY_GRANTED,
+        CHECKPOINT,
+    }
+)
+"""What :meth:`JournalSession.append_event` refuses: the types the session writes itself."""
 
 
 class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
@@ -536,6 +555,29 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             InvalidInput: The session has no policy, or ``reason`` is empty.
         """
         await self._core.reset_authority(agent, reason, self._recorder.trace_now())
+
+    async def append_event(self, event_type: str, data: bytes) -> None:
+        """Append an event of an application built on the session (not an item).
+
+        It goes to the session's stream (``AgentSession-{id}``), sealed into its
+        chain, written like a guardrail decision (retried on conflicts; all or
+        nothing). The manifest runner keeps a thread's state this way
+        (``agentjournal.ThreadState``). Call it between runs: during a run the
+        event would land on the acting subagent's stream.
+
+        Raises:
+            InvalidInput: ``event_type`` is empty or one of the session's own types.
+            StoreError: It did not land.
+        """
+        if not event_type or event_type in _OWN_EVENT_TYPES:
+            raise InvalidInput(f"{event_type!r} cannot be appended as an application event")
+        await self._core.record(
+            event_type,
+            data,
+            agent="",
+            run=self._recorder.current_run(),
+            metadata=self._recorder.trace_now(),
+        )
 
     # -- checkpoints ----------------------------------------------------------------
 

@@ -1,0 +1,194 @@
+"""``agentjournal run``: one invocation of a manifest's agent, seed 000's stdin/stdout contract.
+
+stdin: one JSON object (``thread_id``, ``run_id``, ``input_message``, ``state``,
+``config``, ``trace``). stdout: exactly one JSON object, whatever happens
+(``status`` completed / blocked / failed, or an ``error`` for input that was
+refused before anything ran). stderr: JSON lines only, each with ``trace_id``
+and ``span_id``. Exit codes: 0 completed, 1 invalid input, manifests, tools or
+options (nothing written), 2 blocked, 3 failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from agentjournal.cli._common import STORE_HELP, Commands
+
+if TYPE_CHECKING:
+    from agentjournal.runner.contract import InvocationInput
+
+__all__ = ["register"]
+
+_LOG_KEYS = ("thread_id", "run_id")
+
+
+def register(commands: Commands) -> None:
+    """Add the ``run`` command."""
+    text = (
+        "run a manifest's agent: one JSON object on stdin, one on stdout (seed 000); "
+        "exit 0 completed, 1 invalid (nothing written), 2 blocked, 3 failed"
+    )
+    run = commands.add(
+        "run",
+        text,
+        "agentjournal run --manifests samples/manifests --agent "
+        "io.clawpedia.agents.jira-ticket-manager --tools samples/manifests/tools.py "
+        "--model-script samples/manifests/script.yml < request.json",
+    )
+    run.add_argument("--manifests", required=True, help="the directory of agent.yml files")
+    run.add_argument("--agent", required=True, help="the agent to run: ID or ID@VERSION")
+    run.add_argument("--uri", help=STORE_HELP)
+    run.add_argument(
+        "--guardrails",
+        help="the guardrail service's base URL (default: $AGENTJOURNAL_GUARDRAIL_URL, else none)",
+    )
+    run.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE_OR_FILE",
+        help="tool implementations: a module or a .py file, repeatable (default: only the "
+        "agentjournal.tools entry points)",
+    )
+    run.add_argument(
+        "--model-script",
+        help="scripted model answers per agent id (YAML or JSON); default: each manifest's "
+        "model.name on OpenAI with $OPENAI_API_KEY",
+    )
+    run.set_defaults(run=_run)
+
+
+class _JsonLines(logging.Formatter):
+    """One JSON object per record: time, level, logger, message, trace and span ids."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "trace_id": getattr(record, "trace_id", ""),
+            "span_id": getattr(record, "span_id", ""),
+        }
+        for key in _LOG_KEYS:
+            if hasattr(record, key):
+                line[key] = getattr(record, key)
+        if record.exc_info and record.exc_info[0] is not None:
+            line["error"] = record.exc_info[0].__name__
+        return json.dumps(line, ensure_ascii=False)
+
+
+def _configure_logging() -> None:
+    from agentjournal.sdk.tracing import TraceLogFilter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonLines())
+    handler.addFilter(TraceLogFilter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    # Request lines name URLs (a tool's endpoint may come from config): not logged.
+    for noisy in ("httpx", "httpcore", "openai", "openai.agents"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _refuse(code: str, message: str, request: InvocationInput | None = None) -> int:
+    """The one output object of an invocation refused before anything ran; exit 1.
+
+    ``request`` (the parsed input, once it is known) gives its thread and run ids.
+    """
+    from agentjournal.runner.contract import ErrorInfo, InvocationOutput
+
+    output = InvocationOutput(
+        thread_id=getattr(request, "thread_id", None),
+        run_id=getattr(request, "run_id", None),
+        status="failed",
+        response=None,
+        agent_id=None,
+        state={},
+        handoffs=[],
+        trace=None,
+        error=ErrorInfo(code=code, message=" ".join(message.split())),
+    )
+    print(output.to_json(), flush=True)
+    return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    from agentjournal.errors import InvalidInput
+
+    # The whole of stdin is read and checked first, with light imports only: a refusal
+    # is quick, and it writes nothing (the store is opened only for a valid invocation).
+    from agentjournal.runner.contract import parse_input
+
+    try:
+        request = parse_input(sys.stdin.buffer.read())
+    except InvalidInput as error:
+        return _refuse("INVALID_INPUT", str(error))
+    _configure_logging()
+    from agentjournal.sdk.tracing import continue_trace
+
+    # From here every log line carries the input's trace (the parent span's id until the
+    # invocation's root span starts).
+    with continue_trace(*request.trace.header()):
+        return _invoke(args, request)
+
+
+def _invoke(args: argparse.Namespace, request: InvocationInput) -> int:
+    """Everything after the input was accepted: manifests, tools, script, the run."""
+    from agentjournal.errors import InvalidInput, JournalError
+    from agentjournal.runner import run as running
+    from agentjournal.runner.manifest import ManifestError, load_catalog
+    from agentjournal.runner.script import load_script
+    from agentjournal.runner.tools import check_bindings, load_registry
+
+    logger = logging.getLogger("agentjournal.runner")
+    try:
+        catalog = load_catalog(args.manifests)
+        first = catalog.resolve(args.agent)
+        registry = load_registry(args.tools)
+        check_bindings(catalog, registry)
+        script = (
+            load_script(args.model_script, known=set(catalog.ids())) if args.model_script else None
+        )
+    except ManifestError as error:
+        return _refuse("INVALID_MANIFEST", str(error), request)
+    except InvalidInput as error:
+        return _refuse("INVALID_SETUP", str(error), request)
+    if script is None and not os.environ.get("OPENAI_API_KEY"):
+        return _refuse(
+            "INVALID_SETUP",
+            "no --model-script and no $OPENAI_API_KEY: the manifests' models cannot be called",
+            request,
+        )
+    for manifest, other in running.hardcoded_ids(catalog):
+        logger.warning(
+            "%s names agent id %s in its instructions: routing belongs to system::handoff, "
+            "whose schema lists the known ids",
+            manifest.id,
+            other,
+        )
+    setup = running.Invocation(
+        catalog=catalog,
+        registry=registry,
+        agent=first.key,
+        uri=args.uri,
+        guardrails=args.guardrails,
+        script=script,
+    )
+    try:
+        output = asyncio.run(running.invoke(setup, request))
+    except (JournalError, OSError) as error:  # the store could not be opened or read
+        return _refuse("JOURNAL_ERROR", f"{type(error).__name__}: {error}", request)
+    print(output.to_json(), flush=True)
+    return running.EXIT_CODES[output.status]

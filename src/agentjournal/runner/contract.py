@@ -1,0 +1,245 @@
+"""The invocation contract of seed 000: one JSON object in on stdin, one JSON object out on stdout.
+
+The JSON Schemas of both (``schemas/invocation-input.schema.json`` and
+``schemas/invocation-output.schema.json``, shipped in this package) are made from
+these models; a test checks the shipped files match them.
+
+Input (every field mandatory, nothing else accepted)::
+
+    {"thread_id": "thread_abc123", "run_id": "run_abc123",
+     "input_message": {"role": "user", "content": "What is the status of PROJ-123?"},
+     "state": {...}, "config": {...},
+     "trace": {"trace_id": "<32 hex>", "parent_span_id": "<16 hex>"}}
+
+``trace`` may instead carry ``traceparent`` (and ``tracestate``) as received in
+HTTP headers. Output: ``thread_id``, ``run_id``, ``status`` (``completed``,
+``blocked``, ``failed``), ``response`` (null unless completed), ``agent_id`` (the
+final agent), ``state``, ``handoffs``, ``trace`` and ``error`` (null when completed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agentjournal.errors import InvalidInput
+from agentjournal.streams import validate_id
+
+__all__ = [
+    "ErrorInfo",
+    "HandoffRecord",
+    "InputMessage",
+    "InvocationInput",
+    "InvocationOutput",
+    "TraceIn",
+    "TraceOut",
+    "parse_input",
+    "schema_files",
+]
+
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
+_SPAN_ID = re.compile(r"[0-9a-f]{16}")
+_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class InputMessage(_Strict):
+    """The latest user message that triggered this invocation."""
+
+    content: str = Field(min_length=1)
+    role: Literal["user"]
+
+
+class TraceIn(_Strict):
+    """W3C trace context: ``trace_id`` and ``parent_span_id``, or ``traceparent``.
+
+    ``tracestate`` may accompany either form.
+    """
+
+    trace_id: str | None = None
+    parent_span_id: str | None = None
+    traceparent: str | None = None
+    tracestate: str | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> TraceIn:
+        ids = self.trace_id is not None or self.parent_span_id is not None
+        if ids == (self.traceparent is not None):
+            raise ValueError(
+                "expected trace_id and parent_span_id, or traceparent (exactly one of the forms)"
+            )
+        if ids:
+            if self.trace_id is None or _TRACE_ID.fullmatch(self.trace_id) is None:
+                raise ValueError("trace_id: expected 32 lowercase hex digits")
+            if int(self.trace_id, 16) == 0:
+                raise ValueError("trace_id: must not be all zeros (W3C)")
+            if self.parent_span_id is None or _SPAN_ID.fullmatch(self.parent_span_id) is None:
+                raise ValueError("parent_span_id: expected 16 lowercase hex digits")
+            if int(self.parent_span_id, 16) == 0:
+                raise ValueError("parent_span_id: must not be all zeros (W3C)")
+        else:
+            match = _TRACEPARENT.fullmatch(self.traceparent or "")
+            if match is None or not int(match[1], 16) or not int(match[2], 16):
+                raise ValueError("traceparent: expected 00-<32 hex>-<16 hex>-<2 hex> (W3C)")
+        return self
+
+    def header(self) -> tuple[str, str | None]:
+        """``traceparent`` and ``tracestate`` for this context."""
+        if self.traceparent is not None:
+            return self.traceparent, self.tracestate
+        return f"00-{self.trace_id}-{self.parent_span_id}-01", self.tracestate
+
+    def ids(self) -> tuple[str, str]:
+        """The trace id and the parent span id."""
+        parts = self.header()[0].split("-")
+        return parts[1], parts[2]
+
+
+class InvocationInput(_Strict):
+    """The one JSON object an invocation reads from stdin."""
+
+    thread_id: str
+    run_id: str = Field(min_length=1, max_length=256)
+    input_message: InputMessage
+    state: dict[str, Any]
+    config: dict[str, Any]
+    trace: TraceIn
+
+    @field_validator("thread_id")
+    @classmethod
+    def _thread(cls, value: str) -> str:
+        # It names the session's streams; kept as given (the journal normalises a GUID).
+        try:
+            validate_id(value, "thread_id")
+        except InvalidInput as error:
+            raise ValueError(str(error)) from None
+        return value
+
+
+class HandoffRecord(_Strict):
+    """One ``system::handoff`` that happened: from, to, input, the call's id."""
+
+    from_agent_id: str = Field(alias="from")
+    to_agent_id: str = Field(alias="to")
+    input: str
+    call_id: str
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+
+class TraceOut(_Strict):
+    """The ids of the invocation's root span and its parent (from the input)."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+
+
+class ErrorInfo(_Strict):
+    """Why an invocation did not complete: a machine-readable code and one line."""
+
+    code: str
+    message: str
+
+
+class InvocationOutput(_Strict):
+    """The one JSON object an invocation writes to stdout (``agentjournal run``).
+
+    ``status`` and the process's exit code: ``completed`` (exit 0; ``response`` is the
+    final answer, ``error`` null); ``blocked`` (exit 2: a guardrail blocked the input, a
+    handoff or the final response, or the authority policy refused; ``error.code`` is the
+    reason code); ``failed`` (exit 3: ``MODEL_ERROR``, ``MAX_TURNS``, ``RUN_ERROR``,
+    ``JOURNAL_ERROR``, ``STATE_NOT_RECORDED``; or exit 1 with ``INVALID_INPUT``,
+    ``INVALID_MANIFEST``, ``INVALID_SETUP``, ``JOURNAL_ERROR`` when nothing ran and nothing
+    was written; then ``agent_id`` and ``trace`` are null, and so are ``thread_id`` and
+    ``run_id`` when the input itself was refused).
+    """
+
+    thread_id: str | None
+    run_id: str | None
+    status: Literal["completed", "blocked", "failed"]
+    response: str | None
+    agent_id: str | None
+    state: dict[str, Any]
+    handoffs: list[HandoffRecord]
+    trace: TraceOut | None
+    error: ErrorInfo | None
+
+    def to_json(self) -> str:
+        """The object as one line of JSON."""
+        return json.dumps(self.model_dump(mode="json", by_alias=True), ensure_ascii=False)
+
+
+def parse_input(raw: bytes) -> InvocationInput:
+    """Check stdin's bytes: exactly one JSON object matching :class:`InvocationInput`.
+
+    Raises:
+        InvalidInput: Empty, not UTF-8, not JSON, trailing data, not an object, or a
+            field breaks the contract (the message names it).
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput("stdin is not UTF-8") from None
+    if not text.strip():
+        raise InvalidInput("stdin is empty: expected one JSON object")
+    try:
+        document = json.loads(text)  # one value; trailing data is a JSONDecodeError ("Extra data")
+    except json.JSONDecodeError as error:
+        raise InvalidInput(
+            f"stdin is not one JSON object: {error.msg} at line {error.lineno}, "
+            f"column {error.colno}"
+        ) from None
+    except RecursionError:
+        raise InvalidInput("stdin is nested too deeply") from None
+    if not isinstance(document, dict):
+        raise InvalidInput(f"stdin must hold a JSON object, not {type(document).__name__}")
+    try:
+        return InvocationInput.model_validate(document)
+    except ValidationError as error:
+        problem = error.errors()[0]
+        field = ".".join(str(part) for part in problem["loc"]) or "(object)"
+        message = str(problem["msg"]).removeprefix("Value error, ")
+        if problem["type"] == "missing":
+            message = "missing (every field of the input is mandatory)"
+        elif problem["type"] == "extra_forbidden":
+            message = "not a field of the invocation input"
+        raise InvalidInput(f"stdin: field {field}: {message}") from None
+
+
+def schema_files() -> dict[str, dict[str, Any]]:
+    """The shipped JSON Schemas, by file name."""
+    folder = resources.files("agentjournal.runner") / "schemas"
+    return {
+        name: json.loads((folder / name).read_text(encoding="utf-8"))
+        for name in ("invocation-input.schema.json", "invocation-output.schema.json")
+    }
+
+
+def model_schemas() -> dict[str, dict[str, Any]]:
+    """The JSON Schemas the models make, by the file name they are shipped as."""
+    made = {
+        "invocation-input.schema.json": InvocationInput.model_json_schema(),
+        "invocation-output.schema.json": InvocationOutput.model_json_schema(
+            by_alias=True, mode="serialization"
+        ),
+    }
+    for name, schema in made.items():
+        schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+        schema["$id"] = f"agentjournal/runner/{name}"
+    return made
+
+
+if __name__ == "__main__":  # regenerate the shipped schemas: python -m agentjournal.runner.contract
+    folder = resources.files("agentjournal.runner") / "schemas"
+    for name, schema in model_schemas().items():
+        path = folder / name
+        with resources.as_file(path) as target:
+            target.write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -1,0 +1,240 @@
+"""One invocation: a manifest's agent on the journal session of ``thread_id``.
+
+Everything a run records comes from the session (``Journal.open(uri).session(thread_id,
+guardrails=...)``, passed as the SDK's session and hooks, and ``session.guard(agent)``):
+history, handoffs as subagents, guardrail decisions, the ledger, spans. This module adds
+what the seed's contract needs around it: the manifests as SDK agents, ``system::handoff``
+(:mod:`agentjournal.runner.handoff`), the thread state (:mod:`agentjournal.runner.state`),
+the trace context of the input, and the one output object.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from agents import Agent, RunConfig, Runner
+from agents.exceptions import AgentsException, MaxTurnsExceeded
+from agents.models.interface import Model
+from agents.models.openai_provider import OpenAIProvider
+from agents.testing import ModelScriptError
+from opentelemetry import trace
+
+from agentjournal.errors import AuthorityDenied, GuardrailBlocked, JournalError, StoreError
+from agentjournal.journal import Journal
+from agentjournal.runner import toolkit
+from agentjournal.runner import tools as tooling
+from agentjournal.runner.contract import (
+    ErrorInfo,
+    HandoffRecord,
+    InvocationInput,
+    InvocationOutput,
+    TraceOut,
+)
+from agentjournal.runner.handoff import HandoffDesk, HandoffModel
+from agentjournal.runner.manifest import Catalog, Manifest
+from agentjournal.runner.state import THREAD_STATE, load_state, merge_state, state_event
+from agentjournal.sdk import tracing
+
+if TYPE_CHECKING:
+    from agentjournal.runner.script import ModelScript
+    from agentjournal.runner.tools import Registry
+
+__all__ = ["EXIT_CODES", "Invocation", "hardcoded_ids", "invoke"]
+
+logger = logging.getLogger("agentjournal.runner")
+
+EXIT_CODES: Final = {"completed": 0, "invalid": 1, "blocked": 2, "failed": 3}
+"""Process exit codes: completed 0; invalid input, manifests, tools or options 1 (nothing
+was run or written); blocked by a guardrail or the authority policy 2; failed 3."""
+
+MAX_TURNS: Final = 10
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What is fixed before stdin is read: the manifests, the tools, the models, the store.
+
+    Attributes:
+        catalog: The manifests.
+        registry: The tool implementations (every declared tool is bound).
+        agent: The reference of the agent to run (``ID`` or ``ID@VERSION``).
+        uri: The journal's store.
+        guardrails: The guardrail service's URL, if any.
+        script: The scripted models, else each manifest's ``model.name`` on OpenAI.
+    """
+
+    catalog: Catalog
+    registry: Registry
+    agent: str
+    uri: str | None
+    guardrails: str | None
+    script: ModelScript | None
+
+
+def hardcoded_ids(catalog: Catalog) -> list[tuple[Manifest, str]]:
+    """Manifests whose instructions name another agent's id (the seed's anti-pattern)."""
+    found: list[tuple[Manifest, str]] = []
+    for manifest in catalog:
+        for other in catalog.ids():
+            if other != manifest.id and other in manifest.instructions:
+                found.append((manifest, other))
+    return found
+
+
+async def invoke(setup: Invocation, request: InvocationInput) -> InvocationOutput:
+    """Run one invocation; return the output object (never raises for a run's failure).
+
+    Raises:
+        StoreError: The store could not be opened or read before the run started.
+    """
+    first = setup.catalog.resolve(setup.agent)
+    traceparent, tracestate = request.trace.header()
+    _, parent_span_id = request.trace.ids()
+    with tracing.continue_trace(traceparent, tracestate):
+        root = tracing.start_span(
+            "agentjournal.invocation",
+            attributes={"thread_id": request.thread_id, "run_id": request.run_id},
+            kind=trace.SpanKind.SERVER,
+        )
+        ids = tracing.ids_of(root)
+        trace_out = TraceOut(
+            trace_id=ids.trace_id, span_id=ids.span_id, parent_span_id=parent_span_id
+        )
+        token = toolkit.set_config(request.config)
+        try:
+            with trace.use_span(root, end_on_exit=False):
+                output = await _run(setup, request, first, trace_out)
+        except BaseException as error:
+            tracing.end_span(root, error)
+            raise
+        finally:
+            toolkit.reset_config(token)
+        tracing.end_span(root, None if output.status == "completed" else output.status)
+    return output
+
+
+async def _run(
+    setup: Invocation, request: InvocationInput, first: Manifest, trace_out: TraceOut
+) -> InvocationOutput:
+    log = {"thread_id": request.thread_id, "run_id": request.run_id}
+    logger.info("invocation started: agent %s", first.key, extra=log)
+    async with Journal.open(setup.uri) as journal:
+        state = merge_state(await load_state(journal.store, request.thread_id), request.state)
+        agents: dict[str, Agent[Any]] = {}
+
+        def resolve(agent_id: str) -> Agent[Any]:
+            found = agents.get(agent_id)
+            if found is None:
+                found = agents[agent_id] = _agent(setup.catalog.resolve(agent_id), setup, desk)
+            return found
+
+        desk = HandoffDesk(setup.catalog, resolve, state)
+        session = journal.session(
+            request.thread_id,
+            guardrails=setup.guardrails,
+            app_name="agentjournal-runner",
+            agent_name=first.id,
+        )
+        config = RunConfig(
+            tracing_disabled=True,  # spans are OpenTelemetry's (agentjournal.*), see DESIGN §15
+            tool_not_found_behavior="return_error_to_model",  # an unknown name never crashes
+        )
+        status, response, error = "completed", None, None
+        final_agent: str | None = first.id
+        try:
+            async with session.run_scope():
+                result = await Runner.run(
+                    session.guard(resolve(first.id)),
+                    request.input_message.content,
+                    session=session,
+                    hooks=session,
+                    run_config=config,
+                    max_turns=MAX_TURNS,
+                )
+            final = result.final_output
+            response = final if isinstance(final, str) else str(final)
+            final_agent = result.last_agent.name
+        except GuardrailBlocked as blocked:
+            status = "blocked"
+            error = ErrorInfo(
+                code=blocked.reason_code or "GUARDRAIL_BLOCKED",
+                message=f"the guardrail blocked {blocked.action_type}: "
+                f"{blocked.reason_message or 'no reason given'}",
+            )
+        except AuthorityDenied as denied:
+            status, error = "blocked", ErrorInfo(code="AUTHORITY_DENIED", message=str(denied))
+        except MaxTurnsExceeded:
+            status = "failed"
+            error = ErrorInfo(code="MAX_TURNS", message=f"no final answer within {MAX_TURNS} turns")
+        except (ModelScriptError, AgentsException) as failed:
+            status = "failed"
+            error = ErrorInfo(code="MODEL_ERROR", message=_line(failed))
+        except JournalError as failed:
+            status = "failed"
+            error = ErrorInfo(code="JOURNAL_ERROR", message=_line(failed))
+        except Exception as failed:  # a tool body or the provider: the contract still answers
+            status = "failed"
+            error = ErrorInfo(code="RUN_ERROR", message=_line(failed))
+        if status != "completed" and desk.taken:
+            final_agent = desk.taken[-1].target
+        for taken in desk.taken:
+            logger.info(
+                "handoff %s -> %s (call %s)", taken.sender, taken.target, taken.call_id, extra=log
+            )
+        try:
+            await session.append_event(
+                THREAD_STATE,
+                state_event(state, run_id=request.run_id, agent_id=final_agent, status=status),
+            )
+            # The run signed its heads when it ended; the state came after: sign again
+            # (nothing happens without a signing key).
+            await session.checkpoint()
+        except StoreError as failed:
+            status, response = "failed", None
+            error = ErrorInfo(code="STATE_NOT_RECORDED", message=_line(failed))
+    logger.info("invocation %s: final agent %s", status, final_agent, extra=log)
+    return InvocationOutput(
+        thread_id=request.thread_id,
+        run_id=request.run_id,
+        status=status,  # type: ignore[arg-type]
+        response=response if status == "completed" else None,
+        agent_id=final_agent,
+        state=state,
+        handoffs=[
+            HandoffRecord.model_validate(
+                {
+                    "from": taken.sender,
+                    "to": taken.target,
+                    "input": taken.input,
+                    "call_id": taken.call_id,
+                }
+            )
+            for taken in desk.taken
+        ],
+        trace=trace_out,
+        error=error,
+    )
+
+
+def _agent(manifest: Manifest, setup: Invocation, desk: HandoffDesk) -> Agent[Any]:
+    """The SDK agent of ``manifest``: named by its id, its tools bound, ``system__handoff``."""
+    inner: Model = (
+        setup.script.model_for(manifest.id)
+        if setup.script is not None
+        else OpenAIProvider().get_model(manifest.model.name)
+    )
+    handoff = desk.handoff_for(manifest.id)
+    return Agent(
+        name=manifest.id,
+        instructions=manifest.instructions,
+        model=HandoffModel(inner, desk, manifest.id),
+        tools=[*tooling.bind_tools(manifest, setup.registry), desk.rejected_tool()],
+        handoffs=[handoff] if handoff is not None else [],
+    )
+
+
+def _line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return f"{type(error).__name__}: {text}"[:500]
