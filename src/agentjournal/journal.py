@@ -31,6 +31,10 @@ __all__ = ["DEFAULT_URI", "GUARDRAIL_URL_ENV", "URI_ENV", "Journal"]
 
 logger = logging.getLogger("agentjournal")
 
+DEFAULT_CACHE_BYTES: Final = 8 * 2**20
+"""What the shared cache keeps of one session's items by default (a 10,000-item session of
+tool calls takes about 3.3 MiB; see DESIGN §9)."""
+
 GUARDRAIL_URL_ENV: Final = "AGENTJOURNAL_GUARDRAIL_URL"
 """The guardrail service sessions use when ``guardrails=`` is not given."""
 
@@ -40,8 +44,10 @@ class Journal:
 
     Open it with :meth:`open` (awaitable, or an async context manager that
     closes it). Session objects of one id share a cache of what was read of
-    their streams (the ``cached_sessions`` most recently used ids), so a fresh
-    ``journal.session(id)`` per request reads only what changed::
+    their streams (the ``cached_sessions`` most recently used ids, each holding
+    items of at most ``cache_bytes``: item text plus ~150 bytes an item; older items
+    are read again when needed), so a fresh ``journal.session(id)`` per request
+    reads only what changed::
 
         async with Journal.open() as journal:
             session = journal.session("support-4711")
@@ -54,12 +60,20 @@ class Journal:
         uri: str,
         *,
         cached_sessions: int = 64,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         signing_key: SigningKey | None = None,
     ) -> None:
+        if cache_bytes is not None and (type(cache_bytes) is not int or cache_bytes < 0):
+            raise InvalidInput(
+                f"cache_bytes must be a non-negative integer or None, got {cache_bytes!r}"
+            )
         self.store = store
         self.uri = uri
         self.signing_key = signing_key
         self._cached_sessions = cached_sessions
+        # Each cached session's items are bounded too: together at most
+        # cached_sessions x cache_bytes (plus small per-session state).
+        self._cache_bytes = cache_bytes
         # Session objects of one id share what was read of its streams.
         self._trees: OrderedDict[str, SessionTree] = OrderedDict()
         self._guardrails: dict[str, GuardrailClient] = {}  # made here from URLs; closed here
@@ -140,7 +154,9 @@ class Journal:
                 policy is malformed.
         """
         key = validate_id(session_id, "session id")
-        tree = self._trees.pop(key, None) or SessionTree(session_stream(key))
+        tree = self._trees.pop(key, None) or SessionTree(
+            session_stream(key), cache_bytes=self._cache_bytes
+        )
         self._trees[key] = tree
         while len(self._trees) > self._cached_sessions:
             self._trees.popitem(last=False)

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from agentjournal import events
+from agentjournal._gc import no_collection
 from agentjournal.engine.timeline import Entry, Picker, Timeline, TimelineEvent, fold
 from agentjournal.engine.tree import AuthorityLog, SessionTree, next_index_after
 from agentjournal.errors import CodecError, StreamNotFound
@@ -175,13 +176,15 @@ class Reader:
             async for _, recorded in walk_tree(
                 self._store, self.stream, limits=tree.heads, read=whole
             ):
-                for event in recorded:
-                    if event.type != events.SUBAGENT_COMPLETED:
-                        new.extend(tree.apply_recorded(event))
+                with no_collection():  # every item decoded here stays: nothing to collect
+                    for event in recorded:
+                        if event.type != events.SUBAGENT_COMPLETED:
+                            new.extend(tree.apply_recorded(event))
         except StreamNotFound:
             pass  # no session yet
         timeline = Timeline()
-        fold(timeline, new)
+        with no_collection():
+            fold(timeline, new)
         timeline.complete = True
         tree.replace_timeline(timeline)
         await self.next_index()

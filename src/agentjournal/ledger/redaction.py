@@ -232,7 +232,7 @@ def _ceilings(rule: Mapping[str, Any] | None) -> Mapping[str, str]:
 
 def _replace(body: dict[str, Any], paths: list[tuple[str, ...]]) -> dict[str, Any]:
     """A copy of ``body`` with the value at each path (where present) withheld."""
-    shown = _copy(body)
+    shown: dict[str, Any] = _copy(body)
     for path in paths:
         parent: Any = shown
         for key in path[:-1]:

@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
+from agentjournal._gc import no_collection
 from agentjournal.errors import (
     ConcurrencyError,
     InvalidInput,
@@ -59,6 +60,7 @@ __all__ = ["SQLiteEventStore"]
 SCHEMA_VERSION: Final = 1
 _POLL_SECONDS: Final = 0.05
 _SUBSCRIBE_BATCH: Final = 500
+_SMALL_READ: Final = 256  # reads up to this many events run with the collector as it is
 _T = TypeVar("_T")
 
 _SCHEMA = """
@@ -363,13 +365,14 @@ class SQLiteEventStore:
             if start > head:
                 return []  # the common "anything new?" read costs one lookup
             where = "revision >= ? ORDER BY revision"
-        rows = _fetch_events(
-            self._db,
-            stream,
-            f"SELECT {_EVENT_COLUMNS} FROM events e WHERE stream_id = ? AND {where} LIMIT ?",
-            (stream_id, start, -1 if limit is None else limit),
-        )
-        return [_recorded(stream, *r) for r in rows]
+        sql = f"SELECT {_EVENT_COLUMNS} FROM events e WHERE stream_id = ? AND {where} LIMIT ?"
+        params = (stream_id, start, -1 if limit is None else limit)
+        if limit is not None and limit <= _SMALL_READ:
+            rows = _fetch_events(self._db, stream, sql, params)
+            return [_recorded(stream, *r) for r in rows]
+        with no_collection():  # a long read: thousands of rows and events, no cycles
+            rows = _fetch_events(self._db, stream, sql, params)
+            return [_recorded(stream, *r) for r in rows]
 
     async def read_all(
         self, *, from_position: int | None = None, limit: int | None = None
