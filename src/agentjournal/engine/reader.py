@@ -171,19 +171,23 @@ class Reader:
         whole = {
             stream: page[::-1] for stream, page in pages.items() if page and page[-1].revision == 0
         }
-        new: list[TimelineEvent] = []
+        read: list[list[RecordedEvent]] = []
         try:
             async for _, recorded in walk_tree(
                 self._store, self.stream, limits=tree.heads, read=whole
             ):
-                with no_collection():  # every item decoded here stays: nothing to collect
-                    for event in recorded:
-                        if event.type != events.SUBAGENT_COMPLETED:
-                            new.extend(tree.apply_recorded(event))
+                read.append(recorded)
         except StreamNotFound:
             pass  # no session yet
+        new: list[TimelineEvent] = []
         timeline = Timeline()
+        # Decoded in one go, without the collector: every item decoded here stays in the
+        # timeline, and rescanning them as they pile up was half of a cold read's time.
         with no_collection():
+            for recorded in read:
+                for event in recorded:
+                    if event.type != events.SUBAGENT_COMPLETED:
+                        new.extend(tree.apply_recorded(event))
             fold(timeline, new)
         timeline.complete = True
         tree.replace_timeline(timeline)

@@ -367,7 +367,8 @@ class SQLiteEventStore:
             where = "revision >= ? ORDER BY revision"
         sql = f"SELECT {_EVENT_COLUMNS} FROM events e WHERE stream_id = ? AND {where} LIMIT ?"
         params = (stream_id, start, -1 if limit is None else limit)
-        if limit is not None and limit <= _SMALL_READ:
+        count = start + 1 if backwards else head - start + 1  # at most this many events
+        if min(count, limit if limit is not None else count) <= _SMALL_READ:
             rows = _fetch_events(self._db, stream, sql, params)
             return [_recorded(stream, *r) for r in rows]
         with no_collection():  # a long read: thousands of rows and events, no cycles
