@@ -10,12 +10,15 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import logging
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 import rfc8785
-from agents import SQLiteSession
+from agents import Agent, RunConfig, Runner, SQLiteSession
+from agents.testing import ScriptedModel, assistant_message, function_call
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +26,23 @@ from agentjournal import Journal, JournalSession
 from agentjournal.engine.timeline import ENTRY_BYTES
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger.redaction import view_digest
+from agentjournal.records import walk_tree
+from agentjournal.store.base import NewEvent, StreamState
+from agentjournal.store.sqlite import SQLiteEventStore
+
+CONFIG = RunConfig(tracing_disabled=True)
+
+
+def handoff_run(n: int) -> Agent[Any]:
+    """Triage hands off to billing, which answers: one subsession per run."""
+    billing: Agent[Any] = Agent(
+        name="billing", model=ScriptedModel([[assistant_message(f"done {n}", item_id=f"m{n}")]])
+    )
+    return Agent(
+        name="triage",
+        model=ScriptedModel([[function_call("transfer_to_billing", {}, call_id=f"h{n}")]]),
+        handoffs=[billing],
+    )
 
 
 def _pair(n: int) -> list[Any]:
@@ -109,3 +129,58 @@ def test_a_view_digest_is_that_of_its_rfc8785_bytes(value: Any) -> None:
             value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
         ).encode("utf-8", "surrogatepass")
     assert view_digest(value) == hashlib.sha256(encoded).hexdigest()
+
+
+async def test_sqlite_reads_many_streams_in_one_trip_as_it_reads_each(tmp_path: Path) -> None:
+    async with Journal.open(f"sqlite:///{tmp_path / 'aj.db'}") as journal:
+        store = journal.store
+        assert isinstance(store, SQLiteEventStore)
+        for name, count in (("A-1", 3), ("B-1", 1)):
+            await store.append(
+                name,
+                [
+                    NewEvent(type="T", data=b'{"n":%d}' % n, metadata={"k": "v"})
+                    for n in range(count)
+                ],
+                expected=StreamState.NO_STREAM,
+            )
+        found = await store.read_streams(
+            [("A-1", None), ("missing-1", None), ("B-1", 5), ("A-1", 2)]
+        )
+        assert found == [
+            await store.read("A-1"),
+            None,
+            await store.read("B-1"),
+            await store.read("A-1", limit=2),
+        ]
+        with pytest.raises(InvalidInput):
+            await store.read_streams([("A-1", -1)])
+
+
+async def test_a_tree_walk_in_one_trip_per_level_skips_a_missing_subsession(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Two handoffs open two subsessions; one of them is then lost from the file.
+    async with Journal.open(f"sqlite:///{tmp_path / 'aj.db'}") as journal:
+        session = journal.session("walk", agent_name="triage")
+        for n in range(2):
+            await Runner.run(
+                handoff_run(n), f"q {n}", session=session, hooks=session, run_config=CONFIG
+            )
+        streams = [stream async for stream, _ in walk_tree(journal.store, session.stream)]
+        assert len(streams) == 3
+        lost = streams[2]
+        store = journal.store
+        assert isinstance(store, SQLiteEventStore)
+    db = sqlite3.connect(tmp_path / "aj.db")
+    with db:
+        db.execute(
+            "DELETE FROM events WHERE stream_id = (SELECT id FROM streams WHERE name = ?)", (lost,)
+        )
+        db.execute("DELETE FROM streams WHERE name = ?", (lost,))
+    db.close()
+    async with Journal.open(f"sqlite:///{tmp_path / 'aj.db'}") as journal:
+        with caplog.at_level(logging.WARNING, logger="agentjournal.records"):
+            walked = [stream async for stream, _ in walk_tree(journal.store, streams[0])]
+        assert walked == streams[:2]
+        assert f"subsession stream {lost} is missing" in caplog.text

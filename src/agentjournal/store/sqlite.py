@@ -375,6 +375,36 @@ class SQLiteEventStore:
             rows = _fetch_events(self._db, stream, sql, params)
             return [_recorded(stream, *r) for r in rows]
 
+    async def read_streams(
+        self, reads: Sequence[tuple[str, int | None]]
+    ) -> list[list[RecordedEvent] | None]:
+        """Read several whole streams forwards in one trip to the store's thread.
+
+        Args:
+            reads: (stream, limit) pairs; each stream is read from revision 0, at
+                most ``limit`` events (None: all).
+
+        Returns:
+            Per pair, its events, or None when the stream does not exist. A tree of
+            many small subsessions is read in one hop instead of one per stream
+            (:func:`agentjournal.records.walk_tree` uses it).
+        """
+        for stream, limit in reads:
+            validate_stream_name(stream)
+            _check_non_negative("limit", limit)
+        return await self._submit(self._read_streams_sync, list(reads))
+
+    def _read_streams_sync(
+        self, reads: list[tuple[str, int | None]]
+    ) -> list[list[RecordedEvent] | None]:
+        found: list[list[RecordedEvent] | None] = []
+        for stream, limit in reads:
+            try:
+                found.append(self._read_sync(stream, None, False, limit))
+            except StreamNotFound:
+                found.append(None)
+        return found
+
     async def read_all(
         self, *, from_position: int | None = None, limit: int | None = None
     ) -> list[RecordedEvent]:
