@@ -7,11 +7,14 @@ computes it.
 
 from __future__ import annotations
 
+import copy
 import gc
 import hashlib
 import json
 import logging
 import sqlite3
+import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +29,11 @@ from agentjournal import Journal, JournalSession
 from agentjournal.engine.timeline import ENTRY_BYTES
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger.redaction import view_digest
+from agentjournal.ledger.verify import verify_bundle
 from agentjournal.records import walk_tree
 from agentjournal.store.base import NewEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
+from ledger_sessions import TRUSTED, rechain, record
 
 CONFIG = RunConfig(tracing_disabled=True)
 
@@ -184,3 +189,30 @@ async def test_a_tree_walk_in_one_trip_per_level_skips_a_missing_subsession(
             walked = [stream async for stream, _ in walk_tree(journal.store, streams[0])]
         assert walked == streams[:2]
         assert f"subsession stream {lost} is missing" in caplog.text
+
+
+def test_a_subsession_written_on_after_its_close_fails_verification_and_ends() -> None:
+    # A forged bundle: one more (correctly chained) event after a subsession's closing twin.
+    # The checkpoint-coverage pass used to loop forever on it; now it reports the event.
+    bundle = record()["nested"]
+    stream = next(
+        s
+        for s in bundle["streams"]
+        if s["name"].startswith("AgentSubsession")
+        and s["events"][-1]["type"] == "SubagentCompleted"
+    )
+    extra = copy.deepcopy(stream["events"][1])
+    extra["id"] = str(uuid.uuid4())
+    stream["events"].append(extra)
+    rechain(bundle, stream["name"])
+    done: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: done.append(verify_bundle(bundle, TRUSTED)), daemon=True
+    )
+    worker.start()
+    worker.join(60)
+    assert done, "verification did not end"
+    report = done[0]
+    where = f"{stream['name']}@{len(stream['events']) - 1}"
+    assert str(report.problems[0]) == f"{where}: events after the subagent closed (twins)"
+    assert f"{where}: events after the last checkpoint" in report.text()
