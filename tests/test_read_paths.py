@@ -94,6 +94,16 @@ def test_the_cache_budget_is_checked() -> None:
     for bad in (-1, 1.5, "1"):
         with pytest.raises(InvalidInput, match="cache_bytes"):
             Journal(None, "sqlite://:memory:", cache_bytes=bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput, match="cache_bytes"):
+            Journal.open("sqlite://:memory:", cache_bytes=bad)  # type: ignore[arg-type]
+
+
+async def test_journal_open_takes_the_cache_budget() -> None:
+    async with Journal.open("sqlite://:memory:", cache_bytes=0) as journal:
+        session = journal.session("open")
+        await session.add_items(_pair(1))
+        assert await session.get_items() == _pair(1)
+        assert journal._trees["open"].timeline.entries == []
 
 
 async def test_a_full_read_leaves_the_collector_as_it_found_it(tmp_path: Path) -> None:

@@ -63,10 +63,7 @@ class Journal:
         cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         signing_key: SigningKey | None = None,
     ) -> None:
-        if cache_bytes is not None and (type(cache_bytes) is not int or cache_bytes < 0):
-            raise InvalidInput(
-                f"cache_bytes must be a non-negative integer or None, got {cache_bytes!r}"
-            )
+        _check_cache_bytes(cache_bytes)
         self.store = store
         self.uri = uri
         self.signing_key = signing_key
@@ -86,6 +83,7 @@ class Journal:
         *,
         signing_key: SigningKey | str | None = None,
         deadline: float | None = None,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
     ) -> _Opening:
         """Open the journal at ``uri``.
 
@@ -102,6 +100,9 @@ class Journal:
             deadline: Seconds any one KurrentDB call may take before it fails
                 with ``StoreUnavailable`` (default: the URI's ``DefaultDeadline``,
                 else 10); SQLite ignores it.
+            cache_bytes: What the shared cache keeps of each session's items (item
+                text plus ~150 bytes an item; default 8 MiB; None: no bound). A session
+                beyond it keeps its newest items; a read of older ones reads the store.
 
         Raises:
             InvalidInput: The URI names no known store, or the key cannot be read.
@@ -110,7 +111,7 @@ class Journal:
         if isinstance(signing_key, str):
             signing_key = SigningKey.from_file(signing_key)
         key = signing_key if signing_key is not None else SigningKey.from_environment()
-        return _Opening(cls, store_uri(uri), key, deadline)
+        return _Opening(cls, store_uri(uri), key, deadline, cache_bytes)
 
     def session(
         self,
@@ -232,6 +233,13 @@ class Journal:
         await self.close()
 
 
+def _check_cache_bytes(cache_bytes: int | None) -> None:
+    if cache_bytes is not None and (type(cache_bytes) is not int or cache_bytes < 0):
+        raise InvalidInput(
+            f"cache_bytes must be a non-negative integer or None, got {cache_bytes!r}"
+        )
+
+
 class _Opening:
     """``Journal.open(...)``: await it, or use it with ``async with``."""
 
@@ -241,8 +249,11 @@ class _Opening:
         uri: str,
         signing_key: SigningKey | None,
         deadline: float | None = None,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
     ) -> None:
+        _check_cache_bytes(cache_bytes)  # before anything is opened
         self._cls = cls
+        self._cache_bytes = cache_bytes
         self._uri = uri
         self._signing_key = signing_key
         self._deadline = deadline
@@ -250,7 +261,9 @@ class _Opening:
 
     async def _open(self) -> Journal:
         store = await open_store(self._uri, deadline=self._deadline)
-        return self._cls(store, self._uri, signing_key=self._signing_key)
+        return self._cls(
+            store, self._uri, signing_key=self._signing_key, cache_bytes=self._cache_bytes
+        )
 
     def __await__(self) -> Generator[Any, None, Journal]:
         return self._open().__await__()
