@@ -17,17 +17,24 @@ Cases:
       ``JournalSession`` (its own cache: reads and merges 101 streams) and from
       ``journal.session(id)`` (the journal's shared cache), against a
       ``SQLiteSession`` that ran the same scripts. Both histories are checked
-      identical before timing. Goal: replay <= 2x ``SQLiteSession``.
+      identical before timing. Goal: replay <= 2x ``SQLiteSession``;
+  (e) the memory the journal's shared cache keeps for the 10k-item session after a
+      full read (``tracemalloc``).
+
+``--reads`` runs only (c), (d) and (e). The "cpu ratio" column is the ratio of CPU
+times (all threads of the process), steadier than the wall clock on a shared machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import sys
 import tempfile
+import tracemalloc
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +43,7 @@ from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.memory import Session
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from _common import measure, table
+from _common import Timing, measure_cpu, table
 from agentjournal import Journal, JournalSession
 
 Turn = Callable[[], Awaitable[None]]
@@ -149,29 +156,83 @@ async def turns(session: Session, count: int, start: int) -> None:
         await session.add_items(call_pair(n))
 
 
-async def run(sizes: Sizes) -> list[list[str]]:
+async def run(sizes: Sizes, reads_only: bool = False) -> list[list[str]]:
     rows: list[list[str]] = []
     with tempfile.TemporaryDirectory() as directory:
         ours, sdk = Side("agentjournal", directory), Side("SQLiteSession", directory)
         await ours.start()
         try:
-            rows.extend(await run_cases(ours, sdk, sizes))
+            rows.extend(await run_cases(ours, sdk, sizes, reads_only))
         finally:
             await ours.stop()
     return rows
 
 
-def row(case: str, sdk_seconds: float, our_seconds: float, per: int, unit: str) -> list[str]:
+def row(case: str, timing: Timing, per: int, unit: str) -> list[str]:
+    """A table row: wall-clock times per call, their ratio, and the ratio of CPU times."""
     return [
         case,
-        f"{1000 * sdk_seconds / per:.3f}",
-        f"{1000 * our_seconds / per:.3f}",
-        f"{our_seconds / sdk_seconds:.2f}",
+        f"{1000 * timing.baseline / per:.3f}",
+        f"{1000 * timing.ours / per:.3f}",
+        f"{timing.ours / timing.baseline:.2f}",
+        f"{timing.ours_cpu / timing.baseline_cpu:.2f}" if timing.baseline_cpu else "-",
         unit,
     ]
 
 
-async def run_cases(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
+async def run_cases(ours: Side, sdk: Side, sizes: Sizes, reads_only: bool) -> list[list[str]]:
+    rows: list[list[str]] = []
+    if not reads_only:
+        rows.extend(await turn_cases(ours, sdk, sizes))
+    else:
+        for side in (ours, sdk):
+            await side.filled(f"size-{sizes.large}", sizes.large)
+
+    # (c) the whole history from a fresh session object.
+    async def full(side: Side) -> None:
+        await side.fresh(f"size-{sizes.large}").get_items()
+
+    timing = await measure_cpu(lambda: full(sdk), lambda: full(ours))
+    rows.append(row(f"(c) full get_items of ~{sizes.large:,}, cold", timing, 1, "ms/call"))
+    rows.extend(await handoff_replay(ours, sdk, sizes))
+    rows.append(await cache_held(ours, sizes))
+    return rows
+
+
+async def cache_held(ours: Side, sizes: Sizes) -> list[str]:
+    """(e) The memory a journal's shared cache keeps for one session after a full read.
+
+    Measured with ``tracemalloc`` on a new ``Journal`` over the same store: what is
+    still allocated after ``journal.session(id).get_items()`` returned and its
+    result was dropped (the SDK's session keeps nothing between calls).
+    """
+    assert ours.journal is not None
+    journal = Journal(ours.journal.store, ours.journal.uri)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        items = await journal.session(f"size-{sizes.large}").get_items()
+        count = len(items)
+        del items
+        for _ in range(3):  # let the loop drop its last references to the finished reads
+            await asyncio.sleep(0)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    return [
+        f"(e) shared cache held per {count:,}-item session",
+        "-",
+        f"{held / 1024:,.0f}",
+        "-",
+        "-",
+        "KiB",
+    ]
+
+
+async def turn_cases(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
+    """(a) and (b): turns, and windowed reads."""
     rows: list[list[str]] = []
     rounds = 5
     per_round = sizes.turns // rounds
@@ -187,15 +248,9 @@ async def run_cases(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
 
         return go
 
-    sdk_s, our_s = await measure(turn_round(sdk), turn_round(ours), rounds=rounds)
+    timing = await measure_cpu(turn_round(sdk), turn_round(ours), rounds=rounds)
     rows.append(
-        row(
-            f"(a) turn: get_items(20)+add_items(2), x{sizes.turns}",
-            sdk_s,
-            our_s,
-            per_round,
-            "ms/turn",
-        )
+        row(f"(a) turn: get_items(20)+add_items(2), x{sizes.turns}", timing, per_round, "ms/turn")
     )
 
     # (b) per-turn cost on a small and a large session.
@@ -213,8 +268,8 @@ async def run_cases(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
 
             return go
 
-        sdk_s, our_s = await measure(probe_round(sdk), probe_round(ours))
-        rows.append(row(f"(b) turn at ~{size:,} items", sdk_s, our_s, sizes.probe_turns, "ms/turn"))
+        timing = await measure_cpu(probe_round(sdk), probe_round(ours))
+        rows.append(row(f"(b) turn at ~{size:,} items", timing, sizes.probe_turns, "ms/turn"))
 
     for size in (sizes.small, sizes.large):
 
@@ -225,20 +280,11 @@ async def run_cases(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
 
             return go
 
-        sdk_s, our_s = await measure(cold_round(sdk), cold_round(ours))
+        timing = await measure_cpu(cold_round(sdk), cold_round(ours))
         rows.append(
-            row(
-                f"(b) get_items(20), cold, at ~{size:,}", sdk_s, our_s, sizes.probe_turns, "ms/call"
-            )
+            row(f"(b) get_items(20), cold, at ~{size:,}", timing, sizes.probe_turns, "ms/call")
         )
 
-    # (c) the whole history from a fresh session object.
-    async def full(side: Side) -> None:
-        await side.fresh(f"size-{sizes.large}").get_items()
-
-    sdk_s, our_s = await measure(lambda: full(sdk), lambda: full(ours))
-    rows.append(row(f"(c) full get_items of ~{sizes.large:,}, cold", sdk_s, our_s, 1, "ms/call"))
-    rows.extend(await handoff_replay(ours, sdk, sizes))
     return rows
 
 
@@ -277,8 +323,8 @@ async def handoff_replay(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]
         label = f"(d) replay {sizes.handoffs} handoffs x {items - 2} items"
         rows = []
         for kind, ours_round in (("cold", cold_round), ("warm", warm_round)):
-            sdk_s, our_s = await measure(theirs.get_items, ours_round, rounds=REPLAY_ROUNDS)
-            rows.append(row(f"{label}, {kind}", sdk_s, our_s, 1, "ms/call"))
+            timing = await measure_cpu(theirs.get_items, ours_round, rounds=REPLAY_ROUNDS)
+            rows.append(row(f"{label}, {kind}", timing, 1, "ms/call"))
         return rows
     finally:
         theirs.close()
@@ -287,9 +333,10 @@ async def handoff_replay(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--reads", action="store_true", help="only the read cases (c), (d), (e)")
     args = parser.parse_args(argv)
-    rows = asyncio.run(run(QUICK if args.quick else FULL))
-    print(table(["case", "SQLiteSession", "agentjournal", "ratio", "unit"], rows))
+    rows = asyncio.run(run(QUICK if args.quick else FULL, args.reads))
+    print(table(["case", "SQLiteSession", "agentjournal", "ratio", "cpu ratio", "unit"], rows))
     return 0
 
 

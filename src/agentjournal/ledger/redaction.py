@@ -34,7 +34,6 @@ bundles".
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import re
@@ -110,13 +109,38 @@ def view_digest(body: Any) -> str:
     A view RFC 8785 cannot print (an integer beyond 2**53, a non-finite number) is
     hashed as Python's sorted compact JSON instead: every reader computes the same.
     """
+    if _plain(body):
+        # No float and no key beyond the Basic Multilingual Plane: RFC 8785 prints
+        # such a value as Python's sorted compact JSON does (strings escaped alike,
+        # integers alike, keys in the same order, as UTF-16 and code-point order agree
+        # within the BMP); the cases it refuses (a lone surrogate, an integer beyond
+        # 2**53) fall back to exactly these bytes. Ten times faster than ``rfc8785``.
+        encoded = _sorted_json(body).encode("utf-8", "surrogatepass")
+        return hashlib.sha256(encoded).hexdigest()
     try:
-        encoded: bytes = rfc8785.dumps(body)
+        encoded = rfc8785.dumps(body)
     except (rfc8785.CanonicalizationError, UnicodeError):
-        encoded = json.dumps(
-            body, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        ).encode("utf-8", "surrogatepass")
+        encoded = _sorted_json(body).encode("utf-8", "surrogatepass")
     return hashlib.sha256(encoded).hexdigest()
+
+
+_sorted_json: Final = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), sort_keys=True
+).encode
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` (parsed JSON) holds no float and no key beyond U+FFFF."""
+    if isinstance(value, dict):
+        return all(
+            isinstance(key, str)
+            and (key.isascii() or max(key, default=" ") <= "\uffff")
+            and _plain(item)
+            for key, item in value.items()
+        )
+    if isinstance(value, list):
+        return all(_plain(item) for item in value)
+    return isinstance(value, (str, int)) or value is None  # bool is an int
 
 
 def withholds(type_: str, metadata: Mapping[str, str]) -> bool:
@@ -208,7 +232,7 @@ def _ceilings(rule: Mapping[str, Any] | None) -> Mapping[str, str]:
 
 def _replace(body: dict[str, Any], paths: list[tuple[str, ...]]) -> dict[str, Any]:
     """A copy of ``body`` with the value at each path (where present) withheld."""
-    shown = copy.deepcopy(body)
+    shown: dict[str, Any] = _copy(body)
     for path in paths:
         parent: Any = shown
         for key in path[:-1]:
@@ -216,6 +240,16 @@ def _replace(body: dict[str, Any], paths: list[tuple[str, ...]]) -> dict[str, An
         if isinstance(parent, dict) and parent.get(path[-1]) is not None:
             parent[path[-1]] = withheld(parent[path[-1]])
     return shown
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of parsed JSON (dicts, lists and immutable scalars): ``copy.deepcopy``
+    without its memo, which parsed JSON (a tree, no shared parts) does not need."""
+    if isinstance(value, dict):
+        return {key: _copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy(item) for item in value]
+    return value
 
 
 def _tool_calls(body: dict[str, Any], rule: Mapping[str, Any] | None) -> dict[str, Any]:
