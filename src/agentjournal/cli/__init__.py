@@ -33,11 +33,16 @@ Commands:
     trace export [SESSION | --all] [--follow] (--otlp URL | --console | --jsonl FILE)
                 session trees as OpenTelemetry spans; --follow keeps going and
                 saves where it is in the store
+    ui [--host H] [--port P] [--token T]
+                a read-only web viewer of the store: sessions, lanes, integrity,
+                replay, updating live (the [service] extra)
+    view SESSION -o FILE
+                one session's page as a self-contained HTML file (opens offline)
 
 Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
 else ``sqlite:///agentjournal.db``); the commands that only read one
 (``verify``, ``bundle export``, ``sessions``, ``show``, ``replay``, ``usage``, ``tail``,
-``trace export``) never create it.
+``trace export``, ``ui``, ``view``) never create it.
 
 Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed. An
 expected error is one line on stderr saying what to do; ``--debug`` shows the
@@ -62,6 +67,7 @@ from agentjournal.cli import (
     show,
     tail,
     trace,
+    ui,
     verify,
 )
 from agentjournal.cli import usage as usage_command
@@ -83,6 +89,7 @@ _COMMANDS = (
     usage_command,
     tail,
     trace,
+    ui,
 )
 """The command modules, in the order ``--help`` lists them: each adds its parser and the
 function that runs it (``register``), and loads what it needs only when it runs."""
