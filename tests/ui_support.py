@@ -124,11 +124,12 @@ def serving(uri: str, *, pubkey: Path | None = None, token: str | None = None) -
     from agentjournal.guardrails.service import bind
 
     keys = trusted_keys([str(pubkey)]) if pubkey is not None else {}
-    app = create_app(lambda: open_store(uri, create=False), keys=keys, token=token)
+    closing = threading.Event()
+    app = create_app(lambda: open_store(uri, create=False), keys=keys, token=token, closing=closing)
     sock = bind("127.0.0.1", 0)
     sock.listen(128)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -137,6 +138,7 @@ def serving(uri: str, *, pubkey: Path | None = None, token: str | None = None) -
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
+        closing.set()  # open event streams end, then the server stops
         server.should_exit = True
         thread.join(15)
         sock.close()

@@ -10,6 +10,7 @@ import re
 import signal
 import socket
 import sys
+import threading
 from typing import TYPE_CHECKING, Final
 
 from agentjournal.cli._common import STORE_HELP, Commands, usage
@@ -133,12 +134,15 @@ def _ui(args: argparse.Namespace) -> int:
         where = f"{url}/?token=…" if token is not None else f"{url}/"
         print(f"agentjournal ui: serving {where} (read-only); Ctrl-C stops it", flush=True)
 
-    app = create_app(lambda: open_store(target, create=False), keys=keys, token=token)
+    closing = threading.Event()
+    app = create_app(
+        lambda: open_store(target, create=False), keys=keys, token=token, closing=closing
+    )
     # uvicorn shuts down on SIGINT or SIGTERM, then raises the signal again: as
     # KeyboardInterrupt both times here, so Ctrl-C and a service manager's stop exit 0.
     previous = signal.signal(signal.SIGTERM, _interrupted)
     try:
-        serve(app, host=args.host, port=args.port, ready=ready)
+        serve(app, host=args.host, port=args.port, ready=ready, closing=closing)
     except KeyboardInterrupt:
         print("agentjournal ui: stopped", file=sys.stderr, flush=True)
     finally:

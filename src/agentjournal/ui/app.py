@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -52,7 +53,7 @@ from agentjournal.ui import page
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    from agentjournal.store.base import EventStore
+    from agentjournal.store.base import EventStore, RecordedEvent
 
 __all__ = ["COOKIE", "create_app", "serve"]
 
@@ -65,6 +66,8 @@ _POLICY: Final = (
 )
 _PROJECTIONS: Final = projection_stream("x")[:-1]
 _ASSETS: Final = {"ui.css": "text/css", "ui.js": "text/javascript"}
+_TICK: Final = 0.5
+_KEEPALIVE_SECONDS: Final = 15.0
 
 
 def create_app(
@@ -72,6 +75,7 @@ def create_app(
     *,
     keys: Mapping[str, Ed25519PublicKey] | None = None,
     token: str | None = None,
+    closing: threading.Event | None = None,
 ) -> Starlette:
     """The viewer over the store ``open_store`` opens when the application starts.
 
@@ -79,7 +83,10 @@ def create_app(
         open_store: Opens the store (once, at startup; closed at shutdown).
         keys: The trusted public keys the ledger is verified against.
         token: When given, every request must carry it (see the module docs).
+        closing: Set when the server shuts down: open event streams then end within
+            half a second (a server waits for its open responses before it stops).
     """
+    closing = closing or threading.Event()
     trusted = dict(keys or {})
     state: dict[str, Any] = {}
     catalog_lock = asyncio.Lock()
@@ -147,7 +154,7 @@ def create_app(
 
     async def changes(request: Request) -> Response:
         after = _after(request)
-        return _event_stream(store(), after, None)
+        return _event_stream(store(), after, None, closing)
 
     async def session_changes(request: Request) -> Response:
         from agentjournal.records import walk_tree
@@ -165,7 +172,7 @@ def create_app(
         with contextlib.suppress(Exception):  # a tree that does not exist yet has no streams
             async for name, _ in walk_tree(store(), session_stream(session_id)):
                 streams.add(name)
-        return _event_stream(store(), after, streams)
+        return _event_stream(store(), after, streams, closing)
 
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
@@ -214,9 +221,12 @@ def _missing(request: Request, message: str) -> Response:
     return HTMLResponse(page.not_found(message), status_code=404)
 
 
-def _event_stream(store: EventStore, after: int | None, streams: set[str] | None) -> Response:
+def _event_stream(
+    store: EventStore, after: int | None, streams: set[str] | None, closing: threading.Event
+) -> Response:
     """Server-sent events: ``changed`` for each new event of ``streams`` (every stream but
-    the projections' own saves when None), learning subsessions as they open."""
+    the projections' own saves when None), learning subsessions as they open; a comment
+    every 15 s of quiet (a dead client is noticed); the end when ``closing`` is set."""
 
     async def messages() -> AsyncIterator[str]:
         start = after
@@ -227,8 +237,20 @@ def _event_stream(store: EventStore, after: int | None, streams: set[str] | None
         # A comment first: the browser's EventSource reports the stream open at once.
         yield f": following from {start}\n\n"
         events = store.subscribe(after_position=start)
+        step: asyncio.Future[RecordedEvent] | None = None
+        quiet = 0
         try:
-            async for event in events:
+            while not closing.is_set():
+                if step is None:
+                    step = asyncio.ensure_future(anext(events))
+                done, _ = await asyncio.wait({step}, timeout=_TICK)
+                if not done:
+                    quiet += 1
+                    if quiet * _TICK >= _KEEPALIVE_SECONDS:
+                        quiet = 0
+                        yield ": still here\n\n"
+                    continue
+                event, step, quiet = step.result(), None, 0
                 if event.stream.startswith(_PROJECTIONS):
                     continue  # the catalog's own saves (a list page refreshing) are no news
                 if streams is not None:
@@ -239,6 +261,10 @@ def _event_stream(store: EventStore, after: int | None, streams: set[str] | None
                         streams.add(child)
                 yield f"event: changed\ndata: {json.dumps(event.position)}\n\n"
         finally:
+            if step is not None:
+                step.cancel()
+                with contextlib.suppress(BaseException):
+                    await step
             with contextlib.suppress(Exception):
                 await events.aclose()  # type: ignore[attr-defined]
 
@@ -302,9 +328,17 @@ class _Guard:
         return any(hmac.compare_digest(value.encode(), expected) for value in offered)
 
 
-def serve(app: Starlette, *, host: str, port: int, ready: Callable[[str], None]) -> None:
+def serve(
+    app: Starlette,
+    *,
+    host: str,
+    port: int,
+    ready: Callable[[str], None],
+    closing: threading.Event,
+) -> None:
     """Serve ``app`` until interrupted: bind first (a port in use is one clear error), call
-    ``ready`` with the URL actually bound, then run uvicorn on that socket.
+    ``ready`` with the URL actually bound, then run uvicorn on that socket; on SIGINT or
+    SIGTERM set ``closing`` (the one ``app`` was made with) so open event streams end.
 
     Raises:
         InvalidInput: The port is in use or not allowed, or the host cannot be resolved.
@@ -321,10 +355,15 @@ def serve(app: Starlette, *, host: str, port: int, ready: Callable[[str], None])
         bound = sock.getsockname()
         shown = f"[{bound[0]}]" if sock.family == socket.AF_INET6 else bound[0]
         ready(f"http://{shown}:{bound[1]}")
-        # Open event streams never end by themselves: shutdown waits a second, then ends them.
         config = uvicorn.Config(
-            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1
+            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
         )
-        uvicorn.Server(config).run(sockets=[sock])
+
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                closing.set()  # a threading.Event: safe from a signal handler
+                super().handle_exit(sig, frame)
+
+        Server(config).run(sockets=[sock])
     finally:
         sock.close()
