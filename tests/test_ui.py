@@ -24,9 +24,18 @@ import pytest
 
 from agentjournal.cli._common import trusted_keys
 from agentjournal.store import open_store
+from agentjournal.testing.kurrentdb_double import ThreadedKurrentDBDouble
 from agentjournal.ui.page import render, session_page
 from cli_run import run
-from ui_support import HOSTILE, Stored, serving, tamper, write_in_thread, write_store
+from ui_support import (
+    HOSTILE,
+    Stored,
+    serving,
+    tamper,
+    write_in_thread,
+    write_session,
+    write_store,
+)
 
 TOKEN = "s3cret-token-for-the-viewer"
 
@@ -255,3 +264,42 @@ def test_agentjournal_ui_serves_as_a_real_process(stored: Stored) -> None:
         _, err = process.communicate(timeout=15)
     assert process.returncode == 0, err
     assert err.endswith("agentjournal ui: stopped\n"), err
+
+
+def test_an_event_the_store_cannot_decode_is_a_failure_not_a_crash(
+    stored: Stored, tmp_path: Path
+) -> None:
+    copy, stream, revision = tamper(stored, tmp_path, b"refund of 1250 cents", b"\xff\xfe")
+    data = _page(stored, "demo-1", f"sqlite:///{copy}")
+    assert not data["integrity"]["ok"]  # type: ignore[index]
+    first = data["integrity"]["problems"][0]  # type: ignore[index]
+    assert (first["stream"], first["revision"]) == (stream, revision)
+    assert "not UTF-8" in first["message"]
+    page = render(data, inline=True)
+    assert "not UTF-8" in page
+
+
+def test_the_viewer_reads_kurrentdb_too(
+    stored: Stored, kurrentdb_double: ThreadedKurrentDBDouble
+) -> None:
+    key = stored.pubkey.with_suffix("")
+    asyncio.run(write_session(kurrentdb_double.uri, key, "kdb-1", "hello"))
+    with (
+        serving(kurrentdb_double.uri, pubkey=stored.pubkey) as base,
+        httpx.Client(base_url=base, timeout=30) as client,
+    ):
+        data = client.get("/api/sessions/kdb-1").json()
+        assert data["integrity"]["ok"], data["integrity"]["text"]
+        assert data["lanes"] == ["triage", "billing"]
+        with client.stream("GET", f"/sessions/kdb-1/events?after={data['position']}") as stream:
+            lines = stream.iter_lines()
+            assert next(lines).startswith(": following from")
+            writer = threading.Thread(
+                target=write_in_thread, args=(kurrentdb_double.uri, key, "kdb-1", "more")
+            )
+            writer.start()
+            try:
+                assert next(line for line in lines if line) == "event: changed"
+            finally:
+                writer.join(60)
+        assert "kdb-1" in {row["session_id"] for row in client.get("/api/sessions").json()["rows"]}
