@@ -140,6 +140,18 @@ def test_the_server_answers_pages_data_and_404s(url: str) -> None:
         assert client.get("/api/sessions/demo-1/replay?at=x").status_code == 404
 
 
+def test_without_a_token_only_loopback_host_names_are_answered(url: str) -> None:
+    port = url.rsplit(":", 1)[1]
+    with httpx.Client(base_url=url, timeout=30) as client:
+        # A page at another name rebound to 127.0.0.1 (DNS rebinding) reads nothing.
+        rebound = client.get("/api/sessions/demo-1", headers={"Host": f"evil.example:{port}"})
+        assert rebound.status_code == 421
+        assert "demo-1" not in rebound.text
+        for name in ("localhost", "127.0.0.1", "[::1]"):
+            answer = client.get("/api/sessions", headers={"Host": f"{name}:{port}"})
+            assert answer.status_code == 200, name
+
+
 def test_an_event_stream_announces_a_session_written_after_it_opened(
     stored: Stored, url: str
 ) -> None:

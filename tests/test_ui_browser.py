@@ -181,6 +181,10 @@ def test_a_session_written_while_the_pages_are_open_appears_without_reload(
     expect(page.locator('tr[data-session="live-1"]')).to_have_count(1)
     page.locator("#filter").fill("live-")
     expect(page.locator("#rows tr")).to_have_count(1)
+    # Under a filter, a new matching session joins the rows; the filter box keeps its text.
+    write_in_thread(stored.uri, key, "live-2", "other words")
+    expect(page.locator("#rows tr")).to_have_count(2)
+    expect(page.locator("#filter")).to_have_value("live-")
     page.screenshot(path=str(shots / "ui-sessions.png"))
     # The session page follows its own tree: a new run's events arrive without a reload.
     page.goto(f"{url}/sessions/live-1")

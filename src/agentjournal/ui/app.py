@@ -38,7 +38,7 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from agentjournal.errors import InvalidInput
+from agentjournal.errors import InvalidInput, JournalError
 from agentjournal.records import opened_stream
 from agentjournal.streams import (
     KEYS_STREAM,
@@ -127,6 +127,8 @@ def create_app(
             return await page.session_page(store(), session_id, trusted, at=at)
         except InvalidInput as error:
             return _missing(request, str(error))
+        except JournalError as error:  # the store is down or refused: say so, in one line
+            return _unavailable(error)
 
     async def session(request: Request) -> Response:
         data = await session_json(request)
@@ -151,6 +153,8 @@ def create_app(
             return JSONResponse({"at": at, "items": history_before(tree, at)})
         except InvalidInput as error:
             return _missing(request, str(error))
+        except JournalError as error:
+            return _unavailable(error)
 
     async def changes(request: Request) -> Response:
         after = _after(request)
@@ -215,6 +219,11 @@ def _after(request: Request) -> int | None:
     return int(raw)
 
 
+def _unavailable(error: JournalError) -> Response:
+    reason = " ".join(str(error).split())
+    return PlainTextResponse(f"the store could not be read: {reason}\n", status_code=503)
+
+
 def _missing(request: Request, message: str) -> Response:
     if request.url.path.startswith("/api/") or request.url.path.endswith("/events"):
         return JSONResponse({"error": message}, status_code=404)
@@ -229,11 +238,7 @@ def _event_stream(
     every 15 s of quiet (a dead client is noticed); the end when ``closing`` is set."""
 
     async def messages() -> AsyncIterator[str]:
-        start = after
-        if start is None:
-            from agentjournal.store.base import StreamState
-
-            start = (await store.append(KEYS_STREAM, [], expected=StreamState.ANY)).position
+        start = after if after is not None else await page.last_position(store)
         # A comment first: the browser's EventSource reports the stream open at once.
         yield f": following from {start}\n\n"
         events = store.subscribe(after_position=start)
@@ -275,8 +280,21 @@ def _event_stream(
     )
 
 
+def _loopback_name(host: str) -> bool:
+    """Whether the Host a request names is a loopback address or ``localhost``."""
+    import ipaddress
+
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 class _Guard:
-    """Every response: no framing, no other origin; with a token, no answer without it."""
+    """Every response: no framing, no other origin; with a token, no answer without it;
+    without one, no answer to a Host that is not loopback."""
 
     def __init__(self, app: Any, *, token: str | None) -> None:
         self.app = app
@@ -287,6 +305,16 @@ class _Guard:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
+        if self.token is None and not _loopback_name(request.url.hostname or ""):
+            # Without a token the viewer answers only to loopback names: a page elsewhere
+            # that rebinds its own host name to 127.0.0.1 must not read the store.
+            response = PlainTextResponse(
+                "misdirected: without a token this viewer answers only at 127.0.0.1, ::1 "
+                "or localhost\n",
+                status_code=421,
+            )
+            await response(scope, receive, send)
+            return
         from_query = request.query_params.get("token")
         if self.token is not None and not self._allowed(request, from_query):
             response = PlainTextResponse(

@@ -46,6 +46,7 @@ __all__ = [
     "MAX_EXPORTED_HISTORIES",
     "Kind",
     "asset",
+    "last_position",
     "not_found",
     "render",
     "session_data",
@@ -92,12 +93,10 @@ async def session_page(
     """
     from agentjournal.ledger.verify import Report, verify_records
     from agentjournal.replay import history_before, replay
-    from agentjournal.store.base import StreamState
-    from agentjournal.streams import KEYS_STREAM as _KEYS
     from agentjournal.usage import usage_of
 
     # The position first: an event written while the page is read is announced after it.
-    position = (await store.append(_KEYS, [], expected=StreamState.ANY)).position
+    position = await last_position(store)
     try:
         tree = await read_tree(store, session_id)
     except DamagedEvent as bad:
@@ -121,6 +120,14 @@ async def session_page(
         histories=histories,
         at=at,
     )
+
+
+async def last_position(store: EventStore) -> int:
+    """The store's last global position (0 when empty): an append of no events reports it
+    and writes nothing."""
+    from agentjournal.store.base import StreamState
+
+    return (await store.append(KEYS_STREAM, [], expected=StreamState.ANY)).position
 
 
 def _has_usage(tree: TreeRecords) -> bool:

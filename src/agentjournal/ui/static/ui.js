@@ -38,20 +38,28 @@
 
   // -- the sessions list --------------------------------------------------------
   function drawSessions() {
+    // A live update redraws the rows only: the filter box keeps its text, focus and caret.
+    var body = document.getElementById("rows");
+    var warning = document.getElementById("warning");
+    if (body) {
+      warning.textContent = data.warning || "";
+      drawRows(body);
+      return;
+    }
     app.textContent = "";
     var input = el("input", { type: "search", id: "filter", placeholder: "filter: id, app, user, agent, ledger" });
     input.value = view.filter;
     input.addEventListener("input", function () {
       view.filter = input.value;
-      drawRows(body);
+      drawRows(document.getElementById("rows"));
     });
     app.appendChild(el("div", { cls: "toolbar" }, input));
-    if (data.warning) app.appendChild(el("p", { cls: "warning", text: data.warning }));
+    app.appendChild(el("p", { cls: "warning", id: "warning", text: data.warning || "" }));
     var columns = ["session", "app", "user", "agent", "items", "subagents o/c/f", "blocks",
       "refusals", "tokens", "first", "last", "ledger"];
     var head = el("tr");
     columns.forEach(function (c) { head.appendChild(el("th", { text: c })); });
-    var body = el("tbody", { id: "rows" });
+    body = el("tbody", { id: "rows" });
     app.appendChild(el("table", { cls: "sessions" }, el("thead", null, head), body));
     drawRows(body);
   }
