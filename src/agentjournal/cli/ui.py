@@ -36,7 +36,10 @@ def register(commands: Commands) -> None:
         "(lanes per agent, guardrail decisions, integrity, replay), updating live"
     )
     ui = commands.add(
-        "ui", text, "agentjournal ui --pubkey agentjournal-demo.pem.pub   # then open the URL"
+        "ui",
+        text,
+        "agentjournal ui --pubkey journal.pem.pub, then open http://127.0.0.1:8766/ "
+        '(elsewhere: agentjournal ui --host 0.0.0.0 --token "$(openssl rand -hex 16)")',
     )
     ui.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
