@@ -267,10 +267,11 @@ def test_the_view_file_opens_from_file_with_every_request_blocked(
     assert all(u.startswith("file://") or u.startswith("data:") for u in watched.requests)
 
 
-def test_an_unknown_session_is_a_404_page(watched: Watched, url: str) -> None:
+def test_an_unknown_session_is_a_404_page(watched: Watched, url: str, shots: Path) -> None:
     page = watched.page
     answer = page.goto(f"{url}/sessions/nope-1")
     assert answer is not None
     assert answer.status == 404
     expect(page.locator(".missing")).to_have_text("no session 'nope-1' in this store")
+    page.screenshot(path=str(shots / "ui-404.png"))
     assert watched.others(url) == []
