@@ -46,7 +46,10 @@ SKIPPED = {
     "python bench/store.py": "tests/test_bench.py",
 }
 """First command of each block the test skips (without its comment) -> what its reason says."""
-BACKGROUND = {"agentjournal guardrail serve --rules samples/guardrail-rules.yml"}
+BACKGROUND = {
+    "agentjournal guardrail serve --rules samples/guardrail-rules.yml",
+    "agentjournal ui --pubkey journal.pem.pub",
+}
 """First command of each block run as a background service."""
 
 
@@ -216,6 +219,12 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
         # While the service still runs: it answers where it said it listens.
         for log in logs.glob("service-*.log"):
             first = log.read_text(encoding="utf-8").splitlines()[0]
+            viewer = re.search(r"serving (http://\S+/) \(read-only\)", first)
+            if viewer is not None:  # agentjournal ui: the demo's session is there
+                page = viewer.group(1) + "sessions/support-4711"
+                with urllib.request.urlopen(page, timeout=30) as response:
+                    assert "support-4711" in response.read().decode("utf-8")
+                continue
             url = re.search(r"http://\S+/v1/validate", first)
             assert url is not None, first
             health = url.group(0).replace("/v1/validate", "/health")

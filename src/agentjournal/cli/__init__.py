@@ -36,11 +36,16 @@ Commands:
     run --manifests DIR --agent ID
                 run a manifest's agent: one JSON object on stdin, one on
                 stdout (seed 000's contract; exit 0/1/2/3, see its --help)
+    ui [--host H] [--port P] [--token T]
+                a read-only web viewer of the store: sessions, lanes, integrity,
+                replay, updating live (the [service] extra)
+    view SESSION -o FILE
+                one session's page as a self-contained HTML file (opens offline)
 
 Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
 else ``sqlite:///agentjournal.db``); the commands that only read one
 (``verify``, ``bundle export``, ``sessions``, ``show``, ``replay``, ``usage``, ``tail``,
-``trace export``) never create it.
+``trace export``, ``ui``, ``view``) never create it.
 
 Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed. An
 expected error is one line on stderr saying what to do; ``--debug`` shows the
@@ -66,6 +71,7 @@ from agentjournal.cli import (
     show,
     tail,
     trace,
+    ui,
     verify,
 )
 from agentjournal.cli import usage as usage_command
@@ -88,6 +94,7 @@ _COMMANDS = (
     tail,
     trace,
     run,
+    ui,
 )
 """The command modules, in the order ``--help`` lists them: each adds its parser and the
 function that runs it (``register``), and loads what it needs only when it runs."""

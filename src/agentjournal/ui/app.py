@@ -1,0 +1,397 @@
+"""The live viewer: a read-only Starlette application over one store (``agentjournal ui``).
+
+Routes (all GET):
+
+- ``/``: the sessions list (the catalog's rows), filterable, following the store.
+- ``/sessions/{id}``: one session (``?at=N`` opens Replay before item ``#N``); 404 page
+  for a session the store does not hold.
+- ``/api/sessions``, ``/api/sessions/{id}``, ``/api/sessions/{id}/replay?at=N``: the
+  same data as JSON, which an open page fetches again when told something changed.
+- ``/events``, ``/sessions/{id}/events``: server-sent events, one ``changed`` message
+  (its data: the store position) whenever the store — or that session's tree,
+  subsessions opened later included — has a new event after ``?after=POSITION``.
+- ``/static/…``: the page's CSS and script, shipped in the wheel.
+
+With a token, every request must carry it: ``Authorization: Bearer TOKEN``, or the
+cookie a page opened with ``?token=TOKEN`` got (for its own script's requests).
+Every response forbids framing and any other origin (Content-Security-Policy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Route
+
+from agentjournal.errors import InvalidInput, JournalError
+from agentjournal.records import opened_stream
+from agentjournal.streams import (
+    KEYS_STREAM,
+    authority_stream,
+    ledger_stream,
+    projection_stream,
+    session_stream,
+    validate_id,
+)
+from agentjournal.ui import page
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from agentjournal.store.base import EventStore, RecordedEvent
+
+__all__ = ["COOKIE", "create_app", "serve"]
+
+COOKIE: Final = "agentjournal_ui_token"
+"""The cookie a ``?token=`` visit sets, so the page's own requests carry the token."""
+
+_POLICY: Final = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+_PROJECTIONS: Final = projection_stream("x")[:-1]
+_ASSETS: Final = {"ui.css": "text/css", "ui.js": "text/javascript"}
+_TICK: Final = 0.5
+_KEEPALIVE_SECONDS: Final = 15.0
+
+
+def create_app(
+    open_store: Callable[[], Awaitable[EventStore]],
+    *,
+    keys: Mapping[str, Ed25519PublicKey] | None = None,
+    token: str | None = None,
+    closing: threading.Event | None = None,
+) -> Starlette:
+    """The viewer over the store ``open_store`` opens when the application starts.
+
+    Args:
+        open_store: Opens the store (once, at startup; closed at shutdown).
+        keys: The trusted public keys the ledger is verified against.
+        token: When given, every request must carry it (see the module docs).
+        closing: Set when the server shuts down: open event streams then end within
+            half a second (a server waits for its open responses before it stops).
+    """
+    closing = closing or threading.Event()
+    trusted = dict(keys or {})
+    state: dict[str, Any] = {}
+    catalog_lock = asyncio.Lock()
+
+    def store() -> EventStore:
+        opened: EventStore = state["store"]
+        return opened
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        state["store"] = await open_store()
+        try:
+            yield
+        finally:
+            await state["store"].close()
+
+    async def sessions_json() -> dict[str, Any]:
+        from agentjournal import catalog
+
+        # One refresh at a time: the catalog is saved in the store, and two racing
+        # saves would only make one of them fold again.
+        async with catalog_lock:
+            listing = await catalog.refresh(store(), keys=trusted)
+        return page.sessions_data(listing.rows, position=listing.position, warning=listing.warning)
+
+    async def index(request: Request) -> Response:
+        return HTMLResponse(page.render(await sessions_json(), live=True))
+
+    async def api_sessions(request: Request) -> Response:
+        return JSONResponse(await sessions_json())
+
+    async def session_json(request: Request) -> dict[str, Any] | Response:
+        try:
+            session_id = validate_id(request.path_params["session"], "session id")
+            at = _at(request)
+            if await store().head(session_stream(session_id)) is None:
+                raise InvalidInput(f"no session {session_id!r} in this store")
+            return await page.session_page(store(), session_id, trusted, at=at)
+        except InvalidInput as error:
+            return _missing(request, str(error))
+        except JournalError as error:  # the store is down or refused: say so, in one line
+            return _unavailable(error)
+
+    async def session(request: Request) -> Response:
+        data = await session_json(request)
+        if isinstance(data, Response):
+            return data
+        return HTMLResponse(page.render(data, live=True))
+
+    async def api_session(request: Request) -> Response:
+        data = await session_json(request)
+        return data if isinstance(data, Response) else JSONResponse(data)
+
+    async def api_replay(request: Request) -> Response:
+        from agentjournal.records import read_tree
+        from agentjournal.replay import history_before
+
+        try:
+            session_id = validate_id(request.path_params["session"], "session id")
+            at = _at(request)
+            if at is None:
+                raise InvalidInput("give ?at=INDEX")
+            tree = await read_tree(store(), session_id)
+            return JSONResponse({"at": at, "items": history_before(tree, at)})
+        except InvalidInput as error:
+            return _missing(request, str(error))
+        except JournalError as error:
+            return _unavailable(error)
+
+    async def changes(request: Request) -> Response:
+        after = _after(request)
+        return _event_stream(store(), after, None, closing)
+
+    async def session_changes(request: Request) -> Response:
+        from agentjournal.records import walk_tree
+
+        try:
+            session_id = validate_id(request.path_params["session"], "session id")
+            after = _after(request)
+        except InvalidInput as error:
+            return _missing(request, str(error))
+        streams = {
+            session_stream(session_id),
+            authority_stream(session_id),
+            ledger_stream(session_id),
+        }
+        with contextlib.suppress(Exception):  # a tree that does not exist yet has no streams
+            async for name, _ in walk_tree(store(), session_stream(session_id)):
+                streams.add(name)
+        return _event_stream(store(), after, streams, closing)
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in _ASSETS:
+            return PlainTextResponse("not found", status_code=404)
+        return Response(page.asset(name), media_type=_ASSETS[name])
+
+    app = Starlette(
+        routes=[
+            Route("/", index),
+            Route("/api/sessions", api_sessions),
+            Route("/api/sessions/{session}", api_session),
+            Route("/api/sessions/{session}/replay", api_replay),
+            Route("/events", changes),
+            Route("/sessions/{session}", session),
+            Route("/sessions/{session}/events", session_changes),
+            Route("/static/{name}", static),
+        ],
+        lifespan=lifespan,
+    )
+    app.add_middleware(_Guard, token=token)
+    return app
+
+
+def _at(request: Request) -> int | None:
+    raw = request.query_params.get("at")
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit():
+        raise InvalidInput(f"at must be an item index (0 or more), got {raw!r}")
+    return int(raw)
+
+
+def _after(request: Request) -> int | None:
+    raw = request.query_params.get("after")
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit():
+        raise InvalidInput(f"after must be a store position, got {raw!r}")
+    return int(raw)
+
+
+def _unavailable(error: JournalError) -> Response:
+    reason = " ".join(str(error).split())
+    return PlainTextResponse(f"the store could not be read: {reason}\n", status_code=503)
+
+
+def _missing(request: Request, message: str) -> Response:
+    if request.url.path.startswith("/api/") or request.url.path.endswith("/events"):
+        return JSONResponse({"error": message}, status_code=404)
+    return HTMLResponse(page.not_found(message), status_code=404)
+
+
+def _event_stream(
+    store: EventStore, after: int | None, streams: set[str] | None, closing: threading.Event
+) -> Response:
+    """Server-sent events: ``changed`` for each new event of ``streams`` (every stream but
+    the projections' own saves when None), learning subsessions as they open; a comment
+    every 15 s of quiet (a dead client is noticed); the end when ``closing`` is set."""
+
+    async def messages() -> AsyncIterator[str]:
+        start = after if after is not None else await page.last_position(store)
+        # A comment first: the browser's EventSource reports the stream open at once.
+        yield f": following from {start}\n\n"
+        events = store.subscribe(after_position=start)
+        step: asyncio.Future[RecordedEvent] | None = None
+        quiet = 0
+        try:
+            while not closing.is_set():
+                if step is None:
+                    step = asyncio.ensure_future(anext(events))
+                done, _ = await asyncio.wait({step}, timeout=_TICK)
+                if not done:
+                    quiet += 1
+                    if quiet * _TICK >= _KEEPALIVE_SECONDS:
+                        quiet = 0
+                        yield ": still here\n\n"
+                    continue
+                event, step, quiet = step.result(), None, 0
+                if event.stream.startswith(_PROJECTIONS):
+                    continue  # the catalog's own saves (a list page refreshing) are no news
+                if streams is not None:
+                    if event.stream not in streams and event.stream != KEYS_STREAM:
+                        continue
+                    child = opened_stream(event)
+                    if child is not None:
+                        streams.add(child)
+                yield f"event: changed\ndata: {json.dumps(event.position)}\n\n"
+        finally:
+            if step is not None:
+                step.cancel()
+                with contextlib.suppress(BaseException):
+                    await step
+            with contextlib.suppress(Exception):
+                await events.aclose()  # type: ignore[attr-defined]
+
+    return StreamingResponse(
+        messages(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+def _loopback_name(host: str) -> bool:
+    """Whether the Host a request names is a loopback address or ``localhost``."""
+    import ipaddress
+
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class _Guard:
+    """Every response: no framing, no other origin; with a token, no answer without it;
+    without one, no answer to a Host that is not loopback."""
+
+    def __init__(self, app: Any, *, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        if self.token is None and not _loopback_name(request.url.hostname or ""):
+            # Without a token the viewer answers only to loopback names: a page elsewhere
+            # that rebinds its own host name to 127.0.0.1 must not read the store.
+            response = PlainTextResponse(
+                "misdirected: without a token this viewer answers only at 127.0.0.1, ::1 "
+                "or localhost\n",
+                status_code=421,
+            )
+            await response(scope, receive, send)
+            return
+        from_query = request.query_params.get("token")
+        if self.token is not None and not self._allowed(request, from_query):
+            response = PlainTextResponse(
+                "unauthorized: give the viewer's token (Authorization: Bearer TOKEN, or "
+                "?token=TOKEN in the address)\n",
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+            await response(scope, receive, send)
+            return
+        set_cookie = self.token is not None and from_query is not None
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers.append((b"content-security-policy", _POLICY.encode()))
+                headers.append((b"x-content-type-options", b"nosniff"))
+                headers.append((b"referrer-policy", b"no-referrer"))
+                if set_cookie:
+                    cookie = f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict"
+                    headers.append((b"set-cookie", cookie.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+    def _allowed(self, request: Request, from_query: str | None) -> bool:
+        assert self.token is not None
+        expected = self.token.encode()
+        offered: list[str] = []
+        header = request.headers.get("authorization", "")
+        if header.lower().startswith("bearer "):
+            offered.append(header[7:].strip())
+        if from_query is not None:
+            offered.append(from_query)
+        cookie = request.cookies.get(COOKIE)
+        if cookie is not None:
+            offered.append(cookie)
+        return any(hmac.compare_digest(value.encode(), expected) for value in offered)
+
+
+def serve(
+    app: Starlette,
+    *,
+    host: str,
+    port: int,
+    ready: Callable[[str], None],
+    closing: threading.Event,
+) -> None:
+    """Serve ``app`` until interrupted: bind first (a port in use is one clear error), call
+    ``ready`` with the URL actually bound, then run uvicorn on that socket; on SIGINT or
+    SIGTERM set ``closing`` (the one ``app`` was made with) so open event streams end.
+
+    Raises:
+        InvalidInput: The port is in use or not allowed, or the host cannot be resolved.
+    """
+    import socket
+
+    import uvicorn
+
+    from agentjournal.guardrails.service import bind
+
+    sock = bind(host, port)
+    try:
+        sock.listen(2048)
+        bound = sock.getsockname()
+        shown = f"[{bound[0]}]" if sock.family == socket.AF_INET6 else bound[0]
+        ready(f"http://{shown}:{bound[1]}")
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
+        )
+
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                closing.set()  # a threading.Event: safe from a signal handler
+                super().handle_exit(sig, frame)
+
+        Server(config).run(sockets=[sock])
+    finally:
+        sock.close()

@@ -1,0 +1,467 @@
+"""The viewer's pages: what a session or the sessions list shows, as data and as HTML.
+
+:func:`session_page` gathers one session from the read side — its tree
+(:func:`~agentjournal.records.read_tree`), its verification report
+(:func:`~agentjournal.ledger.verify.verify_records`), its flat history
+(:func:`~agentjournal.replay.replay`, :func:`~agentjournal.replay.history_before`)
+and its usage (:func:`~agentjournal.usage.usage_of`) — and :func:`session_data` (pure)
+turns those into the JSON the page draws: a lane per agent, every event with the
+line :func:`~agentjournal.views.describe_record` gives it and its exact stored record,
+a before/after diff for each guardrail MODIFY, and the first failing position of the
+report. :func:`render` wraps page data in HTML: linked assets for the server, or every
+asset inline for a file that opens from ``file://`` with no network.
+
+Escaping: no stored value is ever written into markup here. The data rides in a
+``<script type="application/json">`` block with ``<``, ``>`` and ``&`` escaped as
+JSON ``\\u`` escapes (so no value can close the block), and the script writes every
+value with ``textContent``. What the HTML itself holds (a title, an id) goes
+through :func:`html.escape`.
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import hashlib
+import html
+import json
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from agentjournal import events
+from agentjournal.errors import InvalidInput
+from agentjournal.records import DamagedEvent, Record, TreeRecords, read_tree
+from agentjournal.streams import KEYS_STREAM, authority_stream, ledger_stream
+from agentjournal.views import LEGEND, describe_record, tree_view
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from agentjournal.catalog import SessionRow
+    from agentjournal.ledger.verify import Report
+    from agentjournal.store.base import EventStore
+
+__all__ = [
+    "MAX_EXPORTED_HISTORIES",
+    "Kind",
+    "asset",
+    "last_position",
+    "not_found",
+    "render",
+    "session_data",
+    "session_page",
+    "sessions_data",
+]
+
+Kind = Literal["session", "sessions"]
+
+MAX_EXPORTED_HISTORIES: Final = 500
+"""A one-file export carries the history before each of at most this many items."""
+
+
+def asset(name: str) -> str:
+    """The text of a shipped asset (``ui.css``, ``ui.js``) from ``agentjournal/ui/static``.
+
+    Raises:
+        FileNotFoundError: There is no such asset.
+    """
+    return resources.files("agentjournal.ui").joinpath("static", name).read_text("utf-8")
+
+
+async def session_page(
+    store: EventStore,
+    session_id: str,
+    keys: Mapping[str, Ed25519PublicKey],
+    *,
+    at: int | None = None,
+    every_history: bool = False,
+) -> dict[str, Any]:
+    """Read one session and return its page data (see :func:`session_data`).
+
+    Args:
+        store: The store to read (nothing is written).
+        session_id: The session.
+        keys: The trusted public keys the ledger is verified against.
+        at: Open the Replay tab at the history just before item ``#at``.
+        every_history: Also carry the history before every item (a one-file export,
+            which cannot ask a server), up to :data:`MAX_EXPORTED_HISTORIES` items.
+
+    Raises:
+        InvalidInput: The session does not exist, or it has no item ``at``.
+        StoreUnavailable: The store could not be read.
+    """
+    from agentjournal.ledger.verify import Report, verify_records
+    from agentjournal.replay import history_before, replay
+    from agentjournal.usage import usage_of
+
+    # The position first: an event written while the page is read is announced after it.
+    position = await last_position(store)
+    try:
+        tree = await read_tree(store, session_id)
+    except DamagedEvent as bad:
+        report = Report()
+        report.fail("integrity", bad.stream, bad.revision, bad.message)
+        return session_data(TreeRecords(session_id, {}), report, [], None, position=position)
+    report = verify_records(tree, keys)
+    current = await replay(store, session_id)
+    histories: dict[int, list[dict[str, Any]]] = {}
+    if at is not None:
+        histories[at] = history_before(tree, at)
+    if every_history:
+        for index in _item_indexes(tree)[:MAX_EXPORTED_HISTORIES]:
+            histories.setdefault(index, history_before(tree, index))
+    return session_data(
+        tree,
+        report,
+        current,
+        usage_of(tree, by="agent").as_dict() if _has_usage(tree) else None,
+        position=position,
+        histories=histories,
+        at=at,
+    )
+
+
+async def last_position(store: EventStore) -> int:
+    """The store's last global position (0 when empty): an append of no events reports it
+    and writes nothing."""
+    from agentjournal.store.base import StreamState
+
+    return (await store.append(KEYS_STREAM, [], expected=StreamState.ANY)).position
+
+
+def _has_usage(tree: TreeRecords) -> bool:
+    return any(r.type == events.MODEL_RESPONDED for r in tree.records())
+
+
+def _item_indexes(tree: TreeRecords) -> list[int]:
+    found: set[int] = set()
+    for record in tree.records():
+        index = record.metadata.get(events.INDEX_KEY)
+        # An item: anything with a message index but a subagent's close and the twin
+        # of its opening (the parent copy of SubagentStarted is the handoff item).
+        if index is None or not index.isdigit() or record.type == events.SUBAGENT_COMPLETED:
+            continue
+        if record.type != events.SUBAGENT_STARTED or record.opens is not None:
+            found.add(int(index))
+    return sorted(found)
+
+
+def session_data(
+    tree: TreeRecords,
+    report: Report,
+    history: Sequence[Mapping[str, Any]],
+    usage: Mapping[str, Any] | None,
+    *,
+    position: int | None = None,
+    histories: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
+    at: int | None = None,
+) -> dict[str, Any]:
+    """The session page's data (pure): header, handoff tree, lanes, events, report, history.
+
+    Args:
+        tree: The session tree as read.
+        report: Its verification report.
+        history: The flat history as ``get_items()`` returns it now.
+        usage: ``UsageReport.as_dict()`` by agent, or None when nothing was counted.
+        position: The store's last position when the tree was read (live pages follow
+            from there).
+        histories: The history before item ``#N``, for each N given.
+        at: The item the Replay tab opens at.
+    """
+    logs = {ledger_stream(tree.session_id), KEYS_STREAM}
+    agents = _stream_agents(tree)
+    first = report.problems[0] if report.problems else None
+    lanes: list[str] = []
+    rows: list[dict[str, Any]] = []
+    records = [r for name, stream in tree.streams.items() if name not in logs for r in stream]
+    # Commit order across streams; a record without a position keeps its stream order.
+    records.sort(key=lambda r: (r.position is None, r.position or 0))
+    authority = authority_stream(tree.session_id)
+    for record in records:
+        agent = _agent_of(record, agents, authority)
+        if agent not in lanes:
+            lanes.append(agent)
+        rows.append(_event(record, agent, lanes.index(agent), first, authority))
+    views = tree_view(tree, logs=False) if tree.session_stream in tree.streams else []
+    header = _header(tree)
+    return {
+        "kind": "session",
+        "session_id": tree.session_id,
+        "header": header,
+        "position": position,
+        "lanes": lanes,
+        "tree": [
+            {
+                "stream": v.stream,
+                "depth": v.depth,
+                "agent": agents.get(v.stream, "?"),
+                "events": len(v.lines),
+            }
+            for v in views
+        ],
+        "events": rows,
+        "checkpoints": [
+            {"revision": r.revision, "text": describe_record(r), "record": _stored(r)}
+            for r in tree.streams.get(ledger_stream(tree.session_id), ())
+        ],
+        "integrity": {
+            "ok": report.ok,
+            "lines": list(report.lines),
+            "problems": [
+                {
+                    "check": p.check,
+                    "stream": p.stream,
+                    "revision": p.revision,
+                    "message": p.message,
+                    "text": str(p),
+                }
+                for p in report.problems
+            ],
+            "text": report.text(),
+        },
+        "replay": {
+            "current": list(history),
+            "indexes": _item_indexes(tree),
+            "histories": {str(k): list(v) for k, v in (histories or {}).items()},
+            "at": at,
+        },
+        "usage": usage,
+        "legend": LEGEND,
+    }
+
+
+def _header(tree: TreeRecords) -> dict[str, Any]:
+    started = next(
+        (r for r in tree.streams.get(tree.session_stream, ()) if r.type == events.SESSION_STARTED),
+        None,
+    )
+    body = started.body if started is not None else None
+    body = body if isinstance(body, dict) else {}
+    times = [r.recorded_at for r in tree.records() if r.recorded_at is not None]
+    return {
+        "app": _text(body.get("app_name")),
+        "user": _text(body.get("user_id")),
+        "agent": _text(body.get("agent_name")),
+        "first": min(times).isoformat() if times else None,
+        "last": max(times).isoformat() if times else None,
+        "streams": len(tree.streams),
+        "events": sum(len(s) for s in tree.streams.values()),
+    }
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _stream_agents(tree: TreeRecords) -> dict[str, str]:
+    """Stream -> the agent speaking there: the session's first agent, then each
+    subsession's receiver (its ``SubagentStarted`` twin names the agent type)."""
+    agents: dict[str, str] = {}
+    header = _header(tree)
+    agents[tree.session_stream] = header["agent"] or _first_agent(tree) or "session"
+    for stream in tree.streams.values():
+        for record in stream:
+            child = record.opens
+            body = record.body
+            if child is not None and isinstance(body, dict):
+                name = body.get("agent_type") or body.get("agent_id")
+                agents[child] = name if isinstance(name, str) and name else child
+    agents.setdefault(authority_stream(tree.session_id), "authority")
+    return agents
+
+
+def _first_agent(tree: TreeRecords) -> str | None:
+    """The session stream's agent when ``SessionStarted`` names none: the first agent an
+    event of that stream names (a decision, a response, a grant, a handoff's sender)."""
+    for record in tree.streams.get(tree.session_stream, ()):
+        body = record.body if isinstance(record.body, dict) else {}
+        openai = body.get("extensions", {}).get("openai", {})
+        named = body.get("agent") or (
+            openai.get("source_agent") if isinstance(openai, dict) else None
+        )
+        if isinstance(named, str) and named:
+            return named
+    return None
+
+
+def _agent_of(record: Record, agents: Mapping[str, str], authority: str) -> str:
+    """The lane of an event: its stream's agent; an authority log entry's own agent."""
+    if record.stream == authority:
+        body = record.body
+        named = body.get("agent") if isinstance(body, dict) else None
+        if isinstance(named, str) and named:
+            return named
+    return agents.get(record.stream, record.stream)
+
+
+def _event(record: Record, agent: str, lane: int, first: Any, authority: str) -> dict[str, Any]:
+    body = record.body if isinstance(record.body, dict) else {}
+    log = "authority log " if record.stream == authority else ""
+    event: dict[str, Any] = {
+        "stream": record.stream,
+        "revision": record.revision,
+        "where": f"{log}@{record.revision}",
+        "position": record.position,
+        "kind": record.type.removeprefix("agentjournal."),
+        "text": describe_record(record),
+        "agent": agent,
+        "lane": lane,
+        "index": record.metadata.get(events.INDEX_KEY),
+        "record": _stored(record),
+        "failed": first is not None
+        and first.stream == record.stream
+        and (first.revision is None or first.revision == record.revision),
+    }
+    if record.type == events.GUARDRAIL_DECIDED:
+        event["decision"] = _text(body.get("decision"))
+        if body.get("modified_payload") is not None:
+            event["diff"] = _diff(body.get("payload"), body.get("modified_payload"))
+    elif record.type == events.AUTHORITY_REFUSED:
+        event["decision"] = "REFUSED"
+    elif record.type == events.SUBAGENT_COMPLETED:
+        event["decision"] = _text(body.get("outcome")).upper()
+    return event
+
+
+def _stored(record: Record) -> dict[str, Any]:
+    """The exact stored record: place, ids, type, metadata (with the chain position) and
+    data — parsed when it is JSON, else the text as stored."""
+    return {
+        "stream": record.stream,
+        "revision": record.revision,
+        "position": record.position,
+        "id": record.id,
+        "type": record.type,
+        "recorded_at": record.recorded_at.isoformat() if record.recorded_at else None,
+        "data_sha256": record.data_sha256,
+        "metadata": dict(record.metadata),
+        "data": record.body if record.body is not None else record.data,
+    }
+
+
+def _readable(value: Any) -> Any:
+    """A payload with JSON text inside it (tool call arguments) opened up, so a diff
+    shows which field changed rather than one long line."""
+    if isinstance(value, dict):
+        return {k: _readable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_readable(v) for v in value]
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            return _readable(json.loads(value))
+        except ValueError:
+            return value
+    return value
+
+
+def _diff(before: Any, after: Any) -> list[list[str]]:
+    """A line diff of two payloads: ``[op, line]`` with op ``" "``, ``"-"`` or ``"+"``."""
+
+    def lines(value: Any) -> list[str]:
+        return json.dumps(_readable(value), indent=2, ensure_ascii=False, sort_keys=True).split(
+            "\n"
+        )
+
+    out: list[list[str]] = []
+    for line in difflib.ndiff(lines(before), lines(after)):
+        op = line[:1]
+        if op in (" ", "-", "+"):
+            out.append([op, line[2:]])
+    return out
+
+
+def sessions_data(
+    rows: Sequence[SessionRow], *, position: int | None, warning: str | None = None
+) -> dict[str, Any]:
+    """The sessions list's data: the catalog's rows (pure)."""
+    return {
+        "kind": "sessions",
+        "position": position,
+        "rows": [row.as_dict() for row in rows],
+        "warning": warning,
+    }
+
+
+def _embedded(data: Mapping[str, Any]) -> str:
+    # Inside <script type="application/json"> only "</script" could end the block:
+    # escaping <, > and & as JSON \u escapes keeps every value inert and the JSON intact.
+    text = json.dumps(data, ensure_ascii=False, default=str)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def render(
+    data: Mapping[str, Any], *, inline: bool = False, live: bool = False, title: str = ""
+) -> str:
+    """A page as HTML: the data embedded, the assets linked (``/static/…``) or inline.
+
+    Args:
+        data: :func:`session_data` or :func:`sessions_data`.
+        inline: Put the CSS and the script in the page (a file that opens from
+            ``file://``), under a Content-Security-Policy that allows exactly those
+            two and nothing from any network.
+        live: The page follows the store (server-sent events from the server).
+        title: The page's title (escaped here).
+    """
+    heading = title or (
+        f"session {data.get('session_id', '')}" if data.get("kind") == "session" else "sessions"
+    )
+    head = [
+        '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(heading)} · agentjournal</title>",
+    ]
+    if inline:
+        css, script = asset("ui.css"), asset("ui.js")
+        policy = (
+            f"default-src 'none'; script-src {_sha256(script)}; style-src {_sha256(css)}; "
+            "img-src data:; base-uri 'none'; form-action 'none'"
+        )
+        head.insert(1, f'<meta http-equiv="Content-Security-Policy" content="{policy}">')
+        head.append(f"<style>{css}</style>")
+        tail = f"<script>{script}</script>"
+    else:
+        head.append('<link rel="stylesheet" href="/static/ui.css">')
+        head.append('<link rel="icon" href="data:,">')
+        tail = '<script src="/static/ui.js"></script>'
+    mode = "live" if live else ("file" if inline else "static")
+    return (
+        '<!doctype html>\n<html lang="en">\n<head>\n'
+        + "\n".join(head)
+        + f'\n</head>\n<body data-mode="{mode}">\n'
+        + f'<header class="top"><a class="brand" href="{"/" if not inline else "#"}">'
+        + 'agentjournal</a><h1 id="title">'
+        + html.escape(heading)
+        + '</h1><span id="status"></span></header>\n<main id="app"></main>\n'
+        + '<script type="application/json" id="aj-data">'
+        + _embedded(data)
+        + "</script>\n"
+        + tail
+        + "\n</body>\n</html>\n"
+    )
+
+
+def not_found(message: str) -> str:
+    """A plain page saying what was not found (escaped)."""
+    return (
+        '<!doctype html>\n<html lang="en">\n<head><meta charset="utf-8">'
+        '<link rel="stylesheet" href="/static/ui.css"><link rel="icon" href="data:,">'
+        "<title>not found · agentjournal</title></head>\n<body>"
+        '<header class="top"><a class="brand" href="/">agentjournal</a>'
+        f'<h1>not found</h1></header><main><p class="missing">{html.escape(message)}</p>'
+        '<p><a href="/">all sessions</a></p></main></body>\n</html>\n'
+    )
+
+
+def check_at(value: int | None) -> None:
+    """Refuse a negative ``--at``.
+
+    Raises:
+        InvalidInput: It is negative.
+    """
+    if value is not None and value < 0:
+        raise InvalidInput(f"--at must be 0 or more, got {value}")

@@ -1,0 +1,317 @@
+"""The viewer without a browser: its data, its HTTP answers, its token, its commands.
+
+The store holds real runs (``ui_support.write_store``: the demo with a policy, and a
+session whose user message is HTML and script). The application runs on a real uvicorn
+server on loopback; ``agentjournal ui`` runs once as a real process. The browser tests
+are in ``test_ui_browser.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agentjournal.cli._common import trusted_keys
+from agentjournal.store import open_store
+from agentjournal.testing.kurrentdb_double import ThreadedKurrentDBDouble
+from agentjournal.ui.page import render, session_page
+from cli_run import run
+from ui_support import (
+    HOSTILE,
+    Stored,
+    serving,
+    tamper,
+    write_in_thread,
+    write_session,
+    write_store,
+)
+
+TOKEN = "s3cret-token-for-the-viewer"
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> Stored:
+    return write_store(tmp_path_factory.mktemp("ui"))
+
+
+@pytest.fixture(scope="module")
+def url(stored: Stored) -> Iterator[str]:
+    with serving(stored.uri, pubkey=stored.pubkey) as base:
+        yield base
+
+
+def _page(stored: Stored, session_id: str, uri: str | None = None) -> dict[str, object]:
+    async def read() -> dict[str, object]:
+        store = await open_store(uri or stored.uri, create=False)
+        try:
+            return await session_page(
+                store, session_id, trusted_keys([str(stored.pubkey)]), every_history=True
+            )
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def test_session_data_has_lanes_decisions_grants_and_a_verified_ledger(stored: Stored) -> None:
+    data = _page(stored, "demo-1")
+    events = data["events"]
+    assert isinstance(events, list)
+    assert [lane for lane in data["lanes"] if lane != "authority"] == [  # type: ignore[attr-defined]
+        "triage",
+        "billing",
+        "refunds",
+    ]
+    modify = [e for e in events if e.get("decision") == "MODIFY"]
+    assert len(modify) == 1
+    assert modify[0]["agent"] == "billing"
+    diff = modify[0]["diff"]
+    assert any(op == "-" and "ann@example.com" in line for op, line in diff)
+    assert any(op == "+" and "[REDACTED]" in line for op, line in diff)
+    blocks = [e for e in events if e.get("decision") == "BLOCK"]
+    assert [b["agent"] for b in blocks] == ["refunds"]
+    assert {e["agent"] for e in events if e["kind"] == "AuthorityGranted"} >= {"triage"}
+    assert data["integrity"]["ok"], data["integrity"]  # type: ignore[index]
+    assert not any(e["failed"] for e in events)
+    # Every event of the tree but the checkpoints is on the timeline, in commit order.
+    positions = [e["position"] for e in events]
+    assert positions == sorted(positions)
+    # The export carries the history before every item; #0 has none before it.
+    histories = data["replay"]["histories"]  # type: ignore[index]
+    assert histories["0"] == []
+    assert len(histories["3"]) == 3
+
+
+def test_a_tampered_copy_fails_at_the_edited_event(stored: Stored, tmp_path: Path) -> None:
+    copy, stream, revision = tamper(
+        stored, tmp_path, b"refund of 1250 cents", b"refund of 9999 cents"
+    )
+    data = _page(stored, "demo-1", f"sqlite:///{copy}")
+    assert not data["integrity"]["ok"]  # type: ignore[index]
+    first = data["integrity"]["problems"][0]  # type: ignore[index]
+    assert (first["stream"], first["revision"]) == (stream, revision)
+    failed = [e for e in data["events"] if e["failed"]]  # type: ignore[attr-defined]
+    assert [(e["stream"], e["revision"]) for e in failed] == [(stream, revision)]
+
+
+def test_rendered_pages_carry_stored_values_only_as_inert_json(stored: Stored) -> None:
+    data = _page(stored, "hostile-1")
+    for inline in (False, True):
+        page = render(data, inline=inline)
+        # The only script elements are the data block and the viewer's own script.
+        assert len(re.findall(r"<script\b", page)) == 2, page[:2000]
+        assert "</script><b>" not in page
+        assert "<img" not in page
+        block = page.split('id="aj-data">', 1)[1].split("</script>", 1)[0]
+        assert json.loads(block)["session_id"] == "hostile-1"
+        assert json.loads(block)["replay"]["current"][0]["content"] == HOSTILE
+
+
+def test_the_server_answers_pages_data_and_404s(url: str) -> None:
+    with httpx.Client(base_url=url, timeout=30) as client:
+        index = client.get("/")
+        assert index.status_code == 200
+        assert "demo-1" in index.text
+        assert "frame-ancestors 'none'" in index.headers["content-security-policy"]
+        session = client.get("/sessions/demo-1")
+        assert session.status_code == 200
+        assert 'data-mode="live"' in session.text
+        missing = client.get("/sessions/nope-1")
+        assert missing.status_code == 404
+        assert "no session &#x27;nope-1&#x27;" in missing.text
+        assert client.get("/api/sessions/nope-1").status_code == 404
+        assert client.get("/sessions/bad id").status_code == 404
+        assert client.get("/static/ui.js").headers["content-type"].startswith("text/javascript")
+        assert client.get("/static/../journal.db").status_code == 404
+        rows = client.get("/api/sessions").json()["rows"]
+        assert {row["session_id"] for row in rows} >= {"demo-1", "hostile-1"}
+        assert client.get("/api/sessions/demo-1/replay?at=2").json()["items"][0]["role"] == "user"
+        assert client.get("/api/sessions/demo-1/replay?at=x").status_code == 404
+
+
+def test_without_a_token_only_loopback_host_names_are_answered(url: str) -> None:
+    port = url.rsplit(":", 1)[1]
+    with httpx.Client(base_url=url, timeout=30) as client:
+        # A page at another name rebound to 127.0.0.1 (DNS rebinding) reads nothing.
+        rebound = client.get("/api/sessions/demo-1", headers={"Host": f"evil.example:{port}"})
+        assert rebound.status_code == 421
+        assert "demo-1" not in rebound.text
+        for name in ("localhost", "127.0.0.1", "[::1]"):
+            answer = client.get("/api/sessions", headers={"Host": f"{name}:{port}"})
+            assert answer.status_code == 200, name
+
+
+def test_an_event_stream_announces_a_session_written_after_it_opened(
+    stored: Stored, url: str
+) -> None:
+    with httpx.Client(base_url=url, timeout=30) as client:
+        after = client.get("/api/sessions").json()["position"]
+        with client.stream("GET", f"/events?after={after}") as stream:
+            lines = stream.iter_lines()
+            assert next(lines).startswith(": following from")
+            writer = threading.Thread(
+                target=write_in_thread,
+                args=(stored.uri, stored.pubkey.with_suffix(""), "sse-1", "hello"),
+            )
+            writer.start()
+            try:
+                assert next(line for line in lines if line) == "event: changed"
+            finally:
+                writer.join(60)
+    with httpx.Client(base_url=url, timeout=30) as client:
+        assert "sse-1" in {row["session_id"] for row in client.get("/api/sessions").json()["rows"]}
+
+
+def test_a_token_is_required_by_header_query_or_the_cookie_it_sets(stored: Stored) -> None:
+    with (
+        serving(stored.uri, token=TOKEN) as base,
+        httpx.Client(base_url=base, timeout=30) as client,
+    ):
+        refused = client.get("/sessions/demo-1")
+        assert refused.status_code == 401
+        assert "demo-1" not in refused.text
+        assert client.get("/", headers={"Authorization": "Bearer wrong-token"}).status_code == 401
+        assert client.get("/", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        opened = client.get(f"/?token={TOKEN}")
+        assert opened.status_code == 200
+        assert "HttpOnly" in opened.headers["set-cookie"]
+        # The page's own requests (script, data, events) carry the cookie it got.
+        assert client.get("/static/ui.js").status_code == 200
+        assert client.get("/api/sessions/demo-1").status_code == 200
+
+
+def test_view_writes_one_self_contained_file(stored: Stored, tmp_path: Path) -> None:
+    out = tmp_path / "session.html"
+    done = run(
+        "view", "demo-1", "-o", str(out), "--uri", stored.uri, "--pubkey", str(stored.pubkey)
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ledger verified" in done.stderr
+    page = out.read_text()
+    assert "Content-Security-Policy" in page
+    assert 'data-mode="file"' in page
+    assert not re.search(r"""(src|href)=["']?(https?:|//|/static)""", page)
+    assert not (tmp_path / "session.html.partial").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["view", "nope-1", "-o", "{tmp}/x.html"], "no session 'nope-1'"),
+        (["view", "demo-1", "-o", "{tmp}/missing/x.html"], "folder"),
+        (["view", "demo-1", "-o", "{tmp}/x.html", "--at", "999"], "has no item #999"),
+        (["ui", "--port", "70000"], "--port must be 0 to 65535, got 70000"),
+        (["ui", "--host", "0.0.0.0"], "is not a loopback address: give a token"),
+        (["ui", "--host", "0.0.0.0", "--token", "short"], "the token must be 16 to 512"),
+        (["ui", "--uri", "sqlite:///{tmp}/none.db", "--port", "0"], "no store at"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_1(
+    stored: Stored, tmp_path: Path, args: list[str], message: str
+) -> None:
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if "--uri" not in argv:
+        argv += ["--uri", stored.uri]
+    done = run(*argv)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert message in done.stderr
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_a_port_in_use_is_one_line(stored: Stored, url: str) -> None:
+    port = url.rsplit(":", 1)[1]
+    done = run("ui", "--uri", stored.uri, "--port", port)
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"agentjournal: port {port} on 127.0.0.1 is in use: stop what holds it, or choose "
+        "another --port (0 picks a free one)\n"
+    )
+
+
+def test_without_the_service_extra_ui_says_what_to_install(
+    stored: Stored, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As if never installed: every starlette and uvicorn module, and what imported them.
+    for name in list(sys.modules):
+        if name.partition(".")[0] in ("starlette", "uvicorn"):
+            monkeypatch.setitem(sys.modules, name, None)
+        elif name in ("agentjournal.ui.app", "agentjournal.guardrails.service"):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "starlette", None)
+    done = run("ui", "--uri", stored.uri, "--port", "0")
+    assert done.returncode == 1
+    assert "pip install 'agentjournal[service]'" in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+def test_agentjournal_ui_serves_as_a_real_process(stored: Stored) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTJOURNAL_")}
+    command = [sys.executable, "-m", "agentjournal.cli", "ui", "--port", "0", "--uri", stored.uri]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    try:
+        line = process.stdout.readline()
+        found = re.search(r"serving (http://127\.0\.0\.1:\d+/) \(read-only\)", line)
+        assert found, line + (process.stderr.read() if process.poll() is not None else "")
+        answer = httpx.get(found.group(1) + "sessions/demo-1", timeout=30)
+        assert answer.status_code == 200
+        assert "demo-1" in answer.text
+    finally:
+        process.send_signal(signal.SIGINT)  # Ctrl-C
+        _, err = process.communicate(timeout=15)
+    assert process.returncode == 0, err
+    assert err.endswith("agentjournal ui: stopped\n"), err
+
+
+def test_an_event_the_store_cannot_decode_is_a_failure_not_a_crash(
+    stored: Stored, tmp_path: Path
+) -> None:
+    copy, stream, revision = tamper(stored, tmp_path, b"refund of 1250 cents", b"\xff\xfe")
+    data = _page(stored, "demo-1", f"sqlite:///{copy}")
+    assert not data["integrity"]["ok"]  # type: ignore[index]
+    first = data["integrity"]["problems"][0]  # type: ignore[index]
+    assert (first["stream"], first["revision"]) == (stream, revision)
+    assert "not UTF-8" in first["message"]
+    page = render(data, inline=True)
+    assert "not UTF-8" in page
+
+
+def test_the_viewer_reads_kurrentdb_too(
+    stored: Stored, kurrentdb_double: ThreadedKurrentDBDouble
+) -> None:
+    key = stored.pubkey.with_suffix("")
+    asyncio.run(write_session(kurrentdb_double.uri, key, "kdb-1", "hello"))
+    with (
+        serving(kurrentdb_double.uri, pubkey=stored.pubkey) as base,
+        httpx.Client(base_url=base, timeout=30) as client,
+    ):
+        data = client.get("/api/sessions/kdb-1").json()
+        assert data["integrity"]["ok"], data["integrity"]["text"]
+        assert data["lanes"] == ["triage", "billing"]
+        with client.stream("GET", f"/sessions/kdb-1/events?after={data['position']}") as stream:
+            lines = stream.iter_lines()
+            assert next(lines).startswith(": following from")
+            writer = threading.Thread(
+                target=write_in_thread, args=(kurrentdb_double.uri, key, "kdb-1", "more")
+            )
+            writer.start()
+            try:
+                assert next(line for line in lines if line) == "event: changed"
+            finally:
+                writer.join(60)
+        assert "kdb-1" in {row["session_id"] for row in client.get("/api/sessions").json()["rows"]}

@@ -1,0 +1,277 @@
+"""The viewer in a real browser: headless Chromium (Debian's ``chromium``) via Playwright.
+
+One browser for the module; the viewer runs on a real uvicorn server on loopback over a
+store written by real runs (``ui_support``). Every page is checked for console errors
+and for requests to any other host; a screenshot of each page is saved in the test's
+temporary folder (``AGENTJOURNAL_UI_SCREENSHOTS=DIR`` keeps them in DIR instead).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import (
+    Browser,
+    ConsoleMessage,
+    Page,
+    Request,
+    Route,
+    expect,
+    sync_playwright,
+)
+
+from cli_run import run
+from ui_support import HOSTILE, Stored, in_thread, serving, tamper, write_in_thread, write_store
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+if CHROMIUM is None and os.path.exists("/usr/bin/chromium"):
+    CHROMIUM = "/usr/bin/chromium"
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no chromium executable (Debian: apt-get install chromium; .ci/run installs it)",
+)
+
+TIMEOUT_MS = 15_000
+
+
+@dataclass
+class Watched:
+    """A page and what it did: console errors, uncaught errors, every request's URL."""
+
+    page: Page
+    errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+
+    def others(self, origin: str) -> list[str]:
+        """Requests to anything but ``origin`` (and inline ``data:``)."""
+        return [u for u in self.requests if not u.startswith((origin + "/", "data:"))]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> Stored:
+    return in_thread(write_store, tmp_path_factory.mktemp("ui-browser"))
+
+
+@pytest.fixture(scope="module")
+def url(stored: Stored) -> Iterator[str]:
+    with serving(stored.uri, pubkey=stored.pubkey) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wanted = os.environ.get("AGENTJOURNAL_UI_SCREENSHOTS")
+    if wanted:
+        Path(wanted).mkdir(parents=True, exist_ok=True)
+        return Path(wanted)
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture
+def watched(browser: Browser) -> Iterator[Watched]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    seen = Watched(page)
+
+    def console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            seen.errors.append(message.text)
+
+    page.on("console", console)
+    page.on("pageerror", lambda error: seen.errors.append(str(error)))
+    page.on("request", lambda request: seen.requests.append(request.url))
+    try:
+        yield seen
+    finally:
+        context.close()
+
+
+def test_the_demo_session_shows_lanes_decisions_grants_and_a_verified_ledger(
+    watched: Watched, url: str, shots: Path
+) -> None:
+    page = watched.page
+    page.goto(f"{url}/sessions/demo-1")
+    expect(page.locator("#ledger")).to_have_text("ledger verified")
+    expect(page.locator("#status")).to_have_text("live")
+    lanes = page.locator(".lane-head").all_inner_texts()
+    assert [lane for lane in lanes if lane != "authority"] == ["triage", "billing", "refunds"]
+    modify = page.locator('.event.decision-MODIFY[data-agent="billing"]')
+    expect(modify).to_have_count(1)
+    expect(modify.locator(".diff .del")).to_contain_text("ann@example.com")
+    expect(modify.locator(".diff .add")).to_contain_text("[REDACTED]")
+    block = page.locator('.event.decision-BLOCK[data-agent="refunds"]')
+    expect(block).to_have_count(1)
+    expect(block).to_contain_text("issue_refund: BLOCK")
+    # Grants: the run's root authority, and what each handoff granted its receiver.
+    assert page.locator(".event.kind-AuthorityGranted").count() >= 1
+    handoffs = page.locator(".event.kind-SubagentStarted", has_text="granted [orders.")
+    expect(handoffs).to_have_count(2)
+    expect(page.locator("#tree li")).to_have_count(3)
+    expect(page.locator("#usage")).to_contain_text("total")
+    page.screenshot(path=str(shots / "ui-session.png"))
+    # Clicking an event shows its exact stored record, chain position included.
+    block.click()
+    record = page.locator("#record")
+    expect(record).to_contain_text('"type": "agentjournal.GuardrailDecided"')
+    expect(record).to_contain_text('"aj.hash"')
+    expect(record).to_contain_text("CEILING_EXCEEDED")
+    page.locator("#tab-integrity").click()
+    expect(page.locator("#integrity h2").first).to_have_text("verified")
+    page.screenshot(path=str(shots / "ui-integrity.png"))
+    page.locator("#tab-replay").click()
+    page.locator("#replay-at").select_option("3")
+    expect(page.locator("#replay > li")).to_have_count(3)
+    page.screenshot(path=str(shots / "ui-replay.png"))
+    assert watched.errors == []
+    assert watched.others(url) == []
+
+
+def test_a_tampered_copy_shows_the_failure_at_the_edited_event(
+    watched: Watched, stored: Stored, tmp_path: Path, shots: Path
+) -> None:
+    copy, stream, revision = tamper(
+        stored, tmp_path, b"refund of 1250 cents", b"refund of 9999 cents"
+    )
+    with serving(f"sqlite:///{copy}", pubkey=stored.pubkey) as base:
+        page = watched.page
+        page.goto(f"{base}/sessions/demo-1")
+        expect(page.locator("#ledger")).to_contain_text("ledger FAILED")
+        failed = page.locator(".event.failed")
+        expect(failed).to_have_count(1)
+        assert failed.get_attribute("data-stream") == stream
+        assert failed.get_attribute("data-revision") == str(revision)
+        expect(failed).to_contain_text("9999 cents")
+        page.screenshot(path=str(shots / "ui-tampered.png"))
+        page.locator("#tab-integrity").click()
+        expect(page.locator("#integrity h2").first).to_have_text("FAILED")
+        page.locator("#goto-failure").click()
+        expect(page.locator(".event.failed.selected")).to_have_count(1)
+        assert watched.errors == []
+        assert watched.others(base) == []
+
+
+def test_a_session_written_while_the_pages_are_open_appears_without_reload(
+    watched: Watched, browser: Browser, stored: Stored, url: str, shots: Path
+) -> None:
+    page = watched.page
+    page.goto(url + "/")
+    expect(page.locator('tr[data-session="demo-1"]')).to_have_count(1)
+    expect(page.locator("#status")).to_have_text("live")
+    key = stored.pubkey.with_suffix("")
+    write_in_thread(stored.uri, key, "live-1", "first words")
+    expect(page.locator('tr[data-session="live-1"]')).to_have_count(1)
+    page.locator("#filter").fill("live-")
+    expect(page.locator("#rows tr")).to_have_count(1)
+    # Under a filter, a new matching session joins the rows; the filter box keeps its text.
+    write_in_thread(stored.uri, key, "live-2", "other words")
+    expect(page.locator("#rows tr")).to_have_count(2)
+    expect(page.locator("#filter")).to_have_value("live-")
+    page.screenshot(path=str(shots / "ui-sessions.png"))
+    # The session page follows its own tree: a new run's events arrive without a reload.
+    page.goto(f"{url}/sessions/live-1")
+    expect(page.locator("#status")).to_have_text("live")
+    before = page.locator(".event").count()
+    write_in_thread(stored.uri, key, "live-1", "second words")
+    expect(page.locator(".event", has_text="second words")).to_have_count(1)
+    assert page.locator(".event").count() > before
+    assert watched.errors == []
+    assert watched.others(url) == []
+
+
+def test_html_in_a_message_is_shown_as_text_and_never_runs(
+    watched: Watched, url: str, tmp_path: Path, stored: Stored
+) -> None:
+    page = watched.page
+    page.goto(f"{url}/sessions/hostile-1")
+    expect(page.locator(".event.kind-UserMessageReceived").first).to_contain_text(
+        "<script>window.__pwned = 1</script>"
+    )
+    page.locator("#tab-replay").click()
+    expect(page.locator("#replay")).to_contain_text("</script><img src=")
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("img").count() == 0
+    assert page.locator("#app b", has_text="bold?").count() == 0
+    assert watched.errors == []
+    assert watched.others(url) == []
+    assert not any(u.endswith("/x.png") for u in watched.requests)
+    # The same in the one-file export.
+    out = tmp_path / "hostile.html"
+    done = in_thread(run, "view", "hostile-1", "-o", str(out), "--uri", stored.uri)
+    assert done.returncode == 0, done.stderr
+    page.goto(out.as_uri())
+    expect(page.locator(".event.kind-UserMessageReceived").first).to_contain_text(HOSTILE[:40])
+    assert page.evaluate("window.__pwned") is None
+
+
+def test_the_view_file_opens_from_file_with_every_request_blocked(
+    watched: Watched, stored: Stored, tmp_path: Path, shots: Path
+) -> None:
+    out = tmp_path / "session.html"
+    done = in_thread(
+        run,
+        "view",
+        "demo-1",
+        "-o",
+        str(out),
+        "--at",
+        "5",
+        "--uri",
+        stored.uri,
+        "--pubkey",
+        str(stored.pubkey),
+    )
+    assert done.returncode == 0, done.stderr
+    page = watched.page
+    blocked: list[str] = []
+
+    def refuse(route: Route, request: Request) -> None:
+        if request.url.startswith("file://"):
+            route.continue_()
+        else:
+            blocked.append(request.url)
+            route.abort()
+
+    page.route("**/*", refuse)
+    page.goto(out.as_uri())
+    # Opened at --at 5: the Replay tab, the five items before #5.
+    expect(page.locator("#replay > li")).to_have_count(5)
+    page.locator("#tab-timeline").click()
+    expect(page.locator("#ledger")).to_have_text("ledger verified")
+    expect(page.locator(".event.decision-MODIFY .diff .add")).to_contain_text("[REDACTED]")
+    expect(page.locator(".event.decision-BLOCK")).to_have_count(1)
+    page.locator("#tab-replay").click()
+    page.locator("#replay-at").select_option("9")
+    expect(page.locator("#replay > li")).to_have_count(9)
+    page.screenshot(path=str(shots / "ui-file.png"))
+    assert blocked == []
+    assert watched.errors == []
+    assert all(u.startswith("file://") or u.startswith("data:") for u in watched.requests)
+
+
+def test_an_unknown_session_is_a_404_page(watched: Watched, url: str, shots: Path) -> None:
+    page = watched.page
+    answer = page.goto(f"{url}/sessions/nope-1")
+    assert answer is not None
+    assert answer.status == 404
+    expect(page.locator(".missing")).to_have_text("no session 'nope-1' in this store")
+    page.screenshot(path=str(shots / "ui-404.png"))
+    assert watched.others(url) == []
