@@ -1331,13 +1331,3 @@ def test_property_strategies_reach_the_hard_cases() -> None:
     find(ARGUMENTS, lambda arguments: str(arguments).startswith('{"'), settings=search)
     assert "function_call" in KINDS
     assert set(KINDS) >= union_type_literals()
-
-
-@pytest.mark.parametrize("key", ["type", "role", "call_id", "name"])
-def test_a_field_copied_into_metadata_must_be_unicode(key: str) -> None:
-    # Found by hypothesis (test_session_properties): a lone surrogate in a field the write
-    # copies into metadata cannot be chained; it is refused as an item that cannot be stored.
-    item = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
-    item[key] = "\ud800"
-    with pytest.raises(CodecError, match="lone surrogate"):
-        encode_item(item, message_index=0, author=None, timestamp=TS)

@@ -32,6 +32,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from openai import AsyncOpenAI
 
 from agentjournal import (
+    CodecError,
     Journal,
     JournalSession,
     Policy,
@@ -505,3 +506,21 @@ async def test_a_lost_race_on_the_authority_log_reads_no_history(tmp_path: Path)
         log = await journal.store.read(f"AgentAuthority-{SID}")
     resets = [body(e)["agent"] for e in log if e.type == "agentjournal.AuthorityReset"]
     assert resets == ["billing", "triage"]  # the retry landed after the other's reset
+
+
+async def test_an_item_whose_metadata_fields_are_not_unicode_writes_nothing(tmp_path: Path) -> None:
+    # Found by hypothesis (test_session_properties): a lone surrogate is kept by JSON data,
+    # but a field the write copies into metadata (aj.call_id, a tool rule) cannot be chained.
+    item: dict[str, Any] = {
+        "type": "function_call",
+        "call_id": "c1",
+        "name": "f",
+        "arguments": "{}",
+    }
+    item["call_id"] = "\ud800"
+    async with Journal.open(f"sqlite:///{tmp_path / 's.db'}") as journal:
+        session = journal.session("s")
+        await session.add_items([{"role": "user", "content": "hi"}])
+        with pytest.raises(CodecError, match="lone surrogate"):
+            await session.add_items([{"role": "user", "content": "more"}, item])  # type: ignore[list-item]
+        assert await session.get_items() == [{"role": "user", "content": "hi"}]

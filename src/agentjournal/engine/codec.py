@@ -66,7 +66,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any
 
 from kurrent_agent_schema import EVENT_TYPE_BY_NAME, from_json
 
@@ -130,18 +130,6 @@ _ITEM = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 _load = json.JSONDecoder().decode
 
 
-_METADATA_FIELDS: Final = ("type", "role", "call_id", "name")
-"""Item fields a write copies into event metadata (``aj.item_type``, ``aj.call_id``, rules)."""
-
-
-def _is_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def encode_item(
     item: Mapping[str, Any],
     *,
@@ -169,14 +157,6 @@ def encode_item(
             f"a session item must be a dict, got {type(item).__name__}: "
             "pass Responses input items as plain dicts"
         )
-    for key in _METADATA_FIELDS:
-        value = item.get(key)
-        if isinstance(value, str) and not value.isascii() and not _is_unicode(value):
-            # It would be copied into the event's metadata, which must be UTF-8 to be chained.
-            raise CodecError(
-                f"the item's {key} is not valid Unicode text (a lone surrogate): "
-                "it cannot be recorded"
-            )
     if type(message_index) is not int or not 0 <= message_index <= _MAX_INT32:
         raise InvalidInput(
             f"message_index must be an int in 0..{_MAX_INT32}, got {message_index!r}"

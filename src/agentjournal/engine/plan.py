@@ -38,6 +38,7 @@ from agentjournal.engine import codec
 from agentjournal.engine.routing import Plan, plan_write, starts_a_run
 from agentjournal.engine.timeline import Clear, Entry, Pop, TimelineEvent
 from agentjournal.engine.tree import AuthorityLog, Commit, SessionTree
+from agentjournal.errors import CodecError
 from agentjournal.ledger import redaction
 from agentjournal.ledger.chain import GENESIS, seal
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
@@ -217,6 +218,21 @@ class SessionFacts:
                 metadata[events.GUARDED_KEY] = "1"
             metadata.update(self.rule_metadata(call.name))
         return metadata
+
+
+def _chainable(metadata: Mapping[str, str]) -> None:
+    """Refuse an item whose fields copied into metadata (``aj.call_id``, ``aj.item_type``,
+    a tool rule) are not valid Unicode — a lone surrogate: JSON data keeps one, the chain's
+    UTF-8 cannot — as an item that cannot be stored, before anything is written."""
+    for key, value in metadata.items():
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise CodecError(
+                    f"the item's {key} is not valid Unicode text (a lone surrogate): "
+                    "it cannot be recorded"
+                ) from None
 
 
 @dataclass(frozen=True)
@@ -461,6 +477,7 @@ def plan_items(
                 if produced.response_id:
                     metadata[events.RESPONSE_ID_KEY] = produced.response_id
             metadata.update(facts.call_metadata(op.item))
+            _chainable(metadata)
             out.add(op.stream, encoded.type, encoded.data, metadata, next_id())
             entries.append(
                 Entry(op.stream, out.revision_of(op.stream), 0, op.index, encoded.item_json)
