@@ -119,7 +119,7 @@ def _check_tree(spans: list[Received], recorded: dict[str, Any]) -> None:
         "call_refund": 0,
     }
     # A span per model response (GenAI conventions), under the agent that called the model.
-    chats = [span for span in spans if span.name == "chat"]
+    chats = [span for span in spans if span.name.split(" ")[0] == "chat"]
     callers = sorted(
         (c.attributes["gen_ai.agent.name"], c.parent_id, c.trace_id == first.trace_id)
         for c in chats
