@@ -4,9 +4,13 @@ Run: ``python bench/session.py`` (``--quick`` for a smoke run). Ratios are
 ours / SDK in time (lower is better); machines here are noisy, so each case
 alternates rounds between the two and reports medians.
 
+Both sides are durable: our store commits with ``synchronous=FULL`` (WAL), and
+the SDK's sessions here set ``PRAGMA synchronous=FULL`` on every connection they
+open (:class:`DurableSQLiteSession`), so each side pays one fsync per write.
+
 Cases:
   (a) runner turns: ``get_items(limit=20)`` then ``add_items`` of a function call
-      and its output, as the runner does per tool turn;
+      and its output, as the runner does per tool turn, durable on both sides;
   (b) the same turn on a session of ~10k items vs one of ~100 items, and
       ``get_items(limit=20)`` from a fresh session object (cold cache) at both sizes;
   (c) a full ``get_items`` of 10k items from a fresh session object;
@@ -17,7 +21,12 @@ Cases:
       ``JournalSession`` (its own cache: reads and merges 101 streams) and from
       ``journal.session(id)`` (the journal's shared cache), against a
       ``SQLiteSession`` that ran the same scripts. Both histories are checked
-      identical before timing. Goal: replay <= 2x ``SQLiteSession``.
+      identical before timing. Goal: replay <= 2x ``SQLiteSession``;
+  (e) 50 sessions in one process, each doing turns concurrently (one asyncio task
+      per session, all on one file): turns per second, ratio = ours / theirs
+      (higher is better on this row only). The SDK's sessions of one file share
+      one lock, so each of its writes commits alone; ours share commits (group
+      commit, DESIGN §3).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import sqlite3
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -53,6 +63,8 @@ class Sizes:
 
 FULL = Sizes(turns=1000, small=100, large=10_000, probe_turns=100, handoffs=100)
 QUICK = Sizes(turns=20, small=20, large=400, probe_turns=10, handoffs=5)
+CONCURRENT_SESSIONS = 50
+CONCURRENT_TURNS = {FULL: 20, QUICK: 2}  # turns per session per round
 TOOL_CALLS = 4  # per subagent: with the handoff acknowledgement and the reply, 10 items
 REPLAY_ROUNDS = 15
 CONFIG = RunConfig(tracing_disabled=True)
@@ -105,6 +117,19 @@ def handoff_run(n: int) -> Agent[Any]:
     )
 
 
+class DurableSQLiteSession(SQLiteSession):
+    """The SDK's ``SQLiteSession`` with ``synchronous=FULL`` on every connection it opens.
+
+    Python's sqlite3 usually defaults to FULL already; stating it makes the
+    comparison independent of how SQLite was built.
+    """
+
+    @staticmethod
+    def _configure_connection(conn: sqlite3.Connection) -> None:
+        SQLiteSession._configure_connection(conn)
+        conn.execute("PRAGMA synchronous = FULL")
+
+
 class Side:
     """One contestant: makes sessions on its own file."""
 
@@ -125,7 +150,7 @@ class Side:
     def session(self, session_id: str) -> Session:
         if self.journal is not None:
             return self.journal.session(session_id)
-        return SQLiteSession(session_id, os.path.join(self.directory, "sdk.db"))
+        return DurableSQLiteSession(session_id, os.path.join(self.directory, "sdk.db"))
 
     def fresh(self, session_id: str) -> Session:
         """A new session object that shares no cache (``journal.session`` shares one per id)."""
@@ -149,13 +174,13 @@ async def turns(session: Session, count: int, start: int) -> None:
         await session.add_items(call_pair(n))
 
 
-async def run(sizes: Sizes) -> list[list[str]]:
+async def run(sizes: Sizes, only: set[str]) -> list[list[str]]:
     rows: list[list[str]] = []
     with tempfile.TemporaryDirectory() as directory:
         ours, sdk = Side("agentjournal", directory), Side("SQLiteSession", directory)
         await ours.start()
         try:
-            rows.extend(await run_cases(ours, sdk, sizes))
+            rows.extend(await run_cases(ours, sdk, sizes, only))
         finally:
             await ours.stop()
     return rows
@@ -171,12 +196,23 @@ def row(case: str, sdk_seconds: float, our_seconds: float, per: int, unit: str) 
     ]
 
 
-async def run_cases(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
+async def run_cases(ours: Side, sdk: Side, sizes: Sizes, only: set[str]) -> list[list[str]]:
     rows: list[list[str]] = []
+    if "a" in only:
+        rows.append(await runner_turns(ours, sdk, sizes))
+    if "b" in only or "c" in only:
+        rows.extend(await sized_cases(ours, sdk, sizes, only))
+    if "d" in only:
+        rows.extend(await handoff_replay(ours, sdk, sizes))
+    if "e" in only:
+        rows.append(await concurrent_turns(ours, sdk, sizes))
+    return rows
+
+
+async def runner_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[str]:
+    """(a) Runner turns on a growing session, durable on both sides."""
     rounds = 5
     per_round = sizes.turns // rounds
-
-    # (a) runner turns on a growing session.
     sessions = {side.name: side.session("turns") for side in (ours, sdk)}
     offsets = {"agentjournal": 0, "SQLiteSession": 0}
 
@@ -188,22 +224,23 @@ async def run_cases(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
         return go
 
     sdk_s, our_s = await measure(turn_round(sdk), turn_round(ours), rounds=rounds)
-    rows.append(
-        row(
-            f"(a) turn: get_items(20)+add_items(2), x{sizes.turns}",
-            sdk_s,
-            our_s,
-            per_round,
-            "ms/turn",
-        )
+    return row(
+        f"(a) turn, durable: get_items(20)+add_items(2), x{sizes.turns}",
+        sdk_s,
+        our_s,
+        per_round,
+        "ms/turn",
     )
 
-    # (b) per-turn cost on a small and a large session.
+
+async def sized_cases(ours: Side, sdk: Side, sizes: Sizes, only: set[str]) -> list[list[str]]:
+    """(b) per-turn cost on a small and a large session; (c) a cold full read of the large."""
+    rows: list[list[str]] = []
     probes: dict[tuple[str, int], Session] = {}
     for side in (ours, sdk):
         for size in (sizes.small, sizes.large):
             probes[side.name, size] = await side.filled(f"size-{size}", size)
-    for size in (sizes.small, sizes.large):
+    for size in (sizes.small, sizes.large) if "b" in only else ():
         counters = {"agentjournal": size, "SQLiteSession": size}
 
         def probe_round(side: Side, size: int = size, counters: dict[str, int] = counters) -> Turn:
@@ -216,7 +253,7 @@ async def run_cases(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
         sdk_s, our_s = await measure(probe_round(sdk), probe_round(ours))
         rows.append(row(f"(b) turn at ~{size:,} items", sdk_s, our_s, sizes.probe_turns, "ms/turn"))
 
-    for size in (sizes.small, sizes.large):
+    for size in (sizes.small, sizes.large) if "b" in only else ():
 
         def cold_round(side: Side, size: int = size) -> Turn:
             async def go() -> None:
@@ -236,10 +273,47 @@ async def run_cases(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
     async def full(side: Side) -> None:
         await side.fresh(f"size-{sizes.large}").get_items()
 
-    sdk_s, our_s = await measure(lambda: full(sdk), lambda: full(ours))
-    rows.append(row(f"(c) full get_items of ~{sizes.large:,}, cold", sdk_s, our_s, 1, "ms/call"))
-    rows.extend(await handoff_replay(ours, sdk, sizes))
+    if "c" in only:
+        sdk_s, our_s = await measure(lambda: full(sdk), lambda: full(ours))
+        rows.append(
+            row(f"(c) full get_items of ~{sizes.large:,}, cold", sdk_s, our_s, 1, "ms/call")
+        )
     return rows
+
+
+async def concurrent_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[str]:
+    """(e) ``CONCURRENT_SESSIONS`` sessions, each doing turns in its own task: turns/s."""
+    per_session = CONCURRENT_TURNS[sizes]
+    sessions = {
+        side.name: [side.session(f"many-{n}") for n in range(CONCURRENT_SESSIONS)]
+        for side in (ours, sdk)
+    }
+    offsets = {"agentjournal": 0, "SQLiteSession": 0}
+
+    def many_round(side: Side) -> Turn:
+        async def go() -> None:
+            start = offsets[side.name]
+            offsets[side.name] += per_session
+            await asyncio.gather(
+                *(turns(session, per_session, start) for session in sessions[side.name])
+            )
+
+        return go
+
+    sdk_s, our_s = await measure(many_round(sdk), many_round(ours))
+    total = CONCURRENT_SESSIONS * per_session
+    # Both sides hold exactly what they were given: no turn lost or doubled.
+    for side in (ours, sdk):
+        for session in sessions[side.name]:
+            held = await session.get_items()
+            assert len(held) == 2 * offsets[side.name], f"{side.name}: {len(held)} items"
+    return [
+        f"(e) {CONCURRENT_SESSIONS} sessions x {per_session} turns, concurrent",
+        f"{total / sdk_s:,.0f}",
+        f"{total / our_s:,.0f}",
+        f"{sdk_s / our_s:.2f}",
+        "turns/s (higher)",
+    ]
 
 
 async def handoff_replay(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
@@ -248,7 +322,7 @@ async def handoff_replay(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]
     assert journal is not None
     session_id = "handoffs"
     mine = journal.session(session_id, agent_name="triage")
-    theirs = SQLiteSession(session_id, os.path.join(sdk.directory, "sdk.db"))
+    theirs = DurableSQLiteSession(session_id, os.path.join(sdk.directory, "sdk.db"))
     try:
         for n in range(sizes.handoffs):
             text = f"Why was order {n} charged twice?"
@@ -287,8 +361,11 @@ async def handoff_replay(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument(
+        "--only", default="abcde", help="the cases to run, by letter (e.g. 'ae'); default all"
+    )
     args = parser.parse_args(argv)
-    rows = asyncio.run(run(QUICK if args.quick else FULL))
+    rows = asyncio.run(run(QUICK if args.quick else FULL, set(args.only)))
     print(table(["case", "SQLiteSession", "agentjournal", "ratio", "unit"], rows))
     return 0
 
