@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
+import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -192,7 +192,10 @@ class SessionCore:
             StoreUnavailable: The store failed and the outcome could not be settled.
         """
         tree = self.tree
-        nonce = uuid.uuid4().hex
+        # 128 random bits from the process's generator (reseeded in a forked child):
+        # uuid4() reads os.urandom, a system call that gives up the GIL, and under
+        # concurrent sessions getting it back costs more than the whole plan.
+        nonce = f"{random.getrandbits(128):032x}"
 
         async def build() -> ItemsPlan | None:
             hides = await hiding() if hiding is not None else ()
