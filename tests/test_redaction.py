@@ -455,7 +455,8 @@ _json_values = st.recursive(
     | st.booleans()
     | st.integers(-(2**60), 2**60)  # beyond RFC 8785's range too: those take rfc8785's path
     | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=12),  # lone surrogates too: both paths refuse them alike
+    | st.text(max_size=12)
+    | st.sampled_from(["a\ud800", '\x1f\u2028"\\\\']),  # a lone surrogate; escapes
     lambda inner: (
         st.lists(inner, max_size=4)
         | st.dictionaries(
