@@ -13,7 +13,9 @@ loop never blocks on SQLite. Writes take ``BEGIN IMMEDIATE``: the expected-state
 check and the insert happen under SQLite's single write lock, which serialises
 writers in this process and in other processes on the same file (WAL mode,
 ``synchronous=FULL``: a returned append is on disk). A writer that cannot get
-the lock within ``busy_timeout`` gets :class:`StoreUnavailable`.
+the lock within ``busy_timeout`` gets :class:`StoreUnavailable`. Writes that
+wait for the thread together commit together (group commit: one transaction,
+one fsync, a SAVEPOINT per write so each is still all-or-nothing on its own).
 
 Subscriptions wake at once for appends made through this object and notice
 appends by other processes with a cheap check every 50 ms.
