@@ -22,22 +22,30 @@ Cases:
       ``journal.session(id)`` (the journal's shared cache), against a
       ``SQLiteSession`` that ran the same scripts. Both histories are checked
       identical before timing. Goal: replay <= 2x ``SQLiteSession``;
-  (e) 50 sessions in one process, each doing turns concurrently (one asyncio task
-      per session, all on one file): turns per second, ratio = ours / theirs
-      (higher is better on this row only). The SDK's sessions of one file share
-      one lock, so each of its writes commits alone; ours share commits (group
-      commit, DESIGN §3).
+  (e) the memory the journal's shared cache keeps for the 10k-item session after a
+      full read (``tracemalloc``);
+  (f) 50 sessions in one process, each doing turns concurrently (one asyncio task
+      per session, all on one file): turns per second; on this row the ratio is
+      ours / theirs in turns/s (higher is better). The SDK's sessions of one file
+      share one lock, so each of its writes commits alone; ours share commits
+      (group commit, DESIGN §3).
+
+``--reads`` runs only (c), (d) and (e); ``--writes`` only (a) and (f). The "cpu ratio"
+column is the ratio of CPU times (all threads of the process), steadier than the wall
+clock on a shared machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import sqlite3
 import sys
 import tempfile
+import tracemalloc
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +54,7 @@ from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.memory import Session
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from _common import measure, table
+from _common import Timing, measure_cpu, table
 from agentjournal import Journal, JournalSession
 
 Turn = Callable[[], Awaitable[None]]
@@ -174,115 +182,57 @@ async def turns(session: Session, count: int, start: int) -> None:
         await session.add_items(call_pair(n))
 
 
-async def run(sizes: Sizes, only: set[str]) -> list[list[str]]:
+async def run(sizes: Sizes, reads_only: bool = False, writes_only: bool = False) -> list[list[str]]:
     rows: list[list[str]] = []
     with tempfile.TemporaryDirectory() as directory:
         ours, sdk = Side("agentjournal", directory), Side("SQLiteSession", directory)
         await ours.start()
         try:
-            rows.extend(await run_cases(ours, sdk, sizes, only))
+            if writes_only:
+                rows.extend(await turn_cases(ours, sdk, sizes, windows=False))
+                rows.append(await concurrent_turns(ours, sdk, sizes))
+            else:
+                rows.extend(await run_cases(ours, sdk, sizes, reads_only))
         finally:
             await ours.stop()
     return rows
 
 
-def row(case: str, sdk_seconds: float, our_seconds: float, per: int, unit: str) -> list[str]:
+def row(case: str, timing: Timing, per: int, unit: str) -> list[str]:
+    """A table row: wall-clock times per call, their ratio, and the ratio of CPU times."""
     return [
         case,
-        f"{1000 * sdk_seconds / per:.3f}",
-        f"{1000 * our_seconds / per:.3f}",
-        f"{our_seconds / sdk_seconds:.2f}",
+        f"{1000 * timing.baseline / per:.3f}",
+        f"{1000 * timing.ours / per:.3f}",
+        f"{timing.ours / timing.baseline:.2f}",
+        f"{timing.ours_cpu / timing.baseline_cpu:.2f}" if timing.baseline_cpu else "-",
         unit,
     ]
 
 
-async def run_cases(ours: Side, sdk: Side, sizes: Sizes, only: set[str]) -> list[list[str]]:
+async def run_cases(ours: Side, sdk: Side, sizes: Sizes, reads_only: bool) -> list[list[str]]:
     rows: list[list[str]] = []
-    if "a" in only:
-        rows.append(await runner_turns(ours, sdk, sizes))
-    if "b" in only or "c" in only:
-        rows.extend(await sized_cases(ours, sdk, sizes, only))
-    if "d" in only:
-        rows.extend(await handoff_replay(ours, sdk, sizes))
-    if "e" in only:
-        rows.append(await concurrent_turns(ours, sdk, sizes))
-    return rows
-
-
-async def runner_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[str]:
-    """(a) Runner turns on a growing session, durable on both sides."""
-    rounds = 5
-    per_round = sizes.turns // rounds
-    sessions = {side.name: side.session("turns") for side in (ours, sdk)}
-    offsets = {"agentjournal": 0, "SQLiteSession": 0}
-
-    def turn_round(side: Side) -> Turn:
-        async def go() -> None:
-            await turns(sessions[side.name], per_round, offsets[side.name])
-            offsets[side.name] += per_round
-
-        return go
-
-    sdk_s, our_s = await measure(turn_round(sdk), turn_round(ours), rounds=rounds)
-    return row(
-        f"(a) turn, durable: get_items(20)+add_items(2), x{sizes.turns}",
-        sdk_s,
-        our_s,
-        per_round,
-        "ms/turn",
-    )
-
-
-async def sized_cases(ours: Side, sdk: Side, sizes: Sizes, only: set[str]) -> list[list[str]]:
-    """(b) per-turn cost on a small and a large session; (c) a cold full read of the large."""
-    rows: list[list[str]] = []
-    probes: dict[tuple[str, int], Session] = {}
-    for side in (ours, sdk):
-        for size in (sizes.small, sizes.large):
-            probes[side.name, size] = await side.filled(f"size-{size}", size)
-    for size in (sizes.small, sizes.large) if "b" in only else ():
-        counters = {"agentjournal": size, "SQLiteSession": size}
-
-        def probe_round(side: Side, size: int = size, counters: dict[str, int] = counters) -> Turn:
-            async def go() -> None:
-                await turns(probes[side.name, size], sizes.probe_turns, counters[side.name])
-                counters[side.name] += sizes.probe_turns
-
-            return go
-
-        sdk_s, our_s = await measure(probe_round(sdk), probe_round(ours))
-        rows.append(row(f"(b) turn at ~{size:,} items", sdk_s, our_s, sizes.probe_turns, "ms/turn"))
-
-    for size in (sizes.small, sizes.large) if "b" in only else ():
-
-        def cold_round(side: Side, size: int = size) -> Turn:
-            async def go() -> None:
-                for _ in range(sizes.probe_turns):
-                    await side.fresh(f"size-{size}").get_items(limit=20)
-
-            return go
-
-        sdk_s, our_s = await measure(cold_round(sdk), cold_round(ours))
-        rows.append(
-            row(
-                f"(b) get_items(20), cold, at ~{size:,}", sdk_s, our_s, sizes.probe_turns, "ms/call"
-            )
-        )
+    if not reads_only:
+        rows.extend(await turn_cases(ours, sdk, sizes))
+    else:
+        for side in (ours, sdk):
+            await side.filled(f"size-{sizes.large}", sizes.large)
 
     # (c) the whole history from a fresh session object.
     async def full(side: Side) -> None:
         await side.fresh(f"size-{sizes.large}").get_items()
 
-    if "c" in only:
-        sdk_s, our_s = await measure(lambda: full(sdk), lambda: full(ours))
-        rows.append(
-            row(f"(c) full get_items of ~{sizes.large:,}, cold", sdk_s, our_s, 1, "ms/call")
-        )
+    timing = await measure_cpu(lambda: full(sdk), lambda: full(ours))
+    rows.append(row(f"(c) full get_items of ~{sizes.large:,}, cold", timing, 1, "ms/call"))
+    rows.extend(await handoff_replay(ours, sdk, sizes))
+    rows.append(await cache_held(ours, sizes))
+    if not reads_only:
+        rows.append(await concurrent_turns(ours, sdk, sizes))
     return rows
 
 
 async def concurrent_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[str]:
-    """(e) ``CONCURRENT_SESSIONS`` sessions, each doing turns in its own task: turns/s."""
+    """(f) ``CONCURRENT_SESSIONS`` sessions, each doing turns in its own task: turns/s."""
     per_session = CONCURRENT_TURNS[sizes]
     sessions = {
         side.name: [side.session(f"many-{n}") for n in range(CONCURRENT_SESSIONS)]
@@ -300,7 +250,7 @@ async def concurrent_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[str]:
 
         return go
 
-    sdk_s, our_s = await measure(many_round(sdk), many_round(ours))
+    timing = await measure_cpu(many_round(sdk), many_round(ours))
     total = CONCURRENT_SESSIONS * per_session
     # Both sides hold exactly what they were given: no turn lost or doubled.
     for side in (ours, sdk):
@@ -308,12 +258,111 @@ async def concurrent_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[str]:
             held = await session.get_items()
             assert len(held) == 2 * offsets[side.name], f"{side.name}: {len(held)} items"
     return [
-        f"(e) {CONCURRENT_SESSIONS} sessions x {per_session} turns, concurrent",
-        f"{total / sdk_s:,.0f}",
-        f"{total / our_s:,.0f}",
-        f"{sdk_s / our_s:.2f}",
-        "turns/s (higher)",
+        f"(f) {CONCURRENT_SESSIONS} sessions x {per_session} turns, concurrent",
+        f"{total / timing.baseline:,.0f}",
+        f"{total / timing.ours:,.0f}",
+        f"{timing.baseline / timing.ours:.2f}",
+        f"{timing.ours_cpu / timing.baseline_cpu:.2f}" if timing.baseline_cpu else "-",
+        "turns/s (ratio: higher is better)",
     ]
+
+
+async def cache_held(ours: Side, sizes: Sizes) -> list[str]:
+    """(e) The memory a journal's shared cache keeps for one session after a full read.
+
+    Measured with ``tracemalloc`` on a new ``Journal`` over the same store: what is
+    still allocated after ``journal.session(id).get_items()`` returned and its
+    result was dropped (the SDK's session keeps nothing between calls).
+    """
+    assert ours.journal is not None
+    journal = Journal(ours.journal.store, ours.journal.uri)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        items = await journal.session(f"size-{sizes.large}").get_items()
+        count = len(items)
+        del items
+        for _ in range(3):  # let the loop drop its last references to the finished reads
+            await asyncio.sleep(0)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    return [
+        f"(e) shared cache held per {count:,}-item session",
+        "-",
+        f"{held / 1024:,.0f}",
+        "-",
+        "-",
+        "KiB",
+    ]
+
+
+async def turn_cases(
+    ours: Side, sdk: Side, sizes: Sizes, *, windows: bool = True
+) -> list[list[str]]:
+    """(a) and (b): turns, and (``windows``) windowed reads."""
+    rows: list[list[str]] = []
+    rounds = 5
+    per_round = sizes.turns // rounds
+
+    # (a) runner turns on a growing session.
+    sessions = {side.name: side.session("turns") for side in (ours, sdk)}
+    offsets = {"agentjournal": 0, "SQLiteSession": 0}
+
+    def turn_round(side: Side) -> Turn:
+        async def go() -> None:
+            await turns(sessions[side.name], per_round, offsets[side.name])
+            offsets[side.name] += per_round
+
+        return go
+
+    timing = await measure_cpu(turn_round(sdk), turn_round(ours), rounds=rounds)
+    rows.append(
+        row(
+            f"(a) turn, durable: get_items(20)+add_items(2), x{sizes.turns}",
+            timing,
+            per_round,
+            "ms/turn",
+        )
+    )
+    if not windows:
+        return rows
+
+    # (b) per-turn cost on a small and a large session.
+    probes: dict[tuple[str, int], Session] = {}
+    for side in (ours, sdk):
+        for size in (sizes.small, sizes.large):
+            probes[side.name, size] = await side.filled(f"size-{size}", size)
+    for size in (sizes.small, sizes.large):
+        counters = {"agentjournal": size, "SQLiteSession": size}
+
+        def probe_round(side: Side, size: int = size, counters: dict[str, int] = counters) -> Turn:
+            async def go() -> None:
+                await turns(probes[side.name, size], sizes.probe_turns, counters[side.name])
+                counters[side.name] += sizes.probe_turns
+
+            return go
+
+        timing = await measure_cpu(probe_round(sdk), probe_round(ours))
+        rows.append(row(f"(b) turn at ~{size:,} items", timing, sizes.probe_turns, "ms/turn"))
+
+    for size in (sizes.small, sizes.large):
+
+        def cold_round(side: Side, size: int = size) -> Turn:
+            async def go() -> None:
+                for _ in range(sizes.probe_turns):
+                    await side.fresh(f"size-{size}").get_items(limit=20)
+
+            return go
+
+        timing = await measure_cpu(cold_round(sdk), cold_round(ours))
+        rows.append(
+            row(f"(b) get_items(20), cold, at ~{size:,}", timing, sizes.probe_turns, "ms/call")
+        )
+
+    return rows
 
 
 async def handoff_replay(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
@@ -351,8 +400,8 @@ async def handoff_replay(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]
         label = f"(d) replay {sizes.handoffs} handoffs x {items - 2} items"
         rows = []
         for kind, ours_round in (("cold", cold_round), ("warm", warm_round)):
-            sdk_s, our_s = await measure(theirs.get_items, ours_round, rounds=REPLAY_ROUNDS)
-            rows.append(row(f"{label}, {kind}", sdk_s, our_s, 1, "ms/call"))
+            timing = await measure_cpu(theirs.get_items, ours_round, rounds=REPLAY_ROUNDS)
+            rows.append(row(f"{label}, {kind}", timing, 1, "ms/call"))
         return rows
     finally:
         theirs.close()
@@ -361,12 +410,11 @@ async def handoff_replay(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    parser.add_argument(
-        "--only", default="abcde", help="the cases to run, by letter (e.g. 'ae'); default all"
-    )
+    parser.add_argument("--reads", action="store_true", help="only the read cases (c), (d), (e)")
+    parser.add_argument("--writes", action="store_true", help="only the write cases (a), (f)")
     args = parser.parse_args(argv)
-    rows = asyncio.run(run(QUICK if args.quick else FULL, set(args.only)))
-    print(table(["case", "SQLiteSession", "agentjournal", "ratio", "unit"], rows))
+    rows = asyncio.run(run(QUICK if args.quick else FULL, args.reads, args.writes))
+    print(table(["case", "SQLiteSession", "agentjournal", "ratio", "cpu ratio", "unit"], rows))
     return 0
 
 

@@ -29,7 +29,7 @@ def test_session_benchmark_runs() -> None:
     assert "(d) replay 5 handoffs x 10 items, cold" in out
     assert "(d) replay 5 handoffs x 10 items, warm" in out
     # Many sessions' concurrent turns, each session's items checked after timing.
-    assert "(e) 50 sessions x 2 turns, concurrent" in out
+    assert "(f) 50 sessions x 2 turns, concurrent" in out
 
 
 def test_store_benchmark_runs() -> None:

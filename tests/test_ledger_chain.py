@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -84,3 +85,40 @@ def test_bad_keys_are_refused(text: str) -> None:
         SigningKey.from_text(text)
     with pytest.raises(InvalidInput):
         load_public_key(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    _text,
+    st.integers(0, 2**53 - 1),
+    _text,
+    _text,
+    st.dictionaries(st.one_of(_text, st.text(alphabet=st.characters(max_codepoint=127))), _text),
+)
+def test_the_chain_hash_is_the_hash_of_the_rfc8785_record(
+    stream: str, revision: int, event_id: str, type_: str, metadata: dict[str, str]
+) -> None:
+    # chain_hash puts the record's JSON together from its parts (issue 18): the same bytes.
+    record: dict[str, Any] = {
+        "stream": stream,
+        "revision": revision,
+        "id": event_id,
+        "type": type_,
+        "data_sha256": "ab" * 32,
+        "metadata": metadata,
+    }
+    expected = hashlib.sha256(rfc8785.dumps(record)).hexdigest()
+    with_hash = {**metadata, HASH_KEY: "f" * 64}
+    assert chain_hash(stream, revision, event_id, type_, "ab" * 32, with_hash) == expected
+
+
+def test_a_lone_surrogate_cannot_be_chained() -> None:
+    for fields in (
+        ("S-\ud800", 0, "id", "T"),
+        ("S", 0, "id-\udfff", "T"),
+        ("S", 0, "id", "\ud800"),
+    ):
+        with pytest.raises(InvalidInput, match="lone surrogate"):
+            chain_hash(*fields, "0" * 64, {"aj.seq": "0"})
+    with pytest.raises(InvalidInput, match="lone surrogate"):
+        chain_hash("S", 0, "id", "T", "0" * 64, {"aj.x": "\ud800"})

@@ -31,6 +31,10 @@ __all__ = ["DEFAULT_URI", "GUARDRAIL_URL_ENV", "URI_ENV", "Journal"]
 
 logger = logging.getLogger("agentjournal")
 
+DEFAULT_CACHE_BYTES: Final = 8 * 2**20
+"""What the shared cache keeps of one session's items by default (a 10,000-item session of
+tool calls takes about 3.3 MiB; see DESIGN §9)."""
+
 GUARDRAIL_URL_ENV: Final = "AGENTJOURNAL_GUARDRAIL_URL"
 """The guardrail service sessions use when ``guardrails=`` is not given."""
 
@@ -40,8 +44,10 @@ class Journal:
 
     Open it with :meth:`open` (awaitable, or an async context manager that
     closes it). Session objects of one id share a cache of what was read of
-    their streams (the ``cached_sessions`` most recently used ids), so a fresh
-    ``journal.session(id)`` per request reads only what changed::
+    their streams (the ``cached_sessions`` most recently used ids, each holding
+    items of at most ``cache_bytes``: item text plus ~150 bytes an item; older items
+    are read again when needed), so a fresh ``journal.session(id)`` per request
+    reads only what changed::
 
         async with Journal.open() as journal:
             session = journal.session("support-4711")
@@ -54,12 +60,17 @@ class Journal:
         uri: str,
         *,
         cached_sessions: int = 64,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         signing_key: SigningKey | None = None,
     ) -> None:
+        _check_cache_bytes(cache_bytes)
         self.store = store
         self.uri = uri
         self.signing_key = signing_key
         self._cached_sessions = cached_sessions
+        # Each cached session's items are bounded too: together at most
+        # cached_sessions x cache_bytes (plus small per-session state).
+        self._cache_bytes = cache_bytes
         # Session objects of one id share what was read of its streams.
         self._trees: OrderedDict[str, SessionTree] = OrderedDict()
         self._guardrails: dict[str, GuardrailClient] = {}  # made here from URLs; closed here
@@ -72,6 +83,7 @@ class Journal:
         *,
         signing_key: SigningKey | str | None = None,
         deadline: float | None = None,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
     ) -> _Opening:
         """Open the journal at ``uri``.
 
@@ -88,6 +100,9 @@ class Journal:
             deadline: Seconds any one KurrentDB call may take before it fails
                 with ``StoreUnavailable`` (default: the URI's ``DefaultDeadline``,
                 else 10); SQLite ignores it.
+            cache_bytes: What the shared cache keeps of each session's items (item
+                text plus ~150 bytes an item; default 8 MiB; None: no bound). A session
+                beyond it keeps its newest items; a read of older ones reads the store.
 
         Raises:
             InvalidInput: The URI names no known store, or the key cannot be read.
@@ -96,7 +111,7 @@ class Journal:
         if isinstance(signing_key, str):
             signing_key = SigningKey.from_file(signing_key)
         key = signing_key if signing_key is not None else SigningKey.from_environment()
-        return _Opening(cls, store_uri(uri), key, deadline)
+        return _Opening(cls, store_uri(uri), key, deadline, cache_bytes)
 
     def session(
         self,
@@ -140,7 +155,9 @@ class Journal:
                 policy is malformed.
         """
         key = validate_id(session_id, "session id")
-        tree = self._trees.pop(key, None) or SessionTree(session_stream(key))
+        tree = self._trees.pop(key, None) or SessionTree(
+            session_stream(key), cache_bytes=self._cache_bytes
+        )
         self._trees[key] = tree
         while len(self._trees) > self._cached_sessions:
             self._trees.popitem(last=False)
@@ -216,6 +233,13 @@ class Journal:
         await self.close()
 
 
+def _check_cache_bytes(cache_bytes: int | None) -> None:
+    if cache_bytes is not None and (type(cache_bytes) is not int or cache_bytes < 0):
+        raise InvalidInput(
+            f"cache_bytes must be a non-negative integer or None, got {cache_bytes!r}"
+        )
+
+
 class _Opening:
     """``Journal.open(...)``: await it, or use it with ``async with``."""
 
@@ -225,8 +249,11 @@ class _Opening:
         uri: str,
         signing_key: SigningKey | None,
         deadline: float | None = None,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
     ) -> None:
+        _check_cache_bytes(cache_bytes)  # before anything is opened
         self._cls = cls
+        self._cache_bytes = cache_bytes
         self._uri = uri
         self._signing_key = signing_key
         self._deadline = deadline
@@ -234,7 +261,9 @@ class _Opening:
 
     async def _open(self) -> Journal:
         store = await open_store(self._uri, deadline=self._deadline)
-        return self._cls(store, self._uri, signing_key=self._signing_key)
+        return self._cls(
+            store, self._uri, signing_key=self._signing_key, cache_bytes=self._cache_bytes
+        )
 
     def __await__(self) -> Generator[Any, None, Journal]:
         return self._open().__await__()

@@ -32,6 +32,7 @@ from agentjournal.errors import (
 )
 from agentjournal.ledger.chain import HASH_KEY, PREV_KEY, SEQ_KEY
 from agentjournal.store.base import EventStore, RecordedEvent
+from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import (
     KEYS_STREAM,
     authority_stream,
@@ -242,16 +243,42 @@ async def walk_tree(
             logger.warning("subsession stream %s is missing; it is left out", stream)
             return None
 
-    seen = {root}
-    level = [root]
-    while level:
-        tasks = [asyncio.ensure_future(whole(stream)) for stream in level]
+    async def level_of(streams: list[str]) -> list[list[RecordedEvent] | None]:
+        if isinstance(store, SQLiteEventStore) and len(streams) > 1:
+            # SQLite reads many streams in one trip to its thread: one hop per level
+            # instead of one per subsession. (Only the store itself: a wrapper that
+            # intercepts ``read`` must see every read.)
+            wanted = [s for s in streams if s not in read]
+            answers = dict(
+                zip(
+                    wanted,
+                    await store.read_streams(
+                        [(s, limits[s] + 1 if s in limits else None) for s in wanted]
+                    ),
+                    strict=True,
+                )
+            )
+            found: list[list[RecordedEvent] | None] = []
+            for stream in streams:
+                events_of = read[stream] if stream in read else answers[stream]
+                if events_of is None:
+                    if stream == root:
+                        raise StreamNotFound(stream)
+                    logger.warning("subsession stream %s is missing; it is left out", stream)
+                found.append(events_of)
+            return found
+        tasks = [asyncio.ensure_future(whole(stream)) for stream in streams]
         try:
-            found = await asyncio.gather(*tasks)
+            return list(await asyncio.gather(*tasks))
         finally:  # one failed read cancels its siblings: nobody reads for a caller that left
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    seen = {root}
+    level = [root]
+    while level:
+        found = await level_of(level)
         following: list[str] = []
         for stream, recorded in zip(level, found, strict=True):
             if recorded is None:

@@ -272,20 +272,10 @@ class Prices:
             InvalidInput: The file cannot be read, is not YAML, or is not a price table
                 (the message names the model and field).
         """
-        import yaml
+        from agentjournal._yaml import read_yaml
 
         name = os.fspath(path)
-        try:
-            with open(path, encoding="utf-8") as handle:
-                body = yaml.safe_load(handle)
-        except (OSError, UnicodeDecodeError) as error:
-            reason = getattr(error, "strerror", None) or str(error)
-            raise InvalidInput(f"cannot read prices {name}: {reason}") from None
-        except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-            raise InvalidInput(f"prices {name} is not valid YAML{where}: {problem}") from None
+        body = read_yaml(path, "prices")
         try:
             return cls.from_json(body)
         except InvalidInput as error:

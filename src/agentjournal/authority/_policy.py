@@ -44,9 +44,9 @@ from functools import cached_property
 from typing import Any, Final
 
 import rfc8785
-import yaml
 
 from agentjournal._digests import value_digest
+from agentjournal._yaml import read_yaml
 from agentjournal.authority import (
     AllowList,
     Authority,
@@ -179,17 +179,7 @@ class Policy:
             InvalidInput: The file cannot be read or holds no valid policy.
         """
         name = os.fspath(path)
-        try:
-            with open(path, encoding="utf-8") as handle:
-                body = yaml.safe_load(handle)
-        except (OSError, UnicodeDecodeError) as error:
-            reason = getattr(error, "strerror", None) or str(error)
-            raise InvalidInput(f"cannot read policy {name}: {reason}") from None
-        except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-            raise InvalidInput(f"policy {name} is not valid YAML{where}: {problem}") from None
+        body = read_yaml(path, "policy")
         try:
             return cls.from_json(body)
         except InvalidInput as error:

@@ -155,7 +155,9 @@ class SessionCore:
         """The newest ``limit`` visible items (every one for None), oldest first, fresh."""
         async with self.tree.lock:
             await self.reader.refresh(limit)
-            return [entry.item() for entry in self.tree.timeline.latest(limit)]
+            items = [entry.item() for entry in self.tree.timeline.latest(limit)]
+            self.tree.bound()  # only after the answer: a full read may hold more meanwhile
+            return items
 
     async def open_subagents(self) -> list[events.Subagent]:
         """The subagents open now, outermost first (read from the streams)."""

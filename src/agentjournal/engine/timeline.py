@@ -17,9 +17,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
-__all__ = ["Clear", "Entry", "Key", "Picker", "Pop", "Timeline", "TimelineEvent", "fold"]
+__all__ = [
+    "ENTRY_BYTES",
+    "Clear",
+    "Entry",
+    "Key",
+    "Picker",
+    "Pop",
+    "Timeline",
+    "TimelineEvent",
+    "fold",
+]
 
 Key: TypeAlias = tuple[str, int, int]
 """Where an item lives: (stream, revision, part). ``part`` is 0 except for
@@ -77,14 +87,30 @@ class Clear:
 TimelineEvent: TypeAlias = Entry | Pop | Clear
 
 
-class Timeline:
-    """The newest visible items of a session, oldest first."""
+ENTRY_BYTES: Final = 150
+"""What an entry costs beside its item's text, as :meth:`Timeline.bound` counts: the
+:class:`Entry` object and its numbers (measured: ``bench/session.py``, case (e))."""
 
-    def __init__(self) -> None:
+
+def _cost(entry: Entry) -> int:
+    return ENTRY_BYTES + len(entry.item_json)
+
+
+class Timeline:
+    """The newest visible items of a session, oldest first.
+
+    Args:
+        budget: The bytes its entries may hold after :meth:`bound` (item texts plus
+            :data:`ENTRY_BYTES` each); None: no bound.
+    """
+
+    def __init__(self, budget: int | None = None) -> None:
         self.entries: list[Entry] = []
         self.complete = False
         self.hidden: set[Key] = set()  # popped items older than `entries`
         self.floor = -1  # the highest index a clear has hidden
+        self.budget = budget
+        self.size = 0  # the entries' cost, kept up to date by every change
 
     def apply(self, event: TimelineEvent) -> None:
         """Fold in an event appended after everything the timeline was built from."""
@@ -93,9 +119,11 @@ class Timeline:
                 self.hidden.discard(event.key)
             elif not 0 <= event.index <= self.floor:
                 self.entries.append(event)
+                self.size += _cost(event)
         elif isinstance(event, Pop):
             for position in range(len(self.entries) - 1, -1, -1):
                 if self.entries[position].key == event.key:
+                    self.size -= _cost(self.entries[position])
                     del self.entries[position]
                     return
             self.hidden.add(event.key)
@@ -104,8 +132,27 @@ class Timeline:
             # writers that are already here were written before it too.
             self.floor = max(self.floor, event.through_index)
             self.entries = [e for e in self.entries if e.index > self.floor]
+            self.size = sum(map(_cost, self.entries))
             self.hidden.clear()
             self.complete = True
+
+    def bound(self) -> None:
+        """Drop the oldest entries until the rest fit the budget.
+
+        What is dropped is only forgotten, never hidden: the timeline stops being
+        complete, so a read that needs older items reads them from the store again
+        (a window backwards, or the whole tree), exactly as on a cold start. A pop of
+        a dropped item is remembered in ``hidden`` like that of any older item.
+        """
+        if self.budget is None or self.size <= self.budget:
+            return
+        size, cut = self.size, 0
+        while cut < len(self.entries) and size > self.budget:
+            size -= _cost(self.entries[cut])
+            cut += 1
+        del self.entries[:cut]
+        self.size = size
+        self.complete = False
 
     def latest(self, limit: int | None) -> list[Entry]:
         """Return the newest ``limit`` entries (all when None), oldest first."""
@@ -122,6 +169,7 @@ class Timeline:
     def take(self, picker: Picker) -> None:
         """Replace the contents with a window read backwards (see :class:`Picker`)."""
         self.entries = list(reversed(picker.picked))
+        self.size = sum(map(_cost, self.entries))
         self.complete = picker.complete
         self.hidden = picker.hidden
         self.floor = picker.floor
@@ -129,6 +177,7 @@ class Timeline:
     def reset(self) -> None:
         """Forget everything (the next read rebuilds from the store)."""
         self.entries, self.complete, self.hidden, self.floor = [], False, set(), -1
+        self.size = 0
 
 
 class Picker:

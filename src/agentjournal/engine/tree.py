@@ -108,9 +108,12 @@ class SessionTree:
 
     Attributes:
         stream: The session's stream, ``AgentSession-{id}``.
+        cache_bytes: What its timeline may hold between calls (see
+            :meth:`~agentjournal.engine.timeline.Timeline.bound`); None: no bound.
     """
 
     stream: str
+    cache_bytes: int | None = None  # the timeline's budget (None: unbounded)
     lock: CrossLoopLock = field(default_factory=CrossLoopLock)
     loaded: bool = False
     heads: dict[str, int] = field(default_factory=dict)  # last revision seen, per followed stream
@@ -127,6 +130,9 @@ class SessionTree:
     # Ids of ModelResponded events known to be on the store (written, or read back after a
     # write whose answer was lost): a pending response among them is never written again.
     responded: OrderedDict[uuid.UUID, None] = field(default_factory=OrderedDict)
+
+    def __post_init__(self) -> None:
+        self.timeline.budget = self.cache_bytes
 
     @property
     def followed(self) -> list[str]:
@@ -235,7 +241,12 @@ class SessionTree:
 
     def replace_timeline(self, timeline: Timeline) -> None:
         """A full read folded every item of the tree."""
+        timeline.budget = self.cache_bytes
         self.timeline = timeline
+
+    def bound(self) -> None:
+        """Keep the timeline within its budget (after a read was answered, or a write)."""
+        self.timeline.bound()
 
     def read_log(self, log: AuthorityLog | None) -> None:
         """The authority log's head as read (None: read it again before the next use)."""
@@ -253,6 +264,7 @@ class SessionTree:
         self.hashes.update(commit.hashes)
         for entry in commit.entries:
             self.timeline.apply(entry)
+        self.timeline.bound()
         if commit.chain is not None:
             self.chain = list(commit.chain)
         if commit.call_owner is not None:

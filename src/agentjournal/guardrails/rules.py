@@ -23,9 +23,9 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentjournal._yaml import parse_yaml
 from agentjournal.errors import InvalidInput
 from agentjournal.guardrails.protocol import (
     ActionType,
@@ -86,13 +86,7 @@ def load_rules(text: str) -> RuleSet:
     Raises:
         InvalidInput: The text is not YAML or not rules; one line naming where and what.
     """
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise InvalidInput(f"not valid YAML{where}: {problem}") from None
+    data = parse_yaml(text)
     try:
         return RuleSet.model_validate(data or {})
     except ValidationError as error:

@@ -395,6 +395,11 @@ def _record_problem(record: Record) -> str | None:
     range, text that is not valid Unicode (a lone surrogate), if anything."""
     if not 0 <= record.revision <= _MAX_REVISION:
         return "an event has a revision out of range"
+    metadata = record.metadata
+    if "".join(
+        (*metadata, *metadata.values(), record.id, record.type, record.data_sha256)
+    ).isascii():
+        return None  # all ASCII (nearly every event): nothing below can fail
     bad = next((k for k, v in record.metadata.items() if not (_unicode(k) and _unicode(v))), None)
     if bad is not None:
         return f"metadata {cut(repr(bad), 60)} is not valid Unicode text"
@@ -495,6 +500,7 @@ class _Tree:
         self.streams = streams
         self.by_id = {e.id: e for stream in streams.values() for e in stream}
         self._grants: list[Record] | None = None
+        self._closers: dict[str, list[tuple[int, str, int]]] | None = None
         self._authorities: dict[str, Authority | None] = {}
         self.policies = _Policies()  # filled by the authority check
         # Subsession stream -> the parent copy of the SubagentStarted that opened it.
@@ -531,6 +537,23 @@ class _Tree:
             )
             self._authorities[event.id] = None if raw is None else Authority.from_json(raw)
         return self._authorities[event.id]
+
+    def closers(self) -> dict[str, list[tuple[int, str, int]]]:
+        """Per stream, its events that close a subsession in the bundle, in order: the
+        revision, the subsession, and the revision of the closing twin there."""
+        if self._closers is None:
+            self._closers = {}
+            for name, stream in self.streams.items():
+                found = []
+                for event in stream:
+                    child = event.metadata.get(events.CLOSES_KEY)
+                    if child and child in self.streams:
+                        twin = self.twin_of(event)
+                        if twin is not None and twin.stream == child:
+                            found.append((event.revision, child, twin.revision))
+                if found:
+                    self._closers[name] = found
+        return self._closers
 
     def twin_of(self, event: Record) -> Record | None:
         return self.by_id.get(event.metadata.get(events.TWIN_KEY, ""))
@@ -751,19 +774,30 @@ def _instant(text: str) -> datetime:
 
 
 def _covered(tree: _Tree, checkpoint: Checkpoint) -> dict[str, int]:
-    """The last covered revision of each stream under ``checkpoint``."""
+    """The last covered revision of each stream under ``checkpoint``.
+
+    A covered closing event covers the whole subsession it closed: from the heads the
+    checkpoint names, each stream whose covered part grows passes that on to the
+    subsessions its newly covered closing events close (from an index built once per
+    tree, so each closing event is looked at once per checkpoint, not once per pass
+    over every event). A subsession's coverage only grows, up to its closing twin.
+    """
     covered = {stream: revision for stream, (revision, _) in checkpoint.heads.items()}
-    changed = True
-    while changed:  # a covered closing event covers the whole subsession it closed
-        changed = False
-        for name, stream in tree.streams.items():
-            for event in stream[: covered.get(name, -1) + 1]:
-                child = event.metadata.get(events.CLOSES_KEY)
-                if child and covered.get(child, -1) < len(tree.streams.get(child, [])) - 1:
-                    twin = tree.twin_of(event)
-                    if twin is not None and twin.stream == child:
-                        covered[child] = twin.revision
-                        changed = True
+    closers = tree.closers()
+    done = dict.fromkeys(closers, 0)  # per stream: how many of its closers were looked at
+    pending = [name for name in closers if name in covered]
+    while pending:
+        name = pending.pop()
+        found, upto = closers[name], covered.get(name, -1)
+        position = done[name]
+        while position < len(found) and found[position][0] <= upto:
+            _, child, twin = found[position]
+            position += 1
+            if covered.get(child, -1) < twin:
+                covered[child] = twin
+                if child in closers:
+                    pending.append(child)
+        done[name] = position
     return covered
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import jsonschema
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agentjournal._yaml import parse_yaml
 from agentjournal.errors import InvalidInput
 
 __all__ = [
@@ -227,11 +227,9 @@ def load_manifest(path: str | os.PathLike[str]) -> Manifest:
     except (OSError, UnicodeDecodeError) as error:
         raise ManifestError(f"{path}: cannot read the manifest: {error}") from None
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ManifestError(f"{path}: not valid YAML{where}") from None
+        document = parse_yaml(text)
+    except InvalidInput as error:
+        raise ManifestError(f"{path}: {error}") from None
     if not isinstance(document, dict):
         raise ManifestError(f"{path}: expected a mapping of the manifest's fields")
     try:

@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
+from agentjournal._gc import no_collection
 from agentjournal.errors import (
     ConcurrencyError,
     InvalidInput,
@@ -61,6 +62,7 @@ __all__ = ["SQLiteEventStore"]
 SCHEMA_VERSION: Final = 1
 _POLL_SECONDS: Final = 0.05
 _SUBSCRIBE_BATCH: Final = 500
+_SMALL_READ: Final = 256  # reads up to this many events run with the collector as it is
 # At most this many writes share one transaction: a bound on how long one group
 # holds the write lock and how much one failed commit sends back for a retry.
 _GROUP_LIMIT: Final = 256
@@ -507,13 +509,45 @@ class SQLiteEventStore:
             if start > head:
                 return []  # the common "anything new?" read costs one lookup
             where = "revision >= ? ORDER BY revision"
-        rows = _fetch_events(
-            self._db,
-            stream,
-            f"SELECT {_EVENT_COLUMNS} FROM events e WHERE stream_id = ? AND {where} LIMIT ?",
-            (stream_id, start, -1 if limit is None else limit),
-        )
-        return [_recorded(stream, *r) for r in rows]
+        sql = f"SELECT {_EVENT_COLUMNS} FROM events e WHERE stream_id = ? AND {where} LIMIT ?"
+        params = (stream_id, start, -1 if limit is None else limit)
+        count = start + 1 if backwards else head - start + 1  # at most this many events
+        if min(count, limit if limit is not None else count) <= _SMALL_READ:
+            rows = _fetch_events(self._db, stream, sql, params)
+            return [_recorded(stream, *r) for r in rows]
+        with no_collection():  # a long read: thousands of rows and events, no cycles
+            rows = _fetch_events(self._db, stream, sql, params)
+            return [_recorded(stream, *r) for r in rows]
+
+    async def read_streams(
+        self, reads: Sequence[tuple[str, int | None]]
+    ) -> list[list[RecordedEvent] | None]:
+        """Read several whole streams forwards in one trip to the store's thread.
+
+        Args:
+            reads: (stream, limit) pairs; each stream is read from revision 0, at
+                most ``limit`` events (None: all).
+
+        Returns:
+            Per pair, its events, or None when the stream does not exist. A tree of
+            many small subsessions is read in one hop instead of one per stream
+            (:func:`agentjournal.records.walk_tree` uses it).
+        """
+        for stream, limit in reads:
+            validate_stream_name(stream)
+            _check_non_negative("limit", limit)
+        return await self._submit(self._read_streams_sync, list(reads))
+
+    def _read_streams_sync(
+        self, reads: list[tuple[str, int | None]]
+    ) -> list[list[RecordedEvent] | None]:
+        found: list[list[RecordedEvent] | None] = []
+        for stream, limit in reads:
+            try:
+                found.append(self._read_sync(stream, None, False, limit))
+            except StreamNotFound:
+                found.append(None)
+        return found
 
     async def read_all(
         self, *, from_position: int | None = None, limit: int | None = None
