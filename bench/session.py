@@ -4,9 +4,13 @@ Run: ``python bench/session.py`` (``--quick`` for a smoke run). Ratios are
 ours / SDK in time (lower is better); machines here are noisy, so each case
 alternates rounds between the two and reports medians.
 
+Both sides are durable: our store commits with ``synchronous=FULL`` (WAL), and
+the SDK's sessions here set ``PRAGMA synchronous=FULL`` on every connection they
+open (:class:`DurableSQLiteSession`), so each side pays one fsync per write.
+
 Cases:
   (a) runner turns: ``get_items(limit=20)`` then ``add_items`` of a function call
-      and its output, as the runner does per tool turn;
+      and its output, as the runner does per tool turn, durable on both sides;
   (b) the same turn on a session of ~10k items vs one of ~100 items, and
       ``get_items(limit=20)`` from a fresh session object (cold cache) at both sizes;
   (c) a full ``get_items`` of 10k items from a fresh session object;
@@ -19,10 +23,16 @@ Cases:
       ``SQLiteSession`` that ran the same scripts. Both histories are checked
       identical before timing. Goal: replay <= 2x ``SQLiteSession``;
   (e) the memory the journal's shared cache keeps for the 10k-item session after a
-      full read (``tracemalloc``).
+      full read (``tracemalloc``);
+  (f) 50 sessions in one process, each doing turns concurrently (one asyncio task
+      per session, all on one file): turns per second; on this row the ratio is
+      ours / theirs in turns/s (higher is better). The SDK's sessions of one file
+      share one lock, so each of its writes commits alone; ours share commits
+      (group commit, DESIGN §3).
 
-``--reads`` runs only (c), (d) and (e). The "cpu ratio" column is the ratio of CPU
-times (all threads of the process), steadier than the wall clock on a shared machine.
+``--reads`` runs only (c), (d) and (e); ``--writes`` only (a) and (f). The "cpu ratio"
+column is the ratio of CPU times (all threads of the process), steadier than the wall
+clock on a shared machine.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ import asyncio
 import gc
 import json
 import os
+import sqlite3
 import sys
 import tempfile
 import tracemalloc
@@ -60,6 +71,8 @@ class Sizes:
 
 FULL = Sizes(turns=1000, small=100, large=10_000, probe_turns=100, handoffs=100)
 QUICK = Sizes(turns=20, small=20, large=400, probe_turns=10, handoffs=5)
+CONCURRENT_SESSIONS = 50
+CONCURRENT_TURNS = {FULL: 20, QUICK: 2}  # turns per session per round
 TOOL_CALLS = 4  # per subagent: with the handoff acknowledgement and the reply, 10 items
 REPLAY_ROUNDS = 15
 CONFIG = RunConfig(tracing_disabled=True)
@@ -112,6 +125,19 @@ def handoff_run(n: int) -> Agent[Any]:
     )
 
 
+class DurableSQLiteSession(SQLiteSession):
+    """The SDK's ``SQLiteSession`` with ``synchronous=FULL`` on every connection it opens.
+
+    Python's sqlite3 usually defaults to FULL already; stating it makes the
+    comparison independent of how SQLite was built.
+    """
+
+    @staticmethod
+    def _configure_connection(conn: sqlite3.Connection) -> None:
+        SQLiteSession._configure_connection(conn)
+        conn.execute("PRAGMA synchronous = FULL")
+
+
 class Side:
     """One contestant: makes sessions on its own file."""
 
@@ -132,7 +158,7 @@ class Side:
     def session(self, session_id: str) -> Session:
         if self.journal is not None:
             return self.journal.session(session_id)
-        return SQLiteSession(session_id, os.path.join(self.directory, "sdk.db"))
+        return DurableSQLiteSession(session_id, os.path.join(self.directory, "sdk.db"))
 
     def fresh(self, session_id: str) -> Session:
         """A new session object that shares no cache (``journal.session`` shares one per id)."""
@@ -156,13 +182,17 @@ async def turns(session: Session, count: int, start: int) -> None:
         await session.add_items(call_pair(n))
 
 
-async def run(sizes: Sizes, reads_only: bool = False) -> list[list[str]]:
+async def run(sizes: Sizes, reads_only: bool = False, writes_only: bool = False) -> list[list[str]]:
     rows: list[list[str]] = []
     with tempfile.TemporaryDirectory() as directory:
         ours, sdk = Side("agentjournal", directory), Side("SQLiteSession", directory)
         await ours.start()
         try:
-            rows.extend(await run_cases(ours, sdk, sizes, reads_only))
+            if writes_only:
+                rows.extend(await turn_cases(ours, sdk, sizes, windows=False))
+                rows.append(await concurrent_turns(ours, sdk, sizes))
+            else:
+                rows.extend(await run_cases(ours, sdk, sizes, reads_only))
         finally:
             await ours.stop()
     return rows
@@ -196,7 +226,45 @@ async def run_cases(ours: Side, sdk: Side, sizes: Sizes, reads_only: bool) -> li
     rows.append(row(f"(c) full get_items of ~{sizes.large:,}, cold", timing, 1, "ms/call"))
     rows.extend(await handoff_replay(ours, sdk, sizes))
     rows.append(await cache_held(ours, sizes))
+    if not reads_only:
+        rows.append(await concurrent_turns(ours, sdk, sizes))
     return rows
+
+
+async def concurrent_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[str]:
+    """(f) ``CONCURRENT_SESSIONS`` sessions, each doing turns in its own task: turns/s."""
+    per_session = CONCURRENT_TURNS[sizes]
+    sessions = {
+        side.name: [side.session(f"many-{n}") for n in range(CONCURRENT_SESSIONS)]
+        for side in (ours, sdk)
+    }
+    offsets = {"agentjournal": 0, "SQLiteSession": 0}
+
+    def many_round(side: Side) -> Turn:
+        async def go() -> None:
+            start = offsets[side.name]
+            offsets[side.name] += per_session
+            await asyncio.gather(
+                *(turns(session, per_session, start) for session in sessions[side.name])
+            )
+
+        return go
+
+    timing = await measure_cpu(many_round(sdk), many_round(ours))
+    total = CONCURRENT_SESSIONS * per_session
+    # Both sides hold exactly what they were given: no turn lost or doubled.
+    for side in (ours, sdk):
+        for session in sessions[side.name]:
+            held = await session.get_items()
+            assert len(held) == 2 * offsets[side.name], f"{side.name}: {len(held)} items"
+    return [
+        f"(f) {CONCURRENT_SESSIONS} sessions x {per_session} turns, concurrent",
+        f"{total / timing.baseline:,.0f}",
+        f"{total / timing.ours:,.0f}",
+        f"{timing.baseline / timing.ours:.2f}",
+        f"{timing.ours_cpu / timing.baseline_cpu:.2f}" if timing.baseline_cpu else "-",
+        "turns/s (ratio: higher is better)",
+    ]
 
 
 async def cache_held(ours: Side, sizes: Sizes) -> list[str]:
@@ -231,8 +299,10 @@ async def cache_held(ours: Side, sizes: Sizes) -> list[str]:
     ]
 
 
-async def turn_cases(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
-    """(a) and (b): turns, and windowed reads."""
+async def turn_cases(
+    ours: Side, sdk: Side, sizes: Sizes, *, windows: bool = True
+) -> list[list[str]]:
+    """(a) and (b): turns, and (``windows``) windowed reads."""
     rows: list[list[str]] = []
     rounds = 5
     per_round = sizes.turns // rounds
@@ -250,8 +320,15 @@ async def turn_cases(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
 
     timing = await measure_cpu(turn_round(sdk), turn_round(ours), rounds=rounds)
     rows.append(
-        row(f"(a) turn: get_items(20)+add_items(2), x{sizes.turns}", timing, per_round, "ms/turn")
+        row(
+            f"(a) turn, durable: get_items(20)+add_items(2), x{sizes.turns}",
+            timing,
+            per_round,
+            "ms/turn",
+        )
     )
+    if not windows:
+        return rows
 
     # (b) per-turn cost on a small and a large session.
     probes: dict[tuple[str, int], Session] = {}
@@ -294,7 +371,7 @@ async def handoff_replay(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]
     assert journal is not None
     session_id = "handoffs"
     mine = journal.session(session_id, agent_name="triage")
-    theirs = SQLiteSession(session_id, os.path.join(sdk.directory, "sdk.db"))
+    theirs = DurableSQLiteSession(session_id, os.path.join(sdk.directory, "sdk.db"))
     try:
         for n in range(sizes.handoffs):
             text = f"Why was order {n} charged twice?"
@@ -334,8 +411,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--reads", action="store_true", help="only the read cases (c), (d), (e)")
+    parser.add_argument("--writes", action="store_true", help="only the write cases (a), (f)")
     args = parser.parse_args(argv)
-    rows = asyncio.run(run(QUICK if args.quick else FULL, args.reads))
+    rows = asyncio.run(run(QUICK if args.quick else FULL, args.reads, args.writes))
     print(table(["case", "SQLiteSession", "agentjournal", "ratio", "cpu ratio", "unit"], rows))
     return 0
 

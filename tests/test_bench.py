@@ -28,6 +28,8 @@ def test_session_benchmark_runs() -> None:
     # The handoff case checks its replays against SQLiteSession before timing them.
     assert "(d) replay 5 handoffs x 10 items, cold" in out
     assert "(d) replay 5 handoffs x 10 items, warm" in out
+    # Many sessions' concurrent turns, each session's items checked after timing.
+    assert "(f) 50 sessions x 2 turns, concurrent" in out
 
 
 def test_store_benchmark_runs() -> None:

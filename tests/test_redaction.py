@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import json
 import re
 from typing import Any
 
 import pytest
+import rfc8785
 from agents import Agent, CustomTool, function_tool, handoff
 from agents.testing import ScriptedModel, assistant_message, function_call
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.responses import ResponseCustomToolCall, ResponseReasoningItem
 from openai.types.responses.response_reasoning_item import Summary
 from pydantic import BaseModel
@@ -442,3 +446,39 @@ def test_a_reason_code_that_is_no_code_is_withheld() -> None:
         shown = view("agentjournal.GuardrailDecided", data, {})
         assert shown is not None
         assert (shown["reason_code"] == code) is kept
+
+
+# -- the view digest's fast path (issue 18: the write path) -------------------------
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**60), 2**60)  # beyond RFC 8785's range too: those take rfc8785's path
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+    | st.sampled_from(["a\ud800", '\x1f\u2028"\\\\']),  # a lone surrogate; escapes
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.text(max_size=6) | st.sampled_from(["a", "é", "\U0001f600", "\ufb01"]),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=800, deadline=None)
+@given(_json_values)
+def test_a_view_digest_is_the_digest_of_its_rfc8785_bytes(body: Any) -> None:
+    # The digest is made through the C json encoder where that gives RFC 8785's bytes;
+    # whatever the value, it is the digest of what rfc8785 prints (or of the documented
+    # fallback where rfc8785 refuses the value).
+    try:
+        encoded = rfc8785.dumps(body)
+    except (rfc8785.CanonicalizationError, UnicodeError):
+        encoded = json.dumps(
+            body, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode("utf-8", "surrogatepass")
+    assert view_digest(body) == hashlib.sha256(encoded).hexdigest()

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from agentjournal.errors import InvalidInput, StoreUnavailable
-from agentjournal.store import EventStore, NewEvent, StreamState, open_store
+from agentjournal.errors import ConcurrencyError, InvalidInput, StoreUnavailable
+from agentjournal.store import (
+    AppendRequest,
+    AppendResult,
+    EventStore,
+    NewEvent,
+    StreamState,
+    open_store,
+)
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.testing.store_conformance import EventStoreConformance, make_events
 
@@ -132,3 +140,108 @@ async def test_refused_files_are_left_untouched(tmp_path: Path) -> None:
         db = sqlite3.connect(path)
         assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
         db.close()
+
+
+# -- group commit (issue 18) ----------------------------------------------------------
+
+
+class _Held:
+    """The store's thread held busy, so that writes queue up behind it; counts COMMITs."""
+
+    def __init__(self, store: SQLiteEventStore) -> None:
+        self.statements: list[str] = []
+        self._gate = threading.Event()
+        # White-box on purpose: only the store's own thread and connection can show
+        # that queued writes share one transaction.
+        store._db.set_trace_callback(self.statements.append)
+        store._executor.submit(self._gate.wait, 10)
+
+    def release(self) -> None:
+        self._gate.set()
+
+    @property
+    def commits(self) -> int:
+        return sum(1 for statement in self.statements if statement.strip().upper() == "COMMIT")
+
+
+async def test_writes_that_wait_together_share_one_commit(tmp_path: Path) -> None:
+    async with await SQLiteEventStore.open(tmp_path / "group.db") as store:
+        held = _Held(store)
+        tasks = [
+            asyncio.create_task(
+                store.append(
+                    f"S-{n}", make_events(2, prefix=f"p{n}"), expected=StreamState.NO_STREAM
+                )
+            )
+            for n in range(10)
+        ]
+        await asyncio.sleep(0.05)  # every write is queued behind the held thread
+        held.release()
+        results = await asyncio.gather(*tasks)
+        assert [result.revision for result in results] == [1] * 10
+        assert held.commits == 1  # ten writes, one transaction: one fsync
+        positions = sorted(result.position for result in results)
+        assert len(set(positions)) == 10  # each reports where its own last event went
+        for n, result in enumerate(results):
+            events = await store.read(f"S-{n}")
+            assert [event.id for event in events] == [e.id for e in make_events(2, prefix=f"p{n}")]
+            assert events[-1].position == result.position
+
+
+async def test_a_failing_or_conflicting_write_in_a_group_fails_alone(tmp_path: Path) -> None:
+    path = tmp_path / "group.db"
+    async with await SQLiteEventStore.open(path) as store:
+        # A write SQLite itself refuses half-way (after other rows of it went in).
+        store._db.execute(
+            "CREATE TEMP TRIGGER boom BEFORE INSERT ON events WHEN NEW.type = 'Boom' "
+            "BEGIN SELECT RAISE(ABORT, 'boom'); END"
+        )
+        first = make_events(2, prefix="a")
+        boom = [*make_events(1, prefix="c"), NewEvent(type="Boom", data=b"{}")]
+        held = _Held(store)
+        writes = {
+            "ok": store.append("S-a", first, expected=StreamState.NO_STREAM),
+            "wrong revision": store.append("S-b", make_events(1, prefix="b"), expected=5),
+            "refused by SQLite": store.append("S-c", boom, expected=StreamState.NO_STREAM),
+            "lost the race": store.append(
+                "S-a", make_events(1, prefix="other"), expected=StreamState.NO_STREAM
+            ),
+            "retry of ok": store.append("S-a", first, expected=StreamState.NO_STREAM),
+            "half conflicting": store.append_many(
+                [
+                    AppendRequest("S-d", make_events(1, prefix="d"), StreamState.NO_STREAM),
+                    AppendRequest("S-a", make_events(1, prefix="late"), 0),
+                ]
+            ),
+            "after them": store.append("S-e", make_events(3, prefix="e"), expected=StreamState.ANY),
+        }
+        tasks = {name: asyncio.create_task(write) for name, write in writes.items()}
+        await asyncio.sleep(0.05)
+        held.release()
+        await asyncio.wait(tasks.values())
+        outcome = {name: task.exception() or task.result() for name, task in tasks.items()}
+        assert held.commits == 1
+
+    ok = outcome["ok"]
+    assert isinstance(ok, AppendResult)
+    assert ok.revision == 1
+    assert isinstance(outcome["wrong revision"], ConcurrencyError)
+    assert isinstance(outcome["refused by SQLite"], StoreUnavailable)
+    assert "boom" in str(outcome["refused by SQLite"])
+    assert isinstance(outcome["lost the race"], ConcurrencyError)
+    assert outcome["retry of ok"] == ok  # recognised inside the group: nothing written twice
+    assert isinstance(outcome["half conflicting"], ConcurrencyError)
+    after = outcome["after them"]
+    assert isinstance(after, AppendResult)
+    assert after.revision == 2
+
+    # What the file holds after reopening: exactly the writes that were told they landed.
+    async with await SQLiteEventStore.open(path) as store:
+        assert [e.id for e in await store.read("S-a")] == [e.id for e in first]
+        assert [e.id for e in await store.read("S-e")] == [e.id for e in make_events(3, prefix="e")]
+        for absent in ("S-b", "S-c", "S-d"):
+            assert await store.head(absent) is None
+        everything = await store.read_all()
+        assert [e.stream for e in everything] == ["S-a", "S-a", "S-e", "S-e", "S-e"]
+        assert everything[1].position == ok.position
+        assert everything[-1].position == after.position

@@ -8,6 +8,9 @@ from typing import Any
 
 __all__ = ["data_digest", "value_digest"]
 
+# Made once (json.dumps with options builds an encoder per call); the same bytes.
+_SORTED_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
 
 def value_digest(value: Any) -> str:
     """``sha256:`` + hex SHA-256 of ``value`` as JSON with sorted keys, no whitespace, UTF-8.
@@ -16,7 +19,7 @@ def value_digest(value: Any) -> str:
     string a ceiling reads. Lone surrogates are kept as their bytes (``surrogatepass``): a digest
     never fails on data a model or a forged bundle produced.
     """
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = _SORTED_JSON(value)
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 

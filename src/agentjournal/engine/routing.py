@@ -87,6 +87,8 @@ def looks_like_a_handoff(item: Mapping[str, Any]) -> bool:
     output = item.get("output")
     if item.get("type") != "function_call_output" or not isinstance(output, str):
         return False
+    if not output.lstrip().startswith("{"):
+        return False  # no JSON object: skip the parse and its exception (most tool outputs)
     try:
         parsed = json.loads(output)
     except ValueError:

@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Final, Protocol, TypeAlias, runtime_checkable
 
 from agentjournal.errors import InvalidInput
 
@@ -420,9 +420,14 @@ def validate_append(requests: Sequence[AppendRequest], *, many: bool) -> None:
             _validate_event(stream, event)
 
 
+# One encoder made once: json.dumps with options builds a new JSONEncoder per call,
+# which costs about a third of encoding a metadata object. Same bytes either way.
+_METADATA_JSON: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def encode_metadata(metadata: Mapping[str, str]) -> bytes:
     """Return the canonical JSON bytes under which metadata is stored."""
-    return json.dumps(dict(metadata), separators=(",", ":"), ensure_ascii=False).encode()
+    return _METADATA_JSON(metadata if type(metadata) is dict else dict(metadata)).encode()
 
 
 @runtime_checkable

@@ -13,7 +13,9 @@ loop never blocks on SQLite. Writes take ``BEGIN IMMEDIATE``: the expected-state
 check and the insert happen under SQLite's single write lock, which serialises
 writers in this process and in other processes on the same file (WAL mode,
 ``synchronous=FULL``: a returned append is on disk). A writer that cannot get
-the lock within ``busy_timeout`` gets :class:`StoreUnavailable`.
+the lock within ``busy_timeout`` gets :class:`StoreUnavailable`. Writes that
+wait for the thread together commit together (group commit: one transaction,
+one fsync, a SAVEPOINT per write so each is still all-or-nothing on its own).
 
 Subscriptions wake at once for appends made through this object and notice
 appends by other processes with a cheap check every 50 ms.
@@ -61,6 +63,9 @@ SCHEMA_VERSION: Final = 1
 _POLL_SECONDS: Final = 0.05
 _SUBSCRIBE_BATCH: Final = 500
 _SMALL_READ: Final = 256  # reads up to this many events run with the collector as it is
+# At most this many writes share one transaction: a bound on how long one group
+# holds the write lock and how much one failed commit sends back for a retry.
+_GROUP_LIMIT: Final = 256
 _T = TypeVar("_T")
 
 _SCHEMA = """
@@ -92,6 +97,38 @@ class _Conflict(Exception):
         self.error = error
 
 
+class _Pending:
+    """One write waiting for the store's thread, and where to hand its outcome."""
+
+    __slots__ = ("future", "loop", "requests")
+
+    def __init__(
+        self,
+        requests: list[AppendRequest],
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[list[AppendResult]],
+    ) -> None:
+        self.requests = requests
+        self.loop = loop
+        self.future = future
+
+    def settle(self, outcome: list[AppendResult] | BaseException) -> None:
+        """Hand the outcome to the caller's loop (from any thread)."""
+        with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
+            self.loop.call_soon_threadsafe(_settle, self.future, outcome)
+
+
+def _settle(
+    future: asyncio.Future[list[AppendResult]], outcome: list[AppendResult] | BaseException
+) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
 class SQLiteEventStore:
     """An :class:`~agentjournal.store.base.EventStore` in one SQLite file.
 
@@ -108,6 +145,10 @@ class SQLiteEventStore:
         # Subscribers waiting for appends, each woken on its own event loop.
         self._listeners: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
         self._listeners_lock = threading.Lock()
+        # Writes waiting for the store's thread; one drain job commits them as a group.
+        self._queue: list[_Pending] = []
+        self._queue_lock = threading.Lock()
+        self._drain_scheduled = False
 
     @classmethod
     async def open(
@@ -206,7 +247,16 @@ class SQLiteEventStore:
         return await self._write(requests)
 
     async def _write(self, requests: list[AppendRequest]) -> list[AppendResult]:
-        future = self._submit(self._write_sync, requests)
+        if self._closed:
+            raise StoreUnavailable(f"SQLite store {self._path} is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[AppendResult]] = loop.create_future()
+        with self._queue_lock:
+            self._queue.append(_Pending(requests, loop, future))
+            schedule = not self._drain_scheduled
+            self._drain_scheduled = True
+        if schedule:
+            self._schedule_drain()
         writes = any(request.events for request in requests)
 
         def settled(done: asyncio.Future[list[AppendResult]]) -> None:
@@ -220,45 +270,52 @@ class SQLiteEventStore:
         # finishes the transaction either way, and its outcome stands.
         return await asyncio.shield(future)
 
+    def _schedule_drain(self) -> None:
+        try:
+            self._executor.submit(self._drain)
+        except RuntimeError:  # the executor shut down (closed meanwhile): fail what waits
+            with self._queue_lock:
+                waiting, self._queue = self._queue, []
+                self._drain_scheduled = False
+            closed = StoreUnavailable(f"SQLite store {self._path} is closed")
+            for pending in waiting:
+                pending.settle(closed)
+
+    def _drain(self) -> None:
+        """Commit the writes waiting now as one group (on the store's thread).
+
+        Writes that arrive while a group commits wait for the next group, so
+        under load many sessions' writes share one transaction and one fsync;
+        alone, a write commits by itself as before.
+        """
+        with self._queue_lock:
+            group, self._queue = self._queue[:_GROUP_LIMIT], self._queue[_GROUP_LIMIT:]
+            more = bool(self._queue)
+            self._drain_scheduled = more
+        if more:
+            self._schedule_drain()
+        if not group:
+            return
+        if len(group) == 1:
+            outcomes: list[list[AppendResult] | BaseException] = []
+            try:
+                outcomes.append(_translated(self._path, self._write_sync, group[0].requests))
+            except BaseException as error:  # handed to its caller
+                outcomes.append(error)
+        else:
+            outcomes = self._write_group([pending.requests for pending in group])
+        for pending, outcome in zip(group, outcomes, strict=True):
+            pending.settle(outcome)
+
     def _write_sync(self, requests: list[AppendRequest]) -> list[AppendResult]:
+        """One write in its own transaction."""
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as error:
             raise StoreUnavailable(f"SQLite store {self._path} is busy: {error}") from error
         try:
-            now = time.time_ns() // 1000
-            pending = [self._check(db, request) for request in requests]
-            last_position = 0
-            for request, (stream_id, current, replay) in zip(requests, pending, strict=True):
-                if replay is not None or not request.events:
-                    continue
-                head = current + len(request.events)
-                if stream_id is None:
-                    stream_id = db.execute(
-                        "INSERT INTO streams(name, head) VALUES (?, ?)", (request.stream, head)
-                    ).lastrowid
-                else:
-                    db.execute("UPDATE streams SET head = ? WHERE id = ?", (head, stream_id))
-                db.executemany(
-                    "INSERT INTO events(stream_id, revision, id, type, data, metadata, recorded_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (
-                            stream_id,
-                            current + offset,
-                            event.id.bytes,
-                            event.type,
-                            event.data,
-                            encode_metadata(event.metadata),
-                            now,
-                        )
-                        for offset, event in enumerate(request.events, start=1)
-                    ],
-                )
-                last_position = db.execute("SELECT last_insert_rowid()").fetchone()[0]
-            if last_position == 0:
-                last_position = _last_position(db)
+            results = self._apply(db, requests, time.time_ns() // 1000)
             db.execute("COMMIT")
         except _Conflict as conflict:
             db.execute("ROLLBACK")
@@ -271,6 +328,93 @@ class SQLiteEventStore:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+        return results
+
+    def _write_group(
+        self, group: list[list[AppendRequest]]
+    ) -> list[list[AppendResult] | BaseException]:
+        """Several writes in one transaction (group commit), each all-or-nothing.
+
+        Each write runs inside its own SAVEPOINT: a conflict or a failure rolls
+        back that write alone and is reported to its caller alone; the others
+        commit together, with one fsync. Writes see the earlier ones of the
+        group, exactly as if they had committed one after the other. If the
+        group's transaction itself fails (BEGIN, COMMIT, or an error after
+        which SQLite abandoned the transaction), every write of it gets
+        :class:`StoreUnavailable` — an unknown outcome, which the writer
+        settles by resending the same ids.
+        """
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            # One exception object per caller: each is raised in its own task.
+            return [
+                StoreUnavailable(f"SQLite store {self._path} cannot start a write: {error}")
+                for _ in group
+            ]
+        outcomes: list[list[AppendResult] | BaseException] = []
+        try:
+            now = time.time_ns() // 1000
+            for requests in group:
+                db.execute("SAVEPOINT aj_write")
+                try:
+                    outcomes.append(self._apply(db, requests, now))
+                except _Conflict as conflict:
+                    outcomes.append(conflict.error)
+                    db.execute("ROLLBACK TO aj_write")
+                except sqlite3.Error as error:
+                    if not db.in_transaction:
+                        raise  # SQLite rolled the whole group back: fail it as one
+                    outcomes.append(StoreUnavailable(f"SQLite store {self._path} failed: {error}"))
+                    db.execute("ROLLBACK TO aj_write")
+                except Exception as error:  # a bug in one write stays that write's
+                    outcomes.append(error)
+                    db.execute("ROLLBACK TO aj_write")
+                db.execute("RELEASE aj_write")
+            db.execute("COMMIT")
+        except BaseException as error:
+            with contextlib.suppress(sqlite3.Error):
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+            return [StoreUnavailable(f"SQLite store {self._path} failed: {error}") for _ in group]
+        return outcomes
+
+    def _apply(
+        self, db: sqlite3.Connection, requests: list[AppendRequest], now: int
+    ) -> list[AppendResult]:
+        """Check and insert one write inside an open transaction; its results."""
+        pending = [self._check(db, request) for request in requests]
+        last_position = 0
+        for request, (stream_id, current, replay) in zip(requests, pending, strict=True):
+            if replay is not None or not request.events:
+                continue
+            head = current + len(request.events)
+            if stream_id is None:
+                stream_id = db.execute(
+                    "INSERT INTO streams(name, head) VALUES (?, ?)", (request.stream, head)
+                ).lastrowid
+            else:
+                db.execute("UPDATE streams SET head = ? WHERE id = ?", (head, stream_id))
+            db.executemany(
+                "INSERT INTO events(stream_id, revision, id, type, data, metadata, recorded_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        stream_id,
+                        current + offset,
+                        event.id.bytes,
+                        event.type,
+                        event.data,
+                        encode_metadata(event.metadata),
+                        now,
+                    )
+                    for offset, event in enumerate(request.events, start=1)
+                ],
+            )
+            last_position = db.execute("SELECT last_insert_rowid()").fetchone()[0]
+        if last_position == 0:
+            last_position = _last_position(db)
         results = []
         for request, (_, current, replay) in zip(requests, pending, strict=True):
             if replay is not None:
