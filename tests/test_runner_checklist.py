@@ -623,3 +623,35 @@ async def test_without_a_model_script_or_an_api_key_nothing_runs(tmp_path: Path)
     assert invoked.output["error"]["code"] == "INVALID_SETUP"
     assert "OPENAI_API_KEY" in invoked.output["error"]["message"]
     assert not db.exists()
+
+
+async def test_a_failing_tool_leaks_no_config_value_and_is_an_error_output(
+    tmp_path: Path,
+) -> None:
+    # Review finding: the sample tool's raise_for_status (the API answering 500) named the
+    # URL of config's jira_base_url, secret path and all, in stdout; the run failed as
+    # MODEL_ERROR. Now the model gets the failure as an error output (scrubbed) and goes on.
+    def fail(received: Received) -> Reply:
+        return Reply(status=500, body=b"down")
+
+    secret_path = "PLANTED-path-0c7e21"
+    db = tmp_path / "journal.db"
+    async with HttpStub(fail) as api:
+        config = {"jira_base_url": f"{api.url}/{secret_path}", "jira_token": SECRETS[1]}
+        invoked = await invoke(uri=f"sqlite:///{db}", stdin=request(config=config))
+        assert api.received
+        url = api.url
+    assert invoked.code == 0, invoked.stdout + invoked.stderr
+    assert invoked.output["status"] == "completed"
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("journal.db*"))  # noqa: ASYNC240
+    for planted in (secret_path, SECRETS[1], url):
+        assert planted not in invoked.stdout, planted
+        assert planted not in invoked.stderr, planted
+        assert planted.encode() not in stored, planted
+    async with Journal.open(f"sqlite:///{db}") as journal:
+        items = await journal.session("thread_abc123").get_items()
+    outputs = [str(i["output"]) for i in items if i.get("type") == "function_call_output"]
+    assert outputs[0].startswith("Error: the tool get_ticket_details failed: HTTPStatusError")
+    assert "[config]/rest/api/2/issue/PROJ-123" in outputs[0]
+    warnings = [line["message"] for line in invoked.logs if line.get("level") == "warning"]
+    assert any("tool get_ticket_details failed" in message for message in warnings)

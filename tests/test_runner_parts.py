@@ -319,3 +319,47 @@ async def test_append_event_refuses_the_sessions_own_types_and_keeps_items_intac
             {"role": "user", "content": "hi"},
             {"role": "user", "content": "again"},
         ]
+
+
+# -- config values never leave the runner (review of issue 16, finding 1) ------------------
+
+
+def test_the_scrubber_replaces_every_config_string_value_at_any_depth() -> None:
+    from agentjournal.runner.scrub import REDACTED, Scrubber
+
+    scrubber = Scrubber(
+        {"url": "http://h/sec ret", "nested": {"list": ["tok-123456"]}, "short": "en", "n": 12345}
+    )
+    assert scrubber.scrub("GET http://h/sec ret/x with tok-123456 in en") == (
+        f"GET {REDACTED}/x with {REDACTED} in en"
+    )
+    # A value with a space survives whitespace folding; a cut never keeps half a value.
+    error = ValueError("at http://h/sec\n ret and tok-123456")
+    line = scrubber.error_line(error)
+    assert "sec" not in line
+    assert "tok-" not in line
+    assert "tok-" not in scrubber.error_line(ValueError("x" * 480 + "tok-123456"), limit=492)
+
+
+async def test_a_failing_tool_is_an_error_output_without_config_values(tmp_path: Path) -> None:
+    from agentjournal.runner import toolkit
+    from http_stub import HttpStub, Received, Reply
+
+    def fail(received: Received) -> Reply:
+        return Reply(status=500, body=b"boom")
+
+    registry = load_registry([str(TOOLS)], entry_points_too=False)
+    (tool,) = bind_tools(load_manifest(MANIFESTS / "jira-ticket-manager" / "agent.yml"), registry)
+    async with HttpStub(fail) as api:
+        base = f"{api.url}/secret-path-9f3c"
+        token = toolkit.set_config({"jira_base_url": base, "jira_token": "tok-PLANTED-77"})
+        try:
+            answer = await tool.on_invoke_tool(None, '{"ticket_id": "PROJ-1"}')  # type: ignore[arg-type]
+        finally:
+            toolkit.reset_config(token)
+        assert api.received  # the body really called the API and got its 500
+        assert api.url not in answer
+    assert answer.startswith("Error: the tool get_ticket_details failed: HTTPStatusError")
+    assert "500" in answer
+    assert "[config]/rest/api/2/issue/PROJ-1" in answer
+    assert "secret-path-9f3c" not in answer

@@ -23,6 +23,7 @@ from agentjournal.cli._common import STORE_HELP, Commands
 
 if TYPE_CHECKING:
     from agentjournal.runner.contract import InvocationInput
+    from agentjournal.runner.scrub import Scrubber
 
 __all__ = ["register"]
 
@@ -66,7 +67,14 @@ def register(commands: Commands) -> None:
 
 
 class _JsonLines(logging.Formatter):
-    """One JSON object per record: time, level, logger, message, trace and span ids."""
+    """One JSON object per record: time, level, logger, message, trace and span ids.
+
+    Every text is scrubbed of the invocation's config values (any logger may quote one).
+    """
+
+    def __init__(self, scrubber: Scrubber) -> None:
+        super().__init__()
+        self._scrubber = scrubber
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -83,14 +91,18 @@ class _JsonLines(logging.Formatter):
                 line[key] = getattr(record, key)
         if record.exc_info and record.exc_info[0] is not None:
             line["error"] = record.exc_info[0].__name__
-        return json.dumps(line, ensure_ascii=False)
+        scrub = self._scrubber.scrub
+        return json.dumps(
+            {key: scrub(value) if isinstance(value, str) else value for key, value in line.items()},
+            ensure_ascii=False,
+        )
 
 
-def _configure_logging() -> None:
+def _configure_logging(scrubber: Scrubber) -> None:
     from agentjournal.sdk.tracing import TraceLogFilter
 
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonLines())
+    handler.setFormatter(_JsonLines(scrubber))
     handler.addFilter(TraceLogFilter())
     root = logging.getLogger()
     for old in list(root.handlers):
@@ -108,7 +120,9 @@ def _refuse(code: str, message: str, request: InvocationInput | None = None) -> 
     ``request`` (the parsed input, once it is known) gives its thread and run ids.
     """
     from agentjournal.runner.contract import ErrorInfo, InvocationOutput
+    from agentjournal.runner.scrub import Scrubber
 
+    scrubber = Scrubber(request.config if request is not None else {})
     output = InvocationOutput(
         thread_id=getattr(request, "thread_id", None),
         run_id=getattr(request, "run_id", None),
@@ -118,7 +132,9 @@ def _refuse(code: str, message: str, request: InvocationInput | None = None) -> 
         state={},
         handoffs=[],
         trace=None,
-        error=ErrorInfo(code=code, message=" ".join(message.split())),
+        error=ErrorInfo(
+            code=code, message=scrubber.scrub(" ".join(scrubber.scrub(message).split()))
+        ),
     )
     print(output.to_json(), flush=True)
     return 1
@@ -135,7 +151,9 @@ def _run(args: argparse.Namespace) -> int:
         request = parse_input(sys.stdin.buffer.read())
     except InvalidInput as error:
         return _refuse("INVALID_INPUT", str(error))
-    _configure_logging()
+    from agentjournal.runner.scrub import Scrubber
+
+    _configure_logging(Scrubber(request.config))
     from agentjournal.sdk.tracing import continue_trace
 
     # From here every log line carries the input's trace (the parent span's id until the
