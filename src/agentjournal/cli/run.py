@@ -5,7 +5,8 @@ stdin: one JSON object (``thread_id``, ``run_id``, ``input_message``, ``state``,
 (``status`` completed / blocked / failed, or an ``error`` for input that was
 refused before anything ran). stderr: JSON lines only, each with ``trace_id``
 and ``span_id``. Exit codes: 0 completed, 1 invalid input, manifests, tools or
-options (nothing written), 2 blocked, 3 failed.
+options (nothing written; a command line ``run`` cannot use, or a store that cannot
+be opened, too), 2 blocked, 3 failed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from agentjournal.cli._common import STORE_HELP, Commands
 
@@ -64,6 +66,26 @@ def register(commands: Commands) -> None:
         "model.name on OpenAI with $OPENAI_API_KEY",
     )
     run.set_defaults(run=_run)
+    # The contract answers every failure with one JSON object on stdout, a bad command line
+    # too (argparse would print its usage on stderr and exit 2): this parser's errors, and
+    # arguments it does not know (else left to the top-level parser), become that object.
+    parse_known = run.parse_known_args
+
+    def parse_known_args(
+        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = parse_known(args, namespace)
+        if extras:
+            run.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+    run.parse_known_args = parse_known_args  # type: ignore[assignment,method-assign]
+    run.error = _usage_error  # type: ignore[method-assign]
+
+
+def _usage_error(message: str) -> NoReturn:
+    """A command line ``run`` cannot use: the contract's error object, exit 1."""
+    raise SystemExit(_refuse("INVALID_SETUP", f"agentjournal run: {message}"))
 
 
 class _JsonLines(logging.Formatter):
@@ -115,11 +137,11 @@ def _configure_logging(scrubber: Scrubber) -> None:
 
 
 def _refuse(code: str, message: str, request: InvocationInput | None = None) -> int:
-    """The one output object of an invocation refused before anything ran; exit 1.
+    """The one output object of an invocation refused before anything ran; its exit code (1).
 
     ``request`` (the parsed input, once it is known) gives its thread and run ids.
     """
-    from agentjournal.runner.contract import ErrorInfo, InvocationOutput
+    from agentjournal.runner.contract import ERROR_CODES, ErrorInfo, InvocationOutput
     from agentjournal.runner.scrub import Scrubber
 
     scrubber = Scrubber(request.config if request is not None else {})
@@ -137,7 +159,7 @@ def _refuse(code: str, message: str, request: InvocationInput | None = None) -> 
         ),
     )
     print(output.to_json(), flush=True)
-    return 1
+    return ERROR_CODES[code]
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -145,10 +167,11 @@ def _run(args: argparse.Namespace) -> int:
 
     # The whole of stdin is read and checked first, with light imports only: a refusal
     # is quick, and it writes nothing (the store is opened only for a valid invocation).
-    from agentjournal.runner.contract import parse_input
+    from agentjournal.runner.contract import MAX_STDIN_BYTES, parse_input
 
     try:
-        request = parse_input(sys.stdin.buffer.read())
+        # One byte over the limit is enough to refuse; the rest is never read.
+        request = parse_input(sys.stdin.buffer.read(MAX_STDIN_BYTES + 1))
     except InvalidInput as error:
         return _refuse("INVALID_INPUT", str(error))
     from agentjournal.runner.scrub import Scrubber
@@ -206,7 +229,9 @@ def _invoke(args: argparse.Namespace, request: InvocationInput) -> int:
     )
     try:
         output = asyncio.run(running.invoke(setup, request))
+    except InvalidInput as error:  # --uri names no store this runner knows
+        return _refuse("INVALID_SETUP", f"--uri: {error}", request)
     except (JournalError, OSError) as error:  # the store could not be opened or read
-        return _refuse("JOURNAL_ERROR", f"{type(error).__name__}: {error}", request)
+        return _refuse("STORE_UNAVAILABLE", f"{type(error).__name__}: {error}", request)
     print(output.to_json(), flush=True)
     return running.EXIT_CODES[output.status]

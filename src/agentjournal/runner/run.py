@@ -34,7 +34,13 @@ from agentjournal.runner.contract import (
 )
 from agentjournal.runner.handoff import HandoffDesk, HandoffModel
 from agentjournal.runner.manifest import Catalog, Manifest
-from agentjournal.runner.state import THREAD_STATE, load_state, merge_state, state_event
+from agentjournal.runner.state import (
+    THREAD_STATE,
+    load_state,
+    merge_state,
+    session_started,
+    state_event,
+)
 from agentjournal.sdk import tracing
 
 if TYPE_CHECKING:
@@ -186,13 +192,18 @@ async def _run(
                 "handoff %s -> %s (call %s)", taken.sender, taken.target, taken.call_id, extra=log
             )
         try:
-            await session.append_event(
-                THREAD_STATE,
-                state_event(state, run_id=request.run_id, agent_id=final_agent, status=status),
-            )
-            # The run signed its heads when it ended; the state came after: sign again
-            # (nothing happens without a signing key).
-            await session.checkpoint()
+            # A run that wrote nothing on a new thread (its first write failed) leaves no
+            # session; a ThreadState would start one without SessionStarted.
+            if await session_started(journal.store, request.thread_id):
+                await session.append_event(
+                    THREAD_STATE,
+                    state_event(state, run_id=request.run_id, agent_id=final_agent, status=status),
+                )
+                # The run signed its heads when it ended; the state came after: sign again
+                # (nothing happens without a signing key).
+                await session.checkpoint()
+            else:
+                logger.warning("nothing was written: the thread's state is not stored", extra=log)
         except StoreError as failed:
             status, response = "failed", None
             error = _error("STATE_NOT_RECORDED", failed)
