@@ -12,6 +12,7 @@ import asyncio
 import json
 import re
 import shutil
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,6 +243,17 @@ BAD_STDIN: dict[str, bytes] = {
         request(input_message={"role": "assistant", "content": "hi"})
     ).encode(),
     "bad thread id": json.dumps(request(thread_id="a b")).encode(),
+    # Review findings: a message too large for its event created the store and left a
+    # session without SessionStarted; duplicate keys and a tracestate with a newline ran.
+    "content over one event": json.dumps(
+        request(input_message={"role": "user", "content": "a" * 6_000_000})
+    ).encode(),
+    "duplicate key": json.dumps(request()).encode()[:-1] + b', "run_id": "again"}',
+    "tracestate with a newline": json.dumps(
+        request(
+            trace={"trace_id": TRACE_ID, "parent_span_id": PARENT_SPAN, "tracestate": "a=b\nX: 1"}
+        )
+    ).encode(),
 }
 
 
@@ -623,3 +635,66 @@ async def test_without_a_model_script_or_an_api_key_nothing_runs(tmp_path: Path)
     assert invoked.output["error"]["code"] == "INVALID_SETUP"
     assert "OPENAI_API_KEY" in invoked.output["error"]["message"]
     assert not db.exists()
+
+
+async def test_a_failing_tool_leaks_no_config_value_and_is_an_error_output(
+    tmp_path: Path,
+) -> None:
+    # Review finding: the sample tool's raise_for_status (the API answering 500) named the
+    # URL of config's jira_base_url, secret path and all, in stdout; the run failed as
+    # MODEL_ERROR. Now the model gets the failure as an error output (scrubbed) and goes on.
+    def fail(received: Received) -> Reply:
+        return Reply(status=500, body=b"down")
+
+    secret_path = "PLANTED-path-0c7e21"
+    db = tmp_path / "journal.db"
+    async with HttpStub(fail) as api:
+        config = {"jira_base_url": f"{api.url}/{secret_path}", "jira_token": SECRETS[1]}
+        invoked = await invoke(uri=f"sqlite:///{db}", stdin=request(config=config))
+        assert api.received
+        url = api.url
+    assert invoked.code == 0, invoked.stdout + invoked.stderr
+    assert invoked.output["status"] == "completed"
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("journal.db*"))  # noqa: ASYNC240
+    for planted in (secret_path, SECRETS[1], url):
+        assert planted not in invoked.stdout, planted
+        assert planted not in invoked.stderr, planted
+        assert planted.encode() not in stored, planted
+    items = await Run(invoked, db).items()
+    outputs = [str(i["output"]) for i in items if i.get("type") == "function_call_output"]
+    assert outputs[0].startswith("Error: the tool get_ticket_details failed: HTTPStatusError")
+    assert "[config]/rest/api/2/issue/PROJ-123" in outputs[0]
+    warnings = [line["message"] for line in invoked.logs if line.get("level") == "warning"]
+    assert any("tool get_ticket_details failed" in message for message in warnings)
+
+
+async def test_a_bad_command_line_or_store_is_one_json_error_with_its_documented_exit_code(
+    tmp_path: Path,
+) -> None:
+    # Review finding: `run` without --agent printed argparse's usage on stderr only (exit 2),
+    # and a store that could not be opened was JOURNAL_ERROR with exit 1 while the README
+    # listed JOURNAL_ERROR under exit 3.
+    schema = schema_files()["invocation-output.schema.json"]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "agentjournal.cli", "run", "--manifests", str(MANIFESTS)),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(process.communicate(b""), timeout=60)
+    usage = Invoked(process.returncode or 0, out.decode(), "")
+    missing = tmp_path / "no-such-dir" / "journal.db"
+    unknown, unopened = await asyncio.gather(
+        invoke(uri="foo://x", stdin=request()), invoke(uri=f"sqlite:///{missing}", stdin=request())
+    )
+    for invoked, code, words in [
+        (usage, "INVALID_SETUP", "the following arguments are required: --agent"),
+        (unknown, "INVALID_SETUP", "--uri: unknown store URI 'foo'"),
+        (unopened, "STORE_UNAVAILABLE", "does not exist"),
+    ]:
+        jsonschema.validate(invoked.output, schema)
+        assert invoked.code == 1, invoked.stdout
+        assert invoked.output["error"]["code"] == code
+        assert words in invoked.output["error"]["message"]
+    assert not missing.parent.exists()

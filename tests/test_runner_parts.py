@@ -4,6 +4,7 @@ binding, the handoff desk's checks, state merging."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,23 @@ MANIFEST_CASES = [
         "JSON schema",
     ),
     (("extra",), 1, "field extra: not a property"),
+    # Review finding: a $ref to a URL loaded and failed the run later (Unresolvable).
+    (
+        ("tools", 0, "function", "parameters", "properties", "ticket_id"),
+        {"$ref": "http://127.0.0.1:9/evil.json"},
+        "field tools.0.function.parameters: properties.ticket_id.$ref: "
+        "'http://127.0.0.1:9/evil.json' is not a reference inside the schema",
+    ),
+    (
+        ("tools", 0, "function", "parameters", "$ref"),
+        "defs.json#/ticket",
+        "field tools.0.function.parameters: $ref: 'defs.json#/ticket' is not a reference",
+    ),
+    (
+        ("tools", 0, "function", "parameters", "properties", "ticket_id"),
+        {"$ref": "#/$defs/missing"},
+        "properties.ticket_id.$ref: '#/$defs/missing' does not resolve in the schema",
+    ),
 ]
 
 
@@ -84,6 +102,23 @@ def test_the_seed_example_loads() -> None:
     assert manifest.id == MANAGER
     assert manifest.version == "2.1.0"
     assert manifest.tools[0].function.parameters.schema_dict()["required"] == ["ticket_id"]
+
+
+async def test_a_local_reference_loads_and_checks_arguments(tmp_path: Path) -> None:
+    document = changed(
+        ("tools", 0, "function", "parameters", "properties", "ticket_id"),
+        {"$ref": "#/$defs/ticket"},
+    )
+    document["tools"][0]["function"]["parameters"]["$defs"] = {
+        "ticket": {"type": "string", "pattern": "^[A-Z]+-[0-9]+$"}
+    }
+    manifest = load_manifest(write(tmp_path, document))
+    registry = load_registry([str(TOOLS)], entry_points_too=False)
+    (tool,) = bind_tools(manifest, registry)
+    answer = await tool.on_invoke_tool(None, '{"ticket_id": "nope"}')  # type: ignore[arg-type]
+    assert "does not match" in answer
+    answer = await tool.on_invoke_tool(None, '{"ticket_id": "PROJ-123"}')  # type: ignore[arg-type]
+    assert json.loads(answer)["status"] == "In Progress"
 
 
 def test_not_yaml_and_not_a_mapping_are_refused(tmp_path: Path) -> None:
@@ -319,3 +354,233 @@ async def test_append_event_refuses_the_sessions_own_types_and_keeps_items_intac
             {"role": "user", "content": "hi"},
             {"role": "user", "content": "again"},
         ]
+
+
+# -- config values never leave the runner (review of issue 16, finding 1) ------------------
+
+
+def test_the_scrubber_replaces_every_config_string_value_at_any_depth() -> None:
+    from agentjournal.runner.scrub import REDACTED, Scrubber
+
+    scrubber = Scrubber(
+        {"url": "http://h/sec ret", "nested": {"list": ["tok-123456"]}, "short": "en", "n": 12345}
+    )
+    assert scrubber.scrub("GET http://h/sec ret/x with tok-123456 in en") == (
+        f"GET {REDACTED}/x with {REDACTED} in en"
+    )
+    # A value with a space survives whitespace folding; a cut never keeps half a value.
+    error = ValueError("at http://h/sec\n ret and tok-123456")
+    line = scrubber.error_line(error)
+    assert "sec" not in line
+    assert "tok-" not in line
+    assert "tok-" not in scrubber.error_line(ValueError("x" * 480 + "tok-123456"), limit=492)
+
+
+async def test_a_failing_tool_is_an_error_output_without_config_values(tmp_path: Path) -> None:
+    from agentjournal.runner import toolkit
+    from http_stub import HttpStub, Received, Reply
+
+    def fail(received: Received) -> Reply:
+        return Reply(status=500, body=b"boom")
+
+    registry = load_registry([str(TOOLS)], entry_points_too=False)
+    (tool,) = bind_tools(load_manifest(MANIFESTS / "jira-ticket-manager" / "agent.yml"), registry)
+    async with HttpStub(fail) as api:
+        base = f"{api.url}/secret-path-9f3c"
+        token = toolkit.set_config({"jira_base_url": base, "jira_token": "tok-PLANTED-77"})
+        try:
+            answer = await tool.on_invoke_tool(None, '{"ticket_id": "PROJ-1"}')  # type: ignore[arg-type]
+        finally:
+            toolkit.reset_config(token)
+        assert api.received  # the body really called the API and got its 500
+        assert api.url not in answer
+    assert answer.startswith("Error: the tool get_ticket_details failed: HTTPStatusError")
+    assert "500" in answer
+    assert "[config]/rest/api/2/issue/PROJ-1" in answer
+    assert "secret-path-9f3c" not in answer
+
+
+# -- input size (finding 2) -------------------------------------------------------------------
+
+
+def _body(**changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "thread_id": "t",
+        "run_id": "r",
+        "input_message": {"role": "user", "content": "hi"},
+        "state": {},
+        "config": {},
+        "trace": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+    }
+    body.update(changes)
+    return body
+
+
+def test_input_larger_than_the_journal_takes_is_refused() -> None:
+    from agentjournal.runner.contract import MAX_CONTENT_UNITS, MAX_STATE_BYTES, MAX_STDIN_BYTES
+
+    with pytest.raises(InvalidInput, match="stdin is larger than"):
+        parse_input(b" " * (MAX_STDIN_BYTES + 1))
+    at_limit = "a" * MAX_CONTENT_UNITS  # the JSON string adds two quotes: just over
+    with pytest.raises(InvalidInput, match=r"field input_message\.content: too large"):
+        parse_input(json.dumps(_body(input_message={"role": "user", "content": at_limit})).encode())
+    # Escaping counts: a sixth as many control characters are as large.
+    escaped = "\x00" * (MAX_CONTENT_UNITS // 6)
+    with pytest.raises(InvalidInput, match=r"field input_message\.content: too large"):
+        parse_input(json.dumps(_body(input_message={"role": "user", "content": escaped})).encode())
+    fits = "a" * (MAX_CONTENT_UNITS - 2)
+    body = _body(input_message={"role": "user", "content": fits})
+    assert parse_input(json.dumps(body).encode()).input_message.content == fits
+    with pytest.raises(InvalidInput, match="field state: too large"):
+        parse_input(json.dumps(_body(state={"blob": "b" * MAX_STATE_BYTES})).encode())
+
+
+async def test_a_run_whose_first_write_fails_leaves_no_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentjournal import Journal
+    from agentjournal.errors import StreamNotFound
+    from agentjournal.runner.run import Invocation, invoke
+    from agentjournal.streams import session_stream
+    from runner_cli import SCRIPT
+
+    # A store that takes smaller events than the contract allows for: the input message's
+    # event is refused, so the run writes nothing; no ThreadState may start the stream.
+    monkeypatch.setattr("agentjournal.store.base.MAX_EVENT_BYTES", 4096)
+    catalog = load_catalog(MANIFESTS)
+    uri = f"sqlite:///{tmp_path / 'journal.db'}"
+    setup = Invocation(
+        catalog=catalog,
+        registry=load_registry([str(TOOLS)], entry_points_too=False),
+        agent=MANAGER,
+        uri=uri,
+        guardrails=None,
+        script=load_script(SCRIPT, known=set(catalog.ids())),
+    )
+    body = _body(input_message={"role": "user", "content": "x" * 10_000}, state={"a": 1})
+    output = await invoke(setup, parse_input(json.dumps(body).encode()))
+    assert output.status == "failed"
+    assert output.error is not None
+    assert output.error.code == "JOURNAL_ERROR"
+    async with Journal.open(uri) as journal:
+        with pytest.raises(StreamNotFound):
+            await journal.store.read(session_stream("t"))
+
+
+# -- trace context and JSON strictness (findings 4 and 5) ------------------------------------
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest.mark.parametrize(
+    "tracestate",
+    [
+        "a=b\nX-Evil: 1",
+        "a=b\r\n",
+        "A=b",
+        "a=",
+        "=b",
+        "a",
+        "a=b=c",
+        "a=b,a=c",
+        "a=b,c",  # a member without "="
+        "a=" + "x" * 257,
+        "k" * 257 + "=v",
+        ",".join(f"k{n}=v" for n in range(33)),
+        "a=é",
+    ],
+)
+def test_a_tracestate_breaking_the_w3c_grammar_is_refused(tracestate: str) -> None:
+    for trace in (
+        {"traceparent": TRACEPARENT, "tracestate": tracestate},
+        {
+            "trace_id": "0af7651916cd43dd8448eb211c80319c",
+            "parent_span_id": "b7ad6b7169203331",
+            "tracestate": tracestate,
+        },
+    ):
+        with pytest.raises(InvalidInput, match=r"field trace: tracestate: "):
+            parse_input(json.dumps(_body(trace=trace)).encode())
+
+
+@pytest.mark.parametrize(
+    "tracestate",
+    [
+        "clawpedia=runner1",
+        "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE",
+        " a=b ,\t, tenant@vendor=x y ",
+        ",".join(f"k{n}=v" for n in range(32)),
+        "",
+    ],
+)
+def test_a_w3c_tracestate_is_taken_as_given(tracestate: str) -> None:
+    from opentelemetry.trace import TraceState
+
+    parsed = parse_input(
+        json.dumps(_body(trace={"traceparent": TRACEPARENT, "tracestate": tracestate})).encode()
+    )
+    assert parsed.trace.header() == (TRACEPARENT, tracestate)
+    # OpenTelemetry takes every member we take (it logs and drops what it does not).
+    members = [m.strip(" \t") for m in tracestate.split(",") if m.strip(" \t")]
+    assert len(TraceState.from_header([tracestate])) == len(members)
+
+
+@pytest.mark.parametrize(
+    "traceparent",
+    [
+        "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",  # upper case
+        "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",  # version ff
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-1",  # flags
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\n",
+        "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+        "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+    ],
+)
+def test_a_malformed_traceparent_is_refused(traceparent: str) -> None:
+    with pytest.raises(InvalidInput, match="field trace: traceparent: "):
+        parse_input(json.dumps(_body(trace={"traceparent": traceparent})).encode())
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (b'{"thread_id": "t", "thread_id": "u"}', "key 'thread_id' appears twice"),
+        (
+            json.dumps(_body()).encode()[:-1] + b', "state": {"a": 1}}',
+            "key 'state' appears twice",
+        ),
+        (
+            json.dumps(_body()).replace('"config": {}', '"config": {"k": 1, "k": 2}').encode(),
+            "key 'k' appears twice",
+        ),
+        (
+            json.dumps(_body()).replace('"state": {}', '"state": {"x": NaN}').encode(),
+            "NaN is not a JSON value",
+        ),
+    ],
+)
+def test_duplicate_keys_and_non_json_constants_are_refused(raw: bytes, problem: str) -> None:
+    with pytest.raises(InvalidInput, match=re.escape(f"stdin is not one JSON object: {problem}")):
+        parse_input(raw)
+
+
+# -- error codes: code, schema and README agree (finding 6) -----------------------------------
+
+
+def test_every_error_code_is_documented_with_its_exit_code() -> None:
+    from agentjournal.runner.contract import ERROR_CODES, MAX_CONTENT_UNITS, MAX_STATE_BYTES
+
+    output = schema_files()["invocation-output.schema.json"]["description"]
+    readme = (MANIFESTS.parents[1] / "README.md").read_text(encoding="utf-8")
+    bullet = readme[readme.index("- **Exit codes**") :].split("\n- ", 1)[0]
+    by_exit = {
+        1: bullet[bullet.index(" 1 ") : bullet.index(" 2 blocked")],
+        3: bullet[bullet.index(" 3 failed") :],
+    }
+    for code, exit_code in ERROR_CODES.items():
+        assert f"``{code}``" in output, code
+        assert f"`{code}`" in by_exit[exit_code], code
+        assert f"`{code}`" not in by_exit[4 - exit_code], code
+    described = schema_files()["invocation-input.schema.json"]["description"]
+    assert f"{MAX_CONTENT_UNITS:,}" in described
+    assert f"{MAX_STATE_BYTES:,}" in described

@@ -5,7 +5,8 @@ stdin: one JSON object (``thread_id``, ``run_id``, ``input_message``, ``state``,
 (``status`` completed / blocked / failed, or an ``error`` for input that was
 refused before anything ran). stderr: JSON lines only, each with ``trace_id``
 and ``span_id``. Exit codes: 0 completed, 1 invalid input, manifests, tools or
-options (nothing written), 2 blocked, 3 failed.
+options (nothing written; a command line ``run`` cannot use, or a store that cannot
+be opened, too), 2 blocked, 3 failed.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import logging
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from agentjournal.cli._common import STORE_HELP, Commands
 
 if TYPE_CHECKING:
     from agentjournal.runner.contract import InvocationInput
+    from agentjournal.runner.scrub import Scrubber
 
 __all__ = ["register"]
 
@@ -63,10 +66,37 @@ def register(commands: Commands) -> None:
         "model.name on OpenAI with $OPENAI_API_KEY",
     )
     run.set_defaults(run=_run)
+    # The contract answers every failure with one JSON object on stdout, a bad command line
+    # too (argparse would print its usage on stderr and exit 2): this parser's errors, and
+    # arguments it does not know (else left to the top-level parser), become that object.
+    parse_known = run.parse_known_args
+
+    def parse_known_args(
+        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = parse_known(args, namespace)
+        if extras:
+            run.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+    run.parse_known_args = parse_known_args  # type: ignore[assignment,method-assign]
+    run.error = _usage_error  # type: ignore[method-assign]
+
+
+def _usage_error(message: str) -> NoReturn:
+    """A command line ``run`` cannot use: the contract's error object, exit 1."""
+    raise SystemExit(_refuse("INVALID_SETUP", f"agentjournal run: {message}"))
 
 
 class _JsonLines(logging.Formatter):
-    """One JSON object per record: time, level, logger, message, trace and span ids."""
+    """One JSON object per record: time, level, logger, message, trace and span ids.
+
+    Every text is scrubbed of the invocation's config values (any logger may quote one).
+    """
+
+    def __init__(self, scrubber: Scrubber) -> None:
+        super().__init__()
+        self._scrubber = scrubber
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -83,14 +113,18 @@ class _JsonLines(logging.Formatter):
                 line[key] = getattr(record, key)
         if record.exc_info and record.exc_info[0] is not None:
             line["error"] = record.exc_info[0].__name__
-        return json.dumps(line, ensure_ascii=False)
+        scrub = self._scrubber.scrub
+        return json.dumps(
+            {key: scrub(value) if isinstance(value, str) else value for key, value in line.items()},
+            ensure_ascii=False,
+        )
 
 
-def _configure_logging() -> None:
+def _configure_logging(scrubber: Scrubber) -> None:
     from agentjournal.sdk.tracing import TraceLogFilter
 
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonLines())
+    handler.setFormatter(_JsonLines(scrubber))
     handler.addFilter(TraceLogFilter())
     root = logging.getLogger()
     for old in list(root.handlers):
@@ -103,12 +137,14 @@ def _configure_logging() -> None:
 
 
 def _refuse(code: str, message: str, request: InvocationInput | None = None) -> int:
-    """The one output object of an invocation refused before anything ran; exit 1.
+    """The one output object of an invocation refused before anything ran; its exit code (1).
 
     ``request`` (the parsed input, once it is known) gives its thread and run ids.
     """
-    from agentjournal.runner.contract import ErrorInfo, InvocationOutput
+    from agentjournal.runner.contract import ERROR_CODES, ErrorInfo, InvocationOutput
+    from agentjournal.runner.scrub import Scrubber
 
+    scrubber = Scrubber(request.config if request is not None else {})
     output = InvocationOutput(
         thread_id=getattr(request, "thread_id", None),
         run_id=getattr(request, "run_id", None),
@@ -118,10 +154,12 @@ def _refuse(code: str, message: str, request: InvocationInput | None = None) -> 
         state={},
         handoffs=[],
         trace=None,
-        error=ErrorInfo(code=code, message=" ".join(message.split())),
+        error=ErrorInfo(
+            code=code, message=scrubber.scrub(" ".join(scrubber.scrub(message).split()))
+        ),
     )
     print(output.to_json(), flush=True)
-    return 1
+    return ERROR_CODES[code]
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -129,13 +167,16 @@ def _run(args: argparse.Namespace) -> int:
 
     # The whole of stdin is read and checked first, with light imports only: a refusal
     # is quick, and it writes nothing (the store is opened only for a valid invocation).
-    from agentjournal.runner.contract import parse_input
+    from agentjournal.runner.contract import MAX_STDIN_BYTES, parse_input
 
     try:
-        request = parse_input(sys.stdin.buffer.read())
+        # One byte over the limit is enough to refuse; the rest is never read.
+        request = parse_input(sys.stdin.buffer.read(MAX_STDIN_BYTES + 1))
     except InvalidInput as error:
         return _refuse("INVALID_INPUT", str(error))
-    _configure_logging()
+    from agentjournal.runner.scrub import Scrubber
+
+    _configure_logging(Scrubber(request.config))
     from agentjournal.sdk.tracing import continue_trace
 
     # From here every log line carries the input's trace (the parent span's id until the
@@ -188,7 +229,9 @@ def _invoke(args: argparse.Namespace, request: InvocationInput) -> int:
     )
     try:
         output = asyncio.run(running.invoke(setup, request))
+    except InvalidInput as error:  # --uri names no store this runner knows
+        return _refuse("INVALID_SETUP", f"--uri: {error}", request)
     except (JournalError, OSError) as error:  # the store could not be opened or read
-        return _refuse("JOURNAL_ERROR", f"{type(error).__name__}: {error}", request)
+        return _refuse("STORE_UNAVAILABLE", f"{type(error).__name__}: {error}", request)
     print(output.to_json(), flush=True)
     return running.EXIT_CODES[output.status]

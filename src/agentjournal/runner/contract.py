@@ -22,14 +22,19 @@ from __future__ import annotations
 import json
 import re
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentjournal.errors import InvalidInput
+from agentjournal.store.base import MAX_EVENT_BYTES
 from agentjournal.streams import validate_id
 
 __all__ = [
+    "ERROR_CODES",
+    "MAX_CONTENT_UNITS",
+    "MAX_STATE_BYTES",
+    "MAX_STDIN_BYTES",
     "ErrorInfo",
     "HandoffRecord",
     "InputMessage",
@@ -41,9 +46,69 @@ __all__ = [
     "schema_files",
 ]
 
+ERROR_CODES: Final = {
+    "INVALID_INPUT": 1,
+    "INVALID_MANIFEST": 1,
+    "INVALID_SETUP": 1,
+    "STORE_UNAVAILABLE": 1,
+    "MODEL_ERROR": 3,
+    "TOOL_ERROR": 3,
+    "MAX_TURNS": 3,
+    "JOURNAL_ERROR": 3,
+    "STATE_NOT_RECORDED": 3,
+    "RUN_ERROR": 3,
+}
+"""The runner's own ``error.code`` values and the exit code of each (a blocked run, exit
+2, carries the guardrail's reason code or ``AUTHORITY_DENIED``)."""
+
+MAX_STDIN_BYTES = 16 * 1024 * 1024
+"""The largest stdin accepted (16 MiB); more is ``INVALID_INPUT``, read no further."""
+
+_EVENT_ROOM = MAX_EVENT_BYTES - 64 * 1024  # what an event's data may take beside its metadata
+MAX_CONTENT_UNITS = _EVENT_ROOM // 3
+"""The largest ``input_message.content``, measured as its JSON string with every non-ASCII
+character escaped (``json.dumps``): the content becomes one ``UserMessageReceived`` event,
+which holds it twice (canonical and SDK item) and at worst a third time; so that it always
+fits the largest event a store takes (``MAX_EVENT_BYTES``), about 5.5 MB of ASCII."""
+
+MAX_STATE_BYTES = _EVENT_ROOM
+"""The largest ``state`` (UTF-8 JSON): it is stored as one ``ThreadState`` event."""
+
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 _SPAN_ID = re.compile(r"[0-9a-f]{16}")
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+# W3C Trace Context, tracestate: list-member = key "=" value, at most 32, comma-separated
+# with optional spaces or tabs; empty members are allowed; keys are unique.
+_TRACESTATE_KEY = re.compile(
+    r"[a-z][_0-9a-z*/-]{0,255}|[a-z0-9][_0-9a-z*/-]{0,240}@[a-z][_0-9a-z*/-]{0,13}"
+)
+_TRACESTATE_VALUE = re.compile(r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
+_TRACESTATE_MEMBERS = 32
+
+
+def _check_tracestate(header: str) -> None:
+    """Refuse a ``tracestate`` that breaks the W3C grammar (it is sent on in HTTP headers)."""
+    keys: list[str] = []
+    for member in header.split(","):
+        member = member.strip(" \t")
+        if not member:
+            continue
+        key, equals, value = member.partition("=")
+        if not equals or _TRACESTATE_KEY.fullmatch(key) is None:
+            raise ValueError(
+                "tracestate: expected comma-separated key=value members with W3C keys "
+                "(lowercase letters, digits, _-*/ and one optional @)"
+            )
+        if _TRACESTATE_VALUE.fullmatch(value) is None:
+            raise ValueError(
+                f"tracestate: the value of {key!r} must be 1-256 printable ASCII characters "
+                "without ',' or '=' (W3C)"
+            )
+        keys.append(key)
+    if len(keys) > _TRACESTATE_MEMBERS:
+        raise ValueError(f"tracestate: at most {_TRACESTATE_MEMBERS} members (W3C)")
+    if len(set(keys)) != len(keys):
+        raise ValueError("tracestate: a key appears twice (W3C)")
 
 
 class _Strict(BaseModel):
@@ -55,6 +120,18 @@ class InputMessage(_Strict):
 
     content: str = Field(min_length=1)
     role: Literal["user"]
+
+    @field_validator("content")
+    @classmethod
+    def _fits_one_event(cls, value: str) -> str:
+        # Checked here, not by the store: a message too large for its event would fail the
+        # run's first write, after the store was created (nothing else would be written).
+        if len(value) * 12 > MAX_CONTENT_UNITS and len(json.dumps(value)) > MAX_CONTENT_UNITS:
+            raise ValueError(
+                f"too large: at most {MAX_CONTENT_UNITS} characters as a JSON string "
+                "(it must fit one event of the journal)"
+            )
+        return value
 
 
 class TraceIn(_Strict):
@@ -88,6 +165,8 @@ class TraceIn(_Strict):
             match = _TRACEPARENT.fullmatch(self.traceparent or "")
             if match is None or not int(match[1], 16) or not int(match[2], 16):
                 raise ValueError("traceparent: expected 00-<32 hex>-<16 hex>-<2 hex> (W3C)")
+        if self.tracestate is not None:
+            _check_tracestate(self.tracestate)
         return self
 
     def header(self) -> tuple[str, str | None]:
@@ -103,7 +182,15 @@ class TraceIn(_Strict):
 
 
 class InvocationInput(_Strict):
-    """The one JSON object an invocation reads from stdin."""
+    """The one JSON object an invocation reads from stdin.
+
+    At most 16 MiB, strict JSON (no key twice in an object, no NaN or Infinity).
+    ``input_message.content`` and ``state`` must each fit one event of the journal
+    (content: at most 5,567,226 characters as a JSON string with non-ASCII escaped;
+    state: at most 16,701,680 bytes of JSON). ``trace.traceparent`` and
+    ``trace.tracestate`` follow W3C Trace Context (``tracestate``: at most 32
+    comma-separated ``key=value`` members, keys unique).
+    """
 
     thread_id: str
     run_id: str = Field(min_length=1, max_length=256)
@@ -111,6 +198,14 @@ class InvocationInput(_Strict):
     state: dict[str, Any]
     config: dict[str, Any]
     trace: TraceIn
+
+    @field_validator("state")
+    @classmethod
+    def _state_fits_one_event(cls, value: dict[str, Any]) -> dict[str, Any]:
+        size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+        if size > MAX_STATE_BYTES:
+            raise ValueError(f"too large: {size} bytes as JSON, at most {MAX_STATE_BYTES}")
+        return value
 
     @field_validator("thread_id")
     @classmethod
@@ -155,11 +250,17 @@ class InvocationOutput(_Strict):
     ``status`` and the process's exit code: ``completed`` (exit 0; ``response`` is the
     final answer, ``error`` null); ``blocked`` (exit 2: a guardrail blocked the input, a
     handoff or the final response, or the authority policy refused; ``error.code`` is the
-    reason code); ``failed`` (exit 3: ``MODEL_ERROR``, ``MAX_TURNS``, ``RUN_ERROR``,
-    ``JOURNAL_ERROR``, ``STATE_NOT_RECORDED``; or exit 1 with ``INVALID_INPUT``,
-    ``INVALID_MANIFEST``, ``INVALID_SETUP``, ``JOURNAL_ERROR`` when nothing ran and nothing
-    was written; then ``agent_id`` and ``trace`` are null, and so are ``thread_id`` and
-    ``run_id`` when the input itself was refused).
+    guardrail's reason code, or ``AUTHORITY_DENIED``); ``failed`` with exit 3 when the run
+    started (``MODEL_ERROR``: the model or the SDK; ``TOOL_ERROR``: a tool failure that
+    ended the run — a tool body that raises is an error output the model sees, not
+    this; ``MAX_TURNS``; ``JOURNAL_ERROR``: the store failed during the run;
+    ``STATE_NOT_RECORDED``; ``RUN_ERROR``: anything else), or with exit 1 when nothing ran
+    and nothing was written (``INVALID_INPUT``: stdin; ``INVALID_MANIFEST``;
+    ``INVALID_SETUP``: the command line, ``--tools``, ``--model-script``, ``--uri`` or no
+    model; ``STORE_UNAVAILABLE``: the store could not be opened or read); then
+    ``agent_id`` and ``trace`` are null, and so are ``thread_id`` and ``run_id`` when the
+    input itself was not read. No ``error.message`` holds a value of the input's
+    ``config``.
     """
 
     thread_id: str | None
@@ -181,9 +282,12 @@ def parse_input(raw: bytes) -> InvocationInput:
     """Check stdin's bytes: exactly one JSON object matching :class:`InvocationInput`.
 
     Raises:
-        InvalidInput: Empty, not UTF-8, not JSON, trailing data, not an object, or a
-            field breaks the contract (the message names it).
+        InvalidInput: Over :data:`MAX_STDIN_BYTES`, empty, not UTF-8, not JSON, trailing
+            data, not an object, or a field breaks the contract (the message names it;
+            ``content`` and ``state`` must each fit one event).
     """
+    if len(raw) > MAX_STDIN_BYTES:
+        raise InvalidInput(f"stdin is larger than {MAX_STDIN_BYTES} bytes (16 MiB)")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -191,7 +295,9 @@ def parse_input(raw: bytes) -> InvocationInput:
     if not text.strip():
         raise InvalidInput("stdin is empty: expected one JSON object")
     try:
-        document = json.loads(text)  # one value; trailing data is a JSONDecodeError ("Extra data")
+        # One value (trailing data is a JSONDecodeError, "Extra data"); a key twice in an
+        # object is refused, not "last one wins"; NaN and Infinity are not JSON.
+        document = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     except json.JSONDecodeError as error:
         raise InvalidInput(
             f"stdin is not one JSON object: {error.msg} at line {error.lineno}, "
@@ -199,6 +305,8 @@ def parse_input(raw: bytes) -> InvocationInput:
         ) from None
     except RecursionError:
         raise InvalidInput("stdin is nested too deeply") from None
+    except _Refused as refused:
+        raise InvalidInput(f"stdin is not one JSON object: {refused}") from None
     if not isinstance(document, dict):
         raise InvalidInput(f"stdin must hold a JSON object, not {type(document).__name__}")
     try:
@@ -212,6 +320,23 @@ def parse_input(raw: bytes) -> InvocationInput:
         elif problem["type"] == "extra_forbidden":
             message = "not a field of the invocation input"
         raise InvalidInput(f"stdin: field {field}: {message}") from None
+
+
+class _Refused(ValueError):
+    """A JSON document the contract refuses though ``json`` would take it."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _Refused(f"key {key!r} appears twice in one object")
+        found[key] = value
+    return found
+
+
+def _no_constant(name: str) -> Any:
+    raise _Refused(f"{name} is not a JSON value")
 
 
 def schema_files() -> dict[str, dict[str, Any]]:

@@ -76,15 +76,66 @@ class Parameters(_Strict):
         unknown = [name for name in self.required if name not in self.properties]
         if unknown:
             raise ValueError(f"required names undeclared properties {unknown}")
+        schema = self.schema_dict()
         try:
-            jsonschema.Draft202012Validator.check_schema(self.schema_dict())
+            jsonschema.Draft202012Validator.check_schema(schema)
         except jsonschema.SchemaError as error:
             raise ValueError(f"not a valid JSON schema: {error.message}") from None
+        _check_references(schema)
         return self
 
     def schema_dict(self) -> dict[str, Any]:
         """The JSON schema as a plain dict (what the model is offered, what arguments must fit)."""
         return self.model_dump(mode="json")
+
+
+_REFERENCE_KEYS = ("$ref", "$dynamicRef")
+
+
+def _references(node: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Every ``$ref``/``$dynamicRef`` string below ``node``, with its path in the schema."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key in _REFERENCE_KEYS and isinstance(value, str):
+                yield where, value
+            else:
+                yield from _references(value, where)
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _references(value, f"{path}.{index}")
+
+
+def _check_references(schema: dict[str, Any]) -> None:
+    """Only references inside the schema (``#...``), each resolving, are allowed.
+
+    A tool's arguments are validated against the schema during a run: a reference
+    to a URL or a file would be fetched then (or fail then, as ``Unresolvable``),
+    so it is refused here, and a local one is resolved here to prove it resolves.
+    """
+    from referencing import Registry, Resource
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
+    resolver = None
+    for where, reference in _references(schema, ""):
+        if not reference.startswith("#"):
+            raise ValueError(
+                f"{where}: {reference!r} is not a reference inside the schema; only local "
+                "references ('#/$defs/...') are allowed"
+            )
+        if resolver is None:
+            # The schema as its own root, under a base no reference can leave.
+            resource = Resource.from_contents(schema, default_specification=DRAFT202012)
+            resolver = (
+                Registry()
+                .with_resource("urn:agentjournal:tool", resource)
+                .resolver(base_uri="urn:agentjournal:tool")
+            )
+        try:
+            resolver.lookup(reference)
+        except Unresolvable:
+            raise ValueError(f"{where}: {reference!r} does not resolve in the schema") from None
 
 
 class FunctionSpec(_Strict):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from agents import Agent, RunConfig, Runner
-from agents.exceptions import AgentsException, MaxTurnsExceeded
+from agents.exceptions import AgentsException, MaxTurnsExceeded, UserError
 from agents.models.interface import Model
 from agents.models.openai_provider import OpenAIProvider
 from agents.testing import ModelScriptError
@@ -34,7 +34,13 @@ from agentjournal.runner.contract import (
 )
 from agentjournal.runner.handoff import HandoffDesk, HandoffModel
 from agentjournal.runner.manifest import Catalog, Manifest
-from agentjournal.runner.state import THREAD_STATE, load_state, merge_state, state_event
+from agentjournal.runner.state import (
+    THREAD_STATE,
+    load_state,
+    merge_state,
+    session_started,
+    state_event,
+)
 from agentjournal.sdk import tracing
 
 if TYPE_CHECKING:
@@ -158,25 +164,27 @@ async def _run(
             final_agent = result.last_agent.name
         except GuardrailBlocked as blocked:
             status = "blocked"
-            error = ErrorInfo(
-                code=blocked.reason_code or "GUARDRAIL_BLOCKED",
-                message=f"the guardrail blocked {blocked.action_type}: "
+            error = _error(
+                blocked.reason_code or "GUARDRAIL_BLOCKED",
+                f"the guardrail blocked {blocked.action_type}: "
                 f"{blocked.reason_message or 'no reason given'}",
             )
         except AuthorityDenied as denied:
-            status, error = "blocked", ErrorInfo(code="AUTHORITY_DENIED", message=str(denied))
+            status, error = "blocked", _error("AUTHORITY_DENIED", str(denied))
         except MaxTurnsExceeded:
             status = "failed"
             error = ErrorInfo(code="MAX_TURNS", message=f"no final answer within {MAX_TURNS} turns")
         except (ModelScriptError, AgentsException) as failed:
             status = "failed"
-            error = ErrorInfo(code="MODEL_ERROR", message=_line(failed))
+            # A bound tool's body never raises (its failure is an error output the model
+            # sees); what still ends a run "running a tool" is the SDK's wrapper of any other
+            # tool error (run_internal/tool_execution.py: UserError "Error running tool ...").
+            tool = isinstance(failed, UserError) and str(failed).startswith("Error running tool ")
+            error = _error("TOOL_ERROR" if tool else "MODEL_ERROR", failed)
         except JournalError as failed:
-            status = "failed"
-            error = ErrorInfo(code="JOURNAL_ERROR", message=_line(failed))
-        except Exception as failed:  # a tool body or the provider: the contract still answers
-            status = "failed"
-            error = ErrorInfo(code="RUN_ERROR", message=_line(failed))
+            status, error = "failed", _error("JOURNAL_ERROR", failed)
+        except Exception as failed:  # the provider or anything else: the contract still answers
+            status, error = "failed", _error("RUN_ERROR", failed)
         if status != "completed" and desk.taken:
             final_agent = desk.taken[-1].target
         for taken in desk.taken:
@@ -184,16 +192,21 @@ async def _run(
                 "handoff %s -> %s (call %s)", taken.sender, taken.target, taken.call_id, extra=log
             )
         try:
-            await session.append_event(
-                THREAD_STATE,
-                state_event(state, run_id=request.run_id, agent_id=final_agent, status=status),
-            )
-            # The run signed its heads when it ended; the state came after: sign again
-            # (nothing happens without a signing key).
-            await session.checkpoint()
+            # A run that wrote nothing on a new thread (its first write failed) leaves no
+            # session; a ThreadState would start one without SessionStarted.
+            if await session_started(journal.store, request.thread_id):
+                await session.append_event(
+                    THREAD_STATE,
+                    state_event(state, run_id=request.run_id, agent_id=final_agent, status=status),
+                )
+                # The run signed its heads when it ended; the state came after: sign again
+                # (nothing happens without a signing key).
+                await session.checkpoint()
+            else:
+                logger.warning("nothing was written: the thread's state is not stored", extra=log)
         except StoreError as failed:
             status, response = "failed", None
-            error = ErrorInfo(code="STATE_NOT_RECORDED", message=_line(failed))
+            error = _error("STATE_NOT_RECORDED", failed)
     logger.info("invocation %s: final agent %s", status, final_agent, extra=log)
     return InvocationOutput(
         thread_id=request.thread_id,
@@ -235,6 +248,9 @@ def _agent(manifest: Manifest, setup: Invocation, desk: HandoffDesk) -> Agent[An
     )
 
 
-def _line(error: BaseException) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    return f"{type(error).__name__}: {text}"[:500]
+def _error(code: str, problem: BaseException | str) -> ErrorInfo:
+    """The output's error, its message scrubbed of config values (one line)."""
+    scrubber = toolkit.scrubber()
+    if isinstance(problem, BaseException):
+        return ErrorInfo(code=code, message=scrubber.error_line(problem))
+    return ErrorInfo(code=code, message=scrubber.scrub(" ".join(scrubber.scrub(problem).split())))

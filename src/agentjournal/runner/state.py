@@ -13,7 +13,10 @@ stream: it is normally among the last few events) and merges:
 
 The result is the ``state`` of the output and of the new ``ThreadState`` event,
 written after the run whatever its status (a blocked or failed run may have
-handed off and merged state already; what it did is on the record either way).
+handed off and merged state already; what it did is on the record either way) —
+but only on a session that exists: a run that failed before its first write
+(the store refused the input message) leaves no stream, and a ``ThreadState``
+alone would start one without its ``SessionStarted``. Then nothing is written.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from agentjournal.errors import StreamNotFound
 from agentjournal.store.base import EventStore
 from agentjournal.streams import session_stream
 
-__all__ = ["THREAD_STATE", "load_state", "merge_state", "state_event"]
+__all__ = ["THREAD_STATE", "load_state", "merge_state", "session_started", "state_event"]
 
 THREAD_STATE: Final = "agentjournal.ThreadState"
 _PAGE = 32
@@ -71,3 +74,12 @@ async def load_state(store: EventStore, thread_id: str) -> dict[str, Any]:
         if len(page) < _PAGE or page[-1].revision == 0:
             return {}
         start = page[-1].revision - 1
+
+
+async def session_started(store: EventStore, thread_id: str) -> bool:
+    """Whether the session of ``thread_id`` has a stream (its first write happened)."""
+    try:
+        await store.read(session_stream(thread_id), backwards=True, limit=1)
+    except StreamNotFound:
+        return False
+    return True

@@ -18,30 +18,47 @@ from typing import Any
 
 import httpx
 
+from agentjournal.runner.scrub import Scrubber
+
 __all__ = [
     "async_http_client",
     "http_client",
     "invocation_config",
     "reset_config",
+    "scrub",
+    "scrubber",
     "set_config",
 ]
 
-_CONFIG: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
-    "agentjournal_runner_config", default=MappingProxyType({})
+_CONFIG: contextvars.ContextVar[tuple[Mapping[str, Any], Scrubber]] = contextvars.ContextVar(
+    "agentjournal_runner_config", default=(MappingProxyType({}), Scrubber({}))
 )
 
 
 def invocation_config() -> Mapping[str, Any]:
     """The invocation's ``config`` (read-only). Never put its values in a tool's output."""
-    return _CONFIG.get()
+    return _CONFIG.get()[0]
 
 
-def set_config(config: Mapping[str, Any]) -> contextvars.Token[Mapping[str, Any]]:
+def scrub(text: str) -> str:
+    """``text`` with every string value of the invocation's config replaced (see
+    :mod:`agentjournal.runner.scrub`); the runner applies it to tool outputs and errors."""
+    return _CONFIG.get()[1].scrub(text)
+
+
+def scrubber() -> Scrubber:
+    """The scrubber of the invocation's config."""
+    return _CONFIG.get()[1]
+
+
+def set_config(
+    config: Mapping[str, Any],
+) -> contextvars.Token[tuple[Mapping[str, Any], Scrubber]]:
     """Make ``config`` what :func:`invocation_config` returns (the runner calls it)."""
-    return _CONFIG.set(MappingProxyType(dict(config)))
+    return _CONFIG.set((MappingProxyType(dict(config)), Scrubber(config)))
 
 
-def reset_config(token: contextvars.Token[Mapping[str, Any]]) -> None:
+def reset_config(token: contextvars.Token[tuple[Mapping[str, Any], Scrubber]]) -> None:
     """Undo :func:`set_config`."""
     _CONFIG.reset(token)
 

@@ -27,6 +27,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import logging
 import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -40,6 +41,7 @@ from agents.tool_context import ToolContext
 from opentelemetry import trace
 
 from agentjournal.errors import InvalidInput
+from agentjournal.runner import toolkit
 from agentjournal.runner.manifest import Catalog, Manifest, ToolSpec
 from agentjournal.sdk import tracing
 
@@ -52,6 +54,8 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "agentjournal.tools"
+
+logger = logging.getLogger("agentjournal.runner")
 
 
 class Registry:
@@ -178,11 +182,18 @@ def _bind(spec: ToolSpec, function: Callable[..., Any]) -> FunctionTool:
                     result = await function(**parsed)
                 else:
                     result = await asyncio.to_thread(function, **parsed)
+                text = result if isinstance(result, str) else json.dumps(result, default=str)
         except Exception as error:
-            tracing.end_span(span, error)
-            raise
+            # An error output the model sees, as the SDK's failure_error_function does: the
+            # model may retry or explain, the call and its output are on the record, and
+            # the run goes on. Its text is scrubbed: an HTTP error names the URL it called,
+            # which may come from config (the span gets the scrubbed line, not the error).
+            problem = toolkit.scrubber().error_line(error)
+            tracing.end_span(span, problem)
+            logger.warning("tool %s failed: %s", name, problem)
+            return f"Error: the tool {name} failed: {problem}"
         tracing.end_span(span)
-        return result if isinstance(result, str) else json.dumps(result, default=str)
+        return toolkit.scrub(text)
 
     return FunctionTool(
         name=name,
