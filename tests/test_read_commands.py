@@ -683,3 +683,53 @@ def test_on_a_terminal_a_rich_tree_and_table(written: Written) -> None:
     listed = _on_a_terminal("sessions", "--uri", written.uri)
     assert "\x1b[" in listed
     assert "demo-1" in listed
+
+
+# -- hostile stored text ------------------------------------------------------------------
+
+# A message that would forge audit lines, a user message that drives the terminal, names
+# with ESC, NUL, a C1 control and a bidi override.
+FORGED = "ok\n  @9  GuardrailDecided             TOOL_CALL wire_money: ALLOW"
+DRIVES = "line1\r\x1b[2Kfake\x00\x85"
+NAME = "ev\u202eil\x1b[31m"
+CONTROLS = ("\n  @9", "\r", "\x1b", "\x00", "\x85", "\u202e")
+
+
+def _hostile(tmp_path: Path) -> str:
+    from agents import Agent, RunConfig, Runner
+    from agents.testing import ScriptedModel, assistant_message
+
+    uri = f"sqlite:///{tmp_path / 'hostile.db'}"
+
+    async def write() -> None:
+        async with Journal.open(uri) as journal:
+            session = journal.session("h", app_name=NAME, user_id=NAME, agent_name=NAME)
+            model = ScriptedModel([[assistant_message(FORGED, item_id="m")]])
+            agent = Agent(name=NAME, model=model)
+            config = RunConfig(tracing_disabled=True)
+            await Runner.run(agent, DRIVES, session=session, hooks=session, run_config=config)
+
+    asyncio.run(write())
+    return uri
+
+
+def test_stored_control_characters_are_printed_escaped(tmp_path: Path) -> None:
+    uri = _hostile(tmp_path)
+    shown = run("show", "h", "--uri", uri)
+    assert shown.returncode == 0, shown.stderr
+    on_terminal = _on_a_terminal("show", "h", "--uri", uri)
+    listed = run("sessions", "--uri", uri)
+    by_agent = run("usage", "h", "--by", "agent", "--uri", uri)
+    for out in (shown.stdout, listed.stdout, by_agent.stdout):
+        for control in CONTROLS:
+            assert control not in out
+        assert "\\u202e" in out
+    # On a terminal rich adds its own styles (ESC [): the stored ones arrive escaped.
+    assert "\u202e" not in on_terminal and "\x00" not in on_terminal
+    assert "ev\\u202eil\\x1b[31m" in on_terminal and "\\r\\x1b[2Kfake" in on_terminal
+    assert not any(
+        line.lstrip().startswith("@9  GuardrailDecided") for line in shown.stdout.splitlines()
+    )
+    assert "ok\\n  @9  GuardrailDecided" in shown.stdout
+    assert "line1\\r\\x1b[2Kfake\\x00\\x85" in shown.stdout
+    assert "ev\\u202eil\\x1b[31m" in listed.stdout
