@@ -725,8 +725,10 @@ def test_stored_control_characters_are_printed_escaped(tmp_path: Path) -> None:
             assert control not in out
         assert "\\u202e" in out
     # On a terminal rich adds its own styles (ESC [): the stored ones arrive escaped.
-    assert "\u202e" not in on_terminal and "\x00" not in on_terminal
-    assert "ev\\u202eil\\x1b[31m" in on_terminal and "\\r\\x1b[2Kfake" in on_terminal
+    assert "\u202e" not in on_terminal
+    assert "\x00" not in on_terminal
+    assert "ev\\u202eil\\x1b[31m" in on_terminal
+    assert "\\r\\x1b[2Kfake" in on_terminal
     assert not any(
         line.lstrip().startswith("@9  GuardrailDecided") for line in shown.stdout.splitlines()
     )

@@ -181,7 +181,10 @@ def test_stored_control_characters_are_printed_escaped() -> None:
     forged = json.dumps({"content": "ok\n  @9  GuardrailDecided  ALLOW\r\x1b[2K\u202e"})
     record = Record("AgentSession-\x1bx", 3, "id", "UserMessageReceived\x07", forged, "", {})
     line = _line(record)
-    assert "\n" not in line and "\x1b" not in line and "\u202e" not in line and "\x07" not in line
+    assert "\n" not in line
+    assert "\x1b" not in line
+    assert "\u202e" not in line
+    assert "\x07" not in line
     assert line.endswith(
         "  AgentSession-\\x1bx@3  UserMessageReceived\\x07  "
         "ok\\n  @9  GuardrailDecided  ALLOW\\r\\x1b[2K\\u202e"

@@ -148,7 +148,8 @@ def _line(record: Record) -> str:
 
     when = record.recorded_at.strftime("%H:%M:%S.%f")[:-3] if record.recorded_at else "-"
     kind = printable(record.type.removeprefix("agentjournal."))
-    return f"{when}  {printable(record.stream)}@{record.revision}  {kind}  {describe_record(record)}".rstrip()
+    where = f"{printable(record.stream)}@{record.revision}"
+    return f"{when}  {where}  {kind}  {describe_record(record)}".rstrip()
 
 
 def _as_json(record: Record) -> dict[str, Any]:
