@@ -415,6 +415,32 @@ def test_an_edited_event_shows_a_broken_chain(written: Written, tmp_path: Path) 
     assert rows["edits-1"]["ledger"] == "ok"
 
 
+def test_a_data_column_edited_to_text_reads_as_changed_content(
+    written: Written, tmp_path: Path
+) -> None:
+    _sqlite_only(written)
+    target = _copy(written, tmp_path)
+    with sqlite3.connect(target) as db:  # replace() on a BLOB stores TEXT
+        db.execute(
+            "UPDATE events SET data = replace(data, 'order 42', 'order 24') WHERE stream_id = "
+            "(SELECT id FROM streams WHERE name = 'AgentSession-demo-1') AND revision = 1"
+        )
+        assert db.execute("SELECT count(*) FROM events WHERE typeof(data) = 'text'").fetchone()
+    edited = Written(f"sqlite:///{target}", written.key, tmp_path)
+    rows = _rows(edited, "--pubkey", f"{written.key}.pub")
+    assert rows["demo-1"]["ledger"] == "broken chain"
+    assert rows["demo-1"]["ledger_detail"].startswith("AgentSession-demo-1@1: the event's hash")
+    assert rows["edits-1"]["ledger"] == "ok"
+    replayed = run("replay", "demo-1", "--uri", edited.uri)
+    assert replayed.returncode == 0, replayed.stderr
+    assert "order 24" in replayed.stdout
+    shown = run("show", "demo-1", "--uri", edited.uri)
+    assert shown.returncode == 0, shown.stderr
+    checked = run("verify", "demo-1", "--uri", edited.uri, "--pubkey", f"{written.key}.pub")
+    assert checked.returncode != 0
+    assert "AgentSession-demo-1@1" in checked.stdout + checked.stderr
+
+
 async def _append_checkpoint(uri: str, key: Path, change: str) -> None:
     """Sign a checkpoint of demo-1 that is wrong in one way, chained properly."""
     import dataclasses
