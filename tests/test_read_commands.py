@@ -761,3 +761,13 @@ def test_stored_control_characters_are_printed_escaped(tmp_path: Path) -> None:
     assert "ok\\n  @9  GuardrailDecided" in shown.stdout
     assert "line1\\r\\x1b[2Kfake\\x00\\x85" in shown.stdout
     assert "ev\\u202eil\\x1b[31m" in listed.stdout
+
+
+def test_a_damaged_event_is_named_in_one_line(tmp_path: Path) -> None:
+    from damaged import add_damaged_session
+
+    uri = f"sqlite:///{tmp_path / 'damaged.db'}"
+    where = asyncio.run(add_damaged_session(uri, "bad"))
+    done = run("show", "bad", "--uri", uri)
+    assert done.returncode == 1
+    assert done.stderr == f"agentjournal: {where}: the data is not UTF-8 text (byte 0)\n"
