@@ -29,6 +29,7 @@ from agentjournal.errors import ConcurrencyError, InvalidInput, JournalError
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
+    from agentjournal.records import DamagedEvent
     from agentjournal.store.base import EventStore, RecordedEvent
     from agentjournal.traces import ProjectedSpan, Projector
 
