@@ -173,3 +173,46 @@ def test_state_round_trips_and_another_version_is_refolded() -> None:
     assert again.rows({}) == catalog.rows({})
     assert Catalog.load(json.dumps({"v": 0}).encode()) is None
     assert Catalog.load(b"not json") is None
+
+
+def test_foreign_items_count_as_get_items_returns_them(tmp_path: Any) -> None:
+    """Items without ``aj.index`` (another writer's): the catalog uses the engine's index
+    rule (the body's ``message_index``, else none) and get_items' clear rule."""
+    import asyncio
+
+    from agentjournal import Journal, catalog
+    from agentjournal.store.base import NewEvent
+
+    def user(text: str, **body: Any) -> NewEvent:
+        data = json.dumps({"content": text, "timestamp": "2026-12-01T08:40:00Z", **body})
+        return NewEvent("UserMessageReceived", data.encode(), {"$schema_version": "2"})
+
+    cases = {
+        "none": [],
+        "old": [user("cleared already", message_index=1)],  # at most the clear's floor
+        "indexless": [user("no index")],
+        "new": [user("after", message_index=30)],
+        "mixed": [user("a", message_index=30), user("b"), user("c", message_index="31")],
+    }
+
+    async def check(clear: bool) -> None:
+        uri = f"sqlite:///{tmp_path / f'foreign-{clear}.db'}"
+        async with Journal.open(uri) as journal:
+            for name, foreign in cases.items():
+                session = journal.session(name)
+                await session.add_items([{"role": "user", "content": f"{n}"} for n in range(3)])
+                if clear:
+                    await session.clear_session()
+                    await session.add_items([{"role": "user", "content": "later"}])
+                if foreign:
+                    stream = f"AgentSession-{name}"
+                    head = await journal.store.head(stream)
+                    await journal.store.append(stream, foreign, expected=head)
+            listing = await catalog.refresh(journal.store, keys={})
+            counted = {row.session_id: row.items for row in listing.rows}
+            for name in cases:
+                got = await Journal(journal.store, uri).session(name).get_items()
+                assert counted[name] == len(got), (name, clear, counted[name], got)
+
+    asyncio.run(check(clear=False))
+    asyncio.run(check(clear=True))

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Final
 from agentjournal import events, projections
 from agentjournal._digests import data_digest
 from agentjournal.engine.codec import ITEM_EVENT_TYPES
+from agentjournal.engine.tree import index_of
 from agentjournal.errors import (
     ConcurrencyError,
     InvalidInput,
@@ -84,7 +85,7 @@ NAME: Final = "catalog"
 """The projection's name: its state is saved on ``AgentProjection-catalog``."""
 PAGE: Final = 2000
 """Events per ``read_all`` page."""
-VERSION: Final = 1
+VERSION: Final = 2  # 2: items counted by the engine's index rule (foreign items)
 """The state's layout; a saved state of another version is rebuilt from the start."""
 
 _SAVE_ATTEMPTS: Final = 5
@@ -167,6 +168,7 @@ def _new_row() -> dict[str, Any]:
         "agent": "",
         "items": 0,
         "floor": -1,
+        "cleared": False,
         "started": 0,
         "closed": 0,
         "failed": 0,
@@ -305,7 +307,7 @@ class Catalog:
         kind = event.type
         metadata = event.metadata
         if kind in ITEM_EVENT_TYPES:
-            self._item(row, metadata)
+            self._item(row, event)
             # Legacy usage: a response's items, written together, each carry its $usage:
             # count it once per run of items of one aj.response_id on one stream (model
             # doubles reuse one id for every response; the run tells them apart).
@@ -332,7 +334,7 @@ class Catalog:
             row["started"] += 1
             self.streams.setdefault(subagent.stream, [session_id, -1, GENESIS])
             if item_json is not None:
-                self._item(row, metadata)
+                self._item(row, event)
         elif kind == events.SUBAGENT_COMPLETED:
             if events.CLOSES_KEY not in metadata:
                 return  # the subsession's own copy
@@ -344,6 +346,7 @@ class Catalog:
             through = events.SessionCleared.decode(event.data).through_index
             row["items"] = 0  # everything written before a clear is hidden
             row["floor"] = max(row["floor"], through)
+            row["cleared"] = True
         elif kind == events.GUARDRAIL_DECIDED:
             body = json.loads(event.data)
             self._speaker(row, body.get("agent"))
@@ -368,10 +371,13 @@ class Catalog:
             row["agent"] = agent
 
     @staticmethod
-    def _item(row: dict[str, Any], metadata: Mapping[str, str]) -> None:
-        index = metadata.get(events.INDEX_KEY)
-        if index is not None and 0 <= int(index) <= row["floor"]:
-            return  # hidden by a clear that another writer committed first
+    def _item(row: dict[str, Any], event: RecordedEvent) -> None:
+        # get_items' own rule (engine.timeline.fold over engine.tree.index_of): once the
+        # session holds a clear, an item is hidden if its index is at most the highest
+        # index cleared, whenever it was written; an item without any index (-1, a foreign
+        # writer's) counts as at most every floor, so any clear hides it.
+        if row.get("cleared") and index_of(event) <= row["floor"]:
+            return
         row["items"] += 1
 
     def _checkpoint(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
