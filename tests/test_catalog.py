@@ -139,7 +139,39 @@ def test_tokens_count_model_responses_once_else_legacy_usage_once_per_response()
     assert fold(w)[0].tokens == 300  # two responses (a model double reuses one id)
     response = ModelResponse("a", "triage", "m", None, "r", Usage(1, 100, 0, 20, 0, 120), None, "t")
     w.add(s, events.MODEL_RESPONDED, json.loads(response.encode()))
-    assert fold(w)[0].tokens == 120  # ModelResponded, when there is any, is the count
+    # After the upgrade ModelResponded counts; the legacy responses before it still do
+    # (no ModelResponded recorded them), and $usage after it on its stream no longer.
+    assert fold(w)[0].tokens == 420
+    item(w, s, 4, "AssistantTextGenerated", **{"$usage": usage, "aj.response_id": "r2"})
+    assert fold(w)[0].tokens == 420
+
+
+def test_sessions_and_usage_count_legacy_usage_by_one_rule() -> None:
+    from agentjournal.usage import UsageFold
+
+    w = Writer()
+    s = "AgentSession-a"
+    w.add(s, events.SESSION_STARTED, {"app_name": "x", "user_id": "u", "agent_name": "a"})
+    usage = json.dumps({"total_tokens": 10, "input_tokens": 8, "output_tokens": 2})
+    other = json.dumps({"total_tokens": 1000, "input_tokens": 800, "output_tokens": 200})
+    steps = [
+        ("AssistantToolCallsGenerated", usage, "r"),  # one response, two calls
+        ("AssistantToolCallsGenerated", usage, "r"),
+        ("ToolResultReceived", None, None),
+        ("AssistantTextGenerated", usage, "r"),  # a model double reuses its id
+        ("AssistantTextGenerated", other, None),  # no id: counts alone
+        ("AssistantTextGenerated", other, None),
+    ]
+    for index, (kind, tokens, response) in enumerate(steps):
+        metadata = {"$usage": tokens} if tokens else {}
+        if response:
+            metadata["aj.response_id"] = response
+        item(w, s, index, kind, **metadata)
+    folded = UsageFold()
+    folded.add_all(w.written)
+    total = folded.report(by="session").total.usage.total_tokens
+    assert total == 2020
+    assert fold(w)[0].tokens == total
 
 
 def test_a_broken_link_is_reported_where_it_is() -> None:
@@ -207,6 +239,7 @@ def test_foreign_items_count_as_get_items_returns_them(tmp_path: Any) -> None:
                 if foreign:
                     stream = f"AgentSession-{name}"
                     head = await journal.store.head(stream)
+                    assert head is not None
                     await journal.store.append(stream, foreign, expected=head)
             listing = await catalog.refresh(journal.store, keys={})
             counted = {row.session_id: row.items for row in listing.rows}

@@ -64,7 +64,7 @@ from agentjournal.streams import (
     session_stream,
     validate_id,
 )
-from agentjournal.usage import ModelResponse
+from agentjournal.usage import ModelResponse, legacy_counts
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -175,7 +175,7 @@ def _new_row() -> dict[str, Any]:
         "blocks": 0,
         "refusals": 0,
         "tokens": 0,
-        "modelled": False,
+        "responded": [],  # streams with a ModelResponded so far
         "legacy": 0,
         "responses": {},
         "first": None,
@@ -308,18 +308,12 @@ class Catalog:
         metadata = event.metadata
         if kind in ITEM_EVENT_TYPES:
             self._item(row, event)
-            # Legacy usage: a response's items, written together, each carry its $usage:
-            # count it once per run of items of one aj.response_id on one stream (model
-            # doubles reuse one id for every response; the run tells them apart).
-            usage = metadata.get(events.USAGE_KEY)
-            last = row["responses"]
-            if usage is None:
-                last.pop(event.stream, None)
-            else:
-                response = metadata.get(events.RESPONSE_ID_KEY)
-                if response is None or last.get(event.stream) != response:
-                    row["legacy"] += int(json.loads(usage).get("total_tokens", 0))
-                last[event.stream] = response
+            # Legacy usage, before a stream's first ModelResponded: usage.py's rule, so
+            # `sessions` and `usage` agree.
+            if event.stream not in row["responded"] and legacy_counts(
+                row["responses"], event.stream, metadata
+            ):
+                row["legacy"] += int(json.loads(metadata[events.USAGE_KEY]).get("total_tokens", 0))
         elif kind == events.SESSION_STARTED:
             if event.revision == 0 or not row["agent"]:
                 body = json.loads(event.data)
@@ -359,7 +353,8 @@ class Catalog:
         elif kind == events.MODEL_RESPONDED:
             answer = ModelResponse.decode(event.data)
             self._speaker(row, answer.agent)
-            row["modelled"] = True
+            if event.stream not in row["responded"]:
+                row["responded"].append(event.stream)
             row["tokens"] += answer.usage.total_tokens
         elif kind == CHECKPOINT and event.stream == ledger_stream(session_id):
             self._checkpoint(row, event, session_id)
@@ -479,7 +474,7 @@ class Catalog:
                     subagents_failed=failed,
                     guardrail_blocks=row["blocks"],
                     refusals=row["refusals"],
-                    tokens=row["tokens"] if row["modelled"] else row["legacy"],
+                    tokens=row["tokens"] + row["legacy"],
                     first_activity=_moment(row["first"]),
                     last_activity=_moment(row["last"]),
                     ledger=ledger,
