@@ -441,6 +441,28 @@ def test_a_data_column_edited_to_text_reads_as_changed_content(
     assert "AgentSession-demo-1@1" in checked.stdout + checked.stderr
 
 
+def test_sessions_fresh_does_not_trust_the_saved_catalog(written: Written, tmp_path: Path) -> None:
+    _sqlite_only(written)
+    target = _copy(written, tmp_path)
+    copy = Written(f"sqlite:///{target}", written.key, tmp_path)
+    pubkey = ("--pubkey", f"{written.key}.pub")
+    assert _rows(copy, *pubkey)["demo-1"]["ledger"] == "ok"  # folded and saved
+    with sqlite3.connect(target) as db:  # an event edited after it was folded
+        db.execute(
+            "UPDATE events SET data = CAST(replace(CAST(data AS TEXT), 'order 42', 'order 24') "
+            "AS BLOB) WHERE stream_id = "
+            "(SELECT id FROM streams WHERE name = 'AgentSession-demo-1') AND revision = 1"
+        )
+        saves = "SELECT count(*) FROM events"
+        before = db.execute(saves).fetchone()
+    assert _rows(copy, *pubkey)["demo-1"]["ledger"] == "ok"  # the saved fold, trusted
+    fresh = _rows(copy, *pubkey, "--fresh")
+    assert fresh["demo-1"]["ledger"] == "broken chain"
+    assert fresh["edits-1"]["ledger"] == "ok"
+    with sqlite3.connect(target) as db:
+        assert db.execute(saves).fetchone() == before  # --fresh saves nothing
+
+
 async def _append_checkpoint(uri: str, key: Path, change: str) -> None:
     """Sign a checkpoint of demo-1 that is wrong in one way, chained properly."""
     import dataclasses

@@ -80,3 +80,18 @@ def test_stored_control_characters_are_shown_escaped() -> None:
     assert describe_item({"role": "user", "content": "a\nb\u202e"}) == "user: a\\nb\\u202e"
     tree = TreeRecords("s", {"AgentSession-s": [record("AgentSession-s", 0, "X\x1b", forged)]})
     assert all("\x1b" not in line and "\n" not in line for line in plain_lines(tree_view(tree)))
+
+
+def test_a_thread_state_shows_its_run_and_state_keys_never_values() -> None:
+    body = {
+        "run_id": "run-7",
+        "agent_id": "billing",
+        "status": "completed",
+        "state": {"ticket": "T-1", "api_token": "sk-secret", "cart": {"total": 9}},
+    }
+    line = describe_record(record("AgentSession-t", 4, "agentjournal.ThreadState", body))
+    assert line == "run run-7 completed by billing; state keys: api_token, cart, ticket"
+    assert "sk-secret" not in line
+    assert "T-1" not in line
+    empty = describe_record(record("AgentSession-t", 5, "agentjournal.ThreadState", {}))
+    assert empty == "run ? ? by ?; state keys: none"

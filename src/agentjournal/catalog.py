@@ -585,6 +585,7 @@ async def refresh(
     *,
     keys: Mapping[str, Ed25519PublicKey] | None = None,
     progress: Progress | None = None,
+    fresh: bool = False,
 ) -> Listing:
     """Bring the saved catalog up to date and return its rows.
 
@@ -602,11 +603,20 @@ async def refresh(
         keys: Trusted public keys by key id: a checkpoint signed by one of them, or
             by a key a recorded rotation from them leads to, can be ``ok``.
         progress: Called with each page's event count while reading.
+        fresh: Ignore the saved catalog: fold every event from the start, and save
+            nothing. The save lives in the store it describes, so anyone who can write
+            the store can forge it; this does not trust it (``verify`` is the full check).
 
     Raises:
         StoreUnavailable: The store could not be read.
     """
     trusted_keys = dict(keys or {})
+    if fresh:
+        unsaved = Catalog()
+        position, folded = await _catch_up(store, unsaved, None, progress)
+        trusted = unsaved.trusted(trusted_keys)
+        await _settle(store, unsaved, trusted)
+        return Listing(unsaved.rows(trusted), position, folded, False)
     damaged = None
     for _ in range(_SAVE_ATTEMPTS):
         try:

@@ -279,6 +279,14 @@ def _reset(record: Record, body: Mapping[str, Any]) -> str:
     return f"{body.get('agent')} starts again from its policy: {cut(str(body.get('reason')), 40)}"
 
 
+def _thread_state(record: Record, body: Mapping[str, Any]) -> str:
+    # The state's keys only, never its values: a thread's state may hold anything.
+    state = body.get("state")
+    keys = ", ".join(sorted(map(str, state))) if isinstance(state, Mapping) else ""
+    run, status, agent = (body.get(name) or "?" for name in ("run_id", "status", "agent_id"))
+    return cut(f"run {run} {status} by {agent}; state keys: {keys or 'none'}", _TEXT * 2)
+
+
 def _checkpoint(record: Record, body: Mapping[str, Any]) -> str:
     heads = body.get("heads") or {}
     return f"signed by {body.get('key_id')}: heads of {plural(len(heads), 'stream')}"
@@ -309,4 +317,6 @@ _DESCRIBE: Final[dict[str, Callable[[Record, Mapping[str, Any]], str]]] = {
     EXTENSION_EVENT_TYPE: _foreign,
     CHECKPOINT: _checkpoint,
     KEY_ROTATED: _rotated,
+    # runner.state.THREAD_STATE, spelled out: importing the runner loads an HTTP client.
+    "agentjournal.ThreadState": _thread_state,
 }
