@@ -249,3 +249,16 @@ def test_foreign_items_count_as_get_items_returns_them(tmp_path: Any) -> None:
 
     asyncio.run(check(clear=False))
     asyncio.run(check(clear=True))
+
+
+def test_one_helper_reads_a_session_out_of_a_stream_name() -> None:
+    from agentjournal.streams import session_of
+    from agentjournal.traces import session_of_stream
+
+    assert session_of("AgentSession-s1") == "s1"
+    assert session_of("AgentLedger-s1") is None
+    assert session_of("AgentLedger-s1", logs=True) == "s1"
+    assert session_of("AgentAuthority-s1", logs=True) == "s1"
+    for name in ("AgentSession-", "AgentSession-bad id", "AgentSubsession-s1-sub-x", "Other"):
+        assert session_of(name, logs=True) is None
+    assert session_of_stream("AgentSession-bad id") is None

@@ -58,11 +58,10 @@ from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, trusted_closure
 from agentjournal.streams import (
     KEYS_STREAM,
-    authority_stream,
     ledger_stream,
     projection_stream,
+    session_of,
     session_stream,
-    validate_id,
 )
 from agentjournal.usage import ModelResponse, legacy_counts
 
@@ -89,11 +88,6 @@ VERSION: Final = 2  # 2: items counted by the engine's index rule (foreign items
 """The state's layout; a saved state of another version is rebuilt from the start."""
 
 _SAVE_ATTEMPTS: Final = 5
-
-# The stream-name prefixes of a session's own streams, from the one module that names them.
-_SESSION_PREFIX: Final = session_stream("x")[:-1]
-_AUTHORITY_PREFIX: Final = authority_stream("x")[:-1]
-_LEDGER_PREFIX: Final = ledger_stream("x")[:-1]
 
 
 @dataclass(frozen=True)
@@ -232,19 +226,9 @@ class Catalog:
         known = self.streams.get(stream)
         if known is not None:
             return str(known[0])
-        for prefix, name in (
-            (_SESSION_PREFIX, session_stream),
-            (_AUTHORITY_PREFIX, authority_stream),
-            (_LEDGER_PREFIX, ledger_stream),
-        ):
-            if stream.startswith(prefix):
-                session_id = stream[len(prefix) :]
-                try:
-                    if name(validate_id(session_id, "session id")) == stream:
-                        return session_id
-                except InvalidInput:
-                    return None
-                return None
+        named = session_of(stream, logs=True)
+        if named is not None:
+            return named
         if event.type == events.SUBAGENT_STARTED:
             # A subsession's own copy, should its parent's copy be unknown: its parent
             # stream names the tree (never the stream's name, which readers must not parse).

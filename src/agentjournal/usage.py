@@ -51,6 +51,7 @@ from agentjournal import events
 from agentjournal.engine.codec import ITEM_EVENT_TYPES
 from agentjournal.errors import InvalidInput
 from agentjournal.events import MODEL_RESPONDED
+from agentjournal.streams import session_of
 
 if TYPE_CHECKING:
     from agentjournal.records import TreeRecords
@@ -478,7 +479,9 @@ class UsageFold:
         """Which session a stream belongs to: a session stream names itself in its first
         event; a subsession is the session of the stream whose handoff opened it."""
         if kind == events.SESSION_STARTED:
-            self._sessions[event.stream] = event.stream.removeprefix("AgentSession-")
+            session = session_of(event.stream)
+            if session is not None:
+                self._sessions[event.stream] = session
             return
         if events.INDEX_KEY not in event.metadata:
             return  # the twin: the parent's copy came first, in the same transaction
