@@ -139,7 +139,39 @@ def test_tokens_count_model_responses_once_else_legacy_usage_once_per_response()
     assert fold(w)[0].tokens == 300  # two responses (a model double reuses one id)
     response = ModelResponse("a", "triage", "m", None, "r", Usage(1, 100, 0, 20, 0, 120), None, "t")
     w.add(s, events.MODEL_RESPONDED, json.loads(response.encode()))
-    assert fold(w)[0].tokens == 120  # ModelResponded, when there is any, is the count
+    # After the upgrade ModelResponded counts; the legacy responses before it still do
+    # (no ModelResponded recorded them), and $usage after it on its stream no longer.
+    assert fold(w)[0].tokens == 420
+    item(w, s, 4, "AssistantTextGenerated", **{"$usage": usage, "aj.response_id": "r2"})
+    assert fold(w)[0].tokens == 420
+
+
+def test_sessions_and_usage_count_legacy_usage_by_one_rule() -> None:
+    from agentjournal.usage import UsageFold
+
+    w = Writer()
+    s = "AgentSession-a"
+    w.add(s, events.SESSION_STARTED, {"app_name": "x", "user_id": "u", "agent_name": "a"})
+    usage = json.dumps({"total_tokens": 10, "input_tokens": 8, "output_tokens": 2})
+    other = json.dumps({"total_tokens": 1000, "input_tokens": 800, "output_tokens": 200})
+    steps = [
+        ("AssistantToolCallsGenerated", usage, "r"),  # one response, two calls
+        ("AssistantToolCallsGenerated", usage, "r"),
+        ("ToolResultReceived", None, None),
+        ("AssistantTextGenerated", usage, "r"),  # a model double reuses its id
+        ("AssistantTextGenerated", other, None),  # no id: counts alone
+        ("AssistantTextGenerated", other, None),
+    ]
+    for index, (kind, tokens, response) in enumerate(steps):
+        metadata = {"$usage": tokens} if tokens else {}
+        if response:
+            metadata["aj.response_id"] = response
+        item(w, s, index, kind, **metadata)
+    folded = UsageFold()
+    folded.add_all(w.written)
+    total = folded.report(by="session").total.usage.total_tokens
+    assert total == 2020
+    assert fold(w)[0].tokens == total
 
 
 def test_a_broken_link_is_reported_where_it_is() -> None:
@@ -173,3 +205,60 @@ def test_state_round_trips_and_another_version_is_refolded() -> None:
     assert again.rows({}) == catalog.rows({})
     assert Catalog.load(json.dumps({"v": 0}).encode()) is None
     assert Catalog.load(b"not json") is None
+
+
+def test_foreign_items_count_as_get_items_returns_them(tmp_path: Any) -> None:
+    """Items without ``aj.index`` (another writer's): the catalog uses the engine's index
+    rule (the body's ``message_index``, else none) and get_items' clear rule."""
+    import asyncio
+
+    from agentjournal import Journal, catalog
+    from agentjournal.store.base import NewEvent
+
+    def user(text: str, **body: Any) -> NewEvent:
+        data = json.dumps({"content": text, "timestamp": "2026-12-01T08:40:00Z", **body})
+        return NewEvent("UserMessageReceived", data.encode(), {"$schema_version": "2"})
+
+    cases = {
+        "none": [],
+        "old": [user("cleared already", message_index=1)],  # at most the clear's floor
+        "indexless": [user("no index")],
+        "new": [user("after", message_index=30)],
+        "mixed": [user("a", message_index=30), user("b"), user("c", message_index="31")],
+    }
+
+    async def check(clear: bool) -> None:
+        uri = f"sqlite:///{tmp_path / f'foreign-{clear}.db'}"
+        async with Journal.open(uri) as journal:
+            for name, foreign in cases.items():
+                session = journal.session(name)
+                await session.add_items([{"role": "user", "content": f"{n}"} for n in range(3)])
+                if clear:
+                    await session.clear_session()
+                    await session.add_items([{"role": "user", "content": "later"}])
+                if foreign:
+                    stream = f"AgentSession-{name}"
+                    head = await journal.store.head(stream)
+                    assert head is not None
+                    await journal.store.append(stream, foreign, expected=head)
+            listing = await catalog.refresh(journal.store, keys={})
+            counted = {row.session_id: row.items for row in listing.rows}
+            for name in cases:
+                got = await Journal(journal.store, uri).session(name).get_items()
+                assert counted[name] == len(got), (name, clear, counted[name], got)
+
+    asyncio.run(check(clear=False))
+    asyncio.run(check(clear=True))
+
+
+def test_one_helper_reads_a_session_out_of_a_stream_name() -> None:
+    from agentjournal.streams import session_of
+    from agentjournal.traces import session_of_stream
+
+    assert session_of("AgentSession-s1") == "s1"
+    assert session_of("AgentLedger-s1") is None
+    assert session_of("AgentLedger-s1", logs=True) == "s1"
+    assert session_of("AgentAuthority-s1", logs=True) == "s1"
+    for name in ("AgentSession-", "AgentSession-bad id", "AgentSubsession-s1-sub-x", "Other"):
+        assert session_of(name, logs=True) is None
+    assert session_of_stream("AgentSession-bad id") is None

@@ -415,6 +415,54 @@ def test_an_edited_event_shows_a_broken_chain(written: Written, tmp_path: Path) 
     assert rows["edits-1"]["ledger"] == "ok"
 
 
+def test_a_data_column_edited_to_text_reads_as_changed_content(
+    written: Written, tmp_path: Path
+) -> None:
+    _sqlite_only(written)
+    target = _copy(written, tmp_path)
+    with sqlite3.connect(target) as db:  # replace() on a BLOB stores TEXT
+        db.execute(
+            "UPDATE events SET data = replace(data, 'order 42', 'order 24') WHERE stream_id = "
+            "(SELECT id FROM streams WHERE name = 'AgentSession-demo-1') AND revision = 1"
+        )
+        assert db.execute("SELECT count(*) FROM events WHERE typeof(data) = 'text'").fetchone()
+    edited = Written(f"sqlite:///{target}", written.key, tmp_path)
+    rows = _rows(edited, "--pubkey", f"{written.key}.pub")
+    assert rows["demo-1"]["ledger"] == "broken chain"
+    assert rows["demo-1"]["ledger_detail"].startswith("AgentSession-demo-1@1: the event's hash")
+    assert rows["edits-1"]["ledger"] == "ok"
+    replayed = run("replay", "demo-1", "--uri", edited.uri)
+    assert replayed.returncode == 0, replayed.stderr
+    assert "order 24" in replayed.stdout
+    shown = run("show", "demo-1", "--uri", edited.uri)
+    assert shown.returncode == 0, shown.stderr
+    checked = run("verify", "demo-1", "--uri", edited.uri, "--pubkey", f"{written.key}.pub")
+    assert checked.returncode != 0
+    assert "AgentSession-demo-1@1" in checked.stdout + checked.stderr
+
+
+def test_sessions_fresh_does_not_trust_the_saved_catalog(written: Written, tmp_path: Path) -> None:
+    _sqlite_only(written)
+    target = _copy(written, tmp_path)
+    copy = Written(f"sqlite:///{target}", written.key, tmp_path)
+    pubkey = ("--pubkey", f"{written.key}.pub")
+    assert _rows(copy, *pubkey)["demo-1"]["ledger"] == "ok"  # folded and saved
+    with sqlite3.connect(target) as db:  # an event edited after it was folded
+        db.execute(
+            "UPDATE events SET data = CAST(replace(CAST(data AS TEXT), 'order 42', 'order 24') "
+            "AS BLOB) WHERE stream_id = "
+            "(SELECT id FROM streams WHERE name = 'AgentSession-demo-1') AND revision = 1"
+        )
+        saves = "SELECT count(*) FROM events"
+        before = db.execute(saves).fetchone()
+    assert _rows(copy, *pubkey)["demo-1"]["ledger"] == "ok"  # the saved fold, trusted
+    fresh = _rows(copy, *pubkey, "--fresh")
+    assert fresh["demo-1"]["ledger"] == "broken chain"
+    assert fresh["edits-1"]["ledger"] == "ok"
+    with sqlite3.connect(target) as db:
+        assert db.execute(saves).fetchone() == before  # --fresh saves nothing
+
+
 async def _append_checkpoint(uri: str, key: Path, change: str) -> None:
     """Sign a checkpoint of demo-1 that is wrong in one way, chained properly."""
     import dataclasses
@@ -683,3 +731,65 @@ def test_on_a_terminal_a_rich_tree_and_table(written: Written) -> None:
     listed = _on_a_terminal("sessions", "--uri", written.uri)
     assert "\x1b[" in listed
     assert "demo-1" in listed
+
+
+# -- hostile stored text ------------------------------------------------------------------
+
+# A message that would forge audit lines, a user message that drives the terminal, names
+# with ESC, NUL, a C1 control and a bidi override.
+FORGED = "ok\n  @9  GuardrailDecided             TOOL_CALL wire_money: ALLOW"
+DRIVES = "line1\r\x1b[2Kfake\x00\x85"
+NAME = "ev\u202eil\x1b[31m"
+CONTROLS = ("\n  @9", "\r", "\x1b", "\x00", "\x85", "\u202e")
+
+
+def _hostile(tmp_path: Path) -> str:
+    from agents import Agent, RunConfig, Runner
+    from agents.testing import ScriptedModel, assistant_message
+
+    uri = f"sqlite:///{tmp_path / 'hostile.db'}"
+
+    async def write() -> None:
+        async with Journal.open(uri) as journal:
+            session = journal.session("h", app_name=NAME, user_id=NAME, agent_name=NAME)
+            model = ScriptedModel([[assistant_message(FORGED, item_id="m")]])
+            agent = Agent(name=NAME, model=model)
+            config = RunConfig(tracing_disabled=True)
+            await Runner.run(agent, DRIVES, session=session, hooks=session, run_config=config)
+
+    asyncio.run(write())
+    return uri
+
+
+def test_stored_control_characters_are_printed_escaped(tmp_path: Path) -> None:
+    uri = _hostile(tmp_path)
+    shown = run("show", "h", "--uri", uri)
+    assert shown.returncode == 0, shown.stderr
+    on_terminal = _on_a_terminal("show", "h", "--uri", uri)
+    listed = run("sessions", "--uri", uri)
+    by_agent = run("usage", "h", "--by", "agent", "--uri", uri)
+    for out in (shown.stdout, listed.stdout, by_agent.stdout):
+        for control in CONTROLS:
+            assert control not in out
+        assert "\\u202e" in out
+    # On a terminal rich adds its own styles (ESC [): the stored ones arrive escaped.
+    assert "\u202e" not in on_terminal
+    assert "\x00" not in on_terminal
+    assert "ev\\u202eil\\x1b[31m" in on_terminal
+    assert "\\r\\x1b[2Kfake" in on_terminal
+    assert not any(
+        line.lstrip().startswith("@9  GuardrailDecided") for line in shown.stdout.splitlines()
+    )
+    assert "ok\\n  @9  GuardrailDecided" in shown.stdout
+    assert "line1\\r\\x1b[2Kfake\\x00\\x85" in shown.stdout
+    assert "ev\\u202eil\\x1b[31m" in listed.stdout
+
+
+def test_a_damaged_event_is_named_in_one_line(tmp_path: Path) -> None:
+    from damaged import add_damaged_session
+
+    uri = f"sqlite:///{tmp_path / 'damaged.db'}"
+    where = asyncio.run(add_damaged_session(uri, "bad"))
+    done = run("show", "bad", "--uri", uri)
+    assert done.returncode == 1
+    assert done.stderr == f"agentjournal: {where}: the data is not UTF-8 text (byte 0)\n"

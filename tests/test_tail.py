@@ -172,3 +172,20 @@ def test_tail_describes_events_as_show_does(tmp_path: Path) -> None:
         "TOOL_CALL issue_refund: BLOCK CEILING_EXCEEDED",
     ) in lines
     assert all(text for kind, text in lines), [kind for kind, text in lines if not text]
+
+
+def test_stored_control_characters_are_printed_escaped() -> None:
+    from agentjournal.cli.tail import _line
+    from agentjournal.records import Record
+
+    forged = json.dumps({"content": "ok\n  @9  GuardrailDecided  ALLOW\r\x1b[2K\u202e"})
+    record = Record("AgentSession-\x1bx", 3, "id", "UserMessageReceived\x07", forged, "", {})
+    line = _line(record)
+    assert "\n" not in line
+    assert "\x1b" not in line
+    assert "\u202e" not in line
+    assert "\x07" not in line
+    assert line.endswith(
+        "  AgentSession-\\x1bx@3  UserMessageReceived\\x07  "
+        "ok\\n  @9  GuardrailDecided  ALLOW\\r\\x1b[2K\\u202e"
+    )

@@ -405,3 +405,23 @@ def test_follow_saves_nothing_past_spans_the_collector_did_not_take(
     session_events = [e for e in stored if "-r1" in e.stream]
     assert last is not None
     assert last.position >= session_events[-1].position
+
+
+def test_a_damaged_event_is_named_and_skipped_by_all(sqlite_uri: str, tmp_path: Path) -> None:
+    import shutil
+
+    from damaged import add_damaged_session
+
+    copy = tmp_path / "copy.db"
+    shutil.copy(sqlite_uri.removeprefix("sqlite:///"), copy)
+    uri = f"sqlite:///{copy}"
+    where = asyncio.run(add_damaged_session(uri, "bad"))
+    alone = run("trace", "export", "bad", "--jsonl", str(tmp_path / "bad.jsonl"), "--uri", uri)
+    assert alone.returncode == 1
+    assert alone.stderr.startswith(f"agentjournal: {where}: the data is not UTF-8"), alone.stderr
+    assert len(alone.stderr.strip().splitlines()) == 1, alone.stderr
+    out = tmp_path / "all.jsonl"
+    every = run("trace", "export", "--all", "--jsonl", str(out), "--uri", uri)
+    assert every.returncode == 0, every.stderr
+    assert every.stderr == f"agentjournal: skipped {where}: the data is not UTF-8 text (byte 0)\n"
+    assert every.stdout.startswith("exported 18 spans"), every.stdout  # t1's, all of them

@@ -441,3 +441,13 @@ def test_on_a_terminal_a_rich_table(tmp_path: Path) -> None:
     assert "━" in shown or "─" in shown  # drawn as a table
     assert "billing" in shown
     assert "unknown" in shown
+
+
+def test_a_damaged_event_is_named_in_one_line(tmp_path: Path) -> None:
+    from damaged import add_damaged_session
+
+    uri = f"sqlite:///{tmp_path / 'damaged.db'}"
+    where = asyncio.run(add_damaged_session(uri, "bad"))
+    done = run("usage", "bad", "--uri", uri)
+    assert done.returncode == 1
+    assert done.stderr == f"agentjournal: {where}: the data is not UTF-8 text (byte 0)\n"

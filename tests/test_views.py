@@ -69,3 +69,29 @@ def test_the_demo_view_leaves_the_logs_out_and_show_keeps_them() -> None:
         "AgentLedger-s",
         "  @0  Checkpoint                   signed by k: heads of 1 stream",
     ]
+
+
+def test_stored_control_characters_are_shown_escaped() -> None:
+    from agentjournal.views import describe_item
+
+    forged = {"content": "ok\n  @9  GuardrailDecided  ALLOW\x1b[2K\u2028\x9b"}
+    line = describe_record(record("S", 1, "UserMessageReceived", forged))
+    assert line == "ok\\n  @9  GuardrailDecided  ALLOW\\x1b[2K\\u2028\\x9b"
+    assert describe_item({"role": "user", "content": "a\nb\u202e"}) == "user: a\\nb\\u202e"
+    tree = TreeRecords("s", {"AgentSession-s": [record("AgentSession-s", 0, "X\x1b", forged)]})
+    assert all("\x1b" not in line and "\n" not in line for line in plain_lines(tree_view(tree)))
+
+
+def test_a_thread_state_shows_its_run_and_state_keys_never_values() -> None:
+    body = {
+        "run_id": "run-7",
+        "agent_id": "billing",
+        "status": "completed",
+        "state": {"ticket": "T-1", "api_token": "sk-secret", "cart": {"total": 9}},
+    }
+    line = describe_record(record("AgentSession-t", 4, "agentjournal.ThreadState", body))
+    assert line == "run run-7 completed by billing; state keys: api_token, cart, ticket"
+    assert "sk-secret" not in line
+    assert "T-1" not in line
+    empty = describe_record(record("AgentSession-t", 5, "agentjournal.ThreadState", {}))
+    assert empty == "run ? ? by ?; state keys: none"

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Final
 from agentjournal import events, projections
 from agentjournal._digests import data_digest
 from agentjournal.engine.codec import ITEM_EVENT_TYPES
+from agentjournal.engine.tree import index_of
 from agentjournal.errors import (
     ConcurrencyError,
     InvalidInput,
@@ -57,13 +58,12 @@ from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, trusted_closure
 from agentjournal.streams import (
     KEYS_STREAM,
-    authority_stream,
     ledger_stream,
     projection_stream,
+    session_of,
     session_stream,
-    validate_id,
 )
-from agentjournal.usage import ModelResponse
+from agentjournal.usage import ModelResponse, legacy_counts
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -84,15 +84,10 @@ NAME: Final = "catalog"
 """The projection's name: its state is saved on ``AgentProjection-catalog``."""
 PAGE: Final = 2000
 """Events per ``read_all`` page."""
-VERSION: Final = 1
+VERSION: Final = 2  # 2: items counted by the engine's index rule (foreign items)
 """The state's layout; a saved state of another version is rebuilt from the start."""
 
 _SAVE_ATTEMPTS: Final = 5
-
-# The stream-name prefixes of a session's own streams, from the one module that names them.
-_SESSION_PREFIX: Final = session_stream("x")[:-1]
-_AUTHORITY_PREFIX: Final = authority_stream("x")[:-1]
-_LEDGER_PREFIX: Final = ledger_stream("x")[:-1]
 
 
 @dataclass(frozen=True)
@@ -167,13 +162,14 @@ def _new_row() -> dict[str, Any]:
         "agent": "",
         "items": 0,
         "floor": -1,
+        "cleared": False,
         "started": 0,
         "closed": 0,
         "failed": 0,
         "blocks": 0,
         "refusals": 0,
         "tokens": 0,
-        "modelled": False,
+        "responded": [],  # streams with a ModelResponded so far
         "legacy": 0,
         "responses": {},
         "first": None,
@@ -230,19 +226,9 @@ class Catalog:
         known = self.streams.get(stream)
         if known is not None:
             return str(known[0])
-        for prefix, name in (
-            (_SESSION_PREFIX, session_stream),
-            (_AUTHORITY_PREFIX, authority_stream),
-            (_LEDGER_PREFIX, ledger_stream),
-        ):
-            if stream.startswith(prefix):
-                session_id = stream[len(prefix) :]
-                try:
-                    if name(validate_id(session_id, "session id")) == stream:
-                        return session_id
-                except InvalidInput:
-                    return None
-                return None
+        named = session_of(stream, logs=True)
+        if named is not None:
+            return named
         if event.type == events.SUBAGENT_STARTED:
             # A subsession's own copy, should its parent's copy be unknown: its parent
             # stream names the tree (never the stream's name, which readers must not parse).
@@ -305,19 +291,13 @@ class Catalog:
         kind = event.type
         metadata = event.metadata
         if kind in ITEM_EVENT_TYPES:
-            self._item(row, metadata)
-            # Legacy usage: a response's items, written together, each carry its $usage:
-            # count it once per run of items of one aj.response_id on one stream (model
-            # doubles reuse one id for every response; the run tells them apart).
-            usage = metadata.get(events.USAGE_KEY)
-            last = row["responses"]
-            if usage is None:
-                last.pop(event.stream, None)
-            else:
-                response = metadata.get(events.RESPONSE_ID_KEY)
-                if response is None or last.get(event.stream) != response:
-                    row["legacy"] += int(json.loads(usage).get("total_tokens", 0))
-                last[event.stream] = response
+            self._item(row, event)
+            # Legacy usage, before a stream's first ModelResponded: usage.py's rule, so
+            # `sessions` and `usage` agree.
+            if event.stream not in row["responded"] and legacy_counts(
+                row["responses"], event.stream, metadata
+            ):
+                row["legacy"] += int(json.loads(metadata[events.USAGE_KEY]).get("total_tokens", 0))
         elif kind == events.SESSION_STARTED:
             if event.revision == 0 or not row["agent"]:
                 body = json.loads(event.data)
@@ -332,7 +312,7 @@ class Catalog:
             row["started"] += 1
             self.streams.setdefault(subagent.stream, [session_id, -1, GENESIS])
             if item_json is not None:
-                self._item(row, metadata)
+                self._item(row, event)
         elif kind == events.SUBAGENT_COMPLETED:
             if events.CLOSES_KEY not in metadata:
                 return  # the subsession's own copy
@@ -344,6 +324,7 @@ class Catalog:
             through = events.SessionCleared.decode(event.data).through_index
             row["items"] = 0  # everything written before a clear is hidden
             row["floor"] = max(row["floor"], through)
+            row["cleared"] = True
         elif kind == events.GUARDRAIL_DECIDED:
             body = json.loads(event.data)
             self._speaker(row, body.get("agent"))
@@ -356,7 +337,8 @@ class Catalog:
         elif kind == events.MODEL_RESPONDED:
             answer = ModelResponse.decode(event.data)
             self._speaker(row, answer.agent)
-            row["modelled"] = True
+            if event.stream not in row["responded"]:
+                row["responded"].append(event.stream)
             row["tokens"] += answer.usage.total_tokens
         elif kind == CHECKPOINT and event.stream == ledger_stream(session_id):
             self._checkpoint(row, event, session_id)
@@ -368,10 +350,13 @@ class Catalog:
             row["agent"] = agent
 
     @staticmethod
-    def _item(row: dict[str, Any], metadata: Mapping[str, str]) -> None:
-        index = metadata.get(events.INDEX_KEY)
-        if index is not None and 0 <= int(index) <= row["floor"]:
-            return  # hidden by a clear that another writer committed first
+    def _item(row: dict[str, Any], event: RecordedEvent) -> None:
+        # get_items' own rule (engine.timeline.fold over engine.tree.index_of): once the
+        # session holds a clear, an item is hidden if its index is at most the highest
+        # index cleared, whenever it was written; an item without any index (-1, a foreign
+        # writer's) counts as at most every floor, so any clear hides it.
+        if row.get("cleared") and index_of(event) <= row["floor"]:
+            return
         row["items"] += 1
 
     def _checkpoint(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
@@ -473,7 +458,7 @@ class Catalog:
                     subagents_failed=failed,
                     guardrail_blocks=row["blocks"],
                     refusals=row["refusals"],
-                    tokens=row["tokens"] if row["modelled"] else row["legacy"],
+                    tokens=row["tokens"] + row["legacy"],
                     first_activity=_moment(row["first"]),
                     last_activity=_moment(row["last"]),
                     ledger=ledger,
@@ -584,6 +569,7 @@ async def refresh(
     *,
     keys: Mapping[str, Ed25519PublicKey] | None = None,
     progress: Progress | None = None,
+    fresh: bool = False,
 ) -> Listing:
     """Bring the saved catalog up to date and return its rows.
 
@@ -601,11 +587,20 @@ async def refresh(
         keys: Trusted public keys by key id: a checkpoint signed by one of them, or
             by a key a recorded rotation from them leads to, can be ``ok``.
         progress: Called with each page's event count while reading.
+        fresh: Ignore the saved catalog: fold every event from the start, and save
+            nothing. The save lives in the store it describes, so anyone who can write
+            the store can forge it; this does not trust it (``verify`` is the full check).
 
     Raises:
         StoreUnavailable: The store could not be read.
     """
     trusted_keys = dict(keys or {})
+    if fresh:
+        unsaved = Catalog()
+        position, folded = await _catch_up(store, unsaved, None, progress)
+        trusted = unsaved.trusted(trusted_keys)
+        await _settle(store, unsaved, trusted)
+        return Listing(unsaved.rows(trusted), position, folded, False)
     damaged = None
     for _ in range(_SAVE_ATTEMPTS):
         try:

@@ -50,13 +50,18 @@ class DamagedEvent(JournalError):
     """Raised when a stored event cannot be read as any event agentjournal writes can: its
     data is not UTF-8, its metadata not an object of strings, its id malformed.
 
+    Its message starts with ``stream@revision`` (``stream`` alone when the store could
+    not say the revision).
+
     Attributes:
         stream: Where it is.
         revision: Its revision, when the store could say.
+        message: What is wrong with it, without where.
     """
 
     def __init__(self, stream: str, revision: int | None, message: str) -> None:
-        super().__init__(message)
+        where = stream if revision is None else f"{stream}@{revision}"
+        super().__init__(f"{where}: {message}")  # the one line a command prints says where
         self.stream, self.revision, self.message = stream, revision, message
 
 

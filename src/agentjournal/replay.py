@@ -69,6 +69,9 @@ def history_before(
 ) -> list[dict[str, Any]]:
     """The items ``get_items(limit)`` returned just before item ``index`` was written (pure).
 
+    The cut is the item's event: the items written before it by the same ``add_items``
+    are included (the store does not say which events one append wrote).
+
     Raises:
         InvalidInput: The tree has no item with message index ``index``.
     """

@@ -37,6 +37,7 @@ __all__ = [
     "authority_stream",
     "projection_stream",
     "ledger_stream",
+    "session_of",
     "session_stream",
     "slug",
     "subagent_id",
@@ -124,6 +125,26 @@ KEYS_STREAM = "AgentKeys"
 def authority_stream(session_id: str) -> str:
     """The authority log of a session tree: policies in force and every grant, in order."""
     return f"AgentAuthority-{validate_id(session_id, 'session id')}"
+
+
+def session_of(stream: str, *, logs: bool = False) -> str | None:
+    """The session a stream is named for: ``AgentSession-{id}`` (with ``logs`` also
+    ``AgentAuthority-{id}`` and ``AgentLedger-{id}``) gives ``id``; anything else, or a
+    name whose id breaks an id rule, gives None.
+
+    The one place a session id is read back out of a stream name; a subsession's
+    session must be learnt from the ``SubagentStarted`` that opened it instead.
+    """
+    makers = (session_stream, authority_stream, ledger_stream) if logs else (session_stream,)
+    for make in makers:
+        prefix = make("x")[:-1]
+        if stream.startswith(prefix):
+            session_id = stream[len(prefix) :]
+            try:
+                return session_id if make(validate_id(session_id, "session id")) == stream else None
+            except InvalidInput:
+                return None
+    return None
 
 
 def projection_stream(name: str) -> str:

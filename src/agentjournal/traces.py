@@ -41,6 +41,7 @@ from agentjournal import events
 from agentjournal._calls import CALL_KINDS, call_of
 from agentjournal._digests import value_digest
 from agentjournal.records import Record, TreeRecords
+from agentjournal.streams import session_of
 from agentjournal.usage import ModelResponse
 
 __all__ = [
@@ -192,10 +193,9 @@ class _Tree:
 
 
 def session_of_stream(stream: str) -> str | None:
-    """The session id of a session stream (``AgentSession-{id}``), else None."""
-    if stream.startswith(SESSION_PREFIX) and len(stream) > len(SESSION_PREFIX):
-        return stream[len(SESSION_PREFIX) :]
-    return None
+    """The session id of a session stream (``AgentSession-{id}``), else None
+    (:func:`agentjournal.streams.session_of`)."""
+    return session_of(stream)
 
 
 def _ns(when: datetime | None) -> int:

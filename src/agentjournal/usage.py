@@ -11,9 +11,12 @@ calls, a handoff, a refusal, a blocked answer).
 **Sessions written before ``ModelResponded`` existed** (the legacy rule): an
 assistant event's ``$usage`` counts when no ``ModelResponded`` came before it on
 its stream (the writer puts a response's event before the items it produced, on
-the same stream, so only events older than the upgrade qualify), once per
-``aj.response_id`` in its stream (every item of one response carries the same
-copy); an event without a response id counts alone. A response that produced no
+the same stream, so only events older than the upgrade qualify), once per run of
+consecutive items of one ``aj.response_id`` on its stream (every item of one
+response carries the same copy, and they are written together; a model that
+reuses one id for every response, as test doubles do, still counts each
+response); an event without a response id counts alone. :func:`legacy_counts` is
+that rule, for this module and the catalog alike. A response that produced no
 assistant event (a handoff only) was never recorded there: legacy totals may
 come up short, never double.
 
@@ -45,8 +48,10 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, get_args
 
 from agentjournal import events
+from agentjournal.engine.codec import ITEM_EVENT_TYPES
 from agentjournal.errors import InvalidInput
 from agentjournal.events import MODEL_RESPONDED
+from agentjournal.streams import session_of
 
 if TYPE_CHECKING:
     from agentjournal.records import TreeRecords
@@ -62,6 +67,7 @@ __all__ = [
     "UsageFold",
     "UsageReport",
     "UsageRow",
+    "legacy_counts",
     "usage_of",
 ]
 
@@ -400,6 +406,28 @@ _Part = tuple[str, str, str | None]  # (session, agent, model)
 _COLUMN: Final[Mapping[str, int]] = {"session": 0, "agent": 1, "model": 2}
 
 
+def legacy_counts(runs: dict[str, str | None], stream: str, metadata: Mapping[str, str]) -> bool:
+    """Whether an item event's ``$usage`` counts under the legacy rule (see the module
+    docs): once per run of consecutive items of one ``aj.response_id`` on a stream.
+
+    Call it for every item event of a stream, in order (an item without ``$usage``
+    ends the run).
+
+    Args:
+        runs: Stream -> the response id of the run its last item is in; updated. Plain
+            JSON, so a saved fold (the catalog) can keep it.
+        stream: The event's stream.
+        metadata: The event's metadata.
+    """
+    if events.USAGE_KEY not in metadata:
+        runs.pop(stream, None)
+        return False
+    response = metadata.get(events.RESPONSE_ID_KEY)
+    counts = response is None or stream not in runs or runs[stream] != response
+    runs[stream] = response
+    return counts
+
+
 class UsageFold:
     """Folds events into usage counts: feed it one tree's records, or the global order.
 
@@ -417,7 +445,7 @@ class UsageFold:
         self._session = session_id
         self._parts: dict[_Part, Usage] = {}
         self._responded: set[str] = set()  # streams with a ModelResponded so far
-        self._legacy: set[tuple[str, str]] = set()  # (stream, response id) counted
+        self._runs: dict[str, str | None] = {}  # stream -> its run's response id
         self._sessions: dict[str, str] = {}  # stream -> session (the global order)
         self.legacy = 0
         self.unreadable = 0
@@ -440,14 +468,20 @@ class UsageFold:
             self._count((response.session_id, response.agent, response.model), response.usage)
         elif self._session is None and kind in (events.SESSION_STARTED, events.SUBAGENT_STARTED):
             self._learn(event, kind)
-        elif events.USAGE_KEY in event.metadata and event.stream not in self._responded:
+        elif (
+            kind in ITEM_EVENT_TYPES
+            and event.stream not in self._responded
+            and legacy_counts(self._runs, event.stream, event.metadata)
+        ):
             self._count_legacy(event)
 
     def _learn(self, event: _Event, kind: str) -> None:
         """Which session a stream belongs to: a session stream names itself in its first
         event; a subsession is the session of the stream whose handoff opened it."""
         if kind == events.SESSION_STARTED:
-            self._sessions[event.stream] = event.stream.removeprefix("AgentSession-")
+            session = session_of(event.stream)
+            if session is not None:
+                self._sessions[event.stream] = session
             return
         if events.INDEX_KEY not in event.metadata:
             return  # the twin: the parent's copy came first, in the same transaction
@@ -462,12 +496,6 @@ class UsageFold:
 
     def _count_legacy(self, event: _Event) -> None:
         metadata = event.metadata
-        response_id = metadata.get(events.RESPONSE_ID_KEY)
-        if response_id is not None:
-            key = (event.stream, response_id)
-            if key in self._legacy:
-                return  # another item of a response already counted
-            self._legacy.add(key)
         try:
             body = json.loads(metadata[events.USAGE_KEY])
             usage = Usage.from_token_usage(body)

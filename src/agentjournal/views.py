@@ -7,7 +7,9 @@ the same indented text). :func:`tree_view` turns a
 event described by :func:`describe_record` where it happened: items with their
 message index, every guardrail decision, authority refusal and grant, subagent
 outcome, model response (usage), pop, clear and checkpoint. Long text is cut
-with "…".
+with "…"; control characters in stored text are shown escaped
+(:func:`~agentjournal._text.printable`), so no stored value can forge a line or
+drive the terminal.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from agentjournal import events
-from agentjournal._text import cut, plural
+from agentjournal._text import cut, plural, printable
 from agentjournal.engine.codec import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
 from agentjournal.ledger.checkpoints import CHECKPOINT
 from agentjournal.ledger.keys import KEY_ROTATED
@@ -42,6 +44,9 @@ LEGEND: Final = (
 )
 
 _TEXT: Final = 50
+
+UNNAMED: Final = "(unnamed)"
+"""What a nameless model, agent or session is called wherever one is printed."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,7 @@ def tree_view(
 
     def lines(name: str) -> tuple[Line, ...]:
         return tuple(
-            Line(r.revision, r.type.removeprefix("agentjournal."), describe_record(r))
+            Line(r.revision, printable(r.type.removeprefix("agentjournal.")), describe_record(r))
             for r in tree.streams.get(name, ())
         )
 
@@ -111,7 +116,7 @@ def plain_lines(views: Sequence[StreamView]) -> list[str]:
     out: list[str] = []
     for view in views:
         pad = "    " * view.depth
-        out.append(f"{pad}{view.stream}")
+        out.append(f"{pad}{printable(view.stream)}")
         for line in view.lines:
             out.append(f"{pad}  @{line.revision:<2} {line.kind:<28} {line.text}".rstrip())
     return out
@@ -138,11 +143,16 @@ def describe_record(record: Record) -> str:
         text = "(unreadable)"
     if record.type in ITEM_EVENT_TYPES or (record.type == events.SUBAGENT_STARTED and record.opens):
         text = prefix + text
-    return text
+    # Stored text is anyone's: never let it end the line or drive the terminal.
+    return printable(text)
 
 
 def describe_item(item: Any) -> str:
     """One SDK item as a line (the flat history the SDK gets back)."""
+    return printable(_item_line(item))
+
+
+def _item_line(item: Any) -> str:
     kind = item.get("type", "message")
     if kind == "message":
         content = item.get("content")
@@ -246,7 +256,7 @@ def _foreign(record: Record, body: Mapping[str, Any]) -> str:
 
 def _responded(record: Record, body: Mapping[str, Any]) -> str:
     usage = body.get("usage") or {}
-    model = body.get("model") or "a model"
+    model = body.get("model") or UNNAMED
     return (
         f"{body.get('agent')} ← {model}: {usage.get('total_tokens', 0)} tokens "
         f"({usage.get('input_tokens', 0)} in, {usage.get('output_tokens', 0)} out)"
@@ -267,6 +277,14 @@ def _policy(record: Record, body: Mapping[str, Any]) -> str:
 
 def _reset(record: Record, body: Mapping[str, Any]) -> str:
     return f"{body.get('agent')} starts again from its policy: {cut(str(body.get('reason')), 40)}"
+
+
+def _thread_state(record: Record, body: Mapping[str, Any]) -> str:
+    # The state's keys only, never its values: a thread's state may hold anything.
+    state = body.get("state")
+    keys = ", ".join(sorted(map(str, state))) if isinstance(state, Mapping) else ""
+    run, status, agent = (body.get(name) or "?" for name in ("run_id", "status", "agent_id"))
+    return cut(f"run {run} {status} by {agent}; state keys: {keys or 'none'}", _TEXT * 2)
 
 
 def _checkpoint(record: Record, body: Mapping[str, Any]) -> str:
@@ -299,4 +317,6 @@ _DESCRIBE: Final[dict[str, Callable[[Record, Mapping[str, Any]], str]]] = {
     EXTENSION_EVENT_TYPE: _foreign,
     CHECKPOINT: _checkpoint,
     KEY_ROTATED: _rotated,
+    # runner.state.THREAD_STATE, spelled out: importing the runner loads an HTTP client.
+    "agentjournal.ThreadState": _thread_state,
 }

@@ -37,15 +37,20 @@ def console(file: TextIO | None = None) -> Console:
 
 def table(out: Console, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Print rows under ``columns``: a rich table on a terminal, aligned plain text otherwise."""
+    from agentjournal._text import printable
+
+    # Cells hold stored names (app, user, agent, model): shown escaped, never as markup.
+    body = [[printable(str(cell)) for cell in row] for row in rows]
     if out.is_terminal:
         from rich.table import Table
+        from rich.text import Text
 
         grid = Table(*columns, show_edge=False, header_style="bold")
-        for row in rows:
-            grid.add_row(*(str(cell) for cell in row))
+        for line in body:
+            grid.add_row(*(Text(cell) for cell in line))
         out.print(grid)
         return
-    cells = [list(map(str, columns)), *([str(cell) for cell in row] for row in rows)]
+    cells = [list(map(str, columns)), *body]
     widths = [max(len(line[at]) for line in cells) for at in range(len(columns))]
     for line in cells:
         text = "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))

@@ -36,7 +36,8 @@ def register(commands: Commands) -> None:
         metavar="INDEX",
         type=_count,
         help="the history as it was just before the item with message index INDEX was "
-        "written (the #N of `agentjournal show`; default: as it is now)",
+        "written (the #N of `agentjournal show`; the items of one add_items written before "
+        "it are included; default: as it is now)",
     )
     replay.add_argument("--uri", help=STORE_HELP + "; never created")
     replay.set_defaults(run=lambda args: asyncio.run(replay_session(args)))

@@ -44,6 +44,12 @@ def register(commands: Commands) -> None:
         "(default: none)",
     )
     sessions.add_argument(
+        "--fresh",
+        action="store_true",
+        help="ignore the catalog saved in the store (anyone who can write the store can "
+        "forge it): read every event from the start, save nothing (default: off)",
+    )
+    sessions.add_argument(
         "--json", action="store_true", help="print the rows as JSON (default: a table)"
     )
     sessions.add_argument("--uri", help=STORE_HELP + "; never created")
@@ -97,7 +103,7 @@ async def list_sessions(args: argparse.Namespace) -> int:
     store = await open_store(store_uri(args.uri), create=False)
     try:
         with progress("reading the store") as advance:
-            listing = await catalog.refresh(store, keys=keys, progress=advance)
+            listing = await catalog.refresh(store, keys=keys, progress=advance, fresh=args.fresh)
     finally:
         await store.close()
     if listing.warning is not None:

@@ -36,6 +36,7 @@ async def show_session(args: argparse.Namespace) -> int:
         InvalidInput: The session (or the ``--stream``) is not in the store (exit 1).
         JournalError: The store cannot be opened or read (exit 1).
     """
+    from agentjournal._text import printable
     from agentjournal.cli._render import console
     from agentjournal.cli._store import open_session
     from agentjournal.errors import InvalidInput
@@ -79,7 +80,7 @@ async def show_session(args: argparse.Namespace) -> int:
     nodes: dict[int, Tree] = {}
     for view in views:
         parent = nodes.get(view.depth - 1, root) if view.depth else root
-        node = parent.add(Text(view.stream, style="bold cyan"))
+        node = parent.add(Text(printable(view.stream), style="bold cyan"))
         nodes[view.depth] = node
         for line in view.lines:
             styled = Text(f"@{line.revision:<3}", style="dim")

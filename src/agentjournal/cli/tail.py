@@ -85,6 +85,7 @@ async def _tail(args: argparse.Namespace) -> int:
 async def _follow(
     store: EventStore, after: int | None, streams: set[str] | None, *, as_json: bool
 ) -> int:
+    from agentjournal._text import printable
     from agentjournal.cli._render import console
     from agentjournal.records import DamagedEvent, Record
 
@@ -110,7 +111,9 @@ async def _follow(
             try:
                 record = Record.of(event)
             except DamagedEvent as bad:
-                print(f"{event.stream}@{event.revision} damaged: {bad.message}", flush=True)
+                print(
+                    f"{printable(event.stream)}@{event.revision} damaged: {bad.message}", flush=True
+                )
                 continue
             if streams is not None and record.opens is not None:
                 streams.add(record.opens)
@@ -140,11 +143,13 @@ def _quiet_stdout() -> None:
 
 
 def _line(record: Record) -> str:
+    from agentjournal._text import printable
     from agentjournal.views import describe_record
 
     when = record.recorded_at.strftime("%H:%M:%S.%f")[:-3] if record.recorded_at else "-"
-    kind = record.type.removeprefix("agentjournal.")
-    return f"{when}  {record.stream}@{record.revision}  {kind}  {describe_record(record)}".rstrip()
+    kind = printable(record.type.removeprefix("agentjournal."))
+    where = f"{printable(record.stream)}@{record.revision}"
+    return f"{when}  {where}  {kind}  {describe_record(record)}".rstrip()
 
 
 def _as_json(record: Record) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from agentjournal.errors import ConcurrencyError, InvalidInput, JournalError
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
+    from agentjournal.records import DamagedEvent
     from agentjournal.store.base import EventStore, RecordedEvent
     from agentjournal.traces import ProjectedSpan, Projector
 
@@ -385,7 +386,7 @@ async def _export(args: argparse.Namespace, destination: _Destination) -> int:
 async def _once(store: EventStore, session: str | None) -> list[ProjectedSpan]:
     """Every span of one session tree, or of every tree in the store."""
     from agentjournal.cli._render import progress
-    from agentjournal.records import Record, read_tree
+    from agentjournal.records import DamagedEvent, Record, read_tree
     from agentjournal.traces import Projector, project_tree
 
     if session is not None:
@@ -393,16 +394,30 @@ async def _once(store: EventStore, session: str | None) -> list[ProjectedSpan]:
     projector = Projector()
     spans: list[ProjectedSpan] = []
     position = 0
+    warned: set[str] = set()
     with progress("reading the store") as advance:
         while True:
             page = await store.read_all(from_position=position, limit=BATCH * 4)
             for event in page:
-                spans.extend(projector.feed(Record.of(event)))
+                try:
+                    spans.extend(projector.feed(Record.of(event)))
+                except DamagedEvent as bad:  # one damaged event must not cost every tree
+                    _skipped(bad, warned)
             advance(len(page))
             if len(page) < BATCH * 4:
                 break
             position = page[-1].position + 1
     return spans + projector.finish()
+
+
+def _skipped(bad: DamagedEvent, warned: set[str]) -> None:
+    """Warn on stderr that a damaged event is left out (once per stream: its next events
+    are likely damaged the same way)."""
+    from agentjournal._text import printable
+
+    if bad.stream not in warned:
+        warned.add(bad.stream)
+        print(f"agentjournal: skipped {printable(str(bad))}", file=sys.stderr, flush=True)
 
 
 class _Follower:
@@ -521,13 +536,7 @@ class _Follower:
         try:
             return projector.feed(Record.of(event))
         except DamagedEvent as bad:
-            if bad.stream not in self._warned:
-                self._warned.add(bad.stream)
-                print(
-                    f"agentjournal: skipped {bad.stream}@{bad.revision}: {bad.message}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            _skipped(bad, self._warned)
             return []
 
     async def _save(

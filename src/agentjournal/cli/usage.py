@@ -120,11 +120,12 @@ async def _every(uri: str | None, by: Group, prices: Prices | None) -> UsageRepo
 
 def _print(report: UsageReport) -> None:
     from agentjournal.cli._render import console, table
+    from agentjournal.views import UNNAMED
 
     columns = [report.by, "requests", "input", "cached", "output", "reasoning", "total"]
     if report.priced:
         columns.append("cost USD")
-    rows = [_cells(row, report.priced, unnamed="(unnamed)") for row in report.rows]
+    rows = [_cells(row, report.priced, unnamed=UNNAMED) for row in report.rows]
     rows.append(_cells(report.total, report.priced, unnamed="total"))
     out = console()
     table(out, columns, rows)

@@ -709,9 +709,9 @@ def _recorded(
     position: int,
     revision: int,
     event_id: bytes,
-    type_: str,
-    data: bytes,
-    metadata: bytes,
+    type_: object,
+    data: object,
+    metadata: object,
     recorded_at: int,
 ) -> RecordedEvent:
     return RecordedEvent.from_raw(
@@ -719,11 +719,39 @@ def _recorded(
         position=position,
         revision=revision,
         raw_id=event_id,
-        type=type_,
-        data=data,
-        raw_metadata=metadata,
+        type=_as_text(stream, revision, type_),
+        data=_as_bytes(data),
+        raw_metadata=_as_bytes(metadata),
         recorded_at_us=recorded_at,
     )
+
+
+# SQLite keeps a value's type per row: something other than agentjournal can rewrite a
+# column with another type (``UPDATE events SET data = replace(data, ...)`` stores TEXT).
+# The read side hands out the types the contract promises all the same, so an edit reaches
+# a reader as what it is, changed content (the chain hash no longer matches), never as a
+# TypeError deep in a reader.
+
+
+def _as_bytes(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):  # sqlite3 decoded it from UTF-8: it encodes back exactly
+        return value.encode("utf-8")
+    return b"" if value is None else str(value).encode("utf-8")
+
+
+def _as_text(stream: str, revision: int, value: object) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise UndecodableEvent(
+                stream, f"{stream}@{revision}: the event type is not UTF-8 text"
+            ) from None
+    return "" if value is None else str(value)
 
 
 def _check_non_negative(name: str, value: int | None) -> None:
