@@ -35,15 +35,15 @@ Typical use::
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from agentjournal import events, projections
 from agentjournal._digests import data_digest
+from agentjournal._gc import no_collection
 from agentjournal.engine.codec import ITEM_EVENT_TYPES
 from agentjournal.engine.tree import index_of
 from agentjournal.errors import (
@@ -200,7 +200,7 @@ class Catalog:
         """A catalog from :meth:`dump`'s bytes; None when they hold another version's
         state (or none): the catalog is then folded again from the start."""
         try:
-            with _no_collection():
+            with no_collection():
                 state = json.loads(data)
         except ValueError:
             return None
@@ -516,19 +516,6 @@ def _ledger(
     return "ok", None
 
 
-@contextlib.contextmanager
-def _no_collection() -> Iterator[None]:
-    """No garbage collection while decoding a large state: it creates only acyclic dicts
-    and lists, yet the collector would scan them again and again (3-4x the decode time)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _micros(moment: datetime) -> int:
     return int(moment.timestamp() * 1_000_000)
 
@@ -660,7 +647,7 @@ async def _catch_up(
         # which KurrentDB finds without a scan (position + 1 may not be one).
         page = await store.read_all(from_position=start, limit=PAGE)
         fresh = [e for e in page if position is None or e.position > position]
-        with _no_collection():  # the fold makes only acyclic dicts and lists
+        with no_collection():  # the fold makes only acyclic dicts and lists
             for event in fresh:
                 folded += catalog.fold(event)
                 position = event.position

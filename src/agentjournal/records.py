@@ -108,6 +108,22 @@ class Record:
             return None
         return parsed if isinstance(parsed, dict) else None
 
+    def as_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready data: its place, ids, type, metadata (with its chain
+        position) and data — parsed when it is a JSON object, else the text as stored (None
+        when withheld). What ``show --json``, ``tail --json`` and the viewer print."""
+        return {
+            "stream": self.stream,
+            "revision": self.revision,
+            "position": self.position,
+            "id": self.id,
+            "type": self.type,
+            "recorded_at": self.recorded_at.isoformat() if self.recorded_at else None,
+            "data_sha256": self.data_sha256,
+            "metadata": dict(self.metadata),
+            "data": self.body if self.body is not None else self.data,
+        }
+
     @property
     def seq(self) -> str | None:
         """``aj.seq``: its place in its stream's chain, as written."""

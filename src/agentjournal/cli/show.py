@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from typing import Any
 
 from agentjournal.cli._common import STORE_HELP, Commands
 
@@ -59,7 +58,9 @@ async def show_session(args: argparse.Namespace) -> int:
             json.dumps(
                 {
                     "session_id": session_id,
-                    "streams": {name: [_record(r) for r in tree.streams[name]] for name in streams},
+                    "streams": {
+                        name: [r.as_dict() for r in tree.streams[name]] for name in streams
+                    },
                 },
                 indent=2,
                 ensure_ascii=False,
@@ -100,17 +101,3 @@ def _style(kind: str) -> str:
     if kind in ("ModelResponded", "Checkpoint"):
         return "green"
     return ""
-
-
-def _record(record: Any) -> dict[str, Any]:
-    """A record as data: its place, type, metadata and body (the data as JSON)."""
-    return {
-        "stream": record.stream,
-        "revision": record.revision,
-        "position": record.position,
-        "id": record.id,
-        "type": record.type,
-        "recorded_at": record.recorded_at.isoformat() if record.recorded_at else None,
-        "metadata": dict(record.metadata),
-        "data": record.body if record.body is not None else record.data,
-    }

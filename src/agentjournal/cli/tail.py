@@ -155,14 +155,4 @@ def _line(record: Record) -> str:
 def _as_json(record: Record) -> dict[str, Any]:
     from agentjournal.views import describe_record
 
-    return {
-        "position": record.position,
-        "recorded_at": record.recorded_at.isoformat() if record.recorded_at else None,
-        "stream": record.stream,
-        "revision": record.revision,
-        "id": record.id,
-        "type": record.type,
-        "description": describe_record(record),
-        "metadata": dict(record.metadata),
-        "data": record.body if record.body is not None else record.data,
-    }
+    return {**record.as_dict(), "description": describe_record(record)}

@@ -202,7 +202,7 @@ def session_data(
         ],
         "events": rows,
         "checkpoints": [
-            {"revision": r.revision, "text": describe_record(r), "record": _stored(r)}
+            {"revision": r.revision, "text": describe_record(r), "record": r.as_dict()}
             for r in tree.streams.get(ledger_stream(tree.session_id), ())
         ],
         "integrity": {
@@ -308,7 +308,7 @@ def _event(record: Record, agent: str, lane: int, first: Any, authority: str) ->
         "agent": agent,
         "lane": lane,
         "index": record.metadata.get(events.INDEX_KEY),
-        "record": _stored(record),
+        "record": record.as_dict(),
         "failed": first is not None
         and first.stream == record.stream
         and (first.revision is None or first.revision == record.revision),
@@ -322,22 +322,6 @@ def _event(record: Record, agent: str, lane: int, first: Any, authority: str) ->
     elif record.type == events.SUBAGENT_COMPLETED:
         event["decision"] = _text(body.get("outcome")).upper()
     return event
-
-
-def _stored(record: Record) -> dict[str, Any]:
-    """The exact stored record: place, ids, type, metadata (with the chain position) and
-    data — parsed when it is JSON, else the text as stored."""
-    return {
-        "stream": record.stream,
-        "revision": record.revision,
-        "position": record.position,
-        "id": record.id,
-        "type": record.type,
-        "recorded_at": record.recorded_at.isoformat() if record.recorded_at else None,
-        "data_sha256": record.data_sha256,
-        "metadata": dict(record.metadata),
-        "data": record.body if record.body is not None else record.data,
-    }
 
 
 def _readable(value: Any) -> Any:
