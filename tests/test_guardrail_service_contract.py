@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 from openapi_spec_validator import validate
 
-from agentjournal.guardrails.rules import load_rules
+from agentjournal.guardrails.rules import SCHEMA_FILE, load_rules, rules_schema
 from agentjournal.guardrails.service import DEFAULT_MAX_BODY, create_app, running
 
 RULES = load_rules("rules: [{kind: deny_tools, tools: [rm]}, {kind: redact_pii}]")
@@ -87,6 +88,7 @@ def test_schemathesis_fuzzes_the_live_service(tmp_path: Path) -> None:
             text=True,
             timeout=120,
             check=False,
+            cwd=tmp_path,  # the fuzzer leaves its reports in the working directory
         )
     finally:
         service.terminate()
@@ -194,3 +196,33 @@ def test_limits_must_be_positive() -> None:
         create_app(RULES, max_body=0)
     with pytest.raises(ValueError, match="must be positive"):
         create_app(RULES, read_timeout=0)
+
+
+def test_the_shipped_rules_schema_is_the_models_and_accepts_the_sample() -> None:
+    shipped = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    assert shipped == rules_schema()
+    sample = Path(__file__).parents[1] / "samples" / "guardrail-rules.yml"
+    import yaml
+
+    jsonschema.validate(yaml.safe_load(sample.read_text(encoding="utf-8")), shipped)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"rules": [{"kind": "ceiling", "tool": "x"}]}, shipped)
+
+
+def test_a_malformed_rules_file_is_one_line_naming_file_line_and_field(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yml"
+    rules.write_text(
+        "rules:\n  - kind: deny_tools\n    tools: [rm]\n"
+        "  - kind: ceiling\n    tool: refund\n    argument: cents\n    max: lots\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "agentjournal.cli", "guardrail", "serve", "--rules", str(rules)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"invalid rules in {rules}: line 7: rules.1.max: " in lines[0], lines[0]
