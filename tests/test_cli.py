@@ -253,7 +253,7 @@ def _one_line(result_stderr: str) -> str:
             "folder {missing} does not exist; create it first",
         ),
         (("guardrail", "serve", "--rules", "{bad_yaml}"), "not valid YAML at line 3 column 3"),
-        (("guardrail", "serve", "--rules", "{bad_rules}"), "rules.0.ceiling.max: Field required"),
+        (("guardrail", "serve", "--rules", "{bad_rules}"), "line 2: rules.0.max: Field required"),
         (("guardrail", "serve", "--rules", "{binary}"), "cannot read rules"),
         (("guardrail", "serve", "--rules", "{missing}/r.yml"), "cannot read rules"),
         (("verify", "s-1", "--uri", "sqlite:///{missing}/x.db", "--pubkey", "{pub}"), "no store"),

@@ -94,7 +94,7 @@ async def test_contract_violations_are_refused_and_openapi_is_served() -> None:
         bad = await http.post(f"{url}/v1/validate", json={"action_type": "NOPE"})
         document = (await http.get(f"{url}/openapi.json")).json()
         health = await http.get(f"{url}/health", headers={"traceparent": traceparent(TRACE)})
-    assert bad.status_code == 400
+    assert bad.status_code == 422
     assert "/v1/validate" in document["paths"]
     assert document["paths"]["/v1/validate"]["post"]["requestBody"]["required"] is True
     assert health.json() == {"status": "ok"}

@@ -27,10 +27,26 @@ def register(commands: Commands) -> None:
         metavar="FILE",
         help="YAML rules, e.g. samples/guardrail-rules.yml (default: PII redaction only)",
     )
-    serve.set_defaults(run=lambda args: _serve(args.host, args.port, args.rules))
+    serve.add_argument(
+        "--max-body",
+        type=int,
+        default=256 * 1024,
+        metavar="BYTES",
+        help="refuse a larger request body with 413 before reading it (default: 262144)",
+    )
+    serve.add_argument(
+        "--read-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="answer 408 to a client slower to send its body (default: 10)",
+    )
+    serve.set_defaults(
+        run=lambda args: _serve(args.host, args.port, args.rules, args.max_body, args.read_timeout)
+    )
 
 
-def _serve(host: str, port: int, rules_file: str | None) -> int:
+def _serve(host: str, port: int, rules_file: str | None, max_body: int, read_timeout: float) -> int:
     try:
         from agentjournal.guardrails.rules import load_rules
         from agentjournal.guardrails.service import serve
@@ -57,5 +73,5 @@ def _serve(host: str, port: int, rules_file: str | None) -> int:
         print(f"reference guardrail on {url}/v1/validate ({plural(count, 'rule')})")
         sys.stdout.flush()
 
-    serve(rules, host=host, port=port, ready=ready)
+    serve(rules, host=host, port=port, ready=ready, max_body=max_body, read_timeout=read_timeout)
     return 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -34,7 +35,10 @@ from agentjournal.guardrails.protocol import (
     ValidateResponse,
 )
 
-__all__ = ["RuleSet", "decide", "load_rules"]
+__all__ = ["SCHEMA_FILE", "RuleSet", "decide", "load_rules", "rules_schema"]
+
+SCHEMA_FILE = Path(__file__).with_name("rules.schema.json")
+"""The rules file format as JSON Schema, shipped with the package (``rules_schema()``)."""
 
 REDACTED = "[REDACTED]"
 _PII = re.compile(
@@ -80,11 +84,20 @@ class RuleSet(BaseModel):
     rules: list[Rule] = Field(default_factory=list)
 
 
+def rules_schema() -> dict[str, Any]:
+    """The JSON Schema of a rules file, generated from the models (``SCHEMA_FILE`` holds it)."""
+    schema = RuleSet.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "agentjournal guardrail rules"
+    return schema
+
+
 def load_rules(text: str) -> RuleSet:
     """Parse rules from YAML (or JSON) text.
 
     Raises:
-        InvalidInput: The text is not YAML or not rules; one line naming where and what.
+        InvalidInput: The text is not YAML or not rules; one line naming the line,
+            the field and the problem (``line 3: rules.0.max: Field required``).
     """
     data = parse_yaml(text)
     try:
@@ -92,10 +105,48 @@ def load_rules(text: str) -> RuleSet:
     except ValidationError as error:
         # pydantic's own message spans several lines; the first problem is enough to act on.
         first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the file"
+        line, loc = _locate(text, first["loc"])
+        where = ".".join(str(part) for part in loc) or "the file"
+        at = f"line {line}: " if line is not None else ""
         more = error.error_count() - 1
         extra = f" (and {more} more)" if more else ""
-        raise InvalidInput(f"{where}: {first['msg']}{extra}") from None
+        raise InvalidInput(f"{at}{where}: {first['msg']}{extra}") from None
+
+
+def _locate(text: str, loc: tuple[int | str, ...]) -> tuple[int | None, list[int | str]]:
+    """The 1-based line of the YAML node at ``loc``, and ``loc`` without union tags.
+
+    pydantic puts the discriminator's value (``ceiling``) into the location of a
+    rule's field; it is no key of the file, so it is dropped, and the line is that
+    of the deepest node the location reaches (a missing field: its rule's line).
+    """
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None, list(loc)
+    if node is None:
+        return None, list(loc)
+    line = node.start_mark.line
+    kept: list[int | str] = []
+    for part in loc:
+        child = None
+        if isinstance(node, yaml.MappingNode):
+            values = {k.value: v for k, v in node.value}
+            child = values.get(str(part))
+            tag = values.get("kind")
+            if child is None and isinstance(tag, yaml.ScalarNode) and tag.value == part:
+                continue  # the union tag, not a key of the file
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            child = node.value[part] if 0 <= part < len(node.value) else None
+        kept.append(part)
+        if child is None:
+            node = None
+            continue
+        node = child
+        line = node.start_mark.line
+    return line + 1, kept
 
 
 def decide(request: ValidateRequest, rules: RuleSet) -> ValidateResponse:

@@ -16,10 +16,10 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -29,55 +29,227 @@ from agentjournal.errors import InvalidInput
 from agentjournal.guardrails.protocol import ValidateRequest, ValidateResponse, parse_traceparent
 from agentjournal.guardrails.rules import RuleSet, decide
 
-__all__ = ["bind", "create_app", "openapi", "running", "serve"]
+__all__ = [
+    "DEFAULT_MAX_BODY",
+    "DEFAULT_READ_TIMEOUT",
+    "ErrorDetail",
+    "ErrorResponse",
+    "Health",
+    "bind",
+    "create_app",
+    "openapi",
+    "running",
+    "serve",
+]
 
 logger = logging.getLogger("agentjournal.guardrails.service")
 
 
-def openapi() -> dict[str, Any]:
-    """The service's OpenAPI 3.1 document, from the protocol's own models."""
+DEFAULT_MAX_BODY = 256 * 1024
+"""The default request body limit in bytes: a validate request is an action, not a file."""
+
+DEFAULT_READ_TIMEOUT = 10.0
+"""Seconds a client has to send a whole request body before it is answered 408."""
+
+_REF_PREFIX = "#/components/schemas/"
+
+
+class ErrorDetail(BaseModel):
+    """One problem with a request body (pydantic's location and message)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorResponse(BaseModel):
+    """The body of every 400, 408, 413 and 422 answer: one line, then the details."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    error: str
+    details: list[ErrorDetail] = []
+
+
+class Health(BaseModel):
+    """The body of ``GET /health``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    status: Literal["ok"]
+
+
+def _schema(model: type[BaseModel], components: dict[str, Any]) -> dict[str, Any]:
+    """``model``'s JSON Schema with its ``$defs`` moved into ``components``; returns a $ref.
+
+    pydantic nests shared definitions under ``$defs`` and refers to them as
+    ``#/$defs/Name``; inside an OpenAPI document that pointer resolves against
+    the document root, where there is no ``$defs``. Every definition therefore
+    moves to ``components/schemas`` and every reference is rewritten to match.
+    """
+    schema = model.model_json_schema(ref_template=_REF_PREFIX + "{model}", mode="serialization")
+    components.update(schema.pop("$defs", {}))
+    components[model.__name__] = schema
+    return {"$ref": _REF_PREFIX + model.__name__}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def openapi(*, max_body: int = DEFAULT_MAX_BODY) -> dict[str, Any]:
+    """The service's OpenAPI 3.1 document, from the protocol's own models.
+
+    Every ``$ref`` points into ``components/schemas``; the document lists every
+    status the service answers with (the body limit ``max_body`` is stated in
+    the 413 description).
+    """
+    components: dict[str, Any] = {}
+    request = ValidateRequest.model_json_schema(ref_template=_REF_PREFIX + "{model}")
+    components.update(request.pop("$defs", {}))
+    components["ValidateRequest"] = request
+    response = _schema(ValidateResponse, components)
+    error = _schema(ErrorResponse, components)
+    health = _schema(Health, components)
+    header = {"type": "string"}
     return {
         "openapi": "3.1.0",
         "info": {"title": "agentjournal reference guardrail", "version": "1"},
         "paths": {
             "/v1/validate": {
                 "post": {
+                    "operationId": "validate",
                     "summary": "Validate an action: ALLOW, BLOCK or MODIFY",
                     "parameters": [
-                        {"name": "traceparent", "in": "header", "schema": {"type": "string"}},
-                        {"name": "tracestate", "in": "header", "schema": {"type": "string"}},
+                        {
+                            "name": "traceparent",
+                            "in": "header",
+                            "required": False,
+                            "description": "W3C trace context; logged with the decision. "
+                            "A malformed value is ignored (the body's trace is used).",
+                            "schema": header,
+                        },
+                        {
+                            "name": "tracestate",
+                            "in": "header",
+                            "required": False,
+                            "description": "W3C vendor trace state; accepted and not interpreted.",
+                            "schema": header,
+                        },
                     ],
                     "requestBody": {
                         "required": True,
                         "content": {
-                            "application/json": {"schema": ValidateRequest.model_json_schema()}
+                            "application/json": {
+                                "schema": {"$ref": _REF_PREFIX + "ValidateRequest"}
+                            }
                         },
                     },
                     "responses": {
-                        "200": {
-                            "description": "The decision",
-                            "content": {
-                                "application/json": {"schema": ValidateResponse.model_json_schema()}
-                            },
-                        },
-                        "400": {"description": "The request does not follow the contract"},
+                        "200": _json(response, "The decision"),
+                        "400": _json(error, "The body is not JSON (or Content-Length is invalid)"),
+                        "408": _json(error, "The body did not arrive within the read timeout"),
+                        "413": _json(error, f"The body is larger than {max_body} bytes"),
+                        "422": _json(error, "The body is JSON but does not follow the contract"),
                     },
                 }
             },
-            "/health": {"get": {"responses": {"200": {"description": "Alive"}}}},
+            "/health": {
+                "get": {
+                    "operationId": "health",
+                    "responses": {"200": _json(health, "Alive")},
+                }
+            },
         },
+        "components": {"schemas": components},
     }
 
 
-def create_app(rules: RuleSet) -> Starlette:
-    """Return the ASGI app deciding with ``rules``."""
+class _Refused(Exception):
+    """A request body the service will not read further (answered with ``status``)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _error(status: int, message: str, details: list[ErrorDetail] | None = None) -> Response:
+    body = ErrorResponse(error=message, details=details or [])
+    # A refused body may be partly unread: closing the connection stops the client sending it.
+    headers = {"connection": "close"} if status in (408, 413) else None
+    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+
+
+async def _read_body(request: Request, max_body: int) -> bytes:
+    """The request body, refused as soon as it is known to exceed ``max_body`` bytes.
+
+    Content-Length is checked before a byte is read; a chunked body (no length)
+    is counted while it streams in, so neither ever sits whole in memory.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise _Refused(400, f"invalid Content-Length {declared[:40]!r}")
+        if int(declared) > max_body:
+            raise _Refused(
+                413, f"body of {declared} bytes is larger than the {max_body}-byte limit"
+            )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_body:
+            raise _Refused(413, f"body is larger than the {max_body}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(
+    rules: RuleSet,
+    *,
+    max_body: int = DEFAULT_MAX_BODY,
+    read_timeout: float = DEFAULT_READ_TIMEOUT,
+) -> Starlette:
+    """Return the ASGI app deciding with ``rules``.
+
+    Args:
+        rules: The rules to decide with.
+        max_body: The largest request body in bytes; a larger one is answered 413
+            before it is read in full.
+        read_timeout: Seconds a client has to send the whole body; then 408.
+
+    Raises:
+        InvalidInput: ``max_body`` or ``read_timeout`` is not positive.
+    """
+    if max_body < 1:
+        raise InvalidInput(f"the body limit must be at least 1 byte, not {max_body}")
+    if not read_timeout > 0:
+        raise InvalidInput(f"the read timeout must be positive, not {read_timeout}")
+    document = openapi(max_body=max_body)
 
     async def validate(request: Request) -> Response:
         trace = parse_traceparent(request.headers.get("traceparent", ""))
         try:
-            body = ValidateRequest.model_validate_json(await request.body())
+            async with asyncio.timeout(read_timeout):
+                raw = await _read_body(request, max_body)
+        except _Refused as refused:
+            return _error(refused.status, str(refused))
+        except TimeoutError:
+            return _error(408, f"the body did not arrive within {read_timeout:g} s")
+        try:
+            parsed = json.loads(raw)
+        except (ValueError, RecursionError):
+            return _error(400, "the body is not JSON")
+        try:
+            body = ValidateRequest.model_validate(parsed)
         except ValidationError as error:
-            return JSONResponse({"error": json.loads(error.json())}, status_code=400)
+            details = [
+                ErrorDetail(loc=list(e["loc"]), msg=e["msg"], type=e["type"])
+                for e in error.errors(include_url=False, include_input=False)
+            ]
+            return _error(422, "the body does not follow the contract", details)
         answer = decide(body, rules)
         logger.info(
             "%s %s %s: %s %s",
@@ -93,26 +265,38 @@ def create_app(rules: RuleSet) -> Starlette:
         )
         return JSONResponse(answer.model_dump(mode="json"))
 
-    async def document(request: Request) -> Response:
-        return JSONResponse(openapi())
+    async def served_document(request: Request) -> Response:
+        return JSONResponse(document)
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        return JSONResponse(Health(status="ok").model_dump(mode="json"))
 
     return Starlette(
         routes=[
             Route("/v1/validate", validate, methods=["POST"]),
-            Route("/openapi.json", document, methods=["GET"]),
+            Route("/openapi.json", served_document, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
         ]
     )
 
 
 @asynccontextmanager
-async def running(rules: RuleSet, *, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
+async def running(
+    rules: RuleSet,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    max_body: int = DEFAULT_MAX_BODY,
+    read_timeout: float = DEFAULT_READ_TIMEOUT,
+) -> AsyncIterator[str]:
     """Serve on ``host`` (port 0: a free one) while the block runs; yields the base URL."""
     config = uvicorn.Config(
-        create_app(rules), host=host, port=port, log_level="warning", lifespan="off"
+        create_app(rules, max_body=max_body, read_timeout=read_timeout),
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        timeout_keep_alive=_keep_alive(read_timeout),
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
@@ -126,6 +310,11 @@ async def running(rules: RuleSet, *, host: str = "127.0.0.1", port: int = 0) -> 
     finally:
         server.should_exit = True
         await task
+
+
+def _keep_alive(read_timeout: float) -> int:
+    """uvicorn's idle keep-alive timeout: idle connections go no later than a body must come."""
+    return max(1, min(5, int(read_timeout)))
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -164,6 +353,8 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8787,
     ready: Callable[[str], None] | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+    read_timeout: float = DEFAULT_READ_TIMEOUT,
 ) -> None:
     """Serve until interrupted (the ``agentjournal guardrail serve`` command).
 
@@ -172,10 +363,14 @@ def serve(
         host: The address to listen on.
         port: The port; 0 picks a free one.
         ready: Called with the base URL (the port actually bound) before serving.
+        max_body: The largest request body in bytes (larger: 413, refused unread).
+        read_timeout: Seconds a client has to send a whole body (slower: 408).
 
     Raises:
-        InvalidInput: The port is in use or the host cannot be resolved.
+        InvalidInput: The port is in use, the host cannot be resolved, or a
+            limit is not positive.
     """
+    app = create_app(rules, max_body=max_body, read_timeout=read_timeout)
     sock = bind(host, port)
     try:
         # Listening before `ready`: a client told the URL is queued until uvicorn accepts.
@@ -184,7 +379,8 @@ def serve(
         shown = f"[{bound[0]}]" if sock.family == socket.AF_INET6 else bound[0]
         if ready is not None:
             ready(f"http://{shown}:{bound[1]}")
-        server = uvicorn.Server(uvicorn.Config(create_app(rules), log_level="info"))
+        config = uvicorn.Config(app, log_level="info", timeout_keep_alive=_keep_alive(read_timeout))
+        server = uvicorn.Server(config)
         server.run(sockets=[sock])
     finally:
         sock.close()
