@@ -226,3 +226,13 @@ def test_a_malformed_rules_file_is_one_line_naming_file_line_and_field(tmp_path:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert f"invalid rules in {rules}: line 7: rules.1.max: " in lines[0], lines[0]
+
+
+async def test_non_json_constants_are_400_never_null() -> None:
+    # Found in review: NaN and 1e999 were read as floats and came back as null in a MODIFY.
+    async with running(RULES) as url, httpx.AsyncClient() as http:
+        for constant in (b"NaN", b"Infinity", b"-Infinity", b"1e999"):
+            body = b'{"payload": {"x": ' + constant + b"}}"
+            answer = await http.post(f"{url}/v1/validate", content=body)
+            assert answer.status_code == 400, constant
+            assert answer.json()["error"] == "the body is not JSON"

@@ -315,3 +315,31 @@ def test_the_viewer_reads_kurrentdb_too(
             finally:
                 writer.join(60)
         assert "kdb-1" in {row["session_id"] for row in client.get("/api/sessions").json()["rows"]}
+
+
+def test_odd_query_numbers_are_404s_not_500s(url: str) -> None:
+    # Found in review: isdigit() took "²" and 5,000 digits, and /events?after= was unguarded.
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for query in ("at=%C2%B2", "at=" + "9" * 5000, "at=-1"):
+            assert client.get(f"/sessions/demo-1?{query}").status_code == 404, query
+            assert client.get(f"/api/sessions/demo-1/replay?{query}").status_code == 404, query
+        for query in ("after=abc", "after=%C2%B2", "after=" + "9" * 5000):
+            assert client.get(f"/events?{query}").status_code == 404, query
+
+
+def test_a_non_json_constant_in_stored_data_is_shown_as_text(
+    stored: Stored, tmp_path: Path
+) -> None:
+    # Found in review: NaN in a (tampered) event's data blanked the page and made the API 500.
+    copy, _, _ = tamper(stored, tmp_path, b'"refund of 1250 cents on order 42 accepted"', b"NaN")
+    data = _page(stored, "demo-1", f"sqlite:///{copy}")
+    assert not data["integrity"]["ok"]  # type: ignore[index]
+    page = render(data, inline=True)
+    assert "NaN" in page
+    embedded = re.search(r'type="application/json"[^>]*>(.*?)</script>', page, re.S)
+    assert embedded is not None
+    json.loads(embedded[1], parse_constant=_strict)  # what the browser's JSON.parse accepts
+
+
+def _strict(constant: str) -> None:
+    raise AssertionError(f"{constant} in the page's JSON: the browser cannot parse it")

@@ -102,8 +102,8 @@ class Record:
         """The data as a JSON object (decoded once), else the view, else None."""
         if self.data is None:
             return dict(self.view) if self.view is not None else None
-        try:
-            parsed = json.loads(self.data)
+        try:  # NaN and Infinity are not JSON: such data is shown as text, never as a body
+            parsed = json.loads(self.data, parse_constant=_not_json)
         except (ValueError, RecursionError):
             return None
         return parsed if isinstance(parsed, dict) else None
@@ -351,3 +351,7 @@ async def _read(store: EventStore, stream: str) -> list[RecordedEvent]:
         return []
     except UndecodableEvent as error:  # e.g. a SQLite text column that is not UTF-8
         raise DamagedEvent(stream, None, f"cannot be read: {error}") from None
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")

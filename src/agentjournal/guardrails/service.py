@@ -13,6 +13,7 @@ import asyncio
 import errno
 import json
 import logging
+import math
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -238,8 +239,8 @@ def create_app(
             return _error(refused.status, str(refused))
         except TimeoutError:
             return _error(408, f"the body did not arrive within {read_timeout:g} s")
-        try:
-            parsed = json.loads(raw)
+        try:  # NaN and Infinity are not JSON: never let them turn into null in a MODIFY
+            parsed = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
         except (ValueError, RecursionError):
             return _error(400, "the body is not JSON")
         try:
@@ -384,3 +385,14 @@ def serve(
         server.run(sockets=[sock])
     finally:
         sock.close()
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 reads as infinity, which JSON cannot say either
+        raise ValueError(f"{text} is not a finite number")
+    return value

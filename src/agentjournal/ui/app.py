@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import re
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -157,7 +158,10 @@ def create_app(
             return _unavailable(error)
 
     async def changes(request: Request) -> Response:
-        after = _after(request)
+        try:
+            after = _after(request)
+        except InvalidInput as error:
+            return _missing(request, str(error))
         return _event_stream(store(), after, None, closing)
 
     async def session_changes(request: Request) -> Response:
@@ -201,12 +205,17 @@ def create_app(
     return app
 
 
+_INDEX = re.compile(r"[0-9]{1,18}")
+"""An index or position in a query: ASCII digits only (``isdigit`` takes "²"), and short
+enough that ``int`` never meets its digit limit."""
+
+
 def _at(request: Request) -> int | None:
     raw = request.query_params.get("at")
     if raw is None or raw == "":
         return None
-    if not raw.isdigit():
-        raise InvalidInput(f"at must be an item index (0 or more), got {raw!r}")
+    if not _INDEX.fullmatch(raw):
+        raise InvalidInput(f"at must be an item index (0 or more), got {raw[:40]!r}")
     return int(raw)
 
 
@@ -214,8 +223,8 @@ def _after(request: Request) -> int | None:
     raw = request.query_params.get("after")
     if raw is None or raw == "":
         return None
-    if not raw.isdigit():
-        raise InvalidInput(f"after must be a store position, got {raw!r}")
+    if not _INDEX.fullmatch(raw):
+        raise InvalidInput(f"after must be a store position, got {raw[:40]!r}")
     return int(raw)
 
 
