@@ -40,3 +40,38 @@ def run(*args: str, env: dict[str, str] | None = None) -> Ran:
         os.environ.clear()
         os.environ.update(saved)
     return Ran(code, out.getvalue(), err.getvalue())
+
+
+def on_a_terminal(*args: str) -> str:
+    """What ``agentjournal ARGS`` prints to a terminal (a pseudo-terminal, 120 columns)."""
+    import fcntl
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 120, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS")}
+    done = subprocess.run(
+        [sys.executable, "-m", "agentjournal.cli", *args],
+        stdout=child,
+        stderr=subprocess.PIPE,
+        timeout=120,
+        check=False,
+        env={**env, "TERM": "xterm-256color"},
+    )
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the terminal's other end is closed: all read
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main)
+    assert done.returncode == 0, done.stderr
+    return b"".join(chunks).decode()

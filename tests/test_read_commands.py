@@ -28,7 +28,7 @@ from agentjournal.engine.codec import exact_json
 from agentjournal.records import read_tree
 from agentjournal.store import open_store
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble
-from cli_run import run
+from cli_run import on_a_terminal, run
 from drive import drive
 from handoff_scenarios import failing, nested, single, top_level
 
@@ -687,48 +687,14 @@ def test_the_readers_load_neither_the_sdk_nor_an_http_client(written: Written) -
     assert done.stdout.strip() == "[]"
 
 
-def _on_a_terminal(*args: str) -> str:
-    """What ``agentjournal ARGS`` prints to a terminal (a pseudo-terminal, 120 columns)."""
-    import fcntl
-    import os
-    import pty
-    import struct
-    import termios
-
-    main, child = pty.openpty()
-    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 120, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS")}
-    done = subprocess.run(
-        [sys.executable, "-m", "agentjournal.cli", *args],
-        stdout=child,
-        stderr=subprocess.PIPE,
-        timeout=120,
-        check=False,
-        env={**env, "TERM": "xterm-256color"},
-    )
-    os.close(child)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(main, 65536)
-        except OSError:  # the terminal's other end is closed: all read
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(main)
-    assert done.returncode == 0, done.stderr
-    return b"".join(chunks).decode()
-
-
 def test_on_a_terminal_a_rich_tree_and_table(written: Written) -> None:
     _sqlite_only(written)
-    tree = _on_a_terminal("show", "demo-1", "--uri", written.uri)
+    tree = on_a_terminal("show", "demo-1", "--uri", written.uri)
     assert "\x1b[" in tree  # styled
     assert "├── " in tree or "└── " in tree  # drawn as a tree
     assert "AgentSubsession-demo-1-sub-refunds-call_to_refunds" in tree
     assert "BLOCK CEILING_EXCEEDED" in tree
-    listed = _on_a_terminal("sessions", "--uri", written.uri)
+    listed = on_a_terminal("sessions", "--uri", written.uri)
     assert "\x1b[" in listed
     assert "demo-1" in listed
 
@@ -765,7 +731,7 @@ def test_stored_control_characters_are_printed_escaped(tmp_path: Path) -> None:
     uri = _hostile(tmp_path)
     shown = run("show", "h", "--uri", uri)
     assert shown.returncode == 0, shown.stderr
-    on_terminal = _on_a_terminal("show", "h", "--uri", uri)
+    on_terminal = on_a_terminal("show", "h", "--uri", uri)
     listed = run("sessions", "--uri", uri)
     by_agent = run("usage", "h", "--by", "agent", "--uri", uri)
     for out in (shown.stdout, listed.stdout, by_agent.stdout):

@@ -8,17 +8,10 @@ and the KurrentDB double, against sessions written by real ``Runner`` runs.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import importlib
 import json
-import os
-import pty
 import re
 import sqlite3
-import struct
-import subprocess
-import sys
-import termios
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -40,7 +33,7 @@ from agentjournal.usage import (
     UsageReport,
     usage_of,
 )
-from cli_run import run
+from cli_run import on_a_terminal, run
 from drive import drive
 from usage_scenarios import Script, nested, parallel
 
@@ -405,38 +398,10 @@ def test_a_tree_read_in_python_gives_what_the_command_prints(tmp_path: Path) -> 
     assert report.total.usage == written.scripts["u-one"].total()
 
 
-def _on_a_terminal(*args: str) -> str:
-    """What ``agentjournal ARGS`` prints to a terminal (a pseudo-terminal, 120 columns)."""
-    main, child = pty.openpty()
-    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 120, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS")}
-    done = subprocess.run(
-        [sys.executable, "-m", "agentjournal.cli", *args],
-        stdout=child,
-        stderr=subprocess.PIPE,
-        timeout=120,
-        check=False,
-        env={**env, "TERM": "xterm-256color"},
-    )
-    os.close(child)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(main, 65536)
-        except OSError:  # the terminal's other end is closed: all read
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(main)
-    assert done.returncode == 0, done.stderr
-    return b"".join(chunks).decode()
-
-
 def test_on_a_terminal_a_rich_table(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'usage.db'}"
     written = asyncio.run(write_sessions(uri, tmp_path))
-    shown = _on_a_terminal("usage", "--by", "agent", "--prices", str(written.prices), "--uri", uri)
+    shown = on_a_terminal("usage", "--by", "agent", "--prices", str(written.prices), "--uri", uri)
     assert "\x1b[" in shown  # styled
     assert "━" in shown or "─" in shown  # drawn as a table
     assert "billing" in shown
