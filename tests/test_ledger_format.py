@@ -9,6 +9,7 @@ import copy
 import functools
 import hashlib
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,8 +66,10 @@ def test_the_worked_example_of_schema_md() -> None:
     )
     assert record == EXAMPLE_RECORD.encode()
     assert digest == metadata["aj.hash"] == EXAMPLE_HASH == hashlib.sha256(record).hexdigest()
+    # SCHEMA.md shows the record split over three lines in a code block.
     schema = (ROOT / "SCHEMA.md").read_text()
-    assert EXAMPLE_RECORD in schema
+    start = schema.index('```\n[2,"AgentSession-demo"') + 4
+    assert schema[start : schema.index("```", start)].replace("\n", "") == EXAMPLE_RECORD
     assert EXAMPLE_HASH in schema
     assert EXAMPLE_PREV in schema
 
@@ -391,3 +394,41 @@ def test_relabelled_and_rehashed_the_checkpoint_still_fails(
     report = verify_bundle(bundle, trusted)
     assert not report.ok
     assert {problem.check for problem in report.problems} == {"checkpoints"}, report.text()
+
+
+def test_the_catalog_reports_a_chain_format_it_does_not_know() -> None:
+    """``agentjournal sessions`` folds every event's chain: an unknown label is a broken chain
+    there too, never a crash."""
+    from datetime import UTC, datetime
+
+    from agentjournal.catalog import Catalog
+    from agentjournal.store.base import RecordedEvent
+
+    catalog = Catalog()
+    prev, stream = chain.GENESIS, "AgentSession-a"
+    for revision in range(2):
+        data = json.dumps({"content": f"item {revision}"}).encode()
+        metadata = {"$schema_version": "2", "aj.index": str(revision)}
+        event_id = uuid.uuid4()
+        prev = chain.seal(
+            stream, revision, str(event_id), "UserMessageReceived", data, metadata, prev
+        )
+        if revision == 1:
+            metadata["aj.chain"] = "9"
+        catalog.fold(
+            RecordedEvent(
+                id=event_id,
+                type="UserMessageReceived",
+                data=data,
+                metadata=metadata,
+                stream=stream,
+                revision=revision,
+                position=revision,
+                recorded_at=datetime.now(UTC),
+            )
+        )
+    (row,) = catalog.rows({})
+    assert row.ledger == "broken chain"
+    assert row.ledger_detail == (
+        f"{stream}@1: the event names a chain format this version does not know"
+    )
