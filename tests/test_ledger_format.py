@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -432,3 +433,44 @@ def test_the_catalog_reports_a_chain_format_it_does_not_know() -> None:
     assert row.ledger_detail == (
         f"{stream}@1: the event names a chain format this version does not know"
     )
+
+
+# -- view commitments -----------------------------------------------------------------------
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats()
+    | st.text()
+    | st.sampled_from(["lone \ud800 surrogate", "\U0001f600 astral", "\ue000 private"]),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.text() | st.sampled_from(["\U0001f600", "\uffff", "a"]), inner, max_size=4
+        )
+    ),
+    max_leaves=16,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.dictionaries(st.text(max_size=5), _json_values, max_size=5))
+def test_a_view_made_from_data_digests_as_rfc8785(body: dict[str, Any]) -> None:
+    """A view made by ``redaction.view`` is printed by orjson where that gives RFC 8785's
+    bytes; a float, a key beyond U+FFFF, an integer beyond 64 bits or a lone surrogate
+    anywhere in it takes the exact path: the digest is always the one a plain dict gets."""
+    from agentjournal.ledger import redaction
+
+    data = json.dumps(body).encode()  # NaN and Infinity too, as json.loads takes them
+    parsed = json.loads(data)
+    try:
+        encoded = rfc8785.dumps(parsed)
+    except (rfc8785.CanonicalizationError, UnicodeError):
+        encoded = json.dumps(
+            parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode("utf-8", "surrogatepass")
+    expected = hashlib.sha256(encoded).hexdigest()
+    made = redaction._View(redaction._loads(data))
+    assert redaction.view_digest(made) == expected
+    assert redaction.view_digest(parsed) == expected

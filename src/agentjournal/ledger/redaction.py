@@ -40,6 +40,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+import orjson
 import rfc8785
 
 from agentjournal import events
@@ -103,12 +104,54 @@ def is_withheld(value: Any) -> bool:
     return isinstance(value, Mapping) and "withheld" in value
 
 
+class _Float(float):
+    """A number with a fraction or exponent in data a view is made from. orjson refuses to
+    print it, so a view holding one is printed by the exact path of :func:`view_digest`."""
+
+    __slots__ = ()
+
+
+class _View(dict[str, Any]):
+    """A view :func:`view` made: every float in it is a :class:`_Float` (its data was parsed
+    so), which lets :func:`view_digest` try orjson without first walking the view for floats.
+    Code that puts a plain float into one would get a wrong digest: nothing does."""
+
+    __slots__ = ()
+
+
+def _constant(name: str) -> _Float:
+    return _Float(name)  # NaN, Infinity, -Infinity: json.loads takes them, so views do
+
+
+_DECODER: Final = json.JSONDecoder(parse_float=_Float, parse_constant=_constant)
+_ASTRAL: Final = re.compile(b"[\xf0-\xf4]")  # the first byte of a character beyond U+FFFF
+
+
+def _loads(data: bytes) -> Any:
+    """``json.loads(data)`` (the same encoding detection, the same errors) with every float
+    a :class:`_Float`."""
+    return _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
+
+
 def view_digest(body: Any) -> str:
     """Hex SHA-256 of the RFC 8785 bytes of a view (the ``aj.redacted`` value).
 
     A view RFC 8785 cannot print (an integer beyond 2**53, a non-finite number) is
     hashed as Python's sorted compact JSON instead: every reader computes the same.
     """
+    if type(body) is _View:
+        # A view made from data: no plain float in it. orjson prints it as Python's sorted
+        # compact JSON (strings, integers, objects, arrays, true, false, null alike), which
+        # is RFC 8785's bytes unless a key holds a character beyond U+FFFF (UTF-16 order):
+        # no byte of the output starts one. What orjson refuses (a float, an integer beyond
+        # 64 bits, a lone surrogate, nesting beyond 255) takes the paths below.
+        try:
+            encoded = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            pass
+        else:
+            if _ASTRAL.search(encoded) is None:
+                return hashlib.sha256(encoded).hexdigest()
     if _plain(body):
         # No float and no key beyond the Basic Multilingual Plane: RFC 8785 prints
         # such a value as Python's sorted compact JSON does (strings escaped alike,
@@ -159,7 +202,8 @@ def view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any]
     if type_ not in VIEWED or metadata.get(events.VIEWED_KEY) == "1":
         return None
     try:
-        return _view(type_, data, metadata)
+        shown = _view(type_, data, metadata)
+        return None if shown is None else _View(shown)
     except RecursionError:
         raise ValueError(f"{type_} data is nested too deeply") from None
     except (TypeError, AttributeError, LookupError) as error:  # a field of the wrong shape
@@ -167,7 +211,7 @@ def view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any]
 
 
 def _view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any] | None:
-    body = json.loads(data)
+    body = _loads(data)
     if not isinstance(body, dict):
         raise ValueError(f"{type_} data is not a JSON object")
     rule = _rule(metadata)
