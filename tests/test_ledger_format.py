@@ -230,12 +230,14 @@ async def test_an_old_session_continued_by_new_code_verifies(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bundle = await _mixed(tmp_path, monkeypatch)
-    for prefix in ("AgentSession-", "AgentLedger-"):
-        stream = next(s for s in bundle["streams"] if s["name"].startswith(prefix))
-        labels = [event["metadata"].get("aj.chain") for event in stream["events"]]
-        assert None in labels
-        assert "2" in labels
-        assert labels == sorted(labels, key=lambda label: label is not None)  # 1s, then 2s
+    session = next(s for s in bundle["streams"] if s["name"].startswith("AgentSession-"))
+    labels = [event["metadata"].get("aj.chain") for event in session["events"]]
+    assert None in labels
+    assert "2" in labels
+    assert labels == sorted(labels, key=lambda label: label is not None)  # 1s, then 2s
+    ledger = next(s for s in bundle["streams"] if s["name"].startswith("AgentLedger-"))
+    assert len(ledger["events"]) == 2
+    assert all("aj.chain" not in event["metadata"] for event in ledger["events"])
     report = verify_bundle(bundle, TRUSTED)
     assert report.ok, report.text()
     async with Journal.open(f"sqlite:///{tmp_path / 'journal.db'}") as journal:
@@ -256,7 +258,10 @@ def v2_bundle(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             return await export_bundle(journal.store, "mixed")
 
     bundle = asyncio.run(export())
-    assert all(event["metadata"]["aj.chain"] == "2" for _, event in _events(bundle))
+    for name, event in _events(bundle):  # checkpoints stay format 1 (SCHEMA.md)
+        assert event["metadata"].get("aj.chain") == (
+            None if name.startswith("AgentLedger-") else "2"
+        )
     assert verify_bundle(bundle, TRUSTED).ok
     return bundle
 
@@ -474,3 +479,43 @@ def test_a_view_made_from_data_digests_as_rfc8785(body: dict[str, Any]) -> None:
     made = redaction._View(redaction._loads(data))
     assert redaction.view_digest(made) == expected
     assert redaction.view_digest(parsed) == expected
+
+
+@pytest.mark.parametrize("written", ["before format 2", "since format 2"])
+def test_the_newest_checkpoint_cannot_be_relabelled(
+    v2_bundle: dict[str, Any], written: str
+) -> None:
+    """Nothing after the newest checkpoint pins its hash: were both formats allowed on the
+    checkpoint stream, anyone could flip its label and recompute its hash. Found by the fuzz
+    test of tests/test_verify_hostile.py."""
+    if written == "before format 2":
+        bundle, trusted = _fixture("nested.json"), _trusted_v1()
+    else:  # a format 2 session's checkpoints are format 1 too
+        bundle, trusted = copy.deepcopy(v2_bundle), TRUSTED
+    ledger = next(s for s in bundle["streams"] if s["name"].startswith("AgentLedger-"))
+    last = ledger["events"][-1]
+    last["metadata"]["aj.chain"] = "2"
+    rechain(bundle, ledger["name"])
+    found = _first_problem(bundle, trusted)
+    assert (found.check, found.stream, found.revision, found.message) == (
+        "integrity",
+        ledger["name"],
+        last["revision"],
+        "a checkpoint or key rotation is sealed in chain format 1 only (aj.chain)",
+    )
+
+
+def test_signed_streams_are_sealed_in_format_1() -> None:
+    for stream in ("AgentLedger-s", "AgentKeys"):
+        metadata: dict[str, str] = {}
+        digest = chain.seal(stream, 0, "id", "T", b"{}", metadata, chain.GENESIS)
+        assert "aj.chain" not in metadata
+        assert (
+            digest
+            == hashlib.sha256(
+                chain.record_bytes(
+                    stream, 0, "id", "T", hashlib.sha256(b"{}").hexdigest(), metadata
+                )
+            ).hexdigest()
+        )
+        assert chain.record_bytes(stream, 0, "id", "T", "0" * 64, metadata).startswith(b"{")

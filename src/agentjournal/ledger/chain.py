@@ -16,6 +16,7 @@ before it) and ``aj.hash``, the hex SHA-256 of the event's *chain record*:
 ``aj.prev`` and ``aj.chain``. Because the data enters only as a digest, a payload can be
 withheld from an export and the chain still verifies. A format 2 record starts with ``[``
 and a format 1 record with ``{``, so no record of one format is a record of the other.
+The signed streams (checkpoints, key rotations) are format 1 only (:func:`signed_stream`).
 Appends are at exact revisions, so each stream's chain is linear.
 """
 
@@ -31,6 +32,7 @@ import rfc8785
 
 from agentjournal._digests import data_digest
 from agentjournal.errors import InvalidInput
+from agentjournal.streams import KEYS_STREAM, ledger_stream
 
 __all__ = [
     "CHAIN_FORMAT",
@@ -45,6 +47,7 @@ __all__ = [
     "jcs",
     "record_bytes",
     "seal",
+    "signed_stream",
 ]
 
 SEQ_KEY: Final = "aj.seq"
@@ -61,6 +64,21 @@ def jcs(value: Any) -> bytes:
     """RFC 8785 canonical JSON bytes."""
     encoded: bytes = rfc8785.dumps(value)
     return encoded
+
+
+_LEDGER_PREFIX: Final = ledger_stream("")
+
+
+def signed_stream(stream: str) -> bool:
+    """Whether ``stream`` holds signed statements (``AgentLedger-{id}``, ``AgentKeys``): its
+    events are sealed in chain format 1 only.
+
+    Nothing after the newest checkpoint or key rotation pins its hash, so whoever holds a
+    bundle could recompute that hash in either format if both were allowed there and flip
+    the event's ``aj.chain``; one format makes the event exactly what was signed, and format
+    1 is what such streams already hold.
+    """
+    return stream == KEYS_STREAM or stream.startswith(_LEDGER_PREFIX)
 
 
 def chain_format(metadata: Mapping[str, str]) -> int | None:
@@ -230,16 +248,17 @@ def seal(
 ) -> str:
     """Add the chain keys to ``metadata`` (in place) and return the event's hash.
 
-    ``chain_format`` 1 seals as agentjournal did before format 2 (no ``aj.chain``): kept
-    for tests of old sessions, never used by the write path.
+    Events are sealed in chain format 2, but on the signed streams (:func:`signed_stream`),
+    which are format 1 only. ``chain_format`` 1 seals as agentjournal did before format 2
+    (no ``aj.chain``) everywhere: for tests of old sessions, never used by the write path.
     """
     metadata.pop(HASH_KEY, None)
     metadata[SEQ_KEY] = str(revision)
     metadata[PREV_KEY] = prev
-    if chain_format == 2:
+    if chain_format == 2 and not signed_stream(stream):
         metadata[CHAIN_KEY] = CHAIN_FORMAT
         record = _record_v2(stream, revision, event_id, type_, data_digest(data), metadata)
-    elif chain_format == 1:
+    elif chain_format in (1, 2):
         metadata.pop(CHAIN_KEY, None)
         record = _record_v1(stream, revision, event_id, type_, data_digest(data), metadata)
     else:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import orjson
@@ -133,6 +133,30 @@ def _loads(data: bytes) -> Any:
     return _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
 
 
+def _loads_text(text: str) -> Any:
+    """``json.loads(text)`` (the same errors) with every float a :class:`_Float`."""
+    if text.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _DECODER.decode(text)
+
+
+def _marked_digest(value: Any) -> str:
+    """:func:`agentjournal._digests.value_digest` of a value whose floats are all
+    :class:`_Float` (parsed from a view's data): orjson prints what it accepts of such a
+    value (no float, no integer beyond 64 bits, no lone surrogate, string keys) exactly as
+    ``value_digest``'s sorted compact JSON does; the rest goes through ``value_digest``."""
+    try:
+        encoded = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return value_digest(value)
+    return "sha256:" + hashlib.sha256(encoded).hexdigest()
+
+
+def _withheld(value: Any) -> dict[str, str]:
+    """:func:`withheld` of a value parsed from a view's data (see :func:`_marked_digest`)."""
+    return {"withheld": _marked_digest(value)}
+
+
 def view_digest(body: Any) -> str:
     """Hex SHA-256 of the RFC 8785 bytes of a view (the ``aj.redacted`` value).
 
@@ -221,7 +245,7 @@ def _view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any
         item = body.get("item")
         if call_of(item) is None:
             return None  # a message or an output: withheld whole
-        return {**body, "item": call_marker(item, rule)}
+        return {**body, "item": _call_marker(item, rule, _marked_digest)}
     if type_ == events.SUBAGENT_STARTED:
         return _replace(body, [("prompt",), ("extensions", "openai", "item_json")])
     if type_ == events.SUBAGENT_COMPLETED:
@@ -230,7 +254,7 @@ def _view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any
         shown = _replace(body, [("payload",), ("reason_message",)])
         code = shown.get("reason_code")
         if isinstance(code, str) and not _CODE.fullmatch(code):
-            shown["reason_code"] = withheld(code)  # a service may put any text there
+            shown["reason_code"] = _withheld(code)  # a service may put any text there
         modified = body.get("modified_payload")
         if modified is not None:
             shown["modified_payload"] = _modified_marker(body, modified, rule)
@@ -240,13 +264,19 @@ def _view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any
 
 def call_marker(item: Any, rule: Mapping[str, Any] | None) -> dict[str, Any]:
     """The marker of a call item: withheld, with what containment needs (see the module)."""
-    marker: dict[str, Any] = withheld(item)
+    return _call_marker(item, rule, value_digest)
+
+
+def _call_marker(
+    item: Any, rule: Mapping[str, Any] | None, digest: Callable[[Any], str]
+) -> dict[str, Any]:
+    marker: dict[str, Any] = {"withheld": digest(item)}
     call = call_of(item)
     if call is not None:
         marker["call_id"] = call.call_id
         marker["kind"] = call.kind
         marker["name"] = call.name
-        marker["payload_digest"] = value_digest(
+        marker["payload_digest"] = digest(
             tool_call_payload(call.call_id, call.name, call.arguments, call.kind)
         )
         marker["ceilings"] = ceiling_inputs(call.arguments, _ceilings(rule).values())
@@ -282,7 +312,7 @@ def _replace(body: dict[str, Any], paths: list[tuple[str, ...]]) -> dict[str, An
         for key in path[:-1]:
             parent = parent.get(key) if isinstance(parent, dict) else None
         if isinstance(parent, dict) and parent.get(path[-1]) is not None:
-            parent[path[-1]] = withheld(parent[path[-1]])
+            parent[path[-1]] = _withheld(parent[path[-1]])
     return shown
 
 
@@ -302,15 +332,15 @@ def _tool_calls(body: dict[str, Any], rule: Mapping[str, Any] | None) -> dict[st
     shown = body
     for call in shown.get("tool_calls") or ():
         if isinstance(call, dict) and "arguments" in call:
-            call["arguments"] = withheld(call["arguments"])
+            call["arguments"] = _withheld(call["arguments"])
     openai = shown.get("extensions", {}).get("openai")
     if isinstance(openai, dict) and isinstance(openai.get("item_json"), str):
         try:
-            item = json.loads(openai["item_json"])
+            item = _loads_text(openai["item_json"])
         except ValueError:
             item = None
-        marker = call_marker(item, rule) if isinstance(item, dict) else {}
-        openai["item_json"] = {**marker, "withheld": value_digest(openai["item_json"])}
+        marker = _call_marker(item, rule, _marked_digest) if isinstance(item, dict) else {}
+        openai["item_json"] = {**marker, "withheld": _marked_digest(openai["item_json"])}
     return shown
 
 
@@ -318,7 +348,7 @@ def _modified_marker(
     body: Mapping[str, Any], modified: Any, rule: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     """A guardrail's replacement, withheld; for a tool call, with its ceiling inputs."""
-    marker: dict[str, Any] = withheld(modified)
+    marker: dict[str, Any] = _withheld(modified)
     if body.get("action_type") == "TOOL_CALL" and isinstance(modified, Mapping):
         function = modified.get("function")
         arguments = function.get("arguments") if isinstance(function, Mapping) else None

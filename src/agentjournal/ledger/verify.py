@@ -71,6 +71,7 @@ from agentjournal.ledger.chain import (
     SEQ_KEY,
     chain_format,
     chain_hash,
+    signed_stream,
 )
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, signed_event_id, trusted_closure
@@ -432,6 +433,7 @@ _Markers = dict[int, dict[str, Any]]
 def _check_chain(
     report: Report, name: str, stream: Sequence[Record], markers: _Markers | None = None
 ) -> None:
+    signed = signed_stream(name)
     prev = GENESIS
     for position, event in enumerate(stream):
         if event.revision != position:
@@ -457,7 +459,16 @@ def _check_chain(
         if metadata.get(PREV_KEY) != prev:
             report.fail("integrity", name, position, "aj.prev is not the previous event's hash")
             return
-        if chain_format(metadata) is None:
+        found = chain_format(metadata)
+        if found == 2 and signed:
+            report.fail(
+                "integrity",
+                name,
+                position,
+                "a checkpoint or key rotation is sealed in chain format 1 only (aj.chain)",
+            )
+            return
+        if found is None:
             report.fail(
                 "integrity",
                 name,
