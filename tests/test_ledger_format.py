@@ -519,3 +519,39 @@ def test_signed_streams_are_sealed_in_format_1() -> None:
             ).hexdigest()
         )
         assert chain.record_bytes(stream, 0, "id", "T", "0" * 64, metadata).startswith(b"{")
+
+
+def _floats_marked(value: Any) -> bool:
+    from agentjournal.ledger import redaction
+
+    if isinstance(value, dict):
+        return all(_floats_marked(item) for item in value.values())
+    if isinstance(value, list):
+        return all(_floats_marked(item) for item in value)
+    return not isinstance(value, float) or type(value) is redaction._Float
+
+
+@settings(max_examples=600, deadline=None)
+@given(_json_values, st.sampled_from([None, 0, 2]), st.sampled_from([(",", ":"), (", ", ": ")]))
+def test_view_data_parses_as_json_loads_parses_it(
+    value: Any, indent: int | None, separators: tuple[str, str]
+) -> None:
+    """Views parse their data with orjson where it reads what ``json`` reads, else with
+    ``json``: the same value either way, every float marked (``_Float``)."""
+    from agentjournal.ledger import redaction
+
+    text = json.dumps(value, indent=indent, separators=separators)
+    for parsed in (redaction._loads(text.encode()), redaction._loads_text(text)):
+        assert json.dumps(parsed) == json.dumps(json.loads(text))  # NaN != NaN: compare text
+        assert [type(x) for x in _leaves(parsed)] == [
+            redaction._Float if type(x) is float else type(x) for x in _leaves(json.loads(text))
+        ]
+        assert _floats_marked(parsed)
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in _leaves(item)]
+    if isinstance(value, list):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]

@@ -55,6 +55,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from agentjournal import events
 from agentjournal._calls import CALL_KINDS
 from agentjournal._digests import value_digest
+from agentjournal._gc import no_collection
 from agentjournal._text import cut, plural
 from agentjournal.authority import Authority, Gate, Policy, ToolRule, ceiling_inputs, meet
 from agentjournal.errors import CodecError, InvalidInput
@@ -173,6 +174,22 @@ def verify_bundle(
         policy: The policy the session must have run under (an outside anchor,
             like the keys): every policy the bundle records must be this one.
     """
+    # Verification makes records, views and markers by the thousand, none in a cycle: the
+    # cyclic collector would scan them (and the bundle) again and again as they pile up.
+    with no_collection():
+        return _verify_bundle(
+            bundle, trusted, allow_uncovered=allow_uncovered, not_before=not_before, policy=policy
+        )
+
+
+def _verify_bundle(
+    bundle: Any,
+    trusted: Mapping[str, Ed25519PublicKey],
+    *,
+    allow_uncovered: bool,
+    not_before: str | None,
+    policy: Policy | None,
+) -> Report:
     try:
         tree = _parse(bundle)
     except _Malformed as error:
@@ -198,6 +215,20 @@ def verify_records(
 ) -> Report:
     """Verify a session tree's records (from a bundle, or read from a store with
     :func:`agentjournal.records.read_tree`); the arguments as for :func:`verify_bundle`."""
+    with no_collection():  # as in verify_bundle
+        return _verify_records(
+            records, trusted, allow_uncovered=allow_uncovered, not_before=not_before, policy=policy
+        )
+
+
+def _verify_records(
+    records: TreeRecords,
+    trusted: Mapping[str, Ed25519PublicKey],
+    *,
+    allow_uncovered: bool,
+    not_before: str | None,
+    policy: Policy | None,
+) -> Report:
     report = Report()
     session_id = records.session_id
     streams = {name: list(stream) for name, stream in records.streams.items()}
@@ -273,12 +304,13 @@ def parse_bundle(raw: bytes) -> Any:
     if not text.strip():
         return None
     try:
-        return json.loads(
-            text,
-            object_pairs_hook=_unique_names,
-            parse_constant=_no_constant,
-            parse_float=_finite_float,
-        )
+        with no_collection():  # a bundle is one large tree of acyclic objects
+            return json.loads(
+                text,
+                object_pairs_hook=_unique_names,
+                parse_constant=_no_constant,
+                parse_float=_finite_float,
+            )
     except json.JSONDecodeError as error:
         raise InvalidInput(
             f"not JSON at line {error.lineno} column {error.colno}: {error.msg}"
@@ -535,30 +567,15 @@ def _view_problem(event: Record, markers: _Markers | None = None) -> str | None:
 def _shared_marker(event: Record, shown: Mapping[str, Any]) -> dict[str, Any] | None:
     """The call marker in a view computed from the event's data, when it is what
     :func:`_call_marker` computes from the same data (the fields containment reads: call id,
-    kind, name, payload digest, ceilings); None where the two could differ (a forged item
-    that looks withheld, a rule that is not JSON, data ``Record.body`` does not read), so
-    that containment computes it, and fails it, exactly as before."""
-    body = event.body
+    kind, name, payload digest, ceilings); None where the two could differ, so that
+    containment computes it, and fails it, exactly as before: an item that looks withheld
+    (``redaction.shown_call``), data ``Record.body`` refuses (``NaN``, ``Infinity``), a rule
+    that is not JSON."""
+    marker = redaction.shown_call(shown)
+    if marker is None or event.data is None or "NaN" in event.data or "Infinity" in event.data:
+        return None
     rule = event.metadata.get(events.TOOL_RULE_KEY)
-    if body is None or (rule is not None and not _json_text(rule)):
-        return None
-    if event.type == "OpenAIItemRecorded":
-        item, marker = body.get("item"), shown.get("item")
-        if isinstance(item, dict) and not redaction.is_withheld(item):
-            return marker if isinstance(marker, dict) else None
-        return None
-    if event.type != "AssistantToolCallsGenerated":
-        return None
-    extensions = body.get("extensions")
-    openai = extensions.get("openai") if isinstance(extensions, dict) else None
-    item = openai.get("item_json") if isinstance(openai, dict) else None
-    shown_extensions = shown.get("extensions")
-    shown_openai = shown_extensions.get("openai") if isinstance(shown_extensions, dict) else None
-    marker = shown_openai.get("item_json") if isinstance(shown_openai, dict) else None
-    # A marker with a call id: the item's JSON text parsed to a call, as containment parses it.
-    if isinstance(item, str) and isinstance(marker, dict) and "call_id" in marker:
-        return marker
-    return None
+    return marker if rule is None or _json_text(rule) else None
 
 
 def _json_text(text: str) -> bool:
