@@ -5,12 +5,15 @@ support turns (a user message, a tool call, its result and an answer per
 turn, realistic sizes) is written through ``JournalSession`` with a signing
 key, exported as a bundle, and then, round by round:
 
-- **raw**: ``hashlib.sha256`` of every event's data and of its canonical
-  chain record (the bytes precomputed, so only hashing is timed);
-- **chain**: the verifier's integrity check alone (digests, JCS records,
-  chain links);
+- **raw**: ``hashlib.sha256`` of every event's data and of its chain record
+  (``ledger.chain.record_bytes``: the exact bytes the verifier hashes, format 2
+  for events written now; precomputed, so only hashing is timed);
+- **chain**: the verifier's integrity check alone (digests, chain records,
+  chain links, view commitments);
 - **verify**: the whole offline verification (structure, integrity,
-  checkpoints, twins, delegation, containment).
+  checkpoints, twins, delegation, containment), of the parsed bundle;
+- **seal**: the write side, ``engine.plan.seal_event`` (view commitment and
+  chain keys) of every event again, from its metadata without the chain keys.
 
 Throughput is events per second; the ratio is ours / raw (higher is better).
 Goal: verify >= 50% of raw.
@@ -25,13 +28,15 @@ import json
 import statistics
 import sys
 import time
+import uuid
 from typing import Any
 
 from _common import table
 from agentjournal import Journal
-from agentjournal.ledger import HASH_KEY, SigningKey
+from agentjournal.engine.plan import seal_event
+from agentjournal.ledger import SigningKey
 from agentjournal.ledger.bundle import export_bundle
-from agentjournal.ledger.chain import _record_bytes
+from agentjournal.ledger.chain import CHAIN_KEYS, HASH_KEY, PREV_KEY, record_bytes
 from agentjournal.ledger.verify import Report, _check_chain, _parse, verify_bundle
 
 ANSWER = "Your order shipped on Monday and should arrive by Thursday. " * 5
@@ -75,17 +80,38 @@ def raw_inputs(bundle: dict[str, Any]) -> list[tuple[bytes, bytes]]:
     pairs = []
     for stream in bundle["streams"]:
         for event in stream["events"]:
-            covered = {k: v for k, v in event["metadata"].items() if k != HASH_KEY}
-            record = {
-                "stream": stream["name"],
-                "revision": event["revision"],
-                "id": event["id"],
-                "type": event["type"],
-                "data_sha256": event["data_sha256"],
-                "metadata": covered,
-            }
-            pairs.append((event["data"].encode(), _record_bytes(record, covered)))
+            record = record_bytes(
+                stream["name"],
+                event["revision"],
+                event["id"],
+                event["type"],
+                event["data_sha256"],
+                event["metadata"],
+            )
+            pairs.append((event["data"].encode(), record))
     return pairs
+
+
+def seal_inputs(bundle: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """What ``seal_event`` is given for each event: its place, id, type, data, its metadata
+    without the chain keys (copied again per round: sealing adds them) and the previous hash."""
+    found = []
+    for stream in bundle["streams"]:
+        for event in stream["events"]:
+            metadata = {k: v for k, v in event["metadata"].items() if k not in CHAIN_KEYS}
+            found.append(
+                (
+                    stream["name"],
+                    event["revision"],
+                    uuid.UUID(event["id"]),
+                    event["type"],
+                    event["data"].encode(),
+                    metadata,
+                    event["metadata"][PREV_KEY],
+                    event["metadata"][HASH_KEY],
+                )
+            )
+    return found
 
 
 def main(argv: list[str]) -> int:
@@ -97,6 +123,7 @@ def main(argv: list[str]) -> int:
     bundle = asyncio.run(recorded(turns, key))
     trusted = {key.key_id: key.public_key}
     pairs = raw_inputs(bundle)
+    sealing = seal_inputs(bundle)
     count = len(pairs)
     size = sum(len(d) + len(r) for d, r in pairs) / count
 
@@ -116,7 +143,13 @@ def main(argv: list[str]) -> int:
         report = verify_bundle(bundle, trusted)
         assert report.ok, report.text()
 
-    sides = {"raw sha256": raw, "chain check": chain, "full verify": verify}
+    def seal() -> None:
+        for stream, revision, id_, type_, data, metadata, prev, _ in sealing:
+            seal_event(stream, revision, id_, type_, data, dict(metadata), prev)
+
+    stream, revision, id_, type_, data, metadata, prev, stored = sealing[-1]
+    assert seal_event(stream, revision, id_, type_, data, dict(metadata), prev) == stored
+    sides = {"raw sha256": raw, "chain check": chain, "full verify": verify, "seal": seal}
     times: dict[str, list[float]] = {name: [] for name in sides}
     cpu: dict[str, list[float]] = {name: [] for name in sides}
     for _ in range(rounds):

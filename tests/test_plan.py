@@ -35,7 +35,7 @@ from agentjournal.engine.plan import (
 from agentjournal.engine.timeline import Clear, Entry, Pop
 from agentjournal.engine.tree import AuthorityLog, Commit, SessionTree
 from agentjournal.ledger import redaction
-from agentjournal.ledger.chain import GENESIS, HASH_KEY, PREV_KEY, SEQ_KEY, chain_hash
+from agentjournal.ledger.chain import CHAIN_KEY, GENESIS, HASH_KEY, PREV_KEY, SEQ_KEY, chain_hash
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import SigningKey, signed_event_id
 from agentjournal.store.base import AppendRequest, NewEvent, StreamState, event_id
@@ -317,7 +317,7 @@ def test_tool_calls_carry_what_a_verifier_checks_without_the_payload() -> None:
 
 
 def _common(metadata: Mapping[str, str]) -> dict[str, str]:
-    keys = (events.INDEX_KEY, events.NEXT_INDEX_KEY, SEQ_KEY, PREV_KEY, HASH_KEY)
+    keys = (events.INDEX_KEY, events.NEXT_INDEX_KEY, SEQ_KEY, PREV_KEY, CHAIN_KEY, HASH_KEY)
     return {k: metadata[k] for k in keys}
 
 
@@ -331,6 +331,7 @@ def test_without_a_policy_or_guardrail_a_call_says_only_what_it_is() -> None:
         events.REDACTED_KEY,
         SEQ_KEY,
         PREV_KEY,
+        CHAIN_KEY,
         HASH_KEY,
     }
 
@@ -561,6 +562,7 @@ def test_a_handoffs_grant_rides_its_subagent_started_and_the_authority_log() -> 
             *TRACE,
             SEQ_KEY,
             PREV_KEY,
+            CHAIN_KEY,
             HASH_KEY,
         }
     last = chained(plan.requests[2], GENESIS)
@@ -646,6 +648,7 @@ def test_a_control_event_goes_right_after_its_streams_head() -> None:
         events.SCHEMA_VERSION_KEY: "2",
         SEQ_KEY: "5",
         PREV_KEY: H_S,
+        CHAIN_KEY: "2",
     }
     assert plan.commit == Commit(
         heads={S: 5}, hashes={S: chained(request, H_S)}, entries=entries, written=1
@@ -773,9 +776,9 @@ def test_a_checkpoint_signs_the_heads_at_the_next_place_of_the_ledger(
     assert checkpoint.key_id == key.key_id
     # Everything on the event but its chain keys is signed.
     assert dict(checkpoint.metadata) == {events.SCHEMA_VERSION_KEY: "2", **TRACE}
-    assert {k: v for k, v in event.metadata.items() if k not in (SEQ_KEY, PREV_KEY, HASH_KEY)} == (
-        dict(checkpoint.metadata)
-    )
+    assert {
+        k: v for k, v in event.metadata.items() if k not in (SEQ_KEY, PREV_KEY, CHAIN_KEY, HASH_KEY)
+    } == (dict(checkpoint.metadata))
     sealed = chained(request, prev)
     assert plan.commit == Commit(heads={}, hashes={}, ledger=(head + 1, sealed), signed=True)
     assert Checkpoint.decode(json.loads(event.data)) == checkpoint

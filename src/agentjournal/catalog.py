@@ -53,7 +53,14 @@ from agentjournal.errors import (
     StoreError,
     StreamNotFound,
 )
-from agentjournal.ledger.chain import GENESIS, HASH_KEY, PREV_KEY, SEQ_KEY, chain_hash
+from agentjournal.ledger.chain import (
+    GENESIS,
+    HASH_KEY,
+    PREV_KEY,
+    SEQ_KEY,
+    chain_format,
+    chain_hash,
+)
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, trusted_closure
 from agentjournal.streams import (
@@ -272,6 +279,8 @@ class Catalog:
             problem = "not hash-chained"
         elif metadata.get(PREV_KEY) != previous:
             problem = "aj.prev does not link the previous event's hash"
+        elif chain_format(metadata) is None:  # no record to hash: chain_hash would refuse it
+            problem = "the event names a chain format this version does not know"
         else:
             digest = chain_hash(
                 event.stream,

@@ -37,9 +37,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+import orjson
 import rfc8785
 
 from agentjournal import events
@@ -54,6 +55,7 @@ __all__ = [
     "VIEWED",
     "call_marker",
     "is_withheld",
+    "shown_call",
     "view",
     "view_digest",
     "withheld",
@@ -103,12 +105,96 @@ def is_withheld(value: Any) -> bool:
     return isinstance(value, Mapping) and "withheld" in value
 
 
+class _Float(float):
+    """A number with a fraction or exponent in data a view is made from. orjson refuses to
+    print it, so a view holding one is printed by the exact path of :func:`view_digest`."""
+
+    __slots__ = ()
+
+
+class _View(dict[str, Any]):
+    """A view :func:`view` made: every float in it is a :class:`_Float` (its data was parsed
+    so), which lets :func:`view_digest` try orjson without first walking the view for floats.
+    Code that puts a plain float into one would get a wrong digest: nothing does.
+
+    Attributes:
+        call: The marker of the call the view shows (a tool call's), when it is the one
+            :func:`call_marker` makes of the same item (not an item that looks withheld):
+            a verifier then need not parse the data again for it.
+    """
+
+    __slots__ = ("call",)
+
+    call: dict[str, Any] | None
+
+
+def shown_call(shown: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The call marker :func:`view` found making ``shown`` (see ``_View.call``), else None."""
+    return shown.call if type(shown) is _View else None
+
+
+def _constant(name: str) -> _Float:
+    return _Float(name)  # NaN, Infinity, -Infinity: json.loads takes them, so views do
+
+
+_DECODER: Final = json.JSONDecoder(parse_float=_Float, parse_constant=_constant)
+_ASTRAL: Final = re.compile(b"[\xf0-\xf4]")  # the first byte of a character beyond U+FFFF
+
+
+def _loads(data: bytes) -> Any:
+    """``json.loads(data)`` (the same encoding detection, values and errors) with every float
+    a :class:`_Float`.
+
+    Not orjson, though it parses four times faster: it reads an integer beyond 64 bits as a
+    float and does not say whether it met a float, and looking for either in the text
+    (a regular expression) costs more than the parse saves.
+    """
+    return _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
+
+
+def _loads_text(text: str) -> Any:
+    """``json.loads(text)`` (the same values and errors) with every float a :class:`_Float`."""
+    if text.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _DECODER.decode(text)
+
+
+def _marked_digest(value: Any) -> str:
+    """:func:`agentjournal._digests.value_digest` of a value whose floats are all
+    :class:`_Float` (parsed from a view's data): orjson prints what it accepts of such a
+    value (no float, no integer beyond 64 bits, no lone surrogate, string keys) exactly as
+    ``value_digest``'s sorted compact JSON does; the rest goes through ``value_digest``."""
+    try:
+        encoded = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return value_digest(value)
+    return "sha256:" + hashlib.sha256(encoded).hexdigest()
+
+
+def _withheld(value: Any) -> dict[str, str]:
+    """:func:`withheld` of a value parsed from a view's data (see :func:`_marked_digest`)."""
+    return {"withheld": _marked_digest(value)}
+
+
 def view_digest(body: Any) -> str:
     """Hex SHA-256 of the RFC 8785 bytes of a view (the ``aj.redacted`` value).
 
     A view RFC 8785 cannot print (an integer beyond 2**53, a non-finite number) is
     hashed as Python's sorted compact JSON instead: every reader computes the same.
     """
+    if type(body) is _View:
+        # A view made from data: no plain float in it. orjson prints it as Python's sorted
+        # compact JSON (strings, integers, objects, arrays, true, false, null alike), which
+        # is RFC 8785's bytes unless a key holds a character beyond U+FFFF (UTF-16 order):
+        # no byte of the output starts one. What orjson refuses (a float, an integer beyond
+        # 64 bits, a lone surrogate, nesting beyond 255) takes the paths below.
+        try:
+            encoded = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            pass
+        else:
+            if _ASTRAL.search(encoded) is None:
+                return hashlib.sha256(encoded).hexdigest()
     if _plain(body):
         # No float and no key beyond the Basic Multilingual Plane: RFC 8785 prints
         # such a value as Python's sorted compact JSON does (strings escaped alike,
@@ -159,15 +245,23 @@ def view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any]
     if type_ not in VIEWED or metadata.get(events.VIEWED_KEY) == "1":
         return None
     try:
-        return _view(type_, data, metadata)
+        made = _view(type_, data, metadata)
+        if made is None:
+            return None
+        result = _View(made[0])
+        result.call = made[1]
+        return result
     except RecursionError:
         raise ValueError(f"{type_} data is nested too deeply") from None
     except (TypeError, AttributeError, LookupError) as error:  # a field of the wrong shape
         raise ValueError(f"{type_} data is malformed: {error}") from None
 
 
-def _view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any] | None:
-    body = json.loads(data)
+def _view(
+    type_: str, data: bytes, metadata: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
+    """The view and the call marker it holds (``_View.call``), or None."""
+    body = _loads(data)
     if not isinstance(body, dict):
         raise ValueError(f"{type_} data is not a JSON object")
     rule = _rule(metadata)
@@ -177,32 +271,39 @@ def _view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any
         item = body.get("item")
         if call_of(item) is None:
             return None  # a message or an output: withheld whole
-        return {**body, "item": call_marker(item, rule)}
+        marker = _call_marker(item, rule, _marked_digest)
+        return {**body, "item": marker}, (None if is_withheld(item) else marker)
     if type_ == events.SUBAGENT_STARTED:
-        return _replace(body, [("prompt",), ("extensions", "openai", "item_json")])
+        return _replace(body, [("prompt",), ("extensions", "openai", "item_json")]), None
     if type_ == events.SUBAGENT_COMPLETED:
-        return _replace(body, [("summary",), ("extensions", "openai", "reason")])
+        return _replace(body, [("summary",), ("extensions", "openai", "reason")]), None
     if type_ == events.GUARDRAIL_DECIDED:
         shown = _replace(body, [("payload",), ("reason_message",)])
         code = shown.get("reason_code")
         if isinstance(code, str) and not _CODE.fullmatch(code):
-            shown["reason_code"] = withheld(code)  # a service may put any text there
+            shown["reason_code"] = _withheld(code)  # a service may put any text there
         modified = body.get("modified_payload")
         if modified is not None:
             shown["modified_payload"] = _modified_marker(body, modified, rule)
-        return shown
-    return _replace(body, [("reason",), ("value",)])  # AuthorityRefused
+        return shown, None
+    return _replace(body, [("reason",), ("value",)]), None  # AuthorityRefused
 
 
 def call_marker(item: Any, rule: Mapping[str, Any] | None) -> dict[str, Any]:
     """The marker of a call item: withheld, with what containment needs (see the module)."""
-    marker: dict[str, Any] = withheld(item)
+    return _call_marker(item, rule, value_digest)
+
+
+def _call_marker(
+    item: Any, rule: Mapping[str, Any] | None, digest: Callable[[Any], str]
+) -> dict[str, Any]:
+    marker: dict[str, Any] = {"withheld": digest(item)}
     call = call_of(item)
     if call is not None:
         marker["call_id"] = call.call_id
         marker["kind"] = call.kind
         marker["name"] = call.name
-        marker["payload_digest"] = value_digest(
+        marker["payload_digest"] = digest(
             tool_call_payload(call.call_id, call.name, call.arguments, call.kind)
         )
         marker["ceilings"] = ceiling_inputs(call.arguments, _ceilings(rule).values())
@@ -238,7 +339,7 @@ def _replace(body: dict[str, Any], paths: list[tuple[str, ...]]) -> dict[str, An
         for key in path[:-1]:
             parent = parent.get(key) if isinstance(parent, dict) else None
         if isinstance(parent, dict) and parent.get(path[-1]) is not None:
-            parent[path[-1]] = withheld(parent[path[-1]])
+            parent[path[-1]] = _withheld(parent[path[-1]])
     return shown
 
 
@@ -252,29 +353,34 @@ def _copy(value: Any) -> Any:
     return value
 
 
-def _tool_calls(body: dict[str, Any], rule: Mapping[str, Any] | None) -> dict[str, Any]:
+def _tool_calls(
+    body: dict[str, Any], rule: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
     # ``body`` is _view's own fresh parse of the data, so it becomes the view in place: a
     # deep copy of it was a sixth of the cost of writing a tool call.
     shown = body
+    found = None
     for call in shown.get("tool_calls") or ():
         if isinstance(call, dict) and "arguments" in call:
-            call["arguments"] = withheld(call["arguments"])
+            call["arguments"] = _withheld(call["arguments"])
     openai = shown.get("extensions", {}).get("openai")
     if isinstance(openai, dict) and isinstance(openai.get("item_json"), str):
         try:
-            item = json.loads(openai["item_json"])
+            item = _loads_text(openai["item_json"])
         except ValueError:
             item = None
-        marker = call_marker(item, rule) if isinstance(item, dict) else {}
-        openai["item_json"] = {**marker, "withheld": value_digest(openai["item_json"])}
-    return shown
+        marker = _call_marker(item, rule, _marked_digest) if isinstance(item, dict) else {}
+        openai["item_json"] = {**marker, "withheld": _marked_digest(openai["item_json"])}
+        if "call_id" in marker:  # the item's text parsed to a call
+            found = openai["item_json"]
+    return shown, found
 
 
 def _modified_marker(
     body: Mapping[str, Any], modified: Any, rule: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     """A guardrail's replacement, withheld; for a tool call, with its ceiling inputs."""
-    marker: dict[str, Any] = withheld(modified)
+    marker: dict[str, Any] = _withheld(modified)
     if body.get("action_type") == "TOOL_CALL" and isinstance(modified, Mapping):
         function = modified.get("function")
         arguments = function.get("arguments") if isinstance(function, Mapping) else None

@@ -55,13 +55,25 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from agentjournal import events
 from agentjournal._calls import CALL_KINDS
 from agentjournal._digests import value_digest
+from agentjournal._gc import no_collection
 from agentjournal._text import cut, plural
 from agentjournal.authority import Authority, Gate, Policy, ToolRule, ceiling_inputs, meet
 from agentjournal.errors import CodecError, InvalidInput
 from agentjournal.events import Enforcement
 from agentjournal.ledger import redaction
 from agentjournal.ledger.bundle import BUNDLE_FORMAT, BUNDLE_VERSION
-from agentjournal.ledger.chain import CHAIN_KEYS, GENESIS, HASH_KEY, PREV_KEY, SEQ_KEY, chain_hash
+from agentjournal.ledger.chain import (
+    CHAIN_FORMAT,
+    CHAIN_KEY,
+    CHAIN_KEYS,
+    GENESIS,
+    HASH_KEY,
+    PREV_KEY,
+    SEQ_KEY,
+    chain_format,
+    chain_hash,
+    signed_stream,
+)
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, signed_event_id, trusted_closure
 from agentjournal.records import Record, TreeRecords
@@ -162,6 +174,22 @@ def verify_bundle(
         policy: The policy the session must have run under (an outside anchor,
             like the keys): every policy the bundle records must be this one.
     """
+    # Verification makes records, views and markers by the thousand, none in a cycle: the
+    # cyclic collector would scan them (and the bundle) again and again as they pile up.
+    with no_collection():
+        return _verify_bundle(
+            bundle, trusted, allow_uncovered=allow_uncovered, not_before=not_before, policy=policy
+        )
+
+
+def _verify_bundle(
+    bundle: Any,
+    trusted: Mapping[str, Ed25519PublicKey],
+    *,
+    allow_uncovered: bool,
+    not_before: str | None,
+    policy: Policy | None,
+) -> Report:
     try:
         tree = _parse(bundle)
     except _Malformed as error:
@@ -187,6 +215,20 @@ def verify_records(
 ) -> Report:
     """Verify a session tree's records (from a bundle, or read from a store with
     :func:`agentjournal.records.read_tree`); the arguments as for :func:`verify_bundle`."""
+    with no_collection():  # as in verify_bundle
+        return _verify_records(
+            records, trusted, allow_uncovered=allow_uncovered, not_before=not_before, policy=policy
+        )
+
+
+def _verify_records(
+    records: TreeRecords,
+    trusted: Mapping[str, Ed25519PublicKey],
+    *,
+    allow_uncovered: bool,
+    not_before: str | None,
+    policy: Policy | None,
+) -> Report:
     report = Report()
     session_id = records.session_id
     streams = {name: list(stream) for name, stream in records.streams.items()}
@@ -207,8 +249,9 @@ def verify_records(
             shown = bad.revision if 0 <= bad.revision <= _MAX_REVISION else None
             report.fail("structure", bad.stream, shown, problem[1])
             return report
+    markers: _Markers = {}
     for name, stream in streams.items():
-        _check_chain(report, name, stream)
+        _check_chain(report, name, stream, markers)
     if report.problems:
         report.lines.append("integrity: FAILED")
         return report  # nothing built on a broken chain can be trusted
@@ -216,7 +259,7 @@ def verify_records(
         f"integrity: {plural(total, 'event')} in {plural(len(streams), 'stream')} chain correctly"
     )
     try:
-        tree = _Tree(session_id, root, streams)
+        tree = _Tree(session_id, root, streams, markers)
     except _MALFORMED as error:
         report.fail("structure", root, None, f"malformed lifecycle event: {error}")
         return report
@@ -261,12 +304,13 @@ def parse_bundle(raw: bytes) -> Any:
     if not text.strip():
         return None
     try:
-        return json.loads(
-            text,
-            object_pairs_hook=_unique_names,
-            parse_constant=_no_constant,
-            parse_float=_finite_float,
-        )
+        with no_collection():  # a bundle is one large tree of acyclic objects
+            return json.loads(
+                text,
+                object_pairs_hook=_unique_names,
+                parse_constant=_no_constant,
+                parse_float=_finite_float,
+            )
     except json.JSONDecodeError as error:
         raise InvalidInput(
             f"not JSON at line {error.lineno} column {error.colno}: {error.msg}"
@@ -412,7 +456,16 @@ def _record_problem(record: Record) -> str | None:
 # -- integrity ----------------------------------------------------------------------
 
 
-def _check_chain(report: Report, name: str, stream: Sequence[Record]) -> None:
+# The call markers the integrity check computed with each tool call's view, by record
+# (``id``: the records outlive the verification), for containment to use instead of
+# computing each again (:func:`_call_marker`).
+_Markers = dict[int, dict[str, Any]]
+
+
+def _check_chain(
+    report: Report, name: str, stream: Sequence[Record], markers: _Markers | None = None
+) -> None:
+    signed = signed_stream(name)
     prev = GENESIS
     for position, event in enumerate(stream):
         if event.revision != position:
@@ -438,11 +491,29 @@ def _check_chain(report: Report, name: str, stream: Sequence[Record]) -> None:
         if metadata.get(PREV_KEY) != prev:
             report.fail("integrity", name, position, "aj.prev is not the previous event's hash")
             return
+        found = chain_format(metadata)
+        if found == 2 and signed:
+            report.fail(
+                "integrity",
+                name,
+                position,
+                "a checkpoint or key rotation is sealed in chain format 1 only (aj.chain)",
+            )
+            return
+        if found is None:
+            report.fail(
+                "integrity",
+                name,
+                position,
+                f"the event names chain format {cut(repr(metadata[CHAIN_KEY]), 40)}; "
+                f"this version knows 1 and {CHAIN_FORMAT}",
+            )
+            return
         expected = chain_hash(name, position, event.id, event.type, event.data_sha256, metadata)
         if expected != stored:
             report.fail("integrity", name, position, "the hash does not match the event")
             return
-        problem = _view_problem(event)
+        problem = _view_problem(event, markers)
         if problem is not None:
             report.fail("integrity", name, position, problem)
             return
@@ -466,8 +537,11 @@ def _data_problem(event: Record) -> str | None:
     return None if actual == event.data_sha256 else "the data does not match its digest"
 
 
-def _view_problem(event: Record) -> str | None:
-    """Why the event's view does not match its commitment ``aj.redacted``, if it does not."""
+def _view_problem(event: Record, markers: _Markers | None = None) -> str | None:
+    """Why the event's view does not match its commitment ``aj.redacted``, if it does not.
+
+    A view computed from the data leaves its call marker in ``markers`` where it is the
+    one containment would compute (see :func:`_shared_marker`)."""
     committed = event.metadata.get(events.REDACTED_KEY)
     if committed is None:
         return None if event.view is None else "a view without a commitment (aj.redacted)"
@@ -481,9 +555,35 @@ def _view_problem(event: Record) -> str | None:
             return str(error)
         if shown is None:
             return f"{event.type} carries a view commitment but has no view"
+        if markers is not None:
+            marker = _shared_marker(event, shown)
+            if marker is not None:
+                markers[id(event)] = marker
     if redaction.view_digest(shown) != committed:
         return "the redacted view does not match its commitment (aj.redacted)"
     return None
+
+
+def _shared_marker(event: Record, shown: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The call marker in a view computed from the event's data, when it is what
+    :func:`_call_marker` computes from the same data (the fields containment reads: call id,
+    kind, name, payload digest, ceilings); None where the two could differ, so that
+    containment computes it, and fails it, exactly as before: an item that looks withheld
+    (``redaction.shown_call``), data ``Record.body`` refuses (``NaN``, ``Infinity``), a rule
+    that is not JSON."""
+    marker = redaction.shown_call(shown)
+    if marker is None or event.data is None or "NaN" in event.data or "Infinity" in event.data:
+        return None
+    rule = event.metadata.get(events.TOOL_RULE_KEY)
+    return marker if rule is None or _json_text(rule) else None
+
+
+def _json_text(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 # -- the tree -----------------------------------------------------------------------
@@ -492,8 +592,15 @@ def _view_problem(event: Record) -> str | None:
 class _Tree:
     """Indexes over the bundle's streams."""
 
-    def __init__(self, session_id: str, session_stream: str, streams: dict[str, list[Record]]):
+    def __init__(
+        self,
+        session_id: str,
+        session_stream: str,
+        streams: dict[str, list[Record]],
+        markers: _Markers | None = None,
+    ):
         self.session_id = session_id
+        self.markers = markers if markers is not None else {}
         self.session_stream = session_stream
         self.ledger_stream = ledger_stream(session_id)
         self.authority_stream = authority_stream(session_id)
@@ -1054,7 +1161,7 @@ def _check_containment(report: Report, tree: _Tree, anchor: Policy | None) -> No
             call_id = meta.get(events.CALL_ID_KEY, "")
             decided = index.latest(index.decisions, call_id, event.revision)
             refused = index.latest(index.refusals, call_id, event.revision)
-            marker = _call_marker(event)
+            marker = _call_marker(event, tree.markers)
             where = ("containment", name, event.revision)
             if (marker.get("call_id"), marker.get("kind")) != (call_id, kind):
                 report.fail(*where, "the call's aj.call_id or aj.item_type is not the call's own")
@@ -1164,9 +1271,12 @@ def _stops(enforcement: Any) -> bool:
     )
 
 
-def _call_marker(event: Record) -> dict[str, Any]:
+def _call_marker(event: Record, markers: _Markers) -> dict[str, Any]:
     """The call's marker (name, payload digest, ceiling inputs): from its view, or computed
-    from its data exactly as the view was."""
+    from its data exactly as the view was (by the integrity check, when it did)."""
+    shared = markers.get(id(event))
+    if shared is not None:
+        return shared
     body = event.body or {}
     if event.type == "OpenAIItemRecorded":
         item: Any = body.get("item")
@@ -1296,7 +1406,7 @@ def _refused_inputs(tree: _Tree, event: Record, body: Mapping[str, Any]) -> Any:
             other.metadata.get(events.CALL_ID_KEY) == call_id
             and other.metadata.get(events.ITEM_TYPE_KEY) in CALL_KINDS
         ):
-            return _call_marker(other).get("ceilings", {})
+            return _call_marker(other, tree.markers).get("ceilings", {})
     return None  # the run stopped before the call was stored: only its scope is known
 
 
