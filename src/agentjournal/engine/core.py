@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from agentjournal import events
+from agentjournal._gc import no_collection
 from agentjournal.authority import Authority
 from agentjournal.engine.plan import (
     ItemsPlan,
@@ -75,6 +76,7 @@ class _Nonces:
 
 
 _NONCES: Final = _Nonces()
+_SMALL_ANSWER: Final = 256  # items a read hands out with the collector as it is
 os.register_at_fork(after_in_child=_NONCES.reset)
 
 
@@ -155,7 +157,12 @@ class SessionCore:
         """The newest ``limit`` visible items (every one for None), oldest first, fresh."""
         async with self.tree.lock:
             await self.reader.refresh(limit)
-            items = [entry.item() for entry in self.tree.timeline.latest(limit)]
+            entries = self.tree.timeline.latest(limit)
+            if len(entries) <= _SMALL_ANSWER:
+                items = [entry.item() for entry in entries]
+            else:
+                with no_collection():  # thousands of fresh dicts, none in a cycle
+                    items = [entry.item() for entry in entries]
             self.tree.bound()  # only after the answer: a full read may hold more meanwhile
             return items
 
@@ -284,7 +291,9 @@ class SessionCore:
             entry = latest[0]
             popped[:] = [entry]
             data = events.ItemPopped(entry.stream, entry.revision, entry.part, entry.index)
-            return await self._control(events.ITEM_POPPED, data.encode(), trace, [Pop(entry.key)])
+            return await self._control(
+                events.ITEM_POPPED, data.encode(), trace, [Pop(entry.key, entry.index)]
+            )
 
         async with tree.lock:
             landed = await self.writer.write(build)
