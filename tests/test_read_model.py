@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from agentjournal import JournalSession
 from agentjournal.engine.timeline import Entry, parse_item, plain_text
+from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import StoreUnavailable
 from agentjournal.store.base import (
     AppendRequest,
@@ -245,6 +246,25 @@ async def test_a_cold_full_read_reads_no_events(tmp_path: Path) -> None:
         assert len(items) == 300
         assert counting.reads == 0
         await _both(store, "s")
+
+
+async def test_a_bounded_cache_rereads_everything_from_the_model(tmp_path: Path) -> None:
+    """A loaded tree whose timeline was cut to its budget reads everything again from the
+    model when it is at the heads the tree has seen, and from the events when not."""
+    async with await SQLiteEventStore.open(tmp_path / "j.db") as store:
+        writer = JournalSession(store, "s")
+        await writer.add_items([{"role": "user", "content": str(n)} for n in range(50)])
+        counting = Counting(store)
+        tree = SessionTree(session_stream("s"), cache_bytes=2000)
+        bounded = JournalSession(counting, "s", tree=tree)
+        expected = await JournalSession(NoModel(store), "s").get_items()
+        assert await bounded.get_items() == expected
+        assert not tree.timeline.complete  # cut to the budget after the answer
+        reads = counting.reads
+        assert await bounded.get_items() == expected
+        assert counting.reads == reads + 1  # the catch-up's one empty read, then the model
+        await writer.add_items([{"role": "user", "content": "more"}])
+        assert await bounded.get_items() == [*expected, {"role": "user", "content": "more"}]
 
 
 async def test_writes_after_a_model_read_continue_exactly(tmp_path: Path) -> None:
