@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentjournal import JournalSession
-from agentjournal.engine.timeline import Entry, parse_item, plain_text
+from agentjournal.engine.timeline import Entry, items_of, parse_item, plain_text
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import StoreUnavailable
 from agentjournal.store.base import (
@@ -104,6 +104,19 @@ def test_a_lone_surrogate_character_is_read_by_json() -> None:
     text = '"\ud800"'  # the character itself, not its escape: not valid UTF-8
     assert parse_item(text) == json.loads(text)
     assert Entry("S", 0, 0, 0, text, None, True).item() == json.loads(text)
+
+
+def test_items_of_hands_out_what_each_entry_gives() -> None:
+    texts = ['{"a": 1}', '"\\ud800"', "[18446744073709551616]", "NaN", '{"b": [2.5, -0.0]}']
+    entries = [Entry("S", n, 0, n, t, None, plain_text(t)) for n, t in enumerate(texts)]
+    entries[-1].fresh = {"b": [2.5, -0.0]}  # written by this process, not parsed again
+    items = items_of(entries)
+    assert [_shape(item) for item in items] == [_shape(json.loads(text)) for text in texts]
+    assert items[-1] is not None
+    assert entries[-1].fresh is None  # handed out once
+    again = items_of(entries)
+    assert [_shape(item) for item in again] == [_shape(item) for item in items]
+    assert all(a is not b for a, b in zip(items, again, strict=True))  # fresh copies
 
 
 # -- helpers --------------------------------------------------------------------------------

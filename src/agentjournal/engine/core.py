@@ -35,7 +35,7 @@ from agentjournal.engine.plan import (
     run_grant,
 )
 from agentjournal.engine.reader import Reader
-from agentjournal.engine.timeline import Clear, Entry, Key, Pop
+from agentjournal.engine.timeline import Clear, Entry, Key, Pop, items_of
 from agentjournal.engine.tree import SessionTree
 from agentjournal.engine.writer import Writer
 from agentjournal.errors import ConcurrencyError, InvalidInput
@@ -159,10 +159,10 @@ class SessionCore:
             await self.reader.refresh(limit)
             entries = self.tree.timeline.latest(limit)
             if len(entries) <= _SMALL_ANSWER:
-                items = [entry.item() for entry in entries]
+                items = items_of(entries)
             else:
                 with no_collection():  # thousands of fresh dicts, none in a cycle
-                    items = [entry.item() for entry in entries]
+                    items = items_of(entries)
             self.tree.bound()  # only after the answer: a full read may hold more meanwhile
             return items
 

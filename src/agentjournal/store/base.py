@@ -31,12 +31,13 @@ it (``read_model``, see :class:`ModelSnapshot`):
 
 * The model is derived, never a source of truth: events are stored unchanged, and
   nothing that verifies or shows a session reads the model.
-* A stream written with a :class:`ModelChange` joins its tree. Its model stays
-  *current* while every event appended to it came with a model change (its
-  ``modelled`` revision follows its head); one append without a change (another
-  writer, an older agentjournal, a plain :meth:`EventStore.append`) leaves it
-  behind for good, and then ``read_model`` of its tree answers None: the reader
-  reads the events, as a store without the capability always does.
+* A stream created by a request with a :class:`ModelChange` joins its tree. Its
+  model stays *current* while every event appended to it came with a change for
+  that tree (its ``modelled`` revision follows its head); one append without one
+  (another writer, an older agentjournal, a plain :meth:`EventStore.append`)
+  leaves it behind for good, and then ``read_model`` of its tree answers None:
+  the reader reads the events, as a store without the capability always does. A
+  stream that existed before it was first written with a change never is current.
 * The changes of one request are applied once: a retry the store recognises
   (same ids at the same revision) changes nothing, a write that fails or
   conflicts changes nothing.

@@ -815,9 +815,9 @@ def _apply_model(
 ) -> None:
     """Apply one appended request's read model change (inside its write's transaction).
 
-    The stream joins the request's tree, and its ``modelled`` revision follows its
-    head if it was current before (or the stream is new): one append without a
-    change (``model`` None) leaves it behind for good, and ``read_model`` of its
+    A new stream joins the request's tree; an existing one's ``modelled`` revision
+    follows its head if it was current before (and of this tree): one append without
+    a change (``model`` None) leaves it behind for good, and ``read_model`` of its
     tree answers None from then on. An item added at an index already taken (two
     writers that did not see each other; never this engine's own writes) makes the
     whole tree not current rather than pick one.
@@ -825,17 +825,21 @@ def _apply_model(
     change = request.model
     if change is None:
         return  # modelled stays where it was: behind the head now
-    db.execute(
-        "UPDATE streams SET tree = ?, modelled = CASE WHEN ? < 0 OR modelled = ? THEN ? "
-        "ELSE modelled END WHERE id = ?",
-        (change.tree, current, current, head, stream_id),
-    )
+    if current < 0:  # a new stream joins its tree (set once: ``tree`` is indexed)
+        db.execute(
+            "UPDATE streams SET tree = ?, modelled = ? WHERE id = ?", (change.tree, head, stream_id)
+        )
+    else:
+        db.execute(
+            "UPDATE streams SET modelled = ? WHERE id = ? AND modelled = ? AND tree = ?",
+            (head, stream_id, current, change.tree),
+        )
     if not change.ops:
         return
-    root = _stream_id(db, change.tree)
+    ids: dict[str, int] = {} if stream_id is None else {request.stream: stream_id}
+    root = ids.get(change.tree) or _stream_id(db, change.tree)
     if root is None:
         raise InvalidInput(f"the model's tree {change.tree!r} names no stream")
-    ids: dict[str, int] = {}
 
     def id_of(name: str) -> int:
         found = ids.get(name)
@@ -848,6 +852,24 @@ def _apply_model(
 
     row = db.execute("SELECT floor FROM trees WHERE tree = ?", (root,)).fetchone()
     floor = -1 if row is None else int(row[0])
+    adds: list[tuple[int, int, int, int, int, str]] = []
+    current = True  # False: an item at a taken index, or one without an index
+
+    def add_all() -> bool:
+        """Insert the adds so far in one statement; False if any index was taken."""
+        if not adds:
+            return True
+        before = db.total_changes
+        db.executemany(
+            "INSERT OR IGNORE INTO items(tree, idx, stream_id, revision, part, item) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            adds,
+        )
+        inserted = db.total_changes - before
+        count = len(adds)
+        adds.clear()
+        return inserted == count
+
     for op in change.ops:
         if isinstance(op, ModelAdd):
             if not op.plain:
@@ -858,15 +880,11 @@ def _apply_model(
                 )
             if 0 <= op.index <= floor:
                 continue  # hidden by an earlier clear, as the timeline hides it
-            before = db.total_changes
-            db.execute(
-                "INSERT OR IGNORE INTO items(tree, idx, stream_id, revision, part, item) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (root, op.index, id_of(op.stream), op.revision, op.part, op.text),
-            )
-            if db.total_changes == before or op.index < 0:
-                db.execute("UPDATE streams SET modelled = NULL WHERE tree = ?", (change.tree,))
-        elif isinstance(op, ModelClear):
+            current = current and op.index >= 0
+            adds.append((root, op.index, id_of(op.stream), op.revision, op.part, op.text))
+            continue
+        current = add_all() and current
+        if isinstance(op, ModelClear):
             floor = max(floor, op.through_index)
             db.execute("DELETE FROM items WHERE tree = ? AND idx <= ?", (root, floor))
             db.execute(
@@ -874,14 +892,16 @@ def _apply_model(
                 "ON CONFLICT(tree) DO UPDATE SET floor = excluded.floor",
                 (root, floor),
             )
-        elif op.index < 0:  # not this engine's: say the tree is not current
-            db.execute("UPDATE streams SET modelled = NULL WHERE tree = ?", (change.tree,))
+        elif op.index < 0:  # not this engine's: the model cannot find it
+            current = False
         else:
             db.execute(
                 "DELETE FROM items WHERE tree = ? AND idx = ? AND stream_id = ? "
                 "AND revision = ? AND part = ?",
                 (root, op.index, id_of(op.stream), op.revision, op.part),
             )
+    if not add_all() or not current:
+        db.execute("UPDATE streams SET modelled = NULL WHERE tree = ?", (change.tree,))
 
 
 def _stream_id(db: sqlite3.Connection, name: str) -> int | None:
