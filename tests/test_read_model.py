@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentjournal import JournalSession
+from agentjournal.engine.reader import keeps_model
 from agentjournal.engine.timeline import Entry, items_of, parse_item, plain_text
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import StoreUnavailable
@@ -157,13 +158,19 @@ class NoModel:
 
 
 class Counting(NoModel):
-    """Counts event reads, and has ``read_model``."""
+    """Counts event reads; keeps the read model (its own ``read_model``, ``append`` and
+    ``append_many`` pass model changes on: engine.reader.keeps_model)."""
 
     reads = 0
 
     async def read(self, stream: str, **options: Any) -> list[RecordedEvent]:
         self.reads += 1
         return await self.inner.read(stream, **options)
+
+    async def append(
+        self, stream: str, events: Sequence[NewEvent], *, expected: Expected
+    ) -> AppendResult:
+        return await self.inner.append(stream, events, expected=expected)
 
     async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         return await self.inner.append_many(requests)
@@ -307,6 +314,31 @@ async def test_writes_after_a_model_read_continue_exactly(tmp_path: Path) -> Non
         await drive(top_level(), "there?", session=closing, hooks=closing)
         state, _, _ = await _both(store, "s")
         assert state["chain"] == []
+
+
+def test_only_a_store_whose_own_appends_carry_the_model_keeps_one() -> None:
+    class Intercepting(SQLiteEventStore):
+        async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+            return await super().append_many(requests)
+
+    class Passing:
+        def __init__(self, inner: SQLiteEventStore) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    store = SQLiteEventStore.connect(":memory:")
+    intercepting = Intercepting.connect(":memory:")
+    try:
+        assert keeps_model(store)
+        assert keeps_model(Counting(store))
+        assert not keeps_model(NoModel(store))
+        assert not keeps_model(Passing(store))  # sees every read and append as before
+        assert not keeps_model(intercepting)
+    finally:
+        store.close_sync()
+        intercepting.close_sync()
 
 
 # -- fallbacks --------------------------------------------------------------------------------

@@ -139,12 +139,13 @@ class SessionCore:
         *,
         signing_key: SigningKey | None = None,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+        use_model: bool = True,
     ) -> None:
         if checkpoint_every < 1:
             raise InvalidInput(f"checkpoint_every must be at least 1, got {checkpoint_every}")
         self.facts = facts
         self.tree = tree
-        self.reader = Reader(store, tree, facts.session_id)
+        self.reader = Reader(store, tree, facts.session_id, use_model=use_model)
         self.writer = Writer(store, tree, self.reader)
         self.signing_key = signing_key
         self._checkpoint_every = checkpoint_every

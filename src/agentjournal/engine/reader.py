@@ -34,12 +34,26 @@ from agentjournal.records import opened_stream, walk_tree
 from agentjournal.store.base import EventStore, ModelSnapshot, RecordedEvent
 from agentjournal.streams import authority_stream, ledger_stream
 
-__all__ = ["Reader"]
+__all__ = ["Reader", "keeps_model"]
 
 logger = logging.getLogger("agentjournal.engine")
 
 _PAGE: Final = 64
 _FULL_PAGE: Final = 1000
+
+
+def keeps_model(store: object) -> bool:
+    """Whether ``store`` keeps a read model the engine writes and reads
+    (:mod:`agentjournal.store.base`): the class that defines its ``read_model`` also
+    defines the ``append`` and ``append_many`` it has. Decided by the class, so a
+    wrapper that passes calls through (``__getattr__``), or a subclass that intercepts
+    appends, sees every read and every append as it did before there was a model."""
+    kind = type(store)
+    owner = next((c for c in kind.__mro__ if "read_model" in vars(c)), None)
+    return owner is not None and all(
+        name in vars(owner) and getattr(kind, name) is vars(owner)[name]
+        for name in ("append", "append_many")
+    )
 
 
 class Reader:
@@ -51,25 +65,21 @@ class Reader:
         store: The event store.
         tree: What is known of the session's streams (changed only by its methods).
         session_id: The session.
+        use_model: Answer a read of everything from the store's read model when it has a
+            current one (False: always from the events, as the audit tools read).
     """
 
-    def __init__(self, store: EventStore, tree: SessionTree, session_id: str) -> None:
+    def __init__(
+        self, store: EventStore, tree: SessionTree, session_id: str, *, use_model: bool = True
+    ) -> None:
         self._store = store
         self._tree = tree
         self._session_id = session_id
         self.stream = tree.stream
-        # The store's read model, only if it is the store's own method: a wrapper that
-        # passes calls through (``__getattr__``) to intercept some reads or appends sees
-        # every read and every append, as it did before there was a model.
-        read_model = getattr(store, "read_model", None)
+        self.models = keeps_model(store)
         self._read_model: Callable[[str], Awaitable[ModelSnapshot | None]] | None = (
-            read_model if getattr(read_model, "__self__", None) is store else None
+            store.read_model if self.models and use_model else None  # type: ignore[attr-defined]
         )
-
-    @property
-    def models(self) -> bool:
-        """Whether the store keeps a read model (writes then carry their changes to it)."""
-        return self._read_model is not None
 
     async def refresh(self, limit: int | None) -> None:
         """Bring the tree up to the streams' heads and make it cover ``limit`` items."""

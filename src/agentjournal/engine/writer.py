@@ -183,7 +183,8 @@ async def append(store: EventStore, requests: list[AppendRequest]) -> list[int] 
     for attempt in range(_UNAVAILABLE_RETRIES + 1):
         try:
             # One stream takes the single append, unless it carries a read model change,
-            # which only an AppendRequest can (append_many of one request is the same write).
+            # which only an AppendRequest can: append_many of one request is the same write
+            # (to a store whose own append_many it is: engine.reader.keeps_model).
             if len(requests) == 1 and requests[0].model is None:
                 (only,) = requests
                 result = await store.append(only.stream, only.events, expected=only.expected)
