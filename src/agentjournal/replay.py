@@ -57,9 +57,13 @@ async def replay(
     if limit == 0:
         return []  # as get_items(limit=0), which reads nothing
     # The session's own read path without the SDK adapter (JournalSession.get_items
-    # resolves the limit and calls exactly this): no SDK import, nothing written.
+    # resolves the limit and calls exactly this): no SDK import, nothing written. From
+    # the events, never a store's read model: a tool shows what was recorded.
     core = SessionCore(
-        store, SessionFacts(session_id, session_stream(session_id)), _tree(session_id)
+        store,
+        SessionFacts(session_id, session_stream(session_id)),
+        _tree(session_id),
+        use_model=False,
     )
     return await core.items(limit)
 

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from agentjournal import events
+from agentjournal._gc import no_collection
 from agentjournal.authority import Authority
 from agentjournal.engine.plan import (
     ItemsPlan,
@@ -34,7 +35,7 @@ from agentjournal.engine.plan import (
     run_grant,
 )
 from agentjournal.engine.reader import Reader
-from agentjournal.engine.timeline import Clear, Entry, Key, Pop
+from agentjournal.engine.timeline import Clear, Entry, Key, Pop, items_of
 from agentjournal.engine.tree import SessionTree
 from agentjournal.engine.writer import Writer
 from agentjournal.errors import ConcurrencyError, InvalidInput
@@ -75,6 +76,7 @@ class _Nonces:
 
 
 _NONCES: Final = _Nonces()
+_SMALL_ANSWER: Final = 256  # items a read hands out with the collector as it is
 os.register_at_fork(after_in_child=_NONCES.reset)
 
 
@@ -137,12 +139,13 @@ class SessionCore:
         *,
         signing_key: SigningKey | None = None,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+        use_model: bool = True,
     ) -> None:
         if checkpoint_every < 1:
             raise InvalidInput(f"checkpoint_every must be at least 1, got {checkpoint_every}")
         self.facts = facts
         self.tree = tree
-        self.reader = Reader(store, tree, facts.session_id)
+        self.reader = Reader(store, tree, facts.session_id, use_model=use_model)
         self.writer = Writer(store, tree, self.reader)
         self.signing_key = signing_key
         self._checkpoint_every = checkpoint_every
@@ -155,7 +158,12 @@ class SessionCore:
         """The newest ``limit`` visible items (every one for None), oldest first, fresh."""
         async with self.tree.lock:
             await self.reader.refresh(limit)
-            items = [entry.item() for entry in self.tree.timeline.latest(limit)]
+            entries = self.tree.timeline.latest(limit)
+            if len(entries) <= _SMALL_ANSWER:
+                items = items_of(entries)
+            else:
+                with no_collection():  # thousands of fresh dicts, none in a cycle
+                    items = items_of(entries)
             self.tree.bound()  # only after the answer: a full read may hold more meanwhile
             return items
 
@@ -284,7 +292,9 @@ class SessionCore:
             entry = latest[0]
             popped[:] = [entry]
             data = events.ItemPopped(entry.stream, entry.revision, entry.part, entry.index)
-            return await self._control(events.ITEM_POPPED, data.encode(), trace, [Pop(entry.key)])
+            return await self._control(
+                events.ITEM_POPPED, data.encode(), trace, [Pop(entry.key, entry.index)]
+            )
 
         async with tree.lock:
             landed = await self.writer.write(build)

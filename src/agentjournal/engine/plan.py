@@ -458,7 +458,7 @@ def plan_items(
         else:
             popped = events.ItemPopped(hidden.stream, hidden.revision, hidden.part, hidden.index)
             out.add(innermost, events.ITEM_POPPED, popped.encode(), {}, next_id())
-            entries.append(Pop(hidden.key))
+            entries.append(Pop(hidden.key, hidden.index))
     # The responses before the items they produced, and before any close of their streams.
     responded = _add_responses(out, tree, facts, run)
     for op in routed.ops:

@@ -15,25 +15,45 @@ import heapq
 import json
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from agentjournal import events
 from agentjournal._gc import no_collection
-from agentjournal.engine.timeline import Entry, Picker, Timeline, TimelineEvent, fold
+from agentjournal.engine.timeline import (
+    Entry,
+    Picker,
+    Timeline,
+    TimelineEvent,
+    fold,
+)
 from agentjournal.engine.tree import AuthorityLog, SessionTree, next_index_after
 from agentjournal.errors import CodecError, StreamNotFound
 from agentjournal.ledger.chain import GENESIS, HASH_KEY
 from agentjournal.records import opened_stream, walk_tree
-from agentjournal.store.base import EventStore, RecordedEvent
+from agentjournal.store.base import EventStore, ModelSnapshot, RecordedEvent
 from agentjournal.streams import authority_stream, ledger_stream
 
-__all__ = ["Reader"]
+__all__ = ["Reader", "keeps_model"]
 
 logger = logging.getLogger("agentjournal.engine")
 
 _PAGE: Final = 64
 _FULL_PAGE: Final = 1000
+
+
+def keeps_model(store: object) -> bool:
+    """Whether ``store`` keeps a read model the engine writes and reads
+    (:mod:`agentjournal.store.base`): the class that defines its ``read_model`` also
+    defines the ``append`` and ``append_many`` it has. Decided by the class, so a
+    wrapper that passes calls through (``__getattr__``), or a subclass that intercepts
+    appends, sees every read and every append as it did before there was a model."""
+    kind = type(store)
+    owner = next((c for c in kind.__mro__ if "read_model" in vars(c)), None)
+    return owner is not None and all(
+        name in vars(owner) and getattr(kind, name) is vars(owner)[name]
+        for name in ("append", "append_many")
+    )
 
 
 class Reader:
@@ -45,13 +65,21 @@ class Reader:
         store: The event store.
         tree: What is known of the session's streams (changed only by its methods).
         session_id: The session.
+        use_model: Answer a read of everything from the store's read model when it has a
+            current one (False: always from the events, as the audit tools read).
     """
 
-    def __init__(self, store: EventStore, tree: SessionTree, session_id: str) -> None:
+    def __init__(
+        self, store: EventStore, tree: SessionTree, session_id: str, *, use_model: bool = True
+    ) -> None:
         self._store = store
         self._tree = tree
         self._session_id = session_id
         self.stream = tree.stream
+        self.models = keeps_model(store)
+        self._read_model: Callable[[str], Awaitable[ModelSnapshot | None]] | None = (
+            store.read_model if self.models and use_model else None  # type: ignore[attr-defined]
+        )
 
     async def refresh(self, limit: int | None) -> None:
         """Bring the tree up to the streams' heads and make it cover ``limit`` items."""
@@ -78,8 +106,14 @@ class Reader:
         return tree.timeline.latest(None)
 
     async def load(self, limit: int | None) -> None:
-        """First use: find the open subagents and the newest events of each stream."""
+        """First use: find the open subagents and the newest events of each stream.
+
+        A read of everything is answered from the store's read model when it has
+        a current one (:meth:`_from_model`), else from the events.
+        """
         tree = self._tree
+        if limit is None and await self._from_model(loading=True):
+            return
         size = _FULL_PAGE if limit is None else limit + 8
         tree.reset()
         pages: dict[str, list[RecordedEvent]] = {}
@@ -164,10 +198,75 @@ class Reader:
         tree.take_window(picker)
         await self.next_index()
 
+    async def _from_model(self, *, loading: bool) -> bool:
+        """Take the tree and every visible item from the store's read model, in one read
+        (``read_model``); False (nothing changed) if the store has none, or not a
+        current one, or it does not match what the tree already knows.
+
+        ``loading``: the tree is read from scratch: its open subagents are found from the
+        model's last event of each stream exactly as :meth:`load` finds them from the
+        tails (``aj.open``, then the subsession's first event), and their heads are the
+        model's. Otherwise the tree is loaded and the model is used only if it is at
+        the heads the tree has seen (a read of everything reads nothing past them).
+        """
+        if self._read_model is None:
+            return False
+        snapshot = await self._read_model(self.stream)
+        if snapshot is None:
+            return False
+        names, plain = snapshot.names, snapshot.plain
+        try:
+            # Built in one go without the collector: every entry stays in the timeline.
+            with no_collection():
+                entries = [
+                    Entry(names[stream], revision, part, index, text, None, plain)
+                    for index, stream, revision, part, text in snapshot.items
+                ]
+        except KeyError:  # an item on a stream no longer of the tree: a hand-edited file
+            return False
+        tree = self._tree
+        last = snapshot.heads
+        if loading:
+            tree.reset()
+            heads: dict[str, int] = {}
+            hashes: dict[str, str] = {}
+            stream: str | None = self.stream
+            while stream is not None:
+                event = last.get(stream)
+                if event is None:  # an open subsession the model does not know
+                    tree.reset()
+                    return False
+                heads[stream] = event.revision
+                hashes[stream] = event.metadata.get(HASH_KEY, "")
+                found = next_index_after(event)
+                if found is not None:
+                    tree.found_next_index(found)
+                child = event.metadata.get(events.OPEN_KEY)
+                stream = None
+                if child and child not in heads:
+                    opened = await self._read_start(child)
+                    if opened is not None:
+                        tree.opened(*opened)
+                        stream = child
+            tree.loaded_with(heads, hashes)
+        elif any(
+            (last[stream].revision if stream in last else -1) != tree.heads.get(stream, -1)
+            for stream in tree.followed
+        ):
+            return False  # another writer moved on: the events up to the heads seen
+        tree.replace_timeline(Timeline.whole(entries, snapshot.floor))
+        await self.next_index()
+        return True
+
     async def _everything(self, pages: dict[str, list[RecordedEvent]]) -> None:
         """Read the whole tree (:func:`walk_tree`, nothing past the heads already seen) and
-        fold every item by index. A tail already read back to revision 0 is not read again."""
+        fold every item by index. A tail already read back to revision 0 is not read again.
+
+        A loaded tree is answered from the store's read model when it is current at
+        the heads the tree has seen (:meth:`_from_model`)."""
         tree = self._tree
+        if not pages and await self._from_model(loading=False):
+            return
         whole = {
             stream: page[::-1] for stream, page in pages.items() if page and page[-1].revision == 0
         }

@@ -16,8 +16,11 @@ index, so pops and clears may be folded in any order relative to the items.
 from __future__ import annotations
 
 import json
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
+
+from orjson import loads as _orjson_loads
 
 __all__ = [
     "ENTRY_BYTES",
@@ -29,7 +32,60 @@ __all__ = [
     "Timeline",
     "TimelineEvent",
     "fold",
+    "items_of",
+    "parse_item",
+    "plain_text",
 ]
+
+
+def parse_item(text: str) -> Any:
+    """``json.loads(text)``, by ``orjson`` when that gives exactly the same value.
+
+    ``orjson`` refuses what it cannot give exactly (NaN and Infinity literals, numbers
+    out of a double's range, lone surrogates, nesting deeper than 1024), and a text
+    with 19 digits in a row (an integer that may not fit 64 bits, which ``orjson``
+    would read as a float) is not given to it; ``json`` reads those as before.
+    Everything it accepts it reads as ``json`` does: the same types, values, key
+    order and last-one-wins for repeated keys (``tests/test_read_model.py`` checks random values).
+    """
+    # orjson reads an integer beyond 64 bits as a float, silently: 19 digits in a row
+    # (anywhere, strings too: a false alarm only costs the slower parse) go to json.
+    if plain_text(text):
+        try:
+            return _orjson_loads(text)
+        except ValueError:
+            pass  # a lone surrogate (orjson refuses it), NaN, 1e400...
+    return json.loads(text)
+
+
+def items_of(entries: list[Entry]) -> list[dict[str, Any]]:
+    """Fresh SDK items of ``entries``, as :meth:`Entry.item` gives each, in one pass.
+
+    Plain entries not parsed yet (a read model's, every one after the first hand-out)
+    go straight to ``orjson``; at the first that cannot, the rest go one by one.
+    """
+    items: list[dict[str, Any]] = []
+    append = items.append
+    try:
+        for entry in entries:
+            if entry.plain and entry.fresh is None:
+                append(_orjson_loads(entry.item_json))
+            else:
+                append(entry.item())
+    except ValueError:
+        items.extend(entry.item() for entry in entries[len(items) :])
+    return items
+
+
+_DIGITS_TO_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN: Final = b"0" * 19  # 2**63 has 19 digits; orjson is exact on every int below it
+
+
+def plain_text(text: str) -> bool:
+    """Whether ``text`` has no 19 digits in a row: ``orjson`` reads it exactly, or refuses
+    it (an :class:`Entry` of it may be ``plain``)."""
+    return _LONG_RUN not in text.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ZERO)
+
 
 Key: TypeAlias = tuple[str, int, int]
 """Where an item lives: (stream, revision, part). ``part`` is 0 except for
@@ -48,6 +104,8 @@ class Entry:
         item_json: The SDK item as JSON, exactly as it was written.
         fresh: The item already parsed from ``item_json`` and not yet handed
             out; the first :meth:`item` call takes it, saving a parse.
+        plain: ``item_json`` is known to hold no 19 digits in a row, so ``orjson``
+            reads it exactly (see :func:`parse_item`) without the check.
     """
 
     stream: str
@@ -56,6 +114,7 @@ class Entry:
     index: int
     item_json: str
     fresh: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    plain: bool = field(default=False, compare=False, repr=False)
 
     @property
     def key(self) -> Key:
@@ -66,15 +125,28 @@ class Entry:
         fresh, self.fresh = self.fresh, None
         if fresh is not None:
             return fresh
-        item: dict[str, Any] = json.loads(self.item_json)
+        item: dict[str, Any]
+        if self.plain:
+            try:
+                item = _orjson_loads(self.item_json)
+                return item
+            except ValueError:
+                pass  # NaN, 1e400, a lone surrogate...: json reads them
+        item = parse_item(self.item_json)
         return item
 
 
 @dataclass(frozen=True, slots=True)
 class Pop:
-    """An ``ItemPopped`` event: the item at ``key`` is no longer visible."""
+    """An ``ItemPopped`` event: the item at ``key`` is no longer visible.
+
+    Attributes:
+        key: Where the item lives.
+        index: Its ``message_index`` (-1: not known); the store's read model finds it by it.
+    """
 
     key: Key
+    index: int = field(default=-1, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +162,9 @@ TimelineEvent: TypeAlias = Entry | Pop | Clear
 ENTRY_BYTES: Final = 150
 """What an entry costs beside its item's text, as :meth:`Timeline.bound` counts: the
 :class:`Entry` object and its numbers (measured: ``bench/session.py``, case (e))."""
+
+
+_TEXT: Final = operator.attrgetter("item_json")
 
 
 def _cost(entry: Entry) -> int:
@@ -111,6 +186,18 @@ class Timeline:
         self.floor = -1  # the highest index a clear has hidden
         self.budget = budget
         self.size = 0  # the entries' cost, kept up to date by every change
+
+    @classmethod
+    def whole(cls, entries: list[Entry], floor: int) -> Timeline:
+        """Every visible item of a session (complete), oldest first, as a read model
+        holds them: what :func:`fold` makes of all of its events, with the highest
+        index a clear hid (``floor``)."""
+        timeline = cls()
+        timeline.entries = entries
+        timeline.size = len(entries) * ENTRY_BYTES + sum(map(len, map(_TEXT, entries)))
+        timeline.floor = floor
+        timeline.complete = True
+        return timeline
 
     def apply(self, event: TimelineEvent) -> None:
         """Fold in an event appended after everything the timeline was built from."""

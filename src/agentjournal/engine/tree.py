@@ -205,7 +205,7 @@ class SessionTree:
                 return []
             if event.type == events.ITEM_POPPED:
                 popped = events.ItemPopped.decode(event.data)
-                return [Pop((popped.stream, popped.revision, popped.part))]
+                return [Pop((popped.stream, popped.revision, popped.part), popped.message_index)]
             if event.type == events.SESSION_CLEARED:
                 return [Clear(events.SessionCleared.decode(event.data).through_index)]
             if event.type not in codec.ITEM_EVENT_TYPES:

@@ -26,6 +26,7 @@ from typing import Final, TypeVar
 from agentjournal import events
 from agentjournal.engine.plan import WritePlan, seal_event
 from agentjournal.engine.reader import Reader
+from agentjournal.engine.timeline import Entry, Pop, plain_text
 from agentjournal.engine.tree import Commit, SessionTree
 from agentjournal.errors import (
     ConcurrencyError,
@@ -36,10 +37,27 @@ from agentjournal.errors import (
 )
 from agentjournal.ledger.chain import GENESIS, HASH_KEY
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, SigningKey, signed_event_id
-from agentjournal.store.base import AppendRequest, EventStore, NewEvent, StreamState
+from agentjournal.store.base import (
+    AppendRequest,
+    EventStore,
+    ModelAdd,
+    ModelChange,
+    ModelClear,
+    ModelOp,
+    ModelRemove,
+    NewEvent,
+    StreamState,
+)
 from agentjournal.streams import KEYS_STREAM
 
-__all__ = ["CONFLICT_RETRIES", "Writer", "append", "append_chained", "rotate_key"]
+__all__ = [
+    "CONFLICT_RETRIES",
+    "Writer",
+    "append",
+    "append_chained",
+    "rotate_key",
+    "with_model",
+]
 
 CONFLICT_RETRIES: Final = 32
 _UNAVAILABLE_RETRIES: Final = 3
@@ -61,6 +79,9 @@ class Writer:
         self._store = store
         self._tree = tree
         self._reader = reader
+        # A store that keeps a read model gets each write's change to it (store/base.py).
+        self._models = reader.models
+        self._side = reader.side_streams
 
     async def write(
         self,
@@ -84,7 +105,10 @@ class Writer:
             plan = await build()
             if plan is None:
                 return None
-            landed = await append(self._store, plan.requests)
+            requests = plan.requests
+            if self._models:
+                requests = with_model(requests, self._tree.stream, plan.commit, self._side)
+            landed = await append(self._store, requests)
             if isinstance(landed, ConcurrencyError):
                 tree.read_log(None)  # a grant may have moved the authority log: read it again
                 tree.read_ledger(None)  # and a checkpoint the ledger
@@ -102,6 +126,41 @@ class Writer:
             return plan
 
         return await _retrying(attempt)
+
+
+def with_model(
+    requests: list[AppendRequest], tree: str, commit: Commit, side: frozenset[str]
+) -> list[AppendRequest]:
+    """The requests, each of the tree's streams carrying its tree (``side`` streams — the
+    authority log and the ledger — are not the tree's), the last of them also what the
+    write does to the visible items: ``commit.entries``, the same changes the tree's
+    timeline takes on, so the store's read model and the cache cannot disagree."""
+    ops: list[ModelOp] = []
+    for change in commit.entries:
+        if isinstance(change, Entry):
+            ops.append(
+                ModelAdd(
+                    change.index,
+                    change.stream,
+                    change.revision,
+                    change.part,
+                    change.item_json,
+                    plain_text(change.item_json),
+                )
+            )
+        elif isinstance(change, Pop):
+            stream, revision, part = change.key
+            ops.append(ModelRemove(change.index, stream, revision, part))
+        else:
+            ops.append(ModelClear(change.through_index))
+    last = max((n for n, r in enumerate(requests) if r.stream not in side), default=-1)
+    bare = ModelChange(tree)
+    return [
+        request
+        if request.stream in side
+        else replace(request, model=ModelChange(tree, ops) if n == last else bare)
+        for n, request in enumerate(requests)
+    ]
 
 
 def _landed_at(commit: Commit, heads: dict[str, int]) -> Commit:
@@ -123,7 +182,10 @@ async def append(store: EventStore, requests: list[AppendRequest]) -> list[int] 
     """
     for attempt in range(_UNAVAILABLE_RETRIES + 1):
         try:
-            if len(requests) == 1:
+            # One stream takes the single append, unless it carries a read model change,
+            # which only an AppendRequest can: append_many of one request is the same write
+            # (to a store whose own append_many it is: engine.reader.keeps_model).
+            if len(requests) == 1 and requests[0].model is None:
                 (only,) = requests
                 result = await store.append(only.stream, only.events, expected=only.expected)
                 return [result.revision]

@@ -21,6 +21,26 @@ conformance suite in :mod:`agentjournal.testing.store_conformance`:
   strictly increasing, not necessarily gapless.
 * Invalid input raises :class:`~agentjournal.errors.InvalidInput` before
   anything is written (see :func:`validate_append`).
+
+A store may also keep a **read model** (optional; SQLite does, KurrentDB does not):
+the visible items of each session tree, changed in the same transaction as the
+events that change them. A writer that knows what its events do to a tree says so
+on each request (:attr:`AppendRequest.model`, a :class:`ModelChange`); a store
+without the capability ignores it. What the contract promises of a store that has
+it (``read_model``, see :class:`ModelSnapshot`):
+
+* The model is derived, never a source of truth: events are stored unchanged, and
+  nothing that verifies or shows a session reads the model.
+* A stream created by a request with a :class:`ModelChange` joins its tree. Its
+  model stays *current* while every event appended to it came with a change for
+  that tree (its ``modelled`` revision follows its head); one append without one
+  (another writer, an older agentjournal, a plain :meth:`EventStore.append`)
+  leaves it behind for good, and then ``read_model`` of its tree answers None:
+  the reader reads the events, as a store without the capability always does. A
+  stream that existed before it was first written with a change never is current.
+* The changes of one request are applied once: a retry the store recognises
+  (same ids at the same revision) changes nothing, a write that fails or
+  conflicts changes nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +63,12 @@ __all__ = [
     "AppendRequest",
     "AppendResult",
     "EventStore",
+    "ModelAdd",
+    "ModelChange",
+    "ModelClear",
+    "ModelOp",
+    "ModelRemove",
+    "ModelSnapshot",
     "Expected",
     "NewEvent",
     "RecordedEvent",
@@ -269,12 +295,103 @@ class RecordedEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelAdd:
+    """A read model change: the item at ``index`` is visible (see :class:`ModelChange`).
+
+    Attributes:
+        index: Its session-wide ``message_index`` (>= 0).
+        stream: The stream of the event that holds it.
+        revision: That event's revision.
+        part: Which item of that event (0 unless an event holds several).
+        text: The item's exact JSON text.
+        plain: The writer's mark that ``text`` is plain for a fast JSON parser (for
+            agentjournal: no 19 digits in a row); a snapshot says whether every item
+            ever added to its tree was so marked (:attr:`ModelSnapshot.plain`).
+    """
+
+    index: int
+    stream: str
+    revision: int
+    part: int
+    text: str
+    plain: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRemove:
+    """A read model change: the item at ``index``, held at (stream, revision, part), is hidden."""
+
+    index: int
+    stream: str
+    revision: int
+    part: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelClear:
+    """A read model change: every item up to ``through_index`` is hidden, and no item
+    added later at or below it is visible."""
+
+    through_index: int
+
+
+ModelOp: TypeAlias = ModelAdd | ModelRemove | ModelClear
+"""One change to a tree's visible items."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChange:
+    """What a request does to its tree's read model (a store without one ignores it).
+
+    Attributes:
+        tree: The tree's root stream (a session's stream names its tree).
+        ops: The changes, applied in order, after every request of the write has
+            been appended; a request of the tree that changes nothing visible
+            still carries its tree (no ops), so the stream stays current.
+    """
+
+    tree: str
+    ops: Sequence[ModelOp] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSnapshot:
+    """A tree's read model as of one moment (``read_model``, one read transaction).
+
+    Attributes:
+        heads: Every stream of the tree -> its last event.
+        names: Stream number -> name, for :attr:`items`.
+        items: The visible items by ascending index, each ``(index, stream number,
+            revision, part, text)``.
+        floor: The highest index a clear has hidden (-1: none).
+        plain: Every item ever added to the tree was marked ``plain``
+            (:attr:`ModelAdd.plain`).
+    """
+
+    heads: Mapping[str, RecordedEvent]
+    names: Mapping[int, str]
+    items: Sequence[tuple[int, int, int, int, str]]
+    floor: int
+    plain: bool
+
+
+@dataclass(frozen=True, slots=True)
 class AppendRequest:
-    """One stream's share of an :meth:`EventStore.append_many` transaction."""
+    """One stream's share of an :meth:`EventStore.append_many` transaction.
+
+    Attributes:
+        stream: The stream to append to.
+        events: Its events.
+        expected: What the stream must be before the write.
+        model: What the write does to the stream's tree in a store that keeps a
+            read model (see the module docs); None: nothing said, which leaves a
+            modelled stream behind.
+    """
 
     stream: str
     events: Sequence[NewEvent]
     expected: Expected
+    model: ModelChange | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,6 +533,8 @@ def validate_append(requests: Sequence[AppendRequest], *, many: bool) -> None:
             raise InvalidInput(f"events for {stream!r} must be a list of NewEvent")
         if many and not request.events:
             raise InvalidInput(f"append_many got no events for {stream!r}")
+        if request.model is not None and not isinstance(request.model, ModelChange):
+            raise InvalidInput(f"the model change for {stream!r} must be a ModelChange")
         for event in request.events:
             _validate_event(stream, event)
 

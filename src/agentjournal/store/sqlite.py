@@ -1,12 +1,25 @@
 """The embedded event store: KurrentDB stream semantics in one SQLite file.
 
-Layout (schema version 1, kept in ``PRAGMA user_version``)::
+Layout (schema version 2, kept in ``PRAGMA user_version``)::
 
-    streams(id, name UNIQUE, head)          one row per stream; head = last revision
+    streams(id, name UNIQUE, head,          one row per stream; head = last revision;
+            tree, modelled)                 its tree's root stream, and the revision
+                                            the read model reflects (see below)
     events(position INTEGER PRIMARY KEY,     the global order: rowids, which only grow
            stream_id, revision,              because no row is ever deleted
            id, type, data, metadata,         UNIQUE(stream_id, revision): tail reads
            recorded_at)                      are an index range scan, O(limit)
+    items(tree, idx, stream_id, revision,    the read model: each tree's visible items,
+          part, item)                        keyed by (root stream id, message index)
+    trees(tree, floor, mixed)                the highest index a clear has hidden; whether
+                                             an item not marked plain was ever added
+
+The read model (``items``, ``trees``, ``streams.tree``/``modelled``) is derived
+from the events, written in the same transaction as they are, and read only to
+answer a full read of a session quickly (:meth:`SQLiteEventStore.read_model`);
+it is a cache with a high-water mark per stream, never a record. A version 1
+file is upgraded in place when opened (one transaction): its streams join no
+tree, so their sessions are read from their events as before.
 
 Every call runs on one worker thread that owns the connection, so the event
 loop never blocks on SQLite. Writes take ``BEGIN IMMEDIATE``: the expected-state
@@ -47,6 +60,9 @@ from agentjournal.store.base import (
     AppendRequest,
     AppendResult,
     Expected,
+    ModelAdd,
+    ModelClear,
+    ModelSnapshot,
     NewEvent,
     RecordedEvent,
     StreamState,
@@ -59,7 +75,7 @@ from agentjournal.store.base import (
 
 __all__ = ["SQLiteEventStore"]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 _POLL_SECONDS: Final = 0.05
 _SUBSCRIBE_BATCH: Final = 500
 _SMALL_READ: Final = 256  # reads up to this many events run with the collector as it is
@@ -68,11 +84,34 @@ _SMALL_READ: Final = 256  # reads up to this many events run with the collector 
 _GROUP_LIMIT: Final = 256
 _T = TypeVar("_T")
 
-_SCHEMA = """
+# The read model (schema version 2). WITHOUT ROWID: a full read is one range scan of the
+# primary key, with the row in the key's b-tree (no second lookup per item).
+_MODEL_SCHEMA = """
+CREATE INDEX IF NOT EXISTS streams_by_tree ON streams(tree);
+CREATE TABLE IF NOT EXISTS items (
+    tree      INTEGER NOT NULL,
+    idx       INTEGER NOT NULL,
+    stream_id INTEGER NOT NULL,
+    revision  INTEGER NOT NULL,
+    part      INTEGER NOT NULL,
+    item      TEXT    NOT NULL,
+    PRIMARY KEY (tree, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS trees (
+    tree  INTEGER PRIMARY KEY,
+    floor INTEGER NOT NULL,
+    mixed INTEGER NOT NULL
+);
+"""
+
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS streams (
-    id   INTEGER PRIMARY KEY,
-    name TEXT    NOT NULL UNIQUE,
-    head INTEGER NOT NULL
+    id       INTEGER PRIMARY KEY,
+    name     TEXT    NOT NULL UNIQUE,
+    head     INTEGER NOT NULL,
+    tree     TEXT    NULL,
+    modelled INTEGER NULL
 );
 CREATE TABLE IF NOT EXISTS events (
     position    INTEGER PRIMARY KEY,
@@ -86,6 +125,10 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS events_by_stream ON events(stream_id, revision);
 """
+    + _MODEL_SCHEMA
+)
+
+_TABLES: Final = frozenset({"streams", "events", "items", "trees"})
 
 _EVENT_COLUMNS = "e.position, e.revision, e.id, e.type, e.data, e.metadata, e.recorded_at"
 
@@ -413,6 +456,7 @@ class SQLiteEventStore:
                 ],
             )
             last_position = db.execute("SELECT last_insert_rowid()").fetchone()[0]
+            _apply_model(db, request, stream_id, current, head)
         if last_position == 0:
             last_position = _last_position(db)
         results = []
@@ -549,6 +593,47 @@ class SQLiteEventStore:
                 found.append(None)
         return found
 
+    async def read_model(self, tree: str) -> ModelSnapshot | None:
+        """The read model of the tree whose root stream is ``tree``, in one read transaction.
+
+        None unless every stream of the tree is current (each event on it was
+        appended with a :class:`~agentjournal.store.base.ModelChange`): the caller
+        then reads the events. See the module docs of :mod:`agentjournal.store.base`.
+        """
+        validate_stream_name(tree)
+        return await self._submit(self._read_model_sync, tree)
+
+    def _read_model_sync(self, tree: str) -> ModelSnapshot | None:
+        db = self._db
+        db.execute("BEGIN")  # one snapshot of the file for all three queries
+        try:
+            streams = db.execute(
+                "SELECT id, name, head, modelled FROM streams WHERE tree = ?", (tree,)
+            ).fetchall()
+            names = {row[0]: row[1] for row in streams}
+            root = next((row[0] for row in streams if row[1] == tree), None)
+            if root is None or any(row[2] != row[3] for row in streams):
+                return None
+            last = db.execute(
+                f"SELECT s.name, {_EVENT_COLUMNS} FROM streams s JOIN events e "
+                "ON e.stream_id = s.id AND e.revision = s.head WHERE s.tree = ?",
+                (tree,),
+            ).fetchall()
+            heads = {row[0]: _recorded(*row) for row in last}
+            if len(heads) != len(streams):
+                return None
+            found = db.execute("SELECT floor, mixed FROM trees WHERE tree = ?", (root,)).fetchone()
+            with no_collection():  # thousands of rows, no cycles
+                items = db.execute(
+                    "SELECT idx, stream_id, revision, part, item FROM items WHERE tree = ? "
+                    "ORDER BY idx",
+                    (root,),
+                ).fetchall()
+        finally:
+            db.execute("COMMIT")
+        floor, mixed = (-1, 0) if found is None else found
+        return ModelSnapshot(heads, names, items, int(floor), not mixed)
+
     async def read_all(
         self, *, from_position: int | None = None, limit: int | None = None
     ) -> list[RecordedEvent]:
@@ -656,8 +741,11 @@ def _connect(path: str, busy_timeout: float, create: bool = True) -> sqlite3.Con
             "PRAGMA journal_mode = WAL" if path != ":memory:" else "PRAGMA journal_mode = MEMORY"
         )
         db.execute("PRAGMA synchronous = FULL")
-        if db.execute("PRAGMA user_version").fetchone()[0] == 0:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
             _create_schema(db, path)
+        elif version == 1:
+            _upgrade_schema(db, path)
     except sqlite3.DatabaseError as error:
         db.close()
         raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
@@ -670,15 +758,18 @@ def _connect(path: str, busy_timeout: float, create: bool = True) -> sqlite3.Con
 def _refuse_foreign(db: sqlite3.Connection, path: str) -> None:
     """Raise unless the file is empty or an agentjournal store of this schema version."""
     version = db.execute("PRAGMA user_version").fetchone()[0]
-    if version not in (0, SCHEMA_VERSION):
+    if version not in (0, 1, SCHEMA_VERSION):
         raise StoreUnavailable(
             f"SQLite store {path} has schema version {version}; this agentjournal "
-            f"reads version {SCHEMA_VERSION}: upgrade agentjournal, or choose another file"
+            f"reads versions 1 and {SCHEMA_VERSION}: upgrade agentjournal, or choose another file"
         )
     tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    foreign = sorted(tables - {"streams", "events", "sqlite_sequence"})
-    if foreign or (version == SCHEMA_VERSION and not {"streams", "events"} <= tables):
-        shown = foreign[0] if foreign else "missing streams/events tables"
+    # Version 1 had streams and events only; the model's tables come with version 2.
+    ours = _TABLES if version != 1 else {"streams", "events"}
+    foreign = sorted(tables - ours - {"sqlite_sequence"})
+    needed = _TABLES if version == SCHEMA_VERSION else {"streams", "events"}
+    if foreign or (version != 0 and not needed <= tables):
+        shown = foreign[0] if foreign else "missing tables of its version"
         raise StoreUnavailable(
             f"{path} is a SQLite database of something else ({shown!r}); choose another file"
         )
@@ -697,6 +788,125 @@ def _create_schema(db: sqlite3.Connection, path: str) -> None:
     except BaseException:
         db.execute("ROLLBACK")
         raise
+
+
+def _upgrade_schema(db: sqlite3.Connection, path: str) -> None:
+    """Version 1 -> 2 in one transaction under the write lock: the model's columns and
+    tables, empty. No stream joins a tree, so every session is read from its events
+    until written again from scratch (a stream's model starts with its first event)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if db.execute("PRAGMA user_version").fetchone()[0] == 1:  # not upgraded meanwhile
+            _refuse_foreign(db, path)
+            db.execute("ALTER TABLE streams ADD COLUMN tree TEXT NULL")
+            db.execute("ALTER TABLE streams ADD COLUMN modelled INTEGER NULL")
+            for statement in _MODEL_SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def _apply_model(
+    db: sqlite3.Connection, request: AppendRequest, stream_id: int | None, current: int, head: int
+) -> None:
+    """Apply one appended request's read model change (inside its write's transaction).
+
+    A new stream joins the request's tree; an existing one's ``modelled`` revision
+    follows its head if it was current before (and of this tree): one append without
+    a change (``model`` None) leaves it behind for good, and ``read_model`` of its
+    tree answers None from then on. An item added at an index already taken (two
+    writers that did not see each other; never this engine's own writes) makes the
+    whole tree not current rather than pick one.
+    """
+    change = request.model
+    if change is None:
+        return  # modelled stays where it was: behind the head now
+    if current < 0:  # a new stream joins its tree (set once: ``tree`` is indexed)
+        db.execute(
+            "UPDATE streams SET tree = ?, modelled = ? WHERE id = ?", (change.tree, head, stream_id)
+        )
+    else:
+        db.execute(
+            "UPDATE streams SET modelled = ? WHERE id = ? AND modelled = ? AND tree = ?",
+            (head, stream_id, current, change.tree),
+        )
+    if not change.ops:
+        return
+    ids: dict[str, int] = {} if stream_id is None else {request.stream: stream_id}
+    root = ids.get(change.tree) or _stream_id(db, change.tree)
+    if root is None:
+        raise InvalidInput(f"the model's tree {change.tree!r} names no stream")
+
+    def id_of(name: str) -> int:
+        found = ids.get(name)
+        if found is None:
+            found = _stream_id(db, name)
+            if found is None:
+                raise InvalidInput(f"a model change names stream {name!r}, which does not exist")
+            ids[name] = found
+        return found
+
+    row = db.execute("SELECT floor FROM trees WHERE tree = ?", (root,)).fetchone()
+    floor = -1 if row is None else int(row[0])
+    adds: list[tuple[int, int, int, int, int, str]] = []
+    current = True  # False: an item at a taken index, or one without an index
+
+    def add_all() -> bool:
+        """Insert the adds so far in one statement; False if any index was taken."""
+        if not adds:
+            return True
+        before = db.total_changes
+        db.executemany(
+            "INSERT OR IGNORE INTO items(tree, idx, stream_id, revision, part, item) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            adds,
+        )
+        inserted = db.total_changes - before
+        count = len(adds)
+        adds.clear()
+        return inserted == count
+
+    for op in change.ops:
+        if isinstance(op, ModelAdd):
+            if not op.plain:
+                db.execute(
+                    "INSERT INTO trees(tree, floor, mixed) VALUES (?, -1, 1) "
+                    "ON CONFLICT(tree) DO UPDATE SET mixed = 1",
+                    (root,),
+                )
+            if 0 <= op.index <= floor:
+                continue  # hidden by an earlier clear, as the timeline hides it
+            current = current and op.index >= 0
+            adds.append((root, op.index, id_of(op.stream), op.revision, op.part, op.text))
+            continue
+        current = add_all() and current
+        if isinstance(op, ModelClear):
+            floor = max(floor, op.through_index)
+            db.execute("DELETE FROM items WHERE tree = ? AND idx <= ?", (root, floor))
+            db.execute(
+                "INSERT INTO trees(tree, floor, mixed) VALUES (?, ?, 0) "
+                "ON CONFLICT(tree) DO UPDATE SET floor = excluded.floor",
+                (root, floor),
+            )
+        elif op.index < 0:  # not this engine's: the model cannot find it
+            current = False
+        else:
+            db.execute(
+                "DELETE FROM items WHERE tree = ? AND idx = ? AND stream_id = ? "
+                "AND revision = ? AND part = ?",
+                (root, op.index, id_of(op.stream), op.revision, op.part),
+            )
+    if not add_all() or not current:
+        db.execute("UPDATE streams SET modelled = NULL WHERE tree = ?", (change.tree,))
+
+
+def _stream_id(db: sqlite3.Connection, name: str) -> int | None:
+    row = db.execute("SELECT id FROM streams WHERE name = ?", (name,)).fetchone()
+    return None if row is None else int(row[0])
 
 
 def _last_position(db: sqlite3.Connection) -> int:

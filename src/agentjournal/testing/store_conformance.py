@@ -14,6 +14,11 @@ and provide two fixtures::
             yield store
             await store.close()
 
+A store that keeps a read model (a ``read_model`` method, see
+:mod:`agentjournal.store.base`) is held to its promises by the ``model`` tests;
+every other store must accept a request that carries a model change and store
+its events exactly as without it.
+
 ``store_uri`` must reach the same store from another OS process (via
 :func:`agentjournal.store.open_store`). Every test writes to streams with a
 unique suffix and looks at global-order reads only for its own streams, so the
@@ -39,6 +44,12 @@ from agentjournal.store.base import (
     MAX_EVENT_BYTES,
     AppendRequest,
     EventStore,
+    ModelAdd,
+    ModelChange,
+    ModelClear,
+    ModelOp,
+    ModelRemove,
+    ModelSnapshot,
     NewEvent,
     RecordedEvent,
     StreamState,
@@ -71,6 +82,21 @@ def _same(recorded: Sequence[RecordedEvent], sent: Sequence[NewEvent]) -> None:
     ]
 
 
+async def _model(store: EventStore, tree: str) -> ModelSnapshot | None:
+    read_model = getattr(store, "read_model", None)
+    if read_model is None:
+        pytest.skip("this store keeps no read model")
+    snapshot: ModelSnapshot | None = await read_model(tree)
+    return snapshot
+
+
+def _visible(snapshot: ModelSnapshot | None) -> list[tuple[int, str, int, int, str]] | None:
+    if snapshot is None:
+        return None
+    names = snapshot.names
+    return [(i, names[s], r, p, t) for i, s, r, p, t in snapshot.items]
+
+
 class EventStoreConformance:
     """Abstract conformance tests; see the module docstring for how to use it."""
 
@@ -88,6 +114,130 @@ class EventStoreConformance:
     def stream(self) -> str:
         """A stream name no other test uses."""
         return f"Conformance-{uuid.uuid4().hex}"
+
+    # -- the read model (optional) ---------------------------------------------
+
+    async def _modelled_write(self, store: EventStore, stream: str) -> tuple[str, str]:
+        """A tree of two streams, written with model changes: two items, one on each."""
+        child = f"{stream}-child"
+        ops = [ModelAdd(0, stream, 0, 0, '{"a":1}'), ModelAdd(1, child, 0, 0, '{"b":2}')]
+        await store.append_many(
+            [
+                AppendRequest(stream, make_events(1), StreamState.NO_STREAM, ModelChange(stream)),
+                AppendRequest(
+                    child,
+                    make_events(1, prefix="c"),
+                    StreamState.NO_STREAM,
+                    ModelChange(stream, ops),
+                ),
+            ]
+        )
+        return stream, child
+
+    async def test_model_changes_leave_events_unchanged(
+        self, store: EventStore, stream: str
+    ) -> None:
+        tree, child = await self._modelled_write(store, stream)
+        _same(await store.read(tree), make_events(1))
+        _same(await store.read(child), make_events(1, prefix="c"))
+
+    async def test_model_holds_the_visible_items(self, store: EventStore, stream: str) -> None:
+        tree, child = await self._modelled_write(store, stream)
+        snapshot = await _model(store, tree)
+        assert _visible(snapshot) == [(0, tree, 0, 0, '{"a":1}'), (1, child, 0, 0, '{"b":2}')]
+        assert snapshot is not None
+        assert {name: e.revision for name, e in snapshot.heads.items()} == {tree: 0, child: 0}
+        assert snapshot.floor == -1
+
+    async def test_model_removes_and_clears(self, store: EventStore, stream: str) -> None:
+        tree, child = await self._modelled_write(store, stream)
+        more = make_events(2, prefix="m")
+        ops: list[ModelOp] = [
+            ModelAdd(2, tree, 1, 0, "[2]"),
+            ModelRemove(1, child, 0, 0),
+            ModelAdd(3, tree, 2, 0, "[3]"),
+        ]
+        await store.append_many([AppendRequest(tree, more, 0, ModelChange(tree, ops))])
+        assert _visible(await _model(store, tree)) == [
+            (0, tree, 0, 0, '{"a":1}'),
+            (2, tree, 1, 0, "[2]"),
+            (3, tree, 2, 0, "[3]"),
+        ]
+        ops = [ModelClear(2), ModelAdd(1, tree, 3, 0, "[1]"), ModelAdd(4, tree, 3, 1, "[4]")]
+        await store.append_many(
+            [AppendRequest(tree, make_events(1, prefix="k"), 2, ModelChange(tree, ops))]
+        )
+        snapshot = await _model(store, tree)
+        # Index 1 was added after a clear through 2: hidden, as a timeline hides it.
+        assert _visible(snapshot) == [(3, tree, 2, 0, "[3]"), (4, tree, 3, 1, "[4]")]
+        assert snapshot is not None
+        assert snapshot.floor == 2
+
+    async def test_model_falls_behind_for_good_after_a_plain_append(
+        self, store: EventStore, stream: str
+    ) -> None:
+        tree, child = await self._modelled_write(store, stream)
+        await store.append(child, make_events(1, prefix="foreign"), expected=0)
+        assert await _model(store, tree) is None
+        ops = [ModelAdd(2, tree, 1, 0, "[2]")]
+        await store.append_many(
+            [AppendRequest(tree, make_events(1, prefix="m"), 0, ModelChange(tree, ops))]
+        )
+        assert await _model(store, tree) is None  # the child's foreign event is not modelled
+
+    async def test_model_of_a_stream_written_before_is_not_current(
+        self, store: EventStore, stream: str
+    ) -> None:
+        await store.append(stream, make_events(1), expected=StreamState.NO_STREAM)
+        ops = [ModelAdd(0, stream, 1, 0, "[0]")]
+        await store.append_many(
+            [AppendRequest(stream, make_events(1, prefix="m"), 0, ModelChange(stream, ops))]
+        )
+        assert await _model(store, stream) is None
+
+    async def test_model_of_a_retry_is_applied_once(self, store: EventStore, stream: str) -> None:
+        await self._modelled_write(store, stream)
+        before = _visible(await _model(store, stream))
+        await self._modelled_write(store, stream)  # the same ids at the same revisions
+        assert _visible(await _model(store, stream)) == before
+
+    async def test_model_of_a_conflict_is_not_applied(self, store: EventStore, stream: str) -> None:
+        tree, child = await self._modelled_write(store, stream)
+        before = _visible(await _model(store, tree))
+        ops: list[ModelOp] = [ModelAdd(2, tree, 1, 0, "[2]"), ModelClear(1)]
+        with pytest.raises(ConcurrencyError):
+            await store.append_many(
+                [
+                    AppendRequest(tree, make_events(1, prefix="x"), 0, ModelChange(tree, ops)),
+                    AppendRequest(child, make_events(1, prefix="y"), 5, ModelChange(tree)),
+                ]
+            )
+        assert _visible(await _model(store, tree)) == before
+
+    async def test_model_of_concurrent_writes_each_all_or_nothing(
+        self, store: EventStore, stream: str
+    ) -> None:
+        trees = [f"{stream}-{n}" for n in range(6)]
+
+        async def write(tree: str, expected: int | StreamState) -> None:
+            ops = [ModelAdd(0, tree, 0, 0, f'"{tree}"')]
+            await store.append_many(
+                [AppendRequest(tree, make_events(1), expected, ModelChange(tree, ops))]
+            )
+
+        # Concurrent writes may share a transaction (group commit): the conflicting ones
+        # change nothing, the others all land with their model changes.
+        outcomes = await asyncio.gather(
+            *(write(t, StreamState.NO_STREAM if n % 2 else 3) for n, t in enumerate(trees)),
+            return_exceptions=True,
+        )
+        for n, (tree, outcome) in enumerate(zip(trees, outcomes, strict=True)):
+            if n % 2:
+                assert outcome is None
+                assert _visible(await _model(store, tree)) == [(0, tree, 0, 0, f'"{tree}"')]
+            else:
+                assert isinstance(outcome, ConcurrencyError)
+                assert await _model(store, tree) is None
 
     # -- append ---------------------------------------------------------------
 
