@@ -70,6 +70,7 @@ from typing import Any
 
 from kurrent_agent_schema import EVENT_TYPE_BY_NAME, from_json
 
+from agentjournal._json import loads as _fast_load
 from agentjournal.errors import CodecError, InvalidInput
 
 __all__ = [
@@ -233,7 +234,7 @@ def _exact_json(item: dict[str, Any]) -> str:
     except (TypeError, ValueError, RecursionError) as exc:
         raise _not_exact(item) from exc
     # json.dumps quietly turns tuples into lists and 1/True/None keys into strings.
-    if _load(text) != item:
+    if _fast_load(text) != item:
         raise _not_exact(item)
     return text
 

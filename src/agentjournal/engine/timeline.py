@@ -15,9 +15,10 @@ index, so pops and clears may be folded in any order relative to the items.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
+
+from agentjournal._json import loads
 
 __all__ = [
     "ENTRY_BYTES",
@@ -66,7 +67,7 @@ class Entry:
         fresh, self.fresh = self.fresh, None
         if fresh is not None:
             return fresh
-        item: dict[str, Any] = json.loads(self.item_json)
+        item: dict[str, Any] = loads(self.item_json)
         return item
 
 

@@ -149,6 +149,13 @@ class SQLiteEventStore:
         self._queue: list[_Pending] = []
         self._queue_lock = threading.Lock()
         self._drain_scheduled = False
+        # The loop thread's read-only probe of stream heads (see :meth:`heads_now`), opened
+        # on first use; its lock is only ever tried, never waited for.
+        self._probe: sqlite3.Connection | None = None
+        self._probe_lock = threading.Lock()
+        self._probe_failed = path == ":memory:"  # another connection would see another database
+        # Stream name -> row id, as seen by the store's thread (for :meth:`_claim`).
+        self._stream_ids: dict[str, int] = {}
 
     @classmethod
     async def open(
@@ -220,6 +227,10 @@ class SQLiteEventStore:
             return False
         self._closed = True
         self._notify()
+        with self._probe_lock:  # waits for a probe in flight (a few microseconds)
+            probe, self._probe, self._probe_failed = self._probe, None, True
+        if probe is not None:
+            probe.close()
         return True
 
     def _notify(self) -> None:
@@ -257,18 +268,11 @@ class SQLiteEventStore:
             self._drain_scheduled = True
         if schedule:
             self._schedule_drain()
-        writes = any(request.events for request in requests)
-
-        def settled(done: asyncio.Future[list[AppendResult]]) -> None:
-            # Runs even when the caller was cancelled: subscribers still hear of the
-            # commit, and a failure is retrieved rather than left unobserved.
-            if not done.cancelled() and done.exception() is None and writes:
-                self._notify()
-
-        future.add_done_callback(settled)
-        # A cancelled caller must not abandon a commit half-way: the thread
-        # finishes the transaction either way, and its outcome stands.
-        return await asyncio.shield(future)
+        # A cancelled caller cannot abandon a commit half-way: the store's thread takes
+        # every queued write and finishes its transaction whatever became of the future
+        # (a cancelled one is simply not settled), and subscribers hear of it from there.
+        # So no shield and no callback on the way back: one hop there, one back.
+        return await future
 
     def _schedule_drain(self) -> None:
         try:
@@ -304,8 +308,13 @@ class SQLiteEventStore:
                 outcomes.append(error)
         else:
             outcomes = self._write_group([pending.requests for pending in group])
+        wrote = False
         for pending, outcome in zip(group, outcomes, strict=True):
             pending.settle(outcome)
+            if not wrote and not isinstance(outcome, BaseException):
+                wrote = any(request.events for request in pending.requests)
+        if wrote:
+            self._notify()  # subscribers, even when every caller was cancelled meanwhile
 
     def _write_sync(self, requests: list[AppendRequest]) -> list[AppendResult]:
         """One write in its own transaction."""
@@ -384,35 +393,27 @@ class SQLiteEventStore:
         self, db: sqlite3.Connection, requests: list[AppendRequest], now: int
     ) -> list[AppendResult]:
         """Check and insert one write inside an open transaction; its results."""
-        pending = [self._check(db, request) for request in requests]
+        claimed = [self._claim(db, request) for request in requests]
+        pending = [
+            self._check(db, request) if claim is None else claim
+            for request, claim in zip(requests, claimed, strict=True)
+        ]
         last_position = 0
-        for request, (stream_id, current, replay) in zip(requests, pending, strict=True):
+        for request, (stream_id, current, replay), claim in zip(
+            requests, pending, claimed, strict=True
+        ):
             if replay is not None or not request.events:
                 continue
             head = current + len(request.events)
             if stream_id is None:
-                stream_id = db.execute(
+                created = db.execute(
                     "INSERT INTO streams(name, head) VALUES (?, ?)", (request.stream, head)
                 ).lastrowid
-            else:
+                assert created is not None
+                stream_id = created
+            elif claim is None:
                 db.execute("UPDATE streams SET head = ? WHERE id = ?", (head, stream_id))
-            db.executemany(
-                "INSERT INTO events(stream_id, revision, id, type, data, metadata, recorded_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        stream_id,
-                        current + offset,
-                        event.id.bytes,
-                        event.type,
-                        event.data,
-                        encode_metadata(event.metadata),
-                        now,
-                    )
-                    for offset, event in enumerate(request.events, start=1)
-                ],
-            )
-            last_position = db.execute("SELECT last_insert_rowid()").fetchone()[0]
+            last_position = _insert_events(db, stream_id, current, request.events, now)
         if last_position == 0:
             last_position = _last_position(db)
         results = []
@@ -423,6 +424,29 @@ class SQLiteEventStore:
                 head = current + len(request.events)
                 results.append(AppendResult(request.stream, head, last_position))
         return results
+
+    def _claim(
+        self, db: sqlite3.Connection, request: AppendRequest
+    ) -> tuple[int, int, None] | None:
+        """Move a known stream's head from the exact expected revision in one statement.
+
+        The common write (events at the revision the writer last saw, on a stream this
+        store has seen) is a compare-and-set: ``UPDATE .. WHERE head = expected``. It
+        matches no row when the stream moved (a conflict or a retry) or the cached id
+        is stale (a stream created in a transaction that was then rolled back: the name
+        is compared too); then None, and :meth:`_check` decides as before.
+        """
+        expected = request.expected
+        if type(expected) is not int or not request.events:
+            return None
+        stream_id = self._stream_ids.get(request.stream)
+        if stream_id is None:
+            return None
+        moved = db.execute(
+            "UPDATE streams SET head = ? WHERE id = ? AND head = ? AND name = ?",
+            (expected + len(request.events), stream_id, expected, request.stream),
+        ).rowcount
+        return (stream_id, expected, None) if moved == 1 else None
 
     def _check(
         self, db: sqlite3.Connection, request: AppendRequest
@@ -436,6 +460,8 @@ class SQLiteEventStore:
             "SELECT id, head FROM streams WHERE name = ?", (request.stream,)
         ).fetchone()
         stream_id, current = (None, -1) if row is None else (row[0], row[1])
+        if stream_id is not None:
+            self._stream_ids[request.stream] = stream_id  # ids never change: nothing is deleted
         expected = request.expected
         actual = None if row is None else current
 
@@ -471,6 +497,42 @@ class SQLiteEventStore:
         return AppendResult(request.stream, exact + count, rows[-1][1])
 
     # -- reads ----------------------------------------------------------------
+
+    def heads_now(self, streams: Sequence[str]) -> dict[str, int] | None:
+        """The current head of each of ``streams`` (absent: no such stream), read on the
+        calling thread; None when that cannot be answered at once (ask :meth:`read`).
+
+        A session's warm ``get_items`` asks this instead of hopping to the store's
+        thread: when no followed stream moved past what its cache holds, nothing
+        needs reading. It runs on its own read-only connection in WAL mode, where a
+        read never waits for a writer and sees every transaction committed before
+        it began, by this object or any other process. Anything that would make
+        the caller wait or fail — the connection busy with another thread's probe,
+        a locked or damaged file, a closed store, an in-memory store (whose other
+        connections see another database) — gives None, and the caller takes the
+        ordinary path.
+        """
+        if self._probe_failed or not self._probe_lock.acquire(blocking=False):
+            return None
+        try:
+            db = self._probe
+            if db is None:
+                if self._probe_failed:
+                    return None
+                db = self._probe = _probe_connection(self._path)
+            marks = ",".join("?" * len(streams))
+            rows = db.execute(
+                f"SELECT name, head FROM streams WHERE name IN ({marks})", tuple(streams)
+            ).fetchall()
+            return dict(rows)
+        except sqlite3.Error:
+            # Busy (a checkpoint, a recovering WAL index) or worse: this time, the slow path;
+            # a connection that cannot even open is not tried again.
+            if self._probe is None:
+                self._probe_failed = True
+            return None
+        finally:
+            self._probe_lock.release()
 
     async def head(self, stream: str) -> int | None:
         """Return the revision of the stream's last event, or None."""
@@ -667,6 +729,23 @@ def _connect(path: str, busy_timeout: float, create: bool = True) -> sqlite3.Con
     return db
 
 
+def _probe_connection(path: str) -> sqlite3.Connection:
+    """A read-only connection for :meth:`SQLiteEventStore.heads_now` (any thread, waits at
+    most 5 ms for a lock: the loop thread must not stall on it)."""
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
+    db = sqlite3.connect(
+        uri, timeout=0.005, isolation_level=None, check_same_thread=False, uri=True
+    )
+    try:
+        db.execute("PRAGMA query_only = 1")
+        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            raise sqlite3.OperationalError("not in WAL mode: readers could wait for writers")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
 def _refuse_foreign(db: sqlite3.Connection, path: str) -> None:
     """Raise unless the file is empty or an agentjournal store of this schema version."""
     version = db.execute("PRAGMA user_version").fetchone()[0]
@@ -697,6 +776,47 @@ def _create_schema(db: sqlite3.Connection, path: str) -> None:
     except BaseException:
         db.execute("ROLLBACK")
         raise
+
+
+# One INSERT of up to this many rows (7 parameters each; SQLite's default cap is 32,766).
+_ROWS_PER_INSERT: Final = 64
+_INSERT_EVENTS: Final = (
+    "INSERT INTO events(stream_id, revision, id, type, data, metadata, recorded_at) VALUES "
+)
+_EVENT_ROW: Final = "(?, ?, ?, ?, ?, ?, ?)"
+
+
+@functools.cache
+def _insert_sql(rows: int) -> str:
+    return _INSERT_EVENTS + ", ".join([_EVENT_ROW] * rows)
+
+
+def _insert_events(
+    db: sqlite3.Connection, stream_id: int, current: int, new: Sequence[NewEvent], now: int
+) -> int:
+    """Insert ``new`` after revision ``current``; the position of the last one.
+
+    A write of a few events is one statement whose rows SQLite inserts in order, so
+    its last row id is the write's position (no ``last_insert_rowid()`` query).
+    """
+    rows = [
+        (
+            stream_id,
+            current + offset,
+            event.id.bytes,
+            event.type,
+            event.data,
+            encode_metadata(event.metadata),
+            now,
+        )
+        for offset, event in enumerate(new, start=1)
+    ]
+    if len(rows) <= _ROWS_PER_INSERT:
+        position = db.execute(_insert_sql(len(rows)), [v for row in rows for v in row]).lastrowid
+        assert position is not None
+        return position
+    db.executemany(_INSERT_EVENTS + _EVENT_ROW, rows)
+    return int(db.execute("SELECT last_insert_rowid()").fetchone()[0])
 
 
 def _last_position(db: sqlite3.Connection) -> int:
