@@ -439,7 +439,9 @@ def _arguments_struct_json(arguments: Any) -> dict[str, Any] | None:
     if not isinstance(arguments, str) or not arguments.lstrip().startswith("{"):
         return None
     try:
-        parsed = _load_arguments(arguments)
+        # ``json.loads``'s value (through orjson when that agrees). NaN and Infinity parse
+        # to floats here, which _struct_value refuses as it refused them before.
+        parsed = _fast_load(arguments)
     except (ValueError, RecursionError):
         return None
     if not isinstance(parsed, dict):
@@ -448,11 +450,6 @@ def _arguments_struct_json(arguments: Any) -> dict[str, Any] | None:
     return struct if isinstance(struct, dict) else None
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-_load_arguments = json.JSONDecoder(parse_constant=_refuse_constant).decode
 _UNFIT = object()
 
 

@@ -19,6 +19,10 @@ one fsync, a SAVEPOINT per write so each is still all-or-nothing on its own).
 
 Subscriptions wake at once for appends made through this object and notice
 appends by other processes with a cheap check every 50 ms.
+
+One read runs on the caller's thread instead: :meth:`SQLiteEventStore.heads_now`,
+a few streams' heads on a read-only connection of its own, which never waits
+(a warm session read asks it whether anything moved before hopping).
 """
 
 from __future__ import annotations
@@ -308,13 +312,15 @@ class SQLiteEventStore:
                 outcomes.append(error)
         else:
             outcomes = self._write_group([pending.requests for pending in group])
-        wrote = False
+        if any(
+            not isinstance(outcome, BaseException) and any(r.events for r in pending.requests)
+            for pending, outcome in zip(group, outcomes, strict=True)
+        ):
+            self._notify()  # subscribers, even when every caller was cancelled meanwhile
+        # Settling is the last thing this thread does for the group: the callers' loop
+        # wakes to a thread that is about to wait, not to one that still wants the GIL.
         for pending, outcome in zip(group, outcomes, strict=True):
             pending.settle(outcome)
-            if not wrote and not isinstance(outcome, BaseException):
-                wrote = any(request.events for request in pending.requests)
-        if wrote:
-            self._notify()  # subscribers, even when every caller was cancelled meanwhile
 
     def _write_sync(self, requests: list[AppendRequest]) -> list[AppendResult]:
         """One write in its own transaction."""
