@@ -4,8 +4,8 @@ up to the store, and reading the flat history back (no Agents SDK).
 The first load follows ``aj.open`` from the session stream's last event down to
 the open subagents; a catch-up reads what other writers appended to the followed
 streams (skipped when a store that can answer on the caller's thread says that
-none moved: SQLite's ``heads_now``); a windowed read merges the streams backwards only as far as ``limit``
-needs; a read of everything walks the whole tree
+none moved: SQLite's ``heads_now``); a windowed read merges the streams
+backwards only as far as ``limit`` needs; a read of everything walks the whole tree
 (:func:`~agentjournal.records.walk_tree`) and sorts the items by index. What
 each read finds, the tree takes on through its own methods.
 """
