@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -131,3 +132,36 @@ async def test_a_resent_write_is_still_recognised_after_a_compare_and_set(tmp_pa
 
 def _new() -> NewEvent:
     return NewEvent(type="Noted", data=b"{}", metadata={"k": "v"}, id=uuid.uuid4())
+
+
+async def test_writes_queued_in_one_pass_of_the_loop_share_one_commit(tmp_path: Path) -> None:
+    # Sessions woken by one commit each plan and queue their next write in the same pass
+    # of the loop; planning releases the GIL now and then (a warm read's probe of the
+    # heads is an SQLite call). The drain must not start on the first write while the
+    # others are still being planned, or group commit degrades to one fsync per write.
+    store = await SQLiteEventStore.open(tmp_path / "pass.db")
+    try:
+        seen = await asyncio.get_running_loop().run_in_executor(store._executor, _statements, store)
+
+        async def write(n: int) -> None:
+            time.sleep(0.002)  # noqa: ASYNC251 - planning that gives up the GIL meanwhile
+            await store.append(f"s-{n}", [_new()], expected=StreamState.NO_STREAM)
+
+        await asyncio.gather(*(write(n) for n in range(8)))
+        assert sum(statement == "BEGIN IMMEDIATE" for statement in seen) == 1, seen
+        assert all([await store.head(f"s-{n}") == 0 for n in range(8)])
+    finally:
+        await store.close()
+
+
+async def test_a_write_queued_as_the_store_closes_is_committed(tmp_path: Path) -> None:
+    store = await SQLiteEventStore.open(tmp_path / "closing.db")
+    writing = asyncio.ensure_future(store.append("s-1", [_new()], expected=StreamState.NO_STREAM))
+    await asyncio.sleep(0)  # queued; its drain starts at the end of this pass
+    await store.close()  # in the same pass: the queued write still lands first
+    assert (await writing).revision == 0
+    again = await SQLiteEventStore.open(tmp_path / "closing.db")
+    try:
+        assert await again.head("s-1") == 0
+    finally:
+        await again.close()

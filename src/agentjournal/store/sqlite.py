@@ -15,7 +15,9 @@ writers in this process and in other processes on the same file (WAL mode,
 ``synchronous=FULL``: a returned append is on disk). A writer that cannot get
 the lock within ``busy_timeout`` gets :class:`StoreUnavailable`. Writes that
 wait for the thread together commit together (group commit: one transaction,
-one fsync, a SAVEPOINT per write so each is still all-or-nothing on its own).
+one fsync, a SAVEPOINT per write so each is still all-or-nothing on its own);
+a write's drain starts at the end of its event loop's current pass, so the
+writes of sessions woken by one commit share the next.
 
 Subscriptions wake at once for appends made through this object and notice
 appends by other processes with a cheap check every 50 ms.
@@ -35,6 +37,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
+import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
@@ -153,6 +156,8 @@ class SQLiteEventStore:
         self._queue: list[_Pending] = []
         self._queue_lock = threading.Lock()
         self._drain_scheduled = False
+        # Event loops whose writes wait for the end of the loop's pass to start a drain.
+        self._kicking: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
         # The loop thread's read-only probe of stream heads (see :meth:`heads_now`), opened
         # on first use; its lock is only ever tried, never waited for.
         self._probe: sqlite3.Connection | None = None
@@ -216,15 +221,19 @@ class SQLiteEventStore:
         """Close the connection; waits for a write in flight to finish."""
         if not self._mark_closed():
             return
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._db.close)
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._close_db)
         self._executor.shutdown(wait=True)
 
     def close_sync(self) -> None:
         """Close from synchronous code (blocks until a write in flight finishes)."""
         if not self._mark_closed():
             return
-        self._executor.submit(self._db.close).result()
+        self._executor.submit(self._close_db).result()
         self._executor.shutdown(wait=True)
+
+    def _close_db(self) -> None:
+        self._drain_all()
+        self._db.close()
 
     def _mark_closed(self) -> bool:
         if self._closed:
@@ -268,15 +277,38 @@ class SQLiteEventStore:
         future: asyncio.Future[list[AppendResult]] = loop.create_future()
         with self._queue_lock:
             self._queue.append(_Pending(requests, loop, future))
-            schedule = not self._drain_scheduled
-            self._drain_scheduled = True
-        if schedule:
-            self._schedule_drain()
+            kick = loop not in self._kicking
+            if kick:
+                self._kicking.add(loop)
+        if kick:
+            # The drain starts once this loop has run what is ready now, not at once:
+            # sessions woken by one commit each plan their next write in this same pass,
+            # and all of them share the next transaction instead of the first committing
+            # alone while the others queue. A lone write waits one pass of the loop.
+            loop.call_soon(self._kick, loop)
         # A cancelled caller cannot abandon a commit half-way: the store's thread takes
         # every queued write and finishes its transaction whatever became of the future
         # (a cancelled one is simply not settled), and subscribers hear of it from there.
         # So no shield and no callback on the way back: one hop there, one back.
         return await future
+
+    def _kick(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start a drain for what ``loop``'s writes queued (unless one is on its way)."""
+        with self._queue_lock:
+            self._kicking.discard(loop)
+            if self._drain_scheduled or not self._queue:
+                return
+            self._drain_scheduled = True
+        self._schedule_drain()
+
+    def _drain_all(self) -> None:
+        """Commit everything still queued (on the store's thread, before it closes): a
+        write whose loop has not yet started its drain is committed, not dropped."""
+        while True:
+            with self._queue_lock:
+                if not self._queue:
+                    return
+            self._drain()
 
     def _schedule_drain(self) -> None:
         try:
