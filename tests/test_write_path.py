@@ -1,14 +1,20 @@
-"""The write path's ids (issue 18): cheap nonces that still never repeat."""
+"""The write path (issue 18): cheap nonces that still never repeat, cheap ids that are the
+same ids, and a head update that is one compare-and-set."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from agentjournal import Journal, JournalSession
 from agentjournal.engine.core import _NONCES
+from agentjournal.store.base import NewEvent, StreamState, event_id, event_id_series
+from agentjournal.store.sqlite import SQLiteEventStore
 
 
 def item(text: str) -> Any:
@@ -45,3 +51,117 @@ def test_a_forked_child_draws_its_own_nonces() -> None:
     parent = _NONCES.next()
     assert child
     assert child[:24] != parent[:24]  # another process prefix, not just another count
+
+
+def test_event_id_series_gives_event_id_bit_for_bit() -> None:
+    # Retries are recognised by their ids, and stored bytes (twins, hashes) name them:
+    # the faster series must be exactly event_id, whatever the parts.
+    for parts in (("AgentSession-s", "0f" * 12 + "00000001"), ("a\x1fb", 7), ("\u00e9\U0001f600",)):
+        nth = event_id_series(*parts)
+        for n in (0, 1, 9, 10, 12345, 2**40):
+            made, expected = nth(n), event_id(*parts, n)
+            assert made == expected
+            assert made.bytes == expected.bytes
+            assert (str(made), hash(made), made.version, made.variant) == (
+                str(expected),
+                hash(expected),
+                5,
+                uuid.RFC_4122,
+            )
+            assert made.is_safe is expected.is_safe
+
+
+def _statements(store: SQLiteEventStore) -> list[str]:
+    seen: list[str] = []
+    store._db.set_trace_callback(seen.append)
+    return seen
+
+
+async def test_a_write_at_the_head_is_one_compare_and_set(tmp_path: Path) -> None:
+    store = await SQLiteEventStore.open(tmp_path / "cas.db")
+    try:
+        await store.append("s-1", [_new()], expected=StreamState.NO_STREAM)
+        await store.append("s-1", [_new()], expected=0)  # the store has now seen s-1
+        seen = await asyncio.get_running_loop().run_in_executor(store._executor, _statements, store)
+        result = await store.append("s-1", [_new(), _new()], expected=1)
+        assert result.revision == 3
+        # BEGIN, the head moved from 1 to 3 only if it was 1, both rows, COMMIT: no head SELECT,
+        # no separate last_insert_rowid() query.
+        assert len(seen) == 4, seen
+        assert seen[1].startswith("UPDATE streams SET head = 3 WHERE id = 1 AND head = 1")
+        assert not any(statement.startswith("SELECT") for statement in seen)
+        assert result.position == (await store.read("s-1", from_revision=3))[0].position
+    finally:
+        await store.close()
+
+
+async def test_a_stale_stream_id_never_moves_another_stream(tmp_path: Path) -> None:
+    # A cached id whose stream row was rolled back may later name another stream: the
+    # compare-and-set also compares the name, and the write goes the checked way.
+    store = await SQLiteEventStore.open(tmp_path / "stale.db")
+    try:
+        await store.append("s-1", [_new()], expected=StreamState.NO_STREAM)
+        await store.append("s-2", [_new()], expected=StreamState.NO_STREAM)
+        s2 = await asyncio.get_running_loop().run_in_executor(
+            store._executor,
+            lambda: store._db.execute("SELECT id FROM streams WHERE name = 's-2'").fetchone()[0],
+        )
+        store._stream_ids["s-1"] = s2  # s-2 is at head 0 too: only the name tells them apart
+        result = await store.append("s-1", [_new()], expected=0)
+        assert (result.stream, result.revision) == ("s-1", 1)
+        assert await store.head("s-2") == 0
+        assert await store.head("s-1") == 1
+        assert [e.revision for e in await store.read("s-2")] == [0]
+        assert [e.revision for e in await store.read("s-1")] == [0, 1]
+    finally:
+        await store.close()
+
+
+async def test_a_resent_write_is_still_recognised_after_a_compare_and_set(tmp_path: Path) -> None:
+    store = await SQLiteEventStore.open(tmp_path / "resent.db")
+    try:
+        await store.append("s-1", [_new()], expected=StreamState.NO_STREAM)
+        events = [_new(), _new()]
+        first = await store.append("s-1", events, expected=0)
+        again = await store.append("s-1", events, expected=0)  # an unknown outcome, resent
+        assert again == first
+        assert len(await store.read("s-1")) == 3
+    finally:
+        await store.close()
+
+
+def _new() -> NewEvent:
+    return NewEvent(type="Noted", data=b"{}", metadata={"k": "v"}, id=uuid.uuid4())
+
+
+async def test_writes_queued_in_one_pass_of_the_loop_share_one_commit(tmp_path: Path) -> None:
+    # Sessions woken by one commit each plan and queue their next write in the same pass
+    # of the loop; planning releases the GIL now and then (a warm read's probe of the
+    # heads is an SQLite call). The drain must not start on the first write while the
+    # others are still being planned, or group commit degrades to one fsync per write.
+    store = await SQLiteEventStore.open(tmp_path / "pass.db")
+    try:
+        seen = await asyncio.get_running_loop().run_in_executor(store._executor, _statements, store)
+
+        async def write(n: int) -> None:
+            time.sleep(0.002)  # noqa: ASYNC251 - planning that gives up the GIL meanwhile
+            await store.append(f"s-{n}", [_new()], expected=StreamState.NO_STREAM)
+
+        await asyncio.gather(*(write(n) for n in range(8)))
+        assert sum(statement == "BEGIN IMMEDIATE" for statement in seen) == 1, seen
+        assert all([await store.head(f"s-{n}") == 0 for n in range(8)])
+    finally:
+        await store.close()
+
+
+async def test_a_write_queued_as_the_store_closes_is_committed(tmp_path: Path) -> None:
+    store = await SQLiteEventStore.open(tmp_path / "closing.db")
+    writing = asyncio.ensure_future(store.append("s-1", [_new()], expected=StreamState.NO_STREAM))
+    await asyncio.sleep(0)  # queued; its drain starts at the end of this pass
+    await store.close()  # in the same pass: the queued write still lands first
+    assert (await writing).revision == 0
+    again = await SQLiteEventStore.open(tmp_path / "closing.db")
+    try:
+        assert await again.head("s-1") == 0
+    finally:
+        await again.close()

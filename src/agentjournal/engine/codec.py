@@ -70,6 +70,7 @@ from typing import Any
 
 from kurrent_agent_schema import EVENT_TYPE_BY_NAME, from_json
 
+from agentjournal._json import loads as _fast_load
 from agentjournal.errors import CodecError, InvalidInput
 
 __all__ = [
@@ -233,7 +234,7 @@ def _exact_json(item: dict[str, Any]) -> str:
     except (TypeError, ValueError, RecursionError) as exc:
         raise _not_exact(item) from exc
     # json.dumps quietly turns tuples into lists and 1/True/None keys into strings.
-    if _load(text) != item:
+    if _fast_load(text) != item:
         raise _not_exact(item)
     return text
 
@@ -438,7 +439,9 @@ def _arguments_struct_json(arguments: Any) -> dict[str, Any] | None:
     if not isinstance(arguments, str) or not arguments.lstrip().startswith("{"):
         return None
     try:
-        parsed = _load_arguments(arguments)
+        # ``json.loads``'s value (through orjson when that agrees). NaN and Infinity parse
+        # to floats here, which _struct_value refuses as it refused them before.
+        parsed = _fast_load(arguments)
     except (ValueError, RecursionError):
         return None
     if not isinstance(parsed, dict):
@@ -447,11 +450,6 @@ def _arguments_struct_json(arguments: Any) -> dict[str, Any] | None:
     return struct if isinstance(struct, dict) else None
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-_load_arguments = json.JSONDecoder(parse_constant=_refuse_constant).decode
 _UNFIT = object()
 
 

@@ -43,7 +43,7 @@ from agentjournal.ledger import redaction
 from agentjournal.ledger.chain import GENESIS, seal
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import SigningKey, signed_event_id
-from agentjournal.store.base import AppendRequest, NewEvent, StreamState, event_id
+from agentjournal.store.base import AppendRequest, NewEvent, StreamState, event_id_series
 from agentjournal.streams import authority_stream, ledger_stream
 
 __all__ = [
@@ -430,11 +430,12 @@ def plan_items(
     if not routed.ops and not hides and not pending:
         return None
     counter = 0
+    nth_id = event_id_series(facts.stream, nonce)  # event_id(facts.stream, nonce, n)
 
     def next_id() -> uuid.UUID:
         nonlocal counter
         counter += 1
-        return event_id(facts.stream, nonce, counter - 1)
+        return nth_id(counter - 1)
 
     out = _Events(tree, first_index + routed.indexed, trace)
     entries: list[TimelineEvent] = []

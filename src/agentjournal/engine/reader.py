@@ -3,8 +3,9 @@ up to the store, and reading the flat history back (no Agents SDK).
 
 The first load follows ``aj.open`` from the session stream's last event down to
 the open subagents; a catch-up reads what other writers appended to the followed
-streams; a windowed read merges the streams backwards only as far as ``limit``
-needs; a read of everything walks the whole tree
+streams (skipped when a store that can answer on the caller's thread says that
+none moved: SQLite's ``heads_now``); a windowed read merges the streams
+backwards only as far as ``limit`` needs; a read of everything walks the whole tree
 (:func:`~agentjournal.records.walk_tree`) and sorts the items by index. What
 each read finds, the tree takes on through its own methods.
 """
@@ -86,7 +87,7 @@ class Reader:
         tree = self._tree
         if not tree.loaded:
             await self.load(limit)
-        else:
+        elif not self._unmoved():
             await self.catch_up()
         if not tree.timeline.covers(limit):
             await self._window(limit, {})
@@ -296,6 +297,25 @@ class Reader:
     def side_streams(self) -> frozenset[str]:
         """The tree's streams a catch-up does not read: its authority log and ledger."""
         return frozenset((authority_stream(self._session_id), ledger_stream(self._session_id)))
+
+    def _unmoved(self) -> bool:
+        """Whether no followed stream moved past the tree's heads, answered on this thread
+        by a store that can (SQLite's :meth:`heads_now`); False: read to find out.
+
+        A warm ``get_items`` then costs no trip to the store's thread. The store's
+        answer covers every commit that finished before the call, in any process,
+        so nothing a catch-up would have read is missed.
+        """
+        probe = getattr(self._store, "heads_now", None)
+        if probe is None:
+            return False
+        tree = self._tree
+        followed = tree.followed
+        heads = probe(followed)
+        if heads is None:
+            return False
+        known = tree.heads
+        return all(heads.get(stream, -1) == known.get(stream, -1) for stream in followed)
 
     async def catch_up(self) -> None:
         """Apply what other writers appended to the followed streams.

@@ -15,12 +15,12 @@ index, so pops and clears may be folded in any order relative to the items.
 
 from __future__ import annotations
 
-import json
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
-from orjson import loads as _orjson_loads
+from agentjournal._json import loads as parse_item
+from agentjournal._json import orjson_loads, plain_text
 
 __all__ = [
     "ENTRY_BYTES",
@@ -38,26 +38,6 @@ __all__ = [
 ]
 
 
-def parse_item(text: str) -> Any:
-    """``json.loads(text)``, by ``orjson`` when that gives exactly the same value.
-
-    ``orjson`` refuses what it cannot give exactly (NaN and Infinity literals, numbers
-    out of a double's range, lone surrogates, nesting deeper than 1024), and a text
-    with 19 digits in a row (an integer that may not fit 64 bits, which ``orjson``
-    would read as a float) is not given to it; ``json`` reads those as before.
-    Everything it accepts it reads as ``json`` does: the same types, values, key
-    order and last-one-wins for repeated keys (``tests/test_read_model.py`` checks random values).
-    """
-    # orjson reads an integer beyond 64 bits as a float, silently: 19 digits in a row
-    # (anywhere, strings too: a false alarm only costs the slower parse) go to json.
-    if plain_text(text):
-        try:
-            return _orjson_loads(text)
-        except ValueError:
-            pass  # a lone surrogate (orjson refuses it), NaN, 1e400...
-    return json.loads(text)
-
-
 def items_of(entries: list[Entry]) -> list[dict[str, Any]]:
     """Fresh SDK items of ``entries``, as :meth:`Entry.item` gives each, in one pass.
 
@@ -69,22 +49,12 @@ def items_of(entries: list[Entry]) -> list[dict[str, Any]]:
     try:
         for entry in entries:
             if entry.plain and entry.fresh is None:
-                append(_orjson_loads(entry.item_json))
+                append(orjson_loads(entry.item_json))
             else:
                 append(entry.item())
     except ValueError:
         items.extend(entry.item() for entry in entries[len(items) :])
     return items
-
-
-_DIGITS_TO_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
-_LONG_RUN: Final = b"0" * 19  # 2**63 has 19 digits; orjson is exact on every int below it
-
-
-def plain_text(text: str) -> bool:
-    """Whether ``text`` has no 19 digits in a row: ``orjson`` reads it exactly, or refuses
-    it (an :class:`Entry` of it may be ``plain``)."""
-    return _LONG_RUN not in text.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ZERO)
 
 
 Key: TypeAlias = tuple[str, int, int]
@@ -128,7 +98,7 @@ class Entry:
         item: dict[str, Any]
         if self.plain:
             try:
-                item = _orjson_loads(self.item_json)
+                item = orjson_loads(self.item_json)
                 return item
             except ValueError:
                 pass  # NaN, 1e400, a lone surrogate...: json reads them

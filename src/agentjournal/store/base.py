@@ -46,10 +46,11 @@ it (``read_model``, see :class:`ModelSnapshot`):
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -420,6 +421,37 @@ def event_id(*parts: str | int) -> uuid.UUID:
     return uuid.uuid5(_ID_NAMESPACE, "\x1f".join(str(part) for part in parts))
 
 
+# What ``uuid.UUID(bytes=..., version=5)`` does to a SHA-1 digest: version 5, RFC 4122 variant.
+_V5_CLEAR: Final = ~((0xF000 << 64) | (0xC000 << 48))
+_V5_SET: Final = (5 << 76) | (0x8000 << 48)
+
+
+def event_id_series(*parts: str | int) -> Callable[[int], uuid.UUID]:
+    """Return ``n -> event_id(*parts, n)``, cheaper per id when one write needs several.
+
+    The SHA-1 of the common prefix is computed once and copied per id, and the
+    UUID is made from its integer without ``uuid.UUID.__init__``'s checks: the
+    same ids, bit for bit (``tests/test_write_path.py`` compares them).
+    """
+    prefix = hashlib.sha1(
+        _ID_NAMESPACE.bytes + "".join(f"{part}\x1f" for part in parts).encode(),
+        usedforsecurity=False,
+    )
+    new = object.__new__
+    set_field = object.__setattr__
+
+    def nth(n: int) -> uuid.UUID:
+        digest = prefix.copy()
+        digest.update(str(n).encode())
+        value = (int.from_bytes(digest.digest()[:16], "big") & _V5_CLEAR) | _V5_SET
+        made: uuid.UUID = new(uuid.UUID)
+        set_field(made, "int", value)
+        set_field(made, "is_safe", uuid.SafeUUID.unknown)
+        return made
+
+    return nth
+
+
 def expected_matches(expected: Expected, head: int | None) -> bool:
     """Whether a stream whose last revision is ``head`` (None: no stream) is as ``expected``."""
     if expected is StreamState.ANY:
@@ -484,6 +516,7 @@ def _validate_event(stream: str, event: object) -> None:
         raise InvalidInput(
             f"event {event.type} on {stream!r} has the nil UUID as its id; KurrentDB refuses it"
         )
+    chars = 0  # of the metadata's keys and values, for a bound on its JSON's size
     for key, value in event.metadata.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise InvalidInput(
@@ -499,7 +532,18 @@ def _validate_event(stream: str, event: object) -> None:
                 f"metadata key {key!r} of {event.type} on {stream!r} is reserved: KurrentDB "
                 f"writes keys starting with {' or '.join(RESERVED_METADATA_PREFIXES)} itself"
             )
-    size = len(event.data) + len(encode_metadata(event.metadata)) + 2 * len(event.type)
+        chars += len(key) + len(value)
+    fixed = len(event.data) + 2 * len(event.type)
+    # Encoding the metadata only to measure it is skipped when it provably fits: as JSON
+    # (``encode_metadata``) a character takes at most 6 bytes (an escape such as \u001f;
+    # UTF-8 takes at most 4), a pair 6 more (quotes, colon, comma), the object 2. Text
+    # that is not valid Unicode is encoded all the same, and refused as before.
+    bound = 6 * chars + 6 * len(event.metadata) + 2
+    if fixed + bound <= MAX_EVENT_BYTES and all(
+        key.isascii() and value.isascii() for key, value in event.metadata.items()
+    ):
+        return
+    size = fixed + len(encode_metadata(event.metadata))
     if size > MAX_EVENT_BYTES:
         raise InvalidInput(
             f"event {event.type} on {stream!r} is {size} bytes (data, metadata, type twice); "

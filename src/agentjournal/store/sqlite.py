@@ -28,10 +28,16 @@ writers in this process and in other processes on the same file (WAL mode,
 ``synchronous=FULL``: a returned append is on disk). A writer that cannot get
 the lock within ``busy_timeout`` gets :class:`StoreUnavailable`. Writes that
 wait for the thread together commit together (group commit: one transaction,
-one fsync, a SAVEPOINT per write so each is still all-or-nothing on its own).
+one fsync, a SAVEPOINT per write so each is still all-or-nothing on its own);
+a write's drain starts at the end of its event loop's current pass, so the
+writes of sessions woken by one commit share the next.
 
 Subscriptions wake at once for appends made through this object and notice
 appends by other processes with a cheap check every 50 ms.
+
+One read runs on the caller's thread instead: :meth:`SQLiteEventStore.heads_now`,
+a few streams' heads on a read-only connection of its own, which never waits
+(a warm session read asks it whether anything moved before hopping).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
+import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
@@ -192,6 +199,15 @@ class SQLiteEventStore:
         self._queue: list[_Pending] = []
         self._queue_lock = threading.Lock()
         self._drain_scheduled = False
+        # Event loops whose writes wait for the end of the loop's pass to start a drain.
+        self._kicking: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+        # The loop thread's read-only probe of stream heads (see :meth:`heads_now`), opened
+        # on first use; its lock is only ever tried, never waited for.
+        self._probe: sqlite3.Connection | None = None
+        self._probe_lock = threading.Lock()
+        self._probe_failed = path == ":memory:"  # another connection would see another database
+        # Stream name -> row id, as seen by the store's thread (for :meth:`_claim`).
+        self._stream_ids: dict[str, int] = {}
 
     @classmethod
     async def open(
@@ -248,21 +264,29 @@ class SQLiteEventStore:
         """Close the connection; waits for a write in flight to finish."""
         if not self._mark_closed():
             return
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._db.close)
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._close_db)
         self._executor.shutdown(wait=True)
 
     def close_sync(self) -> None:
         """Close from synchronous code (blocks until a write in flight finishes)."""
         if not self._mark_closed():
             return
-        self._executor.submit(self._db.close).result()
+        self._executor.submit(self._close_db).result()
         self._executor.shutdown(wait=True)
+
+    def _close_db(self) -> None:
+        self._drain_all()
+        self._db.close()
 
     def _mark_closed(self) -> bool:
         if self._closed:
             return False
         self._closed = True
         self._notify()
+        with self._probe_lock:  # waits for a probe in flight (a few microseconds)
+            probe, self._probe, self._probe_failed = self._probe, None, True
+        if probe is not None:
+            probe.close()
         return True
 
     def _notify(self) -> None:
@@ -296,22 +320,38 @@ class SQLiteEventStore:
         future: asyncio.Future[list[AppendResult]] = loop.create_future()
         with self._queue_lock:
             self._queue.append(_Pending(requests, loop, future))
-            schedule = not self._drain_scheduled
+            kick = loop not in self._kicking
+            if kick:
+                self._kicking.add(loop)
+        if kick:
+            # The drain starts once this loop has run what is ready now, not at once:
+            # sessions woken by one commit each plan their next write in this same pass,
+            # and all of them share the next transaction instead of the first committing
+            # alone while the others queue. A lone write waits one pass of the loop.
+            loop.call_soon(self._kick, loop)
+        # A cancelled caller cannot abandon a commit half-way: the store's thread takes
+        # every queued write and finishes its transaction whatever became of the future
+        # (a cancelled one is simply not settled), and subscribers hear of it from there.
+        # So no shield and no callback on the way back: one hop there, one back.
+        return await future
+
+    def _kick(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start a drain for what ``loop``'s writes queued (unless one is on its way)."""
+        with self._queue_lock:
+            self._kicking.discard(loop)
+            if self._drain_scheduled or not self._queue:
+                return
             self._drain_scheduled = True
-        if schedule:
-            self._schedule_drain()
-        writes = any(request.events for request in requests)
+        self._schedule_drain()
 
-        def settled(done: asyncio.Future[list[AppendResult]]) -> None:
-            # Runs even when the caller was cancelled: subscribers still hear of the
-            # commit, and a failure is retrieved rather than left unobserved.
-            if not done.cancelled() and done.exception() is None and writes:
-                self._notify()
-
-        future.add_done_callback(settled)
-        # A cancelled caller must not abandon a commit half-way: the thread
-        # finishes the transaction either way, and its outcome stands.
-        return await asyncio.shield(future)
+    def _drain_all(self) -> None:
+        """Commit everything still queued (on the store's thread, before it closes): a
+        write whose loop has not yet started its drain is committed, not dropped."""
+        while True:
+            with self._queue_lock:
+                if not self._queue:
+                    return
+            self._drain()
 
     def _schedule_drain(self) -> None:
         try:
@@ -347,6 +387,13 @@ class SQLiteEventStore:
                 outcomes.append(error)
         else:
             outcomes = self._write_group([pending.requests for pending in group])
+        if any(
+            not isinstance(outcome, BaseException) and any(r.events for r in pending.requests)
+            for pending, outcome in zip(group, outcomes, strict=True)
+        ):
+            self._notify()  # subscribers, even when every caller was cancelled meanwhile
+        # Settling is the last thing this thread does for the group: the callers' loop
+        # wakes to a thread that is about to wait, not to one that still wants the GIL.
         for pending, outcome in zip(group, outcomes, strict=True):
             pending.settle(outcome)
 
@@ -427,35 +474,27 @@ class SQLiteEventStore:
         self, db: sqlite3.Connection, requests: list[AppendRequest], now: int
     ) -> list[AppendResult]:
         """Check and insert one write inside an open transaction; its results."""
-        pending = [self._check(db, request) for request in requests]
+        claimed = [self._claim(db, request) for request in requests]
+        pending = [
+            self._check(db, request) if claim is None else claim
+            for request, claim in zip(requests, claimed, strict=True)
+        ]
         last_position = 0
-        for request, (stream_id, current, replay) in zip(requests, pending, strict=True):
+        for request, (stream_id, current, replay), claim in zip(
+            requests, pending, claimed, strict=True
+        ):
             if replay is not None or not request.events:
                 continue
             head = current + len(request.events)
             if stream_id is None:
-                stream_id = db.execute(
+                created = db.execute(
                     "INSERT INTO streams(name, head) VALUES (?, ?)", (request.stream, head)
                 ).lastrowid
-            else:
+                assert created is not None
+                stream_id = created
+            elif claim is None:
                 db.execute("UPDATE streams SET head = ? WHERE id = ?", (head, stream_id))
-            db.executemany(
-                "INSERT INTO events(stream_id, revision, id, type, data, metadata, recorded_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        stream_id,
-                        current + offset,
-                        event.id.bytes,
-                        event.type,
-                        event.data,
-                        encode_metadata(event.metadata),
-                        now,
-                    )
-                    for offset, event in enumerate(request.events, start=1)
-                ],
-            )
-            last_position = db.execute("SELECT last_insert_rowid()").fetchone()[0]
+            last_position = _insert_events(db, stream_id, current, request.events, now)
             _apply_model(db, request, stream_id, current, head)
         if last_position == 0:
             last_position = _last_position(db)
@@ -467,6 +506,29 @@ class SQLiteEventStore:
                 head = current + len(request.events)
                 results.append(AppendResult(request.stream, head, last_position))
         return results
+
+    def _claim(
+        self, db: sqlite3.Connection, request: AppendRequest
+    ) -> tuple[int, int, None] | None:
+        """Move a known stream's head from the exact expected revision in one statement.
+
+        The common write (events at the revision the writer last saw, on a stream this
+        store has seen) is a compare-and-set: ``UPDATE .. WHERE head = expected``. It
+        matches no row when the stream moved (a conflict or a retry) or the cached id
+        is stale (a stream created in a transaction that was then rolled back: the name
+        is compared too); then None, and :meth:`_check` decides as before.
+        """
+        expected = request.expected
+        if type(expected) is not int or not request.events:
+            return None
+        stream_id = self._stream_ids.get(request.stream)
+        if stream_id is None:
+            return None
+        moved = db.execute(
+            "UPDATE streams SET head = ? WHERE id = ? AND head = ? AND name = ?",
+            (expected + len(request.events), stream_id, expected, request.stream),
+        ).rowcount
+        return (stream_id, expected, None) if moved == 1 else None
 
     def _check(
         self, db: sqlite3.Connection, request: AppendRequest
@@ -480,6 +542,8 @@ class SQLiteEventStore:
             "SELECT id, head FROM streams WHERE name = ?", (request.stream,)
         ).fetchone()
         stream_id, current = (None, -1) if row is None else (row[0], row[1])
+        if stream_id is not None:
+            self._stream_ids[request.stream] = stream_id  # ids never change: nothing is deleted
         expected = request.expected
         actual = None if row is None else current
 
@@ -515,6 +579,42 @@ class SQLiteEventStore:
         return AppendResult(request.stream, exact + count, rows[-1][1])
 
     # -- reads ----------------------------------------------------------------
+
+    def heads_now(self, streams: Sequence[str]) -> dict[str, int] | None:
+        """The current head of each of ``streams`` (absent: no such stream), read on the
+        calling thread; None when that cannot be answered at once (ask :meth:`read`).
+
+        A session's warm ``get_items`` asks this instead of hopping to the store's
+        thread: when no followed stream moved past what its cache holds, nothing
+        needs reading. It runs on its own read-only connection in WAL mode, where a
+        read never waits for a writer and sees every transaction committed before
+        it began, by this object or any other process. Anything that would make
+        the caller wait or fail — the connection busy with another thread's probe,
+        a locked or damaged file, a closed store, an in-memory store (whose other
+        connections see another database) — gives None, and the caller takes the
+        ordinary path.
+        """
+        if self._probe_failed or not self._probe_lock.acquire(blocking=False):
+            return None
+        try:
+            db = self._probe
+            if db is None:
+                if self._probe_failed:
+                    return None
+                db = self._probe = _probe_connection(self._path)
+            marks = ",".join("?" * len(streams))
+            rows = db.execute(
+                f"SELECT name, head FROM streams WHERE name IN ({marks})", tuple(streams)
+            ).fetchall()
+            return dict(rows)
+        except sqlite3.Error:
+            # Busy (a checkpoint, a recovering WAL index) or worse: this time, the slow path;
+            # a connection that cannot even open is not tried again.
+            if self._probe is None:
+                self._probe_failed = True
+            return None
+        finally:
+            self._probe_lock.release()
 
     async def head(self, stream: str) -> int | None:
         """Return the revision of the stream's last event, or None."""
@@ -755,6 +855,23 @@ def _connect(path: str, busy_timeout: float, create: bool = True) -> sqlite3.Con
     return db
 
 
+def _probe_connection(path: str) -> sqlite3.Connection:
+    """A read-only connection for :meth:`SQLiteEventStore.heads_now` (any thread, waits at
+    most 5 ms for a lock: the loop thread must not stall on it)."""
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
+    db = sqlite3.connect(
+        uri, timeout=0.005, isolation_level=None, check_same_thread=False, uri=True
+    )
+    try:
+        db.execute("PRAGMA query_only = 1")
+        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            raise sqlite3.OperationalError("not in WAL mode: readers could wait for writers")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
 def _refuse_foreign(db: sqlite3.Connection, path: str) -> None:
     """Raise unless the file is empty or an agentjournal store of this schema version."""
     version = db.execute("PRAGMA user_version").fetchone()[0]
@@ -907,6 +1024,47 @@ def _apply_model(
 def _stream_id(db: sqlite3.Connection, name: str) -> int | None:
     row = db.execute("SELECT id FROM streams WHERE name = ?", (name,)).fetchone()
     return None if row is None else int(row[0])
+
+
+# One INSERT of up to this many rows (7 parameters each; SQLite's default cap is 32,766).
+_ROWS_PER_INSERT: Final = 64
+_INSERT_EVENTS: Final = (
+    "INSERT INTO events(stream_id, revision, id, type, data, metadata, recorded_at) VALUES "
+)
+_EVENT_ROW: Final = "(?, ?, ?, ?, ?, ?, ?)"
+
+
+@functools.cache
+def _insert_sql(rows: int) -> str:
+    return _INSERT_EVENTS + ", ".join([_EVENT_ROW] * rows)
+
+
+def _insert_events(
+    db: sqlite3.Connection, stream_id: int, current: int, new: Sequence[NewEvent], now: int
+) -> int:
+    """Insert ``new`` after revision ``current``; the position of the last one.
+
+    A write of a few events is one statement whose rows SQLite inserts in order, so
+    its last row id is the write's position (no ``last_insert_rowid()`` query).
+    """
+    rows = [
+        (
+            stream_id,
+            current + offset,
+            event.id.bytes,
+            event.type,
+            event.data,
+            encode_metadata(event.metadata),
+            now,
+        )
+        for offset, event in enumerate(new, start=1)
+    ]
+    if len(rows) <= _ROWS_PER_INSERT:
+        position = db.execute(_insert_sql(len(rows)), [v for row in rows for v in row]).lastrowid
+        assert position is not None
+        return position
+    db.executemany(_INSERT_EVENTS + _EVENT_ROW, rows)
+    return int(db.execute("SELECT last_insert_rowid()").fetchone()[0])
 
 
 def _last_position(db: sqlite3.Connection) -> int:
