@@ -159,7 +159,7 @@ def _fixture(name: str) -> Any:
 
 
 def _trusted_v1() -> Any:
-    public = load_public_key((V1 / "key.pem").read_text())
+    public = load_public_key((V1 / "public-key.txt").read_text())
     return {key_id(public): public}
 
 

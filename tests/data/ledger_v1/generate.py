@@ -8,7 +8,8 @@ Run from a checkout of that commit (its ``src`` and ``tests`` on the path), e.g.
 
 It writes ``nested.json`` and ``nested-redacted.json`` (the Runner-driven session with a
 policy and two nested handoffs of ``handoff_scenarios.nested``, a checkpoint at the end) and
-``key.pem``, the public key that signed their checkpoints.
+``public-key.txt``, the public key that signed their checkpoints (PEM text, not named
+``*.pem``: .gitignore keeps those out of the repository).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ async def main() -> None:
         for name, redact in (("nested.json", False), ("nested-redacted.json", True)):
             bundle = await export_bundle(journal.store, "nested", redact=redact)
             (HERE / name).write_text(json.dumps(bundle, indent=1, ensure_ascii=False) + "\n")
-    (HERE / "key.pem").write_text(key.public_pem())
+    (HERE / "public-key.txt").write_text(key.public_pem())
 
 
 if __name__ == "__main__":
