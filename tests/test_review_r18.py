@@ -21,7 +21,6 @@ def _item(text: str) -> Any:
     return {"role": "user", "content": text}
 
 
-@pytest.mark.xfail(strict=True, reason="r18: the heads probe resolves a relative path late")
 async def test_the_heads_probe_reads_the_store_s_file_after_a_chdir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -45,7 +44,6 @@ async def test_the_heads_probe_reads_the_store_s_file_after_a_chdir(
         assert [m["content"] for m in held] == ["one", "two"]
 
 
-@pytest.mark.xfail(strict=True, reason="r18: the store's stream id cache is unbounded")
 async def test_the_stream_id_cache_is_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
