@@ -103,7 +103,6 @@ class _Tenant:
         return await self._inner.head(self._prefix + stream)
 
 
-@pytest.mark.xfail(strict=True, reason="r18: heads_now is taken through a wrapper's __getattr__")
 async def test_a_pass_through_wrapper_is_not_probed_around_its_reads(tmp_path: Path) -> None:
     """DESIGN §7: a store without ``heads_now`` of its own (KurrentDB, wrappers) takes the
     ordinary reads. A wrapper that forwards other attributes (``__getattr__``) must not
