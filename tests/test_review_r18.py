@@ -41,7 +41,7 @@ async def test_the_heads_probe_reads_the_store_s_file_after_a_chdir(
         monkeypatch.chdir(there)
         await JournalSession(store, "s").add_items([_item("two")])  # another session object
         assert store.heads_now(["AgentSession-s"]) in ({"AgentSession-s": 2}, None)
-        held = await reader.get_items()
+        held: list[Any] = await reader.get_items()
         assert [m["content"] for m in held] == ["one", "two"]
 
 
@@ -111,8 +111,8 @@ async def test_a_pass_through_wrapper_is_not_probed_around_its_reads(tmp_path: P
     async with await SQLiteEventStore.open(tmp_path / "tenants.db") as store:
         await JournalSession(store, "s").add_items([_item("someone else's")])
         tenant = _Tenant(store, "t1.")
-        reader = JournalSession(tenant, "s")  # type: ignore[arg-type]
+        reader = JournalSession(tenant, "s")
         await reader.add_items([_item("one")])
         assert await reader.get_items() == [_item("one")]
-        await JournalSession(tenant, "s").add_items([_item("two")])  # type: ignore[arg-type]
+        await JournalSession(tenant, "s").add_items([_item("two")])
         assert await reader.get_items() == [_item("one"), _item("two")]

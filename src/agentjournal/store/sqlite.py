@@ -241,11 +241,12 @@ class SQLiteEventStore:
                 or (``create=False``) holds no store.
         """
         path = os.fspath(path)
-        file = os.path.abspath(path)  # before anything else: the directory it is relative to
         executor = _executor()
         loop = asyncio.get_running_loop()
         try:
-            connection = await loop.run_in_executor(executor, _connect, path, busy_timeout, create)
+            file, connection = await loop.run_in_executor(
+                executor, _resolved_connect, path, busy_timeout, create
+            )
         except BaseException:
             executor.shutdown(wait=False)
             raise
@@ -261,8 +262,8 @@ class SQLiteEventStore:
         as a constructor; the store may then be used from any event loop.
         """
         path = os.fspath(path)
-        file = os.path.abspath(path)
-        return cls(path, _connect(path, busy_timeout), _executor(), file=file)
+        file, connection = _resolved_connect(path, busy_timeout)
+        return cls(path, connection, _executor(), file=file)
 
     @property
     def path(self) -> str:
@@ -828,6 +829,14 @@ def _translated(path: str, fn: Callable[..., _T], *args: Any) -> _T:
         return fn(*args)
     except sqlite3.Error as error:
         raise StoreUnavailable(f"SQLite store {path} failed: {error}") from error
+
+
+def _resolved_connect(
+    path: str, busy_timeout: float, create: bool = True
+) -> tuple[str, sqlite3.Connection]:
+    """The file's absolute path as it is resolved now (for the heads probe, opened later,
+    perhaps after the process changed directory) and the store's connection to it."""
+    return os.path.abspath(path), _connect(path, busy_timeout, create)
 
 
 def _connect(path: str, busy_timeout: float, create: bool = True) -> sqlite3.Connection:
