@@ -78,6 +78,14 @@ class Reader:
         self._session_id = session_id
         self.stream = tree.stream
         self.models = keeps_model(store)
+        # The heads probe of the store's own class only: a wrapper that passes other calls
+        # through (``__getattr__``) reads through its own ``read``, which may not be the
+        # inner store's streams as they are (names mapped, events filtered).
+        self._heads_now: Callable[[list[str]], dict[str, int] | None] | None = (
+            store.heads_now  # type: ignore[attr-defined]
+            if callable(getattr(type(store), "heads_now", None))
+            else None
+        )
         self._read_model: Callable[[str], Awaitable[ModelSnapshot | None]] | None = (
             store.read_model if self.models and use_model else None  # type: ignore[attr-defined]
         )
@@ -306,7 +314,7 @@ class Reader:
         answer covers every commit that finished before the call, in any process,
         so nothing a catch-up would have read is missed.
         """
-        probe = getattr(self._store, "heads_now", None)
+        probe = self._heads_now
         if probe is None:
             return False
         tree = self._tree

@@ -89,6 +89,9 @@ _SMALL_READ: Final = 256  # reads up to this many events run with the collector 
 # At most this many writes share one transaction: a bound on how long one group
 # holds the write lock and how much one failed commit sends back for a retry.
 _GROUP_LIMIT: Final = 256
+# The compare-and-set's stream ids are a cache: a long-lived store writes to ever more
+# streams (one tree per session), so it is emptied when it holds this many (~10 MiB).
+_STREAM_IDS_KEPT: Final = 65_536
 _T = TypeVar("_T")
 
 # The read model (schema version 2). WITHOUT ROWID: a full read is one range scan of the
@@ -187,8 +190,18 @@ class SQLiteEventStore:
     processes on one file.
     """
 
-    def __init__(self, path: str, connection: sqlite3.Connection, executor: ThreadPoolExecutor):
+    def __init__(
+        self,
+        path: str,
+        connection: sqlite3.Connection,
+        executor: ThreadPoolExecutor,
+        *,
+        file: str | None = None,
+    ):
         self._path = path
+        # The file the probe opens, resolved when the store was opened: a relative path
+        # read later would name another file once the process changed directory.
+        self._file = os.path.abspath(path) if file is None else file
         self._db = connection
         self._executor = executor
         self._closed = False
@@ -231,11 +244,13 @@ class SQLiteEventStore:
         executor = _executor()
         loop = asyncio.get_running_loop()
         try:
-            connection = await loop.run_in_executor(executor, _connect, path, busy_timeout, create)
+            file, connection = await loop.run_in_executor(
+                executor, _resolved_connect, path, busy_timeout, create
+            )
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        return cls(path, connection, executor)
+        return cls(path, connection, executor, file=file)
 
     @classmethod
     def connect(
@@ -247,7 +262,8 @@ class SQLiteEventStore:
         as a constructor; the store may then be used from any event loop.
         """
         path = os.fspath(path)
-        return cls(path, _connect(path, busy_timeout), _executor())
+        file, connection = _resolved_connect(path, busy_timeout)
+        return cls(path, connection, _executor(), file=file)
 
     @property
     def path(self) -> str:
@@ -543,6 +559,8 @@ class SQLiteEventStore:
         ).fetchone()
         stream_id, current = (None, -1) if row is None else (row[0], row[1])
         if stream_id is not None:
+            if len(self._stream_ids) >= _STREAM_IDS_KEPT:
+                self._stream_ids.clear()  # bounded; an id not held costs one SELECT again
             self._stream_ids[request.stream] = stream_id  # ids never change: nothing is deleted
         expected = request.expected
         actual = None if row is None else current
@@ -601,7 +619,7 @@ class SQLiteEventStore:
             if db is None:
                 if self._probe_failed:
                     return None
-                db = self._probe = _probe_connection(self._path)
+                db = self._probe = _probe_connection(self._file)
             marks = ",".join("?" * len(streams))
             rows = db.execute(
                 f"SELECT name, head FROM streams WHERE name IN ({marks})", tuple(streams)
@@ -813,6 +831,14 @@ def _translated(path: str, fn: Callable[..., _T], *args: Any) -> _T:
         raise StoreUnavailable(f"SQLite store {path} failed: {error}") from error
 
 
+def _resolved_connect(
+    path: str, busy_timeout: float, create: bool = True
+) -> tuple[str, sqlite3.Connection]:
+    """The file's absolute path as it is resolved now (for the heads probe, opened later,
+    perhaps after the process changed directory) and the store's connection to it."""
+    return os.path.abspath(path), _connect(path, busy_timeout, create)
+
+
 def _connect(path: str, busy_timeout: float, create: bool = True) -> sqlite3.Connection:
     if path != ":memory:":
         if not create and not os.path.isfile(path):
@@ -857,8 +883,8 @@ def _connect(path: str, busy_timeout: float, create: bool = True) -> sqlite3.Con
 
 def _probe_connection(path: str) -> sqlite3.Connection:
     """A read-only connection for :meth:`SQLiteEventStore.heads_now` (any thread, waits at
-    most 5 ms for a lock: the loop thread must not stall on it)."""
-    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
+    most 5 ms for a lock: the loop thread must not stall on it); ``path`` is absolute."""
+    uri = f"file:{urllib.parse.quote(path)}?mode=ro"
     db = sqlite3.connect(
         uri, timeout=0.005, isolation_level=None, check_same_thread=False, uri=True
     )
