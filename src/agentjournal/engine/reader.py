@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import json
 import logging
+import operator
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
@@ -40,6 +41,7 @@ __all__ = ["Reader", "keeps_model"]
 logger = logging.getLogger("agentjournal.engine")
 
 _PAGE: Final = 64
+_ROW_STREAM: Final = operator.itemgetter(1)
 _FULL_PAGE: Final = 1000
 
 
@@ -102,7 +104,7 @@ class Reader:
         size = _PAGE
         await self.refresh(size)
         while not tree.timeline.complete:  # (a reread may replace the timeline object)
-            size = max(size * 2, len(tree.timeline.entries) + 1)
+            size = max(size * 2, len(tree.timeline) + 1)
             await self.refresh(size)
         return tree.timeline.latest(None)
 
@@ -215,16 +217,9 @@ class Reader:
         snapshot = await self._read_model(self.stream)
         if snapshot is None:
             return False
-        names, plain = snapshot.names, snapshot.plain
-        try:
-            # Built in one go without the collector: every entry stays in the timeline.
-            with no_collection():
-                entries = [
-                    Entry(names[stream], revision, part, index, text, None, plain)
-                    for index, stream, revision, part, text in snapshot.items
-                ]
-        except KeyError:  # an item on a stream no longer of the tree: a hand-edited file
-            return False
+        names = snapshot.names
+        if not names.keys() >= set(map(_ROW_STREAM, snapshot.items)):
+            return False  # an item on a stream no longer of the tree: a hand-edited file
         tree = self._tree
         last = snapshot.heads
         if loading:
@@ -255,7 +250,10 @@ class Reader:
             for stream in tree.followed
         ):
             return False  # another writer moved on: the events up to the heads seen
-        tree.replace_timeline(Timeline.whole(entries, snapshot.floor))
+        # The rows become entries only if something other than a full read needs them.
+        tree.replace_timeline(
+            Timeline.modelled(snapshot.items, names, snapshot.floor, snapshot.plain)
+        )
         await self.next_index()
         return True
 
