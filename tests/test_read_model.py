@@ -316,6 +316,53 @@ async def test_writes_after_a_model_read_continue_exactly(tmp_path: Path) -> Non
         assert state["chain"] == []
 
 
+class MovingOn(Counting):
+    """Keeps the model; right after each model read another writer appends to the
+    stream ``moved`` (before the reader reads that stream's last event)."""
+
+    moved = ""
+
+    async def append(
+        self, stream: str, events: Sequence[NewEvent], *, expected: Expected
+    ) -> AppendResult:
+        return await self.inner.append(stream, events, expected=expected)
+
+    async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        return await self.inner.append_many(requests)
+
+    async def read_model(self, tree: str) -> ModelSnapshot | None:
+        snapshot = await self.inner.read_model(tree)
+        if snapshot is not None:
+            await self.inner.append(
+                self.moved, [NewEvent("Foreign.Note", b"{}")], expected=snapshot.heads[self.moved]
+            )
+        return snapshot
+
+
+async def test_an_open_subsession_that_moved_after_the_model_read_reads_the_events(
+    tmp_path: Path,
+) -> None:
+    """The model holds only the root's last event; an open subagent's is read apart, and
+    if that stream moved on since the model was read, the events answer, so the tree
+    stands at the heads a read of the events finds."""
+    async with await SQLiteEventStore.open(tmp_path / "j.db") as store:
+        session = JournalSession(store, "s")
+        await drive(nested(), "go", session=session, hooks=session)
+        with pytest.raises(RuntimeError, match="backend down"):
+            await drive(failing(), "again", session=session, hooks=session)
+        before, _, _ = await _both(store, "s")
+        assert len(before["chain"]) == 1  # billing is still open
+        moving = MovingOn(store)
+        moving.moved = before["chain"][0]
+        assert keeps_model(moving)
+        modelled = JournalSession(moving, "s")
+        items = await modelled.get_items()
+        evented = JournalSession(NoModel(store), "s")
+        assert items == await evented.get_items()
+        assert _state(modelled) == _state(evented)
+        assert _state(modelled)["heads"] != before["heads"]  # the foreign event counts
+
+
 def test_only_a_store_whose_own_appends_carry_the_model_keeps_one() -> None:
     class Intercepting(SQLiteEventStore):
         async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
@@ -375,9 +422,7 @@ async def test_a_foreign_append_to_a_subsession_stream_falls_back(tmp_path: Path
         children = sorted(set(snapshot.heads) - {session_stream("s")})
         assert len(children) == 2  # billing, and refunds inside it
         inner = children[-1]
-        await store.append(
-            inner, [NewEvent("Foreign.Note", b"{}")], expected=snapshot.heads[inner].revision
-        )
+        await store.append(inner, [NewEvent("Foreign.Note", b"{}")], expected=snapshot.heads[inner])
         assert await _model(store, "s") is None
         await _both(store, "s")
 

@@ -221,15 +221,17 @@ class Reader:
         if not names.keys() >= set(map(_ROW_STREAM, snapshot.items)):
             return False  # an item on a stream no longer of the tree: a hand-edited file
         tree = self._tree
-        last = snapshot.heads
+        modelled = snapshot.heads
         if loading:
             tree.reset()
             heads: dict[str, int] = {}
             hashes: dict[str, str] = {}
             stream: str | None = self.stream
+            event: RecordedEvent | None = snapshot.last
             while stream is not None:
-                event = last.get(stream)
-                if event is None:  # an open subsession the model does not know
+                if event is None or event.revision != modelled.get(stream):
+                    # An open subsession the model does not know, or one that moved on
+                    # since the model's read (its last event is read apart): the events.
                     tree.reset()
                     return False
                 heads[stream] = event.revision
@@ -244,10 +246,11 @@ class Reader:
                     if opened is not None:
                         tree.opened(*opened)
                         stream = child
+                        tail = await self._tail(child, 1)
+                        event = tail[0] if tail else None
             tree.loaded_with(heads, hashes)
         elif any(
-            (last[stream].revision if stream in last else -1) != tree.heads.get(stream, -1)
-            for stream in tree.followed
+            modelled.get(stream, -1) != tree.heads.get(stream, -1) for stream in tree.followed
         ):
             return False  # another writer moved on: the events up to the heads seen
         # The rows become entries only if something other than a full read needs them.

@@ -360,7 +360,9 @@ class ModelSnapshot:
     """A tree's read model as of one moment (``read_model``, one read transaction).
 
     Attributes:
-        heads: Every stream of the tree -> its last event.
+        heads: Every stream of the tree -> its last revision.
+        last: The last event of the tree's root stream (the other streams' last events,
+            where a reader needs them, are read apart and must be at :attr:`heads`).
         names: Stream number -> name, for :attr:`items`.
         items: The visible items by ascending index, each ``(index, stream number,
             revision, part, text)``.
@@ -369,7 +371,8 @@ class ModelSnapshot:
             (:attr:`ModelAdd.plain`).
     """
 
-    heads: Mapping[str, RecordedEvent]
+    heads: Mapping[str, int]
+    last: RecordedEvent
     names: Mapping[int, str]
     items: Sequence[tuple[int, int, int, int, str]]
     floor: int

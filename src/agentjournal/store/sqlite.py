@@ -711,16 +711,17 @@ class SQLiteEventStore:
                 "SELECT id, name, head, modelled FROM streams WHERE tree = ?", (tree,)
             ).fetchall()
             names = {row[0]: row[1] for row in streams}
+            heads = {row[1]: row[2] for row in streams}
             root = next((row[0] for row in streams if row[1] == tree), None)
             if root is None or any(row[2] != row[3] for row in streams):
                 return None
+            # Only the root's last event: a reader needs another stream's only while a
+            # subagent is open on it, and reads it apart (checked against ``heads``).
             last = db.execute(
-                f"SELECT s.name, {_EVENT_COLUMNS} FROM streams s JOIN events e "
-                "ON e.stream_id = s.id AND e.revision = s.head WHERE s.tree = ?",
-                (tree,),
-            ).fetchall()
-            heads = {row[0]: _recorded(*row) for row in last}
-            if len(heads) != len(streams):
+                f"SELECT {_EVENT_COLUMNS} FROM events e WHERE e.stream_id = ? AND e.revision = ?",
+                (root, heads[tree]),
+            ).fetchone()
+            if last is None:
                 return None
             found = db.execute("SELECT floor, mixed FROM trees WHERE tree = ?", (root,)).fetchone()
             with no_collection():  # thousands of rows, no cycles
@@ -732,7 +733,7 @@ class SQLiteEventStore:
         finally:
             db.execute("COMMIT")
         floor, mixed = (-1, 0) if found is None else found
-        return ModelSnapshot(heads, names, items, int(floor), not mixed)
+        return ModelSnapshot(heads, _recorded(tree, *last), names, items, int(floor), not mixed)
 
     async def read_all(
         self, *, from_position: int | None = None, limit: int | None = None

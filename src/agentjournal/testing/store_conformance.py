@@ -146,7 +146,8 @@ class EventStoreConformance:
         snapshot = await _model(store, tree)
         assert _visible(snapshot) == [(0, tree, 0, 0, '{"a":1}'), (1, child, 0, 0, '{"b":2}')]
         assert snapshot is not None
-        assert {name: e.revision for name, e in snapshot.heads.items()} == {tree: 0, child: 0}
+        assert dict(snapshot.heads) == {tree: 0, child: 0}
+        assert (snapshot.last.stream, snapshot.last.revision) == (tree, 0)
         assert snapshot.floor == -1
 
     async def test_model_removes_and_clears(self, store: EventStore, stream: str) -> None:
