@@ -16,6 +16,7 @@ from agentjournal.engine.timeline import (
     TimelineEvent,
     fold,
 )
+from agentjournal.store.base import model_key
 
 S = "AgentSession-s1"
 C = "AgentSubsession-s1-sub-billing-h1"
@@ -368,7 +369,8 @@ def modelled(plain: bool = True) -> tuple[Timeline, Timeline]:
     ]
     names = {1: S, 2: C}
     made = [Entry(names[s], r, p, i, t, None, plain) for i, s, r, p, t in rows]
-    return Timeline.modelled(rows, names, 4, plain), Timeline.whole(made, 4)
+    packed = [(i, model_key(s, r, p), t) for i, s, r, p, t in rows]
+    return Timeline.modelled(packed, names, 4, plain), Timeline.whole(made, 4)
 
 
 @pytest.mark.parametrize("plain", [True, False])

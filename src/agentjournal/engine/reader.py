@@ -15,7 +15,6 @@ from __future__ import annotations
 import heapq
 import json
 import logging
-import operator
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
@@ -41,7 +40,6 @@ __all__ = ["Reader", "keeps_model"]
 logger = logging.getLogger("agentjournal.engine")
 
 _PAGE: Final = 64
-_ROW_STREAM: Final = operator.itemgetter(1)
 _FULL_PAGE: Final = 1000
 
 
@@ -218,7 +216,7 @@ class Reader:
         if snapshot is None:
             return False
         names = snapshot.names
-        if not names.keys() >= set(map(_ROW_STREAM, snapshot.items)):
+        if not names.keys() >= {key >> 40 for _, key, _ in snapshot.items}:
             return False  # an item on a stream no longer of the tree: a hand-edited file
         tree = self._tree
         modelled = snapshot.heads

@@ -73,9 +73,17 @@ def _texts_items(texts: list[str], plain: bool) -> list[dict[str, Any]]:
     return items
 
 
-ModelRow: TypeAlias = tuple[int, int, int, int, str]
-"""A read model's item as a store gives it: ``(index, stream number, revision, part,
-text)`` (:class:`agentjournal.store.base.ModelSnapshot`)."""
+ModelRow: TypeAlias = tuple[int, int, str]
+"""A read model's item as a store gives it: ``(index, key, text)``, the key its stream
+number, revision and part packed (:func:`agentjournal.store.base.model_key`)."""
+
+
+def _entries_of(rows: Sequence[ModelRow], names: Mapping[int, str], plain: bool) -> list[Entry]:
+    return [
+        Entry(names[key >> 40], (key >> 8) & 0xFFFF_FFFF, key & 0xFF, index, text, None, plain)
+        for index, key, text in rows
+    ]
+
 
 Key: TypeAlias = tuple[str, int, int]
 """Where an item lives: (stream, revision, part). ``part`` is 0 except for
@@ -155,7 +163,7 @@ ENTRY_BYTES: Final = 150
 
 
 _TEXT: Final = operator.attrgetter("item_json")
-_ROW_TEXT: Final = operator.itemgetter(4)
+_ROW_TEXT: Final = operator.itemgetter(2)
 
 
 def _cost(entry: Entry) -> int:
@@ -188,11 +196,7 @@ class Timeline:
     def entries(self) -> list[Entry]:
         """The entries, oldest first (a read model's rows are made into entries first)."""
         if self._rows:
-            names, plain = self._names, self._plain
-            self._entries = [
-                Entry(names[stream], revision, part, index, text, None, plain)
-                for index, stream, revision, part, text in self._rows
-            ]
+            self._entries = _entries_of(self._rows, self._names, self._plain)
             self._rows = ()
         return self._entries
 
@@ -287,11 +291,7 @@ class Timeline:
         if limit is not None and 0 < limit < len(self._rows) and not self._entries:
             # A few of a read model's newest rows (a pop, a windowed read): only those
             # become entries here; the rest stay rows until something needs them.
-            names, plain = self._names, self._plain
-            return [
-                Entry(names[stream], revision, part, index, text, None, plain)
-                for index, stream, revision, part, text in self._rows[-limit:]
-            ]
+            return _entries_of(self._rows[-limit:], self._names, self._plain)
         if limit is None:
             return list(self.entries)
         if limit <= 0:

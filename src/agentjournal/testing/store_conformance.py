@@ -54,6 +54,7 @@ from agentjournal.store.base import (
     RecordedEvent,
     StreamState,
     event_id,
+    model_place,
 )
 
 __all__ = ["EventStoreConformance", "make_events"]
@@ -94,7 +95,8 @@ def _visible(snapshot: ModelSnapshot | None) -> list[tuple[int, str, int, int, s
     if snapshot is None:
         return None
     names = snapshot.names
-    return [(i, names[s], r, p, t) for i, s, r, p, t in snapshot.items]
+    placed = [(i, *model_place(key), t) for i, key, t in snapshot.items]
+    return [(i, names[s], r, p, t) for i, s, r, p, t in placed]
 
 
 class EventStoreConformance:
