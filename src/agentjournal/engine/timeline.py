@@ -58,24 +58,26 @@ def items_of(entries: list[Entry]) -> list[dict[str, Any]]:
     return items
 
 
-def _texts_items(texts: list[str], plain: bool) -> list[dict[str, Any]]:
-    """Fresh SDK items of a read model's texts, as :func:`items_of` gives them for entries
-    made with ``plain`` (``orjson`` when plain, else :func:`parse_item`, which checks)."""
-    if not plain:
-        return [parse_item(text) for text in texts]
-    items: list[dict[str, Any]] = []
-    append = items.append
-    try:
-        for text in texts:
-            append(orjson_loads(text))
-    except ValueError:  # NaN, 1e400, a lone surrogate...: the rest one by one, as Entry.item
-        items.extend(Entry("", 0, 0, 0, text, None, True).item() for text in texts[len(items) :])
-    return items
-
-
 ModelRow: TypeAlias = tuple[int, int, str]
 """A read model's item as a store gives it: ``(index, key, text)``, the key its stream
 number, revision and part packed (:func:`agentjournal.store.base.model_key`)."""
+
+
+def _rows_items(rows: Sequence[ModelRow], plain: bool) -> list[dict[str, Any]]:
+    """Fresh SDK items of a read model's rows, as :func:`items_of` gives them for entries
+    made with ``plain`` (``orjson`` when plain, else :func:`parse_item`, which checks)."""
+    if not plain:
+        return [parse_item(text) for _, _, text in rows]
+    items: list[dict[str, Any]] = []
+    append = items.append
+    try:
+        for _, _, text in rows:
+            append(orjson_loads(text))
+    except ValueError:  # NaN, 1e400, a lone surrogate...: the rest one by one, as Entry.item
+        items.extend(
+            Entry("", 0, 0, 0, text, None, True).item() for _, _, text in rows[len(items) :]
+        )
+    return items
 
 
 def _entries_of(rows: Sequence[ModelRow], names: Mapping[int, str], plain: bool) -> list[Entry]:
@@ -229,8 +231,7 @@ class Timeline:
         full read (:meth:`items`) needs none. Every row's stream must be in ``names``."""
         timeline = cls()
         timeline._rows, timeline._names, timeline._plain = rows, names, plain
-        texts = list(map(_ROW_TEXT, rows))
-        timeline.size = len(rows) * ENTRY_BYTES + sum(map(len, texts))
+        timeline.size = len(rows) * ENTRY_BYTES + sum(map(len, map(_ROW_TEXT, rows)))
         timeline.floor = floor
         timeline.complete = True
         return timeline
@@ -242,7 +243,7 @@ class Timeline:
             return items_of(self.latest(limit))
         if limit is not None:
             rows = rows[-limit:] if limit > 0 else ()
-        return _texts_items(list(map(_ROW_TEXT, rows)), self._plain)
+        return _rows_items(rows, self._plain)
 
     def apply(self, event: TimelineEvent) -> None:
         """Fold in an event appended after everything the timeline was built from."""
