@@ -41,6 +41,9 @@ it (``read_model``, see :class:`ModelSnapshot`):
 * The changes of one request are applied once: a retry the store recognises
   (same ids at the same revision) changes nothing, a write that fails or
   conflicts changes nothing.
+* An item's place must fit its packed key (:func:`model_key`): an item of a part
+  from :data:`MODEL_PARTS` makes its tree not current, and ``read_model`` answers
+  None for a tree with a revision from :data:`MODEL_REVISIONS`.
 """
 
 from __future__ import annotations
