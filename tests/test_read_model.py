@@ -25,13 +25,19 @@ from agentjournal.engine.reader import keeps_model
 from agentjournal.engine.timeline import Entry, items_of, parse_item, plain_text
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import StoreUnavailable
+from agentjournal.store import sqlite as sqlite_store
 from agentjournal.store.base import (
+    MODEL_PARTS,
     AppendRequest,
     AppendResult,
     Expected,
+    ModelAdd,
+    ModelChange,
     ModelSnapshot,
     NewEvent,
     RecordedEvent,
+    StreamState,
+    model_place,
 )
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import session_stream
@@ -316,6 +322,53 @@ async def test_writes_after_a_model_read_continue_exactly(tmp_path: Path) -> Non
         assert state["chain"] == []
 
 
+class MovingOn(Counting):
+    """Keeps the model; right after each model read another writer appends to the
+    stream ``moved`` (before the reader reads that stream's last event)."""
+
+    moved = ""
+
+    async def append(
+        self, stream: str, events: Sequence[NewEvent], *, expected: Expected
+    ) -> AppendResult:
+        return await self.inner.append(stream, events, expected=expected)
+
+    async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        return await self.inner.append_many(requests)
+
+    async def read_model(self, tree: str) -> ModelSnapshot | None:
+        snapshot = await self.inner.read_model(tree)
+        if snapshot is not None:
+            await self.inner.append(
+                self.moved, [NewEvent("Foreign.Note", b"{}")], expected=snapshot.heads[self.moved]
+            )
+        return snapshot
+
+
+async def test_an_open_subsession_that_moved_after_the_model_read_reads_the_events(
+    tmp_path: Path,
+) -> None:
+    """The model holds only the root's last event; an open subagent's is read apart, and
+    if that stream moved on since the model was read, the events answer, so the tree
+    stands at the heads a read of the events finds."""
+    async with await SQLiteEventStore.open(tmp_path / "j.db") as store:
+        session = JournalSession(store, "s")
+        await drive(nested(), "go", session=session, hooks=session)
+        with pytest.raises(RuntimeError, match="backend down"):
+            await drive(failing(), "again", session=session, hooks=session)
+        before, _, _ = await _both(store, "s")
+        assert len(before["chain"]) == 1  # billing is still open
+        moving = MovingOn(store)
+        moving.moved = before["chain"][0]
+        assert keeps_model(moving)
+        modelled = JournalSession(moving, "s")
+        items = await modelled.get_items()
+        evented = JournalSession(NoModel(store), "s")
+        assert items == await evented.get_items()
+        assert _state(modelled) == _state(evented)
+        assert _state(modelled)["heads"] != before["heads"]  # the foreign event counts
+
+
 def test_only_a_store_whose_own_appends_carry_the_model_keeps_one() -> None:
     class Intercepting(SQLiteEventStore):
         async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
@@ -375,9 +428,7 @@ async def test_a_foreign_append_to_a_subsession_stream_falls_back(tmp_path: Path
         children = sorted(set(snapshot.heads) - {session_stream("s")})
         assert len(children) == 2  # billing, and refunds inside it
         inner = children[-1]
-        await store.append(
-            inner, [NewEvent("Foreign.Note", b"{}")], expected=snapshot.heads[inner].revision
-        )
+        await store.append(inner, [NewEvent("Foreign.Note", b"{}")], expected=snapshot.heads[inner])
         assert await _model(store, "s") is None
         await _both(store, "s")
 
@@ -390,6 +441,64 @@ async def test_a_wrapper_store_writes_no_model(tmp_path: Path) -> None:
         assert await _model(store, "s") is None
         _, items, _ = await _both(store, "s")
         assert len(items) >= 5
+
+
+# -- the packed keys of a model read ----------------------------------------------------------
+
+
+async def test_keys_packed_in_python_for_big_stream_numbers_read_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stream numbers too big to pack in SQLite's 64 bits are packed in Python: the same
+    snapshot, the same reads."""
+    async with await SQLiteEventStore.open(tmp_path / "j.db") as store:
+        session = JournalSession(store, "s")
+        await drive(nested(), "go", session=session, hooks=session)
+        await session.pop_item()
+        packed_in_sql = await _model(store, "s")
+        monkeypatch.setattr(sqlite_store, "_SQL_KEYS", 0)
+        packed_in_python = await _model(store, "s")
+        assert packed_in_sql is not None
+        assert packed_in_python == packed_in_sql
+        keys = {model_place(key) for _, key, _ in packed_in_sql.items}
+        assert len({stream for stream, _, _ in keys}) == 3  # the session and two subsessions
+        await _both(store, "s")
+
+
+async def test_a_revision_a_key_cannot_hold_sends_the_reader_to_the_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with await SQLiteEventStore.open(tmp_path / "j.db") as store:
+        session = JournalSession(store, "s")
+        await session.add_items([{"role": "user", "content": str(n)} for n in range(5)])
+        assert await _model(store, "s") is not None
+        monkeypatch.setattr(sqlite_store, "MODEL_REVISIONS", 4)
+        assert await _model(store, "s") is None
+        _, items, _ = await _both(store, "s")
+        assert len(items) == 5
+
+
+async def test_an_item_of_a_part_a_key_cannot_hold_makes_the_tree_not_current(
+    tmp_path: Path,
+) -> None:
+    async with await SQLiteEventStore.open(tmp_path / "j.db") as store:
+        tree = session_stream("s")
+        first = [ModelAdd(0, tree, 0, MODEL_PARTS - 1, "[0]")]
+        await store.append_many(
+            [
+                AppendRequest(
+                    tree, [NewEvent("X", b"{}")], StreamState.NO_STREAM, ModelChange(tree, first)
+                )
+            ]
+        )
+        snapshot = await _model(store, "s")
+        assert snapshot is not None
+        assert [model_place(key) for _, key, _ in snapshot.items] == [(1, 0, MODEL_PARTS - 1)]
+        second = [ModelAdd(1, tree, 1, MODEL_PARTS, "[1]")]
+        await store.append_many(
+            [AppendRequest(tree, [NewEvent("X", b"{}")], 0, ModelChange(tree, second))]
+        )
+        assert await _model(store, "s") is None
 
 
 # -- schema version 2 and the upgrade ---------------------------------------------------------

@@ -16,6 +16,7 @@ from agentjournal.engine.timeline import (
     TimelineEvent,
     fold,
 )
+from agentjournal.store.base import model_key
 
 S = "AgentSession-s1"
 C = "AgentSubsession-s1-sub-billing-h1"
@@ -356,3 +357,56 @@ def test_fold_extends_what_the_timeline_holds() -> None:
     timeline = built(entry(0), entry(1))
     fold(timeline, [entry(2, 0, C), Pop((S, 0, 0))])
     assert indices(timeline) == [1, 2]
+
+
+def modelled(plain: bool = True) -> tuple[Timeline, Timeline]:
+    """The same items as a read model's rows (entries made lazily) and as entries."""
+    rows = [
+        (0, 1, 0, 0, entry(0).item_json),
+        (1, 2, 3, 0, entry(1, 3, C).item_json),
+        (2, 1, 4, 1, '{"n": 12345678901234567890123, "x": NaN}'),
+        (5, 1, 7, 0, entry(5, 7).item_json),
+    ]
+    names = {1: S, 2: C}
+    made = [Entry(names[s], r, p, i, t, None, plain) for i, s, r, p, t in rows]
+    packed = [(i, model_key(s, r, p), t) for i, s, r, p, t in rows]
+    return Timeline.modelled(packed, names, 4, plain), Timeline.whole(made, 4)
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_a_modelled_timeline_reads_as_its_entries_would(plain: bool) -> None:
+    """A read model's rows hand out the same items as the entries they stand for, for every
+    limit, without becoming entries; and once something needs the entries they are the same."""
+    lazy, eager = modelled(plain)
+    assert (len(lazy), lazy.size, lazy.floor, lazy.complete) == (
+        len(eager),
+        eager.size,
+        eager.floor,
+        eager.complete,
+    )
+    for limit in (None, 0, 1, 2, 4, 9):
+        assert lazy.items(limit) == eager.items(limit), limit
+        # A big integer stays an int (never orjson's float), NaN is read as json reads it.
+        assert json.dumps(lazy.items(limit)) == json.dumps(eager.items(limit))
+    assert lazy._rows, "a full read made no entries"
+    assert lazy.latest(1) == eager.latest(1)
+    assert lazy._rows
+    assert lazy.entries == eager.entries
+    assert not lazy._rows
+
+
+def test_a_modelled_timeline_takes_writes_as_entries() -> None:
+    """A pop, an append and a clear after a model read fold as they do on entries."""
+    cases: list[list[TimelineEvent]] = [
+        [Pop((C, 3, 0), 1)],
+        [entry(6, 8)],
+        [Pop((S, 7, 0), 5), entry(6, 8), Clear(5)],
+    ]
+    for events in cases:
+        lazy, eager = modelled()
+        for event in events:
+            lazy.apply(event)
+            eager.apply(event)
+        assert lazy.entries == eager.entries
+        assert lazy.size == eager.size
+        assert lazy.items(None) == eager.items(None)

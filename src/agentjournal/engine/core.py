@@ -35,7 +35,7 @@ from agentjournal.engine.plan import (
     run_grant,
 )
 from agentjournal.engine.reader import Reader
-from agentjournal.engine.timeline import Clear, Entry, Key, Pop, items_of
+from agentjournal.engine.timeline import Clear, Entry, Key, Pop
 from agentjournal.engine.tree import SessionTree
 from agentjournal.engine.writer import Writer
 from agentjournal.errors import ConcurrencyError, InvalidInput
@@ -158,12 +158,12 @@ class SessionCore:
         """The newest ``limit`` visible items (every one for None), oldest first, fresh."""
         async with self.tree.lock:
             await self.reader.refresh(limit)
-            entries = self.tree.timeline.latest(limit)
-            if len(entries) <= _SMALL_ANSWER:
-                items = items_of(entries)
+            timeline = self.tree.timeline
+            if (len(timeline) if limit is None else limit) <= _SMALL_ANSWER:
+                items = timeline.items(limit)
             else:
                 with no_collection():  # thousands of fresh dicts, none in a cycle
-                    items = items_of(entries)
+                    items = timeline.items(limit)
             self.tree.bound()  # only after the answer: a full read may hold more meanwhile
             return items
 

@@ -110,7 +110,7 @@ class Reader:
         size = _PAGE
         await self.refresh(size)
         while not tree.timeline.complete:  # (a reread may replace the timeline object)
-            size = max(size * 2, len(tree.timeline.entries) + 1)
+            size = max(size * 2, len(tree.timeline) + 1)
             await self.refresh(size)
         return tree.timeline.latest(None)
 
@@ -223,26 +223,21 @@ class Reader:
         snapshot = await self._read_model(self.stream)
         if snapshot is None:
             return False
-        names, plain = snapshot.names, snapshot.plain
-        try:
-            # Built in one go without the collector: every entry stays in the timeline.
-            with no_collection():
-                entries = [
-                    Entry(names[stream], revision, part, index, text, None, plain)
-                    for index, stream, revision, part, text in snapshot.items
-                ]
-        except KeyError:  # an item on a stream no longer of the tree: a hand-edited file
-            return False
+        names = snapshot.names
+        if not names.keys() >= {key >> 40 for _, key, _ in snapshot.items}:
+            return False  # an item on a stream no longer of the tree: a hand-edited file
         tree = self._tree
-        last = snapshot.heads
+        modelled = snapshot.heads
         if loading:
             tree.reset()
             heads: dict[str, int] = {}
             hashes: dict[str, str] = {}
             stream: str | None = self.stream
+            event: RecordedEvent | None = snapshot.last
             while stream is not None:
-                event = last.get(stream)
-                if event is None:  # an open subsession the model does not know
+                if event is None or event.revision != modelled.get(stream):
+                    # An open subsession the model does not know, or one that moved on
+                    # since the model's read (its last event is read apart): the events.
                     tree.reset()
                     return False
                 heads[stream] = event.revision
@@ -257,13 +252,17 @@ class Reader:
                     if opened is not None:
                         tree.opened(*opened)
                         stream = child
+                        tail = await self._tail(child, 1)
+                        event = tail[0] if tail else None
             tree.loaded_with(heads, hashes)
         elif any(
-            (last[stream].revision if stream in last else -1) != tree.heads.get(stream, -1)
-            for stream in tree.followed
+            modelled.get(stream, -1) != tree.heads.get(stream, -1) for stream in tree.followed
         ):
             return False  # another writer moved on: the events up to the heads seen
-        tree.replace_timeline(Timeline.whole(entries, snapshot.floor))
+        # The rows become entries only if something other than a full read needs them.
+        tree.replace_timeline(
+            Timeline.modelled(snapshot.items, names, snapshot.floor, snapshot.plain)
+        )
         await self.next_index()
         return True
 

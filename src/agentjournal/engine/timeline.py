@@ -16,6 +16,7 @@ index, so pops and clears may be folded in any order relative to the items.
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
@@ -55,6 +56,35 @@ def items_of(entries: list[Entry]) -> list[dict[str, Any]]:
     except ValueError:
         items.extend(entry.item() for entry in entries[len(items) :])
     return items
+
+
+ModelRow: TypeAlias = tuple[int, int, str]
+"""A read model's item as a store gives it: ``(index, key, text)``, the key its stream
+number, revision and part packed (:func:`agentjournal.store.base.model_key`)."""
+
+
+def _rows_items(rows: Sequence[ModelRow], plain: bool) -> list[dict[str, Any]]:
+    """Fresh SDK items of a read model's rows, as :func:`items_of` gives them for entries
+    made with ``plain`` (``orjson`` when plain, else :func:`parse_item`, which checks)."""
+    if not plain:
+        return [parse_item(text) for _, _, text in rows]
+    items: list[dict[str, Any]] = []
+    append = items.append
+    try:
+        for _, _, text in rows:
+            append(orjson_loads(text))
+    except ValueError:  # NaN, 1e400, a lone surrogate...: the rest one by one, as Entry.item
+        items.extend(
+            Entry("", 0, 0, 0, text, None, True).item() for _, _, text in rows[len(items) :]
+        )
+    return items
+
+
+def _entries_of(rows: Sequence[ModelRow], names: Mapping[int, str], plain: bool) -> list[Entry]:
+    return [
+        Entry(names[key >> 40], (key >> 8) & 0xFFFF_FFFF, key & 0xFF, index, text, None, plain)
+        for index, key, text in rows
+    ]
 
 
 Key: TypeAlias = tuple[str, int, int]
@@ -135,6 +165,7 @@ ENTRY_BYTES: Final = 150
 
 
 _TEXT: Final = operator.attrgetter("item_json")
+_ROW_TEXT: Final = operator.itemgetter(2)
 
 
 def _cost(entry: Entry) -> int:
@@ -150,12 +181,34 @@ class Timeline:
     """
 
     def __init__(self, budget: int | None = None) -> None:
-        self.entries: list[Entry] = []
+        self._entries: list[Entry] = []
+        # A read model's rows not made into entries yet (they come before ``_entries``,
+        # which is then empty): a full read hands out their items without an Entry each;
+        # anything else that looks at the entries makes them first (:attr:`entries`).
+        self._rows: Sequence[ModelRow] = ()
+        self._names: Mapping[int, str] = {}
+        self._plain = False
         self.complete = False
         self.hidden: set[Key] = set()  # popped items older than `entries`
         self.floor = -1  # the highest index a clear has hidden
         self.budget = budget
         self.size = 0  # the entries' cost, kept up to date by every change
+
+    @property
+    def entries(self) -> list[Entry]:
+        """The entries, oldest first (a read model's rows are made into entries first)."""
+        if self._rows:
+            self._entries = _entries_of(self._rows, self._names, self._plain)
+            self._rows = ()
+        return self._entries
+
+    @entries.setter
+    def entries(self, entries: list[Entry]) -> None:
+        self._rows = ()
+        self._entries = entries
+
+    def __len__(self) -> int:
+        return len(self._rows) + len(self._entries)
 
     @classmethod
     def whole(cls, entries: list[Entry], floor: int) -> Timeline:
@@ -168,6 +221,29 @@ class Timeline:
         timeline.floor = floor
         timeline.complete = True
         return timeline
+
+    @classmethod
+    def modelled(
+        cls, rows: Sequence[ModelRow], names: Mapping[int, str], floor: int, plain: bool
+    ) -> Timeline:
+        """:meth:`whole` of a read model's rows, each made into an :class:`Entry` (stream
+        number to name by ``names``, ``plain`` as given) only when something needs it: a
+        full read (:meth:`items`) needs none. Every row's stream must be in ``names``."""
+        timeline = cls()
+        timeline._rows, timeline._names, timeline._plain = rows, names, plain
+        timeline.size = len(rows) * ENTRY_BYTES + sum(map(len, map(_ROW_TEXT, rows)))
+        timeline.floor = floor
+        timeline.complete = True
+        return timeline
+
+    def items(self, limit: int | None) -> list[dict[str, Any]]:
+        """Fresh SDK items of :meth:`latest` ``(limit)``, oldest first."""
+        rows = self._rows
+        if not rows:
+            return items_of(self.latest(limit))
+        if limit is not None:
+            rows = rows[-limit:] if limit > 0 else ()
+        return _rows_items(rows, self._plain)
 
     def apply(self, event: TimelineEvent) -> None:
         """Fold in an event appended after everything the timeline was built from."""
@@ -213,6 +289,10 @@ class Timeline:
 
     def latest(self, limit: int | None) -> list[Entry]:
         """Return the newest ``limit`` entries (all when None), oldest first."""
+        if limit is not None and 0 < limit < len(self._rows) and not self._entries:
+            # A few of a read model's newest rows (a pop, a windowed read): only those
+            # become entries here; the rest stay rows until something needs them.
+            return _entries_of(self._rows[-limit:], self._names, self._plain)
         if limit is None:
             return list(self.entries)
         if limit <= 0:
@@ -221,7 +301,7 @@ class Timeline:
 
     def covers(self, limit: int | None) -> bool:
         """Return True if :meth:`latest` can answer ``limit`` without older events."""
-        return self.complete or (limit is not None and len(self.entries) >= limit)
+        return self.complete or (limit is not None and len(self) >= limit)
 
     def take(self, picker: Picker) -> None:
         """Replace the contents with a window read backwards (see :class:`Picker`)."""

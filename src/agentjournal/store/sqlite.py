@@ -64,6 +64,8 @@ from agentjournal.errors import (
     UndecodableEvent,
 )
 from agentjournal.store.base import (
+    MODEL_PARTS,
+    MODEL_REVISIONS,
     AppendRequest,
     AppendResult,
     Expected,
@@ -76,6 +78,7 @@ from agentjournal.store.base import (
     encode_metadata,
     expected_label,
     expected_matches,
+    model_key,
     validate_append,
     validate_stream_name,
 )
@@ -139,6 +142,15 @@ CREATE UNIQUE INDEX IF NOT EXISTS events_by_stream ON events(stream_id, revision
 )
 
 _TABLES: Final = frozenset({"streams", "events", "items", "trees"})
+
+# A model read packs each item's place in one integer (store.base.model_key) in the query:
+# one column a row instead of three. SQLite's integers have 64 bits, so stream numbers
+# from this one are packed in Python instead.
+_SQL_KEYS = 1 << 23
+_MODEL_ITEMS: Final = (
+    "SELECT idx, (stream_id << 40) | (revision << 8) | part, item FROM items "
+    "WHERE tree = ? ORDER BY idx"
+)
 
 _EVENT_COLUMNS = "e.position, e.revision, e.id, e.type, e.data, e.metadata, e.recorded_at"
 
@@ -729,28 +741,37 @@ class SQLiteEventStore:
                 "SELECT id, name, head, modelled FROM streams WHERE tree = ?", (tree,)
             ).fetchall()
             names = {row[0]: row[1] for row in streams}
+            heads = {row[1]: row[2] for row in streams}
             root = next((row[0] for row in streams if row[1] == tree), None)
             if root is None or any(row[2] != row[3] for row in streams):
                 return None
+            # Only the root's last event: a reader needs another stream's only while a
+            # subagent is open on it, and reads it apart (checked against ``heads``).
             last = db.execute(
-                f"SELECT s.name, {_EVENT_COLUMNS} FROM streams s JOIN events e "
-                "ON e.stream_id = s.id AND e.revision = s.head WHERE s.tree = ?",
-                (tree,),
-            ).fetchall()
-            heads = {row[0]: _recorded(*row) for row in last}
-            if len(heads) != len(streams):
+                f"SELECT {_EVENT_COLUMNS} FROM events e WHERE e.stream_id = ? AND e.revision = ?",
+                (root, heads[tree]),
+            ).fetchone()
+            if last is None:
                 return None
+            if max(heads.values()) >= MODEL_REVISIONS:
+                return None  # a key could not hold the revision: the events answer
             found = db.execute("SELECT floor, mixed FROM trees WHERE tree = ?", (root,)).fetchone()
             with no_collection():  # thousands of rows, no cycles
-                items = db.execute(
-                    "SELECT idx, stream_id, revision, part, item FROM items WHERE tree = ? "
-                    "ORDER BY idx",
-                    (root,),
-                ).fetchall()
+                if max(names) < _SQL_KEYS:  # the key fits SQLite's 64 bits: packed there
+                    items = db.execute(_MODEL_ITEMS, (root,)).fetchall()
+                else:
+                    items = [
+                        (index, model_key(stream, revision, part), text)
+                        for index, stream, revision, part, text in db.execute(
+                            "SELECT idx, stream_id, revision, part, item FROM items "
+                            "WHERE tree = ? ORDER BY idx",
+                            (root,),
+                        )
+                    ]
         finally:
             db.execute("COMMIT")
         floor, mixed = (-1, 0) if found is None else found
-        return ModelSnapshot(heads, names, items, int(floor), not mixed)
+        return ModelSnapshot(heads, _recorded(tree, *last), names, items, int(floor), not mixed)
 
     async def read_all(
         self, *, from_position: int | None = None, limit: int | None = None
@@ -1023,7 +1044,7 @@ def _apply_model(
                 )
             if 0 <= op.index <= floor:
                 continue  # hidden by an earlier clear, as the timeline hides it
-            current = current and op.index >= 0
+            current = current and op.index >= 0 and 0 <= op.part < MODEL_PARTS
             adds.append((root, op.index, id_of(op.stream), op.revision, op.part, op.text))
             continue
         current = add_all() and current

@@ -54,6 +54,7 @@ from agentjournal.store.base import (
     RecordedEvent,
     StreamState,
     event_id,
+    model_place,
 )
 
 __all__ = ["EventStoreConformance", "make_events"]
@@ -94,7 +95,8 @@ def _visible(snapshot: ModelSnapshot | None) -> list[tuple[int, str, int, int, s
     if snapshot is None:
         return None
     names = snapshot.names
-    return [(i, names[s], r, p, t) for i, s, r, p, t in snapshot.items]
+    placed = [(i, *model_place(key), t) for i, key, t in snapshot.items]
+    return [(i, names[s], r, p, t) for i, s, r, p, t in placed]
 
 
 class EventStoreConformance:
@@ -146,7 +148,8 @@ class EventStoreConformance:
         snapshot = await _model(store, tree)
         assert _visible(snapshot) == [(0, tree, 0, 0, '{"a":1}'), (1, child, 0, 0, '{"b":2}')]
         assert snapshot is not None
-        assert {name: e.revision for name, e in snapshot.heads.items()} == {tree: 0, child: 0}
+        assert dict(snapshot.heads) == {tree: 0, child: 0}
+        assert (snapshot.last.stream, snapshot.last.revision) == (tree, 0)
         assert snapshot.floor == -1
 
     async def test_model_removes_and_clears(self, store: EventStore, stream: str) -> None:
