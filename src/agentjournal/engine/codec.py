@@ -115,11 +115,18 @@ _MAX_ARGUMENT_DEPTH = 32  # from_json refuses messages nested deeper than 100
 
 @dataclass(frozen=True, slots=True)
 class EncodedEvent:
-    """One event ready to append: its type, its JSON data, and the item's exact JSON text."""
+    """One event ready to append: its type, its JSON data, and the item's exact JSON text.
+
+    ``body`` is the object ``data`` is the JSON of (``json.dumps`` defaults), for the
+    canonical types; the writer builds the event's redacted view from it instead of
+    parsing ``data`` again (:func:`agentjournal.ledger.redaction.item_view`). Not for
+    changing: ``data`` is what is stored.
+    """
 
     type: str
     data: bytes
     item_json: str
+    body: Mapping[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------------------
@@ -191,7 +198,7 @@ def encode_item(
         data["message_index"] = message_index
     data["timestamp"] = stamp
     data["extensions"] = {OPENAI_EXTENSION_KEY: {_ITEM_JSON: item_json}}
-    return EncodedEvent(event_type, _ENVELOPE.encode(data).encode("ascii"), item_json)
+    return EncodedEvent(event_type, _ENVELOPE.encode(data).encode("ascii"), item_json, data)
 
 
 def _encode_extension(

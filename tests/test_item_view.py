@@ -1,0 +1,206 @@
+"""An item event's redacted view built from what encoded it equals the view parsed from its data.
+
+``redaction.item_view`` (issue 18, fourth round) builds a tool call's view from the object
+``codec.encode_item`` printed and the item itself, instead of parsing the data just
+encoded. Its answer must be the parse path's (``redaction.view``) exactly — every value of
+the same type, floats marked alike, the same call marker and the same ``aj.redacted``
+digest — or None (the caller then parses). Checked on random function calls: random
+arguments (nested values, floats, integers beyond 64 bits, text beyond the BMP, lone
+surrogates, malformed text), random extra fields, subclasses of JSON's types, and tool
+rules with ceilings.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from agentjournal import events
+from agentjournal.engine import codec
+from agentjournal.engine.plan import seal_event
+from agentjournal.ledger import redaction
+
+NOW = datetime(2026, 12, 1, 11, 0, 0, 123456, tzinfo=UTC)
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+class Tag(str):
+    pass
+
+
+def _text() -> st.SearchStrategy[str]:
+    return st.one_of(
+        st.text(max_size=8),
+        st.sampled_from(["", "order", "é", "\U0001f600", "\ud800", "a\x00b", '"\\']),
+    )
+
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.0, -0.0, 1.0, 1e16, 1e-7, 5e-324, 1.7976931348623157e308, 2**53 + 1]),
+    _text(),
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(_text(), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+_odd = st.sampled_from([Level.HIGH, Tag("tag"), float("nan"), (1, 2)])
+
+
+def _arguments() -> st.SearchStrategy[Any]:
+    as_text = st.dictionaries(_text(), _values, max_size=4).map(
+        lambda value: json.dumps(value, ensure_ascii=False)
+    )
+    return st.one_of(
+        as_text,
+        st.sampled_from(["", "{", "[1]", '{"a": NaN}', '{"a": 1e999}', '{"a":1,"a":2}', "{}"]),
+        st.none(),
+        st.integers(),
+    )
+
+
+@st.composite
+def _items(draw: st.DrawFn) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "arguments": draw(_arguments()),
+        "call_id": draw(st.one_of(st.just("call_1"), _text())),
+        "name": draw(st.one_of(st.just("lookup_order"), _text())),
+        "type": "function_call",
+    }
+    if draw(st.booleans()):
+        item["id"] = draw(_text())
+    for key in draw(st.lists(_text(), max_size=2)):
+        item.setdefault(key, draw(st.one_of(_values, _odd)))
+    return item
+
+
+@st.composite
+def _metadata(draw: st.DrawFn) -> dict[str, str]:
+    metadata: dict[str, str] = {}
+    rule = draw(
+        st.one_of(
+            st.none(),
+            st.just("null"),
+            st.just("{"),
+            st.dictionaries(
+                _text(), st.sampled_from(["$.order_id", "$.note", "$.x[0]", "$"]), max_size=2
+            ).map(lambda ceilings: json.dumps({"scope": "any", "ceilings": ceilings})),
+        )
+    )
+    if rule is not None:
+        metadata[events.TOOL_RULE_KEY] = rule
+    return metadata
+
+
+def _typed(value: Any) -> Any:
+    """``value`` with every node's exact type beside it (``==`` alone takes 1 for 1.0)."""
+    if isinstance(value, dict):
+        return ("dict", [(key, _typed(item)) for key, item in value.items()])
+    if isinstance(value, list):
+        return ("list", [_typed(item) for item in value])
+    return (type(value).__name__, repr(value))
+
+
+def _encoded(item: dict[str, Any]) -> codec.EncodedEvent | None:
+    try:
+        return codec.encode_item(item, message_index=7, author="billing", timestamp=NOW)
+    except codec.CodecError:
+        return None
+
+
+_CALL = {"call_id": "call_1", "name": "lookup_order", "type": "function_call"}
+_RULE = {events.TOOL_RULE_KEY: json.dumps({"scope": "x", "ceilings": {"n": "$.n"}})}
+
+
+@settings(max_examples=400, deadline=None)
+@given(_items(), _metadata())
+# Floats that orjson and json print differently (1e-7 / 1e-07), in the arguments and beside.
+@example({**_CALL, "arguments": '{"n": 1e-7, "m": [0.5, -0.0]}', "x": 1e-7}, _RULE)
+@example({**_CALL, "arguments": '{"n": 123456789012345678901}', "x": [2**64, 1.5]}, _RULE)
+def test_a_view_built_from_the_item_is_the_parsed_view(
+    item: dict[str, Any], metadata: dict[str, str]
+) -> None:
+    encoded = _encoded(item)
+    if encoded is None:
+        return  # the codec refuses it: nothing is written, nothing is viewed
+    assert encoded.body is not None
+    assert json.dumps(encoded.body).encode() == encoded.data
+    built = redaction.item_view(encoded.type, encoded.body, item, metadata)
+    try:
+        parsed = redaction.view(encoded.type, encoded.data, metadata)
+    except ValueError:
+        # The parse path refuses it (arguments that are not text, say): so must sealing,
+        # with the same error, which only the parse path gives.
+        assert built is None
+        return
+    plain = all(type(value) in (str, int, bool, float, dict, list) for value in item.values())
+    if plain and all(value is not None for value in item.values()):
+        assert built is not None, "a plain call must take the fast path"
+    if built is None:
+        return
+    assert parsed is not None
+    assert _typed(built) == _typed(parsed)
+    assert _typed(redaction.shown_call(built)) == _typed(redaction.shown_call(parsed))
+    assert redaction.view_digest(built) == redaction.view_digest(parsed)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_items(), _metadata())
+def test_sealing_with_and_without_the_encoded_item_writes_the_same_metadata(
+    item: dict[str, Any], metadata: dict[str, str]
+) -> None:
+    encoded = _encoded(item)
+    if encoded is None or encoded.body is None:
+        return
+    id_ = uuid.UUID(int=7)
+    slow, fast = dict(metadata), dict(metadata)
+    try:
+        a = seal_event("AgentSession-s", 3, id_, encoded.type, encoded.data, slow, "0" * 64)
+    except ValueError as error:
+        with pytest.raises(ValueError) as again:
+            seal_event(
+                "AgentSession-s", 3, id_, encoded.type, encoded.data, fast, "0" * 64,
+                encoded=(encoded.body, item),
+            )
+        assert str(again.value) == str(error)
+        return
+    b = seal_event(
+        "AgentSession-s",
+        3,
+        id_,
+        encoded.type,
+        encoded.data,
+        fast,
+        "0" * 64,
+        encoded=(encoded.body, item),
+    )
+    assert (a, slow) == (b, fast)
+
+
+def test_what_the_fast_path_leaves_to_the_parse() -> None:
+    """Subclasses, a non-finite float and other types than a tool call are not vouched for."""
+    call = {"arguments": '{"a": 1}', "call_id": "c", "name": "t", "type": "function_call"}
+    encoded = _encoded(call)
+    assert encoded is not None and encoded.body is not None
+    assert redaction.item_view(encoded.type, encoded.body, call, {}) is not None
+    for odd in (Level.HIGH, Tag("x"), float("inf")):
+        assert redaction.item_view(encoded.type, encoded.body, {**call, "x": odd}, {}) is None
+    viewed = {events.VIEWED_KEY: "1"}
+    assert redaction.item_view(encoded.type, encoded.body, call, viewed) is None
+    assert redaction.item_view("ToolResultReceived", encoded.body, call, {}) is None
