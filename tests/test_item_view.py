@@ -204,3 +204,45 @@ def test_what_the_fast_path_leaves_to_the_parse() -> None:
     viewed = {events.VIEWED_KEY: "1"}
     assert redaction.item_view(encoded.type, encoded.body, call, viewed) is None
     assert redaction.item_view("ToolResultReceived", encoded.body, call, {}) is None
+
+
+_any_json = st.recursive(
+    st.one_of(
+        _scalars,
+        st.sampled_from([float("nan"), float("inf"), -float("inf"), Level.HIGH, Tag("t")]),
+        st.sampled_from([1.5, 2.0]).map(lambda value: type("F", (float,), {})(value)),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(st.one_of(_text(), st.integers(), st.none(), st.booleans()), inner, max_size=3),
+    ),
+    max_leaves=12,
+)
+
+
+def _outcome(encode: Any, value: Any) -> tuple[str, str]:
+    try:
+        return "text", encode(value)
+    except (TypeError, ValueError) as error:
+        return "refused", type(error).__name__
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.dictionaries(_text(), _any_json, max_size=4), st.lists(_any_json, max_size=4)))
+def test_the_prebuilt_encoders_print_what_json_prints(value: Any) -> None:
+    for separators, allow_nan in (((", ", ": "), True), ((",", ":"), False)):
+        reference = json.JSONEncoder(separators=separators, allow_nan=allow_nan).encode
+        ours = codec.json_encoder(separators=separators, allow_nan=allow_nan)
+        assert _outcome(ours, value) == _outcome(reference, value)
+
+
+def test_a_circular_item_is_refused_as_before() -> None:
+    item: dict[str, Any] = {"type": "message", "role": "user", "content": "hi"}
+    item["self"] = item
+    try:
+        codec.encode_item(item, message_index=0, author=None, timestamp=NOW)
+    except codec.CodecError as error:
+        assert "circular reference" in str(error)
+    else:
+        raise AssertionError("a circular item was encoded")
