@@ -1,4 +1,4 @@
-"""An item event's redacted view built from what encoded it equals the view parsed from its data.
+"""The fourth round's fast paths on the write path decide exactly as the paths they skip.
 
 ``redaction.item_view`` (issue 18, fourth round) builds a tool call's view from the object
 ``codec.encode_item`` printed and the item itself, instead of parsing the data just
@@ -246,3 +246,47 @@ def test_a_circular_item_is_refused_as_before() -> None:
         assert "circular reference" in str(error)
     else:
         raise AssertionError("a circular item was encoded")
+
+
+_keys = st.one_of(
+    _text(),
+    st.sampled_from(["", "$schema.x", "$record.y", "$schema_version", "a\x00$schema.x", "aj.index"]),
+    st.integers(),
+)
+_meta_values = st.one_of(
+    _text(),
+    st.integers(),
+    st.none(),
+    # Long enough to cross the size limit (made 2,048 bytes for the test) with escapes or not.
+    st.tuples(st.sampled_from(["x", "\x01", "\u00e9", '"']), st.integers(0, 2100)).map(
+        lambda pair: pair[0] * pair[1]
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_keys, _meta_values, max_size=5), st.binary(max_size=64))
+def test_the_quick_metadata_check_decides_as_the_exact_one(
+    metadata: dict[Any, Any], data: bytes
+) -> None:
+    from agentjournal.errors import InvalidInput
+    from agentjournal.store import base
+
+    event = base.NewEvent(type="T", data=data, metadata=metadata, id=uuid.UUID(int=1))
+
+    def outcome() -> str:
+        try:
+            base._validate_event("s", event)
+        except (InvalidInput, UnicodeError) as error:
+            return f"{type(error).__name__}: {error}"
+        return "valid"
+
+    limit, fits = base.MAX_EVENT_BYTES, base._metadata_fits
+    base.MAX_EVENT_BYTES = 2048
+    try:
+        quick = outcome()
+        base._metadata_fits = lambda metadata, fixed: False  # type: ignore[assignment]
+        exact = outcome()
+    finally:
+        base.MAX_EVENT_BYTES, base._metadata_fits = limit, fits
+    assert quick == exact
