@@ -280,7 +280,8 @@ def _marked(value: Any) -> Any:
         for key, item in value.items():
             if type(key) is not str:
                 raise _Unsure
-            marked[key] = _marked(item)
+            # Text first, without a call: most of an item is text.
+            marked[key] = item if type(item) is str else _marked(item)
         return marked
     if kind is list:
         return [_marked(item) for item in value]
