@@ -63,10 +63,10 @@ from __future__ import annotations
 import functools
 import json
 import math
-from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any, Final
 
 from kurrent_agent_schema import EVENT_TYPE_BY_NAME, from_json
@@ -132,6 +132,7 @@ class EncodedEvent:
 
 # --------------------------------------------------------------------------------------
 # encoding
+
 
 def _no_default(value: Any) -> Any:
     raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
