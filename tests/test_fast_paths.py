@@ -17,13 +17,14 @@ import json
 import re
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from agentjournal import events
+from agentjournal import Journal, events
 from agentjournal.engine import codec
 from agentjournal.engine.plan import seal_event
 from agentjournal.errors import CodecError, InvalidInput
@@ -298,3 +299,22 @@ def test_the_quick_metadata_check_decides_as_the_exact_one(
     finally:
         base.MAX_EVENT_BYTES, base._metadata_fits = limit, fits
     assert quick == exact
+
+
+async def test_items_written_here_are_marked_plain_only_when_orjson_reads_them_exactly(
+    tmp_path: Path,
+) -> None:
+    """The writer marks each item it adds ``plain`` (no 19 digits in a row) once, so warm reads
+    skip the check; an item with a big integer is not marked and still reads back exact."""
+    big = {"type": "message", "role": "user", "content": "n", "n": 2**70, "m": 12345678901234567890}
+    small = {"type": "message", "role": "user", "content": "é", "x": [1.5, -0.0, 1e-7, None]}
+    call = {"arguments": '{"n": 99}', "call_id": "c1", "name": "t", "type": "function_call"}
+    async with await Journal.open(f"sqlite:///{tmp_path / 'plain.db'}") as journal:
+        session = journal.session("plain")
+        await session.add_items([big, small, call])
+        entries = session._core.tree.timeline.latest(None)
+        assert [entry.plain for entry in entries] == [False, True, True]
+        for _ in range(2):  # the first hand-out, then the warm path that parses again
+            items = await session.get_items()
+            assert json.dumps(items) == json.dumps([big, small, call])
+            assert [type(value) for value in items[0].values()] == [str, str, str, int, int]

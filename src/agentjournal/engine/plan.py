@@ -36,7 +36,7 @@ from agentjournal._calls import call_of
 from agentjournal.authority import Authority, Policy
 from agentjournal.engine import codec
 from agentjournal.engine.routing import Plan, plan_write, starts_a_run
-from agentjournal.engine.timeline import Clear, Entry, Pop, TimelineEvent
+from agentjournal.engine.timeline import Clear, Entry, Pop, TimelineEvent, plain_text
 from agentjournal.engine.tree import AuthorityLog, Commit, SessionTree
 from agentjournal.errors import CodecError
 from agentjournal.ledger import redaction
@@ -501,7 +501,15 @@ def plan_items(
                 encoded=None if encoded.body is None else (encoded.body, op.item),
             )
             entries.append(
-                Entry(op.stream, out.revision_of(op.stream), 0, op.index, encoded.item_json)
+                Entry(
+                    op.stream,
+                    out.revision_of(op.stream),
+                    0,
+                    op.index,
+                    encoded.item_json,
+                    # Checked once here, not at each warm read that hands the item out.
+                    plain=plain_text(encoded.item_json),
+                )
             )
         elif op.kind == "start":
             assert op.subagent is not None
@@ -529,7 +537,14 @@ def plan_items(
                 owner_id,
             )
             entries.append(
-                Entry(sub.parent_stream, out.revision_of(sub.parent_stream), 0, op.index, item_json)
+                Entry(
+                    sub.parent_stream,
+                    out.revision_of(sub.parent_stream),
+                    0,
+                    op.index,
+                    item_json,
+                    plain=plain_text(item_json),
+                )
             )
             out.add(
                 sub.stream,
