@@ -306,9 +306,15 @@ async def test_items_written_here_are_marked_plain_only_when_orjson_reads_them_e
 ) -> None:
     """The writer marks each item it adds ``plain`` (no 19 digits in a row) once, so warm reads
     skip the check; an item with a big integer is not marked and still reads back exact."""
-    big = {"type": "message", "role": "user", "content": "n", "n": 2**70, "m": 12345678901234567890}
-    small = {"type": "message", "role": "user", "content": "é", "x": [1.5, -0.0, 1e-7, None]}
-    call = {"arguments": '{"n": 99}', "call_id": "c1", "name": "t", "type": "function_call"}
+    big: Any = {
+        "type": "message",
+        "role": "user",
+        "content": "n",
+        "n": 2**70,
+        "m": 12345678901234567890,
+    }
+    small: Any = {"type": "message", "role": "user", "content": "é", "x": [1.5, -0.0, 1e-7, None]}
+    call: Any = {"arguments": '{"n": 99}', "call_id": "c1", "name": "t", "type": "function_call"}
     async with await Journal.open(f"sqlite:///{tmp_path / 'plain.db'}") as journal:
         session = journal.session("plain")
         await session.add_items([big, small, call])
