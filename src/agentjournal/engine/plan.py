@@ -36,7 +36,7 @@ from agentjournal._calls import call_of
 from agentjournal.authority import Authority, Policy
 from agentjournal.engine import codec
 from agentjournal.engine.routing import Plan, plan_write, starts_a_run
-from agentjournal.engine.timeline import Clear, Entry, Pop, TimelineEvent
+from agentjournal.engine.timeline import Clear, Entry, Pop, TimelineEvent, plain_text
 from agentjournal.engine.tree import AuthorityLog, Commit, SessionTree
 from agentjournal.errors import CodecError
 from agentjournal.ledger import redaction
@@ -283,11 +283,21 @@ def seal_event(
     data: bytes,
     metadata: dict[str, str],
     prev: str,
+    *,
+    encoded: tuple[Mapping[str, Any], Any] | None = None,
 ) -> str:
     """Commit the event's redacted view (``aj.redacted``, when its type has one), then add
     the chain keys (:func:`agentjournal.ledger.chain.seal`); return its hash. Every event
-    agentjournal writes is sealed here."""
-    shown = redaction.view(type_, data, metadata)
+    agentjournal writes is sealed here.
+
+    ``encoded``: for an item's event, the object its data is the JSON of and the item
+    (:class:`agentjournal.engine.codec.EncodedEvent`), from which the view is built
+    without parsing the data (:func:`agentjournal.ledger.redaction.item_view`: the same
+    view, or it says it cannot tell).
+    """
+    shown = None if encoded is None else redaction.item_view(type_, *encoded, metadata)
+    if shown is None:
+        shown = redaction.view(type_, data, metadata)
     if shown is not None:
         metadata[events.REDACTED_KEY] = redaction.view_digest(shown)
     return seal(stream, revision, str(id_), type_, data, metadata, prev)
@@ -317,6 +327,7 @@ class _Events:
         id_: uuid.UUID,
         *,
         own_trace: bool = False,
+        encoded: tuple[Mapping[str, Any], Any] | None = None,
     ) -> NewEvent:
         """Seal an event after ``stream``'s last; ``own_trace``: its metadata carries its own
         trace ids (a model response's), not the write's."""
@@ -329,7 +340,9 @@ class _Events:
             metadata.update(self.trace)
         revision = self.revision_of(stream) + 1
         prev = self.hashes.get(stream, "") if revision > 0 else GENESIS
-        self.hashes[stream] = seal_event(stream, revision, id_, type_, data, metadata, prev)
+        self.hashes[stream] = seal_event(
+            stream, revision, id_, type_, data, metadata, prev, encoded=encoded
+        )
         event = NewEvent(type=type_, data=data, metadata=metadata, id=id_)
         self.by_stream.setdefault(stream, []).append(event)
         return event
@@ -479,9 +492,24 @@ def plan_items(
                     metadata[events.RESPONSE_ID_KEY] = produced.response_id
             metadata.update(facts.call_metadata(op.item))
             _chainable(metadata)
-            out.add(op.stream, encoded.type, encoded.data, metadata, next_id())
+            out.add(
+                op.stream,
+                encoded.type,
+                encoded.data,
+                metadata,
+                next_id(),
+                encoded=None if encoded.body is None else (encoded.body, op.item),
+            )
             entries.append(
-                Entry(op.stream, out.revision_of(op.stream), 0, op.index, encoded.item_json)
+                Entry(
+                    op.stream,
+                    out.revision_of(op.stream),
+                    0,
+                    op.index,
+                    encoded.item_json,
+                    # Checked once here, not at each warm read that hands the item out.
+                    plain=plain_text(encoded.item_json),
+                )
             )
         elif op.kind == "start":
             assert op.subagent is not None
@@ -509,7 +537,14 @@ def plan_items(
                 owner_id,
             )
             entries.append(
-                Entry(sub.parent_stream, out.revision_of(sub.parent_stream), 0, op.index, item_json)
+                Entry(
+                    sub.parent_stream,
+                    out.revision_of(sub.parent_stream),
+                    0,
+                    op.index,
+                    item_json,
+                    plain=plain_text(item_json),
+                )
             )
             out.add(
                 sub.stream,

@@ -55,6 +55,7 @@ __all__ = [
     "VIEWED",
     "call_marker",
     "is_withheld",
+    "item_view",
     "shown_call",
     "view",
     "view_digest",
@@ -257,6 +258,62 @@ def view(type_: str, data: bytes, metadata: Mapping[str, str]) -> dict[str, Any]
         raise ValueError(f"{type_} data is malformed: {error}") from None
 
 
+class _Unsure(Exception):
+    """A value :func:`_marked` cannot vouch for: the caller parses the data instead."""
+
+
+def _marked(value: Any) -> Any:
+    """What :func:`_loads` gives back for ``json.dumps(value)``, without printing or parsing:
+    a copy in which every float is a :class:`_Float`. Only for values of exactly the types
+    JSON gives back (dict with str keys, list, str, int, bool, None, a finite float), whose
+    text parses to an identical copy (float ``repr`` round-trips); anything else — a
+    subclass, a tuple, a non-finite float — raises :class:`_Unsure`."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        if value - value != 0.0:  # NaN or an infinity: parsed through parse_constant
+            raise _Unsure
+        return _Float(value)
+    if kind is dict:
+        marked = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _Unsure
+            # Text first, without a call: most of an item is text.
+            marked[key] = item if type(item) is str else _marked(item)
+        return marked
+    if kind is list:
+        return [_marked(item) for item in value]
+    raise _Unsure
+
+
+def item_view(
+    type_: str, body: Mapping[str, Any], item: Any, metadata: Mapping[str, str]
+) -> dict[str, Any] | None:
+    """:func:`view` of an item event from what encoded it, without parsing its data; None
+    when this cannot vouch for the same view (the caller then calls :func:`view`).
+
+    ``body`` must be the object whose ``json.dumps`` (default options) is the event's data,
+    and the data's ``extensions.openai.item_json`` the exact JSON text of ``item`` (as
+    :func:`agentjournal.engine.codec.encode_item` makes both). Their parse is then
+    :func:`_marked` of each, so the view is the same, field by field and float by float
+    (``tests/test_redaction.py`` compares the two on random items). Only tool calls
+    (``AssistantToolCallsGenerated``), the one viewed type a turn writes as a rule.
+    """
+    if type_ != "AssistantToolCallsGenerated" or metadata.get(events.VIEWED_KEY) == "1":
+        return None
+    try:
+        shown = _marked(body)
+        parsed = _marked(item)
+        made = _tool_calls(shown, _rule(metadata), parsed)
+    except (_Unsure, RecursionError, TypeError, AttributeError, LookupError, ValueError):
+        return None  # view() gives the answer, or the error, exactly
+    result = _View(made[0])
+    result.call = made[1]
+    return result
+
+
 def _view(
     type_: str, data: bytes, metadata: Mapping[str, str]
 ) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
@@ -353,9 +410,14 @@ def _copy(value: Any) -> Any:
     return value
 
 
+_UNPARSED: Final = object()
+
+
 def _tool_calls(
-    body: dict[str, Any], rule: Mapping[str, Any] | None
+    body: dict[str, Any], rule: Mapping[str, Any] | None, parsed: Any = _UNPARSED
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The view of a tool call's data and its call marker; ``parsed``: the item its
+    ``item_json`` holds, when the caller has it already (:func:`item_view`)."""
     # ``body`` is _view's own fresh parse of the data, so it becomes the view in place: a
     # deep copy of it was a sixth of the cost of writing a tool call.
     shown = body
@@ -365,10 +427,13 @@ def _tool_calls(
             call["arguments"] = _withheld(call["arguments"])
     openai = shown.get("extensions", {}).get("openai")
     if isinstance(openai, dict) and isinstance(openai.get("item_json"), str):
-        try:
-            item = _loads_text(openai["item_json"])
-        except ValueError:
-            item = None
+        if parsed is not _UNPARSED:
+            item = parsed
+        else:
+            try:
+                item = _loads_text(openai["item_json"])
+            except ValueError:
+                item = None
         marker = _call_marker(item, rule, _marked_digest) if isinstance(item, dict) else {}
         openai["item_json"] = {**marker, "withheld": _marked_digest(openai["item_json"])}
         if "call_id" in marker:  # the item's text parsed to a call

@@ -187,6 +187,8 @@ class RunState:
         return RunView(self, wrapper)
 
     def produced_by(self, item: Mapping[str, Any]) -> Produced | None:
+        if not self.produced:
+            return None  # outside a run, or before its first model response: nothing to match
         for key in identities(item):
             found = self.produced.get(key)
             if found is not None:

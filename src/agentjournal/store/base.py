@@ -547,6 +547,9 @@ def _validate_event(stream: str, event: object) -> None:
         raise InvalidInput(
             f"event {event.type} on {stream!r} has the nil UUID as its id; KurrentDB refuses it"
         )
+    fixed = len(event.data) + 2 * len(event.type)
+    if _metadata_fits(event.metadata, fixed):
+        return
     chars = 0  # of the metadata's keys and values, for a bound on its JSON's size
     for key, value in event.metadata.items():
         if not isinstance(key, str) or not isinstance(value, str):
@@ -564,7 +567,6 @@ def _validate_event(stream: str, event: object) -> None:
                 f"writes keys starting with {' or '.join(RESERVED_METADATA_PREFIXES)} itself"
             )
         chars += len(key) + len(value)
-    fixed = len(event.data) + 2 * len(event.type)
     # Encoding the metadata only to measure it is skipped when it provably fits: as JSON
     # (``encode_metadata``) a character takes at most 6 bytes (an escape such as \u001f;
     # UTF-8 takes at most 4), a pair 6 more (quotes, colon, comma), the object 2. Text
@@ -580,6 +582,35 @@ def _validate_event(stream: str, event: object) -> None:
             f"event {event.type} on {stream!r} is {size} bytes (data, metadata, type twice); "
             f"the limit is {MAX_EVENT_BYTES} (MAX_EVENT_BYTES, KurrentDB's largest event)"
         )
+
+
+# A NewEvent's metadata is a read-only view of its own dict (_frozen_metadata).
+_PLAIN_MAPPINGS: Final = (dict, MappingProxyType)
+_RESERVED_AFTER_NUL: Final = tuple(f"\x00{prefix}" for prefix in RESERVED_METADATA_PREFIXES)
+
+
+def _metadata_fits(metadata: Mapping[str, str], fixed: int) -> bool:
+    """Whether ``metadata`` is provably valid and small enough, checked in a few C calls
+    instead of a Python loop over its keys; False sends it to the exact checks (and their
+    messages) in :func:`_validate_event`, which decide.
+
+    Joining refuses anything but text; a NUL before each key makes "a key starts with a
+    reserved prefix" a substring test (a key holding NUL and a prefix inside only takes
+    the exact checks); the size bound is the one of the exact checks.
+    """
+    if type(metadata) not in _PLAIN_MAPPINGS or "" in metadata:
+        return False
+    try:
+        keys = "\x00" + "\x00".join(metadata)
+        values = "".join(metadata.values())
+    except TypeError:
+        return False
+    for prefix in _RESERVED_AFTER_NUL:
+        if prefix in keys:
+            return False
+    chars = len(keys) - len(metadata) + len(values)
+    bound = 6 * chars + 6 * len(metadata) + 2
+    return fixed + bound <= MAX_EVENT_BYTES and keys.isascii() and values.isascii()
 
 
 def validate_append(requests: Sequence[AppendRequest], *, many: bool) -> None:
