@@ -13,6 +13,7 @@ before it are honoured and nothing after it counts.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,7 @@ from agentjournal.streams import (
 if TYPE_CHECKING:
     from agentjournal.store.base import EventStore
 
-__all__ = ["history_before", "replay"]
+__all__ = ["history_before", "model_disagreement", "replay"]
 
 
 async def replay(
@@ -66,6 +67,41 @@ async def replay(
         use_model=False,
     )
     return await core.items(limit)
+
+
+async def model_disagreement(store: EventStore, session_id: str) -> str | None:
+    """Where the store's read model of the session's items differs from its events, if it does.
+
+    ``get_items`` answers a cold read of everything from a store's read model (SQLite,
+    DESIGN §3) when the model is current; the events are the record. A model edited
+    behind the engine's back would hand an agent items that are not on the record, so
+    ``agentjournal verify`` reads both and compares them item by item (exact JSON text:
+    key order, ``1`` against ``1.0``). None: they agree, or the store keeps no model, or
+    it is not current (then ``get_items`` reads the events too).
+
+    Raises:
+        StoreUnavailable: The store could not be read.
+    """
+    facts = SessionFacts(session_id, session_stream(session_id))
+    modelled = SessionCore(store, facts, _tree(session_id))
+    if not modelled.reader.models:
+        return None
+    from_model = await modelled.items(None)
+    from_events = await SessionCore(store, facts, _tree(session_id), use_model=False).items(None)
+    texts = [json.dumps(item) for item in from_model]
+    recorded = [json.dumps(item) for item in from_events]
+    if texts == recorded:
+        return None
+    for index, (told, kept) in enumerate(zip(texts, recorded, strict=False)):
+        if told != kept:
+            return (
+                f"the store's read model differs from the events at item {index}: get_items "
+                "would give an agent an item that is not on the record"
+            )
+    return (
+        f"the store's read model holds {len(texts)} items, the events {len(recorded)}: "
+        "get_items would give an agent a history that is not on the record"
+    )
 
 
 def history_before(

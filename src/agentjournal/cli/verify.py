@@ -41,6 +41,8 @@ async def verify_session(args: argparse.Namespace) -> int:
     from agentjournal.cli._store import open_session
     from agentjournal.ledger.verify import Report
     from agentjournal.records import DamagedEvent, read_tree
+    from agentjournal.replay import model_disagreement
+    from agentjournal.streams import session_stream
 
     try:
         anchors = anchors_of(args)
@@ -49,6 +51,9 @@ async def verify_session(args: argparse.Namespace) -> int:
     store, session_id = await open_session(args.uri, args.session)
     try:
         records = await read_tree(store, session_id)
+        # The events are verified below; what get_items would replay from a store's read
+        # model must be exactly what they hold (a model edited by hand is caught here).
+        disagreement = await model_disagreement(store, session_id)
     except DamagedEvent as bad:
         failed = Report()
         failed.fail("integrity", bad.stream, bad.revision, bad.message)
@@ -57,5 +62,7 @@ async def verify_session(args: argparse.Namespace) -> int:
     finally:
         await store.close()
     report = anchors.verify_records(records)
+    if disagreement is not None:
+        report.fail("read model", session_stream(session_id), None, disagreement)
     print(report.text())
     return 0 if report.ok else 2
