@@ -269,5 +269,6 @@ def test_verify_fails_a_read_model_edited_behind_the_engine(
     result = run("verify", session, "--uri", f"sqlite:///{copy}", "--pubkey", f"{key}.pub")
     assert result.returncode == 2, result.stdout + result.stderr
     last = result.stdout.splitlines()[-1]
-    assert last.startswith("FAILED: AgentSession-") and "(read model)" in last, last
+    assert last.startswith("FAILED: AgentSession-"), last
+    assert "(read model)" in last
     assert "not on the record" in last
