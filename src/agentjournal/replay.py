@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from agentjournal import events
 from agentjournal.engine.core import SessionCore
+from agentjournal.engine.fork import visible_at
 from agentjournal.engine.plan import SessionFacts
-from agentjournal.engine.timeline import Timeline, TimelineEvent, fold
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import InvalidInput
 from agentjournal.records import Record, TreeRecords, read_tree
@@ -128,16 +128,16 @@ def history_before(
     )
     if target is None or target.position is None:
         raise InvalidInput(f"session {tree.session_id} has no item #{index}")
-    reader = SessionTree(tree.session_stream)
-    new: list[TimelineEvent] = []
-    for records in streams.values():
-        for record in records:
-            before = record.position is not None and record.position < target.position
-            if before and record.type != events.SUBAGENT_COMPLETED:
-                new.extend(reader.apply_recorded(_recorded(record)))
-    timeline = Timeline()
-    fold(timeline, new)
-    return [entry.item() for entry in timeline.latest(limit)]
+    before = [
+        _recorded(record)
+        for records in streams.values()
+        for record in records
+        if record.position is not None and record.position < target.position
+    ]
+    visible = visible_at(before, tree.session_stream, target.position)
+    if limit is not None:
+        visible = visible[max(len(visible) - limit, 0) :] if limit > 0 else []
+    return [entry.item() for entry in visible]
 
 
 def _is_item(record: Record) -> bool:

@@ -15,7 +15,8 @@ import itertools
 import json
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -23,6 +24,14 @@ from typing import Any, Final
 from agentjournal import events
 from agentjournal._gc import no_collection
 from agentjournal.authority import Authority
+from agentjournal.engine.fork import (
+    Branch,
+    cut_position,
+    fork_point,
+    plan_fork,
+    read_branches,
+    revision_at,
+)
 from agentjournal.engine.plan import (
     ItemsPlan,
     RunView,
@@ -38,11 +47,14 @@ from agentjournal.engine.reader import Reader
 from agentjournal.engine.timeline import Clear, Entry, Key, Pop
 from agentjournal.engine.tree import SessionTree
 from agentjournal.engine.writer import Writer
-from agentjournal.errors import ConcurrencyError, InvalidInput
+from agentjournal.errors import ConcurrencyError, InvalidInput, StreamNotFound
 from agentjournal.ledger import redaction
+from agentjournal.ledger.chain import HASH_KEY
 from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.ledger.keys import SigningKey
-from agentjournal.streams import authority_stream
+from agentjournal.records import walk_tree
+from agentjournal.store.base import RecordedEvent
+from agentjournal.streams import MAIN_BRANCH, authority_stream, branch_stream, branches_stream
 
 __all__ = ["DEFAULT_CHECKPOINT_EVERY", "HistoryChanged", "SessionCore", "Snapshot"]
 
@@ -78,6 +90,18 @@ class _Nonces:
 _NONCES: Final = _Nonces()
 _SMALL_ANSWER: Final = 256  # items a read hands out with the collector as it is
 os.register_at_fork(after_in_child=_NONCES.reset)
+
+
+def _unix_seconds() -> int:
+    """Now, in whole seconds since the epoch (a generated branch name's stamp)."""
+    return int(time.time())
+
+
+def _generated_names(base: str) -> Iterator[str]:
+    """``base``, then ``base_2``, ``base_3``... (a generated branch name that is taken)."""
+    yield base
+    for number in itertools.count(2):
+        yield f"{base}_{number}"
 
 
 class HistoryChanged(Exception):
@@ -145,6 +169,7 @@ class SessionCore:
             raise InvalidInput(f"checkpoint_every must be at least 1, got {checkpoint_every}")
         self.facts = facts
         self.tree = tree
+        self._store = store
         self.reader = Reader(store, tree, facts.session_id, use_model=use_model)
         self.writer = Writer(store, tree, self.reader)
         self.signing_key = signing_key
@@ -331,6 +356,165 @@ class SessionCore:
             metadata=trace,
             entries=entries,
         )
+
+    # -- branches -----------------------------------------------------------------------
+
+    async def fork(
+        self,
+        *,
+        at: int | None = None,
+        turn: int | None = None,
+        revision: int | None = None,
+        name: str | None = None,
+        trace: Mapping[str, str],
+    ) -> Branch:
+        """Fork this line: a new branch that continues it as of a cut (DESIGN §17).
+
+        The cut is before item ``at``, before turn ``turn``'s user message (the
+        ``turn``-th user message visible now), or after revision ``revision`` of the
+        line's top stream; none of them: after its head. One atomic write
+        (:func:`~agentjournal.engine.fork.plan_fork`); nothing is copied.
+
+        Args:
+            at: An item's message index.
+            turn: A turn number (from 1).
+            revision: A revision of the line's top stream.
+            name: The branch's name (any non-blank text up to 1,000 characters but
+                ``"main"``); default ``fork_{value}_{unix seconds}``, then ``_2``, ``_3``...
+            trace: The caller's trace ids.
+
+        Raises:
+            InvalidInput: More than one cut; no such item, turn or revision; the session
+                does not exist; a subagent is open at the cut (not supported yet); the
+                name is refused or has been used in this session.
+            StoreError: The fork did not land.
+        """
+        given = [
+            (kind, value) for kind, value in (("index", at), ("turn", turn)) if value is not None
+        ]
+        if revision is not None:
+            given.append(("revision", revision))
+        if len(given) > 1:
+            raise InvalidInput("fork at one cut: give at most one of at, turn and revision")
+        for kind, value in given:
+            least = 1 if kind == "turn" else 0
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise InvalidInput(f"a fork's {kind} must be an integer >= {least}, got {value!r}")
+        explicit = branch_stream(self.facts.session_id, name) if name is not None else None
+        tree = self.tree
+        top = self.facts.stream
+        nonce = _NONCES.next()
+        async with tree.lock:
+            await self.reader.refresh(0)
+            if tree.heads.get(top, -1) < 0:
+                raise InvalidInput(f"{top} does not exist: there is nothing to fork")
+            read: dict[str, list[RecordedEvent]] = {}
+            async for stream, recorded in walk_tree(self._store, top, limits=tree.heads):
+                read[stream] = recorded
+            if given and given[0][0] == "turn":
+                kind, value = given[0]
+                users = [
+                    entry
+                    for entry in await self.reader.visible()
+                    if entry.item().get("role") == "user"
+                ]
+                if value > len(users):
+                    raise InvalidInput(
+                        f"Turn {value} does not contain a user message in branch '{MAIN_BRANCH}'"
+                    )
+                position = cut_position(read, top, "index", users[value - 1].index)
+            else:
+                kind, value = given[0] if given else ("revision", tree.heads[top])
+                position = cut_position(read, top, kind, value)
+            point = fork_point(read, top, position)
+            if point.open is not None:
+                raise InvalidInput(
+                    f"a subagent ({point.open}) is open at the cut: forking inside a subagent "
+                    "is not supported yet"
+                )
+            base = (
+                events.StreamPlace(top, point.base.revision, point.base.metadata.get(HASH_KEY, "")),
+            )
+            authority = await self._log_place(position)
+            cut = events.Cut(kind, value, position)
+            store = self._store
+            candidates = (
+                iter([name])
+                if name is not None
+                else _generated_names(f"fork_{value}_{_unix_seconds()}")
+            )
+            chosen: list[str] = [next(candidates)]
+
+            async def build() -> WritePlan:
+                while True:
+                    stream = explicit or branch_stream(self.facts.session_id, chosen[0])
+                    if await store.head(stream) is None:
+                        break
+                    if name is not None:
+                        raise InvalidInput(
+                            f"branch {name!r} has already been used in session "
+                            f"{self.facts.session_id}: choose a new name"
+                        )
+                    chosen[0] = next(candidates)
+                registry = await self._registry_head()
+                started = events.BranchStarted(
+                    session_id=self.facts.session_id,
+                    branch=chosen[0],
+                    branch_stream=stream,
+                    parent=MAIN_BRANCH,
+                    cut=cut,
+                    base=base,
+                    authority=authority,
+                    next_index=point.next_index,
+                    prefix_items=point.prefix_items,
+                    continuations={},
+                )
+                return plan_fork(
+                    tree,
+                    self.facts,
+                    started,
+                    next_index=await self.reader.next_index(),
+                    registry=registry,
+                    nonce=nonce,
+                    trace=trace,
+                )
+
+            landed = await self.writer.write(build)
+            assert landed is not None
+            stream = landed.requests[1].stream
+            first = await store.read(stream, limit=1)
+        return Branch(
+            name=chosen[0],
+            stream=stream,
+            parent=MAIN_BRANCH,
+            cut=cut,
+            next_index=point.next_index,
+            prefix_items=point.prefix_items,
+            created=first[0].recorded_at,
+        )
+
+    async def branches(self) -> list[Branch]:
+        """Every branch of the session, in the order they were forked (deleted ones too)."""
+        return await read_branches(self._store, self.facts.session_id)
+
+    async def _log_place(self, position: int) -> events.StreamPlace | None:
+        """The authority log's last event before ``position``, if any."""
+        store = self._store
+        stream = authority_stream(self.facts.session_id)
+        revision = await revision_at(store, stream, position)
+        if revision < 0:
+            return None
+        (event,) = await store.read(stream, from_revision=revision, limit=1)
+        return events.StreamPlace(stream, revision, event.metadata.get(HASH_KEY, ""))
+
+    async def _registry_head(self) -> tuple[int, str]:
+        try:
+            tail = await self._store.read(
+                branches_stream(self.facts.session_id), backwards=True, limit=1
+            )
+        except StreamNotFound:
+            tail = []
+        return (tail[0].revision, tail[0].metadata.get(HASH_KEY, "")) if tail else (-1, "")
 
     # -- decisions, refusals, grants ---------------------------------------------------
 

@@ -242,10 +242,14 @@ class WritePlan:
     Attributes:
         requests: One per stream, at the exact revision the tree last saw.
         commit: The tree's change once they land (heads as planned).
+        foreign: Streams of the write that are not the tree's (a fork writes the
+            branch's first event and the branch registry): they carry no read model
+            change of the tree (the tree keeps the heads of the streams it follows only).
     """
 
     requests: list[AppendRequest]
     commit: Commit
+    foreign: frozenset[str] = frozenset()
 
     @property
     def streams(self) -> list[str]:
@@ -607,7 +611,7 @@ def plan_items(
         authority=after,
         responded=responded,
     )
-    return ItemsPlan(requests, commit, routed, tuple(shown))
+    return ItemsPlan(requests, commit, routed=routed, shown=tuple(shown))
 
 
 def plan_control(

@@ -41,6 +41,7 @@ from agentjournal import events
 from agentjournal.authority import Authority, Policy
 from agentjournal.engine.codec import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
 from agentjournal.engine.core import DEFAULT_CHECKPOINT_EVERY, SessionCore
+from agentjournal.engine.fork import Branch
 from agentjournal.engine.plan import ItemsPlan, Produced, Responded, SessionFacts
 from agentjournal.engine.routing import SUMMARY_CHARS
 from agentjournal.engine.tree import SessionTree
@@ -81,6 +82,7 @@ _OWN_EVENT_TYPES = frozenset(
         events.GUARDRAIL_DECIDED,
         events.AUTHORITY_REFUSED,
         events.AUTHORITY_GRANTED,
+        *events.BRANCH_EVENTS,
         CHECKPOINT,
     }
 )
@@ -244,6 +246,48 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         History is kept: an ``agentjournal.SessionCleared`` event marks the cut.
         """
         await self._core.clear(self._recorder.trace_now())
+
+    # -- branches (DESIGN §17) ------------------------------------------------------------
+
+    async def fork(
+        self,
+        at: int | None = None,
+        *,
+        turn: int | None = None,
+        revision: int | None = None,
+        name: str | None = None,
+    ) -> Branch:
+        """Fork the session: a new branch that continues it as of a cut; nothing is copied.
+
+        The cut is before item ``at`` (a message index, as ``agentjournal show`` numbers
+        items), before turn ``turn``'s user message (the ``turn``-th user message of the
+        items visible now), or after revision ``revision`` of the session's stream;
+        with none of them, after everything written so far. The fork is one atomic
+        write: ``agentjournal.BranchForked`` here, ``agentjournal.BranchStarted`` as the
+        branch stream's first event, an entry in the session's branch registry.
+
+        Args:
+            at: The item before which the branch leaves the session.
+            turn: The turn before whose user message it leaves.
+            revision: The revision of the session's stream after which it leaves.
+            name: The branch's name (any non-blank text up to 1,000 characters but
+                ``"main"``); default ``fork_{value}_{unix seconds}`` (``_2``, ``_3``...
+                when taken).
+
+        Raises:
+            InvalidInput: More than one cut, no such item, turn or revision, no session
+                yet, a subagent open at the cut (not supported yet), or a name refused
+                or already used in this session (names are never reused, even after a
+                branch is deleted).
+            StoreError: The fork did not land.
+        """
+        return await self._core.fork(
+            at=at, turn=turn, revision=revision, name=name, trace=self._recorder.trace_now()
+        )
+
+    async def branches(self) -> list[Branch]:
+        """Every branch of the session, in the order they were forked (deleted ones too)."""
+        return await self._core.branches()
 
     # -- OpenAIResponsesCompactionSession -----------------------------------------------
 

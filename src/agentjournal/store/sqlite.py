@@ -654,6 +654,23 @@ class SQLiteEventStore:
         )
         return None if row is None else int(row[0])
 
+    async def revision_at(self, stream: str, position: int) -> int:
+        """The revision of ``stream``'s last event before global position ``position``
+        (-1: none, or no such stream): one walk down the stream's index from its head.
+
+        The optional store method the engine asks where a branch leaves a stream
+        (:func:`agentjournal.engine.fork.revision_at`, DESIGN §17).
+        """
+        validate_stream_name(stream)
+        _check_non_negative("position", position)
+        row = await self._submit(
+            self._fetchone,
+            "SELECT e.revision FROM events e JOIN streams s ON e.stream_id = s.id "
+            "WHERE s.name = ? AND e.position < ? ORDER BY e.revision DESC LIMIT 1",
+            (stream, position),
+        )
+        return -1 if row is None else int(row[0])
+
     async def read(
         self,
         stream: str,

@@ -1,0 +1,382 @@
+"""Branches: where a fork leaves its parent line, and the fork's write plan (DESIGN §17).
+
+A branch is a *line*: its top stream ``AgentBranch-{session}@{key}`` starts with
+``agentjournal.BranchStarted``, which names the exact place (stream, revision, chain
+hash) of every parent-line stream it continues; nothing is copied. A fork is one
+atomic write (:func:`plan_fork`): ``BranchForked`` at the parent line's head,
+``BranchStarted`` as the branch stream's first event (``NO_STREAM``: the name is
+taken by the stream itself, so two racing forks of one name cannot both land) and
+``BranchAdded`` on the session's registry ``AgentBranches-{session}``.
+
+Every fork is *as of a moment*: a global position P, the parent line's events before it
+being the branch's prefix (:class:`~agentjournal.events.Cut`). :func:`cut_position`
+turns an item index or a revision into P, :func:`fork_point` reads the parent line as
+of P (its last event before P, the next free index, the items visible then), both
+pure over the events the caller read. :func:`revision_at` asks a store which revision
+of a stream is the last before P.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from agentjournal import events
+from agentjournal.engine.plan import SessionFacts, WritePlan, seal_event
+from agentjournal.engine.timeline import Entry, Timeline, TimelineEvent, fold
+from agentjournal.engine.tree import Commit, SessionTree, index_of
+from agentjournal.errors import CodecError, InvalidInput, StreamNotFound
+from agentjournal.ledger.chain import GENESIS
+from agentjournal.records import opened_stream
+from agentjournal.store.base import (
+    AppendRequest,
+    EventStore,
+    NewEvent,
+    RecordedEvent,
+    StreamState,
+    event_id,
+)
+from agentjournal.streams import branches_stream
+
+__all__ = [
+    "Branch",
+    "ForkPoint",
+    "cut_position",
+    "fork_point",
+    "plan_fork",
+    "read_branches",
+    "revision_at",
+    "visible_at",
+]
+
+logger = logging.getLogger("agentjournal.engine")
+
+
+async def revision_at(store: EventStore, stream: str, position: int) -> int:
+    """The revision of ``stream``'s last event before global position ``position`` (-1:
+    none, or no such stream).
+
+    A store whose class defines ``revision_at`` answers it (SQLite: one indexed query);
+    any other is searched by halves, ``read(stream, from_revision=k, limit=1)`` each
+    (O(log n) reads: positions grow with revisions within a stream).
+    """
+    if callable(getattr(type(store), "revision_at", None)):
+        answer: int = await store.revision_at(stream, position)  # type: ignore[attr-defined]
+        return answer
+    head = await store.head(stream)
+    if head is None:
+        return -1
+    low, high = -1, head + 1  # the answer is in [low, high): low's event is before P
+    while high - low > 1:
+        middle = (low + high) // 2
+        try:
+            found = await store.read(stream, from_revision=middle, limit=1)
+        except StreamNotFound:
+            return -1
+        if found and found[0].position < position:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def _is_item(event: RecordedEvent) -> bool:
+    """Whether an event with ``aj.index`` is an item (a parent copy of ``SubagentStarted``
+    stands for the handoff call; a twin or a ``SubagentCompleted`` is none)."""
+    if event.type == events.SUBAGENT_STARTED:
+        return opened_stream(event) is not None
+    return event.type != events.SUBAGENT_COMPLETED
+
+
+def cut_position(
+    tree: Mapping[str, Sequence[RecordedEvent]], top: str, kind: str, value: int
+) -> int:
+    """The global position a cut of ``kind`` (``index`` or ``revision``) resolves to (pure).
+
+    ``index``: the position of item ``value``'s event (the cut of ``replay --at``: the
+    items written before it by the same ``add_items`` are in). ``revision``: just after
+    that revision of ``top``.
+
+    Args:
+        tree: The parent line's events, stream by stream.
+        top: The parent line's top stream.
+        kind: ``index`` or ``revision``.
+        value: The index or revision.
+
+    Raises:
+        InvalidInput: There is no such item or revision.
+    """
+    if kind == "revision":
+        found = next((e for e in tree.get(top, ()) if e.revision == value), None)
+        if found is None:
+            raise InvalidInput(f"{top} has no revision {value}")
+        return found.position + 1
+    wanted = str(value)
+    for stream_events in tree.values():
+        for event in stream_events:
+            if event.metadata.get(events.INDEX_KEY) == wanted and _is_item(event):
+                return event.position
+    raise InvalidInput(f"{top} has no item #{value}")
+
+
+def visible_at(events_: Iterable[RecordedEvent], top: str, position: int) -> list[Entry]:
+    """The items a session tree showed just before global position ``position`` (pure),
+    oldest first: every event before it folded as ``get_items`` folds them."""
+    reader = SessionTree(top)
+    new: list[TimelineEvent] = []
+    for event in events_:
+        if event.position < position and event.type != events.SUBAGENT_COMPLETED:
+            new.extend(reader.apply_recorded(event))
+    timeline = Timeline()
+    fold(timeline, new)
+    return timeline.latest(None)
+
+
+@dataclass(frozen=True, slots=True)
+class ForkPoint:
+    """The parent line as of a cut (:func:`fork_point`).
+
+    Attributes:
+        base: The top stream's last event before the cut.
+        open: The subsession open on the top stream then (``aj.open`` of ``base``), if any.
+        next_index: The next free message index then.
+        prefix_items: How many items were visible then.
+    """
+
+    base: RecordedEvent
+    open: str | None
+    next_index: int
+    prefix_items: int
+
+
+def fork_point(tree: Mapping[str, Sequence[RecordedEvent]], top: str, position: int) -> ForkPoint:
+    """The parent line as of global position ``position`` (pure).
+
+    Raises:
+        InvalidInput: Nothing of ``top`` precedes the cut (a branch needs a parent event
+            to bind to).
+    """
+    base = None
+    for event in tree.get(top, ()):
+        if event.position < position:
+            base = event
+    if base is None:
+        raise InvalidInput(f"nothing of {top} precedes the cut: there is nothing to fork")
+    before = [event for stream in tree.values() for event in stream if event.position < position]
+    # From the items' own indexes, not ``aj.next_index``: every event of one write carries
+    # the write's final next index, and a cut may fall between the items of one write.
+    found = (index_of(event) for event in before)
+    return ForkPoint(
+        base=base,
+        open=base.metadata.get(events.OPEN_KEY) or None,
+        next_index=max((index + 1 for index in found if index is not None), default=0),
+        prefix_items=len(visible_at(before, top, position)),
+    )
+
+
+def plan_fork(
+    tree: SessionTree,
+    facts: SessionFacts,
+    started: events.BranchStarted,
+    *,
+    next_index: int,
+    registry: tuple[int, str],
+    nonce: str,
+    trace: Mapping[str, str],
+) -> WritePlan:
+    """The fork's one atomic write (pure): ``BranchForked`` at the parent line's head,
+    ``BranchStarted`` creating the branch stream, ``BranchAdded`` at the registry's head.
+
+    Args:
+        tree: The parent line (its top stream is ``facts.stream``), loaded.
+        facts: The parent line's session facts.
+        started: The branch's first event (``BranchForked`` carries the same fields).
+        next_index: The parent line's next free index now (its marker's ``aj.next_index``).
+        registry: The registry's head: its last revision (-1: none) and chain hash.
+        nonce: Unique to this fork: the three event ids derive from it, so every attempt
+            carries the same ids and a retry of a write that landed is recognised.
+        trace: The caller's metadata (only ``trace_id``/``span_id`` are kept).
+    """
+    top = facts.stream
+    head = tree.heads.get(top, -1)
+    assert head >= 0, "a fork needs its parent line's stream"
+    ids = [event_id(top, nonce, "fork", n) for n in range(3)]
+    forked_id, started_id, added_id = ids
+    traced = {k: v for k, v in trace.items() if k in (events.TRACE_ID_KEY, events.SPAN_ID_KEY)}
+    version = {events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE}
+    forked = events.BranchForked(
+        **{
+            field.name: getattr(started, field.name)
+            for field in dataclasses.fields(events.BranchForked)
+        }
+    )
+
+    marker = {**version, events.NEXT_INDEX_KEY: str(next_index), events.TWIN_KEY: str(started_id)}
+    if tree.chain:  # the parent line's open subagent stays open after the marker
+        marker[events.OPEN_KEY] = tree.chain[0].stream
+    marker.update(traced)
+    data = forked.encode()
+    marker_hash = seal_event(
+        top, head + 1, forked_id, events.BRANCH_FORKED, data, marker, tree.hashes.get(top, "")
+    )
+    first = {
+        **version,
+        events.NEXT_INDEX_KEY: str(started.next_index),
+        events.TWIN_KEY: str(forked_id),
+        **traced,
+    }
+    first_data = started.encode()
+    seal_event(
+        started.branch_stream, 0, started_id, events.BRANCH_STARTED, first_data, first, GENESIS
+    )
+    registry_stream = branches_stream(facts.session_id)
+    entry = events.BranchAdded(
+        started.branch, started.branch_stream, started.parent, str(started_id)
+    )
+    entry_meta = {**version, **traced}
+    entry_data = entry.encode()
+    registry_head, registry_hash = registry
+    seal_event(
+        registry_stream,
+        registry_head + 1,
+        added_id,
+        events.BRANCH_ADDED,
+        entry_data,
+        entry_meta,
+        registry_hash if registry_head >= 0 else GENESIS,
+    )
+    requests = [
+        AppendRequest(top, [NewEvent(events.BRANCH_FORKED, data, marker, forked_id)], head),
+        AppendRequest(
+            started.branch_stream,
+            [NewEvent(events.BRANCH_STARTED, first_data, first, started_id)],
+            StreamState.NO_STREAM,
+        ),
+        AppendRequest(
+            registry_stream,
+            [NewEvent(events.BRANCH_ADDED, entry_data, entry_meta, added_id)],
+            StreamState.NO_STREAM if registry_head < 0 else registry_head,
+        ),
+    ]
+    commit = Commit(heads={top: head + 1}, hashes={top: marker_hash}, written=1)
+    return WritePlan(requests, commit, foreign=frozenset({started.branch_stream, registry_stream}))
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """A branch of a session, as its registry entry and first event say.
+
+    Attributes:
+        name: Its name.
+        stream: Its top stream.
+        parent: Its parent line's name (``"main"`` or a branch's).
+        cut: Where it leaves its parent line.
+        next_index: The message index of its first own item.
+        prefix_items: How many items it shares with its parent line.
+        created: When it was forked.
+        deleted: ``"deleted"`` or ``"cleared"`` once it was, else None.
+    """
+
+    name: str
+    stream: str
+    parent: str
+    cut: events.Cut
+    next_index: int
+    prefix_items: int
+    created: datetime
+    deleted: str | None = None
+
+
+async def read_branches(store: EventStore, session_id: str) -> list[Branch]:
+    """Every branch of a session, in the order they were forked (deleted ones included).
+
+    Read from the registry, then each branch's first event (O(branches) reads). An
+    entry that does not match its branch's first event is skipped with a warning (the
+    verifier reports it).
+
+    Raises:
+        StoreUnavailable: The store could not be read.
+    """
+    stream = branches_stream(session_id)
+    try:
+        entries = await store.read(stream)
+    except StreamNotFound:
+        return []
+    found: dict[str, Branch] = {}
+    for entry in entries:
+        try:
+            if entry.type == events.BRANCH_ADDED:
+                added = events.BranchAdded.decode(entry.data)
+                branch = await _branch_of(store, session_id, added)
+                if branch is not None:
+                    found[added.stream] = branch
+            elif entry.type == events.BRANCH_REMOVED:
+                removed = events.BranchRemoved.decode(entry.data)
+                branch = found.get(removed.stream)
+                if branch is not None:
+                    reason = await _deleted_reason(store, removed)
+                    found[removed.stream] = _with_deleted(branch, reason)
+        except CodecError as error:
+            logger.warning(
+                "skipping unreadable %s at %s@%d: %s", entry.type, stream, entry.revision, error
+            )
+    return list(found.values())
+
+
+async def _branch_of(
+    store: EventStore, session_id: str, added: events.BranchAdded
+) -> Branch | None:
+    try:
+        first = await store.read(added.stream, limit=1)
+    except StreamNotFound:
+        first = []
+    if not first or first[0].type != events.BRANCH_STARTED or str(first[0].id) != added.event:
+        logger.warning(
+            "the registry of %s names %s, whose first event is not its fork",
+            session_id,
+            added.stream,
+        )
+        return None
+    started = events.BranchStarted.decode(first[0].data)
+    if (started.branch, started.branch_stream, started.session_id) != (
+        added.branch,
+        added.stream,
+        session_id,
+    ):
+        logger.warning("the registry of %s disagrees with the fork of %s", session_id, added.stream)
+        return None
+    return Branch(
+        name=started.branch,
+        stream=started.branch_stream,
+        parent=started.parent,
+        cut=started.cut,
+        next_index=started.next_index,
+        prefix_items=started.prefix_items,
+        created=first[0].recorded_at,
+    )
+
+
+async def _deleted_reason(store: EventStore, removed: events.BranchRemoved) -> str:
+    try:
+        last = await store.read(removed.stream, backwards=True, limit=1)
+    except StreamNotFound:
+        last = []
+    if last and last[0].type == events.BRANCH_DELETED and str(last[0].id) == removed.event:
+        return events.BranchDeleted.decode(last[0].data).reason
+    return "deleted"
+
+
+def _with_deleted(branch: Branch, reason: str) -> Branch:
+    return Branch(
+        branch.name,
+        branch.stream,
+        branch.parent,
+        branch.cut,
+        branch.next_index,
+        branch.prefix_items,
+        branch.created,
+        reason,
+    )
