@@ -25,7 +25,7 @@ from agentjournal.store import (
     open_store,
     store_uri,
 )
-from agentjournal.streams import session_stream, validate_id
+from agentjournal.streams import MAIN_BRANCH, branch_stream, session_stream, validate_id
 
 __all__ = ["DEFAULT_URI", "GUARDRAIL_URL_ENV", "URI_ENV", "Journal"]
 
@@ -124,6 +124,7 @@ class Journal:
         guardrails: str | GuardrailClient | None = None,
         policy: Policy | str | os.PathLike[str] | None = None,
         record_payloads: bool = True,
+        branch: str | None = None,
     ) -> JournalSession:
         """Return the session ``session_id``: pass it as both ``session=`` and ``hooks=``.
 
@@ -149,16 +150,25 @@ class Journal:
                 ``False`` keeps only digests (their redacted view, which verifies the same):
                 use it under the SDK's ``EncryptedSession``, whose items this session stores
                 encrypted, so that no plain text reaches the record beside them.
+            branch: The line to read and write: a branch made by
+                :meth:`JournalSession.fork` (its prefix is the parent's history as of
+                the fork, nothing copied), or ``"main"``/None for the session itself.
+                A name never forked is refused at the first call. Not yet with a
+                ``policy``, and not yet signed: a branch's writes are in no checkpoint
+                until the verifier reads branches.
 
         Raises:
-            InvalidInput: ``session_id``, ``session_settings``, the guardrail URL or the
-                policy is malformed.
+            InvalidInput: ``session_id``, ``session_settings``, the guardrail URL, the
+                policy or the branch name is malformed.
         """
         key = validate_id(session_id, "session id")
-        tree = self._trees.pop(key, None) or SessionTree(
-            session_stream(key), cache_bytes=self._cache_bytes
-        )
-        self._trees[key] = tree
+        line = None if branch in (None, MAIN_BRANCH) else branch
+        stream = session_stream(key) if line is None else branch_stream(key, line)
+        # One tree per line, the most recently used kept: the main line's under the session
+        # id, a branch's under its stream (which holds "@", so never a session id).
+        cached = key if line is None else stream
+        tree = self._trees.pop(cached, None) or SessionTree(stream, cache_bytes=self._cache_bytes)
+        self._trees[cached] = tree
         while len(self._trees) > self._cached_sessions:
             self._trees.popitem(last=False)
         return JournalSession(
@@ -173,6 +183,7 @@ class Journal:
             policy=policy if policy is None or isinstance(policy, Policy) else Policy.load(policy),
             signing_key=self.signing_key,
             record_payloads=record_payloads,
+            branch=line,
         )
 
     def _guardrail_client(self, guardrails: str | GuardrailClient | None) -> GuardrailClient | None:

@@ -54,7 +54,7 @@ from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.ledger.keys import SigningKey
 from agentjournal.records import walk_tree
 from agentjournal.store.base import RecordedEvent
-from agentjournal.streams import MAIN_BRANCH, authority_stream, branch_stream, branches_stream
+from agentjournal.streams import MAIN_BRANCH, branch_stream, branches_stream
 
 __all__ = ["DEFAULT_CHECKPOINT_EVERY", "HistoryChanged", "SessionCore", "Snapshot"]
 
@@ -170,7 +170,14 @@ class SessionCore:
         self.facts = facts
         self.tree = tree
         self._store = store
-        self.reader = Reader(store, tree, facts.session_id, use_model=use_model)
+        self.reader = Reader(
+            store,
+            tree,
+            facts.session_id,
+            use_model=use_model,
+            branch=facts.branch,
+            authority=facts.authority_stream,
+        )
         self.writer = Writer(store, tree, self.reader)
         self.signing_key = signing_key
         self._checkpoint_every = checkpoint_every
@@ -400,6 +407,10 @@ class SessionCore:
             least = 1 if kind == "turn" else 0
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise InvalidInput(f"a fork's {kind} must be an integer >= {least}, got {value!r}")
+        if self.facts.branch is not None:
+            raise InvalidInput(
+                f"forking a branch ({self.facts.branch!r}) is not supported yet: fork the main line"
+            )
         explicit = branch_stream(self.facts.session_id, name) if name is not None else None
         tree = self.tree
         top = self.facts.stream
@@ -500,7 +511,7 @@ class SessionCore:
     async def _log_place(self, position: int) -> events.StreamPlace | None:
         """The authority log's last event before ``position``, if any."""
         store = self._store
-        stream = authority_stream(self.facts.session_id)
+        stream = self.facts.authority_stream
         revision = await revision_at(store, stream, position)
         if revision < 0:
             return None
@@ -652,7 +663,7 @@ class SessionCore:
             }
             log = await self.reader.authority_log(fresh=True)
             if log.revision >= 0:
-                heads[authority_stream(self.facts.session_id)] = (log.revision, log.hash)
+                heads[self.facts.authority_stream] = (log.revision, log.hash)
             if not heads:
                 return None
             plan, checkpoint = plan_checkpoint(

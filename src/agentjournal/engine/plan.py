@@ -44,7 +44,7 @@ from agentjournal.ledger.chain import GENESIS, seal
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import SigningKey, signed_event_id
 from agentjournal.store.base import AppendRequest, NewEvent, StreamState, event_id_series
-from agentjournal.streams import authority_stream, ledger_stream
+from agentjournal.streams import authority_stream, branch_authority_stream, ledger_stream
 
 __all__ = [
     "Grant",
@@ -171,6 +171,8 @@ class SessionFacts:
         policy: The authority policy, if any.
         guarded: Whether a guardrail checks the session's calls.
         record_payloads: Whether decisions and refusals keep what they judged.
+        branch: The branch the session is on (None: the main line, ``stream`` is then
+            ``AgentSession-{id}``; else ``stream`` is the branch's top stream).
     """
 
     session_id: str
@@ -181,6 +183,14 @@ class SessionFacts:
     policy: Policy | None = None
     guarded: bool = False
     record_payloads: bool = True
+    branch: str | None = None
+
+    @property
+    def authority_stream(self) -> str:
+        """The line's authority log: the session's, or the branch's own (DESIGN §17.3)."""
+        if self.branch is None:
+            return authority_stream(self.session_id)
+        return branch_authority_stream(self.session_id, self.branch)
 
     def policy_metadata(self) -> dict[str, str]:
         """``aj.policy``: the digest of the session's policy (nothing without one)."""
@@ -733,7 +743,7 @@ def _log_request(
 ) -> tuple[AppendRequest, AuthorityLog]:
     """Seal ``entries`` after the log's head: the request and the log after it lands."""
     assert facts.policy is not None
-    stream = authority_stream(facts.session_id)
+    stream = facts.authority_stream
     prev = log.hash
     new: list[NewEvent] = []
     held: Mapping[str, Any] = log.held

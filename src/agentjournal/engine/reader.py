@@ -29,13 +29,13 @@ from agentjournal.engine.timeline import (
     fold,
 )
 from agentjournal.engine.tree import AuthorityLog, SessionTree, next_index_after
-from agentjournal.errors import CodecError, StreamNotFound
+from agentjournal.errors import CodecError, InvalidInput, StreamNotFound
 from agentjournal.ledger.chain import GENESIS, HASH_KEY
 from agentjournal.records import opened_stream, walk_tree
 from agentjournal.store.base import EventStore, ModelSnapshot, RecordedEvent
 from agentjournal.streams import authority_stream, ledger_stream
 
-__all__ = ["Reader", "keeps_model"]
+__all__ = ["Reader", "continued_from", "keeps_model"]
 
 logger = logging.getLogger("agentjournal.engine")
 
@@ -71,11 +71,21 @@ class Reader:
     """
 
     def __init__(
-        self, store: EventStore, tree: SessionTree, session_id: str, *, use_model: bool = True
+        self,
+        store: EventStore,
+        tree: SessionTree,
+        session_id: str,
+        *,
+        use_model: bool = True,
+        branch: str | None = None,
+        authority: str | None = None,
     ) -> None:
         self._store = store
         self._tree = tree
         self._session_id = session_id
+        self._branch = branch
+        self._line_checked = branch is None  # a branch's stream must start with its fork
+        self._authority = authority or authority_stream(session_id)
         self.stream = tree.stream
         self.models = keeps_model(store)
         # The heads probe of the store's own class only: a wrapper that passes other calls
@@ -121,6 +131,8 @@ class Reader:
         a current one (:meth:`_from_model`), else from the events.
         """
         tree = self._tree
+        if not self._line_checked:
+            await self._check_line()
         if limit is None and await self._from_model(loading=True):
             return
         size = _FULL_PAGE if limit is None else limit + 8
@@ -147,6 +159,31 @@ class Reader:
                     stream = child
         tree.loaded_with(heads, hashes)
         await self._window(limit, pages)
+
+    async def _check_line(self) -> None:
+        """Refuse a branch that was never forked: its stream must begin with the
+        ``BranchStarted`` of this session and name (else a write would create it).
+
+        Raises:
+            InvalidInput: It does not.
+        """
+        try:
+            first = await self._store.read(self.stream, from_revision=0, limit=1)
+        except StreamNotFound:
+            first = []
+        started: events.BranchStarted | None = None
+        if first and first[0].type == events.BRANCH_STARTED:
+            try:
+                started = events.BranchStarted.decode(first[0].data)
+            except CodecError as error:
+                logger.warning("the fork of %s is unreadable: %s", self.stream, error)
+        if started is None or (started.session_id, started.branch, started.branch_stream) != (
+            self._session_id,
+            self._branch,
+            self.stream,
+        ):
+            raise InvalidInput(f"session {self._session_id} has no branch {self._branch!r}")
+        self._line_checked = True
 
     async def _read_start(self, stream: str) -> tuple[events.Subagent, Any] | None:
         """An open subsession's subagent and its grant, from its first event."""
@@ -279,13 +316,25 @@ class Reader:
             stream: page[::-1] for stream, page in pages.items() if page and page[-1].revision == 0
         }
         read: list[list[RecordedEvent]] = []
-        try:
-            async for _, recorded in walk_tree(
-                self._store, self.stream, limits=tree.heads, read=whole
-            ):
-                read.append(recorded)
-        except StreamNotFound:
-            pass  # no session yet
+        # A line's prefix is its parent line's tree as of the fork: each segment is a walk
+        # of a line's top stream up to where the next line down leaves it.
+        segment: tuple[str, Mapping[str, int]] | None = (self.stream, tree.heads)
+        seen: set[str] = set()
+        while segment is not None and segment[0] not in seen:
+            root, limits = segment
+            seen.add(root)
+            first: RecordedEvent | None = None
+            try:
+                async for stream, recorded in walk_tree(
+                    self._store, root, limits=limits, read=whole if root == self.stream else None
+                ):
+                    read.append(recorded)
+                    if stream == root and recorded:
+                        first = recorded[0]
+            except StreamNotFound:
+                pass  # no session yet
+            below = continued_from(first) if first is not None else None
+            segment = (below.stream, {below.stream: below.revision}) if below else None
         new: list[TimelineEvent] = []
         timeline = Timeline()
         # Decoded in one go, without the collector: every item decoded here stays in the
@@ -303,7 +352,7 @@ class Reader:
     @property
     def side_streams(self) -> frozenset[str]:
         """The tree's streams a catch-up does not read: its authority log and ledger."""
-        return frozenset((authority_stream(self._session_id), ledger_stream(self._session_id)))
+        return frozenset((self._authority, ledger_stream(self._session_id)))
 
     def _unmoved(self) -> bool:
         """Whether no followed stream moved past the tree's heads, answered on this thread
@@ -388,7 +437,7 @@ class Reader:
         tree = self._tree
         if tree.authority is not None and not fresh:
             return tree.authority
-        stream = authority_stream(self._session_id)
+        stream = self._authority
         head: RecordedEvent | None = None
         policy: str | None = None
         held: Mapping[str, Any] | None = None
@@ -465,6 +514,7 @@ class _Cursor:
         self._next = head  # revision to read from next, going down; None: the end
         self._size = size
         self._done = False
+        self._crossed = {stream}  # the line streams read so far (a forged cycle ends here)
 
     async def advance(self, picker: Picker, open_cursor: Any) -> None:
         """Move to the next (older) item, feeding pops and clears on the way to ``picker``."""
@@ -495,6 +545,14 @@ class _Cursor:
                 ):
                     self._done = True  # this subsession's first event: nothing older here
                     break
+                if event.type == events.BRANCH_STARTED and event.revision == 0:
+                    below = continued_from(event)
+                    if below is not None and below.stream not in self._crossed:
+                        # A line's first event: its older part is the parent line's stream
+                        # below the fork, read on by this cursor as if it were this stream's.
+                        self._crossed.add(below.stream)
+                        self.stream, self._next, self._done = below.stream, below.revision, False
+                    break
                 if event.type == events.SUBAGENT_COMPLETED:
                     child = _closed_child(event)
                     if child:
@@ -507,6 +565,19 @@ class _Cursor:
         if self._next is not None and self._next < 0:
             return []
         return await self.reader._tail(self.stream, self._size, self._next)
+
+
+def continued_from(event: RecordedEvent) -> events.StreamPlace | None:
+    """Where the line whose first event is ``event`` continues its parent: the parent
+    line's top stream and the last revision of it before the fork (None: ``event`` is no
+    ``BranchStarted`` at revision 0, or it is unreadable, then the line has no prefix)."""
+    if event.type != events.BRANCH_STARTED or event.revision != 0:
+        return None
+    try:
+        return events.BranchStarted.decode(event.data).base[0]
+    except CodecError as error:
+        logger.warning("skipping the unreadable fork of %s: %s", event.stream, error)
+        return None
 
 
 def _closed_child(event: RecordedEvent) -> str | None:

@@ -55,7 +55,7 @@ from agentjournal.sdk.enforce import Enforcer
 from agentjournal.sdk.gates import Gatekeeper
 from agentjournal.sdk.run import RunState, weak
 from agentjournal.store.base import EventStore
-from agentjournal.streams import session_stream, validate_id
+from agentjournal.streams import MAIN_BRANCH, branch_stream, session_stream, validate_id
 from agentjournal.usage import ModelResponse as ResponseRecord
 from agentjournal.usage import Usage
 
@@ -98,7 +98,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
     Attributes:
         session_id: The session's id (kurrent-agent-schema §2.4 rules).
         session_settings: Defaults for ``get_items`` (``limit``).
-        stream: The session's stream, ``AgentSession-{session_id}``.
+        stream: The line's top stream: the session's, ``AgentSession-{session_id}``, or
+            on a branch (``branch=``) the branch's, ``AgentBranch-{session_id}@{key}``.
     """
 
     def __init__(
@@ -116,9 +117,21 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         signing_key: SigningKey | None = None,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         record_payloads: bool = True,
+        branch: str | None = None,
     ) -> None:
         self.session_id = validate_id(session_id, "session id")
-        self.stream = session_stream(self.session_id)
+        if branch == MAIN_BRANCH:
+            branch = None
+        if branch is not None and policy is not None:
+            raise InvalidInput(
+                "a policy on a branch is not supported yet: open the branch without one"
+            )
+        self.stream = (
+            session_stream(self.session_id)
+            if branch is None
+            else branch_stream(self.session_id, branch)
+        )
+        self._branch = branch
         self.session_settings: SessionSettings | None = _settings(session_settings)
         self._agent_name = agent_name
         facts = SessionFacts(
@@ -130,12 +143,16 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             policy=policy,
             guarded=guardrails is not None,
             record_payloads=record_payloads,
+            branch=branch,
         )
         self._core = SessionCore(
             store,
             facts,
             tree if tree is not None else SessionTree(self.stream),
-            signing_key=signing_key,
+            # A branch is not signed yet: checkpoints live on the session's shared ledger
+            # stream, and until the verifier reads branches (DESIGN §17.6, step 8) one naming
+            # a branch stream would make the session's own verification fail.
+            signing_key=signing_key if branch is None else None,
             checkpoint_every=checkpoint_every,
         )
         self._run = RunState(speaker=agent_name)
@@ -186,7 +203,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         return await self._gates.mcp_tool_filter(context, tool)
 
     def __repr__(self) -> str:
-        return f"JournalSession({self.session_id!r}, stream={self.stream!r})"
+        line = "" if self._branch is None else f", branch={self._branch!r}"
+        return f"JournalSession({self.session_id!r}{line}, stream={self.stream!r})"
 
     # -- Session protocol -------------------------------------------------------
 
@@ -284,6 +302,11 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         return await self._core.fork(
             at=at, turn=turn, revision=revision, name=name, trace=self._recorder.trace_now()
         )
+
+    @property
+    def branch(self) -> str:
+        """The line this object reads and writes: ``"main"`` or a branch's name."""
+        return MAIN_BRANCH if self._branch is None else self._branch
 
     async def branches(self) -> list[Branch]:
         """Every branch of the session, in the order they were forked (deleted ones too)."""
