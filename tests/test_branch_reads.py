@@ -15,12 +15,14 @@ from hypothesis import strategies as st
 
 from agentjournal import Journal, JournalSession
 from agentjournal import events as ev
+from agentjournal.authority import Authority, Policy
 from agentjournal.errors import InvalidInput
+from agentjournal.ledger.chain import HASH_KEY
 from agentjournal.ledger.keys import SigningKey
 from agentjournal.ledger.verify import verify_records
 from agentjournal.records import read_tree
 from agentjournal.store.base import EventStore, RecordedEvent
-from agentjournal.streams import branch_stream, session_stream
+from agentjournal.streams import authority_stream, branch_stream, session_stream
 from drive import METHODS, Method, drive, sdk_reference
 from handoff_scenarios import single
 
@@ -128,9 +130,6 @@ async def test_an_unknown_branch_is_refused_before_anything_is_written(journal: 
     assert journal.session(SID, branch="main").stream == MAIN
     with pytest.raises(InvalidInput, match="policy on a branch"):
         JournalSession(journal.store, SID, branch="x", policy=object())  # type: ignore[arg-type]
-    await main.fork(name="b")
-    with pytest.raises(InvalidInput, match="forking a branch"):
-        await journal.session(SID, branch="b").fork(name="c")
 
 
 async def test_a_windowed_read_stops_near_the_fork(journal: Journal) -> None:
@@ -200,7 +199,8 @@ OPS = st.lists(
         st.tuples(st.just("add"), st.integers(0, 3), st.integers(1, 3)),
         st.tuples(st.just("pop"), st.integers(0, 3), st.just(0)),
         st.tuples(st.just("clear"), st.integers(0, 3), st.just(0)),
-        st.tuples(st.just("fork"), st.integers(-1, 40), st.just(0)),
+        st.tuples(st.just("fork"), st.integers(-1, 30), st.integers(0, 5)),
+        st.tuples(st.just("fork"), st.integers(-1, 30), st.integers(0, 5)),
     ),
     min_size=1,
     max_size=14,
@@ -216,7 +216,10 @@ def test_every_line_reads_as_an_oracle_that_copies_lists(ops: list[tuple[str, in
 async def _oracle(ops: list[tuple[str, int, int]]) -> None:
     async with Journal.open("sqlite://:memory:") as journal:
         lines: dict[str, list[Any]] = {"main": []}
-        before: list[list[Any]] = []  # main's visible items just before item #n was written
+        # Each line's visible items just before its item #n was written, and its next index.
+        before: dict[str, dict[int, list[Any]]] = {"main": {}}
+        next_index = {"main": 0}
+        forked_at: dict[str, int] = {}
         sessions = {"main": journal.session(SID)}
         made = 0
         for step, (op, which, count) in enumerate(ops):
@@ -228,32 +231,71 @@ async def _oracle(ops: list[tuple[str, int, int]]) -> None:
                     (_user if k % 2 == 0 else _assistant)(f"{name}.{step}.{k}")
                     for k in range(count)
                 ]
-                if name == "main":  # a cut before item #n keeps the items of its write before it
-                    before.extend(lines["main"] + batch[:k] for k in range(len(batch)))
+                for k in range(len(batch)):  # a cut before #n keeps its write's items before it
+                    before[name][next_index[name]] = lines[name] + batch[:k]
+                    next_index[name] += 1
                 lines[name].extend(batch)
                 await session.add_items(batch)
             elif op == "pop":
                 popped = await session.pop_item()
                 assert popped == (lines[name].pop() if lines[name] else None)
             elif op == "clear":
-                if name == "main" and not before:
+                if name == "main" and not before["main"]:
                     continue  # no session yet: nothing is written
                 await session.clear_session()
                 lines[name] = []
             elif op == "fork":
-                if not before:
-                    continue
+                source = names[count % len(names)]
+                if source == "main" and not before["main"]:
+                    continue  # no session yet: nothing to fork
                 made += 1
                 branch = f"b{made}"
-                if which < 0 or which >= len(before):
-                    await sessions["main"].fork(name=branch)
-                    lines[branch] = list(lines["main"])
+                indexes = sorted(before[source])  # every item of the line, its prefix's too
+                if which >= 0 and indexes:
+                    at = indexes[which % len(indexes)]
+                    await sessions[source].fork(at, name=branch)
+                    lines[branch] = list(before[source][at])
+                    before[branch] = {i: v for i, v in before[source].items() if i < at}
+                    next_index[branch] = at
                 else:
-                    await sessions["main"].fork(which, name=branch)
-                    lines[branch] = list(before[which])
+                    await sessions[source].fork(name=branch)
+                    lines[branch] = list(lines[source])
+                    before[branch] = dict(before[source])
+                    next_index[branch] = next_index[source]
                 sessions[branch] = journal.session(SID, branch=branch)
+                forked_at[branch] = next_index[branch]
         for name, expected in lines.items():
             await _agrees(journal.store, sessions[name], expected)
+        for made_branch in await sessions["main"].branches():
+            assert made_branch.next_index == forked_at[made_branch.name]
+
+
+async def test_forks_of_forks_read_every_segment(journal: Journal) -> None:
+    main = journal.session(SID)
+    await main.add_items([_user("m0"), _user("m1")])
+    await main.fork(name="one")
+    await main.add_items([_user("m2")])  # after the fork: not the branches'
+    one = journal.session(SID, branch="one")
+    await one.add_items([_user("o2"), _user("o3")])
+    two = await one.fork(3, name="two")  # in one's own part: base on one's stream
+    assert two.parent == "one"
+    assert (two.next_index, two.prefix_items) == (3, 3)
+    low = await one.fork(1, name="low")  # in one's prefix: base on main's stream
+    first = (await journal.store.read(branch_stream(SID, "low"), limit=1))[0]
+    assert ev.BranchStarted.decode(first.data).base[0].stream == MAIN
+    assert (low.parent, low.next_index, low.prefix_items) == ("one", 1, 1)
+    deep = journal.session(SID, branch="two")
+    await deep.add_items([_user("t3")])
+    three = await deep.fork(name="three")
+    assert (three.next_index, three.prefix_items) == (4, 4)
+    await _agrees(
+        journal.store,
+        journal.session(SID, branch="three"),
+        [_user("m0"), _user("m1"), _user("o2"), _user("t3")],
+    )
+    await _agrees(journal.store, journal.session(SID, branch="low"), [_user("m0")])
+    await _agrees(journal.store, deep, [_user("m0"), _user("m1"), _user("o2"), _user("t3")])
+    assert [b.name for b in await main.branches()] == ["one", "two", "low", "three"]
 
 
 async def test_writes_on_a_branch_leave_the_session_verifiable(journal: Journal) -> None:
@@ -267,3 +309,32 @@ async def test_writes_on_a_branch_leave_the_session_verifiable(journal: Journal)
     assert await main.checkpoint() is not None
     report = verify_records(await read_tree(journal.store, SID), {key.key_id: key.public_key})
     assert report.problems == []
+
+
+async def test_a_fork_binds_the_authority_log_in_force_at_its_cut(journal: Journal) -> None:
+    policy = Policy(agents={"a": Authority(scopes=frozenset({"x"}))})
+    main = journal.session(SID, policy=policy)
+    await main.add_items([_user("u0")])
+    await main.reset_authority("a", reason="before the cut")  # PolicyRecorded, AuthorityReset
+    await main.add_items([_user("u1")])
+    log = await journal.store.read(authority_stream(SID))
+    assert len(log) == 2
+    before_log = await main.fork(0, name="early")
+    after_log = await main.fork(1, name="late")
+    await main.reset_authority("a", reason="after the forks")
+    late = journal.session(SID, branch="late")
+    await late.add_items([_user("l2")])
+    await late.fork(name="own")  # in late's own part: what late inherited
+    await late.fork(0, name="prefix")  # in late's prefix: main's log then
+
+    async def authority(name: str) -> ev.StreamPlace | None:
+        first = (await journal.store.read(branch_stream(SID, name), limit=1))[0]
+        return ev.BranchStarted.decode(first.data).authority
+
+    assert before_log.cut.value == 0
+    assert await authority("early") is None
+    bound = ev.StreamPlace(authority_stream(SID), 1, log[1].metadata[HASH_KEY])
+    assert after_log.cut.value == 1
+    assert await authority("late") == bound
+    assert await authority("own") == bound
+    assert await authority("prefix") is None

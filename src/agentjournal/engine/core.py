@@ -43,18 +43,23 @@ from agentjournal.engine.plan import (
     plan_log,
     run_grant,
 )
-from agentjournal.engine.reader import Reader
+from agentjournal.engine.reader import Reader, continued_from
 from agentjournal.engine.timeline import Clear, Entry, Key, Pop
 from agentjournal.engine.tree import SessionTree
 from agentjournal.engine.writer import Writer
-from agentjournal.errors import ConcurrencyError, InvalidInput, StreamNotFound
+from agentjournal.errors import CodecError, ConcurrencyError, InvalidInput, StreamNotFound
 from agentjournal.ledger import redaction
 from agentjournal.ledger.chain import HASH_KEY
 from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.ledger.keys import SigningKey
-from agentjournal.records import walk_tree
 from agentjournal.store.base import RecordedEvent
-from agentjournal.streams import MAIN_BRANCH, branch_stream, branches_stream
+from agentjournal.streams import (
+    MAIN_BRANCH,
+    authority_stream,
+    branch_authority_stream,
+    branch_stream,
+    branches_stream,
+)
 
 __all__ = ["DEFAULT_CHECKPOINT_EVERY", "HistoryChanged", "SessionCore", "Snapshot"]
 
@@ -90,6 +95,32 @@ class _Nonces:
 _NONCES: Final = _Nonces()
 _SMALL_ANSWER: Final = 256  # items a read hands out with the collector as it is
 os.register_at_fork(after_in_child=_NONCES.reset)
+
+
+def _started(first: RecordedEvent | None) -> events.BranchStarted | None:
+    """The fork a line's first event is (None: the main line, or unreadable)."""
+    if first is None or first.type != events.BRANCH_STARTED or first.revision != 0:
+        return None
+    try:
+        return events.BranchStarted.decode(first.data)
+    except CodecError:
+        return None
+
+
+def _line_tops(
+    read: Mapping[str, Sequence[RecordedEvent]], top: str
+) -> list[tuple[str, RecordedEvent | None]]:
+    """The top streams of a line and the lines below it, nearest first, each with its
+    first event (a ``BranchStarted``, or the main line's first event)."""
+    tops: list[tuple[str, RecordedEvent | None]] = []
+    stream: str | None = top
+    while stream is not None and all(stream != seen for seen, _ in tops):
+        events_ = read.get(stream, ())
+        first = events_[0] if events_ and events_[0].revision == 0 else None
+        tops.append((stream, first))
+        below = continued_from(first) if first is not None else None
+        stream = below.stream if below is not None else None
+    return tops
 
 
 def _unix_seconds() -> int:
@@ -407,10 +438,7 @@ class SessionCore:
             least = 1 if kind == "turn" else 0
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise InvalidInput(f"a fork's {kind} must be an integer >= {least}, got {value!r}")
-        if self.facts.branch is not None:
-            raise InvalidInput(
-                f"forking a branch ({self.facts.branch!r}) is not supported yet: fork the main line"
-            )
+        line = self.facts.branch or MAIN_BRANCH
         explicit = branch_stream(self.facts.session_id, name) if name is not None else None
         tree = self.tree
         top = self.facts.stream
@@ -419,9 +447,9 @@ class SessionCore:
             await self.reader.refresh(0)
             if tree.heads.get(top, -1) < 0:
                 raise InvalidInput(f"{top} does not exist: there is nothing to fork")
-            read: dict[str, list[RecordedEvent]] = {}
-            async for stream, recorded in walk_tree(self._store, top, limits=tree.heads):
-                read[stream] = recorded
+            # The line's events as seen, its prefix's too (each segment as of its fork).
+            read = dict(await self.reader.line_events())
+            lines = _line_tops(read, top)
             if given and given[0][0] == "turn":
                 kind, value = given[0]
                 users = [
@@ -431,22 +459,24 @@ class SessionCore:
                 ]
                 if value > len(users):
                     raise InvalidInput(
-                        f"Turn {value} does not contain a user message in branch '{MAIN_BRANCH}'"
+                        f"Turn {value} does not contain a user message in branch '{line}'"
                     )
                 position = cut_position(read, top, "index", users[value - 1].index)
             else:
                 kind, value = given[0] if given else ("revision", tree.heads[top])
                 position = cut_position(read, top, kind, value)
-            point = fork_point(read, top, position)
+            point = fork_point(read, top, position, below=[t for t, _ in lines[1:]])
             if point.open is not None:
                 raise InvalidInput(
                     f"a subagent ({point.open}) is open at the cut: forking inside a subagent "
                     "is not supported yet"
                 )
             base = (
-                events.StreamPlace(top, point.base.revision, point.base.metadata.get(HASH_KEY, "")),
+                events.StreamPlace(
+                    point.base.stream, point.base.revision, point.base.metadata.get(HASH_KEY, "")
+                ),
             )
-            authority = await self._log_place(position)
+            authority = await self._log_place(position, lines)
             cut = events.Cut(kind, value, position)
             store = self._store
             candidates = (
@@ -472,7 +502,7 @@ class SessionCore:
                     session_id=self.facts.session_id,
                     branch=chosen[0],
                     branch_stream=stream,
-                    parent=MAIN_BRANCH,
+                    parent=line,
                     cut=cut,
                     base=base,
                     authority=authority,
@@ -497,7 +527,7 @@ class SessionCore:
         return Branch(
             name=chosen[0],
             stream=stream,
-            parent=MAIN_BRANCH,
+            parent=line,
             cut=cut,
             next_index=point.next_index,
             prefix_items=point.prefix_items,
@@ -508,15 +538,29 @@ class SessionCore:
         """Every branch of the session, in the order they were forked (deleted ones too)."""
         return await read_branches(self._store, self.facts.session_id)
 
-    async def _log_place(self, position: int) -> events.StreamPlace | None:
-        """The authority log's last event before ``position``, if any."""
+    async def _log_place(
+        self, position: int, lines: list[tuple[str, RecordedEvent | None]]
+    ) -> events.StreamPlace | None:
+        """The line's authority log in force at ``position``: its last entry before it on
+        the log of the line whose own part holds ``position``, else what that line inherited
+        at its fork (its ``BranchStarted.authority``), if any."""
         store = self._store
-        stream = self.facts.authority_stream
-        revision = await revision_at(store, stream, position)
-        if revision < 0:
-            return None
-        (event,) = await store.read(stream, from_revision=revision, limit=1)
-        return events.StreamPlace(stream, revision, event.metadata.get(HASH_KEY, ""))
+        session_id = self.facts.session_id
+        for _, first in lines:
+            started = _started(first)
+            if started is not None and first is not None and position <= first.position:
+                continue  # the cut is in this line's prefix: the line below decides
+            stream = (
+                authority_stream(session_id)
+                if started is None
+                else branch_authority_stream(session_id, started.branch)
+            )
+            revision = await revision_at(store, stream, position)
+            if revision >= 0:
+                (event,) = await store.read(stream, from_revision=revision, limit=1)
+                return events.StreamPlace(stream, revision, event.metadata.get(HASH_KEY, ""))
+            return None if started is None else started.authority
+        return None
 
     async def _registry_head(self) -> tuple[int, str]:
         try:

@@ -152,17 +152,34 @@ class ForkPoint:
     prefix_items: int
 
 
-def fork_point(tree: Mapping[str, Sequence[RecordedEvent]], top: str, position: int) -> ForkPoint:
+def fork_point(
+    tree: Mapping[str, Sequence[RecordedEvent]],
+    top: str,
+    position: int,
+    *,
+    below: Sequence[str] = (),
+) -> ForkPoint:
     """The parent line as of global position ``position`` (pure).
 
+    Args:
+        tree: The parent line's events, stream by stream (its segments' too).
+        top: The parent line's top stream.
+        position: The cut.
+        below: The top streams of the lines below it, nearest first: when nothing of
+            ``top`` precedes the cut (a cut in a branch's prefix), the base is the
+            nearest of them that has an event before it.
+
     Raises:
-        InvalidInput: Nothing of ``top`` precedes the cut (a branch needs a parent event
-            to bind to).
+        InvalidInput: Nothing of ``top`` (or of those below) precedes the cut (a branch
+            needs a parent event to bind to).
     """
     base = None
-    for event in tree.get(top, ()):
-        if event.position < position:
-            base = event
+    for line in (top, *below):
+        for event in tree.get(line, ()):
+            if event.position < position:
+                base = event
+        if base is not None:
+            break
     if base is None:
         raise InvalidInput(f"nothing of {top} precedes the cut: there is nothing to fork")
     before = [event for stream in tree.values() for event in stream if event.position < position]

@@ -315,26 +315,7 @@ class Reader:
         whole = {
             stream: page[::-1] for stream, page in pages.items() if page and page[-1].revision == 0
         }
-        read: list[list[RecordedEvent]] = []
-        # A line's prefix is its parent line's tree as of the fork: each segment is a walk
-        # of a line's top stream up to where the next line down leaves it.
-        segment: tuple[str, Mapping[str, int]] | None = (self.stream, tree.heads)
-        seen: set[str] = set()
-        while segment is not None and segment[0] not in seen:
-            root, limits = segment
-            seen.add(root)
-            first: RecordedEvent | None = None
-            try:
-                async for stream, recorded in walk_tree(
-                    self._store, root, limits=limits, read=whole if root == self.stream else None
-                ):
-                    read.append(recorded)
-                    if stream == root and recorded:
-                        first = recorded[0]
-            except StreamNotFound:
-                pass  # no session yet
-            below = continued_from(first) if first is not None else None
-            segment = (below.stream, {below.stream: below.revision}) if below else None
+        read = [recorded for _, recorded in await self.line_events(whole)]
         new: list[TimelineEvent] = []
         timeline = Timeline()
         # Decoded in one go, without the collector: every item decoded here stays in the
@@ -348,6 +329,37 @@ class Reader:
         timeline.complete = True
         tree.replace_timeline(timeline)
         await self.next_index()
+
+    async def line_events(
+        self, whole: Mapping[str, list[RecordedEvent]] | None = None
+    ) -> list[tuple[str, list[RecordedEvent]]]:
+        """Every event of the line up to the heads the tree has seen, stream by stream: the
+        line's own tree, then each line below it as of where the line above leaves it.
+
+        A line's prefix is its parent line's tree as of the fork: each *segment* is a walk
+        (:func:`walk_tree`) of a line's top stream up to the base revision its child line
+        names, so nothing the parent wrote after the fork is read. The segments' top
+        streams come first in each segment's share. ``whole``: streams already read.
+        """
+        read: list[tuple[str, list[RecordedEvent]]] = []
+        segment: tuple[str, Mapping[str, int]] | None = (self.stream, self._tree.heads)
+        seen: set[str] = set()
+        while segment is not None and segment[0] not in seen:
+            root, limits = segment
+            seen.add(root)
+            first: RecordedEvent | None = None
+            try:
+                async for stream, recorded in walk_tree(
+                    self._store, root, limits=limits, read=whole if root == self.stream else None
+                ):
+                    read.append((stream, recorded))
+                    if stream == root and recorded:
+                        first = recorded[0]
+            except StreamNotFound:
+                pass  # no session yet
+            below = continued_from(first) if first is not None else None
+            segment = (below.stream, {below.stream: below.revision}) if below else None
+        return read
 
     @property
     def side_streams(self) -> frozenset[str]:
