@@ -275,12 +275,14 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         revision: int | None = None,
         name: str | None = None,
     ) -> Branch:
-        """Fork the session: a new branch that continues it as of a cut; nothing is copied.
+        """Fork this line (the session, or the branch this object is on): a new branch that
+        continues it as of a cut; nothing is copied.
 
         The cut is before item ``at`` (a message index, as ``agentjournal show`` numbers
-        items), before turn ``turn``'s user message (the ``turn``-th user message of the
-        items visible now), or after revision ``revision`` of the session's stream;
-        with none of them, after everything written so far. The fork is one atomic
+        items; on a branch, its prefix's items count), before turn ``turn``'s user message
+        (the ``turn``-th user message of the items visible now), or after revision
+        ``revision`` of the line's top stream; with none of them, after everything
+        written so far. Open the new branch with ``journal.session(id, branch=name)``. The fork is one atomic
         write: ``agentjournal.BranchForked`` here, ``agentjournal.BranchStarted`` as the
         branch stream's first event, an entry in the session's branch registry.
 
