@@ -282,9 +282,10 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         items; on a branch, its prefix's items count), before turn ``turn``'s user message
         (the ``turn``-th user message of the items visible now), or after revision
         ``revision`` of the line's top stream; with none of them, after everything
-        written so far. Open the new branch with ``journal.session(id, branch=name)``. The fork is one atomic
-        write: ``agentjournal.BranchForked`` here, ``agentjournal.BranchStarted`` as the
-        branch stream's first event, an entry in the session's branch registry.
+        written so far. Open the new branch with ``journal.session(id, branch=name)``.
+        The fork is one atomic write: ``agentjournal.BranchForked`` here,
+        ``agentjournal.BranchStarted`` as the branch stream's first event, an entry in the
+        session's branch registry.
 
         Args:
             at: The item before which the branch leaves the session.
