@@ -46,6 +46,7 @@ from agentjournal.engine.plan import (
 from agentjournal.engine.reader import Reader, continued_from
 from agentjournal.engine.timeline import Clear, Entry, Key, Pop
 from agentjournal.engine.tree import SessionTree
+from agentjournal.engine.turns import Turned
 from agentjournal.engine.writer import Writer
 from agentjournal.errors import CodecError, ConcurrencyError, InvalidInput, StreamNotFound
 from agentjournal.ledger import redaction
@@ -537,6 +538,33 @@ class SessionCore:
     async def branches(self) -> list[Branch]:
         """Every branch of the session, in the order they were forked (deleted ones too)."""
         return await read_branches(self._store, self.facts.session_id)
+
+    async def turned(self) -> list[Turned]:
+        """Every visible item of the line, oldest first, with its event's ``aj.turn`` and
+        time (what :mod:`agentjournal.engine.turns` numbers and reports).
+
+        O(the line's history): the visible items, then the line's events for their
+        metadata. The SDK's turn reads scan their rows too (DESIGN §17, "Left open").
+        """
+        tree = self.tree
+        async with tree.lock:
+            await self.reader.refresh(0)
+            visible = await self.reader.visible()
+            read = await self.reader.line_events()
+        found: dict[tuple[str, int], RecordedEvent] = {
+            (stream, event.revision): event for stream, recorded in read for event in recorded
+        }
+        turned: list[Turned] = []
+        for entry in visible:
+            event = found.get((entry.stream, entry.revision))
+            turned.append(
+                Turned(
+                    entry.item(),
+                    None if event is None else events.turn_of(event.metadata),
+                    None if event is None else event.recorded_at,
+                )
+            )
+        return turned
 
     async def _log_place(
         self, position: int, lines: list[tuple[str, RecordedEvent | None]]

@@ -39,6 +39,7 @@ from opentelemetry.trace import Span
 
 from agentjournal import events
 from agentjournal.authority import Authority, Policy
+from agentjournal.engine import turns
 from agentjournal.engine.codec import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
 from agentjournal.engine.core import DEFAULT_CHECKPOINT_EVERY, SessionCore
 from agentjournal.engine.fork import Branch
@@ -314,6 +315,49 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
     async def branches(self) -> list[Branch]:
         """Every branch of the session, in the order they were forked (deleted ones too)."""
         return await self._core.branches()
+
+    # -- AdvancedSQLiteSession: turns ----------------------------------------------------
+
+    async def _turned(self, branch_id: str | None) -> list[turns.Turned]:
+        if branch_id is not None and branch_id != self.branch:
+            # Other lines: step 5 (switching and reading other branches by name).
+            raise InvalidInput(
+                f"reading branch {branch_id!r} from a session on {self.branch!r} is not "
+                "supported yet: open it with journal.session(id, branch=...)"
+            )
+        return await self._core.turned()
+
+    async def get_conversation_turns(self, branch_id: str | None = None) -> list[dict[str, Any]]:
+        """The user messages of the line by turn, as ``AdvancedSQLiteSession`` returns them.
+
+        Each: ``turn``, ``content`` (the text, or the parts as JSON, cut to 100 characters
+        + ``"..."``), ``full_content``, ``timestamp`` (the event's time, UTC,
+        ``YYYY-MM-DD HH:MM:SS``) and ``can_branch`` (True).
+        """
+        return turns.conversation_turns(await self._turned(branch_id))
+
+    async def find_turns_by_content(
+        self, search_term: str, branch_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The user turns whose text holds ``search_term`` (ASCII case-insensitive, no
+        wildcards), shaped as :meth:`get_conversation_turns` but with ``content`` uncut."""
+        if not isinstance(search_term, str):
+            raise InvalidInput(f"search_term must be a string, got {search_term!r}")
+        return turns.find_turns(await self._turned(branch_id), search_term)
+
+    async def get_conversation_by_turns(
+        self, branch_id: str | None = None
+    ) -> dict[int, list[dict[str, str | None]]]:
+        """Every item's ``type`` and ``tool_name`` by turn (0: before the first user
+        message), as ``AdvancedSQLiteSession`` classifies them."""
+        return turns.by_turns(await self._turned(branch_id))
+
+    async def get_tool_usage(
+        self, branch_id: str | None = None
+    ) -> list[tuple[str | None, int, int]]:
+        """``(tool_name, count, turn)`` per tool and turn, ordered by turn, counted as
+        ``AdvancedSQLiteSession`` counts them."""
+        return turns.tool_usage(await self._turned(branch_id))
 
     # -- OpenAIResponsesCompactionSession -----------------------------------------------
 
