@@ -24,6 +24,7 @@ from typing import Any, Final
 from agentjournal import events
 from agentjournal._gc import no_collection
 from agentjournal.authority import Authority
+from agentjournal.engine import turns
 from agentjournal.engine.fork import (
     Branch,
     cut_position,
@@ -46,7 +47,7 @@ from agentjournal.engine.plan import (
 from agentjournal.engine.reader import Reader, continued_from
 from agentjournal.engine.timeline import Clear, Entry, Key, Pop
 from agentjournal.engine.tree import SessionTree
-from agentjournal.engine.turns import Turned
+from agentjournal.engine.turns import Turned, is_user
 from agentjournal.engine.writer import Writer
 from agentjournal.errors import CodecError, ConcurrencyError, InvalidInput, StreamNotFound
 from agentjournal.ledger import redaction
@@ -214,6 +215,9 @@ class SessionCore:
         self.signing_key = signing_key
         self._checkpoint_every = checkpoint_every
         self._taken: set[str] = set()  # subsession streams found to exist already
+        # The newest user message this object wrote and its turn: the next write's
+        # ``aj.turn`` needs no read when it is still the newest visible one.
+        self._last_user: tuple[Key, int] | None = None
         self._warned_unwired = False
 
     # -- reads ------------------------------------------------------------------------
@@ -301,6 +305,8 @@ class SessionCore:
             hides = await hiding() if hiding is not None else ()
             first = await self.reader.next_index()
             log = await self.reader.authority_log() if run.grants else None
+            users = any(is_user(item) for item in items)
+            last_turn = await self._last_turn(hides) if users else None
             plan = plan_items(
                 tree,
                 self.facts,
@@ -314,6 +320,7 @@ class SessionCore:
                 hides=hides,
                 taken=self._taken,
                 log=log,
+                last_turn=last_turn,
             )
             if plan is not None:
                 for output in plan.routed.unmatched_outputs:
@@ -333,6 +340,8 @@ class SessionCore:
                 await self.reader.load(0)
             plan = await self.writer.write(build, retry_now=retry_now)
             if plan is not None:
+                if plan.turns:
+                    self._last_user = plan.turns[-1]
                 ended = bool(
                     plan.closed or closing is not None or (items and run.finished is not None)
                 )
@@ -539,6 +548,55 @@ class SessionCore:
         """Every branch of the session, in the order they were forked (deleted ones too)."""
         return await read_branches(self._store, self.facts.session_id)
 
+    async def _last_turn(self, hides: Sequence[Entry | Clear]) -> int:
+        """The turn of the newest user message visible once ``hides`` are hidden (0: none).
+
+        Read backwards in growing windows to that message; its event's ``aj.turn`` is the
+        answer (no read when this object wrote it). A message written before ``aj.turn``
+        existed is numbered as :func:`~agentjournal.engine.turns.number` numbers it, from
+        the line's events: once, since the write that follows records the number.
+        """
+        hidden = {hide.key for hide in hides if isinstance(hide, Entry)}
+        floor = max((hide.through_index for hide in hides if isinstance(hide, Clear)), default=-1)
+        size = 16
+        while True:
+            # As of the heads the plan is built on: a catch-up here would move the tree
+            # past the next index already taken (two processes then share an index).
+            await self.reader.cover(size)
+            timeline = self.tree.timeline
+            window = timeline.latest(size)
+            for entry in reversed(window):
+                if entry.key in hidden or 0 <= entry.index <= floor:
+                    continue
+                if is_user(entry.item()):
+                    return await self._turn_of(entry, hidden, floor)
+            if timeline.complete or len(window) < size:
+                return 0
+            size *= 4
+
+    async def _turn_of(self, entry: Entry, hidden: set[Key], floor: int) -> int:
+        if self._last_user is not None and self._last_user[0] == entry.key:
+            return self._last_user[1]
+        recorded = await self._store.read(entry.stream, from_revision=entry.revision, limit=1)
+        if recorded and recorded[0].revision == entry.revision:
+            turn = events.turn_of(recorded[0].metadata)
+            if turn is not None:
+                return turn
+        # Written before aj.turn: count as the reads do, over what stays visible.
+        size = 16
+        while not self.tree.timeline.complete:  # every visible item, as of the same heads
+            size = max(size * 4, len(self.tree.timeline) + 1)
+            await self.reader.cover(size)
+        kept = [
+            turned
+            for shown, turned in self._joined(
+                self.tree.timeline.latest(None), await self.reader.line_events()
+            )
+            if shown.key not in hidden and not 0 <= shown.index <= floor
+        ]
+        numbered = turns.number(kept)
+        return numbered[-1][0] if numbered else 0
+
     async def turned(self) -> list[Turned]:
         """Every visible item of the line, oldest first, with its event's ``aj.turn`` and
         time (what :mod:`agentjournal.engine.turns` numbers and reports).
@@ -546,22 +604,31 @@ class SessionCore:
         O(the line's history): the visible items, then the line's events for their
         metadata. The SDK's turn reads scan their rows too (DESIGN §17, "Left open").
         """
-        tree = self.tree
-        async with tree.lock:
+        async with self.tree.lock:
             await self.reader.refresh(0)
             visible = await self.reader.visible()
             read = await self.reader.line_events()
+        return [turned for _, turned in self._joined(visible, read)]
+
+    @staticmethod
+    def _joined(
+        visible: list[Entry], read: list[tuple[str, list[RecordedEvent]]]
+    ) -> list[tuple[Entry, Turned]]:
+        """Each visible item with its event's ``aj.turn`` and time."""
         found: dict[tuple[str, int], RecordedEvent] = {
             (stream, event.revision): event for stream, recorded in read for event in recorded
         }
-        turned: list[Turned] = []
+        turned: list[tuple[Entry, Turned]] = []
         for entry in visible:
             event = found.get((entry.stream, entry.revision))
             turned.append(
-                Turned(
-                    entry.item(),
-                    None if event is None else events.turn_of(event.metadata),
-                    None if event is None else event.recorded_at,
+                (
+                    entry,
+                    Turned(
+                        entry.item(),
+                        None if event is None else events.turn_of(event.metadata),
+                        None if event is None else event.recorded_at,
+                    ),
                 )
             )
         return turned

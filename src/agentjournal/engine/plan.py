@@ -36,8 +36,9 @@ from agentjournal._calls import call_of
 from agentjournal.authority import Authority, Policy
 from agentjournal.engine import codec
 from agentjournal.engine.routing import Plan, plan_write, starts_a_run
-from agentjournal.engine.timeline import Clear, Entry, Pop, TimelineEvent, plain_text
+from agentjournal.engine.timeline import Clear, Entry, Key, Pop, TimelineEvent, plain_text
 from agentjournal.engine.tree import AuthorityLog, Commit, SessionTree
+from agentjournal.engine.turns import is_user
 from agentjournal.errors import CodecError
 from agentjournal.ledger import redaction
 from agentjournal.ledger.chain import GENESIS, seal
@@ -273,10 +274,12 @@ class ItemsPlan(WritePlan):
     Attributes:
         routed: Where each item went, which subagents opened and closed.
         shown: The run's grants this write shows on a ``SubagentStarted``.
+        turns: Each user message it writes (its key) with its ``aj.turn``.
     """
 
     routed: Plan = None  # type: ignore[assignment]
     shown: tuple[Grant, ...] = ()
+    turns: tuple[tuple[Key, int], ...] = ()
 
     @property
     def closed(self) -> int:
@@ -432,8 +435,15 @@ def plan_items(
     hides: Sequence[Entry | Clear] = (),
     taken: frozenset[str] | set[str] = frozenset(),
     log: AuthorityLog | None = None,
+    last_turn: int | None = None,
 ) -> ItemsPlan | None:
     """Plan one ``add_items`` write (None when it writes nothing).
+
+    ``last_turn``: the turn of the newest user message visible once ``hides`` are
+    hidden (0: none); each user message of ``items`` gets the next number as its
+    ``aj.turn`` (DESIGN §17.2). None numbers nothing (readers then count, as for a
+    session written before ``aj.turn``): :class:`~agentjournal.engine.core.SessionCore`
+    always gives it.
 
     ``hides`` go first, to the innermost open stream, as ``ItemPopped`` per entry
     and ``SessionCleared`` per clear. Event ids are ``uuid5(stream, nonce, n)``,
@@ -478,6 +488,18 @@ def plan_items(
         )
         out.add(facts.stream, events.SESSION_STARTED, started, {}, next_id())
     innermost = tree.chain[-1].stream if tree.chain else facts.stream
+    turn = last_turn
+    turned: list[tuple[Key, int]] = []
+
+    def next_turn(item: Mapping[str, Any], metadata: dict[str, str], stream: str) -> None:
+        nonlocal turn
+        if turn is None or not is_user(item):
+            return
+        turn += 1
+        metadata[events.TURN_KEY] = str(turn)
+        # The key its event will have: the next revision of its stream.
+        turned.append(((stream, out.revision_of(stream) + 1, 0), turn))
+
     for hidden in hides:
         if isinstance(hidden, Clear):
             cleared = events.SessionCleared(hidden.through_index)
@@ -505,6 +527,7 @@ def plan_items(
                 if produced.response_id:
                     metadata[events.RESPONSE_ID_KEY] = produced.response_id
             metadata.update(facts.call_metadata(op.item))
+            next_turn(op.item, metadata, op.stream)
             _chainable(metadata)
             out.add(
                 op.stream,
@@ -534,6 +557,8 @@ def plan_items(
             grant = next((g for g in run.grants if g.call_id == sub.call_id), None)
             authority = grant.authority.to_json() if grant is not None else None
             owner_id, twin_id = next_id(), next_id()
+            started_metadata = {events.INDEX_KEY: str(op.index), events.TWIN_KEY: str(twin_id)}
+            next_turn(op.item, started_metadata, sub.parent_stream)
             if grant is not None:
                 shown.append(grant)
                 grants.append(
@@ -547,7 +572,7 @@ def plan_items(
                 events.encode_subagent_started(
                     sub, item_json=item_json, twin=twin_id, timestamp=now, authority=authority
                 ),
-                {events.INDEX_KEY: str(op.index), events.TWIN_KEY: str(twin_id)},
+                started_metadata,
                 owner_id,
             )
             entries.append(
@@ -621,7 +646,7 @@ def plan_items(
         authority=after,
         responded=responded,
     )
-    return ItemsPlan(requests, commit, routed=routed, shown=tuple(shown))
+    return ItemsPlan(requests, commit, routed=routed, shown=tuple(shown), turns=tuple(turned))
 
 
 def plan_control(

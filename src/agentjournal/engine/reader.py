@@ -110,6 +110,18 @@ class Reader:
         if not tree.timeline.covers(limit):
             await self._window(limit, {})
 
+    async def cover(self, limit: int) -> None:
+        """Make the timeline cover ``limit`` items as of the heads the tree has seen.
+
+        Unlike :meth:`refresh` nothing newer is read (no catch-up): a write being planned
+        on the tree (its next index, its expected revisions) stays consistent with it.
+        """
+        tree = self._tree
+        if not tree.loaded:
+            await self.load(limit)
+        elif not tree.timeline.covers(limit):
+            await self._window(limit, {})
+
     async def visible(self) -> list[Entry]:
         """Every visible item, oldest first, read backwards in growing windows.
 

@@ -22,6 +22,7 @@ __all__ = [
     "classify",
     "conversation_turns",
     "find_turns",
+    "is_user",
     "number",
     "sdk_timestamp",
     "tool_name",
