@@ -1,0 +1,52 @@
+"""Review r18b of issue 18's fourth round: each test reproduces a finding of the review.
+
+Real SQLite files, the real Runner with ``ScriptedModel`` where a run matters.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentjournal import Journal
+from agentjournal.authority import Policy, ToolRule
+from agentjournal.ledger.bundle import export_bundle
+from agentjournal.ledger.verify import verify_bundle
+from ledger_sessions import KEY, TRUSTED
+
+# A tool rule whose ceiling reads an argument: the view of a call to it reads the arguments.
+_POLICY = Policy(tools={"t": ToolRule("s.x", {"spend": "amount"})})
+
+
+async def _stored_and_verified(path: Path, arguments: Any) -> list[list[str]]:
+    """Store one call to ``t`` with ``arguments``, read it back warm and cold; the verify
+    reports of its full and its redacted bundle."""
+    item = {"type": "function_call", "call_id": "c1", "name": "t", "arguments": arguments}
+    async with await Journal.open(f"sqlite:///{path}", signing_key=KEY) as journal:
+        session = journal.session("args", policy=_POLICY)
+        await session.add_items([item])
+        assert await session.get_items() == [item]
+        bundles = [
+            await export_bundle(journal.store, "args", redact=redact) for redact in (False, True)
+        ]
+    async with await Journal.open(f"sqlite:///{path}") as journal:  # cold, from the file
+        assert await journal.session("args", policy=_POLICY).get_items() == [item]
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM events").fetchone() == (2,)
+    return [verify_bundle(bundle, TRUSTED).lines for bundle in bundles]
+
+
+@pytest.mark.parametrize("arguments", [5, {"amount": 1}, [1], 1.5, True])
+async def test_a_function_call_whose_arguments_are_no_text_is_stored_exactly(
+    tmp_path: Path, arguments: Any
+) -> None:
+    """The SDK's SQLiteSession keeps a ``function_call`` whose ``arguments`` is not a string;
+    so does ours under a tool rule with ceilings (its view once raised a bare ValueError
+    from sealing, nothing written), and its bundles verify as a text call's do (outside a
+    run: no checkpoint, no authority log, in both)."""
+    reports = await _stored_and_verified(tmp_path / "odd.db", arguments)
+    assert reports == await _stored_and_verified(tmp_path / "text.db", '{"amount": 1}')
+    assert "integrity: 2 events in 1 stream chain correctly" in reports[1]
