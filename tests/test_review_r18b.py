@@ -17,7 +17,17 @@ from agentjournal.authority import Policy, ToolRule
 from agentjournal.engine.timeline import Entry, Timeline
 from agentjournal.ledger.bundle import export_bundle
 from agentjournal.ledger.verify import verify_bundle
-from agentjournal.store.base import model_key
+from agentjournal.store.base import (
+    MODEL_REVISIONS,
+    AppendRequest,
+    ModelAdd,
+    ModelChange,
+    NewEvent,
+    StreamState,
+    model_key,
+    model_place,
+)
+from agentjournal.store.sqlite import SQLiteEventStore
 from ledger_sessions import KEY, TRUSTED
 
 # A tool rule whose ceiling reads an argument: the view of a call to it reads the arguments.
@@ -73,3 +83,33 @@ def test_a_bounded_modelled_timeline_drops_rows_without_making_entries(budget: i
     assert lazy.items(None) == eager.items(None)
     assert not lazy._entries, "no entry made for the rows kept or dropped"
     assert lazy.entries == eager.entries
+
+
+@pytest.mark.parametrize("revision", [MODEL_REVISIONS, 2 * MODEL_REVISIONS, -1])
+async def test_an_item_at_a_revision_a_key_cannot_hold_makes_the_tree_not_current(
+    tmp_path: Path, revision: int
+) -> None:
+    """``read_model`` refuses a tree whose heads reach MODEL_REVISIONS, but a model change
+    naming a revision beyond its stream's head (or below 0) was kept: its packed key then
+    read as another place — 2**32 as revision 0, 2**33 as revision 0 of the stream two
+    numbers on (here the tree's own subsession). Such an item makes its tree not current,
+    as an item of a part a key cannot hold does."""
+    async with await SQLiteEventStore.open(tmp_path / "j.db") as store:
+        tree, child, extra = "AgentSession-s", "AgentSubsession-s-a", "AgentSubsession-s-b"
+        bare = ModelChange(tree)
+        await store.append_many(
+            [
+                AppendRequest(stream, [NewEvent("X", b"{}")], StreamState.NO_STREAM, bare)
+                for stream in (tree, child, extra)
+            ]
+        )
+        assert await store.read_model(tree) is not None
+        add = [ModelAdd(0, tree, revision, 0, "[0]")]
+        await store.append_many(
+            [
+                AppendRequest(tree, [NewEvent("X", b"{}")], 0, ModelChange(tree, add)),
+                AppendRequest(child, [NewEvent("X", b"{}")], 0, bare),
+            ]
+        )
+        snapshot = await store.read_model(tree)
+        assert snapshot is None, [model_place(key) for _, key, _ in snapshot.items]
