@@ -37,7 +37,7 @@ _POLICY = Policy(tools={"t": ToolRule("s.x", {"spend": "amount"})})
 async def _stored_and_verified(path: Path, arguments: Any) -> list[list[str]]:
     """Store one call to ``t`` with ``arguments``, read it back warm and cold; the verify
     reports of its full and its redacted bundle."""
-    item = {"type": "function_call", "call_id": "c1", "name": "t", "arguments": arguments}
+    item: Any = {"type": "function_call", "call_id": "c1", "name": "t", "arguments": arguments}
     async with await Journal.open(f"sqlite:///{path}", signing_key=KEY) as journal:
         session = journal.session("args", policy=_POLICY)
         await session.add_items([item])
