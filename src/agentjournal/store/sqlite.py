@@ -1044,7 +1044,14 @@ def _apply_model(
                 )
             if 0 <= op.index <= floor:
                 continue  # hidden by an earlier clear, as the timeline hides it
-            current = current and op.index >= 0 and 0 <= op.part < MODEL_PARTS
+            # A place its packed key cannot hold (store.base.model_key) is not modelled; the
+            # heads bound read_model checks holds only for revisions of events that exist.
+            current = (
+                current
+                and op.index >= 0
+                and 0 <= op.part < MODEL_PARTS
+                and 0 <= op.revision < MODEL_REVISIONS
+            )
             adds.append((root, op.index, id_of(op.stream), op.revision, op.part, op.text))
             continue
         current = add_all() and current
