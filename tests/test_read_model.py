@@ -611,6 +611,7 @@ async def test_a_foreign_event_atop_an_open_subsession_hides_no_message_index(
         (open_stream,) = state["chain"]
         used = max(index for _, index, _ in state["entries"])
         head = await store.head(open_stream)
+        assert head is not None
         await store.append(open_stream, [NewEvent("Foreign.Note", b"{}")], expected=head)
         fresh = JournalSession(NoModel(store), "s")
         await fresh.get_items(limit=1)
