@@ -56,6 +56,10 @@ def test_verify_in_the_store(recorded: tuple[Path, str, Path]) -> None:
         "no authority to check"
     ) in lines
     assert "twins: 2 subagents started, 2 closed, links ok" in lines
+    assert any(
+        line.startswith("read model: ") and line.endswith(" items, exactly the events' items")
+        for line in lines
+    )
 
 
 def test_bundle_round_trip_and_tamper(recorded: tuple[Path, str, Path], tmp_path: Path) -> None:
@@ -272,3 +276,4 @@ def test_verify_fails_a_read_model_edited_behind_the_engine(
     assert last.startswith("FAILED: AgentSession-"), last
     assert "(read model)" in last
     assert "not on the record" in last
+    assert "read model: FAILED" in result.stdout

@@ -19,7 +19,7 @@ from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger.chain import GENESIS, HASH_KEY, seal
 from agentjournal.ledger.keys import SigningKey
-from agentjournal.replay import model_disagreement
+from agentjournal.replay import check_read_model
 from agentjournal.store.base import NewEvent, RecordedEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import branch_stream, branches_stream, session_stream
@@ -274,7 +274,8 @@ async def test_the_fork_leaves_main_s_read_model_current(tmp_path: Any) -> None:
         assert snapshot is not None
         assert set(snapshot.heads) == {MAIN}  # the branch's streams are not main's tree
         assert await store.read_model(branch_stream(SID, "draft")) is None  # type: ignore[attr-defined]
-        assert await model_disagreement(store, SID) is None
+        checked = await check_read_model(store, SID)
+        assert checked is not None and checked[1] is None
         assert len(await JournalSession(store, SID).get_items()) == 5  # cold: the model
 
 

@@ -594,3 +594,25 @@ async def test_an_unknown_schema_version_is_refused(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(StoreUnavailable, match="schema version 3"):
         await SQLiteEventStore.open(tmp_path / "future.db")
+
+
+async def test_a_foreign_event_atop_an_open_subsession_hides_no_message_index(
+    tmp_path: Path,
+) -> None:
+    """Another writer's event without ``aj.index``/``aj.next_index`` at the head of an open
+    subsession stream: a fresh session object still finds where message indices continue (the
+    newest event of each stream that says), so its next write takes a free index."""
+    async with await SQLiteEventStore.open(tmp_path / "j.db") as store:
+        session = JournalSession(store, "s")
+        await drive(nested(), "go", session=session, hooks=session)
+        with pytest.raises(RuntimeError, match="backend down"):
+            await drive(failing(), "again", session=session, hooks=session)
+        state, _, _ = await _both(store, "s")
+        (open_stream,) = state["chain"]
+        used = max(index for _, index, _ in state["entries"])
+        head = await store.head(open_stream)
+        assert head is not None
+        await store.append(open_stream, [NewEvent("Foreign.Note", b"{}")], expected=head)
+        fresh = JournalSession(NoModel(store), "s")
+        await fresh.get_items(limit=1)
+        assert _state(fresh)["next_index"] == used + 1

@@ -21,6 +21,7 @@ from agentjournal import events
 from agentjournal.engine.core import SessionCore
 from agentjournal.engine.fork import visible_at
 from agentjournal.engine.plan import SessionFacts
+from agentjournal.engine.reader import keeps_model
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import InvalidInput
 from agentjournal.records import Record, TreeRecords, read_tree
@@ -36,7 +37,7 @@ from agentjournal.streams import (
 if TYPE_CHECKING:
     from agentjournal.store.base import EventStore
 
-__all__ = ["history_before", "model_disagreement", "replay"]
+__all__ = ["history_before", "check_read_model", "replay"]
 
 
 async def replay(
@@ -69,38 +70,45 @@ async def replay(
     return await core.items(limit)
 
 
-async def model_disagreement(store: EventStore, session_id: str) -> str | None:
-    """Where the store's read model of the session's items differs from its events, if it does.
+async def check_read_model(store: EventStore, session_id: str) -> tuple[str, str | None] | None:
+    """Whether the store's read model of the session's items holds exactly its events' items.
 
     ``get_items`` answers a cold read of everything from a store's read model (SQLite,
     DESIGN §3) when the model is current; the events are the record. A model edited
     behind the engine's back would hand an agent items that are not on the record, so
     ``agentjournal verify`` reads both and compares them item by item (exact JSON text:
-    key order, ``1`` against ``1.0``). None: they agree, or the store keeps no model, or
-    it is not current (then ``get_items`` reads the events too).
+    key order, ``1`` against ``1.0``).
+
+    Returns:
+        None when the store keeps no read model; else a line for the report and the
+        problem found (None: none). A model that is not current is never read.
 
     Raises:
         StoreUnavailable: The store could not be read.
     """
-    facts = SessionFacts(session_id, session_stream(session_id))
-    modelled = SessionCore(store, facts, _tree(session_id))
-    if not modelled.reader.models:
+    if not keeps_model(store):
         return None
-    from_model = await modelled.items(None)
+    stream = session_stream(session_id)
+    if await store.read_model(stream) is None:  # type: ignore[attr-defined]
+        return "read model: not current for this session (get_items reads the events)", None
+    facts = SessionFacts(session_id, stream)
+    from_model = await SessionCore(store, facts, _tree(session_id)).items(None)
     from_events = await SessionCore(store, facts, _tree(session_id), use_model=False).items(None)
-    texts = [json.dumps(item) for item in from_model]
+    told = [json.dumps(item) for item in from_model]
     recorded = [json.dumps(item) for item in from_events]
-    if texts == recorded:
-        return None
-    for index, (told, kept) in enumerate(zip(texts, recorded, strict=False)):
-        if told != kept:
-            return (
-                f"the store's read model differs from the events at item {index}: get_items "
-                "would give an agent an item that is not on the record"
-            )
+    if told == recorded:
+        return f"read model: {len(told)} items, exactly the events' items", None
+    index = next(
+        (n for n, (one, other) in enumerate(zip(told, recorded, strict=False)) if one != other),
+        None,
+    )
+    if index is not None:
+        problem = f"the store's read model differs from the events at item {index}"
+    else:
+        problem = f"the store's read model holds {len(told)} items, the events {len(recorded)}"
     return (
-        f"the store's read model holds {len(texts)} items, the events {len(recorded)}: "
-        "get_items would give an agent a history that is not on the record"
+        "read model: FAILED",
+        f"{problem}: get_items would give an agent what is not on the record",
     )
 
 

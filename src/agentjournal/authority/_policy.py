@@ -351,7 +351,9 @@ def input_permits(ceiling: Ceiling, found: Mapping[str, Any]) -> bool:
 def _parsed(arguments: str) -> Any:
     try:
         return json.loads(arguments or "{}")
-    except (ValueError, RecursionError):
+    # TypeError: arguments that are no text at all (a stored item's ``5`` or ``{...}``,
+    # which the SDK's SQLiteSession keeps too): not JSON text, as unparseable text is not.
+    except (ValueError, TypeError, RecursionError):
         return _MISSING
 
 

@@ -41,7 +41,7 @@ async def verify_session(args: argparse.Namespace) -> int:
     from agentjournal.cli._store import open_session
     from agentjournal.ledger.verify import Report
     from agentjournal.records import DamagedEvent, read_tree
-    from agentjournal.replay import model_disagreement
+    from agentjournal.replay import check_read_model
     from agentjournal.streams import session_stream
 
     try:
@@ -53,7 +53,7 @@ async def verify_session(args: argparse.Namespace) -> int:
         records = await read_tree(store, session_id)
         # The events are verified below; what get_items would replay from a store's read
         # model must be exactly what they hold (a model edited by hand is caught here).
-        disagreement = await model_disagreement(store, session_id)
+        model = await check_read_model(store, session_id)
     except DamagedEvent as bad:
         failed = Report()
         failed.fail("integrity", bad.stream, bad.revision, bad.message)
@@ -62,7 +62,10 @@ async def verify_session(args: argparse.Namespace) -> int:
     finally:
         await store.close()
     report = anchors.verify_records(records)
-    if disagreement is not None:
-        report.fail("read model", session_stream(session_id), None, disagreement)
+    if model is not None:
+        line, problem = model
+        report.lines.append(line)
+        if problem is not None:
+            report.fail("read model", session_stream(session_id), None, problem)
     print(report.text())
     return 0 if report.ok else 2

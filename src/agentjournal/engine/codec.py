@@ -141,7 +141,7 @@ def _no_default(value: Any) -> Any:
 def json_encoder(*, separators: tuple[str, str], allow_nan: bool) -> Callable[[Any], str]:
     """``json.JSONEncoder(separators=..., allow_nan=...).encode`` of a dict or list (ASCII
     escapes, keys unsorted), with ``json``'s C encoder made once instead of per call: the
-    same text, about 1 µs less a call (``tests/test_item_view.py`` compares them).
+    same text, about 1 µs less a call (``tests/test_fast_paths.py`` compares them).
 
     One difference, in what is refused only: no check for circular references (a cycle
     runs into ``RecursionError``, which every caller refuses alike).

@@ -159,7 +159,8 @@ class Reader:
             heads[stream] = page[0].revision if page else -1
             if page:
                 hashes[stream] = page[0].metadata.get(HASH_KEY, "")
-                found = next_index_after(page[0])
+                # The newest event that says: another writer's event on top may not.
+                found = next((n for n in map(next_index_after, page) if n is not None), None)
                 if found is not None:
                     tree.found_next_index(found)
             child = page[0].metadata.get(events.OPEN_KEY) if page else None

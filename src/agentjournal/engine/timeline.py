@@ -279,11 +279,19 @@ class Timeline:
         """
         if self.budget is None or self.size <= self.budget:
             return
+        rows = self._rows
+        # A read model's rows are cut as rows: no Entry is made only to be dropped.
+        costs = (ENTRY_BYTES + len(row[2]) for row in rows) if rows else map(_cost, self._entries)
         size, cut = self.size, 0
-        while cut < len(self.entries) and size > self.budget:
-            size -= _cost(self.entries[cut])
+        for cost in costs:
+            if size <= self.budget:
+                break
+            size -= cost
             cut += 1
-        del self.entries[:cut]
+        if rows:
+            self._rows = rows[cut:]
+        else:
+            del self._entries[:cut]
         self.size = size
         self.complete = False
 

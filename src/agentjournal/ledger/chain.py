@@ -174,14 +174,7 @@ def _record_v2(
     if type(revision) is not int:
         raise InvalidInput(f"{stream}: a revision must be an integer")
     record = [2, stream, revision, event_id, type_, data_sha256, covered]
-    try:
-        return orjson.dumps(record, option=_SORTED)
-    except orjson.JSONEncodeError:
-        pass
-    try:
-        return _sorted_json(record).encode()
-    except UnicodeEncodeError:
-        raise _not_unicode(stream, revision) from None
+    return _sorted_compact(record, stream, revision)
 
 
 def _record_v1(
@@ -204,16 +197,27 @@ def _record_v1(
     }
     if type(revision) is int and "".join(covered).isascii():
         # ASCII keys: RFC 8785 is sorted compact JSON (see ``_record_bytes``), which orjson
-        # prints in one call; what orjson refuses takes the path below.
-        try:
-            return orjson.dumps(record, option=_SORTED)
-        except orjson.JSONEncodeError:
-            pass
-        try:
-            return _sorted_json(record).encode()
-        except UnicodeEncodeError:
-            raise _not_unicode(stream, revision) from None
+        # prints in one call.
+        return _sorted_compact(record, stream, revision)
     return _record_bytes(record, covered)
+
+
+def _sorted_compact(record: object, stream: str, revision: int) -> bytes:
+    """``record`` as compact JSON with sorted keys: by orjson in one call, and what orjson
+    refuses (a lone surrogate, an integer beyond 64 bits) through ``json``, which prints
+    the integer or refuses the surrogate alike.
+
+    Raises:
+        InvalidInput: A string of the record is not Unicode text (a lone surrogate).
+    """
+    try:
+        return orjson.dumps(record, option=_SORTED)
+    except orjson.JSONEncodeError:
+        pass
+    try:
+        return _sorted_json(record).encode()
+    except UnicodeEncodeError:
+        raise _not_unicode(stream, revision) from None
 
 
 def chain_hash(

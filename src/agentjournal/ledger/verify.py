@@ -200,7 +200,7 @@ def _verify_bundle(
         report = Report()
         report.fail("structure", "bundle", None, str(error))
         return report
-    return verify_records(
+    return _verify_records(  # already without the collector
         tree, trusted, allow_uncovered=allow_uncovered, not_before=not_before, policy=policy
     )
 

@@ -42,8 +42,9 @@ it (``read_model``, see :class:`ModelSnapshot`):
   (same ids at the same revision) changes nothing, a write that fails or
   conflicts changes nothing.
 * An item's place must fit its packed key (:func:`model_key`): an item of a part
-  from :data:`MODEL_PARTS` makes its tree not current, and ``read_model`` answers
-  None for a tree with a revision from :data:`MODEL_REVISIONS`.
+  from :data:`MODEL_PARTS`, or of a revision below 0 or from :data:`MODEL_REVISIONS`,
+  makes its tree not current, and ``read_model`` answers None for a tree with a head
+  revision from :data:`MODEL_REVISIONS`.
 """
 
 from __future__ import annotations

@@ -957,31 +957,31 @@ def _refuse_foreign(db: sqlite3.Connection, path: str) -> None:
 
 
 def _create_schema(db: sqlite3.Connection, path: str) -> None:
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        if db.execute("PRAGMA user_version").fetchone()[0] == 0:
-            _refuse_foreign(db, path)  # again, under the write lock
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
+    _migrate(db, path, 0, _SCHEMA)
 
 
 def _upgrade_schema(db: sqlite3.Connection, path: str) -> None:
-    """Version 1 -> 2 in one transaction under the write lock: the model's columns and
-    tables, empty. No stream joins a tree, so every session is read from its events
-    until written again from scratch (a stream's model starts with its first event)."""
+    """Version 1 -> 2: the model's columns and tables, empty. No stream joins a tree, so
+    every session is read from its events until written again from scratch (a stream's
+    model starts with its first event)."""
+    _migrate(
+        db,
+        path,
+        1,
+        "ALTER TABLE streams ADD COLUMN tree TEXT NULL;"
+        "ALTER TABLE streams ADD COLUMN modelled INTEGER NULL;" + _MODEL_SCHEMA,
+    )
+
+
+def _migrate(db: sqlite3.Connection, path: str, version: int, script: str) -> None:
+    """Run ``script`` and set the current schema version, in one transaction under the
+    write lock, if the file is still at ``version`` (another process may have got there
+    first) and, checked again under the lock, no file of something else."""
     db.execute("BEGIN IMMEDIATE")
     try:
-        if db.execute("PRAGMA user_version").fetchone()[0] == 1:  # not upgraded meanwhile
+        if db.execute("PRAGMA user_version").fetchone()[0] == version:
             _refuse_foreign(db, path)
-            db.execute("ALTER TABLE streams ADD COLUMN tree TEXT NULL")
-            db.execute("ALTER TABLE streams ADD COLUMN modelled INTEGER NULL")
-            for statement in _MODEL_SCHEMA.split(";"):
+            for statement in script.split(";"):
                 if statement.strip():
                     db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -1061,7 +1061,14 @@ def _apply_model(
                 )
             if 0 <= op.index <= floor:
                 continue  # hidden by an earlier clear, as the timeline hides it
-            current = current and op.index >= 0 and 0 <= op.part < MODEL_PARTS
+            # A place its packed key cannot hold (store.base.model_key) is not modelled; the
+            # heads bound read_model checks holds only for revisions of events that exist.
+            current = (
+                current
+                and op.index >= 0
+                and 0 <= op.part < MODEL_PARTS
+                and 0 <= op.revision < MODEL_REVISIONS
+            )
             adds.append((root, op.index, id_of(op.stream), op.revision, op.part, op.text))
             continue
         current = add_all() and current
