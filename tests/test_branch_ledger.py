@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentjournal import Journal, JournalSession
 from agentjournal import events as ev
@@ -743,3 +745,56 @@ async def test_hostile_branch_events_in_the_store_are_reported_never_raised(
     report = verify_records(tree, {}, allow_uncovered=True)
     assert not report.ok
     assert _messages(report, "branches") or _messages(report, "structure"), report.text()
+
+
+_KINDS = [
+    "data",
+    "metadata",
+    "metadata-remove",
+    "delete",
+    "swap",
+    "truncate",
+    "duplicate",
+    "type",
+    "id",
+]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(_KINDS), st.integers(0, 1000), st.integers(0, 1000))
+def test_every_single_mutation_of_a_branched_session_is_detected(
+    recorded: dict[str, Any], kind: str, stream_pick: int, event_pick: int
+) -> None:
+    """test_ledger.py's property on a session with branches: one edit anywhere (a branch's
+    events, the registry, the checkpoints, main behind a fork), not re-chained, fails."""
+    bundle = copy.deepcopy(recorded)
+    stream = bundle["streams"][stream_pick % len(bundle["streams"])]
+    events = stream["events"]
+    index = event_pick % len(events)
+    event = events[index]
+    if kind == "data":
+        event["data"] += " "
+    elif kind == "metadata":
+        key = sorted(event["metadata"])[event_pick % len(event["metadata"])]
+        event["metadata"][key] += "x"
+    elif kind == "metadata-remove":
+        del event["metadata"][sorted(event["metadata"])[event_pick % len(event["metadata"])]]
+    elif kind == "delete":
+        del events[index]
+    elif kind == "swap":
+        other = (index + 1) % len(events)
+        if other == index:
+            events.append(copy.deepcopy(event))
+        else:
+            events[index], events[other] = events[other], events[index]
+    elif kind == "truncate":
+        del events[index:]
+    elif kind == "duplicate":
+        events.insert(index, copy.deepcopy(event))
+    elif kind == "type":
+        event["type"] += "X"
+    else:
+        event["id"] = "00000000-0000-0000-0000-000000000000"
+    if not events:
+        bundle["streams"].remove(stream)
+    assert not verify_bundle(bundle, TRUSTED).ok, (kind, stream["name"], index)
