@@ -275,7 +275,8 @@ async def test_the_fork_leaves_main_s_read_model_current(tmp_path: Any) -> None:
         assert set(snapshot.heads) == {MAIN}  # the branch's streams are not main's tree
         assert await store.read_model(branch_stream(SID, "draft")) is None  # type: ignore[attr-defined]
         checked = await check_read_model(store, SID)
-        assert checked is not None and checked[1] is None
+        assert checked is not None
+        assert checked[1] is None
         assert len(await JournalSession(store, SID).get_items()) == 5  # cold: the model
 
 
@@ -408,7 +409,7 @@ async def test_a_branch_stream_created_after_the_check_makes_the_fork_fail(
     assert await session.branches() == []
 
 
-async def test_main_s_checkpoints_name_main_s_streams_only(journal: Journal) -> None:
+async def test_main_s_checkpoints_name_main_s_streams_and_the_registry(journal: Journal) -> None:
     session = await _two_turns(journal)
     signed = JournalSession(journal.store, SID, signing_key=SigningKey.generate())
     await signed.fork(2, name="draft")
@@ -416,6 +417,7 @@ async def test_main_s_checkpoints_name_main_s_streams_only(journal: Journal) -> 
     assert set(signed._core.tree.heads) == {MAIN}
     checkpoint = await signed.checkpoint()
     assert checkpoint is not None
-    assert set(checkpoint.heads) == {MAIN}
+    # Its line's streams and the registry (step 8); never a branch's streams.
+    assert set(checkpoint.heads) == {MAIN, branches_stream(SID)}
     assert checkpoint.heads[MAIN][0] == len(await _stream(journal, MAIN)) - 1
     assert await session.get_items() == await signed.get_items()

@@ -305,7 +305,9 @@ async def test_writes_on_a_branch_leave_the_session_verifiable(journal: Journal)
     await main.fork(name="b")
     line = JournalSession(journal.store, SID, signing_key=key, branch="b")
     await line.add_items([_user("b1")])
-    assert await line.checkpoint() is None  # not signed until the verifier reads branches
+    signed = await line.checkpoint()  # a branch signs its own streams (step 8)
+    assert signed is not None
+    assert set(signed.heads) == {branch_stream(SID, "b"), f"AgentBranches-{SID}"}
     assert await main.checkpoint() is not None
     report = verify_records(await read_tree(journal.store, SID), {key.key_id: key.public_key})
     assert report.problems == []

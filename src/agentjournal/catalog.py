@@ -91,7 +91,7 @@ NAME: Final = "catalog"
 """The projection's name: its state is saved on ``AgentProjection-catalog``."""
 PAGE: Final = 2000
 """Events per ``read_all`` page."""
-VERSION: Final = 2  # 2: items counted by the engine's index rule (foreign items)
+VERSION: Final = 3  # 2: items counted by the engine's index rule (foreign items); 3: branches
 """The state's layout; a saved state of another version is rebuilt from the start."""
 
 _SAVE_ATTEMPTS: Final = 5
@@ -233,7 +233,7 @@ class Catalog:
         known = self.streams.get(stream)
         if known is not None:
             return str(known[0])
-        named = session_of(stream, logs=True)
+        named = session_of(stream, logs=True) or _branch_log_session(stream)
         if named is not None:
             return named
         if event.type == events.SUBAGENT_STARTED:
@@ -264,8 +264,43 @@ class Catalog:
         row["last"] = moment if row["last"] is None else max(row["last"], moment)
         # An unreadable body counts for nothing; the chain check above still covered it.
         with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError, JournalError):
-            self._fold_content(row, event, session_id)
+            if self._on_branch(event.stream):
+                self._fold_line(event, session_id)
+            else:
+                self._fold_content(row, event, session_id)
         return True
+
+    def _on_branch(self, stream: str) -> bool:
+        """Whether ``stream`` belongs to a branch line (its top stream, a subsession or
+        continuation on it): learnt from the fork, kept out of main's columns."""
+        known = self.streams.get(stream)
+        return known is not None and len(known) > _LINE and bool(known[_LINE])
+
+    def _learn_line(self, stream: str, session_id: str) -> None:
+        """Take ``stream`` as one of a branch line of ``session_id`` (before its first event:
+        a fork or handoff commits before the streams it names)."""
+        known = self.streams.setdefault(stream, [session_id, -1, GENESIS])
+        if known[0] == session_id:
+            known[_LINE:] = [1]
+
+    def _fold_line(self, event: RecordedEvent, session_id: str) -> None:
+        """A branch line's event: only what names the line's further streams (a fork of a
+        fork, a handoff's subsession, a continuation). Its items, subagents and tokens
+        are the branch's, not main's (DESIGN §17.4: the catalog's branch columns)."""
+        self._learn_forks(event, session_id)
+        if event.type == events.SUBAGENT_STARTED and events.INDEX_KEY in event.metadata:
+            self._learn_line(events.decode_subagent_started(event.data)[0].stream, session_id)
+        elif event.type == events.BRANCH_STARTED and event.revision == 0:
+            started = events.BranchStarted.decode(event.data)
+            for continuation in started.continuations.values():
+                self._learn_line(continuation, session_id)
+
+    def _learn_forks(self, event: RecordedEvent, session_id: str) -> None:
+        """A ``BranchForked`` names its branch's top stream (a stream of this session)."""
+        if event.type == events.BRANCH_FORKED:
+            forked = events.BranchForked.decode(event.data)
+            if forked.branch_stream.startswith(f"AgentBranch-{session_id}@"):
+                self._learn_line(forked.branch_stream, session_id)
 
     def _chain(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         """Link ``event`` to its stream's head; note the first break on the row."""
@@ -294,7 +329,8 @@ class Catalog:
                 problem = "the event's hash does not match its content"
         if problem is not None and row["broken"] is None:
             row["broken"] = f"{event.stream}@{event.revision}: {problem}"
-        self.streams[event.stream] = [session_id, event.revision, metadata.get(HASH_KEY, "")]
+        line = head[_LINE:] if head is not None else []  # a branch line's stream stays one
+        self.streams[event.stream] = [session_id, event.revision, metadata.get(HASH_KEY, ""), *line]
 
     def _fold_content(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         kind = event.type
@@ -351,6 +387,8 @@ class Catalog:
             row["tokens"] += answer.usage.total_tokens
         elif kind == CHECKPOINT and event.stream == ledger_stream(session_id):
             self._checkpoint(row, event, session_id)
+        else:
+            self._learn_forks(event, session_id)
 
     @staticmethod
     def _speaker(row: dict[str, Any], agent: Any) -> None:
@@ -523,6 +561,30 @@ def _ledger(
     if mark["sig"] is None:
         return "unchecked", where  # not reached: refresh checks every trusted signature
     return "ok", None
+
+
+_LINE: Final = 3  # in a stream's state [session, revision, hash, line]: a branch line's
+
+
+def _branch_log_session(stream: str) -> str | None:
+    """The session of a stream named for one of its branches' logs: the registry
+    ``AgentBranches-{id}`` or a branch's authority log ``AgentAuthority-{id}@{key}``."""
+    for prefix, cut in (("AgentBranches-", None), ("AgentAuthority-", "@")):
+        if stream.startswith(prefix):
+            rest = stream[len(prefix) :]
+            if cut is not None:
+                if cut not in rest:
+                    return None
+                rest = rest.split(cut, 1)[0]
+            return session_of(session_stream(rest)) if _valid(rest) else None
+    return None
+
+
+def _valid(text: str) -> bool:
+    try:
+        return session_stream(text) is not None
+    except InvalidInput:
+        return False
 
 
 def _micros(moment: datetime) -> int:

@@ -154,8 +154,8 @@ class Journal:
                 :meth:`JournalSession.fork` (its prefix is the parent's history as of
                 the fork, nothing copied), or ``"main"``/None for the session itself.
                 A name never forked is refused at the first call. Not yet with a
-                ``policy``, and not yet signed: a branch's writes are in no checkpoint
-                until the verifier reads branches.
+                ``policy``. With a signing key a branch signs checkpoints of its own
+                streams (on the session's shared ``AgentLedger-{id}``), as main does.
 
         Raises:
             InvalidInput: ``session_id``, ``session_settings``, the guardrail URL, the

@@ -123,6 +123,8 @@ def history_before(
     Raises:
         InvalidInput: The tree has no item with message index ``index``.
     """
+    # The main line only: branches share its message indexes below their forks.
+    tree = tree.main_line()
     logs = {authority_stream(tree.session_id), ledger_stream(tree.session_id), KEYS_STREAM}
     streams = {name: records for name, records in tree.streams.items() if name not in logs}
     target = next(

@@ -534,6 +534,15 @@ class SessionCore:
             assert landed is not None
             stream = landed.requests[1].stream
             first = await store.read(stream, limit=1)
+            if self.signing_key is not None:
+                # Sign the fork at once, the branch's first event with it: nothing else
+                # covers it until the branch is written to (DESIGN §17.3).
+                started = landed.requests[1].events[0]
+                await self._maybe_checkpoint(
+                    force=True,
+                    trace=trace,
+                    extra={stream: (0, started.metadata.get(HASH_KEY, ""))},
+                )
         return Branch(
             name=chosen[0],
             stream=stream,
@@ -778,16 +787,27 @@ class SessionCore:
             await self.reader.refresh(0)
             return await self._write_checkpoint(trace)
 
-    async def _maybe_checkpoint(self, *, force: bool, trace: Mapping[str, str]) -> None:
+    async def _maybe_checkpoint(
+        self,
+        *,
+        force: bool,
+        trace: Mapping[str, str],
+        extra: Mapping[str, tuple[int, str]] | None = None,
+    ) -> None:
         """Checkpoint at the end of a run or after enough events (under the tree lock)."""
         if self.signing_key is None or not (force or self.tree.unsigned >= self._checkpoint_every):
             return
         try:
-            await self._write_checkpoint(trace)
+            await self._write_checkpoint(trace, extra=extra)
         except Exception:  # the write it follows has landed; the next checkpoint covers it
             logger.exception("could not write a checkpoint of %s", self.tree.stream)
 
-    async def _write_checkpoint(self, trace: Mapping[str, str]) -> Checkpoint | None:
+    async def _write_checkpoint(
+        self, trace: Mapping[str, str], *, extra: Mapping[str, tuple[int, str]] | None = None
+    ) -> Checkpoint | None:
+        """Sign the heads this object knows: its line's followed streams, the line's
+        authority log, the session's branch registry (when there is one) and ``extra``
+        (a fork's new branch stream)."""
         tree = self.tree
         key = self.signing_key
         assert key is not None
@@ -803,6 +823,10 @@ class SessionCore:
             log = await self.reader.authority_log(fresh=True)
             if log.revision >= 0:
                 heads[self.facts.authority_stream] = (log.revision, log.hash)
+            registry = await self._registry_head()
+            if registry[0] >= 0:
+                heads[branches_stream(self.facts.session_id)] = registry
+            heads.update(extra or {})
             if not heads:
                 return None
             plan, checkpoint = plan_checkpoint(

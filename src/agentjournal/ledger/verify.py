@@ -43,6 +43,7 @@ The report names the first bad stream and revision.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -61,7 +62,12 @@ from agentjournal.authority import Authority, Gate, Policy, ToolRule, ceiling_in
 from agentjournal.errors import CodecError, InvalidInput
 from agentjournal.events import Enforcement
 from agentjournal.ledger import redaction
-from agentjournal.ledger.bundle import BUNDLE_FORMAT, BUNDLE_VERSION
+from agentjournal.ledger.bundle import (
+    BUNDLE_FORMAT,
+    BUNDLE_VERSION,
+    BUNDLE_VERSIONS,
+    has_branches,
+)
 from agentjournal.ledger.chain import (
     CHAIN_FORMAT,
     CHAIN_KEY,
@@ -79,7 +85,10 @@ from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, signed_event_id, 
 from agentjournal.records import Record, TreeRecords
 from agentjournal.streams import (
     KEYS_STREAM,
+    MAIN_BRANCH,
     authority_stream,
+    branch_stream,
+    branches_stream,
     ledger_stream,
     session_stream,
     validate_id,
@@ -265,6 +274,7 @@ def _verify_records(
         return report
     stages: list[tuple[str, Callable[[], None]]] = [
         ("twins", lambda: _check_twins(report, tree)),
+        ("branches", lambda: _check_branches(report, tree)),
         (
             "checkpoints",
             lambda: _check_checkpoints(report, tree, trusted, allow_uncovered, not_before),
@@ -365,11 +375,11 @@ def _parse(bundle: Any) -> TreeRecords:
     version = bundle["version"]
     if bundle["format"] != BUNDLE_FORMAT or type(version) is not int:
         raise InvalidInput(f"not an {BUNDLE_FORMAT} bundle")
-    if version != BUNDLE_VERSION:
+    if version not in BUNDLE_VERSIONS:
         raise InvalidInput(
-            f"an {BUNDLE_FORMAT} of version {version}; this verifier reads version "
-            f"{BUNDLE_VERSION} (agentjournal 0.2): verify it with the agentjournal "
-            "that wrote it"
+            f"an {BUNDLE_FORMAT} of version {version}; this verifier reads versions "
+            f"{' and '.join(map(str, BUNDLE_VERSIONS))} (agentjournal 0.2 and later): verify it "
+            "with the agentjournal that wrote it"
         )
     session_id = bundle["session_id"]
     if not isinstance(session_id, str) or not session_id or not _unicode(session_id):
@@ -394,6 +404,11 @@ def _parse(bundle: Any) -> TreeRecords:
             or name in streams
         ):
             raise InvalidInput(f"stream {cut(repr(name), 200)} is malformed or repeated")
+        if version < BUNDLE_VERSION and has_branches([name]):
+            raise InvalidInput(
+                f"stream {cut(repr(name), 200)} holds a branch: only a version "
+                f"{BUNDLE_VERSION} bundle carries branches"
+            )
         streams[name] = [_event(name, e) for e in raw_events]
         withheld = next((e for e in streams[name] if e.data is None), None)
         if withheld is not None and not redacted:
@@ -616,10 +631,57 @@ class _Tree:
             for event in stream:
                 if event.opens is not None:
                     self.opened_by[event.opens] = event
+        # Branches (DESIGN §17): the registry, the branches' own authority logs, and each
+        # stream that begins with a BranchStarted (a line's top stream) or a
+        # SubagentContinued (a continuation), its first event decoded (None: malformed,
+        # which the branches check reports).
+        self.registry_stream = branches_stream(session_id)
+        self.line_log_prefix = f"{self.authority_stream}@"
+        self.branch_prefix = branch_stream(session_id, "x")[:-1]
+        self.started: dict[str, tuple[Record, events.BranchStarted | None]] = {}
+        self.continued: dict[str, tuple[Record, events.SubagentContinued | None]] = {}
+        for name, stream in streams.items():
+            first = stream[0] if stream else None
+            if first is not None and first.type == events.BRANCH_STARTED:
+                self.started[name] = (first, _decoded(events.BranchStarted, first))
+            elif first is not None and first.type == events.SUBAGENT_CONTINUED:
+                self.continued[name] = (first, _decoded(events.SubagentContinued, first))
+        # Each line's top stream by name (main's is the session stream).
+        self.tops: dict[str, str] = {MAIN_BRANCH: session_stream}
+        for name, (_, started) in self.started.items():
+            if started is not None and started.branch_stream == name:
+                self.tops.setdefault(started.branch, name)
 
     def is_tree_stream(self, name: str) -> bool:
-        """Whether ``name`` is the session stream or a subsession (not a log or the keys)."""
-        return name not in (self.ledger_stream, self.authority_stream, KEYS_STREAM)
+        """Whether ``name`` is a stream of a line (the session stream, a branch's top
+        stream, a subsession or continuation), not a log, the registry or the keys."""
+        return name not in (
+            self.ledger_stream,
+            self.authority_stream,
+            self.registry_stream,
+            KEYS_STREAM,
+        ) and not name.startswith(self.line_log_prefix)
+
+    def is_top(self, name: str) -> bool:
+        """Whether ``name`` is a line's top stream (where a run's first agent speaks)."""
+        return name == self.session_stream or name in self.started
+
+    def line_streams(self) -> dict[str, str]:
+        """Each stream of a line -> its line's top stream: the top, the subsessions opened
+        from it (any depth) and, on a branch, its continuations and what they opened."""
+        owner: dict[str, str] = {}
+        for top in (self.session_stream, *self.started):
+            pending = [top]
+            first = self.started.get(top)
+            if first is not None and first[1] is not None:
+                pending.extend(first[1].continuations.values())
+            while pending:
+                name = pending.pop()
+                if name in owner or name not in self.streams:
+                    continue
+                owner[name] = top
+                pending.extend(r.opens for r in self.streams[name] if r.opens is not None)
+        return owner
 
     def grants_on(self, stream: str) -> list[Record]:
         """The ``AuthorityGranted`` events on ``stream`` (runs started there, handoffs that
@@ -646,12 +708,30 @@ class _Tree:
         return self._authorities[event.id]
 
     def closers(self) -> dict[str, list[tuple[int, str, int]]]:
-        """Per stream, its events that close a subsession in the bundle, in order: the
-        revision, the subsession, and the revision of the closing twin there."""
+        """Per stream, its events that cover another stream's events, in order: the
+        revision, the other stream, and the last revision of it covered. A closing
+        ``SubagentCompleted`` covers the subsession it closed through its twin; a
+        ``BranchStarted`` (revision 0 of a branch) covers each parent-line place it binds
+        (its base and authority log), a ``SubagentContinued`` the original it continues:
+        the verifier checks those places hold the hashes recorded."""
         if self._closers is None:
             self._closers = {}
             for name, stream in self.streams.items():
-                found = []
+                found: list[tuple[int, str, int]] = []
+                places: list[events.StreamPlace] = []
+                started = self.started.get(name, (None, None))[1]
+                if started is not None:
+                    places.extend(started.base)
+                    if started.authority is not None:
+                        places.append(started.authority)
+                continued = self.continued.get(name, (None, None))[1]
+                if continued is not None:
+                    places.append(continued.continues)
+                found.extend(
+                    (0, place.stream, place.revision)
+                    for place in places
+                    if place.stream in self.streams and place.stream != name
+                )
                 for event in stream:
                     child = event.metadata.get(events.CLOSES_KEY)
                     if child and child in self.streams:
@@ -690,7 +770,16 @@ def _check_twins(report: Report, tree: _Tree) -> None:
                 "twins", child, 0, "the two copies of SubagentStarted grant different authorities"
             )
     for name in tree.streams:
-        if name != tree.session_stream and tree.is_tree_stream(name) and name not in tree.opened_by:
+        if (
+            tree.is_top(name)
+            or name in tree.continued
+            or not tree.is_tree_stream(name)
+            or name in tree.opened_by
+        ):
+            continue  # a line's top stream or a continuation: the branches check's
+        if name.startswith(tree.branch_prefix):
+            report.fail("twins", name, 0, "a branch stream that does not begin with BranchStarted")
+        else:
             report.fail("twins", name, None, "a subsession no handoff in the bundle opened")
     for stream in tree.streams.values():
         for event in stream:
@@ -719,6 +808,296 @@ def _check_twins(report: Report, tree: _Tree) -> None:
             if started
             else "twins: no subagents"
         )
+
+
+# -- branches -------------------------------------------------------------------------
+
+
+def _decoded(kind: Any, record: Record) -> Any:
+    """``kind.decode`` of a record's data, or None when it is not such an event."""
+    try:
+        return kind.decode((record.data or "").encode())
+    except (CodecError, UnicodeEncodeError, RecursionError):
+        return None
+
+
+def _check_branches(report: Report, tree: _Tree) -> None:
+    """Every fork binds its branch to its parent line (DESIGN §17.3): ``BranchForked`` and
+    ``BranchStarted`` name each other and agree; the places the branch continues hold
+    the hashes it recorded (no rewritten history behind a fork); the cut, the base and
+    the next index agree with the parent's events; each continuation matches what it
+    continues; the registry names exactly the branches there are. One line per branch."""
+    forks = [e for s in tree.streams.values() for e in s if e.type == events.BRANCH_FORKED]
+    registry = tree.streams.get(tree.registry_stream, [])
+    if not forks and not tree.started and not registry:
+        return
+    failed = len(report.problems)
+    for marker in forks:
+        _check_marker(report, tree, marker)
+    entries = _check_registry(report, tree, registry)
+    lines: list[str] = []
+    for name, (first, started) in tree.started.items():
+        where = ("branches", name, 0)
+        if started is None:
+            report.fail(*where, "a BranchStarted that does not read as one")
+            continue
+        if started.branch_stream != name or started.session_id != tree.session_id:
+            report.fail(*where, "the BranchStarted names another stream or session")
+            continue
+        if entries.get(name) != first.id:
+            report.fail(*where, f"branch {started.branch!r} has no entry in {tree.registry_stream}")
+        twin = tree.twin_of(first)
+        parent_top = tree.tops.get(started.parent)
+        if twin is None or twin.type != events.BRANCH_FORKED:
+            report.fail(*where, "its BranchForked is missing from the parent line")
+            continue
+        if parent_top is None or twin.stream != parent_top:
+            report.fail(*where, f"forked from {twin.stream}, not from line {started.parent!r}")
+            continue
+        if _check_prefix(report, tree, name, started, parent_top):
+            size = len(tree.streams[name])
+            place = started.base[0]
+            lines.append(
+                f"  branch {started.branch!r}: {name}, {plural(size, 'event')}; forked from "
+                f"{started.parent} at {started.cut.kind} {started.cut.value}, bound to "
+                f"{place.stream} at revision {place.revision}"
+            )
+    if len(report.problems) == failed:
+        count = len(tree.started)
+        report.lines.append(
+            f"branches: {count} {'branch' if count == 1 else 'branches'}, each bound to its "
+            "parent line's chain; registry ok"
+        )
+        report.lines.extend(lines)
+
+
+def _check_marker(report: Report, tree: _Tree, marker: Record) -> None:
+    """A ``BranchForked`` on a line's top stream has its branch in the bundle, whose
+    first event is its twin ``BranchStarted`` with the same fields."""
+    where = ("branches", marker.stream, marker.revision)
+    forked = _decoded(events.BranchForked, marker)
+    if forked is None:
+        report.fail(*where, "a BranchForked that does not read as one")
+        return
+    if not tree.is_top(marker.stream):
+        report.fail(*where, "a BranchForked off a line's top stream")
+        return
+    branch = tree.streams.get(forked.branch_stream)
+    if not branch:
+        report.fail(
+            *where, f"branch {forked.branch!r}: its stream {forked.branch_stream} is missing"
+        )
+        return
+    first, started = tree.started.get(forked.branch_stream, (branch[0], None))
+    if first.type != events.BRANCH_STARTED:
+        report.fail(
+            *where, f"branch {forked.branch!r}: its stream does not begin with BranchStarted"
+        )
+    elif (
+        marker.metadata.get(events.TWIN_KEY) != first.id
+        or first.metadata.get(events.TWIN_KEY) != marker.id
+    ):
+        report.fail(*where, "BranchForked and BranchStarted do not name each other")
+    elif started is not None and any(
+        getattr(forked, f.name) != getattr(started, f.name)
+        for f in dataclasses.fields(events.BranchForked)
+    ):
+        report.fail(*where, "BranchForked and its BranchStarted disagree")
+
+
+def _check_registry(report: Report, tree: _Tree, registry: Sequence[Record]) -> dict[str, str]:
+    """Each registry entry names what is there: a ``BranchAdded`` the branch's
+    ``BranchStarted`` (same name, parent, event id), a ``BranchRemoved`` the branch's last
+    event, its ``BranchDeleted``. Returns branch stream -> the ``BranchStarted`` id its
+    ``BranchAdded`` names."""
+    added: dict[str, str] = {}
+    for entry in registry:
+        where = ("branches", entry.stream, entry.revision)
+        if entry.type not in (events.BRANCH_ADDED, events.BRANCH_REMOVED):
+            report.fail(*where, f"{entry.type} does not belong on the branch registry")
+            continue
+        kind = events.BranchAdded if entry.type == events.BRANCH_ADDED else events.BranchRemoved
+        body = _decoded(kind, entry)
+        if body is None:
+            report.fail(*where, f"a {entry.type} that does not read as one")
+            continue
+        line = tree.streams.get(body.stream)
+        if not line:
+            report.fail(*where, f"branch {body.branch!r}: its stream {body.stream} is missing")
+            continue
+        if entry.type == events.BRANCH_ADDED:
+            started = tree.started.get(body.stream, (None, None))[1]
+            if (
+                line[0].id != body.event
+                or started is None
+                or (started.branch, started.parent) != (body.branch, body.parent)
+            ):
+                report.fail(*where, f"the entry of branch {body.branch!r} is not its fork")
+            elif body.stream in added:
+                report.fail(*where, f"branch {body.branch!r} is registered twice")
+            else:
+                added[body.stream] = body.event
+        elif line[-1].id != body.event or line[-1].type != events.BRANCH_DELETED:
+            report.fail(*where, f"branch {body.branch!r} was not deleted as the entry says")
+    return added
+
+
+def _check_prefix(
+    report: Report, tree: _Tree, name: str, started: events.BranchStarted, parent_top: str
+) -> bool:
+    """The branch's shared prefix is its parent's: each place it binds holds the hash it
+    recorded, its base is the parent line's (or a line below it, for a cut in the parent's
+    prefix), the cut is at its base, and its next index follows the prefix."""
+    where = ("branches", name, 0)
+    places = [*started.base, *([started.authority] if started.authority is not None else [])]
+    for place in places:
+        found = tree.streams.get(place.stream)
+        if not found:
+            report.fail(*where, f"the stream it continues, {place.stream}, is missing")
+            return False
+        if place.revision >= len(found) or found[place.revision].hash != place.hash:
+            report.fail(
+                *where,
+                f"the shared prefix is not the parent's: {place.stream}@{place.revision} is not "
+                "the event the fork bound (history behind the fork was rewritten, or the fork "
+                "point forged)",
+            )
+            return False
+    top = started.base[0]
+    below = _lines_below(tree, parent_top)
+    if top.stream not in below:
+        report.fail(*where, f"its base {top.stream} is not on line {started.parent!r} or below")
+        return False
+    base_event = tree.streams[top.stream][top.revision]
+    open_chain = [place.stream for place in started.base[1:]]
+    opened = base_event.metadata.get(events.OPEN_KEY) or None
+    if (open_chain[0] if open_chain else None) != opened or set(open_chain) != set(
+        started.continuations
+    ):
+        report.fail(*where, "its base is not the parent's open subagents at the cut")
+        return False
+    if not _cut_at_base(tree, started, parent_top):
+        report.fail(
+            *where,
+            f"the cut ({started.cut.kind} {started.cut.value}) is not where its base is: the "
+            "cut was moved",
+        )
+        return False
+    expected = _next_index(tree, started)
+    if started.next_index != expected:
+        report.fail(
+            *where, f"next index {started.next_index}, but the parent's prefix gives {expected}"
+        )
+        return False
+    own = next((r for r in tree.streams[name] if events.INDEX_KEY in r.metadata), None)
+    if own is not None and own.metadata[events.INDEX_KEY] != str(started.next_index):
+        report.fail(
+            "branches",
+            name,
+            own.revision,
+            f"the branch's first item is #{own.metadata[events.INDEX_KEY]}, not "
+            f"#{started.next_index}",
+        )
+        return False
+    return _check_continuations(report, tree, name, started)
+
+
+def _continued_fields(continued: events.SubagentContinued) -> tuple[str, str, str]:
+    return continued.agent_type, continued.source_agent, continued.call_id
+
+
+def _started_fields(data: str) -> tuple[str, str, str]:
+    subagent, _ = events.decode_subagent_started(data.encode())
+    return subagent.agent_name, subagent.source_agent, subagent.call_id
+
+
+def _lines_below(tree: _Tree, top: str) -> list[str]:
+    """``top`` and the top streams of the lines below it, nearest first."""
+    found = [top]
+    while found[-1] in tree.started and len(found) <= len(tree.started):
+        started = tree.started[found[-1]][1]
+        parent = tree.tops.get(started.parent) if started is not None else None
+        if parent is None or parent in found:
+            break
+        found.append(parent)
+    return found
+
+
+def _cut_at_base(tree: _Tree, started: events.BranchStarted, parent_top: str) -> bool:
+    """Whether the cut is where the base is: after revision R of the parent's top stream
+    for a revision cut; for an index or turn cut, the item that starts the branch's own
+    part (#next_index) is the event right after the base on the base stream."""
+    at, top = started.cut, started.base[0]
+    if at.kind == "revision":
+        return top.stream == parent_top and top.revision == at.value
+    stream = tree.streams[top.stream]
+    following = stream[top.revision + 1] if top.revision + 1 < len(stream) else None
+    if following is None or following.metadata.get(events.INDEX_KEY) != str(started.next_index):
+        return False
+    return at.kind != "index" or at.value == started.next_index
+
+
+def _next_index(tree: _Tree, started: events.BranchStarted) -> int:
+    """One more than the largest message index before the cut (0: none): on each base
+    stream up to its base revision, in every subsession opened there (whole: it closed
+    before the cut, or is itself a base stream), and the prefix of a base line."""
+    bound = {place.stream: place.revision for place in started.base}
+    largest = -1
+    pending = list(bound)
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        stream = tree.streams.get(name, [])
+        upto = bound.get(name, len(stream) - 1)
+        for record in stream[: upto + 1]:
+            index = _number(record.metadata.get(events.INDEX_KEY))
+            if index is not None:
+                largest = max(largest, index)
+            if record.opens is not None:
+                pending.append(record.opens)
+        below = tree.started.get(name, (None, None))[1]
+        if below is not None:  # the base line is a branch: its own prefix is before it
+            largest = max(largest, below.next_index - 1)
+    return largest + 1
+
+
+def _check_continuations(
+    report: Report, tree: _Tree, name: str, started: events.BranchStarted
+) -> bool:
+    """Each continuation begins with a ``SubagentContinued`` naming the ``BranchStarted``,
+    continuing the original at its base place, with the original's agent, call and grant."""
+    bases = {place.stream: place for place in started.base[1:]}
+    first = tree.started[name][0]
+    for original, stream in started.continuations.items():
+        where = ("branches", stream, 0)
+        record, continued = tree.continued.get(stream, (None, None))
+        opener = tree.opened_by.get(original)
+        twin = tree.streams.get(original, [None])[0]
+        if record is None or continued is None:
+            report.fail(*where, f"the continuation of {original} is missing or malformed")
+            return False
+        if (
+            record.metadata.get(events.TWIN_KEY) != first.id
+            or continued.subsession_stream != stream
+        ):
+            report.fail(*where, "the continuation does not name its BranchStarted")
+            return False
+        if continued.continues != bases.get(original):
+            report.fail(*where, "the continuation continues another place than the fork's base")
+            return False
+        if opener is None or twin is None or twin.type != events.SUBAGENT_STARTED:
+            report.fail(*where, f"the subagent it continues, {original}, is not in the bundle")
+            return False
+        if twin.data is not None and (  # a redacted bundle shows the handoff as a view
+            _continued_fields(continued) != _started_fields(twin.data)
+            or continued.granted_authority != events.granted_authority(twin.body or {})
+        ):
+            report.fail(*where, "the continuation does not match the subagent it continues")
+            return False
+    return True
 
 
 # -- checkpoints ----------------------------------------------------------------------
@@ -1116,7 +1495,7 @@ def _number(raw: str | None) -> int | None:
 def _run_root(tree: _Tree, grant: Record, own: Authority, last: Any) -> Authority:
     """What a run's first agent may hold: its entry met with what it last held, or —
     resuming inside an open subagent — with that subagent's grant (nothing without one)."""
-    if grant.stream != tree.session_stream:
+    if not tree.is_top(grant.stream):
         opener = tree.opened_by.get(grant.stream)
         opened = tree.authority(opener) if opener is not None else None
         return meet(own, opened) if opened is not None else Authority()

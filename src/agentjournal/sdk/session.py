@@ -150,10 +150,9 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             store,
             facts,
             tree if tree is not None else SessionTree(self.stream),
-            # A branch is not signed yet: checkpoints live on the session's shared ledger
-            # stream, and until the verifier reads branches (DESIGN §17.6, step 8) one naming
-            # a branch stream would make the session's own verification fail.
-            signing_key=signing_key if branch is None else None,
+            # A branch signs its own streams, its log and the registry on the session's
+            # shared ledger stream; the verifier reads every line (DESIGN §17.6, step 8).
+            signing_key=signing_key,
             checkpoint_every=checkpoint_every,
         )
         self._run = RunState(speaker=agent_name)
