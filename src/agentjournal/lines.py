@@ -21,18 +21,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agentjournal import events
 from agentjournal.engine.core import SessionCore
 from agentjournal.engine.fork import Branch, cut_position, read_branches, visible_at
 from agentjournal.engine.plan import SessionFacts
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import InvalidInput, StreamNotFound
-from agentjournal.records import Record, walk_tree
+from agentjournal.records import Record, opened_stream, walk_tree
 from agentjournal.streams import MAIN_BRANCH, validate_id
 
 if TYPE_CHECKING:
     from agentjournal.store.base import EventStore
 
-__all__ = ["find_branch", "line_records", "line_replay"]
+__all__ = ["find_branch", "line_indexes", "line_records", "line_replay"]
 
 
 async def find_branch(store: EventStore, session_id: str, name: str) -> Branch:
@@ -110,6 +111,26 @@ async def line_replay(
     if limit is not None:
         visible = visible[max(len(visible) - limit, 0) :] if limit > 0 else []
     return [entry.item() for entry in visible]
+
+
+async def line_indexes(store: EventStore, session_id: str, branch: Branch) -> list[int]:
+    """The message indexes of every item a branch line holds or held, prefix included
+    (what its ``--at`` accepts), ascending.
+
+    Raises:
+        StoreUnavailable: The store could not be read.
+    """
+    read = await _core(store, session_id, branch).reader.line_events()
+    found: set[int] = set()
+    for _, recorded in read:
+        for event in recorded:
+            index = event.metadata.get(events.INDEX_KEY)
+            # An item: a subagent's close and the twin of its opening are none.
+            if index is None or not index.isdigit() or event.type == events.SUBAGENT_COMPLETED:
+                continue
+            if event.type != events.SUBAGENT_STARTED or opened_stream(event) is not None:
+                found.add(int(index))
+    return sorted(found)
 
 
 async def line_records(store: EventStore, branch: Branch) -> dict[str, list[Record]]:

@@ -38,19 +38,20 @@ def register(commands: Commands) -> None:
         type=_whole(0),
         help="fork just before the item with message index INDEX (the #N of `agentjournal "
         "show`, the --at of `agentjournal replay`): the branch's history is the line's "
-        "history before it",
+        "history before it (no default: give one of --at, --turn and --revision)",
     )
     cut.add_argument(
         "--turn",
         metavar="T",
         type=_whole(1),
-        help="fork just before turn T's user message (the T-th user message visible now)",
+        help="fork just before turn T's user message (the T-th user message visible now; "
+        "no default)",
     )
     cut.add_argument(
         "--revision",
         metavar="R",
         type=_whole(0),
-        help="fork just after revision R of the line's top stream (the @N of `show`)",
+        help="fork just after revision R of the line's top stream (the @N of `show`; no default)",
     )
     fork.add_argument(
         "--name",
