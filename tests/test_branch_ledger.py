@@ -674,7 +674,7 @@ async def test_the_catalog_s_ledger_column_checks_branch_streams(journal_uri: st
         (row,) = [r for r in listing.rows if r.session_id == SID]
         assert (row.ledger, row.ledger_detail) == ("ok", None)
         assert row.items == len(await signed.session(SID).get_items())
-        assert (row.subagents_closed, row.subagents_open) == (2, 0)  # main's only
+        assert (row.subagents_closed, row.subagents_open) == (3, 0)  # every line's (§17.4)
         # An event appended to a branch without its chain: the row shows where.
         await signed.store.append(
             DEEPER,

@@ -65,6 +65,7 @@ from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, trusted_closure
 from agentjournal.streams import (
     KEYS_STREAM,
+    branches_stream,
     ledger_stream,
     projection_stream,
     session_of,
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NAME",
     "PAGE",
+    "BranchRow",
     "Catalog",
     "Listing",
     "SessionRow",
@@ -91,10 +93,48 @@ NAME: Final = "catalog"
 """The projection's name: its state is saved on ``AgentProjection-catalog``."""
 PAGE: Final = 2000
 """Events per ``read_all`` page."""
-VERSION: Final = 3  # 2: items counted by the engine's index rule (foreign items); 3: branches
+VERSION: Final = 3  # 2: items counted by the engine's index rule; 3: branches
 """The state's layout; a saved state of another version is rebuilt from the start."""
 
 _SAVE_ATTEMPTS: Final = 5
+
+
+@dataclass(frozen=True)
+class BranchRow:
+    """One branch of a session in the catalog (DESIGN §17.4).
+
+    Attributes:
+        name: The branch's name.
+        stream: Its top stream, ``AgentBranch-{session}@{key}``.
+        parent: Its parent line's name (``main`` or a branch's).
+        at: Its cut as ``BranchForked`` recorded it: ``kind`` (``index``, ``turn`` or
+            ``revision``), ``value`` and ``position``.
+        items: How many items ``get_items()`` on the branch returns: the items it shares
+            with its parent (``prefix_items``), plus its own item events, less its pops,
+            reset by its clears.
+        last: When its line was last written (UTC; the fork's time until it is).
+        deleted: ``deleted`` or ``cleared`` once it was, else None.
+    """
+
+    name: str
+    stream: str
+    parent: str
+    at: Mapping[str, Any]
+    items: int
+    last: datetime
+    deleted: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The branch as JSON-ready data (times in RFC 3339)."""
+        return {
+            "name": self.name,
+            "stream": self.stream,
+            "parent": self.parent,
+            "at": dict(self.at),
+            "items": self.items,
+            "last": self.last.isoformat(),
+            "deleted": self.deleted,
+        }
 
 
 @dataclass(frozen=True)
@@ -121,6 +161,9 @@ class SessionRow:
         ledger: The cheap ledger check: ``ok``, ``unsigned`` (no checkpoint), ``broken
             chain``, ``untrusted key KEY_ID`` (signed by a key not given) or ``FAILED: reason``.
         ledger_detail: Where and why, when the check did not pass.
+        branches: The session's branches, in the order they were forked (deleted ones
+            too). Every other count is the whole session's, every line together, except
+            ``items``, which is the main line's.
     """
 
     session_id: str
@@ -138,6 +181,7 @@ class SessionRow:
     last_activity: datetime
     ledger: str
     ledger_detail: str | None = None
+    branches: tuple[BranchRow, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-ready data (times in RFC 3339)."""
@@ -159,6 +203,7 @@ class SessionRow:
             "last_activity": self.last_activity.isoformat(),
             "ledger": self.ledger,
             "ledger_detail": self.ledger_detail,
+            "branches": [branch.as_dict() for branch in self.branches],
         }
 
 
@@ -183,6 +228,8 @@ def _new_row() -> dict[str, Any]:
         "last": None,
         "broken": None,
         "ck": None,
+        "branches": {},  # branch top stream -> what the catalog knows of the branch
+        "lines": {},  # a stream of a branch line (its top stream, its subsessions) -> top
     }
 
 
@@ -264,43 +311,8 @@ class Catalog:
         row["last"] = moment if row["last"] is None else max(row["last"], moment)
         # An unreadable body counts for nothing; the chain check above still covered it.
         with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError, JournalError):
-            if self._on_branch(event.stream):
-                self._fold_line(event, session_id)
-            else:
-                self._fold_content(row, event, session_id)
+            self._fold_content(row, event, session_id)
         return True
-
-    def _on_branch(self, stream: str) -> bool:
-        """Whether ``stream`` belongs to a branch line (its top stream, a subsession or
-        continuation on it): learnt from the fork, kept out of main's columns."""
-        known = self.streams.get(stream)
-        return known is not None and len(known) > _LINE and bool(known[_LINE])
-
-    def _learn_line(self, stream: str, session_id: str) -> None:
-        """Take ``stream`` as one of a branch line of ``session_id`` (before its first event:
-        a fork or handoff commits before the streams it names)."""
-        known = self.streams.setdefault(stream, [session_id, -1, GENESIS])
-        if known[0] == session_id:
-            known[_LINE:] = [1]
-
-    def _fold_line(self, event: RecordedEvent, session_id: str) -> None:
-        """A branch line's event: only what names the line's further streams (a fork of a
-        fork, a handoff's subsession, a continuation). Its items, subagents and tokens
-        are the branch's, not main's (DESIGN §17.4: the catalog's branch columns)."""
-        self._learn_forks(event, session_id)
-        if event.type == events.SUBAGENT_STARTED and events.INDEX_KEY in event.metadata:
-            self._learn_line(events.decode_subagent_started(event.data)[0].stream, session_id)
-        elif event.type == events.BRANCH_STARTED and event.revision == 0:
-            started = events.BranchStarted.decode(event.data)
-            for continuation in started.continuations.values():
-                self._learn_line(continuation, session_id)
-
-    def _learn_forks(self, event: RecordedEvent, session_id: str) -> None:
-        """A ``BranchForked`` names its branch's top stream (a stream of this session)."""
-        if event.type == events.BRANCH_FORKED:
-            forked = events.BranchForked.decode(event.data)
-            if forked.branch_stream.startswith(f"AgentBranch-{session_id}@"):
-                self._learn_line(forked.branch_stream, session_id)
 
     def _chain(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         """Link ``event`` to its stream's head; note the first break on the row."""
@@ -329,12 +341,17 @@ class Catalog:
                 problem = "the event's hash does not match its content"
         if problem is not None and row["broken"] is None:
             row["broken"] = f"{event.stream}@{event.revision}: {problem}"
-        line = head[_LINE:] if head is not None else []  # a branch line's stream stays one
-        self.streams[event.stream] = [session_id, event.revision, metadata.get(HASH_KEY, ""), *line]
+        self.streams[event.stream] = [session_id, event.revision, metadata.get(HASH_KEY, "")]
 
     def _fold_content(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         kind = event.type
         metadata = event.metadata
+        if kind == events.BRANCH_FORKED:
+            self._forked(row, event, session_id)
+            return
+        line = row.get("lines", {}).get(event.stream)
+        if line is not None and self._on_branch(row, row["branches"][line], event, session_id):
+            return
         if kind in ITEM_EVENT_TYPES:
             self._item(row, event)
             # Legacy usage, before a stream's first ModelResponded: usage.py's rule, so
@@ -387,8 +404,66 @@ class Catalog:
             row["tokens"] += answer.usage.total_tokens
         elif kind == CHECKPOINT and event.stream == ledger_stream(session_id):
             self._checkpoint(row, event, session_id)
-        else:
-            self._learn_forks(event, session_id)
+
+    def _forked(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        """A fork: the branch's streams (top stream, registry) join the session's, and the
+        branch starts with the items it shares with its parent."""
+        forked = events.BranchForked.decode(event.data)
+        if forked.session_id != session_id or forked.branch_stream in row["branches"]:
+            return
+        row["branches"][forked.branch_stream] = {
+            "name": forked.branch,
+            "parent": forked.parent,
+            "at": forked.cut.to_json(),
+            "items": forked.prefix_items,
+            "floor": -1,
+            "cleared": False,
+            "last": _micros(event.recorded_at),
+            "deleted": None,
+            "forked": event.position,  # the order they were forked in (the state is sorted)
+        }
+        row["lines"][forked.branch_stream] = forked.branch_stream
+        for stream in (forked.branch_stream, branches_stream(session_id)):
+            self.streams.setdefault(stream, [session_id, -1, GENESIS])
+
+    def _on_branch(
+        self, row: dict[str, Any], branch: dict[str, Any], event: RecordedEvent, session_id: str
+    ) -> bool:
+        """Fold an event of a branch line onto its branch; whether nothing else counts it
+        (items, pops, clears and the branch's own events are the branch's; decisions,
+        refusals, subagents and tokens count for the whole session too)."""
+        kind = event.type
+        branch["last"] = max(branch["last"], _micros(event.recorded_at))
+        if kind in ITEM_EVENT_TYPES:
+            self._item(branch, event)
+            return True
+        if kind == events.SUBAGENT_STARTED and events.INDEX_KEY in event.metadata:
+            subagent, item_json = events.decode_subagent_started(event.data)
+            row["lines"][subagent.stream] = row["lines"][event.stream]
+            if item_json is not None:
+                self._item(branch, event)
+            row["started"] += 1
+            self.streams.setdefault(subagent.stream, [session_id, -1, GENESIS])
+            return True
+        if kind == events.ITEM_POPPED:
+            branch["items"] = max(0, branch["items"] - 1)
+            return True
+        if kind == events.SESSION_CLEARED:
+            through = events.SessionCleared.decode(event.data).through_index
+            branch["items"] = 0
+            branch["floor"] = max(branch["floor"], through)
+            branch["cleared"] = True
+            return True
+        if kind == events.BRANCH_DELETED:
+            branch["deleted"] = events.BranchDeleted.decode(event.data).reason
+            branch["items"] = 0
+            return True
+        if kind == events.BRANCH_STARTED and event.revision == 0:
+            # Each subagent open at the cut goes on in a continuation stream of this line.
+            for continuation in events.BranchStarted.decode(event.data).continuations.values():
+                row["lines"][continuation] = row["lines"][event.stream]
+                self.streams.setdefault(continuation, [session_id, -1, GENESIS])
+        return kind in events.BRANCH_EVENTS
 
     @staticmethod
     def _speaker(row: dict[str, Any], agent: Any) -> None:
@@ -493,6 +568,20 @@ class Catalog:
                 continue  # an authority log or checkpoints without a session
             ledger, detail = _ledger(session_id, row, trusted)
             started, closed, failed = row["started"], row["closed"], row["failed"]
+            branches = tuple(
+                BranchRow(
+                    name=b["name"],
+                    stream=stream,
+                    parent=b["parent"],
+                    at=b["at"],
+                    items=b["items"],
+                    last=_moment(b["last"]),
+                    deleted=b["deleted"],
+                )
+                for stream, b in sorted(
+                    row.get("branches", {}).items(), key=lambda pair: pair[1]["forked"]
+                )
+            )
             out.append(
                 SessionRow(
                     session_id=session_id,
@@ -510,6 +599,7 @@ class Catalog:
                     last_activity=_moment(row["last"]),
                     ledger=ledger,
                     ledger_detail=detail,
+                    branches=branches,
                 )
             )
         out.sort(key=lambda r: (r.last_activity, r.session_id), reverse=True)
@@ -561,9 +651,6 @@ def _ledger(
     if mark["sig"] is None:
         return "unchecked", where  # not reached: refresh checks every trusted signature
     return "ok", None
-
-
-_LINE: Final = 3  # in a stream's state [session, revision, hash, line]: a branch line's
 
 
 def _branch_log_session(stream: str) -> str | None:
