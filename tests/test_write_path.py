@@ -154,6 +154,34 @@ async def test_writes_queued_in_one_pass_of_the_loop_share_one_commit(tmp_path: 
         await store.close()
 
 
+async def test_a_lone_write_starts_its_drain_at_once_and_a_busy_pass_defers_it(
+    tmp_path: Path,
+) -> None:
+    # Fifth round: with nothing else ready in the loop's pass, no other write can join
+    # this one before the pass ends, so the drain starts from the writing task itself
+    # instead of from a kick one pass later. With anything else ready (another task,
+    # any callback), the kick still waits for the end of the pass (group commit).
+    store = await SQLiteEventStore.open(tmp_path / "kick.db")
+    try:
+        started_in: list[bool] = []
+        schedule = store._schedule_drain
+
+        def spy() -> None:
+            started_in.append(asyncio.current_task() is not None)  # None: a loop callback
+            schedule()
+
+        store._schedule_drain = spy  # type: ignore[method-assign]
+        await asyncio.sleep(0)  # nothing of the test's set-up left in the ready queue
+        await store.append("s-1", [_new()], expected=StreamState.NO_STREAM)
+        assert started_in == [True]
+        asyncio.get_running_loop().call_soon(lambda: None)  # something else is ready
+        await store.append("s-1", [_new()], expected=0)
+        assert started_in == [True, False]
+        assert await store.head("s-1") == 1
+    finally:
+        await store.close()
+
+
 async def test_a_write_queued_as_the_store_closes_is_committed(tmp_path: Path) -> None:
     store = await SQLiteEventStore.open(tmp_path / "closing.db")
     writing = asyncio.ensure_future(store.append("s-1", [_new()], expected=StreamState.NO_STREAM))

@@ -43,6 +43,7 @@ a few streams' heads on a read-only connection of its own, which never waits
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import os
@@ -346,16 +347,30 @@ class SQLiteEventStore:
             raise StoreUnavailable(f"SQLite store {self._path} is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[AppendResult]] = loop.create_future()
+        # Nothing else ready in this pass of the loop (asyncio's own loop: its ready
+        # queue is empty; so no kick of this loop's is pending either, it would be
+        # there): no write can join this one before the pass ends, and starting the
+        # drain now is what the kick would do as the first thing of the next pass —
+        # without that pass (the lone writer's common case).
+        ready = getattr(loop, "_ready", None)
+        idle = type(ready) is collections.deque and not ready
+        start = kick = False
         with self._queue_lock:
             self._queue.append(_Pending(requests, loop, future))
-            kick = loop not in self._kicking
-            if kick:
-                self._kicking.add(loop)
-        if kick:
+            if idle:
+                start = not self._drain_scheduled
+                self._drain_scheduled = True
+            else:
+                kick = loop not in self._kicking
+                if kick:
+                    self._kicking.add(loop)
+        if start:
+            self._schedule_drain()
+        elif kick:
             # The drain starts once this loop has run what is ready now, not at once:
             # sessions woken by one commit each plan their next write in this same pass,
             # and all of them share the next transaction instead of the first committing
-            # alone while the others queue. A lone write waits one pass of the loop.
+            # alone while the others queue.
             loop.call_soon(self._kick, loop)
         # A cancelled caller cannot abandon a commit half-way: the store's thread takes
         # every queued write and finishes its transaction whatever became of the future
