@@ -13,6 +13,7 @@ from typing import Any
 
 from agentjournal import Journal, JournalSession
 from agentjournal.engine.core import _NONCES
+from agentjournal.errors import ConcurrencyError
 from agentjournal.store.base import NewEvent, StreamState, event_id, event_id_series
 from agentjournal.store.sqlite import SQLiteEventStore
 
@@ -179,6 +180,37 @@ async def test_a_lone_write_starts_its_drain_at_once_and_a_busy_pass_defers_it(
         assert started_in == [True, False]
         assert await store.head("s-1") == 1
     finally:
+        await store.close()
+
+
+async def test_a_group_is_settled_by_one_hand_off_per_loop(tmp_path: Path) -> None:
+    # Fifth round: the writes of one group that wait on one loop are settled by one
+    # callback (one wake-up of the loop), each with its own outcome, in order.
+    store = await SQLiteEventStore.open(tmp_path / "settle.db")
+    loop = asyncio.get_running_loop()
+    handed: list[str] = []
+    threadsafe = loop.call_soon_threadsafe
+
+    def spy(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        handed.append(getattr(callback, "__name__", ""))
+        return threadsafe(callback, *args, **kwargs)
+
+    try:
+        loop.call_soon_threadsafe = spy  # type: ignore[method-assign]
+        await store.append("s-0", [_new()], expected=StreamState.NO_STREAM)
+        assert [name for name in handed if name.startswith("_settle")] == ["_settle"]
+        handed.clear()
+        writes = [
+            store.append(f"s-{n}", [_new()], expected=StreamState.NO_STREAM) for n in range(1, 8)
+        ]
+        # One of them conflicts: its own outcome, the others land.
+        writes.append(store.append("s-0", [_new()], expected=StreamState.NO_STREAM))
+        outcomes = await asyncio.gather(*writes, return_exceptions=True)
+        assert [name for name in handed if name.startswith("_settle")] == ["_settle_all"]
+        assert [getattr(o, "revision", None) for o in outcomes[:7]] == [0] * 7
+        assert isinstance(outcomes[7], ConcurrencyError)
+    finally:
+        del loop.call_soon_threadsafe
         await store.close()
 
 

@@ -184,6 +184,18 @@ class _Pending:
             self.loop.call_soon_threadsafe(_settle, self.future, outcome)
 
 
+def _settle_all(settled: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    """Settle a group's writes of one loop, in order; one that fails to settle is reported
+    as its own callback's error would be, and the others are settled all the same."""
+    for future, outcome in settled:
+        try:
+            _settle(future, outcome)
+        except Exception as error:
+            future.get_loop().call_exception_handler(
+                {"message": "a write's outcome could not be handed over", "exception": error}
+            )
+
+
 def _settle(
     future: asyncio.Future[list[AppendResult]], outcome: list[AppendResult] | BaseException
 ) -> None:
@@ -437,8 +449,18 @@ class SQLiteEventStore:
             self._notify()  # subscribers, even when every caller was cancelled meanwhile
         # Settling is the last thing this thread does for the group: the callers' loop
         # wakes to a thread that is about to wait, not to one that still wants the GIL.
+        # One hand-off per loop, not per write: a group's callers on one loop are settled
+        # by one callback, in the group's order (one wake-up, one write to the loop's
+        # self-pipe, instead of one each).
+        if len(group) == 1:
+            group[0].settle(outcomes[0])
+            return
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
         for pending, outcome in zip(group, outcomes, strict=True):
-            pending.settle(outcome)
+            by_loop.setdefault(pending.loop, []).append((pending.future, outcome))
+        for loop, settled in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
+                loop.call_soon_threadsafe(_settle_all, settled)
 
     def _write_sync(self, requests: list[AppendRequest]) -> list[AppendResult]:
         """One write in its own transaction."""
