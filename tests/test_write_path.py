@@ -196,7 +196,7 @@ async def test_a_group_is_settled_by_one_hand_off_per_loop(tmp_path: Path) -> No
         return threadsafe(callback, *args, **kwargs)
 
     try:
-        loop.call_soon_threadsafe = spy  # type: ignore[method-assign]
+        loop.call_soon_threadsafe = spy  # type: ignore[method-assign, assignment]
         await store.append("s-0", [_new()], expected=StreamState.NO_STREAM)
         assert [name for name in handed if name.startswith("_settle")] == ["_settle"]
         handed.clear()
