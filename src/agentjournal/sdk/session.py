@@ -489,7 +489,11 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             trace=_trace_metadata(self._trace_ids(wrapper)),
             closing=closing,
             landed=lambda plan: self._landed(run, plan, items=bool(items), closing=closing),
-            checkpoint_trace=self._recorder.trace_now(),
+            # Only a session that signs writes checkpoints: the others skip looking up
+            # the trace ids a checkpoint would carry (a few µs a write).
+            checkpoint_trace=(
+                self._recorder.trace_now() if self._core.signing_key is not None else None
+            ),
         )
         return plan.closed if plan is not None else 0
 

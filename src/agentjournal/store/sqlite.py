@@ -43,6 +43,7 @@ a few streams' heads on a read-only connection of its own, which never waits
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import os
@@ -181,6 +182,18 @@ class _Pending:
         """Hand the outcome to the caller's loop (from any thread)."""
         with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
             self.loop.call_soon_threadsafe(_settle, self.future, outcome)
+
+
+def _settle_all(settled: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    """Settle a group's writes of one loop, in order; one that fails to settle is reported
+    as its own callback's error would be, and the others are settled all the same."""
+    for future, outcome in settled:
+        try:
+            _settle(future, outcome)
+        except Exception as error:
+            future.get_loop().call_exception_handler(
+                {"message": "a write's outcome could not be handed over", "exception": error}
+            )
 
 
 def _settle(
@@ -346,16 +359,30 @@ class SQLiteEventStore:
             raise StoreUnavailable(f"SQLite store {self._path} is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[AppendResult]] = loop.create_future()
+        # Nothing else ready in this pass of the loop (asyncio's own loop: its ready
+        # queue is empty; so no kick of this loop's is pending either, it would be
+        # there): no write can join this one before the pass ends, and starting the
+        # drain now is what the kick would do as the first thing of the next pass —
+        # without that pass (the lone writer's common case).
+        ready = getattr(loop, "_ready", None)
+        idle = type(ready) is collections.deque and not ready
+        start = kick = False
         with self._queue_lock:
             self._queue.append(_Pending(requests, loop, future))
-            kick = loop not in self._kicking
-            if kick:
-                self._kicking.add(loop)
-        if kick:
+            if idle:
+                start = not self._drain_scheduled
+                self._drain_scheduled = True
+            else:
+                kick = loop not in self._kicking
+                if kick:
+                    self._kicking.add(loop)
+        if start:
+            self._schedule_drain()
+        elif kick:
             # The drain starts once this loop has run what is ready now, not at once:
             # sessions woken by one commit each plan their next write in this same pass,
             # and all of them share the next transaction instead of the first committing
-            # alone while the others queue. A lone write waits one pass of the loop.
+            # alone while the others queue.
             loop.call_soon(self._kick, loop)
         # A cancelled caller cannot abandon a commit half-way: the store's thread takes
         # every queued write and finishes its transaction whatever became of the future
@@ -422,8 +449,18 @@ class SQLiteEventStore:
             self._notify()  # subscribers, even when every caller was cancelled meanwhile
         # Settling is the last thing this thread does for the group: the callers' loop
         # wakes to a thread that is about to wait, not to one that still wants the GIL.
+        # One hand-off per loop, not per write: a group's callers on one loop are settled
+        # by one callback, in the group's order (one wake-up, one write to the loop's
+        # self-pipe, instead of one each).
+        if len(group) == 1:
+            group[0].settle(outcomes[0])
+            return
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
         for pending, outcome in zip(group, outcomes, strict=True):
-            pending.settle(outcome)
+            by_loop.setdefault(pending.loop, []).append((pending.future, outcome))
+        for loop, settled in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
+                loop.call_soon_threadsafe(_settle_all, settled)
 
     def _write_sync(self, requests: list[AppendRequest]) -> list[AppendResult]:
         """One write in its own transaction."""
