@@ -153,8 +153,10 @@ class Journal:
             branch: The line to read and write: a branch made by
                 :meth:`JournalSession.fork` (its prefix is the parent's history as of
                 the fork, nothing copied), or ``"main"``/None for the session itself.
-                A name never forked is refused at the first call. Not yet with a
-                ``policy``, and not yet signed: a branch's writes are in no checkpoint
+                A name never forked is refused at the first call. With a ``policy``,
+                what each agent last held is the branch's own authority log, which
+                inherits the log in force at the fork (never a grant made on the parent
+                line after it). Not yet signed: a branch's writes are in no checkpoint
                 until the verifier reads branches.
 
         Raises:

@@ -123,10 +123,6 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         self.session_id = validate_id(session_id, "session id")
         if branch == MAIN_BRANCH:
             branch = None
-        if branch is not None and policy is not None:
-            raise InvalidInput(
-                "a policy on a branch is not supported yet: open the branch without one"
-            )
         self.stream = (
             session_stream(self.session_id)
             if branch is None
