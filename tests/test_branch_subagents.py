@@ -639,3 +639,45 @@ def test_the_fork_plan_creates_each_continuation_in_the_same_write() -> None:
     )
     assert grant == {"scopes": []}
     assert continues(recorded) == places[0]
+
+
+async def test_forks_of_a_branch_inside_its_continuations(journal: Journal) -> None:
+    """A branch forked inside nested subagents is forked again: at its head (its
+    continuations are open: the new branch continues the continuations, whose readers go
+    on down to main's originals) and in its prefix (main's originals are continued
+    directly). Every line reads exactly, and a run on the deepest closes its own."""
+    store = journal.store
+    main = journal.session(SID)
+    await drive(nested(), "Why was I charged twice?", session=main, hooks=main)
+    history = await main.get_items()
+    await main.fork(at=7, name="one")
+    one = journal.session(SID, branch="one")
+    # No user message: a write that begins no new run stays inside the open subagents.
+    extra = {"role": "assistant", "content": "written inside refunds' continuation"}
+    await one.add_items([extra])
+    first = await _started(store, "one")
+    inner = first.continuations[first.base[2].stream]
+    assert (await store.read(inner))[-1].type == "AssistantTextGenerated"
+
+    await one.fork(name="two")  # at one's head: both continuations open
+    second = await _started(store, "two")
+    assert [p.stream for p in second.base] == [
+        branch_stream(SID, "one"),
+        first.continuations[first.base[1].stream],
+        inner,
+    ]
+    await one.fork(at=4, name="low")  # in one's prefix: billing open, refunds not yet
+    low = await _started(store, "low")
+    assert [p.stream for p in low.base] == [MAIN, first.base[1].stream]
+
+    two = journal.session(SID, branch="two")
+    await _agrees(store, two, [*history[:7], extra])
+    await _agrees(store, journal.session(SID, branch="low"), history[:4])
+    await _agrees(store, one, [*history[:7], extra])
+    assert [s.agent_name for s in await two.open_subagents()] == ["billing", "refunds"]
+    await drive(top_level(), "Anything else?", session=two, hooks=two)
+    own = await _reference("run", [(top_level, "Anything else?")])
+    await _agrees(store, two, [*history[:7], extra, *own])
+    await _agrees(store, one, [*history[:7], extra])
+    assert [s.agent_name for s in await one.open_subagents()] == ["billing", "refunds"]
+    assert await two.open_subagents() == []
