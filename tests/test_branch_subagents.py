@@ -653,7 +653,7 @@ async def test_forks_of_a_branch_inside_its_continuations(journal: Journal) -> N
     await main.fork(at=7, name="one")
     one = journal.session(SID, branch="one")
     # No user message: a write that begins no new run stays inside the open subagents.
-    extra = {"role": "assistant", "content": "written inside refunds' continuation"}
+    extra: Any = {"role": "assistant", "content": "written inside refunds' continuation"}
     await one.add_items([extra])
     first = await _started(store, "one")
     inner = first.continuations[first.base[2].stream]
@@ -681,3 +681,28 @@ async def test_forks_of_a_branch_inside_its_continuations(journal: Journal) -> N
     await _agrees(store, one, [*history[:7], extra])
     assert [s.agent_name for s in await one.open_subagents()] == ["billing", "refunds"]
     assert await two.open_subagents() == []
+
+
+async def test_a_fork_between_a_handoff_and_its_acknowledgement_keeps_the_narrowing(
+    journal: Journal,
+) -> None:
+    """The handoff's grant is in the write of its call and acknowledgement, its log entry
+    after both: a cut between them (billing open at it) still inherits the narrowing, so
+    a run that starts at billing on the branch is capped (authority never widens across a
+    fork)."""
+    main = journal.session(SID, policy=_policy())
+    assert await _refund(main, 100) == [100]  # billing uncapped on the log
+    await drive(_handing_off(), "hello", session=main, hooks=main)  # narrows billing
+    items = await main.get_items()
+    (ack,) = [
+        n
+        for n, item in enumerate(items)
+        if item.get("type") == "function_call_output" and item.get("call_id") == "h1"
+    ]
+    await main.fork(at=ack, name="between")
+    started = await _started(journal.store, "between")
+    assert len(started.base) == 2  # billing is open at the cut
+    assert started.authority is not None
+    line = journal.session(SID, branch="between", policy=_policy())
+    assert await _refund(line, 9000) == []
+    assert await _refund(line, 100) == [100]

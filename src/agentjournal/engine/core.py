@@ -526,7 +526,13 @@ class SessionCore:
             # Every subagent open at the cut continues on the branch (DESIGN §17.3).
             base = tuple(_place(event) for event in (point.base, *point.chain))
             originals = [await self._opened_by(read, event.stream) for event in point.chain]
-            authority = await self._log_place(position, lines)
+            prefix = {
+                str(event.id)
+                for recorded in read.values()
+                for event in recorded
+                if event.position < position
+            }
+            authority = await self._log_place(position, lines, prefix)
             cut = events.Cut(kind, value, position)
             store = self._store
             candidates = (
@@ -718,11 +724,20 @@ class SessionCore:
         return turned
 
     async def _log_place(
-        self, position: int, lines: list[tuple[str, RecordedEvent | None]]
+        self,
+        position: int,
+        lines: list[tuple[str, RecordedEvent | None]],
+        prefix: set[str] | frozenset[str] = frozenset(),
     ) -> events.StreamPlace | None:
         """The line's authority log in force at ``position``: its last entry before it on
-        the log of the line whose own part holds ``position``, else what that line inherited
-        at its fork (its ``BranchStarted.authority``), if any."""
+        the log of the line whose own part holds ``position`` — and the entries right after
+        it whose grant event is in the prefix (``prefix``: the ids of the line's events
+        before the cut) — else what that line inherited at its fork (its
+        ``BranchStarted.authority``), if any.
+
+        A write's log entries follow its tree's events, so an index cut between a handoff
+        and its acknowledgement (one write) falls before the handoff's entry: without
+        them the branch would inherit what the receiver held before the narrowing."""
         store = self._store
         session_id = self.facts.session_id
         for _, first in lines:
@@ -734,12 +749,41 @@ class SessionCore:
                 if started is None
                 else branch_authority_stream(session_id, started.branch)
             )
-            revision = await revision_at(store, stream, position)
+            revision = await self._through_prefix(
+                stream, await revision_at(store, stream, position), prefix
+            )
             if revision >= 0:
                 (event,) = await store.read(stream, from_revision=revision, limit=1)
                 return events.StreamPlace(stream, revision, event.metadata.get(HASH_KEY, ""))
             return None if started is None else started.authority
         return None
+
+    async def _through_prefix(
+        self, stream: str, revision: int, prefix: set[str] | frozenset[str]
+    ) -> int:
+        """``revision`` of an authority log, moved on over the entries after it that record
+        grants made by events in ``prefix`` (and the ``PolicyRecorded`` written with them)."""
+        pending, start = revision, revision + 1
+        while True:
+            try:
+                page = await self._store.read(stream, from_revision=start, limit=16)
+            except StreamNotFound:
+                return pending
+            for entry in page:
+                if entry.type == events.POLICY_RECORDED:
+                    continue  # in if an entry of its write is
+                if entry.type != events.AUTHORITY_HELD:
+                    return pending
+                try:
+                    body = json.loads(entry.data)
+                except ValueError:
+                    return pending
+                if not isinstance(body, dict) or body.get("event") not in prefix:
+                    return pending
+                pending = entry.revision
+            if len(page) < 16:
+                return pending
+            start = page[-1].revision + 1
 
     async def _registry_head(self) -> tuple[int, str]:
         try:
