@@ -141,7 +141,6 @@ def test_a_branch_replays_as_its_parent_before_the_cut_then_its_own_items(store:
     [
         (["fork", "nobody", "--at", "1"], "no session 'nobody'"),
         (["fork", SID, "--at", "999"], "has no item #999"),
-        (["fork", SID, "--at", "5"], "is open at the cut"),
         (["fork", SID, "--turn", "9"], "Turn 9 does not contain a user message"),
         (["fork", SID, "--revision", "999"], "has no revision 999"),
         (["fork", SID, "--at", "1", "--name", "retry"], "'retry' has already been used"),
@@ -170,6 +169,15 @@ def test_bad_input_is_one_line_exit_1_and_writes_nothing(
     last = done.stderr.strip().splitlines()[-1]  # argparse prints its usage line first
     assert says in last, done.stderr
     assert asyncio.run(_count_events(store.uri)) == before
+
+
+def test_a_fork_inside_an_open_subagent_replays_as_the_parent_did_there(store: Store) -> None:
+    # #5 is inside billing's subsession: the branch continues billing (DESIGN §17.3).
+    uri = store.uri
+    assert "inside" in _ok("fork", SID, "--at", "5", "--name", "inside", uri=uri)
+    assert _ok("replay", SID, "--branch", "inside", uri=uri) == _ok(
+        "replay", SID, "--at", "5", uri=uri
+    )
 
 
 def test_fork_never_creates_a_store(tmp_path: Path) -> None:

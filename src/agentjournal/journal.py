@@ -153,8 +153,10 @@ class Journal:
             branch: The line to read and write: a branch made by
                 :meth:`JournalSession.fork` (its prefix is the parent's history as of
                 the fork, nothing copied), or ``"main"``/None for the session itself.
-                A name never forked is refused at the first call. Not yet with a
-                ``policy``. With a signing key a branch signs checkpoints of its own
+                A name never forked is refused at the first call. With a ``policy``,
+                what each agent last held is the branch's own authority log, which
+                inherits the log in force at the fork (never a grant made on the parent
+                line after it). With a signing key a branch signs checkpoints of its own
                 streams (on the session's shared ``AgentLedger-{id}``), as main does.
 
         Raises:

@@ -79,7 +79,7 @@ async def fork_session(args: argparse.Namespace) -> int:
 
     Raises:
         InvalidInput: The session, the line or the item, turn or revision does not exist,
-            a subagent is open at the cut, or the name is refused or already used (exit 1).
+            or the name is refused or already used (exit 1).
         JournalError: The store cannot be opened, read or written (exit 1).
     """
     from agentjournal._text import printable

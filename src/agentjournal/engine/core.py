@@ -32,6 +32,7 @@ from agentjournal.engine.fork import (
     plan_fork,
     read_branches,
     revision_at,
+    subagent_opened,
 )
 from agentjournal.engine.plan import (
     ItemsPlan,
@@ -61,6 +62,8 @@ from agentjournal.streams import (
     branch_authority_stream,
     branch_stream,
     branches_stream,
+    continuation_id,
+    subsession_stream,
 )
 
 __all__ = ["DEFAULT_CHECKPOINT_EVERY", "HistoryChanged", "SessionCore", "Snapshot"]
@@ -123,6 +126,42 @@ def _line_tops(
         below = continued_from(first) if first is not None else None
         stream = below.stream if below is not None else None
     return tops
+
+
+def _place(event: RecordedEvent) -> events.StreamPlace:
+    """The stream place of an event (what a fork binds to)."""
+    return events.StreamPlace(event.stream, event.revision, event.metadata.get(HASH_KEY, ""))
+
+
+def _continuations(
+    session_id: str,
+    branch: str,
+    chain: Sequence[RecordedEvent],
+    originals: Sequence[tuple[events.Subagent, Any]],
+) -> list[events.SubagentContinued]:
+    """The continuation of each subagent open at a cut, outermost first (pure): a stream of
+    its own on the branch (:func:`~agentjournal.streams.continuation_id`), whose parent is
+    the branch's top stream or the continuation outside it, carrying the original's
+    identity and grant and its last event before the cut."""
+    continued: list[events.SubagentContinued] = []
+    parent = branch
+    for event, (subagent, grant) in zip(chain, originals, strict=True):
+        agent_id = continuation_id(subagent.agent_name, branch, event.stream)
+        stream = subsession_stream(session_id, agent_id)
+        continued.append(
+            events.SubagentContinued(
+                agent_id=agent_id,
+                agent_type=subagent.agent_name,
+                source_agent=subagent.source_agent,
+                call_id=subagent.call_id,
+                subsession_stream=stream,
+                parent_stream=parent,
+                continues=_place(event),
+                granted_authority=grant,
+            )
+        )
+        parent = stream
+    return continued
 
 
 def _unix_seconds() -> int:
@@ -421,7 +460,10 @@ class SessionCore:
         The cut is before item ``at``, before turn ``turn``'s user message (the
         ``turn``-th user message visible now), or after revision ``revision`` of the
         line's top stream; none of them: after its head. One atomic write
-        (:func:`~agentjournal.engine.fork.plan_fork`); nothing is copied.
+        (:func:`~agentjournal.engine.fork.plan_fork`); nothing is copied. A subagent
+        open at the cut continues on the branch in a continuation stream of its own
+        (``SubagentContinued``): the branch's runs speak, resume and close inside it
+        while the parent line keeps its original.
 
         Args:
             at: An item's message index.
@@ -433,8 +475,8 @@ class SessionCore:
 
         Raises:
             InvalidInput: More than one cut; no such item, turn or revision; the session
-                does not exist; a subagent is open at the cut (not supported yet); the
-                name is refused or has been used in this session.
+                does not exist; a subagent open at the cut cannot be read; the name is
+                refused or has been used in this session.
             StoreError: The fork did not land.
         """
         given = [
@@ -475,18 +517,22 @@ class SessionCore:
             else:
                 kind, value = given[0] if given else ("revision", tree.heads[top])
                 position = cut_position(read, top, kind, value)
+                if kind == "revision" and value == tree.heads[top]:
+                    # At the head: as of the line's newest event. Open subagents write
+                    # after the top stream's last event, and a write's authority log
+                    # entries follow its tree's events: all of them are the line's now.
+                    position = await self._head_position(read, position)
             point = fork_point(read, top, position, below=[t for t, _ in lines[1:]])
-            if point.open is not None:
-                raise InvalidInput(
-                    f"a subagent ({point.open}) is open at the cut: forking inside a subagent "
-                    "is not supported yet"
-                )
-            base = (
-                events.StreamPlace(
-                    point.base.stream, point.base.revision, point.base.metadata.get(HASH_KEY, "")
-                ),
-            )
-            authority = await self._log_place(position, lines)
+            # Every subagent open at the cut continues on the branch (DESIGN §17.3).
+            base = tuple(_place(event) for event in (point.base, *point.chain))
+            originals = [await self._opened_by(read, event.stream) for event in point.chain]
+            prefix = {
+                str(event.id)
+                for recorded in read.values()
+                for event in recorded
+                if event.position < position
+            }
+            authority = await self._log_place(position, lines, prefix)
             cut = events.Cut(kind, value, position)
             store = self._store
             candidates = (
@@ -508,6 +554,7 @@ class SessionCore:
                         )
                     chosen[0] = next(candidates)
                 registry = await self._registry_head()
+                continued = _continuations(self.facts.session_id, stream, point.chain, originals)
                 started = events.BranchStarted(
                     session_id=self.facts.session_id,
                     branch=chosen[0],
@@ -518,7 +565,10 @@ class SessionCore:
                     authority=authority,
                     next_index=point.next_index,
                     prefix_items=point.prefix_items,
-                    continuations={},
+                    continuations={
+                        event.stream: continuation.subsession_stream
+                        for event, continuation in zip(point.chain, continued, strict=True)
+                    },
                 )
                 return plan_fork(
                     tree,
@@ -528,6 +578,7 @@ class SessionCore:
                     registry=registry,
                     nonce=nonce,
                     trace=trace,
+                    continued=continued,
                 )
 
             landed = await self.writer.write(build)
@@ -552,6 +603,45 @@ class SessionCore:
             prefix_items=point.prefix_items,
             created=first[0].recorded_at,
         )
+
+    async def _head_position(
+        self, read: Mapping[str, Sequence[RecordedEvent]], position: int
+    ) -> int:
+        """Just after the line's newest event: its streams' (as read) and its own authority
+        log's (at least ``position``)."""
+        newest = [event.position for recorded in read.values() for event in recorded[-1:]]
+        try:
+            log = await self._store.read(self.facts.authority_stream, backwards=True, limit=1)
+        except StreamNotFound:
+            log = []
+        newest.extend(event.position for event in log)
+        return max([position - 1, *newest]) + 1
+
+    async def _opened_by(
+        self, read: Mapping[str, Sequence[RecordedEvent]], stream: str
+    ) -> tuple[events.Subagent, Any]:
+        """The subagent a subsession open at a cut runs, and its grant, from its first event
+        (as read with the line, else from the store).
+
+        Raises:
+            InvalidInput: It cannot be read: no branch rather than one that loses it.
+        """
+        known = read.get(stream, ())
+        first = list(known[:1]) if known and known[0].revision == 0 else []
+        if not first:
+            try:
+                first = await self._store.read(stream, from_revision=0, limit=1)
+            except StreamNotFound:
+                first = []
+        try:
+            if not first:
+                raise CodecError("it has no first event")
+            return subagent_opened(first[0])
+        except CodecError as error:
+            raise InvalidInput(
+                f"the subagent stream {stream}, open at the cut, cannot be read ({error}): "
+                "the fork cannot continue it"
+            ) from None
 
     async def branches(self) -> list[Branch]:
         """Every branch of the session, in the order they were forked (deleted ones too)."""
@@ -643,11 +733,20 @@ class SessionCore:
         return turned
 
     async def _log_place(
-        self, position: int, lines: list[tuple[str, RecordedEvent | None]]
+        self,
+        position: int,
+        lines: list[tuple[str, RecordedEvent | None]],
+        prefix: set[str] | frozenset[str] = frozenset(),
     ) -> events.StreamPlace | None:
         """The line's authority log in force at ``position``: its last entry before it on
-        the log of the line whose own part holds ``position``, else what that line inherited
-        at its fork (its ``BranchStarted.authority``), if any."""
+        the log of the line whose own part holds ``position`` — and the entries right after
+        it whose grant event is in the prefix (``prefix``: the ids of the line's events
+        before the cut) — else what that line inherited at its fork (its
+        ``BranchStarted.authority``), if any.
+
+        A write's log entries follow its tree's events, so an index cut between a handoff
+        and its acknowledgement (one write) falls before the handoff's entry: without
+        them the branch would inherit what the receiver held before the narrowing."""
         store = self._store
         session_id = self.facts.session_id
         for _, first in lines:
@@ -659,12 +758,41 @@ class SessionCore:
                 if started is None
                 else branch_authority_stream(session_id, started.branch)
             )
-            revision = await revision_at(store, stream, position)
+            revision = await self._through_prefix(
+                stream, await revision_at(store, stream, position), prefix
+            )
             if revision >= 0:
                 (event,) = await store.read(stream, from_revision=revision, limit=1)
                 return events.StreamPlace(stream, revision, event.metadata.get(HASH_KEY, ""))
             return None if started is None else started.authority
         return None
+
+    async def _through_prefix(
+        self, stream: str, revision: int, prefix: set[str] | frozenset[str]
+    ) -> int:
+        """``revision`` of an authority log, moved on over the entries after it that record
+        grants made by events in ``prefix`` (and the ``PolicyRecorded`` written with them)."""
+        pending, start = revision, revision + 1
+        while True:
+            try:
+                page = await self._store.read(stream, from_revision=start, limit=16)
+            except StreamNotFound:
+                return pending
+            for entry in page:
+                if entry.type == events.POLICY_RECORDED:
+                    continue  # in if an entry of its write is
+                if entry.type != events.AUTHORITY_HELD:
+                    return pending
+                try:
+                    body = json.loads(entry.data)
+                except ValueError:
+                    return pending
+                if not isinstance(body, dict) or body.get("event") not in prefix:
+                    return pending
+                pending = entry.revision
+            if len(page) < 16:
+                return pending
+            start = page[-1].revision + 1
 
     async def _registry_head(self) -> tuple[int, str]:
         try:

@@ -19,10 +19,12 @@ of a stream is the last before P.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from agentjournal import events
 from agentjournal.engine.plan import SessionFacts, WritePlan, seal_event
@@ -44,11 +46,14 @@ from agentjournal.streams import branches_stream
 __all__ = [
     "Branch",
     "ForkPoint",
+    "continues",
     "cut_position",
     "fork_point",
+    "open_at",
     "plan_fork",
     "read_branches",
     "revision_at",
+    "subagent_opened",
     "visible_at",
 ]
 
@@ -135,6 +140,48 @@ def visible_at(events_: Iterable[RecordedEvent], top: str, position: int) -> lis
     return timeline.latest(None)
 
 
+def subagent_opened(first: RecordedEvent) -> tuple[events.Subagent, Any]:
+    """The subagent a subsession's first event opens, and its granted authority (JSON form,
+    or None): a ``SubagentStarted`` twin, or a branch's ``SubagentContinued`` (which
+    carries its original's identity and grant, and no prompt).
+
+    Raises:
+        CodecError: The event is neither, or unreadable.
+    """
+    if first.type == events.SUBAGENT_CONTINUED:
+        continued = events.SubagentContinued.decode(first.data)
+        subagent = events.Subagent(
+            agent_id=continued.agent_id,
+            agent_name=continued.agent_type,
+            source_agent=continued.source_agent,
+            call_id=continued.call_id,
+            stream=continued.subsession_stream,
+            parent_stream=continued.parent_stream,
+            prompt="",
+        )
+        return subagent, continued.granted_authority
+    if first.type != events.SUBAGENT_STARTED:
+        raise CodecError(f"{first.type} opens no subagent")
+    try:
+        body = json.loads(first.data)
+    except ValueError as error:
+        raise CodecError(f"{first.type} is not JSON: {error}") from None
+    return events.decode_subagent_started(first.data)[0], events.granted_authority(body)
+
+
+def continues(event: RecordedEvent) -> events.StreamPlace | None:
+    """Where a continuation stream whose first event is ``event`` goes on below the fork:
+    the original subsession and its last revision before the cut (None: ``event`` is no
+    ``SubagentContinued`` at revision 0, or it is unreadable)."""
+    if event.type != events.SUBAGENT_CONTINUED or event.revision != 0:
+        return None
+    try:
+        return events.SubagentContinued.decode(event.data).continues
+    except CodecError as error:
+        logger.warning("skipping the unreadable continuation %s: %s", event.stream, error)
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class ForkPoint:
     """The parent line as of a cut (:func:`fork_point`).
@@ -144,12 +191,16 @@ class ForkPoint:
         open: The subsession open on the top stream then (``aj.open`` of ``base``), if any.
         next_index: The next free message index then.
         prefix_items: How many items were visible then.
+        chain: The last event before the cut of each subsession open then, outermost
+            first (the ``aj.open`` chain from ``base``): what the branch's continuations
+            continue (DESIGN §17.3).
     """
 
     base: RecordedEvent
     open: str | None
     next_index: int
     prefix_items: int
+    chain: tuple[RecordedEvent, ...] = ()
 
 
 def fork_point(
@@ -191,7 +242,42 @@ def fork_point(
         open=base.metadata.get(events.OPEN_KEY) or None,
         next_index=max((index + 1 for index in found if index is not None), default=0),
         prefix_items=len(visible_at(before, top, position)),
+        chain=open_at(tree, base, position),
     )
+
+
+def open_at(
+    tree: Mapping[str, Sequence[RecordedEvent]], base: RecordedEvent, position: int
+) -> tuple[RecordedEvent, ...]:
+    """The subsessions open at global position ``position`` (pure): for each, its last
+    event before it, outermost first.
+
+    Followed as a reader follows them: ``aj.open`` of the top stream's last event before
+    the cut names the outermost, whose own last event before the cut names the next, and
+    so on (every event on a stream with an open child carries it; a close carries none).
+
+    Raises:
+        InvalidInput: An open subsession has no event before the cut in ``tree`` (the
+            line was read incompletely, or its events are damaged): no branch is made
+            rather than one that drops the subagent.
+    """
+    chain: list[RecordedEvent] = []
+    seen = {base.stream}
+    child = base.metadata.get(events.OPEN_KEY)
+    while child and child not in seen:
+        seen.add(child)
+        last = None
+        for event in tree.get(child, ()):
+            if event.position < position:
+                last = event
+        if last is None:
+            raise InvalidInput(
+                f"the subagent stream {child}, open at the cut, has nothing before it: "
+                "the fork cannot continue it"
+            )
+        chain.append(last)
+        child = last.metadata.get(events.OPEN_KEY)
+    return tuple(chain)
 
 
 def plan_fork(
@@ -203,9 +289,11 @@ def plan_fork(
     registry: tuple[int, str],
     nonce: str,
     trace: Mapping[str, str],
+    continued: Sequence[events.SubagentContinued] = (),
 ) -> WritePlan:
     """The fork's one atomic write (pure): ``BranchForked`` at the parent line's head,
-    ``BranchStarted`` creating the branch stream, ``BranchAdded`` at the registry's head.
+    ``BranchStarted`` creating the branch stream, a ``SubagentContinued`` creating each
+    continuation stream, ``BranchAdded`` at the registry's head.
 
     Args:
         tree: The parent line (its top stream is ``facts.stream``), loaded.
@@ -216,12 +304,19 @@ def plan_fork(
         nonce: Unique to this fork: the three event ids derive from it, so every attempt
             carries the same ids and a retry of a write that landed is recognised.
         trace: The caller's metadata (only ``trace_id``/``span_id`` are kept).
+        continued: The continuation of each subagent open at the cut, outermost first
+            (``started.continuations`` maps their originals to them). Each is its
+            stream's first event (``NO_STREAM``), carries ``aj.open`` of the next one as
+            ``BranchStarted`` carries the first's: the branch's open chain, found by a
+            reader exactly as on any line.
     """
     top = facts.stream
     head = tree.heads.get(top, -1)
     assert head >= 0, "a fork needs its parent line's stream"
-    ids = [event_id(top, nonce, "fork", n) for n in range(3)]
-    forked_id, started_id, added_id = ids
+    ids = [event_id(top, nonce, "fork", n) for n in range(3 + len(continued))]
+    forked_id, started_id, added_id = ids[:3]
+    opens = [c.subsession_stream for c in continued]
+    assert sorted(opens) == sorted(started.continuations.values()), "not the branch's"
     traced = {k: v for k, v in trace.items() if k in (events.TRACE_ID_KEY, events.SPAN_ID_KEY)}
     version = {events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE}
     forked = events.BranchForked(
@@ -245,10 +340,32 @@ def plan_fork(
         events.TWIN_KEY: str(forked_id),
         **traced,
     }
+    if opens:
+        first[events.OPEN_KEY] = opens[0]
     first_data = started.encode()
     seal_event(
         started.branch_stream, 0, started_id, events.BRANCH_STARTED, first_data, first, GENESIS
     )
+    continuations: list[AppendRequest] = []
+    for n, continuation in enumerate(continued):
+        meta = {
+            **version,
+            events.NEXT_INDEX_KEY: str(started.next_index),
+            events.TWIN_KEY: str(started_id),
+            **traced,
+        }
+        if n + 1 < len(opens):
+            meta[events.OPEN_KEY] = opens[n + 1]
+        body = continuation.encode()
+        stream = continuation.subsession_stream
+        seal_event(stream, 0, ids[3 + n], events.SUBAGENT_CONTINUED, body, meta, GENESIS)
+        continuations.append(
+            AppendRequest(
+                stream,
+                [NewEvent(events.SUBAGENT_CONTINUED, body, meta, ids[3 + n])],
+                StreamState.NO_STREAM,
+            )
+        )
     registry_stream = branches_stream(facts.session_id)
     entry = events.BranchAdded(
         started.branch, started.branch_stream, started.parent, str(started_id)
@@ -277,9 +394,14 @@ def plan_fork(
             [NewEvent(events.BRANCH_ADDED, entry_data, entry_meta, added_id)],
             StreamState.NO_STREAM if registry_head < 0 else registry_head,
         ),
+        *continuations,
     ]
     commit = Commit(heads={top: head + 1}, hashes={top: marker_hash}, written=1)
-    return WritePlan(requests, commit, foreign=frozenset({started.branch_stream, registry_stream}))
+    return WritePlan(
+        requests,
+        commit,
+        foreign=frozenset({started.branch_stream, registry_stream, *opens}),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from agentjournal import events
 from agentjournal._gc import no_collection
+from agentjournal.engine.fork import continues, subagent_opened
 from agentjournal.engine.timeline import (
     Entry,
     Picker,
@@ -33,7 +34,13 @@ from agentjournal.errors import CodecError, InvalidInput, StreamNotFound
 from agentjournal.ledger.chain import GENESIS, HASH_KEY
 from agentjournal.records import opened_stream, walk_tree
 from agentjournal.store.base import EventStore, ModelSnapshot, RecordedEvent
-from agentjournal.streams import authority_stream, ledger_stream
+from agentjournal.streams import (
+    MAIN_BRANCH,
+    authority_stream,
+    branch_authority_stream,
+    branch_stream,
+    ledger_stream,
+)
 
 __all__ = ["Reader", "continued_from", "keeps_model"]
 
@@ -86,6 +93,7 @@ class Reader:
         self._branch = branch
         self._line_checked = branch is None  # a branch's stream must start with its fork
         self._authority = authority or authority_stream(session_id)
+        self._forks: list[events.BranchStarted] | None = None  # this line's, once read
         self.stream = tree.stream
         self.models = keeps_model(store)
         # The heads probe of the store's own class only: a wrapper that passes other calls
@@ -202,9 +210,10 @@ class Reader:
         """An open subsession's subagent and its grant, from its first event."""
         try:
             first = await self._store.read(stream, from_revision=0, limit=1)
-            subagent = events.decode_subagent_started(first[0].data)[0]
-            return subagent, events.granted_authority(json.loads(first[0].data))
-        except (StreamNotFound, IndexError, CodecError, ValueError) as error:
+            # A SubagentStarted twin, or on a branch the continuation of a subagent that
+            # was open at the fork (DESIGN §17.3).
+            return subagent_opened(first[0])
+        except (StreamNotFound, IndexError, CodecError) as error:
             logger.warning(
                 "open subagent stream %s cannot be read (%s); ignoring it", stream, error
             )
@@ -351,8 +360,11 @@ class Reader:
 
         A line's prefix is its parent line's tree as of the fork: each *segment* is a walk
         (:func:`walk_tree`) of a line's top stream up to the base revision its child line
-        names, so nothing the parent wrote after the fork is read. The segments' top
-        streams come first in each segment's share. ``whole``: streams already read.
+        names, and of each subsession open at the fork up to its base revision too, so
+        nothing the parent wrote after the fork is read. A line's continuations (the
+        subagents open at its fork, DESIGN §17.3) are walked with its top stream: no
+        ``SubagentStarted`` of the line opens them. The segments' top streams come first
+        in each segment's share. ``whole``: streams already read.
         """
         read: list[tuple[str, list[RecordedEvent]]] = []
         segment: tuple[str, Mapping[str, int]] | None = (self.stream, self._tree.heads)
@@ -360,18 +372,35 @@ class Reader:
         while segment is not None and segment[0] not in seen:
             root, limits = segment
             seen.add(root)
+            known = whole if root == self.stream else None
             first: RecordedEvent | None = None
             try:
                 async for stream, recorded in walk_tree(
-                    self._store, root, limits=limits, read=whole if root == self.stream else None
+                    self._store, root, limits=limits, read=known
                 ):
                     read.append((stream, recorded))
                     if stream == root and recorded:
                         first = recorded[0]
             except StreamNotFound:
                 pass  # no session yet
-            below = continued_from(first) if first is not None else None
-            segment = (below.stream, {below.stream: below.revision}) if below else None
+            started = _fork_of(first) if first is not None else None
+            if started is None:
+                break
+            for original in started.base[1:]:
+                continuation = started.continuations.get(original.stream)
+                if continuation is None or continuation in seen:
+                    continue
+                seen.add(continuation)
+                try:
+                    async for stream, recorded in walk_tree(
+                        self._store, continuation, limits=limits, read=known
+                    ):
+                        read.append((stream, recorded))
+                except StreamNotFound:
+                    logger.warning(
+                        "continuation stream %s is missing; it is left out", continuation
+                    )
+            segment = (started.base[0].stream, {p.stream: p.revision for p in started.base})
         return read
 
     @property
@@ -458,15 +487,86 @@ class Reader:
 
         The newest entry names the policy in force, and the newest entry with a
         ``held`` map says what every agent last held: usually the last event.
+
+        On a branch the log is the line's own (its head is what the next entry follows),
+        but until it says what every agent holds, the policy and ``held`` are inherited:
+        the log in force at the fork (``BranchStarted.authority``), read backwards from
+        that revision, and so on down the lines (DESIGN §17.3). A grant written on the
+        parent line after the fork is never seen on the branch: authority never widens
+        across a fork, and a narrowing after it is the parent's own.
         """
         tree = self._tree
         if tree.authority is not None and not fresh:
             return tree.authority
-        stream = self._authority
+        head, policy, held = await self._log_tail(self._authority, None)
+        if held is None and self._branch is not None:
+            inherited_policy, held = await self._inherited_log()
+            policy = policy or inherited_policy
+        log = AuthorityLog(
+            head.revision if head is not None else -1,
+            head.metadata.get(HASH_KEY, "") if head is not None else GENESIS,
+            policy,
+            held or {},
+        )
+        tree.read_log(log)
+        return log
+
+    async def _inherited_log(self) -> tuple[str | None, Mapping[str, Any] | None]:
+        """The policy and ``held`` map a branch inherits (see :meth:`authority_log`)."""
+        forks = await self._line_forks()
+        place = forks[0].authority if forks else None
+        policy: str | None = None
+        seen: set[str] = set()
+        while place is not None and place.stream not in seen:
+            seen.add(place.stream)
+            _, found, held = await self._log_tail(place.stream, place.revision)
+            policy = policy or found
+            if held is not None:
+                return policy, held
+            # Nothing up to there says what is held: what that log's own line inherited.
+            place = next(
+                (
+                    fork.authority
+                    for fork in forks
+                    if branch_authority_stream(self._session_id, fork.branch) == place.stream
+                ),
+                None,
+            )
+        return policy, None
+
+    async def _line_forks(self) -> list[events.BranchStarted]:
+        """The forks of this line and of every line above main it descends from, nearest
+        first, by their parents' names (read once: a fork never changes)."""
+        if self._forks is not None:
+            return self._forks
+        forks: list[events.BranchStarted] = []
+        stream: str | None = self.stream
+        while stream is not None and all(fork.branch_stream != stream for fork in forks):
+            try:
+                first = await self._store.read(stream, from_revision=0, limit=1)
+            except StreamNotFound:
+                first = []
+            started = _fork_of(first[0]) if first else None
+            if started is None or (started.session_id, started.branch_stream) != (
+                self._session_id,
+                stream,
+            ):
+                break  # main, or not this session's fork (the verifier reports it)
+            forks.append(started)
+            parent = started.parent
+            stream = None if parent == MAIN_BRANCH else branch_stream(self._session_id, parent)
+        self._forks = forks
+        return forks
+
+    async def _log_tail(
+        self, stream: str, before: int | None
+    ) -> tuple[RecordedEvent | None, str | None, Mapping[str, Any] | None]:
+        """An authority log read backwards from revision ``before`` (None: its head) to its
+        newest entry with a ``held`` map: the first event read, the newest policy named,
+        and that map (None: no entry has one)."""
         head: RecordedEvent | None = None
         policy: str | None = None
         held: Mapping[str, Any] | None = None
-        before: int | None = None
         while held is None and (before is None or before >= 0):
             try:
                 page = await self._store.read(stream, from_revision=before, backwards=True, limit=8)
@@ -492,14 +592,7 @@ class Reader:
                     held = body["held"]
                     break
             before = page[-1].revision - 1
-        log = AuthorityLog(
-            head.revision if head is not None else -1,
-            head.metadata.get(HASH_KEY, "") if head is not None else GENESIS,
-            policy,
-            held or {},
-        )
-        tree.read_log(log)
-        return log
+        return head, policy, held
 
     async def ledger_head(self) -> tuple[int, str]:
         """The checkpoint stream's head (revision and hash; -1 and the genesis hash if none)."""
@@ -570,6 +663,14 @@ class _Cursor:
                 ):
                     self._done = True  # this subsession's first event: nothing older here
                     break
+                if event.type == events.SUBAGENT_CONTINUED and event.revision == 0:
+                    below = continues(event)
+                    if below is not None and below.stream not in self._crossed:
+                        # A continuation's first event: the subagent's older part is its
+                        # original stream below the fork (then that stream's own start).
+                        self._crossed.add(below.stream)
+                        self.stream, self._next, self._done = below.stream, below.revision, False
+                    break
                 if event.type == events.BRANCH_STARTED and event.revision == 0:
                     below = continued_from(event)
                     if below is not None and below.stream not in self._crossed:
@@ -590,6 +691,18 @@ class _Cursor:
         if self._next is not None and self._next < 0:
             return []
         return await self.reader._tail(self.stream, self._size, self._next)
+
+
+def _fork_of(event: RecordedEvent) -> events.BranchStarted | None:
+    """The fork a line's first event is (None: no ``BranchStarted`` at revision 0, or an
+    unreadable one: then the line has no prefix)."""
+    if event.type != events.BRANCH_STARTED or event.revision != 0:
+        return None
+    try:
+        return events.BranchStarted.decode(event.data)
+    except CodecError as error:
+        logger.warning("skipping the unreadable fork of %s: %s", event.stream, error)
+        return None
 
 
 def continued_from(event: RecordedEvent) -> events.StreamPlace | None:

@@ -1026,15 +1026,18 @@ def _lines_below(tree: _Tree, top: str) -> list[str]:
 def _cut_at_base(tree: _Tree, started: events.BranchStarted, parent_top: str) -> bool:
     """Whether the cut is where the base is: after revision R of the parent's top stream
     for a revision cut; for an index or turn cut, the item that starts the branch's own
-    part (#next_index) is the event right after the base on the base stream."""
+    part (#next_index) is the event right after the base on one of the base streams (the
+    top stream's, or an open subagent's: a cut inside a subagent falls on its stream)."""
     at, top = started.cut, started.base[0]
     if at.kind == "revision":
         return top.stream == parent_top and top.revision == at.value
-    stream = tree.streams[top.stream]
-    following = stream[top.revision + 1] if top.revision + 1 < len(stream) else None
-    if following is None or following.metadata.get(events.INDEX_KEY) != str(started.next_index):
-        return False
-    return at.kind != "index" or at.value == started.next_index
+    want = str(started.next_index)
+    for place in started.base:
+        stream = tree.streams.get(place.stream, [])
+        following = stream[place.revision + 1] if place.revision + 1 < len(stream) else None
+        if following is not None and following.metadata.get(events.INDEX_KEY) == want:
+            return at.kind != "index" or at.value == started.next_index
+    return False
 
 
 def _next_index(tree: _Tree, started: events.BranchStarted) -> int:

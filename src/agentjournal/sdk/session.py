@@ -123,10 +123,6 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         self.session_id = validate_id(session_id, "session id")
         if branch == MAIN_BRANCH:
             branch = None
-        if branch is not None and policy is not None:
-            raise InvalidInput(
-                "a policy on a branch is not supported yet: open the branch without one"
-            )
         self.stream = (
             session_stream(self.session_id)
             if branch is None
@@ -285,7 +281,10 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         written so far. Open the new branch with ``journal.session(id, branch=name)``.
         The fork is one atomic write: ``agentjournal.BranchForked`` here,
         ``agentjournal.BranchStarted`` as the branch stream's first event, an entry in the
-        session's branch registry.
+        session's branch registry, and for each subagent open at the cut an
+        ``agentjournal.SubagentContinued`` opening the stream that continues it on the
+        branch (the branch's runs resume, speak and close it there; this line keeps its
+        own). A fork can be made at any moment, in the middle of a run too (from a tool).
 
         Args:
             at: The item before which the branch leaves the session.
@@ -297,9 +296,9 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
 
         Raises:
             InvalidInput: More than one cut, no such item, turn or revision, no session
-                yet, a subagent open at the cut (not supported yet), or a name refused
-                or already used in this session (names are never reused, even after a
-                branch is deleted).
+                yet, a subagent open at the cut whose stream cannot be read, or a name
+                refused or already used in this session (names are never reused, even
+                after a branch is deleted).
             StoreError: The fork did not land.
         """
         return await self._core.fork(
