@@ -14,6 +14,7 @@ import asyncio
 import json
 import sqlite3
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from agentjournal.replay import check_read_model
 from agentjournal.store.base import NewEvent
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import branch_stream, session_stream
+from drive import drive
+from handoff_scenarios import nested, single, top_level, two_handoffs
 from test_read_model import _as_v1
 
 SID = "model-1"
@@ -208,6 +211,33 @@ async def test_a_hide_since_the_cut_sends_the_fork_to_the_events(tmp_path: Path)
         await _exact(store, [None, "popped", "turn-1", "cleared", "after-clear"])
 
 
+@pytest.mark.parametrize("hide", ["pops", "clear"])
+async def test_prefix_items_hidden_since_the_cut_are_the_prefix_s(
+    tmp_path: Path, hide: str
+) -> None:
+    """Items of the prefix hidden after the cut, then new items: the rows written since
+    the cut look whole (#4, #5), but the cut's next index is 2 and #1 was visible."""
+    async with Journal.open(f"sqlite:///{tmp_path / 'j.db'}") as journal:
+        store: Any = journal.store
+        main = journal.session(SID)
+        for n in range(4):
+            await main.add_items([_user(f"u{n}")])
+        cut = next(e for e in await store.read(MAIN) if e.metadata.get(ev.INDEX_KEY) == "1")
+        if hide == "pops":
+            for _ in range(3):
+                await main.pop_item()  # #3, #2, #1
+        else:
+            await main.clear_session()
+        await main.add_items([_user("u4"), _user("u5")])
+        branch = await JournalSession(store, SID).fork(revision=cut.revision, name="b")
+        assert (branch.next_index, branch.prefix_items) == (2, 2)
+        assert not await _modelled(store, "b")
+        await _core(store, None, use_model=False).fork(revision=cut.revision, name="b-ev", trace={})
+        assert _fields(await _started(store, "b-ev")) == _fields(await _started(store, "b"))
+        assert await journal.session(SID, branch="b").get_items() == [_user("u0"), _user("u1")]
+        await _exact(store, [None, "b"])
+
+
 async def test_a_missing_turn_is_refused_the_same_way_through_the_model(
     tmp_path: Path,
 ) -> None:
@@ -222,6 +252,42 @@ async def test_a_missing_turn_is_refused_the_same_way_through_the_model(
         with pytest.raises(InvalidInput, match="has no revision 99"):
             await main.fork(revision=99, name="x")
         assert await main.branches() == []
+
+
+@pytest.mark.parametrize("scenario", [single, nested, two_handoffs])
+async def test_forks_at_every_item_of_runs_with_handoffs_agree_with_the_events(
+    tmp_path: Path, scenario: Callable[[], Any]
+) -> None:
+    """Handoffs write one run's items on several streams: a fork at any item, turn or the
+    head through the model writes the events' BranchStarted (or is refused the same way:
+    a subagent open at the cut), and every branch reads exactly."""
+    async with Journal.open(f"sqlite:///{tmp_path / 'j.db'}") as journal:
+        store: Any = journal.store
+        main = journal.session(SID)
+        await drive(scenario(), "Why was I charged twice?", session=main, hooks=main)
+        await drive(top_level(), "And now?", session=main, hooks=main)
+        count = len(await main.get_items())
+        cuts: list[dict[str, int]] = [{"at": n} for n in range(count + 1)]
+        cuts += [{"turn": 1}, {"turn": 2}, {}]
+        made: list[str | None] = [None]
+        for n, kw in enumerate(cuts):
+            refused: str | None = None
+            try:
+                await JournalSession(store, SID).fork(**kw, name=f"f{n}")
+            except InvalidInput as error:
+                refused = str(error)
+            if refused is not None:
+                with pytest.raises(InvalidInput) as again:
+                    await _core(store, None, use_model=False).fork(**kw, name=f"f{n}-ev", trace={})
+                assert str(again.value) == refused
+                continue
+            started = await _started(store, f"f{n}")
+            same = kw or {"revision": started.cut.value}
+            await _core(store, None, use_model=False).fork(**same, name=f"f{n}-ev", trace={})
+            assert _fields(await _started(store, f"f{n}-ev")) == _fields(started), kw
+            made.append(f"f{n}")
+        assert len(made) > 3
+        await _exact(store, made)
 
 
 # -- fallbacks --------------------------------------------------------------------------------
