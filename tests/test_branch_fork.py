@@ -273,7 +273,12 @@ async def test_the_fork_leaves_main_s_read_model_current(tmp_path: Any) -> None:
         snapshot = await store.read_model(MAIN)  # type: ignore[attr-defined]
         assert snapshot is not None
         assert set(snapshot.heads) == {MAIN}  # the branch's streams are not main's tree
-        assert await store.read_model(branch_stream(SID, "draft")) is None  # type: ignore[attr-defined]
+        # Step 7: the branch's tree starts as a copy of main's rows before the cut.
+        copied = await store.read_model(branch_stream(SID, "draft"))  # type: ignore[attr-defined]
+        assert copied is not None
+        assert set(copied.heads) == {branch_stream(SID, "draft")}
+        assert [index for index, _, _ in copied.items] == [0, 1]
+        assert set(copied.names.values()) == {MAIN, branch_stream(SID, "draft")}
         checked = await check_read_model(store, SID)
         assert checked is not None
         assert checked[1] is None

@@ -11,28 +11,36 @@ operation takes the tree's lock, reads through its
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import logging
+import operator
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from agentjournal import events
 from agentjournal._gc import no_collection
 from agentjournal.authority import Authority
 from agentjournal.engine import turns
 from agentjournal.engine.fork import (
+    HIDING,
     Branch,
+    ForkPoint,
     cut_position,
+    decode_line,
     fork_point,
+    next_index_of_rows,
     plan_fork,
     read_branches,
+    read_types,
     revision_at,
     subagent_opened,
+    turn_position,
 )
 from agentjournal.engine.plan import (
     ItemsPlan,
@@ -46,7 +54,7 @@ from agentjournal.engine.plan import (
     run_grant,
 )
 from agentjournal.engine.reader import Reader, continued_from
-from agentjournal.engine.timeline import Clear, Entry, Key, Pop
+from agentjournal.engine.timeline import Clear, Entry, Key, Pop, model_items
 from agentjournal.engine.tree import SessionTree
 from agentjournal.engine.turns import Turned, is_user
 from agentjournal.engine.writer import Writer
@@ -55,7 +63,7 @@ from agentjournal.ledger import redaction
 from agentjournal.ledger.chain import HASH_KEY
 from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.ledger.keys import SigningKey
-from agentjournal.store.base import RecordedEvent
+from agentjournal.store.base import ModelCopy, RecordedEvent, model_place
 from agentjournal.streams import (
     MAIN_BRANCH,
     authority_stream,
@@ -174,6 +182,20 @@ def _generated_names(base: str) -> Iterator[str]:
     yield base
     for number in itertools.count(2):
         yield f"{base}_{number}"
+
+
+_CutAt: TypeAlias = tuple[
+    int,
+    ForkPoint,
+    list[tuple[str, RecordedEvent | None]],
+    ModelCopy | None,
+    Mapping[str, Sequence[RecordedEvent]],
+]
+"""A fork's cut: its position, the fork point, the line's top streams, the read model's
+copy (None: the branch reads its events) and the line's events as read (none from the
+model)."""
+"""A fork's cut: its position, the line there, the line's top streams with their first
+events, and the read model copy that starts the branch's model (None: none)."""
 
 
 class HistoryChanged(Exception):
@@ -499,30 +521,16 @@ class SessionCore:
             await self.reader.refresh(0)
             if tree.heads.get(top, -1) < 0:
                 raise InvalidInput(f"{top} does not exist: there is nothing to fork")
-            # The line's events as seen, its prefix's too (each segment as of its fork).
-            read = dict(await self.reader.line_events())
-            lines = _line_tops(read, top)
-            if given and given[0][0] == "turn":
-                kind, value = given[0]
-                users = [
-                    entry
-                    for entry in await self.reader.visible()
-                    if entry.item().get("role") == "user"
-                ]
-                if value > len(users):
-                    raise InvalidInput(
-                        f"Turn {value} does not contain a user message in branch '{line}'"
-                    )
-                position = cut_position(read, top, "index", users[value - 1].index)
-            else:
-                kind, value = given[0] if given else ("revision", tree.heads[top])
-                position = cut_position(read, top, kind, value)
-                if kind == "revision" and value == tree.heads[top]:
-                    # At the head: as of the line's newest event. Open subagents write
-                    # after the top stream's last event, and a write's authority log
-                    # entries follow its tree's events: all of them are the line's now.
-                    position = await self._head_position(read, position)
-            point = fork_point(read, top, position, below=[t for t, _ in lines[1:]])
+            kind, value = given[0] if given else ("revision", tree.heads[top])
+            # From the store's read model when it can say exactly (SQLite, current, the
+            # cut in the line's own part, no subagent open and no authority log entry at
+            # or after it, nothing since the cut hiding an item before it): then the
+            # branch's model starts as a copy of the line's. Else the line's events.
+            cut_at = await self._cut_from_model(kind, value, line) or await self._cut_from_events(
+                kind, value, line
+            )
+            position, point, lines, copy, read = cut_at
+            seen = dict(tree.heads)
             # Every subagent open at the cut continues on the branch (DESIGN §17.3).
             base = tuple(_place(event) for event in (point.base, *point.chain))
             originals = [await self._opened_by(read, event.stream) for event in point.chain]
@@ -570,6 +578,9 @@ class SessionCore:
                         for event, continuation in zip(point.chain, continued, strict=True)
                     },
                 )
+                # The copy only if the line is still where the model was read (a retry
+                # after another writer moved it plans none: the branch reads its events).
+                still = copy is not None and tree.heads == seen
                 return plan_fork(
                     tree,
                     self.facts,
@@ -579,6 +590,7 @@ class SessionCore:
                     nonce=nonce,
                     trace=trace,
                     continued=continued,
+                    copy=copy if still else None,
                 )
 
             landed = await self.writer.write(build)
@@ -642,6 +654,133 @@ class SessionCore:
                 f"the subagent stream {stream}, open at the cut, cannot be read ({error}): "
                 "the fork cannot continue it"
             ) from None
+
+    async def _cut_from_events(self, kind: str, value: int, line: str) -> _CutAt:
+        """The cut, read from the line's events: each segment read once and decoded once
+        (the turn's user message and the items visible at the cut from the same fold)."""
+        top = self.facts.stream
+        read = dict(await self.reader.line_events())
+        lines = _line_tops(read, top)
+        decoded = decode_line((e for stream in read.values() for e in stream), top)
+        if kind == "turn":
+            position = turn_position(read, decoded, top, value, line)
+        else:
+            position = cut_position(read, top, kind, value)
+            if kind == "revision" and value == self.tree.heads[top]:
+                # At the head: as of the line's newest event. Open subagents write after
+                # the top stream's last event, and a write's authority log entries follow
+                # its tree's events: all of them are the line's now.
+                position = await self._head_position(read, position)
+        point = fork_point(read, top, position, below=[t for t, _ in lines[1:]], decoded=decoded)
+        return position, point, lines, None, read
+
+    async def _cut_from_model(self, kind: str, value: int, line: str) -> _CutAt | None:
+        """The cut, read from the store's read model of the line (None: it cannot say
+        exactly, then :meth:`_cut_from_events` reads it).
+
+        The model holds the items visible now, each at its event's place: the cut is
+        that event's position (a turn's user message, an item, or a revision of the top
+        stream). Its rows below the cut's next index are the items visible at the cut
+        unless an event of the line at or after the cut hides one of them, so those
+        events are read (types and indexes only, :func:`next_index_since`); the branch's
+        model then starts as a copy of those rows (:class:`ModelCopy`, in the fork's own
+        write). O(the line's events since the cut) instead of O(its history).
+        """
+        store = self._store
+        tree = self.tree
+        top = self.facts.stream
+        snapshot = await self.reader.model_at_heads()
+        if snapshot is None:
+            return None
+        rows = snapshot.items
+        if kind == "revision":
+            if value > tree.heads[top]:
+                raise InvalidInput(f"{top} has no revision {value}")
+            found = await store.read(top, from_revision=value, limit=1)
+            if not found or found[0].revision != value:
+                return None
+            position = found[0].position + 1
+        else:
+            if kind == "turn":
+                users = [
+                    row
+                    for row, item in zip(rows, model_items(rows, snapshot.plain), strict=True)
+                    if is_user(item)
+                ]
+                if value > len(users):
+                    raise InvalidInput(
+                        f"Turn {value} does not contain a user message in branch '{line}'"
+                    )
+                _, key, _ = users[value - 1]
+            else:
+                at = bisect.bisect_left(rows, value, key=operator.itemgetter(0))
+                if at == len(rows) or rows[at][0] != value:
+                    return None  # not visible now: the events find it (or say it is not)
+                _, key, _ = rows[at]
+            number, revision, _ = model_place(key)
+            found = await store.read(snapshot.names[number], from_revision=revision, limit=1)
+            if not found or found[0].revision != revision:
+                return None
+            position = found[0].position
+        base_revision = await revision_at(store, top, position)
+        if base_revision < 0:
+            return None  # the cut is in a branch's prefix: the line below holds the base
+        (base_event,) = await store.read(top, from_revision=base_revision, limit=1)
+        if base_event.metadata.get(events.OPEN_KEY):
+            return None  # a subagent open at the cut: its continuation needs the events
+        if await self._log_at_or_after(position):
+            return None  # the authority in force may include entries after the cut
+        # Nothing at or after the cut may hide an item (a pop, a clear): then every item
+        # visible at the cut is still a row, and every item written since is one too. The
+        # line's events since the cut are all on the tree's own streams (the cut is in the
+        # line's own part); a store that can looks for those types alone (SQLite).
+        before: dict[int, int] = {}
+        numbers = {name: number for number, name in snapshot.names.items()}
+        for stream, head in snapshot.heads.items():
+            last = base_revision if stream == top else await revision_at(store, stream, position)
+            if last < head and await read_types(store, stream, last, HIDING):
+                return None
+            if stream in numbers:
+                before[numbers[stream]] = last
+        for number, stream in snapshot.names.items():
+            if number not in before:  # a stream of the lines below (a branch's prefix rows)
+                before[number] = await revision_at(store, stream, position)
+        next_index = next_index_of_rows(rows, before, await self.reader.next_index())
+        if next_index is None:
+            return None
+        point = ForkPoint(
+            base=base_event,
+            open=base_event.metadata.get(events.OPEN_KEY) or None,
+            next_index=next_index,
+            prefix_items=bisect.bisect_left(rows, next_index, key=operator.itemgetter(0)),
+        )
+        heads = dict(snapshot.heads)
+        heads[top] += 1  # the marker, appended before the branch stream in the same write
+        copy = ModelCopy(top, next_index, heads)
+        return position, point, await self._line_tops_read(), copy, {}
+
+    async def _log_at_or_after(self, position: int) -> bool:
+        """Whether the line's own authority log has an entry at or after ``position``."""
+        try:
+            last = await self._store.read(self.facts.authority_stream, backwards=True, limit=1)
+        except StreamNotFound:
+            return False
+        return bool(last) and last[0].position >= position
+
+    async def _line_tops_read(self) -> list[tuple[str, RecordedEvent | None]]:
+        """The line's top streams and their first events (:func:`_line_tops`), read."""
+        tops: list[tuple[str, RecordedEvent | None]] = []
+        stream: str | None = self.facts.stream
+        while stream is not None and all(stream != seen for seen, _ in tops):
+            try:
+                found = await self._store.read(stream, from_revision=0, limit=1)
+            except StreamNotFound:
+                found = []
+            first = found[0] if found and found[0].revision == 0 else None
+            tops.append((stream, first))
+            below = continued_from(first) if first is not None else None
+            stream = below.stream if below is not None else None
+        return tops
 
     async def branches(self) -> list[Branch]:
         """Every branch of the session, in the order they were forked (deleted ones too)."""

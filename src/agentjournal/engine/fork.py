@@ -24,18 +24,21 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final, TypeAlias
 
 from agentjournal import events
 from agentjournal.engine.plan import SessionFacts, WritePlan, seal_event
 from agentjournal.engine.timeline import Entry, Timeline, TimelineEvent, fold
 from agentjournal.engine.tree import Commit, SessionTree, index_of
+from agentjournal.engine.turns import is_user
 from agentjournal.errors import CodecError, InvalidInput, StreamNotFound
 from agentjournal.ledger.chain import GENESIS
 from agentjournal.records import opened_stream
 from agentjournal.store.base import (
     AppendRequest,
     EventStore,
+    ModelChange,
+    ModelCopy,
     NewEvent,
     RecordedEvent,
     StreamState,
@@ -45,16 +48,23 @@ from agentjournal.streams import branches_stream
 
 __all__ = [
     "Branch",
+    "Decoded",
     "ForkPoint",
     "continues",
     "cut_position",
+    "decode_line",
     "fork_point",
+    "HIDING",
+    "next_index_of_rows",
     "open_at",
     "plan_fork",
     "read_branches",
+    "read_types",
     "revision_at",
     "subagent_opened",
+    "turn_position",
     "visible_at",
+    "visible_before",
 ]
 
 logger = logging.getLogger("agentjournal.engine")
@@ -86,6 +96,31 @@ async def revision_at(store: EventStore, stream: str, position: int) -> int:
         else:
             high = middle
     return low
+
+
+async def read_types(
+    store: EventStore, stream: str, after: int, types: frozenset[str]
+) -> list[RecordedEvent]:
+    """``stream``'s events after revision ``after`` whose type is one of ``types``, oldest
+    first (none: no such stream).
+
+    A store whose class defines ``read_types`` answers it (SQLite: one range scan that
+    builds no other event); any other's events after ``after`` are read and filtered.
+    """
+    if callable(getattr(type(store), "read_types", None)):
+        found: list[RecordedEvent] = await store.read_types(  # type: ignore[attr-defined]
+            stream, after, sorted(types)
+        )
+        return found
+    try:
+        read = await store.read(stream, from_revision=after + 1)
+    except StreamNotFound:
+        return []
+    return [event for event in read if event.type in types]
+
+
+HIDING: Final = frozenset({events.ITEM_POPPED, events.SESSION_CLEARED, events.BRANCH_DELETED})
+"""The event types that hide items already written (a pop, a clear, a deleted branch)."""
 
 
 def _is_item(event: RecordedEvent) -> bool:
@@ -130,13 +165,32 @@ def cut_position(
 def visible_at(events_: Iterable[RecordedEvent], top: str, position: int) -> list[Entry]:
     """The items a session tree showed just before global position ``position`` (pure),
     oldest first: every event before it folded as ``get_items`` folds them."""
+    return visible_before(decode_line(events_, top, position), position)
+
+
+Decoded: TypeAlias = list[tuple[int, TimelineEvent]]
+"""What a line's events add to its history, each with its event's global position."""
+
+
+def decode_line(events_: Iterable[RecordedEvent], top: str, position: int | None = None) -> Decoded:
+    """Decode a line's events once (those before ``position``; None: all) into what
+    they add to its history, for :func:`visible_before` at any cut (pure)."""
     reader = SessionTree(top)
-    new: list[TimelineEvent] = []
+    decoded: Decoded = []
     for event in events_:
-        if event.position < position and event.type != events.SUBAGENT_COMPLETED:
-            new.extend(reader.apply_recorded(event))
+        if (position is None or event.position < position) and (
+            event.type != events.SUBAGENT_COMPLETED
+        ):
+            at = event.position
+            decoded.extend((at, change) for change in reader.apply_recorded(event))
+    return decoded
+
+
+def visible_before(decoded: Decoded, position: int | None) -> list[Entry]:
+    """The items visible just before global position ``position`` (None: after
+    everything), oldest first, from a line decoded by :func:`decode_line` (pure)."""
     timeline = Timeline()
-    fold(timeline, new)
+    fold(timeline, [c for at, c in decoded if position is None or at < position])
     return timeline.latest(None)
 
 
@@ -182,6 +236,45 @@ def continues(event: RecordedEvent) -> events.StreamPlace | None:
         return None
 
 
+def turn_position(
+    tree: Mapping[str, Sequence[RecordedEvent]], decoded: Decoded, top: str, turn: int, line: str
+) -> int:
+    """The cut before turn ``turn``: the position of the ``turn``-th user message visible
+    now, from the line's events decoded once (pure; no second read of the line).
+
+    Raises:
+        InvalidInput: Fewer user messages are visible (the SDK's text).
+    """
+    users = [entry for entry in visible_before(decoded, None) if is_user(entry.item())]
+    if turn > len(users):
+        raise InvalidInput(f"Turn {turn} does not contain a user message in branch '{line}'")
+    return cut_position(tree, top, "index", users[turn - 1].index)
+
+
+def next_index_of_rows(
+    rows: Sequence[tuple[int, int, str]], before: Mapping[int, int], now: int
+) -> int | None:
+    """The next free index at a cut, from a read model's rows (pure), when nothing since
+    the cut hid an item (the caller checked): every item written since is then a row.
+
+    ``before`` maps each row's stream number to its last revision before the cut, so a
+    row is written since the cut when its revision is above that. Indexes are given out
+    in write order, gapless per line: the items since the cut must be exactly the
+    indexes from the first of them to ``now`` (the line's next index), and the cut's next
+    index is that first one (``now`` when there is none). None when they are not (an
+    index cut that one write's streams straddle): the events then say.
+    """
+    since = [
+        index for index, key, _ in rows if (key >> 8) & 0xFFFF_FFFF > before.get(key >> 40, -1)
+    ]
+    if not since:
+        return now
+    first = since[0]
+    if since[-1] != now - 1 or len(since) != now - first:
+        return None
+    return first
+
+
 @dataclass(frozen=True, slots=True)
 class ForkPoint:
     """The parent line as of a cut (:func:`fork_point`).
@@ -209,6 +302,7 @@ def fork_point(
     position: int,
     *,
     below: Sequence[str] = (),
+    decoded: Decoded | None = None,
 ) -> ForkPoint:
     """The parent line as of global position ``position`` (pure).
 
@@ -219,6 +313,7 @@ def fork_point(
         below: The top streams of the lines below it, nearest first: when nothing of
             ``top`` precedes the cut (a cut in a branch's prefix), the base is the
             nearest of them that has an event before it.
+        decoded: The same events already decoded (:func:`decode_line`), if they were.
 
     Raises:
         InvalidInput: Nothing of ``top`` (or of those below) precedes the cut (a branch
@@ -241,7 +336,11 @@ def fork_point(
         base=base,
         open=base.metadata.get(events.OPEN_KEY) or None,
         next_index=max((index + 1 for index in found if index is not None), default=0),
-        prefix_items=len(visible_at(before, top, position)),
+        prefix_items=len(
+            visible_at(before, top, position)
+            if decoded is None
+            else visible_before(decoded, position)
+        ),
         chain=open_at(tree, base, position),
     )
 
@@ -290,6 +389,7 @@ def plan_fork(
     nonce: str,
     trace: Mapping[str, str],
     continued: Sequence[events.SubagentContinued] = (),
+    copy: ModelCopy | None = None,
 ) -> WritePlan:
     """The fork's one atomic write (pure): ``BranchForked`` at the parent line's head,
     ``BranchStarted`` creating the branch stream, a ``SubagentContinued`` creating each
@@ -309,6 +409,10 @@ def plan_fork(
             stream's first event (``NO_STREAM``), carries ``aj.open`` of the next one as
             ``BranchStarted`` carries the first's: the branch's open chain, found by a
             reader exactly as on any line.
+        copy: The branch's read model, as a copy of the parent line's (DESIGN §17.2 #3):
+            the branch stream's request carries it (a store that keeps a model starts the
+            branch's tree with it); None: no change, so the branch's tree is never
+            current and its full reads take the events.
     """
     top = facts.stream
     head = tree.heads.get(top, -1)
@@ -388,6 +492,7 @@ def plan_fork(
             started.branch_stream,
             [NewEvent(events.BRANCH_STARTED, first_data, first, started_id)],
             StreamState.NO_STREAM,
+            None if copy is None else ModelChange(started.branch_stream, [copy]),
         ),
         AppendRequest(
             registry_stream,

@@ -325,6 +325,25 @@ class Reader:
         await self.next_index()
         return True
 
+    async def model_at_heads(self) -> ModelSnapshot | None:
+        """The store's read model of the tree, if it has a current one at exactly the heads
+        the tree has seen (every followed stream) that names every item's stream; else None
+        (then only the events say what is visible). The tree is not changed.
+
+        A fork reads its cut from it (DESIGN §17.6, step 7).
+        """
+        if self._read_model is None or not self._tree.loaded:
+            return None
+        snapshot = await self._read_model(self.stream)
+        if snapshot is None:
+            return None
+        heads = self._tree.heads
+        if any(snapshot.heads.get(stream, -1) != heads.get(stream, -1) for stream in heads):
+            return None
+        if not snapshot.names.keys() >= {key >> 40 for _, key, _ in snapshot.items}:
+            return None
+        return snapshot
+
     async def _everything(self, pages: dict[str, list[RecordedEvent]]) -> None:
         """Read the whole tree (:func:`walk_tree`, nothing past the heads already seen) and
         fold every item by index. A tail already read back to revision 0 is not read again.

@@ -34,6 +34,7 @@ __all__ = [
     "TimelineEvent",
     "fold",
     "items_of",
+    "model_items",
     "parse_item",
     "plain_text",
 ]
@@ -61,6 +62,12 @@ def items_of(entries: list[Entry]) -> list[dict[str, Any]]:
 ModelRow: TypeAlias = tuple[int, int, str]
 """A read model's item as a store gives it: ``(index, key, text)``, the key its stream
 number, revision and part packed (:func:`agentjournal.store.base.model_key`)."""
+
+
+def model_items(rows: Sequence[ModelRow], plain: bool) -> list[dict[str, Any]]:
+    """Fresh SDK items of a read model's rows (``plain``: the snapshot's mark), as a full
+    read of them gives (a fork looks for a turn's user message among them)."""
+    return _rows_items(rows, plain)
 
 
 def _rows_items(rows: Sequence[ModelRow], plain: bool) -> list[dict[str, Any]]:

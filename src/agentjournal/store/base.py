@@ -45,6 +45,8 @@ it (``read_model``, see :class:`ModelSnapshot`):
   from :data:`MODEL_PARTS`, or of a revision below 0 or from :data:`MODEL_REVISIONS`,
   makes its tree not current, and ``read_model`` answers None for a tree with a head
   revision from :data:`MODEL_REVISIONS`.
+* A tree started by a :class:`ModelCopy` holds rows whose places are on another tree's
+  streams; its snapshot's ``names`` name those streams too (its ``heads`` only its own).
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ __all__ = [
     "ModelAdd",
     "ModelChange",
     "ModelClear",
+    "ModelCopy",
     "ModelOp",
     "ModelRemove",
     "ModelSnapshot",
@@ -345,7 +348,32 @@ class ModelClear:
     through_index: int
 
 
-ModelOp: TypeAlias = ModelAdd | ModelRemove | ModelClear
+@dataclass(frozen=True, slots=True)
+class ModelCopy:
+    """A read model change that starts a new tree as another tree's prefix (a branch,
+    DESIGN §17.2 #3): the ``source`` tree's visible items below index ``below`` become
+    this tree's, each at the same place (the source's stream, revision and part) with the
+    same text, and the source's clear floor and plain mark with them.
+
+    Only as the first op of the request that creates the tree's root stream. The copy is
+    applied only if, at that moment (after the requests before it in the same write),
+    every stream of the source tree is current and exactly at ``heads``, one entry per
+    stream; otherwise (or anywhere else) the new tree is not current, and its reads take
+    the events. A writer sends it only when it knows the source's rows below ``below``
+    are exactly the items visible at the new tree's start.
+
+    Attributes:
+        source: The source tree's root stream.
+        below: Rows with an index below this are copied.
+        heads: Every stream of the source tree -> the revision it must be at.
+    """
+
+    source: str
+    below: int
+    heads: Mapping[str, int]
+
+
+ModelOp: TypeAlias = ModelAdd | ModelRemove | ModelClear | ModelCopy
 """One change to a tree's visible items."""
 
 

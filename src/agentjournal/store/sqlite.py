@@ -72,6 +72,7 @@ from agentjournal.store.base import (
     Expected,
     ModelAdd,
     ModelClear,
+    ModelCopy,
     ModelSnapshot,
     NewEvent,
     RecordedEvent,
@@ -708,6 +709,28 @@ class SQLiteEventStore:
         )
         return -1 if row is None else int(row[0])
 
+    async def read_types(
+        self, stream: str, after: int, types: Sequence[str]
+    ) -> list[RecordedEvent]:
+        """``stream``'s events after revision ``after`` whose type is one of ``types``,
+        oldest first (none: no such stream): one range scan of the stream's index that
+        builds no other event.
+
+        The optional store method a fork asks whether anything since its cut hides an item
+        (:func:`agentjournal.engine.fork.read_types`, DESIGN §17.6 step 7).
+        """
+        validate_stream_name(stream)
+        kinds = sorted(set(types))
+        if not kinds:
+            return []
+        marks = ", ".join("?" * len(kinds))
+        sql = (
+            f"SELECT {_EVENT_COLUMNS} FROM events e JOIN streams s ON e.stream_id = s.id "
+            f"WHERE s.name = ? AND e.revision > ? AND e.type IN ({marks}) ORDER BY e.revision"
+        )
+        rows = await self._submit(_fetch_events, self._db, stream, sql, (stream, after, *kinds))
+        return [_recorded(stream, *row) for row in rows]
+
     async def read(
         self,
         stream: str,
@@ -822,6 +845,7 @@ class SQLiteEventStore:
                             (root,),
                         )
                     ]
+            _foreign_names(db, names, items)
         finally:
             db.execute("COMMIT")
         floor, mixed = (-1, 0) if found is None else found
@@ -1043,6 +1067,7 @@ def _apply_model(
     change = request.model
     if change is None:
         return  # modelled stays where it was: behind the head now
+    created = current < 0 and request.stream == change.tree  # a new tree's root
     if current < 0:  # a new stream joins its tree (set once: ``tree`` is indexed)
         db.execute(
             "UPDATE streams SET tree = ?, modelled = ? WHERE id = ?", (change.tree, head, stream_id)
@@ -1088,7 +1113,12 @@ def _apply_model(
         adds.clear()
         return inserted == count
 
-    for op in change.ops:
+    for n, op in enumerate(change.ops):
+        if isinstance(op, ModelCopy):
+            copied = _copy_model(db, op, root) if created and n == 0 else None
+            current = current and copied is not None
+            floor = max(floor, -1 if copied is None else copied)
+            continue
         if isinstance(op, ModelAdd):
             if not op.plain:
                 db.execute(
@@ -1127,6 +1157,47 @@ def _apply_model(
             )
     if not add_all() or not current:
         db.execute("UPDATE streams SET modelled = NULL WHERE tree = ?", (change.tree,))
+
+
+def _copy_model(db: sqlite3.Connection, op: ModelCopy, root: int) -> int | None:
+    """Start the new tree ``root`` as the source tree's rows below ``op.below`` (one
+    ``INSERT ... SELECT``, same places and text) with the source's floor and plain mark;
+    its floor, or None (nothing copied) unless every stream of the source tree is current
+    and exactly at ``op.heads`` (store.base.ModelCopy)."""
+    streams = db.execute(
+        "SELECT id, name, head, modelled FROM streams WHERE tree = ?", (op.source,)
+    ).fetchall()
+    source = next((row[0] for row in streams if row[1] == op.source), None)
+    if (
+        source is None
+        or source == root
+        or {row[1]: row[2] for row in streams} != dict(op.heads)
+        or any(row[2] != row[3] or row[2] >= MODEL_REVISIONS for row in streams)
+    ):
+        return None
+    db.execute(
+        "INSERT INTO items(tree, idx, stream_id, revision, part, item) "
+        "SELECT ?, idx, stream_id, revision, part, item FROM items WHERE tree = ? AND idx < ?",
+        (root, source, op.below),
+    )
+    db.execute(
+        "INSERT INTO trees(tree, floor, mixed) SELECT ?, floor, mixed FROM trees WHERE tree = ?",
+        (root, source),
+    )
+    row = db.execute("SELECT floor FROM trees WHERE tree = ?", (root,)).fetchone()
+    return -1 if row is None else int(row[0])
+
+
+def _foreign_names(
+    db: sqlite3.Connection, names: dict[int, str], items: Sequence[tuple[int, int, str]]
+) -> None:
+    """Add to ``names`` the streams of other trees that ``items`` are on (rows a
+    :class:`~agentjournal.store.base.ModelCopy` copied: a branch's prefix)."""
+    missing = {key >> 40 for _, key, _ in items}.difference(names)
+    for number in missing:
+        row = db.execute("SELECT name FROM streams WHERE id = ?", (number,)).fetchone()
+        if row is not None:  # else the reader finds the key unnamed and reads the events
+            names[number] = row[0]
 
 
 def _stream_id(db: sqlite3.Connection, name: str) -> int | None:
