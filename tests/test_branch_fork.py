@@ -275,7 +275,8 @@ async def test_the_fork_leaves_main_s_read_model_current(tmp_path: Any) -> None:
         assert set(snapshot.heads) == {MAIN}  # the branch's streams are not main's tree
         assert await store.read_model(branch_stream(SID, "draft")) is None  # type: ignore[attr-defined]
         checked = await check_read_model(store, SID)
-        assert checked is not None and checked[1] is None
+        assert checked is not None
+        assert checked[1] is None
         assert len(await JournalSession(store, SID).get_items()) == 5  # cold: the model
 
 

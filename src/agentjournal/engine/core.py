@@ -728,7 +728,7 @@ class SessionCore:
     ) -> events.TurnUsage | None:
         """Book a run's usage on the line's current turn (``agentjournal.TurnUsage`` on the
         top stream) with the turn's first item as its anchor; None (nothing written) when
-        the line has no user turn or has ended.
+        the line has no visible item or has ended.
 
         ``counts``: ``requests``, ``input_tokens``, ``output_tokens``, ``total_tokens``,
         ``input_tokens_details``, ``output_tokens_details`` (the SDK's JSON text or None).
@@ -746,9 +746,11 @@ class SessionCore:
             visible = await self.reader.visible()
             joined = self._joined(visible, await self.reader.line_events())
             numbered = turns.number(turned for _, turned in joined)
-            current = numbered[-1][0] if numbered else 0
-            if current < 1:
-                return None
+            if not numbered:
+                return None  # no item, no turn (the SDK skips it too)
+            # The newest item's turn; 0 when no user message is visible yet (booked on
+            # turn 0 like the SDK, whose rows before the first user message are turn 0).
+            current = numbered[-1][0]
             first = next(
                 entry
                 for (entry, _), (turn, _) in zip(joined, numbered, strict=True)
