@@ -84,9 +84,7 @@ async def test_a_branch_reads_its_prefix_then_its_own_items(journal: Journal) ->
     await _agrees(journal.store, draft, [*history[:2], _user("b1"), _assistant("b2")])
 
 
-async def test_pops_and_clears_on_a_branch_hide_its_prefix_on_the_branch_only(
-    journal: Journal,
-) -> None:
+async def test_pops_on_a_branch_hide_its_prefix_on_the_branch_only(journal: Journal) -> None:
     main = journal.session(SID)
     history = [_user("u1"), _assistant("a1"), _user("u2")]
     await main.add_items(history)
@@ -98,11 +96,28 @@ async def test_pops_and_clears_on_a_branch_hide_its_prefix_on_the_branch_only(
     await _agrees(journal.store, draft, history[:2])
     await _agrees(journal.store, main, history)
     await draft.add_items([_user("b1")])
-    await draft.clear_session()
-    await _agrees(journal.store, draft, [])
-    await draft.add_items([_user("b2")])
-    await _agrees(journal.store, draft, [_user("b2")])
+    await draft.pop_item()
+    await draft.pop_item()
+    await _agrees(journal.store, draft, history[:1])
     await _agrees(journal.store, main, history)
+
+
+async def test_a_clear_from_a_branch_clears_every_line_and_moves_to_main(
+    journal: Journal,
+) -> None:
+    """``clear_session`` is the SDK's (step 5): every line, the object moves to main."""
+    main = journal.session(SID)
+    history = [_user("u1"), _assistant("a1"), _user("u2")]
+    await main.add_items(history)
+    await main.fork(name="draft")
+    draft = journal.session(SID, branch="draft")
+    await draft.add_items([_user("b1")])
+    await draft.clear_session()
+    assert draft.branch == "main"
+    await _agrees(journal.store, main, [])
+    assert await main.get_items(branch_id="draft") == []
+    await draft.add_items([_user("b2")])  # on main now
+    await _agrees(journal.store, main, [_user("b2")])
 
 
 async def test_a_prefix_with_pops_and_clears_is_as_of_the_fork(journal: Journal) -> None:
@@ -219,6 +234,7 @@ async def _oracle(ops: list[tuple[str, int, int]]) -> None:
         next_index = {"main": 0}
         forked_at: dict[str, int] = {}
         sessions = {"main": journal.session(SID)}
+        ended: set[str] = set()
         made = 0
         for step, (op, which, count) in enumerate(ops):
             names = sorted(lines)
@@ -238,10 +254,14 @@ async def _oracle(ops: list[tuple[str, int, int]]) -> None:
                 popped = await session.pop_item()
                 assert popped == (lines[name].pop() if lines[name] else None)
             elif op == "clear":
-                if name == "main" and not before["main"]:
+                if not before["main"]:
                     continue  # no session yet: nothing is written
+                # The SDK's clear (step 5): every line; the branches end, their objects
+                # move to main, their names stay used.
                 await session.clear_session()
-                lines[name] = []
+                ended.update(n for n in lines if n != "main")
+                lines = {"main": []}
+                sessions = {"main": sessions["main"]}
             elif op == "fork":
                 source = names[count % len(names)]
                 if source == "main" and not before["main"]:
@@ -264,8 +284,11 @@ async def _oracle(ops: list[tuple[str, int, int]]) -> None:
                 forked_at[branch] = next_index[branch]
         for name, expected in lines.items():
             await _agrees(journal.store, sessions[name], expected)
+        for name in ended:
+            assert await sessions["main"].get_items(branch_id=name) == []
         for made_branch in await sessions["main"].branches():
             assert made_branch.next_index == forked_at[made_branch.name]
+            assert (made_branch.deleted == "cleared") == (made_branch.name in ended)
 
 
 async def test_forks_of_forks_read_every_segment(journal: Journal) -> None:

@@ -270,7 +270,9 @@ def test_malformed_branch_events_are_refused(
 def test_turn_usage_needs_a_turn_and_a_whole_anchor() -> None:
     body = json.loads(_all()[-1].encode())  # type: ignore[attr-defined]
     with pytest.raises(CodecError, match="turn"):
-        TurnUsage.decode(json.dumps(body | {"turn": 0}).encode())
+        TurnUsage.decode(json.dumps(body | {"turn": -1}).encode())
+    # Turn 0 holds the items before the first user message: the SDK books usage there.
+    assert TurnUsage.decode(json.dumps(body | {"turn": 0}).encode()).turn == 0
     with pytest.raises(CodecError, match="part"):
         TurnUsage.decode(json.dumps(body | {"anchor": {"stream": "s", "revision": 1}}).encode())
     with pytest.raises(CodecError, match="input_tokens_details"):

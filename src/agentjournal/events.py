@@ -1045,7 +1045,8 @@ class TurnUsage:
 
     Attributes:
         branch: The line's name.
-        turn: The turn it is booked on.
+        turn: The turn it is booked on (0: items before the line's first user message,
+            as the SDK books them).
         anchor: The turn's first item when it was booked (the booking counts only while
             that item is still visible on the line).
         requests: Model requests.
@@ -1096,7 +1097,7 @@ class TurnUsage:
         anchor = _mapping(body, "anchor", type_)
         return cls(
             branch=_str(body, "branch", type_),
-            turn=_int(body, "turn", type_, least=1),
+            turn=_int(body, "turn", type_, least=0),
             anchor=ItemPlace(
                 _str(anchor, "stream", type_),
                 _int(anchor, "revision", type_),

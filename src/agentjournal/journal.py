@@ -165,14 +165,7 @@ class Journal:
         """
         key = validate_id(session_id, "session id")
         line = None if branch in (None, MAIN_BRANCH) else branch
-        stream = session_stream(key) if line is None else branch_stream(key, line)
-        # One tree per line, the most recently used kept: the main line's under the session
-        # id, a branch's under its stream (which holds "@", so never a session id).
-        cached = key if line is None else stream
-        tree = self._trees.pop(cached, None) or SessionTree(stream, cache_bytes=self._cache_bytes)
-        self._trees[cached] = tree
-        while len(self._trees) > self._cached_sessions:
-            self._trees.popitem(last=False)
+        tree = self._tree(key, line)
         return JournalSession(
             self.store,
             key,
@@ -186,7 +179,21 @@ class Journal:
             signing_key=self.signing_key,
             record_payloads=record_payloads,
             branch=line,
+            trees=lambda other: self._tree(key, other),
         )
+
+    def _tree(self, key: str, line: str | None) -> SessionTree:
+        """The shared tree of one line of session ``key`` (None: main), most recently used
+        kept: the main line's under the session id, a branch's under its stream (which
+        holds "@", so never a session id). A session object that switches branches asks
+        here too, so every object on one line shares what was read of it."""
+        stream = session_stream(key) if line is None else branch_stream(key, line)
+        cached = key if line is None else stream
+        tree = self._trees.pop(cached, None) or SessionTree(stream, cache_bytes=self._cache_bytes)
+        self._trees[cached] = tree
+        while len(self._trees) > self._cached_sessions:
+            self._trees.popitem(last=False)
+        return tree
 
     def _guardrail_client(self, guardrails: str | GuardrailClient | None) -> GuardrailClient | None:
         if isinstance(guardrails, GuardrailClient):

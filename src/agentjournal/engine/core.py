@@ -31,11 +31,13 @@ from agentjournal.engine.fork import (
     HIDING,
     Branch,
     ForkPoint,
+    LineHead,
     cut_position,
     decode_line,
     fork_point,
     next_index_of_rows,
     plan_fork,
+    plan_line_ends,
     read_branches,
     read_types,
     revision_at,
@@ -55,15 +57,21 @@ from agentjournal.engine.plan import (
 )
 from agentjournal.engine.reader import Reader, continued_from
 from agentjournal.engine.timeline import Clear, Entry, Key, Pop, model_items
-from agentjournal.engine.tree import SessionTree
+from agentjournal.engine.tree import Commit, SessionTree, next_index_after
 from agentjournal.engine.turns import Turned, is_user
 from agentjournal.engine.writer import Writer
-from agentjournal.errors import CodecError, ConcurrencyError, InvalidInput, StreamNotFound
+from agentjournal.errors import (
+    BranchDeleted,
+    CodecError,
+    ConcurrencyError,
+    InvalidInput,
+    StreamNotFound,
+)
 from agentjournal.ledger import redaction
 from agentjournal.ledger.chain import HASH_KEY
 from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.ledger.keys import SigningKey
-from agentjournal.store.base import ModelCopy, RecordedEvent, model_place
+from agentjournal.store.base import ModelCopy, RecordedEvent, event_id, model_place
 from agentjournal.streams import (
     MAIN_BRANCH,
     authority_stream,
@@ -170,6 +178,31 @@ def _continuations(
         )
         parent = stream
     return continued
+
+
+async def _line_head(store: Any, line: Branch) -> LineHead | None:
+    """A live branch line's head as a clear must name it (None: it has ended already)."""
+    try:
+        tail = await store.read(line.stream, backwards=True, limit=1)
+    except StreamNotFound:
+        return None
+    if not tail or tail[0].type == events.BRANCH_DELETED:
+        return None
+    last = tail[0]
+    found = next_index_after(last)
+    revision = last.revision
+    while found is None and revision > 0:  # a foreign event on top: scan back for one
+        page = await store.read(line.stream, from_revision=revision - 1, backwards=True, limit=64)
+        found = next((n for n in map(next_index_after, page) if n is not None), None)
+        revision = page[-1].revision if page else 0
+    return LineHead(
+        line.name,
+        line.stream,
+        line.parent,
+        last.revision,
+        last.metadata.get(HASH_KEY, ""),
+        found if found is not None else line.next_index,
+    )
 
 
 def _unix_seconds() -> int:
@@ -287,6 +320,7 @@ class SessionCore:
         """The newest ``limit`` visible items (every one for None), oldest first, fresh."""
         async with self.tree.lock:
             await self.reader.refresh(limit)
+            self._check_live()
             timeline = self.tree.timeline
             if (len(timeline) if limit is None else limit) <= _SMALL_ANSWER:
                 items = timeline.items(limit)
@@ -363,6 +397,7 @@ class SessionCore:
         nonce = _NONCES.next()
 
         async def build() -> ItemsPlan | None:
+            self._check_live()
             hides = await hiding() if hiding is not None else ()
             first = await self.reader.next_index()
             log = await self.reader.authority_log() if run.grants else None
@@ -420,6 +455,7 @@ class SessionCore:
 
         async def build() -> WritePlan | None:
             await self.reader.refresh(1)
+            self._check_live()
             latest = tree.timeline.latest(1)
             if not latest:
                 return None
@@ -440,6 +476,7 @@ class SessionCore:
 
         async def build() -> WritePlan | None:
             await self.reader.refresh(0)
+            self._check_live()
             if tree.heads.get(tree.stream, -1) < 0:
                 return None
             through = await self.reader.next_index() - 1
@@ -450,7 +487,12 @@ class SessionCore:
             await self.writer.write(build)
 
     async def _control(
-        self, type_: str, data: bytes, trace: Mapping[str, str], entries: list[Any]
+        self,
+        type_: str,
+        data: bytes,
+        trace: Mapping[str, str],
+        entries: list[Any],
+        id_: Any = None,
     ) -> WritePlan:
         """A pop or a clear: one event on the innermost stream."""
         tree = self.tree
@@ -464,6 +506,7 @@ class SessionCore:
             next_index=await self.reader.next_index(),
             metadata=trace,
             entries=entries,
+            id_=id_,
         )
 
     # -- branches -----------------------------------------------------------------------
@@ -476,6 +519,8 @@ class SessionCore:
         revision: int | None = None,
         name: str | None = None,
         trace: Mapping[str, str],
+        generated: str | None = None,
+        used: Callable[[str], str] | None = None,
     ) -> Branch:
         """Fork this line: a new branch that continues it as of a cut (DESIGN §17).
 
@@ -494,6 +539,9 @@ class SessionCore:
             name: The branch's name (any non-blank text up to 1,000 characters but
                 ``"main"``); default ``fork_{value}_{unix seconds}``, then ``_2``, ``_3``...
             trace: The caller's trace ids.
+            generated: The stem of a generated name instead of ``fork_{value}_{unix
+                seconds}`` (``AdvancedSQLiteSession``'s ``branch_from_turn_{N}_{secs}``).
+            used: The message for a name already used (default ours).
 
         Raises:
             InvalidInput: More than one cut; no such item, turn or revision; the session
@@ -519,7 +567,12 @@ class SessionCore:
         nonce = _NONCES.next()
         async with tree.lock:
             await self.reader.refresh(0)
+            self._check_live()
             if tree.heads.get(top, -1) < 0:
+                if given and given[0][0] == "turn":  # the SDK's answer on an empty session
+                    raise InvalidInput(
+                        f"Turn {given[0][1]} does not contain a user message in branch '{line}'"
+                    )
                 raise InvalidInput(f"{top} does not exist: there is nothing to fork")
             kind, value = given[0] if given else ("revision", tree.heads[top])
             # From the store's read model when it can say exactly (SQLite, current, the
@@ -546,7 +599,7 @@ class SessionCore:
             candidates = (
                 iter([name])
                 if name is not None
-                else _generated_names(f"fork_{value}_{_unix_seconds()}")
+                else _generated_names(generated or f"fork_{value}_{_unix_seconds()}")
             )
             chosen: list[str] = [next(candidates)]
 
@@ -557,7 +610,9 @@ class SessionCore:
                         break
                     if name is not None:
                         raise InvalidInput(
-                            f"branch {name!r} has already been used in session "
+                            used(name)
+                            if used is not None
+                            else f"branch {name!r} has already been used in session "
                             f"{self.facts.session_id}: choose a new name"
                         )
                     chosen[0] = next(candidates)
@@ -786,6 +841,230 @@ class SessionCore:
         """Every branch of the session, in the order they were forked (deleted ones too)."""
         return await read_branches(self._store, self.facts.session_id)
 
+    # -- branches: the end of a line, clearing every line, usage (DESIGN §17, steps 5-6) --
+
+    def _check_live(self) -> None:
+        """Refuse to act on a line that was deleted or cleared (under the tree's lock).
+
+        Raises:
+            BranchDeleted: ``agentjournal.BranchDeleted`` is on the line's top stream.
+        """
+        if self.tree.deleted is not None:
+            raise BranchDeleted(
+                self.facts.session_id, self.facts.branch or MAIN_BRANCH, self.tree.deleted
+            )
+
+    async def ended(self) -> str | None:
+        """Catch the line up; ``"deleted"`` or ``"cleared"`` once it ended, else None.
+
+        Raises:
+            InvalidInput: The branch was never forked.
+        """
+        async with self.tree.lock:
+            await self.reader.refresh(0)
+            return self.tree.deleted
+
+    async def delete_line(self, parent: str, trace: Mapping[str, str]) -> None:
+        """End this branch line: ``agentjournal.BranchDeleted`` (reason ``deleted``) at its
+        top stream's head and ``agentjournal.BranchRemoved`` on the registry, one atomic
+        write. It folds as a clear of every item; nothing is written to the line again.
+
+        Raises:
+            BranchDeleted: It was deleted or cleared already.
+            StoreError: It did not land.
+        """
+        facts = self.facts
+        assert facts.branch is not None, "the main line is never deleted"
+        tree = self.tree
+        nonce = _NONCES.next()
+
+        async def build() -> WritePlan:
+            await self.reader.refresh(0)
+            self._check_live()
+            head = LineHead(
+                facts.branch or MAIN_BRANCH,
+                tree.stream,
+                parent,
+                tree.heads[tree.stream],
+                tree.hashes.get(tree.stream, ""),
+                await self.reader.next_index(),
+            )
+            requests, hashes = plan_line_ends(
+                facts.session_id,
+                [head],
+                reason="deleted",
+                registry=await self._registry_head(),
+                nonce=nonce,
+                trace=trace,
+            )
+            commit = Commit(
+                heads={tree.stream: head.revision + 1},
+                hashes={tree.stream: hashes[tree.stream]},
+                entries=[Clear(head.next_index - 1)],
+                written=1,
+            )
+            return WritePlan(
+                requests,
+                commit,
+                foreign=frozenset(r.stream for r in requests if r.stream != tree.stream),
+            )
+
+        async with tree.lock:
+            if not tree.loaded:
+                await self.reader.load(0)
+            await self.writer.write(build)
+            tree.ended("deleted")
+
+    async def clear_lines(self, lines: Sequence[Branch], trace: Mapping[str, str]) -> None:
+        """Clear the session on every line, in one atomic write: ``SessionCleared`` on this
+        (the main) line as :meth:`clear` writes it, ``agentjournal.BranchDeleted`` (reason
+        ``cleared``) on each of ``lines`` still live at its exact head, and their
+        ``agentjournal.BranchRemoved`` registry entries. A racing write on any of those
+        streams conflicts and the whole clear is planned again.
+        """
+        tree = self.tree
+        session_id = self.facts.session_id
+        # Drawn only when a branch ends: a session without branches uses up no nonce, so its
+        # later writes' ids stay what they were before branches (tests/data/write_bytes.json).
+        nonce = _NONCES.next() if lines else ""
+
+        async def build() -> WritePlan | None:
+            await self.reader.refresh(0)
+            heads = [
+                head
+                for head in [await _line_head(self._store, line) for line in lines]
+                if head is not None
+            ]
+            if tree.heads.get(tree.stream, -1) < 0:
+                return None  # no session yet: no branch either
+            through = await self.reader.next_index() - 1
+            cleared = events.SessionCleared(through).encode()
+            # The main line's clear is planned as a clear alone is (a random id, as before
+            # branches: a session without branches writes the same bytes as it did).
+            own = await self._control(events.SESSION_CLEARED, cleared, trace, [Clear(through)])
+            ends, _ = plan_line_ends(
+                session_id,
+                heads,
+                reason="cleared",
+                registry=await self._registry_head(),
+                nonce=nonce,
+                trace=trace,
+            )
+            return WritePlan(
+                [*own.requests, *ends],
+                own.commit,
+                foreign=frozenset(request.stream for request in ends),
+            )
+
+        async with tree.lock:
+            await self.writer.write(build)
+
+    async def book_usage(
+        self, counts: Mapping[str, Any], trace: Mapping[str, str]
+    ) -> events.TurnUsage | None:
+        """Book a run's usage on the line's current turn (``agentjournal.TurnUsage`` on the
+        top stream) with the turn's first item as its anchor; None (nothing written) when
+        the line has no visible item or has ended.
+
+        ``counts``: ``requests``, ``input_tokens``, ``output_tokens``, ``total_tokens``,
+        ``input_tokens_details``, ``output_tokens_details`` (the SDK's JSON text or None).
+        The id derives from a nonce of this call: a retry after an unknown outcome is
+        recognised, not booked twice.
+        """
+        tree = self.tree
+        nonce = _NONCES.next()
+        booked: list[events.TurnUsage] = []
+
+        async def build() -> WritePlan | None:
+            await self.reader.refresh(0)
+            if tree.deleted is not None:
+                return None
+            visible = await self.reader.visible()
+            joined = self._joined(visible, await self.reader.line_events())
+            numbered = turns.number(turned for _, turned in joined)
+            if not numbered:
+                return None  # no item, no turn (the SDK skips it too)
+            # The newest item's turn; 0 when no user message is visible yet (booked on
+            # turn 0 like the SDK, whose rows before the first user message are turn 0).
+            current = numbered[-1][0]
+            first = next(
+                entry
+                for (entry, _), (turn, _) in zip(joined, numbered, strict=True)
+                if turn == current
+            )
+            usage = events.TurnUsage(
+                branch=self.facts.branch or MAIN_BRANCH,
+                turn=current,
+                anchor=events.ItemPlace(first.stream, first.revision, first.part),
+                requests=int(counts["requests"]),
+                input_tokens=int(counts["input_tokens"]),
+                output_tokens=int(counts["output_tokens"]),
+                total_tokens=int(counts["total_tokens"]),
+                input_tokens_details=counts["input_tokens_details"],
+                output_tokens_details=counts["output_tokens_details"],
+            )
+            booked[:] = [usage]
+            return plan_control(
+                tree,
+                self.facts,
+                tree.stream,
+                events.TURN_USAGE,
+                usage.encode(),
+                next_index=await self.reader.next_index(),
+                metadata={
+                    k: v for k, v in trace.items() if k in (events.TRACE_ID_KEY, events.SPAN_ID_KEY)
+                },
+                id_=event_id(tree.stream, nonce, "usage", 0),
+            )
+
+        async with tree.lock:
+            landed = await self.writer.write(build)
+        return booked[0] if landed is not None and booked else None
+
+    async def turn_usage(self) -> dict[int, events.TurnUsage]:
+        """The usage booked on each turn of this line: its own ``TurnUsage`` events (not its
+        prefix's: a branch starts with none), the newest per turn, each counted only while
+        its anchor is still visible (a pop of the turn, a clear or a delete un-books it)."""
+        async with self.tree.lock:
+            await self.reader.refresh(0)
+            self._check_live()
+            visible = {entry.key for entry in await self.reader.visible()}
+            read = await self.reader.line_events()
+        booked: dict[int, events.TurnUsage] = {}
+        for stream, recorded in read:
+            if stream != self.tree.stream:
+                continue
+            for event in sorted(recorded, key=lambda event: event.revision):
+                if event.type != events.TURN_USAGE:
+                    continue
+                try:
+                    usage = events.TurnUsage.decode(event.data)
+                except CodecError as error:
+                    logger.warning(
+                        "skipping unreadable usage at %s@%d: %s", stream, event.revision, error
+                    )
+                    continue
+                anchor = usage.anchor
+                if (anchor.stream, anchor.revision, anchor.part) in visible:
+                    booked[usage.turn] = usage
+        return dict(sorted(booked.items()))
+
+    async def started_at(self) -> datetime | None:
+        """When the line's top stream was first written (None: not yet)."""
+        try:
+            first = await self._store.read(self.facts.stream, limit=1)
+        except StreamNotFound:
+            return None
+        return first[0].recorded_at if first else None
+
+    async def items_count(self) -> tuple[int, int]:
+        """How many items are visible on the line, and how many of them are user messages."""
+        async with self.tree.lock:
+            await self.reader.refresh(0)
+            self._check_live()
+            visible = await self.reader.visible()
+        return len(visible), sum(1 for entry in visible if is_user(entry.item()))
+
     async def _last_turn(self, hides: Sequence[Entry | Clear]) -> int:
         """The turn of the newest user message visible once ``hides`` are hidden (0: none).
 
@@ -844,6 +1123,7 @@ class SessionCore:
         """
         async with self.tree.lock:
             await self.reader.refresh(0)
+            self._check_live()
             visible = await self.reader.visible()
             read = await self.reader.line_events()
         return [turned for _, turned in self._joined(visible, read)]
@@ -976,6 +1256,7 @@ class SessionCore:
                 extra[events.VIEWED_KEY] = "1"
 
         async def build() -> WritePlan:
+            self._check_live()
             inner = tree.chain and (
                 run.same_run(tree.chain_run) or tree.chain[-1].agent_name == agent
             )

@@ -55,9 +55,11 @@ __all__ = [
     "decode_line",
     "fork_point",
     "HIDING",
+    "LineHead",
     "next_index_of_rows",
     "open_at",
     "plan_fork",
+    "plan_line_ends",
     "read_branches",
     "read_types",
     "revision_at",
@@ -507,6 +509,98 @@ def plan_fork(
         commit,
         foreign=frozenset({started.branch_stream, registry_stream, *opens}),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class LineHead:
+    """A branch line's top stream as a write that ends it must know it.
+
+    Attributes:
+        name: The branch's name.
+        stream: Its top stream.
+        parent: Its parent line's name.
+        revision: The stream's last revision.
+        hash: That event's chain hash.
+        next_index: The line's next free message index (its ``BranchDeleted`` hides every
+            index below).
+    """
+
+    name: str
+    stream: str
+    parent: str
+    revision: int
+    hash: str
+    next_index: int
+
+
+def plan_line_ends(
+    session_id: str,
+    lines: Sequence[LineHead],
+    *,
+    reason: str,
+    registry: tuple[int, str],
+    nonce: str,
+    trace: Mapping[str, str],
+) -> tuple[list[AppendRequest], dict[str, str]]:
+    """The requests that end branch lines (pure): ``BranchDeleted`` at each line's top
+    stream's exact head and one ``BranchRemoved`` per line at the registry's head.
+
+    A delete writes one line; a clear (``reason="cleared"``) every live one, beside the
+    main line's ``SessionCleared`` in the same transaction. Ids derive from ``nonce``
+    (``event_id(session registry, nonce, "end", n)``): every attempt carries the same ids,
+    so a retry of a write that landed is recognised. Returns the requests and each line's
+    chain hash after its ``BranchDeleted``.
+    """
+    registry_stream = branches_stream(session_id)
+    hashes: dict[str, str] = {}
+    traced = {k: v for k, v in trace.items() if k in (events.TRACE_ID_KEY, events.SPAN_ID_KEY)}
+    version = {events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE}
+    requests: list[AppendRequest] = []
+    entries: list[NewEvent] = []
+    registry_head, registry_hash = registry
+    prev = registry_hash if registry_head >= 0 else GENESIS
+    for n, line in enumerate(lines):
+        deleted_id = event_id(registry_stream, nonce, "end", 2 * n)
+        removed_id = event_id(registry_stream, nonce, "end", 2 * n + 1)
+        deleted = events.BranchDeleted(line.name, reason, line.next_index - 1).encode()
+        meta = {**version, events.NEXT_INDEX_KEY: str(line.next_index), **traced}
+        hashes[line.stream] = seal_event(
+            line.stream,
+            line.revision + 1,
+            deleted_id,
+            events.BRANCH_DELETED,
+            deleted,
+            meta,
+            line.hash if line.revision >= 0 else GENESIS,
+        )
+        requests.append(
+            AppendRequest(
+                line.stream,
+                [NewEvent(events.BRANCH_DELETED, deleted, meta, deleted_id)],
+                line.revision,
+            )
+        )
+        entry = events.BranchRemoved(line.name, line.stream, line.parent, str(deleted_id)).encode()
+        entry_meta = {**version, **traced}
+        prev = seal_event(
+            registry_stream,
+            registry_head + 1 + n,
+            removed_id,
+            events.BRANCH_REMOVED,
+            entry,
+            entry_meta,
+            prev,
+        )
+        entries.append(NewEvent(events.BRANCH_REMOVED, entry, entry_meta, removed_id))
+    if entries:
+        requests.append(
+            AppendRequest(
+                registry_stream,
+                entries,
+                StreamState.NO_STREAM if registry_head < 0 else registry_head,
+            )
+        )
+    return requests, hashes
 
 
 @dataclass(frozen=True, slots=True)

@@ -662,14 +662,16 @@ def plan_control(
     held: tuple[str, Any] | None = None,
     log: AuthorityLog | None = None,
     run: RunView | None = None,
+    id_: uuid.UUID | None = None,
 ) -> WritePlan:
     """One event that is no item, after ``stream``'s head (and ``run``'s responses not yet
     written, first); with ``held`` (agent, authority JSON: a run's grant) its authority
-    log entry in the same transaction."""
+    log entry in the same transaction. ``id_``: the event's id (default a random one); a
+    caller that derives it makes a retry after an unknown outcome recognisable."""
     out = _Events(tree, next_index, metadata)
     responded = _add_responses(out, tree, facts, run) if run is not None else ()
     # The control event's own metadata has no open child of another stream than its own.
-    event = out.add(stream, type_, data, {}, uuid.uuid4())
+    event = out.add(stream, type_, data, {}, id_ if id_ is not None else uuid.uuid4())
     authority: AuthorityLog | None = None
     if held is not None:
         assert log is not None, "a grant needs the authority log's head"

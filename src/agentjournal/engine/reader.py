@@ -108,6 +108,11 @@ class Reader:
             store.read_model if self.models and use_model else None  # type: ignore[attr-defined]
         )
 
+    @property
+    def line_checked(self) -> bool:
+        """Whether the line is known to exist (main, or a branch whose fork was read)."""
+        return self._line_checked
+
     async def refresh(self, limit: int | None) -> None:
         """Bring the tree up to the streams' heads and make it cover ``limit`` items."""
         tree = self._tree
@@ -164,6 +169,8 @@ class Reader:
         while stream is not None:
             page = await self._tail(stream, size)
             pages[stream] = page
+            if stream == self.stream and page and page[0].type == events.BRANCH_DELETED:
+                tree.apply_recorded(page[0])  # the line has ended (the window may not reach it)
             heads[stream] = page[0].revision if page else -1
             if page:
                 hashes[stream] = page[0].metadata.get(HASH_KEY, "")
