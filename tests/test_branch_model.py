@@ -481,3 +481,25 @@ async def _program(ops: list[tuple[str, int, int]]) -> None:
                 sessions[f"{name}-ev"] = journal.session(SID, branch=f"{name}-ev")
         if await store.head(MAIN) is not None:
             await _exact(store, lines)
+
+
+async def test_a_row_moved_out_of_the_copied_prefix_reads_the_events(tmp_path: Path) -> None:
+    """A branch's copied rows lie on the parent's streams and come before its own; a row of
+    its own moved (by hand) onto a parent stream is neither: the store answers None and the
+    reader takes the events, which still say where each item is."""
+    path = tmp_path / "j.db"
+    async with Journal.open(f"sqlite:///{path}") as journal:
+        main = journal.session(SID)
+        await _long(main, 2)
+        await main.fork(name="b")
+        await journal.session(SID, branch="b").add_items([_user("mine"), _assistant("ok")])
+        assert await _modelled(journal.store, "b")
+    with sqlite3.connect(path) as db:
+        ids = dict(db.execute("SELECT name, id FROM streams").fetchall())
+        db.execute(
+            "UPDATE items SET stream_id = ? WHERE tree = ? AND idx = 5",
+            (ids[session_stream(SID)], ids[branch_stream(SID, "b")]),
+        )
+    async with Journal.open(f"sqlite:///{path}") as journal:
+        assert not await _modelled(journal.store, "b")
+        await _exact(journal.store, [None, "b"])

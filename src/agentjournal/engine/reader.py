@@ -289,9 +289,6 @@ class Reader:
         snapshot = await self._read_model(self.stream)
         if snapshot is None:
             return False
-        names = snapshot.names
-        if not names.keys() >= {key >> 40 for _, key, _ in snapshot.items}:
-            return False  # an item on a stream no longer of the tree: a hand-edited file
         tree = self._tree
         modelled = snapshot.heads
         if loading:
@@ -327,7 +324,7 @@ class Reader:
             return False  # another writer moved on: the events up to the heads seen
         # The rows become entries only if something other than a full read needs them.
         tree.replace_timeline(
-            Timeline.modelled(snapshot.items, names, snapshot.floor, snapshot.plain)
+            Timeline.modelled(snapshot.items, snapshot.names, snapshot.floor, snapshot.plain)
         )
         await self.next_index()
         return True
