@@ -280,12 +280,14 @@ def test_an_unknown_session_is_a_404_page(watched: Watched, url: str, shots: Pat
 # -- branches (DESIGN §17.4) ----------------------------------------------------------------
 
 
-async def _run_on_branch(uri: str) -> None:
+async def _run_on_branch(uri: str, key: str) -> None:
     from agentjournal import Journal
     from drive import drive
     from handoff_scenarios import top_level
 
-    async with Journal.open(uri) as journal:
+    # Signed, as the demo and the fork are: an unsigned run would leave the branch's
+    # events after the last checkpoint, and the ledger would say so.
+    async with Journal.open(uri, signing_key=key) as journal:
         branch = journal.session("demo-1", branch="retry")
         await drive(top_level(), "One more question", session=branch, hooks=branch)
 
@@ -311,7 +313,7 @@ def branched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stored,
         stored.uri,
     )
     assert forked.returncode == 0, forked.stderr
-    in_thread(asyncio.run, _run_on_branch(stored.uri))
+    in_thread(asyncio.run, _run_on_branch(stored.uri, key))
     with serving(stored.uri, pubkey=stored.pubkey) as base:
         yield stored, base
 
