@@ -653,13 +653,16 @@ class SessionCore:
             stream = landed.requests[1].stream
             first = await store.read(stream, limit=1)
             if self.signing_key is not None:
-                # Sign the fork at once, the branch's first event with it: nothing else
-                # covers it until the branch is written to (DESIGN §17.3).
-                started = landed.requests[1].events[0]
+                # Sign the fork at once, the branch's first event and each continuation's
+                # with it (requests 1 and 3...: the registry's is 2): nothing else covers
+                # them until the branch is written to (DESIGN §17.3).
                 await self._maybe_checkpoint(
                     force=True,
                     trace=trace,
-                    extra={stream: (0, started.metadata.get(HASH_KEY, ""))},
+                    extra={
+                        request.stream: (0, request.events[0].metadata.get(HASH_KEY, ""))
+                        for request in (landed.requests[1], *landed.requests[3:])
+                    },
                 )
         return Branch(
             name=chosen[0],

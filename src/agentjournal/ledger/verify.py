@@ -27,8 +27,10 @@ data — or, in a redacted bundle, no data but a committed view
    recomputed from the policy it names — a run's first agent holds its entry
    met with what it last held (or, resuming inside an open subagent, with that
    subagent's grant), a handoff's receiver ``meet(sender's authority, its
-   entry)`` — and every grant of the tree is on the log. Without a log, each
-   grant must be narrower than its sender's.
+   entry)`` — and every grant of the tree is on the log. Per line: a branch's
+   log is its parent line's up to the entry its fork binds (recursively), then
+   its own; each line's grants are on its own log (DESIGN §17.3). Without a
+   log, each grant must be narrower than its sender's.
 6. **Containment** — every executed tool call of a guarded session had an
    ALLOW or MODIFY decision about exactly that call, and every executed tool
    call of a session with a policy was within the calling agent's authority
@@ -87,6 +89,7 @@ from agentjournal.streams import (
     KEYS_STREAM,
     MAIN_BRANCH,
     authority_stream,
+    branch_authority_stream,
     branch_stream,
     branches_stream,
     ledger_stream,
@@ -624,6 +627,7 @@ class _Tree:
         self._grants: list[Record] | None = None
         self._closers: dict[str, list[tuple[int, str, int]]] | None = None
         self._authorities: dict[str, Authority | None] = {}
+        self._line_logs: dict[str, str] | None = None
         self.policies = _Policies()  # filled by the authority check
         # Subsession stream -> the parent copy of the SubagentStarted that opened it.
         self.opened_by: dict[str, Record] = {}
@@ -683,6 +687,29 @@ class _Tree:
                 pending.extend(r.opens for r in self.streams[name] if r.opens is not None)
         return owner
 
+    def opener(self, stream: str) -> Record | None:
+        """The event that opened ``stream`` for the agent speaking there: the parent copy of
+        its ``SubagentStarted``, or its ``SubagentContinued`` (a continuation holds the grant
+        it copied from the subagent it continues); None for a line's top stream."""
+        found = self.opened_by.get(stream)
+        if found is None and self.continued.get(stream, (None, None))[1] is not None:
+            found = self.continued[stream][0]
+        return found
+
+    def line_logs(self) -> dict[str, str]:
+        """Each line's top stream -> its own authority log's stream (main's is the
+        session's log; a branch's ``AgentAuthority-{id}@{key}``)."""
+        if self._line_logs is None:
+            self._line_logs = {self.session_stream: self.authority_stream}
+            for name, (_, started) in self.started.items():
+                if started is None or started.branch_stream != name:
+                    continue
+                try:
+                    self._line_logs[name] = branch_authority_stream(self.session_id, started.branch)
+                except InvalidInput:
+                    continue  # a name no branch can have: its fork fails the branches check
+        return self._line_logs
+
     def grants_on(self, stream: str) -> list[Record]:
         """The ``AuthorityGranted`` events on ``stream`` (runs started there, handoffs that
         opened no subsession), in order."""
@@ -696,14 +723,17 @@ class _Tree:
         return [grant for grant in self._grants if grant.stream == stream]
 
     def authority(self, event: Record) -> Authority | None:
-        """The authority an ``AuthorityGranted`` or ``SubagentStarted`` records (parsed once)."""
+        """The authority an ``AuthorityGranted``, ``SubagentStarted`` or
+        ``SubagentContinued`` records (parsed once)."""
         if event.id not in self._authorities:
             body = event.body or {}
-            raw = (
-                body.get("authority")
-                if event.type == events.AUTHORITY_GRANTED
-                else events.granted_authority(body)
-            )
+            if event.type == events.AUTHORITY_GRANTED:
+                raw = body.get("authority")
+            elif event.type == events.SUBAGENT_CONTINUED:
+                continued = self.continued.get(event.stream, (None, None))[1]
+                raw = continued.granted_authority if continued is not None else None
+            else:
+                raw = events.granted_authority(body)
             self._authorities[event.id] = None if raw is None else Authority.from_json(raw)
         return self._authorities[event.id]
 
@@ -999,7 +1029,104 @@ def _check_prefix(
             f"#{started.next_index}",
         )
         return False
+    problem = _authority_problem(tree, started)
+    if problem is not None:
+        report.fail(
+            *where,
+            f"its authority ({_shown(started.authority)}) is not the log in force at its cut: "
+            f"{problem}",
+        )
+        return False
     return _check_continuations(report, tree, name, started)
+
+
+def _reached(record: Record) -> str | None:
+    """The stream whose events a prefix holds because it holds ``record``: the subsession a
+    parent copy of ``SubagentStarted`` opens, or the one a ``SubagentCompleted`` closes
+    (a continuation was opened by no event of its line: its close is what reaches it)."""
+    if record.opens is not None:
+        return record.opens
+    if record.type == events.SUBAGENT_COMPLETED:
+        return record.metadata.get(events.CLOSES_KEY) or None
+    return None
+
+
+def _prefix_ids(tree: _Tree, started: events.BranchStarted) -> set[str]:
+    """The ids of the events before a fork's cut, on every line it continues: each base
+    stream up to its base revision, a continuation's original up to the place it continues,
+    a branch's parent line up to its own fork's base (recursively), and every subsession
+    opened or closed in those parts (whole: it closed before the cut, unless it is itself
+    bound). What the engine's ``prefix`` holds when it binds the authority log."""
+    bound: dict[str, int] = {}
+    places = list(started.base)
+    while places:
+        place = places.pop()
+        if bound.get(place.stream, -1) >= place.revision:
+            continue
+        bound[place.stream] = place.revision
+        below = tree.started.get(place.stream, (None, None))[1]
+        if below is not None:
+            places.extend(below.base)
+        continued = tree.continued.get(place.stream, (None, None))[1]
+        if continued is not None:
+            places.append(continued.continues)
+    found: set[str] = set()
+    done: dict[str, int] = {}
+    pending = list(bound.items())
+    while pending:
+        name, upto = pending.pop()
+        if done.get(name, -1) >= upto:
+            continue
+        done[name] = upto
+        for record in tree.streams.get(name, [])[: upto + 1]:
+            found.add(record.id)
+            child = _reached(record)
+            if child is not None and child in tree.streams:
+                pending.append((child, bound.get(child, len(tree.streams[child]) - 1)))
+    return found
+
+
+def _authority_problem(tree: _Tree, started: events.BranchStarted) -> str | None:
+    """Why a fork's ``authority`` is not the log in force at its cut, if it is not.
+
+    The engine binds the last entry before the cut on the log of the line whose own part
+    holds the cut (the line of ``base[0]``), then the entries right after it that record
+    grants made before the cut (one write's log entries follow its tree's events); when that
+    log has none, what that line inherited at its own fork (None on main). A bundle holds no
+    positions, so the verifier checks it through the grants the entries name: every grant
+    entry up to the bound one is of a grant in the prefix, none after it is (a reset names
+    no event: one between the cut and the next grant entry cannot be placed)."""
+    top = started.base[0].stream
+    log = tree.line_logs().get(top)
+    if log is None:
+        return None  # its fork is malformed: the branches check of that line reports it
+    prefix = _prefix_ids(tree, started)
+
+    def in_prefix(entry: Record) -> bool | None:
+        """Whether a grant entry records a grant in the prefix (None: not a grant entry)."""
+        if entry.type != events.AUTHORITY_HELD:
+            return None
+        return (entry.body or {}).get("event") in prefix
+
+    entries = tree.streams.get(log, [])
+    place = started.authority
+    if place is not None and place.stream == log:
+        if any(in_prefix(entry) is False for entry in entries[: place.revision + 1]):
+            return f"{log}@{place.revision} records grants made after the cut"
+        if any(in_prefix(entry) for entry in entries[place.revision + 1 :]):
+            return f"{log} records grants made before the cut after {log}@{place.revision}"
+        return None
+    if any(in_prefix(entry) for entry in entries):
+        return f"{log} records grants made before the cut, but the fork binds another log"
+    below = tree.started.get(top, (None, None))[1]
+    inherited = below.authority if below is not None else None
+    if place != inherited:
+        return f"{top}'s line inherited {_shown(inherited)}, not {_shown(place)}"
+    return None
+
+
+def _shown(place: events.StreamPlace | None) -> str:
+    return "no authority log" if place is None else f"{place.stream}@{place.revision}"
 
 
 def _continued_fields(continued: events.SubagentContinued) -> tuple[str, str, str]:
@@ -1042,8 +1169,9 @@ def _cut_at_base(tree: _Tree, started: events.BranchStarted, parent_top: str) ->
 
 def _next_index(tree: _Tree, started: events.BranchStarted) -> int:
     """One more than the largest message index before the cut (0: none): on each base
-    stream up to its base revision, in every subsession opened there (whole: it closed
-    before the cut, or is itself a base stream), and the prefix of a base line."""
+    stream up to its base revision, in every subsession opened or closed there (whole: it
+    closed before the cut, or is itself a base stream; a continuation closed before the
+    cut is reached through its close), and the prefix of a base line."""
     bound = {place.stream: place.revision for place in started.base}
     largest = -1
     pending = list(bound)
@@ -1059,8 +1187,9 @@ def _next_index(tree: _Tree, started: events.BranchStarted) -> int:
             index = _number(record.metadata.get(events.INDEX_KEY))
             if index is not None:
                 largest = max(largest, index)
-            if record.opens is not None:
-                pending.append(record.opens)
+            child = _reached(record)
+            if child is not None:
+                pending.append(child)
         below = tree.started.get(name, (None, None))[1]
         if below is not None:  # the base line is a branch: its own prefix is before it
             largest = max(largest, below.next_index - 1)
@@ -1071,7 +1200,9 @@ def _check_continuations(
     report: Report, tree: _Tree, name: str, started: events.BranchStarted
 ) -> bool:
     """Each continuation begins with a ``SubagentContinued`` naming the ``BranchStarted``,
-    continuing the original at its base place, with the original's agent, call and grant."""
+    continuing the original at its base place, with the original's agent, call and grant
+    (the original's ``SubagentStarted``, or its ``SubagentContinued`` when the original is a
+    continuation itself)."""
     bases = {place.stream: place for place in started.base[1:]}
     first = tree.started[name][0]
     for original, stream in started.continuations.items():
@@ -1091,6 +1222,18 @@ def _check_continuations(
         if continued.continues != bases.get(original):
             report.fail(*where, "the continuation continues another place than the fork's base")
             return False
+        # The original is a subsession a handoff opened (on the parent line, or on a branch
+        # below it), or itself a continuation: a fork of a branch inside its continuations.
+        # That one is checked against what it continues by its own branch's check.
+        below = tree.continued.get(original, (None, None))[1]
+        if below is not None:
+            if (
+                _continued_fields(continued) != _continued_fields(below)
+                or continued.granted_authority != below.granted_authority
+            ):
+                report.fail(*where, "the continuation does not match the subagent it continues")
+                return False
+            continue
         if opener is None or twin is None or twin.type != events.SUBAGENT_STARTED:
             report.fail(*where, f"the subagent it continues, {original}, is not in the bundle")
             return False
@@ -1296,12 +1439,13 @@ def _covered(tree: _Tree, checkpoint: Checkpoint) -> dict[str, int]:
 def _grant_at(tree: _Tree, stream: str, revision: int) -> Record | None:
     """The grant of the agent speaking on ``stream`` at ``revision``: the newest
     ``AuthorityGranted`` before it on that stream (a run's root, a run resumed there, a handoff
-    that opened no subsession), else the ``SubagentStarted`` that opened the stream."""
+    that opened no subsession), else the ``SubagentStarted`` that opened the stream (or, on a
+    continuation, its ``SubagentContinued``, which carries the grant it copied)."""
     grants = tree.grants_on(stream)
     position = bisect.bisect_left(grants, revision, key=lambda grant: grant.revision)
     if position:
         return grants[position - 1]
-    return tree.opened_by.get(stream)
+    return tree.opener(stream)
 
 
 def _authority_at(tree: _Tree, stream: str, revision: int) -> Authority | None:
@@ -1339,8 +1483,14 @@ class _Policies:
 
 
 def _check_authority(report: Report, tree: _Tree, anchor: Policy | None) -> None:
-    """The authority log replayed, every grant recomputed (see the module docs)."""
-    log = tree.streams.get(tree.authority_stream, [])
+    """Every grant recomputed from its line's authority log (see the module docs).
+
+    Main's log is the session's; a branch's is the log it inherits at its fork — the line
+    whose log ``BranchStarted.authority`` names, replayed up to that entry (itself after
+    what *it* inherited, and so on down the lines) — followed by the branch's own
+    ``AgentAuthority-{id}@{key}``. Each grant is checked on its own line only (the streams
+    of a line: :meth:`_Tree.line_streams`), so a grant on the parent after the fork never
+    widens the branch, and the branch's log may name only the branch's grants."""
     grants = [
         event
         for stream in tree.streams.values()
@@ -1352,46 +1502,161 @@ def _check_authority(report: Report, tree: _Tree, anchor: Policy | None) -> None
             and tree.authority(event) is not None
         )
     ]
-    if not log:
+    lines = _LineLogs(report, tree, anchor)
+    if not lines.any_entry():
         if anchor is not None and grants:
             report.fail("delegation", tree.session_stream, None, "grants without a recorded policy")
         _check_narrowing(report, tree, grants)
         return
-    replay = _LogReplay(report, tree, anchor)
-    for entry in log:
-        try:
-            replay.apply(entry)
-        except InvalidInput as error:
-            report.fail("delegation", entry.stream, entry.revision, str(error))
+    by_line: dict[str, list[Record]] = {}
     for grant in grants:
-        if grant.id not in replay.logged:
+        by_line.setdefault(lines.line_of(grant.stream), []).append(grant)
+    unlogged: list[Record] = []
+    replays: list[tuple[str, _LogReplay]] = []
+    for top in (tree.session_stream, *tree.started):
+        replay = lines.replay(top)
+        if replay is None:  # no log of its own and none inherited: nothing to recompute from
+            unlogged.extend(by_line.get(top, ()))
+            continue
+        replays.append((top, replay))
+        for grant in by_line.get(top, ()):
+            if grant.id not in replay.logged:
+                report.fail(
+                    "delegation",
+                    grant.stream,
+                    grant.revision,
+                    "a grant the authority log does not hold",
+                )
+    if unlogged:
+        if anchor is not None:
+            first = unlogged[0]
             report.fail(
-                "delegation",
-                grant.stream,
-                grant.revision,
-                "a grant the authority log does not hold",
+                "delegation", first.stream, first.revision, "grants without a recorded policy"
             )
+        _check_narrowing(report, tree, unlogged, summary=False)
     if not report.failed("delegation"):
         digests = ", ".join(sorted(tree.policies.by_digest))
         report.lines.append(
             f"delegation: {plural(len(tree.policies.by_digest), 'policy')} recorded"
             + (" (the one given)" if anchor is not None else f" ({digests})")
             + f"; {plural(len(grants), 'grant')}, each recomputed from its policy"
+            + (f" on its line's log ({len(replays)} lines)" if len(replays) > 1 else "")
         )
-        for agent, reason in replay.resets:
-            report.lines.append(f"  reset: {agent} may start from its policy entry again: {reason}")
+        for top, replay in replays:
+            started = tree.started.get(top, (None, None))[1]
+            where = "" if started is None else f" on branch {started.branch!r}"
+            for agent, reason in replay.resets:
+                report.lines.append(
+                    f"  reset{where}: {agent} may start from its policy entry again: {reason}"
+                )
 
 
-class _LogReplay:
-    """The authority log applied in order: what every agent holds, which grants it names."""
+class _LineLogs:
+    """Each line's authority log replayed once, a branch's from the state its parent's
+    replay had at the entry the fork binds (DESIGN §17.3)."""
 
     def __init__(self, report: Report, tree: _Tree, anchor: Policy | None) -> None:
         self.report, self.tree, self.anchor = report, tree, anchor
+        self.logs = tree.line_logs()  # top -> its own log
+        self.owners = {log: top for top, log in self.logs.items()}  # log -> its line's top
+        self.owner = tree.line_streams()  # stream -> its line's top
+        # The places forks inherit (log -> revisions): the replay keeps its state there.
+        self.wanted: dict[str, set[int]] = {}
+        for _, started in tree.started.values():
+            if started is not None and started.authority is not None:
+                place = started.authority
+                self.wanted.setdefault(place.stream, set()).add(place.revision)
+        self.states: dict[tuple[str, int], _LogReplay] = {}
+        self.done: dict[str, _LogReplay | None] = {}
+        self.active: set[str] = set()
+
+    def any_entry(self) -> bool:
+        """Whether any line's log has an entry (else no policy was ever in force)."""
+        return any(self.tree.streams.get(log) for log in self.logs.values())
+
+    def line_of(self, stream: str) -> str:
+        """The top stream of the line ``stream`` is on (main's when it is on none)."""
+        return self.owner.get(stream, self.tree.session_stream)
+
+    def replay(self, top: str) -> _LogReplay | None:
+        """The line's log replayed (None: the line has no log, own or inherited)."""
+        if top in self.done:
+            return self.done[top]
+        if top in self.active:
+            return None  # forks inheriting from each other in a ring: reported below
+        self.active.add(top)
+        tree = self.tree
+        started = tree.started.get(top, (None, None))[1]
+        log = self.logs.get(top)
+        replay: _LogReplay | None = None
+        if started is not None and log is not None and started.authority is not None:
+            place = started.authority
+            source = self.owners.get(place.stream)
+            if source is not None:
+                self.replay(source)
+            inherited = self.states.get((place.stream, place.revision))
+            replay = _LogReplay(self.report, tree, self.anchor, top, self.owner)
+            if inherited is None:
+                self.report.fail(
+                    "delegation",
+                    top,
+                    0,
+                    f"the authority log it inherits ({place.stream}@{place.revision}) is not "
+                    "a line's log replayed there",
+                )
+            else:
+                replay.inherit(inherited, started.next_index)
+        entries = tree.streams.get(log, []) if log is not None else []
+        if entries and replay is None:
+            replay = _LogReplay(self.report, tree, self.anchor, top, self.owner)
+        wanted = self.wanted.get(log or "", set())
+        for entry in entries:
+            assert replay is not None
+            try:
+                replay.apply(entry)
+            except InvalidInput as error:
+                self.report.fail("delegation", entry.stream, entry.revision, str(error))
+            if entry.revision in wanted:
+                kept = _LogReplay(self.report, tree, self.anchor, top, self.owner)
+                kept.inherit(replay, None)
+                self.states[(entry.stream, entry.revision)] = kept
+        self.active.discard(top)
+        self.done[top] = replay
+        return replay
+
+
+class _LogReplay:
+    """One line's authority log applied in order: what every agent holds, which grants it
+    names, the policies recorded on it (inherited ones included)."""
+
+    def __init__(
+        self,
+        report: Report,
+        tree: _Tree,
+        anchor: Policy | None,
+        top: str,
+        owner: Mapping[str, str],
+    ) -> None:
+        self.report, self.tree, self.anchor = report, tree, anchor
+        self.top, self.owner = top, owner
+        self.policies = _Policies()
         self.held: dict[str, Any] = {}
         self.logged: set[str] = set()
         self.resets: list[tuple[str, str]] = []
         self._last: dict[str, int] = {}  # stream -> revision of the last grant named on it
         self._next_index = 0  # the newest aj.next_index of a grant named so far
+
+    def inherit(self, state: _LogReplay, next_index: int | None) -> None:
+        """Start from ``state`` (what a fork's bound entry leaves every agent holding, and
+        the policies recorded up to it). A branch's own grants are on its own streams and
+        its message indexes go on from its ``next_index``, which a cut inside a write may
+        put below the last inherited grant's write's."""
+        self.policies.by_digest = dict(state.policies.by_digest)
+        self.held = dict(state.held)
+        self._last = dict(state._last)
+        self._next_index = (
+            state._next_index if next_index is None else min(state._next_index, next_index)
+        )
 
     def apply(self, entry: Record) -> None:
         """Apply one entry.
@@ -1407,7 +1672,7 @@ class _LogReplay:
             self._policy(entry, events.PolicyRecorded.decode(data))
         elif entry.type == events.AUTHORITY_RESET:
             reset = events.AuthorityReset.decode(data)
-            self.tree.policies.get(reset.policy)
+            self.policies.get(reset.policy)
             after = {name: value for name, value in self.held.items() if name != reset.agent}
             self._advance(entry, reset.held, after)
             self.resets.append((reset.agent, reset.reason))
@@ -1425,14 +1690,20 @@ class _LogReplay:
             self.report.fail(
                 *where, f"the session ran under policy {recorded.digest}, not the one given"
             )
-        self.tree.policies.by_digest[recorded.digest] = policy
+        self.policies.by_digest[recorded.digest] = policy
+        self.tree.policies.by_digest[recorded.digest] = policy  # for containment's rules
 
     def _grant(self, entry: Record, record: events.AuthorityHeld) -> None:
         tree = self.tree
-        policy = tree.policies.get(record.policy)
+        policy = self.policies.get(record.policy)
         grant = tree.by_id.get(record.event)
         if grant is None or grant.stream != record.stream or _cause_of(grant) != record.cause:
             raise InvalidInput(f"the {record.cause} grant {record.event} is not in the tree")
+        if self.owner.get(grant.stream, tree.session_stream) != self.top:
+            raise InvalidInput(
+                f"the log of line {self.top} names {grant.stream}@{grant.revision}, a grant of "
+                "another line"
+            )
         self._in_order(grant)
         agent = _agent_of(grant)
         if agent != record.agent:
@@ -1499,14 +1770,17 @@ def _run_root(tree: _Tree, grant: Record, own: Authority, last: Any) -> Authorit
     """What a run's first agent may hold: its entry met with what it last held, or —
     resuming inside an open subagent — with that subagent's grant (nothing without one)."""
     if not tree.is_top(grant.stream):
-        opener = tree.opened_by.get(grant.stream)
+        opener = tree.opener(grant.stream)
         opened = tree.authority(opener) if opener is not None else None
         return meet(own, opened) if opened is not None else Authority()
     return meet(own, Authority.from_json(last)) if last is not None else own
 
 
-def _check_narrowing(report: Report, tree: _Tree, grants: list[Record]) -> None:
-    """Without a log: each handoff grant is narrower than its sender's authority."""
+def _check_narrowing(
+    report: Report, tree: _Tree, grants: list[Record], *, summary: bool = True
+) -> None:
+    """Without a log: each handoff grant is narrower than its sender's authority (on a
+    line with no log while another line has one, ``summary`` is off: the caller sums up)."""
     checked = 0
     for opener in grants:
         if opener.type != events.SUBAGENT_STARTED:
@@ -1519,7 +1793,7 @@ def _check_narrowing(report: Report, tree: _Tree, grants: list[Record]) -> None:
             report.fail(*where, "a grant without the sender's authority")
         elif granted is not None and not granted.is_narrower_than(sender):
             report.fail(*where, "the authority granted is wider than its sender's")
-    if not report.failed("delegation"):
+    if summary and not report.failed("delegation"):
         report.lines.append(
             f"delegation: no policy recorded; {plural(checked, 'grant')}, "
             "each narrower than its sender's"
