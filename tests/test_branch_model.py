@@ -503,3 +503,19 @@ async def test_a_row_moved_out_of_the_copied_prefix_reads_the_events(tmp_path: P
     async with Journal.open(f"sqlite:///{path}") as journal:
         assert not await _modelled(journal.store, "b")
         await _exact(journal.store, [None, "b"])
+
+
+async def test_verify_compares_the_model_of_a_session_with_a_deleted_branch(
+    tmp_path: Path,
+) -> None:
+    """A deleted branch reads nothing (BranchDeleted): verify's model comparison skips its
+    items instead of stopping on the refusal, and checks its model holds none."""
+    async with Journal.open(f"sqlite:///{tmp_path / 'j.db'}") as journal:
+        main = journal.session(SID)
+        await _long(main, 2)
+        await main.fork(at=1, name="alt")
+        await journal.session(SID, branch="alt").add_items([_user("alt")])
+        await main.delete_branch("alt")
+        checked = await check_read_model(journal.store, SID)
+        assert checked is not None
+        assert checked[1] is None, checked

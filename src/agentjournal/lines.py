@@ -83,8 +83,8 @@ async def line_replay(
         at: An item's message index on the line.
 
     Raises:
-        InvalidInput: The session or branch does not exist, ``limit`` is negative, or the
-            line has no item ``at``.
+        InvalidInput: The session or branch does not exist, ``limit`` is negative, the
+            line has no item ``at``, or (without ``at``) the branch was deleted.
         StoreUnavailable: The store could not be read.
     """
     session_id = validate_id(session_id, "session id")
@@ -97,6 +97,11 @@ async def line_replay(
     found = await find_branch(store, session_id, branch)
     core = _core(store, session_id, found)
     if at is None:
+        if found.deleted is not None:
+            raise InvalidInput(
+                f"branch {branch!r} of session {session_id} was {found.deleted}: it reads "
+                "nothing now; --at INDEX replays it as it was before that item"
+            )
         return [] if limit == 0 else await core.items(limit)
     # The line's events: its own tree, then each segment below it up to its fork.
     read = await core.reader.line_events()

@@ -90,10 +90,23 @@ async def check_read_model(store: EventStore, session_id: str) -> tuple[str, str
     """
     if not keeps_model(store):
         return None
+    branches = await read_branches(store, session_id)
     lines: list[tuple[str | None, str]] = [(None, session_stream(session_id))]
-    lines.extend((branch.name, branch.stream) for branch in await read_branches(store, session_id))
+    lines.extend((branch.name, branch.stream) for branch in branches if branch.deleted is None)
     counted: list[str] = []
     behind: list[str] = []
+    for branch in branches:
+        if branch.deleted is None:
+            continue
+        # A deleted (or cleared) line reads nothing: its model, if current, holds no item.
+        snapshot = await store.read_model(branch.stream)  # type: ignore[attr-defined]
+        if snapshot is not None and len(snapshot.items):
+            return (
+                "read model: FAILED",
+                f"the store's read model of branch {branch.name!r}, {branch.deleted}, holds "
+                f"{len(snapshot.items)} items: get_items would give an agent what is not on "
+                "the record",
+            )
     for name, stream in lines:
         label = "main" if name is None else f"branch {name!r}"
         if await store.read_model(stream) is None:  # type: ignore[attr-defined]

@@ -108,10 +108,9 @@ async def fork_session(args: argparse.Namespace) -> int:
                     "fork a live line"
                 )
             line, stream = found.name, found.stream
-        # The marker lands on the parent line: with a signing key configured, main's new
-        # head is signed at once (a branch line is not signed until the verifier reads
-        # branches, DESIGN §17.6 step 8).
-        key = SigningKey.from_environment() if line is None else None
+        # With a signing key configured the fork signs at once (SessionCore.fork): the
+        # parent line's new head, the branch's first event and each continuation.
+        key = SigningKey.from_environment()
         core = SessionCore(
             store,
             SessionFacts(session_id, stream, branch=line),
@@ -121,8 +120,6 @@ async def fork_session(args: argparse.Namespace) -> int:
         branch = await core.fork(
             at=args.at, turn=args.turn, revision=args.revision, name=args.name, trace={}
         )
-        if key is not None:
-            await core.checkpoint({})
     finally:
         await store.close()
     cut = branch.cut

@@ -604,6 +604,8 @@ class SessionCore:
             chosen: list[str] = [next(candidates)]
 
             async def build() -> WritePlan:
+                # A delete of this line may have landed since (the writer caught up).
+                self._check_live()
                 while True:
                     stream = explicit or branch_stream(self.facts.session_id, chosen[0])
                     if await store.head(stream) is None:
@@ -918,21 +920,27 @@ class SessionCore:
             await self.writer.write(build)
             tree.ended("deleted")
 
-    async def clear_lines(self, lines: Sequence[Branch], trace: Mapping[str, str]) -> None:
+    async def clear_lines(self, trace: Mapping[str, str]) -> None:
         """Clear the session on every line, in one atomic write: ``SessionCleared`` on this
         (the main) line as :meth:`clear` writes it, ``agentjournal.BranchDeleted`` (reason
-        ``cleared``) on each of ``lines`` still live at its exact head, and their
-        ``agentjournal.BranchRemoved`` registry entries. A racing write on any of those
-        streams conflicts and the whole clear is planned again.
+        ``cleared``) on each live branch at its exact head, and their
+        ``agentjournal.BranchRemoved`` registry entries. The branches are read as each plan
+        is built; a racing write on any of those streams (a fork adds to the registry)
+        conflicts and the whole clear is planned again, with them.
         """
         tree = self.tree
         session_id = self.facts.session_id
-        # Drawn only when a branch ends: a session without branches uses up no nonce, so its
-        # later writes' ids stay what they were before branches (tests/data/write_bytes.json).
-        nonce = _NONCES.next() if lines else ""
+        nonces: list[str] = []
 
         async def build() -> WritePlan | None:
             await self.reader.refresh(0)
+            lines = [branch for branch in await self.branches() if branch.deleted is None]
+            # Drawn only when a branch ends (once: a retry keeps its ids): a session without
+            # branches uses up no nonce, so its later writes' ids stay what they were before
+            # branches (tests/data/write_bytes.json).
+            if lines and not nonces:
+                nonces.append(_NONCES.next())
+            nonce = nonces[0] if nonces else ""
             heads = [
                 head
                 for head in [await _line_head(self._store, line) for line in lines]
@@ -1321,6 +1329,9 @@ class SessionCore:
             )
 
         async with self.tree.lock:
+            # A deleted line acts no more: nothing to reset (its writes are refused too).
+            await self.reader.refresh(0)
+            self._check_live()
             await self.writer.write(build)
         logger.info("authority of %r reset in %s: %s", agent, self.facts.session_id, reason)
 

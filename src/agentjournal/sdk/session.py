@@ -385,9 +385,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         names stay used.
         """
         trace = self._recorder.trace_now()
-        main = self._line(None)
-        live = [branch for branch in await main.branches() if branch.deleted is None]
-        await main.clear_lines(live, trace)
+        await self._line(None).clear_lines(trace)
         self._point(None)
 
     # -- branches (DESIGN §17) ------------------------------------------------------------
