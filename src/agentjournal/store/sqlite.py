@@ -929,8 +929,8 @@ def _model_items(
     else:
         found = db.execute(_ITEMS_ELSEWHERE, (root, tree)).fetchone()
     texts, keys, count, first, last, elsewhere = found
-    if elsewhere:  # rows a ModelCopy copied (a branch's prefix), or a hand edit
-        return _model_rows(db, root, names)
+    if elsewhere and not _copied_prefix(db, root, tree, names):
+        return None  # an item on a stream that is not the tree's (a hand-edited file)
     if not count:
         return ModelItems.joined("", "", range(0), 0)
     if texts.count("\n") != count - 1:
@@ -944,6 +944,31 @@ def _model_items(
             "SELECT group_concat(idx) FROM items WHERE tree = ?", (root,)
         ).fetchone()[0]
     return ModelItems.joined(texts, keys, indexes, count)
+
+
+_FOREIGN_ROWS: Final = (
+    "SELECT max(idx) FILTER (WHERE NOT own), min(idx) FILTER (WHERE own), "
+    "group_concat(DISTINCT stream_id) FILTER (WHERE NOT own) FROM ("
+    "SELECT idx, stream_id, stream_id IN (SELECT id FROM streams WHERE tree = ?2) AS own "
+    "FROM items WHERE tree = ?1)"
+)
+
+
+def _copied_prefix(db: sqlite3.Connection, root: int, tree: str, names: dict[int, str]) -> bool:
+    """Whether the tree's items on other trees' streams are a copied prefix (a
+    :class:`~agentjournal.store.base.ModelCopy`: a branch's rows below its cut, on its
+    parent's streams): every one before every row on the tree's own streams, each on a
+    stream that exists and whose packed key SQLite could hold. ``names`` gains those
+    streams. A row moved anywhere else (a hand edit) is not."""
+    last_foreign, first_own, numbers = db.execute(_FOREIGN_ROWS, (root, tree)).fetchone()
+    if numbers is None or (first_own is not None and last_foreign > first_own):
+        return False
+    for number in map(int, str(numbers).split(",")):
+        row = db.execute("SELECT name FROM streams WHERE id = ?", (number,)).fetchone()
+        if row is None or number >= _SQL_KEYS:
+            return False
+        names[number] = row[0]
+    return True
 
 
 def _model_rows(db: sqlite3.Connection, root: int, names: dict[int, str]) -> ModelItems | None:
