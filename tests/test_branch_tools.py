@@ -104,7 +104,7 @@ def test_fork_prints_the_branch_its_cut_and_how_to_replay_it(store: Store) -> No
     assert store.forked is not None
     assert store.forked.stdout.splitlines() == [
         f"forked branch 'retry' of session {SID}",
-        f"  from     main before item #14 (global position "
+        f"  from     main before #14 (global position "
         f"{store.forked.stdout.split('global position ')[1].split(')')[0]})",
         f"  stream   AgentBranch-{SID}@retry",
         "  shares   14 items; its own items start at #14",
@@ -197,7 +197,7 @@ def test_fork_by_turn_revision_from_a_branch_and_with_a_generated_name(store: St
     )
     # A fork of the branch after its first own item (revision 1 is its user message).
     deeper = _ok("fork", SID, "--from", "retry", "--revision", "1", "--name", "deeper", uri=uri)
-    assert "from     retry after revision @1" in deeper
+    assert "from     retry after @1" in deeper
     assert "shares   15 items; its own items start at #15" in deeper
     assert _ok("replay", SID, "--branch", "deeper", uri=uri) == _lines(store.branch_items[:15])
     named = _ok("fork", SID, "--at", "0", uri=uri)

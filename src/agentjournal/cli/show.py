@@ -125,13 +125,10 @@ async def _lines(
 def _header(branch: Branch) -> str:
     """A branch's header line: its name, parent, cut, base and shared prefix."""
     from agentjournal._text import printable
+    from agentjournal.lines import cut_text
 
     cut = branch.cut
-    where = {
-        "index": f"before #{cut.value}",
-        "turn": f"before turn {cut.value}",
-        "revision": f"after @{cut.value}",
-    }[cut.kind]
+    where = cut_text(cut)
     gone = f" [{branch.deleted}]" if branch.deleted is not None else ""
     return printable(
         f"\u2442 branch {branch.name!r}{gone} \u2190 {branch.parent} {where}: shares "

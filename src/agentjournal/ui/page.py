@@ -192,12 +192,10 @@ async def _branch_page(
 
 def _line(branch: Branch) -> dict[str, Any]:
     """A branch as the page's line selector and header show it."""
+    from agentjournal.lines import cut_text
+
     cut = branch.cut
-    where = {
-        "index": f"before #{cut.value}",
-        "turn": f"before turn {cut.value}",
-        "revision": f"after @{cut.value}",
-    }[cut.kind]
+    where = cut_text(cut)
     return {
         "name": branch.name,
         "stream": branch.stream,
