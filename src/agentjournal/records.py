@@ -234,6 +234,33 @@ class TreeRecords:
             self.session_id, {name: rs for name, rs in self.streams.items() if name in keep}
         )
 
+    def checkpoint_heads(self) -> dict[str, tuple[int, str]]:
+        """What one checkpoint of every line names (pure): each stream's last revision and
+        ``aj.hash`` — every line's top stream (a deleted branch's too), its open subsessions
+        and continuations, every authority log, the registry — but the checkpoint stream's,
+        the key rotations' and a subsession's closed by its twin: a verifier covers that one
+        through its covered close. What ``bundle export`` signs with a key."""
+        closes = {
+            record.id: record.metadata[events.CLOSES_KEY]
+            for stream in self.streams.values()
+            for record in stream
+            if events.CLOSES_KEY in record.metadata
+        }
+        heads: dict[str, tuple[int, str]] = {}
+        for name, stream in self.streams.items():
+            last = stream[-1] if stream else None
+            if (
+                last is None
+                or last.hash is None
+                or name in (ledger_stream(self.session_id), KEYS_STREAM)
+            ):
+                continue  # nothing to vouch for (an unchained event fails the chain check)
+            twin = last.metadata.get(events.TWIN_KEY, "")
+            if last.type == events.SUBAGENT_COMPLETED and closes.get(twin) == name:
+                continue
+            heads[name] = (last.revision, last.hash)
+        return heads
+
 
 def opened_stream(event: RecordedEvent) -> str | None:
     """The subsession a stored parent copy of ``SubagentStarted`` opens; None for anything

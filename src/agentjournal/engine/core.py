@@ -1337,8 +1337,12 @@ class SessionCore:
 
     # -- checkpoints --------------------------------------------------------------------
 
-    async def checkpoint(self, trace: Mapping[str, str]) -> Checkpoint | None:
-        """Sign the heads of the session tree now; None without a key.
+    async def checkpoint(
+        self, trace: Mapping[str, str], *, extra: Mapping[str, tuple[int, str]] | None = None
+    ) -> Checkpoint | None:
+        """Sign the heads of the session tree now, and ``extra`` (heads of streams this
+        object does not follow, e.g. every other line's as ``bundle export`` read them);
+        None without a key.
 
         Raises:
             StoreError: The checkpoint could not be written.
@@ -1347,7 +1351,7 @@ class SessionCore:
             return None
         async with self.tree.lock:
             await self.reader.refresh(0)
-            return await self._write_checkpoint(trace)
+            return await self._write_checkpoint(trace, extra=extra)
 
     async def _maybe_checkpoint(
         self,
@@ -1369,7 +1373,8 @@ class SessionCore:
     ) -> Checkpoint | None:
         """Sign the heads this object knows: its line's followed streams, the line's
         authority log, the session's branch registry (when there is one) and ``extra``
-        (a fork's new branch stream)."""
+        (a fork's new branch stream; every line's heads as ``bundle export`` read them),
+        the newer head of a stream in both."""
         tree = self.tree
         key = self.signing_key
         assert key is not None
@@ -1388,7 +1393,10 @@ class SessionCore:
             registry = await self._registry_head()
             if registry[0] >= 0:
                 heads[branches_stream(self.facts.session_id)] = registry
-            heads.update(extra or {})
+            for stream, head in (extra or {}).items():
+                # An older read of a stream this object follows must not lower its head.
+                if head[0] > heads.get(stream, (-1, ""))[0]:
+                    heads[stream] = head
             if not heads:
                 return None
             plan, checkpoint = plan_checkpoint(

@@ -47,6 +47,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import hashlib
+import itertools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -114,6 +115,7 @@ _MALFORMED: Final = (
     CodecError,
 )
 _MAX_REVISION: Final = 2**63 - 1  # a stream revision is a signed 64-bit number everywhere
+_POSITIONS: Final = 2**64  # a store's global position is an unsigned 64-bit number at most
 _BUNDLE_FIELDS: Final = {"format", "version", "session_id", "exported_at", "redacted", "streams"}
 _STREAM_FIELDS: Final = {"name", "events"}
 _EVENT_FIELDS: Final = frozenset(
@@ -874,6 +876,18 @@ def _check_branches(report: Report, tree: _Tree) -> None:
         if started.branch_stream != name or started.session_id != tree.session_id:
             report.fail(*where, "the BranchStarted names another stream or session")
             continue
+        if _stream_of(tree, started.branch) != name:
+            # A branch's stream is named for it: a rename that keeps the stream is a forgery.
+            named = cut(repr(started.branch), 80)
+            report.fail(*where, f"the BranchStarted names branch {named}, not {name}'s")
+            continue
+        if not 0 <= started.cut.position < _POSITIONS:
+            report.fail(
+                *where,
+                f"its cut's position {cut(str(started.cut.position), 40)} is not a store "
+                "position (0 to 2**64 - 1)",
+            )
+            continue
         if entries.get(name) != first.id:
             report.fail(*where, f"branch {started.branch!r} has no entry in {tree.registry_stream}")
         twin = tree.twin_of(first)
@@ -884,7 +898,12 @@ def _check_branches(report: Report, tree: _Tree) -> None:
         if parent_top is None or twin.stream != parent_top:
             report.fail(*where, f"forked from {twin.stream}, not from line {started.parent!r}")
             continue
-        if _check_prefix(report, tree, name, started, parent_top):
+        if not _check_prefix(report, tree, name, started, parent_top):
+            continue
+        problem = _metadata_problem(tree, first, started)
+        if problem is not None:
+            report.fail("branches", problem[0], 0, problem[1])
+        else:
             size = len(tree.streams[name])
             place = started.base[0]
             lines.append(
@@ -941,6 +960,7 @@ def _check_registry(report: Report, tree: _Tree, registry: Sequence[Record]) -> 
     event, its ``BranchDeleted``. Returns branch stream -> the ``BranchStarted`` id its
     ``BranchAdded`` names."""
     added: dict[str, str] = {}
+    added_at: dict[str, int] = {}  # branch stream -> its BranchAdded's registry revision
     for entry in registry:
         where = ("branches", entry.stream, entry.revision)
         if entry.type not in (events.BRANCH_ADDED, events.BRANCH_REMOVED):
@@ -955,6 +975,8 @@ def _check_registry(report: Report, tree: _Tree, registry: Sequence[Record]) -> 
         if not line:
             report.fail(*where, f"branch {body.branch!r}: its stream {body.stream} is missing")
             continue
+        misnamed = f"{body.stream} is not the stream of branch {cut(repr(body.branch), 80)}"
+        named = _stream_of(tree, body.branch) == body.stream
         if entry.type == events.BRANCH_ADDED:
             started = tree.started.get(body.stream, (None, None))[1]
             if (
@@ -963,13 +985,96 @@ def _check_registry(report: Report, tree: _Tree, registry: Sequence[Record]) -> 
                 or (started.branch, started.parent) != (body.branch, body.parent)
             ):
                 report.fail(*where, f"the entry of branch {body.branch!r} is not its fork")
+            elif not named:
+                report.fail(*where, misnamed)
             elif body.stream in added:
                 report.fail(*where, f"branch {body.branch!r} is registered twice")
             else:
                 added[body.stream] = body.event
+                added_at[body.stream] = entry.revision
+        elif not named:
+            report.fail(*where, misnamed)
         elif line[-1].id != body.event or line[-1].type != events.BRANCH_DELETED:
             report.fail(*where, f"branch {body.branch!r} was not deleted as the entry says")
+        elif added_at.get(body.stream) is None:
+            report.fail(*where, f"branch {body.branch!r} is removed before it is registered")
+    if not report.failed("branches"):
+        _check_registry_order(report, tree, added_at)
     return added
+
+
+def _check_registry_order(report: Report, tree: _Tree, added_at: Mapping[str, int]) -> None:
+    """The registry lists the forks in the order they were made, as far as a bundle (no
+    positions) shows it: a branch after its parent branch (whose fork created the line it
+    forks from), and the forks of one line in the order of their ``BranchForked`` markers
+    on its top stream (each fork writes its marker and its entry at both exact heads in one
+    transaction, so two forks of one line land in one order on both streams)."""
+    where = ("branches", tree.registry_stream)
+    for name, at in added_at.items():
+        started = tree.started.get(name, (None, None))[1]
+        parent = tree.tops.get(started.parent) if started is not None else None
+        if started is not None and parent is not None and added_at.get(parent, -1) > at:
+            report.fail(
+                *where,
+                at,
+                f"branch {started.branch!r} is registered before its parent {started.parent!r}",
+            )
+            return
+    for top in tree.tops.values():
+        order = [
+            added_at[forked.branch_stream]
+            for marker in tree.streams.get(top, [])
+            if marker.type == events.BRANCH_FORKED
+            and (forked := _decoded(events.BranchForked, marker)) is not None
+            and forked.branch_stream in added_at
+        ]
+        for before, after in itertools.pairwise(order):
+            if before > after:
+                report.fail(
+                    *where,
+                    after,
+                    f"the forks of {top} are registered out of the order of their "
+                    "BranchForked markers",
+                )
+                return
+
+
+def _stream_of(tree: _Tree, branch: str) -> str | None:
+    """The top stream a branch of this name has (None: no branch can have that name)."""
+    try:
+        return branch_stream(tree.session_id, branch)
+    except InvalidInput:
+        return None
+
+
+def _metadata_problem(
+    tree: _Tree, first: Record, started: events.BranchStarted
+) -> tuple[str, str] | None:
+    """Where and why the metadata readers follow on a fork's new streams is not what the
+    fork wrote, if it is not: ``BranchStarted``'s ``aj.open`` names the outermost
+    continuation (absent when none: a reader takes the branch's open chain from it), each
+    continuation's the next one (absent on the innermost); ``aj.next_index`` on each is the
+    fork's ``next_index``. (After the prefix check: the continuations are the base's open
+    chain, each present.)"""
+    chain = [started.continuations.get(place.stream) for place in started.base[1:]]
+    firsts = [first]
+    for stream in chain:
+        found = tree.streams.get(stream or "")
+        if not found:
+            break  # missing: the continuations check reports it
+        firsts.append(found[0])
+    for n, event in enumerate(firsts):
+        expected = chain[n] if n < len(chain) else None
+        written = event.metadata.get(events.OPEN_KEY) or None
+        if written != expected:
+            shown = "no aj.open" if written is None else f"aj.open {cut(written, 120)}"
+            wanted = "no open subagent" if expected is None else f"its continuation {expected}"
+            return event.stream, f"{shown}, but the fork continues {wanted} there"
+        index = event.metadata.get(events.NEXT_INDEX_KEY)
+        if index != str(started.next_index):
+            shown = "no aj.next_index" if index is None else f"aj.next_index {cut(index, 40)}"
+            return event.stream, f"{shown}, but the fork's next index is {started.next_index}"
+    return None
 
 
 def _check_prefix(
