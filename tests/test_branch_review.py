@@ -14,6 +14,9 @@ import pytest
 
 from agentjournal import Journal, JournalSession
 from agentjournal.errors import BranchDeleted
+from agentjournal.ledger import SigningKey
+from agentjournal.ledger.verify import verify_records
+from agentjournal.records import read_tree
 from agentjournal.store.base import AppendRequest
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import authority_stream
@@ -145,3 +148,21 @@ def test_replay_of_a_deleted_branch_points_to_at(tmp_path: Path) -> None:
     before = run("replay", SID, "--branch", "alt", "--at", "1", "--uri", uri)
     assert before.returncode == 0, before.stderr
     assert '"q1"' in before.stdout
+
+
+@pytest.mark.parametrize("end", ["delete_branch", "clear_session"])
+async def test_a_signing_session_signs_the_end_of_a_line_at_once(tmp_path: Path, end: str) -> None:
+    """``delete_branch`` and ``clear_session`` end branches with ``BranchDeleted`` on lines
+    nothing will write again: a signing session covers them in the same call."""
+    key = SigningKey.generate()
+    async with Journal.open(f"sqlite:///{tmp_path / 'f.db'}", signing_key=key) as journal:
+        main = journal.session(SID)
+        await main.add_items([_user("q1"), _assistant("a1")])
+        await main.fork(name="alt")
+        await journal.session(SID, branch="alt").add_items([_user("alt q")])
+        if end == "delete_branch":
+            await main.delete_branch("alt")
+        else:
+            await main.clear_session()
+        report = verify_records(await read_tree(journal.store, SID), {key.key_id: key.public_key})
+        assert report.ok, report.text()

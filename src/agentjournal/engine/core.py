@@ -918,6 +918,9 @@ class SessionCore:
             if not tree.loaded:
                 await self.reader.load(0)
             await self.writer.write(build)
+            # Signed at once, the BranchDeleted and the registry's entry: no later write on
+            # this line would cover them (DESIGN §17.3).
+            await self._maybe_checkpoint(force=True, trace=trace)
             tree.ended("deleted")
 
     async def clear_lines(self, trace: Mapping[str, str]) -> None:
@@ -953,7 +956,7 @@ class SessionCore:
             # The main line's clear is planned as a clear alone is (a random id, as before
             # branches: a session without branches writes the same bytes as it did).
             own = await self._control(events.SESSION_CLEARED, cleared, trace, [Clear(through)])
-            ends, _ = plan_line_ends(
+            ends, hashes = plan_line_ends(
                 session_id,
                 heads,
                 reason="cleared",
@@ -961,14 +964,20 @@ class SessionCore:
                 nonce=nonce,
                 trace=trace,
             )
+            ended.clear()
+            ended.update({head.stream: (head.revision + 1, hashes[head.stream]) for head in heads})
             return WritePlan(
                 [*own.requests, *ends],
                 own.commit,
                 foreign=frozenset(request.stream for request in ends),
             )
 
+        ended: dict[str, tuple[int, str]] = {}
         async with tree.lock:
-            await self.writer.write(build)
+            if await self.writer.write(build) is not None:
+                # Signed at once, each ended branch's BranchDeleted with main's clear: no
+                # later write on those lines would cover them (DESIGN §17.3).
+                await self._maybe_checkpoint(force=True, trace=trace, extra=ended)
 
     async def book_usage(
         self, counts: Mapping[str, Any], trace: Mapping[str, str]
