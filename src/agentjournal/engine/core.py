@@ -1338,9 +1338,11 @@ class SessionCore:
             )
 
         async with self.tree.lock:
-            # A deleted line acts no more: nothing to reset (its writes are refused too).
-            await self.reader.refresh(0)
-            self._check_live()
+            if self.facts.branch is not None:
+                # A deleted branch acts no more: nothing to reset (its writes are refused
+                # too). Main is never deleted, so its reset reads no history.
+                await self.reader.refresh(0)
+                self._check_live()
             await self.writer.write(build)
         logger.info("authority of %r reset in %s: %s", agent, self.facts.session_id, reason)
 
