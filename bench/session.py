@@ -30,6 +30,13 @@ Cases:
       share one lock, so each of its writes commits alone; ours share commits
       (group commit, DESIGN §3).
 
+Beside (a), ``(a) floor`` times what no design that keeps the event loop free can
+avoid: per turn, one lean hop to a worker thread (a ``SimpleQueue`` there,
+``call_soon_threadsafe`` back) around a raw ``INSERT`` + ``COMMIT`` of the two
+events our turn stores (their stored bytes: data and metadata), on its own file with
+our pragmas (WAL, ``synchronous=FULL``); its ratio is floor / SDK, the least (a)'s
+ratio can be on this machine in this run.
+
 ``--reads`` runs only (c), (d) and (e); ``--writes`` only (a) and (f). The "cpu ratio"
 column is the ratio of CPU times (all threads of the process), steadier than the wall
 clock on a shared machine.
@@ -42,9 +49,11 @@ import asyncio
 import gc
 import json
 import os
+import queue
 import sqlite3
 import sys
 import tempfile
+import threading
 import tracemalloc
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -56,6 +65,8 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from _common import Timing, measure_cpu, table
 from agentjournal import Journal, JournalSession
+from agentjournal.store.base import encode_metadata
+from agentjournal.streams import session_stream
 
 Turn = Callable[[], Awaitable[None]]
 
@@ -174,6 +185,50 @@ class Side:
             ]
             await session.add_items(batch)
         return session
+
+
+class Floor:
+    """The floor of a durable turn (see the module docs): one lean hop around a raw
+    ``INSERT`` of two rows and ``COMMIT``, in WAL with ``synchronous=FULL``."""
+
+    def __init__(self, directory: str, rows: list[tuple[bytes, bytes]]) -> None:
+        self.rows = rows
+        self.db = sqlite3.connect(
+            os.path.join(directory, "floor.db"), isolation_level=None, check_same_thread=False
+        )
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute("PRAGMA synchronous = FULL")
+        self.db.execute(
+            "CREATE TABLE events (position INTEGER PRIMARY KEY, data BLOB, metadata BLOB)"
+        )
+        self.jobs: queue.SimpleQueue[
+            tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None
+        ] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._work, daemon=True)
+        self.thread.start()
+
+    def _work(self) -> None:
+        (a_data, a_meta), (b_data, b_meta) = self.rows
+        while (job := self.jobs.get()) is not None:
+            loop, future = job
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.execute(
+                "INSERT INTO events (data, metadata) VALUES (?, ?), (?, ?)",
+                (a_data, a_meta, b_data, b_meta),
+            )
+            self.db.execute("COMMIT")
+            loop.call_soon_threadsafe(future.set_result, None)
+
+    async def turn(self) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self.jobs.put((loop, future))
+        await future
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        self.thread.join()
+        self.db.close()
 
 
 async def turns(session: Session, count: int, start: int) -> None:
@@ -327,6 +382,7 @@ async def turn_cases(
             "ms/turn",
         )
     )
+    rows.append(await turn_floor(ours, sdk, sessions["SQLiteSession"], offsets, per_round))
     if not windows:
         return rows
 
@@ -363,6 +419,32 @@ async def turn_cases(
         )
 
     return rows
+
+
+async def turn_floor(
+    ours: Side, sdk: Side, theirs: Session, offsets: dict[str, int], per_round: int
+) -> list[str]:
+    """(a) floor: the SDK's turns again, beside a lean hop around a raw two-row commit."""
+    assert ours.journal is not None
+    # The two events a turn of ours stored last: the floor writes their very bytes.
+    stored = await ours.journal.store.read(session_stream("turns"), backwards=True, limit=2)
+    floor = Floor(ours.directory, [(e.data, encode_metadata(e.metadata)) for e in reversed(stored)])
+    try:
+
+        async def sdk_round() -> None:
+            await turns(theirs, per_round, offsets["SQLiteSession"])
+            offsets["SQLiteSession"] += per_round
+
+        async def floor_round() -> None:
+            for _ in range(per_round):
+                await floor.turn()
+
+        timing = await measure_cpu(sdk_round, floor_round, rounds=5)
+    finally:
+        floor.close()
+    return row(
+        "(a) floor: one hop + raw INSERT+COMMIT of the two rows", timing, per_round, "ms/turn"
+    )
 
 
 async def handoff_replay(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:

@@ -324,3 +324,26 @@ async def test_items_written_here_are_marked_plain_only_when_orjson_reads_them_e
             items = await session.get_items()
             assert json.dumps(items) == json.dumps([big, small, call])
             assert [type(value) for value in items[0].values()] == [str, str, str, int, int]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_text(), st.one_of(_text(), _meta_values), max_size=6))
+def test_stored_metadata_bytes_are_what_the_json_encoder_printed(metadata: dict[str, Any]) -> None:
+    """``encode_metadata`` (fifth round: its C encoder made once) prints the bytes
+    ``JSONEncoder(separators=(",", ":"), ensure_ascii=False)`` prints, and refuses what
+    it refuses (a lone surrogate at the UTF-8 step, a value that is no text)."""
+    from types import MappingProxyType
+
+    from agentjournal.store.base import encode_metadata
+
+    reference = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+    def outcome(encode: Any) -> tuple[str, Any]:
+        try:
+            return "bytes", encode()
+        except (TypeError, ValueError) as error:
+            return "refused", type(error).__name__
+
+    expected = outcome(lambda: reference(metadata).encode())
+    assert outcome(lambda: encode_metadata(metadata)) == expected
+    assert outcome(lambda: encode_metadata(MappingProxyType(metadata))) == expected

@@ -873,3 +873,16 @@ def test_a_control_write_carries_the_pending_responses_before_its_event() -> Non
     assert decision.metadata[events.TOOL_RULE_KEY] == "null"
     assert decision.metadata[PREV_KEY] == response.metadata[HASH_KEY]
     assert list(plan.commit.responded) == [uuid.UUID(int=1)]
+
+
+def test_user_messages_are_numbered_on_from_the_last_turn() -> None:
+    """Each user message of a write gets the next ``aj.turn``, keyed where its event
+    lands; without ``last_turn`` nothing is numbered (readers count)."""
+    items = [user("q"), said("a"), user("r")]
+    plan = items_plan(SessionTree(S), items, last_turn=4)
+    new = by_stream(plan)[S]
+    assert types(new)[0] == "SessionStarted"
+    assert [e.metadata.get(events.TURN_KEY) for e in new] == [None, "5", None, "6"]
+    assert plan.turns == (((S, 1, 0), 5), ((S, 3, 0), 6))
+    unnumbered = by_stream(items_plan(SessionTree(S), items))[S]
+    assert all(events.TURN_KEY not in e.metadata for e in unnumbered)

@@ -154,6 +154,50 @@ class TestJournalSessionUncached(SessionConformance):
         return journals.restart
 
 
+class TestJournalSessionOnABranch(SessionConformance):
+    """``journal.session(id, branch=...)``: a line forked before item #0 of a populated
+    session (DESIGN §17) behaves as a session of its own; its parent's items never show."""
+
+    @pytest.fixture
+    def open_session(self, journals: Journals) -> OpenSession:
+        forked: set[str] = set()
+
+        async def open_session(session_id: str) -> Session:
+            assert journals.journal is not None
+            if session_id not in forked:
+                forked.add(session_id)
+                main = journals.journal.session(session_id)
+                await main.add_items([{"role": "user", "content": "on main"}])
+                await main.add_items([{"role": "user", "content": "on main, later"}])
+                await main.fork(0, name="line")
+            return journals.journal.session(session_id, branch="line")
+
+        return open_session
+
+    @pytest.fixture
+    def restart(self, journals: Journals) -> Restart:
+        return journals.restart
+
+
+class TestJournalSessionOnABranchUncached(TestJournalSessionOnABranch):
+    """Bare objects on a branch: each reads the store itself."""
+
+    @pytest.fixture
+    def open_session(self, journals: Journals) -> OpenSession:
+        forked: set[str] = set()
+
+        async def open_session(session_id: str) -> Session:
+            assert journals.journal is not None
+            if session_id not in forked:
+                forked.add(session_id)
+                main = JournalSession(journals.journal.store, session_id)
+                await main.add_items([{"role": "user", "content": "on main"}])
+                await main.fork(0, name="line")
+            return JournalSession(journals.journal.store, session_id, branch="line")
+
+        return open_session
+
+
 # -- the suite's own items -------------------------------------------------------------------
 
 

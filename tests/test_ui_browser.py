@@ -275,3 +275,124 @@ def test_an_unknown_session_is_a_404_page(watched: Watched, url: str, shots: Pat
     expect(page.locator(".missing")).to_have_text("no session 'nope-1' in this store")
     page.screenshot(path=str(shots / "ui-404.png"))
     assert watched.others(url) == []
+
+
+# -- branches (DESIGN §17.4) ----------------------------------------------------------------
+
+
+async def _run_on_branch(uri: str, key: str) -> None:
+    from agentjournal import Journal
+    from drive import drive
+    from handoff_scenarios import top_level
+
+    # Signed, as the demo and the fork are: an unsigned run would leave the branch's
+    # events after the last checkpoint, and the ledger would say so.
+    async with Journal.open(uri, signing_key=key) as journal:
+        branch = journal.session("demo-1", branch="retry")
+        await drive(top_level(), "One more question", session=branch, hooks=branch)
+
+
+@pytest.fixture(scope="module")
+def branched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stored, str]]:
+    """The demo forked before its second user message (#14) into ``retry`` by the command
+    line (with the signing key configured, so main's marker is signed), then a real run
+    on ``retry``; served."""
+    import asyncio
+
+    stored = in_thread(write_store, tmp_path_factory.mktemp("ui-branches"))
+    key = str(stored.pubkey).removesuffix(".pub")
+    forked = in_thread(
+        lambda *args: run(*args, env={"AGENTJOURNAL_SIGNING_KEY_FILE": key}),
+        "fork",
+        "demo-1",
+        "--at",
+        "14",
+        "--name",
+        "retry",
+        "--uri",
+        stored.uri,
+    )
+    assert forked.returncode == 0, forked.stderr
+    in_thread(asyncio.run, _run_on_branch(stored.uri, key))
+    with serving(stored.uri, pubkey=stored.pubkey) as base:
+        yield stored, base
+
+
+def test_a_branch_is_named_its_timeline_shown_and_its_replay_is_its_line(
+    watched: Watched, branched: tuple[Stored, str], shots: Path
+) -> None:
+    _, url = branched
+    page = watched.page
+    page.goto(f"{url}/sessions/demo-1")
+    expect(page.locator("#line")).to_have_text("main line")
+    expect(page.locator("#ledger")).to_have_text("ledger verified")  # the fork was signed
+    expect(page.locator(".event.kind-BranchForked")).to_contain_text("branch 'retry' forked")
+    # Choosing the branch opens its line: its own streams, named with its parent and cut.
+    page.locator("#branch-select").select_option("retry")
+    page.wait_for_url(f"{url}/sessions/demo-1?branch=retry")
+    expect(page.locator("#line")).to_have_text(
+        "branch retry \u2190 main before #14 · shares 14 items with main before #14"
+    )
+    expect(page.locator("#status")).to_have_text("live")
+    expect(page.locator("#tree li")).to_have_count(1)
+    expect(page.locator("#tree li")).to_contain_text("AgentBranch-demo-1@retry")
+    expect(page.locator(".event.kind-BranchStarted")).to_have_count(1)
+    expect(page.locator(".event.kind-UserMessageReceived")).to_contain_text("One more question")
+    expect(page.locator(".event.kind-AssistantTextGenerated")).to_contain_text("Anything else?")
+    page.screenshot(path=str(shots / "ui-branch.png"))
+    # Replay on the line: below the cut the parent's history, then the branch's own items.
+    page.locator("#tab-replay").click()
+    expect(page.locator("#replay > li")).to_have_count(16)  # now: 14 shared + 2 own
+    page.locator("#replay-at").select_option("15")
+    expect(page.locator("#replay > li")).to_have_count(15)
+    expect(page.locator("#replay > li").last).to_contain_text("One more question")
+    page.locator("#replay-at").select_option("14")
+    expect(page.locator("#replay > li")).to_have_count(14)
+    expect(page.locator("#replay > li").last).not_to_contain_text("One more question")
+    page.screenshot(path=str(shots / "ui-branch-replay.png"))
+    assert watched.errors == []
+    assert watched.others(url) == []
+
+
+def test_an_unknown_branch_is_a_404_page(watched: Watched, branched: tuple[Stored, str]) -> None:
+    _, url = branched
+    answer = watched.page.goto(f"{url}/sessions/demo-1?branch=nope")
+    assert answer is not None
+    assert answer.status == 404
+    expect(watched.page.locator(".missing")).to_contain_text("has no branch 'nope'")
+
+
+def test_the_view_file_of_a_branch_opens_offline_on_its_line(
+    watched: Watched, branched: tuple[Stored, str], tmp_path: Path
+) -> None:
+    stored, _ = branched
+    out = tmp_path / "branch.html"
+    done = in_thread(
+        run,
+        "view",
+        "demo-1",
+        "--branch",
+        "retry",
+        "-o",
+        str(out),
+        "--uri",
+        stored.uri,
+        "--pubkey",
+        str(stored.pubkey),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "branch 'retry'" in done.stderr
+    page = watched.page
+    page.route(
+        "**/*",
+        lambda route, request: (
+            route.continue_() if request.url.startswith("file://") else route.abort()
+        ),
+    )
+    page.goto(out.as_uri())
+    expect(page.locator("#line")).to_contain_text("branch retry \u2190 main before #14")
+    expect(page.locator("#branch-select")).to_be_disabled()
+    page.locator("#tab-replay").click()
+    page.locator("#replay-at").select_option("15")  # carried in the file: no server
+    expect(page.locator("#replay > li")).to_have_count(15)
+    assert watched.errors == []

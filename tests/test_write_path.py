@@ -13,6 +13,7 @@ from typing import Any
 
 from agentjournal import Journal, JournalSession
 from agentjournal.engine.core import _NONCES
+from agentjournal.errors import ConcurrencyError
 from agentjournal.store.base import NewEvent, StreamState, event_id, event_id_series
 from agentjournal.store.sqlite import SQLiteEventStore
 
@@ -151,6 +152,65 @@ async def test_writes_queued_in_one_pass_of_the_loop_share_one_commit(tmp_path: 
         assert sum(statement == "BEGIN IMMEDIATE" for statement in seen) == 1, seen
         assert all([await store.head(f"s-{n}") == 0 for n in range(8)])
     finally:
+        await store.close()
+
+
+async def test_a_lone_write_starts_its_drain_at_once_and_a_busy_pass_defers_it(
+    tmp_path: Path,
+) -> None:
+    # Fifth round: with nothing else ready in the loop's pass, no other write can join
+    # this one before the pass ends, so the drain starts from the writing task itself
+    # instead of from a kick one pass later. With anything else ready (another task,
+    # any callback), the kick still waits for the end of the pass (group commit).
+    store = await SQLiteEventStore.open(tmp_path / "kick.db")
+    try:
+        started_in: list[bool] = []
+        schedule = store._schedule_drain
+
+        def spy() -> None:
+            started_in.append(asyncio.current_task() is not None)  # None: a loop callback
+            schedule()
+
+        store._schedule_drain = spy  # type: ignore[method-assign]
+        await asyncio.sleep(0)  # nothing of the test's set-up left in the ready queue
+        await store.append("s-1", [_new()], expected=StreamState.NO_STREAM)
+        assert started_in == [True]
+        asyncio.get_running_loop().call_soon(lambda: None)  # something else is ready
+        await store.append("s-1", [_new()], expected=0)
+        assert started_in == [True, False]
+        assert await store.head("s-1") == 1
+    finally:
+        await store.close()
+
+
+async def test_a_group_is_settled_by_one_hand_off_per_loop(tmp_path: Path) -> None:
+    # Fifth round: the writes of one group that wait on one loop are settled by one
+    # callback (one wake-up of the loop), each with its own outcome, in order.
+    store = await SQLiteEventStore.open(tmp_path / "settle.db")
+    loop = asyncio.get_running_loop()
+    handed: list[str] = []
+    threadsafe = loop.call_soon_threadsafe
+
+    def spy(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        handed.append(getattr(callback, "__name__", ""))
+        return threadsafe(callback, *args, **kwargs)
+
+    try:
+        loop.call_soon_threadsafe = spy  # type: ignore[method-assign, assignment]
+        await store.append("s-0", [_new()], expected=StreamState.NO_STREAM)
+        assert [name for name in handed if name.startswith("_settle")] == ["_settle"]
+        handed.clear()
+        writes = [
+            store.append(f"s-{n}", [_new()], expected=StreamState.NO_STREAM) for n in range(1, 8)
+        ]
+        # One of them conflicts: its own outcome, the others land.
+        writes.append(store.append("s-0", [_new()], expected=StreamState.NO_STREAM))
+        outcomes = await asyncio.gather(*writes, return_exceptions=True)
+        assert [name for name in handed if name.startswith("_settle")] == ["_settle_all"]
+        assert [getattr(o, "revision", None) for o in outcomes[:7]] == [0] * 7
+        assert isinstance(outcomes[7], ConcurrencyError)
+    finally:
+        del loop.call_soon_threadsafe
         await store.close()
 
 

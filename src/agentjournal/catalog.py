@@ -65,6 +65,7 @@ from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, trusted_closure
 from agentjournal.streams import (
     KEYS_STREAM,
+    branches_stream,
     ledger_stream,
     projection_stream,
     session_of,
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NAME",
     "PAGE",
+    "BranchRow",
     "Catalog",
     "Listing",
     "SessionRow",
@@ -91,10 +93,48 @@ NAME: Final = "catalog"
 """The projection's name: its state is saved on ``AgentProjection-catalog``."""
 PAGE: Final = 2000
 """Events per ``read_all`` page."""
-VERSION: Final = 2  # 2: items counted by the engine's index rule (foreign items)
+VERSION: Final = 3  # 2: items counted by the engine's index rule; 3: branches
 """The state's layout; a saved state of another version is rebuilt from the start."""
 
 _SAVE_ATTEMPTS: Final = 5
+
+
+@dataclass(frozen=True)
+class BranchRow:
+    """One branch of a session in the catalog (DESIGN §17.4).
+
+    Attributes:
+        name: The branch's name.
+        stream: Its top stream, ``AgentBranch-{session}@{key}``.
+        parent: Its parent line's name (``main`` or a branch's).
+        at: Its cut as ``BranchForked`` recorded it: ``kind`` (``index``, ``turn`` or
+            ``revision``), ``value`` and ``position``.
+        items: How many items ``get_items()`` on the branch returns: the items it shares
+            with its parent (``prefix_items``), plus its own item events, less its pops,
+            reset by its clears.
+        last: When its line was last written (UTC; the fork's time until it is).
+        deleted: ``deleted`` or ``cleared`` once it was, else None.
+    """
+
+    name: str
+    stream: str
+    parent: str
+    at: Mapping[str, Any]
+    items: int
+    last: datetime
+    deleted: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The branch as JSON-ready data (times in RFC 3339)."""
+        return {
+            "name": self.name,
+            "stream": self.stream,
+            "parent": self.parent,
+            "at": dict(self.at),
+            "items": self.items,
+            "last": self.last.isoformat(),
+            "deleted": self.deleted,
+        }
 
 
 @dataclass(frozen=True)
@@ -121,6 +161,9 @@ class SessionRow:
         ledger: The cheap ledger check: ``ok``, ``unsigned`` (no checkpoint), ``broken
             chain``, ``untrusted key KEY_ID`` (signed by a key not given) or ``FAILED: reason``.
         ledger_detail: Where and why, when the check did not pass.
+        branches: The session's branches, in the order they were forked (deleted ones
+            too). Every other count is the whole session's, every line together, except
+            ``items``, which is the main line's.
     """
 
     session_id: str
@@ -138,6 +181,7 @@ class SessionRow:
     last_activity: datetime
     ledger: str
     ledger_detail: str | None = None
+    branches: tuple[BranchRow, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-ready data (times in RFC 3339)."""
@@ -159,6 +203,7 @@ class SessionRow:
             "last_activity": self.last_activity.isoformat(),
             "ledger": self.ledger,
             "ledger_detail": self.ledger_detail,
+            "branches": [branch.as_dict() for branch in self.branches],
         }
 
 
@@ -183,6 +228,8 @@ def _new_row() -> dict[str, Any]:
         "last": None,
         "broken": None,
         "ck": None,
+        "branches": {},  # branch top stream -> what the catalog knows of the branch
+        "lines": {},  # a stream of a branch line (its top stream, its subsessions) -> top
     }
 
 
@@ -233,7 +280,7 @@ class Catalog:
         known = self.streams.get(stream)
         if known is not None:
             return str(known[0])
-        named = session_of(stream, logs=True)
+        named = session_of(stream, logs=True) or _branch_log_session(stream)
         if named is not None:
             return named
         if event.type == events.SUBAGENT_STARTED:
@@ -299,6 +346,12 @@ class Catalog:
     def _fold_content(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         kind = event.type
         metadata = event.metadata
+        if kind == events.BRANCH_FORKED:
+            self._forked(row, event, session_id)
+            return
+        line = row.get("lines", {}).get(event.stream)
+        if line is not None and self._on_branch(row, row["branches"][line], event, session_id):
+            return
         if kind in ITEM_EVENT_TYPES:
             self._item(row, event)
             # Legacy usage, before a stream's first ModelResponded: usage.py's rule, so
@@ -351,6 +404,66 @@ class Catalog:
             row["tokens"] += answer.usage.total_tokens
         elif kind == CHECKPOINT and event.stream == ledger_stream(session_id):
             self._checkpoint(row, event, session_id)
+
+    def _forked(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        """A fork: the branch's streams (top stream, registry) join the session's, and the
+        branch starts with the items it shares with its parent."""
+        forked = events.BranchForked.decode(event.data)
+        if forked.session_id != session_id or forked.branch_stream in row["branches"]:
+            return
+        row["branches"][forked.branch_stream] = {
+            "name": forked.branch,
+            "parent": forked.parent,
+            "at": forked.cut.to_json(),
+            "items": forked.prefix_items,
+            "floor": -1,
+            "cleared": False,
+            "last": _micros(event.recorded_at),
+            "deleted": None,
+            "forked": event.position,  # the order they were forked in (the state is sorted)
+        }
+        row["lines"][forked.branch_stream] = forked.branch_stream
+        for stream in (forked.branch_stream, branches_stream(session_id)):
+            self.streams.setdefault(stream, [session_id, -1, GENESIS])
+
+    def _on_branch(
+        self, row: dict[str, Any], branch: dict[str, Any], event: RecordedEvent, session_id: str
+    ) -> bool:
+        """Fold an event of a branch line onto its branch; whether nothing else counts it
+        (items, pops, clears and the branch's own events are the branch's; decisions,
+        refusals, subagents and tokens count for the whole session too)."""
+        kind = event.type
+        branch["last"] = max(branch["last"], _micros(event.recorded_at))
+        if kind in ITEM_EVENT_TYPES:
+            self._item(branch, event)
+            return True
+        if kind == events.SUBAGENT_STARTED and events.INDEX_KEY in event.metadata:
+            subagent, item_json = events.decode_subagent_started(event.data)
+            row["lines"][subagent.stream] = row["lines"][event.stream]
+            if item_json is not None:
+                self._item(branch, event)
+            row["started"] += 1
+            self.streams.setdefault(subagent.stream, [session_id, -1, GENESIS])
+            return True
+        if kind == events.ITEM_POPPED:
+            branch["items"] = max(0, branch["items"] - 1)
+            return True
+        if kind == events.SESSION_CLEARED:
+            through = events.SessionCleared.decode(event.data).through_index
+            branch["items"] = 0
+            branch["floor"] = max(branch["floor"], through)
+            branch["cleared"] = True
+            return True
+        if kind == events.BRANCH_DELETED:
+            branch["deleted"] = events.BranchDeleted.decode(event.data).reason
+            branch["items"] = 0
+            return True
+        if kind == events.BRANCH_STARTED and event.revision == 0:
+            # Each subagent open at the cut goes on in a continuation stream of this line.
+            for continuation in events.BranchStarted.decode(event.data).continuations.values():
+                row["lines"][continuation] = row["lines"][event.stream]
+                self.streams.setdefault(continuation, [session_id, -1, GENESIS])
+        return kind in events.BRANCH_EVENTS
 
     @staticmethod
     def _speaker(row: dict[str, Any], agent: Any) -> None:
@@ -455,6 +568,20 @@ class Catalog:
                 continue  # an authority log or checkpoints without a session
             ledger, detail = _ledger(session_id, row, trusted)
             started, closed, failed = row["started"], row["closed"], row["failed"]
+            branches = tuple(
+                BranchRow(
+                    name=b["name"],
+                    stream=stream,
+                    parent=b["parent"],
+                    at=b["at"],
+                    items=b["items"],
+                    last=_moment(b["last"]),
+                    deleted=b["deleted"],
+                )
+                for stream, b in sorted(
+                    row.get("branches", {}).items(), key=lambda pair: pair[1]["forked"]
+                )
+            )
             out.append(
                 SessionRow(
                     session_id=session_id,
@@ -472,6 +599,7 @@ class Catalog:
                     last_activity=_moment(row["last"]),
                     ledger=ledger,
                     ledger_detail=detail,
+                    branches=branches,
                 )
             )
         out.sort(key=lambda r: (r.last_activity, r.session_id), reverse=True)
@@ -523,6 +651,27 @@ def _ledger(
     if mark["sig"] is None:
         return "unchecked", where  # not reached: refresh checks every trusted signature
     return "ok", None
+
+
+def _branch_log_session(stream: str) -> str | None:
+    """The session of a stream named for one of its branches' logs: the registry
+    ``AgentBranches-{id}`` or a branch's authority log ``AgentAuthority-{id}@{key}``."""
+    for prefix, cut in (("AgentBranches-", None), ("AgentAuthority-", "@")):
+        if stream.startswith(prefix):
+            rest = stream[len(prefix) :]
+            if cut is not None:
+                if cut not in rest:
+                    return None
+                rest = rest.split(cut, 1)[0]
+            return session_of(session_stream(rest)) if _valid(rest) else None
+    return None
+
+
+def _valid(text: str) -> bool:
+    try:
+        return session_stream(text) is not None
+    except InvalidInput:
+        return False
 
 
 def _micros(moment: datetime) -> int:

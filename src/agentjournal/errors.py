@@ -8,6 +8,7 @@ the store boundary and never leak through the public API.
 
     JournalError
     ├── InvalidInput (also ValueError)   bad arguments; nothing was written
+    │   └── BranchDeleted                the branch this session is on was deleted
     ├── StoreError                       the event store failed
     │   ├── ConcurrencyError             expected revision did not match
     │   ├── RetriesExhausted             other writers kept winning, every retry
@@ -26,6 +27,7 @@ from typing import Any
 
 __all__ = [
     "AuthorityDenied",
+    "BranchDeleted",
     "CodecError",
     "ConcurrencyError",
     "GuardrailBlocked",
@@ -46,6 +48,27 @@ class JournalError(Exception):
 
 class InvalidInput(JournalError, ValueError):
     """Raised when an argument is malformed; nothing has been written."""
+
+
+class BranchDeleted(InvalidInput):
+    """Raised when the branch a session is on was deleted (by any session object, in any
+    process): nothing is written to it again, so a stale object cannot bring it back.
+    Switch to another branch (``switch_to_branch``). Nothing has been written.
+
+    Attributes:
+        session_id: The session.
+        branch: The deleted branch's name.
+        reason: ``deleted`` (``delete_branch``) or ``cleared`` (``clear_session``).
+    """
+
+    def __init__(self, session_id: str, branch: str, reason: str = "deleted") -> None:
+        super().__init__(
+            f"branch {branch!r} of session {session_id} was {reason}: switch to another "
+            "branch (switch_to_branch)"
+        )
+        self.session_id = session_id
+        self.branch = branch
+        self.reason = reason
 
 
 class StoreError(JournalError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Final, Self
 
@@ -27,6 +27,26 @@ from kurrent_agent_schema import (
 from agentjournal.errors import CodecError, InvalidInput
 
 __all__ = [
+    "BRANCH_ADDED",
+    "BRANCH_DELETED",
+    "BRANCH_EVENTS",
+    "BRANCH_FORKED",
+    "BRANCH_REMOVED",
+    "BRANCH_STARTED",
+    "SUBAGENT_CONTINUED",
+    "TURN_KEY",
+    "TURN_USAGE",
+    "BranchAdded",
+    "BranchDeleted",
+    "BranchForked",
+    "BranchRemoved",
+    "BranchStarted",
+    "Cut",
+    "ItemPlace",
+    "StreamPlace",
+    "SubagentContinued",
+    "TurnUsage",
+    "turn_of",
     "CALL_ID_KEY",
     "CLOSES_HASH_KEY",
     "GUARDED_KEY",
@@ -582,3 +602,511 @@ def _openai(body: dict[str, Any], type_: str) -> dict[str, Any]:
     if not isinstance(openai, dict):
         raise CodecError(f"{type_} lacks extensions.openai")
     return openai
+
+
+# -- branches (issue 19, DESIGN §17) -------------------------------------------------
+
+BRANCH_FORKED: Final = "agentjournal.BranchForked"
+BRANCH_STARTED: Final = "agentjournal.BranchStarted"
+SUBAGENT_CONTINUED: Final = "agentjournal.SubagentContinued"
+BRANCH_DELETED: Final = "agentjournal.BranchDeleted"
+BRANCH_ADDED: Final = "agentjournal.BranchAdded"
+BRANCH_REMOVED: Final = "agentjournal.BranchRemoved"
+TURN_USAGE: Final = "agentjournal.TurnUsage"
+BRANCH_EVENTS: Final = frozenset(
+    {
+        BRANCH_FORKED,
+        BRANCH_STARTED,
+        SUBAGENT_CONTINUED,
+        BRANCH_DELETED,
+        BRANCH_ADDED,
+        BRANCH_REMOVED,
+        TURN_USAGE,
+    }
+)
+"""The event types of branches: none holds conversation (a redacted bundle keeps them)."""
+
+TURN_KEY: Final = "aj.turn"
+"""On an item event whose item has ``role == "user"``: its turn number on its line when it
+was written (decimal, from 1)."""
+
+CUT_KINDS: Final = ("index", "turn", "revision")
+DELETE_REASONS: Final = ("deleted", "cleared")
+
+
+def turn_of(metadata: Mapping[str, str]) -> int | None:
+    """The ``aj.turn`` of an event's metadata: None when absent or not a turn number (>= 1)."""
+    text = metadata.get(TURN_KEY)
+    if text is None or not text.isascii() or not text.isdigit():
+        return None
+    turn = int(text)
+    return turn if turn >= 1 and str(turn) == text else None
+
+
+def _int(body: Mapping[str, Any], key: str, type_: str, *, least: int = 0) -> int:
+    try:
+        value = body[key]
+    except KeyError:
+        raise CodecError(f"{type_} lacks {key!r}") from None
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise CodecError(f"{type_}: {key} must be an integer >= {least}, got {value!r}")
+    return value
+
+
+def _str(body: Mapping[str, Any], key: str, type_: str, *, empty: bool = False) -> str:
+    try:
+        value = body[key]
+    except KeyError:
+        raise CodecError(f"{type_} lacks {key!r}") from None
+    if not isinstance(value, str) or (not value and not empty):
+        raise CodecError(f"{type_}: {key} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _optional_str(body: Mapping[str, Any], key: str, type_: str) -> str | None:
+    if body.get(key) is None:
+        if key not in body:
+            raise CodecError(f"{type_} lacks {key!r}")
+        return None
+    return _str(body, key, type_, empty=True)
+
+
+def _mapping(body: Mapping[str, Any], key: str, type_: str) -> Mapping[str, Any]:
+    try:
+        value = body[key]
+    except KeyError:
+        raise CodecError(f"{type_} lacks {key!r}") from None
+    if not isinstance(value, dict):
+        raise CodecError(f"{type_}: {key} must be a JSON object, got {value!r}")
+    return value
+
+
+def _compact(body: Mapping[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPlace:
+    """One event a fork binds to: a stream, a revision and that event's chain hash.
+
+    The verifier checks that the stream holds at ``revision`` an event whose ``aj.hash``
+    is ``hash``: everything before it on that stream is then the chain's.
+    """
+
+    stream: str
+    revision: int
+    hash: str
+
+    def to_json(self) -> dict[str, Any]:
+        """Its JSON object."""
+        return {"stream": self.stream, "revision": self.revision, "hash": self.hash}
+
+    @classmethod
+    def from_json(cls, body: Any, type_: str) -> StreamPlace:
+        """Read one back from ``type_``'s data.
+
+        Raises:
+            CodecError: ``body`` is not such an object.
+        """
+        if not isinstance(body, dict):
+            raise CodecError(f"{type_}: a stream place must be a JSON object, got {body!r}")
+        return cls(
+            _str(body, "stream", type_), _int(body, "revision", type_), _str(body, "hash", type_)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """Where a branch leaves its parent line.
+
+    Attributes:
+        kind: ``index`` (before item #value), ``turn`` (before turn value's user message) or
+            ``revision`` (after revision value of the parent line's top stream).
+        value: The index, turn or revision asked for.
+        position: The global position the cut resolves to: the parent line's events
+            before it are the branch's prefix.
+    """
+
+    kind: str
+    value: int
+    position: int
+
+    def to_json(self) -> dict[str, Any]:
+        """Its JSON object."""
+        return {"kind": self.kind, "value": self.value, "position": self.position}
+
+    @classmethod
+    def from_json(cls, body: Any, type_: str) -> Cut:
+        """Read one back from ``type_``'s data.
+
+        Raises:
+            CodecError: ``body`` is not such an object.
+        """
+        if not isinstance(body, dict):
+            raise CodecError(f"{type_}: cut must be a JSON object, got {body!r}")
+        kind = _str(body, "kind", type_)
+        if kind not in CUT_KINDS:
+            raise CodecError(f"{type_}: cut kind must be one of {CUT_KINDS}, got {kind!r}")
+        return cls(kind, _int(body, "value", type_), _int(body, "position", type_))
+
+
+@dataclass(frozen=True, slots=True)
+class BranchForked:
+    """``agentjournal.BranchForked``: a branch left this line (on the parent line's top stream).
+
+    Attributes:
+        session_id: The session.
+        branch: The branch's name (any non-blank text).
+        branch_stream: Its top stream (``BranchStarted`` at revision 0).
+        parent: The parent line's name (``"main"`` or a branch's).
+        cut: Where it leaves the parent line.
+        base: The parent line's last event before the cut on its top stream, then on each
+            subagent open there (the ``aj.open`` chain, outermost first).
+        authority: The parent line's authority log's last event before the cut, or None.
+        next_index: The next free message index at the cut (the branch's first own item's).
+        prefix_items: How many items were visible on the parent line at the cut.
+    """
+
+    session_id: str
+    branch: str
+    branch_stream: str
+    parent: str
+    cut: Cut
+    base: tuple[StreamPlace, ...]
+    authority: StreamPlace | None
+    next_index: int
+    prefix_items: int
+
+    EVENT_TYPE: ClassVar[str] = BRANCH_FORKED
+
+    def _body(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "branch": self.branch,
+            "branch_stream": self.branch_stream,
+            "parent": self.parent,
+            "cut": self.cut.to_json(),
+            "base": [place.to_json() for place in self.base],
+            "authority": None if self.authority is None else self.authority.to_json(),
+            "next_index": self.next_index,
+            "prefix_items": self.prefix_items,
+        }
+
+    def encode(self) -> bytes:
+        """Compact UTF-8 JSON."""
+        return _compact(self._body())
+
+    @classmethod
+    def _fields(cls, body: Mapping[str, Any], type_: str) -> dict[str, Any]:
+        base = body.get("base")
+        if not isinstance(base, list) or not base:
+            raise CodecError(f"{type_}: base must be a non-empty list, got {base!r}")
+        places = tuple(StreamPlace.from_json(place, type_) for place in base)
+        if len({place.stream for place in places}) != len(places):
+            raise CodecError(f"{type_}: base names a stream twice")
+        if "authority" not in body:
+            raise CodecError(f"{type_} lacks 'authority'")
+        authority = body["authority"]
+        return {
+            "session_id": _str(body, "session_id", type_),
+            "branch": _str(body, "branch", type_),
+            "branch_stream": _str(body, "branch_stream", type_),
+            "parent": _str(body, "parent", type_),
+            "cut": Cut.from_json(body.get("cut"), type_),
+            "base": places,
+            "authority": None if authority is None else StreamPlace.from_json(authority, type_),
+            "next_index": _int(body, "next_index", type_),
+            "prefix_items": _int(body, "prefix_items", type_),
+        }
+
+    @classmethod
+    def decode(cls, data: bytes) -> Self:
+        """Read it back.
+
+        Raises:
+            CodecError: The data is not such an event.
+        """
+        return cls(**cls._fields(_object(data, cls.EVENT_TYPE), cls.EVENT_TYPE))
+
+
+@dataclass(frozen=True, slots=True)
+class BranchStarted(BranchForked):
+    """``agentjournal.BranchStarted``: revision 0 of a branch's top stream, the twin of its
+    ``BranchForked``, with the same fields and ``continuations``.
+
+    A reader meeting it going backwards carries on in the parent line below the base
+    revisions, as if the prefix were the older part of this stream.
+
+    Attributes:
+        continuations: Each subagent open at the cut (its subsession stream) -> the
+            stream that continues it on the branch (``SubagentContinued`` at revision 0).
+    """
+
+    continuations: Mapping[str, str] = field(default_factory=dict)
+
+    EVENT_TYPE: ClassVar[str] = BRANCH_STARTED
+
+    def _body(self) -> dict[str, Any]:
+        return {**BranchForked._body(self), "continuations": dict(self.continuations)}
+
+    @classmethod
+    def _fields(cls, body: Mapping[str, Any], type_: str) -> dict[str, Any]:
+        continuations = _mapping(body, "continuations", type_)
+        if not all(
+            isinstance(k, str) and k and isinstance(v, str) and v for k, v in continuations.items()
+        ):
+            raise CodecError(f"{type_}: continuations must map streams to streams")
+        return {**BranchForked._fields(body, type_), "continuations": dict(continuations)}
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentContinued:
+    """``agentjournal.SubagentContinued``: revision 0 of a continuation stream, which carries a
+    subagent open at a fork on the branch (its readers go on in ``continues`` below it).
+
+    Attributes:
+        agent_id: The continuation's agent id (:func:`agentjournal.streams.continuation_id`).
+        agent_type: The agent's name (as on the original ``SubagentStarted``).
+        source_agent: The agent that handed off (as on the original).
+        call_id: The handoff's call id (as on the original).
+        subsession_stream: This stream.
+        parent_stream: The stream of the agent that handed off, on the branch's side.
+        continues: The original subsession's last event before the cut.
+        granted_authority: The original's granted authority (JSON form), or None.
+    """
+
+    agent_id: str
+    agent_type: str
+    source_agent: str
+    call_id: str
+    subsession_stream: str
+    parent_stream: str
+    continues: StreamPlace
+    granted_authority: Any
+
+    EVENT_TYPE: ClassVar[str] = SUBAGENT_CONTINUED
+
+    def encode(self) -> bytes:
+        """Compact UTF-8 JSON."""
+        return _compact(
+            {
+                "agent_id": self.agent_id,
+                "agent_type": self.agent_type,
+                "source_agent": self.source_agent,
+                "call_id": self.call_id,
+                "subsession_stream": self.subsession_stream,
+                "parent_stream": self.parent_stream,
+                "continues": self.continues.to_json(),
+                "granted_authority": self.granted_authority,
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: bytes) -> SubagentContinued:
+        """Read it back.
+
+        Raises:
+            CodecError: The data is not such an event.
+        """
+        type_ = cls.EVENT_TYPE
+        body = _object(data, type_)
+        if "granted_authority" not in body:
+            raise CodecError(f"{type_} lacks 'granted_authority'")
+        return cls(
+            agent_id=_str(body, "agent_id", type_),
+            agent_type=_str(body, "agent_type", type_, empty=True),
+            source_agent=_str(body, "source_agent", type_, empty=True),
+            call_id=_str(body, "call_id", type_, empty=True),
+            subsession_stream=_str(body, "subsession_stream", type_),
+            parent_stream=_str(body, "parent_stream", type_),
+            continues=StreamPlace.from_json(body.get("continues"), type_),
+            granted_authority=body["granted_authority"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BranchDeleted:
+    """``agentjournal.BranchDeleted``: the branch was deleted or cleared (on its top stream).
+
+    It folds as a clear of everything on the line; nothing is written to it afterwards.
+
+    Attributes:
+        branch: The branch's name.
+        reason: ``deleted`` (``delete_branch``) or ``cleared`` (``clear_session``).
+        through_index: The highest message index it hides (-1: none existed).
+    """
+
+    branch: str
+    reason: str
+    through_index: int
+
+    EVENT_TYPE: ClassVar[str] = BRANCH_DELETED
+
+    def encode(self) -> bytes:
+        """Compact UTF-8 JSON."""
+        return _compact(
+            {"branch": self.branch, "reason": self.reason, "through_index": self.through_index}
+        )
+
+    @classmethod
+    def decode(cls, data: bytes) -> BranchDeleted:
+        """Read it back.
+
+        Raises:
+            CodecError: The data is not such an event.
+        """
+        type_ = cls.EVENT_TYPE
+        body = _object(data, type_)
+        reason = _str(body, "reason", type_)
+        if reason not in DELETE_REASONS:
+            raise CodecError(f"{type_}: reason must be one of {DELETE_REASONS}, got {reason!r}")
+        return cls(
+            _str(body, "branch", type_), reason, _int(body, "through_index", type_, least=-1)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BranchAdded:
+    """``agentjournal.BranchAdded``: an entry of the session's branch registry
+    (``AgentBranches-{session_id}``): a branch was forked.
+
+    Attributes:
+        branch: Its name.
+        stream: Its top stream.
+        parent: Its parent line's name.
+        event: The id of its ``BranchStarted`` (``BranchRemoved``: of its ``BranchDeleted``).
+    """
+
+    branch: str
+    stream: str
+    parent: str
+    event: str
+
+    EVENT_TYPE: ClassVar[str] = BRANCH_ADDED
+
+    def encode(self) -> bytes:
+        """Compact UTF-8 JSON."""
+        return _compact(
+            {
+                "branch": self.branch,
+                "stream": self.stream,
+                "parent": self.parent,
+                "event": self.event,
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: bytes) -> Self:
+        """Read it back.
+
+        Raises:
+            CodecError: The data is not such an event.
+        """
+        type_ = cls.EVENT_TYPE
+        body = _object(data, type_)
+        event = _str(body, "event", type_)
+        try:
+            uuid.UUID(event)
+        except ValueError:
+            raise CodecError(f"{type_}: event must be an event id, got {event!r}") from None
+        return cls(
+            _str(body, "branch", type_),
+            _str(body, "stream", type_),
+            _str(body, "parent", type_),
+            event,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BranchRemoved(BranchAdded):
+    """``agentjournal.BranchRemoved``: a registry entry saying a branch was deleted or cleared
+    (``event`` is its ``BranchDeleted``'s id)."""
+
+    EVENT_TYPE: ClassVar[str] = BRANCH_REMOVED
+
+
+@dataclass(frozen=True, slots=True)
+class ItemPlace:
+    """Where an item is: its event's stream and revision, and which item of the event."""
+
+    stream: str
+    revision: int
+    part: int
+
+    def to_json(self) -> dict[str, Any]:
+        """Its JSON object."""
+        return {"stream": self.stream, "revision": self.revision, "part": self.part}
+
+
+@dataclass(frozen=True, slots=True)
+class TurnUsage:
+    """``agentjournal.TurnUsage``: a run's usage booked on a turn (``store_run_usage``), on the
+    line's top stream.
+
+    Attributes:
+        branch: The line's name.
+        turn: The turn it is booked on (0: items before the line's first user message,
+            as the SDK books them).
+        anchor: The turn's first item when it was booked (the booking counts only while
+            that item is still visible on the line).
+        requests: Model requests.
+        input_tokens: Input tokens.
+        output_tokens: Output tokens.
+        total_tokens: Total tokens.
+        input_tokens_details: The SDK's JSON text of the input details, or None.
+        output_tokens_details: The same for output, or None.
+    """
+
+    branch: str
+    turn: int
+    anchor: ItemPlace
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    input_tokens_details: str | None
+    output_tokens_details: str | None
+
+    EVENT_TYPE: ClassVar[str] = TURN_USAGE
+
+    def encode(self) -> bytes:
+        """Compact UTF-8 JSON."""
+        return _compact(
+            {
+                "branch": self.branch,
+                "turn": self.turn,
+                "anchor": self.anchor.to_json(),
+                "requests": self.requests,
+                "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens,
+                "total_tokens": self.total_tokens,
+                "input_tokens_details": self.input_tokens_details,
+                "output_tokens_details": self.output_tokens_details,
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: bytes) -> TurnUsage:
+        """Read it back.
+
+        Raises:
+            CodecError: The data is not such an event.
+        """
+        type_ = cls.EVENT_TYPE
+        body = _object(data, type_)
+        anchor = _mapping(body, "anchor", type_)
+        return cls(
+            branch=_str(body, "branch", type_),
+            turn=_int(body, "turn", type_, least=0),
+            anchor=ItemPlace(
+                _str(anchor, "stream", type_),
+                _int(anchor, "revision", type_),
+                _int(anchor, "part", type_),
+            ),
+            requests=_int(body, "requests", type_),
+            input_tokens=_int(body, "input_tokens", type_),
+            output_tokens=_int(body, "output_tokens", type_),
+            total_tokens=_int(body, "total_tokens", type_),
+            input_tokens_details=_optional_str(body, "input_tokens_details", type_),
+            output_tokens_details=_optional_str(body, "output_tokens_details", type_),
+        )

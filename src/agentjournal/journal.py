@@ -25,7 +25,7 @@ from agentjournal.store import (
     open_store,
     store_uri,
 )
-from agentjournal.streams import session_stream, validate_id
+from agentjournal.streams import MAIN_BRANCH, branch_stream, session_stream, validate_id
 
 __all__ = ["DEFAULT_URI", "GUARDRAIL_URL_ENV", "URI_ENV", "Journal"]
 
@@ -124,6 +124,7 @@ class Journal:
         guardrails: str | GuardrailClient | None = None,
         policy: Policy | str | os.PathLike[str] | None = None,
         record_payloads: bool = True,
+        branch: str | None = None,
     ) -> JournalSession:
         """Return the session ``session_id``: pass it as both ``session=`` and ``hooks=``.
 
@@ -149,18 +150,22 @@ class Journal:
                 ``False`` keeps only digests (their redacted view, which verifies the same):
                 use it under the SDK's ``EncryptedSession``, whose items this session stores
                 encrypted, so that no plain text reaches the record beside them.
+            branch: The line to read and write: a branch made by
+                :meth:`JournalSession.fork` (its prefix is the parent's history as of
+                the fork, nothing copied), or ``"main"``/None for the session itself.
+                A name never forked is refused at the first call. With a ``policy``,
+                what each agent last held is the branch's own authority log, which
+                inherits the log in force at the fork (never a grant made on the parent
+                line after it). With a signing key a branch signs checkpoints of its own
+                streams (on the session's shared ``AgentLedger-{id}``), as main does.
 
         Raises:
-            InvalidInput: ``session_id``, ``session_settings``, the guardrail URL or the
-                policy is malformed.
+            InvalidInput: ``session_id``, ``session_settings``, the guardrail URL, the
+                policy or the branch name is malformed.
         """
         key = validate_id(session_id, "session id")
-        tree = self._trees.pop(key, None) or SessionTree(
-            session_stream(key), cache_bytes=self._cache_bytes
-        )
-        self._trees[key] = tree
-        while len(self._trees) > self._cached_sessions:
-            self._trees.popitem(last=False)
+        line = None if branch in (None, MAIN_BRANCH) else branch
+        tree = self._tree(key, line)
         return JournalSession(
             self.store,
             key,
@@ -173,7 +178,22 @@ class Journal:
             policy=policy if policy is None or isinstance(policy, Policy) else Policy.load(policy),
             signing_key=self.signing_key,
             record_payloads=record_payloads,
+            branch=line,
+            trees=lambda other: self._tree(key, other),
         )
+
+    def _tree(self, key: str, line: str | None) -> SessionTree:
+        """The shared tree of one line of session ``key`` (None: main), most recently used
+        kept: the main line's under the session id, a branch's under its stream (which
+        holds "@", so never a session id). A session object that switches branches asks
+        here too, so every object on one line shares what was read of it."""
+        stream = session_stream(key) if line is None else branch_stream(key, line)
+        cached = key if line is None else stream
+        tree = self._trees.pop(cached, None) or SessionTree(stream, cache_bytes=self._cache_bytes)
+        self._trees[cached] = tree
+        while len(self._trees) > self._cached_sessions:
+            self._trees.popitem(last=False)
+        return tree
 
     def _guardrail_client(self, guardrails: str | GuardrailClient | None) -> GuardrailClient | None:
         if isinstance(guardrails, GuardrailClient):

@@ -2,12 +2,15 @@
 
 A session tree is its session stream, every subsession a handoff opened (at any
 depth), its authority log, its checkpoint stream and the journal's key
-rotations. :func:`walk_tree` is the one place that finds a tree's streams and
-reads them; :func:`read_tree` turns what it reads into :class:`Record` values,
-each event decoded once, with its chain position. The bundle exporter, the
-verifier, the demo and the command-line tools read sessions through here; the
-session's own windowed read (``get_items(limit)``) merges backwards only as far
-as its limit needs and uses :func:`walk_tree` when it needs everything.
+rotations; and, for a session with branches (DESIGN §17), every line: each
+branch's top stream, the subsessions and continuations on it, its own authority
+log, and the session's branch registry. :func:`walk_tree` is the one place that
+finds a tree's streams and reads them; :func:`read_tree` turns what it reads
+into :class:`Record` values, each event decoded once, with its chain position.
+The bundle exporter, the verifier, the demo and the command-line tools read
+sessions through here; the session's own windowed read (``get_items(limit)``)
+merges backwards only as far as its limit needs and uses :func:`walk_tree` when
+it needs everything.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 from agentjournal import events
 from agentjournal._digests import data_digest
 from agentjournal.errors import (
+    CodecError,
     InvalidInput,
     JournalError,
     StreamNotFound,
@@ -36,8 +40,12 @@ from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import (
     KEYS_STREAM,
     authority_stream,
+    branch_authority_stream,
+    branch_stream,
+    branches_stream,
     ledger_stream,
     session_stream,
+    subsession_stream,
     validate_id,
 )
 
@@ -191,8 +199,10 @@ class TreeRecords:
     Attributes:
         session_id: The session.
         streams: Stream -> its records in revision order: the session stream, every
-            subsession a handoff opened, then the authority log, the checkpoint stream
-            and the journal's key rotations when they exist.
+            subsession a handoff opened, then each branch's streams (its top stream, its
+            subsessions and continuations), then the authority logs (the session's, then
+            each branch's), the branch registry, the checkpoint stream and the journal's
+            key rotations when they exist.
     """
 
     session_id: str
@@ -205,6 +215,51 @@ class TreeRecords:
     def records(self) -> list[Record]:
         """Every record, stream by stream."""
         return [record for stream in self.streams.values() for record in stream]
+
+    def main_line(self) -> TreeRecords:
+        """The main line alone (pure): the session stream, the subsessions reached from it
+        through their ``SubagentStarted`` (at any depth), the session's authority log, the
+        checkpoints and the key rotations; no branch stream, branch log or registry. What a
+        reader of the session's own history (``replay --at``) folds: two lines share
+        message indexes below their fork."""
+        keep = {authority_stream(self.session_id), ledger_stream(self.session_id), KEYS_STREAM}
+        pending = [self.session_stream]
+        while pending:
+            name = pending.pop()
+            if name in keep:
+                continue
+            keep.add(name)
+            pending.extend(r.opens for r in self.streams.get(name, ()) if r.opens is not None)
+        return TreeRecords(
+            self.session_id, {name: rs for name, rs in self.streams.items() if name in keep}
+        )
+
+    def checkpoint_heads(self) -> dict[str, tuple[int, str]]:
+        """What one checkpoint of every line names (pure): each stream's last revision and
+        ``aj.hash`` — every line's top stream (a deleted branch's too), its open subsessions
+        and continuations, every authority log, the registry — but the checkpoint stream's,
+        the key rotations' and a subsession's closed by its twin: a verifier covers that one
+        through its covered close. What ``bundle export`` signs with a key."""
+        closes = {
+            record.id: record.metadata[events.CLOSES_KEY]
+            for stream in self.streams.values()
+            for record in stream
+            if events.CLOSES_KEY in record.metadata
+        }
+        heads: dict[str, tuple[int, str]] = {}
+        for name, stream in self.streams.items():
+            last = stream[-1] if stream else None
+            if (
+                last is None
+                or last.hash is None
+                or name in (ledger_stream(self.session_id), KEYS_STREAM)
+            ):
+                continue  # nothing to vouch for (an unchained event fails the chain check)
+            twin = last.metadata.get(events.TWIN_KEY, "")
+            if last.type == events.SUBAGENT_COMPLETED and closes.get(twin) == name:
+                continue
+            heads[name] = (last.revision, last.hash)
+        return heads
 
 
 def opened_stream(event: RecordedEvent) -> str | None:
@@ -314,10 +369,15 @@ async def walk_tree(
 
 
 async def read_tree(store: EventStore, session_id: str) -> TreeRecords:
-    """Read a session tree into records (see the module docs).
+    """Read a session tree into records (see the module docs), every line of it.
 
-    The checkpoints are read first: a session written meanwhile then only adds
-    events no checkpoint names, never a checkpoint naming events the read lacks.
+    The checkpoints are read first, then the branch registry: a session written
+    meanwhile then only adds events no checkpoint names, never a checkpoint naming
+    events the read lacks. A branch is found from its registry entry and from its
+    ``BranchForked`` marker on its parent line (so a fork that lands during the read, or
+    a registry that lost an entry, is still read); only streams named like a branch of
+    this session are followed. A branch stream that does not exist is left out with a
+    warning: the verifier reports the fork that names it.
 
     Raises:
         InvalidInput: The session id is malformed, or the session does not exist.
@@ -326,6 +386,7 @@ async def read_tree(store: EventStore, session_id: str) -> TreeRecords:
     """
     session_id = validate_id(session_id, "session id")
     checkpoints = await _read(store, ledger_stream(session_id))
+    registry = await _read(store, branches_stream(session_id))
     streams: dict[str, Sequence[Record]] = {}
     try:
         async for stream, recorded in walk_tree(store, session_stream(session_id)):
@@ -334,14 +395,98 @@ async def read_tree(store: EventStore, session_id: str) -> TreeRecords:
         raise InvalidInput(f"session {session_id!r} does not exist") from None
     except UndecodableEvent as error:  # e.g. a SQLite text column that is not UTF-8
         raise DamagedEvent(error.stream, None, f"cannot be read: {error}") from None
+    line_logs = await _read_lines(store, session_id, registry, streams)
     for stream, recorded in (
         (authority_stream(session_id), await _read(store, authority_stream(session_id))),
+        *[(log, await _read(store, log)) for log in line_logs],
+        (branches_stream(session_id), registry),
         (ledger_stream(session_id), checkpoints),
         (KEYS_STREAM, await _read(store, KEYS_STREAM)),
     ):
         if recorded:
             streams[stream] = [Record.of(event) for event in recorded]
     return TreeRecords(session_id, streams)
+
+
+async def _read_lines(
+    store: EventStore,
+    session_id: str,
+    registry: list[RecordedEvent],
+    streams: dict[str, Sequence[Record]],
+) -> list[str]:
+    """Read every branch line of the session into ``streams`` (its top stream, then the
+    subsessions and continuations on it); return the branches' authority log streams.
+
+    Branches come from the registry's ``BranchAdded`` entries, then from ``BranchForked``
+    markers on the lines read (a fork of a fork, a fork the registry lacks). Stream names
+    come from event data, so only names of this session's kinds are followed: a crafted
+    entry cannot pull another session's streams into the tree.
+    """
+    line_prefix = branch_stream(session_id, "x")[:-1]  # "AgentBranch-{id}@"
+    sub_prefix = subsession_stream(session_id, "x")[:-1]  # "AgentSubsession-{id}-"
+    queue: list[tuple[str, str]] = []  # (branch stream, branch name)
+    logs: list[str] = []
+
+    def want(kind: type[events.BranchAdded] | type[events.BranchForked], data: str | None) -> None:
+        try:
+            if kind is events.BranchAdded:
+                added = events.BranchAdded.decode((data or "").encode())
+                stream, name = added.stream, added.branch
+            else:
+                forked = events.BranchForked.decode((data or "").encode())
+                stream, name = forked.branch_stream, forked.branch
+        except (CodecError, RecursionError):  # nested past the parser's depth: the same
+            return  # the verifier reports the entry or marker
+        if stream.startswith(line_prefix) and stream not in streams:
+            queue.append((stream, name))
+
+    def markers(records: Sequence[Record]) -> None:
+        for record in records:
+            if record.type == events.BRANCH_FORKED:
+                want(events.BranchForked, record.data)
+
+    for entry in registry:
+        if entry.type == events.BRANCH_ADDED:
+            want(events.BranchAdded, entry.data.decode("utf-8", "replace"))
+    markers(streams.get(session_stream(session_id), ()))
+    while queue:
+        stream, name = queue.pop(0)
+        if stream in streams:
+            continue
+        roots = [stream]
+        while roots:
+            root = roots.pop(0)
+            if root in streams:
+                continue
+            try:
+                async for found, recorded in walk_tree(store, root):
+                    if found not in streams:
+                        streams[found] = [Record.of(event) for event in recorded]
+            except StreamNotFound:
+                logger.warning("branch stream %s is missing; it is left out", root)
+                continue
+            except UndecodableEvent as error:
+                raise DamagedEvent(error.stream, None, f"cannot be read: {error}") from None
+            first = streams[root][0] if streams[root] else None
+            if root == stream and first is not None and first.type == events.BRANCH_STARTED:
+                try:
+                    started = events.BranchStarted.decode((first.data or "").encode())
+                except (CodecError, RecursionError):
+                    started = None
+                if started is not None:
+                    name = started.branch
+                    roots.extend(
+                        c for c in started.continuations.values() if c.startswith(sub_prefix)
+                    )
+        if stream in streams:
+            markers(streams[stream])  # forks of this branch
+            try:
+                log = branch_authority_stream(session_id, name)
+            except InvalidInput:
+                continue
+            if log not in logs:
+                logs.append(log)
+    return logs
 
 
 async def _read(store: EventStore, stream: str) -> list[RecordedEvent]:

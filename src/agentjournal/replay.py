@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from agentjournal import events
 from agentjournal.engine.core import SessionCore
+from agentjournal.engine.fork import read_branches, visible_at
 from agentjournal.engine.plan import SessionFacts
 from agentjournal.engine.reader import keeps_model
-from agentjournal.engine.timeline import Timeline, TimelineEvent, fold
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import InvalidInput
 from agentjournal.records import Record, TreeRecords, read_tree
@@ -71,13 +71,15 @@ async def replay(
 
 
 async def check_read_model(store: EventStore, session_id: str) -> tuple[str, str | None] | None:
-    """Whether the store's read model of the session's items holds exactly its events' items.
+    """Whether the store's read model of the session's items holds exactly its events'
+    items, on the main line and on every branch (DESIGN §17.6, step 7).
 
     ``get_items`` answers a cold read of everything from a store's read model (SQLite,
     DESIGN §3) when the model is current; the events are the record. A model edited
     behind the engine's back would hand an agent items that are not on the record, so
     ``agentjournal verify`` reads both and compares them item by item (exact JSON text:
-    key order, ``1`` against ``1.0``).
+    key order, ``1`` against ``1.0``), line by line: a branch's model starts as a copy of
+    its parent's rows, so a copy that was wrong would show here too.
 
     Returns:
         None when the store keeps no read model; else a line for the report and the
@@ -88,28 +90,63 @@ async def check_read_model(store: EventStore, session_id: str) -> tuple[str, str
     """
     if not keeps_model(store):
         return None
-    stream = session_stream(session_id)
-    if await store.read_model(stream) is None:  # type: ignore[attr-defined]
+    branches = await read_branches(store, session_id)
+    lines: list[tuple[str | None, str]] = [(None, session_stream(session_id))]
+    lines.extend((branch.name, branch.stream) for branch in branches if branch.deleted is None)
+    counted: list[str] = []
+    behind: list[str] = []
+    for branch in branches:
+        if branch.deleted is None:
+            continue
+        # A deleted (or cleared) line reads nothing: its model, if current, holds no item.
+        snapshot = await store.read_model(branch.stream)  # type: ignore[attr-defined]
+        if snapshot is not None and len(snapshot.items):
+            return (
+                "read model: FAILED",
+                f"the store's read model of branch {branch.name!r}, {branch.deleted}, holds "
+                f"{len(snapshot.items)} items: get_items would give an agent what is not on "
+                "the record",
+            )
+    for name, stream in lines:
+        label = "main" if name is None else f"branch {name!r}"
+        if await store.read_model(stream) is None:  # type: ignore[attr-defined]
+            behind.append(label)
+            continue
+        facts = SessionFacts(session_id, stream, branch=name)
+        from_model = await SessionCore(store, facts, SessionTree(stream)).items(None)
+        from_events = await SessionCore(store, facts, SessionTree(stream), use_model=False).items(
+            None
+        )
+        told = [json.dumps(item) for item in from_model]
+        recorded = [json.dumps(item) for item in from_events]
+        if told != recorded:
+            where = "" if name is None else f" of {label}"
+            index = next(
+                (
+                    n
+                    for n, (one, other) in enumerate(zip(told, recorded, strict=False))
+                    if one != other
+                ),
+                None,
+            )
+            if index is not None:
+                problem = f"the store's read model{where} differs from the events at item {index}"
+            else:
+                problem = (
+                    f"the store's read model{where} holds {len(told)} items, "
+                    f"the events {len(recorded)}"
+                )
+            return (
+                "read model: FAILED",
+                f"{problem}: get_items would give an agent what is not on the record",
+            )
+        counted.append(f"{len(told)} items" if len(lines) == 1 else f"{len(told)} on {label}")
+    if not counted:
         return "read model: not current for this session (get_items reads the events)", None
-    facts = SessionFacts(session_id, stream)
-    from_model = await SessionCore(store, facts, _tree(session_id)).items(None)
-    from_events = await SessionCore(store, facts, _tree(session_id), use_model=False).items(None)
-    told = [json.dumps(item) for item in from_model]
-    recorded = [json.dumps(item) for item in from_events]
-    if told == recorded:
-        return f"read model: {len(told)} items, exactly the events' items", None
-    index = next(
-        (n for n, (one, other) in enumerate(zip(told, recorded, strict=False)) if one != other),
-        None,
-    )
-    if index is not None:
-        problem = f"the store's read model differs from the events at item {index}"
-    else:
-        problem = f"the store's read model holds {len(told)} items, the events {len(recorded)}"
-    return (
-        "read model: FAILED",
-        f"{problem}: get_items would give an agent what is not on the record",
-    )
+    text = f"read model: {', '.join(counted)}, exactly the events' items"
+    if behind:
+        text += f"; not current (read from the events): {', '.join(behind)}"
+    return text, None
 
 
 def history_before(
@@ -123,6 +160,8 @@ def history_before(
     Raises:
         InvalidInput: The tree has no item with message index ``index``.
     """
+    # The main line only: branches share its message indexes below their forks.
+    tree = tree.main_line()
     logs = {authority_stream(tree.session_id), ledger_stream(tree.session_id), KEYS_STREAM}
     streams = {name: records for name, records in tree.streams.items() if name not in logs}
     target = next(
@@ -136,16 +175,16 @@ def history_before(
     )
     if target is None or target.position is None:
         raise InvalidInput(f"session {tree.session_id} has no item #{index}")
-    reader = SessionTree(tree.session_stream)
-    new: list[TimelineEvent] = []
-    for records in streams.values():
-        for record in records:
-            before = record.position is not None and record.position < target.position
-            if before and record.type != events.SUBAGENT_COMPLETED:
-                new.extend(reader.apply_recorded(_recorded(record)))
-    timeline = Timeline()
-    fold(timeline, new)
-    return [entry.item() for entry in timeline.latest(limit)]
+    before = [
+        _recorded(record)
+        for records in streams.values()
+        for record in records
+        if record.position is not None and record.position < target.position
+    ]
+    visible = visible_at(before, tree.session_stream, target.position)
+    if limit is not None:
+        visible = visible[max(len(visible) - limit, 0) :] if limit > 0 else []
+    return [entry.item() for entry in visible]
 
 
 def _is_item(record: Record) -> bool:

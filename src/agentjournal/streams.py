@@ -23,6 +23,7 @@ the handoff's call id. Readers should take a subsession's stream name from
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import unicodedata
 import uuid
@@ -33,8 +34,16 @@ from agentjournal.errors import InvalidInput
 
 __all__ = [
     "KEYS_STREAM",
+    "MAIN_BRANCH",
+    "MAX_BRANCH_NAME",
     "MAX_ID_BYTES",
     "authority_stream",
+    "branch_authority_stream",
+    "branch_key",
+    "branch_stream",
+    "branch_subagent_id",
+    "branches_stream",
+    "continuation_id",
     "projection_stream",
     "ledger_stream",
     "session_of",
@@ -202,3 +211,105 @@ def subagent_id(target_agent_name: str, call_id: str) -> str:
         return prefix + call_id
     digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
     return prefix + digest[:_HASHED_SUFFIX_HEX]
+
+
+# -- branches (issue 19, DESIGN §17) ------------------------------------------------
+
+MAIN_BRANCH = "main"
+"""The name of a session's main line (its ``AgentSession-{id}`` stream); no branch may take it."""
+
+MAX_BRANCH_NAME = 1000
+"""The longest branch name, in characters."""
+
+_LITERAL_KEY = re.compile(r"[a-z0-9_][a-z0-9_.-]{0,47}")
+_KEY_SLUG = 24
+_KEY_HEX = 20
+_LINE_JOIN = "@"  # never in a valid id, so "{id}@{key}" splits one way only
+
+
+def branch_key(name: str) -> str:
+    """The stream-name key of a branch called ``name``.
+
+    A name matching ``[a-z0-9_][a-z0-9_.-]{0,47}`` (the SDK's generated names do) is its
+    own key; any other becomes ``{slug[:24] or "branch"}~{20 hex of its SHA-256}``. A
+    literal key never holds ``~``, so the two forms never meet; keys are lowercase, so
+    the streams of two branches never differ only in case (KurrentDB compares names of
+    one transaction case-insensitively).
+
+    Raises:
+        InvalidInput: ``name`` is not a string, is blank, is longer than 1,000
+            characters, or is ``"main"`` (the main line's name).
+    """
+    if not isinstance(name, str):
+        raise InvalidInput(f"branch name must be a string, got {type(name).__name__}")
+    if not name.strip():
+        raise InvalidInput("branch name must not be blank")
+    if len(name) > MAX_BRANCH_NAME:
+        raise InvalidInput(
+            f"branch name is {len(name)} characters long: at most {MAX_BRANCH_NAME} are allowed"
+        )
+    if name == MAIN_BRANCH:
+        raise InvalidInput(f"{MAIN_BRANCH!r} is the main line's name: a branch cannot take it")
+    if _LITERAL_KEY.fullmatch(name) is not None:
+        return name
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    text = _NOT_SLUG.sub("-", ascii_name.lower()).strip("-")[:_KEY_SLUG].rstrip("-")
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{text or 'branch'}~{digest[:_KEY_HEX]}"
+
+
+def branch_stream(session_id: str, name: str) -> str:
+    """A branch's top stream, ``AgentBranch-{session_id}@{branch_key(name)}``.
+
+    Readers take a branch's stream from its events (``BranchForked.branch_stream``),
+    never from its name.
+
+    Raises:
+        InvalidInput: the session id breaks an id rule, or the name is refused
+            (:func:`branch_key`).
+    """
+    return f"AgentBranch-{validate_id(session_id, 'session id')}{_LINE_JOIN}{branch_key(name)}"
+
+
+def branch_authority_stream(session_id: str, name: str) -> str:
+    """A branch's own authority log, ``AgentAuthority-{session_id}@{branch_key(name)}``.
+
+    Raises:
+        InvalidInput: as :func:`branch_stream`.
+    """
+    return f"{authority_stream(session_id)}{_LINE_JOIN}{branch_key(name)}"
+
+
+def branches_stream(session_id: str) -> str:
+    """The session's branch registry, ``AgentBranches-{session_id}`` (one per session).
+
+    Raises:
+        InvalidInput: the session id breaks an id rule.
+    """
+    return f"AgentBranches-{validate_id(session_id, 'session id')}"
+
+
+def _line_hashed_id(target_agent_name: str, *parts: str) -> str:
+    # A JSON array, not a joined string: no call id can make one list read as another.
+    text = json.dumps(list(parts), ensure_ascii=True, separators=(",", ":"))
+    digest = hashlib.sha256(text.encode("ascii", "surrogatepass")).hexdigest()
+    return f"{_SUBAGENT_PREFIX}{slug(target_agent_name)}-{digest[:_HASHED_SUFFIX_HEX]}"
+
+
+def branch_subagent_id(target_agent_name: str, line_stream: str, call_id: str) -> str:
+    """The id of a handoff's receiver on a branch: ``sub-{slug(target)}-{24 hex}``.
+
+    The hex is SHA-256 of the JSON array ``[line_stream, call_id]``: two lines share message indexes
+    and models reuse call ids, so the main line's ``{call id}`` (or ``.{index}``) suffix
+    would name the same stream on two lines. Always a valid id.
+    """
+    return _line_hashed_id(target_agent_name, line_stream, call_id)
+
+
+def continuation_id(target_agent_name: str, line_stream: str, original: str) -> str:
+    """The id of a subagent's continuation on a branch forked while it was open.
+
+    The hex is SHA-256 of the JSON array ``[line_stream, "continues", original]``: a
+    three-element array, so never the hash of a :func:`branch_subagent_id`.
+    """
+    return _line_hashed_id(target_agent_name, line_stream, "continues", original)

@@ -70,7 +70,11 @@ class StreamView:
 
 
 def tree_view(
-    tree: TreeRecords, *, stream: str | None = None, logs: bool = True
+    tree: TreeRecords,
+    *,
+    stream: str | None = None,
+    logs: bool = True,
+    root: str | None = None,
 ) -> list[StreamView]:
     """The session stream, each subsession after the stream that opened it (one level
     deeper), then with ``logs`` the authority log, the checkpoints and the key rotations.
@@ -79,6 +83,8 @@ def tree_view(
         tree: The session tree as read (:func:`~agentjournal.records.read_tree`).
         stream: Only this stream (at depth 0).
         logs: Include the authority log, the checkpoint stream and the key stream.
+        root: The stream to start from instead of the session stream: a branch's top
+            stream, whose streams ``tree`` then holds (:func:`agentjournal.lines.line_records`).
     """
     views: list[StreamView] = []
 
@@ -101,7 +107,7 @@ def tree_view(
             if child is not None and child not in seen and child in tree.streams:
                 visit(child, depth + 1)
 
-    visit(tree.session_stream, 0)
+    visit(root if root is not None else tree.session_stream, 0)
     if logs:
         for name in (authority_stream(tree.session_id), ledger_stream(tree.session_id)):
             if name in tree.streams:
@@ -296,7 +302,54 @@ def _rotated(record: Record, body: Mapping[str, Any]) -> str:
     return f"{body.get('old_key_id')} hands over to {body.get('new_key_id')}"
 
 
+def _cut(body: Mapping[str, Any]) -> str:
+    """Where a fork leaves its parent line, in words (``before #7``)."""
+    cut = body["cut"]
+    kind, value = cut["kind"], cut["value"]
+    if kind == "index":
+        return f"before #{value}"
+    if kind == "turn":
+        return f"before turn {value}"
+    return f"after @{value}"
+
+
+def _forked(record: Record, body: Mapping[str, Any]) -> str:
+    return f"⑂ branch {body['branch']!r} forked {_cut(body)} → {body['branch_stream']}"
+
+
+def _branch_started(record: Record, body: Mapping[str, Any]) -> str:
+    base = body["base"][0]
+    return (
+        f"continues {body['parent']} {_cut(body)} from {base['stream']}@{base['revision']} "
+        f"({body['prefix_items']} items shared, own items from #{body['next_index']})"
+    )
+
+
+def _continued(record: Record, body: Mapping[str, Any]) -> str:
+    continues = body["continues"]
+    return f"{body['agent_type']} continues {continues['stream']}@{continues['revision']}"
+
+
+def _branch_deleted(record: Record, body: Mapping[str, Any]) -> str:
+    return f"branch {body['branch']!r} {body['reason']} (items through #{body['through_index']})"
+
+
+def _registry(record: Record, body: Mapping[str, Any]) -> str:
+    return f"{body['branch']!r} → {body['stream']} (from {body['parent']})"
+
+
+def _turn_usage(record: Record, body: Mapping[str, Any]) -> str:
+    return f"turn {body['turn']}: {body['total_tokens']} tokens, {body['requests']} requests"
+
+
 _DESCRIBE: Final[dict[str, Callable[[Record, Mapping[str, Any]], str]]] = {
+    events.BRANCH_FORKED: _forked,
+    events.BRANCH_STARTED: _branch_started,
+    events.SUBAGENT_CONTINUED: _continued,
+    events.BRANCH_DELETED: _branch_deleted,
+    events.BRANCH_ADDED: _registry,
+    events.BRANCH_REMOVED: _registry,
+    events.TURN_USAGE: _turn_usage,
     events.GUARDRAIL_DECIDED: _guardrail,
     events.AUTHORITY_REFUSED: _refused,
     events.AUTHORITY_GRANTED: _granted,

@@ -23,8 +23,10 @@ Commands:
                 projection, saved in the store: a call folds what is new)
     show SESSION [--stream S] [--json]
                 a session tree, one line per event, subsessions nested
-    replay SESSION [--limit N] [--at INDEX]
+    replay SESSION [--branch B] [--limit N] [--at INDEX]
                 the flat history as JSON Lines, exactly as get_items returns it
+    fork SESSION (--at INDEX | --turn T | --revision R) [--name NAME] [--from B]
+                a branch that continues the session (or branch B) as of a cut
     usage [SESSION] [--by model|agent|session] [--prices FILE] [--json]
                 tokens, requests and cost per model, agent or session, each
                 model response counted once (every session without SESSION)
@@ -45,7 +47,8 @@ Commands:
 Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
 else ``sqlite:///agentjournal.db``); the commands that only read one
 (``verify``, ``bundle export``, ``sessions``, ``show``, ``replay``, ``usage``, ``tail``,
-``trace export``, ``ui``, ``view``) never create it.
+``trace export``, ``ui``, ``view``) never create it, nor does ``fork`` (it writes to an
+existing session only).
 
 Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed. An
 expected error is one line on stderr saying what to do; ``--debug`` shows the
@@ -62,6 +65,7 @@ from typing import NoReturn
 from agentjournal.cli import (
     bundle,
     demo,
+    fork,
     guardrail,
     keygen,
     replay,
@@ -90,6 +94,7 @@ _COMMANDS = (
     sessions,
     show,
     replay,
+    fork,
     usage_command,
     tail,
     trace,

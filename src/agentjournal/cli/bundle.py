@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import json
 import os
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from agentjournal._text import plural
 from agentjournal.cli._common import (
@@ -20,7 +20,12 @@ from agentjournal.cli._common import (
 )
 from agentjournal.errors import InvalidInput
 
-__all__ = ["DEFAULT_MAX_BYTES", "export_to_file", "register", "verify_file"]
+if TYPE_CHECKING:
+    from agentjournal.ledger.checkpoints import Checkpoint
+    from agentjournal.ledger.keys import SigningKey
+    from agentjournal.store.base import EventStore
+
+__all__ = ["DEFAULT_MAX_BYTES", "export_to_file", "register", "sign_every_line", "verify_file"]
 
 DEFAULT_MAX_BYTES: Final = 256 * 1024 * 1024
 """The largest bundle ``bundle verify`` reads (the whole bundle is held in memory)."""
@@ -77,19 +82,15 @@ def _byte_count(text: str) -> int:
 
 
 async def export_to_file(args: argparse.Namespace) -> int:
-    """Sign the heads first when a key is set, then write the bundle.
+    """Sign the heads of every line first when a key is set, then write the bundle.
 
     Raises:
         JournalError: The store, the session or the output folder is missing, or
             the signing key cannot be read (a usage error: 1).
     """
     from agentjournal.cli._store import open_session
-    from agentjournal.engine.core import SessionCore
-    from agentjournal.engine.plan import SessionFacts
-    from agentjournal.engine.tree import SessionTree
     from agentjournal.ledger.bundle import export_bundle
     from agentjournal.ledger.keys import SigningKey
-    from agentjournal.streams import session_stream
 
     output: str = args.output
     writable_folder(output)  # before anything is signed or read
@@ -97,13 +98,12 @@ async def export_to_file(args: argparse.Namespace) -> int:
     store, session_id = await open_session(args.uri, args.session)
     try:
         if key is not None:
-            stream = session_stream(session_id)
-            core = SessionCore(
-                store, SessionFacts(session_id, stream), SessionTree(stream), signing_key=key
-            )
-            signed = await core.checkpoint({})
+            signed = await sign_every_line(store, session_id, key)
             if signed is not None:
-                print(f"signed a checkpoint with {signed.key_id}")
+                print(
+                    f"signed a checkpoint with {signed.key_id} "
+                    f"({plural(len(signed.heads), 'stream head')})"
+                )
         bundle = await export_bundle(store, session_id, redact=args.redact)
     finally:
         await store.close()
@@ -115,6 +115,34 @@ async def export_to_file(args: argparse.Namespace) -> int:
     count = sum(len(stream["events"]) for stream in streams)
     print(f"wrote {output}: {plural(len(streams), 'stream')}, {plural(count, 'event')}")
     return 0
+
+
+async def sign_every_line(store: EventStore, session_id: str, key: SigningKey) -> Checkpoint | None:
+    """Sign one checkpoint of every line of the session as it is now: each line's top
+    stream (a deleted branch's too), its open subsessions and continuations, every
+    authority log and the registry (:meth:`~agentjournal.records.TreeRecords.checkpoint_heads`).
+
+    Not main's heads alone: a branch written without a key, or by a process that has not
+    checkpointed since, is covered by this one checkpoint. None when there is nothing to
+    sign.
+
+    Raises:
+        InvalidInput: The session id is malformed, or the session does not exist.
+        StoreError: The tree could not be read or the checkpoint written.
+    """
+    from agentjournal.engine.core import SessionCore
+    from agentjournal.engine.plan import SessionFacts
+    from agentjournal.engine.tree import SessionTree
+    from agentjournal.records import read_tree
+    from agentjournal.streams import session_stream
+
+    heads = (await read_tree(store, session_id)).checkpoint_heads()
+    stream = session_stream(session_id)
+    core = SessionCore(
+        store, SessionFacts(session_id, stream), SessionTree(stream), signing_key=key
+    )
+    # Main's own heads are read again as it signs: a newer head is never lowered.
+    return await core.checkpoint({}, extra=heads)
 
 
 def verify_file(args: argparse.Namespace) -> int:

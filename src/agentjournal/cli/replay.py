@@ -39,6 +39,14 @@ def register(commands: Commands) -> None:
         "written (the #N of `agentjournal show`; the items of one add_items written before "
         "it are included; default: as it is now)",
     )
+    replay.add_argument(
+        "--branch",
+        metavar="B",
+        default="main",
+        help="the line to replay: a branch made by `agentjournal fork` (its prefix is the "
+        "parent's history as of the fork; --at counts the line's items as get_items on it "
+        "does) (default: main, the session itself)",
+    )
     replay.add_argument("--uri", help=STORE_HELP + "; never created")
     replay.set_defaults(run=lambda args: asyncio.run(replay_session(args)))
 
@@ -47,18 +55,19 @@ async def replay_session(args: argparse.Namespace) -> int:
     """Print one item per line, in the compact JSON the session stored it in.
 
     Raises:
-        InvalidInput: The session is not in the store, or has no item ``--at`` (exit 1).
+        InvalidInput: The session or ``--branch`` is not in the store, or the line has no
+            item ``--at`` (exit 1).
         JournalError: The store cannot be opened or read (exit 1).
     """
     import sys
 
     from agentjournal.cli._store import open_session
     from agentjournal.engine.codec import exact_json
-    from agentjournal.replay import replay
+    from agentjournal.lines import line_replay
 
     store, session_id = await open_session(args.uri, args.session)
     try:
-        items = await replay(store, session_id, limit=args.limit, at=args.at)
+        items = await line_replay(store, session_id, args.branch, limit=args.limit, at=args.at)
     finally:
         await store.close()
     sys.stdout.writelines(exact_json(item) + "\n" for item in items)

@@ -8,10 +8,13 @@ import json
 import re
 import sys
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from agentjournal.cli._common import STORE_HELP, Commands, usage
 from agentjournal.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from agentjournal.catalog import SessionRow
 
 __all__ = ["parse_since", "register"]
 
@@ -132,6 +135,7 @@ async def list_sessions(args: argparse.Namespace) -> int:
         "blocks",
         "refusals",
         "tokens",
+        "branches",
         "first",
         "last",
         "ledger",
@@ -150,6 +154,7 @@ async def list_sessions(args: argparse.Namespace) -> int:
                 row.guardrail_blocks,
                 row.refusals,
                 row.tokens,
+                _branches(row),
                 _when(row.first_activity),
                 _when(row.last_activity),
                 row.ledger,
@@ -158,6 +163,13 @@ async def list_sessions(args: argparse.Namespace) -> int:
         ],
     )
     return 0
+
+
+def _branches(row: SessionRow) -> str:
+    """The branches column: how many live branches, and how many were deleted or cleared."""
+    gone = sum(1 for branch in row.branches if branch.deleted is not None)
+    live = len(row.branches) - gone
+    return f"{live}" + (f" (+{gone} gone)" if gone else "") if row.branches else "-"
 
 
 def _when(moment: datetime) -> str:

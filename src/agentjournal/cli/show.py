@@ -5,8 +5,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from agentjournal.cli._common import STORE_HELP, Commands
+
+if TYPE_CHECKING:
+    from agentjournal.engine.fork import Branch
+    from agentjournal.records import Record, TreeRecords
+    from agentjournal.store.base import EventStore
+    from agentjournal.views import StreamView
 
 __all__ = ["register"]
 
@@ -22,6 +30,13 @@ def register(commands: Commands) -> None:
         help="only this stream of the tree, e.g. a subsession (default: every stream)",
     )
     show.add_argument(
+        "--branch",
+        metavar="B",
+        help="only this line: 'main' (the session's own tree) or a branch made by "
+        "`agentjournal fork`, whose shared prefix is summarised, not repeated (default: "
+        "main's tree, then every branch under a header naming its parent and cut)",
+    )
+    show.add_argument(
         "--json", action="store_true", help="print the records as JSON (default: the tree as text)"
     )
     show.add_argument("--uri", help=STORE_HELP + "; never created")
@@ -35,50 +50,144 @@ async def show_session(args: argparse.Namespace) -> int:
         InvalidInput: The session (or the ``--stream``) is not in the store (exit 1).
         JournalError: The store cannot be opened or read (exit 1).
     """
-    from agentjournal._text import printable
     from agentjournal.cli._render import console
     from agentjournal.cli._store import open_session
     from agentjournal.errors import InvalidInput
-    from agentjournal.records import read_tree
+    from agentjournal.records import TreeRecords, read_tree
+    from agentjournal.streams import MAIN_BRANCH
     from agentjournal.views import LEGEND, plain_lines, tree_view
 
     store, session_id = await open_session(args.uri, args.session)
     try:
         tree = await read_tree(store, session_id)
+        lines = await _lines(store, session_id, args.branch)
     finally:
         await store.close()
-    if args.stream is not None and args.stream not in tree.streams:
+    only_main = args.branch == MAIN_BRANCH
+    if args.branch is not None and not only_main:
+        tree = TreeRecords(session_id, {})  # only the branch's own streams are shown
+    known = [*tree.streams, *(name for _, streams in lines for name in streams)]
+    if args.stream is not None and args.stream not in known:
         raise InvalidInput(
             f"session {session_id} has no stream {args.stream!r}: its streams are "
-            + ", ".join(tree.streams)
+            + ", ".join(known)
         )
     if args.json:
-        streams = [args.stream] if args.stream is not None else list(tree.streams)
-        print(
-            json.dumps(
-                {
-                    "session_id": session_id,
-                    "streams": {
-                        name: [r.as_dict() for r in tree.streams[name]] for name in streams
-                    },
-                },
-                indent=2,
-                ensure_ascii=False,
-            )
-        )
+        print(json.dumps(_json(session_id, tree, lines, args.stream), indent=2, ensure_ascii=False))
         return 0
-    views = tree_view(tree, stream=args.stream)
+    shown = tree.streams and (args.stream is None or args.stream in tree.streams)
+    main_views = tree_view(tree, stream=args.stream) if shown else []
+    branch_views = [
+        (branch, _branch_views(session_id, branch, streams, args.stream))
+        for branch, streams in lines
+        if args.stream is None or args.stream in streams
+    ]
     out = console()
     if not out.is_terminal:
-        for text in plain_lines(views):
+        for text in plain_lines(main_views):
             out.print(text, markup=False, highlight=False)
+        for branch, views_of in branch_views:
+            out.print(_header(branch), markup=False, highlight=False)
+            for text in plain_lines(views_of):
+                out.print("  " + text, markup=False, highlight=False)
         out.print(LEGEND, markup=False, highlight=False)
         return 0
     from rich.text import Text
     from rich.tree import Tree
 
     root = Tree(Text(f"session {session_id}", style="bold"))
-    nodes: dict[int, Tree] = {}
+    _add(root, main_views)
+    for branch, views_of in branch_views:
+        _add(root.add(Text(_header(branch), style="bold yellow")), views_of)
+    out.print(root)
+    out.print(Text(LEGEND, style="dim"))
+    return 0
+
+
+async def _lines(
+    store: EventStore, session_id: str, branch: str | None
+) -> list[tuple[Branch, dict[str, list[Record]]]]:
+    """The branches to show with their own streams: every one (None), the one named, or
+    none (``main``)."""
+    from agentjournal.engine.fork import read_branches
+    from agentjournal.lines import find_branch, line_records
+    from agentjournal.streams import MAIN_BRANCH
+
+    if branch == MAIN_BRANCH:
+        return []
+    if branch is not None:
+        chosen = [await find_branch(store, session_id, branch)]
+    else:
+        chosen = await read_branches(store, session_id)
+    return [(one, await line_records(store, one)) for one in chosen]
+
+
+def _header(branch: Branch) -> str:
+    """A branch's header line: its name, parent, cut, base and shared prefix."""
+    from agentjournal._text import printable
+    from agentjournal.lines import cut_text
+
+    cut = branch.cut
+    where = cut_text(cut)
+    gone = f" [{branch.deleted}]" if branch.deleted is not None else ""
+    return printable(
+        f"\u2442 branch {branch.name!r}{gone} \u2190 {branch.parent} {where}: shares "
+        f"{branch.prefix_items} items with {branch.parent} (not repeated), own items "
+        f"from #{branch.next_index}"
+    )
+
+
+def _branch_views(
+    session_id: str, branch: Branch, streams: dict[str, list[Record]], stream: str | None
+) -> list[StreamView]:
+    from agentjournal.records import TreeRecords
+    from agentjournal.views import tree_view
+
+    return tree_view(
+        TreeRecords(session_id, streams),
+        stream=stream,
+        logs=False,
+        root=branch.stream,
+    )
+
+
+def _json(
+    session_id: str,
+    tree: TreeRecords,
+    lines: list[tuple[Branch, dict[str, list[Record]]]],
+    stream: str | None,
+) -> dict[str, Any]:
+    def records(streams: Mapping[str, Sequence[Record]]) -> dict[str, Any]:
+        names = [name for name in streams if stream is None or name == stream]
+        return {name: [r.as_dict() for r in streams[name]] for name in names}
+
+    return {
+        "session_id": session_id,
+        "streams": records(tree.streams),
+        "branches": [
+            {
+                "name": branch.name,
+                "stream": branch.stream,
+                "parent": branch.parent,
+                "cut": branch.cut.to_json(),
+                "next_index": branch.next_index,
+                "prefix_items": branch.prefix_items,
+                "created": branch.created.isoformat(),
+                "deleted": branch.deleted,
+                "streams": records(streams),
+            }
+            for branch, streams in lines
+        ],
+    }
+
+
+def _add(root: Any, views: Sequence[StreamView]) -> None:
+    """Add the views to a rich tree, subsessions under the stream that opened them."""
+    from rich.text import Text
+
+    from agentjournal._text import printable
+
+    nodes: dict[int, Any] = {}
     for view in views:
         parent = nodes.get(view.depth - 1, root) if view.depth else root
         node = parent.add(Text(printable(view.stream), style="bold cyan"))
@@ -88,12 +197,11 @@ async def show_session(args: argparse.Namespace) -> int:
             styled.append(f"{line.kind:<28} ", style=_style(line.kind))
             styled.append(line.text)
             node.add(styled)
-    out.print(root)
-    out.print(Text(LEGEND, style="dim"))
-    return 0
 
 
 def _style(kind: str) -> str:
+    if kind.startswith("Branch"):
+        return "yellow"
     if kind in ("GuardrailDecided", "AuthorityRefused"):
         return "yellow"
     if kind.startswith("Subagent"):

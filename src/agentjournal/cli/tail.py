@@ -40,6 +40,13 @@ def register(commands: Commands) -> None:
         help="print what is stored first (default: off: only what is written from now on)",
     )
     tail.add_argument(
+        "--branch",
+        metavar="B",
+        help="with SESSION: only this line: 'main' (the session's own tree) or a branch's "
+        "own streams (default: the session tree and every branch of it, those forked "
+        "while it runs too)",
+    )
+    tail.add_argument(
         "--json", action="store_true", help="one JSON object per event and line (default: off)"
     )
     tail.add_argument("--uri", help=STORE_HELP + "; never created")
@@ -57,10 +64,15 @@ async def last_position(store: EventStore) -> int:
 
 async def _tail(args: argparse.Namespace) -> int:
     from agentjournal.cli._store import open_session
+    from agentjournal.engine.fork import read_branches
     from agentjournal.records import walk_tree
     from agentjournal.store import open_store, store_uri
-    from agentjournal.streams import session_stream
+    from agentjournal.streams import MAIN_BRANCH, session_stream
 
+    if args.branch is not None and args.session is None:
+        from agentjournal.cli._common import usage
+
+        return usage("--branch needs a SESSION: a branch is a line of one session")
     if args.session is not None:
         store, session = await open_session(args.uri, args.session)
     else:
@@ -68,22 +80,40 @@ async def _tail(args: argparse.Namespace) -> int:
     try:
         after = None if args.from_start else await last_position(store)
         streams: set[str] | None = None
+        follow_forks = session is not None and args.branch is None
         if session is not None:
-            streams = {session_stream(session)}
+            roots = [session_stream(session)] if args.branch in (None, MAIN_BRANCH) else []
+            if args.branch not in (None, MAIN_BRANCH):
+                from agentjournal.lines import find_branch
+
+                roots.append((await find_branch(store, session, args.branch)).stream)
+            elif follow_forks:
+                roots.extend(branch.stream for branch in await read_branches(store, session))
+            streams = set(roots)
             if after is not None:
                 # Subagents opened before now may still speak: their streams, from the tree.
-                async for stream, _ in walk_tree(store, session_stream(session)):
-                    streams.add(stream)
+                for root in roots:
+                    async for stream, _ in walk_tree(store, root):
+                        streams.add(stream)
         what = "every stream" if session is None else f"session {session} and its subsessions"
+        if session is not None and args.branch not in (None, MAIN_BRANCH):
+            what = f"branch {args.branch!r} of session {session} and its subsessions"
+        elif follow_forks:
+            what += " and branches"
         start = "the start" if after is None else f"position {after}"
         print(f"tailing {what} from {start}; Ctrl-C ends it", file=sys.stderr, flush=True)
-        return await _follow(store, after, streams, as_json=args.json)
+        return await _follow(store, after, streams, as_json=args.json, forks=follow_forks)
     finally:
         await store.close()
 
 
 async def _follow(
-    store: EventStore, after: int | None, streams: set[str] | None, *, as_json: bool
+    store: EventStore,
+    after: int | None,
+    streams: set[str] | None,
+    *,
+    as_json: bool,
+    forks: bool = False,
 ) -> int:
     from agentjournal._text import printable
     from agentjournal.cli._render import console
@@ -117,6 +147,10 @@ async def _follow(
                 continue
             if streams is not None and record.opens is not None:
                 streams.add(record.opens)
+            if streams is not None and forks:
+                forked = _forked_stream(record)
+                if forked is not None:  # the fork commits before the branch's first event
+                    streams.add(forked)
             try:
                 if as_json:
                     sys.stdout.write(json.dumps(_as_json(record), ensure_ascii=False) + "\n")
@@ -132,6 +166,17 @@ async def _follow(
             loop.remove_signal_handler(number)
         with contextlib.suppress(Exception):
             await events.aclose()  # type: ignore[attr-defined]
+
+
+def _forked_stream(record: Record) -> str | None:
+    """The branch stream a ``BranchForked`` names (None for any other event)."""
+    from agentjournal import events
+
+    if record.type != events.BRANCH_FORKED:
+        return None
+    body = record.body
+    stream = body.get("branch_stream") if body is not None else None
+    return stream if isinstance(stream, str) else None
 
 
 def _quiet_stdout() -> None:

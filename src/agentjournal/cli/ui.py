@@ -73,6 +73,12 @@ def register(commands: Commands) -> None:
         metavar="INDEX",
         help="open the Replay tab just before item #INDEX (default: off)",
     )
+    view.add_argument(
+        "--branch",
+        metavar="B",
+        help="the line to show: a branch made by `agentjournal fork` (its own streams, its "
+        "items with the shared prefix, its history before each item) (default: main)",
+    )
     view.add_argument("--pubkey", metavar="KEY", action="append", default=[], help=_PUBKEY_HELP)
     view.add_argument("--uri", help=STORE_HELP + "; never created")
     view.set_defaults(run=lambda args: asyncio.run(_view(args)))
@@ -161,8 +167,8 @@ async def _view(args: argparse.Namespace) -> int:
     """Write the session page with every asset and all its data inline, atomically.
 
     Raises:
-        InvalidInput: The session is not in the store, it has no item ``--at``, or the
-            output's folder does not exist (exit 1).
+        InvalidInput: The session (or ``--branch``) is not in the store, the line has no
+            item ``--at``, or the output's folder does not exist (exit 1).
     """
     from agentjournal.cli._common import writable_folder, write_atomically
     from agentjournal.cli._store import open_session
@@ -173,7 +179,9 @@ async def _view(args: argparse.Namespace) -> int:
     keys = _keys(args.pubkey)
     store, session_id = await open_session(args.uri, args.session)
     try:
-        data = await session_page(store, session_id, keys, at=args.at, every_history=True)
+        data = await session_page(
+            store, session_id, keys, at=args.at, every_history=True, branch=args.branch
+        )
     finally:
         await store.close()
     write_atomically(args.output, render(data, inline=True))
@@ -182,5 +190,6 @@ async def _view(args: argparse.Namespace) -> int:
         if data["integrity"]["ok"]
         else "FAILED: " + data["integrity"]["problems"][0]["text"]
     )
-    print(f"wrote {args.output}: session {session_id}, ledger {ledger}", file=sys.stderr)
+    line = f", branch {args.branch!r}" if data.get("branch") else ""
+    print(f"wrote {args.output}: session {session_id}{line}, ledger {ledger}", file=sys.stderr)
     return 0

@@ -50,6 +50,13 @@ def register(commands: Commands) -> None:
         "column, unknown for a model it does not price (default: no cost)",
     )
     command.add_argument(
+        "--branch",
+        metavar="B",
+        help="with SESSION: only the model responses of this line: 'main' (the session's "
+        "own tree) or a branch's own streams, never its shared prefix (that usage is its "
+        "parent's) (default: the session's tree)",
+    )
+    command.add_argument(
         "--json", action="store_true", help="print the report as JSON (default: a table)"
     )
     command.add_argument("--uri", help=STORE_HELP + "; never created")
@@ -69,8 +76,11 @@ async def show_usage(args: argparse.Namespace) -> int:
         return usage(f"--by must be model, agent or session, not {args.by!r}")
     by = cast("Group", args.by)
     prices = Prices.load(args.prices) if args.prices is not None else None
+    if args.branch is not None and args.session is None:
+        return usage("--branch needs a SESSION: a branch is a line of one session")
     if args.session is not None:
-        report, session = await _one(args.uri, args.session, by, prices), args.session
+        report = await _one(args.uri, args.session, by, prices, args.branch)
+        session = args.session
     else:
         report, session = await _every(args.uri, by, prices), None
     if args.json:
@@ -80,14 +90,27 @@ async def show_usage(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _one(uri: str | None, session_id: str, by: Group, prices: Prices | None) -> UsageReport:
+async def _one(
+    uri: str | None,
+    session_id: str,
+    by: Group,
+    prices: Prices | None,
+    branch: str | None = None,
+) -> UsageReport:
     from agentjournal.cli._store import open_session
-    from agentjournal.records import read_tree
+    from agentjournal.records import TreeRecords, read_tree
+    from agentjournal.streams import MAIN_BRANCH
     from agentjournal.usage import usage_of
 
     store, session_id = await open_session(uri, session_id)
     try:
-        records = await read_tree(store, session_id)
+        if branch is None or branch == MAIN_BRANCH:
+            records = await read_tree(store, session_id)
+        else:
+            from agentjournal.lines import find_branch, line_records
+
+            found = await find_branch(store, session_id, branch)
+            records = TreeRecords(session_id, await line_records(store, found))
     finally:
         await store.close()
     return usage_of(records, by=by, prices=prices)

@@ -36,15 +36,16 @@ from agentjournal._calls import call_of
 from agentjournal.authority import Authority, Policy
 from agentjournal.engine import codec
 from agentjournal.engine.routing import Plan, plan_write, starts_a_run
-from agentjournal.engine.timeline import Clear, Entry, Pop, TimelineEvent, plain_text
+from agentjournal.engine.timeline import Clear, Entry, Key, Pop, TimelineEvent, plain_text
 from agentjournal.engine.tree import AuthorityLog, Commit, SessionTree
+from agentjournal.engine.turns import is_user
 from agentjournal.errors import CodecError
 from agentjournal.ledger import redaction
 from agentjournal.ledger.chain import GENESIS, seal
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import SigningKey, signed_event_id
 from agentjournal.store.base import AppendRequest, NewEvent, StreamState, event_id_series
-from agentjournal.streams import authority_stream, ledger_stream
+from agentjournal.streams import authority_stream, branch_authority_stream, ledger_stream
 
 __all__ = [
     "Grant",
@@ -171,6 +172,8 @@ class SessionFacts:
         policy: The authority policy, if any.
         guarded: Whether a guardrail checks the session's calls.
         record_payloads: Whether decisions and refusals keep what they judged.
+        branch: The branch the session is on (None: the main line, ``stream`` is then
+            ``AgentSession-{id}``; else ``stream`` is the branch's top stream).
     """
 
     session_id: str
@@ -181,6 +184,14 @@ class SessionFacts:
     policy: Policy | None = None
     guarded: bool = False
     record_payloads: bool = True
+    branch: str | None = None
+
+    @property
+    def authority_stream(self) -> str:
+        """The line's authority log: the session's, or the branch's own (DESIGN §17.3)."""
+        if self.branch is None:
+            return authority_stream(self.session_id)
+        return branch_authority_stream(self.session_id, self.branch)
 
     def policy_metadata(self) -> dict[str, str]:
         """``aj.policy``: the digest of the session's policy (nothing without one)."""
@@ -242,10 +253,14 @@ class WritePlan:
     Attributes:
         requests: One per stream, at the exact revision the tree last saw.
         commit: The tree's change once they land (heads as planned).
+        foreign: Streams of the write that are not the tree's (a fork writes the
+            branch's first event and the branch registry): they carry no read model
+            change of the tree (the tree keeps the heads of the streams it follows only).
     """
 
     requests: list[AppendRequest]
     commit: Commit
+    foreign: frozenset[str] = frozenset()
 
     @property
     def streams(self) -> list[str]:
@@ -259,10 +274,12 @@ class ItemsPlan(WritePlan):
     Attributes:
         routed: Where each item went, which subagents opened and closed.
         shown: The run's grants this write shows on a ``SubagentStarted``.
+        turns: Each user message it writes (its key) with its ``aj.turn``.
     """
 
     routed: Plan = None  # type: ignore[assignment]
     shown: tuple[Grant, ...] = ()
+    turns: tuple[tuple[Key, int], ...] = ()
 
     @property
     def closed(self) -> int:
@@ -418,8 +435,15 @@ def plan_items(
     hides: Sequence[Entry | Clear] = (),
     taken: frozenset[str] | set[str] = frozenset(),
     log: AuthorityLog | None = None,
+    last_turn: int | None = None,
 ) -> ItemsPlan | None:
     """Plan one ``add_items`` write (None when it writes nothing).
+
+    ``last_turn``: the turn of the newest user message visible once ``hides`` are
+    hidden (0: none); each user message of ``items`` gets the next number as its
+    ``aj.turn`` (DESIGN §17.2). None numbers nothing (readers then count, as for a
+    session written before ``aj.turn``): :class:`~agentjournal.engine.core.SessionCore`
+    always gives it.
 
     ``hides`` go first, to the innermost open stream, as ``ItemPopped`` per entry
     and ``SessionCleared`` per clear. Event ids are ``uuid5(stream, nonce, n)``,
@@ -464,6 +488,18 @@ def plan_items(
         )
         out.add(facts.stream, events.SESSION_STARTED, started, {}, next_id())
     innermost = tree.chain[-1].stream if tree.chain else facts.stream
+    turn = last_turn
+    turned: list[tuple[Key, int]] = []
+
+    def next_turn(item: Mapping[str, Any], metadata: dict[str, str], stream: str) -> None:
+        nonlocal turn
+        if turn is None or not is_user(item):
+            return
+        turn += 1
+        metadata[events.TURN_KEY] = str(turn)
+        # The key its event will have: the next revision of its stream.
+        turned.append(((stream, out.revision_of(stream) + 1, 0), turn))
+
     for hidden in hides:
         if isinstance(hidden, Clear):
             cleared = events.SessionCleared(hidden.through_index)
@@ -491,6 +527,7 @@ def plan_items(
                 if produced.response_id:
                     metadata[events.RESPONSE_ID_KEY] = produced.response_id
             metadata.update(facts.call_metadata(op.item))
+            next_turn(op.item, metadata, op.stream)
             _chainable(metadata)
             out.add(
                 op.stream,
@@ -520,6 +557,8 @@ def plan_items(
             grant = next((g for g in run.grants if g.call_id == sub.call_id), None)
             authority = grant.authority.to_json() if grant is not None else None
             owner_id, twin_id = next_id(), next_id()
+            started_metadata = {events.INDEX_KEY: str(op.index), events.TWIN_KEY: str(twin_id)}
+            next_turn(op.item, started_metadata, sub.parent_stream)
             if grant is not None:
                 shown.append(grant)
                 grants.append(
@@ -533,7 +572,7 @@ def plan_items(
                 events.encode_subagent_started(
                     sub, item_json=item_json, twin=twin_id, timestamp=now, authority=authority
                 ),
-                {events.INDEX_KEY: str(op.index), events.TWIN_KEY: str(twin_id)},
+                started_metadata,
                 owner_id,
             )
             entries.append(
@@ -607,7 +646,7 @@ def plan_items(
         authority=after,
         responded=responded,
     )
-    return ItemsPlan(requests, commit, routed, tuple(shown))
+    return ItemsPlan(requests, commit, routed=routed, shown=tuple(shown), turns=tuple(turned))
 
 
 def plan_control(
@@ -623,14 +662,16 @@ def plan_control(
     held: tuple[str, Any] | None = None,
     log: AuthorityLog | None = None,
     run: RunView | None = None,
+    id_: uuid.UUID | None = None,
 ) -> WritePlan:
     """One event that is no item, after ``stream``'s head (and ``run``'s responses not yet
     written, first); with ``held`` (agent, authority JSON: a run's grant) its authority
-    log entry in the same transaction."""
+    log entry in the same transaction. ``id_``: the event's id (default a random one); a
+    caller that derives it makes a retry after an unknown outcome recognisable."""
     out = _Events(tree, next_index, metadata)
     responded = _add_responses(out, tree, facts, run) if run is not None else ()
     # The control event's own metadata has no open child of another stream than its own.
-    event = out.add(stream, type_, data, {}, uuid.uuid4())
+    event = out.add(stream, type_, data, {}, id_ if id_ is not None else uuid.uuid4())
     authority: AuthorityLog | None = None
     if held is not None:
         assert log is not None, "a grant needs the authority log's head"
@@ -729,7 +770,7 @@ def _log_request(
 ) -> tuple[AppendRequest, AuthorityLog]:
     """Seal ``entries`` after the log's head: the request and the log after it lands."""
     assert facts.policy is not None
-    stream = authority_stream(facts.session_id)
+    stream = facts.authority_stream
     prev = log.hash
     new: list[NewEvent] = []
     held: Mapping[str, Any] = log.held

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from agentjournal import events
 from agentjournal._gc import no_collection
+from agentjournal.engine.fork import continues, subagent_opened
 from agentjournal.engine.timeline import (
     Entry,
     Picker,
@@ -29,13 +30,19 @@ from agentjournal.engine.timeline import (
     fold,
 )
 from agentjournal.engine.tree import AuthorityLog, SessionTree, next_index_after
-from agentjournal.errors import CodecError, StreamNotFound
+from agentjournal.errors import CodecError, InvalidInput, StreamNotFound
 from agentjournal.ledger.chain import GENESIS, HASH_KEY
 from agentjournal.records import opened_stream, walk_tree
 from agentjournal.store.base import EventStore, ModelSnapshot, RecordedEvent
-from agentjournal.streams import authority_stream, ledger_stream
+from agentjournal.streams import (
+    MAIN_BRANCH,
+    authority_stream,
+    branch_authority_stream,
+    branch_stream,
+    ledger_stream,
+)
 
-__all__ = ["Reader", "keeps_model"]
+__all__ = ["Reader", "continued_from", "keeps_model"]
 
 logger = logging.getLogger("agentjournal.engine")
 
@@ -71,11 +78,22 @@ class Reader:
     """
 
     def __init__(
-        self, store: EventStore, tree: SessionTree, session_id: str, *, use_model: bool = True
+        self,
+        store: EventStore,
+        tree: SessionTree,
+        session_id: str,
+        *,
+        use_model: bool = True,
+        branch: str | None = None,
+        authority: str | None = None,
     ) -> None:
         self._store = store
         self._tree = tree
         self._session_id = session_id
+        self._branch = branch
+        self._line_checked = branch is None  # a branch's stream must start with its fork
+        self._authority = authority or authority_stream(session_id)
+        self._forks: list[events.BranchStarted] | None = None  # this line's, once read
         self.stream = tree.stream
         self.models = keeps_model(store)
         # The heads probe of the store's own class only: a wrapper that passes other calls
@@ -90,6 +108,11 @@ class Reader:
             store.read_model if self.models and use_model else None  # type: ignore[attr-defined]
         )
 
+    @property
+    def line_checked(self) -> bool:
+        """Whether the line is known to exist (main, or a branch whose fork was read)."""
+        return self._line_checked
+
     async def refresh(self, limit: int | None) -> None:
         """Bring the tree up to the streams' heads and make it cover ``limit`` items."""
         tree = self._tree
@@ -98,6 +121,18 @@ class Reader:
         elif not self._unmoved():
             await self.catch_up()
         if not tree.timeline.covers(limit):
+            await self._window(limit, {})
+
+    async def cover(self, limit: int) -> None:
+        """Make the timeline cover ``limit`` items as of the heads the tree has seen.
+
+        Unlike :meth:`refresh` nothing newer is read (no catch-up): a write being planned
+        on the tree (its next index, its expected revisions) stays consistent with it.
+        """
+        tree = self._tree
+        if not tree.loaded:
+            await self.load(limit)
+        elif not tree.timeline.covers(limit):
             await self._window(limit, {})
 
     async def visible(self) -> list[Entry]:
@@ -121,6 +156,8 @@ class Reader:
         a current one (:meth:`_from_model`), else from the events.
         """
         tree = self._tree
+        if not self._line_checked:
+            await self._check_line()
         if limit is None and await self._from_model(loading=True):
             return
         size = _FULL_PAGE if limit is None else limit + 8
@@ -132,6 +169,8 @@ class Reader:
         while stream is not None:
             page = await self._tail(stream, size)
             pages[stream] = page
+            if stream == self.stream and page and page[0].type == events.BRANCH_DELETED:
+                tree.apply_recorded(page[0])  # the line has ended (the window may not reach it)
             heads[stream] = page[0].revision if page else -1
             if page:
                 hashes[stream] = page[0].metadata.get(HASH_KEY, "")
@@ -149,13 +188,39 @@ class Reader:
         tree.loaded_with(heads, hashes)
         await self._window(limit, pages)
 
+    async def _check_line(self) -> None:
+        """Refuse a branch that was never forked: its stream must begin with the
+        ``BranchStarted`` of this session and name (else a write would create it).
+
+        Raises:
+            InvalidInput: It does not.
+        """
+        try:
+            first = await self._store.read(self.stream, from_revision=0, limit=1)
+        except StreamNotFound:
+            first = []
+        started: events.BranchStarted | None = None
+        if first and first[0].type == events.BRANCH_STARTED:
+            try:
+                started = events.BranchStarted.decode(first[0].data)
+            except CodecError as error:
+                logger.warning("the fork of %s is unreadable: %s", self.stream, error)
+        if started is None or (started.session_id, started.branch, started.branch_stream) != (
+            self._session_id,
+            self._branch,
+            self.stream,
+        ):
+            raise InvalidInput(f"session {self._session_id} has no branch {self._branch!r}")
+        self._line_checked = True
+
     async def _read_start(self, stream: str) -> tuple[events.Subagent, Any] | None:
         """An open subsession's subagent and its grant, from its first event."""
         try:
             first = await self._store.read(stream, from_revision=0, limit=1)
-            subagent = events.decode_subagent_started(first[0].data)[0]
-            return subagent, events.granted_authority(json.loads(first[0].data))
-        except (StreamNotFound, IndexError, CodecError, ValueError) as error:
+            # A SubagentStarted twin, or on a branch the continuation of a subagent that
+            # was open at the fork (DESIGN §17.3).
+            return subagent_opened(first[0])
+        except (StreamNotFound, IndexError, CodecError) as error:
             logger.warning(
                 "open subagent stream %s cannot be read (%s); ignoring it", stream, error
             )
@@ -224,9 +289,6 @@ class Reader:
         snapshot = await self._read_model(self.stream)
         if snapshot is None:
             return False
-        names = snapshot.names
-        if not names.keys() >= {key >> 40 for _, key, _ in snapshot.items}:
-            return False  # an item on a stream no longer of the tree: a hand-edited file
         tree = self._tree
         modelled = snapshot.heads
         if loading:
@@ -262,10 +324,29 @@ class Reader:
             return False  # another writer moved on: the events up to the heads seen
         # The rows become entries only if something other than a full read needs them.
         tree.replace_timeline(
-            Timeline.modelled(snapshot.items, names, snapshot.floor, snapshot.plain)
+            Timeline.modelled(snapshot.items, snapshot.names, snapshot.floor, snapshot.plain)
         )
         await self.next_index()
         return True
+
+    async def model_at_heads(self) -> ModelSnapshot | None:
+        """The store's read model of the tree, if it has a current one at exactly the heads
+        the tree has seen (every followed stream) that names every item's stream; else None
+        (then only the events say what is visible). The tree is not changed.
+
+        A fork reads its cut from it (DESIGN §17.6, step 7).
+        """
+        if self._read_model is None or not self._tree.loaded:
+            return None
+        snapshot = await self._read_model(self.stream)
+        if snapshot is None:
+            return None
+        heads = self._tree.heads
+        if any(snapshot.heads.get(stream, -1) != heads.get(stream, -1) for stream in heads):
+            return None
+        if not snapshot.names.keys() >= {key >> 40 for _, key, _ in snapshot.items}:
+            return None
+        return snapshot
 
     async def _everything(self, pages: dict[str, list[RecordedEvent]]) -> None:
         """Read the whole tree (:func:`walk_tree`, nothing past the heads already seen) and
@@ -279,14 +360,7 @@ class Reader:
         whole = {
             stream: page[::-1] for stream, page in pages.items() if page and page[-1].revision == 0
         }
-        read: list[list[RecordedEvent]] = []
-        try:
-            async for _, recorded in walk_tree(
-                self._store, self.stream, limits=tree.heads, read=whole
-            ):
-                read.append(recorded)
-        except StreamNotFound:
-            pass  # no session yet
+        read = [recorded for _, recorded in await self.line_events(whole)]
         new: list[TimelineEvent] = []
         timeline = Timeline()
         # Decoded in one go, without the collector: every item decoded here stays in the
@@ -301,10 +375,61 @@ class Reader:
         tree.replace_timeline(timeline)
         await self.next_index()
 
+    async def line_events(
+        self, whole: Mapping[str, list[RecordedEvent]] | None = None
+    ) -> list[tuple[str, list[RecordedEvent]]]:
+        """Every event of the line up to the heads the tree has seen, stream by stream: the
+        line's own tree, then each line below it as of where the line above leaves it.
+
+        A line's prefix is its parent line's tree as of the fork: each *segment* is a walk
+        (:func:`walk_tree`) of a line's top stream up to the base revision its child line
+        names, and of each subsession open at the fork up to its base revision too, so
+        nothing the parent wrote after the fork is read. A line's continuations (the
+        subagents open at its fork, DESIGN §17.3) are walked with its top stream: no
+        ``SubagentStarted`` of the line opens them. The segments' top streams come first
+        in each segment's share. ``whole``: streams already read.
+        """
+        read: list[tuple[str, list[RecordedEvent]]] = []
+        segment: tuple[str, Mapping[str, int]] | None = (self.stream, self._tree.heads)
+        seen: set[str] = set()
+        while segment is not None and segment[0] not in seen:
+            root, limits = segment
+            seen.add(root)
+            known = whole if root == self.stream else None
+            first: RecordedEvent | None = None
+            try:
+                async for stream, recorded in walk_tree(
+                    self._store, root, limits=limits, read=known
+                ):
+                    read.append((stream, recorded))
+                    if stream == root and recorded:
+                        first = recorded[0]
+            except StreamNotFound:
+                pass  # no session yet
+            started = _fork_of(first) if first is not None else None
+            if started is None:
+                break
+            for original in started.base[1:]:
+                continuation = started.continuations.get(original.stream)
+                if continuation is None or continuation in seen:
+                    continue
+                seen.add(continuation)
+                try:
+                    async for stream, recorded in walk_tree(
+                        self._store, continuation, limits=limits, read=known
+                    ):
+                        read.append((stream, recorded))
+                except StreamNotFound:
+                    logger.warning(
+                        "continuation stream %s is missing; it is left out", continuation
+                    )
+            segment = (started.base[0].stream, {p.stream: p.revision for p in started.base})
+        return read
+
     @property
     def side_streams(self) -> frozenset[str]:
         """The tree's streams a catch-up does not read: its authority log and ledger."""
-        return frozenset((authority_stream(self._session_id), ledger_stream(self._session_id)))
+        return frozenset((self._authority, ledger_stream(self._session_id)))
 
     def _unmoved(self) -> bool:
         """Whether no followed stream moved past the tree's heads, answered on this thread
@@ -385,15 +510,86 @@ class Reader:
 
         The newest entry names the policy in force, and the newest entry with a
         ``held`` map says what every agent last held: usually the last event.
+
+        On a branch the log is the line's own (its head is what the next entry follows),
+        but until it says what every agent holds, the policy and ``held`` are inherited:
+        the log in force at the fork (``BranchStarted.authority``), read backwards from
+        that revision, and so on down the lines (DESIGN §17.3). A grant written on the
+        parent line after the fork is never seen on the branch: authority never widens
+        across a fork, and a narrowing after it is the parent's own.
         """
         tree = self._tree
         if tree.authority is not None and not fresh:
             return tree.authority
-        stream = authority_stream(self._session_id)
+        head, policy, held = await self._log_tail(self._authority, None)
+        if held is None and self._branch is not None:
+            inherited_policy, held = await self._inherited_log()
+            policy = policy or inherited_policy
+        log = AuthorityLog(
+            head.revision if head is not None else -1,
+            head.metadata.get(HASH_KEY, "") if head is not None else GENESIS,
+            policy,
+            held or {},
+        )
+        tree.read_log(log)
+        return log
+
+    async def _inherited_log(self) -> tuple[str | None, Mapping[str, Any] | None]:
+        """The policy and ``held`` map a branch inherits (see :meth:`authority_log`)."""
+        forks = await self._line_forks()
+        place = forks[0].authority if forks else None
+        policy: str | None = None
+        seen: set[str] = set()
+        while place is not None and place.stream not in seen:
+            seen.add(place.stream)
+            _, found, held = await self._log_tail(place.stream, place.revision)
+            policy = policy or found
+            if held is not None:
+                return policy, held
+            # Nothing up to there says what is held: what that log's own line inherited.
+            place = next(
+                (
+                    fork.authority
+                    for fork in forks
+                    if branch_authority_stream(self._session_id, fork.branch) == place.stream
+                ),
+                None,
+            )
+        return policy, None
+
+    async def _line_forks(self) -> list[events.BranchStarted]:
+        """The forks of this line and of every line above main it descends from, nearest
+        first, by their parents' names (read once: a fork never changes)."""
+        if self._forks is not None:
+            return self._forks
+        forks: list[events.BranchStarted] = []
+        stream: str | None = self.stream
+        while stream is not None and all(fork.branch_stream != stream for fork in forks):
+            try:
+                first = await self._store.read(stream, from_revision=0, limit=1)
+            except StreamNotFound:
+                first = []
+            started = _fork_of(first[0]) if first else None
+            if started is None or (started.session_id, started.branch_stream) != (
+                self._session_id,
+                stream,
+            ):
+                break  # main, or not this session's fork (the verifier reports it)
+            forks.append(started)
+            parent = started.parent
+            stream = None if parent == MAIN_BRANCH else branch_stream(self._session_id, parent)
+        self._forks = forks
+        return forks
+
+    async def _log_tail(
+        self, stream: str, before: int | None
+    ) -> tuple[RecordedEvent | None, str | None, Mapping[str, Any] | None]:
+        """An authority log read backwards from revision ``before`` (None: its head) to its
+        newest entry with a ``held`` map: the first event read, the newest policy named,
+        and that map (None: no entry has one)."""
         head: RecordedEvent | None = None
         policy: str | None = None
         held: Mapping[str, Any] | None = None
-        before: int | None = None
         while held is None and (before is None or before >= 0):
             try:
                 page = await self._store.read(stream, from_revision=before, backwards=True, limit=8)
@@ -419,14 +615,7 @@ class Reader:
                     held = body["held"]
                     break
             before = page[-1].revision - 1
-        log = AuthorityLog(
-            head.revision if head is not None else -1,
-            head.metadata.get(HASH_KEY, "") if head is not None else GENESIS,
-            policy,
-            held or {},
-        )
-        tree.read_log(log)
-        return log
+        return head, policy, held
 
     async def ledger_head(self) -> tuple[int, str]:
         """The checkpoint stream's head (revision and hash; -1 and the genesis hash if none)."""
@@ -466,6 +655,7 @@ class _Cursor:
         self._next = head  # revision to read from next, going down; None: the end
         self._size = size
         self._done = False
+        self._crossed = {stream}  # the line streams read so far (a forged cycle ends here)
 
     async def advance(self, picker: Picker, open_cursor: Any) -> None:
         """Move to the next (older) item, feeding pops and clears on the way to ``picker``."""
@@ -496,6 +686,22 @@ class _Cursor:
                 ):
                     self._done = True  # this subsession's first event: nothing older here
                     break
+                if event.type == events.SUBAGENT_CONTINUED and event.revision == 0:
+                    below = continues(event)
+                    if below is not None and below.stream not in self._crossed:
+                        # A continuation's first event: the subagent's older part is its
+                        # original stream below the fork (then that stream's own start).
+                        self._crossed.add(below.stream)
+                        self.stream, self._next, self._done = below.stream, below.revision, False
+                    break
+                if event.type == events.BRANCH_STARTED and event.revision == 0:
+                    below = continued_from(event)
+                    if below is not None and below.stream not in self._crossed:
+                        # A line's first event: its older part is the parent line's stream
+                        # below the fork, read on by this cursor as if it were this stream's.
+                        self._crossed.add(below.stream)
+                        self.stream, self._next, self._done = below.stream, below.revision, False
+                    break
                 if event.type == events.SUBAGENT_COMPLETED:
                     child = _closed_child(event)
                     if child:
@@ -508,6 +714,31 @@ class _Cursor:
         if self._next is not None and self._next < 0:
             return []
         return await self.reader._tail(self.stream, self._size, self._next)
+
+
+def _fork_of(event: RecordedEvent) -> events.BranchStarted | None:
+    """The fork a line's first event is (None: no ``BranchStarted`` at revision 0, or an
+    unreadable one: then the line has no prefix)."""
+    if event.type != events.BRANCH_STARTED or event.revision != 0:
+        return None
+    try:
+        return events.BranchStarted.decode(event.data)
+    except CodecError as error:
+        logger.warning("skipping the unreadable fork of %s: %s", event.stream, error)
+        return None
+
+
+def continued_from(event: RecordedEvent) -> events.StreamPlace | None:
+    """Where the line whose first event is ``event`` continues its parent: the parent
+    line's top stream and the last revision of it before the fork (None: ``event`` is no
+    ``BranchStarted`` at revision 0, or it is unreadable, then the line has no prefix)."""
+    if event.type != events.BRANCH_STARTED or event.revision != 0:
+        return None
+    try:
+        return events.BranchStarted.decode(event.data).base[0]
+    except CodecError as error:
+        logger.warning("skipping the unreadable fork of %s: %s", event.stream, error)
+        return None
 
 
 def _closed_child(event: RecordedEvent) -> str | None:

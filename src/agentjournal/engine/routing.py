@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from agentjournal.events import Subagent
-from agentjournal.streams import subagent_id, subsession_stream
+from agentjournal.streams import branch_subagent_id, subagent_id, subsession_stream
+from agentjournal.streams import session_stream as main_session_stream
 
 __all__ = ["Op", "Plan", "looks_like_a_handoff", "plan_write", "starts_a_run"]
 
@@ -120,7 +121,8 @@ def plan_write(
     Args:
         items: The SDK items of one ``add_items`` call (may be empty for a close).
         session_id: The session's id (for subsession stream names).
-        session_stream: ``AgentSession-{session_id}``.
+        session_stream: The line's top stream: ``AgentSession-{session_id}``, or a
+            branch's ``AgentBranch-{session_id}@{key}``.
         chain: Open subagents, outermost first.
         call_owner: Stream of each call whose output has not come yet.
         first_index: The ``message_index`` of the first item.
@@ -132,6 +134,15 @@ def plan_write(
     """
     open_ = list(chain)
     owners = OrderedDict(call_owner)
+    # On a branch the receiver's id hashes the line's stream with the call id: two lines
+    # share message indexes and models reuse call ids (DESIGN §17).
+    main_line = session_stream == main_session_stream(session_id)
+
+    def receiver_id(target: str, call_id: str) -> str:
+        if main_line:
+            return subagent_id(target, call_id)
+        return branch_subagent_id(target, session_stream, call_id)
+
     ops: list[Op] = []
     unmatched: list[Mapping[str, Any]] = []
 
@@ -167,10 +178,10 @@ def plan_write(
         call_id = call_id if isinstance(call_id, str) else None
         if kind == "function_call" and call_id is not None and call_id in handoffs:
             source, target = handoffs[call_id]
-            agent_id = subagent_id(target, call_id)
+            agent_id = receiver_id(target, call_id)
             stream_name = subsession_stream(session_id, agent_id)
             if stream_name in taken or any(s.stream == stream_name for s in open_):
-                agent_id = subagent_id(target, f"{call_id}.{index}")
+                agent_id = receiver_id(target, f"{call_id}.{index}")
             arguments = item.get("arguments")
             subagent = Subagent(
                 agent_id=agent_id,

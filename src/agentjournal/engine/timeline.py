@@ -22,18 +22,21 @@ from typing import Any, Final, TypeAlias
 
 from agentjournal._json import loads as parse_item
 from agentjournal._json import orjson_loads, plain_text
+from agentjournal.store.base import ModelItems, ModelRow
 
 __all__ = [
     "ENTRY_BYTES",
     "Clear",
     "Entry",
     "Key",
+    "ModelRow",
     "Picker",
     "Pop",
     "Timeline",
     "TimelineEvent",
     "fold",
     "items_of",
+    "model_items",
     "parse_item",
     "plain_text",
 ]
@@ -58,16 +61,31 @@ def items_of(entries: list[Entry]) -> list[dict[str, Any]]:
     return items
 
 
-ModelRow: TypeAlias = tuple[int, int, str]
-"""A read model's item as a store gives it: ``(index, key, text)``, the key its stream
-number, revision and part packed (:func:`agentjournal.store.base.model_key`)."""
+def model_items(rows: Sequence[ModelRow], plain: bool) -> list[dict[str, Any]]:
+    """Fresh SDK items of a read model's rows (``plain``: the snapshot's mark), as a full
+    read of them gives (a fork looks for a turn's user message among them)."""
+    return _rows_items(rows, plain)
 
 
 def _rows_items(rows: Sequence[ModelRow], plain: bool) -> list[dict[str, Any]]:
     """Fresh SDK items of a read model's rows, as :func:`items_of` gives them for entries
-    made with ``plain`` (``orjson`` when plain, else :func:`parse_item`, which checks)."""
+    made with ``plain`` (``orjson`` when plain, else :func:`parse_item`, which checks).
+
+    Items a store read in one row (:class:`ModelItems` with its texts joined) are parsed
+    as one JSON array, one ``orjson`` call for all: the same values, since each text is
+    one JSON value (else the count differs or the parse fails, and each row is parsed
+    on its own, which fails as it would have) and none holds 19 digits in a row.
+    """
     if not plain:
         return [parse_item(text) for _, _, text in rows]
+    if isinstance(rows, ModelItems) and rows.texts is not None:
+        try:
+            whole: list[dict[str, Any]] = orjson_loads("[" + rows.texts + "]")
+        except ValueError:  # NaN, 1e400, a lone surrogate...: row by row below
+            pass
+        else:
+            if len(whole) == len(rows):
+                return whole
     items: list[dict[str, Any]] = []
     append = items.append
     try:
@@ -78,6 +96,11 @@ def _rows_items(rows: Sequence[ModelRow], plain: bool) -> list[dict[str, Any]]:
             Entry("", 0, 0, 0, text, None, True).item() for _, _, text in rows[len(items) :]
         )
     return items
+
+
+def _last_rows(rows: Sequence[ModelRow], n: int) -> Sequence[ModelRow]:
+    """The newest ``n`` (> 0) rows (of a :class:`ModelItems`, without making the rest)."""
+    return rows.last(n) if isinstance(rows, ModelItems) else rows[-n:]
 
 
 def _entries_of(rows: Sequence[ModelRow], names: Mapping[int, str], plain: bool) -> list[Entry]:
@@ -231,7 +254,10 @@ class Timeline:
         full read (:meth:`items`) needs none. Every row's stream must be in ``names``."""
         timeline = cls()
         timeline._rows, timeline._names, timeline._plain = rows, names, plain
-        timeline.size = len(rows) * ENTRY_BYTES + sum(map(len, map(_ROW_TEXT, rows)))
+        chars = (
+            rows.chars() if isinstance(rows, ModelItems) else sum(map(len, map(_ROW_TEXT, rows)))
+        )
+        timeline.size = len(rows) * ENTRY_BYTES + chars
         timeline.floor = floor
         timeline.complete = True
         return timeline
@@ -242,7 +268,7 @@ class Timeline:
         if not rows:
             return items_of(self.latest(limit))
         if limit is not None:
-            rows = rows[-limit:] if limit > 0 else ()
+            rows = _last_rows(rows, limit) if limit > 0 else ()
         return _rows_items(rows, self._plain)
 
     def apply(self, event: TimelineEvent) -> None:
@@ -300,7 +326,7 @@ class Timeline:
         if limit is not None and 0 < limit < len(self._rows) and not self._entries:
             # A few of a read model's newest rows (a pop, a windowed read): only those
             # become entries here; the rest stay rows until something needs them.
-            return _entries_of(self._rows[-limit:], self._names, self._plain)
+            return _entries_of(_last_rows(self._rows, limit), self._names, self._plain)
         if limit is None:
             return list(self.entries)
         if limit <= 0:

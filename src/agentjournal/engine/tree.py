@@ -130,6 +130,9 @@ class SessionTree:
     # Ids of ModelResponded events known to be on the store (written, or read back after a
     # write whose answer was lost): a pending response among them is never written again.
     responded: OrderedDict[uuid.UUID, None] = field(default_factory=OrderedDict)
+    # A branch line ended by ``agentjournal.BranchDeleted`` on its top stream: its reason
+    # (``deleted`` or ``cleared``). Nothing may be written to the line after it.
+    deleted: str | None = None
 
     def __post_init__(self) -> None:
         self.timeline.budget = self.cache_bytes
@@ -145,6 +148,7 @@ class SessionTree:
         """Forget everything read so far (before reading the tree again)."""
         self.loaded = False
         self.heads, self.hashes, self.chain, self.next_index = {}, {}, [], None
+        self.deleted = None
         self.timeline.reset()
 
     def loaded_with(self, heads: Mapping[str, int], hashes: Mapping[str, str]) -> None:
@@ -208,6 +212,12 @@ class SessionTree:
                 return [Pop((popped.stream, popped.revision, popped.part), popped.message_index)]
             if event.type == events.SESSION_CLEARED:
                 return [Clear(events.SessionCleared.decode(event.data).through_index)]
+            if event.type == events.BRANCH_DELETED:
+                if event.stream != self.stream:
+                    return []  # only a line's own top stream can end it
+                ended = events.BranchDeleted.decode(event.data)
+                self.ended(ended.reason)
+                return [Clear(ended.through_index)]
             if event.type not in codec.ITEM_EVENT_TYPES:
                 return []
             pairs = codec.decode_item_pairs(event.type, event.data)
@@ -225,6 +235,10 @@ class SessionTree:
             Entry(event.stream, event.revision, part, index, text, fresh)
             for part, (text, fresh) in enumerate(pairs)
         ]
+
+    def ended(self, reason: str) -> None:
+        """The line was deleted or cleared (``agentjournal.BranchDeleted`` read or written)."""
+        self.deleted = reason
 
     def caught_up(
         self, heads: Mapping[str, int], hashes: Mapping[str, str], new: list[TimelineEvent]

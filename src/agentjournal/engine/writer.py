@@ -107,7 +107,8 @@ class Writer:
                 return None
             requests = plan.requests
             if self._models:
-                requests = with_model(requests, self._tree.stream, plan.commit, self._side)
+                side = self._side | plan.foreign if plan.foreign else self._side
+                requests = with_model(requests, self._tree.stream, plan.commit, side)
             landed = await append(self._store, requests)
             if isinstance(landed, ConcurrencyError):
                 tree.read_log(None)  # a grant may have moved the authority log: read it again

@@ -11,7 +11,15 @@ A bundle is one JSON object::
 Streams: the session tree as :func:`agentjournal.records.read_tree` reads it —
 the session stream, every subsession a handoff opened, the authority log
 ``AgentAuthority-{id}``, the checkpoint stream ``AgentLedger-{id}`` and the
-journal's key rotations ``AgentKeys``, each when it exists.
+journal's key rotations ``AgentKeys``, each when it exists; and every branch line
+(DESIGN §17): each ``AgentBranch-{id}@{key}`` with its subsessions and
+continuations, each branch's ``AgentAuthority-{id}@{key}``, the registry
+``AgentBranches-{id}``.
+
+A bundle of a session with branches is version 3, so a verifier that knows only
+version 2 refuses it with its version message instead of failing it on streams it
+does not know; a session without branches is still written as version 2, which
+every verifier since 0.2 reads.
 
 With ``redact=True`` no conversation leaves the store
 (:mod:`agentjournal.ledger.redaction`): the data of every event is withheld
@@ -22,6 +30,7 @@ committed ``view`` instead.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -30,11 +39,23 @@ from agentjournal.ledger import redaction
 from agentjournal.records import Record, TreeRecords, read_tree
 from agentjournal.store.base import EventStore
 
-__all__ = ["BUNDLE_FORMAT", "BUNDLE_VERSION", "bundle_of", "export_bundle"]
+__all__ = [
+    "BUNDLE_FORMAT",
+    "BUNDLE_VERSION",
+    "BUNDLE_VERSIONS",
+    "bundle_of",
+    "export_bundle",
+    "has_branches",
+]
 
 BUNDLE_FORMAT: Final = "agentjournal-bundle"
-BUNDLE_VERSION: Final = 2
-"""Version 2 adds each event's ``view`` (redacted bundles), the authority log and the keys."""
+BUNDLE_VERSION: Final = 3
+"""The newest version: 3 adds branch lines (written only for a session with branches);
+2 added each event's ``view`` (redacted bundles), the authority log and the keys."""
+BUNDLE_VERSIONS: Final = (2, 3)
+"""The versions this verifier reads."""
+_BRANCHLESS_VERSION: Final = 2
+"""What a bundle of a session without branches is written as (every 0.2 verifier reads it)."""
 
 
 async def export_bundle(
@@ -54,7 +75,7 @@ def bundle_of(tree: TreeRecords, *, redact: bool = False) -> dict[str, Any]:
     """A session tree's records as a bundle, withholding the conversation with ``redact``."""
     return {
         "format": BUNDLE_FORMAT,
-        "version": BUNDLE_VERSION,
+        "version": BUNDLE_VERSION if has_branches(tree.streams) else _BRANCHLESS_VERSION,
         "session_id": tree.session_id,
         "exported_at": datetime.now(UTC).isoformat(),
         "redacted": redact,
@@ -63,6 +84,15 @@ def bundle_of(tree: TreeRecords, *, redact: bool = False) -> dict[str, Any]:
             for name, records in tree.streams.items()
         ],
     }
+
+
+def has_branches(names: Iterable[str]) -> bool:
+    """Whether streams of these names hold branch lines: a branch's top stream or the
+    branch registry (``AgentBranch-``/``AgentBranches-``), which only version 3 carries."""
+    return any(name.startswith(_BRANCH_PREFIX) for name in names)
+
+
+_BRANCH_PREFIX: Final = "AgentBranch"  # AgentBranch-{id}@{key} and AgentBranches-{id}
 
 
 def _event(record: Record, redact: bool) -> dict[str, Any]:

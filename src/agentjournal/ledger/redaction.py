@@ -5,8 +5,8 @@ tool output, yet verify completely. Every event type falls in one of three
 classes:
 
 * **kept** — its data holds no conversation (lifecycle of the session,
-  authority, policies, checkpoints, pops and clears, model responses' usage):
-  shown whole;
+  authority, policies, checkpoints, pops and clears, model responses' usage,
+  branches): shown whole;
 * **viewed** — its data mixes conversation with what a verifier needs (tool
   calls, handoffs, subagent completions, guardrail decisions, authority
   refusals): shown as its *view*, the data with every conversation value
@@ -76,6 +76,7 @@ KEPT: Final = frozenset(
         CHECKPOINT,
         KEY_ROTATED,
     }
+    | events.BRANCH_EVENTS
 )
 """Event types whose data a redacted bundle shows whole: they carry no conversation."""
 

@@ -27,8 +27,10 @@ data — or, in a redacted bundle, no data but a committed view
    recomputed from the policy it names — a run's first agent holds its entry
    met with what it last held (or, resuming inside an open subagent, with that
    subagent's grant), a handoff's receiver ``meet(sender's authority, its
-   entry)`` — and every grant of the tree is on the log. Without a log, each
-   grant must be narrower than its sender's.
+   entry)`` — and every grant of the tree is on the log. Per line: a branch's
+   log is its parent line's up to the entry its fork binds (recursively), then
+   its own; each line's grants are on its own log (DESIGN §17.3). Without a
+   log, each grant must be narrower than its sender's.
 6. **Containment** — every executed tool call of a guarded session had an
    ALLOW or MODIFY decision about exactly that call, and every executed tool
    call of a session with a policy was within the calling agent's authority
@@ -43,7 +45,9 @@ The report names the first bad stream and revision.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import hashlib
+import itertools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +65,12 @@ from agentjournal.authority import Authority, Gate, Policy, ToolRule, ceiling_in
 from agentjournal.errors import CodecError, InvalidInput
 from agentjournal.events import Enforcement
 from agentjournal.ledger import redaction
-from agentjournal.ledger.bundle import BUNDLE_FORMAT, BUNDLE_VERSION
+from agentjournal.ledger.bundle import (
+    BUNDLE_FORMAT,
+    BUNDLE_VERSION,
+    BUNDLE_VERSIONS,
+    has_branches,
+)
 from agentjournal.ledger.chain import (
     CHAIN_FORMAT,
     CHAIN_KEY,
@@ -79,7 +88,11 @@ from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, signed_event_id, 
 from agentjournal.records import Record, TreeRecords
 from agentjournal.streams import (
     KEYS_STREAM,
+    MAIN_BRANCH,
     authority_stream,
+    branch_authority_stream,
+    branch_stream,
+    branches_stream,
     ledger_stream,
     session_stream,
     validate_id,
@@ -102,6 +115,7 @@ _MALFORMED: Final = (
     CodecError,
 )
 _MAX_REVISION: Final = 2**63 - 1  # a stream revision is a signed 64-bit number everywhere
+_POSITIONS: Final = 2**64  # a store's global position is an unsigned 64-bit number at most
 _BUNDLE_FIELDS: Final = {"format", "version", "session_id", "exported_at", "redacted", "streams"}
 _STREAM_FIELDS: Final = {"name", "events"}
 _EVENT_FIELDS: Final = frozenset(
@@ -265,6 +279,7 @@ def _verify_records(
         return report
     stages: list[tuple[str, Callable[[], None]]] = [
         ("twins", lambda: _check_twins(report, tree)),
+        ("branches", lambda: _check_branches(report, tree)),
         (
             "checkpoints",
             lambda: _check_checkpoints(report, tree, trusted, allow_uncovered, not_before),
@@ -365,11 +380,11 @@ def _parse(bundle: Any) -> TreeRecords:
     version = bundle["version"]
     if bundle["format"] != BUNDLE_FORMAT or type(version) is not int:
         raise InvalidInput(f"not an {BUNDLE_FORMAT} bundle")
-    if version != BUNDLE_VERSION:
+    if version not in BUNDLE_VERSIONS:
         raise InvalidInput(
-            f"an {BUNDLE_FORMAT} of version {version}; this verifier reads version "
-            f"{BUNDLE_VERSION} (agentjournal 0.2): verify it with the agentjournal "
-            "that wrote it"
+            f"an {BUNDLE_FORMAT} of version {version}; this verifier reads versions "
+            f"{' and '.join(map(str, BUNDLE_VERSIONS))} (agentjournal 0.2 and later): verify it "
+            "with the agentjournal that wrote it"
         )
     session_id = bundle["session_id"]
     if not isinstance(session_id, str) or not session_id or not _unicode(session_id):
@@ -394,6 +409,11 @@ def _parse(bundle: Any) -> TreeRecords:
             or name in streams
         ):
             raise InvalidInput(f"stream {cut(repr(name), 200)} is malformed or repeated")
+        if version < BUNDLE_VERSION and has_branches([name]):
+            raise InvalidInput(
+                f"stream {cut(repr(name), 200)} holds a branch: only a version "
+                f"{BUNDLE_VERSION} bundle carries branches"
+            )
         streams[name] = [_event(name, e) for e in raw_events]
         withheld = next((e for e in streams[name] if e.data is None), None)
         if withheld is not None and not redacted:
@@ -609,6 +629,7 @@ class _Tree:
         self._grants: list[Record] | None = None
         self._closers: dict[str, list[tuple[int, str, int]]] | None = None
         self._authorities: dict[str, Authority | None] = {}
+        self._line_logs: dict[str, str] | None = None
         self.policies = _Policies()  # filled by the authority check
         # Subsession stream -> the parent copy of the SubagentStarted that opened it.
         self.opened_by: dict[str, Record] = {}
@@ -616,10 +637,80 @@ class _Tree:
             for event in stream:
                 if event.opens is not None:
                     self.opened_by[event.opens] = event
+        # Branches (DESIGN §17): the registry, the branches' own authority logs, and each
+        # stream that begins with a BranchStarted (a line's top stream) or a
+        # SubagentContinued (a continuation), its first event decoded (None: malformed,
+        # which the branches check reports).
+        self.registry_stream = branches_stream(session_id)
+        self.line_log_prefix = f"{self.authority_stream}@"
+        self.branch_prefix = branch_stream(session_id, "x")[:-1]
+        self.started: dict[str, tuple[Record, events.BranchStarted | None]] = {}
+        self.continued: dict[str, tuple[Record, events.SubagentContinued | None]] = {}
+        for name, stream in streams.items():
+            first = stream[0] if stream else None
+            if first is not None and first.type == events.BRANCH_STARTED:
+                self.started[name] = (first, _decoded(events.BranchStarted, first))
+            elif first is not None and first.type == events.SUBAGENT_CONTINUED:
+                self.continued[name] = (first, _decoded(events.SubagentContinued, first))
+        # Each line's top stream by name (main's is the session stream).
+        self.tops: dict[str, str] = {MAIN_BRANCH: session_stream}
+        for name, (_, started) in self.started.items():
+            if started is not None and started.branch_stream == name:
+                self.tops.setdefault(started.branch, name)
 
     def is_tree_stream(self, name: str) -> bool:
-        """Whether ``name`` is the session stream or a subsession (not a log or the keys)."""
-        return name not in (self.ledger_stream, self.authority_stream, KEYS_STREAM)
+        """Whether ``name`` is a stream of a line (the session stream, a branch's top
+        stream, a subsession or continuation), not a log, the registry or the keys."""
+        return name not in (
+            self.ledger_stream,
+            self.authority_stream,
+            self.registry_stream,
+            KEYS_STREAM,
+        ) and not name.startswith(self.line_log_prefix)
+
+    def is_top(self, name: str) -> bool:
+        """Whether ``name`` is a line's top stream (where a run's first agent speaks)."""
+        return name == self.session_stream or name in self.started
+
+    def line_streams(self) -> dict[str, str]:
+        """Each stream of a line -> its line's top stream: the top, the subsessions opened
+        from it (any depth) and, on a branch, its continuations and what they opened."""
+        owner: dict[str, str] = {}
+        for top in (self.session_stream, *self.started):
+            pending = [top]
+            first = self.started.get(top)
+            if first is not None and first[1] is not None:
+                pending.extend(first[1].continuations.values())
+            while pending:
+                name = pending.pop()
+                if name in owner or name not in self.streams:
+                    continue
+                owner[name] = top
+                pending.extend(r.opens for r in self.streams[name] if r.opens is not None)
+        return owner
+
+    def opener(self, stream: str) -> Record | None:
+        """The event that opened ``stream`` for the agent speaking there: the parent copy of
+        its ``SubagentStarted``, or its ``SubagentContinued`` (a continuation holds the grant
+        it copied from the subagent it continues); None for a line's top stream."""
+        found = self.opened_by.get(stream)
+        if found is None and self.continued.get(stream, (None, None))[1] is not None:
+            found = self.continued[stream][0]
+        return found
+
+    def line_logs(self) -> dict[str, str]:
+        """Each line's top stream -> its own authority log's stream (main's is the
+        session's log; a branch's ``AgentAuthority-{id}@{key}``)."""
+        if self._line_logs is None:
+            self._line_logs = {self.session_stream: self.authority_stream}
+            for name, (_, started) in self.started.items():
+                if started is None or started.branch_stream != name:
+                    continue
+                try:
+                    self._line_logs[name] = branch_authority_stream(self.session_id, started.branch)
+                except InvalidInput:
+                    continue  # a name no branch can have: its fork fails the branches check
+        return self._line_logs
 
     def grants_on(self, stream: str) -> list[Record]:
         """The ``AuthorityGranted`` events on ``stream`` (runs started there, handoffs that
@@ -634,24 +725,45 @@ class _Tree:
         return [grant for grant in self._grants if grant.stream == stream]
 
     def authority(self, event: Record) -> Authority | None:
-        """The authority an ``AuthorityGranted`` or ``SubagentStarted`` records (parsed once)."""
+        """The authority an ``AuthorityGranted``, ``SubagentStarted`` or
+        ``SubagentContinued`` records (parsed once)."""
         if event.id not in self._authorities:
             body = event.body or {}
-            raw = (
-                body.get("authority")
-                if event.type == events.AUTHORITY_GRANTED
-                else events.granted_authority(body)
-            )
+            if event.type == events.AUTHORITY_GRANTED:
+                raw = body.get("authority")
+            elif event.type == events.SUBAGENT_CONTINUED:
+                continued = self.continued.get(event.stream, (None, None))[1]
+                raw = continued.granted_authority if continued is not None else None
+            else:
+                raw = events.granted_authority(body)
             self._authorities[event.id] = None if raw is None else Authority.from_json(raw)
         return self._authorities[event.id]
 
     def closers(self) -> dict[str, list[tuple[int, str, int]]]:
-        """Per stream, its events that close a subsession in the bundle, in order: the
-        revision, the subsession, and the revision of the closing twin there."""
+        """Per stream, its events that cover another stream's events, in order: the
+        revision, the other stream, and the last revision of it covered. A closing
+        ``SubagentCompleted`` covers the subsession it closed through its twin; a
+        ``BranchStarted`` (revision 0 of a branch) covers each parent-line place it binds
+        (its base and authority log), a ``SubagentContinued`` the original it continues:
+        the verifier checks those places hold the hashes recorded."""
         if self._closers is None:
             self._closers = {}
             for name, stream in self.streams.items():
-                found = []
+                found: list[tuple[int, str, int]] = []
+                places: list[events.StreamPlace] = []
+                started = self.started.get(name, (None, None))[1]
+                if started is not None:
+                    places.extend(started.base)
+                    if started.authority is not None:
+                        places.append(started.authority)
+                continued = self.continued.get(name, (None, None))[1]
+                if continued is not None:
+                    places.append(continued.continues)
+                found.extend(
+                    (0, place.stream, place.revision)
+                    for place in places
+                    if place.stream in self.streams and place.stream != name
+                )
                 for event in stream:
                     child = event.metadata.get(events.CLOSES_KEY)
                     if child and child in self.streams:
@@ -690,7 +802,16 @@ def _check_twins(report: Report, tree: _Tree) -> None:
                 "twins", child, 0, "the two copies of SubagentStarted grant different authorities"
             )
     for name in tree.streams:
-        if name != tree.session_stream and tree.is_tree_stream(name) and name not in tree.opened_by:
+        if (
+            tree.is_top(name)
+            or name in tree.continued
+            or not tree.is_tree_stream(name)
+            or name in tree.opened_by
+        ):
+            continue  # a line's top stream or a continuation: the branches check's
+        if name.startswith(tree.branch_prefix):
+            report.fail("twins", name, 0, "a branch stream that does not begin with BranchStarted")
+        else:
             report.fail("twins", name, None, "a subsession no handoff in the bundle opened")
     for stream in tree.streams.values():
         for event in stream:
@@ -719,6 +840,515 @@ def _check_twins(report: Report, tree: _Tree) -> None:
             if started
             else "twins: no subagents"
         )
+
+
+# -- branches -------------------------------------------------------------------------
+
+
+def _decoded(kind: Any, record: Record) -> Any:
+    """``kind.decode`` of a record's data, or None when it is not such an event."""
+    try:
+        return kind.decode((record.data or "").encode())
+    except (CodecError, UnicodeEncodeError, RecursionError):
+        return None
+
+
+def _check_branches(report: Report, tree: _Tree) -> None:
+    """Every fork binds its branch to its parent line (DESIGN §17.3): ``BranchForked`` and
+    ``BranchStarted`` name each other and agree; the places the branch continues hold
+    the hashes it recorded (no rewritten history behind a fork); the cut, the base and
+    the next index agree with the parent's events; each continuation matches what it
+    continues; the registry names exactly the branches there are. One line per branch."""
+    forks = [e for s in tree.streams.values() for e in s if e.type == events.BRANCH_FORKED]
+    registry = tree.streams.get(tree.registry_stream, [])
+    if not forks and not tree.started and not registry:
+        return
+    failed = len(report.problems)
+    for marker in forks:
+        _check_marker(report, tree, marker)
+    entries = _check_registry(report, tree, registry)
+    lines: list[str] = []
+    for name, (first, started) in tree.started.items():
+        where = ("branches", name, 0)
+        if started is None:
+            report.fail(*where, "a BranchStarted that does not read as one")
+            continue
+        if started.branch_stream != name or started.session_id != tree.session_id:
+            report.fail(*where, "the BranchStarted names another stream or session")
+            continue
+        if _stream_of(tree, started.branch) != name:
+            # A branch's stream is named for it: a rename that keeps the stream is a forgery.
+            named = cut(repr(started.branch), 80)
+            report.fail(*where, f"the BranchStarted names branch {named}, not {name}'s")
+            continue
+        if not 0 <= started.cut.position < _POSITIONS:
+            report.fail(
+                *where,
+                f"its cut's position {cut(str(started.cut.position), 40)} is not a store "
+                "position (0 to 2**64 - 1)",
+            )
+            continue
+        if entries.get(name) != first.id:
+            report.fail(*where, f"branch {started.branch!r} has no entry in {tree.registry_stream}")
+        twin = tree.twin_of(first)
+        parent_top = tree.tops.get(started.parent)
+        if twin is None or twin.type != events.BRANCH_FORKED:
+            report.fail(*where, "its BranchForked is missing from the parent line")
+            continue
+        if parent_top is None or twin.stream != parent_top:
+            report.fail(*where, f"forked from {twin.stream}, not from line {started.parent!r}")
+            continue
+        if not _check_prefix(report, tree, name, started, parent_top):
+            continue
+        problem = _metadata_problem(tree, first, started)
+        if problem is not None:
+            report.fail("branches", problem[0], 0, problem[1])
+        else:
+            size = len(tree.streams[name])
+            place = started.base[0]
+            lines.append(
+                f"  branch {started.branch!r}: {name}, {plural(size, 'event')}; forked from "
+                f"{started.parent} at {started.cut.kind} {started.cut.value}, bound to "
+                f"{place.stream} at revision {place.revision}"
+            )
+    if len(report.problems) == failed:
+        count = len(tree.started)
+        report.lines.append(
+            f"branches: {count} {'branch' if count == 1 else 'branches'}, each bound to its "
+            "parent line's chain; registry ok"
+        )
+        report.lines.extend(lines)
+
+
+def _check_marker(report: Report, tree: _Tree, marker: Record) -> None:
+    """A ``BranchForked`` on a line's top stream has its branch in the bundle, whose
+    first event is its twin ``BranchStarted`` with the same fields."""
+    where = ("branches", marker.stream, marker.revision)
+    forked = _decoded(events.BranchForked, marker)
+    if forked is None:
+        report.fail(*where, "a BranchForked that does not read as one")
+        return
+    if not tree.is_top(marker.stream):
+        report.fail(*where, "a BranchForked off a line's top stream")
+        return
+    branch = tree.streams.get(forked.branch_stream)
+    if not branch:
+        report.fail(
+            *where, f"branch {forked.branch!r}: its stream {forked.branch_stream} is missing"
+        )
+        return
+    first, started = tree.started.get(forked.branch_stream, (branch[0], None))
+    if first.type != events.BRANCH_STARTED:
+        report.fail(
+            *where, f"branch {forked.branch!r}: its stream does not begin with BranchStarted"
+        )
+    elif (
+        marker.metadata.get(events.TWIN_KEY) != first.id
+        or first.metadata.get(events.TWIN_KEY) != marker.id
+    ):
+        report.fail(*where, "BranchForked and BranchStarted do not name each other")
+    elif started is not None and any(
+        getattr(forked, f.name) != getattr(started, f.name)
+        for f in dataclasses.fields(events.BranchForked)
+    ):
+        report.fail(*where, "BranchForked and its BranchStarted disagree")
+
+
+def _check_registry(report: Report, tree: _Tree, registry: Sequence[Record]) -> dict[str, str]:
+    """Each registry entry names what is there: a ``BranchAdded`` the branch's
+    ``BranchStarted`` (same name, parent, event id), a ``BranchRemoved`` the branch's last
+    event, its ``BranchDeleted``. Returns branch stream -> the ``BranchStarted`` id its
+    ``BranchAdded`` names."""
+    added: dict[str, str] = {}
+    added_at: dict[str, int] = {}  # branch stream -> its BranchAdded's registry revision
+    for entry in registry:
+        where = ("branches", entry.stream, entry.revision)
+        if entry.type not in (events.BRANCH_ADDED, events.BRANCH_REMOVED):
+            report.fail(*where, f"{entry.type} does not belong on the branch registry")
+            continue
+        kind = events.BranchAdded if entry.type == events.BRANCH_ADDED else events.BranchRemoved
+        body = _decoded(kind, entry)
+        if body is None:
+            report.fail(*where, f"a {entry.type} that does not read as one")
+            continue
+        line = tree.streams.get(body.stream)
+        if not line:
+            report.fail(*where, f"branch {body.branch!r}: its stream {body.stream} is missing")
+            continue
+        misnamed = f"{body.stream} is not the stream of branch {cut(repr(body.branch), 80)}"
+        named = _stream_of(tree, body.branch) == body.stream
+        if entry.type == events.BRANCH_ADDED:
+            started = tree.started.get(body.stream, (None, None))[1]
+            if (
+                line[0].id != body.event
+                or started is None
+                or (started.branch, started.parent) != (body.branch, body.parent)
+            ):
+                report.fail(*where, f"the entry of branch {body.branch!r} is not its fork")
+            elif not named:
+                report.fail(*where, misnamed)
+            elif body.stream in added:
+                report.fail(*where, f"branch {body.branch!r} is registered twice")
+            else:
+                added[body.stream] = body.event
+                added_at[body.stream] = entry.revision
+        elif not named:
+            report.fail(*where, misnamed)
+        elif line[-1].id != body.event or line[-1].type != events.BRANCH_DELETED:
+            report.fail(*where, f"branch {body.branch!r} was not deleted as the entry says")
+        elif added_at.get(body.stream) is None:
+            report.fail(*where, f"branch {body.branch!r} is removed before it is registered")
+    if not report.failed("branches"):
+        _check_registry_order(report, tree, added_at)
+    return added
+
+
+def _check_registry_order(report: Report, tree: _Tree, added_at: Mapping[str, int]) -> None:
+    """The registry lists the forks in the order they were made, as far as a bundle (no
+    positions) shows it: a branch after its parent branch (whose fork created the line it
+    forks from), and the forks of one line in the order of their ``BranchForked`` markers
+    on its top stream (each fork writes its marker and its entry at both exact heads in one
+    transaction, so two forks of one line land in one order on both streams)."""
+    where = ("branches", tree.registry_stream)
+    for name, at in added_at.items():
+        started = tree.started.get(name, (None, None))[1]
+        parent = tree.tops.get(started.parent) if started is not None else None
+        if started is not None and parent is not None and added_at.get(parent, -1) > at:
+            report.fail(
+                *where,
+                at,
+                f"branch {started.branch!r} is registered before its parent {started.parent!r}",
+            )
+            return
+    for top in tree.tops.values():
+        order = [
+            added_at[forked.branch_stream]
+            for marker in tree.streams.get(top, [])
+            if marker.type == events.BRANCH_FORKED
+            and (forked := _decoded(events.BranchForked, marker)) is not None
+            and forked.branch_stream in added_at
+        ]
+        for before, after in itertools.pairwise(order):
+            if before > after:
+                report.fail(
+                    *where,
+                    after,
+                    f"the forks of {top} are registered out of the order of their "
+                    "BranchForked markers",
+                )
+                return
+
+
+def _stream_of(tree: _Tree, branch: str) -> str | None:
+    """The top stream a branch of this name has (None: no branch can have that name)."""
+    try:
+        return branch_stream(tree.session_id, branch)
+    except InvalidInput:
+        return None
+
+
+def _metadata_problem(
+    tree: _Tree, first: Record, started: events.BranchStarted
+) -> tuple[str, str] | None:
+    """Where and why the metadata readers follow on a fork's new streams is not what the
+    fork wrote, if it is not: ``BranchStarted``'s ``aj.open`` names the outermost
+    continuation (absent when none: a reader takes the branch's open chain from it), each
+    continuation's the next one (absent on the innermost); ``aj.next_index`` on each is the
+    fork's ``next_index``. (After the prefix check: the continuations are the base's open
+    chain, each present.)"""
+    chain = [started.continuations.get(place.stream) for place in started.base[1:]]
+    firsts = [first]
+    for stream in chain:
+        found = tree.streams.get(stream or "")
+        if not found:
+            break  # missing: the continuations check reports it
+        firsts.append(found[0])
+    for n, event in enumerate(firsts):
+        expected = chain[n] if n < len(chain) else None
+        written = event.metadata.get(events.OPEN_KEY) or None
+        if written != expected:
+            shown = "no aj.open" if written is None else f"aj.open {cut(written, 120)}"
+            wanted = "no open subagent" if expected is None else f"its continuation {expected}"
+            return event.stream, f"{shown}, but the fork continues {wanted} there"
+        index = event.metadata.get(events.NEXT_INDEX_KEY)
+        if index != str(started.next_index):
+            shown = "no aj.next_index" if index is None else f"aj.next_index {cut(index, 40)}"
+            return event.stream, f"{shown}, but the fork's next index is {started.next_index}"
+    return None
+
+
+def _check_prefix(
+    report: Report, tree: _Tree, name: str, started: events.BranchStarted, parent_top: str
+) -> bool:
+    """The branch's shared prefix is its parent's: each place it binds holds the hash it
+    recorded, its base is the parent line's (or a line below it, for a cut in the parent's
+    prefix), the cut is at its base, and its next index follows the prefix."""
+    where = ("branches", name, 0)
+    places = [*started.base, *([started.authority] if started.authority is not None else [])]
+    for place in places:
+        found = tree.streams.get(place.stream)
+        if not found:
+            report.fail(*where, f"the stream it continues, {place.stream}, is missing")
+            return False
+        if place.revision >= len(found) or found[place.revision].hash != place.hash:
+            report.fail(
+                *where,
+                f"the shared prefix is not the parent's: {place.stream}@{place.revision} is not "
+                "the event the fork bound (history behind the fork was rewritten, or the fork "
+                "point forged)",
+            )
+            return False
+    top = started.base[0]
+    below = _lines_below(tree, parent_top)
+    if top.stream not in below:
+        report.fail(*where, f"its base {top.stream} is not on line {started.parent!r} or below")
+        return False
+    base_event = tree.streams[top.stream][top.revision]
+    open_chain = [place.stream for place in started.base[1:]]
+    opened = base_event.metadata.get(events.OPEN_KEY) or None
+    if (open_chain[0] if open_chain else None) != opened or set(open_chain) != set(
+        started.continuations
+    ):
+        report.fail(*where, "its base is not the parent's open subagents at the cut")
+        return False
+    if not _cut_at_base(tree, started, parent_top):
+        report.fail(
+            *where,
+            f"the cut ({started.cut.kind} {started.cut.value}) is not where its base is: the "
+            "cut was moved",
+        )
+        return False
+    expected = _next_index(tree, started)
+    if started.next_index != expected:
+        report.fail(
+            *where, f"next index {started.next_index}, but the parent's prefix gives {expected}"
+        )
+        return False
+    own = next((r for r in tree.streams[name] if events.INDEX_KEY in r.metadata), None)
+    if own is not None and own.metadata[events.INDEX_KEY] != str(started.next_index):
+        report.fail(
+            "branches",
+            name,
+            own.revision,
+            f"the branch's first item is #{own.metadata[events.INDEX_KEY]}, not "
+            f"#{started.next_index}",
+        )
+        return False
+    problem = _authority_problem(tree, started)
+    if problem is not None:
+        report.fail(
+            *where,
+            f"its authority ({_shown(started.authority)}) is not the log in force at its cut: "
+            f"{problem}",
+        )
+        return False
+    return _check_continuations(report, tree, name, started)
+
+
+def _reached(record: Record) -> str | None:
+    """The stream whose events a prefix holds because it holds ``record``: the subsession a
+    parent copy of ``SubagentStarted`` opens, or the one a ``SubagentCompleted`` closes
+    (a continuation was opened by no event of its line: its close is what reaches it)."""
+    if record.opens is not None:
+        return record.opens
+    if record.type == events.SUBAGENT_COMPLETED:
+        return record.metadata.get(events.CLOSES_KEY) or None
+    return None
+
+
+def _prefix_ids(tree: _Tree, started: events.BranchStarted) -> set[str]:
+    """The ids of the events before a fork's cut, on every line it continues: each base
+    stream up to its base revision, a continuation's original up to the place it continues,
+    a branch's parent line up to its own fork's base (recursively), and every subsession
+    opened or closed in those parts (whole: it closed before the cut, unless it is itself
+    bound). What the engine's ``prefix`` holds when it binds the authority log."""
+    bound: dict[str, int] = {}
+    places = list(started.base)
+    while places:
+        place = places.pop()
+        if bound.get(place.stream, -1) >= place.revision:
+            continue
+        bound[place.stream] = place.revision
+        below = tree.started.get(place.stream, (None, None))[1]
+        if below is not None:
+            places.extend(below.base)
+        continued = tree.continued.get(place.stream, (None, None))[1]
+        if continued is not None:
+            places.append(continued.continues)
+    found: set[str] = set()
+    done: dict[str, int] = {}
+    pending = list(bound.items())
+    while pending:
+        name, upto = pending.pop()
+        if done.get(name, -1) >= upto:
+            continue
+        done[name] = upto
+        for record in tree.streams.get(name, [])[: upto + 1]:
+            found.add(record.id)
+            child = _reached(record)
+            if child is not None and child in tree.streams:
+                pending.append((child, bound.get(child, len(tree.streams[child]) - 1)))
+    return found
+
+
+def _authority_problem(tree: _Tree, started: events.BranchStarted) -> str | None:
+    """Why a fork's ``authority`` is not the log in force at its cut, if it is not.
+
+    The engine binds the last entry before the cut on the log of the line whose own part
+    holds the cut (the line of ``base[0]``), then the entries right after it that record
+    grants made before the cut (one write's log entries follow its tree's events); when that
+    log has none, what that line inherited at its own fork (None on main). A bundle holds no
+    positions, so the verifier checks it through the grants the entries name: every grant
+    entry up to the bound one is of a grant in the prefix, none after it is (a reset names
+    no event: one between the cut and the next grant entry cannot be placed)."""
+    top = started.base[0].stream
+    log = tree.line_logs().get(top)
+    if log is None:
+        return None  # its fork is malformed: the branches check of that line reports it
+    prefix = _prefix_ids(tree, started)
+
+    def in_prefix(entry: Record) -> bool | None:
+        """Whether a grant entry records a grant in the prefix (None: not a grant entry)."""
+        if entry.type != events.AUTHORITY_HELD:
+            return None
+        return (entry.body or {}).get("event") in prefix
+
+    entries = tree.streams.get(log, [])
+    place = started.authority
+    if place is not None and place.stream == log:
+        if any(in_prefix(entry) is False for entry in entries[: place.revision + 1]):
+            return f"{log}@{place.revision} records grants made after the cut"
+        if any(in_prefix(entry) for entry in entries[place.revision + 1 :]):
+            return f"{log} records grants made before the cut after {log}@{place.revision}"
+        return None
+    if any(in_prefix(entry) for entry in entries):
+        return f"{log} records grants made before the cut, but the fork binds another log"
+    below = tree.started.get(top, (None, None))[1]
+    inherited = below.authority if below is not None else None
+    if place != inherited:
+        return f"{top}'s line inherited {_shown(inherited)}, not {_shown(place)}"
+    return None
+
+
+def _shown(place: events.StreamPlace | None) -> str:
+    return "no authority log" if place is None else f"{place.stream}@{place.revision}"
+
+
+def _continued_fields(continued: events.SubagentContinued) -> tuple[str, str, str]:
+    return continued.agent_type, continued.source_agent, continued.call_id
+
+
+def _started_fields(data: str) -> tuple[str, str, str]:
+    subagent, _ = events.decode_subagent_started(data.encode())
+    return subagent.agent_name, subagent.source_agent, subagent.call_id
+
+
+def _lines_below(tree: _Tree, top: str) -> list[str]:
+    """``top`` and the top streams of the lines below it, nearest first."""
+    found = [top]
+    while found[-1] in tree.started and len(found) <= len(tree.started):
+        started = tree.started[found[-1]][1]
+        parent = tree.tops.get(started.parent) if started is not None else None
+        if parent is None or parent in found:
+            break
+        found.append(parent)
+    return found
+
+
+def _cut_at_base(tree: _Tree, started: events.BranchStarted, parent_top: str) -> bool:
+    """Whether the cut is where the base is: after revision R of the parent's top stream
+    for a revision cut; for an index or turn cut, the item that starts the branch's own
+    part (#next_index) is the event right after the base on one of the base streams (the
+    top stream's, or an open subagent's: a cut inside a subagent falls on its stream)."""
+    at, top = started.cut, started.base[0]
+    if at.kind == "revision":
+        return top.stream == parent_top and top.revision == at.value
+    want = str(started.next_index)
+    for place in started.base:
+        stream = tree.streams.get(place.stream, [])
+        following = stream[place.revision + 1] if place.revision + 1 < len(stream) else None
+        if following is not None and following.metadata.get(events.INDEX_KEY) == want:
+            return at.kind != "index" or at.value == started.next_index
+    return False
+
+
+def _next_index(tree: _Tree, started: events.BranchStarted) -> int:
+    """One more than the largest message index before the cut (0: none): on each base
+    stream up to its base revision, in every subsession opened or closed there (whole: it
+    closed before the cut, or is itself a base stream; a continuation closed before the
+    cut is reached through its close), and the prefix of a base line."""
+    bound = {place.stream: place.revision for place in started.base}
+    largest = -1
+    pending = list(bound)
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        stream = tree.streams.get(name, [])
+        upto = bound.get(name, len(stream) - 1)
+        for record in stream[: upto + 1]:
+            index = _number(record.metadata.get(events.INDEX_KEY))
+            if index is not None:
+                largest = max(largest, index)
+            child = _reached(record)
+            if child is not None:
+                pending.append(child)
+        below = tree.started.get(name, (None, None))[1]
+        if below is not None:  # the base line is a branch: its own prefix is before it
+            largest = max(largest, below.next_index - 1)
+    return largest + 1
+
+
+def _check_continuations(
+    report: Report, tree: _Tree, name: str, started: events.BranchStarted
+) -> bool:
+    """Each continuation begins with a ``SubagentContinued`` naming the ``BranchStarted``,
+    continuing the original at its base place, with the original's agent, call and grant
+    (the original's ``SubagentStarted``, or its ``SubagentContinued`` when the original is a
+    continuation itself)."""
+    bases = {place.stream: place for place in started.base[1:]}
+    first = tree.started[name][0]
+    for original, stream in started.continuations.items():
+        where = ("branches", stream, 0)
+        record, continued = tree.continued.get(stream, (None, None))
+        opener = tree.opened_by.get(original)
+        twin = tree.streams.get(original, [None])[0]
+        if record is None or continued is None:
+            report.fail(*where, f"the continuation of {original} is missing or malformed")
+            return False
+        if (
+            record.metadata.get(events.TWIN_KEY) != first.id
+            or continued.subsession_stream != stream
+        ):
+            report.fail(*where, "the continuation does not name its BranchStarted")
+            return False
+        if continued.continues != bases.get(original):
+            report.fail(*where, "the continuation continues another place than the fork's base")
+            return False
+        # The original is a subsession a handoff opened (on the parent line, or on a branch
+        # below it), or itself a continuation: a fork of a branch inside its continuations.
+        # That one is checked against what it continues by its own branch's check.
+        below = tree.continued.get(original, (None, None))[1]
+        if below is not None:
+            if (
+                _continued_fields(continued) != _continued_fields(below)
+                or continued.granted_authority != below.granted_authority
+            ):
+                report.fail(*where, "the continuation does not match the subagent it continues")
+                return False
+            continue
+        if opener is None or twin is None or twin.type != events.SUBAGENT_STARTED:
+            report.fail(*where, f"the subagent it continues, {original}, is not in the bundle")
+            return False
+        if twin.data is not None and (  # a redacted bundle shows the handoff as a view
+            _continued_fields(continued) != _started_fields(twin.data)
+            or continued.granted_authority != events.granted_authority(twin.body or {})
+        ):
+            report.fail(*where, "the continuation does not match the subagent it continues")
+            return False
+    return True
 
 
 # -- checkpoints ----------------------------------------------------------------------
@@ -914,12 +1544,13 @@ def _covered(tree: _Tree, checkpoint: Checkpoint) -> dict[str, int]:
 def _grant_at(tree: _Tree, stream: str, revision: int) -> Record | None:
     """The grant of the agent speaking on ``stream`` at ``revision``: the newest
     ``AuthorityGranted`` before it on that stream (a run's root, a run resumed there, a handoff
-    that opened no subsession), else the ``SubagentStarted`` that opened the stream."""
+    that opened no subsession), else the ``SubagentStarted`` that opened the stream (or, on a
+    continuation, its ``SubagentContinued``, which carries the grant it copied)."""
     grants = tree.grants_on(stream)
     position = bisect.bisect_left(grants, revision, key=lambda grant: grant.revision)
     if position:
         return grants[position - 1]
-    return tree.opened_by.get(stream)
+    return tree.opener(stream)
 
 
 def _authority_at(tree: _Tree, stream: str, revision: int) -> Authority | None:
@@ -957,8 +1588,14 @@ class _Policies:
 
 
 def _check_authority(report: Report, tree: _Tree, anchor: Policy | None) -> None:
-    """The authority log replayed, every grant recomputed (see the module docs)."""
-    log = tree.streams.get(tree.authority_stream, [])
+    """Every grant recomputed from its line's authority log (see the module docs).
+
+    Main's log is the session's; a branch's is the log it inherits at its fork — the line
+    whose log ``BranchStarted.authority`` names, replayed up to that entry (itself after
+    what *it* inherited, and so on down the lines) — followed by the branch's own
+    ``AgentAuthority-{id}@{key}``. Each grant is checked on its own line only (the streams
+    of a line: :meth:`_Tree.line_streams`), so a grant on the parent after the fork never
+    widens the branch, and the branch's log may name only the branch's grants."""
     grants = [
         event
         for stream in tree.streams.values()
@@ -970,46 +1607,161 @@ def _check_authority(report: Report, tree: _Tree, anchor: Policy | None) -> None
             and tree.authority(event) is not None
         )
     ]
-    if not log:
+    lines = _LineLogs(report, tree, anchor)
+    if not lines.any_entry():
         if anchor is not None and grants:
             report.fail("delegation", tree.session_stream, None, "grants without a recorded policy")
         _check_narrowing(report, tree, grants)
         return
-    replay = _LogReplay(report, tree, anchor)
-    for entry in log:
-        try:
-            replay.apply(entry)
-        except InvalidInput as error:
-            report.fail("delegation", entry.stream, entry.revision, str(error))
+    by_line: dict[str, list[Record]] = {}
     for grant in grants:
-        if grant.id not in replay.logged:
+        by_line.setdefault(lines.line_of(grant.stream), []).append(grant)
+    unlogged: list[Record] = []
+    replays: list[tuple[str, _LogReplay]] = []
+    for top in (tree.session_stream, *tree.started):
+        replay = lines.replay(top)
+        if replay is None:  # no log of its own and none inherited: nothing to recompute from
+            unlogged.extend(by_line.get(top, ()))
+            continue
+        replays.append((top, replay))
+        for grant in by_line.get(top, ()):
+            if grant.id not in replay.logged:
+                report.fail(
+                    "delegation",
+                    grant.stream,
+                    grant.revision,
+                    "a grant the authority log does not hold",
+                )
+    if unlogged:
+        if anchor is not None:
+            first = unlogged[0]
             report.fail(
-                "delegation",
-                grant.stream,
-                grant.revision,
-                "a grant the authority log does not hold",
+                "delegation", first.stream, first.revision, "grants without a recorded policy"
             )
+        _check_narrowing(report, tree, unlogged, summary=False)
     if not report.failed("delegation"):
         digests = ", ".join(sorted(tree.policies.by_digest))
         report.lines.append(
             f"delegation: {plural(len(tree.policies.by_digest), 'policy')} recorded"
             + (" (the one given)" if anchor is not None else f" ({digests})")
             + f"; {plural(len(grants), 'grant')}, each recomputed from its policy"
+            + (f" on its line's log ({len(replays)} lines)" if len(replays) > 1 else "")
         )
-        for agent, reason in replay.resets:
-            report.lines.append(f"  reset: {agent} may start from its policy entry again: {reason}")
+        for top, replay in replays:
+            started = tree.started.get(top, (None, None))[1]
+            where = "" if started is None else f" on branch {started.branch!r}"
+            for agent, reason in replay.resets:
+                report.lines.append(
+                    f"  reset{where}: {agent} may start from its policy entry again: {reason}"
+                )
 
 
-class _LogReplay:
-    """The authority log applied in order: what every agent holds, which grants it names."""
+class _LineLogs:
+    """Each line's authority log replayed once, a branch's from the state its parent's
+    replay had at the entry the fork binds (DESIGN §17.3)."""
 
     def __init__(self, report: Report, tree: _Tree, anchor: Policy | None) -> None:
         self.report, self.tree, self.anchor = report, tree, anchor
+        self.logs = tree.line_logs()  # top -> its own log
+        self.owners = {log: top for top, log in self.logs.items()}  # log -> its line's top
+        self.owner = tree.line_streams()  # stream -> its line's top
+        # The places forks inherit (log -> revisions): the replay keeps its state there.
+        self.wanted: dict[str, set[int]] = {}
+        for _, started in tree.started.values():
+            if started is not None and started.authority is not None:
+                place = started.authority
+                self.wanted.setdefault(place.stream, set()).add(place.revision)
+        self.states: dict[tuple[str, int], _LogReplay] = {}
+        self.done: dict[str, _LogReplay | None] = {}
+        self.active: set[str] = set()
+
+    def any_entry(self) -> bool:
+        """Whether any line's log has an entry (else no policy was ever in force)."""
+        return any(self.tree.streams.get(log) for log in self.logs.values())
+
+    def line_of(self, stream: str) -> str:
+        """The top stream of the line ``stream`` is on (main's when it is on none)."""
+        return self.owner.get(stream, self.tree.session_stream)
+
+    def replay(self, top: str) -> _LogReplay | None:
+        """The line's log replayed (None: the line has no log, own or inherited)."""
+        if top in self.done:
+            return self.done[top]
+        if top in self.active:
+            return None  # forks inheriting from each other in a ring: reported below
+        self.active.add(top)
+        tree = self.tree
+        started = tree.started.get(top, (None, None))[1]
+        log = self.logs.get(top)
+        replay: _LogReplay | None = None
+        if started is not None and log is not None and started.authority is not None:
+            place = started.authority
+            source = self.owners.get(place.stream)
+            if source is not None:
+                self.replay(source)
+            inherited = self.states.get((place.stream, place.revision))
+            replay = _LogReplay(self.report, tree, self.anchor, top, self.owner)
+            if inherited is None:
+                self.report.fail(
+                    "delegation",
+                    top,
+                    0,
+                    f"the authority log it inherits ({place.stream}@{place.revision}) is not "
+                    "a line's log replayed there",
+                )
+            else:
+                replay.inherit(inherited, started.next_index)
+        entries = tree.streams.get(log, []) if log is not None else []
+        if entries and replay is None:
+            replay = _LogReplay(self.report, tree, self.anchor, top, self.owner)
+        wanted = self.wanted.get(log or "", set())
+        for entry in entries:
+            assert replay is not None
+            try:
+                replay.apply(entry)
+            except InvalidInput as error:
+                self.report.fail("delegation", entry.stream, entry.revision, str(error))
+            if entry.revision in wanted:
+                kept = _LogReplay(self.report, tree, self.anchor, top, self.owner)
+                kept.inherit(replay, None)
+                self.states[(entry.stream, entry.revision)] = kept
+        self.active.discard(top)
+        self.done[top] = replay
+        return replay
+
+
+class _LogReplay:
+    """One line's authority log applied in order: what every agent holds, which grants it
+    names, the policies recorded on it (inherited ones included)."""
+
+    def __init__(
+        self,
+        report: Report,
+        tree: _Tree,
+        anchor: Policy | None,
+        top: str,
+        owner: Mapping[str, str],
+    ) -> None:
+        self.report, self.tree, self.anchor = report, tree, anchor
+        self.top, self.owner = top, owner
+        self.policies = _Policies()
         self.held: dict[str, Any] = {}
         self.logged: set[str] = set()
         self.resets: list[tuple[str, str]] = []
         self._last: dict[str, int] = {}  # stream -> revision of the last grant named on it
         self._next_index = 0  # the newest aj.next_index of a grant named so far
+
+    def inherit(self, state: _LogReplay, next_index: int | None) -> None:
+        """Start from ``state`` (what a fork's bound entry leaves every agent holding, and
+        the policies recorded up to it). A branch's own grants are on its own streams and
+        its message indexes go on from its ``next_index``, which a cut inside a write may
+        put below the last inherited grant's write's."""
+        self.policies.by_digest = dict(state.policies.by_digest)
+        self.held = dict(state.held)
+        self._last = dict(state._last)
+        self._next_index = (
+            state._next_index if next_index is None else min(state._next_index, next_index)
+        )
 
     def apply(self, entry: Record) -> None:
         """Apply one entry.
@@ -1025,7 +1777,7 @@ class _LogReplay:
             self._policy(entry, events.PolicyRecorded.decode(data))
         elif entry.type == events.AUTHORITY_RESET:
             reset = events.AuthorityReset.decode(data)
-            self.tree.policies.get(reset.policy)
+            self.policies.get(reset.policy)
             after = {name: value for name, value in self.held.items() if name != reset.agent}
             self._advance(entry, reset.held, after)
             self.resets.append((reset.agent, reset.reason))
@@ -1043,14 +1795,20 @@ class _LogReplay:
             self.report.fail(
                 *where, f"the session ran under policy {recorded.digest}, not the one given"
             )
-        self.tree.policies.by_digest[recorded.digest] = policy
+        self.policies.by_digest[recorded.digest] = policy
+        self.tree.policies.by_digest[recorded.digest] = policy  # for containment's rules
 
     def _grant(self, entry: Record, record: events.AuthorityHeld) -> None:
         tree = self.tree
-        policy = tree.policies.get(record.policy)
+        policy = self.policies.get(record.policy)
         grant = tree.by_id.get(record.event)
         if grant is None or grant.stream != record.stream or _cause_of(grant) != record.cause:
             raise InvalidInput(f"the {record.cause} grant {record.event} is not in the tree")
+        if self.owner.get(grant.stream, tree.session_stream) != self.top:
+            raise InvalidInput(
+                f"the log of line {self.top} names {grant.stream}@{grant.revision}, a grant of "
+                "another line"
+            )
         self._in_order(grant)
         agent = _agent_of(grant)
         if agent != record.agent:
@@ -1116,15 +1874,18 @@ def _number(raw: str | None) -> int | None:
 def _run_root(tree: _Tree, grant: Record, own: Authority, last: Any) -> Authority:
     """What a run's first agent may hold: its entry met with what it last held, or —
     resuming inside an open subagent — with that subagent's grant (nothing without one)."""
-    if grant.stream != tree.session_stream:
-        opener = tree.opened_by.get(grant.stream)
+    if not tree.is_top(grant.stream):
+        opener = tree.opener(grant.stream)
         opened = tree.authority(opener) if opener is not None else None
         return meet(own, opened) if opened is not None else Authority()
     return meet(own, Authority.from_json(last)) if last is not None else own
 
 
-def _check_narrowing(report: Report, tree: _Tree, grants: list[Record]) -> None:
-    """Without a log: each handoff grant is narrower than its sender's authority."""
+def _check_narrowing(
+    report: Report, tree: _Tree, grants: list[Record], *, summary: bool = True
+) -> None:
+    """Without a log: each handoff grant is narrower than its sender's authority (on a
+    line with no log while another line has one, ``summary`` is off: the caller sums up)."""
     checked = 0
     for opener in grants:
         if opener.type != events.SUBAGENT_STARTED:
@@ -1137,7 +1898,7 @@ def _check_narrowing(report: Report, tree: _Tree, grants: list[Record]) -> None:
             report.fail(*where, "a grant without the sender's authority")
         elif granted is not None and not granted.is_narrower_than(sender):
             report.fail(*where, "the authority granted is wider than its sender's")
-    if not report.failed("delegation"):
+    if summary and not report.failed("delegation"):
         report.lines.append(
             f"delegation: no policy recorded; {plural(checked, 'grant')}, "
             "each narrower than its sender's"

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from agents import OpenAIChatCompletionsModel, OpenAIResponsesModel
+from agents import OpenAIChatCompletionsModel, OpenAIResponsesModel, _debug
 from agents.handoffs import Handoff, handoff
 from agents.lifecycle import RunHooksBase
 from agents.memory.session import _CompactionSnapshot
@@ -39,12 +41,14 @@ from opentelemetry.trace import Span
 
 from agentjournal import events
 from agentjournal.authority import Authority, Policy
+from agentjournal.engine import turns
 from agentjournal.engine.codec import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
 from agentjournal.engine.core import DEFAULT_CHECKPOINT_EVERY, SessionCore
+from agentjournal.engine.fork import Branch
 from agentjournal.engine.plan import ItemsPlan, Produced, Responded, SessionFacts
 from agentjournal.engine.routing import SUMMARY_CHARS
 from agentjournal.engine.tree import SessionTree
-from agentjournal.errors import AuthorityDenied, GuardrailBlocked, InvalidInput
+from agentjournal.errors import AuthorityDenied, BranchDeleted, GuardrailBlocked, InvalidInput
 from agentjournal.guardrails.client import GuardrailClient
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import SigningKey
@@ -54,7 +58,7 @@ from agentjournal.sdk.enforce import Enforcer
 from agentjournal.sdk.gates import Gatekeeper
 from agentjournal.sdk.run import RunState, weak
 from agentjournal.store.base import EventStore
-from agentjournal.streams import session_stream, validate_id
+from agentjournal.streams import MAIN_BRANCH, branch_stream, session_stream, validate_id
 from agentjournal.usage import ModelResponse as ResponseRecord
 from agentjournal.usage import Usage
 
@@ -66,7 +70,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_CHECKPOINT_EVERY", "JournalSession"]
 
-logger = logging.getLogger("agentjournal.session")
+_logger = logging.getLogger("agentjournal.session")
+logger = _logger
 
 _OWN_EVENT_TYPES = frozenset(
     {
@@ -81,6 +86,7 @@ _OWN_EVENT_TYPES = frozenset(
         events.GUARDRAIL_DECIDED,
         events.AUTHORITY_REFUSED,
         events.AUTHORITY_GRANTED,
+        *events.BRANCH_EVENTS,
         CHECKPOINT,
     }
 )
@@ -96,7 +102,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
     Attributes:
         session_id: The session's id (kurrent-agent-schema §2.4 rules).
         session_settings: Defaults for ``get_items`` (``limit``).
-        stream: The session's stream, ``AgentSession-{session_id}``.
+        stream: The line's top stream: the session's, ``AgentSession-{session_id}``, or
+            on a branch (``branch=``) the branch's, ``AgentBranch-{session_id}@{key}``.
     """
 
     def __init__(
@@ -114,28 +121,38 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         signing_key: SigningKey | None = None,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         record_payloads: bool = True,
+        branch: str | None = None,
+        trees: Callable[[str | None], SessionTree] | None = None,
+        logger: logging.Logger | None = None,
     ) -> None:
         self.session_id = validate_id(session_id, "session id")
-        self.stream = session_stream(self.session_id)
+        if branch == MAIN_BRANCH:
+            branch = None
         self.session_settings: SessionSettings | None = _settings(session_settings)
         self._agent_name = agent_name
-        facts = SessionFacts(
-            self.session_id,
-            self.stream,
-            app_name=app_name,
-            user_id=user_id,
-            agent_name=agent_name,
-            policy=policy,
-            guarded=guardrails is not None,
-            record_payloads=record_payloads,
-        )
-        self._core = SessionCore(
-            store,
-            facts,
-            tree if tree is not None else SessionTree(self.stream),
-            signing_key=signing_key,
-            checkpoint_every=checkpoint_every,
-        )
+        self._store = store
+        self._trees = trees
+        self._logger = logger if logger is not None else _logger
+        self._signing_key = signing_key
+        self._checkpoint_every = checkpoint_every
+        self._line_facts: dict[str, Any] = {
+            "app_name": app_name,
+            "user_id": user_id,
+            "agent_name": agent_name,
+            "policy": policy,
+            "guarded": guardrails is not None,
+            "record_payloads": record_payloads,
+        }
+        # One core per line this object has been on (the pointer moves between them);
+        # a line's tree is the journal's shared one when the journal made this object.
+        self._lines: dict[str | None, SessionCore] = {}
+        if tree is not None:
+            self._lines[branch] = self._new_core(branch, tree)
+        self._branch: str | None = None
+        self._core = self._line(branch)
+        self.stream = self._core.facts.stream
+        self._branch = branch
+        self._run_core: SessionCore | None = None  # the line the current run started on
         self._run = RunState(speaker=agent_name)
         self._recorder = _Recorder(self)
         self._enforcer = (
@@ -145,6 +162,108 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         )
         self._gates = Gatekeeper(policy, recorder=self._recorder) if policy is not None else None
         self._wiring = guarding.Wiring(self._enforcer, self._gates)
+
+    # -- lines: the current-branch pointer (DESIGN §17.2, "Mapping the SDK API") ----------
+
+    def _new_core(self, branch: str | None, tree: SessionTree | None = None) -> SessionCore:
+        """The reads and writes of one line of this session."""
+        stream = (
+            session_stream(self.session_id)
+            if branch is None
+            else branch_stream(self.session_id, branch)
+        )
+        if tree is None:
+            tree = self._trees(branch) if self._trees is not None else SessionTree(stream)
+        facts = SessionFacts(self.session_id, stream, branch=branch, **self._line_facts)
+        return SessionCore(
+            self._store,
+            facts,
+            tree,
+            # A branch signs its own streams, its log and the registry on the session's
+            # shared ledger stream; the verifier reads every line (DESIGN §17.6, step 8).
+            signing_key=self._signing_key,
+            checkpoint_every=self._checkpoint_every,
+        )
+
+    def _line(self, branch: str | None) -> SessionCore:
+        """The core of ``branch`` (None: main), made on first use."""
+        core = self._lines.get(branch)
+        if core is None:
+            core = self._lines[branch] = self._new_core(branch)
+        return core
+
+    def _point(self, branch: str | None) -> None:
+        """Move the current-branch pointer (this object only; nothing is written)."""
+        self._core = self._line(branch)
+        self._branch = branch
+        self.stream = self._core.facts.stream
+
+    @property
+    def _current_branch_id(self) -> str:
+        """The current branch's name (``AdvancedSQLiteSession``'s attribute, read-only)."""
+        return self.branch
+
+    async def _current(self) -> SessionCore:
+        """The current line, resolved before anything is awaited (a later switch does not
+        redirect this call), then checked: a branch cleared meanwhile (by any object)
+        moves this object to main, as the SDK does; one deleted raises.
+
+        Raises:
+            BranchDeleted: The current branch was deleted.
+        """
+        core = self._core
+        if core.facts.branch is None:
+            return core
+        ended = await core.ended()
+        if ended is None:
+            return core
+        if ended == "cleared":
+            if self._core is core:
+                self._point(None)
+            return self._line(None)
+        raise BranchDeleted(self.session_id, core.facts.branch, ended)
+
+    async def _retry_cleared(self, core: SessionCore, act: Callable[[SessionCore], Any]) -> Any:
+        """Run ``act`` on ``core``; if a clear ended that branch line meanwhile, on main."""
+        try:
+            return await act(core)
+        except BranchDeleted as error:
+            if error.reason != "cleared" or core.facts.branch is None:
+                raise
+            if self._core is core:
+                self._point(None)
+            if self._run_core is core:
+                self._run_core = self._line(None)
+            return await act(self._line(None))
+
+    def _reading(self, branch_id: str | None) -> SessionCore | None:
+        """The line ``branch_id`` names for a read (None: the current one); None when
+        the name cannot be a branch of this session."""
+        if branch_id is None:
+            return self._core
+        if branch_id == MAIN_BRANCH:
+            return self._line(None)
+        try:
+            return self._line(branch_id)
+        except InvalidInput:
+            return None
+
+    async def _read_line(self, branch_id: str | None, read: Callable[[SessionCore], Any]) -> Any:
+        """``read`` on the line ``branch_id`` names; None for a branch never forked."""
+        if branch_id is None:
+            return await self._retry_cleared(self._core, read)
+        core = self._reading(branch_id)
+        if core is None:
+            return None
+        try:
+            return await read(core)
+        except BranchDeleted:
+            return None
+        except InvalidInput:
+            if core.facts.branch is None or core.reader.line_checked:
+                raise
+            self._lines.pop(core.facts.branch, None)  # never forked: keep no core for it
+            return None
 
     @property
     def guardrails(self) -> GuardrailClient | None:
@@ -184,27 +303,41 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         return await self._gates.mcp_tool_filter(context, tool)
 
     def __repr__(self) -> str:
-        return f"JournalSession({self.session_id!r}, stream={self.stream!r})"
+        line = "" if self._branch is None else f", branch={self._branch!r}"
+        return f"JournalSession({self.session_id!r}{line}, stream={self.stream!r})"
 
     # -- Session protocol -------------------------------------------------------
 
     async def get_items(
-        self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
+        self,
+        limit: int | None = None,
+        branch_id: str | None = None,
+        *,
+        wrapper: RunContextWrapper[Any] | None = None,
     ) -> list[TResponseInputItem]:
         """Return the latest ``limit`` items in chronological order.
 
         ``None`` falls back to ``session_settings.limit``, then to every item;
         ``0`` returns ``[]``. Items are fresh copies, exactly as written, with
-        the transcripts of subagents where the handoffs happened.
+        the transcripts of subagents where the handoffs happened. ``branch_id``
+        reads another line (``"main"`` or a branch's name) instead of the current
+        one, as ``AdvancedSQLiteSession`` does: ``[]`` for a name never forked or
+        a branch deleted. A run's own reads (with ``wrapper``) stay on the line
+        the run started on.
         """
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
             raise InvalidInput(f"limit must be an integer or None, got {limit!r}")
+        run_core = None
         if wrapper is not None:
             self._enter_run(wrapper, main=True)
+            run_core = self._run_line(wrapper) if branch_id is None else None
         resolved = resolve_session_limit(limit, self.session_settings)
         if resolved is not None and resolved <= 0:
             return []
-        return await self._core.items(resolved)  # type: ignore[return-value]
+        if run_core is not None:
+            return await run_core.items(resolved)  # type: ignore[return-value]
+        found = await self._read_line(branch_id, lambda core: core.items(resolved))
+        return [] if found is None else found
 
     async def add_items(
         self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
@@ -236,14 +369,354 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         The item stays on its stream; an ``agentjournal.ItemPopped`` event
         records that it left the history.
         """
-        return await self._core.pop(self._recorder.trace_now())  # type: ignore[return-value]
+        trace = self._recorder.trace_now()
+        run_core = self._run_line(wrapper) if wrapper is not None else None
+        core = run_core if run_core is not None else self._core
+        return await self._retry_cleared(core, lambda line: line.pop(trace))  # type: ignore[no-any-return]
 
     async def clear_session(self, *, wrapper: RunContextWrapper[Any] | None = None) -> None:
-        """Hide every item; ``get_items`` returns ``[]`` until new items come.
+        """Hide every item of every line; ``get_items`` returns ``[]`` until new items come.
 
-        History is kept: an ``agentjournal.SessionCleared`` event marks the cut.
+        History is kept, in one atomic write: an ``agentjournal.SessionCleared`` event on
+        the session's stream marks the cut, and every live branch ends with
+        ``agentjournal.BranchDeleted`` (reason ``cleared``) and its registry entry, as
+        ``AdvancedSQLiteSession`` deletes every branch's rows. This object moves to
+        main; another object on a cleared branch moves there at its next call. Branch
+        names stay used.
         """
-        await self._core.clear(self._recorder.trace_now())
+        trace = self._recorder.trace_now()
+        await self._line(None).clear_lines(trace)
+        self._point(None)
+
+    # -- branches (DESIGN §17) ------------------------------------------------------------
+
+    async def fork(
+        self,
+        at: int | None = None,
+        *,
+        turn: int | None = None,
+        revision: int | None = None,
+        name: str | None = None,
+    ) -> Branch:
+        """Fork this line (the session, or the branch this object is on): a new branch that
+        continues it as of a cut; nothing is copied.
+
+        The cut is before item ``at`` (a message index, as ``agentjournal show`` numbers
+        items; on a branch, its prefix's items count), before turn ``turn``'s user message
+        (the ``turn``-th user message of the items visible now), or after revision
+        ``revision`` of the line's top stream; with none of them, after everything
+        written so far. Open the new branch with ``journal.session(id, branch=name)``.
+        The fork is one atomic write: ``agentjournal.BranchForked`` here,
+        ``agentjournal.BranchStarted`` as the branch stream's first event, an entry in the
+        session's branch registry, and for each subagent open at the cut an
+        ``agentjournal.SubagentContinued`` opening the stream that continues it on the
+        branch (the branch's runs resume, speak and close it there; this line keeps its
+        own). A fork can be made at any moment, in the middle of a run too (from a tool).
+
+        Args:
+            at: The item before which the branch leaves the session.
+            turn: The turn before whose user message it leaves.
+            revision: The revision of the session's stream after which it leaves.
+            name: The branch's name (any non-blank text up to 1,000 characters but
+                ``"main"``); default ``fork_{value}_{unix seconds}`` (``_2``, ``_3``...
+                when taken).
+
+        Raises:
+            InvalidInput: More than one cut, no such item, turn or revision, no session
+                yet, a subagent open at the cut whose stream cannot be read, or a name
+                refused or already used in this session (names are never reused, even
+                after a branch is deleted).
+            StoreError: The fork did not land.
+        """
+        trace = self._recorder.trace_now()
+        branch: Branch = await self._retry_cleared(
+            self._core,
+            lambda core: core.fork(at=at, turn=turn, revision=revision, name=name, trace=trace),
+        )
+        return branch
+
+    @property
+    def branch(self) -> str:
+        """The line this object reads and writes: ``"main"`` or a branch's name."""
+        return MAIN_BRANCH if self._branch is None else self._branch
+
+    async def branches(self) -> list[Branch]:
+        """Every branch of the session, in the order they were forked (deleted ones too)."""
+        return await self._core.branches()
+
+    # -- AdvancedSQLiteSession: turns ----------------------------------------------------
+
+    # -- AdvancedSQLiteSession: branches (DESIGN §17.1, §17.2 "Mapping the SDK API") ------
+
+    async def create_branch_from_turn(
+        self, turn_number: int, branch_name: str | None = None
+    ) -> str:
+        """Fork the current line before turn ``turn_number``'s user message and switch
+        this object to the new branch (even when nothing comes before it), as
+        ``AdvancedSQLiteSession`` does; return the branch's name.
+
+        Nothing is copied: the branch is one atomic fork write (:meth:`fork`). A
+        generated name is ``branch_from_turn_{N}_{unix seconds}`` (``_2``, ``_3``...
+        when taken). Names are never reused in a session, even after a delete or clear.
+
+        Raises:
+            InvalidInput: (a ``ValueError``, with the SDK's messages) a blank name, no user
+                message at that turn, or a name already used (``"main"`` included).
+            BranchDeleted: The current branch was deleted.
+        """
+        if branch_name is not None and not branch_name.strip():
+            raise InvalidInput("Branch name cannot be empty")
+        trace = self._recorder.trace_now()
+
+        def used(name: str) -> str:
+            return f"Branch ID '{name}' has already been used. Choose a new branch ID."
+
+        async def create(core: SessionCore) -> tuple[SessionCore, Branch]:
+            line = core.facts.branch or MAIN_BRANCH
+            if not isinstance(turn_number, int) or isinstance(turn_number, bool) or turn_number < 1:
+                raise InvalidInput(
+                    f"Turn {turn_number} does not contain a user message in branch '{line}'"
+                )
+            if branch_name == MAIN_BRANCH:  # the main line's name: used from the start
+                _, users = await core.items_count()
+                if turn_number > users:
+                    raise InvalidInput(
+                        f"Turn {turn_number} does not contain a user message in branch '{line}'"
+                    )
+                raise InvalidInput(used(branch_name))
+            made = await core.fork(
+                turn=turn_number,
+                name=branch_name,
+                trace=trace,
+                generated=f"branch_from_turn_{turn_number}_{int(time.time())}",
+                used=used,
+            )
+            return core, made
+
+        made: tuple[SessionCore, Branch] = await self._retry_cleared(self._core, create)
+        core, branch = made
+        line = core.facts.branch or MAIN_BRANCH
+        self._point(branch.name)
+        if _debug.DONT_LOG_MODEL_DATA or not self._logger.isEnabledFor(logging.DEBUG):
+            self._logger.debug(
+                "Created branch '%s' from turn %s in '%s'", branch.name, turn_number, line
+            )
+        else:  # the SDK's message, with the turn's text (model data) in it
+            self._logger.debug(
+                "Created branch '%s' from turn %s ('%s') in '%s'",
+                branch.name,
+                turn_number,
+                _turn_preview(await core.turned(), turn_number),
+                line,
+            )
+        return branch.name
+
+    async def create_branch_from_content(
+        self, search_term: str, branch_name: str | None = None
+    ) -> str:
+        """:meth:`create_branch_from_turn` at the first user turn whose text holds
+        ``search_term`` (see :meth:`find_turns_by_content`).
+
+        Raises:
+            InvalidInput: No such turn (``"No user turns found containing '...'"``), or as
+                :meth:`create_branch_from_turn`.
+        """
+        matches = await self.find_turns_by_content(search_term)
+        if not matches:
+            raise InvalidInput(f"No user turns found containing '{search_term}'")
+        return await self.create_branch_from_turn(matches[0]["turn"], branch_name)
+
+    async def switch_to_branch(self, branch_id: str) -> None:
+        """Point this object at ``branch_id`` (``"main"`` or a branch's name): later calls
+        read and write there. Only this object moves, and nothing is written (choosing
+        what to read is not history; a run already going stays on its line).
+
+        Raises:
+            InvalidInput: ``"Branch '...' does not exist"``: as in the SDK, a line exists
+                while it has at least one visible item.
+        """
+        core = self._reading(branch_id) if isinstance(branch_id, str) else None
+        found = None if core is None else await self._read_line(branch_id, _has_items)
+        if not found:
+            raise InvalidInput(f"Branch '{branch_id}' does not exist")
+        old = self.branch
+        self._point(None if branch_id == MAIN_BRANCH else branch_id)
+        self._logger.info("Switched from branch '%s' to '%s'", old, branch_id)
+
+    async def delete_branch(self, branch_id: str, force: bool = False) -> None:
+        """Delete a branch: ``agentjournal.BranchDeleted`` on its stream and its registry
+        entry, one atomic write; nothing leaves the store (its past still replays). Its
+        items are gone from every read, its usage with them, its name stays used, and
+        any object still on it gets :class:`~agentjournal.errors.BranchDeleted`.
+
+        Raises:
+            InvalidInput: As ``AdvancedSQLiteSession``: a blank id, ``"main"``, the
+                current branch without ``force`` (with it, this object moves to main
+                first), or a branch that does not exist (has no visible item).
+        """
+        if not isinstance(branch_id, str) or not branch_id.strip():
+            raise InvalidInput("Branch ID cannot be empty")
+        if branch_id == MAIN_BRANCH:
+            raise InvalidInput("Cannot delete the 'main' branch")
+        if branch_id == self.branch:
+            if not force:
+                raise InvalidInput(
+                    f"Cannot delete current branch '{branch_id}'. Use force=True or switch "
+                    "branches first"
+                )
+            if not await self._read_line(branch_id, _has_items):
+                raise InvalidInput(f"Branch '{branch_id}' does not exist")
+            await self.switch_to_branch(MAIN_BRANCH)
+        core = self._reading(branch_id)
+        if core is None or not await self._read_line(branch_id, _has_items):
+            raise InvalidInput(f"Branch '{branch_id}' does not exist")
+        parent = next((b.parent for b in await core.branches() if b.name == branch_id), MAIN_BRANCH)
+        await core.delete_line(parent, self._recorder.trace_now())
+        self._logger.info("Deleted branch '%s'", branch_id)
+
+    async def list_branches(self) -> list[dict[str, Any]]:
+        """The lines with items, as ``AdvancedSQLiteSession`` lists them: ``branch_id``,
+        ``message_count``, ``user_turns``, ``is_current``, ``created_at`` (UTC,
+        ``YYYY-MM-DD HH:MM:SS``: the session's start for main, the fork's time for a
+        branch); main first, then branches in the order they were forked."""
+        current = (await self._current()).facts.branch or MAIN_BRANCH
+        main = self._line(None)
+        lines: list[tuple[str, SessionCore, datetime | None]] = [
+            (MAIN_BRANCH, main, await main.started_at())
+        ]
+        for branch in await main.branches():
+            if branch.deleted is None:
+                lines.append((branch.name, self._line(branch.name), branch.created))
+        listed: list[dict[str, Any]] = []
+        for name, core, created in lines:
+            count, users = await core.items_count()
+            if count:
+                listed.append(
+                    {
+                        "branch_id": name,
+                        "message_count": count,
+                        "user_turns": users,
+                        "is_current": name == current,
+                        "created_at": turns.sdk_timestamp(created),
+                    }
+                )
+        return listed
+
+    # -- AdvancedSQLiteSession: usage ---------------------------------------------------
+
+    async def store_run_usage(self, result: Any) -> None:
+        """Book ``result.context_wrapper.usage`` on the current line's current turn.
+
+        One ``agentjournal.TurnUsage`` event on the line's top stream, anchored on the
+        turn's first item: it counts while that item is visible (a pop of the turn, a
+        clear or a delete un-books it, and a later turn reusing the number does not
+        inherit it). The line is the one current at the call; the turn is found in call
+        order with the line's other calls. Skipped when the line has no user turn.
+        Never raises (as the SDK's: it is analytics after the run); a failure is logged,
+        without model data when ``agents`` is told not to log it. Every booking is kept;
+        :meth:`get_turn_usage` reads the newest of a turn (the SDK replaces it).
+        """
+        try:
+            core = self._core
+            usage = result.context_wrapper.usage
+            if usage is None:
+                return
+            counts = {
+                "requests": usage.requests or 0,
+                "input_tokens": usage.input_tokens or 0,
+                "output_tokens": usage.output_tokens or 0,
+                "total_tokens": usage.total_tokens or 0,
+                "input_tokens_details": _details_json(usage.input_tokens_details),
+                "output_tokens_details": _details_json(usage.output_tokens_details),
+            }
+            # A line ended meanwhile (a clear or delete) has no turn to book on: skipped.
+            await core.book_usage(counts, self._recorder.trace_now())
+        except Exception as error:
+            if _debug.DONT_LOG_MODEL_DATA:
+                self._logger.error("Failed to store session usage: %s", type(error).__name__)
+            else:
+                self._logger.error("Failed to store session usage: %s", error, exc_info=True)
+
+    async def get_session_usage(self, branch_id: str | None = None) -> dict[str, int] | None:
+        """Usage summed over the turns of ``branch_id`` or, for None, of *every* line (as
+        the SDK: None here means all branches): ``requests``, ``input_tokens``,
+        ``output_tokens``, ``total_tokens``, ``total_turns``; None when nothing is booked."""
+        cores: list[SessionCore | None]
+        if branch_id:
+            cores = [self._reading(branch_id)]
+        else:
+            main = self._line(None)
+            cores = [main]
+            cores += [self._line(b.name) for b in await main.branches() if b.deleted is None]
+        rows: list[events.TurnUsage] = []
+        for core in cores:
+            if core is None:
+                continue
+            found = await self._read_line(
+                core.facts.branch or MAIN_BRANCH, lambda line: line.turn_usage()
+            )
+            rows.extend((found or {}).values())
+        if not rows:
+            return None
+        return {
+            "requests": sum(row.requests for row in rows),
+            "input_tokens": sum(row.input_tokens for row in rows),
+            "output_tokens": sum(row.output_tokens for row in rows),
+            "total_tokens": sum(row.total_tokens for row in rows),
+            "total_turns": len(rows),
+        }
+
+    async def get_turn_usage(
+        self, user_turn_number: int | None = None, branch_id: str | None = None
+    ) -> list[dict[str, Any]] | dict[str, Any]:
+        """The usage booked on one turn of the line (``{}`` when none), or for None a list
+        of every booked turn (each led by ``user_turn_number``), by turn: ``requests``,
+        ``input_tokens``, ``output_tokens``, ``total_tokens``, ``input_tokens_details``,
+        ``output_tokens_details`` (the SDK's detail objects as dicts, or None)."""
+        found = await self._read_line(branch_id, lambda line: line.turn_usage())
+        booked: dict[int, events.TurnUsage] = found or {}
+        if user_turn_number is not None:
+            usage = booked.get(user_turn_number)
+            return {} if usage is None else _usage_row(usage)
+        return [{"user_turn_number": turn, **_usage_row(u)} for turn, u in booked.items()]
+
+    # -- AdvancedSQLiteSession: turns ----------------------------------------------------
+
+    async def _turned(self, branch_id: str | None) -> list[turns.Turned]:
+        found = await self._read_line(branch_id, lambda core: core.turned())
+        return [] if found is None else found
+
+    async def get_conversation_turns(self, branch_id: str | None = None) -> list[dict[str, Any]]:
+        """The user messages of the line by turn, as ``AdvancedSQLiteSession`` returns them.
+
+        Each: ``turn``, ``content`` (the text, or the parts as JSON, cut to 100 characters
+        + ``"..."``), ``full_content``, ``timestamp`` (the event's time, UTC,
+        ``YYYY-MM-DD HH:MM:SS``) and ``can_branch`` (True).
+        """
+        return turns.conversation_turns(await self._turned(branch_id))
+
+    async def find_turns_by_content(
+        self, search_term: str, branch_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The user turns whose text holds ``search_term`` (ASCII case-insensitive, no
+        wildcards), shaped as :meth:`get_conversation_turns` but with ``content`` uncut."""
+        if not isinstance(search_term, str):
+            raise InvalidInput(f"search_term must be a string, got {search_term!r}")
+        return turns.find_turns(await self._turned(branch_id), search_term)
+
+    async def get_conversation_by_turns(
+        self, branch_id: str | None = None
+    ) -> dict[int, list[dict[str, str | None]]]:
+        """Every item's ``type`` and ``tool_name`` by turn (0: before the first user
+        message), as ``AdvancedSQLiteSession`` classifies them."""
+        return turns.by_turns(await self._turned(branch_id))
+
+    async def get_tool_usage(
+        self, branch_id: str | None = None
+    ) -> list[tuple[str | None, int, int]]:
+        """``(tool_name, count, turn)`` per tool and turn, ordered by turn, counted as
+        ``AdvancedSQLiteSession`` counts them."""
+        return turns.tool_usage(await self._turned(branch_id))
 
     # -- OpenAIResponsesCompactionSession -----------------------------------------------
 
@@ -370,22 +843,44 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
     ) -> int:
         """One atomic write of ``items`` (and closings); return the subagents it closed."""
         run = self._run
-        plan = await self._core.add(
-            items,
-            run.view(wrapper),
-            trace=_trace_metadata(self._trace_ids(wrapper)),
-            closing=closing,
-            landed=lambda plan: self._landed(run, plan, items=bool(items), closing=closing),
-            checkpoint_trace=self._recorder.trace_now(),
-        )
+        run_core = self._run_line(wrapper) if wrapper is not None else None
+        if run_core is not None:
+            core = run_core
+        else:  # a closing after a failed run goes to the run's line
+            core = self._acting() if closing is not None and not items else self._core
+        trace = _trace_metadata(self._trace_ids(wrapper))
+
+        async def add(line: SessionCore) -> ItemsPlan | None:
+            return await line.add(
+                items,
+                run.view(wrapper),
+                trace=trace,
+                closing=closing,
+                landed=lambda plan: self._landed(
+                    run, plan, items=bool(items), closing=closing, line=line
+                ),
+                # Only a session that signs writes checkpoints: the others skip looking
+                # up the trace ids a checkpoint would carry (a few µs a write).
+                checkpoint_trace=(
+                    self._recorder.trace_now() if line.signing_key is not None else None
+                ),
+            )
+
+        plan = await self._retry_cleared(core, add)
         return plan.closed if plan is not None else 0
 
     def _landed(
-        self, run: RunState, plan: ItemsPlan, *, items: bool, closing: tuple[str, str] | None
+        self,
+        run: RunState,
+        plan: ItemsPlan,
+        *,
+        items: bool,
+        closing: tuple[str, str] | None,
+        line: SessionCore,
     ) -> None:
         """A write landed (told before its checkpoint): what it carried is no longer pending."""
         run.written(plan, items=items, closing=closing is not None)
-        run.landed(self._core.tree.responded)
+        run.landed(line.tree.responded)
 
     # -- RunHooks ---------------------------------------------------------------
 
@@ -522,6 +1017,9 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         if self._run.trace is not None:
             self._run.trace.end("the run ended without finishing (error or interruption)")
         previous = self._run
+        # A run stays on the line it started on: a switch meanwhile moves the pointer
+        # for later calls, not the rest of this run (DESIGN §17.1 #10).
+        self._run_core = self._core
         self._run = RunState(
             usage=weak(usage),
             wrapper=weak(context) if main else None,
@@ -533,6 +1031,16 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             self._enforcer.new_run()
         if self._gates is not None:
             self._gates.new_run()
+
+    def _run_line(self, wrapper: RunContextWrapper[Any] | None) -> SessionCore | None:
+        """The line of the run ``wrapper`` belongs to, when it is the current run's."""
+        if wrapper is None or self._run_core is None:
+            return None
+        return self._run_core if self._run.is_run(getattr(wrapper, "usage", None)) else None
+
+    def _acting(self) -> SessionCore:
+        """The line hook events go to: the current run's, else the current one."""
+        return self._run_core if self._run_core is not None else self._core
 
     def _trace_ids(self, wrapper: RunContextWrapper[Any] | None) -> tracing.TraceIds | None:
         """The ids for events written now: the speaking agent's span, if this run has one."""
@@ -637,9 +1145,9 @@ class _Recorder:
             StoreError: The decision did not land (then it must not be acted on).
         """
         trace = _trace_metadata(tracing.TraceIds(decided.trace_id, decided.span_id))
-        facts = self._session._core.facts
+        facts = self._session._acting().facts
         rule = facts.rule_metadata(decided.subject) if decided.action_type == "TOOL_CALL" else {}
-        await self._session._core.record(
+        await self._session._acting().record(
             events.GUARDRAIL_DECIDED,
             decided.encode(),
             agent=decided.agent,
@@ -654,26 +1162,26 @@ class _Recorder:
         Raises:
             StoreError: The refusal did not land (the action is refused anyway).
         """
-        await self._session._core.record(
+        await self._session._acting().record(
             events.AUTHORITY_REFUSED,
             refused.encode(),
             agent=refused.agent,
             run=self.current_run(),
-            metadata={**self.trace_now(), **self._session._core.facts.policy_metadata()},
+            metadata={**self.trace_now(), **self._session._acting().facts.policy_metadata()},
         )
         self._landed()
 
     async def record_grant(self, agent: str, authority: Authority) -> None:
         """Append ``agentjournal.AuthorityGranted`` (what a run's first agent holds) and,
         in the same transaction, its entry on the authority log."""
-        await self._session._core.record_grant(
+        await self._session._acting().record_grant(
             agent, authority, self.current_run(), self.trace_now()
         )
         self._landed()
 
     def _landed(self) -> None:
         """A write landed: the model responses it carried are no longer pending."""
-        self._session._run.landed(self._session._core.tree.responded)
+        self._session._run.landed(self._session._acting().tree.responded)
 
     async def handoff_granted(self, sender: str, receiver: str, authority: Authority) -> None:
         """A handoff granted ``receiver`` an authority: it goes on the record with the next
@@ -682,7 +1190,7 @@ class _Recorder:
 
     async def held_grant(self, agent: str) -> Authority | None:
         """What ``agent`` last held in this session (the authority log, read afresh), if any."""
-        return await self._session._core.held_grant(agent)
+        return await self._session._acting().held_grant(agent)
 
     async def open_grant(self, agent: str) -> tuple[bool, Authority | None]:
         """Whether ``agent`` speaks inside the innermost open subagent, and what it was granted.
@@ -690,7 +1198,7 @@ class _Recorder:
         A run that resumes there (e.g. after an approval, in a new process)
         must not start from the agent's own policy entry.
         """
-        return await self._session._core.open_grant(agent)
+        return await self._session._acting().open_grant(agent)
 
 
 # -- helpers ----------------------------------------------------------------------
@@ -702,6 +1210,53 @@ def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSetti
     if isinstance(value, Mapping):
         value = dict(value)
     return coerce_session_settings(value)  # the SDK's own rules and errors
+
+
+def _turn_preview(items: list[turns.Turned], turn: int) -> str:
+    """The first 50 characters of turn ``turn``'s user message (the SDK's log preview)."""
+    for number, turned in turns.number(items):
+        if number == turn and turns.is_user(turned.item):
+            content = turned.item.get("content", "")
+            if not isinstance(content, str):
+                return "Unable to parse content"
+            return content[:50] + "..." if len(content) > 50 else content
+    return ""
+
+
+async def _has_items(core: SessionCore) -> bool:
+    """Whether a line has a visible item (the SDK's test of a branch's existence)."""
+    return bool(await core.items(1))
+
+
+def _details_json(details: Any) -> str | None:
+    """A usage detail object as the SDK stores it (``json.dumps`` of its ``__dict__``)."""
+    if not details:
+        return None
+    try:
+        return json.dumps(details.__dict__)
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _usage_row(usage: events.TurnUsage) -> dict[str, Any]:
+    """A booked turn as ``AdvancedSQLiteSession.get_turn_usage`` returns it."""
+    return {
+        "requests": usage.requests,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+        "input_tokens_details": _parsed(usage.input_tokens_details),
+        "output_tokens_details": _parsed(usage.output_tokens_details),
+    }
+
+
+def _parsed(text: str | None) -> Any:
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def _handoff_targets(agent: Agent[Any]) -> dict[str, str]:

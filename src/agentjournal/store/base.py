@@ -45,6 +45,11 @@ it (``read_model``, see :class:`ModelSnapshot`):
   from :data:`MODEL_PARTS`, or of a revision below 0 or from :data:`MODEL_REVISIONS`,
   makes its tree not current, and ``read_model`` answers None for a tree with a head
   revision from :data:`MODEL_REVISIONS`.
+* A tree started by a :class:`ModelCopy` holds rows whose places are on another tree's
+  streams; its snapshot's ``names`` name those streams too (its ``heads`` only its own).
+* ``read_model`` answers None when an item is on a stream that is not one of the tree's,
+  unless it is in a copied prefix (every such row before every row on the tree's own
+  streams, each on a stream that exists): a hand-edited file; the events answer.
 """
 
 from __future__ import annotations
@@ -54,11 +59,12 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from types import MappingProxyType
-from typing import Any, Final, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Final, Protocol, TypeAlias, overload, runtime_checkable
 
 from agentjournal.errors import InvalidInput
 
@@ -71,8 +77,11 @@ __all__ = [
     "ModelAdd",
     "ModelChange",
     "ModelClear",
+    "ModelCopy",
     "ModelOp",
     "ModelRemove",
+    "ModelItems",
+    "ModelRow",
     "ModelSnapshot",
     "MODEL_PARTS",
     "MODEL_REVISIONS",
@@ -344,7 +353,32 @@ class ModelClear:
     through_index: int
 
 
-ModelOp: TypeAlias = ModelAdd | ModelRemove | ModelClear
+@dataclass(frozen=True, slots=True)
+class ModelCopy:
+    """A read model change that starts a new tree as another tree's prefix (a branch,
+    DESIGN §17.2 #3): the ``source`` tree's visible items below index ``below`` become
+    this tree's, each at the same place (the source's stream, revision and part) with the
+    same text, and the source's clear floor and plain mark with them.
+
+    Only as the first op of the request that creates the tree's root stream. The copy is
+    applied only if, at that moment (after the requests before it in the same write),
+    every stream of the source tree is current and exactly at ``heads``, one entry per
+    stream; otherwise (or anywhere else) the new tree is not current, and its reads take
+    the events. A writer sends it only when it knows the source's rows below ``below``
+    are exactly the items visible at the new tree's start.
+
+    Attributes:
+        source: The source tree's root stream.
+        below: Rows with an index below this are copied.
+        heads: Every stream of the source tree -> the revision it must be at.
+    """
+
+    source: str
+    below: int
+    heads: Mapping[str, int]
+
+
+ModelOp: TypeAlias = ModelAdd | ModelRemove | ModelClear | ModelCopy
 """One change to a tree's visible items."""
 
 
@@ -383,6 +417,123 @@ def model_place(key: int) -> tuple[int, int, int]:
     return key >> 40, (key >> 8) & 0xFFFF_FFFF, key & 0xFF
 
 
+ModelRow: TypeAlias = tuple[int, int, str]
+"""A read model's item: ``(index, key, text)``, the key its place (:func:`model_key`)."""
+
+_JOIN: Final = ",\n"
+
+
+class ModelItems(Sequence[ModelRow]):
+    """A read model's visible items by ascending index (:attr:`ModelSnapshot.items`), as
+    a store read them: a sequence of ``(index, key, text)`` rows, made only when asked.
+
+    A store that reads them in one row (SQLite: one aggregate, no row per item) gives
+    :meth:`joined`: every text in order joined by ``",\n"``, which no text holds, so that
+    ``"[" + texts + "]"`` is the JSON array of the items (one parse for all) and the texts
+    split back exactly; the keys and indexes as comma-separated decimals (or a ``range``
+    of indexes when they have no gap), parsed only when rows are made. :meth:`of_rows`
+    holds rows as they are (a text with a newline, a store that reads rows).
+    """
+
+    __slots__ = ("_indexes", "_keys", "_length", "_rows", "texts")
+
+    def __init__(
+        self,
+        texts: str | None,
+        keys: str,
+        indexes: str | range,
+        count: int,
+        rows: list[ModelRow] | None = None,
+    ) -> None:
+        self.texts = texts
+        """Every item's text in index order joined by ``",\n"`` (None: held as rows)."""
+        self._length = count
+        self._keys = keys
+        self._indexes = indexes
+        self._rows = rows
+
+    @classmethod
+    def joined(cls, texts: str, keys: str, indexes: str | range, count: int) -> ModelItems:
+        """Items read in one row: ``count`` texts joined by ``",\n"`` (none holding a
+        newline), their keys and indexes (comma-separated, or a range of indexes)."""
+        return cls(texts, keys, indexes, count)
+
+    @classmethod
+    def of_rows(cls, rows: Sequence[ModelRow]) -> ModelItems:
+        """Items held as ``(index, key, text)`` rows."""
+        return cls(None, "", "", len(rows), list(rows))
+
+    def rows(self) -> list[ModelRow]:
+        """Every item as an ``(index, key, text)`` row (made once)."""
+        if self._rows is None:
+            if not self._length:
+                self._rows = []
+            else:
+                assert self.texts is not None
+                self._rows = list(
+                    zip(
+                        _numbers(self._indexes),
+                        map(int, self._keys.split(",")),
+                        self.texts.split(_JOIN),
+                        strict=True,
+                    )
+                )
+        return self._rows
+
+    def last(self, n: int) -> list[ModelRow]:
+        """The newest ``n`` (> 0) items as rows, without making the others'."""
+        if self._rows is not None or self.texts is None or n >= self._length:
+            return self.rows()[-n:]
+        indexes = self._indexes
+        return list(
+            zip(
+                indexes[-n:] if isinstance(indexes, range) else _numbers(indexes, n),
+                map(int, self._keys.rsplit(",", n)[-n:]),
+                self.texts.rsplit(_JOIN, n)[-n:],
+                strict=True,
+            )
+        )
+
+    def chars(self) -> int:
+        """The length of every item's text together."""
+        if self._rows is not None or self.texts is None:
+            return sum(len(text) for _, _, text in self.rows())
+        return len(self.texts) - len(_JOIN) * (self._length - 1) if self._length else 0
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> ModelRow: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[ModelRow]: ...
+    def __getitem__(self, index: int | slice) -> ModelRow | list[ModelRow]:
+        return self.rows()[index]
+
+    def __iter__(self) -> Iterator[ModelRow]:
+        return iter(self.rows())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return self.rows() == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable rows cache: not hashable
+
+    def __repr__(self) -> str:
+        return f"ModelItems({self.rows()!r})"
+
+
+def _numbers(text: str | range, last: int | None = None) -> Sequence[int]:
+    """Comma-separated decimals as integers (only the ``last`` ones if given); a range
+    as it is."""
+    if isinstance(text, range):
+        return text if last is None else text[-last:]
+    if last is None:
+        return list(map(int, text.split(",")))
+    return list(map(int, text.rsplit(",", last)[-last:]))
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSnapshot:
     """A tree's read model as of one moment (``read_model``, one read transaction).
@@ -393,8 +544,8 @@ class ModelSnapshot:
             where a reader needs them, are read apart and must be at :attr:`heads`).
         names: Stream number -> name, for :attr:`items`.
         items: The visible items by ascending index, each ``(index, key, text)``: the
-            key is where the item lives packed in one integer, :func:`model_key` (one
-            column a row instead of three: each costs ~0.1 µs in ``sqlite3``).
+            key is where the item lives packed in one integer, :func:`model_key`; a
+            :class:`ModelItems` when the store read them in one row (SQLite).
         floor: The highest index a clear has hidden (-1: none).
         plain: Every item ever added to the tree was marked ``plain``
             (:attr:`ModelAdd.plain`).
@@ -403,7 +554,7 @@ class ModelSnapshot:
     heads: Mapping[str, int]
     last: RecordedEvent
     names: Mapping[int, str]
-    items: Sequence[tuple[int, int, str]]
+    items: Sequence[ModelRow]
     floor: int
     plain: bool
 
@@ -646,9 +797,34 @@ def validate_append(requests: Sequence[AppendRequest], *, many: bool) -> None:
             _validate_event(stream, event)
 
 
-# One encoder made once: json.dumps with options builds a new JSONEncoder per call,
-# which costs about a third of encoding a metadata object. Same bytes either way.
-_METADATA_JSON: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+def _metadata_encoder() -> Callable[[dict[str, str]], str]:
+    """``json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode``, with its C
+    encoder made once: ``JSONEncoder.encode`` makes a new one on every call (through
+    ``iterencode``), about a third of encoding a metadata object. The same C function
+    with the same options prints the same text; what is left out is the encoder's
+    circular-reference bookkeeping, which a flat map of strings never needs (and which,
+    shared, could go stale after an error or be shared between threads)."""
+    if c_make_encoder is None:  # pragma: no cover - a Python without _json
+        return json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+    chunks = c_make_encoder(
+        None,  # markers: none kept (see above)
+        json.JSONEncoder().default,  # raises TypeError, as the encoder's own default
+        encode_basestring,  # ensure_ascii=False
+        None,  # indent
+        ":",
+        ",",
+        False,  # sort_keys
+        False,  # skipkeys
+        True,  # allow_nan, JSONEncoder's default
+    )
+
+    def encode(metadata: dict[str, str]) -> str:
+        return "".join(chunks(metadata, 0))
+
+    return encode
+
+
+_METADATA_JSON: Final = _metadata_encoder()
 
 
 def encode_metadata(metadata: Mapping[str, str]) -> bytes:

@@ -43,6 +43,7 @@ a few streams' heads on a read-only connection of its own, which never waits
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import os
@@ -71,6 +72,8 @@ from agentjournal.store.base import (
     Expected,
     ModelAdd,
     ModelClear,
+    ModelCopy,
+    ModelItems,
     ModelSnapshot,
     NewEvent,
     RecordedEvent,
@@ -151,6 +154,24 @@ _MODEL_ITEMS: Final = (
     "SELECT idx, (stream_id << 40) | (revision << 8) | part, item FROM items "
     "WHERE tree = ? ORDER BY idx"
 )
+# A model read's items in one row (store.base.ModelItems.joined): the texts joined by
+# ",\n", the keys as decimals, their count, the first and last index, and how many items
+# name a stream outside the tree's (?2..?3: the tree's stream numbers, when they have no
+# gap; see _ITEMS_ELSEWHERE). One row instead of one per item: each row costs sqlite3 a
+# tuple and its objects (~0.45 µs); group_concat appends in C. Its order is the scan's:
+# the primary key's b-tree from (tree, lowest idx) up, the only way SQLite reads
+# ``WHERE tree = ?`` here (no other index; ``reverse_unordered_selects`` never set).
+_MODEL_JOINED: Final = (
+    "SELECT group_concat(item, ',' || char(10)), "
+    "group_concat((stream_id << 40) | (revision << 8) | part), count(*), "
+    "(SELECT min(idx) FROM items WHERE tree = ?1), (SELECT max(idx) FROM items WHERE tree = ?1), "
+    "count(*) FILTER (WHERE {elsewhere}) FROM items WHERE tree = ?1"
+)
+_ITEMS_BETWEEN: Final = _MODEL_JOINED.format(elsewhere="stream_id NOT BETWEEN ?2 AND ?3")
+# Streams numbered with gaps (sessions written side by side): each item's looked up.
+_ITEMS_ELSEWHERE: Final = _MODEL_JOINED.format(
+    elsewhere="stream_id NOT IN (SELECT id FROM streams WHERE tree = ?2)"
+)
 
 _EVENT_COLUMNS = "e.position, e.revision, e.id, e.type, e.data, e.metadata, e.recorded_at"
 
@@ -181,6 +202,18 @@ class _Pending:
         """Hand the outcome to the caller's loop (from any thread)."""
         with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
             self.loop.call_soon_threadsafe(_settle, self.future, outcome)
+
+
+def _settle_all(settled: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    """Settle a group's writes of one loop, in order; one that fails to settle is reported
+    as its own callback's error would be, and the others are settled all the same."""
+    for future, outcome in settled:
+        try:
+            _settle(future, outcome)
+        except Exception as error:
+            future.get_loop().call_exception_handler(
+                {"message": "a write's outcome could not be handed over", "exception": error}
+            )
 
 
 def _settle(
@@ -346,16 +379,30 @@ class SQLiteEventStore:
             raise StoreUnavailable(f"SQLite store {self._path} is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[AppendResult]] = loop.create_future()
+        # Nothing else ready in this pass of the loop (asyncio's own loop: its ready
+        # queue is empty; so no kick of this loop's is pending either, it would be
+        # there): no write can join this one before the pass ends, and starting the
+        # drain now is what the kick would do as the first thing of the next pass —
+        # without that pass (the lone writer's common case).
+        ready = getattr(loop, "_ready", None)
+        idle = type(ready) is collections.deque and not ready
+        start = kick = False
         with self._queue_lock:
             self._queue.append(_Pending(requests, loop, future))
-            kick = loop not in self._kicking
-            if kick:
-                self._kicking.add(loop)
-        if kick:
+            if idle:
+                start = not self._drain_scheduled
+                self._drain_scheduled = True
+            else:
+                kick = loop not in self._kicking
+                if kick:
+                    self._kicking.add(loop)
+        if start:
+            self._schedule_drain()
+        elif kick:
             # The drain starts once this loop has run what is ready now, not at once:
             # sessions woken by one commit each plan their next write in this same pass,
             # and all of them share the next transaction instead of the first committing
-            # alone while the others queue. A lone write waits one pass of the loop.
+            # alone while the others queue.
             loop.call_soon(self._kick, loop)
         # A cancelled caller cannot abandon a commit half-way: the store's thread takes
         # every queued write and finishes its transaction whatever became of the future
@@ -422,8 +469,18 @@ class SQLiteEventStore:
             self._notify()  # subscribers, even when every caller was cancelled meanwhile
         # Settling is the last thing this thread does for the group: the callers' loop
         # wakes to a thread that is about to wait, not to one that still wants the GIL.
+        # One hand-off per loop, not per write: a group's callers on one loop are settled
+        # by one callback, in the group's order (one wake-up, one write to the loop's
+        # self-pipe, instead of one each).
+        if len(group) == 1:
+            group[0].settle(outcomes[0])
+            return
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
         for pending, outcome in zip(group, outcomes, strict=True):
-            pending.settle(outcome)
+            by_loop.setdefault(pending.loop, []).append((pending.future, outcome))
+        for loop, settled in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
+                loop.call_soon_threadsafe(_settle_all, settled)
 
     def _write_sync(self, requests: list[AppendRequest]) -> list[AppendResult]:
         """One write in its own transaction."""
@@ -654,6 +711,45 @@ class SQLiteEventStore:
         )
         return None if row is None else int(row[0])
 
+    async def revision_at(self, stream: str, position: int) -> int:
+        """The revision of ``stream``'s last event before global position ``position``
+        (-1: none, or no such stream): one walk down the stream's index from its head.
+
+        The optional store method the engine asks where a branch leaves a stream
+        (:func:`agentjournal.engine.fork.revision_at`, DESIGN §17).
+        """
+        validate_stream_name(stream)
+        _check_non_negative("position", position)
+        row = await self._submit(
+            self._fetchone,
+            "SELECT e.revision FROM events e JOIN streams s ON e.stream_id = s.id "
+            "WHERE s.name = ? AND e.position < ? ORDER BY e.revision DESC LIMIT 1",
+            (stream, position),
+        )
+        return -1 if row is None else int(row[0])
+
+    async def read_types(
+        self, stream: str, after: int, types: Sequence[str]
+    ) -> list[RecordedEvent]:
+        """``stream``'s events after revision ``after`` whose type is one of ``types``,
+        oldest first (none: no such stream): one range scan of the stream's index that
+        builds no other event.
+
+        The optional store method a fork asks whether anything since its cut hides an item
+        (:func:`agentjournal.engine.fork.read_types`, DESIGN §17.6 step 7).
+        """
+        validate_stream_name(stream)
+        kinds = sorted(set(types))
+        if not kinds:
+            return []
+        marks = ", ".join("?" * len(kinds))
+        sql = (
+            f"SELECT {_EVENT_COLUMNS} FROM events e JOIN streams s ON e.stream_id = s.id "
+            f"WHERE s.name = ? AND e.revision > ? AND e.type IN ({marks}) ORDER BY e.revision"
+        )
+        rows = await self._submit(_fetch_events, self._db, stream, sql, (stream, after, *kinds))
+        return [_recorded(stream, *row) for row in rows]
+
     async def read(
         self,
         stream: str,
@@ -756,18 +852,9 @@ class SQLiteEventStore:
             if max(heads.values()) >= MODEL_REVISIONS:
                 return None  # a key could not hold the revision: the events answer
             found = db.execute("SELECT floor, mixed FROM trees WHERE tree = ?", (root,)).fetchone()
-            with no_collection():  # thousands of rows, no cycles
-                if max(names) < _SQL_KEYS:  # the key fits SQLite's 64 bits: packed there
-                    items = db.execute(_MODEL_ITEMS, (root,)).fetchall()
-                else:
-                    items = [
-                        (index, model_key(stream, revision, part), text)
-                        for index, stream, revision, part, text in db.execute(
-                            "SELECT idx, stream_id, revision, part, item FROM items "
-                            "WHERE tree = ? ORDER BY idx",
-                            (root,),
-                        )
-                    ]
+            items = _model_items(db, root, tree, names)
+            if items is None:
+                return None  # an item on a stream not of the tree (a hand-edited file)
         finally:
             db.execute("COMMIT")
         floor, mixed = (-1, 0) if found is None else found
@@ -826,6 +913,80 @@ class SQLiteEventStore:
         return asyncio.get_running_loop().run_in_executor(
             self._executor, functools.partial(_translated, self._path, fn, *args)
         )
+
+
+def _model_items(
+    db: sqlite3.Connection, root: int, tree: str, names: dict[int, str]
+) -> ModelItems | None:
+    """The visible items of the tree ``tree`` (root stream number ``root``, streams
+    ``names``), in one row when it can be (:class:`ModelItems`); None if an item names a
+    stream that is not the tree's."""
+    if max(names) >= _SQL_KEYS:  # a key does not fit SQLite's 64 bits: packed here
+        return _model_rows(db, root, names)
+    low, high = min(names), max(names)
+    if high - low + 1 == len(names):  # no gap: a range check of each item's stream
+        found = db.execute(_ITEMS_BETWEEN, (root, low, high)).fetchone()
+    else:
+        found = db.execute(_ITEMS_ELSEWHERE, (root, tree)).fetchone()
+    texts, keys, count, first, last, elsewhere = found
+    if elsewhere and not _copied_prefix(db, root, tree, names):
+        return None  # an item on a stream that is not the tree's (a hand-edited file)
+    if not count:
+        return ModelItems.joined("", "", range(0), 0)
+    if texts.count("\n") != count - 1:
+        # A text with a newline of its own (none this engine writes: its item texts are
+        # compact JSON) would not split back: the rows, as they are.
+        with no_collection():
+            return ModelItems.of_rows(db.execute(_MODEL_ITEMS, (root,)).fetchall())
+    indexes: str | range = range(first, last + 1)
+    if last - first + 1 != count:  # a gap (a popped item): every index
+        indexes = db.execute(
+            "SELECT group_concat(idx) FROM items WHERE tree = ?", (root,)
+        ).fetchone()[0]
+    return ModelItems.joined(texts, keys, indexes, count)
+
+
+_FOREIGN_ROWS: Final = (
+    "SELECT max(idx) FILTER (WHERE NOT own), min(idx) FILTER (WHERE own), "
+    "group_concat(DISTINCT stream_id) FILTER (WHERE NOT own) FROM ("
+    "SELECT idx, stream_id, stream_id IN (SELECT id FROM streams WHERE tree = ?2) AS own "
+    "FROM items WHERE tree = ?1)"
+)
+
+
+def _copied_prefix(db: sqlite3.Connection, root: int, tree: str, names: dict[int, str]) -> bool:
+    """Whether the tree's items on other trees' streams are a copied prefix (a
+    :class:`~agentjournal.store.base.ModelCopy`: a branch's rows below its cut, on its
+    parent's streams): every one before every row on the tree's own streams, each on a
+    stream that exists and whose packed key SQLite could hold. ``names`` gains those
+    streams. A row moved anywhere else (a hand edit) is not."""
+    last_foreign, first_own, numbers = db.execute(_FOREIGN_ROWS, (root, tree)).fetchone()
+    if numbers is None or (first_own is not None and last_foreign > first_own):
+        return False
+    for number in map(int, str(numbers).split(",")):
+        row = db.execute("SELECT name FROM streams WHERE id = ?", (number,)).fetchone()
+        if row is None or number >= _SQL_KEYS:
+            return False
+        names[number] = row[0]
+    return True
+
+
+def _model_rows(db: sqlite3.Connection, root: int, names: dict[int, str]) -> ModelItems | None:
+    """The tree's items one row each, keys packed here; ``names`` gains the streams of
+    other trees that copied rows are on (:func:`_foreign_names`). None unless every row
+    is on one of the tree's streams or in a copied prefix."""
+    with no_collection():  # thousands of rows, no cycles
+        rows = [
+            (index, model_key(stream, revision, part), text)
+            for index, stream, revision, part, text in db.execute(
+                "SELECT idx, stream_id, revision, part, item FROM items "
+                "WHERE tree = ? ORDER BY idx",
+                (root,),
+            )
+        ]
+    if not _foreign_names(db, names, rows):
+        return None
+    return ModelItems.of_rows(rows)
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -989,6 +1150,7 @@ def _apply_model(
     change = request.model
     if change is None:
         return  # modelled stays where it was: behind the head now
+    created = current < 0 and request.stream == change.tree  # a new tree's root
     if current < 0:  # a new stream joins its tree (set once: ``tree`` is indexed)
         db.execute(
             "UPDATE streams SET tree = ?, modelled = ? WHERE id = ?", (change.tree, head, stream_id)
@@ -1034,7 +1196,12 @@ def _apply_model(
         adds.clear()
         return inserted == count
 
-    for op in change.ops:
+    for n, op in enumerate(change.ops):
+        if isinstance(op, ModelCopy):
+            copied = _copy_model(db, op, root) if created and n == 0 else None
+            current = current and copied is not None
+            floor = max(floor, -1 if copied is None else copied)
+            continue
         if isinstance(op, ModelAdd):
             if not op.plain:
                 db.execute(
@@ -1073,6 +1240,58 @@ def _apply_model(
             )
     if not add_all() or not current:
         db.execute("UPDATE streams SET modelled = NULL WHERE tree = ?", (change.tree,))
+
+
+def _copy_model(db: sqlite3.Connection, op: ModelCopy, root: int) -> int | None:
+    """Start the new tree ``root`` as the source tree's rows below ``op.below`` (one
+    ``INSERT ... SELECT``, same places and text) with the source's floor and plain mark;
+    its floor, or None (nothing copied) unless every stream of the source tree is current
+    and exactly at ``op.heads`` (store.base.ModelCopy)."""
+    streams = db.execute(
+        "SELECT id, name, head, modelled FROM streams WHERE tree = ?", (op.source,)
+    ).fetchall()
+    source = next((row[0] for row in streams if row[1] == op.source), None)
+    if (
+        source is None
+        or source == root
+        or {row[1]: row[2] for row in streams} != dict(op.heads)
+        or any(row[2] != row[3] or row[2] >= MODEL_REVISIONS for row in streams)
+    ):
+        return None
+    db.execute(
+        "INSERT INTO items(tree, idx, stream_id, revision, part, item) "
+        "SELECT ?, idx, stream_id, revision, part, item FROM items WHERE tree = ? AND idx < ?",
+        (root, source, op.below),
+    )
+    db.execute(
+        "INSERT INTO trees(tree, floor, mixed) SELECT ?, floor, mixed FROM trees WHERE tree = ?",
+        (root, source),
+    )
+    row = db.execute("SELECT floor FROM trees WHERE tree = ?", (root,)).fetchone()
+    return -1 if row is None else int(row[0])
+
+
+def _foreign_names(
+    db: sqlite3.Connection, names: dict[int, str], items: Sequence[tuple[int, int, str]]
+) -> bool:
+    """Add to ``names`` the streams of other trees that ``items`` are on: rows a
+    :class:`~agentjournal.store.base.ModelCopy` copied (a branch's prefix). Whether they
+    may be such rows: every one of them comes before every row on the tree's own streams
+    (a copy is the source's rows below the cut, and the tree's own items follow it), and
+    each names a stream that exists. A row moved anywhere else (a hand edit) is not."""
+    own = set(names)
+    foreign = [(index, key >> 40) for index, key, _ in items if key >> 40 not in own]
+    if not foreign:
+        return True
+    first_own = next((index for index, key, _ in items if key >> 40 in own), None)
+    if first_own is not None and max(index for index, _ in foreign) > first_own:
+        return False
+    for number in {number for _, number in foreign}:
+        row = db.execute("SELECT name FROM streams WHERE id = ?", (number,)).fetchone()
+        if row is None:
+            return False
+        names[number] = row[0]
+    return True
 
 
 def _stream_id(db: sqlite3.Connection, name: str) -> int | None:

@@ -47,6 +47,7 @@ from agentjournal.store.base import (
     ModelAdd,
     ModelChange,
     ModelClear,
+    ModelCopy,
     ModelOp,
     ModelRemove,
     ModelSnapshot,
@@ -241,6 +242,95 @@ class EventStoreConformance:
             else:
                 assert isinstance(outcome, ConcurrencyError)
                 assert await _model(store, tree) is None
+
+    async def _copied(
+        self, store: EventStore, source: str, heads: dict[str, int], *, below: int = 2
+    ) -> str:
+        """A new tree started as a copy of ``source``'s rows below ``below`` (a branch)."""
+        branch = f"{source}-branch"
+        await store.append_many(
+            [
+                AppendRequest(
+                    branch,
+                    make_events(1, prefix="b"),
+                    StreamState.NO_STREAM,
+                    ModelChange(branch, [ModelCopy(source, below, heads)]),
+                )
+            ]
+        )
+        return branch
+
+    async def test_model_copy_starts_a_tree_as_another_s_prefix(
+        self, store: EventStore, stream: str
+    ) -> None:
+        tree, child = await self._modelled_write(store, stream)
+        ops: list[ModelOp] = [ModelAdd(2, tree, 1, 0, "[2]")]
+        await store.append_many(
+            [AppendRequest(tree, make_events(1, prefix="m"), 0, ModelChange(tree, ops))]
+        )
+        branch = await self._copied(store, tree, {tree: 1, child: 0})
+        snapshot = await _model(store, branch)
+        # The rows keep their places on the source's streams, which the snapshot names.
+        assert _visible(snapshot) == [(0, tree, 0, 0, '{"a":1}'), (1, child, 0, 0, '{"b":2}')]
+        assert snapshot is not None
+        assert dict(snapshot.heads) == {branch: 0}
+        assert snapshot.floor == -1
+        # Then the new tree changes on its own: a copied row removed by its source place.
+        ops = [ModelRemove(1, child, 0, 0), ModelAdd(2, branch, 1, 0, "[b2]")]
+        await store.append_many(
+            [AppendRequest(branch, make_events(1, prefix="c"), 0, ModelChange(branch, ops))]
+        )
+        assert _visible(await _model(store, branch)) == [
+            (0, tree, 0, 0, '{"a":1}'),
+            (2, branch, 1, 0, "[b2]"),
+        ]
+        source = _visible(await _model(store, tree))  # the source is its own
+        assert source is not None
+        assert [index for index, *_ in source] == [0, 1, 2]
+
+    async def test_model_copy_keeps_the_source_s_floor(
+        self, store: EventStore, stream: str
+    ) -> None:
+        tree, child = await self._modelled_write(store, stream)
+        ops: list[ModelOp] = [ModelClear(1), ModelAdd(2, tree, 1, 0, "[2]")]
+        await store.append_many(
+            [AppendRequest(tree, make_events(1, prefix="m"), 0, ModelChange(tree, ops))]
+        )
+        branch = await self._copied(store, tree, {tree: 1, child: 0}, below=3)
+        snapshot = await _model(store, branch)
+        assert _visible(snapshot) == [(2, tree, 1, 0, "[2]")]
+        assert snapshot is not None
+        assert snapshot.floor == 1
+
+    async def test_model_copy_is_refused_unless_the_source_is_at_its_heads(
+        self, store: EventStore, stream: str
+    ) -> None:
+        tree, child = await self._modelled_write(store, stream)
+        moved = await self._copied(store, tree, {tree: 0, child: 1})  # the child is at 0
+        assert await _model(store, moved) is None
+        assert await _model(store, tree) is not None  # the source is untouched
+        missing = await self._copied(store, f"{tree}-child", {tree: 0, child: 0})
+        assert await _model(store, missing) is None  # the child is no tree's root
+
+    async def test_model_copy_is_refused_from_a_source_not_current(
+        self, store: EventStore, stream: str
+    ) -> None:
+        tree, child = await self._modelled_write(store, stream)
+        await store.append(child, make_events(1, prefix="foreign"), expected=0)
+        branch = await self._copied(store, tree, {tree: 0, child: 1})
+        assert await _model(store, branch) is None
+
+    async def test_model_copy_only_starts_a_tree(self, store: EventStore, stream: str) -> None:
+        tree, child = await self._modelled_write(store, stream)
+        other = f"{stream}-other"
+        await store.append_many(
+            [AppendRequest(other, make_events(1), StreamState.NO_STREAM, ModelChange(other))]
+        )
+        copy = ModelCopy(tree, 2, {tree: 0, child: 0})
+        await store.append_many(
+            [AppendRequest(other, make_events(1, prefix="x"), 0, ModelChange(other, [copy]))]
+        )
+        assert await _model(store, other) is None  # not at the tree's start: not current
 
     # -- append ---------------------------------------------------------------
 

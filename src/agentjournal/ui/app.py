@@ -3,10 +3,12 @@
 Routes (all GET):
 
 - ``/``: the sessions list (the catalog's rows), filterable, following the store.
-- ``/sessions/{id}``: one session (``?at=N`` opens Replay before item ``#N``); 404 page
-  for a session the store does not hold.
+- ``/sessions/{id}``: one session (``?at=N`` opens Replay before item ``#N``;
+  ``?branch=B`` shows the branch line B, DESIGN §17.4); 404 page for a session (or
+  branch) the store does not hold.
 - ``/api/sessions``, ``/api/sessions/{id}``, ``/api/sessions/{id}/replay?at=N``: the
-  same data as JSON, which an open page fetches again when told something changed.
+  same data as JSON (``&branch=B`` too), which an open page fetches again when told
+  something changed.
 - ``/events``, ``/sessions/{id}/events``: server-sent events, one ``changed`` message
   (its data: the store position) whenever the store — or that session's tree,
   subsessions opened later included — has a new event after ``?after=POSITION``.
@@ -39,11 +41,14 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from agentjournal.errors import InvalidInput, JournalError
+from agentjournal import events
+from agentjournal.errors import CodecError, InvalidInput, JournalError
 from agentjournal.records import opened_stream
 from agentjournal.streams import (
     KEYS_STREAM,
+    MAIN_BRANCH,
     authority_stream,
+    branches_stream,
     ledger_stream,
     projection_stream,
     session_stream,
@@ -125,7 +130,9 @@ def create_app(
             at = _at(request)
             if await store().head(session_stream(session_id)) is None:
                 raise InvalidInput(f"no session {session_id!r} in this store")
-            return await page.session_page(store(), session_id, trusted, at=at)
+            return await page.session_page(
+                store(), session_id, trusted, at=at, branch=_branch(request)
+            )
         except InvalidInput as error:
             return _missing(request, str(error))
         except JournalError as error:  # the store is down or refused: say so, in one line
@@ -142,6 +149,7 @@ def create_app(
         return data if isinstance(data, Response) else JSONResponse(data)
 
     async def api_replay(request: Request) -> Response:
+        from agentjournal.lines import line_replay
         from agentjournal.records import read_tree
         from agentjournal.replay import history_before
 
@@ -150,6 +158,10 @@ def create_app(
             at = _at(request)
             if at is None:
                 raise InvalidInput("give ?at=INDEX")
+            branch = _branch(request)
+            if branch is not None:
+                items = await line_replay(store(), session_id, branch, at=at)
+                return JSONResponse({"at": at, "items": items})
             tree = await read_tree(store(), session_id)
             return JSONResponse({"at": at, "items": history_before(tree, at)})
         except InvalidInput as error:
@@ -178,8 +190,15 @@ def create_app(
             ledger_stream(session_id),
         }
         with contextlib.suppress(Exception):  # a tree that does not exist yet has no streams
-            async for name, _ in walk_tree(store(), session_stream(session_id)):
-                streams.add(name)
+            from agentjournal.engine.fork import read_branches
+
+            # Every line's streams (a page shows one line, and lists every branch).
+            roots = [session_stream(session_id)]
+            roots.extend(b.stream for b in await read_branches(store(), session_id))
+            streams.add(branches_stream(session_id))
+            for root in roots:
+                async for name, _ in walk_tree(store(), root):
+                    streams.add(name)
         return _event_stream(store(), after, streams, closing)
 
     async def static(request: Request) -> Response:
@@ -217,6 +236,23 @@ def _at(request: Request) -> int | None:
     if not _INDEX.fullmatch(raw):
         raise InvalidInput(f"at must be an item index (0 or more), got {raw[:40]!r}")
     return int(raw)
+
+
+def _forked_stream(event: RecordedEvent) -> str | None:
+    """The branch stream a ``BranchForked`` names (it commits before the branch's first
+    event), so a page follows branches forked after it opened."""
+    if event.type != events.BRANCH_FORKED:
+        return None
+    try:
+        return events.BranchForked.decode(event.data).branch_stream
+    except CodecError:
+        return None
+
+
+def _branch(request: Request) -> str | None:
+    """``?branch=B``: a line of the session (None: main)."""
+    raw = request.query_params.get("branch")
+    return None if raw in (None, "", MAIN_BRANCH) else raw
 
 
 def _after(request: Request) -> int | None:
@@ -270,7 +306,7 @@ def _event_stream(
                 if streams is not None:
                     if event.stream not in streams and event.stream != KEYS_STREAM:
                         continue
-                    child = opened_stream(event)
+                    child = opened_stream(event) or _forked_stream(event)
                     if child is not None:
                         streams.add(child)
                 yield f"event: changed\ndata: {json.dumps(event.position)}\n\n"

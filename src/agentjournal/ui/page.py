@@ -32,13 +32,14 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from agentjournal import events
 from agentjournal.errors import InvalidInput
 from agentjournal.records import DamagedEvent, Record, TreeRecords, read_tree
-from agentjournal.streams import KEYS_STREAM, authority_stream, ledger_stream
+from agentjournal.streams import KEYS_STREAM, MAIN_BRANCH, authority_stream, ledger_stream
 from agentjournal.views import LEGEND, describe_record, tree_view
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     from agentjournal.catalog import SessionRow
+    from agentjournal.engine.fork import Branch
     from agentjournal.ledger.verify import Report
     from agentjournal.store.base import EventStore
 
@@ -76,8 +77,14 @@ async def session_page(
     *,
     at: int | None = None,
     every_history: bool = False,
+    branch: str | None = None,
 ) -> dict[str, Any]:
     """Read one session and return its page data (see :func:`session_data`).
+
+    With ``branch`` (a name from ``agentjournal fork``), the page shows that line: its
+    own streams on the timeline, its items (prefix included) on the Replay tab, its own
+    model responses as usage; the integrity tab is the session's report (the verifier
+    reads branch lines from DESIGN §17.6 step 8 on).
 
     Args:
         store: The store to read (nothing is written).
@@ -86,9 +93,11 @@ async def session_page(
         at: Open the Replay tab at the history just before item ``#at``.
         every_history: Also carry the history before every item (a one-file export,
             which cannot ask a server), up to :data:`MAX_EXPORTED_HISTORIES` items.
+        branch: The line to show (None or ``"main"``: the session itself).
 
     Raises:
-        InvalidInput: The session does not exist, or it has no item ``at``.
+        InvalidInput: The session or the branch does not exist, or the line has no
+            item ``at``.
         StoreUnavailable: The store could not be read.
     """
     from agentjournal.ledger.verify import Report, verify_records
@@ -104,6 +113,20 @@ async def session_page(
         report.fail("integrity", bad.stream, bad.revision, bad.message)
         return session_data(TreeRecords(session_id, {}), report, [], None, position=position)
     report = verify_records(tree, keys)
+    from agentjournal.engine.fork import read_branches
+
+    branches = await read_branches(store, session_id)
+    if branch is not None and branch != MAIN_BRANCH:
+        return await _branch_page(
+            store,
+            tree,
+            report,
+            branches,
+            branch,
+            at=at,
+            every_history=every_history,
+            position=position,
+        )
     current = await replay(store, session_id)
     histories: dict[int, list[dict[str, Any]]] = {}
     if at is not None:
@@ -119,7 +142,70 @@ async def session_page(
         position=position,
         histories=histories,
         at=at,
+        branches=branches,
     )
+
+
+async def _branch_page(
+    store: EventStore,
+    main: TreeRecords,
+    report: Report,
+    branches: Sequence[Branch],
+    name: str,
+    *,
+    at: int | None,
+    every_history: bool,
+    position: int,
+) -> dict[str, Any]:
+    """A branch line's page data (see :func:`session_page`)."""
+    from agentjournal.lines import find_branch, line_indexes, line_records, line_replay
+    from agentjournal.usage import usage_of
+
+    session_id = main.session_id
+    found = await find_branch(store, session_id, name)
+    tree = TreeRecords(session_id, await line_records(store, found))
+    current = await line_replay(store, session_id, name)
+    indexes = await line_indexes(store, session_id, found)
+    histories: dict[int, list[dict[str, Any]]] = {}
+    if at is not None:
+        histories[at] = await line_replay(store, session_id, name, at=at)
+    if every_history:
+        for index in indexes[:MAX_EXPORTED_HISTORIES]:
+            if index not in histories:
+                histories[index] = await line_replay(store, session_id, name, at=index)
+    data = session_data(
+        tree,
+        report,
+        current,
+        usage_of(tree, by="agent").as_dict() if _has_usage(tree) else None,
+        position=position,
+        histories=histories,
+        at=at,
+        branches=branches,
+        line=found,
+    )
+    data["replay"]["indexes"] = indexes
+    main_header = _header(main)
+    data["header"].update({k: main_header[k] for k in ("app", "user", "agent")})
+    return data
+
+
+def _line(branch: Branch) -> dict[str, Any]:
+    """A branch as the page's line selector and header show it."""
+    from agentjournal.lines import cut_text
+
+    cut = branch.cut
+    where = cut_text(cut)
+    return {
+        "name": branch.name,
+        "stream": branch.stream,
+        "parent": branch.parent,
+        "cut": cut.to_json(),
+        "where": where,
+        "prefix_items": branch.prefix_items,
+        "next_index": branch.next_index,
+        "deleted": branch.deleted,
+    }
 
 
 async def last_position(store: EventStore) -> int:
@@ -156,6 +242,8 @@ def session_data(
     position: int | None = None,
     histories: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
     at: int | None = None,
+    branches: Sequence[Branch] = (),
+    line: Branch | None = None,
 ) -> dict[str, Any]:
     """The session page's data (pure): header, handoff tree, lanes, events, report, history.
 
@@ -168,9 +256,11 @@ def session_data(
             from there).
         histories: The history before item ``#N``, for each N given.
         at: The item the Replay tab opens at.
+        branches: The session's branches (the page's line selector).
+        line: The branch shown (``tree`` then holds its own streams); None: main.
     """
     logs = {ledger_stream(tree.session_id), KEYS_STREAM}
-    agents = _stream_agents(tree)
+    agents = _stream_agents(tree, None if line is None else line.stream)
     first = report.problems[0] if report.problems else None
     lanes: list[str] = []
     rows: list[dict[str, Any]] = []
@@ -183,12 +273,15 @@ def session_data(
         if agent not in lanes:
             lanes.append(agent)
         rows.append(_event(record, agent, lanes.index(agent), first, authority))
-    views = tree_view(tree, logs=False) if tree.session_stream in tree.streams else []
+    root = tree.session_stream if line is None else line.stream
+    views = tree_view(tree, logs=False, root=root) if root in tree.streams else []
     header = _header(tree)
     return {
         "kind": "session",
         "session_id": tree.session_id,
         "header": header,
+        "branch": _line(line) if line is not None else None,
+        "branches": [_line(branch) for branch in branches],
         "position": position,
         "lanes": lanes,
         "tree": [
@@ -254,12 +347,14 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _stream_agents(tree: TreeRecords) -> dict[str, str]:
-    """Stream -> the agent speaking there: the session's first agent, then each
-    subsession's receiver (its ``SubagentStarted`` twin names the agent type)."""
+def _stream_agents(tree: TreeRecords, root: str | None = None) -> dict[str, str]:
+    """Stream -> the agent speaking there: the session's first agent (a branch line's:
+    the first its top stream ``root`` names), then each subsession's receiver (its
+    ``SubagentStarted`` twin names the agent type)."""
     agents: dict[str, str] = {}
     header = _header(tree)
-    agents[tree.session_stream] = header["agent"] or _first_agent(tree) or "session"
+    top = root or tree.session_stream
+    agents[top] = header["agent"] or _first_agent(tree, top) or "session"
     for stream in tree.streams.values():
         for record in stream:
             child = record.opens
@@ -271,10 +366,10 @@ def _stream_agents(tree: TreeRecords) -> dict[str, str]:
     return agents
 
 
-def _first_agent(tree: TreeRecords) -> str | None:
-    """The session stream's agent when ``SessionStarted`` names none: the first agent an
+def _first_agent(tree: TreeRecords, top: str) -> str | None:
+    """The top stream's agent when ``SessionStarted`` names none: the first agent an
     event of that stream names (a decision, a response, a grant, a handoff's sender)."""
-    for record in tree.streams.get(tree.session_stream, ()):
+    for record in tree.streams.get(top, ()):
         body = record.body if isinstance(record.body, dict) else {}
         openai = body.get("extensions", {}).get("openai", {})
         named = body.get("agent") or (

@@ -101,6 +101,8 @@
       el("span", { id: "ledger", cls: integrity.ok ? "ok" : "bad",
         text: integrity.ok ? "ledger verified" : "ledger FAILED: " + integrity.problems[0].text }));
     app.appendChild(facts);
+    var lines = drawLines();
+    if (lines) app.appendChild(lines);
     var tabs = el("nav", { cls: "tabs" });
     [["timeline", "Timeline"], ["integrity", "Integrity"], ["replay", "Replay"]].forEach(function (t) {
       tabs.appendChild(el("button", { id: "tab-" + t[0], cls: view.tab === t[0] ? "active" : "",
@@ -110,6 +112,41 @@
     if (view.tab === "timeline") drawTimeline();
     else if (view.tab === "integrity") drawIntegrity();
     else drawReplay();
+  }
+
+  // The session's lines: main and every branch (DESIGN §17.4). A live page moves to
+  // ?branch=NAME; a saved copy shows one line and names the others.
+  function lineQuery() {
+    return data.branch ? "&branch=" + encodeURIComponent(data.branch.name) : "";
+  }
+
+  function drawLines() {
+    var branches = data.branches || [];
+    if (!branches.length && !data.branch) return null;
+    var box = el("div", { cls: "lines", id: "lines" });
+    var b = data.branch;
+    box.appendChild(el("span", { id: "line", text: b
+      ? "branch " + b.name + (b.deleted ? " [" + b.deleted + "]" : "") + " \u2190 " + b.parent + " " +
+        b.where + " · shares " + b.prefix_items + " items with " + b.parent + " before #" + b.next_index
+      : "main line" }));
+    var pick = el("select", { id: "branch-select" });
+    pick.appendChild(el("option", { value: "main", text: "main" }));
+    branches.forEach(function (one) {
+      pick.appendChild(el("option", { value: one.name, text: one.name + " (\u2190 " + one.parent + " " +
+        one.where + (one.deleted ? ", " + one.deleted : "") + ")" }));
+    });
+    pick.value = b ? b.name : "main";
+    if (mode === "live") {
+      pick.addEventListener("change", function () {
+        var target = "/sessions/" + encodeURIComponent(data.session_id);
+        if (pick.value !== "main") target += "?branch=" + encodeURIComponent(pick.value);
+        window.location.assign(target);
+      });
+    } else {
+      pick.disabled = true;
+    }
+    box.appendChild(el("label", null, " line ", pick));
+    return box;
   }
 
   function drawTree() {
@@ -218,7 +255,7 @@
       var known = r.histories[String(view.at)];
       if (known) return show(known);
       if (mode !== "live") return show([]);
-      fetch("/api/sessions/" + encodeURIComponent(data.session_id) + "/replay?at=" + view.at)
+      fetch("/api/sessions/" + encodeURIComponent(data.session_id) + "/replay?at=" + view.at + lineQuery())
         .then(function (res) { return res.json(); })
         .then(function (body) { r.histories[String(view.at)] = body.items || []; show(r.histories[String(view.at)]); });
     }
@@ -235,6 +272,7 @@
   function follow() {
     var base = data.kind === "session" ? "/sessions/" + encodeURIComponent(data.session_id) : "";
     var api = data.kind === "session" ? "/api/sessions/" + encodeURIComponent(data.session_id) : "/api/sessions";
+    if (data.kind === "session" && data.branch) api += "?branch=" + encodeURIComponent(data.branch.name);
     var busy = false, again = false;
     function refresh() {
       if (busy) { again = true; return; }
