@@ -23,23 +23,11 @@ from agentjournal.replay import check_read_model
 from agentjournal.store.base import NewEvent, RecordedEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import branch_stream, branches_stream, session_stream
+from branch_items import assistant as _assistant
+from branch_items import user as _user
 
 SID = "fork-1"
 MAIN = session_stream(SID)
-
-
-def _user(text: str) -> Any:
-    return {"role": "user", "content": text}
-
-
-def _assistant(text: str) -> Any:
-    return {
-        "id": f"msg_{text}",
-        "type": "message",
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
 
 
 async def _two_turns(journal: Journal) -> JournalSession:

@@ -42,6 +42,8 @@ from agentjournal.streams import (
     session_stream,
 )
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble
+from branch_items import assistant as _assistant
+from branch_items import user as _user
 from cli_run import run
 from drive import drive
 from handoff_scenarios import nested, single
@@ -55,20 +57,6 @@ DEEPER = branch_stream(SID, "deeper")
 REGISTRY = branches_stream(SID)
 KEY = SigningKey.generate()
 TRUSTED = {KEY.key_id: KEY.public_key}
-
-
-def _user(text: str) -> Any:
-    return {"role": "user", "content": text}
-
-
-def _assistant(text: str) -> Any:
-    return {
-        "id": f"msg_{text}",
-        "type": "message",
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
 
 
 async def _write(journal: Journal) -> None:

@@ -34,6 +34,8 @@ from agentjournal.streams import (
     ledger_stream,
     session_stream,
 )
+from branch_items import assistant as _assistant
+from branch_items import user as _user
 from cli_run import run
 from drive import drive
 from ledger_sessions import rechain
@@ -44,20 +46,6 @@ REGISTRY = branches_stream(SID)
 GONE = branch_stream(SID, "gone")
 KEY = SigningKey.generate()
 TRUSTED = {KEY.key_id: KEY.public_key}
-
-
-def _user(text: str) -> Any:
-    return {"role": "user", "content": text}
-
-
-def _assistant(text: str) -> Any:
-    return {
-        "id": f"msg_{text}",
-        "type": "message",
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
 
 
 def _paused_in_billing() -> Agent[Any]:

@@ -32,26 +32,14 @@ from agentjournal.replay import check_read_model
 from agentjournal.store.base import NewEvent
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import branch_stream, session_stream
+from branch_items import assistant as _assistant
+from branch_items import user as _user
 from drive import drive
 from handoff_scenarios import nested, single, top_level, two_handoffs
 from test_read_model import _as_v1
 
 SID = "model-1"
 MAIN = session_stream(SID)
-
-
-def _user(text: str) -> Any:
-    return {"role": "user", "content": text}
-
-
-def _assistant(text: str) -> Any:
-    return {
-        "id": f"msg_{text}",
-        "type": "message",
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
 
 
 def _stream_of(line: str | None) -> str:

@@ -23,25 +23,13 @@ from agentjournal.ledger.verify import verify_records
 from agentjournal.records import read_tree
 from agentjournal.store.base import EventStore, RecordedEvent
 from agentjournal.streams import authority_stream, branch_stream, session_stream
+from branch_items import assistant as _assistant
+from branch_items import user as _user
 from drive import METHODS, Method, drive, sdk_reference
 from handoff_scenarios import single
 
 SID = "reads-1"
 MAIN = session_stream(SID)
-
-
-def _user(text: str) -> Any:
-    return {"role": "user", "content": text}
-
-
-def _assistant(text: str) -> Any:
-    return {
-        "id": f"msg_{text}",
-        "type": "message",
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
 
 
 def _texts(items: list[Any]) -> list[str]:

@@ -259,6 +259,9 @@ def test_one_helper_reads_a_session_out_of_a_stream_name() -> None:
     assert session_of("AgentLedger-s1") is None
     assert session_of("AgentLedger-s1", logs=True) == "s1"
     assert session_of("AgentAuthority-s1", logs=True) == "s1"
+    assert session_of("AgentBranches-s1", logs=True) == "s1"  # the branch registry
+    assert session_of("AgentAuthority-s1@retry", logs=True) == "s1"  # a branch's own log
+    assert session_of("AgentBranch-s1@retry", logs=True) is None  # learnt from its fork
     for name in ("AgentSession-", "AgentSession-bad id", "AgentSubsession-s1-sub-x", "Other"):
         assert session_of(name, logs=True) is None
     assert session_of_stream("AgentSession-bad id") is None

@@ -280,7 +280,7 @@ class Catalog:
         known = self.streams.get(stream)
         if known is not None:
             return str(known[0])
-        named = session_of(stream, logs=True) or _branch_log_session(stream)
+        named = session_of(stream, logs=True)
         if named is not None:
             return named
         if event.type == events.SUBAGENT_STARTED:
@@ -651,27 +651,6 @@ def _ledger(
     if mark["sig"] is None:
         return "unchecked", where  # not reached: refresh checks every trusted signature
     return "ok", None
-
-
-def _branch_log_session(stream: str) -> str | None:
-    """The session of a stream named for one of its branches' logs: the registry
-    ``AgentBranches-{id}`` or a branch's authority log ``AgentAuthority-{id}@{key}``."""
-    for prefix, cut in (("AgentBranches-", None), ("AgentAuthority-", "@")):
-        if stream.startswith(prefix):
-            rest = stream[len(prefix) :]
-            if cut is not None:
-                if cut not in rest:
-                    return None
-                rest = rest.split(cut, 1)[0]
-            return session_of(session_stream(rest)) if _valid(rest) else None
-    return None
-
-
-def _valid(text: str) -> bool:
-    try:
-        return session_stream(text) is not None
-    except InvalidInput:
-        return False
 
 
 def _micros(moment: datetime) -> int:

@@ -138,21 +138,30 @@ def authority_stream(session_id: str) -> str:
 
 def session_of(stream: str, *, logs: bool = False) -> str | None:
     """The session a stream is named for: ``AgentSession-{id}`` (with ``logs`` also
-    ``AgentAuthority-{id}`` and ``AgentLedger-{id}``) gives ``id``; anything else, or a
-    name whose id breaks an id rule, gives None.
+    ``AgentAuthority-{id}``, ``AgentLedger-{id}``, the branch registry
+    ``AgentBranches-{id}`` and a branch's authority log ``AgentAuthority-{id}@{key}``)
+    gives ``id``; anything else, or a name whose id breaks an id rule, gives None.
 
     The one place a session id is read back out of a stream name; a subsession's
-    session must be learnt from the ``SubagentStarted`` that opened it instead.
+    session (and a branch line's) must be learnt from the event that opened it instead.
     """
-    makers = (session_stream, authority_stream, ledger_stream) if logs else (session_stream,)
+    makers = (
+        (session_stream, authority_stream, ledger_stream, branches_stream)
+        if logs
+        else (session_stream,)
+    )
     for make in makers:
         prefix = make("x")[:-1]
         if stream.startswith(prefix):
             session_id = stream[len(prefix) :]
+            if make is authority_stream and _LINE_JOIN in session_id:
+                session_id = session_id.split(_LINE_JOIN, 1)[0]  # a branch's own log
             try:
-                return session_id if make(validate_id(session_id, "session id")) == stream else None
+                named = make(validate_id(session_id, "session id"))
             except InvalidInput:
                 return None
+            own_log = make is authority_stream and stream.startswith(named + _LINE_JOIN)
+            return session_id if stream == named or own_log else None
     return None
 
 

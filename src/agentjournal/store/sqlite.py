@@ -920,9 +920,22 @@ def _model_items(
 ) -> ModelItems | None:
     """The visible items of the tree ``tree`` (root stream number ``root``, streams
     ``names``), in one row when it can be (:class:`ModelItems`); None if an item names a
-    stream that is not the tree's."""
+    stream that is neither the tree's nor one of a copied prefix (:func:`_copied_prefix`,
+    which adds those streams to ``names``)."""
     if max(names) >= _SQL_KEYS:  # a key does not fit SQLite's 64 bits: packed here
-        return _model_rows(db, root, names)
+        if not _copied_prefix(db, root, tree, names):
+            return None
+        with no_collection():  # thousands of rows, no cycles
+            return ModelItems.of_rows(
+                [
+                    (index, model_key(stream, revision, part), text)
+                    for index, stream, revision, part, text in db.execute(
+                        "SELECT idx, stream_id, revision, part, item FROM items "
+                        "WHERE tree = ? ORDER BY idx",
+                        (root,),
+                    )
+                ]
+            )
     low, high = min(names), max(names)
     if high - low + 1 == len(names):  # no gap: a range check of each item's stream
         found = db.execute(_ITEMS_BETWEEN, (root, low, high)).fetchone()
@@ -955,13 +968,15 @@ _FOREIGN_ROWS: Final = (
 
 
 def _copied_prefix(db: sqlite3.Connection, root: int, tree: str, names: dict[int, str]) -> bool:
-    """Whether the tree's items on other trees' streams are a copied prefix (a
+    """Whether the tree's items on other trees' streams, if any, are a copied prefix (a
     :class:`~agentjournal.store.base.ModelCopy`: a branch's rows below its cut, on its
     parent's streams): every one before every row on the tree's own streams, each on a
     stream that exists and whose packed key SQLite could hold. ``names`` gains those
     streams. A row moved anywhere else (a hand edit) is not."""
     last_foreign, first_own, numbers = db.execute(_FOREIGN_ROWS, (root, tree)).fetchone()
-    if numbers is None or (first_own is not None and last_foreign > first_own):
+    if numbers is None:
+        return True  # every row on the tree's own streams
+    if first_own is not None and last_foreign > first_own:
         return False
     for number in map(int, str(numbers).split(",")):
         row = db.execute("SELECT name FROM streams WHERE id = ?", (number,)).fetchone()
@@ -969,24 +984,6 @@ def _copied_prefix(db: sqlite3.Connection, root: int, tree: str, names: dict[int
             return False
         names[number] = row[0]
     return True
-
-
-def _model_rows(db: sqlite3.Connection, root: int, names: dict[int, str]) -> ModelItems | None:
-    """The tree's items one row each, keys packed here; ``names`` gains the streams of
-    other trees that copied rows are on (:func:`_foreign_names`). None unless every row
-    is on one of the tree's streams or in a copied prefix."""
-    with no_collection():  # thousands of rows, no cycles
-        rows = [
-            (index, model_key(stream, revision, part), text)
-            for index, stream, revision, part, text in db.execute(
-                "SELECT idx, stream_id, revision, part, item FROM items "
-                "WHERE tree = ? ORDER BY idx",
-                (root,),
-            )
-        ]
-    if not _foreign_names(db, names, rows):
-        return None
-    return ModelItems.of_rows(rows)
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -1269,29 +1266,6 @@ def _copy_model(db: sqlite3.Connection, op: ModelCopy, root: int) -> int | None:
     )
     row = db.execute("SELECT floor FROM trees WHERE tree = ?", (root,)).fetchone()
     return -1 if row is None else int(row[0])
-
-
-def _foreign_names(
-    db: sqlite3.Connection, names: dict[int, str], items: Sequence[tuple[int, int, str]]
-) -> bool:
-    """Add to ``names`` the streams of other trees that ``items`` are on: rows a
-    :class:`~agentjournal.store.base.ModelCopy` copied (a branch's prefix). Whether they
-    may be such rows: every one of them comes before every row on the tree's own streams
-    (a copy is the source's rows below the cut, and the tree's own items follow it), and
-    each names a stream that exists. A row moved anywhere else (a hand edit) is not."""
-    own = set(names)
-    foreign = [(index, key >> 40) for index, key, _ in items if key >> 40 not in own]
-    if not foreign:
-        return True
-    first_own = next((index for index, key, _ in items if key >> 40 in own), None)
-    if first_own is not None and max(index for index, _ in foreign) > first_own:
-        return False
-    for number in {number for _, number in foreign}:
-        row = db.execute("SELECT name FROM streams WHERE id = ?", (number,)).fetchone()
-        if row is None:
-            return False
-        names[number] = row[0]
-    return True
 
 
 def _stream_id(db: sqlite3.Connection, name: str) -> int | None:
