@@ -37,6 +37,14 @@ events our turn stores (their stored bytes: data and metadata), on its own file 
 our pragmas (WAL, ``synchronous=FULL``); its ratio is floor / SDK, the least (a)'s
 ratio can be on this machine in this run.
 
+``(a) floor: our store alone`` and ``(f) floor: our store alone`` time what our own
+store costs with nothing of the session around it: the very ``append_many``
+requests a session's turns made (recorded beforehand on a scratch file: events
+planned, sealed and encoded, read-model changes included) sent again, in order,
+to a fresh store on its own file — no planning, no ``get_items``. What is left
+between such a row and its target is all the session may spend on reading and
+planning a turn (DESIGN §9).
+
 ``--reads`` runs only (c), (d) and (e); ``--writes`` only (a) and (f). The "cpu ratio"
 column is the ratio of CPU times (all threads of the process), steadier than the wall
 clock on a shared machine.
@@ -63,9 +71,9 @@ from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.memory import Session
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from _common import Timing, measure_cpu, table
+from _common import ROUNDS, Timing, measure_cpu, table
 from agentjournal import Journal, JournalSession
-from agentjournal.store.base import encode_metadata
+from agentjournal.store.base import AppendRequest, encode_metadata
 from agentjournal.streams import session_stream
 
 Turn = Callable[[], Awaitable[None]]
@@ -231,6 +239,64 @@ class Floor:
         self.db.close()
 
 
+class StoreFloor:
+    """Our store alone: a session's recorded writes, sent again to a fresh store."""
+
+    def __init__(self, directory: str, name: str) -> None:
+        self.path = f"sqlite:///{os.path.join(directory, name)}"
+        self.writes: dict[str, list[list[AppendRequest]]] = {}
+        self.sent: dict[str, int] = {}
+        self.journal: Journal | None = None
+
+    async def record(self, session_ids: list[str], rounds: int, per_round: int) -> None:
+        """Record what ``rounds + 1`` rounds of ``per_round`` turns of each session write
+        (on a scratch file), then replay the first round's (untimed) into the fresh store."""
+        async with await Journal.open(self.path + ".scratch") as scratch:
+            store = scratch.store
+            append_many = store.append_many
+
+            async def recording(requests: Any) -> Any:
+                requests = list(requests)
+                self.writes.setdefault(requests[0].stream, []).append(requests)
+                return await append_many(requests)
+
+            store.append_many = recording  # type: ignore[method-assign]
+            sessions = [scratch.session(name) for name in session_ids]
+            for n in range(rounds + 1):
+                await asyncio.gather(*(turns(s, per_round, n * per_round) for s in sessions))
+        self.journal = await Journal.open(self.path)
+        warm = {stream: len(writes) - rounds * per_round for stream, writes in self.writes.items()}
+        await asyncio.gather(*(self.send(stream, count) for stream, count in warm.items()))
+
+    async def send(self, stream: str, count: int) -> None:
+        """Send ``stream``'s next ``count`` recorded writes, one after the other."""
+        assert self.journal is not None
+        store, start = self.journal.store, self.sent.get(stream, 0)
+        self.sent[stream] = start + count
+        for requests in self.writes[stream][start : start + count]:
+            await store.append_many(requests)
+
+    async def round(self, per_round: int) -> None:
+        """Every recorded session's next ``per_round`` turns' writes, concurrently."""
+        await asyncio.gather(*(self.send(stream, per_round) for stream in self.writes))
+
+    async def close(self) -> None:
+        """Check that every write was taken whole (each stream at the head its last write
+        leaves), then close the store."""
+        if self.journal is None:
+            return
+        try:
+            for stream, writes in self.writes.items():
+                if self.sent.get(stream) != len(writes):
+                    continue  # stopped early (an error is on its way up)
+                last = next(r for r in writes[-1] if r.stream == stream)
+                assert isinstance(last.expected, int)
+                head = await self.journal.store.head(stream)
+                assert head == last.expected + len(last.events), f"{stream}: head {head}"
+        finally:
+            await self.journal.close()
+
+
 async def turns(session: Session, count: int, start: int) -> None:
     for n in range(start, start + count):
         await session.get_items(limit=20)
@@ -245,7 +311,7 @@ async def run(sizes: Sizes, reads_only: bool = False, writes_only: bool = False)
         try:
             if writes_only:
                 rows.extend(await turn_cases(ours, sdk, sizes, windows=False))
-                rows.append(await concurrent_turns(ours, sdk, sizes))
+                rows.extend(await concurrent_turns(ours, sdk, sizes))
             else:
                 rows.extend(await run_cases(ours, sdk, sizes, reads_only))
         finally:
@@ -282,11 +348,11 @@ async def run_cases(ours: Side, sdk: Side, sizes: Sizes, reads_only: bool) -> li
     rows.extend(await handoff_replay(ours, sdk, sizes))
     rows.append(await cache_held(ours, sizes))
     if not reads_only:
-        rows.append(await concurrent_turns(ours, sdk, sizes))
+        rows.extend(await concurrent_turns(ours, sdk, sizes))
     return rows
 
 
-async def concurrent_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[str]:
+async def concurrent_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
     """(f) ``CONCURRENT_SESSIONS`` sessions, each doing turns in its own task: turns/s."""
     per_session = CONCURRENT_TURNS[sizes]
     sessions = {
@@ -307,18 +373,32 @@ async def concurrent_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[str]:
 
     timing = await measure_cpu(many_round(sdk), many_round(ours))
     total = CONCURRENT_SESSIONS * per_session
+    floor = StoreFloor(ours.directory, "store-floor-many.db")
+    try:
+        await floor.record([f"floor-{n}" for n in range(CONCURRENT_SESSIONS)], ROUNDS, per_session)
+        floor_timing = await measure_cpu(
+            many_round(sdk), lambda: floor.round(per_session), rounds=ROUNDS
+        )
+    finally:
+        await floor.close()
     # Both sides hold exactly what they were given: no turn lost or doubled.
     for side in (ours, sdk):
         for session in sessions[side.name]:
             held = await session.get_items()
             assert len(held) == 2 * offsets[side.name], f"{side.name}: {len(held)} items"
     return [
-        f"(f) {CONCURRENT_SESSIONS} sessions x {per_session} turns, concurrent",
-        f"{total / timing.baseline:,.0f}",
-        f"{total / timing.ours:,.0f}",
-        f"{timing.baseline / timing.ours:.2f}",
-        f"{timing.ours_cpu / timing.baseline_cpu:.2f}" if timing.baseline_cpu else "-",
-        "turns/s (ratio: higher is better)",
+        [
+            case,
+            f"{total / t.baseline:,.0f}",
+            f"{total / t.ours:,.0f}",
+            f"{t.baseline / t.ours:.2f}",
+            f"{t.ours_cpu / t.baseline_cpu:.2f}" if t.baseline_cpu else "-",
+            "turns/s (ratio: higher is better)",
+        ]
+        for case, t in (
+            (f"(f) {CONCURRENT_SESSIONS} sessions x {per_session} turns, concurrent", timing),
+            ("(f) floor: our store alone, the same turns' writes", floor_timing),
+        )
     ]
 
 
@@ -383,6 +463,7 @@ async def turn_cases(
         )
     )
     rows.append(await turn_floor(ours, sdk, sessions["SQLiteSession"], offsets, per_round))
+    rows.append(await store_floor(ours, sessions["SQLiteSession"], offsets, per_round, rounds))
     if not windows:
         return rows
 
@@ -445,6 +526,25 @@ async def turn_floor(
     return row(
         "(a) floor: one hop + raw INSERT+COMMIT of the two rows", timing, per_round, "ms/turn"
     )
+
+
+async def store_floor(
+    ours: Side, theirs: Session, offsets: dict[str, int], per_round: int, rounds: int
+) -> list[str]:
+    """(a) floor, our store alone: the SDK's turns again, beside our store taking the
+    writes of as many turns of ours, recorded beforehand."""
+    floor = StoreFloor(ours.directory, "store-floor.db")
+    try:
+        await floor.record(["floor"], rounds, per_round)
+
+        async def sdk_round() -> None:
+            await turns(theirs, per_round, offsets["SQLiteSession"])
+            offsets["SQLiteSession"] += per_round
+
+        timing = await measure_cpu(sdk_round, lambda: floor.round(per_round), rounds=rounds)
+    finally:
+        await floor.close()
+    return row("(a) floor: our store alone, the turn's writes", timing, per_round, "ms/turn")
 
 
 async def handoff_replay(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:

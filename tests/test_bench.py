@@ -30,6 +30,9 @@ def test_session_benchmark_runs() -> None:
     assert "(d) replay 5 handoffs x 10 items, warm" in out
     # Many sessions' concurrent turns, each session's items checked after timing.
     assert "(f) 50 sessions x 2 turns, concurrent" in out
+    # The floors: our store alone takes the recorded writes whole (checked on close).
+    assert "(a) floor: our store alone, the turn's writes" in out
+    assert "(f) floor: our store alone, the same turns' writes" in out
 
 
 def test_store_benchmark_runs() -> None:
@@ -48,6 +51,8 @@ def test_ledger_benchmark_runs() -> None:
     out = run_bench("ledger")
     assert "raw sha256" in out
     assert "full verify" in out
+    assert "floor: least chain" in out
+    assert "signatures" in out
 
 
 def test_catalog_benchmark_runs() -> None:
