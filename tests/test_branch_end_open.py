@@ -442,3 +442,79 @@ def test_an_outcome_changed_and_rechained_fails(ended_bundle: dict[str, Any]) ->
     rechain(bundle, TOP)
     verdict = _rejected(bundle)
     assert "cancelled" in verdict, verdict
+
+
+def test_a_line_end_mark_elsewhere_fails(ended_bundle: dict[str, Any]) -> None:
+    """``aj.line_end`` copied onto a close of the main line (re-chained): it names no end
+    of that stream's line; onto an item event: only a line's end closes carry it."""
+    end = _streams(ended_bundle)[TOP][-1]["id"]
+    bundle = copy.deepcopy(ended_bundle)
+    _streams(bundle)[MAIN][-1]["metadata"][LINE_END] = end
+    rechain(bundle, MAIN)
+    assert "only a line's end closes carry it" in _rejected(bundle)
+    bundle = copy.deepcopy(ended_bundle)
+    outer = _streams(bundle)[TOP][-2]  # the parent copy of billing's close
+    outer["metadata"][LINE_END] = "0" * 8 + "-0000-0000-0000-" + "0" * 12
+    rechain(bundle, TOP)
+    verdict = _rejected(bundle)
+    assert "aj.line_end names no end of this stream's line" in verdict
+
+
+# -- the plan (pure) -------------------------------------------------------------------------
+
+
+async def test_the_plan_puts_the_end_after_the_closes_in_one_request_per_stream() -> None:
+    """``plan_line_ends(closes=)``: the close plan's requests join the end's; on the top
+    stream its close and the ``BranchDeleted`` are one request at the close's expected
+    revision, the ``BranchDeleted`` sealed after the close's hash."""
+    # Imported here: the scenarios above run (and fail) on the base, which lacks these.
+    from agentjournal.engine.core import _plan_closes
+    from agentjournal.engine.fork import LineHead, line_end_id, plan_line_ends
+    from agentjournal.ledger.chain import HASH_KEY, PREV_KEY
+
+    async with Journal.open("sqlite://:memory:") as journal:
+        _, opened = await _branch_with_open(journal, depth=2)
+        line = journal.session(SID, branch="b")
+        core = line._core  # the line's own tree, as delete_line plans on it
+        async with core.tree.lock:
+            await core.reader.refresh(0)
+        close = _plan_closes(
+            core.tree,
+            core.facts,
+            next_index=await core.reader.next_index(),
+            nonce="n1",
+            end=line_end_id(SID, "n1", 0),
+            reason="deleted",
+            trace={},
+        )
+        assert close is not None
+        head = LineHead(
+            "b",
+            TOP,
+            "main",
+            close.commit.heads[TOP],
+            close.commit.hashes[TOP],
+            await core.reader.next_index(),
+        )
+        requests, hashes = plan_line_ends(
+            SID,
+            [head],
+            reason="deleted",
+            registry=(0, "ab" * 32),
+            nonce="n1",
+            trace={},
+            closes={TOP: close},
+        )
+        by_stream = {r.stream: r for r in requests}
+        assert set(by_stream) == {TOP, *opened, branches_stream(SID)}
+        assert len(requests) == len(by_stream)
+        top = by_stream[TOP]
+        assert top.expected == core.tree.heads[TOP]
+        assert [e.type for e in top.events] == [ev.SUBAGENT_COMPLETED, ev.BRANCH_DELETED]
+        closing, deleted = top.events
+        assert deleted.id == line_end_id(SID, "n1", 0)
+        assert deleted.metadata[PREV_KEY] == closing.metadata[HASH_KEY]
+        assert hashes[TOP] == deleted.metadata[HASH_KEY]
+        assert closing.metadata[LINE_END] == str(deleted.id)
+        for stream in opened:
+            assert by_stream[stream].expected == core.tree.heads[stream]
