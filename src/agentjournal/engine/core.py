@@ -224,7 +224,7 @@ def _plan_closes(
     plans a run's (``plan_items`` with ``closing``): ``SubagentCompleted`` (``cancelled``)
     on the subsession and its parent stream, innermost first, each at its exact revision;
     every copy also carries ``aj.line_end`` = ``end``, the id of the ``BranchDeleted`` that
-    follows on the line's top stream in the same write (DESIGN §17.2, "The end of a line").
+    follows on the line's top stream in the same write (DESIGN §17.3, "The end of a line").
     """
     if not tree.chain:
         return None
@@ -908,7 +908,9 @@ class SessionCore:
     async def delete_line(self, parent: str, trace: Mapping[str, str]) -> None:
         """End this branch line: ``agentjournal.BranchDeleted`` (reason ``deleted``) at its
         top stream's head and ``agentjournal.BranchRemoved`` on the registry, one atomic
-        write. It folds as a clear of every item; nothing is written to the line again.
+        write, which first closes every subagent open on the line ``cancelled``
+        (:func:`_plan_closes`). It folds as a clear of every item; nothing is written to the
+        line again.
 
         Raises:
             BranchDeleted: It was deleted or cleared already.
@@ -978,10 +980,12 @@ class SessionCore:
     async def clear_lines(self, trace: Mapping[str, str]) -> None:
         """Clear the session on every line, in one atomic write: ``SessionCleared`` on this
         (the main) line as :meth:`clear` writes it, ``agentjournal.BranchDeleted`` (reason
-        ``cleared``) on each live branch at its exact head, and their
+        ``cleared``) on each live branch at its exact head, after the closes (``cancelled``)
+        of the subagents open on it (:meth:`_line_closes`), and their
         ``agentjournal.BranchRemoved`` registry entries. The branches are read as each plan
         is built; a racing write on any of those streams (a fork adds to the registry)
-        conflicts and the whole clear is planned again, with them.
+        conflicts and the whole clear is planned again, with them. Main's own open subagent
+        stays open (the line goes on: the next run closes it).
         """
         tree = self.tree
         session_id = self.facts.session_id

@@ -927,7 +927,7 @@ def _check_line_ends(report: Report, tree: _Tree) -> None:
     no subagent open: every subsession and continuation of the line was closed. What the
     end itself closed (``aj.line_end``: both copies of each ``SubagentCompleted`` name the
     ``BranchDeleted``) is on that line, closed ``cancelled``, and on the top stream right
-    before the ``BranchDeleted`` (one write; DESIGN §17.2, "The end of a line")."""
+    before the ``BranchDeleted`` (one write; DESIGN §17.3, "The end of a line")."""
     ends: dict[str, str] = {}  # a BranchDeleted's id -> the top stream it ends
     for name in tree.started:
         last = tree.head(name)
