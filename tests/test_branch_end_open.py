@@ -123,6 +123,16 @@ async def _closed_by_the_end(
     deleted = line[-1]
     assert deleted.type == ev.BRANCH_DELETED
     assert ev.BranchDeleted.decode(deleted.data).reason == reason
+    # It hides every item of the line, the open subagents' newest included (their items
+    # are on their own streams: the top stream's last event does not know their indexes).
+    indexes = [
+        int(e.metadata[ev.INDEX_KEY])
+        for stream in (top, *opened)
+        for e in await store.read(stream)
+        if ev.INDEX_KEY in e.metadata
+    ]
+    below = ev.BranchStarted.decode(line[0].data).next_index - 1  # the prefix's last
+    assert ev.BranchDeleted.decode(deleted.data).through_index == max(indexes, default=below)
     end = str(deleted.id)
     outer = line[-2]
     assert outer.type == ev.SUBAGENT_COMPLETED
@@ -518,3 +528,45 @@ async def test_the_plan_puts_the_end_after_the_closes_in_one_request_per_stream(
         assert closing.metadata[LINE_END] == str(deleted.id)
         for stream in opened:
             assert by_stream[stream].expected == core.tree.heads[stream]
+
+
+class WriteAfterHeadRead:
+    """A real store that, right after the first read of the branch's head (the clear's
+    look at each line), lets another object write on the branch: the clear then reads
+    the line's open subagents after that write."""
+
+    def __init__(self, inner: EventStore) -> None:
+        self._inner = inner
+        self.armed = False
+        self.fired = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def read(self, stream: str, **options: Any) -> Any:
+        found = await self._inner.read(stream, **options)
+        if self.armed and not self.fired and stream == TOP and options.get("backwards"):
+            self.fired = True
+            other = JournalSession(self._inner, SID, branch="b")
+            await other.add_items([assistant("written meanwhile")])
+        return found
+
+
+async def test_a_clear_ends_a_line_as_its_open_subagents_read_it(uri: str) -> None:
+    """A write on the branch between the clear's look at its head and its read of the
+    branch's open subagents: the closes are at the newer revisions, and the
+    ``BranchDeleted`` hides the item written meanwhile too (its next index is the one of
+    that same read)."""
+    async with Journal.open(uri) as journal:
+        _, opened = await _branch_with_open(journal)
+        racing = WriteAfterHeadRead(journal.store)
+        session = JournalSession(racing, SID)
+        racing.armed = True
+        await session.clear_session()
+        assert racing.fired
+        deleted = await _closed_by_the_end(journal.store, TOP, opened, "cleared")
+        billing = await journal.store.read(opened[0])
+        meanwhile = next(e for e in billing if b"written meanwhile" in e.data)
+        through = ev.BranchDeleted.decode(deleted.data).through_index
+        assert through == int(meanwhile.metadata[ev.INDEX_KEY])
+        await _verifies(journal.store)

@@ -1064,10 +1064,13 @@ class SessionCore:
             authority=facts.authority_stream,
         )
         await reader.load(0)
+        # Everything of this line from this one read: a write that landed since the head
+        # was read moves its revisions and next index together (the plan stays exact).
+        next_index = await reader.next_index()
         close = _plan_closes(
             tree,
             facts,
-            next_index=head.next_index,
+            next_index=next_index,
             nonce=nonce,
             end=line_end_id(session_id, nonce, n),
             reason="cleared",
@@ -1081,7 +1084,7 @@ class SessionCore:
             head.parent,
             close.commit.heads[head.stream],
             close.commit.hashes[head.stream],
-            head.next_index,
+            next_index,
         )
         return after, close
 
