@@ -352,6 +352,10 @@ def ended_bundle(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         async with Journal.open(uri, signing_key=KEY) as journal:
             main, _ = await _branch_with_open(journal, depth=2)
             await main.delete_branch("b")
+            # Redacted, the closes' reasons are withheld; their outcome and aj.line_end not.
+            redacted = json.loads(json.dumps(await export_bundle(journal.store, SID, redact=True)))
+            report = verify_bundle(redacted, TRUSTED)
+            assert report.ok, report.text()
             return await export_bundle(journal.store, SID)
 
     parsed: dict[str, Any] = json.loads(json.dumps(asyncio.run(write())))
