@@ -54,6 +54,7 @@ __all__ = [
     "TOOL_RULE_KEY",
     "CLOSES_KEY",
     "INDEX_KEY",
+    "LINE_END_KEY",
     "OPEN_KEY",
     "OUTCOMES",
     "SUBAGENT_COMPLETED",
@@ -453,6 +454,10 @@ any, after the event. A new process rebuilds the chain of open subagents from it
 TWIN_KEY: Final = "aj.twin"
 """On ``SubagentStarted``/``SubagentCompleted``: the id of the twin event on the other stream."""
 OUTCOMES: Final = ("success", "error", "cancelled")
+LINE_END_KEY: Final = "aj.line_end"
+"""On both copies of each ``SubagentCompleted`` that the end of a branch line writes (a
+subagent open on a line that ``delete_branch`` or ``clear_session`` ends, closed
+``cancelled`` in the same write): the id of that line's ``agentjournal.BranchDeleted``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,8 @@ from agentjournal.engine.fork import (
     cut_position,
     decode_line,
     fork_point,
+    line_end_id,
+    line_end_reason,
     next_index_of_rows,
     plan_fork,
     plan_line_ends,
@@ -202,6 +204,40 @@ async def _line_head(store: Any, line: Branch) -> LineHead | None:
         last.revision,
         last.metadata.get(HASH_KEY, ""),
         found if found is not None else line.next_index,
+        last.metadata.get(events.OPEN_KEY) or None,
+    )
+
+
+def _plan_closes(
+    tree: SessionTree,
+    facts: SessionFacts,
+    *,
+    next_index: int,
+    nonce: str,
+    end: Any,
+    reason: str,
+    trace: Mapping[str, str],
+) -> ItemsPlan | None:
+    """The closes of every subagent open on a branch line that ends (None: none is open).
+
+    Planned exactly as :meth:`~agentjournal.sdk.session.JournalSession.close_subagents`
+    plans a run's (``plan_items`` with ``closing``): ``SubagentCompleted`` (``cancelled``)
+    on the subsession and its parent stream, innermost first, each at its exact revision;
+    every copy also carries ``aj.line_end`` = ``end``, the id of the ``BranchDeleted`` that
+    follows on the line's top stream in the same write (DESIGN §17.3, "The end of a line").
+    """
+    if not tree.chain:
+        return None
+    return plan_items(
+        tree,
+        facts,
+        _NoRun(),
+        [],
+        first_index=next_index,
+        nonce=nonce,
+        now=datetime.now(UTC),
+        trace={**trace, events.LINE_END_KEY: str(end)},
+        closing=("cancelled", line_end_reason(facts.branch or MAIN_BRANCH, reason)),
     )
 
 
@@ -872,7 +908,9 @@ class SessionCore:
     async def delete_line(self, parent: str, trace: Mapping[str, str]) -> None:
         """End this branch line: ``agentjournal.BranchDeleted`` (reason ``deleted``) at its
         top stream's head and ``agentjournal.BranchRemoved`` on the registry, one atomic
-        write. It folds as a clear of every item; nothing is written to the line again.
+        write, which first closes every subagent open on the line ``cancelled``
+        (:func:`_plan_closes`). It folds as a clear of every item; nothing is written to the
+        line again.
 
         Raises:
             BranchDeleted: It was deleted or cleared already.
@@ -886,13 +924,27 @@ class SessionCore:
         async def build() -> WritePlan:
             await self.reader.refresh(0)
             self._check_live()
+            next_index = await self.reader.next_index()
+            # The subagents open on the line close ``cancelled`` in the same write: nothing
+            # reads the line again, and a subsession left open would read as a handoff
+            # that never ended.
+            close = _plan_closes(
+                tree,
+                facts,
+                next_index=next_index,
+                nonce=nonce,
+                end=line_end_id(facts.session_id, nonce, 0),
+                reason="deleted",
+                trace=trace,
+            )
+            closed = close.commit if close is not None else Commit(heads={}, hashes={})
             head = LineHead(
                 facts.branch or MAIN_BRANCH,
                 tree.stream,
                 parent,
-                tree.heads[tree.stream],
-                tree.hashes.get(tree.stream, ""),
-                await self.reader.next_index(),
+                closed.heads.get(tree.stream, tree.heads[tree.stream]),
+                closed.hashes.get(tree.stream, tree.hashes.get(tree.stream, "")),
+                next_index,
             )
             requests, hashes = plan_line_ends(
                 facts.session_id,
@@ -901,12 +953,14 @@ class SessionCore:
                 registry=await self._registry_head(),
                 nonce=nonce,
                 trace=trace,
+                closes=None if close is None else {tree.stream: close},
             )
             commit = Commit(
-                heads={tree.stream: head.revision + 1},
-                hashes={tree.stream: hashes[tree.stream]},
+                heads={**closed.heads, tree.stream: head.revision + 1},
+                hashes={**closed.hashes, tree.stream: hashes[tree.stream]},
                 entries=[Clear(head.next_index - 1)],
-                written=1,
+                written=sum(len(request.events) for request in requests),
+                chain=None if close is None else [],
             )
             return WritePlan(
                 requests,
@@ -926,10 +980,12 @@ class SessionCore:
     async def clear_lines(self, trace: Mapping[str, str]) -> None:
         """Clear the session on every line, in one atomic write: ``SessionCleared`` on this
         (the main) line as :meth:`clear` writes it, ``agentjournal.BranchDeleted`` (reason
-        ``cleared``) on each live branch at its exact head, and their
+        ``cleared``) on each live branch at its exact head, after the closes (``cancelled``)
+        of the subagents open on it (:meth:`_line_closes`), and their
         ``agentjournal.BranchRemoved`` registry entries. The branches are read as each plan
         is built; a racing write on any of those streams (a fork adds to the registry)
-        conflicts and the whole clear is planned again, with them.
+        conflicts and the whole clear is planned again, with them. Main's own open subagent
+        stays open (the line goes on: the next run closes it).
         """
         tree = self.tree
         session_id = self.facts.session_id
@@ -949,6 +1005,16 @@ class SessionCore:
                 for head in [await _line_head(self._store, line) for line in lines]
                 if head is not None
             ]
+            # Each line with a subagent open closes it ``cancelled`` in this same write, at
+            # the revisions its own tree reads (a racing write conflicts: all is planned again).
+            closes: dict[str, WritePlan] = {}
+            for n, head in enumerate(heads):
+                if head.open is None:
+                    continue
+                ended_head, close = await self._line_closes(head, nonce, n, trace)
+                heads[n] = ended_head
+                if close is not None:
+                    closes[head.stream] = close
             if tree.heads.get(tree.stream, -1) < 0:
                 return None  # no session yet: no branch either
             through = await self.reader.next_index() - 1
@@ -963,6 +1029,7 @@ class SessionCore:
                 registry=await self._registry_head(),
                 nonce=nonce,
                 trace=trace,
+                closes=closes,
             )
             ended.clear()
             ended.update({head.stream: (head.revision + 1, hashes[head.stream]) for head in heads})
@@ -978,6 +1045,48 @@ class SessionCore:
                 # Signed at once, each ended branch's BranchDeleted with main's clear: no
                 # later write on those lines would cover them (DESIGN §17.3).
                 await self._maybe_checkpoint(force=True, trace=trace, extra=ended)
+
+    async def _line_closes(
+        self, head: LineHead, nonce: str, n: int, trace: Mapping[str, str]
+    ) -> tuple[LineHead, WritePlan | None]:
+        """For a clear: the closes of the subagents open on another branch line (read into a
+        tree of its own, as a session on that line reads it), and the line's head after
+        them, where its ``BranchDeleted`` goes (the ``n``-th line this clear ends)."""
+        session_id = self.facts.session_id
+        facts = SessionFacts(session_id, head.stream, branch=head.name)
+        tree = SessionTree(head.stream)
+        reader = Reader(
+            self._store,
+            tree,
+            session_id,
+            use_model=False,
+            branch=head.name,
+            authority=facts.authority_stream,
+        )
+        await reader.load(0)
+        # Everything of this line from this one read: a write that landed since the head
+        # was read moves its revisions and next index together (the plan stays exact).
+        next_index = await reader.next_index()
+        close = _plan_closes(
+            tree,
+            facts,
+            next_index=next_index,
+            nonce=nonce,
+            end=line_end_id(session_id, nonce, n),
+            reason="cleared",
+            trace=trace,
+        )
+        if close is None:
+            return head, None
+        after = LineHead(
+            head.name,
+            head.stream,
+            head.parent,
+            close.commit.heads[head.stream],
+            close.commit.hashes[head.stream],
+            next_index,
+        )
+        return after, close
 
     async def book_usage(
         self, counts: Mapping[str, Any], trace: Mapping[str, str]

@@ -862,6 +862,7 @@ def _check_branches(report: Report, tree: _Tree) -> None:
     forks = [e for s in tree.streams.values() for e in s if e.type == events.BRANCH_FORKED]
     registry = tree.streams.get(tree.registry_stream, [])
     if not forks and not tree.started and not registry:
+        _check_line_ends(report, tree)
         return
     failed = len(report.problems)
     for marker in forks:
@@ -911,6 +912,7 @@ def _check_branches(report: Report, tree: _Tree) -> None:
                 f"{started.parent} at {started.cut.kind} {started.cut.value}, bound to "
                 f"{place.stream} at revision {place.revision}"
             )
+    _check_line_ends(report, tree)
     if len(report.problems) == failed:
         count = len(tree.started)
         report.lines.append(
@@ -918,6 +920,69 @@ def _check_branches(report: Report, tree: _Tree) -> None:
             "parent line's chain; registry ok"
         )
         report.lines.extend(lines)
+
+
+def _check_line_ends(report: Report, tree: _Tree) -> None:
+    """A branch line that ended (its top stream's last event is its ``BranchDeleted``) has
+    no subagent open: every subsession and continuation of the line was closed. What the
+    end itself closed (``aj.line_end``: both copies of each ``SubagentCompleted`` name the
+    ``BranchDeleted``) is on that line, closed ``cancelled``, and on the top stream right
+    before the ``BranchDeleted`` (one write; DESIGN §17.3, "The end of a line")."""
+    ends: dict[str, str] = {}  # a BranchDeleted's id -> the top stream it ends
+    for name in tree.started:
+        last = tree.head(name)
+        if last is not None and last.type == events.BRANCH_DELETED:
+            ends[last.id] = name
+    marked = [
+        event
+        for stream in tree.streams.values()
+        for event in stream
+        if events.LINE_END_KEY in event.metadata
+    ]
+    if not ends and not marked:
+        return
+    owner = tree.line_streams()
+    for event in marked:
+        where = ("branches", event.stream, event.revision)
+        end = event.metadata[events.LINE_END_KEY]
+        top = ends.get(end)
+        if event.type != events.SUBAGENT_COMPLETED:
+            report.fail(*where, f"aj.line_end on {event.type}: only a line's end closes carry it")
+        elif top is None or owner.get(event.stream) != top:
+            report.fail(*where, "aj.line_end names no end of this stream's line")
+        elif (twin := tree.twin_of(event)) is None or twin.metadata.get(events.LINE_END_KEY) != end:
+            report.fail(*where, "a close the line's end wrote has a twin that does not name it")
+        elif (outcome := (event.body or {}).get("outcome")) != "cancelled":
+            shown = cut(repr(outcome), 40)
+            report.fail(*where, f"the line's end closed this subagent {shown}, not 'cancelled'")
+    closed = {
+        event.metadata[events.CLOSES_KEY]
+        for stream in tree.streams.values()
+        for event in stream
+        if event.type == events.SUBAGENT_COMPLETED and events.CLOSES_KEY in event.metadata
+    }
+    for end, top in ends.items():
+        line = tree.streams[top]
+        deleted = line[-1]
+        reason = (deleted.body or {}).get("reason")
+        branch = cut(repr((deleted.body or {}).get("branch")), 80)
+        for stream, its_top in owner.items():
+            if its_top == top and stream != top and stream not in closed:
+                report.fail(
+                    "branches",
+                    stream,
+                    None,
+                    f"left open on branch {branch}, which was {cut(str(reason), 20)}: the "
+                    "end of a line closes every subagent open on it",
+                )
+        closes = [e.revision for e in line if e.metadata.get(events.LINE_END_KEY) == end]
+        if closes != list(range(deleted.revision - len(closes), deleted.revision)):
+            report.fail(
+                "branches",
+                top,
+                deleted.revision,
+                "the closes of the line's end are not right before its BranchDeleted",
+            )
 
 
 def _check_marker(report: Report, tree: _Tree, marker: Record) -> None:
