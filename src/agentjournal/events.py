@@ -33,6 +33,7 @@ __all__ = [
     "BRANCH_FORKED",
     "BRANCH_REMOVED",
     "BRANCH_STARTED",
+    "LINE_GUARDED",
     "SUBAGENT_CONTINUED",
     "TURN_KEY",
     "TURN_USAGE",
@@ -43,6 +44,7 @@ __all__ = [
     "BranchStarted",
     "Cut",
     "ItemPlace",
+    "LineGuarded",
     "StreamPlace",
     "SubagentContinued",
     "TurnUsage",
@@ -618,8 +620,10 @@ BRANCH_DELETED: Final = "agentjournal.BranchDeleted"
 BRANCH_ADDED: Final = "agentjournal.BranchAdded"
 BRANCH_REMOVED: Final = "agentjournal.BranchRemoved"
 TURN_USAGE: Final = "agentjournal.TurnUsage"
+LINE_GUARDED: Final = "agentjournal.LineGuarded"
 BRANCH_EVENTS: Final = frozenset(
     {
+        LINE_GUARDED,
         BRANCH_FORKED,
         BRANCH_STARTED,
         SUBAGENT_CONTINUED,
@@ -1028,6 +1032,50 @@ class BranchRemoved(BranchAdded):
     (``event`` is its ``BranchDeleted``'s id)."""
 
     EVENT_TYPE: ClassVar[str] = BRANCH_REMOVED
+
+
+@dataclass(frozen=True, slots=True)
+class LineGuarded:
+    """``agentjournal.LineGuarded``: holds nothing; it makes a write expect the exact head of
+    a line's top stream it has nothing else to append to (DESIGN §17.6).
+
+    KurrentDB's multi-stream append refuses a stream without events, so an expected
+    revision alone cannot join a transaction: this event is that expectation. Written at
+    the line's head in the same transaction as the event it guards, each naming the other
+    (``aj.twin``): by ``clear_session`` when its ``SessionCleared`` lands on a subagent's
+    stream (on main's top stream, where every fork of main writes its ``BranchForked``),
+    and by ``reset_authority`` on a branch (on the branch's top stream, where its end
+    writes ``BranchDeleted``). A racing fork or end conflicts, and the write plans again.
+
+    Attributes:
+        event: The id of the event it guards.
+        stream: That event's stream.
+    """
+
+    event: str
+    stream: str
+
+    EVENT_TYPE: ClassVar[str] = LINE_GUARDED
+
+    def encode(self) -> bytes:
+        """Compact UTF-8 JSON."""
+        return _compact({"event": self.event, "stream": self.stream})
+
+    @classmethod
+    def decode(cls, data: bytes) -> Self:
+        """Read it back.
+
+        Raises:
+            CodecError: The data is not such an event.
+        """
+        type_ = cls.EVENT_TYPE
+        body = _object(data, type_)
+        event = _str(body, "event", type_)
+        try:
+            uuid.UUID(event)
+        except ValueError:
+            raise CodecError(f"{type_}: event must be an event id, got {event!r}") from None
+        return cls(event, _str(body, "stream", type_))
 
 
 @dataclass(frozen=True, slots=True)

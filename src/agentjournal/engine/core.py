@@ -18,6 +18,7 @@ import logging
 import operator
 import os
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -529,8 +530,12 @@ class SessionCore:
         trace: Mapping[str, str],
         entries: list[Any],
         id_: Any = None,
+        *,
+        guarded: bool = False,
     ) -> WritePlan:
-        """A pop or a clear: one event on the innermost stream."""
+        """A pop or a clear: one event on the innermost stream. ``guarded``: when that is a
+        subagent's stream, an ``agentjournal.LineGuarded`` at the top stream's head too (the
+        write then expects it: see :meth:`clear_lines`)."""
         tree = self.tree
         stream = tree.chain[-1].stream if tree.chain else tree.stream
         return plan_control(
@@ -543,6 +548,7 @@ class SessionCore:
             metadata=trace,
             entries=entries,
             id_=id_,
+            guard=uuid.uuid4() if guarded and stream != tree.stream else None,
         )
 
     # -- branches -----------------------------------------------------------------------
@@ -1020,8 +1026,17 @@ class SessionCore:
             through = await self.reader.next_index() - 1
             cleared = events.SessionCleared(through).encode()
             # The main line's clear is planned as a clear alone is (a random id, as before
-            # branches: a session without branches writes the same bytes as it did).
-            own = await self._control(events.SESSION_CLEARED, cleared, trace, [Clear(through)])
+            # branches: a session without branches writes the same bytes as it did). With a
+            # subagent open it lands on the subagent's stream, which a fork of main does not
+            # touch (its BranchForked goes on main's top stream, its entry in the registry,
+            # which this write touches only when a branch ends): a guard at main's head makes
+            # such a fork conflict, so the clear plans again and ends the new branch too.
+            # (KurrentDB refuses a stream without events in a multi-stream append: the
+            # expectation needs an event. Forks of a branch write at that branch's head,
+            # which the clear ends when live; a branch that is not live cannot fork.)
+            own = await self._control(
+                events.SESSION_CLEARED, cleared, trace, [Clear(through)], guarded=True
+            )
             ends, hashes = plan_line_ends(
                 session_id,
                 heads,
@@ -1438,20 +1453,32 @@ class SessionCore:
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidInput("reset_authority needs a reason (it is recorded for auditors)")
 
+        branch = self.facts.branch is not None
+
         async def build() -> WritePlan:
+            guard: tuple[SessionTree, int, uuid.UUID] | None = None
+            if branch:
+                # A deleted branch acts no more: nothing to reset (its writes are refused
+                # too). Checked in every plan, and the write expects the line's head (a
+                # guard there: the log's append alone does not), so an end landing between
+                # this check and the write conflicts, and the next plan refuses. Main is
+                # never deleted, so its reset reads no history and needs no guard.
+                await self.reader.refresh(0)
+                self._check_live()
+                guard = (self.tree, await self.reader.next_index(), uuid.uuid4())
             log = await self.reader.authority_log(fresh=True)
             held = {name: value for name, value in log.held.items() if name != agent}
             reset = events.AuthorityReset(agent, reason, policy.digest, held)
             return plan_log(
-                self.facts, log, [(events.AUTHORITY_RESET, reset.encode())], held, trace
+                self.facts,
+                log,
+                [(events.AUTHORITY_RESET, reset.encode())],
+                held,
+                trace,
+                guard=guard,
             )
 
         async with self.tree.lock:
-            if self.facts.branch is not None:
-                # A deleted branch acts no more: nothing to reset (its writes are refused
-                # too). Main is never deleted, so its reset reads no history.
-                await self.reader.refresh(0)
-                self._check_live()
             await self.writer.write(build)
         logger.info("authority of %r reset in %s: %s", agent, self.facts.session_id, reason)
 

@@ -15,6 +15,9 @@ data — or, in a redacted bundle, no data but a committed view
    ``SubagentCompleted`` exist on both streams and name each other, the two
    copies of ``SubagentStarted`` grant the same authority; a closed subsession
    ends with its completion, whose hash the parent recorded.
+   Then the branches (DESIGN §17.3) and the **guards**: each
+   ``agentjournal.LineGuarded`` sits on a line's top stream and names the clear or
+   reset it guards, which names it back (DESIGN §17.6).
 4. **Checkpoints** — the trusted keys are the caller's (never the bundle's)
    and every key a chain of valid rotations on ``AgentKeys`` leads to from
    them; each checkpoint is signed by one, sits at the ledger position it
@@ -280,6 +283,7 @@ def _verify_records(
     stages: list[tuple[str, Callable[[], None]]] = [
         ("twins", lambda: _check_twins(report, tree)),
         ("branches", lambda: _check_branches(report, tree)),
+        ("guards", lambda: _check_guards(report, tree)),
         (
             "checkpoints",
             lambda: _check_checkpoints(report, tree, trusted, allow_uncovered, not_before),
@@ -983,6 +987,70 @@ def _check_line_ends(report: Report, tree: _Tree) -> None:
                 deleted.revision,
                 "the closes of the line's end are not right before its BranchDeleted",
             )
+
+
+_GUARDED: Final = frozenset({events.SESSION_CLEARED, events.AUTHORITY_RESET})
+"""What a ``LineGuarded`` may guard: a clear on a subagent's stream of its line, a reset on
+its line's authority log."""
+
+
+def _check_guards(report: Report, tree: _Tree) -> None:
+    """Each ``agentjournal.LineGuarded`` (DESIGN §17.6) sits on a line's top stream and names
+    the event it guards, which names it back (``aj.twin``): a ``SessionCleared`` on a
+    subagent's stream of that line, or an ``AuthorityReset`` on that line's own log; and
+    every clear or reset that names a guard has it. One line per guard that fails."""
+    guards = 0
+    owner: dict[str, str] | None = None
+    for stream in tree.streams.values():
+        for event in stream:
+            if event.type == events.LINE_GUARDED:
+                guards += 1
+                if owner is None:
+                    owner = tree.line_streams()
+                problem = _guard_problem(tree, event, owner)
+                if problem is not None:
+                    report.fail("guards", event.stream, event.revision, problem)
+            elif event.type in _GUARDED and events.TWIN_KEY in event.metadata:
+                mate = tree.twin_of(event)
+                if (
+                    mate is None
+                    or mate.type != events.LINE_GUARDED
+                    or mate.metadata.get(events.TWIN_KEY) != event.id
+                ):
+                    report.fail(
+                        "guards",
+                        event.stream,
+                        event.revision,
+                        f"its {event.type} names a LineGuarded that is not there",
+                    )
+    if guards and not report.failed("guards"):
+        report.lines.append(
+            f"guards: {plural(guards, 'guard')} (LineGuarded), each beside the clear or reset it "
+            "guards"
+        )
+
+
+def _guard_problem(tree: _Tree, guard: Record, owner: Mapping[str, str]) -> str | None:
+    """Why a ``LineGuarded`` is not what its write made, if it is not."""
+    body = _decoded(events.LineGuarded, guard)
+    if body is None:
+        return "a LineGuarded that does not read as one"
+    if not tree.is_top(guard.stream):
+        return "a LineGuarded off a line's top stream"
+    mate = tree.twin_of(guard)
+    if mate is None or mate.id != body.event or mate.stream != body.stream:
+        return "the LineGuarded does not name the event it guards, or that event is missing"
+    if mate.metadata.get(events.TWIN_KEY) != guard.id:
+        return f"the {mate.type} it guards does not name it"
+    if mate.type == events.SESSION_CLEARED:
+        if mate.stream == guard.stream or owner.get(mate.stream) != guard.stream:
+            return "it guards a SessionCleared that is not on a subagent's stream of its line"
+    elif mate.type == events.AUTHORITY_RESET:
+        if tree.line_logs().get(guard.stream) != mate.stream:
+            return "it guards an AuthorityReset that is not on its line's authority log"
+    else:
+        return f"it guards a {cut(mate.type, 80)}, which nothing guards"
+    return None
 
 
 def _check_marker(report: Report, tree: _Tree, marker: Record) -> None:
