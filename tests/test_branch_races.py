@@ -320,7 +320,6 @@ async def _guarded_bundle(uri: str) -> dict[str, Any]:
         await main.fork(name="alt")
         alt = journal.session(SID, branch="alt", policy=str(POLICY))
         await alt.reset_authority("triage", reason="fresh")
-        await alt.checkpoint()  # the clear signs alt's end, not its log: sign the reset now
         await _pause_inside_billing(main, "run")
         await main.clear_session()
         await main.checkpoint()
@@ -384,3 +383,23 @@ async def test_a_bundle_with_guards_verifies_and_each_forgery_fails_with_one_lin
             guarding = [str(p) for p in failed.problems if p.check == "guards"]
             assert guarding, (forge.__name__, name, failed.text())
             assert all("\n" not in message for message in guarding)
+
+
+@pytest.mark.parametrize("end", ["delete_branch", "clear_session"])
+async def test_a_reset_on_a_branch_that_then_ends_is_signed_by_the_end(uri: str, end: str) -> None:
+    """The checkpoint an end of a line writes at once covers that line's authority log too:
+    nothing writes on an ended line again, so a reset on it (unsigned till then) would stay
+    uncovered forever (found merging gap g2: the end signed the line's top stream alone)."""
+    async with _journals(uri, 1, signing_key=KEY) as (journal,):
+        main = journal.session(SID, policy=str(POLICY))
+        await main.add_items([_user("q1"), _assistant("a1")])
+        await main.fork(name="alt")
+        alt = journal.session(SID, branch="alt", policy=str(POLICY))
+        await alt.reset_authority("triage", reason="fresh")
+        if end == "delete_branch":
+            await main.delete_branch("alt")
+        else:
+            await main.clear_session()
+        bundle = json.loads(json.dumps(await export_bundle(journal.store, SID)))
+        report = verify_bundle(bundle, TRUSTED)
+        assert report.ok, report.text()

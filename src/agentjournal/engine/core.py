@@ -1048,6 +1048,7 @@ class SessionCore:
             )
             ended.clear()
             ended.update({head.stream: (head.revision + 1, hashes[head.stream]) for head in heads})
+            ended_names[:] = [head.name for head in heads]
             return WritePlan(
                 [*own.requests, *ends],
                 own.commit,
@@ -1055,11 +1056,29 @@ class SessionCore:
             )
 
         ended: dict[str, tuple[int, str]] = {}
+        ended_names: list[str] = []
         async with tree.lock:
             if await self.writer.write(build) is not None:
-                # Signed at once, each ended branch's BranchDeleted with main's clear: no
+                # Signed at once, each ended branch's BranchDeleted with main's clear, and
+                # each ended line's authority log (a reset there is unsigned till now): no
                 # later write on those lines would cover them (DESIGN §17.3).
+                if self.signing_key is not None:
+                    ended.update(await self._log_heads(ended_names))
                 await self._maybe_checkpoint(force=True, trace=trace, extra=ended)
+
+    async def _log_heads(self, names: Sequence[str]) -> dict[str, tuple[int, str]]:
+        """The heads (revision, ``aj.hash``) of the named branch lines' authority logs, for
+        those that have one. Read after the lines ended: nothing writes on them again."""
+        found: dict[str, tuple[int, str]] = {}
+        for name in names:
+            log = branch_authority_stream(self.facts.session_id, name)
+            try:
+                tail = await self._store.read(log, backwards=True, limit=1)
+            except StreamNotFound:
+                continue
+            if tail:
+                found[log] = (tail[0].revision, tail[0].metadata.get(HASH_KEY, ""))
+        return found
 
     async def _line_closes(
         self, head: LineHead, nonce: str, n: int, trace: Mapping[str, str]
