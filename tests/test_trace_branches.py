@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -33,7 +34,7 @@ import pytest
 
 from agentjournal import Journal
 from agentjournal.ledger.verify import verify_records
-from agentjournal.records import read_tree
+from agentjournal.records import Record, TreeRecords, read_tree
 from agentjournal.store import open_store
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble
 from agentjournal.traces import Projector, project_tree
@@ -260,18 +261,20 @@ def test_the_session_export_is_every_line_once(written: Written, tmp_path: Path)
     assert sorted(map(_key, _export(written.uri, tmp_path, "--all"))) == union
 
 
+async def _records(uri: str) -> tuple[TreeRecords, list[Record]]:
+    """The session's tree, and its records in commit order."""
+    store = await open_store(uri, create=False)
+    try:
+        tree = await read_tree(store, SID)
+    finally:
+        await store.close()
+    return tree, sorted(tree.records(), key=lambda r: r.position or 0)
+
+
 def test_saved_and_loaded_anywhere_the_fold_of_every_line_goes_on_identically(
     written: Written,
 ) -> None:
-    async def records() -> list[Any]:
-        store = await open_store(written.uri, create=False)
-        try:
-            tree = await read_tree(store, SID)
-        finally:
-            await store.close()
-        return [tree, sorted(tree.records(), key=lambda r: r.position or 0)]
-
-    tree, ordered = asyncio.run(records())
+    tree, ordered = asyncio.run(_records(written.uri))
     whole = [span.as_json() for span in project_tree(tree)]
     for cut in range(0, len(ordered), 11):
         first = Projector(SID)
@@ -289,6 +292,29 @@ def test_saved_and_loaded_anywhere_the_fold_of_every_line_goes_on_identically(
         for key in ("line", "top", "parent", "cut", "fork", "runs"):
             del saved[key]
     assert Projector.load(json.dumps(state).encode()).line is None
+
+
+def test_crafted_line_events_pull_in_nothing_and_crash_nothing(written: Written) -> None:
+    """A marker naming another session's branch stream makes no line; a continuation that
+    names itself as its parent is projected without looping."""
+    tree, ordered = asyncio.run(_records(written.uri))
+    whole = [span.as_json() for span in project_tree(tree)]
+    forged = []
+    for record in ordered:
+        body = record.body or {}
+        if record.type == "agentjournal.BranchForked" and body.get("branch") == "deeper":
+            body = {**body, "branch_stream": "AgentBranch-other@deeper"}
+            record = dataclasses.replace(record, data=json.dumps(body))
+        elif record.type == "agentjournal.SubagentContinued":
+            body = {**body, "parent_stream": record.stream}
+            record = dataclasses.replace(record, data=json.dumps(body))
+        forged.append(record)
+    projector = Projector(SID)
+    spans = [span for record in forged for span in projector.feed(record)] + projector.finish()
+    lines = {s.attributes.get("agentjournal.branch") for s in spans if s.parent_id is None}
+    assert lines == LINES - {"deeper"}
+    assert len(spans) < len(whole)
+    assert all(s.trace_id != "" for s in spans)
 
 
 # -- the exporters, for real ------------------------------------------------------------------

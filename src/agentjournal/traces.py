@@ -619,13 +619,15 @@ class Projector:
     def _adopt(self, tree: _Tree, run: _Run, stream: str, when: int) -> None:
         """A continuation (and the continuations it is inside) joins ``run``: the first run
         of its branch that writes in it or closes it."""
+        chain: list[_Subagent] = []  # innermost first; a crafted cycle ends where it closes
         sub = tree.subagents.get(stream)
-        if sub is None or sub.trace_id:
-            return
-        self._adopt(tree, run, sub.parent_stream, when)
-        sub.trace_id = run.trace_id
-        sub.parent_id = self._owner(tree, run, sub.parent_stream)
-        sub.start_ns = sub.end_ns = when
+        while sub is not None and not sub.trace_id and sub not in chain:
+            chain.append(sub)
+            sub = tree.subagents.get(sub.parent_stream)
+        for sub in reversed(chain):  # outermost first: each under its parent's span
+            sub.parent_id = self._owner(tree, run, sub.parent_stream)
+            sub.trace_id = run.trace_id
+            sub.start_ns = sub.end_ns = when
 
     # -- ids ------------------------------------------------------------------------
 
