@@ -370,7 +370,8 @@ def test_a_follower_meeting_forks_sends_what_a_one_shot_export_does(
     def sent() -> dict[str, Span]:
         if not out.exists():
             return {}
-        lines = out.read_text().splitlines()
+        # Only whole lines: the follower may be appending one right now.
+        lines = [line for line in out.read_text().splitlines(keepends=True) if line[-1:] == "\n"]
         return {s["span_id"]: s for s in map(json.loads, lines)}
 
     try:
@@ -390,6 +391,40 @@ def test_a_follower_meeting_forks_sends_what_a_one_shot_export_does(
     assert sorted(map(_key, sent().values())) == sorted(map(_key, expected.values()))
     # The branches' runs were not dropped.
     assert _lines_of(sent().values()) == (LINES if line is None else {line})
+
+
+def test_a_follower_stops_even_when_its_subscription_swallows_a_cancel(tmp_path: Path) -> None:
+    """Found by the follower tests under load: a follower stopped by SIGTERM right after it
+    saved (its own append wakes its SQLite subscription) hung for good. Python 3.11's
+    ``asyncio.wait_for`` returns its inner result when that completes in the step the
+    cancellation arrives, so the subscription ate the follower's one ``cancel`` and read on
+    (a single cancel leaves it running in most attempts, printed below). The follower now
+    cancels until the task is done (``_cancelled``)."""
+    from agentjournal.cli.trace import _cancelled
+    from agentjournal.store.base import NewEvent, StreamState
+
+    async def go() -> bool:
+        store = await open_store(f"sqlite:///{tmp_path / 'wake.db'}")
+        try:
+            event = [NewEvent("Noted", b"{}", {})]
+            last = (await store.append("Notes-1", event, expected=StreamState.ANY)).position
+
+            async def pump() -> None:
+                async for _ in store.subscribe(after_position=last):
+                    pass
+
+            task = asyncio.create_task(pump())
+            await asyncio.sleep(0.3)  # caught up: it waits for a wake-up
+            await store.append("Notes-1", event, expected=StreamState.ANY)  # wakes it
+            task.cancel()  # in the same step, as the follower's stop did
+            done, _ = await asyncio.wait({task}, timeout=1.0)
+            await asyncio.wait_for(_cancelled(task), 10)
+            assert task.done()
+            return bool(done)
+        finally:
+            await store.close()
+
+    print("one cancel was enough:", asyncio.run(go()))
 
 
 # -- bad input: one line, exit 1, nothing written ---------------------------------------------

@@ -467,6 +467,21 @@ def _skipped(bad: DamagedEvent, warned: set[str]) -> None:
         print(f"agentjournal: skipped {printable(str(bad))}", file=sys.stderr, flush=True)
 
 
+async def _cancelled(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it is done, cancelling again while it goes on.
+
+    One cancellation can be lost: Python 3.11's ``asyncio.wait_for`` returns its inner
+    result when that completes in the same step as the cancellation, and the SQLite
+    subscription waits with it for a wake-up that the follower's own save just sent — the
+    subscription then reads on, and a single ``cancel`` and ``await`` hung the follower
+    after SIGTERM (seen under load)."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=TICK_SECONDS)
+    if not task.cancelled():
+        task.exception()  # retrieved: a failure here is not the command's result
+
+
 class _Follower:
     """``--follow``: fold the subscription, send what ends, save the position after the
     destination took every span before it."""
@@ -588,9 +603,7 @@ class _Follower:
                 saved = await self._save(projector, spans, position, saved, projections)
         finally:
             for task in (pumping, stopping):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                await _cancelled(task)
 
     def _feed(self, projector: Projector, event: RecordedEvent) -> list[ProjectedSpan]:
         from agentjournal.records import DamagedEvent, Record
