@@ -471,10 +471,12 @@ async def _cancelled(task: asyncio.Task[Any]) -> None:
     """Cancel ``task`` and wait until it is done, cancelling again while it goes on.
 
     One cancellation can be lost: Python 3.11's ``asyncio.wait_for`` returns its inner
-    result when that completes in the same step as the cancellation, and the SQLite
-    subscription waits with it for a wake-up that the follower's own save just sent — the
-    subscription then reads on, and a single ``cancel`` and ``await`` hung the follower
-    after SIGTERM (seen under load)."""
+    result when that completes in the same step as the cancellation. The SQLite
+    subscription waited with it for a wake-up that the follower's own save had just sent,
+    read on, and a single ``cancel`` and ``await`` hung the follower after SIGTERM (seen
+    under load; the store now waits with ``asyncio.timeout``,
+    ``tests/test_subscribe_cancel.py``). A subscription of another store, or code of a
+    library's, can still do so: cancelling until done stops it whatever it awaits."""
     while not task.done():
         task.cancel()
         await asyncio.wait({task}, timeout=TICK_SECONDS)
