@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, function_tool
-from agents.testing import ScriptedModel, function_call
 
 from agentjournal import Journal, JournalSession
 from agentjournal import events as ev
@@ -39,6 +37,7 @@ from branch_items import assistant, user
 from cli_run import run
 from drive import drive
 from ledger_sessions import rechain
+from paused_graph import paused_graph
 
 SID = "line-ends"
 MAIN = session_stream(SID)
@@ -60,28 +59,11 @@ def uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 # -- the runs: a refund waiting for approval inside a subagent (one or two deep) -------------
 
 
-def _graph(depth: int) -> Agent[Any]:
-    """triage -> billing (-> refunds when ``depth`` is 2), whose refund needs approval."""
-
-    @function_tool(needs_approval=True)
-    def issue_refund(order_id: str, amount_cents: int) -> str:
-        """Refund part of an order (a person approves it first)."""
-        return f"refunded {amount_cents} cents on {order_id}"
-
-    refund = [function_call("issue_refund", {"order_id": "42", "amount_cents": 1250}, call_id="r1")]
-    if depth == 1:
-        billing = Agent(name="billing", model=ScriptedModel([refund]), tools=[issue_refund])
-    else:
-        refunds = Agent(name="refunds", model=ScriptedModel([refund]), tools=[issue_refund])
-        to_refunds = [function_call("transfer_to_refunds", {}, call_id="h2")]
-        billing = Agent(name="billing", model=ScriptedModel([to_refunds]), handoffs=[refunds])
-    to_billing = [function_call("transfer_to_billing", {}, call_id="h1")]
-    return Agent(name="triage", model=ScriptedModel([to_billing]), handoffs=[billing])
-
-
 async def _paused(session: JournalSession, depth: int = 1) -> list[str]:
     """Run until the refund waits for approval; the open subsessions, outermost first."""
-    result: Any = await drive(_graph(depth), "Refund order 42", session=session, hooks=session)
+    result: Any = await drive(
+        paused_graph(depth), "Refund order 42", session=session, hooks=session
+    )
     assert result.interruptions
     opened = [subagent.stream for subagent in await session.open_subagents()]
     assert len(opened) == depth

@@ -31,8 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, function_tool
-from agents.testing import ScriptedModel, function_call
 
 from agentjournal import Journal, JournalSession
 from agentjournal import events as ev
@@ -55,6 +53,7 @@ from branch_items import assistant as _assistant
 from branch_items import user as _user
 from drive import METHODS, Method, drive
 from ledger_sessions import rechain
+from paused_graph import paused_graph
 
 SID = "races"
 MAIN = session_stream(SID)
@@ -126,38 +125,11 @@ async def _verifies(store: EventStore, **options: Any) -> None:
 # -- a run paused inside a subagent (billing waits for an approval) --------------------------
 
 
-@function_tool(needs_approval=True)
-def issue_refund(order_id: str, amount_cents: int) -> str:
-    """Refund part of an order (a person approves it first)."""
-    return f"refunded {amount_cents} cents on {order_id}"
-
-
-def _paused_graph() -> Agent[Any]:
-    billing = Agent(
-        name="billing",
-        model=ScriptedModel(
-            [
-                [
-                    function_call(
-                        "issue_refund", {"order_id": "42", "amount_cents": 1250}, call_id="r1"
-                    )
-                ]
-            ]
-        ),
-        tools=[issue_refund],
-    )
-    return Agent(
-        name="triage",
-        model=ScriptedModel([[function_call("transfer_to_billing", {}, call_id="h1")]]),
-        handoffs=[billing],
-    )
-
-
 async def _pause_inside_billing(session: JournalSession, method: Method) -> str:
     """triage hands off to billing, whose refund waits for approval: billing stays open on
     main; its stream's name."""
     paused: Any = await drive(
-        _paused_graph(), "Refund order 42", method=method, session=session, hooks=session
+        paused_graph(), "Refund order 42", method=method, session=session, hooks=session
     )
     assert paused.interruptions
     (billing,) = await session.open_subagents()

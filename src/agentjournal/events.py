@@ -672,6 +672,16 @@ def _str(body: Mapping[str, Any], key: str, type_: str, *, empty: bool = False) 
     return value
 
 
+def _event_id(body: Mapping[str, Any], key: str, type_: str) -> str:
+    """``body[key]``: the text of an event id (a UUID)."""
+    value = _str(body, key, type_)
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        raise CodecError(f"{type_}: {key} must be an event id, got {value!r}") from None
+    return value
+
+
 def _optional_str(body: Mapping[str, Any], key: str, type_: str) -> str | None:
     if body.get(key) is None:
         if key not in body:
@@ -1013,11 +1023,7 @@ class BranchAdded:
         """
         type_ = cls.EVENT_TYPE
         body = _object(data, type_)
-        event = _str(body, "event", type_)
-        try:
-            uuid.UUID(event)
-        except ValueError:
-            raise CodecError(f"{type_}: event must be an event id, got {event!r}") from None
+        event = _event_id(body, "event", type_)
         return cls(
             _str(body, "branch", type_),
             _str(body, "stream", type_),
@@ -1070,11 +1076,7 @@ class LineGuarded:
         """
         type_ = cls.EVENT_TYPE
         body = _object(data, type_)
-        event = _str(body, "event", type_)
-        try:
-            uuid.UUID(event)
-        except ValueError:
-            raise CodecError(f"{type_}: event must be an event id, got {event!r}") from None
+        event = _event_id(body, "event", type_)
         return cls(event, _str(body, "stream", type_))
 
 
