@@ -130,7 +130,6 @@ def _run_spans_of(spans: Any, branch: str) -> list[Any]:
     ]
 
 
-@pytest.mark.xfail(strict=True, reason="review r6 #2: a branch's LineGuarded opens a run span")
 def test_a_reset_on_a_branch_that_never_ran_exports_no_run_span(tmp_path: Path) -> None:
     async def spans() -> Any:
         async with Journal.open(f"sqlite:///{tmp_path / 'j.db'}") as journal:
@@ -145,7 +144,6 @@ def test_a_reset_on_a_branch_that_never_ran_exports_no_run_span(tmp_path: Path) 
     assert _run_spans_of(asyncio.run(spans()), "b") == []
 
 
-@pytest.mark.xfail(strict=True, reason="review r6 #2: a line's end closes open a run span")
 def test_the_closes_of_a_line_end_open_no_run_span_of_their_own(tmp_path: Path) -> None:
     async def spans() -> Any:
         async with Journal.open(f"sqlite:///{tmp_path / 'j.db'}") as journal:
@@ -162,7 +160,6 @@ def test_the_closes_of_a_line_end_open_no_run_span_of_their_own(tmp_path: Path) 
     assert len(runs) == 1, [(s.trace_id, s.span_id) for s in runs]
 
 
-@pytest.mark.xfail(strict=True, reason="review r6 #3: a pre-lines follower state drops branches")
 def test_a_follower_state_saved_before_lines_keeps_following_existing_branches(
     tmp_path: Path,
 ) -> None:

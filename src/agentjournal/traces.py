@@ -24,7 +24,9 @@ of a branch names it (``agentjournal.branch`` and the fork's cut) and carries a
 branch to where it forked. A subagent open at the fork continues on the branch
 (``agentjournal.SubagentContinued``): its ``invoke_agent`` span belongs to the first
 branch run that speaks in it or closes it. The fork's own events (and a
-``BranchDeleted``) belong to no run: a fork made after a run never stretches that run.
+``BranchDeleted``, a ``LineGuarded``) belong to no run: a fork made after a run never
+stretches that run; the closes a line's end writes (``aj.line_end``) end their subagents'
+spans, cancelled, without a run.
 
 Ids: a run's trace id is the one its events recorded; the run span reuses the span id
 recorded on the run's first event, a subagent span the one recorded on the receiver's
@@ -82,9 +84,16 @@ _OUTPUT_TYPES: Final = frozenset(f"{kind}_output" for kind in CALL_KINDS)
 _FAILED: Final = frozenset({"error", "cancelled"})
 _STATE_VERSION: Final = 1
 _LINE_EVENTS: Final = frozenset(
-    {events.BRANCH_FORKED, events.BRANCH_STARTED, events.SUBAGENT_CONTINUED, events.BRANCH_DELETED}
+    {
+        events.BRANCH_FORKED,
+        events.BRANCH_STARTED,
+        events.SUBAGENT_CONTINUED,
+        events.BRANCH_DELETED,
+        events.LINE_GUARDED,
+    }
 )
-"""A line's own events: they open, continue or end a line and belong to no run."""
+"""A line's own events: they open, continue, guard or end a line and belong to no run (a
+``LineGuarded`` is written beside a reset or a clear, outside any run)."""
 _BRANCH_PREFIX: Final = "AgentBranch-"
 _SUBSESSION_PREFIX: Final = "AgentSubsession-"
 
@@ -317,6 +326,9 @@ class Projector:
         self._line = line
         self._streams: dict[str, str] = {}  # stream -> its tree (main's or a branch's)
         self._trees: dict[str, _Tree] = {}
+        # Loaded from a state saved before lines: it never saw the BranchForked of a branch
+        # forked before that save, so it learns such a branch from the branch's own events.
+        self._learn = False
 
     # -- state ----------------------------------------------------------------------
 
@@ -329,6 +341,8 @@ class Projector:
             "streams": self._streams,
             "trees": {key: asdict(tree) for key, tree in self._trees.items()},
         }
+        if self._learn:  # kept across saves: such a branch may first speak much later
+            state["learn_branches"] = True
         return json.dumps(state, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
@@ -342,6 +356,8 @@ class Projector:
         if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
             raise ValueError("not a trace projector state of this version")
         projector = cls(state["only"], line=state.get("line"))
+        # A state saved before lines has no "line" (nor any line field below).
+        projector._learn = "line" not in state or bool(state.get("learn_branches"))
         projector._streams = dict(state["streams"])
         for key, tree in state["trees"].items():
             run = tree["run"]
@@ -376,6 +392,22 @@ class Projector:
         """Whether ``stream`` belongs to a session tree this projector has seen."""
         return stream in self._streams
 
+    def learns(self, stream: str) -> bool:
+        """Whether ``stream`` is the top stream of a branch of a followed session that this
+        projector, loaded from a state saved before lines, has not seen fork: fed its
+        ``BranchStarted`` (revision 0) first, it knows the branch's name and fork as if
+        it had seen the fork; else it learns the branch from its stream's name alone."""
+        return self._unknown_branch(stream) is not None
+
+    def _unknown_branch(self, stream: str) -> str | None:
+        """The session of an unknown branch top stream this projector learns, else None."""
+        if not self._learn or stream in self._streams or not stream.startswith(_BRANCH_PREFIX):
+            return None
+        session, join, key = stream[len(_BRANCH_PREFIX) :].partition("@")
+        if not join or not key or session not in self._trees:  # only a session it followed
+            return None
+        return session
+
     # -- the fold -------------------------------------------------------------------
 
     def feed(self, record: Record) -> list[ProjectedSpan]:
@@ -386,6 +418,10 @@ class Projector:
         if record.type in _LINE_EVENTS:
             self._line_event(tree, record)
             return []
+        if record.type == events.SUBAGENT_COMPLETED and events.LINE_END_KEY in record.metadata:
+            # A line's end closes what was open on it: no run writes it (its trace ids are
+            # the ending object's), so it must neither start nor stretch one.
+            return self._shown(tree, self._line_closed(tree, record))
         sent: list[ProjectedSpan] = []
         run = self._run_for(tree, record, sent)
         when = _ns(record.recorded_at)
@@ -456,6 +492,8 @@ class Projector:
 
     def _tree_of(self, record: Record) -> _Tree | None:
         key = self._streams.get(record.stream)
+        if key is None and self._unknown_branch(record.stream) is not None:
+            key = self._learnt(record)
         if key is None:
             session = session_of_stream(record.stream)
             if session is None or (self._only is not None and session != self._only):
@@ -557,23 +595,63 @@ class Projector:
             return  # only this session's branches (a crafted marker pulls in nothing)
         if stream in self._streams:
             return
+        self._branch_tree(tree.session_id, self._streams[record.stream], forked, record.id)
+
+    def _branch_tree(
+        self, session: str, parent_key: str | None, forked: events.BranchForked, fork_id: str
+    ) -> None:
+        """The tree of a branch that left the line ``parent_key`` (None: a line not known)."""
+        stream = forked.branch_stream
+        parent = self._trees.get(parent_key) if parent_key is not None else None
         self._streams[stream] = stream
-        link = self._run_at(tree, forked.cut.position)
         self._trees[stream] = _Tree(
-            tree.session_id,
+            session,
             line=forked.branch,
             top=stream,
-            parent=self._streams[record.stream],
+            parent=parent_key if parent is not None else None,
             cut=forked.cut.position,
             fork={
-                "event": record.id,
+                "event": fork_id,
                 "parent": forked.parent,
                 "kind": forked.cut.kind,
                 "value": forked.cut.value,
                 "position": forked.cut.position,
-                "link": link,
+                "link": None if parent is None else self._run_at(parent, forked.cut.position),
             },
         )
+
+    def _learnt(self, record: Record) -> str | None:
+        """The tree of a branch forked before a pre-lines save (:meth:`learns`): from its
+        ``BranchStarted`` (the twin of its ``BranchForked``: the same fields), else from
+        its stream's name (its key: the branch's name unless the name needed hashing;
+        where it forked unknown)."""
+        stream = record.stream
+        session = self._unknown_branch(stream)
+        assert session is not None
+        if record.type == events.BRANCH_STARTED and record.revision == 0:
+            try:
+                started = events.BranchStarted.decode(_bytes(record))
+            except (CodecError, RecursionError):
+                return None  # not what agentjournal writes: the verifier reports it
+            twin = record.metadata.get(events.TWIN_KEY)
+            if started.session_id != session or started.branch_stream != stream or not twin:
+                return None
+            parents = [
+                key
+                for key, tree in self._trees.items()
+                if tree.session_id == session and tree.line == started.parent
+            ]
+            # A parent branch forked before the save and not yet learnt: no link.
+            self._branch_tree(session, parents[0] if len(parents) == 1 else None, started, twin)
+            return stream
+        self._streams[stream] = stream
+        self._trees[stream] = _Tree(
+            session,
+            line=stream.partition("@")[2],
+            top=stream,
+            fork=dict.fromkeys(("event", "parent", "kind", "value", "position", "link")),
+        )
+        return stream
 
     def _run_at(self, tree: _Tree, position: int) -> list[str] | None:
         """[trace id, root span id] of the run a line was in just before ``position``: its
@@ -708,6 +786,26 @@ class Projector:
             if sub.trace_id == run.trace_id and run.error is None:
                 run.error = f"subagent {sub.agent} ended with {error}"
         return [self._subagent_span(tree, sub, when, outcome=outcome, error=error)]
+
+    def _line_closed(self, tree: _Tree, record: Record) -> list[ProjectedSpan]:
+        """A close a line's end wrote (``aj.line_end``): the subagent's span ends then, as
+        cancelled; a continuation no run of its branch touched has no span."""
+        body = record.body or {}
+        openai = body.get("extensions", {}).get("openai", {})
+        sub = tree.subagents.pop(str(openai.get("subsession_stream", "")), None)
+        if sub is None or not sub.trace_id:  # closed by its other copy, or never touched
+            return []
+        outcome = str(body.get("outcome", ""))
+        error = f"{outcome}: {openai.get('reason') or 'no reason given'}"
+        return [
+            self._subagent_span(
+                tree,
+                sub,
+                _ns(record.recorded_at),
+                outcome=outcome,
+                error=error if outcome in _FAILED else None,
+            )
+        ]
 
     def _responded(self, tree: _Tree, run: _Run, record: Record, when: int) -> list[ProjectedSpan]:
         try:
@@ -967,11 +1065,15 @@ class Projector:
         if fork is not None:  # a branch's run: which line, where it left its parent
             attributes["agentjournal.branch"] = tree.line
             attributes["agentjournal.branch_stream"] = tree.top
-            attributes["agentjournal.parent_branch"] = fork["parent"]
-            attributes["agentjournal.fork_event_id"] = fork["event"]
-            attributes["agentjournal.fork_cut_kind"] = fork["kind"]
-            attributes["agentjournal.fork_cut_value"] = fork["value"]
-            attributes["agentjournal.fork_cut_position"] = fork["position"]
+            for name, key in (
+                ("parent_branch", "parent"),
+                ("fork_event_id", "event"),
+                ("fork_cut_kind", "kind"),
+                ("fork_cut_value", "value"),
+                ("fork_cut_position", "position"),
+            ):
+                if fork[key] is not None:  # None: learnt without its fork (Projector.learns)
+                    attributes[f"agentjournal.{name}"] = fork[key]
             if fork["link"] is not None:
                 trace_id, span_id = fork["link"]
                 links = (

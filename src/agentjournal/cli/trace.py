@@ -595,6 +595,8 @@ class _Follower:
                     position = event.position
                     if event.stream == own:
                         continue
+                    if event.revision and projector.learns(event.stream):
+                        await self._learn(projector, event.stream)
                     spans.extend(self._feed(projector, event))
                     if projector.knows(event.stream):
                         folded += 1
@@ -606,6 +608,14 @@ class _Follower:
         finally:
             for task in (pumping, stopping):
                 await _cancelled(task)
+
+    async def _learn(self, projector: Projector, stream: str) -> None:
+        """A state saved before lines meets a branch forked before that save: feed the
+        branch's ``BranchStarted`` (revision 0, the twin of its ``BranchForked``) first, so
+        its runs name the branch and its fork as if the fork had been followed."""
+        first = await self._store.read(stream, limit=1)
+        if first and first[0].revision == 0:
+            self._feed(projector, first[0])  # a BranchStarted ends no span
 
     def _feed(self, projector: Projector, event: RecordedEvent) -> list[ProjectedSpan]:
         from agentjournal.records import DamagedEvent, Record
