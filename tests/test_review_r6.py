@@ -86,10 +86,10 @@ def _resign(bundle: dict[str, Any]) -> None:
     rechain(bundle, ledger["name"])
 
 
-@pytest.mark.xfail(strict=True, reason="review r6 #1: an ended line hidden by a later event")
-def test_a_resigned_end_with_its_closes_dropped_and_an_event_after_it_fails(
-    tmp_path: Path,
-) -> None:
+def _ended(tmp_path: Path) -> dict[str, Any]:
+    """A signed bundle of a session whose branch ``b`` was deleted with a subagent open on it
+    (its end closed it); it verifies."""
+
     async def build() -> dict[str, Any]:
         async with Journal.open(f"sqlite:///{tmp_path / 'j.db'}", signing_key=KEY) as journal:
             main = journal.session(SID)
@@ -103,6 +103,13 @@ def test_a_resigned_end_with_its_closes_dropped_and_an_event_after_it_fails(
 
     bundle = asyncio.run(build())
     assert verify_bundle(copy.deepcopy(bundle), TRUSTED).ok
+    return bundle
+
+
+def test_a_resigned_end_with_its_closes_dropped_and_an_event_after_it_fails(
+    tmp_path: Path,
+) -> None:
+    bundle = _ended(tmp_path)
     streams = {s["name"]: s["events"] for s in bundle["streams"]}
     billing = next(e["metadata"]["aj.closes"] for e in streams[TOP] if "aj.closes" in e["metadata"])
     streams[billing].pop()  # the subsession's own close
@@ -118,8 +125,87 @@ def test_a_resigned_end_with_its_closes_dropped_and_an_event_after_it_fails(
         rechain(bundle, name)
     _resign(bundle)
     report = verify_bundle(bundle, TRUSTED)
-    # Today: OK, with billing open on a line that has a BranchDeleted.
+    # Before the fix: OK, with billing open on a line that has a BranchDeleted.
     assert not report.ok, report.text()
+    text = report.text()
+    assert "written after its end" in text, text
+    assert "left open on branch 'b'" in text, text
+    assert f"no BranchRemoved in {registry} says so" in text, text
+
+
+def test_a_resigned_end_without_its_registry_entry_fails(tmp_path: Path) -> None:
+    """Only the registry's ``BranchRemoved`` dropped (re-chained, re-signed): the registry
+    would say the branch is live while its line says it ended. One line says so."""
+    bundle = _ended(tmp_path)
+    registry = branches_stream(SID)
+    streams = {s["name"]: s["events"] for s in bundle["streams"]}
+    streams[registry][:] = [
+        e for e in streams[registry] if e["type"] != "agentjournal.BranchRemoved"
+    ]
+    rechain(bundle, registry)
+    _resign(bundle)
+    report = verify_bundle(bundle, TRUSTED)
+    # Before the fix: OK.
+    assert [(p.stream, p.message) for p in report.problems] == [
+        (TOP, f"branch 'b' ended here, but no BranchRemoved in {registry} says so")
+    ], report.text()
+
+
+def test_a_resigned_event_after_an_intact_end_fails_once(tmp_path: Path) -> None:
+    """The end's closes and registry entry intact, one event appended after the
+    ``BranchDeleted`` (re-chained, re-signed): one line, "written after its end"."""
+    bundle = _ended(tmp_path)
+    streams = {s["name"]: s["events"] for s in bundle["streams"]}
+    end = len(streams[TOP]) - 1
+    assert streams[TOP][end]["type"] == "agentjournal.BranchDeleted"
+    after = copy.deepcopy(next(e for e in streams[TOP] if e["type"] == "UserMessageReceived"))
+    after["id"] = str(uuid.uuid4())
+    streams[TOP].append(after)
+    rechain(bundle, TOP)
+    _resign(bundle)
+    report = verify_bundle(bundle, TRUSTED)
+    # Before the fix: the registry check's "was not deleted as the entry says" instead.
+    assert [(p.stream, p.message) for p in report.problems] == [
+        (TOP, f"1 event written after its end (its BranchDeleted at revision {end})")
+    ], report.text()
+
+
+def test_a_resigned_registry_entry_of_a_line_that_did_not_end_fails(tmp_path: Path) -> None:
+    """The line's end dropped (its ``BranchDeleted`` and both copies of its close), its
+    ``BranchRemoved`` kept, re-chained and re-signed: the registry says deleted, the line
+    says live. (The registry check caught this before the fix too; kept as a guard.)"""
+    bundle = _ended(tmp_path)
+    streams = {s["name"]: s["events"] for s in bundle["streams"]}
+    billing = next(e["metadata"]["aj.closes"] for e in streams[TOP] if "aj.closes" in e["metadata"])
+    streams[billing].pop()
+    streams[TOP][:] = [
+        e
+        for e in streams[TOP]
+        if "aj.line_end" not in e["metadata"] and e["type"] != "agentjournal.BranchDeleted"
+    ]
+    for name in (billing, TOP):
+        rechain(bundle, name)
+    _resign(bundle)
+    report = verify_bundle(bundle, TRUSTED)
+    assert [p.message for p in report.problems] == [
+        "branch 'b' was not deleted as the entry says"
+    ], report.text()
+
+
+def test_a_resigned_second_registry_entry_of_one_end_fails(tmp_path: Path) -> None:
+    """A copy of the ``BranchRemoved`` (another id) appended to the registry, re-chained and
+    re-signed: one end, one entry. Before the fix it verified."""
+    bundle = _ended(tmp_path)
+    registry = branches_stream(SID)
+    streams = {s["name"]: s["events"] for s in bundle["streams"]}
+    removed = next(e for e in streams[registry] if e["type"] == "agentjournal.BranchRemoved")
+    twice = copy.deepcopy(removed)
+    twice["id"] = str(uuid.uuid4())
+    streams[registry].append(twice)
+    rechain(bundle, registry)
+    _resign(bundle)
+    report = verify_bundle(bundle, TRUSTED)
+    assert [p.message for p in report.problems] == ["branch 'b' is removed twice"], report.text()
 
 
 def _run_spans_of(spans: Any, branch: str) -> list[Any]:

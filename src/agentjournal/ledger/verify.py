@@ -634,6 +634,7 @@ class _Tree:
         self._closers: dict[str, list[tuple[int, str, int]]] | None = None
         self._authorities: dict[str, Authority | None] = {}
         self._line_logs: dict[str, str] | None = None
+        self._ends: dict[str, Record] | None = None
         self.policies = _Policies()  # filled by the authority check
         # Subsession stream -> the parent copy of the SubagentStarted that opened it.
         self.opened_by: dict[str, Record] = {}
@@ -785,6 +786,18 @@ class _Tree:
         found = self.streams.get(stream)
         return found[-1] if found else None
 
+    def ends(self) -> dict[str, Record]:
+        """Each ended branch line's top stream -> its end, the first ``BranchDeleted`` on
+        it. Anywhere on the stream, not only last: an event a key holder put after it must
+        not make the line read as live (DESIGN §17.3, "The end of a line")."""
+        if self._ends is None:
+            self._ends = {}
+            for name in self.started:
+                end = next((e for e in self.streams[name] if e.type == events.BRANCH_DELETED), None)
+                if end is not None:
+                    self._ends[name] = end
+        return self._ends
+
 
 def _check_twins(report: Report, tree: _Tree) -> None:
     started = completed = 0
@@ -927,16 +940,13 @@ def _check_branches(report: Report, tree: _Tree) -> None:
 
 
 def _check_line_ends(report: Report, tree: _Tree) -> None:
-    """A branch line that ended (its top stream's last event is its ``BranchDeleted``) has
-    no subagent open: every subsession and continuation of the line was closed. What the
-    end itself closed (``aj.line_end``: both copies of each ``SubagentCompleted`` name the
-    ``BranchDeleted``) is on that line, closed ``cancelled``, and on the top stream right
-    before the ``BranchDeleted`` (one write; DESIGN §17.3, "The end of a line")."""
-    ends: dict[str, str] = {}  # a BranchDeleted's id -> the top stream it ends
-    for name in tree.started:
-        last = tree.head(name)
-        if last is not None and last.type == events.BRANCH_DELETED:
-            ends[last.id] = name
+    """A branch line that ended (a ``BranchDeleted`` is on its top stream, :meth:`_Tree.ends`)
+    has nothing written after its end on that stream, and no subagent open: every subsession
+    and continuation of the line was closed. What the end itself closed (``aj.line_end``:
+    both copies of each ``SubagentCompleted`` name the ``BranchDeleted``) is on that line,
+    closed ``cancelled``, and on the top stream right before the ``BranchDeleted`` (one
+    write; DESIGN §17.3, "The end of a line")."""
+    ends = {end.id: top for top, end in tree.ends().items()}  # the end's id -> its top stream
     marked = [
         event
         for stream in tree.streams.values()
@@ -967,7 +977,16 @@ def _check_line_ends(report: Report, tree: _Tree) -> None:
     }
     for end, top in ends.items():
         line = tree.streams[top]
-        deleted = line[-1]
+        deleted = tree.ends()[top]
+        if deleted.revision != len(line) - 1:
+            # One line however many: nothing reads or writes an ended line again.
+            report.fail(
+                "branches",
+                top,
+                deleted.revision + 1,
+                f"{plural(len(line) - 1 - deleted.revision, 'event')} written after its end "
+                f"(its BranchDeleted at revision {deleted.revision})",
+            )
         reason = (deleted.body or {}).get("reason")
         branch = cut(repr((deleted.body or {}).get("branch")), 80)
         for stream, its_top in owner.items():
@@ -1089,11 +1108,15 @@ def _check_marker(report: Report, tree: _Tree, marker: Record) -> None:
 
 def _check_registry(report: Report, tree: _Tree, registry: Sequence[Record]) -> dict[str, str]:
     """Each registry entry names what is there: a ``BranchAdded`` the branch's
-    ``BranchStarted`` (same name, parent, event id), a ``BranchRemoved`` the branch's last
-    event, its ``BranchDeleted``. Returns branch stream -> the ``BranchStarted`` id its
-    ``BranchAdded`` names."""
+    ``BranchStarted`` (same name, parent, event id), a ``BranchRemoved`` the branch's end,
+    its ``BranchDeleted`` (:meth:`_Tree.ends`; what follows an end the line-ends check
+    reports); and every ended line has its one ``BranchRemoved``, or the registry would
+    list as live a branch whose line ended. Returns branch stream -> the ``BranchStarted``
+    id its ``BranchAdded`` names."""
     added: dict[str, str] = {}
     added_at: dict[str, int] = {}  # branch stream -> its BranchAdded's registry revision
+    removed: set[str] = set()  # the branch streams a BranchRemoved names
+    ends = tree.ends()
     for entry in registry:
         where = ("branches", entry.stream, entry.revision)
         if entry.type not in (events.BRANCH_ADDED, events.BRANCH_REMOVED):
@@ -1125,12 +1148,28 @@ def _check_registry(report: Report, tree: _Tree, registry: Sequence[Record]) -> 
             else:
                 added[body.stream] = body.event
                 added_at[body.stream] = entry.revision
-        elif not named:
-            report.fail(*where, misnamed)
-        elif line[-1].id != body.event or line[-1].type != events.BRANCH_DELETED:
-            report.fail(*where, f"branch {body.branch!r} was not deleted as the entry says")
-        elif added_at.get(body.stream) is None:
-            report.fail(*where, f"branch {body.branch!r} is removed before it is registered")
+        else:
+            if not named:
+                report.fail(*where, misnamed)
+            elif (end := ends.get(body.stream)) is None or end.id != body.event:
+                report.fail(*where, f"branch {body.branch!r} was not deleted as the entry says")
+            elif added_at.get(body.stream) is None:
+                report.fail(*where, f"branch {body.branch!r} is removed before it is registered")
+            elif body.stream in removed:
+                report.fail(*where, f"branch {body.branch!r} is removed twice")
+            # Named, even if wrongly: that entry's line says what is wrong, not a second one.
+            removed.add(body.stream)
+    for top, end in ends.items():
+        if top not in removed:
+            started = tree.started[top][1]
+            named = cut(repr(started.branch if started is not None else top), 80)
+            report.fail(
+                "branches",
+                top,
+                end.revision,
+                f"branch {named} ended here, but no BranchRemoved in {tree.registry_stream} "
+                "says so",
+            )
     if not report.failed("branches"):
         _check_registry_order(report, tree, added_at)
     return added
