@@ -74,6 +74,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from _common import ROUNDS, Timing, measure_cpu, table
 from agentjournal import Journal, JournalSession
 from agentjournal.store.base import AppendRequest, encode_metadata
+from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import session_stream
 
 Turn = Callable[[], Awaitable[None]]
@@ -247,6 +248,7 @@ class StoreFloor:
         self.writes: dict[str, list[list[AppendRequest]]] = {}
         self.sent: dict[str, int] = {}
         self.journal: Journal | None = None
+        self.items: dict[str, int] = {}  # session id -> items its turns wrote
 
     async def record(self, session_ids: list[str], rounds: int, per_round: int) -> None:
         """Record what ``rounds + 1`` rounds of ``per_round`` turns of each session write
@@ -264,6 +266,7 @@ class StoreFloor:
             sessions = [scratch.session(name) for name in session_ids]
             for n in range(rounds + 1):
                 await asyncio.gather(*(turns(s, per_round, n * per_round) for s in sessions))
+            self.items = dict.fromkeys(session_ids, 2 * (rounds + 1) * per_round)
         self.journal = await Journal.open(self.path)
         warm = {stream: len(writes) - rounds * per_round for stream, writes in self.writes.items()}
         await asyncio.gather(*(self.send(stream, count) for stream, count in warm.items()))
@@ -282,17 +285,25 @@ class StoreFloor:
 
     async def close(self) -> None:
         """Check that every write was taken whole (each stream at the head its last write
-        leaves), then close the store."""
+        leaves, each session's read model holding every item its turns wrote), then close
+        the store."""
         if self.journal is None:
             return
         try:
+            if any(self.sent.get(stream) != len(w) for stream, w in self.writes.items()):
+                return  # stopped early (an error is on its way up)
+            store = self.journal.store
+            assert isinstance(store, SQLiteEventStore)
             for stream, writes in self.writes.items():
-                if self.sent.get(stream) != len(writes):
-                    continue  # stopped early (an error is on its way up)
                 last = next(r for r in writes[-1] if r.stream == stream)
                 assert isinstance(last.expected, int)
-                head = await self.journal.store.head(stream)
+                head = await store.head(stream)
                 assert head == last.expected + len(last.events), f"{stream}: head {head}"
+            for session_id, count in self.items.items():
+                snapshot = await store.read_model(session_stream(session_id))
+                assert snapshot is not None, f"{session_id}: no read model"
+                held = len(await JournalSession(store, session_id).get_items())
+                assert held == count, f"{session_id}: {held} items, not {count}"
         finally:
             await self.journal.close()
 

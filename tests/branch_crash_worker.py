@@ -38,7 +38,8 @@ async def main(uri: str, session_id: str, seed: int) -> None:
             parent = root if line == "main" else journal.session(session_id, branch=line)
             count = len(await parent.get_items())
             name = f"s{seed}-{step}"
-            at = rng.randrange(count) if rng.random() < 0.7 else None
+            # A line can be empty: a fork at 0 whose first write a kill cut off.
+            at = rng.randrange(count) if count and rng.random() < 0.7 else None
             await parent.fork(at, name=name) if at is not None else await parent.fork(name=name)
             _say(f"forked {name}")
             branch = journal.session(session_id, branch=name)

@@ -39,6 +39,7 @@ class Received:
     status_code: int  # 0 unset, 1 ok, 2 error
     status_message: str
     resource: dict[str, Any]
+    links: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
 
 
 def _value(value: AnyValue) -> Any:
@@ -74,6 +75,14 @@ def _decode(request: trace_service_pb2.ExportTraceServiceRequest) -> list[Receiv
                         status_code=span.status.code,
                         status_message=span.status.message,
                         resource=resource,
+                        links=[
+                            (
+                                link.trace_id.hex(),
+                                link.span_id.hex(),
+                                {kv.key: _value(kv.value) for kv in link.attributes},
+                            )
+                            for link in span.links
+                        ],
                     )
                 )
     return found

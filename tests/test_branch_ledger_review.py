@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, function_tool
-from agents.testing import ScriptedModel, function_call
 
 from agentjournal import Journal
 from agentjournal.cli.bundle import sign_every_line
@@ -39,6 +37,7 @@ from branch_items import user as _user
 from cli_run import run
 from drive import drive
 from ledger_sessions import rechain
+from paused_graph import paused_graph
 
 SID = "ledger-review"
 MAIN = session_stream(SID)
@@ -46,35 +45,6 @@ REGISTRY = branches_stream(SID)
 GONE = branch_stream(SID, "gone")
 KEY = SigningKey.generate()
 TRUSTED = {KEY.key_id: KEY.public_key}
-
-
-def _paused_in_billing() -> Agent[Any]:
-    """triage hands off to billing, whose refund waits for an approval: the run pauses with
-    billing's subsession open."""
-
-    @function_tool(needs_approval=True)
-    def issue_refund(order_id: str, amount_cents: int) -> str:
-        """Refund part of an order (a person approves it first)."""
-        return f"refunded {amount_cents} cents on {order_id}"
-
-    billing = Agent(
-        name="billing",
-        model=ScriptedModel(
-            [
-                [
-                    function_call(
-                        "issue_refund", {"order_id": "42", "amount_cents": 1250}, call_id="r1"
-                    )
-                ]
-            ]
-        ),
-        tools=[issue_refund],
-    )
-    return Agent(
-        name="triage",
-        model=ScriptedModel([[function_call("transfer_to_billing", {}, call_id="h1")]]),
-        handoffs=[billing],
-    )
 
 
 # -- 1. bundle export signs every line ----------------------------------------------------------
@@ -93,7 +63,7 @@ def test_bundle_export_with_a_key_signs_every_line(tmp_path: Path) -> None:
     async def write() -> None:
         async with Journal.open(uri) as journal:  # no key: nothing is signed
             main = journal.session(SID)
-            paused: Any = await drive(_paused_in_billing(), "Refund 42", session=main, hooks=main)
+            paused: Any = await drive(paused_graph(), "Refund 42", session=main, hooks=main)
             assert paused.interruptions
             await main.fork(name="retry")
             retry = journal.session(SID, branch="retry")
@@ -243,7 +213,7 @@ async def _forks(uri: str) -> dict[str, Any]:
         await main.fork(name="dropped")
         await journal.session(SID, branch="dropped").add_items([_user("dropped q")])
         await main.delete_branch("dropped")
-        await drive(_paused_in_billing(), "Refund 42", session=main, hooks=main)
+        await drive(paused_graph(), "Refund 42", session=main, hooks=main)
         await main.fork(name="inside")
         await main.fork(name="solo")
         await main.checkpoint()

@@ -93,7 +93,7 @@ NAME: Final = "catalog"
 """The projection's name: its state is saved on ``AgentProjection-catalog``."""
 PAGE: Final = 2000
 """Events per ``read_all`` page."""
-VERSION: Final = 3  # 2: items counted by the engine's index rule; 3: branches
+VERSION: Final = 4  # 2: items counted by the engine's index rule; 3: branches; 4: continuations
 """The state's layout; a saved state of another version is rebuilt from the start."""
 
 _SAVE_ATTEMPTS: Final = 5
@@ -460,9 +460,12 @@ class Catalog:
             return True
         if kind == events.BRANCH_STARTED and event.revision == 0:
             # Each subagent open at the cut goes on in a continuation stream of this line.
+            # It is a subagent of its own on the branch, closed there (by a run, or by the
+            # branch's end): counted as started, so a close of it leaves none open.
             for continuation in events.BranchStarted.decode(event.data).continuations.values():
                 row["lines"][continuation] = row["lines"][event.stream]
                 self.streams.setdefault(continuation, [session_id, -1, GENESIS])
+                row["started"] += 1
         return kind in events.BRANCH_EVENTS
 
     @staticmethod

@@ -33,6 +33,7 @@ __all__ = [
     "BRANCH_FORKED",
     "BRANCH_REMOVED",
     "BRANCH_STARTED",
+    "LINE_GUARDED",
     "SUBAGENT_CONTINUED",
     "TURN_KEY",
     "TURN_USAGE",
@@ -43,6 +44,7 @@ __all__ = [
     "BranchStarted",
     "Cut",
     "ItemPlace",
+    "LineGuarded",
     "StreamPlace",
     "SubagentContinued",
     "TurnUsage",
@@ -54,6 +56,7 @@ __all__ = [
     "TOOL_RULE_KEY",
     "CLOSES_KEY",
     "INDEX_KEY",
+    "LINE_END_KEY",
     "OPEN_KEY",
     "OUTCOMES",
     "SUBAGENT_COMPLETED",
@@ -453,6 +456,10 @@ any, after the event. A new process rebuilds the chain of open subagents from it
 TWIN_KEY: Final = "aj.twin"
 """On ``SubagentStarted``/``SubagentCompleted``: the id of the twin event on the other stream."""
 OUTCOMES: Final = ("success", "error", "cancelled")
+LINE_END_KEY: Final = "aj.line_end"
+"""On both copies of each ``SubagentCompleted`` that the end of a branch line writes (a
+subagent open on a line that ``delete_branch`` or ``clear_session`` ends, closed
+``cancelled`` in the same write): the id of that line's ``agentjournal.BranchDeleted``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -613,8 +620,10 @@ BRANCH_DELETED: Final = "agentjournal.BranchDeleted"
 BRANCH_ADDED: Final = "agentjournal.BranchAdded"
 BRANCH_REMOVED: Final = "agentjournal.BranchRemoved"
 TURN_USAGE: Final = "agentjournal.TurnUsage"
+LINE_GUARDED: Final = "agentjournal.LineGuarded"
 BRANCH_EVENTS: Final = frozenset(
     {
+        LINE_GUARDED,
         BRANCH_FORKED,
         BRANCH_STARTED,
         SUBAGENT_CONTINUED,
@@ -660,6 +669,16 @@ def _str(body: Mapping[str, Any], key: str, type_: str, *, empty: bool = False) 
         raise CodecError(f"{type_} lacks {key!r}") from None
     if not isinstance(value, str) or (not value and not empty):
         raise CodecError(f"{type_}: {key} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _event_id(body: Mapping[str, Any], key: str, type_: str) -> str:
+    """``body[key]``: the text of an event id (a UUID)."""
+    value = _str(body, key, type_)
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        raise CodecError(f"{type_}: {key} must be an event id, got {value!r}") from None
     return value
 
 
@@ -1004,11 +1023,7 @@ class BranchAdded:
         """
         type_ = cls.EVENT_TYPE
         body = _object(data, type_)
-        event = _str(body, "event", type_)
-        try:
-            uuid.UUID(event)
-        except ValueError:
-            raise CodecError(f"{type_}: event must be an event id, got {event!r}") from None
+        event = _event_id(body, "event", type_)
         return cls(
             _str(body, "branch", type_),
             _str(body, "stream", type_),
@@ -1023,6 +1038,46 @@ class BranchRemoved(BranchAdded):
     (``event`` is its ``BranchDeleted``'s id)."""
 
     EVENT_TYPE: ClassVar[str] = BRANCH_REMOVED
+
+
+@dataclass(frozen=True, slots=True)
+class LineGuarded:
+    """``agentjournal.LineGuarded``: holds nothing; it makes a write expect the exact head of
+    a line's top stream it has nothing else to append to (DESIGN §17.6).
+
+    KurrentDB's multi-stream append refuses a stream without events, so an expected
+    revision alone cannot join a transaction: this event is that expectation. Written at
+    the line's head in the same transaction as the event it guards, each naming the other
+    (``aj.twin``): by ``clear_session`` when its ``SessionCleared`` lands on a subagent's
+    stream (on main's top stream, where every fork of main writes its ``BranchForked``),
+    and by ``reset_authority`` on a branch (on the branch's top stream, where its end
+    writes ``BranchDeleted``). A racing fork or end conflicts, and the write plans again.
+
+    Attributes:
+        event: The id of the event it guards.
+        stream: That event's stream.
+    """
+
+    event: str
+    stream: str
+
+    EVENT_TYPE: ClassVar[str] = LINE_GUARDED
+
+    def encode(self) -> bytes:
+        """Compact UTF-8 JSON."""
+        return _compact({"event": self.event, "stream": self.stream})
+
+    @classmethod
+    def decode(cls, data: bytes) -> Self:
+        """Read it back.
+
+        Raises:
+            CodecError: The data is not such an event.
+        """
+        type_ = cls.EVENT_TYPE
+        body = _object(data, type_)
+        event = _event_id(body, "event", type_)
+        return cls(event, _str(body, "stream", type_))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,19 @@
 * span events for guardrail decisions and authority refusals, on the span of the agent
   that acted.
 
+A session's **lines** (DESIGN §17) are projected apart: main, and each branch learnt
+from the ``agentjournal.BranchForked`` on its parent line's top stream (committed first
+in the fork's transaction). A branch's runs are its own traces; its prefix is never
+projected again (it is its parent's, exported with the parent's spans). Every run span
+of a branch names it (``agentjournal.branch`` and the fork's cut) and carries a
+**link** to the parent line's run span at the cut, so a trace viewer goes from a
+branch to where it forked. A subagent open at the fork continues on the branch
+(``agentjournal.SubagentContinued``): its ``invoke_agent`` span belongs to the first
+branch run that speaks in it or closes it. The fork's own events (and a
+``BranchDeleted``, a ``LineGuarded``) belong to no run: a fork made after a run never
+stretches that run; the closes a line's end writes (``aj.line_end``) end their subagents'
+spans, cancelled, without a run.
+
 Ids: a run's trace id is the one its events recorded; the run span reuses the span id
 recorded on the run's first event, a subagent span the one recorded on the receiver's
 own first event (so the projection joins the live trace, its logs and the guardrail
@@ -40,8 +53,9 @@ from typing import Any, Final, TypeAlias
 from agentjournal import events
 from agentjournal._calls import CALL_KINDS, call_of
 from agentjournal._digests import value_digest
+from agentjournal.errors import CodecError
 from agentjournal.records import Record, TreeRecords
-from agentjournal.streams import session_of
+from agentjournal.streams import MAIN_BRANCH, session_of
 from agentjournal.usage import ModelResponse
 
 __all__ = [
@@ -49,6 +63,7 @@ __all__ = [
     "ProjectedSpan",
     "Projector",
     "SpanEvent",
+    "SpanLink",
     "project_tree",
     "session_of_stream",
 ]
@@ -68,6 +83,19 @@ _OTHER_ITEM: Final = "OpenAIItemRecorded"
 _OUTPUT_TYPES: Final = frozenset(f"{kind}_output" for kind in CALL_KINDS)
 _FAILED: Final = frozenset({"error", "cancelled"})
 _STATE_VERSION: Final = 1
+_LINE_EVENTS: Final = frozenset(
+    {
+        events.BRANCH_FORKED,
+        events.BRANCH_STARTED,
+        events.SUBAGENT_CONTINUED,
+        events.BRANCH_DELETED,
+        events.LINE_GUARDED,
+    }
+)
+"""A line's own events: they open, continue, guard or end a line and belong to no run (a
+``LineGuarded`` is written beside a reset or a clear, outside any run)."""
+_BRANCH_PREFIX: Final = "AgentBranch-"
+_SUBSESSION_PREFIX: Final = "AgentSubsession-"
 
 
 @dataclass(frozen=True)
@@ -86,6 +114,21 @@ class SpanEvent:
 
 
 @dataclass(frozen=True)
+class SpanLink:
+    """A link from a span to a span of another trace (a branch's run to its fork point).
+
+    Attributes:
+        trace_id: The linked span's trace id.
+        span_id: The linked span's id.
+        attributes: What the link says (``agentjournal.link``: ``forked_from``).
+    """
+
+    trace_id: str
+    span_id: str
+    attributes: Mapping[str, Attribute]
+
+
+@dataclass(frozen=True)
 class ProjectedSpan:
     """One span, ready for an exporter.
 
@@ -99,6 +142,8 @@ class ProjectedSpan:
         attributes: Its attributes.
         events: Its span events, in time order.
         error: The status description when its status is ERROR, else None.
+        links: Its links to spans of other traces (a branch's run span: the parent
+            line's run span at the fork).
     """
 
     trace_id: str
@@ -110,6 +155,7 @@ class ProjectedSpan:
     attributes: Mapping[str, Attribute]
     events: Sequence[SpanEvent] = ()
     error: str | None = None
+    links: Sequence[SpanLink] = ()
 
     def as_json(self) -> dict[str, Any]:
         """The span as a JSON object (the ``--jsonl`` line)."""
@@ -127,6 +173,14 @@ class ProjectedSpan:
             "events": [
                 {"name": e.name, "time_unix_nano": e.time_ns, "attributes": dict(e.attributes)}
                 for e in self.events
+            ],
+            "links": [
+                {
+                    "trace_id": link.trace_id,
+                    "span_id": link.span_id,
+                    "attributes": dict(link.attributes),
+                }
+                for link in self.links
             ],
         }
 
@@ -148,6 +202,7 @@ class _Run:
     error: str | None = None
     used: list[str] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    position: int | None = None  # its first event's global position
 
 
 @dataclass
@@ -166,6 +221,7 @@ class _Subagent:
     span_id: str | None = None
     candidate: str | None = None  # the span id recorded on its own first event
     events: list[dict[str, Any]] = field(default_factory=list)
+    continues: str | None = None  # a continuation: the subsession it continues at a fork
 
 
 @dataclass
@@ -190,6 +246,16 @@ class _Tree:
     calls: dict[str, _Call] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)  # call id -> why it did not run
     responded: dict[str, int] = field(default_factory=dict)  # stream -> last response's end
+    # The line (DESIGN §17): main's tree is keyed by the session id, a branch's by its top
+    # stream (it holds "@", never in an id). States saved before lines load as main.
+    line: str = MAIN_BRANCH
+    top: str = ""  # the line's top stream ("": the session stream)
+    parent: str | None = None  # the parent line's tree key
+    cut: int | None = None  # the global position the branch left its parent at
+    fork: dict[str, Any] | None = None  # what its run spans say of the fork, and their link
+    # [first position, trace id, root span id] of each run, oldest first: what a fork made
+    # later finds the run at its cut in (one entry a run).
+    runs: list[list[Any]] = field(default_factory=list)
 
 
 def session_of_stream(stream: str) -> str | None:
@@ -247,15 +313,22 @@ class Projector:
 
     Args:
         session_id: Project only this session tree; None: every tree of the store.
+        line: Send only the spans of this line of the session: ``"main"`` or a branch's
+            name (None: every line). Every line is still folded: a branch's runs link
+            to the run at their fork on the line below.
 
     The state belongs to this object: change it only through :meth:`feed`,
     :meth:`idle` and :meth:`finish`.
     """
 
-    def __init__(self, session_id: str | None = None) -> None:
+    def __init__(self, session_id: str | None = None, *, line: str | None = None) -> None:
         self._only = session_id
-        self._streams: dict[str, str] = {}  # stream -> its session tree
+        self._line = line
+        self._streams: dict[str, str] = {}  # stream -> its tree (main's or a branch's)
         self._trees: dict[str, _Tree] = {}
+        # Loaded from a state saved before lines: it never saw the BranchForked of a branch
+        # forked before that save, so it learns such a branch from the branch's own events.
+        self._learn = False
 
     # -- state ----------------------------------------------------------------------
 
@@ -264,9 +337,12 @@ class Projector:
         state = {
             "version": _STATE_VERSION,
             "only": self._only,
+            "line": self._line,
             "streams": self._streams,
             "trees": {key: asdict(tree) for key, tree in self._trees.items()},
         }
+        if self._learn:  # kept across saves: such a branch may first speak much later
+            state["learn_branches"] = True
         return json.dumps(state, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
@@ -279,7 +355,9 @@ class Projector:
         state = json.loads(data)
         if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
             raise ValueError("not a trace projector state of this version")
-        projector = cls(state["only"])
+        projector = cls(state["only"], line=state.get("line"))
+        # A state saved before lines has no "line" (nor any line field below).
+        projector._learn = "line" not in state or bool(state.get("learn_branches"))
         projector._streams = dict(state["streams"])
         for key, tree in state["trees"].items():
             run = tree["run"]
@@ -290,6 +368,13 @@ class Projector:
                 calls={k: _Call(**v) for k, v in tree["calls"].items()},
                 refused=dict(tree["refused"]),
                 responded=dict(tree["responded"]),
+                # A state saved before lines has none of these: its trees are main lines.
+                line=tree.get("line", MAIN_BRANCH),
+                top=tree.get("top", ""),
+                parent=tree.get("parent"),
+                cut=tree.get("cut"),
+                fork=tree.get("fork"),
+                runs=[list(entry) for entry in tree.get("runs", [])],
             )
         return projector
 
@@ -298,9 +383,30 @@ class Projector:
         """The one session tree projected, or None for all."""
         return self._only
 
+    @property
+    def line(self) -> str | None:
+        """The one line whose spans are sent, or None for every line."""
+        return self._line
+
     def knows(self, stream: str) -> bool:
         """Whether ``stream`` belongs to a session tree this projector has seen."""
         return stream in self._streams
+
+    def learns(self, stream: str) -> bool:
+        """Whether ``stream`` is the top stream of a branch of a followed session that this
+        projector, loaded from a state saved before lines, has not seen fork: fed its
+        ``BranchStarted`` (revision 0) first, it knows the branch's name and fork as if
+        it had seen the fork; else it learns the branch from its stream's name alone."""
+        return self._unknown_branch(stream) is not None
+
+    def _unknown_branch(self, stream: str) -> str | None:
+        """The session of an unknown branch top stream this projector learns, else None."""
+        if not self._learn or stream in self._streams or not stream.startswith(_BRANCH_PREFIX):
+            return None
+        session, join, key = stream[len(_BRANCH_PREFIX) :].partition("@")
+        if not join or not key or session not in self._trees:  # only a session it followed
+            return None
+        return session
 
     # -- the fold -------------------------------------------------------------------
 
@@ -309,6 +415,13 @@ class Projector:
         tree = self._tree_of(record)
         if tree is None:
             return []
+        if record.type in _LINE_EVENTS:
+            self._line_event(tree, record)
+            return []
+        if record.type == events.SUBAGENT_COMPLETED and events.LINE_END_KEY in record.metadata:
+            # A line's end closes what was open on it: no run writes it (its trace ids are
+            # the ending object's), so it must neither start nor stretch one.
+            return self._shown(tree, self._line_closed(tree, record))
         sent: list[ProjectedSpan] = []
         run = self._run_for(tree, record, sent)
         when = _ns(record.recorded_at)
@@ -316,8 +429,9 @@ class Projector:
         if record.type not in _INPUT:
             run.only_input = False
         author = _author(record)
-        if not run.agent and author and record.stream == _session_stream_of(tree):
+        if not run.agent and author and record.stream == _top_of(tree):
             run.agent = author
+        self._adopt(tree, run, record.stream, when)
         self._notice_own(tree, record, author)
         body = record.body or {}
         kind = record.type
@@ -333,7 +447,11 @@ class Projector:
             self._refused(tree, run, record, body, when)
         else:
             self._call_or_output(tree, run, record, body, when, sent)
-        return sent
+        return self._shown(tree, sent)
+
+    def _shown(self, tree: _Tree, spans: list[ProjectedSpan]) -> list[ProjectedSpan]:
+        """``spans`` (of ``tree``) when its line is sent, else none."""
+        return spans if self._line is None or tree.line == self._line else []
 
     def idle(self, now: datetime, quiet: timedelta) -> list[ProjectedSpan]:
         """Send the run span of every run whose tree wrote nothing for ``quiet`` before ``now``
@@ -341,32 +459,41 @@ class Projector:
         tool calls still open are sent when they end."""
         limit = _ns(now) - quiet // timedelta(microseconds=1) * 1000
         sent = []
-        for tree in self._trees.values():
+        for tree in self._in_order():
             run = tree.run
             if run is not None and not run.sent and run.end_ns <= limit and not run.only_input:
-                sent.append(self._run_span(tree, run))
+                sent.extend(self._shown(tree, [self._run_span(tree, run)]))
         return sent
 
     def finish(self) -> list[ProjectedSpan]:
         """Everything not sent yet, as it is now (a one-shot export's end): spans still open
         end at their run's last event and carry ``agentjournal.in_progress``."""
         sent: list[ProjectedSpan] = []
-        for tree in self._trees.values():
+        for tree in self._in_order():
+            spans: list[ProjectedSpan] = []
             for call in list(tree.calls.values()):
-                sent.append(self._call_span(tree, call, None, in_progress=True))
+                spans.append(self._call_span(tree, call, None, in_progress=True))
             tree.calls.clear()
             for sub in sorted(tree.subagents.values(), key=lambda s: -s.start_ns):
-                sent.append(self._subagent_span(tree, sub, None, in_progress=True))
+                if sub.trace_id:  # a continuation no run of its branch spoke in: no span
+                    spans.append(self._subagent_span(tree, sub, None, in_progress=True))
             tree.subagents.clear()
             run = tree.run
             if run is not None and not run.sent and not run.only_input:
-                sent.append(self._run_span(tree, run))
+                spans.append(self._run_span(tree, run))
+            sent.extend(self._shown(tree, spans))
         return sent
+
+    def _in_order(self) -> list[_Tree]:
+        """The trees by key: an order a saved and loaded state keeps (its JSON is sorted)."""
+        return [self._trees[key] for key in sorted(self._trees)]
 
     # -- which tree, which run -----------------------------------------------------
 
     def _tree_of(self, record: Record) -> _Tree | None:
         key = self._streams.get(record.stream)
+        if key is None and self._unknown_branch(record.stream) is not None:
+            key = self._learnt(record)
         if key is None:
             session = session_of_stream(record.stream)
             if session is None or (self._only is not None and session != self._only):
@@ -391,6 +518,8 @@ class Projector:
                 run.trace_id, run.recorded = trace, True
                 run.root_id = self._root_id(record, run.first_event)
                 run.used = [run.root_id]
+                if tree.runs and run.position is not None and tree.runs[-1][0] == run.position:
+                    tree.runs[-1] = [run.position, run.trace_id, run.root_id]
                 return run
             sent.extend(self._run_over(tree))
         when = _ns(record.recorded_at)
@@ -403,7 +532,10 @@ class Projector:
             end_ns=when,
             recorded=trace is not None,
             used=[root],
+            position=record.position,
         )
+        if record.position is not None:
+            tree.runs.append([record.position, tree.run.trace_id, root])
         return tree.run
 
     @staticmethod
@@ -431,6 +563,149 @@ class Projector:
         if not run.sent and not run.only_input:
             sent.append(self._run_span(tree, run))
         return sent
+
+    # -- lines ----------------------------------------------------------------------
+
+    def _line_event(self, tree: _Tree, record: Record) -> None:
+        """A fork's marker makes its branch's tree, the branch's first event names its
+        continuations, each continuation opens its subagent on the branch (no run yet)."""
+        try:
+            if record.type == events.BRANCH_FORKED and record.stream == _top_of(tree):
+                self._forked(tree, record, events.BranchForked.decode(_bytes(record)))
+            elif (
+                record.type == events.BRANCH_STARTED
+                and record.revision == 0
+                and record.stream == _top_of(tree)
+            ):
+                started = events.BranchStarted.decode(_bytes(record))
+                own = f"{_SUBSESSION_PREFIX}{tree.session_id}-"  # only this session's streams
+                for continuation in started.continuations.values():
+                    if continuation.startswith(own) and continuation not in self._streams:
+                        self._streams[continuation] = self._streams[record.stream]
+            elif record.type == events.SUBAGENT_CONTINUED and record.revision == 0:
+                self._continued(tree, record, events.SubagentContinued.decode(_bytes(record)))
+        except (CodecError, RecursionError):
+            return  # not what agentjournal writes: the verifier reports it
+
+    def _forked(self, tree: _Tree, record: Record, forked: events.BranchForked) -> None:
+        """A branch left this line: its own tree, and the link its run spans carry."""
+        stream = forked.branch_stream
+        own = f"{_BRANCH_PREFIX}{tree.session_id}@"
+        if forked.session_id != tree.session_id or not stream.startswith(own):
+            return  # only this session's branches (a crafted marker pulls in nothing)
+        if stream in self._streams:
+            return
+        self._branch_tree(tree.session_id, self._streams[record.stream], forked, record.id)
+
+    def _branch_tree(
+        self, session: str, parent_key: str | None, forked: events.BranchForked, fork_id: str
+    ) -> None:
+        """The tree of a branch that left the line ``parent_key`` (None: a line not known)."""
+        stream = forked.branch_stream
+        parent = self._trees.get(parent_key) if parent_key is not None else None
+        self._streams[stream] = stream
+        self._trees[stream] = _Tree(
+            session,
+            line=forked.branch,
+            top=stream,
+            parent=parent_key if parent is not None else None,
+            cut=forked.cut.position,
+            fork={
+                "event": fork_id,
+                "parent": forked.parent,
+                "kind": forked.cut.kind,
+                "value": forked.cut.value,
+                "position": forked.cut.position,
+                "link": None if parent is None else self._run_at(parent, forked.cut.position),
+            },
+        )
+
+    def _learnt(self, record: Record) -> str | None:
+        """The tree of a branch forked before a pre-lines save (:meth:`learns`): from its
+        ``BranchStarted`` (the twin of its ``BranchForked``: the same fields), else from
+        its stream's name (its key: the branch's name unless the name needed hashing;
+        where it forked unknown)."""
+        stream = record.stream
+        session = self._unknown_branch(stream)
+        assert session is not None
+        if record.type == events.BRANCH_STARTED and record.revision == 0:
+            try:
+                started = events.BranchStarted.decode(_bytes(record))
+            except (CodecError, RecursionError):
+                return None  # not what agentjournal writes: the verifier reports it
+            twin = record.metadata.get(events.TWIN_KEY)
+            if started.session_id != session or started.branch_stream != stream or not twin:
+                return None
+            parents = [
+                key
+                for key, tree in self._trees.items()
+                if tree.session_id == session and tree.line == started.parent
+            ]
+            # A parent branch forked before the save and not yet learnt: no link.
+            self._branch_tree(session, parents[0] if len(parents) == 1 else None, started, twin)
+            return stream
+        self._streams[stream] = stream
+        self._trees[stream] = _Tree(
+            session,
+            line=stream.partition("@")[2],
+            top=stream,
+            fork=dict.fromkeys(("event", "parent", "kind", "value", "position", "link")),
+        )
+        return stream
+
+    def _run_at(self, tree: _Tree, position: int) -> list[str] | None:
+        """[trace id, root span id] of the run a line was in just before ``position``: its
+        newest run started before it, else (a cut in a branch's prefix) the line below's
+        before the branch's own cut."""
+        at: _Tree | None = tree
+        while at is not None:
+            found = None
+            for start, trace_id, root in at.runs:
+                if start >= position:
+                    break
+                found = [trace_id, root]
+            if found is not None:
+                return found
+            if at.parent is None:
+                return None
+            if at.cut is not None:
+                position = min(position, at.cut)
+            at = self._trees.get(at.parent)
+        return None
+
+    def _continued(self, tree: _Tree, record: Record, continued: events.SubagentContinued) -> None:
+        """A subagent open at the fork goes on in this continuation: open on the branch, its
+        span belongs to the first branch run that speaks in it (:meth:`_adopt`)."""
+        if continued.subsession_stream != record.stream or record.stream in tree.subagents:
+            return
+        when = _ns(record.recorded_at)
+        tree.subagents[record.stream] = _Subagent(
+            stream=record.stream,
+            agent=continued.agent_type,
+            agent_id=continued.agent_id,
+            source=continued.source_agent,
+            call_id=continued.call_id,
+            parent_stream=continued.parent_stream,
+            twin=record.id,
+            trace_id="",  # no run yet
+            parent_id="",
+            start_ns=when,
+            end_ns=when,
+            continues=continued.continues.stream,
+        )
+
+    def _adopt(self, tree: _Tree, run: _Run, stream: str, when: int) -> None:
+        """A continuation (and the continuations it is inside) joins ``run``: the first run
+        of its branch that writes in it or closes it."""
+        chain: list[_Subagent] = []  # innermost first; a crafted cycle ends where it closes
+        sub = tree.subagents.get(stream)
+        while sub is not None and not sub.trace_id and sub not in chain:
+            chain.append(sub)
+            sub = tree.subagents.get(sub.parent_stream)
+        for sub in reversed(chain):  # outermost first: each under its parent's span
+            sub.parent_id = self._owner(tree, run, sub.parent_stream)
+            sub.trace_id = run.trace_id
+            sub.start_ns = sub.end_ns = when
 
     # -- ids ------------------------------------------------------------------------
 
@@ -480,7 +755,7 @@ class Projector:
         child = record.opens
         assert child is not None
         openai = body.get("extensions", {}).get("openai", {})
-        self._streams[child] = tree.session_id
+        self._streams[child] = self._streams[record.stream]  # its line's tree
         tree.subagents[child] = _Subagent(
             stream=child,
             agent=str(body.get("agent_type", "")),
@@ -499,7 +774,9 @@ class Projector:
         self, tree: _Tree, run: _Run, body: Mapping[str, Any], when: int
     ) -> list[ProjectedSpan]:
         openai = body.get("extensions", {}).get("openai", {})
-        sub = tree.subagents.pop(str(openai.get("subsession_stream", "")), None)
+        closed = str(openai.get("subsession_stream", ""))
+        self._adopt(tree, run, closed, when)  # a continuation closed before it spoke
+        sub = tree.subagents.pop(closed, None)
         if sub is None:  # its other copy closed it already
             return []
         outcome = str(body.get("outcome", ""))
@@ -509,6 +786,26 @@ class Projector:
             if sub.trace_id == run.trace_id and run.error is None:
                 run.error = f"subagent {sub.agent} ended with {error}"
         return [self._subagent_span(tree, sub, when, outcome=outcome, error=error)]
+
+    def _line_closed(self, tree: _Tree, record: Record) -> list[ProjectedSpan]:
+        """A close a line's end wrote (``aj.line_end``): the subagent's span ends then, as
+        cancelled; a continuation no run of its branch touched has no span."""
+        body = record.body or {}
+        openai = body.get("extensions", {}).get("openai", {})
+        sub = tree.subagents.pop(str(openai.get("subsession_stream", "")), None)
+        if sub is None or not sub.trace_id:  # closed by its other copy, or never touched
+            return []
+        outcome = str(body.get("outcome", ""))
+        error = f"{outcome}: {openai.get('reason') or 'no reason given'}"
+        return [
+            self._subagent_span(
+                tree,
+                sub,
+                _ns(record.recorded_at),
+                outcome=outcome,
+                error=error if outcome in _FAILED else None,
+            )
+        ]
 
     def _responded(self, tree: _Tree, run: _Run, record: Record, when: int) -> list[ProjectedSpan]:
         try:
@@ -737,6 +1034,9 @@ class Projector:
         }
         if outcome is not None:
             attributes["agentjournal.outcome"] = outcome
+        if sub.continues is not None:
+            attributes["agentjournal.continues"] = sub.continues
+            attributes["agentjournal.branch"] = tree.line
         if in_progress:
             attributes["agentjournal.in_progress"] = True
         return ProjectedSpan(
@@ -760,6 +1060,29 @@ class Projector:
         }
         if run.agent:
             attributes["gen_ai.agent.name"] = run.agent
+        links: tuple[SpanLink, ...] = ()
+        fork = tree.fork
+        if fork is not None:  # a branch's run: which line, where it left its parent
+            attributes["agentjournal.branch"] = tree.line
+            attributes["agentjournal.branch_stream"] = tree.top
+            for name, key in (
+                ("parent_branch", "parent"),
+                ("fork_event_id", "event"),
+                ("fork_cut_kind", "kind"),
+                ("fork_cut_value", "value"),
+                ("fork_cut_position", "position"),
+            ):
+                if fork[key] is not None:  # None: learnt without its fork (Projector.learns)
+                    attributes[f"agentjournal.{name}"] = fork[key]
+            if fork["link"] is not None:
+                trace_id, span_id = fork["link"]
+                links = (
+                    SpanLink(
+                        trace_id,
+                        span_id,
+                        {"agentjournal.link": "forked_from", "agentjournal.branch": tree.line},
+                    ),
+                )
         span = ProjectedSpan(
             trace_id=run.trace_id,
             span_id=run.root_id,
@@ -770,14 +1093,19 @@ class Projector:
             attributes=attributes,
             events=_events(run.events),
             error=run.error,
+            links=links,
         )
         run.events = []
         return span
 
 
-def _session_stream_of(tree: _Tree) -> str:
-    """The session stream of a tree."""
-    return SESSION_PREFIX + tree.session_id
+def _top_of(tree: _Tree) -> str:
+    """The top stream of a tree's line: the session stream, or the branch's stream."""
+    return tree.top or SESSION_PREFIX + tree.session_id
+
+
+def _bytes(record: Record) -> bytes:
+    return (record.data or "").encode()
 
 
 def _events(stored: Iterable[dict[str, Any]]) -> tuple[SpanEvent, ...]:
@@ -811,14 +1139,15 @@ def _calls(record: Record, body: Mapping[str, Any]) -> list[tuple[str, str, str,
     return found
 
 
-def project_tree(tree: TreeRecords) -> list[ProjectedSpan]:
+def project_tree(tree: TreeRecords, *, line: str | None = None) -> list[ProjectedSpan]:
     """Every span of a session tree read with :func:`~agentjournal.records.read_tree`,
     in the order they end (spans still open last, as :meth:`Projector.finish` sends them).
 
     The records are folded in commit order, as a follower sees them, so a one-shot
-    export and a follower give the same spans.
+    export and a follower give the same spans. ``line`` keeps one line's spans
+    (``"main"`` or a branch's name; None: every line's).
     """
-    projector = Projector(tree.session_id)
+    projector = Projector(tree.session_id, line=line)
     ordered = sorted(
         (r for r in tree.records() if r.position is not None), key=lambda r: r.position or 0
     )

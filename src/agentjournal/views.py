@@ -338,6 +338,10 @@ def _registry(record: Record, body: Mapping[str, Any]) -> str:
     return f"{body['branch']!r} → {body['stream']} (from {body['parent']})"
 
 
+def _guarded(record: Record, body: Mapping[str, Any]) -> str:
+    return f"guards the line's head for {body['stream']} ({body['event']})"
+
+
 def _turn_usage(record: Record, body: Mapping[str, Any]) -> str:
     return f"turn {body['turn']}: {body['total_tokens']} tokens, {body['requests']} requests"
 
@@ -350,6 +354,7 @@ _DESCRIBE: Final[dict[str, Callable[[Record, Mapping[str, Any]], str]]] = {
     events.BRANCH_ADDED: _registry,
     events.BRANCH_REMOVED: _registry,
     events.TURN_USAGE: _turn_usage,
+    events.LINE_GUARDED: _guarded,
     events.GUARDRAIL_DECIDED: _guardrail,
     events.AUTHORITY_REFUSED: _refused,
     events.AUTHORITY_GRANTED: _granted,

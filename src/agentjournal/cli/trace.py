@@ -52,7 +52,8 @@ def register(commands: Commands) -> None:
     group = commands.group("trace", "project session trees into OpenTelemetry traces")
     text = (
         "export session trees as OpenTelemetry spans: a span per run, subagent, model "
-        "response and tool call; guardrail decisions and refusals as span events"
+        "response and tool call; guardrail decisions and refusals as span events; a "
+        "branch's runs are traces of their own, linked to the parent's run at the fork"
     )
     export = group.add(
         "export",
@@ -62,6 +63,13 @@ def register(commands: Commands) -> None:
     export.add_argument("session", nargs="?", help="the session id (or --all)")
     export.add_argument(
         "--all", action="store_true", help="every session tree in the store (default: off)"
+    )
+    export.add_argument(
+        "--branch",
+        metavar="B",
+        help="with SESSION: only this line's spans: 'main' (the session's own tree) or a "
+        "branch's own runs, never its shared prefix (those are its parent's spans; each run "
+        "span links to the parent's run at the fork) (default: main and every branch)",
     )
     export.add_argument(
         "--follow",
@@ -146,6 +154,8 @@ def _destination(args: argparse.Namespace) -> _Destination:
         raise InvalidInput("say where the spans go: --otlp URL, --console or --jsonl FILE")
     if len(chosen) > 1:
         raise InvalidInput(f"give one destination, not {' and '.join(chosen)}")
+    if args.branch is not None and args.session is None:
+        raise InvalidInput("--branch needs a SESSION: a branch is a line of one session")
     if args.session is not None and args.all:
         raise InvalidInput("give a session id or --all, not both")
     if args.session is None and not args.all:
@@ -170,9 +180,13 @@ class _Destination:
     def __init__(self, kind: str, target: str, protocol: str) -> None:
         self.kind, self.target, self.protocol = kind, target, protocol
 
-    def key(self, session: str | None) -> str:
-        """The default projection name: the destination and the session, digested."""
-        text = json.dumps([self.kind, self.protocol, self.target, session])
+    def key(self, session: str | None, branch: str | None = None) -> str:
+        """The default projection name: the destination, the session and the line, digested
+        (without a line, the name followers saved under before lines were projected)."""
+        chosen: list[str | None] = [self.kind, self.protocol, self.target, session]
+        if branch is not None:
+            chosen.append(branch)
+        text = json.dumps(chosen)
         return "trace-" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def open(self, *, follow: bool, timeout: float) -> _Sink:
@@ -315,7 +329,7 @@ def _readable(spans: Sequence[ProjectedSpan]) -> list[ReadableSpan]:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import Event, ReadableSpan
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-    from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+    from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
     resource = Resource.create({"service.name": "agentjournal"})
     scope = InstrumentationScope("agentjournal.traces")
@@ -341,6 +355,18 @@ def _readable(spans: Sequence[ProjectedSpan]) -> list[ReadableSpan]:
                     Event(e.name, attributes=dict(e.attributes), timestamp=e.time_ns)
                     for e in span.events
                 ],
+                links=[
+                    Link(
+                        SpanContext(
+                            int(link.trace_id, 16),
+                            int(link.span_id, 16),
+                            is_remote=False,
+                            trace_flags=sampled,
+                        ),
+                        attributes=dict(link.attributes),
+                    )
+                    for link in span.links
+                ],
                 kind=SpanKind.INTERNAL,
                 status=Status(StatusCode.ERROR, span.error)
                 if span.error is not None
@@ -361,17 +387,20 @@ async def _export(args: argparse.Namespace, destination: _Destination) -> int:
     from agentjournal.store import open_store, store_uri
 
     session: str | None = None
+    branch: str | None = args.branch
     if args.session is not None:
         store, session = await open_session(args.uri, args.session)
     else:
         store = await open_store(store_uri(args.uri), create=False)
     try:
+        if session is not None and branch is not None:
+            await _check_line(store, session, branch)  # before anything is written
         sink = destination.open(follow=args.follow, timeout=args.timeout)
         try:
             if args.follow:
-                name = args.name or destination.key(session)
-                return await _Follower(store, sink, session, name, args.idle).run()
-            spans = await _once(store, session)
+                name = args.name or destination.key(session, branch)
+                return await _Follower(store, sink, session, name, args.idle, branch).run()
+            spans = await _once(store, session, branch)
             sink.send(spans)
         finally:
             sink.close()
@@ -383,14 +412,32 @@ async def _export(args: argparse.Namespace, destination: _Destination) -> int:
     return 0
 
 
-async def _once(store: EventStore, session: str | None) -> list[ProjectedSpan]:
-    """Every span of one session tree, or of every tree in the store."""
+async def _check_line(store: EventStore, session: str, branch: str) -> None:
+    """``--branch``: main, or a branch the session has (a deleted one too: what ran on it
+    stays history, as ``show`` and ``usage`` read it).
+
+    Raises:
+        InvalidInput: The session has no such branch (the message lists those it has).
+    """
+    from agentjournal.streams import MAIN_BRANCH
+
+    if branch != MAIN_BRANCH:
+        from agentjournal.lines import find_branch
+
+        await find_branch(store, session, branch)
+
+
+async def _once(
+    store: EventStore, session: str | None, branch: str | None = None
+) -> list[ProjectedSpan]:
+    """Every span of one session tree (every line, or the one ``branch`` names), or of
+    every tree in the store."""
     from agentjournal.cli._render import progress
     from agentjournal.records import DamagedEvent, Record, read_tree
     from agentjournal.traces import Projector, project_tree
 
     if session is not None:
-        return project_tree(await read_tree(store, session))
+        return project_tree(await read_tree(store, session), line=branch)
     projector = Projector()
     spans: list[ProjectedSpan] = []
     position = 0
@@ -420,14 +467,38 @@ def _skipped(bad: DamagedEvent, warned: set[str]) -> None:
         print(f"agentjournal: skipped {printable(str(bad))}", file=sys.stderr, flush=True)
 
 
+async def _cancelled(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it is done, cancelling again while it goes on.
+
+    One cancellation can be lost: Python 3.11's ``asyncio.wait_for`` returns its inner
+    result when that completes in the same step as the cancellation. The SQLite
+    subscription waited with it for a wake-up that the follower's own save had just sent,
+    read on, and a single ``cancel`` and ``await`` hung the follower after SIGTERM (seen
+    under load; the store now waits with ``asyncio.timeout``,
+    ``tests/test_subscribe_cancel.py``). A subscription of another store, or code of a
+    library's, can still do so: cancelling until done stops it whatever it awaits."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=TICK_SECONDS)
+    if not task.cancelled():
+        task.exception()  # retrieved: a failure here is not the command's result
+
+
 class _Follower:
     """``--follow``: fold the subscription, send what ends, save the position after the
     destination took every span before it."""
 
     def __init__(
-        self, store: EventStore, sink: _Sink, session: str | None, name: str, idle: float
+        self,
+        store: EventStore,
+        sink: _Sink,
+        session: str | None,
+        name: str,
+        idle: float,
+        branch: str | None = None,
     ) -> None:
         self._store, self._sink, self._session, self._name = store, sink, session, name
+        self._branch = branch
         self._quiet = timedelta(seconds=idle)
         self._stop = asyncio.Event()
         self._warned: set[str] = set()
@@ -438,7 +509,7 @@ class _Follower:
 
         saved = await projections.load(self._store, self._name)
         if saved is None:
-            projector = Projector(self._session)
+            projector = Projector(self._session, line=self._branch)
         else:
             try:
                 projector = Projector.load(saved.state)
@@ -451,7 +522,15 @@ class _Follower:
                     f"AgentProjection-{self._name} follows "
                     f"{projector.session_id or 'every session'}: choose another --name"
                 )
+            if projector.line != self._branch:
+                followed = "every line" if projector.line is None else f"line {projector.line!r}"
+                raise InvalidInput(
+                    f"AgentProjection-{self._name} follows {followed} of session "
+                    f"{self._session}: choose another --name"
+                )
         where = "every session" if self._session is None else f"session {self._session}"
+        if self._branch is not None:
+            where = f"line {self._branch!r} of {where}"
         start = "the start" if saved is None or saved.position is None else saved.position
         print(
             f"following {where} into {self._sink.where} as AgentProjection-{self._name}, "
@@ -516,6 +595,8 @@ class _Follower:
                     position = event.position
                     if event.stream == own:
                         continue
+                    if event.revision and projector.learns(event.stream):
+                        await self._learn(projector, event.stream)
                     spans.extend(self._feed(projector, event))
                     if projector.knows(event.stream):
                         folded += 1
@@ -526,9 +607,15 @@ class _Follower:
                 saved = await self._save(projector, spans, position, saved, projections)
         finally:
             for task in (pumping, stopping):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                await _cancelled(task)
+
+    async def _learn(self, projector: Projector, stream: str) -> None:
+        """A state saved before lines meets a branch forked before that save: feed the
+        branch's ``BranchStarted`` (revision 0, the twin of its ``BranchForked``) first, so
+        its runs name the branch and its fork as if the fork had been followed."""
+        first = await self._store.read(stream, limit=1)
+        if first and first[0].revision == 0:
+            self._feed(projector, first[0])  # a BranchStarted ends no span
 
     def _feed(self, projector: Projector, event: RecordedEvent) -> list[ProjectedSpan]:
         from agentjournal.records import DamagedEvent, Record

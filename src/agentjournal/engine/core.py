@@ -18,6 +18,7 @@ import logging
 import operator
 import os
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,6 +36,8 @@ from agentjournal.engine.fork import (
     cut_position,
     decode_line,
     fork_point,
+    line_end_id,
+    line_end_reason,
     next_index_of_rows,
     plan_fork,
     plan_line_ends,
@@ -202,6 +205,40 @@ async def _line_head(store: Any, line: Branch) -> LineHead | None:
         last.revision,
         last.metadata.get(HASH_KEY, ""),
         found if found is not None else line.next_index,
+        last.metadata.get(events.OPEN_KEY) or None,
+    )
+
+
+def _plan_closes(
+    tree: SessionTree,
+    facts: SessionFacts,
+    *,
+    next_index: int,
+    nonce: str,
+    end: Any,
+    reason: str,
+    trace: Mapping[str, str],
+) -> ItemsPlan | None:
+    """The closes of every subagent open on a branch line that ends (None: none is open).
+
+    Planned exactly as :meth:`~agentjournal.sdk.session.JournalSession.close_subagents`
+    plans a run's (``plan_items`` with ``closing``): ``SubagentCompleted`` (``cancelled``)
+    on the subsession and its parent stream, innermost first, each at its exact revision;
+    every copy also carries ``aj.line_end`` = ``end``, the id of the ``BranchDeleted`` that
+    follows on the line's top stream in the same write (DESIGN §17.3, "The end of a line").
+    """
+    if not tree.chain:
+        return None
+    return plan_items(
+        tree,
+        facts,
+        _NoRun(),
+        [],
+        first_index=next_index,
+        nonce=nonce,
+        now=datetime.now(UTC),
+        trace={**trace, events.LINE_END_KEY: str(end)},
+        closing=("cancelled", line_end_reason(facts.branch or MAIN_BRANCH, reason)),
     )
 
 
@@ -493,8 +530,12 @@ class SessionCore:
         trace: Mapping[str, str],
         entries: list[Any],
         id_: Any = None,
+        *,
+        guarded: bool = False,
     ) -> WritePlan:
-        """A pop or a clear: one event on the innermost stream."""
+        """A pop or a clear: one event on the innermost stream. ``guarded``: when that is a
+        subagent's stream, an ``agentjournal.LineGuarded`` at the top stream's head too (the
+        write then expects it: see :meth:`clear_lines`)."""
         tree = self.tree
         stream = tree.chain[-1].stream if tree.chain else tree.stream
         return plan_control(
@@ -507,6 +548,7 @@ class SessionCore:
             metadata=trace,
             entries=entries,
             id_=id_,
+            guard=uuid.uuid4() if guarded and stream != tree.stream else None,
         )
 
     # -- branches -----------------------------------------------------------------------
@@ -872,7 +914,9 @@ class SessionCore:
     async def delete_line(self, parent: str, trace: Mapping[str, str]) -> None:
         """End this branch line: ``agentjournal.BranchDeleted`` (reason ``deleted``) at its
         top stream's head and ``agentjournal.BranchRemoved`` on the registry, one atomic
-        write. It folds as a clear of every item; nothing is written to the line again.
+        write, which first closes every subagent open on the line ``cancelled``
+        (:func:`_plan_closes`). It folds as a clear of every item; nothing is written to the
+        line again.
 
         Raises:
             BranchDeleted: It was deleted or cleared already.
@@ -886,13 +930,27 @@ class SessionCore:
         async def build() -> WritePlan:
             await self.reader.refresh(0)
             self._check_live()
+            next_index = await self.reader.next_index()
+            # The subagents open on the line close ``cancelled`` in the same write: nothing
+            # reads the line again, and a subsession left open would read as a handoff
+            # that never ended.
+            close = _plan_closes(
+                tree,
+                facts,
+                next_index=next_index,
+                nonce=nonce,
+                end=line_end_id(facts.session_id, nonce, 0),
+                reason="deleted",
+                trace=trace,
+            )
+            closed = close.commit if close is not None else Commit(heads={}, hashes={})
             head = LineHead(
                 facts.branch or MAIN_BRANCH,
                 tree.stream,
                 parent,
-                tree.heads[tree.stream],
-                tree.hashes.get(tree.stream, ""),
-                await self.reader.next_index(),
+                closed.heads.get(tree.stream, tree.heads[tree.stream]),
+                closed.hashes.get(tree.stream, tree.hashes.get(tree.stream, "")),
+                next_index,
             )
             requests, hashes = plan_line_ends(
                 facts.session_id,
@@ -901,12 +959,14 @@ class SessionCore:
                 registry=await self._registry_head(),
                 nonce=nonce,
                 trace=trace,
+                closes=None if close is None else {tree.stream: close},
             )
             commit = Commit(
-                heads={tree.stream: head.revision + 1},
-                hashes={tree.stream: hashes[tree.stream]},
+                heads={**closed.heads, tree.stream: head.revision + 1},
+                hashes={**closed.hashes, tree.stream: hashes[tree.stream]},
                 entries=[Clear(head.next_index - 1)],
-                written=1,
+                written=sum(len(request.events) for request in requests),
+                chain=None if close is None else [],
             )
             return WritePlan(
                 requests,
@@ -926,10 +986,12 @@ class SessionCore:
     async def clear_lines(self, trace: Mapping[str, str]) -> None:
         """Clear the session on every line, in one atomic write: ``SessionCleared`` on this
         (the main) line as :meth:`clear` writes it, ``agentjournal.BranchDeleted`` (reason
-        ``cleared``) on each live branch at its exact head, and their
+        ``cleared``) on each live branch at its exact head, after the closes (``cancelled``)
+        of the subagents open on it (:meth:`_line_closes`), and their
         ``agentjournal.BranchRemoved`` registry entries. The branches are read as each plan
         is built; a racing write on any of those streams (a fork adds to the registry)
-        conflicts and the whole clear is planned again, with them.
+        conflicts and the whole clear is planned again, with them. Main's own open subagent
+        stays open (the line goes on: the next run closes it).
         """
         tree = self.tree
         session_id = self.facts.session_id
@@ -949,13 +1011,32 @@ class SessionCore:
                 for head in [await _line_head(self._store, line) for line in lines]
                 if head is not None
             ]
+            # Each line with a subagent open closes it ``cancelled`` in this same write, at
+            # the revisions its own tree reads (a racing write conflicts: all is planned again).
+            closes: dict[str, WritePlan] = {}
+            for n, head in enumerate(heads):
+                if head.open is None:
+                    continue
+                ended_head, close = await self._line_closes(head, nonce, n, trace)
+                heads[n] = ended_head
+                if close is not None:
+                    closes[head.stream] = close
             if tree.heads.get(tree.stream, -1) < 0:
                 return None  # no session yet: no branch either
             through = await self.reader.next_index() - 1
             cleared = events.SessionCleared(through).encode()
             # The main line's clear is planned as a clear alone is (a random id, as before
-            # branches: a session without branches writes the same bytes as it did).
-            own = await self._control(events.SESSION_CLEARED, cleared, trace, [Clear(through)])
+            # branches: a session without branches writes the same bytes as it did). With a
+            # subagent open it lands on the subagent's stream, which a fork of main does not
+            # touch (its BranchForked goes on main's top stream, its entry in the registry,
+            # which this write touches only when a branch ends): a guard at main's head makes
+            # such a fork conflict, so the clear plans again and ends the new branch too.
+            # (KurrentDB refuses a stream without events in a multi-stream append: the
+            # expectation needs an event. Forks of a branch write at that branch's head,
+            # which the clear ends when live; a branch that is not live cannot fork.)
+            own = await self._control(
+                events.SESSION_CLEARED, cleared, trace, [Clear(through)], guarded=True
+            )
             ends, hashes = plan_line_ends(
                 session_id,
                 heads,
@@ -963,9 +1044,11 @@ class SessionCore:
                 registry=await self._registry_head(),
                 nonce=nonce,
                 trace=trace,
+                closes=closes,
             )
             ended.clear()
             ended.update({head.stream: (head.revision + 1, hashes[head.stream]) for head in heads})
+            ended_names[:] = [head.name for head in heads]
             return WritePlan(
                 [*own.requests, *ends],
                 own.commit,
@@ -973,11 +1056,71 @@ class SessionCore:
             )
 
         ended: dict[str, tuple[int, str]] = {}
+        ended_names: list[str] = []
         async with tree.lock:
             if await self.writer.write(build) is not None:
-                # Signed at once, each ended branch's BranchDeleted with main's clear: no
+                # Signed at once, each ended branch's BranchDeleted with main's clear, and
+                # each ended line's authority log (a reset there is unsigned till now): no
                 # later write on those lines would cover them (DESIGN §17.3).
+                if self.signing_key is not None:
+                    ended.update(await self._log_heads(ended_names))
                 await self._maybe_checkpoint(force=True, trace=trace, extra=ended)
+
+    async def _log_heads(self, names: Sequence[str]) -> dict[str, tuple[int, str]]:
+        """The heads (revision, ``aj.hash``) of the named branch lines' authority logs, for
+        those that have one. Read after the lines ended: nothing writes on them again."""
+        found: dict[str, tuple[int, str]] = {}
+        for name in names:
+            log = branch_authority_stream(self.facts.session_id, name)
+            try:
+                tail = await self._store.read(log, backwards=True, limit=1)
+            except StreamNotFound:
+                continue
+            if tail:
+                found[log] = (tail[0].revision, tail[0].metadata.get(HASH_KEY, ""))
+        return found
+
+    async def _line_closes(
+        self, head: LineHead, nonce: str, n: int, trace: Mapping[str, str]
+    ) -> tuple[LineHead, WritePlan | None]:
+        """For a clear: the closes of the subagents open on another branch line (read into a
+        tree of its own, as a session on that line reads it), and the line's head after
+        them, where its ``BranchDeleted`` goes (the ``n``-th line this clear ends)."""
+        session_id = self.facts.session_id
+        facts = SessionFacts(session_id, head.stream, branch=head.name)
+        tree = SessionTree(head.stream)
+        reader = Reader(
+            self._store,
+            tree,
+            session_id,
+            use_model=False,
+            branch=head.name,
+            authority=facts.authority_stream,
+        )
+        await reader.load(0)
+        # Everything of this line from this one read: a write that landed since the head
+        # was read moves its revisions and next index together (the plan stays exact).
+        next_index = await reader.next_index()
+        close = _plan_closes(
+            tree,
+            facts,
+            next_index=next_index,
+            nonce=nonce,
+            end=line_end_id(session_id, nonce, n),
+            reason="cleared",
+            trace=trace,
+        )
+        if close is None:
+            return head, None
+        after = LineHead(
+            head.name,
+            head.stream,
+            head.parent,
+            close.commit.heads[head.stream],
+            close.commit.hashes[head.stream],
+            next_index,
+        )
+        return after, close
 
     async def book_usage(
         self, counts: Mapping[str, Any], trace: Mapping[str, str]
@@ -1329,20 +1472,32 @@ class SessionCore:
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidInput("reset_authority needs a reason (it is recorded for auditors)")
 
+        branch = self.facts.branch is not None
+
         async def build() -> WritePlan:
+            guard: tuple[SessionTree, int, uuid.UUID] | None = None
+            if branch:
+                # A deleted branch acts no more: nothing to reset (its writes are refused
+                # too). Checked in every plan, and the write expects the line's head (a
+                # guard there: the log's append alone does not), so an end landing between
+                # this check and the write conflicts, and the next plan refuses. Main is
+                # never deleted, so its reset reads no history and needs no guard.
+                await self.reader.refresh(0)
+                self._check_live()
+                guard = (self.tree, await self.reader.next_index(), uuid.uuid4())
             log = await self.reader.authority_log(fresh=True)
             held = {name: value for name, value in log.held.items() if name != agent}
             reset = events.AuthorityReset(agent, reason, policy.digest, held)
             return plan_log(
-                self.facts, log, [(events.AUTHORITY_RESET, reset.encode())], held, trace
+                self.facts,
+                log,
+                [(events.AUTHORITY_RESET, reset.encode())],
+                held,
+                trace,
+                guard=guard,
             )
 
         async with self.tree.lock:
-            if self.facts.branch is not None:
-                # A deleted branch acts no more: nothing to reset (its writes are refused
-                # too). Main is never deleted, so its reset reads no history.
-                await self.reader.refresh(0)
-                self._check_live()
             await self.writer.write(build)
         logger.info("authority of %r reset in %s: %s", agent, self.facts.session_id, reason)
 

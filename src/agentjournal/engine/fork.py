@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -56,6 +57,8 @@ __all__ = [
     "fork_point",
     "HIDING",
     "LineHead",
+    "line_end_id",
+    "line_end_reason",
     "next_index_of_rows",
     "open_at",
     "plan_fork",
@@ -523,6 +526,8 @@ class LineHead:
         hash: That event's chain hash.
         next_index: The line's next free message index (its ``BranchDeleted`` hides every
             index below).
+        open: The outermost subagent open on the line (``aj.open`` of the top stream's
+            last event), None when none is: the end must close it (and any inside it).
     """
 
     name: str
@@ -531,6 +536,24 @@ class LineHead:
     revision: int
     hash: str
     next_index: int
+    open: str | None = None
+
+
+def line_end_id(session_id: str, nonce: str, n: int) -> uuid.UUID:
+    """The id of the ``BranchDeleted`` that ends the ``n``-th line of an end planned with
+    ``nonce`` (:func:`plan_line_ends`): the subagents that end closes name it
+    (``aj.line_end``) before it is planned."""
+    return event_id(branches_stream(session_id), nonce, "end", 2 * n)
+
+
+def line_end_reason(branch: str, reason: str) -> str:
+    """The ``reason`` of a ``SubagentCompleted`` the end of branch line ``branch`` writes
+    (``reason``: ``deleted`` or ``cleared``)."""
+    if reason == "deleted":
+        return f"branch {branch!r} was deleted (delete_branch) while this subagent was open"
+    return (
+        f"the session was cleared (clear_session) while this subagent was open on branch {branch!r}"
+    )
 
 
 def plan_line_ends(
@@ -541,15 +564,22 @@ def plan_line_ends(
     registry: tuple[int, str],
     nonce: str,
     trace: Mapping[str, str],
+    closes: Mapping[str, WritePlan] | None = None,
 ) -> tuple[list[AppendRequest], dict[str, str]]:
     """The requests that end branch lines (pure): ``BranchDeleted`` at each line's top
     stream's exact head and one ``BranchRemoved`` per line at the registry's head.
 
     A delete writes one line; a clear (``reason="cleared"``) every live one, beside the
     main line's ``SessionCleared`` in the same transaction. Ids derive from ``nonce``
-    (``event_id(session registry, nonce, "end", n)``): every attempt carries the same ids,
-    so a retry of a write that landed is recognised. Returns the requests and each line's
-    chain hash after its ``BranchDeleted``.
+    (``event_id(session registry, nonce, "end", n)``, :func:`line_end_id`): every attempt
+    carries the same ids, so a retry of a write that landed is recognised. Returns the
+    requests and each line's chain hash after its ``BranchDeleted``.
+
+    ``closes``: per line's top stream, the plan that closes the subagents open on it
+    (``plan_items`` with ``closing``, as ``close_subagents`` plans it): its requests join
+    this write, and the ``BranchDeleted`` follows its last event on the top stream, in one
+    request with it (a stream appears once per transaction). That line's ``revision`` and
+    ``hash`` are then the top stream's after those closes.
     """
     registry_stream = branches_stream(session_id)
     hashes: dict[str, str] = {}
@@ -560,7 +590,7 @@ def plan_line_ends(
     registry_head, registry_hash = registry
     prev = registry_hash if registry_head >= 0 else GENESIS
     for n, line in enumerate(lines):
-        deleted_id = event_id(registry_stream, nonce, "end", 2 * n)
+        deleted_id = line_end_id(session_id, nonce, n)
         removed_id = event_id(registry_stream, nonce, "end", 2 * n + 1)
         deleted = events.BranchDeleted(line.name, reason, line.next_index - 1).encode()
         meta = {**version, events.NEXT_INDEX_KEY: str(line.next_index), **traced}
@@ -573,13 +603,14 @@ def plan_line_ends(
             meta,
             line.hash if line.revision >= 0 else GENESIS,
         )
-        requests.append(
-            AppendRequest(
-                line.stream,
-                [NewEvent(events.BRANCH_DELETED, deleted, meta, deleted_id)],
-                line.revision,
-            )
-        )
+        end = NewEvent(events.BRANCH_DELETED, deleted, meta, deleted_id)
+        close = (closes or {}).get(line.stream)
+        if close is None:
+            requests.append(AppendRequest(line.stream, [end], line.revision))
+        else:
+            (top,) = [r for r in close.requests if r.stream == line.stream]
+            requests.extend(r for r in close.requests if r.stream != line.stream)
+            requests.append(AppendRequest(line.stream, [*top.events, end], top.expected))
         entry = events.BranchRemoved(line.name, line.stream, line.parent, str(deleted_id)).encode()
         entry_meta = {**version, **traced}
         prev = seal_event(

@@ -663,15 +663,23 @@ def plan_control(
     log: AuthorityLog | None = None,
     run: RunView | None = None,
     id_: uuid.UUID | None = None,
+    guard: uuid.UUID | None = None,
 ) -> WritePlan:
     """One event that is no item, after ``stream``'s head (and ``run``'s responses not yet
     written, first); with ``held`` (agent, authority JSON: a run's grant) its authority
     log entry in the same transaction. ``id_``: the event's id (default a random one); a
-    caller that derives it makes a retry after an unknown outcome recognisable."""
+    caller that derives it makes a retry after an unknown outcome recognisable.
+    ``guard``: the id of an ``agentjournal.LineGuarded`` to write at the head of the
+    line's top stream (``stream`` is then another one: a subagent's), the two naming
+    each other, so the write also expects that head."""
     out = _Events(tree, next_index, metadata)
     responded = _add_responses(out, tree, facts, run) if run is not None else ()
     # The control event's own metadata has no open child of another stream than its own.
-    event = out.add(stream, type_, data, {}, id_ if id_ is not None else uuid.uuid4())
+    own: dict[str, str] = {} if guard is None else {events.TWIN_KEY: str(guard)}
+    event = out.add(stream, type_, data, own, id_ if id_ is not None else uuid.uuid4())
+    if guard is not None:
+        assert stream != facts.stream, "a guard is for a head the write has nothing else for"
+        _add_guard(out, facts.stream, guard, event.id, stream)
     authority: AuthorityLog | None = None
     if held is not None:
         assert log is not None, "a grant needs the authority log's head"
@@ -699,12 +707,40 @@ def plan_log(
     entries: list[tuple[str, bytes]],
     held: Mapping[str, Any],
     trace: Mapping[str, str],
+    *,
+    guard: tuple[SessionTree, int, uuid.UUID] | None = None,
 ) -> WritePlan:
-    """Entries of the authority log alone (after the policy when it changed)."""
-    request, after = _log_request(facts, log, [*_policy_entries(facts, log), *entries], trace)
+    """Entries of the authority log alone (after the policy when it changed).
+
+    ``guard``: (the line's tree, its next free index, an id): the write also puts an
+    ``agentjournal.LineGuarded`` at the head of the line's top stream, naming the last
+    entry (which names it back), so it expects that head: a reset on a branch, which a
+    racing end of the line must conflict with."""
+    twin = None if guard is None else guard[2]
+    request, after = _log_request(
+        facts, log, [*_policy_entries(facts, log), *entries], trace, twin=twin
+    )
     after = AuthorityLog(after.revision, after.hash, after.policy, dict(sorted(held.items())))
-    commit = Commit(heads={}, hashes={}, written=len(request.events), authority=after)
-    return WritePlan([request], commit)
+    if guard is None:
+        commit = Commit(heads={}, hashes={}, written=len(request.events), authority=after)
+        return WritePlan([request], commit)
+    tree, next_index, guard_id = guard
+    traced = {k: v for k, v in trace.items() if k in (events.TRACE_ID_KEY, events.SPAN_ID_KEY)}
+    out = _Events(tree, next_index, traced)
+    _add_guard(out, facts.stream, guard_id, request.events[-1].id, request.stream)
+    heads, hashes = out.written()
+    commit = Commit(heads=heads, hashes=hashes, written=len(request.events) + 1, authority=after)
+    return WritePlan([request, *out.requests()], commit)
+
+
+def _add_guard(
+    out: _Events, top: str, guard: uuid.UUID, guarded: uuid.UUID, guarded_stream: str
+) -> None:
+    """``agentjournal.LineGuarded`` at ``top``'s head, naming the event it guards (which
+    the caller made name it back): the write then expects ``top``'s exact head, which
+    KurrentDB's multi-stream append cannot do for a stream without events."""
+    body = events.LineGuarded(str(guarded), guarded_stream).encode()
+    out.add(top, events.LINE_GUARDED, body, {events.TWIN_KEY: str(guarded)}, guard)
 
 
 def plan_checkpoint(
@@ -767,8 +803,11 @@ def _log_request(
     log: AuthorityLog,
     entries: Sequence[tuple[str, bytes]],
     trace: Mapping[str, str],
+    *,
+    twin: uuid.UUID | None = None,
 ) -> tuple[AppendRequest, AuthorityLog]:
-    """Seal ``entries`` after the log's head: the request and the log after it lands."""
+    """Seal ``entries`` after the log's head: the request and the log after it lands.
+    ``twin``: the last entry's ``aj.twin`` (the guard written with it)."""
     assert facts.policy is not None
     stream = facts.authority_stream
     prev = log.hash
@@ -779,6 +818,8 @@ def _log_request(
             events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE,
             **{k: v for k, v in trace.items() if k in (events.TRACE_ID_KEY, events.SPAN_ID_KEY)},
         }
+        if twin is not None and offset == len(entries) - 1:
+            metadata[events.TWIN_KEY] = str(twin)
         id_ = uuid.uuid4()
         prev = seal_event(stream, log.revision + 1 + offset, id_, type_, data, metadata, prev)
         new.append(NewEvent(type=type_, data=data, metadata=metadata, id=id_))

@@ -15,6 +15,9 @@ data — or, in a redacted bundle, no data but a committed view
    ``SubagentCompleted`` exist on both streams and name each other, the two
    copies of ``SubagentStarted`` grant the same authority; a closed subsession
    ends with its completion, whose hash the parent recorded.
+   Then the branches (DESIGN §17.3) and the **guards**: each
+   ``agentjournal.LineGuarded`` sits on a line's top stream and names the clear or
+   reset it guards, which names it back (DESIGN §17.6).
 4. **Checkpoints** — the trusted keys are the caller's (never the bundle's)
    and every key a chain of valid rotations on ``AgentKeys`` leads to from
    them; each checkpoint is signed by one, sits at the ledger position it
@@ -280,6 +283,7 @@ def _verify_records(
     stages: list[tuple[str, Callable[[], None]]] = [
         ("twins", lambda: _check_twins(report, tree)),
         ("branches", lambda: _check_branches(report, tree)),
+        ("guards", lambda: _check_guards(report, tree)),
         (
             "checkpoints",
             lambda: _check_checkpoints(report, tree, trusted, allow_uncovered, not_before),
@@ -630,6 +634,7 @@ class _Tree:
         self._closers: dict[str, list[tuple[int, str, int]]] | None = None
         self._authorities: dict[str, Authority | None] = {}
         self._line_logs: dict[str, str] | None = None
+        self._ends: dict[str, Record] | None = None
         self.policies = _Policies()  # filled by the authority check
         # Subsession stream -> the parent copy of the SubagentStarted that opened it.
         self.opened_by: dict[str, Record] = {}
@@ -781,6 +786,18 @@ class _Tree:
         found = self.streams.get(stream)
         return found[-1] if found else None
 
+    def ends(self) -> dict[str, Record]:
+        """Each ended branch line's top stream -> its end, the first ``BranchDeleted`` on
+        it. Anywhere on the stream, not only last: an event a key holder put after it must
+        not make the line read as live (DESIGN §17.3, "The end of a line")."""
+        if self._ends is None:
+            self._ends = {}
+            for name in self.started:
+                end = next((e for e in self.streams[name] if e.type == events.BRANCH_DELETED), None)
+                if end is not None:
+                    self._ends[name] = end
+        return self._ends
+
 
 def _check_twins(report: Report, tree: _Tree) -> None:
     started = completed = 0
@@ -862,6 +879,7 @@ def _check_branches(report: Report, tree: _Tree) -> None:
     forks = [e for s in tree.streams.values() for e in s if e.type == events.BRANCH_FORKED]
     registry = tree.streams.get(tree.registry_stream, [])
     if not forks and not tree.started and not registry:
+        _check_line_ends(report, tree)
         return
     failed = len(report.problems)
     for marker in forks:
@@ -911,6 +929,7 @@ def _check_branches(report: Report, tree: _Tree) -> None:
                 f"{started.parent} at {started.cut.kind} {started.cut.value}, bound to "
                 f"{place.stream} at revision {place.revision}"
             )
+    _check_line_ends(report, tree)
     if len(report.problems) == failed:
         count = len(tree.started)
         report.lines.append(
@@ -918,6 +937,139 @@ def _check_branches(report: Report, tree: _Tree) -> None:
             "parent line's chain; registry ok"
         )
         report.lines.extend(lines)
+
+
+def _check_line_ends(report: Report, tree: _Tree) -> None:
+    """A branch line that ended (a ``BranchDeleted`` is on its top stream, :meth:`_Tree.ends`)
+    has nothing written after its end on that stream, and no subagent open: every subsession
+    and continuation of the line was closed. What the end itself closed (``aj.line_end``:
+    both copies of each ``SubagentCompleted`` name the ``BranchDeleted``) is on that line,
+    closed ``cancelled``, and on the top stream right before the ``BranchDeleted`` (one
+    write; DESIGN §17.3, "The end of a line")."""
+    ends = {end.id: top for top, end in tree.ends().items()}  # the end's id -> its top stream
+    marked = [
+        event
+        for stream in tree.streams.values()
+        for event in stream
+        if events.LINE_END_KEY in event.metadata
+    ]
+    if not ends and not marked:
+        return
+    owner = tree.line_streams()
+    for event in marked:
+        where = ("branches", event.stream, event.revision)
+        end = event.metadata[events.LINE_END_KEY]
+        top = ends.get(end)
+        if event.type != events.SUBAGENT_COMPLETED:
+            report.fail(*where, f"aj.line_end on {event.type}: only a line's end closes carry it")
+        elif top is None or owner.get(event.stream) != top:
+            report.fail(*where, "aj.line_end names no end of this stream's line")
+        elif (twin := tree.twin_of(event)) is None or twin.metadata.get(events.LINE_END_KEY) != end:
+            report.fail(*where, "a close the line's end wrote has a twin that does not name it")
+        elif (outcome := (event.body or {}).get("outcome")) != "cancelled":
+            shown = cut(repr(outcome), 40)
+            report.fail(*where, f"the line's end closed this subagent {shown}, not 'cancelled'")
+    closed = {
+        event.metadata[events.CLOSES_KEY]
+        for stream in tree.streams.values()
+        for event in stream
+        if event.type == events.SUBAGENT_COMPLETED and events.CLOSES_KEY in event.metadata
+    }
+    for end, top in ends.items():
+        line = tree.streams[top]
+        deleted = tree.ends()[top]
+        if deleted.revision != len(line) - 1:
+            # One line however many: nothing reads or writes an ended line again.
+            report.fail(
+                "branches",
+                top,
+                deleted.revision + 1,
+                f"{plural(len(line) - 1 - deleted.revision, 'event')} written after its end "
+                f"(its BranchDeleted at revision {deleted.revision})",
+            )
+        reason = (deleted.body or {}).get("reason")
+        branch = cut(repr((deleted.body or {}).get("branch")), 80)
+        for stream, its_top in owner.items():
+            if its_top == top and stream != top and stream not in closed:
+                report.fail(
+                    "branches",
+                    stream,
+                    None,
+                    f"left open on branch {branch}, which was {cut(str(reason), 20)}: the "
+                    "end of a line closes every subagent open on it",
+                )
+        closes = [e.revision for e in line if e.metadata.get(events.LINE_END_KEY) == end]
+        if closes != list(range(deleted.revision - len(closes), deleted.revision)):
+            report.fail(
+                "branches",
+                top,
+                deleted.revision,
+                "the closes of the line's end are not right before its BranchDeleted",
+            )
+
+
+_GUARDED: Final = frozenset({events.SESSION_CLEARED, events.AUTHORITY_RESET})
+"""What a ``LineGuarded`` may guard: a clear on a subagent's stream of its line, a reset on
+its line's authority log."""
+
+
+def _check_guards(report: Report, tree: _Tree) -> None:
+    """Each ``agentjournal.LineGuarded`` (DESIGN §17.6) sits on a line's top stream and names
+    the event it guards, which names it back (``aj.twin``): a ``SessionCleared`` on a
+    subagent's stream of that line, or an ``AuthorityReset`` on that line's own log; and
+    every clear or reset that names a guard has it. One line per guard that fails."""
+    guards = 0
+    owner: dict[str, str] | None = None
+    for stream in tree.streams.values():
+        for event in stream:
+            if event.type == events.LINE_GUARDED:
+                guards += 1
+                if owner is None:
+                    owner = tree.line_streams()
+                problem = _guard_problem(tree, event, owner)
+                if problem is not None:
+                    report.fail("guards", event.stream, event.revision, problem)
+            elif event.type in _GUARDED and events.TWIN_KEY in event.metadata:
+                mate = tree.twin_of(event)
+                if (
+                    mate is None
+                    or mate.type != events.LINE_GUARDED
+                    or mate.metadata.get(events.TWIN_KEY) != event.id
+                ):
+                    report.fail(
+                        "guards",
+                        event.stream,
+                        event.revision,
+                        f"its {event.type} names a LineGuarded that is not there",
+                    )
+    if guards and not report.failed("guards"):
+        report.lines.append(
+            f"guards: {plural(guards, 'guard')} (LineGuarded), each beside the clear or reset it "
+            "guards"
+        )
+
+
+def _guard_problem(tree: _Tree, guard: Record, owner: Mapping[str, str]) -> str | None:
+    """Why a ``LineGuarded`` is not what its write made, if it is not."""
+    body = _decoded(events.LineGuarded, guard)
+    if body is None:
+        return "a LineGuarded that does not read as one"
+    if not tree.is_top(guard.stream):
+        return "a LineGuarded off a line's top stream"
+    mate = tree.twin_of(guard)
+    if mate is None or mate.id != body.event or mate.stream != body.stream:
+        return "the LineGuarded does not name the event it guards, or that event is missing"
+    if mate.metadata.get(events.TWIN_KEY) != guard.id:
+        return f"the {mate.type} it guards does not name it"
+    if mate.type == events.SESSION_CLEARED:
+        if mate.stream == guard.stream or owner.get(mate.stream) != guard.stream:
+            return "it guards a SessionCleared that is not on a subagent's stream of its line"
+    elif mate.type == events.AUTHORITY_RESET:
+        if tree.line_logs().get(guard.stream) != mate.stream:
+            return "it guards an AuthorityReset that is not on its line's authority log"
+    else:
+        return f"it guards a {cut(mate.type, 80)}, which nothing guards"
+    return None
 
 
 def _check_marker(report: Report, tree: _Tree, marker: Record) -> None:
@@ -956,11 +1108,15 @@ def _check_marker(report: Report, tree: _Tree, marker: Record) -> None:
 
 def _check_registry(report: Report, tree: _Tree, registry: Sequence[Record]) -> dict[str, str]:
     """Each registry entry names what is there: a ``BranchAdded`` the branch's
-    ``BranchStarted`` (same name, parent, event id), a ``BranchRemoved`` the branch's last
-    event, its ``BranchDeleted``. Returns branch stream -> the ``BranchStarted`` id its
-    ``BranchAdded`` names."""
+    ``BranchStarted`` (same name, parent, event id), a ``BranchRemoved`` the branch's end,
+    its ``BranchDeleted`` (:meth:`_Tree.ends`; what follows an end the line-ends check
+    reports); and every ended line has its one ``BranchRemoved``, or the registry would
+    list as live a branch whose line ended. Returns branch stream -> the ``BranchStarted``
+    id its ``BranchAdded`` names."""
     added: dict[str, str] = {}
     added_at: dict[str, int] = {}  # branch stream -> its BranchAdded's registry revision
+    removed: set[str] = set()  # the branch streams a BranchRemoved names
+    ends = tree.ends()
     for entry in registry:
         where = ("branches", entry.stream, entry.revision)
         if entry.type not in (events.BRANCH_ADDED, events.BRANCH_REMOVED):
@@ -992,12 +1148,28 @@ def _check_registry(report: Report, tree: _Tree, registry: Sequence[Record]) -> 
             else:
                 added[body.stream] = body.event
                 added_at[body.stream] = entry.revision
-        elif not named:
-            report.fail(*where, misnamed)
-        elif line[-1].id != body.event or line[-1].type != events.BRANCH_DELETED:
-            report.fail(*where, f"branch {body.branch!r} was not deleted as the entry says")
-        elif added_at.get(body.stream) is None:
-            report.fail(*where, f"branch {body.branch!r} is removed before it is registered")
+        else:
+            if not named:
+                report.fail(*where, misnamed)
+            elif (end := ends.get(body.stream)) is None or end.id != body.event:
+                report.fail(*where, f"branch {body.branch!r} was not deleted as the entry says")
+            elif added_at.get(body.stream) is None:
+                report.fail(*where, f"branch {body.branch!r} is removed before it is registered")
+            elif body.stream in removed:
+                report.fail(*where, f"branch {body.branch!r} is removed twice")
+            # Named, even if wrongly: that entry's line says what is wrong, not a second one.
+            removed.add(body.stream)
+    for top, end in ends.items():
+        if top not in removed:
+            started = tree.started[top][1]
+            named = cut(repr(started.branch if started is not None else top), 80)
+            report.fail(
+                "branches",
+                top,
+                end.revision,
+                f"branch {named} ended here, but no BranchRemoved in {tree.registry_stream} "
+                "says so",
+            )
     if not report.failed("branches"):
         _check_registry_order(report, tree, added_at)
     return added

@@ -380,7 +380,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         History is kept, in one atomic write: an ``agentjournal.SessionCleared`` event on
         the session's stream marks the cut, and every live branch ends with
         ``agentjournal.BranchDeleted`` (reason ``cleared``) and its registry entry, as
-        ``AdvancedSQLiteSession`` deletes every branch's rows. This object moves to
+        ``AdvancedSQLiteSession`` deletes every branch's rows; a subagent open on such a
+        branch is closed ``cancelled`` in that write. This object moves to
         main; another object on a cleared branch moves there at its next call. Branch
         names stay used.
         """
@@ -545,7 +546,8 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
 
     async def delete_branch(self, branch_id: str, force: bool = False) -> None:
         """Delete a branch: ``agentjournal.BranchDeleted`` on its stream and its registry
-        entry, one atomic write; nothing leaves the store (its past still replays). Its
+        entry, one atomic write that also closes ``cancelled`` every subagent open on the
+        branch; nothing leaves the store (its past still replays). Its
         items are gone from every read, its usage with them, its name stays used, and
         any object still on it gets :class:`~agentjournal.errors.BranchDeleted`.
 

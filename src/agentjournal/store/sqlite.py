@@ -895,9 +895,13 @@ class SQLiteEventStore:
                 if len(batch) == _SUBSCRIBE_BATCH:
                     continue
                 # Appends through this object wake us at once; other processes'
-                # appends are noticed by the next read after a short timeout.
+                # appends are noticed by the next read after a short timeout. Not
+                # ``wait_for``: on Python 3.11 it swallows a cancel that meets a wake-up
+                # in the same loop step, and the subscription read on (a follower's own
+                # write wakes it: `tail` and `trace export --follow` hung on SIGTERM).
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(listener[1].wait(), _POLL_SECONDS)
+                    async with asyncio.timeout(_POLL_SECONDS):
+                        await listener[1].wait()
         finally:
             with self._listeners_lock:
                 self._listeners.discard(listener)
