@@ -48,6 +48,7 @@ __all__ = [
     "StreamPlace",
     "SubagentContinued",
     "TurnUsage",
+    "cut_words",
     "turn_of",
     "CALL_ID_KEY",
     "CLOSES_HASH_KEY",
@@ -734,6 +735,16 @@ class StreamPlace:
         )
 
 
+def cut_words(kind: str, value: object) -> str:
+    """Where a branch leaves its parent, as the tools print it: ``before #N``,
+    ``before turn T`` or ``after @R`` (a kind this version does not know: ``at KIND V``)."""
+    return {
+        "index": f"before #{value}",
+        "turn": f"before turn {value}",
+        "revision": f"after @{value}",
+    }.get(kind, f"at {kind} {value}")
+
+
 @dataclass(frozen=True, slots=True)
 class Cut:
     """Where a branch leaves its parent line.
@@ -753,6 +764,10 @@ class Cut:
     def to_json(self) -> dict[str, Any]:
         """Its JSON object."""
         return {"kind": self.kind, "value": self.value, "position": self.position}
+
+    def text(self) -> str:
+        """Where it leaves the parent, as the tools print it (:func:`cut_words`)."""
+        return cut_words(self.kind, self.value)
 
     @classmethod
     def from_json(cls, body: Any, type_: str) -> Cut:

@@ -33,7 +33,7 @@ from agentjournal.streams import MAIN_BRANCH, validate_id
 if TYPE_CHECKING:
     from agentjournal.store.base import EventStore
 
-__all__ = ["cut_text", "find_branch", "line_indexes", "line_records", "line_replay"]
+__all__ = ["find_branch", "line_indexes", "line_records", "line_replay"]
 
 
 async def find_branch(store: EventStore, session_id: str, name: str) -> Branch:
@@ -152,13 +152,3 @@ async def line_records(store: EventStore, branch: Branch) -> dict[str, list[Reco
     except StreamNotFound:  # the registry names it, so only a damaged store lacks it
         return {}
     return streams
-
-
-def cut_text(cut: events.Cut) -> str:
-    """Where a branch leaves its parent, as the tools print it: ``before #N``,
-    ``before turn T`` or ``after @R``."""
-    return {
-        "index": f"before #{cut.value}",
-        "turn": f"before turn {cut.value}",
-        "revision": f"after @{cut.value}",
-    }.get(cut.kind, f"at {cut.kind} {cut.value}")

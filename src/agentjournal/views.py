@@ -304,13 +304,7 @@ def _rotated(record: Record, body: Mapping[str, Any]) -> str:
 
 def _cut(body: Mapping[str, Any]) -> str:
     """Where a fork leaves its parent line, in words (``before #7``)."""
-    cut = body["cut"]
-    kind, value = cut["kind"], cut["value"]
-    if kind == "index":
-        return f"before #{value}"
-    if kind == "turn":
-        return f"before turn {value}"
-    return f"after @{value}"
+    return events.cut_words(body["cut"]["kind"], body["cut"]["value"])
 
 
 def _forked(record: Record, body: Mapping[str, Any]) -> str:

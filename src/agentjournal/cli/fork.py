@@ -88,7 +88,6 @@ async def fork_session(args: argparse.Namespace) -> int:
     from agentjournal.engine.plan import SessionFacts
     from agentjournal.engine.tree import SessionTree
     from agentjournal.ledger.keys import SigningKey
-    from agentjournal.lines import cut_text
     from agentjournal.streams import MAIN_BRANCH, branch_key, session_stream
 
     if args.name is not None:
@@ -124,7 +123,7 @@ async def fork_session(args: argparse.Namespace) -> int:
     finally:
         await store.close()
     cut = branch.cut
-    where = cut_text(cut)
+    where = cut.text()
     print(f"forked branch {printable(repr(branch.name))} of session {session_id}")
     print(f"  from     {branch.parent} {where} (global position {cut.position})")
     print(f"  stream   {branch.stream}")

@@ -125,10 +125,9 @@ async def _lines(
 def _header(branch: Branch) -> str:
     """A branch's header line: its name, parent, cut, base and shared prefix."""
     from agentjournal._text import printable
-    from agentjournal.lines import cut_text
 
     cut = branch.cut
-    where = cut_text(cut)
+    where = cut.text()
     gone = f" [{branch.deleted}]" if branch.deleted is not None else ""
     return printable(
         f"\u2442 branch {branch.name!r}{gone} \u2190 {branch.parent} {where}: shares "

@@ -192,10 +192,9 @@ async def _branch_page(
 
 def _line(branch: Branch) -> dict[str, Any]:
     """A branch as the page's line selector and header show it."""
-    from agentjournal.lines import cut_text
 
     cut = branch.cut
-    where = cut_text(cut)
+    where = cut.text()
     return {
         "name": branch.name,
         "stream": branch.stream,
