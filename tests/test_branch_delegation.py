@@ -27,9 +27,9 @@ from agents import Agent, function_tool
 from agents.run_state import RunState
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from agentjournal import Journal, JournalSession
+from agentjournal import Journal
 from agentjournal import events as ev
-from agentjournal.authority import Authority, Cap, Policy, ToolRule
+from agentjournal.authority import Authority
 from agentjournal.ledger import GENESIS, Checkpoint, SigningKey, signed_event_id
 from agentjournal.ledger.bundle import export_bundle
 from agentjournal.ledger.checkpoints import CHECKPOINT
@@ -45,6 +45,7 @@ from agentjournal.streams import (
 from drive import drive
 from handoff_scenarios import nested
 from ledger_sessions import POLICY, rechain
+from refund_authority import handing_off, refund, refund_policy
 
 SID = "delegation-lines"
 MAIN = session_stream(SID)
@@ -55,64 +56,19 @@ KEY = SigningKey.generate()
 TRUSTED = {KEY.key_id: KEY.public_key}
 
 
-def _policy() -> Policy:
-    return Policy(
-        agents={
-            "triage": Authority.of("billing.*", spend=Cap(5000)),
-            "billing": Authority.of("billing.refund"),  # its own entry has no cap
-        },
-        tools={"issue_refund": ToolRule("billing.refund", {"spend": "amount_cents"})},
-    )
-
-
-def _refunding(ran: list[int], amount: int) -> Agent[Any]:
-    @function_tool
-    def issue_refund(amount_cents: int) -> str:
-        """Refund."""
-        ran.append(amount_cents)
-        return "refunded"
-
-    return Agent(
-        name="billing",
-        model=ScriptedModel(
-            [
-                [function_call("issue_refund", {"amount_cents": amount}, call_id="r1")],
-                [assistant_message("done", item_id="m1")],
-            ]
-        ),
-        tools=[issue_refund],
-    )
-
-
-def _handing_off() -> Agent[Any]:
-    billing = Agent(name="billing", model=ScriptedModel([[assistant_message("billing here")]]))
-    return Agent(
-        name="triage",
-        model=ScriptedModel([[function_call("transfer_to_billing", {}, call_id="h1")]]),
-        handoffs=[billing],
-    )
-
-
-async def _refund(session: JournalSession, amount: int) -> list[int]:
-    """A run that starts at billing and refunds ``amount``; the amounts refunded."""
-    ran: list[int] = []
-    await drive(session.guard(_refunding(ran, amount)), "refund", session=session, hooks=session)
-    return ran
-
-
 async def _widened_on_main(path: Path) -> dict[str, Any]:
     """billing starts uncapped; a handoff narrows it to triage's cap; fork ``after``; then
     main resets billing and refunds 9,000 uncapped. On ``after`` billing stays capped: it
     refunds 100 (its grant capped), and is refused 9,000."""
     async with Journal.open(f"sqlite:///{path}", signing_key=KEY) as journal:
-        main = journal.session(SID, policy=_policy())
-        assert await _refund(main, 100) == [100]
-        await drive(_handing_off(), "hello", session=main, hooks=main)  # narrows billing
+        main = journal.session(SID, policy=refund_policy())
+        assert await refund(main, 100) == [100]
+        await drive(handing_off(), "hello", session=main, hooks=main)  # narrows billing
         await main.fork(name="after")
         await main.reset_authority("billing", reason="widened on main after the fork")
-        assert await _refund(main, 9000) == [9000]
-        after = journal.session(SID, branch="after", policy=_policy())
-        assert await _refund(after, 100) == [100]
+        assert await refund(main, 9000) == [9000]
+        after = journal.session(SID, branch="after", policy=refund_policy())
+        assert await refund(after, 100) == [100]
         await after.checkpoint()
         await main.checkpoint()
         report = verify_records(await read_tree(journal.store, SID), TRUSTED)
@@ -404,7 +360,7 @@ async def test_a_fork_binds_the_log_entry_of_a_grant_inside_a_closed_continuatio
     billing's run grant is on the continuation (logged on the branch's log) and the
     continuation closes. A fork of the branch after that binds that entry: the grant is in
     its prefix through the continuation its parent line closed before the cut."""
-    policy = _policy()
+    policy = refund_policy()
     ran: list[str] = []
     main = journal.session(SID, policy=policy)
     pause = [[function_call("issue_refund", {"amount_cents": 1250}, call_id="r1")]]

@@ -24,7 +24,6 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agentjournal import GuardrailBlocked, Journal, JournalSession
 from agentjournal import events as ev
-from agentjournal.authority import Authority, Cap, Policy, ToolRule
 from agentjournal.engine.fork import continues, plan_fork, subagent_opened
 from agentjournal.engine.plan import SessionFacts
 from agentjournal.engine.tree import SessionTree
@@ -41,6 +40,7 @@ from agentjournal.streams import (
 )
 from drive import METHODS, Method, drive
 from handoff_scenarios import nested, single, top_level
+from refund_authority import handing_off, refund, refund_policy
 from scripted_guardrail import ScriptedGuardrail
 
 SID = "subagents-1"
@@ -439,71 +439,27 @@ async def test_a_guardrail_block_on_a_branch_is_recorded_on_the_branch_only(
     await _verifies(journal.store)
 
 
-def _policy() -> Policy:
-    return Policy(
-        agents={
-            "triage": Authority.of("billing.*", spend=Cap(5000)),
-            "billing": Authority.of("billing.refund"),  # its own entry has no cap
-        },
-        tools={"issue_refund": ToolRule("billing.refund", {"spend": "amount_cents"})},
-    )
-
-
-def _refunding(ran: list[int], amount: int) -> Agent[Any]:
-    @function_tool
-    def issue_refund(amount_cents: int) -> str:
-        """Refund."""
-        ran.append(amount_cents)
-        return "refunded"
-
-    return Agent(
-        name="billing",
-        model=ScriptedModel(
-            [
-                [function_call("issue_refund", {"amount_cents": amount}, call_id="r1")],
-                [assistant_message("done", item_id="m1")],
-            ]
-        ),
-        tools=[issue_refund],
-    )
-
-
-def _handing_off() -> Agent[Any]:
-    billing = Agent(name="billing", model=ScriptedModel([[assistant_message("billing here")]]))
-    return Agent(
-        name="triage",
-        model=ScriptedModel([[function_call("transfer_to_billing", {}, call_id="h1")]]),
-        handoffs=[billing],
-    )
-
-
-async def _refund(session: JournalSession, amount: int) -> list[int]:
-    """A run that starts at billing and refunds ``amount`` (the guard turns a refused call
-    into an error output); the amounts refunded."""
-    ran: list[int] = []
-    await drive(session.guard(_refunding(ran, amount)), "refund", session=session, hooks=session)
-    return ran
-
-
 async def test_a_branch_inherits_the_authority_in_force_at_its_cut(journal: Journal) -> None:
     """billing starts uncapped; a fork; then a handoff on main narrows billing to triage's
     cap. On main billing's next run is capped; on the branch forked before the narrowing
     it is not (a grant after the cut is not the branch's), on a branch forked after it it
     is (authority never widens across a fork). Each branch writes its own log."""
     store = journal.store
-    main = journal.session(SID, policy=_policy())
-    assert await _refund(main, 100) == [100]  # billing's run start: its own entry, uncapped
+    main = journal.session(SID, policy=refund_policy())
+    assert await refund(main, 100) == [100]  # billing's run start: its own entry, uncapped
     await main.fork(name="before")
-    await drive(_handing_off(), "hello", session=main, hooks=main)  # narrows billing
+    await drive(handing_off(), "hello", session=main, hooks=main)  # narrows billing
     await main.fork(name="after")
     main_log = await store.read(authority_stream(SID))
 
-    assert await _refund(main, 9000) == []  # capped at 5000 now
-    before = journal.session(SID, branch="before", policy=_policy())
-    assert await _refund(before, 9000) == [9000]
-    after = journal.session(SID, branch="after", policy=_policy())
-    assert await _refund(after, 9000) == []
-    assert await _refund(JournalSession(store, SID, branch="after", policy=_policy()), 9000) == []
+    assert await refund(main, 9000) == []  # capped at 5000 now
+    before = journal.session(SID, branch="before", policy=refund_policy())
+    assert await refund(before, 9000) == [9000]
+    after = journal.session(SID, branch="after", policy=refund_policy())
+    assert await refund(after, 9000) == []
+    assert (
+        await refund(JournalSession(store, SID, branch="after", policy=refund_policy()), 9000) == []
+    )
 
     # Each branch's grants are on its own log; main's log has only main's.
     assert [e.id for e in (await store.read(authority_stream(SID)))[: len(main_log)]] == [
@@ -532,7 +488,7 @@ async def test_a_resumed_subagent_on_a_branch_holds_its_original_grant(journal: 
     copied from the original (capped): the approved refund runs; without the copied grant
     billing would hold nothing there and the refund would be refused."""
     store = journal.store
-    policy = _policy()
+    policy = refund_policy()
     ran: list[str] = []
     main = journal.session(SID, policy=policy)
     graph = _approval_graph(ran, _PAUSE_BILLING, _PAUSE_TRIAGE)
@@ -702,9 +658,9 @@ async def test_a_fork_between_a_handoff_and_its_acknowledgement_keeps_the_narrow
     after both: a cut between them (billing open at it) still inherits the narrowing, so
     a run that starts at billing on the branch is capped (authority never widens across a
     fork)."""
-    main = journal.session(SID, policy=_policy())
-    assert await _refund(main, 100) == [100]  # billing uncapped on the log
-    await drive(_handing_off(), "hello", session=main, hooks=main)  # narrows billing
+    main = journal.session(SID, policy=refund_policy())
+    assert await refund(main, 100) == [100]  # billing uncapped on the log
+    await drive(handing_off(), "hello", session=main, hooks=main)  # narrows billing
     items = await main.get_items()
     (ack,) = [
         n
@@ -715,7 +671,7 @@ async def test_a_fork_between_a_handoff_and_its_acknowledgement_keeps_the_narrow
     started = await _started(journal.store, "between")
     assert len(started.base) == 2  # billing is open at the cut
     assert started.authority is not None
-    line = journal.session(SID, branch="between", policy=_policy())
-    assert await _refund(line, 9000) == []
-    assert await _refund(line, 100) == [100]
+    line = journal.session(SID, branch="between", policy=refund_policy())
+    assert await refund(line, 9000) == []
+    assert await refund(line, 100) == [100]
     await _verifies(journal.store)
