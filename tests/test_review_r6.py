@@ -32,6 +32,7 @@ from agentjournal.traces import Projector, project_tree
 from branch_items import assistant, user
 from drive import drive
 from ledger_sessions import rechain
+from pre_lines import pre_lines_state
 
 SID = "r6"
 TOP = branch_stream(SID, "b")
@@ -261,22 +262,11 @@ def test_a_follower_state_saved_before_lines_keeps_following_existing_branches(
         )
 
     ordered = asyncio.run(records())
-    fork_at = next(n for n, r in enumerate(ordered) if r.stream == TOP)  # BranchStarted
     # What a39f3a1's follower saved after the fork: main's tree only, no line fields (its
     # projector dropped every branch event).
-    old = Projector(SID)
-    for record in ordered[: fork_at + 1]:
-        if not record.stream.startswith("AgentBranch"):
-            old.feed(record)
-    state = json.loads(old.dump())
-    del state["line"]
-    state["streams"] = {k: v for k, v in state["streams"].items() if "@" not in k}
-    state["trees"] = {k: v for k, v in state["trees"].items() if "@" not in k}
-    for tree in state["trees"].values():
-        for key in ("line", "top", "parent", "cut", "fork", "runs"):
-            tree.pop(key, None)
-    resumed = Projector.load(json.dumps(state).encode())
-    sent = [span for record in ordered[fork_at + 1 :] for span in resumed.feed(record)]
+    state, fork_read = pre_lines_state(SID, ordered, TOP)
+    resumed = Projector.load(state)
+    sent = [span for record in ordered[fork_read:] for span in resumed.feed(record)]
     sent += resumed.finish()
     # Today: nothing of b's run is sent (its stream is unknown to the loaded state).
     assert _run_spans_of(sent, "b"), [s.name for s in sent]

@@ -27,6 +27,7 @@ from agentjournal.store import open_store
 from agentjournal.streams import branch_key, branch_stream
 from agentjournal.traces import Projector
 from drive import drive
+from pre_lines import pre_lines_state
 
 TESTS = Path(__file__).resolve().parent
 SID = "old1"
@@ -38,24 +39,12 @@ def _hello() -> Agent[Any]:
 
 
 def _pre_lines(records: list[Record]) -> tuple[bytes, int]:
-    """What a follower from before lines saved just after the fork (its projector dropped
-    every branch event and kept no line fields), and the position it saved at."""
-    top = branch_stream(SID, NAME)
-    fork_at = next(n for n, r in enumerate(records) if r.stream == top)  # BranchStarted
-    old = Projector(SID)
-    for record in records[: fork_at + 1]:
-        if not record.stream.startswith("AgentBranch"):
-            old.feed(record)
-    state = json.loads(old.dump())
-    del state["line"]
-    state["streams"] = {k: v for k, v in state["streams"].items() if "@" not in k}
-    state["trees"] = {k: v for k, v in state["trees"].items() if "@" not in k}
-    for tree in state["trees"].values():
-        for key in ("line", "top", "parent", "cut", "fork", "runs"):
-            tree.pop(key, None)
-    position = records[fork_at].position
+    """What a follower from before lines saved just after the fork, and the position it
+    saved at."""
+    state, read = pre_lines_state(SID, records, branch_stream(SID, NAME))
+    position = records[read - 1].position
     assert position is not None
-    return json.dumps(state).encode(), position
+    return state, position
 
 
 def _write(uri: str) -> list[Record]:
