@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,50 +22,14 @@ from agentjournal import JournalSession
 from agentjournal.engine.timeline import ENTRY_BYTES, Timeline
 from agentjournal.store import sqlite as sqlite_store
 from agentjournal.store.base import (
-    AppendRequest,
-    AppendResult,
-    Expected,
     ModelItems,
     ModelSnapshot,
-    NewEvent,
-    RecordedEvent,
 )
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import session_stream
 from drive import drive
 from handoff_scenarios import nested, single
-
-
-class NoModel:
-    """A store wrapper without ``read_model``: the engine reads the events."""
-
-    def __init__(self, inner: SQLiteEventStore) -> None:
-        self.inner = inner
-
-    async def append(
-        self, stream: str, events: Sequence[NewEvent], *, expected: Expected
-    ) -> AppendResult:
-        return await self.inner.append(stream, events, expected=expected)
-
-    async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
-        return await self.inner.append_many(
-            [AppendRequest(r.stream, r.events, r.expected) for r in requests]
-        )
-
-    async def read(self, stream: str, **options: Any) -> list[RecordedEvent]:
-        return await self.inner.read(stream, **options)
-
-    async def head(self, stream: str) -> int | None:
-        return await self.inner.head(stream)
-
-    async def read_all(self, **options: Any) -> list[RecordedEvent]:
-        return await self.inner.read_all(**options)
-
-    def subscribe(self, **options: Any) -> AsyncIterator[RecordedEvent]:
-        return self.inner.subscribe(**options)
-
-    async def close(self) -> None:
-        pass
+from no_model import NoModel
 
 
 def _state(session: JournalSession) -> dict[str, Any]:

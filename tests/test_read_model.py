@@ -12,7 +12,7 @@ import json
 import math
 import random
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import session_stream
 from drive import drive
 from handoff_scenarios import failing, nested, single, top_level
+from no_model import NoModel
 
 # -- exact parsing --------------------------------------------------------------------------
 
@@ -128,39 +129,6 @@ def test_items_of_hands_out_what_each_entry_gives() -> None:
 
 
 # -- helpers --------------------------------------------------------------------------------
-
-
-class NoModel:
-    """A store wrapper without ``read_model``: the engine reads and writes events only."""
-
-    def __init__(self, inner: SQLiteEventStore) -> None:
-        self.inner = inner
-
-    async def append(
-        self, stream: str, events: Sequence[NewEvent], *, expected: Expected
-    ) -> AppendResult:
-        return await self.inner.append(stream, events, expected=expected)
-
-    async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
-        # Rebuilt field by field, as a wrapper written before the read model would.
-        return await self.inner.append_many(
-            [AppendRequest(r.stream, r.events, r.expected) for r in requests]
-        )
-
-    async def read(self, stream: str, **options: Any) -> list[RecordedEvent]:
-        return await self.inner.read(stream, **options)
-
-    async def head(self, stream: str) -> int | None:
-        return await self.inner.head(stream)
-
-    async def read_all(self, **options: Any) -> list[RecordedEvent]:
-        return await self.inner.read_all(**options)
-
-    def subscribe(self, **options: Any) -> AsyncIterator[RecordedEvent]:
-        return self.inner.subscribe(**options)
-
-    async def close(self) -> None:
-        pass
 
 
 class Counting(NoModel):
