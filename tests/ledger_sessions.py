@@ -12,6 +12,7 @@ import asyncio
 import copy
 import hashlib
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,6 +29,7 @@ from agentjournal.ledger import (
 )
 from agentjournal.ledger.bundle import export_bundle
 from agentjournal.ledger.redaction import view, view_digest
+from agentjournal.streams import KEYS_STREAM
 from guardrail_scenarios import graph, run
 from scripted_guardrail import ScriptedGuardrail
 
@@ -106,17 +108,24 @@ def rechain(bundle: dict[str, Any], name: str) -> None:
 def resign(bundle: dict[str, Any], key: SigningKey) -> None:
     """Replace the last checkpoint by one over the bundle's current heads, signed by ``key``."""
     ledger = next(s for s in bundle["streams"] if s["name"].startswith("AgentLedger-"))
-    last = ledger["events"][-1]
-    heads = json.loads(last["data"])["heads"]
+    sign_heads(bundle, key, json.loads(ledger["events"][-1]["data"])["heads"])
+
+
+def sign_heads(bundle: dict[str, Any], key: SigningKey, names: Iterable[str] | None = None) -> None:
+    """Replace every checkpoint by one over the current heads of the streams ``names``
+    (default: every stream with events but the ledger and ``AgentKeys``), signed by ``key``:
+    what only the key's holder could do. The checkpoints then vouch for an edit; only the
+    structural checks can catch it."""
+    ledger = next(s for s in bundle["streams"] if s["name"].startswith("AgentLedger-"))
     current = {s["name"]: s["events"] for s in bundle["streams"]}
-    fresh = {
-        stream: (len(current[stream]) - 1, current[stream][-1]["metadata"]["aj.hash"])
-        for stream in heads
-    }
+    if names is None:
+        names = [n for n, e in current.items() if e and n not in (ledger["name"], KEYS_STREAM)]
+    heads = {n: (len(current[n]) - 1, current[n][-1]["metadata"]["aj.hash"]) for n in names}
+    last = ledger["events"][-1]
     signed = Checkpoint.sign(
         key,
         bundle["session_id"],
-        fresh,
+        heads,
         datetime.now(UTC),
         sequence=0,
         previous=GENESIS,

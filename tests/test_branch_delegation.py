@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,21 +29,19 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from agentjournal import Journal
 from agentjournal import events as ev
 from agentjournal.authority import Authority
-from agentjournal.ledger import GENESIS, Checkpoint, SigningKey, signed_event_id
+from agentjournal.ledger import SigningKey
 from agentjournal.ledger.bundle import export_bundle
-from agentjournal.ledger.checkpoints import CHECKPOINT
 from agentjournal.ledger.verify import Report, verify_bundle, verify_records
 from agentjournal.records import read_tree
 from agentjournal.streams import (
     authority_stream,
     branch_authority_stream,
     branch_stream,
-    ledger_stream,
     session_stream,
 )
 from drive import drive
 from handoff_scenarios import nested
-from ledger_sessions import POLICY, rechain
+from ledger_sessions import POLICY, rechain, sign_heads
 from refund_authority import handing_off, refund, refund_policy
 
 SID = "delegation-lines"
@@ -107,29 +104,8 @@ def _set_body(event: dict[str, Any], body: dict[str, Any]) -> None:
 
 
 def _resign_all(bundle: dict[str, Any]) -> None:
-    """One checkpoint over every stream's current head, signed with the trusted key: the
-    checkpoints then vouch for the edit; only the structural checks can catch it."""
-    ledger = ledger_stream(bundle["session_id"])
-    heads = {
-        s["name"]: (len(s["events"]) - 1, s["events"][-1]["metadata"]["aj.hash"])
-        for s in bundle["streams"]
-        if s["name"] not in (ledger, "AgentKeys") and s["events"]
-    }
-    last = _stream(bundle, ledger)[-1]
-    signed = Checkpoint.sign(
-        KEY,
-        bundle["session_id"],
-        heads,
-        datetime.now(UTC),
-        sequence=0,
-        previous=GENESIS,
-        metadata=last["metadata"],
-    )
-    last["type"] = CHECKPOINT
-    last["data"] = signed.encode().decode()
-    last["id"] = str(signed_event_id(ledger, signed.signature))
-    next(s for s in bundle["streams"] if s["name"] == ledger)["events"] = [last]
-    rechain(bundle, ledger)
+    """Re-signed by the key's holder (:func:`ledger_sessions.sign_heads`)."""
+    sign_heads(bundle, KEY)
 
 
 def _failed(bundle: dict[str, Any], check: str) -> list[str]:

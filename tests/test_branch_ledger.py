@@ -17,7 +17,6 @@ import copy
 import json
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from agentjournal import Journal, JournalSession
 from agentjournal import events as ev
 from agentjournal.authority import Authority, Policy
 from agentjournal.engine.plan import seal_event
-from agentjournal.ledger import CHECKPOINT, GENESIS, Checkpoint, SigningKey, signed_event_id
+from agentjournal.ledger import SigningKey
 from agentjournal.ledger.bundle import export_bundle
 from agentjournal.ledger.verify import Report, verify_bundle, verify_records
 from agentjournal.records import DamagedEvent, read_tree
@@ -47,7 +46,7 @@ from branch_items import user as _user
 from cli_run import run
 from drive import drive
 from handoff_scenarios import nested, single
-from ledger_sessions import rechain
+from ledger_sessions import rechain, sign_heads
 
 SID = "ledger-branches"
 MAIN = session_stream(SID)
@@ -123,24 +122,8 @@ def _by_id(bundle: dict[str, Any], event_id: str) -> tuple[str, dict[str, Any]]:
 
 
 def _resign_all(bundle: dict[str, Any]) -> None:
-    """Replace every checkpoint by one over every stream's current head, signed with the
-    trusted key: what only the key's holder could do. Checkpoints then vouch for the edit;
-    only the structural checks can catch it."""
-    ledger = ledger_stream(SID)
-    heads = {
-        s["name"]: (len(s["events"]) - 1, s["events"][-1]["metadata"]["aj.hash"])
-        for s in bundle["streams"]
-        if s["name"] not in (ledger, "AgentKeys") and s["events"]
-    }
-    last = _stream(bundle, ledger)[-1]
-    signed = Checkpoint.sign(
-        KEY, SID, heads, datetime.now(UTC), sequence=0, previous=GENESIS, metadata=last["metadata"]
-    )
-    last["type"] = CHECKPOINT
-    last["data"] = signed.encode().decode()
-    last["id"] = str(signed_event_id(ledger, signed.signature))
-    next(s for s in bundle["streams"] if s["name"] == ledger)["events"] = [last]
-    rechain(bundle, ledger)
+    """Re-signed by the key's holder (:func:`ledger_sessions.sign_heads`)."""
+    sign_heads(bundle, KEY)
 
 
 def _edit_fork(
@@ -412,20 +395,8 @@ def test_a_branch_s_checkpoint_covers_its_whole_line_through_the_forks(
     """One checkpoint of the deeper branch's head (and nothing else) covers what it shares:
     draft up to deeper's base, main up to draft's base (the subsessions closed before it
     too, through their closing events); only what came after those bases is not covered."""
-    ledger = ledger_stream(SID)
     streams = {s["name"]: s["events"] for s in bundle["streams"]}
-    heads = {
-        name: (len(streams[name]) - 1, streams[name][-1]["metadata"]["aj.hash"])
-        for name in (DEEPER, REGISTRY)
-    }
-    last = streams[ledger][-1]
-    signed = Checkpoint.sign(
-        KEY, SID, heads, datetime.now(UTC), sequence=0, previous=GENESIS, metadata=last["metadata"]
-    )
-    last["data"] = signed.encode().decode()
-    last["id"] = str(signed_event_id(ledger, signed.signature))
-    next(s for s in bundle["streams"] if s["name"] == ledger)["events"] = [last]
-    rechain(bundle, ledger)
+    sign_heads(bundle, KEY, [DEEPER, REGISTRY])
     report = verify_bundle(bundle, TRUSTED, allow_uncovered=True)
     assert report.ok, report.text()
     uncovered = {

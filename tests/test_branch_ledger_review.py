@@ -15,7 +15,6 @@ import asyncio
 import copy
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import pytest
 
 from agentjournal import Journal
 from agentjournal.cli.bundle import sign_every_line
-from agentjournal.ledger import CHECKPOINT, GENESIS, Checkpoint, SigningKey, signed_event_id
+from agentjournal.ledger import SigningKey
 from agentjournal.ledger.bundle import export_bundle
 from agentjournal.ledger.verify import Report, verify_bundle
 from agentjournal.streams import (
@@ -36,7 +35,7 @@ from branch_items import assistant as _assistant
 from branch_items import user as _user
 from cli_run import run
 from drive import drive
-from ledger_sessions import rechain
+from ledger_sessions import rechain, sign_heads
 from paused_graph import paused_graph
 
 SID = "ledger-review"
@@ -160,20 +159,7 @@ def _insider(bundle: dict[str, Any]) -> None:
                 rechain(bundle, stream["name"])
         if not _rebound(bundle):
             break
-    heads = {
-        s["name"]: (len(s["events"]) - 1, s["events"][-1]["metadata"]["aj.hash"])
-        for s in bundle["streams"]
-        if s["name"] not in (ledger, "AgentKeys") and s["events"]
-    }
-    last = _stream(bundle, ledger)[-1]
-    signed = Checkpoint.sign(
-        KEY, SID, heads, datetime.now(UTC), sequence=0, previous=GENESIS, metadata=last["metadata"]
-    )
-    last["type"] = CHECKPOINT
-    last["data"] = signed.encode().decode()
-    last["id"] = str(signed_event_id(ledger, signed.signature))
-    next(s for s in bundle["streams"] if s["name"] == ledger)["events"] = [last]
-    rechain(bundle, ledger)
+    sign_heads(bundle, KEY)
 
 
 def _fails(bundle: dict[str, Any], reason: str) -> Report:

@@ -15,7 +15,6 @@ import asyncio
 import copy
 import json
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from agents import Agent, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agentjournal import Journal, JournalSession
-from agentjournal.ledger import CHECKPOINT, GENESIS, Checkpoint, SigningKey, signed_event_id
+from agentjournal.ledger import SigningKey
 from agentjournal.ledger.bundle import export_bundle
 from agentjournal.ledger.verify import verify_bundle
 from agentjournal.records import Record, read_tree
@@ -31,7 +30,7 @@ from agentjournal.streams import branch_stream, branches_stream
 from agentjournal.traces import Projector, project_tree
 from branch_items import assistant, user
 from drive import drive
-from ledger_sessions import rechain
+from ledger_sessions import rechain, sign_heads
 from pre_lines import pre_lines_state
 
 SID = "r6"
@@ -64,26 +63,7 @@ def _hello() -> Agent[Any]:
 
 def _resign(bundle: dict[str, Any]) -> None:
     """What a key holder does last: one checkpoint over every stream's head, signed."""
-    ledger = next(s for s in bundle["streams"] if s["name"].startswith("AgentLedger-"))
-    last = ledger["events"][-1]
-    heads = {
-        s["name"]: (len(s["events"]) - 1, s["events"][-1]["metadata"]["aj.hash"])
-        for s in bundle["streams"]
-        if s["events"] and not s["name"].startswith(("AgentLedger-", "AgentKeys-"))
-    }
-    signed = Checkpoint.sign(
-        KEY,
-        bundle["session_id"],
-        heads,
-        datetime.now(UTC),
-        sequence=0,
-        previous=GENESIS,
-        metadata=last["metadata"],
-    )
-    last["type"], last["data"] = CHECKPOINT, signed.encode().decode()
-    last["id"] = str(signed_event_id(ledger["name"], signed.signature))
-    ledger["events"] = [last]
-    rechain(bundle, ledger["name"])
+    sign_heads(bundle, KEY)
 
 
 def _ended(tmp_path: Path) -> dict[str, Any]:
