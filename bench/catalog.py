@@ -11,7 +11,7 @@ and its checkpoint re-signed over its own heads, many sessions per transaction. 
 makes the store quickly; every copy is what a real run writes, so the catalog folds
 and checks it as it would a real one.
 
-Cases (each a fresh process-level call of :func:`agentjournal.catalog.refresh`, with the
+Cases (each a fresh process-level call of :func:`agentjournal.read.catalog.refresh`, with the
 signing key trusted, so every checkpoint's signature is checked once):
 
   first build       the store never catalogued: read the global order, fold, save
@@ -36,15 +36,22 @@ from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from _common import table
-from agentjournal import Journal, catalog
+from agentjournal import Journal
 from agentjournal._digests import data_digest
 from agentjournal.ledger import SigningKey
 from agentjournal.ledger.chain import GENESIS, HASH_KEY, PREV_KEY, SEQ_KEY, chain_hash
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import signed_event_id
+from agentjournal.read import catalog
 from agentjournal.store import open_store
-from agentjournal.store.base import AppendRequest, EventStore, NewEvent, RecordedEvent, StreamState
-from agentjournal.store.base import event_id as derived_id
+from agentjournal.store.contract import (
+    AppendRequest,
+    EventStore,
+    NewEvent,
+    RecordedEvent,
+    StreamState,
+)
+from agentjournal.store.contract import event_id as derived_id
 
 TEMPLATE = "tmpl-00000000"
 PER_COMMIT = 50  # sessions per append_many transaction while building the store
@@ -196,7 +203,7 @@ def _seconds(times: tuple[float, float]) -> list[str]:
 
 
 async def _state(store: EventStore) -> bytes:
-    from agentjournal import projections
+    from agentjournal.read import projections
 
     saved = await projections.load(store, catalog.NAME)
     return saved.state if saved is not None else b""

@@ -44,12 +44,12 @@ import orjson
 
 from _common import table
 from agentjournal import Journal
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import Report, _check_chain, _parse, verify_bundle
 from agentjournal.engine.plan import seal_event
 from agentjournal.ledger import SigningKey
-from agentjournal.ledger.bundle import export_bundle
 from agentjournal.ledger.chain import CHAIN_KEY, CHAIN_KEYS, HASH_KEY, PREV_KEY, record_bytes
 from agentjournal.ledger.checkpoints import Checkpoint
-from agentjournal.ledger.verify import Report, _check_chain, _parse, verify_bundle
 
 ANSWER = "Your order shipped on Monday and should arrive by Thursday. " * 5
 

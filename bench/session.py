@@ -73,7 +73,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from _common import ROUNDS, Timing, measure_cpu, table
 from agentjournal import Journal, JournalSession
-from agentjournal.store.base import AppendRequest, encode_metadata
+from agentjournal.store.contract import AppendRequest, encode_metadata
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import session_stream
 

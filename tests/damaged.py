@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentjournal import Journal
-from agentjournal.store.base import NewEvent
+from agentjournal.store.contract import NewEvent
 
 
 async def add_damaged_session(uri: str, session_id: str) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 import handoff_scenarios
 from agentjournal import Journal
+from agentjournal.audit.export import export_bundle
 from agentjournal.authority import Authority, Policy, ToolRule
 from agentjournal.ledger import (
     CHECKPOINT,
@@ -27,7 +28,6 @@ from agentjournal.ledger import (
     chain_hash,
     signed_event_id,
 )
-from agentjournal.ledger.bundle import export_bundle
 from agentjournal.ledger.redaction import view, view_digest
 from agentjournal.streams import KEYS_STREAM
 from guardrail_scenarios import graph, run

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from agentjournal.store.base import (
+from agentjournal.store.contract import (
     AppendRequest,
     AppendResult,
     Expected,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from agentjournal.read.traces import Projector
 from agentjournal.records import Record
-from agentjournal.traces import Projector
 
 
 def pre_lines_state(session_id: str, records: list[Record], top: str) -> tuple[bytes, int]:

@@ -24,10 +24,10 @@ from agents.memory.session import SessionABC
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agentjournal import AuthorityDenied, Journal, JournalSession
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import Report, verify_bundle
 from agentjournal.authority import AllowList, Authority, Policy, ToolRule
 from agentjournal.errors import InvalidInput
-from agentjournal.ledger.bundle import export_bundle
-from agentjournal.ledger.verify import Report, verify_bundle
 from drive import METHODS, Method
 from guardrail_scenarios import run
 from ledger_sessions import KEY, TRUSTED, rechain, relink, resign

@@ -28,17 +28,17 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agentjournal import Journal
 from agentjournal import events as ev
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import Report, verify_bundle, verify_records
 from agentjournal.authority import Authority
 from agentjournal.ledger import SigningKey
-from agentjournal.ledger.bundle import export_bundle
-from agentjournal.ledger.verify import Report, verify_bundle, verify_records
-from agentjournal.records import read_tree
 from agentjournal.streams import (
     authority_stream,
     branch_authority_stream,
     branch_stream,
     session_stream,
 )
+from agentjournal.walk import read_tree
 from drive import drive
 from handoff_scenarios import nested
 from ledger_sessions import POLICY, rechain, sign_heads

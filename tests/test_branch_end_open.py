@@ -26,13 +26,13 @@ import pytest
 
 from agentjournal import Journal, JournalSession
 from agentjournal import events as ev
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import Report, verify_bundle, verify_records
 from agentjournal.ledger import SigningKey
-from agentjournal.ledger.bundle import export_bundle
-from agentjournal.ledger.verify import Report, verify_bundle, verify_records
-from agentjournal.records import read_tree
-from agentjournal.store.base import AppendRequest, EventStore, RecordedEvent
+from agentjournal.store.contract import AppendRequest, EventStore, RecordedEvent
 from agentjournal.streams import branch_stream, branches_stream, session_stream
 from agentjournal.testing.kurrentdb_double import ThreadedKurrentDBDouble
+from agentjournal.walk import read_tree
 from branch_items import assistant, user
 from cli_run import run
 from drive import drive

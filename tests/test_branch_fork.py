@@ -19,8 +19,8 @@ from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger.chain import GENESIS, HASH_KEY, seal
 from agentjournal.ledger.keys import SigningKey
-from agentjournal.replay import check_read_model
-from agentjournal.store.base import NewEvent, RecordedEvent, StreamState
+from agentjournal.read.replay import check_read_model
+from agentjournal.store.contract import NewEvent, RecordedEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import branch_stream, branches_stream, session_stream
 from branch_items import assistant as _assistant

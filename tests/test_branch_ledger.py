@@ -26,13 +26,13 @@ from hypothesis import strategies as st
 
 from agentjournal import Journal, JournalSession
 from agentjournal import events as ev
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import Report, verify_bundle, verify_records
 from agentjournal.authority import Authority, Policy
 from agentjournal.engine.plan import seal_event
 from agentjournal.ledger import SigningKey
-from agentjournal.ledger.bundle import export_bundle
-from agentjournal.ledger.verify import Report, verify_bundle, verify_records
-from agentjournal.records import DamagedEvent, read_tree
-from agentjournal.store.base import NewEvent
+from agentjournal.records import DamagedEvent
+from agentjournal.store.contract import NewEvent
 from agentjournal.streams import (
     authority_stream,
     branch_stream,
@@ -41,6 +41,7 @@ from agentjournal.streams import (
     session_stream,
 )
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble
+from agentjournal.walk import read_tree
 from branch_items import assistant as _assistant
 from branch_items import user as _user
 from cli_run import run
@@ -625,7 +626,7 @@ async def test_the_catalog_s_ledger_column_checks_branch_streams(journal_uri: st
     """``sessions``' cheap ledger check knows the branch streams, the registry and the
     branches' checkpoints (learnt from the forks), and keeps the branches out of main's
     columns; a broken chain on a branch shows on the session's row."""
-    from agentjournal import catalog
+    from agentjournal.read import catalog
 
     async with Journal.open(journal_uri, signing_key=KEY) as signed:
         await _write(signed)

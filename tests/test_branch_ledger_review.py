@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from agentjournal import Journal
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import Report, verify_bundle
 from agentjournal.cli.bundle import sign_every_line
 from agentjournal.ledger import SigningKey
-from agentjournal.ledger.bundle import export_bundle
-from agentjournal.ledger.verify import Report, verify_bundle
 from agentjournal.streams import (
     branch_stream,
     branches_stream,

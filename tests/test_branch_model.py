@@ -28,8 +28,8 @@ from agentjournal.engine.core import SessionCore
 from agentjournal.engine.plan import SessionFacts
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import InvalidInput
-from agentjournal.replay import check_read_model
-from agentjournal.store.base import NewEvent
+from agentjournal.read.replay import check_read_model
+from agentjournal.store.contract import NewEvent
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import branch_stream, session_stream
 from branch_items import assistant as _assistant

@@ -34,13 +34,12 @@ import pytest
 
 from agentjournal import Journal, JournalSession
 from agentjournal import events as ev
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import verify_bundle, verify_records
 from agentjournal.authority import Policy
 from agentjournal.errors import BranchDeleted
 from agentjournal.ledger import SigningKey
-from agentjournal.ledger.bundle import export_bundle
-from agentjournal.ledger.verify import verify_bundle, verify_records
-from agentjournal.records import read_tree
-from agentjournal.store.base import (
+from agentjournal.store.contract import (
     AppendRequest,
     AppendResult,
     EventStore,
@@ -49,6 +48,7 @@ from agentjournal.store.base import (
 )
 from agentjournal.streams import branch_authority_stream, branch_stream, session_stream
 from agentjournal.testing.kurrentdb_double import ThreadedKurrentDBDouble
+from agentjournal.walk import read_tree
 from branch_items import assistant as _assistant
 from branch_items import user as _user
 from drive import METHODS, Method, drive

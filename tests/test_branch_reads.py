@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 
 from agentjournal import Journal, JournalSession
 from agentjournal import events as ev
+from agentjournal.audit.verify import verify_records
 from agentjournal.authority import Authority, Policy
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger.chain import HASH_KEY
 from agentjournal.ledger.keys import SigningKey
-from agentjournal.ledger.verify import verify_records
-from agentjournal.records import read_tree
-from agentjournal.store.base import EventStore, RecordedEvent
+from agentjournal.store.contract import EventStore, RecordedEvent
 from agentjournal.streams import authority_stream, branch_stream, session_stream
+from agentjournal.walk import read_tree
 from branch_items import assistant as _assistant
 from branch_items import user as _user
 from drive import METHODS, Method, drive, sdk_reference

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from agentjournal import Journal, JournalSession
+from agentjournal.audit.verify import verify_records
 from agentjournal.errors import BranchDeleted
 from agentjournal.ledger import SigningKey
-from agentjournal.ledger.verify import verify_records
-from agentjournal.records import read_tree
-from agentjournal.store.base import AppendRequest
+from agentjournal.store.contract import AppendRequest
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import authority_stream
+from agentjournal.walk import read_tree
 from cli_run import run
 
 SID = "review"

@@ -24,13 +24,13 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agentjournal import GuardrailBlocked, Journal, JournalSession
 from agentjournal import events as ev
+from agentjournal.audit.verify import verify_records
 from agentjournal.engine.fork import continues, plan_fork, subagent_opened
 from agentjournal.engine.plan import SessionFacts
 from agentjournal.engine.tree import SessionTree
 from agentjournal.ledger.chain import GENESIS, HASH_KEY
-from agentjournal.ledger.verify import verify_records
-from agentjournal.records import opened_stream, read_tree
-from agentjournal.store.base import EventStore, RecordedEvent, StreamState
+from agentjournal.records import opened_stream
+from agentjournal.store.contract import EventStore, RecordedEvent, StreamState
 from agentjournal.streams import (
     authority_stream,
     branch_authority_stream,
@@ -38,6 +38,7 @@ from agentjournal.streams import (
     branches_stream,
     session_stream,
 )
+from agentjournal.walk import read_tree
 from drive import METHODS, Method, drive
 from handoff_scenarios import nested, single, top_level
 from refund_authority import handing_off, refund, refund_policy

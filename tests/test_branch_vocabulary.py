@@ -27,7 +27,7 @@ from agentjournal.events import (
     turn_of,
 )
 from agentjournal.ledger.redaction import KEPT, withholds
-from agentjournal.store.base import validate_stream_name
+from agentjournal.store.contract import validate_stream_name
 from agentjournal.streams import (
     MAX_BRANCH_NAME,
     branch_authority_stream,

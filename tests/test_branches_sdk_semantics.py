@@ -29,7 +29,7 @@ from agentjournal import events as ev
 from agentjournal.engine.fork import LineHead, plan_line_ends
 from agentjournal.errors import BranchDeleted, InvalidInput, StoreUnavailable
 from agentjournal.ledger.chain import GENESIS, HASH_KEY, seal
-from agentjournal.store.base import AppendRequest, AppendResult, NewEvent, StreamState
+from agentjournal.store.contract import AppendRequest, AppendResult, NewEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import branch_stream, branches_stream, session_stream
 

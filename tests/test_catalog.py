@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agentjournal import events
-from agentjournal.catalog import Catalog, SessionRow
 from agentjournal.ledger.chain import GENESIS, seal
-from agentjournal.store.base import RecordedEvent
-from agentjournal.usage import ModelResponse, Usage
+from agentjournal.read.catalog import Catalog, SessionRow
+from agentjournal.store.contract import RecordedEvent
+from agentjournal.tokens import ModelResponse, Usage
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
@@ -147,7 +147,7 @@ def test_tokens_count_model_responses_once_else_legacy_usage_once_per_response()
 
 
 def test_sessions_and_usage_count_legacy_usage_by_one_rule() -> None:
-    from agentjournal.usage import UsageFold
+    from agentjournal.read.usage import UsageFold
 
     w = Writer()
     s = "AgentSession-a"
@@ -212,8 +212,9 @@ def test_foreign_items_count_as_get_items_returns_them(tmp_path: Any) -> None:
     rule (the body's ``message_index``, else none) and get_items' clear rule."""
     import asyncio
 
-    from agentjournal import Journal, catalog
-    from agentjournal.store.base import NewEvent
+    from agentjournal import Journal
+    from agentjournal.read import catalog
+    from agentjournal.store.contract import NewEvent
 
     def user(text: str, **body: Any) -> NewEvent:
         data = json.dumps({"content": text, "timestamp": "2026-12-01T08:40:00Z", **body})
@@ -252,8 +253,8 @@ def test_foreign_items_count_as_get_items_returns_them(tmp_path: Any) -> None:
 
 
 def test_one_helper_reads_a_session_out_of_a_stream_name() -> None:
+    from agentjournal.read.traces import session_of_stream
     from agentjournal.streams import session_of
-    from agentjournal.traces import session_of_stream
 
     assert session_of("AgentSession-s1") == "s1"
     assert session_of("AgentLedger-s1") is None

@@ -72,8 +72,6 @@ from openai.types.responses.response_output_item import (
 from openai.types.responses.response_reasoning_item import Content, Summary
 
 from agentjournal.engine.codec import (
-    EXTENSION_EVENT_TYPE,
-    ITEM_EVENT_TYPES,
     OPENAI_EXTENSION_KEY,
     EncodedEvent,
     decode_event,
@@ -82,6 +80,7 @@ from agentjournal.engine.codec import (
     encode_item,
 )
 from agentjournal.errors import CodecError, InvalidInput
+from agentjournal.events import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
 from drive import Method, drive
 
 Message = Any  # a generated protobuf message (the schema package ships no stubs)

@@ -334,7 +334,7 @@ def test_stored_metadata_bytes_are_what_the_json_encoder_printed(metadata: dict[
     it refuses (a lone surrogate at the UTF-8 step, a value that is no text)."""
     from types import MappingProxyType
 
-    from agentjournal.store.base import encode_metadata
+    from agentjournal.store.contract import encode_metadata
 
     reference = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 

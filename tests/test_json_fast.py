@@ -1,4 +1,4 @@
-"""``agentjournal._json.loads`` gives exactly what ``json.loads`` gives (issue 18).
+"""``agentjournal._fastjson.loads`` gives exactly what ``json.loads`` gives (issue 18).
 
 It parses with ``orjson`` where that is known to agree and with ``json``
 elsewhere; equal is not enough (``1 == 1.0``), so values are compared with
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentjournal._json import loads
+from agentjournal._fastjson import loads
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from agentjournal import Journal
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import verify_bundle
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger import (
     GENESIS,
@@ -21,8 +23,6 @@ from agentjournal.ledger import (
     signed_event_id,
     trusted_closure,
 )
-from agentjournal.ledger.bundle import export_bundle
-from agentjournal.ledger.verify import verify_bundle
 from ledger_sessions import rechain
 
 A, B, C = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()

@@ -21,7 +21,7 @@ from kurrentdbclient.streams import BaseStreamsService
 from agentjournal.errors import InvalidInput
 from agentjournal.store import MAX_EVENT_BYTES, AppendRequest, NewEvent
 from agentjournal.store import StreamState as State
-from agentjournal.store.base import encode_metadata
+from agentjournal.store.contract import encode_metadata
 from agentjournal.store.kurrentdb import (
     MAX_V1_MESSAGE_BYTES,
     KurrentDBEventStore,

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentjournal.audit.verify import Problem, verify_bundle
 from agentjournal.ledger import SigningKey
-from agentjournal.ledger.verify import Problem, verify_bundle
 from ledger_sessions import KEY, TRUSTED, edited, rechain, record, relink, resign, stream_of
 
 BUNDLES = record()

@@ -20,11 +20,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentjournal import Journal
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import Problem, parse_bundle, verify_bundle
 from agentjournal.engine import plan
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger import SigningKey, chain, key_id, load_public_key
-from agentjournal.ledger.bundle import export_bundle
-from agentjournal.ledger.verify import Problem, parse_bundle, verify_bundle
 from ledger_sessions import rechain, relink
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -407,8 +407,8 @@ def test_the_catalog_reports_a_chain_format_it_does_not_know() -> None:
     there too, never a crash."""
     from datetime import UTC, datetime
 
-    from agentjournal.catalog import Catalog
-    from agentjournal.store.base import RecordedEvent
+    from agentjournal.read.catalog import Catalog
+    from agentjournal.store.contract import RecordedEvent
 
     catalog = Catalog()
     prev, stream = chain.GENESIS, "AgentSession-a"

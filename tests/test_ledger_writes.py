@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from agentjournal import Journal
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import verify_bundle
 from agentjournal.ledger import CHECKPOINT, SigningKey
-from agentjournal.ledger.bundle import export_bundle
-from agentjournal.ledger.verify import verify_bundle
 from agentjournal.sdk.session import JournalSession
 from agentjournal.streams import ledger_stream
 from agentjournal.testing.kurrentdb_double import ThreadedKurrentDBDouble

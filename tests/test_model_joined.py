@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from agentjournal import JournalSession
 from agentjournal.engine.timeline import ENTRY_BYTES, Timeline
 from agentjournal.store import sqlite as sqlite_store
-from agentjournal.store.base import (
+from agentjournal.store.contract import (
     ModelItems,
     ModelSnapshot,
 )

@@ -38,7 +38,7 @@ from agentjournal.ledger import redaction
 from agentjournal.ledger.chain import CHAIN_KEY, GENESIS, HASH_KEY, PREV_KEY, SEQ_KEY, chain_hash
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import SigningKey, signed_event_id
-from agentjournal.store.base import AppendRequest, NewEvent, StreamState, event_id
+from agentjournal.store.contract import AppendRequest, NewEvent, StreamState, event_id
 from agentjournal.streams import subagent_id, subsession_stream
 
 SID = "s1"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from agentjournal import projections
 from agentjournal.errors import ConcurrencyError, InvalidInput
+from agentjournal.read import projections
 from agentjournal.store import SQLiteEventStore
-from agentjournal.store.base import NewEvent, StreamState
+from agentjournal.store.contract import NewEvent, StreamState
 from agentjournal.streams import projection_stream
 
 

@@ -97,8 +97,8 @@ PACKAGES = [
     "agentjournal.ledger",
     "agentjournal.guardrails",
     "agentjournal.records",
-    "agentjournal.usage",
-    "agentjournal.traces",
+    "agentjournal.read.usage",
+    "agentjournal.read.traces",
 ]
 """The packages and modules whose ``__all__`` is the public API."""
 
@@ -202,16 +202,16 @@ def _loaded(code: str) -> list[str]:
         "agentjournal.errors",
         "agentjournal.store",
         "agentjournal.records",
-        "agentjournal.traces",
+        "agentjournal.read.traces",
         "agentjournal.ledger",
-        "agentjournal.ledger.verify",
-        "agentjournal.ledger.bundle",
+        "agentjournal.audit.verify",
+        "agentjournal.audit.bundle",
         "agentjournal.authority",
         "agentjournal.guardrails.protocol",
         "agentjournal.guardrails.actions",
         "agentjournal.engine.core",
         "agentjournal.cli",
-        "agentjournal.usage",
+        "agentjournal.read.usage",
     ],
 )
 def test_importing_loads_neither_the_sdk_nor_an_http_stack(module: str) -> None:

@@ -25,9 +25,9 @@ import pytest
 
 from agentjournal import Journal
 from agentjournal.engine.codec import exact_json
-from agentjournal.records import read_tree
 from agentjournal.store import open_store
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble
+from agentjournal.walk import read_tree
 from cli_run import on_a_terminal, run
 from drive import drive
 from handoff_scenarios import failing, nested, single, top_level
@@ -226,7 +226,7 @@ def test_sessions_table_filters_and_keys(written: Written) -> None:
 
 
 def test_sessions_folds_only_what_is_new(written: Written) -> None:
-    from agentjournal import catalog
+    from agentjournal.read import catalog
 
     async def go() -> None:
         store = await open_store(written.uri, create=False)
@@ -569,8 +569,8 @@ def test_a_store_refusing_the_save_still_lists_with_one_warning(written: Written
 
 
 def test_a_damaged_saved_catalog_is_rebuilt_with_one_warning(written: Written) -> None:
-    from agentjournal import catalog, projections
-    from agentjournal.store.base import NewEvent, StreamState
+    from agentjournal.read import catalog, projections
+    from agentjournal.store.contract import NewEvent, StreamState
 
     async def damage() -> None:
         store = await open_store(written.uri, create=False)
@@ -599,8 +599,8 @@ def test_a_damaged_saved_catalog_is_rebuilt_with_one_warning(written: Written) -
 def test_a_twin_saving_first_is_fenced(written: Written) -> None:
     """Two readers of one store: the one that saves second reloads the other's save and
     folds only what came after it."""
-    from agentjournal import catalog, projections
-    from agentjournal.store.base import EventStore
+    from agentjournal.read import catalog, projections
+    from agentjournal.store.contract import EventStore
 
     async def new_session(name: str) -> None:
         async with Journal.open(written.uri) as journal:

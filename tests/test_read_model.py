@@ -21,12 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentjournal import JournalSession
-from agentjournal.engine.reader import keeps_model
 from agentjournal.engine.timeline import Entry, items_of, parse_item, plain_text
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import StoreUnavailable
 from agentjournal.store import sqlite as sqlite_store
-from agentjournal.store.base import (
+from agentjournal.store.abilities import ReadModel, abilities_of
+from agentjournal.store.contract import (
     MODEL_PARTS,
     AppendRequest,
     AppendResult,
@@ -131,9 +131,9 @@ def test_items_of_hands_out_what_each_entry_gives() -> None:
 # -- helpers --------------------------------------------------------------------------------
 
 
-class Counting(NoModel):
-    """Counts event reads; keeps the read model (its own ``read_model``, ``append`` and
-    ``append_many`` pass model changes on: engine.reader.keeps_model)."""
+class Counting(NoModel, ReadModel):
+    """Counts event reads; keeps the read model (it declares it, and its own ``append`` and
+    ``append_many`` pass model changes on: store.abilities.abilities_of)."""
 
     reads = 0
 
@@ -328,7 +328,7 @@ async def test_an_open_subsession_that_moved_after_the_model_read_reads_the_even
         assert len(before["chain"]) == 1  # billing is still open
         moving = MovingOn(store)
         moving.moved = before["chain"][0]
-        assert keeps_model(moving)
+        assert abilities_of(moving).read_model is not None
         modelled = JournalSession(moving, "s")
         items = await modelled.get_items()
         evented = JournalSession(NoModel(store), "s")
@@ -352,11 +352,12 @@ def test_only_a_store_whose_own_appends_carry_the_model_keeps_one() -> None:
     store = SQLiteEventStore.connect(":memory:")
     intercepting = Intercepting.connect(":memory:")
     try:
-        assert keeps_model(store)
-        assert keeps_model(Counting(store))
-        assert not keeps_model(NoModel(store))
-        assert not keeps_model(Passing(store))  # sees every read and append as before
-        assert not keeps_model(intercepting)
+        assert abilities_of(store).read_model is not None
+        assert abilities_of(Counting(store)).read_model is not None
+        assert abilities_of(NoModel(store)).read_model is None
+        # It sees every read and append as before:
+        assert abilities_of(Passing(store)).read_model is None
+        assert abilities_of(intercepting).read_model is None
     finally:
         store.close_sync()
         intercepting.close_sync()

@@ -26,13 +26,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentjournal import Journal, JournalSession
+from agentjournal.audit.verify import verify_bundle
 from agentjournal.engine.timeline import ENTRY_BYTES
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger.redaction import view_digest
-from agentjournal.ledger.verify import verify_bundle
-from agentjournal.records import walk_tree
-from agentjournal.store.base import NewEvent, StreamState
+from agentjournal.store.contract import NewEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
+from agentjournal.walk import walk_tree
 from ledger_sessions import TRUSTED, rechain, record
 
 CONFIG = RunConfig(tracing_disabled=True)

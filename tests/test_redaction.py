@@ -29,6 +29,8 @@ from openai.types.responses.response_reasoning_item import Summary
 from pydantic import BaseModel
 
 from agentjournal import Journal
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import verify_bundle
 from agentjournal.authority import (
     AllowList,
     Authority,
@@ -39,9 +41,7 @@ from agentjournal.authority import (
     ceiling_inputs,
     input_permits,
 )
-from agentjournal.ledger.bundle import export_bundle
 from agentjournal.ledger.redaction import view, view_digest
-from agentjournal.ledger.verify import verify_bundle
 from guardrail_scenarios import run
 from http_stub import Reply
 from ledger_sessions import KEY, TRUSTED, rechain, relink, resign

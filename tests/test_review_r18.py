@@ -14,7 +14,7 @@ import pytest
 
 from agentjournal import JournalSession
 from agentjournal.store import sqlite as sqlite_store
-from agentjournal.store.base import AppendRequest, NewEvent, RecordedEvent, StreamState
+from agentjournal.store.contract import AppendRequest, NewEvent, RecordedEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
 
 

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from agentjournal import Journal
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import verify_bundle
 from agentjournal.authority import Policy, ToolRule
 from agentjournal.engine.timeline import Entry, Timeline
-from agentjournal.ledger.bundle import export_bundle
-from agentjournal.ledger.verify import verify_bundle
-from agentjournal.store.base import (
+from agentjournal.store.contract import (
     MODEL_REVISIONS,
     AppendRequest,
     ModelAdd,

@@ -22,12 +22,13 @@ from agents import Agent, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agentjournal import Journal, JournalSession
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import verify_bundle
 from agentjournal.ledger import SigningKey
-from agentjournal.ledger.bundle import export_bundle
-from agentjournal.ledger.verify import verify_bundle
-from agentjournal.records import Record, read_tree
+from agentjournal.read.traces import Projector, project_tree
+from agentjournal.records import Record
 from agentjournal.streams import branch_stream, branches_stream
-from agentjournal.traces import Projector, project_tree
+from agentjournal.walk import read_tree
 from branch_items import assistant, user
 from drive import drive
 from ledger_sessions import rechain, sign_heads

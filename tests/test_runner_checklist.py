@@ -23,9 +23,10 @@ import pytest
 import pytest_asyncio
 
 from agentjournal import Journal
-from agentjournal.records import Record, read_tree
+from agentjournal.records import Record
 from agentjournal.runner.contract import schema_files
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble
+from agentjournal.walk import read_tree
 from http_stub import HttpStub, Received, Reply
 from runner_cli import (
     ADMIN,

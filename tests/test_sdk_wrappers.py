@@ -33,10 +33,10 @@ from cryptography.fernet import Fernet
 from openai import AsyncOpenAI
 
 from agentjournal import Journal, JournalSession
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import verify_bundle
 from agentjournal.authority import Authority, Policy
 from agentjournal.errors import InvalidInput, StoreUnavailable
-from agentjournal.ledger.bundle import export_bundle
-from agentjournal.ledger.verify import verify_bundle
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble, ThreadedKurrentDBDouble
 from drive import METHODS, Method, drive

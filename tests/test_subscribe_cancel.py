@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agentjournal.store.base import NewEvent, StreamState
+from agentjournal.store.contract import NewEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
 
 

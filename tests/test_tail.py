@@ -16,9 +16,9 @@ from typing import IO, Any
 
 import pytest
 
-from agentjournal.records import read_tree
 from agentjournal.store import open_store
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble
+from agentjournal.walk import read_tree
 from cli_run import run
 from trace_scenarios import write_support
 
@@ -149,7 +149,7 @@ def test_tail_bad_input(tmp_path: Path) -> None:
 
 
 def test_tail_describes_events_as_show_does(tmp_path: Path) -> None:
-    from agentjournal.views import describe_record
+    from agentjournal.read.views import describe_record
 
     uri = f"sqlite:///{tmp_path / 'd.db'}"
     asyncio.run(write_support(uri, "d1"))

@@ -16,7 +16,7 @@ from agentjournal.engine.timeline import (
     TimelineEvent,
     fold,
 )
-from agentjournal.store.base import model_key
+from agentjournal.store.contract import model_key
 
 S = "AgentSession-s1"
 C = "AgentSubsession-s1-sub-billing-h1"

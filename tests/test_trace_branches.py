@@ -33,11 +33,12 @@ from typing import Any
 import pytest
 
 from agentjournal import Journal
-from agentjournal.ledger.verify import verify_records
-from agentjournal.records import Record, TreeRecords, read_tree
+from agentjournal.audit.verify import verify_records
+from agentjournal.read.traces import Projector, project_tree
+from agentjournal.records import Record, TreeRecords
 from agentjournal.store import open_store
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble
-from agentjournal.traces import Projector, project_tree
+from agentjournal.walk import read_tree
 from cli_run import run
 from drive import Method, drive
 from handoff_scenarios import nested, single, top_level
@@ -401,7 +402,7 @@ def test_a_follower_stops_even_when_its_subscription_swallows_a_cancel(tmp_path:
     (a single cancel leaves it running in most attempts, printed below). The follower now
     cancels until the task is done (``_cancelled``)."""
     from agentjournal.cli.trace import _cancelled
-    from agentjournal.store.base import NewEvent, StreamState
+    from agentjournal.store.contract import NewEvent, StreamState
 
     async def go() -> bool:
         store = await open_store(f"sqlite:///{tmp_path / 'wake.db'}")

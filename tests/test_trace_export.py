@@ -19,9 +19,9 @@ import pytest
 
 from agentjournal import events
 from agentjournal._digests import value_digest
-from agentjournal.records import read_tree
 from agentjournal.store import open_store
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble, ThreadedKurrentDBDouble
+from agentjournal.walk import read_tree
 from cli_run import run
 from otlp_collector import Collector, Received, collector
 from trace_scenarios import EXPECTED_CALLS, write_support
@@ -351,7 +351,7 @@ def test_follow_saves_nothing_past_spans_the_collector_did_not_take(
 ) -> None:
     """A follower whose export fails stops (exit 1, one line) without saving past the
     failed spans; restarted, it sends every span of the session, and its save names them."""
-    from agentjournal import projections
+    from agentjournal.read import projections
 
     uri = f"sqlite:///{tmp_path / 'refused.db'}"
     asyncio.run(write_support(uri, "r1"))

@@ -21,11 +21,13 @@ from typing import Any
 from agents import Agent
 from agents.testing import ScriptedModel, assistant_message
 
-from agentjournal import Journal, projections
-from agentjournal.records import Record, read_tree
+from agentjournal import Journal
+from agentjournal.read import projections
+from agentjournal.read.traces import Projector
+from agentjournal.records import Record
 from agentjournal.store import open_store
 from agentjournal.streams import branch_key, branch_stream
-from agentjournal.traces import Projector
+from agentjournal.walk import read_tree
 from drive import drive
 from pre_lines import pre_lines_state
 

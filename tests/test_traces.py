@@ -1,4 +1,4 @@
-"""The trace projector's fold (``agentjournal.traces``), on sessions written by real runs:
+"""The trace projector's fold (``agentjournal.read.traces``), on sessions written by real runs:
 ids reused or derived, runs split, failures as ERROR, state saved mid-way, quiet runs."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from agentjournal import Journal
-from agentjournal.records import Record, TreeRecords, read_tree
-from agentjournal.traces import ProjectedSpan, Projector, project_tree
+from agentjournal.read.traces import ProjectedSpan, Projector, project_tree
+from agentjournal.records import Record, TreeRecords
+from agentjournal.walk import read_tree
 from drive import METHODS, Method, drive
 from handoff_scenarios import failing, nested, top_level
 from trace_scenarios import write_support

@@ -19,7 +19,7 @@ from agentjournal.engine import codec
 from agentjournal.engine.timeline import Clear, Entry, Picker, Pop, Timeline
 from agentjournal.engine.tree import AuthorityLog, Commit, SessionTree, index_of, next_index_after
 from agentjournal.ledger.chain import GENESIS
-from agentjournal.store.base import RecordedEvent
+from agentjournal.store.contract import RecordedEvent
 
 S = "AgentSession-s1"
 A = "AgentSubsession-s1-sub-billing-h1"

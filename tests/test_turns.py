@@ -18,7 +18,7 @@ from agentjournal import events as ev
 from agentjournal.engine import turns
 from agentjournal.engine.plan import seal_event
 from agentjournal.ledger.chain import CHAIN_KEYS, GENESIS
-from agentjournal.store.base import AppendRequest, NewEvent, StreamState
+from agentjournal.store.contract import AppendRequest, NewEvent, StreamState
 from agentjournal.streams import session_stream
 
 SID = "turns-1"

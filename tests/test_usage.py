@@ -22,17 +22,17 @@ import pytest
 
 from agentjournal import Journal, events
 from agentjournal.errors import InvalidInput
-from agentjournal.records import Record, TreeRecords, read_tree
-from agentjournal.testing.kurrentdb_double import KurrentDBDouble
-from agentjournal.usage import (
-    ModelResponse,
+from agentjournal.read.usage import (
     Price,
     Prices,
-    Usage,
     UsageFold,
     UsageReport,
     usage_of,
 )
+from agentjournal.records import Record, TreeRecords
+from agentjournal.testing.kurrentdb_double import KurrentDBDouble
+from agentjournal.tokens import ModelResponse, Usage
+from agentjournal.walk import read_tree
 from cli_run import on_a_terminal, run
 from drive import drive
 from usage_scenarios import Script, nested, parallel

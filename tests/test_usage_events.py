@@ -34,19 +34,20 @@ from agents.usage import Usage as SdkUsage
 from openai import AsyncOpenAI
 
 from agentjournal import Journal
+from agentjournal.audit.bundle import bundle_of
+from agentjournal.audit.verify import verify_bundle
 from agentjournal.authority import Policy
 from agentjournal.errors import AuthorityDenied, GuardrailBlocked, StoreUnavailable
 from agentjournal.events import MODEL_RESPONDED, RESPONSE_ID_KEY, SPAN_ID_KEY, TRACE_ID_KEY
 from agentjournal.ledger import redaction
-from agentjournal.ledger.bundle import bundle_of
-from agentjournal.ledger.verify import verify_bundle
-from agentjournal.records import Record, TreeRecords, read_tree
+from agentjournal.records import Record, TreeRecords
 from agentjournal.sdk.session import _model_of
 from agentjournal.store import AppendRequest, AppendResult, NewEvent, StreamState
-from agentjournal.store.base import Expected
+from agentjournal.store.contract import Expected
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble
-from agentjournal.usage import ModelResponse, Usage
+from agentjournal.tokens import ModelResponse, Usage
+from agentjournal.walk import read_tree
 from drive import METHODS, Method, drive
 from ledger_sessions import KEY, TRUSTED, rechain, stream_of
 from scripted_guardrail import ScriptedGuardrail

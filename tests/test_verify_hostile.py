@@ -31,8 +31,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentjournal import Journal
+from agentjournal.audit.verify import parse_bundle, verify_bundle
 from agentjournal.ledger.redaction import withholds
-from agentjournal.ledger.verify import parse_bundle, verify_bundle
 from cli_run import Ran, run
 from ledger_sessions import KEY, TRUSTED, rechain, record, stream_of
 

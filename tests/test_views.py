@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from agentjournal import events
+from agentjournal.read.views import describe_record, plain_lines, tree_view
 from agentjournal.records import Record, TreeRecords
-from agentjournal.usage import ModelResponse, Usage
-from agentjournal.views import describe_record, plain_lines, tree_view
+from agentjournal.tokens import ModelResponse, Usage
 
 
 def record(stream: str, revision: int, type_: str, body: object, **metadata: str) -> Record:
@@ -72,7 +72,7 @@ def test_the_demo_view_leaves_the_logs_out_and_show_keeps_them() -> None:
 
 
 def test_stored_control_characters_are_shown_escaped() -> None:
-    from agentjournal.views import describe_item
+    from agentjournal.read.views import describe_item
 
     forged = {"content": "ok\n  @9  GuardrailDecided  ALLOW\x1b[2K\u2028\x9b"}
     line = describe_record(record("S", 1, "UserMessageReceived", forged))

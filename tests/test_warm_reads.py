@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agentjournal import Journal, JournalSession
-from agentjournal.store.base import NewEvent, StreamState
+from agentjournal.store.contract import NewEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
 
 
@@ -97,7 +97,7 @@ async def test_a_write_by_another_store_object_on_the_file_shows(tmp_path: Path)
 _OTHER_PROCESS = textwrap.dedent(
     """
     import asyncio, json, sys, uuid
-    from agentjournal.store.base import NewEvent, StreamState
+    from agentjournal.store.contract import NewEvent, StreamState
     from agentjournal.store.sqlite import SQLiteEventStore
 
     async def main():

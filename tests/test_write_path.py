@@ -14,7 +14,7 @@ from typing import Any
 from agentjournal import Journal, JournalSession
 from agentjournal.engine.core import _NONCES
 from agentjournal.errors import ConcurrencyError
-from agentjournal.store.base import NewEvent, StreamState, event_id, event_id_series
+from agentjournal.store.contract import NewEvent, StreamState, event_id, event_id_series
 from agentjournal.store.sqlite import SQLiteEventStore
 
 

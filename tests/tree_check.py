@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentjournal import JournalSession, events
-from agentjournal.ledger.bundle import export_bundle
-from agentjournal.ledger.verify import verify_bundle
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import verify_bundle
 from agentjournal.store import EventStore, RecordedEvent
 from agentjournal.streams import session_stream
 

@@ -15,7 +15,7 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 from agents.usage import Usage as SdkUsage
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
-from agentjournal.usage import Usage
+from agentjournal.tokens import Usage
 
 SINK: list[str] = []
 

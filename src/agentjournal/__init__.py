@@ -39,17 +39,18 @@ from agentjournal.errors import (
 )
 
 if TYPE_CHECKING:
+    from agentjournal.audit.export import export_bundle
+    from agentjournal.audit.verify import Problem, Report, verify_bundle
     from agentjournal.authority import Authority, Policy
     from agentjournal.events import Subagent
     from agentjournal.guardrails.client import GuardrailClient
     from agentjournal.journal import Journal
-    from agentjournal.ledger.bundle import export_bundle
     from agentjournal.ledger.checkpoints import Checkpoint
     from agentjournal.ledger.keys import SigningKey
-    from agentjournal.ledger.verify import Problem, Report, verify_bundle
-    from agentjournal.records import DamagedEvent, Record, TreeRecords, read_tree
+    from agentjournal.records import DamagedEvent, Record, TreeRecords
     from agentjournal.sdk.session import JournalSession
     from agentjournal.sdk.tracing import TraceLogFilter, continue_trace
+    from agentjournal.walk import read_tree
 
 __all__ = [
     "Authority",
@@ -92,16 +93,16 @@ _NAMES = {
     "Journal": "agentjournal.journal",
     "JournalSession": "agentjournal.sdk.session",
     "Policy": "agentjournal.authority",
-    "Problem": "agentjournal.ledger.verify",
+    "Problem": "agentjournal.audit.verify",
     "Record": "agentjournal.records",
-    "Report": "agentjournal.ledger.verify",
+    "Report": "agentjournal.audit.verify",
     "SigningKey": "agentjournal.ledger.keys",
     "Subagent": "agentjournal.events",
     "TraceLogFilter": "agentjournal.sdk.tracing",
     "TreeRecords": "agentjournal.records",
     "continue_trace": "agentjournal.sdk.tracing",
-    "export_bundle": "agentjournal.ledger.bundle",
-    "read_tree": "agentjournal.records",
-    "verify_bundle": "agentjournal.ledger.verify",
+    "export_bundle": "agentjournal.audit.bundle",
+    "read_tree": "agentjournal.walk",
+    "verify_bundle": "agentjournal.audit.verify",
 }
 __getattr__, __dir__ = exports(__name__, _NAMES)

@@ -27,6 +27,14 @@ from kurrent_agent_schema import (
 from agentjournal.errors import CodecError, InvalidInput
 
 __all__ = [
+    "CHAIN_KEY",
+    "CHAIN_KEYS",
+    "EXTENSION_EVENT_TYPE",
+    "GENESIS",
+    "HASH_KEY",
+    "ITEM_EVENT_TYPES",
+    "PREV_KEY",
+    "SEQ_KEY",
     "BRANCH_ADDED",
     "BRANCH_DELETED",
     "BRANCH_EVENTS",
@@ -100,6 +108,35 @@ __all__ = [
     "encode_session_started",
 ]
 
+# --- The chain keys every sealed event carries (see agentjournal.ledger.chain) and the item
+# event types a session reads items from (see agentjournal.engine.codec): vocabulary every
+# layer reads.
+
+SEQ_KEY: Final = "aj.seq"
+PREV_KEY: Final = "aj.prev"
+HASH_KEY: Final = "aj.hash"
+CHAIN_KEY: Final = "aj.chain"
+CHAIN_KEYS: Final = frozenset({SEQ_KEY, PREV_KEY, HASH_KEY, CHAIN_KEY})
+GENESIS: Final = "0" * 64
+"""The ``aj.prev`` of a stream's first event."""
+
+EXTENSION_EVENT_TYPE: Final = "OpenAIItemRecorded"
+"""Event type of every item without a canonical counterpart (JSON, not protobuf)."""
+
+ITEM_EVENT_TYPES: Final = frozenset(
+    {
+        "UserMessageReceived",
+        "AssistantTextGenerated",
+        "AssistantToolCallsGenerated",
+        "ToolResultReceived",
+        "AssistantThinkingGenerated",
+        "InterruptIssued",
+        "InterruptResolved",
+        EXTENSION_EVENT_TYPE,
+    }
+)
+"""The event types the codec writes items as: the ones a session reads items from."""
+
 SCHEMA_VERSION_KEY: Final = "$schema_version"
 """``"2"`` on every event (schema v2)."""
 USAGE_KEY: Final = USAGE_METADATA_KEY
@@ -133,7 +170,7 @@ SCHEMA_VERSION_VALUE: Final = str(SCHEMA_VERSION)
 SESSION_STARTED: Final = "SessionStarted"
 ITEM_POPPED: Final = "agentjournal.ItemPopped"
 MODEL_RESPONDED: Final = "agentjournal.ModelResponded"
-"""One model response: usage, model, agent, times (:class:`agentjournal.usage.ModelResponse`)."""
+"""One model response: usage, model, agent, times (:class:`agentjournal.tokens.ModelResponse`)."""
 SESSION_CLEARED: Final = "agentjournal.SessionCleared"
 GUARDRAIL_DECIDED: Final = "agentjournal.GuardrailDecided"
 AUTHORITY_REFUSED: Final = "agentjournal.AuthorityRefused"

@@ -67,8 +67,8 @@ def missing_service(error: ImportError, needs: str) -> int:
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+    from agentjournal.audit.verify import Report
     from agentjournal.authority import Policy
-    from agentjournal.ledger.verify import Report
     from agentjournal.records import TreeRecords
 
 __all__ = [
@@ -154,7 +154,7 @@ class Anchors:
     allow_uncovered: bool
 
     def verify_bundle(self, bundle: Any) -> Report:
-        from agentjournal.ledger.verify import verify_bundle
+        from agentjournal.audit.verify import verify_bundle
 
         return verify_bundle(
             bundle,
@@ -165,7 +165,7 @@ class Anchors:
         )
 
     def verify_records(self, records: TreeRecords) -> Report:
-        from agentjournal.ledger.verify import verify_records
+        from agentjournal.audit.verify import verify_records
 
         return verify_records(
             records,

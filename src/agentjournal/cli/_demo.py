@@ -36,18 +36,18 @@ from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.usage import Usage
 
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import verify_bundle
 from agentjournal.authority import Policy
 from agentjournal.errors import InvalidInput
 from agentjournal.guardrails.rules import RuleSet, load_rules
 from agentjournal.guardrails.service import running
 from agentjournal.journal import Journal
 from agentjournal.ledger import SIGNING_KEY_FILE_ENV, SigningKey
-from agentjournal.ledger.bundle import export_bundle
-from agentjournal.ledger.verify import verify_bundle
-from agentjournal.records import read_tree
+from agentjournal.read.views import describe_item, print_tree
 from agentjournal.store import store_uri
 from agentjournal.streams import session_stream, validate_id
-from agentjournal.views import describe_item, print_tree
+from agentjournal.walk import read_tree
 
 Print = Callable[[str], None]
 

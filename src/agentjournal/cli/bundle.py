@@ -23,7 +23,7 @@ from agentjournal.errors import InvalidInput
 if TYPE_CHECKING:
     from agentjournal.ledger.checkpoints import Checkpoint
     from agentjournal.ledger.keys import SigningKey
-    from agentjournal.store.base import EventStore
+    from agentjournal.store.contract import EventStore
 
 __all__ = ["DEFAULT_MAX_BYTES", "export_to_file", "register", "sign_every_line", "verify_file"]
 
@@ -88,8 +88,8 @@ async def export_to_file(args: argparse.Namespace) -> int:
         JournalError: The store, the session or the output folder is missing, or
             the signing key cannot be read (a usage error: 1).
     """
+    from agentjournal.audit.export import export_bundle
     from agentjournal.cli._store import open_session
-    from agentjournal.ledger.bundle import export_bundle
     from agentjournal.ledger.keys import SigningKey
 
     output: str = args.output
@@ -133,8 +133,8 @@ async def sign_every_line(store: EventStore, session_id: str, key: SigningKey) -
     from agentjournal.engine.core import SessionCore
     from agentjournal.engine.plan import SessionFacts
     from agentjournal.engine.tree import SessionTree
-    from agentjournal.records import read_tree
     from agentjournal.streams import session_stream
+    from agentjournal.walk import read_tree
 
     heads = (await read_tree(store, session_id)).checkpoint_heads()
     stream = session_stream(session_id)
@@ -152,7 +152,7 @@ def verify_file(args: argparse.Namespace) -> int:
     large, a crafted bundle — it is a failed check (2) naming where, never a
     crash. A file that cannot be opened is a usage error (1).
     """
-    from agentjournal.ledger.verify import parse_bundle
+    from agentjournal.audit.verify import parse_bundle
 
     path: str = args.bundle
     try:

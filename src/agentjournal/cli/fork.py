@@ -97,7 +97,7 @@ async def fork_session(args: argparse.Namespace) -> int:
         line = None
         stream = session_stream(session_id)
         if args.line != MAIN_BRANCH:
-            from agentjournal.lines import find_branch
+            from agentjournal.read.lines import find_branch
 
             found = await find_branch(store, session_id, args.line)
             if found.deleted is not None:

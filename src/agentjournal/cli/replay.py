@@ -63,7 +63,7 @@ async def replay_session(args: argparse.Namespace) -> int:
 
     from agentjournal.cli._store import open_session
     from agentjournal.engine.codec import exact_json
-    from agentjournal.lines import line_replay
+    from agentjournal.read.lines import line_replay
 
     store, session_id = await open_session(args.uri, args.session)
     try:

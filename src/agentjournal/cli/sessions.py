@@ -14,7 +14,7 @@ from agentjournal.cli._common import STORE_HELP, Commands, usage
 from agentjournal.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from agentjournal.catalog import SessionRow
+    from agentjournal.read.catalog import SessionRow
 
 __all__ = ["parse_since", "register"]
 
@@ -89,10 +89,10 @@ async def list_sessions(args: argparse.Namespace) -> int:
     Raises:
         JournalError: The store cannot be opened or read (a usage error: 1).
     """
-    from agentjournal import catalog
     from agentjournal.cli._common import trusted_keys
     from agentjournal.cli._render import console, progress, table
     from agentjournal.ledger.keys import SigningKey
+    from agentjournal.read import catalog
     from agentjournal.store import open_store, store_uri
 
     try:

@@ -12,9 +12,9 @@ from agentjournal.cli._common import STORE_HELP, Commands
 
 if TYPE_CHECKING:
     from agentjournal.engine.fork import Branch
+    from agentjournal.read.views import StreamView
     from agentjournal.records import Record, TreeRecords
-    from agentjournal.store.base import EventStore
-    from agentjournal.views import StreamView
+    from agentjournal.store.contract import EventStore
 
 __all__ = ["register"]
 
@@ -53,9 +53,10 @@ async def show_session(args: argparse.Namespace) -> int:
     from agentjournal.cli._render import console
     from agentjournal.cli._store import open_session
     from agentjournal.errors import InvalidInput
-    from agentjournal.records import TreeRecords, read_tree
+    from agentjournal.read.views import LEGEND, plain_lines, tree_view
+    from agentjournal.records import TreeRecords
     from agentjournal.streams import MAIN_BRANCH
-    from agentjournal.views import LEGEND, plain_lines, tree_view
+    from agentjournal.walk import read_tree
 
     store, session_id = await open_session(args.uri, args.session)
     try:
@@ -110,7 +111,7 @@ async def _lines(
     """The branches to show with their own streams: every one (None), the one named, or
     none (``main``)."""
     from agentjournal.engine.fork import read_branches
-    from agentjournal.lines import find_branch, line_records
+    from agentjournal.read.lines import find_branch, line_records
     from agentjournal.streams import MAIN_BRANCH
 
     if branch == MAIN_BRANCH:
@@ -139,8 +140,8 @@ def _header(branch: Branch) -> str:
 def _branch_views(
     session_id: str, branch: Branch, streams: dict[str, list[Record]], stream: str | None
 ) -> list[StreamView]:
+    from agentjournal.read.views import tree_view
     from agentjournal.records import TreeRecords
-    from agentjournal.views import tree_view
 
     return tree_view(
         TreeRecords(session_id, streams),

@@ -21,7 +21,7 @@ from agentjournal.cli._common import STORE_HELP, Commands
 
 if TYPE_CHECKING:
     from agentjournal.records import Record
-    from agentjournal.store.base import EventStore, RecordedEvent
+    from agentjournal.store.contract import EventStore, RecordedEvent
 
 __all__ = ["register"]
 
@@ -56,7 +56,7 @@ def register(commands: Commands) -> None:
 async def last_position(store: EventStore) -> int:
     """The store's last global position (0 when empty): an append of no events reports it
     and writes nothing."""
-    from agentjournal.store.base import StreamState
+    from agentjournal.store.contract import StreamState
     from agentjournal.streams import KEYS_STREAM
 
     return (await store.append(KEYS_STREAM, [], expected=StreamState.ANY)).position
@@ -65,9 +65,9 @@ async def last_position(store: EventStore) -> int:
 async def _tail(args: argparse.Namespace) -> int:
     from agentjournal.cli._store import open_session
     from agentjournal.engine.fork import read_branches
-    from agentjournal.records import walk_tree
     from agentjournal.store import open_store, store_uri
     from agentjournal.streams import MAIN_BRANCH, session_stream
+    from agentjournal.walk import walk_tree
 
     if args.branch is not None and args.session is None:
         from agentjournal.cli._common import usage
@@ -84,7 +84,7 @@ async def _tail(args: argparse.Namespace) -> int:
         if session is not None:
             roots = [session_stream(session)] if args.branch in (None, MAIN_BRANCH) else []
             if args.branch not in (None, MAIN_BRANCH):
-                from agentjournal.lines import find_branch
+                from agentjournal.read.lines import find_branch
 
                 roots.append((await find_branch(store, session, args.branch)).stream)
             elif follow_forks:
@@ -189,7 +189,7 @@ def _quiet_stdout() -> None:
 
 def _line(record: Record) -> str:
     from agentjournal._text import printable
-    from agentjournal.views import describe_record
+    from agentjournal.read.views import describe_record
 
     when = record.recorded_at.strftime("%H:%M:%S.%f")[:-3] if record.recorded_at else "-"
     kind = printable(record.type.removeprefix("agentjournal."))
@@ -198,6 +198,6 @@ def _line(record: Record) -> str:
 
 
 def _as_json(record: Record) -> dict[str, Any]:
-    from agentjournal.views import describe_record
+    from agentjournal.read.views import describe_record
 
     return {**record.as_dict(), "description": describe_record(record)}

@@ -1,9 +1,9 @@
 """``agentjournal trace export``: session trees as OpenTelemetry traces (OTLP, console, JSONL).
 
-The spans come from :mod:`agentjournal.traces` (pure); this module reads the store,
+The spans come from :mod:`agentjournal.read.traces` (pure); this module reads the store,
 hands the spans to the official exporters (``opentelemetry-exporter-otlp``: HTTP/protobuf
 or gRPC; the SDK's ``ConsoleSpanExporter``) or writes JSON Lines, and with ``--follow``
-keeps its position in the store (:mod:`agentjournal.projections`), saved only after the
+keeps its position in the store (:mod:`agentjournal.read.projections`), saved only after the
 destination acknowledged every span before it.
 """
 
@@ -29,9 +29,9 @@ from agentjournal.errors import ConcurrencyError, InvalidInput, JournalError
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
+    from agentjournal.read.traces import ProjectedSpan, Projector
     from agentjournal.records import DamagedEvent
-    from agentjournal.store.base import EventStore, RecordedEvent
-    from agentjournal.traces import ProjectedSpan, Projector
+    from agentjournal.store.contract import EventStore, RecordedEvent
 
 __all__ = ["ExportFailed", "register"]
 
@@ -332,7 +332,7 @@ def _readable(spans: Sequence[ProjectedSpan]) -> list[ReadableSpan]:
     from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
     resource = Resource.create({"service.name": "agentjournal"})
-    scope = InstrumentationScope("agentjournal.traces")
+    scope = InstrumentationScope("agentjournal.read.traces")
     sampled = TraceFlags(TraceFlags.SAMPLED)
     made = []
     for span in spans:
@@ -422,7 +422,7 @@ async def _check_line(store: EventStore, session: str, branch: str) -> None:
     from agentjournal.streams import MAIN_BRANCH
 
     if branch != MAIN_BRANCH:
-        from agentjournal.lines import find_branch
+        from agentjournal.read.lines import find_branch
 
         await find_branch(store, session, branch)
 
@@ -433,8 +433,9 @@ async def _once(
     """Every span of one session tree (every line, or the one ``branch`` names), or of
     every tree in the store."""
     from agentjournal.cli._render import progress
-    from agentjournal.records import DamagedEvent, Record, read_tree
-    from agentjournal.traces import Projector, project_tree
+    from agentjournal.read.traces import Projector, project_tree
+    from agentjournal.records import DamagedEvent, Record
+    from agentjournal.walk import read_tree
 
     if session is not None:
         return project_tree(await read_tree(store, session), line=branch)
@@ -504,8 +505,8 @@ class _Follower:
         self._warned: set[str] = set()
 
     async def run(self) -> int:
-        from agentjournal import projections
-        from agentjournal.traces import Projector
+        from agentjournal.read import projections
+        from agentjournal.read.traces import Projector
 
         saved = await projections.load(self._store, self._name)
         if saved is None:
@@ -549,7 +550,7 @@ class _Follower:
         return 0
 
     async def _loop(self, projector: Projector, saved: Any) -> None:
-        from agentjournal import projections
+        from agentjournal.read import projections
         from agentjournal.streams import projection_stream
 
         own = projection_stream(self._name)

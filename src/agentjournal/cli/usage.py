@@ -1,8 +1,8 @@
 """``agentjournal usage [SESSION]``: tokens and requests per model, agent or session, with cost.
 
-One session is read as its tree (:func:`agentjournal.records.read_tree`); without a
+One session is read as its tree (:func:`agentjournal.walk.read_tree`); without a
 session the store's global order is read in pages, with progress on a terminal.
-Either way the counting is :class:`agentjournal.usage.UsageFold`'s: each model
+Either way the counting is :class:`agentjournal.read.usage.UsageFold`'s: each model
 response once.
 """
 
@@ -18,7 +18,7 @@ from agentjournal.cli._common import STORE_HELP, Commands, usage
 if TYPE_CHECKING:
     from decimal import Decimal
 
-    from agentjournal.usage import Group, Prices, UsageReport, UsageRow
+    from agentjournal.read.usage import Group, Prices, UsageReport, UsageRow
 
 __all__ = ["PAGE", "register", "show_usage"]
 
@@ -70,7 +70,7 @@ async def show_usage(args: argparse.Namespace) -> int:
         JournalError: The store or the session is missing or cannot be read, or the
             price table cannot be read (a usage error: 1).
     """
-    from agentjournal.usage import Prices
+    from agentjournal.read.usage import Prices
 
     if args.by not in _BY:
         return usage(f"--by must be model, agent or session, not {args.by!r}")
@@ -98,16 +98,17 @@ async def _one(
     branch: str | None = None,
 ) -> UsageReport:
     from agentjournal.cli._store import open_session
-    from agentjournal.records import TreeRecords, read_tree
+    from agentjournal.read.usage import usage_of
+    from agentjournal.records import TreeRecords
     from agentjournal.streams import MAIN_BRANCH
-    from agentjournal.usage import usage_of
+    from agentjournal.walk import read_tree
 
     store, session_id = await open_session(uri, session_id)
     try:
         if branch is None or branch == MAIN_BRANCH:
             records = await read_tree(store, session_id)
         else:
-            from agentjournal.lines import find_branch, line_records
+            from agentjournal.read.lines import find_branch, line_records
 
             found = await find_branch(store, session_id, branch)
             records = TreeRecords(session_id, await line_records(store, found))
@@ -118,8 +119,8 @@ async def _one(
 
 async def _every(uri: str | None, by: Group, prices: Prices | None) -> UsageReport:
     from agentjournal.cli._render import progress
+    from agentjournal.read.usage import UsageFold
     from agentjournal.store import open_store, store_uri
-    from agentjournal.usage import UsageFold
 
     fold = UsageFold()
     store = await open_store(store_uri(uri), create=False)
@@ -143,7 +144,7 @@ async def _every(uri: str | None, by: Group, prices: Prices | None) -> UsageRepo
 
 def _print(report: UsageReport) -> None:
     from agentjournal.cli._render import console, table
-    from agentjournal.views import UNNAMED
+    from agentjournal.read.views import UNNAMED
 
     columns = [report.by, "requests", "input", "cached", "output", "reasoning", "total"]
     if report.priced:

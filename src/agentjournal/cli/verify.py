@@ -38,11 +38,12 @@ async def verify_session(args: argparse.Namespace) -> int:
     Raises:
         JournalError: The store cannot be opened or reached (a usage error: 1).
     """
+    from agentjournal.audit.verify import Report
     from agentjournal.cli._store import open_session
-    from agentjournal.ledger.verify import Report
-    from agentjournal.records import DamagedEvent, read_tree
-    from agentjournal.replay import check_read_model
+    from agentjournal.read.replay import check_read_model
+    from agentjournal.records import DamagedEvent
     from agentjournal.streams import session_stream
+    from agentjournal.walk import read_tree
 
     try:
         anchors = anchors_of(args)

@@ -71,12 +71,11 @@ from typing import Any, Final
 
 from kurrent_agent_schema import EVENT_TYPE_BY_NAME, from_json
 
-from agentjournal._json import loads as _fast_load
+from agentjournal._fastjson import loads as _fast_load
 from agentjournal.errors import CodecError, InvalidInput
+from agentjournal.events import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
 
 __all__ = [
-    "EXTENSION_EVENT_TYPE",
-    "ITEM_EVENT_TYPES",
     "OPENAI_EXTENSION_KEY",
     "EncodedEvent",
     "decode_event",
@@ -87,25 +86,8 @@ __all__ = [
     "exact_json",
 ]
 
-EXTENSION_EVENT_TYPE = "OpenAIItemRecorded"
-"""Event type of every item without a canonical counterpart (JSON, not protobuf)."""
-
 OPENAI_EXTENSION_KEY = "openai"
 """Key in a canonical event's ``extensions`` under which the original item rides."""
-
-ITEM_EVENT_TYPES = frozenset(
-    {
-        "UserMessageReceived",
-        "AssistantTextGenerated",
-        "AssistantToolCallsGenerated",
-        "ToolResultReceived",
-        "AssistantThinkingGenerated",
-        "InterruptIssued",
-        "InterruptResolved",
-        EXTENSION_EVENT_TYPE,
-    }
-)
-"""The event types :func:`encode_item` writes: the ones a session reads items from."""
 
 _ITEM_JSON = "item_json"
 _RAW_ITEM = "raw_item"  # the kurrent-openai-agents integration's lossy copy

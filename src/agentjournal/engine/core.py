@@ -74,7 +74,7 @@ from agentjournal.ledger import redaction
 from agentjournal.ledger.chain import HASH_KEY
 from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.ledger.keys import SigningKey
-from agentjournal.store.base import ModelCopy, RecordedEvent, event_id, model_place
+from agentjournal.store.contract import ModelCopy, RecordedEvent, event_id, model_place
 from agentjournal.streams import (
     MAIN_BRANCH,
     authority_stream,

@@ -35,7 +35,8 @@ from agentjournal.engine.turns import is_user
 from agentjournal.errors import CodecError, InvalidInput, StreamNotFound
 from agentjournal.ledger.chain import GENESIS
 from agentjournal.records import opened_stream
-from agentjournal.store.base import (
+from agentjournal.store.abilities import abilities_of
+from agentjournal.store.contract import (
     AppendRequest,
     EventStore,
     ModelChange,
@@ -79,13 +80,14 @@ async def revision_at(store: EventStore, stream: str, position: int) -> int:
     """The revision of ``stream``'s last event before global position ``position`` (-1:
     none, or no such stream).
 
-    A store whose class defines ``revision_at`` answers it (SQLite: one indexed query);
-    any other is searched by halves, ``read(stream, from_revision=k, limit=1)`` each
-    (O(log n) reads: positions grow with revisions within a stream).
+    A store that declares a :class:`~agentjournal.store.abilities.RevisionIndex` answers
+    it (SQLite: one indexed query); any other is searched by halves,
+    ``read(stream, from_revision=k, limit=1)`` each (O(log n) reads: positions grow with
+    revisions within a stream).
     """
-    if callable(getattr(type(store), "revision_at", None)):
-        answer: int = await store.revision_at(stream, position)  # type: ignore[attr-defined]
-        return answer
+    index = abilities_of(store).revisions
+    if index is not None:
+        return await index.revision_at(stream, position)
     head = await store.head(stream)
     if head is None:
         return -1
@@ -109,14 +111,13 @@ async def read_types(
     """``stream``'s events after revision ``after`` whose type is one of ``types``, oldest
     first (none: no such stream).
 
-    A store whose class defines ``read_types`` answers it (SQLite: one range scan that
-    builds no other event); any other's events after ``after`` are read and filtered.
+    A store that declares :class:`~agentjournal.store.abilities.TypedReads` answers it
+    (SQLite: one range scan that builds no other event); any other's events after
+    ``after`` are read and filtered.
     """
-    if callable(getattr(type(store), "read_types", None)):
-        found: list[RecordedEvent] = await store.read_types(  # type: ignore[attr-defined]
-            stream, after, sorted(types)
-        )
-        return found
+    typed = abilities_of(store).typed
+    if typed is not None:
+        return await typed.read_types(stream, after, sorted(types))
     try:
         read = await store.read(stream, from_revision=after + 1)
     except StreamNotFound:

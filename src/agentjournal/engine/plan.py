@@ -44,7 +44,7 @@ from agentjournal.ledger import redaction
 from agentjournal.ledger.chain import GENESIS, seal
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import SigningKey, signed_event_id
-from agentjournal.store.base import AppendRequest, NewEvent, StreamState, event_id_series
+from agentjournal.store.contract import AppendRequest, NewEvent, StreamState, event_id_series
 from agentjournal.streams import authority_stream, branch_authority_stream, ledger_stream
 
 __all__ = [
@@ -96,7 +96,7 @@ class Responded:
     Attributes:
         id: Its event id.
         agent: The agent that called the model (it picks the stream).
-        data: The event's data (:meth:`agentjournal.usage.ModelResponse.encode`).
+        data: The event's data (:meth:`agentjournal.tokens.ModelResponse.encode`).
         metadata: Its own metadata: the agent's ``trace_id``/``span_id`` when the
             response arrived, ``aj.response_id`` when the model gave one.
     """

@@ -6,7 +6,7 @@ the open subagents; a catch-up reads what other writers appended to the followed
 streams (skipped when a store that can answer on the caller's thread says that
 none moved: SQLite's ``heads_now``); a windowed read merges the streams
 backwards only as far as ``limit`` needs; a read of everything walks the whole tree
-(:func:`~agentjournal.records.walk_tree`) and sorts the items by index. What
+(:func:`~agentjournal.walk.walk_tree`) and sorts the items by index. What
 each read finds, the tree takes on through its own methods.
 """
 
@@ -32,8 +32,9 @@ from agentjournal.engine.timeline import (
 from agentjournal.engine.tree import AuthorityLog, SessionTree, next_index_after
 from agentjournal.errors import CodecError, InvalidInput, StreamNotFound
 from agentjournal.ledger.chain import GENESIS, HASH_KEY
-from agentjournal.records import opened_stream, walk_tree
-from agentjournal.store.base import EventStore, ModelSnapshot, RecordedEvent
+from agentjournal.records import opened_stream
+from agentjournal.store.abilities import abilities_of
+from agentjournal.store.contract import EventStore, ModelSnapshot, RecordedEvent
 from agentjournal.streams import (
     MAIN_BRANCH,
     authority_stream,
@@ -41,27 +42,14 @@ from agentjournal.streams import (
     branch_stream,
     ledger_stream,
 )
+from agentjournal.walk import walk_tree
 
-__all__ = ["Reader", "continued_from", "keeps_model"]
+__all__ = ["Reader", "continued_from"]
 
 logger = logging.getLogger("agentjournal.engine")
 
 _PAGE: Final = 64
 _FULL_PAGE: Final = 1000
-
-
-def keeps_model(store: object) -> bool:
-    """Whether ``store`` keeps a read model the engine writes and reads
-    (:mod:`agentjournal.store.base`): the class that defines its ``read_model`` also
-    defines the ``append`` and ``append_many`` it has. Decided by the class, so a
-    wrapper that passes calls through (``__getattr__``), or a subclass that intercepts
-    appends, sees every read and every append as it did before there was a model."""
-    kind = type(store)
-    owner = next((c for c in kind.__mro__ if "read_model" in vars(c)), None)
-    return owner is not None and all(
-        name in vars(owner) and getattr(kind, name) is vars(owner)[name]
-        for name in ("append", "append_many")
-    )
 
 
 class Reader:
@@ -95,17 +83,13 @@ class Reader:
         self._authority = authority or authority_stream(session_id)
         self._forks: list[events.BranchStarted] | None = None  # this line's, once read
         self.stream = tree.stream
-        self.models = keeps_model(store)
-        # The heads probe of the store's own class only: a wrapper that passes other calls
-        # through (``__getattr__``) reads through its own ``read``, which may not be the
-        # inner store's streams as they are (names mapped, events filtered).
+        found = abilities_of(store)
+        self.models = found.read_model is not None
         self._heads_now: Callable[[list[str]], dict[str, int] | None] | None = (
-            store.heads_now  # type: ignore[attr-defined]
-            if callable(getattr(type(store), "heads_now", None))
-            else None
+            found.heads.heads_now if found.heads is not None else None
         )
         self._read_model: Callable[[str], Awaitable[ModelSnapshot | None]] | None = (
-            store.read_model if self.models and use_model else None  # type: ignore[attr-defined]
+            found.read_model.read_model if found.read_model is not None and use_model else None
         )
 
     @property

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
-from agentjournal._json import loads as parse_item
-from agentjournal._json import orjson_loads, plain_text
-from agentjournal.store.base import ModelItems, ModelRow
+from agentjournal._fastjson import loads as parse_item
+from agentjournal._fastjson import orjson_loads, plain_text
+from agentjournal.store.contract import ModelItems, ModelRow
 
 __all__ = [
     "ENTRY_BYTES",

@@ -39,7 +39,7 @@ from agentjournal.engine.timeline import (
 from agentjournal.errors import CodecError
 from agentjournal.ledger.chain import GENESIS
 from agentjournal.records import opened_stream
-from agentjournal.store.base import RecordedEvent
+from agentjournal.store.contract import RecordedEvent
 
 __all__ = ["AuthorityLog", "Commit", "SessionTree", "index_of", "next_index_after"]
 
@@ -218,7 +218,7 @@ class SessionTree:
                 ended = events.BranchDeleted.decode(event.data)
                 self.ended(ended.reason)
                 return [Clear(ended.through_index)]
-            if event.type not in codec.ITEM_EVENT_TYPES:
+            if event.type not in events.ITEM_EVENT_TYPES:
                 return []
             pairs = codec.decode_item_pairs(event.type, event.data)
         except CodecError as error:

@@ -37,7 +37,7 @@ from agentjournal.errors import (
 )
 from agentjournal.ledger.chain import GENESIS, HASH_KEY
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, SigningKey, signed_event_id
-from agentjournal.store.base import (
+from agentjournal.store.contract import (
     AppendRequest,
     EventStore,
     ModelAdd,
@@ -191,7 +191,7 @@ async def append(store: EventStore, requests: list[AppendRequest]) -> list[int] 
         try:
             # One stream takes the single append, unless it carries a read model change,
             # which only an AppendRequest can: append_many of one request is the same write
-            # (to a store whose own append_many it is: engine.reader.keeps_model).
+            # (to a store whose own append_many it is: store.abilities.abilities_of).
             if len(requests) == 1 and requests[0].model is None:
                 (only,) = requests
                 result = await store.append(only.stream, only.events, expected=only.expected)

@@ -1,13 +1,12 @@
-"""The tamper-evident ledger: hash chains, signing keys, checkpoints, bundles and their
-offline verification (pure but for :func:`export_bundle`, which reads a store; no network,
-no Agents SDK).
+"""The write side of the tamper-evident ledger: how events are sealed and heads signed
+(pure: no store, no network, no Agents SDK).
 
-- :mod:`~agentjournal.ledger.chain` — per-stream hash chains (pure).
-- :mod:`~agentjournal.ledger.keys` — Ed25519 signing keys and their rotation (pure).
-- :mod:`~agentjournal.ledger.checkpoints` — signed checkpoints of a tree's heads (pure).
-- :mod:`~agentjournal.ledger.redaction` — what a redacted bundle shows of each event (pure).
-- :mod:`~agentjournal.ledger.bundle` — the bundle format, and exporting a session tree.
-- :mod:`~agentjournal.ledger.verify` — verifying a bundle (pure).
+- :mod:`~agentjournal.ledger.chain` — per-stream hash chains.
+- :mod:`~agentjournal.ledger.keys` — Ed25519 signing keys and their rotation.
+- :mod:`~agentjournal.ledger.checkpoints` — signed checkpoints of a tree's heads.
+- :mod:`~agentjournal.ledger.redaction` — the committed redacted view of each event.
+
+Verifying what was sealed, offline, is :mod:`agentjournal.audit`'s.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from typing import TYPE_CHECKING
 from agentjournal._lazy import exports
 
 if TYPE_CHECKING:
-    from agentjournal.ledger.bundle import BUNDLE_FORMAT, BUNDLE_VERSION, bundle_of, export_bundle
     from agentjournal.ledger.chain import (
         CHAIN_KEYS,
         GENESIS,
@@ -39,17 +37,8 @@ if TYPE_CHECKING:
         signed_event_id,
         trusted_closure,
     )
-    from agentjournal.ledger.verify import (
-        Problem,
-        Report,
-        parse_bundle,
-        verify_bundle,
-        verify_records,
-    )
 
 __all__ = [
-    "BUNDLE_FORMAT",
-    "BUNDLE_VERSION",
     "CHAIN_KEYS",
     "CHECKPOINT",
     "GENESIS",
@@ -61,25 +50,16 @@ __all__ = [
     "SIGNING_KEY_FILE_ENV",
     "Checkpoint",
     "KeyRotation",
-    "Problem",
-    "Report",
     "SigningKey",
-    "bundle_of",
     "chain_hash",
-    "export_bundle",
     "key_id",
     "load_public_key",
-    "parse_bundle",
     "seal",
     "signed_event_id",
     "trusted_closure",
-    "verify_bundle",
-    "verify_records",
 ]
 
 _NAMES = {
-    "BUNDLE_FORMAT": "agentjournal.ledger.bundle",
-    "BUNDLE_VERSION": "agentjournal.ledger.bundle",
     "CHAIN_KEYS": "agentjournal.ledger.chain",
     "CHECKPOINT": "agentjournal.ledger.checkpoints",
     "GENESIS": "agentjournal.ledger.chain",
@@ -91,19 +71,12 @@ _NAMES = {
     "SIGNING_KEY_FILE_ENV": "agentjournal.ledger.keys",
     "Checkpoint": "agentjournal.ledger.checkpoints",
     "KeyRotation": "agentjournal.ledger.keys",
-    "Problem": "agentjournal.ledger.verify",
-    "Report": "agentjournal.ledger.verify",
     "SigningKey": "agentjournal.ledger.keys",
-    "bundle_of": "agentjournal.ledger.bundle",
-    "verify_records": "agentjournal.ledger.verify",
     "chain_hash": "agentjournal.ledger.chain",
-    "export_bundle": "agentjournal.ledger.bundle",
     "key_id": "agentjournal.ledger.keys",
     "load_public_key": "agentjournal.ledger.keys",
-    "parse_bundle": "agentjournal.ledger.verify",
     "seal": "agentjournal.ledger.chain",
     "signed_event_id": "agentjournal.ledger.keys",
     "trusted_closure": "agentjournal.ledger.keys",
-    "verify_bundle": "agentjournal.ledger.verify",
 }
 __getattr__, __dir__ = exports(__name__, _NAMES)

@@ -32,6 +32,7 @@ import rfc8785
 
 from agentjournal._digests import data_digest
 from agentjournal.errors import InvalidInput
+from agentjournal.events import CHAIN_KEY, CHAIN_KEYS, GENESIS, HASH_KEY, PREV_KEY, SEQ_KEY
 from agentjournal.streams import KEYS_STREAM, ledger_stream
 
 __all__ = [
@@ -50,14 +51,8 @@ __all__ = [
     "signed_stream",
 ]
 
-SEQ_KEY: Final = "aj.seq"
-PREV_KEY: Final = "aj.prev"
-HASH_KEY: Final = "aj.hash"
-CHAIN_KEY: Final = "aj.chain"
 CHAIN_FORMAT: Final = "2"
 """The chain record format new events are sealed with (``aj.chain``)."""
-GENESIS: Final = "0" * 64
-CHAIN_KEYS: Final = frozenset({SEQ_KEY, PREV_KEY, HASH_KEY, CHAIN_KEY})
 
 
 def jcs(value: Any) -> bytes:

@@ -27,7 +27,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentjournal.errors import InvalidInput
-from agentjournal.store.base import MAX_EVENT_BYTES
+from agentjournal.store.contract import MAX_EVENT_BYTES
 from agentjournal.streams import validate_id
 
 __all__ = [

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from agentjournal.errors import StreamNotFound
-from agentjournal.store.base import EventStore
+from agentjournal.store.contract import EventStore
 from agentjournal.streams import session_stream
 
 __all__ = ["THREAD_STATE", "load_state", "merge_state", "session_started", "state_event"]

@@ -42,13 +42,13 @@ from opentelemetry.trace import Span
 from agentjournal import events
 from agentjournal.authority import Authority, Policy
 from agentjournal.engine import turns
-from agentjournal.engine.codec import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
 from agentjournal.engine.core import DEFAULT_CHECKPOINT_EVERY, SessionCore
 from agentjournal.engine.fork import Branch
 from agentjournal.engine.plan import ItemsPlan, Produced, Responded, SessionFacts
 from agentjournal.engine.routing import SUMMARY_CHARS
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import AuthorityDenied, BranchDeleted, GuardrailBlocked, InvalidInput
+from agentjournal.events import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
 from agentjournal.guardrails.client import GuardrailClient
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import SigningKey
@@ -57,10 +57,10 @@ from agentjournal.sdk import tracing
 from agentjournal.sdk.enforce import Enforcer
 from agentjournal.sdk.gates import Gatekeeper
 from agentjournal.sdk.run import RunState, weak
-from agentjournal.store.base import EventStore
+from agentjournal.store.contract import EventStore
 from agentjournal.streams import MAIN_BRANCH, branch_stream, session_stream, validate_id
-from agentjournal.usage import ModelResponse as ResponseRecord
-from agentjournal.usage import Usage
+from agentjournal.tokens import ModelResponse as ResponseRecord
+from agentjournal.tokens import Usage
 
 if TYPE_CHECKING:
     from agents.agent import Agent

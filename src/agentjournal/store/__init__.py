@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 
 from agentjournal._lazy import exports
 from agentjournal.errors import InvalidInput
-from agentjournal.store.base import (
+from agentjournal.store.contract import (
     MAX_EVENT_BYTES,
     AppendRequest,
     AppendResult,

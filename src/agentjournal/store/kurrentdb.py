@@ -138,7 +138,7 @@ from agentjournal.errors import (
     StreamDeleted,
     StreamNotFound,
 )
-from agentjournal.store.base import (
+from agentjournal.store.contract import (
     AppendRequest,
     AppendResult,
     Expected,
@@ -253,7 +253,7 @@ def redact_uri(uri: str) -> str:
 
 
 class KurrentDBEventStore:
-    """An :class:`~agentjournal.store.base.EventStore` on a KurrentDB server.
+    """An :class:`~agentjournal.store.contract.EventStore` on a KurrentDB server.
 
     Create it with :meth:`open`; close it with :meth:`close` or use it as an
     async context manager. Safe to share between asyncio tasks and between

@@ -64,7 +64,14 @@ from agentjournal.errors import (
     StreamNotFound,
     UndecodableEvent,
 )
-from agentjournal.store.base import (
+from agentjournal.store.abilities import (
+    BatchedReads,
+    HeadsProbe,
+    ReadModel,
+    RevisionIndex,
+    TypedReads,
+)
+from agentjournal.store.contract import (
     MODEL_PARTS,
     MODEL_REVISIONS,
     AppendRequest,
@@ -227,8 +234,8 @@ def _settle(
         future.set_result(outcome)
 
 
-class SQLiteEventStore:
-    """An :class:`~agentjournal.store.base.EventStore` in one SQLite file.
+class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, TypedReads):
+    """An :class:`~agentjournal.store.contract.EventStore` in one SQLite file.
 
     Open it with :meth:`open`; pass ``":memory:"`` for a store that lives as
     long as the object (tests). Safe for many asyncio tasks and for several
@@ -801,7 +808,7 @@ class SQLiteEventStore:
         Returns:
             Per pair, its events, or None when the stream does not exist. A tree of
             many small subsessions is read in one hop instead of one per stream
-            (:func:`agentjournal.records.walk_tree` uses it).
+            (:func:`agentjournal.walk.walk_tree` uses it).
         """
         for stream, limit in reads:
             validate_stream_name(stream)
@@ -823,8 +830,8 @@ class SQLiteEventStore:
         """The read model of the tree whose root stream is ``tree``, in one read transaction.
 
         None unless every stream of the tree is current (each event on it was
-        appended with a :class:`~agentjournal.store.base.ModelChange`): the caller
-        then reads the events. See the module docs of :mod:`agentjournal.store.base`.
+        appended with a :class:`~agentjournal.store.contract.ModelChange`): the caller
+        then reads the events. See the module docs of :mod:`agentjournal.store.contract`.
         """
         validate_stream_name(tree)
         return await self._submit(self._read_model_sync, tree)
@@ -973,7 +980,7 @@ _FOREIGN_ROWS: Final = (
 
 def _copied_prefix(db: sqlite3.Connection, root: int, tree: str, names: dict[int, str]) -> bool:
     """Whether the tree's items on other trees' streams, if any, are a copied prefix (a
-    :class:`~agentjournal.store.base.ModelCopy`: a branch's rows below its cut, on its
+    :class:`~agentjournal.store.contract.ModelCopy`: a branch's rows below its cut, on its
     parent's streams): every one before every row on the tree's own streams, each on a
     stream that exists and whose packed key SQLite could hold. ``names`` gains those
     streams. A row moved anywhere else (a hand edit) is not."""

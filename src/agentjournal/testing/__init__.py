@@ -1,7 +1,7 @@
 """Test support shipped with agentjournal.
 
 * :mod:`agentjournal.testing.store_conformance`: the abstract conformance suite
-  every :class:`~agentjournal.store.base.EventStore` must pass; subclass it once
+  every :class:`~agentjournal.store.contract.EventStore` must pass; subclass it once
   per backend (needs the ``test`` extra: pytest, pytest-asyncio).
 * :mod:`agentjournal.testing.session_conformance`: the abstract conformance
   suite of the OpenAI Agents SDK's ``Session`` contract, for any session class

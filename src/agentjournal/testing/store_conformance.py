@@ -15,7 +15,7 @@ and provide two fixtures::
             await store.close()
 
 A store that keeps a read model (a ``read_model`` method, see
-:mod:`agentjournal.store.base`) is held to its promises by the ``model`` tests;
+:mod:`agentjournal.store.contract`) is held to its promises by the ``model`` tests;
 every other store must accept a request that carries a model change and store
 its events exactly as without it.
 
@@ -40,7 +40,8 @@ from collections.abc import Sequence
 import pytest
 
 from agentjournal.errors import ConcurrencyError, InvalidInput, StreamNotFound
-from agentjournal.store.base import (
+from agentjournal.store.abilities import abilities_of
+from agentjournal.store.contract import (
     MAX_EVENT_BYTES,
     AppendRequest,
     EventStore,
@@ -85,11 +86,10 @@ def _same(recorded: Sequence[RecordedEvent], sent: Sequence[NewEvent]) -> None:
 
 
 async def _model(store: EventStore, tree: str) -> ModelSnapshot | None:
-    read_model = getattr(store, "read_model", None)
-    if read_model is None:
+    model = abilities_of(store).read_model
+    if model is None:
         pytest.skip("this store keeps no read model")
-    snapshot: ModelSnapshot | None = await read_model(tree)
-    return snapshot
+    return await model.read_model(tree)
 
 
 def _visible(snapshot: ModelSnapshot | None) -> list[tuple[int, str, int, int, str]] | None:

@@ -59,7 +59,7 @@ from agentjournal.ui import page
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    from agentjournal.store.base import EventStore, RecordedEvent
+    from agentjournal.store.contract import EventStore, RecordedEvent
 
 __all__ = ["COOKIE", "create_app", "serve"]
 
@@ -110,7 +110,7 @@ def create_app(
             await state["store"].close()
 
     async def sessions_json() -> dict[str, Any]:
-        from agentjournal import catalog
+        from agentjournal.read import catalog
 
         # One refresh at a time: the catalog is saved in the store, and two racing
         # saves would only make one of them fold again.
@@ -149,9 +149,9 @@ def create_app(
         return data if isinstance(data, Response) else JSONResponse(data)
 
     async def api_replay(request: Request) -> Response:
-        from agentjournal.lines import line_replay
-        from agentjournal.records import read_tree
-        from agentjournal.replay import history_before
+        from agentjournal.read.lines import line_replay
+        from agentjournal.read.replay import history_before
+        from agentjournal.walk import read_tree
 
         try:
             session_id = validate_id(request.path_params["session"], "session id")
@@ -177,7 +177,7 @@ def create_app(
         return _event_stream(store(), after, None, closing)
 
     async def session_changes(request: Request) -> Response:
-        from agentjournal.records import walk_tree
+        from agentjournal.walk import walk_tree
 
         try:
             session_id = validate_id(request.path_params["session"], "session id")

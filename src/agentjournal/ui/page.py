@@ -1,12 +1,12 @@
 """The viewer's pages: what a session or the sessions list shows, as data and as HTML.
 
 :func:`session_page` gathers one session from the read side — its tree
-(:func:`~agentjournal.records.read_tree`), its verification report
-(:func:`~agentjournal.ledger.verify.verify_records`), its flat history
-(:func:`~agentjournal.replay.replay`, :func:`~agentjournal.replay.history_before`)
-and its usage (:func:`~agentjournal.usage.usage_of`) — and :func:`session_data` (pure)
+(:func:`~agentjournal.walk.read_tree`), its verification report
+(:func:`~agentjournal.audit.verify.verify_records`), its flat history
+(:func:`~agentjournal.read.replay.replay`, :func:`~agentjournal.read.replay.history_before`)
+and its usage (:func:`~agentjournal.read.usage.usage_of`) — and :func:`session_data` (pure)
 turns those into the JSON the page draws: a lane per agent, every event with the
-line :func:`~agentjournal.views.describe_record` gives it and its exact stored record,
+line :func:`~agentjournal.read.views.describe_record` gives it and its exact stored record,
 a before/after diff for each guardrail MODIFY, and the first failing position of the
 report. :func:`render` wraps page data in HTML: linked assets for the server, or every
 asset inline for a file that opens from ``file://`` with no network.
@@ -31,17 +31,18 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from agentjournal import events
 from agentjournal.errors import InvalidInput
-from agentjournal.records import DamagedEvent, Record, TreeRecords, read_tree
+from agentjournal.read.views import LEGEND, describe_record, tree_view
+from agentjournal.records import DamagedEvent, Record, TreeRecords
 from agentjournal.streams import KEYS_STREAM, MAIN_BRANCH, authority_stream, ledger_stream
-from agentjournal.views import LEGEND, describe_record, tree_view
+from agentjournal.walk import read_tree
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    from agentjournal.catalog import SessionRow
+    from agentjournal.audit.verify import Report
     from agentjournal.engine.fork import Branch
-    from agentjournal.ledger.verify import Report
-    from agentjournal.store.base import EventStore
+    from agentjournal.read.catalog import SessionRow
+    from agentjournal.store.contract import EventStore
 
 __all__ = [
     "MAX_EXPORTED_HISTORIES",
@@ -100,9 +101,9 @@ async def session_page(
             item ``at``.
         StoreUnavailable: The store could not be read.
     """
-    from agentjournal.ledger.verify import Report, verify_records
-    from agentjournal.replay import history_before, replay
-    from agentjournal.usage import usage_of
+    from agentjournal.audit.verify import Report, verify_records
+    from agentjournal.read.replay import history_before, replay
+    from agentjournal.read.usage import usage_of
 
     # The position first: an event written while the page is read is announced after it.
     position = await last_position(store)
@@ -158,8 +159,8 @@ async def _branch_page(
     position: int,
 ) -> dict[str, Any]:
     """A branch line's page data (see :func:`session_page`)."""
-    from agentjournal.lines import find_branch, line_indexes, line_records, line_replay
-    from agentjournal.usage import usage_of
+    from agentjournal.read.lines import find_branch, line_indexes, line_records, line_replay
+    from agentjournal.read.usage import usage_of
 
     session_id = main.session_id
     found = await find_branch(store, session_id, name)
@@ -210,7 +211,7 @@ def _line(branch: Branch) -> dict[str, Any]:
 async def last_position(store: EventStore) -> int:
     """The store's last global position (0 when empty): an append of no events reports it
     and writes nothing."""
-    from agentjournal.store.base import StreamState
+    from agentjournal.store.contract import StreamState
 
     return (await store.append(KEYS_STREAM, [], expected=StreamState.ANY)).position
 

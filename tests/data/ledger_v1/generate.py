@@ -20,9 +20,9 @@ from pathlib import Path
 
 import handoff_scenarios
 from agentjournal import Journal
+from agentjournal.audit.export import export_bundle
 from agentjournal.authority import Authority, Policy, ToolRule
 from agentjournal.ledger import SigningKey
-from agentjournal.ledger.bundle import export_bundle
 from guardrail_scenarios import run
 
 HERE = Path(__file__).parent

@@ -36,7 +36,7 @@ of the run, ids are derived from event ids (SHA-256), so projecting the same eve
 twice gives the same spans. DESIGN.md §14 has the table.
 
 The projector's state is JSON (:meth:`Projector.dump` / :meth:`Projector.load`): a
-follower saves it with its position (:mod:`agentjournal.projections`) and, restarted,
+follower saves it with its position (:mod:`agentjournal.read.projections`) and, restarted,
 goes on exactly where the save was.
 """
 
@@ -56,7 +56,7 @@ from agentjournal._digests import value_digest
 from agentjournal.errors import CodecError
 from agentjournal.records import Record, TreeRecords
 from agentjournal.streams import MAIN_BRANCH, session_of
-from agentjournal.usage import ModelResponse
+from agentjournal.tokens import ModelResponse
 
 __all__ = [
     "Attribute",
@@ -1140,7 +1140,7 @@ def _calls(record: Record, body: Mapping[str, Any]) -> list[tuple[str, str, str,
 
 
 def project_tree(tree: TreeRecords, *, line: str | None = None) -> list[ProjectedSpan]:
-    """Every span of a session tree read with :func:`~agentjournal.records.read_tree`,
+    """Every span of a session tree read with :func:`~agentjournal.walk.read_tree`,
     in the order they end (spans still open last, as :meth:`Projector.finish` sends them).
 
     The records are folded in commit order, as a follower sees them, so a one-shot

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from agentjournal import events
 from agentjournal._text import cut, plural, printable
-from agentjournal.engine.codec import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
+from agentjournal.events import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
 from agentjournal.ledger.checkpoints import CHECKPOINT
 from agentjournal.ledger.keys import KEY_ROTATED
 from agentjournal.records import Record, TreeRecords
@@ -80,11 +80,12 @@ def tree_view(
     deeper), then with ``logs`` the authority log, the checkpoints and the key rotations.
 
     Args:
-        tree: The session tree as read (:func:`~agentjournal.records.read_tree`).
+        tree: The session tree as read (:func:`~agentjournal.walk.read_tree`).
         stream: Only this stream (at depth 0).
         logs: Include the authority log, the checkpoint stream and the key stream.
         root: The stream to start from instead of the session stream: a branch's top
-            stream, whose streams ``tree`` then holds (:func:`agentjournal.lines.line_records`).
+            stream, whose streams ``tree`` then holds
+            (:func:`agentjournal.read.lines.line_records`).
     """
     views: list[StreamView] = []
 

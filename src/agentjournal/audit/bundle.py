@@ -1,4 +1,4 @@
-"""The bundle: a session tree in one JSON file a verifier can check offline.
+"""The bundle: a session tree in one JSON file a verifier can check offline (pure).
 
 A bundle is one JSON object::
 
@@ -8,7 +8,7 @@ A bundle is one JSON object::
          {"revision": 0, "id": "...", "type": "...", "data": "<UTF-8 text or null>",
           "data_sha256": "...", "metadata": {...}, "view": null}, ...]}, ...]}
 
-Streams: the session tree as :func:`agentjournal.records.read_tree` reads it —
+Streams: the session tree as :func:`agentjournal.walk.read_tree` reads it —
 the session stream, every subsession a handoff opened, the authority log
 ``AgentAuthority-{id}``, the checkpoint stream ``AgentLedger-{id}`` and the
 journal's key rotations ``AgentKeys``, each when it exists; and every branch line
@@ -36,15 +36,13 @@ from typing import Any, Final
 
 from agentjournal import events
 from agentjournal.ledger import redaction
-from agentjournal.records import Record, TreeRecords, read_tree
-from agentjournal.store.base import EventStore
+from agentjournal.records import Record, TreeRecords
 
 __all__ = [
     "BUNDLE_FORMAT",
     "BUNDLE_VERSION",
     "BUNDLE_VERSIONS",
     "bundle_of",
-    "export_bundle",
     "has_branches",
 ]
 
@@ -56,19 +54,6 @@ BUNDLE_VERSIONS: Final = (2, 3)
 """The versions this verifier reads."""
 _BRANCHLESS_VERSION: Final = 2
 """What a bundle of a session without branches is written as (every 0.2 verifier reads it)."""
-
-
-async def export_bundle(
-    store: EventStore, session_id: str, *, redact: bool = False
-) -> dict[str, Any]:
-    """Read every stream of the session tree into a bundle (see the module docs).
-
-    Raises:
-        InvalidInput: The session id is malformed, or the session does not exist.
-        DamagedEvent: A stored event cannot be bundled (data that is not UTF-8, ...).
-        StoreUnavailable: The store could not be read.
-    """
-    return bundle_of(await read_tree(store, session_id), redact=redact)
 
 
 def bundle_of(tree: TreeRecords, *, redact: bool = False) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Offline verification of a session bundle (pure: no store, no network).
 
-A bundle (:mod:`agentjournal.ledger.bundle` writes one) holds every stream of a
+A bundle (:mod:`agentjournal.audit.bundle` writes one) holds every stream of a
 session tree with every event's revision, id, type, metadata, data digest and
 data — or, in a redacted bundle, no data but a committed view
 (:mod:`agentjournal.ledger.redaction`). :func:`verify_bundle` checks, in order:
@@ -64,16 +64,16 @@ from agentjournal._calls import CALL_KINDS
 from agentjournal._digests import value_digest
 from agentjournal._gc import no_collection
 from agentjournal._text import cut, plural
-from agentjournal.authority import Authority, Gate, Policy, ToolRule, ceiling_inputs, meet
-from agentjournal.errors import CodecError, InvalidInput
-from agentjournal.events import Enforcement
-from agentjournal.ledger import redaction
-from agentjournal.ledger.bundle import (
+from agentjournal.audit.bundle import (
     BUNDLE_FORMAT,
     BUNDLE_VERSION,
     BUNDLE_VERSIONS,
     has_branches,
 )
+from agentjournal.authority import Authority, Gate, Policy, ToolRule, ceiling_inputs, meet
+from agentjournal.errors import CodecError, InvalidInput
+from agentjournal.events import Enforcement
+from agentjournal.ledger import redaction
 from agentjournal.ledger.chain import (
     CHAIN_FORMAT,
     CHAIN_KEY,
@@ -100,7 +100,7 @@ from agentjournal.streams import (
     session_stream,
     validate_id,
 )
-from agentjournal.usage import ModelResponse, Usage
+from agentjournal.tokens import ModelResponse, Usage
 
 __all__ = ["Problem", "Report", "parse_bundle", "verify_bundle", "verify_records"]
 
@@ -231,7 +231,7 @@ def verify_records(
     policy: Policy | None = None,
 ) -> Report:
     """Verify a session tree's records (from a bundle, or read from a store with
-    :func:`agentjournal.records.read_tree`); the arguments as for :func:`verify_bundle`."""
+    :func:`agentjournal.walk.read_tree`); the arguments as for :func:`verify_bundle`."""
     with no_collection():  # as in verify_bundle
         return _verify_records(
             records, trusted, allow_uncovered=allow_uncovered, not_before=not_before, policy=policy

@@ -31,7 +31,7 @@ from typing import Final
 
 from agentjournal import events
 from agentjournal.errors import JournalError, StreamNotFound
-from agentjournal.store.base import EventStore, NewEvent, StreamState
+from agentjournal.store.contract import EventStore, NewEvent, StreamState
 from agentjournal.streams import projection_stream
 
 __all__ = ["CHUNK", "CHUNK_BYTES", "SAVED", "DamagedProjection", "Saved", "load", "save"]

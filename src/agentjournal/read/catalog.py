@@ -1,7 +1,7 @@
 """The session catalog: one row per session tree, folded from the store's global order.
 
 ``agentjournal sessions`` lists every session without reading any session by
-itself: the catalog is a projection (:mod:`agentjournal.projections`). A call
+itself: the catalog is a projection (:mod:`agentjournal.read.projections`). A call
 loads the saved state (one read of its trailer and chunks), folds only the
 events written since the saved position, settles what the fold could not decide
 alone (a checkpoint naming an older revision, a signature by a key trusted only
@@ -41,10 +41,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from agentjournal import events, projections
+from agentjournal import events
 from agentjournal._digests import data_digest
 from agentjournal._gc import no_collection
-from agentjournal.engine.codec import ITEM_EVENT_TYPES
 from agentjournal.engine.tree import index_of
 from agentjournal.errors import (
     ConcurrencyError,
@@ -53,6 +52,7 @@ from agentjournal.errors import (
     StoreError,
     StreamNotFound,
 )
+from agentjournal.events import ITEM_EVENT_TYPES
 from agentjournal.ledger.chain import (
     GENESIS,
     HASH_KEY,
@@ -63,6 +63,8 @@ from agentjournal.ledger.chain import (
 )
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, trusted_closure
+from agentjournal.read import projections
+from agentjournal.read.usage import legacy_counts
 from agentjournal.streams import (
     KEYS_STREAM,
     branches_stream,
@@ -71,12 +73,12 @@ from agentjournal.streams import (
     session_of,
     session_stream,
 )
-from agentjournal.usage import ModelResponse, legacy_counts
+from agentjournal.tokens import ModelResponse
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    from agentjournal.store.base import EventStore, RecordedEvent
+    from agentjournal.store.contract import EventStore, RecordedEvent
 
 __all__ = [
     "NAME",

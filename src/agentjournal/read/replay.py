@@ -21,11 +21,11 @@ from agentjournal import events
 from agentjournal.engine.core import SessionCore
 from agentjournal.engine.fork import read_branches, visible_at
 from agentjournal.engine.plan import SessionFacts
-from agentjournal.engine.reader import keeps_model
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import InvalidInput
-from agentjournal.records import Record, TreeRecords, read_tree
-from agentjournal.store.base import RecordedEvent
+from agentjournal.records import Record, TreeRecords
+from agentjournal.store.abilities import abilities_of
+from agentjournal.store.contract import RecordedEvent
 from agentjournal.streams import (
     KEYS_STREAM,
     authority_stream,
@@ -33,9 +33,10 @@ from agentjournal.streams import (
     session_stream,
     validate_id,
 )
+from agentjournal.walk import read_tree
 
 if TYPE_CHECKING:
-    from agentjournal.store.base import EventStore
+    from agentjournal.store.contract import EventStore
 
 __all__ = ["history_before", "check_read_model", "replay"]
 
@@ -88,7 +89,7 @@ async def check_read_model(store: EventStore, session_id: str) -> tuple[str, str
     Raises:
         StoreUnavailable: The store could not be read.
     """
-    if not keeps_model(store):
+    if abilities_of(store).read_model is None:
         return None
     branches = await read_branches(store, session_id)
     lines: list[tuple[str | None, str]] = [(None, session_stream(session_id))]

@@ -27,11 +27,12 @@ from agentjournal.engine.fork import Branch, cut_position, read_branches, visibl
 from agentjournal.engine.plan import SessionFacts
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import InvalidInput, StreamNotFound
-from agentjournal.records import Record, opened_stream, walk_tree
+from agentjournal.records import Record, opened_stream
 from agentjournal.streams import MAIN_BRANCH, validate_id
+from agentjournal.walk import walk_tree
 
 if TYPE_CHECKING:
-    from agentjournal.store.base import EventStore
+    from agentjournal.store.contract import EventStore
 
 __all__ = ["find_branch", "line_indexes", "line_records", "line_replay"]
 
@@ -91,7 +92,7 @@ async def line_replay(
     if limit is not None and limit < 0:
         raise InvalidInput(f"limit must be 0 or more, got {limit}")
     if branch == MAIN_BRANCH:
-        from agentjournal.replay import replay
+        from agentjournal.read.replay import replay
 
         return await replay(store, session_id, limit=limit, at=at)
     found = await find_branch(store, session_id, branch)
