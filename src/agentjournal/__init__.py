@@ -101,7 +101,7 @@ _NAMES = {
     "TraceLogFilter": "agentjournal.sdk.tracing",
     "TreeRecords": "agentjournal.records",
     "continue_trace": "agentjournal.sdk.tracing",
-    "export_bundle": "agentjournal.audit.bundle",
+    "export_bundle": "agentjournal.audit.export",
     "read_tree": "agentjournal.walk",
     "verify_bundle": "agentjournal.audit.verify",
 }
