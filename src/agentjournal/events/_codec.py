@@ -229,11 +229,6 @@ def json_body(data: bytes, type_: str) -> dict[str, Any]:
     return body
 
 
-def compact(body: Mapping[str, Any]) -> bytes:
-    """Compact UTF-8 JSON."""
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-
-
 class Value:
     """A record nested in an event's JSON object (see the module docstring)."""
 
@@ -263,15 +258,18 @@ class Event:
     __slots__ = ()
     EVENT_TYPE: ClassVar[str]
     READ_FIRST: ClassVar[tuple[str, ...]] = ()
-    """Fields read before the others, in this order: which fault of a body with several
-    one is refused for has always been this one's."""
+    """Fields read before the others, in this order. Of a body's several faults, the one it
+    is refused for is what a reader reports (a verifier's finding quotes it), so each class
+    keeps the order its fields have always been checked in."""
     SPACED: ClassVar[bool] = False
     """Written with ``json.dumps``' default separators and ASCII escapes, not compact UTF-8."""
 
     def encode(self) -> bytes:
         """Its data: compact UTF-8 JSON of every field (unless ``SPACED``)."""
         body = json_object(self)
-        return json.dumps(body).encode() if self.SPACED else compact(body)
+        if self.SPACED:
+            return json.dumps(body).encode()
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> Self:
