@@ -5,7 +5,8 @@ on the run's first event, a subagent span the one recorded on the receiver's own
 event (so the projection joins the live trace, its logs and the guardrail service's
 spans). Where nothing was recorded, or a recorded id is taken by another span of the run,
 ids are derived from event ids (SHA-256), so projecting the same events twice gives the
-same spans.
+same spans. A run notes every span id it gave out (``Run.used``, which starts with its
+root span's); a subagent's span id is fixed the first time anything needs it.
 """
 
 from __future__ import annotations
@@ -17,9 +18,22 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from agentjournal import events
+from agentjournal.read.traces.state import Run, Subagent, Tree
 from agentjournal.records import Record
 
-__all__ = ["SPAN_ID", "TRACE_ID", "derived", "ns", "parse_time", "recorded", "root_id"]
+__all__ = [
+    "SPAN_ID",
+    "TRACE_ID",
+    "derived",
+    "fresh_id",
+    "notice_own",
+    "ns",
+    "owner_id",
+    "parse_time",
+    "recorded",
+    "root_id",
+    "subagent_id",
+]
 
 TRACE_ID: Final = re.compile(r"[0-9a-f]{32}")
 SPAN_ID: Final = re.compile(r"[0-9a-f]{16}")
@@ -67,3 +81,45 @@ def root_id(record: Record, first_event: str) -> str:
         if found is not None:
             return found
     return derived("run", first_event, 16)
+
+
+def notice_own(tree: Tree, record: Record, author: str | None) -> None:
+    """Remember the span id recorded on a subagent's own first event (not its twin, not
+    the sender's handoff output, not a guardrail call's span, not a closing)."""
+    sub = tree.subagents.get(record.stream)
+    if sub is None or sub.span_id is not None or sub.candidate is not None:
+        return
+    if record.type in (events.GUARDRAIL_DECIDED, events.SUBAGENT_COMPLETED):
+        return
+    if author != sub.agent or (record.type == events.SUBAGENT_STARTED and record.opens is None):
+        return
+    if recorded(record.metadata, events.TRACE_ID_KEY, TRACE_ID) == sub.trace_id:
+        sub.candidate = recorded(record.metadata, events.SPAN_ID_KEY, SPAN_ID)
+
+
+def subagent_id(run: Run, sub: Subagent) -> str:
+    """A subagent's span id, fixed the first time anything needs it."""
+    if sub.span_id is None:
+        chosen = sub.candidate
+        if chosen is None or chosen in run.used or run.trace_id != sub.trace_id:
+            chosen = derived("subagent", sub.twin, 16)
+        if run.trace_id == sub.trace_id:
+            run.used.append(chosen)
+        sub.span_id = chosen
+    return sub.span_id
+
+
+def owner_id(tree: Tree, run: Run, stream: str) -> str:
+    """The span an event of ``stream`` belongs under: its subagent's, when the subagent
+    was opened in this run, else the run's."""
+    sub = tree.subagents.get(stream)
+    if sub is not None and sub.trace_id == run.trace_id:
+        return subagent_id(run, sub)
+    return run.root_id
+
+
+def fresh_id(run: Run, kind: str, event_id: str) -> str:
+    """A derived span id for a span of ``run``, noted as taken."""
+    span_id = derived(kind, event_id, 16)
+    run.used.append(span_id)
+    return span_id

@@ -27,13 +27,16 @@ from agentjournal.read.traces.attributes import (
     tool_attributes,
 )
 from agentjournal.read.traces.ids import (
-    SPAN_ID,
     TRACE_ID,
     derived,
+    fresh_id,
+    notice_own,
     ns,
+    owner_id,
     parse_time,
     recorded,
     root_id,
+    subagent_id,
 )
 from agentjournal.read.traces.items import (
     FAILED,
@@ -156,7 +159,7 @@ class Projector:
         if not run.agent and speaker and record.stream == top_of(tree):
             run.agent = speaker
         self._adopt(tree, run, record.stream, when)
-        self._notice_own(tree, record, speaker)
+        notice_own(tree, record, speaker)
         body = record.body or {}
         kind = record.type
         if kind == events.SUBAGENT_STARTED and record.opens is not None:
@@ -300,43 +303,11 @@ class Projector:
             chain.append(sub)
             sub = tree.subagents.get(sub.parent_stream)
         for sub in reversed(chain):  # outermost first: each under its parent's span
-            sub.parent_id = self._owner(tree, run, sub.parent_stream)
+            sub.parent_id = owner_id(tree, run, sub.parent_stream)
             sub.trace_id = run.trace_id
             sub.start_ns = sub.end_ns = when
 
-    # -- ids ------------------------------------------------------------------------
-
-    def _notice_own(self, tree: Tree, record: Record, author: str | None) -> None:
-        """Remember the span id recorded on a subagent's own first event (not its twin, not
-        the sender's handoff output, not a guardrail call's span, not a closing)."""
-        sub = tree.subagents.get(record.stream)
-        if sub is None or sub.span_id is not None or sub.candidate is not None:
-            return
-        if record.type in (events.GUARDRAIL_DECIDED, events.SUBAGENT_COMPLETED):
-            return
-        if author != sub.agent or (record.type == events.SUBAGENT_STARTED and record.opens is None):
-            return
-        if recorded(record.metadata, events.TRACE_ID_KEY, TRACE_ID) == sub.trace_id:
-            sub.candidate = recorded(record.metadata, events.SPAN_ID_KEY, SPAN_ID)
-
-    def _subagent_id(self, run: Run, sub: Subagent) -> str:
-        """A subagent's span id, fixed the first time anything needs it."""
-        if sub.span_id is None:
-            chosen = sub.candidate
-            if chosen is None or chosen in run.used or run.trace_id != sub.trace_id:
-                chosen = derived("subagent", sub.twin, 16)
-            if run.trace_id == sub.trace_id:
-                run.used.append(chosen)
-            sub.span_id = chosen
-        return sub.span_id
-
-    def _owner(self, tree: Tree, run: Run, stream: str) -> str:
-        """The span an event of ``stream`` belongs under: its subagent's, when the subagent
-        was opened in this run, else the run's."""
-        sub = tree.subagents.get(stream)
-        if sub is not None and sub.trace_id == run.trace_id:
-            return self._subagent_id(run, sub)
-        return run.root_id
+    # -- span events ---------------------------------------------------------------
 
     def _event_list(self, tree: Tree, run: Run, stream: str) -> list[dict[str, Any]]:
         """The span events an event of ``stream`` goes to: its subagent's, else its run's."""
@@ -363,7 +334,7 @@ class Projector:
             parent_stream=record.stream,
             twin=record.id,
             trace_id=run.trace_id,
-            parent_id=self._owner(tree, run, record.stream),
+            parent_id=owner_id(tree, run, record.stream),
             start_ns=when,
             end_ns=when,
         )
@@ -420,19 +391,14 @@ class Projector:
         return [
             ProjectedSpan(
                 trace_id=run.trace_id,
-                span_id=self._fresh(run, "model", record.id),
-                parent_id=self._owner(tree, run, record.stream),
+                span_id=fresh_id(run, "model", record.id),
+                parent_id=owner_id(tree, run, record.stream),
                 name=name,
                 start_ns=start,
                 end_ns=max(start, end),
                 attributes=attributes,
             )
         ]
-
-    def _fresh(self, run: Run, kind: str, event_id: str) -> str:
-        span_id = derived(kind, event_id, 16)
-        run.used.append(span_id)
-        return span_id
 
     def _decided(
         self, tree: Tree, run: Run, record: Record, body: Mapping[str, Any], when: int
@@ -494,7 +460,7 @@ class Projector:
                 stream=record.stream,
                 event_id=f"{record.id}:{found_id}",
                 trace_id=run.trace_id,
-                parent_id=self._owner(tree, run, record.stream),
+                parent_id=owner_id(tree, run, record.stream),
                 start_ns=start,
             )
 
@@ -514,7 +480,7 @@ class Projector:
             end = run.end_ns if run is not None and run.trace_id == call.trace_id else call.start_ns
         attributes = tool_attributes(call, tree.session_id, in_progress=in_progress)
         if run is not None and run.trace_id == call.trace_id:
-            span_id = self._fresh(run, "tool", call.event_id)
+            span_id = fresh_id(run, "tool", call.event_id)
         else:
             span_id = derived("tool", call.event_id, 16)
         return ProjectedSpan(
@@ -540,7 +506,7 @@ class Projector:
     ) -> ProjectedSpan:
         run = tree.run
         if run is not None and run.trace_id == sub.trace_id:
-            span_id = self._subagent_id(run, sub)
+            span_id = subagent_id(run, sub)
             if end is None:
                 end = run.end_ns
         else:
