@@ -40,8 +40,8 @@ goes on exactly where the save was.
 - :mod:`.projector` — the fold: runs, subagents, tool calls, and when each span ends.
 - :mod:`.lines` — which line of which session tree an event belongs to; forks and links.
 - :mod:`.attributes` — what each span says (``gen_ai.*`` and ``agentjournal.*``).
-- :mod:`.ids` — recorded and derived trace and span ids, and times in ns.
-- :mod:`.items` — what the fold reads off an event: its kind, author and tool calls.
+- :mod:`.ids` — which id each span gets (recorded or derived), and times in ns.
+- :mod:`.event_fields` — what the fold reads off an event: its kind, author and tool calls.
 - :mod:`.state` — the fold's state (JSON dataclasses, saved with a follower's position).
 """
 

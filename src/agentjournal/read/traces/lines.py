@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from agentjournal import events
 from agentjournal.errors import CodecError
-from agentjournal.read.traces.items import data_of
+from agentjournal.read.traces.event_fields import data_of
 from agentjournal.read.traces.state import Tree, top_of, tree_from_json
 from agentjournal.records import Record
 from agentjournal.streams import session_of

@@ -26,6 +26,18 @@ from agentjournal.read.traces.attributes import (
     run_attributes,
     tool_attributes,
 )
+from agentjournal.read.traces.event_fields import (
+    FAILED,
+    INPUT,
+    LINE_EVENTS,
+    OTHER_ITEM,
+    OUTPUT_TYPES,
+    TOOL_CALLS,
+    TOOL_RESULT,
+    author,
+    calls,
+    data_of,
+)
 from agentjournal.read.traces.ids import (
     TRACE_ID,
     derived,
@@ -37,18 +49,6 @@ from agentjournal.read.traces.ids import (
     recorded,
     root_id,
     subagent_id,
-)
-from agentjournal.read.traces.items import (
-    FAILED,
-    INPUT,
-    LINE_EVENTS,
-    OTHER_ITEM,
-    OUTPUT_TYPES,
-    TOOL_CALLS,
-    TOOL_RESULT,
-    author,
-    calls,
-    data_of,
 )
 from agentjournal.read.traces.lines import Lines
 from agentjournal.read.traces.spans import ProjectedSpan, SpanEvent
