@@ -31,13 +31,13 @@ Typical use::
 - :mod:`.rows` — the rows a listing holds (a session, its branches).
 - :mod:`.fold` — the fold: counts per session tree, stream heads, checkpoints seen.
 - :mod:`.ledger` — the cheap ledger check: chain links, checkpoint heads, a row's status.
-- :mod:`.refresh` — load the saved fold, fold what is new, settle, save.
+- :mod:`.listing` — :func:`refresh`: load the saved fold, fold what is new, settle, save.
 """
 
 from __future__ import annotations
 
 from agentjournal.read.catalog.fold import Catalog
-from agentjournal.read.catalog.refresh import NAME, PAGE, Listing, refresh, sessions
+from agentjournal.read.catalog.listing import NAME, PAGE, Listing, refresh, sessions
 from agentjournal.read.catalog.rows import BranchRow, SessionRow
 
 __all__ = [

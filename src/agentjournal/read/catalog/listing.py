@@ -1,4 +1,4 @@
-"""The catalog's driver: load the saved fold, fold what is new from the global order, settle
+"""Listing the catalog: load the saved fold, fold what is new from the global order, settle
 what the fold left open with point reads, save (:func:`refresh`)."""
 
 from __future__ import annotations
