@@ -1,75 +1,36 @@
-"""The session catalog: one row per session tree, folded from the store's global order.
+"""The catalog's fold: one row of counts per session tree, from events in global order (pure).
 
-``agentjournal sessions`` lists every session without reading any session by
-itself: the catalog is a projection (:mod:`agentjournal.read.projections`). A call
-loads the saved state (one read of its trailer and chunks), folds only the
-events written since the saved position, settles what the fold could not decide
-alone (a checkpoint naming an older revision, a signature by a key trusted only
-now: one point read each), returns the rows and saves the state again. The
-first call on a store reads the whole global order once, in pages.
-
-The fold (:class:`Catalog`) is pure: events in, JSON-serialisable state out. It
-learns which session a stream belongs to from the events themselves: a session
-stream (``AgentSession-{id}``), its authority log and checkpoint stream by the
-names :mod:`agentjournal.streams` gives them, and each subsession from the
-``SubagentStarted`` that opened it (any depth), which commits before the
-subsession's first event.
-
-Each row says (see :class:`SessionRow`): the session's app, user and first
-agent (``SessionStarted``); how many items ``get_items()`` would return (item
-events, minus pops, reset by clears); subagents open, closed and failed;
-guardrail blocks; authority refusals; tokens; first and last activity; and the
-*cheap ledger check*: every event's chain hash is recomputed and its ``aj.prev``
-links its stream's previous ``aj.hash``, and the newest checkpoint's signature
-is valid under a trusted key over heads equal to what the projection saw.
-``agentjournal verify`` remains the full check (twins, coverage, delegation,
-containment).
-
-Typical use::
-
-    listing = await catalog.refresh(store, keys={key.key_id: key.public_key})
-    for row in listing.rows:
-        print(row.session_id, row.items, row.ledger)
+:class:`Catalog` learns which session a stream belongs to from the events themselves: a
+session stream (``AgentSession-{id}``), its authority log and checkpoint stream by the
+names :mod:`agentjournal.streams` gives them, each subsession from the
+``SubagentStarted`` that opened it (any depth), which commits before the subsession's
+first event, and each branch from its ``BranchForked``. It keeps each stream's head for
+the cheap ledger check (:mod:`agentjournal.read.catalog.ledger`); its state is plain JSON.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from agentjournal import events
-from agentjournal._digests import data_digest
 from agentjournal._gc import no_collection
 from agentjournal.engine.tree import index_of
-from agentjournal.errors import (
-    ConcurrencyError,
-    InvalidInput,
-    JournalError,
-    StoreError,
-    StreamNotFound,
-)
+from agentjournal.errors import InvalidInput, JournalError
 from agentjournal.events import ITEM_EVENT_TYPES
-from agentjournal.ledger.chain import (
-    GENESIS,
-    HASH_KEY,
-    PREV_KEY,
-    SEQ_KEY,
-    chain_format,
-    chain_hash,
-)
+from agentjournal.ledger.chain import GENESIS, HASH_KEY
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, trusted_closure
-from agentjournal.read import projections
+from agentjournal.read.catalog.ledger import chain_problem, checkpoint_problem, ledger_status
+from agentjournal.read.catalog.rows import BranchRow, SessionRow
 from agentjournal.read.usage import legacy_counts
 from agentjournal.streams import (
     KEYS_STREAM,
     branches_stream,
     ledger_stream,
-    projection_stream,
     session_of,
     session_stream,
 )
@@ -78,135 +39,12 @@ from agentjournal.tokens import ModelResponse
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    from agentjournal.store.contract import EventStore, RecordedEvent
+    from agentjournal.store.contract import RecordedEvent
 
-__all__ = [
-    "NAME",
-    "PAGE",
-    "BranchRow",
-    "Catalog",
-    "Listing",
-    "SessionRow",
-    "refresh",
-    "sessions",
-]
+__all__ = ["VERSION", "Catalog"]
 
-NAME: Final = "catalog"
-"""The projection's name: its state is saved on ``AgentProjection-catalog``."""
-PAGE: Final = 2000
-"""Events per ``read_all`` page."""
 VERSION: Final = 4  # 2: items counted by the engine's index rule; 3: branches; 4: continuations
 """The state's layout; a saved state of another version is rebuilt from the start."""
-
-_SAVE_ATTEMPTS: Final = 5
-
-
-@dataclass(frozen=True)
-class BranchRow:
-    """One branch of a session in the catalog (DESIGN §17.4).
-
-    Attributes:
-        name: The branch's name.
-        stream: Its top stream, ``AgentBranch-{session}@{key}``.
-        parent: Its parent line's name (``main`` or a branch's).
-        at: Its cut as ``BranchForked`` recorded it: ``kind`` (``index``, ``turn`` or
-            ``revision``), ``value`` and ``position``.
-        items: How many items ``get_items()`` on the branch returns: the items it shares
-            with its parent (``prefix_items``), plus its own item events, less its pops,
-            reset by its clears.
-        last: When its line was last written (UTC; the fork's time until it is).
-        deleted: ``deleted`` or ``cleared`` once it was, else None.
-    """
-
-    name: str
-    stream: str
-    parent: str
-    at: Mapping[str, Any]
-    items: int
-    last: datetime
-    deleted: str | None
-
-    def as_dict(self) -> dict[str, Any]:
-        """The branch as JSON-ready data (times in RFC 3339)."""
-        return {
-            "name": self.name,
-            "stream": self.stream,
-            "parent": self.parent,
-            "at": dict(self.at),
-            "items": self.items,
-            "last": self.last.isoformat(),
-            "deleted": self.deleted,
-        }
-
-
-@dataclass(frozen=True)
-class SessionRow:
-    """One session tree in the catalog.
-
-    Attributes:
-        session_id: The session.
-        app: ``SessionStarted.app_name`` (empty when none was given).
-        user: ``SessionStarted.user_id``.
-        agent: The first agent: ``SessionStarted.agent_name``, else the first agent that
-            handed off, was granted authority, was judged by a guardrail or called a model.
-        items: How many items ``get_items()`` returns: item events, less pops, reset by clears.
-        subagents_open: Subagents started and not completed.
-        subagents_closed: Subagents completed with outcome ``success``.
-        subagents_failed: Subagents completed with outcome ``error`` or ``cancelled``.
-        guardrail_blocks: ``GuardrailDecided`` events with decision ``BLOCK``.
-        refusals: ``AuthorityRefused`` events.
-        tokens: Total tokens: the sum of ``ModelResponded`` usage; for a session written
-            before that event existed, the ``$usage`` of assistant events, once per
-            ``aj.response_id``.
-        first_activity: When its first event was recorded (UTC).
-        last_activity: When its last event was recorded (UTC).
-        ledger: The cheap ledger check: ``ok``, ``unsigned`` (no checkpoint), ``broken
-            chain``, ``untrusted key KEY_ID`` (signed by a key not given) or ``FAILED: reason``.
-        ledger_detail: Where and why, when the check did not pass.
-        branches: The session's branches, in the order they were forked (deleted ones
-            too). Every other count is the whole session's, every line together, except
-            ``items``, which is the main line's.
-    """
-
-    session_id: str
-    app: str
-    user: str
-    agent: str
-    items: int
-    subagents_open: int
-    subagents_closed: int
-    subagents_failed: int
-    guardrail_blocks: int
-    refusals: int
-    tokens: int
-    first_activity: datetime
-    last_activity: datetime
-    ledger: str
-    ledger_detail: str | None = None
-    branches: tuple[BranchRow, ...] = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        """The row as JSON-ready data (times in RFC 3339)."""
-        return {
-            "session_id": self.session_id,
-            "app": self.app,
-            "user": self.user,
-            "agent": self.agent,
-            "items": self.items,
-            "subagents": {
-                "open": self.subagents_open,
-                "closed": self.subagents_closed,
-                "failed": self.subagents_failed,
-            },
-            "guardrail_blocks": self.guardrail_blocks,
-            "refusals": self.refusals,
-            "tokens": self.tokens,
-            "first_activity": self.first_activity.isoformat(),
-            "last_activity": self.last_activity.isoformat(),
-            "ledger": self.ledger,
-            "ledger_detail": self.ledger_detail,
-            "branches": [branch.as_dict() for branch in self.branches],
-        }
 
 
 def _new_row() -> dict[str, Any]:
@@ -318,32 +156,10 @@ class Catalog:
 
     def _chain(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         """Link ``event`` to its stream's head; note the first break on the row."""
-        head = self.streams.get(event.stream)
-        revision, previous = (head[1], head[2]) if head is not None else (-1, GENESIS)
-        metadata = event.metadata
-        problem = None
-        if event.revision != revision + 1:
-            problem = f"revision {event.revision} follows {revision}"
-        elif metadata.get(SEQ_KEY) != str(event.revision) or HASH_KEY not in metadata:
-            problem = "not hash-chained"
-        elif metadata.get(PREV_KEY) != previous:
-            problem = "aj.prev does not link the previous event's hash"
-        elif chain_format(metadata) is None:  # no record to hash: chain_hash would refuse it
-            problem = "the event names a chain format this version does not know"
-        else:
-            digest = chain_hash(
-                event.stream,
-                event.revision,
-                str(event.id),
-                event.type,
-                data_digest(event.data),
-                metadata,
-            )
-            if digest != metadata[HASH_KEY]:
-                problem = "the event's hash does not match its content"
+        problem = chain_problem(self.streams.get(event.stream), event)
         if problem is not None and row["broken"] is None:
             row["broken"] = f"{event.stream}@{event.revision}: {problem}"
-        self.streams[event.stream] = [session_id, event.revision, metadata.get(HASH_KEY, "")]
+        self.streams[event.stream] = [session_id, event.revision, event.metadata.get(HASH_KEY, "")]
 
     def _fold_content(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         kind = event.type
@@ -496,7 +312,7 @@ class Catalog:
             mark["problem"] = f"the checkpoint is malformed: {error}"
             return
         mark["key"] = checkpoint.key_id
-        mark["problem"] = _checkpoint_problem(self.streams, checkpoint, event, session_id, mark)
+        mark["problem"] = checkpoint_problem(self.streams, checkpoint, event, session_id, mark)
         self.fresh[session_id] = checkpoint
 
     def _fold_key(self, event: RecordedEvent) -> None:
@@ -571,7 +387,7 @@ class Catalog:
         for session_id, row in self.sessions.items():
             if session_stream(session_id) not in self.streams or row["first"] is None:
                 continue  # an authority log or checkpoints without a session
-            ledger, detail = _ledger(session_id, row, trusted)
+            ledger, detail = ledger_status(session_id, row, trusted)
             started, closed, failed = row["started"], row["closed"], row["failed"]
             branches = tuple(
                 BranchRow(
@@ -611,219 +427,9 @@ class Catalog:
         return out
 
 
-def _checkpoint_problem(
-    streams: Mapping[str, list[Any]],
-    checkpoint: Checkpoint,
-    event: RecordedEvent,
-    session_id: str,
-    mark: dict[str, Any],
-) -> str | None:
-    """What is wrong with a checkpoint against the heads seen so far (None: nothing yet);
-    heads below what was seen go to ``mark["pending"]``."""
-    if checkpoint.session_id != session_id:
-        return "a checkpoint of another session"
-    if checkpoint.sequence != event.revision or checkpoint.previous != event.metadata.get(PREV_KEY):
-        return f"signed for ledger revision {checkpoint.sequence}: reordered or spliced"
-    for stream, (revision, digest) in sorted(checkpoint.heads.items()):
-        seen = streams.get(stream)
-        if seen is None or seen[0] != session_id:
-            return f"it names {stream}, which the store does not hold for this session"
-        if revision > seen[1]:
-            return f"it names {stream}@{revision}: the stream ends at @{seen[1]} (truncated)"
-        if revision == seen[1]:
-            if digest != seen[2]:
-                return f"{stream}@{revision} is not what the checkpoint signed"
-        else:
-            mark["pending"].append([stream, revision, digest])
-    return None
-
-
-def _ledger(
-    session_id: str, row: Mapping[str, Any], trusted: Mapping[str, Ed25519PublicKey]
-) -> tuple[str, str | None]:
-    if row["broken"] is not None:
-        return "broken chain", row["broken"]
-    mark = row["ck"]
-    if mark is None:
-        return "unsigned", "no checkpoint: a cut tail would not show"
-    where = f"{ledger_stream(session_id)}@{mark['rev']}"
-    if mark.get("problem") is not None:
-        return f"FAILED: {mark['problem']}", where
-    if mark["key"] not in trusted:
-        return f"untrusted key {mark['key']}", f"{where}: give its public key with --pubkey"
-    if mark["sig"] is False:
-        return "FAILED: the signature is invalid", where
-    if mark["sig"] is None:
-        return "unchecked", where  # not reached: refresh checks every trusted signature
-    return "ok", None
-
-
 def _micros(moment: datetime) -> int:
     return int(moment.timestamp() * 1_000_000)
 
 
 def _moment(micros: int) -> datetime:
     return datetime.fromtimestamp(micros / 1_000_000, UTC)
-
-
-# -- the driver: load, fold what is new, settle, save ---------------------------------
-
-
-@dataclass(frozen=True)
-class Listing:
-    """What one :func:`refresh` found.
-
-    Attributes:
-        rows: Every session, newest activity first.
-        position: The global position folded through (None: the store is empty).
-        folded: Events of session trees (and key rotations) this call folded (0: nothing
-            new since the last save; the saves of projections do not count).
-        saved: Whether the state was saved (False when nothing changed, or the store
-            refused the save: see ``warning``).
-        warning: One line on what went wrong loading or saving, if anything did.
-    """
-
-    rows: list[SessionRow]
-    position: int | None
-    folded: int
-    saved: bool
-    warning: str | None = None
-
-
-Progress = Callable[[int], None]
-
-
-async def refresh(
-    store: EventStore,
-    *,
-    keys: Mapping[str, Ed25519PublicKey] | None = None,
-    progress: Progress | None = None,
-    fresh: bool = False,
-) -> Listing:
-    """Bring the saved catalog up to date and return its rows.
-
-    Loads the catalog's last save, folds every event written since (the first call
-    reads the whole global order, in pages of :data:`PAGE`, calling ``progress``
-    with the number of events of each page), settles checkpoint heads and signatures
-    with one point read each, and saves the state on top of the save it loaded. If a
-    twin saved in between (``ConcurrencyError``), it loads that save and folds again
-    from there. A store that refuses the save (read-only) still gets its rows, with
-    ``warning`` set; so does a saved catalog that cannot be read back (it is folded
-    again from the start and saved over).
-
-    Args:
-        store: The store to list.
-        keys: Trusted public keys by key id: a checkpoint signed by one of them, or
-            by a key a recorded rotation from them leads to, can be ``ok``.
-        progress: Called with each page's event count while reading.
-        fresh: Ignore the saved catalog: fold every event from the start, and save
-            nothing. The save lives in the store it describes, so anyone who can write
-            the store can forge it; this does not trust it (``verify`` is the full check).
-
-    Raises:
-        StoreUnavailable: The store could not be read.
-    """
-    trusted_keys = dict(keys or {})
-    if fresh:
-        unsaved = Catalog()
-        position, folded = await _catch_up(store, unsaved, None, progress)
-        trusted = unsaved.trusted(trusted_keys)
-        await _settle(store, unsaved, trusted)
-        return Listing(unsaved.rows(trusted), position, folded, False)
-    damaged = None
-    for _ in range(_SAVE_ATTEMPTS):
-        try:
-            saved = await projections.load(store, NAME)
-        except projections.DamagedProjection as error:
-            # Derived data: fold it again from the streams and save over the damage.
-            damaged = f"the saved catalog was damaged ({error}) and is rebuilt"
-            head = await store.head(projection_stream(NAME))
-            saved = projections.Saved(None, b"", head if head is not None else -1)
-        catalog = Catalog.load(saved.state) if saved is not None else None
-        position = saved.position if saved is not None and catalog is not None else None
-        if catalog is None:
-            catalog = Catalog()  # folded from the start and saved over what was there
-        position, folded = await _catch_up(store, catalog, position, progress)
-        trusted = catalog.trusted(trusted_keys)
-        settled = await _settle(store, catalog, trusted)
-        rows = catalog.rows(trusted)
-        if not folded and not settled and damaged is None:
-            return Listing(rows, position, 0, False)
-        try:
-            await projections.save(
-                store, NAME, position=position, state=catalog.dump(), after=saved
-            )
-        except ConcurrencyError:
-            continue  # a twin saved first: start again from its save
-        except StoreError as error:
-            warning = f"the catalog could not be saved ({error}); the next call reads it again"
-            return Listing(rows, position, folded, False, _joined(damaged, warning))
-        return Listing(rows, position, folded, True, damaged)
-    warning = "the catalog was not saved: other readers kept saving it first"
-    return Listing(rows, position, folded, False, _joined(damaged, warning))
-
-
-def _joined(*warnings: str | None) -> str | None:
-    return "; ".join(w for w in warnings if w) or None
-
-
-async def sessions(
-    store: EventStore, *, keys: Mapping[str, Ed25519PublicKey] | None = None
-) -> list[SessionRow]:
-    """Every session of ``store``, newest activity first (see :func:`refresh`).
-
-    Raises:
-        StoreUnavailable: The store could not be read.
-    """
-    return (await refresh(store, keys=keys)).rows
-
-
-async def _catch_up(
-    store: EventStore, catalog: Catalog, position: int | None, progress: Progress | None
-) -> tuple[int | None, int]:
-    """Fold every event after ``position``: the last position folded, and how many."""
-    folded = 0
-    start = position
-    while True:
-        # From the last position folded, inclusive: a position the store gave out,
-        # which KurrentDB finds without a scan (position + 1 may not be one).
-        page = await store.read_all(from_position=start, limit=PAGE)
-        fresh = [e for e in page if position is None or e.position > position]
-        with no_collection():  # the fold makes only acyclic dicts and lists
-            for event in fresh:
-                folded += catalog.fold(event)
-                position = event.position
-        if progress is not None and fresh:
-            progress(len(fresh))
-        if len(page) < PAGE or not fresh:
-            return position, folded
-        start = position
-
-
-async def _settle(
-    store: EventStore, catalog: Catalog, trusted: Mapping[str, Ed25519PublicKey]
-) -> bool:
-    """Decide what the fold left open, with one point read each; whether anything changed."""
-    changed = False
-    for session_id, stream, revision, _ in catalog.unsettled():
-        try:
-            found = await store.read(stream, from_revision=revision, limit=1)
-        except StreamNotFound:
-            found = []
-        same = found and found[0].revision == revision
-        stored = found[0].metadata.get(HASH_KEY) if same else None
-        catalog.settle_head(session_id, stream, revision, stored)
-        changed = True
-    for session_id in catalog.needs_signature(trusted):
-        mark = catalog.sessions[session_id]["ck"]
-        checkpoint = catalog.fresh.get(session_id)
-        if checkpoint is None:  # folded by an earlier call, before its key was trusted
-            try:
-                ledger = ledger_stream(session_id)
-                found = await store.read(ledger, from_revision=mark["rev"], limit=1)
-                checkpoint = Checkpoint.decode(json.loads(found[0].data)) if found else None
-            except (StreamNotFound, ValueError, InvalidInput):
-                checkpoint = None
-        catalog.check_signature(session_id, checkpoint, trusted[mark["key"]])
-        changed = True
-    return changed

@@ -1,0 +1,93 @@
+"""The catalog's cheap ledger check: chain links, the newest checkpoint against the heads
+seen, and the status a row shows (pure).
+
+Every event's chain hash is recomputed and its ``aj.prev`` must link its stream's previous
+``aj.hash``; the newest checkpoint's signature must be valid under a trusted key over heads
+equal to what the projection saw. ``agentjournal verify`` remains the full check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from agentjournal._digests import data_digest
+from agentjournal.ledger.chain import GENESIS, HASH_KEY, PREV_KEY, SEQ_KEY, chain_format, chain_hash
+from agentjournal.ledger.checkpoints import Checkpoint
+from agentjournal.streams import ledger_stream
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from agentjournal.store.contract import RecordedEvent
+
+__all__ = ["chain_problem", "checkpoint_problem", "ledger_status"]
+
+
+def chain_problem(head: list[Any] | None, event: RecordedEvent) -> str | None:
+    """What breaks ``event``'s link to its stream's head (``[session, revision, hash]``,
+    None before the stream's first event); None when it links."""
+    revision, previous = (head[1], head[2]) if head is not None else (-1, GENESIS)
+    metadata = event.metadata
+    if event.revision != revision + 1:
+        return f"revision {event.revision} follows {revision}"
+    if metadata.get(SEQ_KEY) != str(event.revision) or HASH_KEY not in metadata:
+        return "not hash-chained"
+    if metadata.get(PREV_KEY) != previous:
+        return "aj.prev does not link the previous event's hash"
+    if chain_format(metadata) is None:  # no record to hash: chain_hash would refuse it
+        return "the event names a chain format this version does not know"
+    digest = chain_hash(
+        event.stream, event.revision, str(event.id), event.type, data_digest(event.data), metadata
+    )
+    if digest != metadata[HASH_KEY]:
+        return "the event's hash does not match its content"
+    return None
+
+
+def checkpoint_problem(
+    streams: Mapping[str, list[Any]],
+    checkpoint: Checkpoint,
+    event: RecordedEvent,
+    session_id: str,
+    mark: dict[str, Any],
+) -> str | None:
+    """What is wrong with a checkpoint against the heads seen so far (None: nothing yet);
+    heads below what was seen go to ``mark["pending"]``."""
+    if checkpoint.session_id != session_id:
+        return "a checkpoint of another session"
+    if checkpoint.sequence != event.revision or checkpoint.previous != event.metadata.get(PREV_KEY):
+        return f"signed for ledger revision {checkpoint.sequence}: reordered or spliced"
+    for stream, (revision, digest) in sorted(checkpoint.heads.items()):
+        seen = streams.get(stream)
+        if seen is None or seen[0] != session_id:
+            return f"it names {stream}, which the store does not hold for this session"
+        if revision > seen[1]:
+            return f"it names {stream}@{revision}: the stream ends at @{seen[1]} (truncated)"
+        if revision == seen[1]:
+            if digest != seen[2]:
+                return f"{stream}@{revision} is not what the checkpoint signed"
+        else:
+            mark["pending"].append([stream, revision, digest])
+    return None
+
+
+def ledger_status(
+    session_id: str, row: Mapping[str, Any], trusted: Mapping[str, Ed25519PublicKey]
+) -> tuple[str, str | None]:
+    """A row's ``ledger`` and ``ledger_detail``: what the cheap check says of the session."""
+    if row["broken"] is not None:
+        return "broken chain", row["broken"]
+    mark = row["ck"]
+    if mark is None:
+        return "unsigned", "no checkpoint: a cut tail would not show"
+    where = f"{ledger_stream(session_id)}@{mark['rev']}"
+    if mark.get("problem") is not None:
+        return f"FAILED: {mark['problem']}", where
+    if mark["key"] not in trusted:
+        return f"untrusted key {mark['key']}", f"{where}: give its public key with --pubkey"
+    if mark["sig"] is False:
+        return "FAILED: the signature is invalid", where
+    if mark["sig"] is None:
+        return "unchecked", where  # not reached: refresh checks every trusted signature
+    return "ok", None

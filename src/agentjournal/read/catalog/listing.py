@@ -1,0 +1,192 @@
+"""Listing the catalog: load the saved fold, fold what is new from the global order, settle
+what the fold left open with point reads, save (:func:`refresh`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from agentjournal._gc import no_collection
+from agentjournal.errors import ConcurrencyError, InvalidInput, StoreError, StreamNotFound
+from agentjournal.ledger.chain import HASH_KEY
+from agentjournal.ledger.checkpoints import Checkpoint
+from agentjournal.read import projections
+from agentjournal.read.catalog.fold import Catalog
+from agentjournal.read.catalog.rows import SessionRow
+from agentjournal.streams import ledger_stream, projection_stream
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from agentjournal.store.contract import EventStore
+
+__all__ = ["NAME", "PAGE", "Listing", "Progress", "refresh", "sessions"]
+
+NAME: Final = "catalog"
+"""The projection's name: its state is saved on ``AgentProjection-catalog``."""
+PAGE: Final = 2000
+"""Events per ``read_all`` page."""
+
+_SAVE_ATTEMPTS: Final = 5
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What one :func:`refresh` found.
+
+    Attributes:
+        rows: Every session, newest activity first.
+        position: The global position folded through (None: the store is empty).
+        folded: Events of session trees (and key rotations) this call folded (0: nothing
+            new since the last save; the saves of projections do not count).
+        saved: Whether the state was saved (False when nothing changed, or the store
+            refused the save: see ``warning``).
+        warning: One line on what went wrong loading or saving, if anything did.
+    """
+
+    rows: list[SessionRow]
+    position: int | None
+    folded: int
+    saved: bool
+    warning: str | None = None
+
+
+Progress = Callable[[int], None]
+
+
+async def refresh(
+    store: EventStore,
+    *,
+    keys: Mapping[str, Ed25519PublicKey] | None = None,
+    progress: Progress | None = None,
+    fresh: bool = False,
+) -> Listing:
+    """Bring the saved catalog up to date and return its rows.
+
+    Loads the catalog's last save, folds every event written since (the first call
+    reads the whole global order, in pages of :data:`PAGE`, calling ``progress``
+    with the number of events of each page), settles checkpoint heads and signatures
+    with one point read each, and saves the state on top of the save it loaded. If a
+    twin saved in between (``ConcurrencyError``), it loads that save and folds again
+    from there. A store that refuses the save (read-only) still gets its rows, with
+    ``warning`` set; so does a saved catalog that cannot be read back (it is folded
+    again from the start and saved over).
+
+    Args:
+        store: The store to list.
+        keys: Trusted public keys by key id: a checkpoint signed by one of them, or
+            by a key a recorded rotation from them leads to, can be ``ok``.
+        progress: Called with each page's event count while reading.
+        fresh: Ignore the saved catalog: fold every event from the start, and save
+            nothing. The save lives in the store it describes, so anyone who can write
+            the store can forge it; this does not trust it (``verify`` is the full check).
+
+    Raises:
+        StoreUnavailable: The store could not be read.
+    """
+    trusted_keys = dict(keys or {})
+    if fresh:
+        unsaved = Catalog()
+        position, folded = await _catch_up(store, unsaved, None, progress)
+        trusted = unsaved.trusted(trusted_keys)
+        await _settle(store, unsaved, trusted)
+        return Listing(unsaved.rows(trusted), position, folded, False)
+    damaged = None
+    for _ in range(_SAVE_ATTEMPTS):
+        try:
+            saved = await projections.load(store, NAME)
+        except projections.DamagedProjection as error:
+            # Derived data: fold it again from the streams and save over the damage.
+            damaged = f"the saved catalog was damaged ({error}) and is rebuilt"
+            head = await store.head(projection_stream(NAME))
+            saved = projections.Saved(None, b"", head if head is not None else -1)
+        catalog = Catalog.load(saved.state) if saved is not None else None
+        position = saved.position if saved is not None and catalog is not None else None
+        if catalog is None:
+            catalog = Catalog()  # folded from the start and saved over what was there
+        position, folded = await _catch_up(store, catalog, position, progress)
+        trusted = catalog.trusted(trusted_keys)
+        settled = await _settle(store, catalog, trusted)
+        rows = catalog.rows(trusted)
+        if not folded and not settled and damaged is None:
+            return Listing(rows, position, 0, False)
+        try:
+            await projections.save(
+                store, NAME, position=position, state=catalog.dump(), after=saved
+            )
+        except ConcurrencyError:
+            continue  # a twin saved first: start again from its save
+        except StoreError as error:
+            warning = f"the catalog could not be saved ({error}); the next call reads it again"
+            return Listing(rows, position, folded, False, _joined(damaged, warning))
+        return Listing(rows, position, folded, True, damaged)
+    warning = "the catalog was not saved: other readers kept saving it first"
+    return Listing(rows, position, folded, False, _joined(damaged, warning))
+
+
+def _joined(*warnings: str | None) -> str | None:
+    return "; ".join(w for w in warnings if w) or None
+
+
+async def sessions(
+    store: EventStore, *, keys: Mapping[str, Ed25519PublicKey] | None = None
+) -> list[SessionRow]:
+    """Every session of ``store``, newest activity first (see :func:`refresh`).
+
+    Raises:
+        StoreUnavailable: The store could not be read.
+    """
+    return (await refresh(store, keys=keys)).rows
+
+
+async def _catch_up(
+    store: EventStore, catalog: Catalog, position: int | None, progress: Progress | None
+) -> tuple[int | None, int]:
+    """Fold every event after ``position``: the last position folded, and how many."""
+    folded = 0
+    start = position
+    while True:
+        # From the last position folded, inclusive: a position the store gave out,
+        # which KurrentDB finds without a scan (position + 1 may not be one).
+        page = await store.read_all(from_position=start, limit=PAGE)
+        fresh = [e for e in page if position is None or e.position > position]
+        with no_collection():  # the fold makes only acyclic dicts and lists
+            for event in fresh:
+                folded += catalog.fold(event)
+                position = event.position
+        if progress is not None and fresh:
+            progress(len(fresh))
+        if len(page) < PAGE or not fresh:
+            return position, folded
+        start = position
+
+
+async def _settle(
+    store: EventStore, catalog: Catalog, trusted: Mapping[str, Ed25519PublicKey]
+) -> bool:
+    """Decide what the fold left open, with one point read each; whether anything changed."""
+    changed = False
+    for session_id, stream, revision, _ in catalog.unsettled():
+        try:
+            found = await store.read(stream, from_revision=revision, limit=1)
+        except StreamNotFound:
+            found = []
+        same = found and found[0].revision == revision
+        stored = found[0].metadata.get(HASH_KEY) if same else None
+        catalog.settle_head(session_id, stream, revision, stored)
+        changed = True
+    for session_id in catalog.needs_signature(trusted):
+        mark = catalog.sessions[session_id]["ck"]
+        checkpoint = catalog.fresh.get(session_id)
+        if checkpoint is None:  # folded by an earlier call, before its key was trusted
+            try:
+                ledger = ledger_stream(session_id)
+                found = await store.read(ledger, from_revision=mark["rev"], limit=1)
+                checkpoint = Checkpoint.decode(json.loads(found[0].data)) if found else None
+            except (StreamNotFound, ValueError, InvalidInput):
+                checkpoint = None
+        catalog.check_signature(session_id, checkpoint, trusted[mark["key"]])
+        changed = True
+    return changed

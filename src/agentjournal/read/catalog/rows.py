@@ -1,0 +1,119 @@
+"""The catalog's rows: a session tree, and each of its branches, as ``agentjournal sessions``
+lists them (frozen records, with their JSON form)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+__all__ = ["BranchRow", "SessionRow"]
+
+
+@dataclass(frozen=True)
+class BranchRow:
+    """One branch of a session in the catalog.
+
+    Attributes:
+        name: The branch's name.
+        stream: Its top stream, ``AgentBranch-{session}@{key}``.
+        parent: Its parent line's name (``main`` or a branch's).
+        at: Its cut as ``BranchForked`` recorded it: ``kind`` (``index``, ``turn`` or
+            ``revision``), ``value`` and ``position``.
+        items: How many items ``get_items()`` on the branch returns: the items it shares
+            with its parent (``prefix_items``), plus its own item events, less its pops,
+            reset by its clears.
+        last: When its line was last written (UTC; the fork's time until it is).
+        deleted: ``deleted`` or ``cleared`` once it was, else None.
+    """
+
+    name: str
+    stream: str
+    parent: str
+    at: Mapping[str, Any]
+    items: int
+    last: datetime
+    deleted: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The branch as JSON-ready data (times in RFC 3339)."""
+        return {
+            "name": self.name,
+            "stream": self.stream,
+            "parent": self.parent,
+            "at": dict(self.at),
+            "items": self.items,
+            "last": self.last.isoformat(),
+            "deleted": self.deleted,
+        }
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    """One session tree in the catalog.
+
+    Attributes:
+        session_id: The session.
+        app: ``SessionStarted.app_name`` (empty when none was given).
+        user: ``SessionStarted.user_id``.
+        agent: The first agent: ``SessionStarted.agent_name``, else the first agent that
+            handed off, was granted authority, was judged by a guardrail or called a model.
+        items: How many items ``get_items()`` returns: item events, less pops, reset by clears.
+        subagents_open: Subagents started and not completed.
+        subagents_closed: Subagents completed with outcome ``success``.
+        subagents_failed: Subagents completed with outcome ``error`` or ``cancelled``.
+        guardrail_blocks: ``GuardrailDecided`` events with decision ``BLOCK``.
+        refusals: ``AuthorityRefused`` events.
+        tokens: Total tokens: the sum of ``ModelResponded`` usage; for a session written
+            before that event existed, the ``$usage`` of assistant events, once per
+            ``aj.response_id``.
+        first_activity: When its first event was recorded (UTC).
+        last_activity: When its last event was recorded (UTC).
+        ledger: The cheap ledger check: ``ok``, ``unsigned`` (no checkpoint), ``broken
+            chain``, ``untrusted key KEY_ID`` (signed by a key not given) or ``FAILED: reason``.
+        ledger_detail: Where and why, when the check did not pass.
+        branches: The session's branches, in the order they were forked (deleted ones
+            too). Every other count is the whole session's, every line together, except
+            ``items``, which is the main line's.
+    """
+
+    session_id: str
+    app: str
+    user: str
+    agent: str
+    items: int
+    subagents_open: int
+    subagents_closed: int
+    subagents_failed: int
+    guardrail_blocks: int
+    refusals: int
+    tokens: int
+    first_activity: datetime
+    last_activity: datetime
+    ledger: str
+    ledger_detail: str | None = None
+    branches: tuple[BranchRow, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as JSON-ready data (times in RFC 3339)."""
+        return {
+            "session_id": self.session_id,
+            "app": self.app,
+            "user": self.user,
+            "agent": self.agent,
+            "items": self.items,
+            "subagents": {
+                "open": self.subagents_open,
+                "closed": self.subagents_closed,
+                "failed": self.subagents_failed,
+            },
+            "guardrail_blocks": self.guardrail_blocks,
+            "refusals": self.refusals,
+            "tokens": self.tokens,
+            "first_activity": self.first_activity.isoformat(),
+            "last_activity": self.last_activity.isoformat(),
+            "ledger": self.ledger,
+            "ledger_detail": self.ledger_detail,
+            "branches": [branch.as_dict() for branch in self.branches],
+        }

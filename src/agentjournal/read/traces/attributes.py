@@ -1,0 +1,189 @@
+"""What each span says: the GenAI semantic conventions (``gen_ai.*``) and agentjournal's own
+attributes, for run, ``chat``, ``execute_tool`` and ``invoke_agent`` spans and for the
+guardrail and authority span events.
+
+Pure functions of the projector's state and an event's fields. A tool span carries the
+digest of the call's arguments, never the arguments; a refusal never the refused value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agentjournal import events
+from agentjournal.read.traces.ids import SPAN_ID, recorded
+from agentjournal.read.traces.spans import Attribute, SpanLink
+from agentjournal.read.traces.state import Call, Run, Subagent, Tree
+from agentjournal.records import Record
+from agentjournal.tokens import ModelResponse
+
+__all__ = [
+    "agent_attributes",
+    "chat_attributes",
+    "guardrail_attributes",
+    "refusal_attributes",
+    "run_attributes",
+    "tool_attributes",
+]
+
+
+def run_attributes(tree: Tree, run: Run) -> tuple[dict[str, Attribute], tuple[SpanLink, ...]]:
+    """A run span's attributes and links: a branch's run names its line and fork, and links
+    to the parent line's run span at the cut."""
+    attributes: dict[str, Attribute] = {
+        "agentjournal.session_id": tree.session_id,
+        "agentjournal.first_event": run.first_event,
+        "agentjournal.trace_recorded": run.recorded,
+    }
+    if run.agent:
+        attributes["gen_ai.agent.name"] = run.agent
+    links: tuple[SpanLink, ...] = ()
+    fork = tree.fork
+    if fork is not None:  # a branch's run: which line, where it left its parent
+        attributes["agentjournal.branch"] = tree.line
+        attributes["agentjournal.branch_stream"] = tree.top
+        for name, key in (
+            ("parent_branch", "parent"),
+            ("fork_event_id", "event"),
+            ("fork_cut_kind", "kind"),
+            ("fork_cut_value", "value"),
+            ("fork_cut_position", "position"),
+        ):
+            if fork[key] is not None:  # None: learnt without its fork (Projector.learns)
+                attributes[f"agentjournal.{name}"] = fork[key]
+        if fork["link"] is not None:
+            trace_id, span_id = fork["link"]
+            links = (
+                SpanLink(
+                    trace_id,
+                    span_id,
+                    {"agentjournal.link": "forked_from", "agentjournal.branch": tree.line},
+                ),
+            )
+    return attributes, links
+
+
+def chat_attributes(
+    response: ModelResponse, session_id: str, record: Record
+) -> dict[str, Attribute]:
+    """A ``chat`` span's attributes, from the model response ``record`` recorded."""
+    attributes: dict[str, Attribute] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.agent.name": response.agent,
+        "gen_ai.usage.input_tokens": response.usage.input_tokens,
+        "gen_ai.usage.output_tokens": response.usage.output_tokens,
+        "gen_ai.usage.cache_read.input_tokens": response.usage.cached_input_tokens,
+        "gen_ai.usage.reasoning.output_tokens": response.usage.reasoning_tokens,
+        "agentjournal.session_id": session_id,
+        "agentjournal.stream": record.stream,
+        "agentjournal.event_id": record.id,
+    }
+    if response.system:
+        attributes["gen_ai.system"] = response.system
+        attributes["gen_ai.provider.name"] = response.system
+    if response.model:
+        attributes["gen_ai.request.model"] = response.model
+        attributes["gen_ai.response.model"] = response.model
+    if response.response_id:
+        attributes["gen_ai.response.id"] = response.response_id
+    if response.outputs:
+        attributes["agentjournal.outputs"] = ",".join(
+            f"{output}={count}" for output, count in sorted(response.outputs.items())
+        )
+    return attributes
+
+
+def tool_attributes(call: Call, session_id: str, *, in_progress: bool) -> dict[str, Attribute]:
+    """An ``execute_tool`` span's attributes: the call's name, id and arguments' digest."""
+    attributes: dict[str, Attribute] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": call.name,
+        "gen_ai.tool.call.id": call.call_id,
+        "gen_ai.tool.type": "function" if call.kind == "function_call" else call.kind,
+        "agentjournal.arguments_digest": call.digest,
+        "agentjournal.session_id": session_id,
+        "agentjournal.stream": call.stream,
+    }
+    if call.agent:
+        attributes["gen_ai.agent.name"] = call.agent
+    if in_progress:
+        attributes["agentjournal.in_progress"] = True
+    return attributes
+
+
+def agent_attributes(
+    tree: Tree, sub: Subagent, *, outcome: str | None, in_progress: bool
+) -> dict[str, Attribute]:
+    """An ``invoke_agent`` span's attributes; a continuation names the branch it goes on in."""
+    attributes: dict[str, Attribute] = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": sub.agent,
+        "gen_ai.agent.id": sub.agent_id,
+        "agentjournal.session_id": tree.session_id,
+        "agentjournal.stream": sub.stream,
+        "agentjournal.parent_stream": sub.parent_stream,
+        "agentjournal.source_agent": sub.source,
+        "agentjournal.handoff_call_id": sub.call_id,
+    }
+    if outcome is not None:
+        attributes["agentjournal.outcome"] = outcome
+    if sub.continues is not None:
+        attributes["agentjournal.continues"] = sub.continues
+        attributes["agentjournal.branch"] = tree.line
+    if in_progress:
+        attributes["agentjournal.in_progress"] = True
+    return attributes
+
+
+def guardrail_attributes(record: Record, body: Mapping[str, Any]) -> dict[str, Attribute]:
+    """The ``agentjournal.guardrail`` span event's attributes, from a ``GuardrailDecided``."""
+    attributes: dict[str, Attribute] = {}
+    for key in (
+        "action_id",
+        "action_type",
+        "decision",
+        "guardrail_decision",
+        "reason_code",
+        "enforcement",
+        "agent",
+        "subject",
+        "call_id",
+        "payload_digest",
+        "modified_payload_digest",
+    ):
+        value = body.get(key)
+        if isinstance(value, str):
+            attributes[key] = value
+    latency = body.get("latency_ms")
+    if isinstance(latency, int | float) and not isinstance(latency, bool):
+        attributes["latency_ms"] = float(latency)
+    span_id = recorded(record.metadata, events.SPAN_ID_KEY, SPAN_ID)
+    if span_id is not None:  # the guardrail call's own span: the service's spans hang there
+        attributes["guardrail_span_id"] = span_id
+    attributes["event_id"] = record.id
+    return attributes
+
+
+def refusal_attributes(record: Record, body: Mapping[str, Any]) -> dict[str, Attribute]:
+    """The ``agentjournal.authority_refused`` span event's attributes, from an
+    ``AuthorityRefused``."""
+    attributes: dict[str, Attribute] = {}
+    # Never the refused value: it is an argument of the conversation.
+    for key in (
+        "gate",
+        "agent",
+        "subject",
+        "kind",
+        "reason",
+        "scope",
+        "ceiling",
+        "call_id",
+        "arguments_digest",
+        "enforcement",
+    ):
+        value = body.get(key)
+        if isinstance(value, str):
+            attributes[key] = value
+    attributes["event_id"] = record.id
+    return attributes
