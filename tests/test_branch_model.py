@@ -1,4 +1,4 @@
-"""Branches, step 7 (issue 19, DESIGN §17.6): the SQLite read model for branches.
+"""Branches: the SQLite read model for branches.
 
 A fork whose cut the parent's read model can say exactly reads it from the model (the turn's
 user message, the next index, the prefix's items) and starts the branch's model as a copy of

@@ -1,4 +1,4 @@
-"""Branches, step 9 (issue 19, DESIGN §17.3): subagents, guardrails and authority at forks.
+"""Branches: subagents, guardrails and authority at forks.
 
 A subagent open at a fork continues on the branch in a continuation stream of its own
 (``SubagentContinued``): the branch's runs speak, resume and close inside it while the

@@ -1,4 +1,4 @@
-"""Branches, step 1 (issue 19, DESIGN §17): stream names and the branch events (pure)."""
+"""Branch vocabulary: stream names and the branch events (pure)."""
 
 from __future__ import annotations
 

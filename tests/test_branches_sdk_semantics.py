@@ -1,4 +1,4 @@
-"""``AdvancedSQLiteSession``'s branch and usage API on JournalSession (DESIGN §17, steps 5-6).
+"""``AdvancedSQLiteSession``'s branch and usage API on JournalSession.
 
 What the SDK's own suite (``tests/test_sdk_advanced_suite.py``) cannot show on ours: the
 events a delete, a clear and a usage booking write, a branch deleted under a stale object,

@@ -1,6 +1,6 @@
-"""The fourth round's fast paths on the write path decide exactly as the paths they skip.
+"""The fast paths on the write path decide exactly as the paths they skip.
 
-``redaction.item_view`` (issue 18, fourth round) builds a tool call's view from the object
+``redaction.item_view`` builds a tool call's view from the object
 ``codec.encode_item`` printed and the item itself, instead of parsing the data just
 encoded. Its answer must be the parse path's (``redaction.view``) exactly — every value of
 the same type, floats marked alike, the same call marker and the same ``aj.redacted``
@@ -329,7 +329,7 @@ async def test_items_written_here_are_marked_plain_only_when_orjson_reads_them_e
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(_text(), st.one_of(_text(), _meta_values), max_size=6))
 def test_stored_metadata_bytes_are_what_the_json_encoder_printed(metadata: dict[str, Any]) -> None:
-    """``encode_metadata`` (fifth round: its C encoder made once) prints the bytes
+    """``encode_metadata`` (its C encoder made once) prints the bytes
     ``JSONEncoder(separators=(",", ":"), ensure_ascii=False)`` prints, and refuses what
     it refuses (a lone surrogate at the UTF-8 step, a value that is no text)."""
     from types import MappingProxyType

@@ -229,7 +229,7 @@ def test_a_malformed_rules_file_is_one_line_naming_file_line_and_field(tmp_path:
 
 
 async def test_non_json_constants_are_400_never_null() -> None:
-    # Found in review: NaN and 1e999 were read as floats and came back as null in a MODIFY.
+    # NaN and 1e999 would be read as floats and come back as null in a MODIFY: refused.
     async with running(RULES) as url, httpx.AsyncClient() as http:
         for constant in (b"NaN", b"Infinity", b"-Infinity", b"1e999"):
             body = b'{"payload": {"x": ' + constant + b"}}"

@@ -1,4 +1,4 @@
-"""``agentjournal._fastjson.loads`` gives exactly what ``json.loads`` gives (issue 18).
+"""``agentjournal._fastjson.loads`` gives exactly what ``json.loads`` gives.
 
 It parses with ``orjson`` where that is known to agree and with ``json``
 elsewhere; equal is not enough (``1 == 1.0``), so values are compared with

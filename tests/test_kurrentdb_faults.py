@@ -25,7 +25,8 @@ from google.protobuf import descriptor_pool
 from kurrentdbclient import AsyncKurrentDBClient
 from kurrentdbclient import StreamState as KdbStreamState
 
-from agentjournal import Journal, JournalSession
+from agentjournal import Journal, JournalSession, read_tree
+from agentjournal.audit.export import export_bundle
 from agentjournal.errors import ConcurrencyError, StoreError, StoreUnavailable
 from agentjournal.store import AppendRequest, AppendResult, NewEvent, RecordedEvent, open_store
 from agentjournal.store import StreamState as State
@@ -793,3 +794,29 @@ async def test_a_session_write_whose_answer_is_lost_lands_once_and_succeeds(
         assert len({e.id for e in stored}) == len(stored)
         indices = [int(e.metadata["aj.index"]) for e in stored if "aj.index" in e.metadata]
         assert indices == sorted(set(indices))  # no item written twice
+
+
+# -- reads during an outage ------------------------------------------------------------------
+
+
+SID = "s1"
+
+
+def user(text: str) -> Any:
+    return {"role": "user", "content": text}
+
+
+async def test_export_during_an_outage_is_store_unavailable(
+    kurrentdb_double: ThreadedKurrentDBDouble,
+) -> None:
+    # An outage is the documented StoreUnavailable (retry later), not a damaged event.
+    async with Journal.open(kurrentdb_double.uri) as journal:
+        await journal.session(SID).add_items([user("hi")])
+        kurrentdb_double.faults.not_ready("Read", times=1000)
+        try:
+            with pytest.raises(StoreUnavailable):
+                await export_bundle(journal.store, SID)
+            with pytest.raises(StoreUnavailable):
+                await read_tree(journal.store, SID)
+        finally:
+            kurrentdb_double.faults.clear()

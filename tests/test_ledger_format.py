@@ -1,4 +1,4 @@
-"""Chain record format 2 (issue 18): its spec and worked example (SCHEMA.md, "Chain
+"""Chain record format 2: its spec and worked example (SCHEMA.md, "Chain
 records"), format 1 sessions and bundles still verifying, streams holding both, and tampering
 with a format 2 event or its format label."""
 
@@ -486,8 +486,7 @@ def test_the_newest_checkpoint_cannot_be_relabelled(
     v2_bundle: dict[str, Any], written: str
 ) -> None:
     """Nothing after the newest checkpoint pins its hash: were both formats allowed on the
-    checkpoint stream, anyone could flip its label and recompute its hash. Found by the fuzz
-    test of tests/test_verify_hostile.py."""
+    checkpoint stream, anyone could flip its label and recompute its hash."""
     if written == "before format 2":
         bundle, trusted = _fixture("nested.json"), _trusted_v1()
     else:  # a format 2 session's checkpoints are format 1 too

@@ -8,7 +8,7 @@ SDK's class for ours on a real SQLite event store. None of the SDK's code is com
 here.
 
 Deselected by name, each with its reason: the tests of its SQL internals (its tables,
-connections and schema), of rows it deletes (we delete nothing: DESIGN §17.1 #2), and
+connections and schema), of rows it deletes (we delete nothing: an event store only appends), and
 of its private worker functions, which they pause by name (against our class the gate
 never opens). What of those checks behaviour is ported in
 ``tests/test_branches_sdk_semantics.py`` through the public API.

@@ -1,4 +1,4 @@
-"""Turns, step 4 of issue 19 (DESIGN §17.1, §17.6): ``get_conversation_turns``,
+"""Turns: ``get_conversation_turns``,
 ``find_turns_by_content``, ``get_conversation_by_turns`` and ``get_tool_usage`` on a journal
 session return what the SDK's ``AdvancedSQLiteSession`` returns for the same writes — the
 SDK's class runs beside ours on every example."""

@@ -277,7 +277,7 @@ def test_an_unknown_session_is_a_404_page(watched: Watched, url: str, shots: Pat
     assert watched.others(url) == []
 
 
-# -- branches (DESIGN §17.4) ----------------------------------------------------------------
+# -- branches ------------------------------------------------------------------------------
 
 
 async def _run_on_branch(uri: str, key: str) -> None:

@@ -530,7 +530,7 @@ def test_fuzz_mutated_bundles_fail_cleanly_or_are_unmodified(data: st.DataObject
         assert result.stdout.splitlines()[-1].startswith("FAILED: ")
 
 
-# -- found in review: forged data that reached a message or a view -----------------------------
+# -- forged data that would reach a message or a view ------------------------------------------
 
 
 def _rechained(edit: Callable[[dict[str, Any]], None]) -> bytes:
