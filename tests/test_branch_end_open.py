@@ -176,6 +176,7 @@ def _nothing_open_on(uri: str, top: str, *, open_elsewhere: int = 0) -> None:
 # -- the scenarios ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_deleted_branch_closes_its_own_open_subagent(uri: str) -> None:
     async def scenario() -> None:
         async with Journal.open(uri) as journal:
@@ -262,6 +263,7 @@ class Counting:
         return await self._inner.append_many(requests)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("end", ["delete_branch", "clear_session"])
 async def test_the_end_of_a_line_and_its_closes_are_one_append(uri: str, end: str) -> None:
     """Nothing half: one ``append_many`` carries every close, the ``BranchDeleted`` and the
@@ -298,6 +300,7 @@ async def test_the_end_of_a_line_and_its_closes_are_one_append(uri: str, end: st
 # -- signed: the checkpoint of the end covers the closed subsessions; bundles verify ----------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("end", ["delete_branch", "clear_session"])
 def test_a_signed_end_covers_the_closed_subsessions(uri: str, end: str, tmp_path: Path) -> None:
     key = tmp_path / "key.pem"

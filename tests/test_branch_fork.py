@@ -60,6 +60,7 @@ class _Plain:
         return answer
 
 
+@pytest.mark.slow
 async def test_revision_at_is_the_last_revision_before_a_position(journal: Journal) -> None:
     store = journal.store
     for n in range(7):

@@ -159,6 +159,7 @@ def _messages(report: Report, check: str | None = None) -> list[str]:
 # -- what verifies ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_signed_session_with_branches_verifies_offline(recorded: dict[str, Any]) -> None:
     assert recorded["version"] == 3
     names = [s["name"] for s in recorded["streams"]]
@@ -564,6 +565,7 @@ def test_bundle_export_with_a_key_signs_every_line(tmp_path: Path) -> None:
     assert heads == {MAIN, billing, *streams, branch_stream(SID, "retry"), GONE, REGISTRY}
 
 
+@pytest.mark.slow
 async def test_read_tree_reads_every_line_and_follows_only_this_session_s_streams(
     journal: Journal,
 ) -> None:
@@ -667,6 +669,7 @@ def test_the_command_line_verifies_every_line(tmp_path: Path) -> None:
     assert "Traceback" not in failed.stdout + failed.stderr
 
 
+@pytest.mark.slow
 async def test_the_catalog_s_ledger_column_checks_branch_streams(journal_uri: str) -> None:
     """``sessions``' cheap ledger check knows the branch streams, the registry and the
     branches' checkpoints (learnt from the forks), and keeps the branches out of main's
@@ -765,6 +768,7 @@ _KINDS = [
 ]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(_KINDS), st.integers(0, 1000), st.integers(0, 1000))
 def test_every_single_mutation_of_a_branched_session_is_detected(

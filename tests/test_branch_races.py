@@ -147,6 +147,7 @@ async def _pause_inside_billing(session: JournalSession, method: Method) -> str:
 # -- 1. a clear racing a fork ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_a_fork_landing_inside_a_clear_with_a_subagent_open_is_ended_by_it(
     uri: str, method: Method

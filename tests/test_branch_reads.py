@@ -133,6 +133,7 @@ async def test_an_unknown_branch_is_refused_before_anything_is_written(journal: 
     assert journal.session(SID, branch="main").stream == MAIN
 
 
+@pytest.mark.slow
 async def test_a_windowed_read_stops_near_the_fork(journal: Journal) -> None:
     """O(limit): a branch of a long session reads a few events of its parent, not all."""
     main = journal.session(SID)
@@ -158,6 +159,7 @@ async def test_a_windowed_read_stops_near_the_fork(journal: Journal) -> None:
     assert sum(count for _, _, count in reads) < 40
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_a_run_on_a_branch_hands_off_into_a_stream_of_its_own(
     journal: Journal, method: Method
@@ -208,6 +210,7 @@ OPS = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OPS)
 def test_every_line_reads_as_an_oracle_that_copies_lists(ops: list[tuple[str, int, int]]) -> None:

@@ -101,6 +101,7 @@ def _lines(items: list[Any]) -> str:
 # -- fork -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_fork_prints_the_branch_its_cut_and_how_to_replay_it(store: Store) -> None:
     assert store.forked is not None
     assert store.forked.stdout.splitlines() == [
@@ -114,6 +115,7 @@ def test_fork_prints_the_branch_its_cut_and_how_to_replay_it(store: Store) -> No
     assert store.forked.stderr == ""
 
 
+@pytest.mark.slow
 def test_a_branch_replays_as_its_parent_before_the_cut_then_its_own_items(store: Store) -> None:
     uri = store.uri
     main_before = _ok("replay", SID, "--at", "14", uri=uri)
@@ -137,6 +139,7 @@ def test_a_branch_replays_as_its_parent_before_the_cut_then_its_own_items(store:
     assert _ok("replay", SID, "--branch", "main", uri=uri) == _lines(store.main_items)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -189,6 +192,7 @@ def test_fork_never_creates_a_store(tmp_path: Path) -> None:
     assert not missing.exists()
 
 
+@pytest.mark.slow
 def test_fork_by_turn_revision_from_a_branch_and_with_a_generated_name(store: Store) -> None:
     uri = store.uri
     by_turn = _ok("fork", SID, "--turn", "2", "--name", "turn-two", uri=uri)
@@ -216,6 +220,7 @@ def test_fork_by_turn_revision_from_a_branch_and_with_a_generated_name(store: St
 # -- show, sessions, usage ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_show_names_each_fork_and_each_branch_under_its_header(store: Store) -> None:
     text = _ok("show", SID, uri=store.uri)
     assert (
@@ -277,6 +282,7 @@ def test_usage_of_a_branch_counts_only_its_own_model_responses(store: Store) -> 
 # -- tail and the entry points --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tail_follows_branches_and_branch_limits_it(store: Store, tmp_path: Path) -> None:
     if not store.uri.startswith("sqlite"):
         pytest.skip("a process tail of the double is covered by test_tail.py; once is enough")
@@ -322,6 +328,7 @@ def test_tail_follows_branches_and_branch_limits_it(store: Store, tmp_path: Path
     assert len(mine) > 2
 
 
+@pytest.mark.slow
 def test_the_branch_readers_and_fork_load_neither_the_sdk_nor_an_http_client(
     store: Store,
 ) -> None:
@@ -346,6 +353,7 @@ def test_the_branch_readers_and_fork_load_neither_the_sdk_nor_an_http_client(
 # -- fork --from with a signing key; replay of a deleted branch --------------------------------
 
 
+@pytest.mark.slow
 def test_fork_from_a_branch_signs_and_the_session_verifies(tmp_path: Path) -> None:
     key = tmp_path / "key.pem"
     uri = f"sqlite:///{tmp_path / 'd.db'}"

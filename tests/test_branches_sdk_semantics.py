@@ -317,6 +317,7 @@ async def _usage_program(session: Any) -> list[Any]:
     return seen
 
 
+@pytest.mark.slow
 async def test_usage_on_branches_reads_as_the_sdk_class_reads_it(journal: Journal) -> None:
     sdk = AdvancedSQLiteSession(session_id=SID, create_tables=True)
     try:

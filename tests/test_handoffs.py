@@ -81,6 +81,7 @@ def assert_schema_valid(events: list[RecordedEvent]) -> None:
 # -- lifecycle and routing ------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_single_handoff(journal: Journal, method: Method) -> None:
     session = journal.session("h-single", agent_name="triage")
@@ -118,6 +119,7 @@ async def test_single_handoff(journal: Journal, method: Method) -> None:
     assert sorted(indices) == list(range(len(expected)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_nested_chain_of_three(journal: Journal, method: Method) -> None:
     session = journal.session("h-nested")
@@ -167,6 +169,7 @@ async def test_nested_chain_of_three(journal: Journal, method: Method) -> None:
     assert_schema_valid(parent + billing + refunds)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["parallel", "two_handoffs"])
 @pytest.mark.parametrize("method", METHODS)
 async def test_calls_beside_a_handoff_stay_with_the_sender(
@@ -192,6 +195,7 @@ async def test_calls_beside_a_handoff_stay_with_the_sender(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_next_turn_returns_to_the_top_level(journal: Journal, method: Method) -> None:
     session = journal.session("h-turns")

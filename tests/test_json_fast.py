@@ -45,6 +45,7 @@ _values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(_values, st.booleans())
 def test_random_documents_parse_alike(value: Any, ascii_only: bool) -> None:

@@ -90,6 +90,7 @@ async def test_append_many_whose_commit_times_out_is_unavailable_then_its_retry_
     assert await _ids(store, stream + "-b") == [e.id for e in make_events(1, prefix="b")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("many", [False, True], ids=["append", "append_many"])
 async def test_commit_without_an_answer_is_unavailable_within_the_deadline(
     store: KurrentDBEventStore, double: ThreadedKurrentDBDouble, stream: str, many: bool
@@ -145,6 +146,7 @@ async def test_a_partly_retried_append_many_is_a_conflict_on_both_server_version
             assert await store.head(stream + "-b") is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "fault", ["timeout_after_commit", "stall_after_commit"], ids=["timeout", "no-answer"]
 )
@@ -227,6 +229,7 @@ async def test_session_treats_its_own_landed_write_as_written_whatever_the_store
 # -- not ready, hung, silent: StoreUnavailable within the deadline ------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["BatchAppend", "AppendSession", "Read"])
 async def test_not_ready_answers_are_store_unavailable(
     double: ThreadedKurrentDBDouble, stream: str, method: str
@@ -241,6 +244,7 @@ async def test_not_ready_answers_are_store_unavailable(
         assert await store.head(stream) is None  # nothing was written
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "operation", ["append", "append_many", "read", "head", "read_all", "subscribe"]
 )
@@ -273,6 +277,7 @@ async def _call(store: KurrentDBEventStore, stream: str, operation: str) -> obje
     return await anext(store.subscribe())
 
 
+@pytest.mark.slow
 async def test_a_server_that_never_answers_is_unavailable_within_the_deadline() -> None:
     with SilentServer() as silent:
         started = time.monotonic()
@@ -302,6 +307,7 @@ async def test_deadline_comes_from_the_uri_or_the_caller(double: ThreadedKurrent
 # -- 3. subscriptions outlive restarts -------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_an_idle_subscription_survives_any_number_of_restarts(
     double: ThreadedKurrentDBDouble, stream: str
 ) -> None:
@@ -323,6 +329,7 @@ async def test_an_idle_subscription_survives_any_number_of_restarts(
         assert (event.stream, event.revision) == (stream, 1)
 
 
+@pytest.mark.slow
 async def test_a_subscription_resumes_after_a_restart_without_gap_or_duplicate(
     double: ThreadedKurrentDBDouble, stream: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -421,6 +428,7 @@ async def test_a_subscription_outlives_a_reconnect_caused_by_another_call(
     assert outcome == ["ended"]  # our close ends it quietly
 
 
+@pytest.mark.slow
 async def test_a_shared_store_rides_out_a_restart_with_a_not_ready_start_up(
     double: ThreadedKurrentDBDouble, stream: str
 ) -> None:
@@ -451,6 +459,7 @@ async def test_a_shared_store_rides_out_a_restart_with_a_not_ready_start_up(
     assert outcome == ["ended"]
 
 
+@pytest.mark.slow
 async def test_finding_the_start_of_a_non_boundary_position_rides_out_not_ready_answers(
     double: ThreadedKurrentDBDouble, stream: str
 ) -> None:
@@ -469,6 +478,7 @@ async def test_finding_the_start_of_a_non_boundary_position_rides_out_not_ready_
         assert double.faults.used.count(("Read", "not_ready")) == 3
 
 
+@pytest.mark.slow
 async def test_a_server_that_confirms_and_then_fails_every_subscription_is_given_up_on(
     double: ThreadedKurrentDBDouble, stream: str
 ) -> None:
@@ -806,6 +816,7 @@ def user(text: str) -> Any:
     return {"role": "user", "content": text}
 
 
+@pytest.mark.slow
 async def test_export_during_an_outage_is_store_unavailable(
     kurrentdb_double: ThreadedKurrentDBDouble,
 ) -> None:

@@ -48,6 +48,7 @@ def _record(
     }
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @_records
 def test_the_record_bytes_are_rfc8785(
@@ -96,6 +97,7 @@ def test_bad_keys_are_refused(text: str) -> None:
         load_public_key(text)
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @_records
 def test_the_chain_hash_is_the_hash_of_the_rfc8785_record(

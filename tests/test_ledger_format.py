@@ -112,6 +112,7 @@ def _spec_record(
 _text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=20)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     _text,
@@ -459,6 +460,7 @@ _json_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(st.dictionaries(st.text(max_size=5), _json_values, max_size=5))
 def test_a_view_made_from_data_digests_as_rfc8785(body: dict[str, Any]) -> None:
@@ -530,6 +532,7 @@ def _floats_marked(value: Any) -> bool:
     return not isinstance(value, float) or type(value) is redaction._Float
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(_json_values, st.sampled_from([None, 0, 2]), st.sampled_from([(",", ":"), (", ", ": ")]))
 def test_view_data_parses_as_json_loads_parses_it(

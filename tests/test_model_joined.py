@@ -256,6 +256,7 @@ _texts = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2**62), _texts), max_size=12))
 def test_joined_items_equal_their_rows(drawn: list[tuple[int, int, str]]) -> None:

@@ -73,6 +73,7 @@ _json_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(_json_values, st.booleans())
 def test_parse_item_reads_exactly_what_json_reads(value: Any, ascii_only: bool) -> None:
@@ -194,6 +195,7 @@ def _message(rng: random.Random, n: int) -> Any:
 # -- equivalence ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 async def test_model_read_equals_events_read(tmp_path: Path, seed: int) -> None:
     """Random sessions: adds, pops, clears, compactions, nested handoffs through the Runner;

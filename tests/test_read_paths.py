@@ -132,6 +132,7 @@ _json = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(_json)
 def test_a_view_digest_is_that_of_its_rfc8785_bytes(value: Any) -> None:

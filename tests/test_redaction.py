@@ -471,6 +471,7 @@ _json_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=800, deadline=None)
 @given(_json_values)
 def test_a_view_digest_is_the_digest_of_its_rfc8785_bytes(body: Any) -> None:

@@ -200,7 +200,7 @@ async def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     return dict(zip(made, done, strict=True))
 
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]  # processes
 
 
 # -- the checklist -------------------------------------------------------------------

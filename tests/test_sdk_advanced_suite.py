@@ -22,7 +22,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from test_sdk_session_suite import HERE, fetch_sdist
+
+pytestmark = pytest.mark.slow  # the SDK's own AdvancedSQLiteSession suite: about 50 s
+
 
 MODULE = "tests/extensions/memory/test_advanced_sqlite_session.py"
 ADVANCED_WANTED = (
@@ -31,7 +36,7 @@ ADVANCED_WANTED = (
 )
 
 _TABLES = "its tables, connections or schema (raw SQL, private connections, PRAGMA, triggers)"
-_ROWS = "counts the rows it deletes; ours delete nothing (DESIGN 17.1 #2)"
+_ROWS = "counts the rows it deletes; ours delete nothing (an event store only appends)"
 _GATE = "pauses its private worker functions by name; the gate never opens on ours"
 _PROCESS = "child processes import the SDK's class and instrument its BEGIN IMMEDIATE"
 

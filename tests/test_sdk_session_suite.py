@@ -27,6 +27,9 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the SDK's own session suite, fetched and run whole
+
+
 HERE = Path(__file__).resolve().parent
 VERSION = importlib.metadata.version("openai-agents")
 CACHE = Path(

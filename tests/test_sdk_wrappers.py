@@ -275,6 +275,7 @@ def assistant_text(text: str) -> TResponseInputItem:
     return cast(TResponseInputItem, {"role": "assistant", "content": text})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_runner_over_an_encrypted_journal_matches_sqlite(
     journal: Journal, method: Method
@@ -395,6 +396,7 @@ async def three_turns(session: SessionABC, method: Method, hooks: Any) -> list[l
     return seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layering", LAYERINGS)
 @pytest.mark.parametrize("method", METHODS)
 async def test_compaction_over_a_journal_matches_sqlite(
@@ -554,6 +556,7 @@ async def test_a_write_between_the_check_and_the_append_is_never_lost(shared_uri
         other.close()
 
 
+@pytest.mark.slow
 async def test_pruning_reads_back_to_the_first_item_it_keeps(journal: Journal) -> None:
     """``prune_prefix`` walks the oldest visible items (read in growing windows when cold)."""
     await journal.session(SID).add_items([user(str(n)) for n in range(150)])
@@ -580,6 +583,7 @@ async def test_pruning_reads_back_to_the_first_item_it_keeps(journal: Journal) -
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("expired", [3, 150])
 async def test_compaction_prunes_an_expired_prefix_like_sqlite(
     journal: Journal, compactor: Compactor, clock: Clock, tmp_path: Path, expired: int
@@ -634,6 +638,7 @@ async def test_compaction_keeps_what_it_cannot_read(
     assert stored[-1]["type"] == "compaction"
 
 
+@pytest.mark.slow
 async def test_a_compaction_that_cannot_be_written_changes_nothing(
     tmp_path: Path, compactor: Compactor
 ) -> None:

@@ -17,6 +17,7 @@ from test_codec import bad_items, items
 BATCHES = st.lists(st.lists(items() | bad_items(), min_size=1, max_size=4), min_size=1, max_size=4)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(BATCHES)
 def test_batches_round_trip_exactly_or_write_nothing(batches: list[list[Any]]) -> None:

@@ -138,6 +138,7 @@ def _line(written: Written, tmp_path: Path, name: str) -> list[Span]:
 # -- main: exactly as before any fork ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_main_is_what_it_was_before_the_forks(written: Written, tmp_path: Path) -> None:
     """Forks made after main's runs (and every branch's runs) change none of main's spans:
     the fork's marker on main belongs to no run (before, it stretched main's last run
@@ -257,6 +258,7 @@ def _lines_of(spans: Any) -> set[str | None]:
     return {s["attributes"].get("agentjournal.branch") for s in spans if not s["parent_span_id"]}
 
 
+@pytest.mark.slow
 def test_the_session_export_is_every_line_once(written: Written, tmp_path: Path) -> None:
     """``trace export SESSION`` = main and every branch, each span once; ``--all`` the same."""
     everything = _export(written.uri, tmp_path, SID)
@@ -328,6 +330,7 @@ def test_crafted_line_events_pull_in_nothing_and_crash_nothing(written: Written)
 # -- the exporters, for real ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_console_and_otlp_carry_the_fork_link(written: Written, tmp_path: Path) -> None:
     expected = _line(written, tmp_path, "outside")
     root = _runs(expected)[0]
@@ -359,6 +362,7 @@ def test_console_and_otlp_carry_the_fork_link(written: Written, tmp_path: Path) 
 # -- --follow meets the forks -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("line", [None, "outside"])
 def test_a_follower_meeting_forks_sends_what_a_one_shot_export_does(
     written: Written, tmp_path: Path, line: str | None
@@ -445,6 +449,7 @@ async def _last_position(uri: str) -> int:
         await store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -623,6 +628,7 @@ def test_the_pure_projector_names_a_branch_it_never_saw_fork_by_its_key(tmp_path
     assert Projector.load(resumed.dump()).learns(branch_stream(SID, "another"))
 
 
+@pytest.mark.slow
 def test_a_follower_resumed_from_a_pre_lines_state_exports_a_branch_with_its_fork(
     tmp_path: Path,
 ) -> None:

@@ -64,6 +64,7 @@ def _page(stored: Stored, session_id: str, uri: str | None = None) -> dict[str, 
     return asyncio.run(read())
 
 
+@pytest.mark.slow
 def test_session_data_has_lanes_decisions_grants_and_a_verified_ledger(stored: Stored) -> None:
     data = _page(stored, "demo-1")
     events = data["events"]
@@ -256,6 +257,7 @@ def test_without_the_service_extra_ui_says_what_to_install(
     assert done.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_agentjournal_ui_serves_as_a_real_process(stored: Stored) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTJOURNAL_")}
     command = [sys.executable, "-m", "agentjournal.cli", "ui", "--port", "0", "--uri", stored.uri]
@@ -291,6 +293,7 @@ def test_an_event_the_store_cannot_decode_is_a_failure_not_a_crash(
     assert "not UTF-8" in page
 
 
+@pytest.mark.slow
 def test_the_viewer_reads_kurrentdb_too(
     stored: Stored, kurrentdb_double: ThreadedKurrentDBDouble
 ) -> None:

@@ -32,10 +32,13 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None and os.path.exists("/usr/bin/chromium"):
     CHROMIUM = "/usr/bin/chromium"
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no chromium executable (Debian: apt-get install chromium; .ci/run installs it)",
-)
+pytestmark = [
+    pytest.mark.slow,  # a real browser
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="no chromium executable (Debian: apt-get install chromium; .ci/run installs it)",
+    ),
+]
 
 TIMEOUT_MS = 15_000
 
