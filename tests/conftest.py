@@ -1,4 +1,4 @@
-"""Shared fixtures: journals on every backend, the KurrentDB double."""
+"""Shared fixtures: journals on every backend, the KurrentDB double; the README test is slow."""
 
 from __future__ import annotations
 
@@ -34,3 +34,12 @@ async def journal(journal_uri: str) -> AsyncIterator[Journal]:
     """An open journal on each backend."""
     async with Journal.open(journal_uri) as journal:
         yield journal
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The README test installs the package into a fresh virtualenv and runs every block
+    (about a minute): it is in the slow tier. Marked here, as test_readme.py is the README's
+    own to keep."""
+    for item in items:
+        if item.path.name == "test_readme.py":
+            item.add_marker(pytest.mark.slow)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agents import Agent, function_tool
+from agents import Agent, function_tool, handoff
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 SINK: list[str] = []  # what the tools did, in order
@@ -124,3 +124,30 @@ SCENARIOS: dict[str, Callable[[], Agent[Any]]] = {
     "parallel": parallel,
     "two_handoffs": two_handoffs,
 }
+
+
+def support_team(
+    *, call_ids: tuple[str, str] = ("t1", "h1"), billing_steps: list[Any] | None = None
+) -> Agent[Any]:
+    """triage looks an order up, then hands off to billing, which replies (or fails)."""
+
+    @function_tool
+    def lookup_order(order_id: str) -> str:
+        """Look up an order."""
+        return f"order {order_id}: charged twice"
+
+    billing = Agent(
+        name="billing",
+        model=ScriptedModel(billing_steps or [[assistant_message("refunded", item_id="m1")]]),
+    )
+    return Agent(
+        name="triage",
+        model=ScriptedModel(
+            [
+                [function_call("lookup_order", {"order_id": "42"}, call_id=call_ids[0])],
+                [function_call("transfer_to_billing", {}, call_id=call_ids[1])],
+            ]
+        ),
+        tools=[lookup_order],
+        handoffs=[handoff(billing)],
+    )

@@ -39,7 +39,7 @@ class Invoked:
 
 
 def request(**changes: Any) -> dict[str, Any]:
-    """A valid input object (seed 000's example), with ``changes``."""
+    """A valid input object (the contract's example), with ``changes``."""
     base: dict[str, Any] = {
         "thread_id": "thread_abc123",
         "run_id": "run_abc123",

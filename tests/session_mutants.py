@@ -2,7 +2,7 @@
 
 :class:`ListSession` keeps each session's items as JSON text on a shared
 :class:`Shelf` (the "store"); it passes the whole suite. Each mutant breaks one
-rule of the ``Session`` contract the way real implementations have (seed 003's
+rule of the ``Session`` contract the way real implementations have (a
 ``pop_item`` that removed nothing, ``items[-limit:]`` with ``limit=0``, a
 read-modify-write across an ``await``, a per-object cache, ...), and
 :data:`MUTANTS` names the suite's tests that must fail for it.

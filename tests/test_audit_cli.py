@@ -62,6 +62,7 @@ def test_verify_in_the_store(recorded: tuple[Path, str, Path]) -> None:
     )
 
 
+@pytest.mark.slow
 def test_bundle_round_trip_and_tamper(recorded: tuple[Path, str, Path], tmp_path: Path) -> None:
     db, session, key = recorded
     bundle = tmp_path / "bundle.json"
@@ -182,6 +183,7 @@ def test_not_before_anchors_the_newest_checkpoint(
     )
 
 
+@pytest.mark.slow
 def test_keygen_rotate_records_the_hand_over_and_the_old_key_vouches_for_the_new(
     tmp_path: Path,
 ) -> None:
@@ -219,6 +221,7 @@ def test_keygen_rotate_writes_nothing_when_it_cannot_record(tmp_path: Path) -> N
     assert "--uri is for --rotate" in alone.stderr
 
 
+@pytest.mark.slow
 def test_the_policy_anchor(tmp_path: Path) -> None:
     key, db = tmp_path / "key.pem", tmp_path / "policy.db"
     uri = f"sqlite:///{db}"

@@ -147,12 +147,14 @@ _values = st.one_of(
 _needed = st.one_of(_scopes, st.sampled_from(["billing.read", "kb.export", "infra.deploy"]))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(_authorities)
 def test_meet_is_idempotent(a: Authority) -> None:
     assert meet(a, a) == a
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(_authorities, _authorities)
 def test_meet_is_commutative_and_below_both(a: Authority, b: Authority) -> None:
@@ -162,6 +164,7 @@ def test_meet_is_commutative_and_below_both(a: Authority, b: Authority) -> None:
     assert m.is_narrower_than(b)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(_authorities, _authorities, _needed, st.sampled_from(["spend", "egress", "region"]), _values)
 def test_meet_permits_only_what_both_permit(
@@ -178,6 +181,7 @@ def test_meet_permits_only_what_both_permit(
             assert own is None or own.permits(value)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(_authorities, st.lists(_authorities, max_size=6), _needed, _values)
 def test_no_chain_of_delegations_widens(
@@ -196,6 +200,7 @@ def test_no_chain_of_delegations_widens(
             assert ceiling.permits(value)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(_authorities, _authorities, _authorities)
 def test_is_narrower_than_is_transitive(a: Authority, b: Authority, c: Authority) -> None:
@@ -210,6 +215,7 @@ def test_is_narrower_than_is_transitive(a: Authority, b: Authority, c: Authority
         assert meet(bc, c).is_narrower_than(a)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(_authorities, _authorities)
 def test_narrower_means_the_meet_changes_nothing(a: Authority, b: Authority) -> None:
@@ -220,6 +226,7 @@ def test_narrower_means_the_meet_changes_nothing(a: Authority, b: Authority) -> 
         assert all(granted.ceilings[name] == c for name, c in a.ceilings.items())
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(_authorities, _values)
 def test_nothing_denies_every_value(a: Authority, value: Any) -> None:

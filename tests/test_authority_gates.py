@@ -211,6 +211,7 @@ tools:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("visibility", [True, False], ids=["gates-on", "gates-off"])
 async def test_the_mcp_gate_over_a_real_stdio_server(
     memory_journal: Journal, visibility: bool

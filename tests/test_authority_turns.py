@@ -396,7 +396,7 @@ async def test_the_policy_anchor_requires_every_call_to_run_under_it(tmp_path: P
 
 
 async def test_a_reset_hidden_by_reordering_the_log_fails() -> None:
-    """The review's attack: drop the reset, move the handoff's entry after the next turn's
+    """An insider's attack: drop the reset, move the handoff's entry after the next turn's
     root so that the root looks unconstrained, redo what every agent holds, re-sign."""
     deployed: list[str] = []
     async with Journal.open("sqlite://:memory:", signing_key=KEY) as journal:

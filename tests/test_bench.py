@@ -6,6 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # each benchmark's smoke mode as a real process
+
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

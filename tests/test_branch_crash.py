@@ -27,10 +27,15 @@ import sqlite3
 import sys
 from pathlib import Path
 
+import pytest
+
 from agentjournal import Journal, events
 from agentjournal.errors import StreamNotFound
 from agentjournal.store import EventStore, NewEvent, RecordedEvent, StreamState
 from agentjournal.streams import branch_stream, branches_stream, session_stream
+
+pytestmark = pytest.mark.slow  # a crash loop: a forking process SIGKILLed again and again
+
 
 KILLS = int(os.environ.get("AGENTJOURNAL_BRANCH_CRASH_KILLS", "4"))
 SEED = int(os.environ.get("AGENTJOURNAL_CRASH_SEED", str(random.randrange(10**6))))

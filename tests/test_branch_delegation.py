@@ -1,4 +1,4 @@
-"""Branches (issue 19, DESIGN §17.3): the offline verifier checks delegation per line.
+"""Branches: the offline verifier checks delegation per line.
 
 Each line's grants are recomputed from that line's authority log: the log it inherits
 (its parent line's, up to the place ``BranchStarted.authority`` binds, recursively down

@@ -1,4 +1,4 @@
-"""A branch that ends with a subagent open closes it (DESIGN §17.6, "Left open", gap g1).
+"""A branch that ends with a subagent open closes it, and the verifier checks the ends.
 
 ``delete_branch`` and ``clear_session`` end a branch line with ``agentjournal.BranchDeleted``
 on its top stream; nothing reads or writes the line again. A subagent open on it — its own,
@@ -10,7 +10,9 @@ has nothing open and that what its end closed it closed ``cancelled``.
 
 Every scenario runs the SDK's real ``Runner`` (``ScriptedModel``) to a pause for an approval
 inside the subagent, on a SQLite file and on the KurrentDB double, and ends with the offline
-verifier OK and ``show``/``sessions`` listing nothing open on the ended line.
+verifier OK and ``show``/``sessions`` listing nothing open on the ended line. A key holder
+who edits a line's end (drops its closes or its registry entry, writes after it) and
+re-signs is caught by the verifier with one line.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +39,7 @@ from agentjournal.walk import read_tree
 from branch_items import assistant, user
 from cli_run import run
 from drive import drive
-from ledger_sessions import rechain
+from ledger_sessions import rechain, sign_heads
 from paused_graph import paused_graph
 
 SID = "line-ends"
@@ -44,7 +47,7 @@ MAIN = session_stream(SID)
 TOP = branch_stream(SID, "b")
 KEY = SigningKey.generate()
 TRUSTED = {KEY.key_id: KEY.public_key}
-LINE_END = "aj.line_end"  # events.LINE_END_KEY (a literal: the test runs on the base too)
+LINE_END = "aj.line_end"  # events.LINE_END_KEY, spelled as the stored bytes spell it
 
 
 @pytest.fixture(params=["sqlite", "kurrentdb"])
@@ -173,6 +176,7 @@ def _nothing_open_on(uri: str, top: str, *, open_elsewhere: int = 0) -> None:
 # -- the scenarios ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_deleted_branch_closes_its_own_open_subagent(uri: str) -> None:
     async def scenario() -> None:
         async with Journal.open(uri) as journal:
@@ -259,6 +263,7 @@ class Counting:
         return await self._inner.append_many(requests)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("end", ["delete_branch", "clear_session"])
 async def test_the_end_of_a_line_and_its_closes_are_one_append(uri: str, end: str) -> None:
     """Nothing half: one ``append_many`` carries every close, the ``BranchDeleted`` and the
@@ -295,6 +300,7 @@ async def test_the_end_of_a_line_and_its_closes_are_one_append(uri: str, end: st
 # -- signed: the checkpoint of the end covers the closed subsessions; bundles verify ----------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("end", ["delete_branch", "clear_session"])
 def test_a_signed_end_covers_the_closed_subsessions(uri: str, end: str, tmp_path: Path) -> None:
     key = tmp_path / "key.pem"
@@ -556,3 +562,148 @@ async def test_a_clear_ends_a_line_as_its_open_subagents_read_it(uri: str) -> No
         through = ev.BranchDeleted.decode(deleted.data).through_index
         assert through == int(meanwhile.metadata[ev.INDEX_KEY])
         await _verifies(journal.store)
+
+
+@pytest.mark.parametrize("end", ["delete_branch", "clear_session"])
+async def test_a_signing_session_signs_the_end_of_a_line_at_once(tmp_path: Path, end: str) -> None:
+    """``delete_branch`` and ``clear_session`` end branches with ``BranchDeleted`` on lines
+    nothing will write again: a signing session covers them in the same call."""
+    key = SigningKey.generate()
+    async with Journal.open(f"sqlite:///{tmp_path / 'f.db'}", signing_key=key) as journal:
+        main = journal.session(SID)
+        await main.add_items([user("q1"), assistant("a1")])
+        await main.fork(name="alt")
+        await journal.session(SID, branch="alt").add_items([user("alt q")])
+        if end == "delete_branch":
+            await main.delete_branch("alt")
+        else:
+            await main.clear_session()
+        report = verify_records(await read_tree(journal.store, SID), {key.key_id: key.public_key})
+        assert report.ok, report.text()
+
+
+# -- a key holder's edits of a line's end, re-chained and re-signed ---------------------------
+
+
+def _resign(bundle: dict[str, Any]) -> None:
+    """What a key holder does last: one checkpoint over every stream's head, signed."""
+    sign_heads(bundle, KEY)
+
+
+def _ended(tmp_path: Path) -> dict[str, Any]:
+    """A signed bundle of a session whose branch ``b`` was deleted with a subagent open on it
+    (its end closed it); it verifies."""
+
+    async def build() -> dict[str, Any]:
+        async with Journal.open(f"sqlite:///{tmp_path / 'j.db'}", signing_key=KEY) as journal:
+            main = journal.session(SID)
+            await main.add_items([user("hello"), assistant("hi")])
+            await main.fork(name="b")
+            await _paused(journal.session(SID, branch="b"))
+            await main.delete_branch("b")
+            await main.checkpoint()
+            found: dict[str, Any] = json.loads(json.dumps(await export_bundle(journal.store, SID)))
+            return found
+
+    bundle = asyncio.run(build())
+    assert verify_bundle(copy.deepcopy(bundle), TRUSTED).ok
+    return bundle
+
+
+def test_a_resigned_end_with_its_closes_dropped_and_an_event_after_it_fails(
+    tmp_path: Path,
+) -> None:
+    bundle = _ended(tmp_path)
+    streams = {s["name"]: s["events"] for s in bundle["streams"]}
+    billing = next(e["metadata"]["aj.closes"] for e in streams[TOP] if "aj.closes" in e["metadata"])
+    streams[billing].pop()  # the subsession's own close
+    streams[TOP][:] = [e for e in streams[TOP] if "aj.line_end" not in e["metadata"]]
+    registry = branches_stream(SID)
+    streams[registry][:] = [
+        e for e in streams[registry] if e["type"] != "agentjournal.BranchRemoved"
+    ]
+    after = copy.deepcopy(next(e for e in streams[TOP] if e["type"] == "UserMessageReceived"))
+    after["id"] = str(uuid.uuid4())
+    streams[TOP].append(after)  # the BranchDeleted is no longer the line's last event
+    for name in (billing, TOP, registry):
+        rechain(bundle, name)
+    _resign(bundle)
+    report = verify_bundle(bundle, TRUSTED)
+    assert not report.ok, report.text()
+    text = report.text()
+    assert "written after its end" in text, text
+    assert "left open on branch 'b'" in text, text
+    assert f"no BranchRemoved in {registry} says so" in text, text
+
+
+def test_a_resigned_end_without_its_registry_entry_fails(tmp_path: Path) -> None:
+    """Only the registry's ``BranchRemoved`` dropped (re-chained, re-signed): the registry
+    would say the branch is live while its line says it ended. One line says so."""
+    bundle = _ended(tmp_path)
+    registry = branches_stream(SID)
+    streams = {s["name"]: s["events"] for s in bundle["streams"]}
+    streams[registry][:] = [
+        e for e in streams[registry] if e["type"] != "agentjournal.BranchRemoved"
+    ]
+    rechain(bundle, registry)
+    _resign(bundle)
+    report = verify_bundle(bundle, TRUSTED)
+    assert [(p.stream, p.message) for p in report.problems] == [
+        (TOP, f"branch 'b' ended here, but no BranchRemoved in {registry} says so")
+    ], report.text()
+
+
+def test_a_resigned_event_after_an_intact_end_fails_once(tmp_path: Path) -> None:
+    """The end's closes and registry entry intact, one event appended after the
+    ``BranchDeleted`` (re-chained, re-signed): one line, "written after its end"."""
+    bundle = _ended(tmp_path)
+    streams = {s["name"]: s["events"] for s in bundle["streams"]}
+    end = len(streams[TOP]) - 1
+    assert streams[TOP][end]["type"] == "agentjournal.BranchDeleted"
+    after = copy.deepcopy(next(e for e in streams[TOP] if e["type"] == "UserMessageReceived"))
+    after["id"] = str(uuid.uuid4())
+    streams[TOP].append(after)
+    rechain(bundle, TOP)
+    _resign(bundle)
+    report = verify_bundle(bundle, TRUSTED)
+    assert [(p.stream, p.message) for p in report.problems] == [
+        (TOP, f"1 event written after its end (its BranchDeleted at revision {end})")
+    ], report.text()
+
+
+def test_a_resigned_registry_entry_of_a_line_that_did_not_end_fails(tmp_path: Path) -> None:
+    """The line's end dropped (its ``BranchDeleted`` and both copies of its close), its
+    ``BranchRemoved`` kept, re-chained and re-signed: the registry says deleted, the line
+    says live."""
+    bundle = _ended(tmp_path)
+    streams = {s["name"]: s["events"] for s in bundle["streams"]}
+    billing = next(e["metadata"]["aj.closes"] for e in streams[TOP] if "aj.closes" in e["metadata"])
+    streams[billing].pop()
+    streams[TOP][:] = [
+        e
+        for e in streams[TOP]
+        if "aj.line_end" not in e["metadata"] and e["type"] != "agentjournal.BranchDeleted"
+    ]
+    for name in (billing, TOP):
+        rechain(bundle, name)
+    _resign(bundle)
+    report = verify_bundle(bundle, TRUSTED)
+    assert [p.message for p in report.problems] == [
+        "branch 'b' was not deleted as the entry says"
+    ], report.text()
+
+
+def test_a_resigned_second_registry_entry_of_one_end_fails(tmp_path: Path) -> None:
+    """A copy of the ``BranchRemoved`` (another id) appended to the registry, re-chained and
+    re-signed: one end, one entry."""
+    bundle = _ended(tmp_path)
+    registry = branches_stream(SID)
+    streams = {s["name"]: s["events"] for s in bundle["streams"]}
+    removed = next(e for e in streams[registry] if e["type"] == "agentjournal.BranchRemoved")
+    twice = copy.deepcopy(removed)
+    twice["id"] = str(uuid.uuid4())
+    streams[registry].append(twice)
+    rechain(bundle, registry)
+    _resign(bundle)
+    report = verify_bundle(bundle, TRUSTED)
+    assert [p.message for p in report.problems] == ["branch 'b' is removed twice"], report.text()

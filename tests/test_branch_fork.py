@@ -1,5 +1,5 @@
-"""Branches, step 2 (issue 19, DESIGN §17): where a fork leaves its line, the fork's one
-atomic write, names that race, on every store (SQLite file and memory, the KurrentDB double)."""
+"""Forks: where a fork leaves its line, the fork's one atomic write, names that race, on
+every store (SQLite file and memory, the KurrentDB double)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,7 @@ class _Plain:
         return answer
 
 
+@pytest.mark.slow
 async def test_revision_at_is_the_last_revision_before_a_position(journal: Journal) -> None:
     store = journal.store
     for n in range(7):
@@ -261,7 +262,7 @@ async def test_the_fork_leaves_main_s_read_model_current(tmp_path: Any) -> None:
         snapshot = await store.read_model(MAIN)  # type: ignore[attr-defined]
         assert snapshot is not None
         assert set(snapshot.heads) == {MAIN}  # the branch's streams are not main's tree
-        # Step 7: the branch's tree starts as a copy of main's rows before the cut.
+        # The branch's tree starts as a copy of main's rows before the cut.
         copied = await store.read_model(branch_stream(SID, "draft"))  # type: ignore[attr-defined]
         assert copied is not None
         assert set(copied.heads) == {branch_stream(SID, "draft")}
@@ -410,7 +411,7 @@ async def test_main_s_checkpoints_name_main_s_streams_and_the_registry(journal: 
     assert set(signed._core.tree.heads) == {MAIN}
     checkpoint = await signed.checkpoint()
     assert checkpoint is not None
-    # Its line's streams and the registry (step 8); never a branch's streams.
+    # Its line's streams and the registry; never a branch's streams.
     assert set(checkpoint.heads) == {MAIN, branches_stream(SID)}
     assert checkpoint.heads[MAIN][0] == len(await _stream(journal, MAIN)) - 1
     assert await session.get_items() == await signed.get_items()

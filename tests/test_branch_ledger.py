@@ -1,4 +1,4 @@
-"""Branches, step 8 (issue 19, DESIGN §17.3): the ledger sees every line.
+"""Branches in the ledger: it sees every line.
 
 A session with branches is written by the SDK's real ``Runner`` (handoffs on main and on a
 branch, a fork of a fork, forks by revision, index and turn) with a signing key, on a SQLite
@@ -7,7 +7,7 @@ key alone, one report line per branch; then each attack an auditor must catch is
 attacker would — editing, re-chaining (no key needed) and, where it matters, re-signing every
 checkpoint with the trusted key itself, so that only the fork's binding to its parent can
 catch it — and each FAILS with a one-line reason. Crafted branch events never crash the
-verifier.
+verifier. ``bundle export`` with a signing key signs every line, not main's alone.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from cli_run import run
 from drive import drive
 from handoff_scenarios import nested, single
 from ledger_sessions import rechain, sign_heads
+from paused_graph import paused_graph
 
 SID = "ledger-branches"
 MAIN = session_stream(SID)
@@ -55,6 +56,7 @@ DRAFT = branch_stream(SID, "draft")
 EARLY = branch_stream(SID, "early")
 DEEPER = branch_stream(SID, "deeper")
 REGISTRY = branches_stream(SID)
+GONE = branch_stream(SID, "gone")
 KEY = SigningKey.generate()
 TRUSTED = {KEY.key_id: KEY.public_key}
 
@@ -157,6 +159,7 @@ def _messages(report: Report, check: str | None = None) -> list[str]:
 # -- what verifies ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_signed_session_with_branches_verifies_offline(recorded: dict[str, Any]) -> None:
     assert recorded["version"] == 3
     names = [s["name"] for s in recorded["streams"]]
@@ -519,6 +522,50 @@ def test_crafted_registry_entries_fail_without_crashing(bundle: dict[str, Any], 
 # -- the store side: read_tree, checkpoints, the command line ------------------------------------
 
 
+def test_bundle_export_with_a_key_signs_every_line(tmp_path: Path) -> None:
+    """Forks written without a key — ``retry`` at a head where billing is open (a
+    continuation on the branch), ``gone`` written then deleted — are covered by the one
+    checkpoint ``bundle export`` signs: the bundle verifies with the public key alone."""
+    key = tmp_path / "key.pem"
+    assert run("keygen", "-o", str(key)).returncode == 0
+    db = tmp_path / "j.db"
+    uri = f"sqlite:///{db}"
+    streams: list[str] = []
+
+    async def write() -> None:
+        async with Journal.open(uri) as journal:  # no key: nothing is signed
+            main = journal.session(SID)
+            paused: Any = await drive(paused_graph(), "Refund 42", session=main, hooks=main)
+            assert paused.interruptions
+            await main.fork(name="retry")
+            retry = journal.session(SID, branch="retry")
+            (continuation,) = await retry.open_subagents()  # left open, never written
+            streams.append(continuation.stream)
+            await main.fork(name="gone")
+            gone = journal.session(SID, branch="gone")
+            await gone.add_items([_user("soon gone"), _assistant("ok")])
+            await main.delete_branch("gone")
+
+    asyncio.run(write())
+    env = {"AGENTJOURNAL_SIGNING_KEY_FILE": str(key)}
+    out = tmp_path / "b.json"
+    exported = run("bundle", "export", SID, "--uri", uri, "-o", str(out), env=env)
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    assert "signed a checkpoint" in exported.stdout
+    checked = run("bundle", "verify", str(out), "--pubkey", f"{key}.pub")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.splitlines()[-1] == "OK"
+    assert len([line for line in checked.stdout.splitlines() if line.startswith("  branch ")]) == 2
+    # One checkpoint names each line's top stream, the open subsession on main and its
+    # continuation on the branch, and the registry; nothing else (no closed subsession).
+    bundle = json.loads(out.read_text())
+    (checkpoint,) = _stream(bundle, ledger_stream(SID))
+    heads = set(json.loads(checkpoint["data"])["heads"])
+    (billing,) = [name for name in heads if name.endswith("-sub-billing-h1")]
+    assert heads == {MAIN, billing, *streams, branch_stream(SID, "retry"), GONE, REGISTRY}
+
+
+@pytest.mark.slow
 async def test_read_tree_reads_every_line_and_follows_only_this_session_s_streams(
     journal: Journal,
 ) -> None:
@@ -622,6 +669,7 @@ def test_the_command_line_verifies_every_line(tmp_path: Path) -> None:
     assert "Traceback" not in failed.stdout + failed.stderr
 
 
+@pytest.mark.slow
 async def test_the_catalog_s_ledger_column_checks_branch_streams(journal_uri: str) -> None:
     """``sessions``' cheap ledger check knows the branch streams, the registry and the
     branches' checkpoints (learnt from the forks), and keeps the branches out of main's
@@ -634,7 +682,7 @@ async def test_the_catalog_s_ledger_column_checks_branch_streams(journal_uri: st
         (row,) = [r for r in listing.rows if r.session_id == SID]
         assert (row.ledger, row.ledger_detail) == ("ok", None)
         assert row.items == len(await signed.session(SID).get_items())
-        assert (row.subagents_closed, row.subagents_open) == (3, 0)  # every line's (§17.4)
+        assert (row.subagents_closed, row.subagents_open) == (3, 0)  # every line's
         # An event appended to a branch without its chain: the row shows where.
         await signed.store.append(
             DEEPER,
@@ -720,6 +768,7 @@ _KINDS = [
 ]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(_KINDS), st.integers(0, 1000), st.integers(0, 1000))
 def test_every_single_mutation_of_a_branched_session_is_detected(

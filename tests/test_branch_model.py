@@ -1,4 +1,4 @@
-"""Branches, step 7 (issue 19, DESIGN §17.6): the SQLite read model for branches.
+"""Branches: the SQLite read model for branches.
 
 A fork whose cut the parent's read model can say exactly reads it from the model (the turn's
 user message, the next index, the prefix's items) and starts the branch's model as a copy of
@@ -243,6 +243,7 @@ async def test_a_missing_turn_is_refused_the_same_way_through_the_model(
         assert await main.branches() == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", [single, nested, two_handoffs])
 async def test_forks_at_every_item_of_runs_with_handoffs_agree_with_the_events(
     tmp_path: Path, scenario: Callable[[], Any]
@@ -406,6 +407,7 @@ OPS = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OPS)
 def test_every_line_s_model_is_its_events_and_every_fork_the_events_fork(

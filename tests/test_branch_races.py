@@ -1,4 +1,4 @@
-"""Races of ``clear_session`` and ``reset_authority`` with forks and deletes (DESIGN §17.6).
+"""Races of ``clear_session``, ``reset_authority`` and ``fork`` with forks and deletes.
 
 Each race is staged deterministically as two processes could make it: the write under test
 is planned on its own store connection, and right before it reaches the store another
@@ -8,17 +8,19 @@ verifier.
 
 - A clear while a subagent is open on main writes its ``SessionCleared`` on the subagent's
   stream, which a fork of main (``BranchForked`` on main's top stream, ``BranchAdded`` in the
-  registry) does not touch: with no live branch to end the clear expected nothing a fork
-  writes, so a fork landing between its plan and its write survived it. The clear now also
-  appends ``agentjournal.LineGuarded`` at main's exact head, so the fork conflicts and the
-  clear plans again with the branch (and ends it).
+  registry) does not touch, and with no live branch to end it expects nothing a fork writes.
+  So the clear also appends ``agentjournal.LineGuarded`` at main's exact head: a fork landing
+  between its plan and its write conflicts, and the clear plans again with the branch (and
+  ends it).
 - Without an open subagent, or with a live branch, every fork already conflicts with the
   clear (main's top stream, the branch's head, the registry): pinned here as the proof that
   no other fork slips through.
-- ``reset_authority`` on a branch wrote its log entry alone, so a delete or clear of the
-  line landing between its liveness check and its write left a reset on an ended line. The
-  reset now guards the line's head the same way and re-checks the line in every plan: a
-  racing end makes it plan again and refuse (``errors.BranchDeleted``, one line).
+- ``reset_authority`` on a branch guards the line's head the same way and re-checks the
+  line in every plan, so a delete or clear of the line landing between its liveness check
+  and its write makes it plan again and refuse (``errors.BranchDeleted``, one line): no
+  reset lands on an ended line.
+- A fork racing a delete of its own line is refused; a clear racing a fork ends the new
+  branch too; a deleted line's authority cannot be reset.
 """
 
 from __future__ import annotations
@@ -46,7 +48,13 @@ from agentjournal.store.contract import (
     NewEvent,
     StreamState,
 )
-from agentjournal.streams import branch_authority_stream, branch_stream, session_stream
+from agentjournal.store.sqlite import SQLiteEventStore
+from agentjournal.streams import (
+    authority_stream,
+    branch_authority_stream,
+    branch_stream,
+    session_stream,
+)
 from agentjournal.testing.kurrentdb_double import ThreadedKurrentDBDouble
 from agentjournal.walk import read_tree
 from branch_items import assistant as _assistant
@@ -57,7 +65,7 @@ from paused_graph import paused_graph
 
 SID = "races"
 MAIN = session_stream(SID)
-GUARDED = "agentjournal.LineGuarded"  # spelled out: the tests run on the base commit too
+GUARDED = "agentjournal.LineGuarded"  # spelled as the stored bytes spell it
 POLICY = Path(__file__).parents[1] / "samples" / "policy.yml"
 KEY = SigningKey.generate()
 TRUSTED = {KEY.key_id: KEY.public_key}
@@ -139,6 +147,7 @@ async def _pause_inside_billing(session: JournalSession, method: Method) -> str:
 # -- 1. a clear racing a fork ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_a_fork_landing_inside_a_clear_with_a_subagent_open_is_ended_by_it(
     uri: str, method: Method
@@ -222,9 +231,9 @@ async def test_every_other_fork_already_conflicts_with_a_clear(uri: str, parent:
 
 @pytest.mark.parametrize("end", ["delete_branch", "clear_session"])
 async def test_a_reset_racing_the_end_of_its_line_is_refused(uri: str, end: str) -> None:
-    """The gap: the reset checked the line was live, then another process deleted (or
-    cleared) it, then the reset's log entry landed on the ended line. The reset now guards
-    the line's head: the end conflicts it, it plans again, sees the end and refuses."""
+    """The reset checks the line is live, then another process deletes (or clears) it
+    before the reset's log entry lands: the reset guards the line's head, so the end
+    conflicts it, it plans again, sees the end and refuses."""
     async with _journals(uri, 3, signing_key=KEY) as (journal, ender, resetter):
         main = journal.session(SID, policy=str(POLICY))
         await main.add_items([_user("q1"), _assistant("a1")])
@@ -361,7 +370,7 @@ async def test_a_bundle_with_guards_verifies_and_each_forgery_fails_with_one_lin
 async def test_a_reset_on_a_branch_that_then_ends_is_signed_by_the_end(uri: str, end: str) -> None:
     """The checkpoint an end of a line writes at once covers that line's authority log too:
     nothing writes on an ended line again, so a reset on it (unsigned till then) would stay
-    uncovered forever (found merging gap g2: the end signed the line's top stream alone)."""
+    uncovered forever if the end signed the line's top stream alone."""
     async with _journals(uri, 1, signing_key=KEY) as (journal,):
         main = journal.session(SID, policy=str(POLICY))
         await main.add_items([_user("q1"), _assistant("a1")])
@@ -375,3 +384,64 @@ async def test_a_reset_on_a_branch_that_then_ends_is_signed_by_the_end(uri: str,
         bundle = json.loads(json.dumps(await export_bundle(journal.store, SID)))
         report = verify_bundle(bundle, TRUSTED)
         assert report.ok, report.text()
+
+
+# -- a fork racing a delete, a clear racing a fork, a reset after a delete (SQLite file) ------
+
+
+async def test_a_fork_racing_a_delete_of_its_line_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    base = SQLiteEventStore.connect(path)
+    main = JournalSession(base, SID)
+    await main.add_items([_user("q1"), _assistant("a1"), _user("q2"), _assistant("a2")])
+    await main.fork(at=2, name="alt")
+    await JournalSession(base, SID, branch="alt").add_items([_user("alt q")])
+    other = JournalSession(SQLiteEventStore.connect(path), SID)
+
+    async def delete() -> None:
+        await other.delete_branch("alt")
+
+    racing = Before(SQLiteEventStore.connect(path), "agentjournal.BranchForked", delete)
+    mine = JournalSession(racing, SID, branch="alt")
+    await mine.get_items()
+    with pytest.raises(BranchDeleted):
+        await mine.fork(name="child")
+    assert racing.fired
+    assert [b.name for b in await main.branches()] == ["alt"]  # no child of a deleted line
+
+
+async def test_a_clear_racing_a_fork_ends_the_new_branch_too(tmp_path: Path) -> None:
+    path = tmp_path / "b.db"
+    base = SQLiteEventStore.connect(path)
+    main = JournalSession(base, SID)
+    await main.add_items([_user("q1"), _assistant("a1"), _user("q2"), _assistant("a2")])
+    await main.fork(at=2, name="alt")
+    other_store = SQLiteEventStore.connect(path)
+
+    async def fork() -> None:
+        await JournalSession(other_store, SID).fork(at=2, name="late")
+        await JournalSession(other_store, SID, branch="late").add_items([_user("late q")])
+
+    racing = Before(SQLiteEventStore.connect(path), "agentjournal.SessionCleared", fork)
+    await JournalSession(racing, SID).clear_session()
+    assert racing.fired
+    fresh = JournalSession(SQLiteEventStore.connect(path), SID)
+    assert [b["branch_id"] for b in await fresh.list_branches()] == []  # as the SDK's clear
+    assert {(b.name, b.deleted) for b in await fresh.branches()} == {
+        ("alt", "cleared"),
+        ("late", "cleared"),
+    }
+
+
+async def test_a_deleted_line_s_authority_cannot_be_reset(tmp_path: Path) -> None:
+    policy = Path(__file__).parents[1] / "samples" / "policy.yml"
+    async with Journal.open(f"sqlite:///{tmp_path / 'c.db'}") as journal:
+        main = journal.session(SID, policy=str(policy))
+        await main.add_items([_user("q1"), _user("q2")])
+        await main.fork(at=1, name="alt")
+        stale = journal.session(SID, branch="alt", policy=str(policy))
+        await stale.get_items()
+        await main.delete_branch("alt")
+        with pytest.raises(BranchDeleted):
+            await stale.reset_authority("triage", reason="after the delete")
+        assert await journal.store.head(f"{authority_stream(SID)}@alt") is None

@@ -1,4 +1,4 @@
-"""Branches, step 3 (issue 19, DESIGN §17): a branch reads as its parent's history as of
+"""Branch reads: a branch reads as its parent's history as of
 the fork followed by its own items — windowed (O(limit), crossing into the parent's
 stream at the fork) and whole, warm and cold — and is written like the main line."""
 
@@ -93,7 +93,7 @@ async def test_pops_on_a_branch_hide_its_prefix_on_the_branch_only(journal: Jour
 async def test_a_clear_from_a_branch_clears_every_line_and_moves_to_main(
     journal: Journal,
 ) -> None:
-    """``clear_session`` is the SDK's (step 5): every line, the object moves to main."""
+    """``clear_session`` is the SDK's: every line, the object moves to main."""
     main = journal.session(SID)
     history = [_user("u1"), _assistant("a1"), _user("u2")]
     await main.add_items(history)
@@ -133,6 +133,7 @@ async def test_an_unknown_branch_is_refused_before_anything_is_written(journal: 
     assert journal.session(SID, branch="main").stream == MAIN
 
 
+@pytest.mark.slow
 async def test_a_windowed_read_stops_near_the_fork(journal: Journal) -> None:
     """O(limit): a branch of a long session reads a few events of its parent, not all."""
     main = journal.session(SID)
@@ -158,6 +159,7 @@ async def test_a_windowed_read_stops_near_the_fork(journal: Journal) -> None:
     assert sum(count for _, _, count in reads) < 40
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_a_run_on_a_branch_hands_off_into_a_stream_of_its_own(
     journal: Journal, method: Method
@@ -208,6 +210,7 @@ OPS = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OPS)
 def test_every_line_reads_as_an_oracle_that_copies_lists(ops: list[tuple[str, int, int]]) -> None:
@@ -244,7 +247,7 @@ async def _oracle(ops: list[tuple[str, int, int]]) -> None:
             elif op == "clear":
                 if not before["main"]:
                     continue  # no session yet: nothing is written
-                # The SDK's clear (step 5): every line; the branches end, their objects
+                # The SDK's clear: every line; the branches end, their objects
                 # move to main, their names stay used.
                 await session.clear_session()
                 ended.update(n for n in lines if n != "main")
@@ -314,7 +317,7 @@ async def test_writes_on_a_branch_leave_the_session_verifiable(journal: Journal)
     await main.fork(name="b")
     line = JournalSession(journal.store, SID, signing_key=key, branch="b")
     await line.add_items([_user("b1")])
-    signed = await line.checkpoint()  # a branch signs its own streams (step 8)
+    signed = await line.checkpoint()  # a branch signs its own streams
     assert signed is not None
     assert set(signed.heads) == {branch_stream(SID, "b"), f"AgentBranches-{SID}"}
     assert await main.checkpoint() is not None

@@ -1,4 +1,4 @@
-"""Branches, step 9 (issue 19, DESIGN §17.3): subagents, guardrails and authority at forks.
+"""Branches: subagents, guardrails and authority at forks.
 
 A subagent open at a fork continues on the branch in a continuation stream of its own
 (``SubagentContinued``): the branch's runs speak, resume and close inside it while the
@@ -101,6 +101,7 @@ async def _started(store: EventStore, name: str) -> ev.BranchStarted:
 # -- a fork inside open subagents, then a new run on each line --------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_a_fork_inside_nested_subagents_continues_both_on_the_branch(
     journal: Journal, method: Method
@@ -191,6 +192,7 @@ async def _reference(method: Method, runs: list[tuple[Any, str]]) -> list[Any]:
 # -- a fork in the middle of a run, from inside the subagent ----------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_a_fork_made_mid_run_inside_a_subagent(journal: Journal, method: Method) -> None:
     """billing's tool forks the session while billing is open (the run goes on): main
@@ -339,6 +341,7 @@ async def _approval_reference(method: Method, *, approve: bool, text: str) -> li
         reference.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_an_approval_pending_at_the_fork_resumes_inside_each_line_s_subagent(
     journal: Journal, method: Method
@@ -392,6 +395,7 @@ async def _decisions(store: EventStore) -> list[tuple[str, ev.GuardrailDecided]]
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_a_guardrail_block_on_a_branch_is_recorded_on_the_branch_only(
     journal: Journal, method: Method
@@ -440,6 +444,7 @@ async def test_a_guardrail_block_on_a_branch_is_recorded_on_the_branch_only(
     await _verifies(journal.store)
 
 
+@pytest.mark.slow
 async def test_a_branch_inherits_the_authority_in_force_at_its_cut(journal: Journal) -> None:
     """billing starts uncapped; a fork; then a handoff on main narrows billing to triage's
     cap. On main billing's next run is capped; on the branch forked before the narrowing
@@ -609,6 +614,7 @@ def test_the_fork_plan_creates_each_continuation_in_the_same_write() -> None:
     assert continues(recorded) == places[0]
 
 
+@pytest.mark.slow
 async def test_forks_of_a_branch_inside_its_continuations(journal: Journal) -> None:
     """A branch forked inside nested subagents is forked again: at its head (its
     continuations are open: the new branch continues the continuations, whose readers go

@@ -1,4 +1,4 @@
-"""The tools see branches (DESIGN §17.4, step 10): ``fork``, ``replay --branch``, ``show``,
+"""The tools see branches: ``fork``, ``replay --branch``, ``show``,
 ``sessions``, ``usage --branch`` and ``tail``, run as the user runs them, on SQLite and the
 KurrentDB double.
 
@@ -27,6 +27,7 @@ from agentjournal import Journal
 from agentjournal.engine.codec import exact_json
 from agentjournal.store import open_store
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble
+from branch_items import user as _user
 from cli_run import Ran, run
 from drive import drive
 from handoff_scenarios import top_level
@@ -100,6 +101,7 @@ def _lines(items: list[Any]) -> str:
 # -- fork -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_fork_prints_the_branch_its_cut_and_how_to_replay_it(store: Store) -> None:
     assert store.forked is not None
     assert store.forked.stdout.splitlines() == [
@@ -113,6 +115,7 @@ def test_fork_prints_the_branch_its_cut_and_how_to_replay_it(store: Store) -> No
     assert store.forked.stderr == ""
 
 
+@pytest.mark.slow
 def test_a_branch_replays_as_its_parent_before_the_cut_then_its_own_items(store: Store) -> None:
     uri = store.uri
     main_before = _ok("replay", SID, "--at", "14", uri=uri)
@@ -136,6 +139,7 @@ def test_a_branch_replays_as_its_parent_before_the_cut_then_its_own_items(store:
     assert _ok("replay", SID, "--branch", "main", uri=uri) == _lines(store.main_items)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -172,7 +176,7 @@ def test_bad_input_is_one_line_exit_1_and_writes_nothing(
 
 
 def test_a_fork_inside_an_open_subagent_replays_as_the_parent_did_there(store: Store) -> None:
-    # #5 is inside billing's subsession: the branch continues billing (DESIGN §17.3).
+    # #5 is inside billing's subsession: the branch continues billing.
     uri = store.uri
     assert "inside" in _ok("fork", SID, "--at", "5", "--name", "inside", uri=uri)
     assert _ok("replay", SID, "--branch", "inside", uri=uri) == _ok(
@@ -188,6 +192,7 @@ def test_fork_never_creates_a_store(tmp_path: Path) -> None:
     assert not missing.exists()
 
 
+@pytest.mark.slow
 def test_fork_by_turn_revision_from_a_branch_and_with_a_generated_name(store: Store) -> None:
     uri = store.uri
     by_turn = _ok("fork", SID, "--turn", "2", "--name", "turn-two", uri=uri)
@@ -215,6 +220,7 @@ def test_fork_by_turn_revision_from_a_branch_and_with_a_generated_name(store: St
 # -- show, sessions, usage ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_show_names_each_fork_and_each_branch_under_its_header(store: Store) -> None:
     text = _ok("show", SID, uri=store.uri)
     assert (
@@ -276,6 +282,7 @@ def test_usage_of_a_branch_counts_only_its_own_model_responses(store: Store) -> 
 # -- tail and the entry points --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tail_follows_branches_and_branch_limits_it(store: Store, tmp_path: Path) -> None:
     if not store.uri.startswith("sqlite"):
         pytest.skip("a process tail of the double is covered by test_tail.py; once is enough")
@@ -321,6 +328,7 @@ def test_tail_follows_branches_and_branch_limits_it(store: Store, tmp_path: Path
     assert len(mine) > 2
 
 
+@pytest.mark.slow
 def test_the_branch_readers_and_fork_load_neither_the_sdk_nor_an_http_client(
     store: Store,
 ) -> None:
@@ -340,3 +348,46 @@ def test_the_branch_readers_and_fork_load_neither_the_sdk_nor_an_http_client(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+# -- fork --from with a signing key; replay of a deleted branch --------------------------------
+
+
+@pytest.mark.slow
+def test_fork_from_a_branch_signs_and_the_session_verifies(tmp_path: Path) -> None:
+    key = tmp_path / "key.pem"
+    uri = f"sqlite:///{tmp_path / 'd.db'}"
+    assert run("keygen", "-o", str(key)).returncode == 0
+    assert run("demo", "--uri", uri, "--session", SID, "--key", str(key)).returncode == 0
+    env = {"AGENTJOURNAL_SIGNING_KEY_FILE": str(key)}
+    for args in (
+        ["--at", "14", "--name", "retry"],
+        ["--at", "5", "--name", "deep", "--from", "retry"],
+    ):
+        forked = run("fork", SID, *args, "--uri", uri, env=env)
+        assert forked.returncode == 0, forked.stderr
+    verified = run("verify", SID, "--uri", uri, "--pubkey", f"{key}.pub")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert verified.stdout.splitlines()[-1] == "OK"
+
+
+def test_replay_of_a_deleted_branch_points_to_at(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'e.db'}"
+
+    async def write() -> None:
+        async with Journal.open(uri) as journal:
+            main = journal.session(SID)
+            await main.add_items([_user("q1"), _user("q2")])
+            await main.fork(at=1, name="alt")
+            await journal.session(SID, branch="alt").add_items([_user("alt q")])
+            await main.delete_branch("alt")
+
+    asyncio.run(write())
+    done = run("replay", SID, "--branch", "alt", "--uri", uri)
+    assert done.returncode == 1
+    assert "was deleted" in done.stderr
+    assert "--at INDEX" in done.stderr
+    assert "switch_to_branch" not in done.stderr
+    before = run("replay", SID, "--branch", "alt", "--at", "1", "--uri", uri)
+    assert before.returncode == 0, before.stderr
+    assert '"q1"' in before.stdout

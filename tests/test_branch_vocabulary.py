@@ -1,4 +1,4 @@
-"""Branches, step 1 (issue 19, DESIGN §17): stream names and the branch events (pure)."""
+"""Branch vocabulary: stream names and the branch events (pure)."""
 
 from __future__ import annotations
 
@@ -109,6 +109,7 @@ def test_main_and_non_strings_are_refused() -> None:
         branch_stream("a@b", "x")
 
 
+@pytest.mark.slow
 @given(st.text(min_size=1, max_size=60).filter(lambda name: name.strip() and name != "main"))
 def test_keys_are_deterministic_lowercase_and_valid(name: str) -> None:
     key = branch_key(name)

@@ -1,4 +1,4 @@
-"""``AdvancedSQLiteSession``'s branch and usage API on JournalSession (DESIGN §17, steps 5-6).
+"""``AdvancedSQLiteSession``'s branch and usage API on JournalSession.
 
 What the SDK's own suite (``tests/test_sdk_advanced_suite.py``) cannot show on ours: the
 events a delete, a clear and a usage booking write, a branch deleted under a stale object,
@@ -317,6 +317,7 @@ async def _usage_program(session: Any) -> list[Any]:
     return seen
 
 
+@pytest.mark.slow
 async def test_usage_on_branches_reads_as_the_sdk_class_reads_it(journal: Journal) -> None:
     sdk = AdvancedSQLiteSession(session_id=SID, create_tables=True)
     try:

@@ -42,6 +42,7 @@ def run_process(
     )
 
 
+@pytest.mark.slow
 def test_demo_shows_the_session_tree_and_the_replay(tmp_path: Path) -> None:
     db = tmp_path / "demo.db"
     result = run_process("demo", "--db", str(db), cwd=tmp_path)
@@ -77,6 +78,7 @@ def test_demo_shows_the_session_tree_and_the_replay(tmp_path: Path) -> None:
     assert again.stdout.splitlines()[-1] == "OK"
 
 
+@pytest.mark.slow
 def test_demo_then_verify_in_the_default_store(tmp_path: Path) -> None:
     """The README's flow: demo, then verify by the session id with the printed key file."""
     demo = run_process("demo", "--session", "support-4711", cwd=tmp_path)
@@ -97,6 +99,7 @@ def test_demo_then_verify_in_the_default_store(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_demo_takes_the_store_from_the_environment_and_the_samples(tmp_path: Path) -> None:
     env = {"AGENTJOURNAL_URI": f"sqlite:///{tmp_path / 'env.db'}"}
     demo = run_process(
@@ -186,6 +189,7 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_guardrail_serve_prints_the_port_it_bound_and_refuses_a_port_in_use(
     tmp_path: Path,
 ) -> None:
@@ -244,6 +248,7 @@ def _one_line(result_stderr: str) -> str:
     return result_stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -293,6 +298,7 @@ def test_expected_errors_are_one_line_naming_what_to_do(
     assert not (tmp_path / "missing").exists()
 
 
+@pytest.mark.slow
 def test_demo_errors_are_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "missing"
     into_missing = run_process("demo", "--db", str(missing / "d.db"), cwd=tmp_path)
@@ -336,6 +342,7 @@ def test_read_only_commands_never_create_a_store(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db", "k.pem", "k.pem.pub"]
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     quiet = run_process("keygen", "-o", str(tmp_path / "missing" / "k.pem"), cwd=tmp_path)
     assert quiet.returncode == 1

@@ -799,6 +799,7 @@ def test_known_empty_values_are_set_and_unknown_ones_left_out() -> None:
     assert thinking.HasField("content")
 
 
+@pytest.mark.slow
 @given(
     st.datetimes(
         min_value=datetime(1, 1, 2),
@@ -1236,6 +1237,7 @@ def items(draw: st.DrawFn) -> dict[str, Any]:
     return {key: pairs[key] for key in order}
 
 
+@pytest.mark.slow
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 @given(
     items(),
@@ -1292,6 +1294,7 @@ def bad_items(draw: st.DrawFn) -> dict[str, Any]:
     return item
 
 
+@pytest.mark.slow
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(bad_items())
 def test_items_with_values_json_cannot_keep_are_refused(item: dict[str, Any]) -> None:
@@ -1299,6 +1302,7 @@ def test_items_with_values_json_cannot_keep_are_refused(item: dict[str, Any]) ->
         encode(item)
 
 
+@pytest.mark.slow
 @given(st.lists(items(), min_size=1, max_size=5))
 def test_decoding_returns_fresh_objects(batch: list[dict[str, Any]]) -> None:
     events = []
@@ -1313,6 +1317,7 @@ def test_decoding_returns_fresh_objects(batch: list[dict[str, Any]]) -> None:
         assert decode_event(event.type, event.data) == item
 
 
+@pytest.mark.slow
 def test_property_strategies_reach_the_hard_cases() -> None:
     # Guard against strategies that silently stop producing what the properties need.
     # Derandomized and without shrinking: cheap, and the same outcome on every run.

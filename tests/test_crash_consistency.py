@@ -44,6 +44,9 @@ from crash_worker import GATE, failing, nested
 from drive import drive
 from tree_check import check_session_tree
 
+pytestmark = pytest.mark.slow  # a crash loop: a writer process SIGKILLed again and again
+
+
 KILLS = int(os.environ.get("AGENTJOURNAL_CRASH_KILLS", "8"))
 SEED = int(os.environ.get("AGENTJOURNAL_CRASH_SEED", str(random.randrange(10**6))))
 WORKER = Path(__file__).with_name("crash_worker.py")

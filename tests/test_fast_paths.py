@@ -1,6 +1,6 @@
-"""The fourth round's fast paths on the write path decide exactly as the paths they skip.
+"""The fast paths on the write path decide exactly as the paths they skip.
 
-``redaction.item_view`` (issue 18, fourth round) builds a tool call's view from the object
+``redaction.item_view`` builds a tool call's view from the object
 ``codec.encode_item`` printed and the item itself, instead of parsing the data just
 encoded. Its answer must be the parse path's (``redaction.view``) exactly — every value of
 the same type, floats marked alike, the same call marker and the same ``aj.redacted``
@@ -131,6 +131,7 @@ _CALL = {"call_id": "call_1", "name": "lookup_order", "type": "function_call"}
 _RULE = {events.TOOL_RULE_KEY: json.dumps({"scope": "x", "ceilings": {"n": "$.n"}})}
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(_items(), _metadata())
 # Floats that orjson and json print differently (1e-7 / 1e-07), in the arguments and beside.
@@ -163,6 +164,7 @@ def test_a_view_built_from_the_item_is_the_parsed_view(
     assert redaction.view_digest(built) == redaction.view_digest(parsed)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(_items(), _metadata())
 def test_sealing_with_and_without_the_encoded_item_writes_the_same_metadata(
@@ -240,6 +242,7 @@ def _outcome(encode: Any, value: Any) -> tuple[str, str]:
         return "refused", type(error).__name__
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.one_of(st.dictionaries(_text(), _any_json, max_size=4), st.lists(_any_json, max_size=4)))
 def test_the_prebuilt_encoders_print_what_json_prints(value: Any) -> None:
@@ -274,6 +277,7 @@ _meta_values = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(_keys, _meta_values, max_size=5), st.binary(max_size=64))
 def test_the_quick_metadata_check_decides_as_the_exact_one(
@@ -326,10 +330,11 @@ async def test_items_written_here_are_marked_plain_only_when_orjson_reads_them_e
             assert [type(value) for value in items[0].values()] == [str, str, str, int, int]
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(_text(), st.one_of(_text(), _meta_values), max_size=6))
 def test_stored_metadata_bytes_are_what_the_json_encoder_printed(metadata: dict[str, Any]) -> None:
-    """``encode_metadata`` (fifth round: its C encoder made once) prints the bytes
+    """``encode_metadata`` (its C encoder made once) prints the bytes
     ``JSONEncoder(separators=(",", ":"), ensure_ascii=False)`` prints, and refuses what
     it refuses (a lone surrogate at the UTF-8 step, a value that is no text)."""
     from types import MappingProxyType

@@ -132,6 +132,7 @@ FAULTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 async def test_every_fault_blocks_with_a_reason(fault: str) -> None:
     handler, code = FAULTS[fault]

@@ -90,6 +90,7 @@ async def tool_decisions(journal: Journal) -> list[GuardrailDecided]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wiring", ["hooks", "guard"])
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_a_fault_blocks_the_tool_call(
@@ -155,6 +156,7 @@ async def test_failing_open_must_be_asked_for_and_is_loud(
     assert "FAILING OPEN" in caplog.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wiring", ["hooks", "guard", "guard-only"])
 async def test_a_decision_that_cannot_be_recorded_is_not_acted_on(
     tmp_path: Path, wiring: str

@@ -49,6 +49,7 @@ async def ask(url: str, action: ActionType, payload: Any) -> Any:
         )
 
 
+@pytest.mark.slow
 async def test_decisions_over_http(caplog: pytest.LogCaptureFixture) -> None:
     async with running(RULES) as url:
         allowed = await ask(
@@ -100,6 +101,7 @@ async def test_contract_violations_are_refused_and_openapi_is_served() -> None:
     assert health.json() == {"status": "ok"}
 
 
+@pytest.mark.slow
 def test_bad_rules_file_is_a_clear_error(tmp_path: Path) -> None:
     rules = tmp_path / "rules.yml"
     rules.write_text("rules: [{kind: ceiling, tool: x}]")

@@ -73,6 +73,7 @@ def expected_enforcement(action: str, decision: str, wiring: str) -> str:
     return "modified"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("wiring", ["hooks", "guard"])
 @pytest.mark.parametrize("decision", DECISIONS)

@@ -9,15 +9,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent
-from agents.testing import ModelStep, ScriptedModel
+from agents import (
+    Agent,
+    GuardrailFunctionOutput,
+    OutputGuardrailTripwireTriggered,
+    RunContextWrapper,
+    handoff,
+    output_guardrail,
+)
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from kurrent_agent_schema import EVENT_TYPE_BY_NAME, from_json, to_json
 
 from agentjournal import Journal, JournalSession
 from agentjournal.events import MODEL_RESPONDED
-from agentjournal.store import EventStore, RecordedEvent
+from agentjournal.store import EventStore, NewEvent, RecordedEvent, StreamState
 from drive import METHODS, Method, drive, sdk_reference
-from handoff_scenarios import SCENARIOS, failing, nested, single, top_level
+from handoff_scenarios import SCENARIOS, failing, nested, single, support_team, top_level
 
 
 def dumps(items: list[Any]) -> list[str]:
@@ -74,6 +81,7 @@ def assert_schema_valid(events: list[RecordedEvent]) -> None:
 # -- lifecycle and routing ------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_single_handoff(journal: Journal, method: Method) -> None:
     session = journal.session("h-single", agent_name="triage")
@@ -111,6 +119,7 @@ async def test_single_handoff(journal: Journal, method: Method) -> None:
     assert sorted(indices) == list(range(len(expected)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_nested_chain_of_three(journal: Journal, method: Method) -> None:
     session = journal.session("h-nested")
@@ -160,6 +169,7 @@ async def test_nested_chain_of_three(journal: Journal, method: Method) -> None:
     assert_schema_valid(parent + billing + refunds)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["parallel", "two_handoffs"])
 @pytest.mark.parametrize("method", METHODS)
 async def test_calls_beside_a_handoff_stay_with_the_sender(
@@ -185,6 +195,7 @@ async def test_calls_beside_a_handoff_stay_with_the_sender(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_next_turn_returns_to_the_top_level(journal: Journal, method: Method) -> None:
     session = journal.session("h-turns")
@@ -431,3 +442,86 @@ def output_of(call_id: str, agent: str) -> dict[str, Any]:
         "output": json.dumps({"assistant": agent}),
         "type": "function_call_output",
     }
+
+
+# -- a tree another writer wrote, a run that left a reply unwritten --------------------------------
+
+
+SID = "s1"
+
+
+def body(event: RecordedEvent) -> Any:
+    return json.loads(event.data)
+
+
+async def foreign_copy(tmp_path: Path) -> tuple[list[Any], str]:
+    """A handoff run's items, and the URI of a copy of its tree as another
+    kurrent-agent-schema writer would write it: the same events, no ``aj.*`` metadata."""
+    ours, theirs = (f"sqlite:///{tmp_path / name}" for name in ("ours.db", "theirs.db"))
+    async with Journal.open(ours) as a, Journal.open(theirs) as b:
+        session = a.session(SID)
+        await drive(support_team(), "hi", session=session, hooks=session)
+        for event in await a.store.read_all():
+            metadata = {k: v for k, v in event.metadata.items() if not k.startswith("aj.")}
+            await b.store.append(
+                event.stream,
+                [NewEvent(type=event.type, data=event.data, metadata=metadata, id=event.id)],
+                expected=StreamState.NO_STREAM if event.revision == 0 else event.revision - 1,
+            )
+        return await session.get_items(), theirs
+
+
+async def test_a_tree_written_without_aj_metadata_replays_its_subsessions(
+    tmp_path: Path,
+) -> None:
+    expected, theirs = await foreign_copy(tmp_path)
+    assert len(expected) == 6  # the handoff's items and billing's reply included
+    async with Journal.open(theirs) as journal:
+        assert await journal.session(SID).get_items() == expected
+    async with Journal.open(theirs) as journal:  # cold, windowed: walks the subsession too
+        windowed = await journal.session(SID).get_items(limit=100)
+    assert sorted(map(json.dumps, windowed)) == sorted(map(json.dumps, expected))
+
+
+async def test_a_windowed_read_of_a_tree_without_aj_metadata_keeps_its_order(
+    tmp_path: Path,
+) -> None:
+    expected, theirs = await foreign_copy(tmp_path)
+    async with Journal.open(theirs) as journal:
+        assert await journal.session(SID).get_items(limit=100) == expected
+
+
+async def test_a_new_run_keeps_what_the_last_left_unwritten(tmp_path: Path) -> None:
+    @output_guardrail
+    async def trip(
+        context: RunContextWrapper[Any], agent: Agent[Any], output: Any
+    ) -> GuardrailFunctionOutput:
+        return GuardrailFunctionOutput(output_info=None, tripwire_triggered=True)
+
+    async with Journal.open(f"sqlite:///{tmp_path / 'journal.db'}") as journal:
+        session = journal.session(SID)
+        billing = Agent(
+            name="billing",
+            model=ScriptedModel([[assistant_message("refunded", item_id="m1")]]),
+            output_guardrails=[trip],
+        )
+        triage = Agent(
+            name="triage",
+            model=ScriptedModel([[function_call("transfer_to_billing", {}, call_id="h1")]]),
+            handoffs=[handoff(billing)],
+        )
+        # billing finishes, but its reply is refused: the run ends without writing it.
+        with pytest.raises(OutputGuardrailTripwireTriggered):
+            await drive(triage, "hi", session=session, hooks=session)
+        solo = Agent(name="solo", model=ScriptedModel([[assistant_message("ok", item_id="m2")]]))
+        await drive(solo, "again", session=session, hooks=session)
+        closes = [
+            body(e)
+            for e in await journal.store.read(session.stream)
+            if e.type == "SubagentCompleted"
+        ]
+    # The next run's first write closes billing with what the last run knew.
+    assert [c["outcome"] for c in closes] == ["error"]
+    assert closes[0]["extensions"]["openai"]["reason"] == (
+        "the run ended after billing finished without recording its reply"
+    )

@@ -1,4 +1,4 @@
-"""``agentjournal._fastjson.loads`` gives exactly what ``json.loads`` gives (issue 18).
+"""``agentjournal._fastjson.loads`` gives exactly what ``json.loads`` gives.
 
 It parses with ``orjson`` where that is known to agree and with ``json``
 elsewhere; equal is not enough (``1 == 1.0``), so values are compared with
@@ -45,6 +45,7 @@ _values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(_values, st.booleans())
 def test_random_documents_parse_alike(value: Any, ascii_only: bool) -> None:

@@ -25,7 +25,8 @@ from google.protobuf import descriptor_pool
 from kurrentdbclient import AsyncKurrentDBClient
 from kurrentdbclient import StreamState as KdbStreamState
 
-from agentjournal import Journal, JournalSession
+from agentjournal import Journal, JournalSession, read_tree
+from agentjournal.audit.export import export_bundle
 from agentjournal.errors import ConcurrencyError, StoreError, StoreUnavailable
 from agentjournal.store import AppendRequest, AppendResult, NewEvent, RecordedEvent, open_store
 from agentjournal.store import StreamState as State
@@ -89,6 +90,7 @@ async def test_append_many_whose_commit_times_out_is_unavailable_then_its_retry_
     assert await _ids(store, stream + "-b") == [e.id for e in make_events(1, prefix="b")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("many", [False, True], ids=["append", "append_many"])
 async def test_commit_without_an_answer_is_unavailable_within_the_deadline(
     store: KurrentDBEventStore, double: ThreadedKurrentDBDouble, stream: str, many: bool
@@ -144,6 +146,7 @@ async def test_a_partly_retried_append_many_is_a_conflict_on_both_server_version
             assert await store.head(stream + "-b") is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "fault", ["timeout_after_commit", "stall_after_commit"], ids=["timeout", "no-answer"]
 )
@@ -226,6 +229,7 @@ async def test_session_treats_its_own_landed_write_as_written_whatever_the_store
 # -- not ready, hung, silent: StoreUnavailable within the deadline ------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["BatchAppend", "AppendSession", "Read"])
 async def test_not_ready_answers_are_store_unavailable(
     double: ThreadedKurrentDBDouble, stream: str, method: str
@@ -240,6 +244,7 @@ async def test_not_ready_answers_are_store_unavailable(
         assert await store.head(stream) is None  # nothing was written
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "operation", ["append", "append_many", "read", "head", "read_all", "subscribe"]
 )
@@ -272,6 +277,7 @@ async def _call(store: KurrentDBEventStore, stream: str, operation: str) -> obje
     return await anext(store.subscribe())
 
 
+@pytest.mark.slow
 async def test_a_server_that_never_answers_is_unavailable_within_the_deadline() -> None:
     with SilentServer() as silent:
         started = time.monotonic()
@@ -301,6 +307,7 @@ async def test_deadline_comes_from_the_uri_or_the_caller(double: ThreadedKurrent
 # -- 3. subscriptions outlive restarts -------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_an_idle_subscription_survives_any_number_of_restarts(
     double: ThreadedKurrentDBDouble, stream: str
 ) -> None:
@@ -322,6 +329,7 @@ async def test_an_idle_subscription_survives_any_number_of_restarts(
         assert (event.stream, event.revision) == (stream, 1)
 
 
+@pytest.mark.slow
 async def test_a_subscription_resumes_after_a_restart_without_gap_or_duplicate(
     double: ThreadedKurrentDBDouble, stream: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -420,6 +428,7 @@ async def test_a_subscription_outlives_a_reconnect_caused_by_another_call(
     assert outcome == ["ended"]  # our close ends it quietly
 
 
+@pytest.mark.slow
 async def test_a_shared_store_rides_out_a_restart_with_a_not_ready_start_up(
     double: ThreadedKurrentDBDouble, stream: str
 ) -> None:
@@ -450,6 +459,7 @@ async def test_a_shared_store_rides_out_a_restart_with_a_not_ready_start_up(
     assert outcome == ["ended"]
 
 
+@pytest.mark.slow
 async def test_finding_the_start_of_a_non_boundary_position_rides_out_not_ready_answers(
     double: ThreadedKurrentDBDouble, stream: str
 ) -> None:
@@ -468,6 +478,7 @@ async def test_finding_the_start_of_a_non_boundary_position_rides_out_not_ready_
         assert double.faults.used.count(("Read", "not_ready")) == 3
 
 
+@pytest.mark.slow
 async def test_a_server_that_confirms_and_then_fails_every_subscription_is_given_up_on(
     double: ThreadedKurrentDBDouble, stream: str
 ) -> None:
@@ -793,3 +804,30 @@ async def test_a_session_write_whose_answer_is_lost_lands_once_and_succeeds(
         assert len({e.id for e in stored}) == len(stored)
         indices = [int(e.metadata["aj.index"]) for e in stored if "aj.index" in e.metadata]
         assert indices == sorted(set(indices))  # no item written twice
+
+
+# -- reads during an outage ------------------------------------------------------------------
+
+
+SID = "s1"
+
+
+def user(text: str) -> Any:
+    return {"role": "user", "content": text}
+
+
+@pytest.mark.slow
+async def test_export_during_an_outage_is_store_unavailable(
+    kurrentdb_double: ThreadedKurrentDBDouble,
+) -> None:
+    # An outage is the documented StoreUnavailable (retry later), not a damaged event.
+    async with Journal.open(kurrentdb_double.uri) as journal:
+        await journal.session(SID).add_items([user("hi")])
+        kurrentdb_double.faults.not_ready("Read", times=1000)
+        try:
+            with pytest.raises(StoreUnavailable):
+                await export_bundle(journal.store, SID)
+            with pytest.raises(StoreUnavailable):
+                await read_tree(journal.store, SID)
+        finally:
+            kurrentdb_double.faults.clear()

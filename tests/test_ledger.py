@@ -294,6 +294,7 @@ def mutate(bundle: dict[str, Any], kind: str, stream_pick: int, event_pick: int)
         bundle["streams"].remove(stream)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.sampled_from(sorted(BUNDLES)),

@@ -48,6 +48,7 @@ def _record(
     }
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @_records
 def test_the_record_bytes_are_rfc8785(
@@ -96,12 +97,13 @@ def test_bad_keys_are_refused(text: str) -> None:
         load_public_key(text)
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @_records
 def test_the_chain_hash_is_the_hash_of_the_rfc8785_record(
     stream: str, revision: int, event_id: str, type_: str, metadata: dict[str, str]
 ) -> None:
-    # chain_hash puts the record's JSON together from its parts (issue 18): the same bytes.
+    # chain_hash puts the record's JSON together from its parts: the same bytes.
     record = _record(stream, revision, event_id, type_, metadata)
     expected = hashlib.sha256(rfc8785.dumps(record)).hexdigest()
     with_hash = {**metadata, HASH_KEY: "f" * 64}

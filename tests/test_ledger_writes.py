@@ -10,6 +10,7 @@ import pytest
 from agentjournal import Journal
 from agentjournal.audit.export import export_bundle
 from agentjournal.audit.verify import verify_bundle
+from agentjournal.authority import Policy
 from agentjournal.ledger import CHECKPOINT, SigningKey
 from agentjournal.sdk.session import JournalSession
 from agentjournal.streams import ledger_stream
@@ -71,3 +72,17 @@ def test_checkpoint_every_must_be_positive() -> None:
     with pytest.raises(ValueError, match="checkpoint_every"):
         JournalSession(store, "s", checkpoint_every=0)
     store.close_sync()
+
+
+POLICY = Path(__file__).resolve().parents[1] / "samples" / "policy.yml"
+SID = "s1"
+
+
+async def test_an_authority_only_session_checkpoints(tmp_path: Path) -> None:
+    key = SigningKey.generate()
+    async with Journal.open(f"sqlite:///{tmp_path / 'journal.db'}", signing_key=key) as journal:
+        session = journal.session(SID, policy=Policy.load(POLICY))
+        await session.reset_authority("triage", reason="operator reset")  # nothing else yet
+        checkpoint = await session.checkpoint()
+    assert checkpoint is not None
+    assert sorted(checkpoint.heads) == [f"AgentAuthority-{SID}"]

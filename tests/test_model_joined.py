@@ -1,4 +1,4 @@
-"""The read model's items read in one row (issue 18, fifth round): a SQLite model read
+"""The read model's items read in one row: a SQLite model read
 joins the item texts, keys and indexes in SQL (``store.base.ModelItems``) and a full read
 parses all items in one ``orjson`` call. Each test holds the joined form to the rows it
 stands for and the model read to the events read, on the edges a join could get wrong:
@@ -29,7 +29,7 @@ from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import session_stream
 from drive import drive
 from handoff_scenarios import nested, single
-from no_model import NoModel
+from store_without_read_model import WithoutReadModel
 
 
 def _state(session: JournalSession) -> dict[str, Any]:
@@ -54,7 +54,7 @@ async def _same(store: SQLiteEventStore, session_id: str) -> list[Any]:
     from the joined form). The items, as read."""
     modelled = JournalSession(store, session_id)
     from_model = await modelled.get_items()
-    evented = JournalSession(NoModel(store), session_id)
+    evented = JournalSession(WithoutReadModel(store), session_id)
     from_events = await evented.get_items()
     assert json.dumps(from_model) == json.dumps(from_events)
     assert _state(modelled) == _state(evented)
@@ -188,7 +188,7 @@ async def test_streams_numbered_with_gaps_check_each_item_stream(tmp_path: Path)
     _edit(path, "UPDATE items SET stream_id = ? WHERE idx = 1 AND tree = ?", other, root)
     async with await SQLiteEventStore.open(path) as store:
         assert await store.read_model(session_stream("a")) is None
-        evented = await JournalSession(NoModel(store), "a").get_items()
+        evented = await JournalSession(WithoutReadModel(store), "a").get_items()
         assert await JournalSession(store, "a").get_items() == evented
 
 
@@ -205,7 +205,7 @@ async def test_an_item_on_a_stream_outside_a_gapless_tree_reads_the_events(
     _edit(path, "UPDATE items SET stream_id = ? WHERE idx = 0", numbers[-1] + 1)
     async with await SQLiteEventStore.open(path) as store:
         assert await store.read_model(session_stream("s")) is None
-        evented = await JournalSession(NoModel(store), "s").get_items()
+        evented = await JournalSession(WithoutReadModel(store), "s").get_items()
         assert await JournalSession(store, "s").get_items() == evented
 
 
@@ -256,6 +256,7 @@ _texts = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2**62), _texts), max_size=12))
 def test_joined_items_equal_their_rows(drawn: list[tuple[int, int, str]]) -> None:

@@ -195,6 +195,7 @@ def _loaded(code: str) -> list[str]:
     return loaded
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "module",
     [
@@ -218,11 +219,13 @@ def test_importing_loads_neither_the_sdk_nor_an_http_stack(module: str) -> None:
     assert _loaded(f"import {module}") == []
 
 
+@pytest.mark.slow
 def test_the_sdk_adapter_is_where_the_sdk_loads() -> None:
     """The probe above can fail: the session module does load the SDK."""
     assert "agents" in _loaded("import agentjournal.sdk.session")
 
 
+@pytest.mark.slow
 def test_verifying_a_bundle_from_the_command_line_loads_no_sdk(tmp_path: Path) -> None:
     """``agentjournal bundle verify`` end to end, on a real bundle, in a fresh interpreter."""
     _make_bundle(tmp_path)
@@ -336,6 +339,7 @@ async def test_losing_every_race_is_retries_exhausted_and_writes_nothing(
         await store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "missing"),
     [(["demo"], "starlette"), (["guardrail", "serve", "--port", "0"], "uvicorn")],

@@ -170,6 +170,7 @@ async def _types(uri: str, session_id: str) -> list[str]:
 # -- sessions ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sessions_one_row_per_session_with_what_happened(written: Written) -> None:
     rows = _rows(written, "--pubkey", f"{written.key}.pub")
     assert list(rows) == ["failed-1", "edits-1", "demo-1"]  # newest activity first
@@ -329,6 +330,7 @@ def test_show_json_is_every_record(written: Written) -> None:
 # -- replay -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_replay_is_get_items_byte_for_byte_and_writes_nothing(written: Written) -> None:
     before = asyncio.run(_count_events(written.uri))
     for session_id in ("demo-1", "edits-1", "failed-1"):
@@ -343,6 +345,7 @@ def test_replay_is_get_items_byte_for_byte_and_writes_nothing(written: Written) 
     assert asyncio.run(_count_events(written.uri)) == before  # reading wrote no event
 
 
+@pytest.mark.slow
 def test_replay_at_an_index_is_the_history_before_that_item(written: Written) -> None:
     async def first_item_after(position: int) -> tuple[int, int]:
         """The message index and position of the first item written after ``position``."""
@@ -649,6 +652,7 @@ def test_a_twin_saving_first_is_fenced(written: Written) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_the_commands_as_processes(written: Written) -> None:
     _sqlite_only(written)
     for args, first in (
@@ -669,6 +673,7 @@ def test_the_commands_as_processes(written: Written) -> None:
         assert "\x1b[" not in done.stdout
 
 
+@pytest.mark.slow
 def test_the_readers_load_neither_the_sdk_nor_an_http_client(written: Written) -> None:
     _sqlite_only(written)
     script = (
@@ -687,6 +692,7 @@ def test_the_readers_load_neither_the_sdk_nor_an_http_client(written: Written) -
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_on_a_terminal_a_rich_tree_and_table(written: Written) -> None:
     _sqlite_only(written)
     tree = on_a_terminal("show", "demo-1", "--uri", written.uri)
@@ -727,6 +733,7 @@ def _hostile(tmp_path: Path) -> str:
     return uri
 
 
+@pytest.mark.slow
 def test_stored_control_characters_are_printed_escaped(tmp_path: Path) -> None:
     uri = _hostile(tmp_path)
     shown = run("show", "h", "--uri", uri)

@@ -28,6 +28,7 @@ from agentjournal.store import sqlite as sqlite_store
 from agentjournal.store.abilities import ReadModel, abilities_of
 from agentjournal.store.contract import (
     MODEL_PARTS,
+    MODEL_REVISIONS,
     AppendRequest,
     AppendResult,
     Expected,
@@ -43,7 +44,7 @@ from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import session_stream
 from drive import drive
 from handoff_scenarios import failing, nested, single, top_level
-from no_model import NoModel
+from store_without_read_model import WithoutReadModel
 
 # -- exact parsing --------------------------------------------------------------------------
 
@@ -72,6 +73,7 @@ _json_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(_json_values, st.booleans())
 def test_parse_item_reads_exactly_what_json_reads(value: Any, ascii_only: bool) -> None:
@@ -131,7 +133,7 @@ def test_items_of_hands_out_what_each_entry_gives() -> None:
 # -- helpers --------------------------------------------------------------------------------
 
 
-class Counting(NoModel, ReadModel):
+class Counting(WithoutReadModel, ReadModel):
     """Counts event reads; keeps the read model (it declares it, and its own ``append`` and
     ``append_many`` pass model changes on: store.abilities.abilities_of)."""
 
@@ -174,7 +176,7 @@ async def _both(store: SQLiteEventStore, session_id: str) -> tuple[dict[str, Any
     lists (each read by a fresh session object)."""
     modelled = JournalSession(store, session_id)
     from_model = await modelled.get_items()
-    evented = JournalSession(NoModel(store), session_id)
+    evented = JournalSession(WithoutReadModel(store), session_id)
     from_events = await evented.get_items()
     assert _state(modelled) == _state(evented)
     assert from_model == from_events
@@ -193,6 +195,7 @@ def _message(rng: random.Random, n: int) -> Any:
 # -- equivalence ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 async def test_model_read_equals_events_read(tmp_path: Path, seed: int) -> None:
     """Random sessions: adds, pops, clears, compactions, nested handoffs through the Runner;
@@ -252,7 +255,7 @@ async def test_a_bounded_cache_rereads_everything_from_the_model(tmp_path: Path)
         counting = Counting(store)
         tree = SessionTree(session_stream("s"), cache_bytes=2000)
         bounded = JournalSession(counting, "s", tree=tree)
-        expected = await JournalSession(NoModel(store), "s").get_items()
+        expected = await JournalSession(WithoutReadModel(store), "s").get_items()
         assert await bounded.get_items() == expected
         assert not tree.timeline.complete  # cut to the budget after the answer
         reads = counting.reads
@@ -331,7 +334,7 @@ async def test_an_open_subsession_that_moved_after_the_model_read_reads_the_even
         assert abilities_of(moving).read_model is not None
         modelled = JournalSession(moving, "s")
         items = await modelled.get_items()
-        evented = JournalSession(NoModel(store), "s")
+        evented = JournalSession(WithoutReadModel(store), "s")
         assert items == await evented.get_items()
         assert _state(modelled) == _state(evented)
         assert _state(modelled)["heads"] != before["heads"]  # the foreign event counts
@@ -354,7 +357,7 @@ def test_only_a_store_whose_own_appends_carry_the_model_keeps_one() -> None:
     try:
         assert abilities_of(store).read_model is not None
         assert abilities_of(Counting(store)).read_model is not None
-        assert abilities_of(NoModel(store)).read_model is None
+        assert abilities_of(WithoutReadModel(store)).read_model is None
         # It sees every read and append as before:
         assert abilities_of(Passing(store)).read_model is None
         assert abilities_of(intercepting).read_model is None
@@ -404,7 +407,7 @@ async def test_a_foreign_append_to_a_subsession_stream_falls_back(tmp_path: Path
 
 async def test_a_wrapper_store_writes_no_model(tmp_path: Path) -> None:
     async with await SQLiteEventStore.open(tmp_path / "j.db") as store:
-        wrapped = JournalSession(NoModel(store), "s")
+        wrapped = JournalSession(WithoutReadModel(store), "s")
         await wrapped.add_items([{"role": "user", "content": str(n)} for n in range(5)])
         await drive(single(), "go", session=wrapped, hooks=wrapped)
         assert await _model(store, "s") is None
@@ -582,6 +585,36 @@ async def test_a_foreign_event_atop_an_open_subsession_hides_no_message_index(
         head = await store.head(open_stream)
         assert head is not None
         await store.append(open_stream, [NewEvent("Foreign.Note", b"{}")], expected=head)
-        fresh = JournalSession(NoModel(store), "s")
+        fresh = JournalSession(WithoutReadModel(store), "s")
         await fresh.get_items(limit=1)
         assert _state(fresh)["next_index"] == used + 1
+
+
+@pytest.mark.parametrize("revision", [MODEL_REVISIONS, 2 * MODEL_REVISIONS, -1])
+async def test_an_item_at_a_revision_a_key_cannot_hold_makes_the_tree_not_current(
+    tmp_path: Path, revision: int
+) -> None:
+    """``read_model`` refuses a tree whose heads reach MODEL_REVISIONS, but a model change
+    naming a revision beyond its stream's head (or below 0) was kept: its packed key then
+    read as another place — 2**32 as revision 0, 2**33 as revision 0 of the stream two
+    numbers on (here the tree's own subsession). Such an item makes its tree not current,
+    as an item of a part a key cannot hold does."""
+    async with await SQLiteEventStore.open(tmp_path / "j.db") as store:
+        tree, child, extra = "AgentSession-s", "AgentSubsession-s-a", "AgentSubsession-s-b"
+        bare = ModelChange(tree)
+        await store.append_many(
+            [
+                AppendRequest(stream, [NewEvent("X", b"{}")], StreamState.NO_STREAM, bare)
+                for stream in (tree, child, extra)
+            ]
+        )
+        assert await store.read_model(tree) is not None
+        add = [ModelAdd(0, tree, revision, 0, "[0]")]
+        await store.append_many(
+            [
+                AppendRequest(tree, [NewEvent("X", b"{}")], 0, ModelChange(tree, add)),
+                AppendRequest(child, [NewEvent("X", b"{}")], 0, bare),
+            ]
+        )
+        snapshot = await store.read_model(tree)
+        assert snapshot is None, [model_place(key) for _, key, _ in snapshot.items]

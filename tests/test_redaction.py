@@ -16,6 +16,8 @@ import copy
 import hashlib
 import json
 import re
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -362,7 +364,7 @@ async def test_decisions_kept_as_digests_verify_full_and_redacted() -> None:
 
 
 async def test_a_modified_call_under_ceilings_verifies_redacted_with_digests_only() -> None:
-    """The review's case: a guardrail MODIFY of a call that ceilings read, with
+    """A guardrail MODIFY of a call that ceilings read, with
     record_payloads=False, exported redacted: the modification's ceilings are kept."""
 
     @function_tool
@@ -397,7 +399,7 @@ async def test_a_modified_call_under_ceilings_verifies_redacted_with_digests_onl
         assert "each within its agent's authority" in report.text()
 
 
-# -- found in review: records the verifier can cross-check ---------------------------------------
+# -- records the verifier can cross-check ---------------------------------------------------------
 
 
 def _decision_on(bundle: dict[str, Any], call_id: str) -> dict[str, Any]:
@@ -448,7 +450,7 @@ def test_a_reason_code_that_is_no_code_is_withheld() -> None:
         assert (shown["reason_code"] == code) is kept
 
 
-# -- the view digest's fast path (issue 18: the write path) -------------------------
+# -- the view digest's fast path on the write path -------------------------------
 
 _json_values = st.recursive(
     st.none()
@@ -469,6 +471,7 @@ _json_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=800, deadline=None)
 @given(_json_values)
 def test_a_view_digest_is_the_digest_of_its_rfc8785_bytes(body: Any) -> None:
@@ -482,3 +485,38 @@ def test_a_view_digest_is_the_digest_of_its_rfc8785_bytes(body: Any) -> None:
             body, sort_keys=True, separators=(",", ":"), ensure_ascii=False
         ).encode("utf-8", "surrogatepass")
     assert view_digest(body) == hashlib.sha256(encoded).hexdigest()
+
+
+# A tool rule whose ceiling reads an argument: the view of a call to it reads the arguments.
+_ARGUMENT_POLICY = Policy(tools={"t": ToolRule("s.x", {"spend": "amount"})})
+
+
+async def _stored_and_verified(path: Path, arguments: Any) -> list[list[str]]:
+    """Store one call to ``t`` with ``arguments``, read it back warm and cold; the verify
+    reports of its full and its redacted bundle."""
+    item: Any = {"type": "function_call", "call_id": "c1", "name": "t", "arguments": arguments}
+    async with await Journal.open(f"sqlite:///{path}", signing_key=KEY) as journal:
+        session = journal.session("args", policy=_ARGUMENT_POLICY)
+        await session.add_items([item])
+        assert await session.get_items() == [item]
+        bundles = [
+            await export_bundle(journal.store, "args", redact=redact) for redact in (False, True)
+        ]
+    async with await Journal.open(f"sqlite:///{path}") as journal:  # cold, from the file
+        assert await journal.session("args", policy=_ARGUMENT_POLICY).get_items() == [item]
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM events").fetchone() == (2,)
+    return [verify_bundle(bundle, TRUSTED).lines for bundle in bundles]
+
+
+@pytest.mark.parametrize("arguments", [5, {"amount": 1}, [1], 1.5, True])
+async def test_a_function_call_whose_arguments_are_no_text_is_stored_exactly(
+    tmp_path: Path, arguments: Any
+) -> None:
+    """The SDK's SQLiteSession keeps a ``function_call`` whose ``arguments`` is not a string;
+    so does ours under a tool rule with ceilings (its view reads the arguments as they are),
+    and its bundles verify as a text call's do (outside a run: no checkpoint, no authority
+    log, in both)."""
+    reports = await _stored_and_verified(tmp_path / "odd.db", arguments)
+    assert reports == await _stored_and_verified(tmp_path / "text.db", '{"amount": 1}')
+    assert "integrity: 2 events in 1 stream chain correctly" in reports[1]

@@ -1,9 +1,9 @@
-"""Seed 000's compliance checklist, one test per line, through the real ``agentjournal run``.
+"""The runner's compliance checklist, one test per line, through the real ``agentjournal run``.
 
 Every invocation is a child process fed one JSON object on stdin; the guardrail and a
 JIRA-like tool API are real HTTP servers on loopback in this process. The runs a module
 shares are made once, concurrently (``runs``); each test reads what it needs from them.
-The anti-patterns of the seed are shown caught or impossible at the end.
+The anti-patterns the checklist names are shown caught or impossible at the end.
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ async def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     return dict(zip(made, done, strict=True))
 
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]  # processes
 
 
 # -- the checklist -------------------------------------------------------------------
@@ -244,8 +244,8 @@ BAD_STDIN: dict[str, bytes] = {
         request(input_message={"role": "assistant", "content": "hi"})
     ).encode(),
     "bad thread id": json.dumps(request(thread_id="a b")).encode(),
-    # Review findings: a message too large for its event created the store and left a
-    # session without SessionStarted; duplicate keys and a tracestate with a newline ran.
+    # A message too large for its event must not create the store nor leave a session
+    # without SessionStarted; duplicate keys and a tracestate with a newline must not run.
     "content over one event": json.dumps(
         request(input_message={"role": "user", "content": "a" * 6_000_000})
     ).encode(),
@@ -641,9 +641,9 @@ async def test_without_a_model_script_or_an_api_key_nothing_runs(tmp_path: Path)
 async def test_a_failing_tool_leaks_no_config_value_and_is_an_error_output(
     tmp_path: Path,
 ) -> None:
-    # Review finding: the sample tool's raise_for_status (the API answering 500) named the
-    # URL of config's jira_base_url, secret path and all, in stdout; the run failed as
-    # MODEL_ERROR. Now the model gets the failure as an error output (scrubbed) and goes on.
+    # The sample tool's raise_for_status (the API answering 500) names the URL of config's
+    # jira_base_url, secret path and all: the model gets the failure as an error output
+    # (scrubbed) and goes on, and nothing of it reaches stdout or fails the run.
     def fail(received: Received) -> Reply:
         return Reply(status=500, body=b"down")
 
@@ -672,9 +672,9 @@ async def test_a_failing_tool_leaks_no_config_value_and_is_an_error_output(
 async def test_a_bad_command_line_or_store_is_one_json_error_with_its_documented_exit_code(
     tmp_path: Path,
 ) -> None:
-    # Review finding: `run` without --agent printed argparse's usage on stderr only (exit 2),
-    # and a store that could not be opened was JOURNAL_ERROR with exit 1 while the README
-    # listed JOURNAL_ERROR under exit 3.
+    # `run` without --agent, an unknown store URI and a store that cannot be opened are each
+    # one JSON error of the output schema, with its documented code and exit 1 (not
+    # argparse's usage on stderr with exit 2); nothing is created.
     schema = schema_files()["invocation-output.schema.json"]
     process = await asyncio.create_subprocess_exec(
         sys.executable,

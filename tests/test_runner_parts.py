@@ -66,7 +66,7 @@ MANIFEST_CASES = [
         "JSON schema",
     ),
     (("extra",), 1, "field extra: not a property"),
-    # Review finding: a $ref to a URL loaded and failed the run later (Unresolvable).
+    # A $ref to a URL is refused here, not loaded to fail the run later (Unresolvable).
     (
         ("tools", 0, "function", "parameters", "properties", "ticket_id"),
         {"$ref": "http://127.0.0.1:9/evil.json"},
@@ -356,7 +356,7 @@ async def test_append_event_refuses_the_sessions_own_types_and_keeps_items_intac
         ]
 
 
-# -- config values never leave the runner (review of issue 16, finding 1) ------------------
+# -- config values never leave the runner --------------------------------------------------
 
 
 def test_the_scrubber_replaces_every_config_string_value_at_any_depth() -> None:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 
 
@@ -29,6 +31,7 @@ def test_event_store_sample(tmp_path: Path) -> None:
     assert "tail of AgentSession-demo: SubagentStarted" in out
 
 
+@pytest.mark.slow
 def test_authority_seed_sample() -> None:
     guarded = run_sample("authority_seed.py")
     assert "refused at handoff_visibility: triage -> sre" in guarded

@@ -8,7 +8,7 @@ SDK's class for ours on a real SQLite event store. None of the SDK's code is com
 here.
 
 Deselected by name, each with its reason: the tests of its SQL internals (its tables,
-connections and schema), of rows it deletes (we delete nothing: DESIGN §17.1 #2), and
+connections and schema), of rows it deletes (we delete nothing: an event store only appends), and
 of its private worker functions, which they pause by name (against our class the gate
 never opens). What of those checks behaviour is ported in
 ``tests/test_branches_sdk_semantics.py`` through the public API.
@@ -22,7 +22,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from test_sdk_session_suite import HERE, fetch_sdist
+
+pytestmark = pytest.mark.slow  # the SDK's own AdvancedSQLiteSession suite: about 50 s
+
 
 MODULE = "tests/extensions/memory/test_advanced_sqlite_session.py"
 ADVANCED_WANTED = (
@@ -31,7 +36,7 @@ ADVANCED_WANTED = (
 )
 
 _TABLES = "its tables, connections or schema (raw SQL, private connections, PRAGMA, triggers)"
-_ROWS = "counts the rows it deletes; ours delete nothing (DESIGN 17.1 #2)"
+_ROWS = "counts the rows it deletes; ours delete nothing (an event store only appends)"
 _GATE = "pauses its private worker functions by name; the gate never opens on ours"
 _PROCESS = "child processes import the SDK's class and instrument its BEGIN IMMEDIATE"
 

@@ -16,6 +16,7 @@ each with the reason.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.metadata
 import os
 import re
@@ -26,6 +27,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.slow  # the SDK's own session suite, fetched and run whole
+
 
 HERE = Path(__file__).resolve().parent
 VERSION = importlib.metadata.version("openai-agents")
@@ -69,11 +73,23 @@ SQLITE_SESSION_INTERNALS = {
 
 def fetch_sdist(wanted: tuple[str, ...] = WANTED) -> Path:
     """Return the extracted SDK tests (``wanted`` among them), downloading the sdist on
-    first use."""
+    first use.
+
+    Safe for several processes at once (``pytest -n``): one fetches while the others wait
+    on a lock file, and each file appears whole (written aside, then renamed)."""
     root = CACHE / f"openai-agents-{VERSION}-tests"
     wanted = (*WANTED, *(name for name in wanted if name not in WANTED))
     if all((root / name).exists() for name in wanted):
         return root
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / "fetch.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if all((root / name).exists() for name in wanted):  # another process fetched it
+            return root
+        return _fetch(root, wanted)
+
+
+def _fetch(root: Path, wanted: tuple[str, ...]) -> Path:
     download = CACHE / "downloads"
     download.mkdir(parents=True, exist_ok=True)
     archives = sorted(download.glob(f"openai_agents-{VERSION}.tar.gz"))
@@ -110,7 +126,9 @@ def fetch_sdist(wanted: tuple[str, ...] = WANTED) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             source = archive.extractfile(member)
             assert source is not None
-            target.write_bytes(source.read())
+            aside = target.with_name(f"{target.name}.{os.getpid()}.part")
+            aside.write_bytes(source.read())
+            aside.replace(target)
     return root
 
 

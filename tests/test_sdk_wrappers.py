@@ -1,4 +1,4 @@
-"""The SDK's own session wrappers on top of a journal session (issue 12, point 7).
+"""The SDK's own session wrappers on top of a journal session.
 
 ``EncryptedSession`` stores envelopes (``{"__enc__": 1, "v": 1, "kid": ..., "payload":
 ...}``) in the session beneath it, and ``OpenAIResponsesCompactionSession`` replaces a
@@ -37,6 +37,7 @@ from agentjournal.audit.export import export_bundle
 from agentjournal.audit.verify import verify_bundle
 from agentjournal.authority import Authority, Policy
 from agentjournal.errors import InvalidInput, StoreUnavailable
+from agentjournal.store import RecordedEvent
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble, ThreadedKurrentDBDouble
 from drive import METHODS, Method, drive
@@ -274,6 +275,7 @@ def assistant_text(text: str) -> TResponseInputItem:
     return cast(TResponseInputItem, {"role": "assistant", "content": text})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_runner_over_an_encrypted_journal_matches_sqlite(
     journal: Journal, method: Method
@@ -394,6 +396,7 @@ async def three_turns(session: SessionABC, method: Method, hooks: Any) -> list[l
     return seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layering", LAYERINGS)
 @pytest.mark.parametrize("method", METHODS)
 async def test_compaction_over_a_journal_matches_sqlite(
@@ -553,6 +556,7 @@ async def test_a_write_between_the_check_and_the_append_is_never_lost(shared_uri
         other.close()
 
 
+@pytest.mark.slow
 async def test_pruning_reads_back_to_the_first_item_it_keeps(journal: Journal) -> None:
     """``prune_prefix`` walks the oldest visible items (read in growing windows when cold)."""
     await journal.session(SID).add_items([user(str(n)) for n in range(150)])
@@ -579,6 +583,7 @@ async def test_pruning_reads_back_to_the_first_item_it_keeps(journal: Journal) -
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("expired", [3, 150])
 async def test_compaction_prunes_an_expired_prefix_like_sqlite(
     journal: Journal, compactor: Compactor, clock: Clock, tmp_path: Path, expired: int
@@ -633,6 +638,7 @@ async def test_compaction_keeps_what_it_cannot_read(
     assert stored[-1]["type"] == "compaction"
 
 
+@pytest.mark.slow
 async def test_a_compaction_that_cannot_be_written_changes_nothing(
     tmp_path: Path, compactor: Compactor
 ) -> None:
@@ -699,3 +705,66 @@ async def test_a_manual_compaction_is_one_atomic_write(compactor: Compactor) -> 
 
 def compacted(n: int) -> Any:
     return {"type": "compaction", "id": f"cmp_{n}", "encrypted_content": f"summary-{n}"}
+
+
+# -- compaction keeps the speaker ------------------------------------------------------------------
+
+
+def body(event: RecordedEvent) -> Any:
+    return json.loads(event.data)
+
+
+def compaction_reply(request: Received) -> Reply:
+    """``POST /v1/responses/compact`` answered as the Responses API does: the request's
+    user messages, then one ``compaction`` item."""
+    assert request.path == "/v1/responses/compact"
+    users = [i for i in request.json().get("input", []) if i.get("role") == "user"]
+    reply = {
+        "id": "resp_cmp_1",
+        "object": "response.compaction",
+        "created_at": 1_700_000_000,
+        "output": [*users, {"type": "compaction", "id": "cmp_1", "encrypted_content": "s"}],
+        "usage": {
+            "input_tokens": 40,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 8,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 48,
+        },
+    }
+    return Reply(body=json.dumps(reply).encode())
+
+
+async def test_compaction_keeps_the_speaker_as_author(tmp_path: Path) -> None:
+    async with (
+        HttpStub(compaction_reply) as stub,
+        Journal.open(f"sqlite:///{tmp_path / 'journal.db'}") as journal,
+    ):
+        client = AsyncOpenAI(api_key="sk-offline-test", base_url=f"{stub.url}/v1", max_retries=0)
+        try:
+            session = journal.session(SID)
+            compacting = OpenAIResponsesCompactionSession(
+                SID,
+                session,
+                client=client,
+                compaction_mode="input",
+                should_trigger_compaction=lambda _: True,
+            )
+            solo = Agent(
+                name="solo", model=ScriptedModel([[assistant_message("ok", item_id="m1")]])
+            )
+            # The SDK compacts at the end of the run: the whole history is replaced.
+            await drive(solo, "hi", session=compacting, hooks=session)
+        finally:
+            await client.close()
+        # A compaction that replaces only the suffix it read.
+        snapshot = await session._get_compaction_snapshot(1)
+        assert snapshot is not None
+        summary: Any = {"type": "compaction", "id": "cmp_2", "encrypted_content": "t"}
+        assert await snapshot.replace_suffix(0, [summary])
+        recorded = await journal.store.read(session.stream)
+    compactions = [body(e) for e in recorded if e.type == "OpenAIItemRecorded"]
+    assert [(c["message_id"], c.get("author_name")) for c in compactions] == [
+        ("cmp_1", "solo"),
+        ("cmp_2", "solo"),
+    ]

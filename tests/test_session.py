@@ -38,6 +38,7 @@ def contents(items: Sequence[Any]) -> list[Any]:
 # -- runner level ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_runner_history_is_exactly_the_sdks(journal: Journal, method: Method) -> None:
     session = journal.session("conv-1", app_name="tests", user_id="u-7")
@@ -85,6 +86,7 @@ async def test_events_are_canonical(journal: Journal, method: Method) -> None:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_a_second_process_resumes_the_session(tmp_path: Path, method: Method) -> None:
     uri = f"sqlite:///{tmp_path / 'resume.db'}"
@@ -258,6 +260,7 @@ async def test_two_session_objects_racing(journal: Journal) -> None:
         assert mine == [f"{name}-{n}{s}" for n in range(15) for s in ("", "-b")]
 
 
+@pytest.mark.slow
 async def test_processes_racing_on_one_session(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'race.db'}"
     writer = HERE / "session_writer.py"
@@ -297,6 +300,7 @@ class CountingStore:
         return getattr(self.inner, name)
 
 
+@pytest.mark.slow
 async def test_get_items_with_limit_reads_o_limit_events(journal: Journal) -> None:
     writer = journal.session("long")
     for chunk in range(10):

@@ -156,7 +156,7 @@ class TestJournalSessionUncached(SessionConformance):
 
 class TestJournalSessionOnABranch(SessionConformance):
     """``journal.session(id, branch=...)``: a line forked before item #0 of a populated
-    session (DESIGN §17) behaves as a session of its own; its parent's items never show."""
+    session behaves as a session of its own; its parent's items never show."""
 
     @pytest.fixture
     def open_session(self, journals: Journals) -> OpenSession:

@@ -187,6 +187,7 @@ def _free_port() -> int:
         return port
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "template",
     [
@@ -657,6 +658,7 @@ def test_a_store_made_outside_a_loop_belongs_to_the_first_loop_that_uses_it(
         asyncio.run(store.head(stream))
 
 
+@pytest.mark.slow
 async def test_subscription_gives_up_after_reconnect_for_seconds(stream: str) -> None:
     double = KurrentDBDouble()
     await double.start()
@@ -718,6 +720,7 @@ async def test_bench_helpers_yield_a_working_store(tmp_path: Path, stream: str) 
         assert await other.head(stream) is None  # a fresh double each time
 
 
+@pytest.mark.slow
 async def test_append_many_on_a_server_without_the_v2_service_says_it_is_too_old(
     stream: str,
 ) -> None:

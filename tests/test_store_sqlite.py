@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from agentjournal import Journal, UndecodableEvent, read_tree
 from agentjournal.errors import ConcurrencyError, InvalidInput, StoreUnavailable
+from agentjournal.records import DamagedEvent
 from agentjournal.store import (
     AppendRequest,
     AppendResult,
@@ -142,7 +146,7 @@ async def test_refused_files_are_left_untouched(tmp_path: Path) -> None:
         db.close()
 
 
-# -- group commit (issue 18) ----------------------------------------------------------
+# -- group commit -------------------------------------------------------------------
 
 
 class _Held:
@@ -245,3 +249,32 @@ async def test_a_failing_or_conflicting_write_in_a_group_fails_alone(tmp_path: P
         assert [e.stream for e in everything] == ["S-a", "S-a", "S-e", "S-e", "S-e"]
         assert everything[1].position == ok.position
         assert everything[-1].position == after.position
+
+
+# -- a row something else wrote --------------------------------------------------------------
+
+
+SID = "s1"
+
+
+def user(text: str) -> Any:
+    return {"role": "user", "content": text}
+
+
+async def test_an_undecodable_sqlite_row_is_damage_not_an_outage(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    async with Journal.open(f"sqlite:///{path}") as journal:
+        await journal.session(SID).add_items([user("hi"), user("there")])
+    # Something other than agentjournal writes a type that is not UTF-8.
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute(
+            "UPDATE events SET type = CAST(? AS TEXT) WHERE position = "
+            "(SELECT max(position) FROM events)",
+            (b"\xff\xfeUserMessageReceived",),
+        )
+    async with Journal.open(f"sqlite:///{path}") as journal:
+        with pytest.raises(UndecodableEvent) as undecodable:
+            await journal.store.read(f"AgentSession-{SID}")
+        assert not isinstance(undecodable.value, StoreUnavailable)  # no retry cures it
+        with pytest.raises(DamagedEvent, match="cannot be read"):
+            await read_tree(journal.store, SID)

@@ -76,6 +76,7 @@ async def _last(uri: str) -> int:
         await store.close()
 
 
+@pytest.mark.slow
 def test_tail_a_session_from_now_follows_the_subsessions_it_opens(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'tail.db'}"
     asyncio.run(write_support(uri, "w1"))
@@ -106,6 +107,7 @@ def test_tail_a_session_from_now_follows_the_subsessions_it_opens(tmp_path: Path
     assert len(lines) == len(expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_tail_everything_from_the_start_on_the_kurrentdb_double(
     tmp_path: Path, stop: signal.Signals
@@ -135,6 +137,7 @@ def test_tail_everything_from_the_start_on_the_kurrentdb_double(
     assert any("AgentSession-k2@" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_tail_bad_input(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'none.db'}"
     done = run("tail", "--uri", uri)

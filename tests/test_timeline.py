@@ -410,3 +410,22 @@ def test_a_modelled_timeline_takes_writes_as_entries() -> None:
         assert lazy.entries == eager.entries
         assert lazy.size == eager.size
         assert lazy.items(None) == eager.items(None)
+
+
+@pytest.mark.parametrize("budget", [0, 200, 400, 10_000])
+def test_a_bounded_modelled_timeline_drops_rows_without_making_entries(budget: int) -> None:
+    """A full read from the read model of a session bigger than its cache budget (8 MiB by
+    default: ~14k items of ~430 bytes) cuts the rows as rows, to what cutting the entries
+    leaves, without making an Entry of each row only to drop most of them at once."""
+    texts = [json.dumps({"role": "user", "content": "x" * n}) for n in range(8)]
+    rows = [(index, model_key(1, index, 0), text) for index, text in enumerate(texts)]
+    lazy = Timeline.modelled(rows, {1: "S"}, -1, True)
+    made = [Entry("S", index, 0, index, text, None, True) for index, text in enumerate(texts)]
+    eager = Timeline.whole(made, -1)
+    for timeline in (lazy, eager):
+        timeline.budget = budget
+        timeline.bound()
+    assert (len(lazy), lazy.size, lazy.complete) == (len(eager), eager.size, eager.complete)
+    assert lazy.items(None) == eager.items(None)
+    assert not lazy._entries, "no entry made for the rows kept or dropped"
+    assert lazy.entries == eager.entries

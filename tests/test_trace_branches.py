@@ -1,4 +1,4 @@
-"""``agentjournal trace export`` of a session with branches (DESIGN §14.1, §17.4).
+"""``agentjournal trace export`` of a session with branches.
 
 A real ``Runner`` writes a session with a handoff (triage -> billing -> refunds), then a
 second run; the session is forked inside the open subagents ("inside", before #7) and
@@ -11,7 +11,9 @@ branch's runs are traces of their own whose run spans link to the run at their c
 line below, a continuation is an ``invoke_agent`` span of the branch, the prefix is never
 exported twice, and a follower that meets the forks sends exactly what a one-shot export
 does. On SQLite and the KurrentDB double (``Runner.run`` on one, ``run_streamed`` on the
-other); the branched session still verifies.
+other); the branched session still verifies. A run span is opened by a run only (not by a
+line's guard or the closes of its end), and a follower resumed from a state saved before
+lines follows the branches forked before that save.
 """
 
 from __future__ import annotations
@@ -31,18 +33,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agents import Agent
+from agents.testing import ScriptedModel, assistant_message
 
-from agentjournal import Journal
+from agentjournal import Journal, JournalSession
 from agentjournal.audit.verify import verify_records
+from agentjournal.read import projections
 from agentjournal.read.traces import Projector, project_tree
 from agentjournal.records import Record, TreeRecords
 from agentjournal.store import open_store
+from agentjournal.streams import branch_key, branch_stream
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble
 from agentjournal.walk import read_tree
 from cli_run import run
 from drive import Method, drive
 from handoff_scenarios import nested, single, top_level
 from otlp_collector import collector
+from paused_graph import paused_graph
 
 TESTS = Path(__file__).resolve().parent
 SID = "tb1"
@@ -131,6 +138,7 @@ def _line(written: Written, tmp_path: Path, name: str) -> list[Span]:
 # -- main: exactly as before any fork ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_main_is_what_it_was_before_the_forks(written: Written, tmp_path: Path) -> None:
     """Forks made after main's runs (and every branch's runs) change none of main's spans:
     the fork's marker on main belongs to no run (before, it stretched main's last run
@@ -250,6 +258,7 @@ def _lines_of(spans: Any) -> set[str | None]:
     return {s["attributes"].get("agentjournal.branch") for s in spans if not s["parent_span_id"]}
 
 
+@pytest.mark.slow
 def test_the_session_export_is_every_line_once(written: Written, tmp_path: Path) -> None:
     """``trace export SESSION`` = main and every branch, each span once; ``--all`` the same."""
     everything = _export(written.uri, tmp_path, SID)
@@ -321,6 +330,7 @@ def test_crafted_line_events_pull_in_nothing_and_crash_nothing(written: Written)
 # -- the exporters, for real ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_console_and_otlp_carry_the_fork_link(written: Written, tmp_path: Path) -> None:
     expected = _line(written, tmp_path, "outside")
     root = _runs(expected)[0]
@@ -352,6 +362,7 @@ def test_console_and_otlp_carry_the_fork_link(written: Written, tmp_path: Path) 
 # -- --follow meets the forks -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("line", [None, "outside"])
 def test_a_follower_meeting_forks_sends_what_a_one_shot_export_does(
     written: Written, tmp_path: Path, line: str | None
@@ -395,12 +406,11 @@ def test_a_follower_meeting_forks_sends_what_a_one_shot_export_does(
 
 
 def test_a_follower_stops_even_when_its_subscription_swallows_a_cancel(tmp_path: Path) -> None:
-    """Found by the follower tests under load: a follower stopped by SIGTERM right after it
-    saved (its own append wakes its SQLite subscription) hung for good. Python 3.11's
-    ``asyncio.wait_for`` returns its inner result when that completes in the step the
-    cancellation arrives, so the subscription ate the follower's one ``cancel`` and read on
-    (a single cancel leaves it running in most attempts, printed below). The follower now
-    cancels until the task is done (``_cancelled``)."""
+    """A follower stopped by SIGTERM right after it saved (its own append wakes its SQLite
+    subscription) stops. Python 3.11's ``asyncio.wait_for`` returns its inner result when
+    that completes in the step the cancellation arrives, so the subscription can eat one
+    ``cancel`` and read on (a single cancel leaves it running in most attempts, printed
+    below): the follower cancels until the task is done (``_cancelled``)."""
     from agentjournal.cli.trace import _cancelled
     from agentjournal.store.contract import NewEvent, StreamState
 
@@ -439,6 +449,7 @@ async def _last_position(uri: str) -> int:
         await store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -460,3 +471,207 @@ def test_bad_branch_input_is_one_line_and_writes_nothing(
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not out.exists()
     assert asyncio.run(_last_position(written.uri)) == events_before
+
+
+# -- a run span is opened by a run only -------------------------------------------------------
+
+TOP = branch_stream(SID, "b")
+POLICY = str(Path(__file__).parents[1] / "samples" / "policy.yml")
+
+
+def _hello() -> Agent[Any]:
+    return Agent(name="triage", model=ScriptedModel([[assistant_message("hi")]]))
+
+
+async def _pause(session: JournalSession) -> None:
+    result: Any = await drive(paused_graph(), "Refund order 42", session=session, hooks=session)
+    assert result.interruptions
+
+
+def _run_spans_of(spans: Any, branch: str) -> list[Any]:
+    return [
+        s
+        for s in spans
+        if s.name == "agentjournal.run" and s.attributes.get("agentjournal.branch") == branch
+    ]
+
+
+def test_a_reset_on_a_branch_that_never_ran_exports_no_run_span(tmp_path: Path) -> None:
+    async def spans() -> Any:
+        async with Journal.open(f"sqlite:///{tmp_path / 'j.db'}") as journal:
+            main = journal.session(SID, policy=POLICY)
+            await drive(_hello(), "hello", session=main, hooks=main)
+            await main.fork(name="b")
+            b = journal.session(SID, branch="b", policy=POLICY)
+            await b.reset_authority("triage", reason="a fresh start")
+            return project_tree(await read_tree(journal.store, SID))
+
+    # No agentjournal.run span on b from its LineGuarded: nothing ran there.
+    assert _run_spans_of(asyncio.run(spans()), "b") == []
+
+
+def test_the_closes_of_a_line_end_open_no_run_span_of_their_own(tmp_path: Path) -> None:
+    async def spans() -> Any:
+        async with Journal.open(f"sqlite:///{tmp_path / 'j.db'}") as journal:
+            main = journal.session(SID)
+            await drive(_hello(), "hello", session=main, hooks=main)
+            await main.fork(name="b")
+            await _pause(journal.session(SID, branch="b"))
+            await main.delete_branch("b")
+            return project_tree(await read_tree(journal.store, SID))
+
+    runs = _run_spans_of(asyncio.run(spans()), "b")
+    # The paused run's alone: the closes carry the deleting object's trace ids (main's
+    # finished run), and must not open a run span there for a run that never ran on b.
+    assert len(runs) == 1, [(s.trace_id, s.span_id) for s in runs]
+
+
+def test_a_follower_state_saved_before_lines_keeps_following_existing_branches(
+    tmp_path: Path,
+) -> None:
+    async def records() -> list[Record]:
+        async with Journal.open(f"sqlite:///{tmp_path / 'j.db'}") as journal:
+            main = journal.session(SID)
+            await drive(_hello(), "hello", session=main, hooks=main)
+            await main.fork(name="b")
+            b = journal.session(SID, branch="b")
+            await drive(_hello(), "on b", session=b, hooks=b)
+            tree = await read_tree(journal.store, SID)
+        return sorted(
+            (r for r in tree.records() if r.position is not None), key=lambda r: r.position or 0
+        )
+
+    ordered = asyncio.run(records())
+    # What a follower without lines saved after the fork: main's tree only, no line fields
+    # (its projector dropped every branch event).
+    state, fork_read = _state_without_lines(SID, ordered, TOP)
+    resumed = Projector.load(state)
+    sent = [span for record in ordered[fork_read:] for span in resumed.feed(record)]
+    sent += resumed.finish()
+    # b's run is sent, though its stream is unknown to the loaded state.
+    assert _run_spans_of(sent, "b"), [s.name for s in sent]
+
+
+# -- a follower whose saved state predates lines ----------------------------------------------
+# Such a state never saw the ``BranchForked`` of a branch forked before it was saved. Resumed,
+# the follower learns the branch on its first event: the command reads the branch's
+# ``BranchStarted`` (the fork's twin) from the store, so the branch's runs carry its real name
+# and fork; the pure projector, without a store, names it by its stream's key.
+
+NAME = "B one"  # a name that needs hashing: its stream's key is not the name
+
+
+def _state_without_lines(session_id: str, records: list[Record], top: str) -> tuple[bytes, int]:
+    """A follower state saved just after the fork of the branch whose top stream is ``top``,
+    in the form a projector without lines saved (it dropped every branch event and kept no
+    line fields), and how many of ``records`` (in global order) it had read then."""
+    fork_at = next(n for n, r in enumerate(records) if r.stream == top)  # BranchStarted
+    old = Projector(session_id)
+    for record in records[: fork_at + 1]:
+        if not record.stream.startswith("AgentBranch"):
+            old.feed(record)
+    state = json.loads(old.dump())
+    del state["line"]
+    state["streams"] = {k: v for k, v in state["streams"].items() if "@" not in k}
+    state["trees"] = {k: v for k, v in state["trees"].items() if "@" not in k}
+    for tree in state["trees"].values():
+        for key in ("line", "top", "parent", "cut", "fork", "runs"):
+            tree.pop(key, None)
+    return json.dumps(state).encode(), fork_at + 1
+
+
+def _saved_without_lines(records: list[Record]) -> tuple[bytes, int]:
+    """What a follower without lines saved just after the fork of ``NAME``, and the position
+    it saved at."""
+    state, read = _state_without_lines(SID, records, branch_stream(SID, NAME))
+    position = records[read - 1].position
+    assert position is not None
+    return state, position
+
+
+def _write(uri: str) -> list[Record]:
+    async def go() -> list[Record]:
+        async with Journal.open(uri) as journal:
+            main = journal.session(SID)
+            await drive(_hello(), "hello", session=main, hooks=main)
+            await main.fork(name=NAME)
+            b = journal.session(SID, branch=NAME)
+            await drive(_hello(), "on b", session=b, hooks=b)
+            tree = await read_tree(journal.store, SID)
+        return sorted(
+            (r for r in tree.records() if r.position is not None), key=lambda r: r.position or 0
+        )
+
+    return asyncio.run(go())
+
+
+def _branch_runs(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        s
+        for s in spans
+        if s["name"] == "agentjournal.run" and "agentjournal.branch" in s["attributes"]
+    ]
+
+
+def test_the_pure_projector_names_a_branch_it_never_saw_fork_by_its_key(tmp_path: Path) -> None:
+    records = _write(f"sqlite:///{tmp_path / 'j.db'}")
+    state, position = _saved_without_lines(records)
+    resumed = Projector.load(state)
+    sent = [s for r in records if (r.position or 0) > position for s in resumed.feed(r)]
+    sent += resumed.finish()
+    (run,) = _branch_runs([s.as_json() for s in sent])
+    assert run["attributes"]["agentjournal.branch"] == branch_key(NAME) != NAME
+    assert "agentjournal.fork_event_id" not in run["attributes"]  # not known: not said
+    assert not run["links"]
+    # The learning survives a save: a branch may first speak long after the resume.
+    assert json.loads(resumed.dump())["learn_branches"] is True
+    assert Projector.load(resumed.dump()).learns(branch_stream(SID, "another"))
+
+
+@pytest.mark.slow
+def test_a_follower_resumed_from_a_pre_lines_state_exports_a_branch_with_its_fork(
+    tmp_path: Path,
+) -> None:
+    uri = f"sqlite:///{tmp_path / 'j.db'}"
+    records = _write(uri)
+    state, position = _saved_without_lines(records)
+
+    async def save() -> None:
+        store = await open_store(uri)
+        try:
+            await projections.save(store, "old", position=position, state=state, after=None)
+        finally:
+            await store.close()
+
+    asyncio.run(save())
+    forked = next(r for r in records if r.type == "agentjournal.BranchForked")
+    out = tmp_path / "followed.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTJOURNAL_")}
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "agentjournal.cli", "trace", "export", SID, "--follow",
+         "--name", "old", "--jsonl", str(out), "--idle", "0.3", "--uri", uri],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=TESTS,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        runs: list[dict[str, Any]] = []
+        while not runs:
+            assert follower.poll() is None, follower.stderr.read() if follower.stderr else ""
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+            if out.exists():
+                text = out.read_text()
+                lines = [line for line in text.splitlines(keepends=True) if line[-1:] == "\n"]
+                runs = _branch_runs([json.loads(line) for line in lines])
+        follower.send_signal(signal.SIGTERM)
+        assert follower.wait(20) == 0
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    (run,) = runs
+    attributes = run["attributes"]
+    assert attributes["agentjournal.branch"] == NAME
+    assert attributes["agentjournal.parent_branch"] == "main"
+    assert attributes["agentjournal.fork_event_id"] == forked.id
+    assert attributes["agentjournal.fork_cut_position"] == forked.position

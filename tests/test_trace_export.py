@@ -162,6 +162,7 @@ def _key(spans: list[Received]) -> set[tuple[Any, ...]]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_export_a_session_over_otlp(otlp: Collector, sqlite_uri: str, protocol: str) -> None:
     url = otlp.http_url if protocol == "http" else otlp.grpc_url
@@ -193,6 +194,7 @@ def test_console_and_jsonl_give_the_same_spans(
     assert "exported" in shown.stderr
 
 
+@pytest.mark.slow
 def test_export_on_the_kurrentdb_double(otlp: Collector, double: ThreadedKurrentDBDouble) -> None:
     asyncio.run(write_support(double.uri, "k1"))
     recorded = asyncio.run(_recorded(double.uri, "k1"))
@@ -276,10 +278,12 @@ def _follow_kill_restart(uri: str, otlp: Collector, tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.slow
 def test_follow_survives_kill_9_on_sqlite(otlp: Collector, tmp_path: Path) -> None:
     _follow_kill_restart(f"sqlite:///{tmp_path / 'follow.db'}", otlp, tmp_path)
 
 
+@pytest.mark.slow
 def test_follow_survives_kill_9_on_the_kurrentdb_double(otlp: Collector, tmp_path: Path) -> None:
     with KurrentDBDouble.in_thread() as served:
         _follow_kill_restart(served.uri, otlp, tmp_path)
@@ -312,6 +316,7 @@ def test_bad_input_is_one_line(sqlite_uri: str, args: list[str], message: str) -
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_an_unreachable_collector_is_one_line(sqlite_uri: str, protocol: str) -> None:
     import socket
@@ -327,6 +332,7 @@ def test_an_unreachable_collector_is_one_line(sqlite_uri: str, protocol: str) ->
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+@pytest.mark.slow
 def test_a_refusing_collector_is_one_line(otlp: Collector, sqlite_uri: str) -> None:
     otlp.refuse = True
     try:
@@ -346,6 +352,7 @@ def test_a_missing_store_is_not_created(tmp_path: Path) -> None:
     assert not db.exists()
 
 
+@pytest.mark.slow
 def test_follow_saves_nothing_past_spans_the_collector_did_not_take(
     otlp: Collector, tmp_path: Path
 ) -> None:
@@ -407,6 +414,7 @@ def test_follow_saves_nothing_past_spans_the_collector_did_not_take(
     assert last.position >= session_events[-1].position
 
 
+@pytest.mark.slow
 def test_a_damaged_event_is_named_and_skipped_by_all(sqlite_uri: str, tmp_path: Path) -> None:
     import shutil
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry import trace
@@ -11,12 +14,14 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentjournal import Journal
+from agentjournal import Journal, SigningKey
 from agentjournal.events import GUARDRAIL_DECIDED, SPAN_ID_KEY, TRACE_ID_KEY, GuardrailDecided
 from agentjournal.guardrails.protocol import parse_traceparent
 from agentjournal.sdk import tracing
-from drive import METHODS, Method
+from agentjournal.store import RecordedEvent
+from drive import METHODS, Method, drive
 from guardrail_scenarios import graph, run
+from handoff_scenarios import support_team
 from scripted_guardrail import ScriptedGuardrail
 
 _EXPORTER = InMemorySpanExporter()
@@ -162,3 +167,33 @@ def test_the_log_filter_fills_in_ids() -> None:
         "0af7651916cd43dd8448eb211c80319c",
         "b7ad6b7169203331",
     )
+
+
+# -- checkpoints carry the trace of the write they follow ------------------------------------------
+
+
+SID = "s1"
+
+
+def body(event: RecordedEvent) -> Any:
+    return json.loads(event.data)
+
+
+async def test_checkpoints_after_closing_writes_carry_trace_ids(tmp_path: Path) -> None:
+    key = SigningKey.generate()
+    async with Journal.open(f"sqlite:///{tmp_path / 'journal.db'}", signing_key=key) as journal:
+        session = journal.session(SID)
+        failing = support_team(billing_steps=[RuntimeError("boom")])
+        with pytest.raises(RuntimeError, match="boom"):
+            async with session.run_scope():
+                await drive(failing, "hi", session=session, hooks=session)
+        recorded = await journal.store.read_all()
+    # run_scope's closing write (billing closed as failed) forces a checkpoint.
+    closed = [i for i, e in enumerate(recorded) if e.type == "SubagentCompleted"]
+    checkpoints = [e for e in recorded[closed[-1] :] if e.type == "agentjournal.Checkpoint"]
+    assert checkpoints
+    for checkpoint in checkpoints:
+        assert {"trace_id", "span_id"} <= checkpoint.metadata.keys()
+        signed = body(checkpoint)["metadata"]
+        assert signed["trace_id"] == checkpoint.metadata["trace_id"]
+        assert signed["span_id"] == checkpoint.metadata["span_id"]

@@ -1,4 +1,4 @@
-"""Turns, step 4 of issue 19 (DESIGN §17.1, §17.6): ``get_conversation_turns``,
+"""Turns: ``get_conversation_turns``,
 ``find_turns_by_content``, ``get_conversation_by_turns`` and ``get_tool_usage`` on a journal
 session return what the SDK's ``AdvancedSQLiteSession`` returns for the same writes — the
 SDK's class runs beside ours on every example."""
@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from agents.extensions.memory.advanced_sqlite_session import AdvancedSQLiteSession
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -110,6 +111,7 @@ def _by_turn_then_name(rows: Sequence[tuple[str | None, int, int]]) -> list[Any]
     return sorted(rows, key=lambda r: (r[2], r[0] is not None, r[0] or ""))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OPS)
 def test_turn_reads_match_the_sdk_on_the_same_writes(ops: list[tuple[str, list[Any]]]) -> None:

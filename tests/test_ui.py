@@ -64,6 +64,7 @@ def _page(stored: Stored, session_id: str, uri: str | None = None) -> dict[str, 
     return asyncio.run(read())
 
 
+@pytest.mark.slow
 def test_session_data_has_lanes_decisions_grants_and_a_verified_ledger(stored: Stored) -> None:
     data = _page(stored, "demo-1")
     events = data["events"]
@@ -256,6 +257,7 @@ def test_without_the_service_extra_ui_says_what_to_install(
     assert done.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_agentjournal_ui_serves_as_a_real_process(stored: Stored) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTJOURNAL_")}
     command = [sys.executable, "-m", "agentjournal.cli", "ui", "--port", "0", "--uri", stored.uri]
@@ -291,6 +293,7 @@ def test_an_event_the_store_cannot_decode_is_a_failure_not_a_crash(
     assert "not UTF-8" in page
 
 
+@pytest.mark.slow
 def test_the_viewer_reads_kurrentdb_too(
     stored: Stored, kurrentdb_double: ThreadedKurrentDBDouble
 ) -> None:
@@ -318,7 +321,7 @@ def test_the_viewer_reads_kurrentdb_too(
 
 
 def test_odd_query_numbers_are_404s_not_500s(url: str) -> None:
-    # Found in review: isdigit() took "²" and 5,000 digits, and /events?after= was unguarded.
+    # isdigit() takes "²", and 5,000 digits is a number: both, and a bad /events?after=, 404.
     with httpx.Client(base_url=url, timeout=30) as client:
         for query in ("at=%C2%B2", "at=" + "9" * 5000, "at=-1"):
             assert client.get(f"/sessions/demo-1?{query}").status_code == 404, query
@@ -330,7 +333,7 @@ def test_odd_query_numbers_are_404s_not_500s(url: str) -> None:
 def test_a_non_json_constant_in_stored_data_is_shown_as_text(
     stored: Stored, tmp_path: Path
 ) -> None:
-    # Found in review: NaN in a (tampered) event's data blanked the page and made the API 500.
+    # NaN in a (tampered) event's data must neither blank the page nor make the API 500.
     copy, _, _ = tamper(stored, tmp_path, b'"refund of 1250 cents on order 42 accepted"', b"NaN")
     data = _page(stored, "demo-1", f"sqlite:///{copy}")
     assert not data["integrity"]["ok"]  # type: ignore[index]

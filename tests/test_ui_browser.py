@@ -32,10 +32,13 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None and os.path.exists("/usr/bin/chromium"):
     CHROMIUM = "/usr/bin/chromium"
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no chromium executable (Debian: apt-get install chromium; .ci/run installs it)",
-)
+pytestmark = [
+    pytest.mark.slow,  # a real browser
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="no chromium executable (Debian: apt-get install chromium; .ci/run installs it)",
+    ),
+]
 
 TIMEOUT_MS = 15_000
 
@@ -277,7 +280,7 @@ def test_an_unknown_session_is_a_404_page(watched: Watched, url: str, shots: Pat
     assert watched.others(url) == []
 
 
-# -- branches (DESIGN §17.4) ----------------------------------------------------------------
+# -- branches ------------------------------------------------------------------------------
 
 
 async def _run_on_branch(uri: str, key: str) -> None:

@@ -398,6 +398,7 @@ def test_a_tree_read_in_python_gives_what_the_command_prints(tmp_path: Path) -> 
     assert report.total.usage == written.scripts["u-one"].total()
 
 
+@pytest.mark.slow
 def test_on_a_terminal_a_rich_table(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'usage.db'}"
     written = asyncio.run(write_sessions(uri, tmp_path))

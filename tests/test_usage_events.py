@@ -119,6 +119,7 @@ def sdk_total(usage: SdkUsage) -> Usage:
 # -- every response once, whatever it produced -------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 async def test_nested_handoffs_record_every_response_once(journal: Journal, method: Method) -> None:
     script = Script()
@@ -240,6 +241,7 @@ async def test_decisions_written_side_by_side_carry_a_response_once(
 # -- retried writes -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["timeout_after_commit", "stall_after_commit"])
 async def test_unknown_outcomes_on_kurrentdb_write_each_response_once(fault: str) -> None:
     with KurrentDBDouble.in_thread() as double:
@@ -303,6 +305,7 @@ class _Rival(SQLiteEventStore):
         return await super().append_many(requests)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", [_AnswerLost, _Rival], ids=["answer-lost", "conflict"])
 async def test_retried_writes_on_sqlite_write_each_response_once(
     tmp_path: Path, kind: type[SQLiteEventStore]
@@ -340,6 +343,7 @@ class _Unsettled(SQLiteEventStore):
         return results
 
 
+@pytest.mark.slow
 async def test_a_write_whose_outcome_stayed_unknown_is_found_not_repeated(
     tmp_path: Path,
 ) -> None:

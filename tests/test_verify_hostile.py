@@ -233,6 +233,7 @@ def run_process(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "raw",
     [
@@ -363,6 +364,7 @@ def test_damaged_store_fails_naming_where(
     assert says in failed(result)
 
 
+@pytest.mark.slow
 def test_damaged_store_in_a_real_process(store_file: Path, tmp_path: Path) -> None:
     bad = damaged(store_file, tmp_path, "UPDATE events SET data = ? WHERE position = ?", b"\xff")
     result = run_process("verify", "s", "--uri", f"sqlite:///{bad}", "--pubkey", str(PUBKEY))
@@ -506,6 +508,7 @@ def _mutate_bytes(data: st.DataObject, raw: bytes) -> bytes:
     return raw[:end] + raw[at:end] + raw[end:]
 
 
+@pytest.mark.slow
 @settings(
     max_examples=300,
     deadline=None,
@@ -530,7 +533,7 @@ def test_fuzz_mutated_bundles_fail_cleanly_or_are_unmodified(data: st.DataObject
         assert result.stdout.splitlines()[-1].startswith("FAILED: ")
 
 
-# -- found in review: forged data that reached a message or a view -----------------------------
+# -- forged data that would reach a message or a view ------------------------------------------
 
 
 def _rechained(edit: Callable[[dict[str, Any]], None]) -> bytes:

@@ -1,11 +1,12 @@
-"""A warm ``get_items`` on SQLite asks the store's heads on the loop thread (issue 18).
+"""A warm ``get_items`` on SQLite asks the store's heads on the loop thread.
 
 ``SQLiteEventStore.heads_now`` reads the followed streams' heads on a read-only
 connection of the caller's thread; when none moved past the session's cache,
 nothing is read and no trip to the store's thread is made. Everything committed
 before the call — by this store object, another object on the same file, or
 another process — must show, and anything the probe cannot answer at once
-falls back to the ordinary read.
+falls back to the ordinary read: a store opened by a relative path keeps probing its own
+file after a ``chdir``, and a pass-through wrapper is never probed around its reads.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ import sys
 import textwrap
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentjournal import Journal, JournalSession
-from agentjournal.store.contract import NewEvent, StreamState
+from agentjournal.store.contract import AppendRequest, NewEvent, RecordedEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
 
 
@@ -97,7 +101,7 @@ async def test_a_write_by_another_store_object_on_the_file_shows(tmp_path: Path)
 _OTHER_PROCESS = textwrap.dedent(
     """
     import asyncio, json, sys, uuid
-    from agentjournal.store.contract import NewEvent, StreamState
+    from agentjournal.store.contract import AppendRequest, NewEvent, RecordedEvent, StreamState
     from agentjournal.store.sqlite import SQLiteEventStore
 
     async def main():
@@ -194,3 +198,82 @@ async def test_heads_now_defers_when_it_cannot_answer_at_once(tmp_path: Path) ->
         assert store.reads > before  # read the ordinary way
     finally:
         store.close_sync()
+
+
+async def test_the_heads_probe_reads_the_store_s_file_after_a_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store opened by a relative path, then the process changes directory (a server, a
+    library): the probe, opened on first use, must read the store's own file, not a file of
+    the same name in the new directory, or a warm read misses another writer's commit."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    there.mkdir()
+    monkeypatch.chdir(there)
+    async with await SQLiteEventStore.open("j.db") as decoy:  # same name, same session id
+        await JournalSession(decoy, "s").add_items([item("elsewhere")])
+    monkeypatch.chdir(here)
+    async with await SQLiteEventStore.open("j.db") as store:
+        reader = JournalSession(store, "s")
+        await reader.add_items([item("one")])  # head 1, as the decoy's; no probe yet
+        monkeypatch.chdir(there)
+        await JournalSession(store, "s").add_items([item("two")])  # another session object
+        assert store.heads_now(["AgentSession-s"]) in ({"AgentSession-s": 2}, None)
+        held: list[Any] = await reader.get_items()
+        assert [m["content"] for m in held] == ["one", "two"]
+
+
+class _Tenant:
+    """A store wrapper that keeps one tenant's streams apart in a shared store (a prefix on
+    every name it reads or writes) and passes everything else through, as wrappers do."""
+
+    def __init__(self, inner: SQLiteEventStore, prefix: str) -> None:
+        self._inner = inner
+        self._prefix = prefix
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def append(self, stream: str, events: Any, *, expected: Any) -> Any:
+        result = await self._inner.append(self._prefix + stream, events, expected=expected)
+        return replace(result, stream=stream)
+
+    async def append_many(self, requests: Any) -> Any:
+        results = await self._inner.append_many(
+            [AppendRequest(self._prefix + r.stream, r.events, r.expected) for r in requests]
+        )
+        return [replace(r, stream=r.stream.removeprefix(self._prefix)) for r in results]
+
+    async def read(self, stream: str, **options: Any) -> Any:
+        found = await self._inner.read(self._prefix + stream, **options)
+        return [
+            RecordedEvent(
+                id=e.id,
+                type=e.type,
+                data=e.data,
+                metadata=e.metadata,
+                stream=stream,
+                revision=e.revision,
+                position=e.position,
+                recorded_at=e.recorded_at,
+            )
+            for e in found
+        ]
+
+    async def head(self, stream: str) -> int | None:
+        return await self._inner.head(self._prefix + stream)
+
+
+async def test_a_pass_through_wrapper_is_not_probed_around_its_reads(tmp_path: Path) -> None:
+    """A store without ``heads_now`` of its own (KurrentDB, wrappers) takes the
+    ordinary reads. A wrapper that forwards other attributes (``__getattr__``) must not
+    have the probe answer for the store inside it: here the probe reads another tenant's
+    stream of the same name, at the same head, and the warm read misses a write."""
+    async with await SQLiteEventStore.open(tmp_path / "tenants.db") as store:
+        await JournalSession(store, "s").add_items([item("someone else's")])
+        tenant = _Tenant(store, "t1.")
+        reader = JournalSession(tenant, "s")
+        await reader.add_items([item("one")])
+        assert await reader.get_items() == [item("one")]
+        await JournalSession(tenant, "s").add_items([item("two")])
+        assert await reader.get_items() == [item("one"), item("two")]

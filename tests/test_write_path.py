@@ -1,5 +1,5 @@
-"""The write path (issue 18): cheap nonces that still never repeat, cheap ids that are the
-same ids, and a head update that is one compare-and-set."""
+"""The write path: cheap nonces that still never repeat, cheap ids that are the
+same ids, a head update that is one compare-and-set, and a bounded cache of stream ids."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentjournal import Journal, JournalSession
 from agentjournal.engine.core import _NONCES
 from agentjournal.errors import ConcurrencyError
+from agentjournal.store import sqlite as sqlite_store
 from agentjournal.store.contract import NewEvent, StreamState, event_id, event_id_series
 from agentjournal.store.sqlite import SQLiteEventStore
 
@@ -158,7 +161,7 @@ async def test_writes_queued_in_one_pass_of_the_loop_share_one_commit(tmp_path: 
 async def test_a_lone_write_starts_its_drain_at_once_and_a_busy_pass_defers_it(
     tmp_path: Path,
 ) -> None:
-    # Fifth round: with nothing else ready in the loop's pass, no other write can join
+    # With nothing else ready in the loop's pass, no other write can join
     # this one before the pass ends, so the drain starts from the writing task itself
     # instead of from a kick one pass later. With anything else ready (another task,
     # any callback), the kick still waits for the end of the pass (group commit).
@@ -184,7 +187,7 @@ async def test_a_lone_write_starts_its_drain_at_once_and_a_busy_pass_defers_it(
 
 
 async def test_a_group_is_settled_by_one_hand_off_per_loop(tmp_path: Path) -> None:
-    # Fifth round: the writes of one group that wait on one loop are settled by one
+    # The writes of one group that wait on one loop are settled by one
     # callback (one wake-up of the loop), each with its own outcome, in order.
     store = await SQLiteEventStore.open(tmp_path / "settle.db")
     loop = asyncio.get_running_loop()
@@ -225,3 +228,20 @@ async def test_a_write_queued_as_the_store_closes_is_committed(tmp_path: Path) -
         assert await again.head("s-1") == 0
     finally:
         await again.close()
+
+
+async def test_the_stream_id_cache_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compare-and-set's stream ids are a cache on a long-lived store: one entry per
+    stream ever written (a server with millions of sessions) must not grow without end."""
+    monkeypatch.setattr(sqlite_store, "_STREAM_IDS_KEPT", 8, raising=False)
+    async with await SQLiteEventStore.open(tmp_path / "ids.db") as store:
+        for n in range(40):
+            stream = f"s-{n}"
+            for revision in range(3):
+                event = NewEvent(type="Noted", data=b"{}", metadata={}, id=uuid.uuid4())
+                expected = StreamState.NO_STREAM if revision == 0 else revision - 1
+                await store.append(stream, [event], expected=expected)
+            assert await store.head(stream) == 2
+        assert len(store._stream_ids) <= 8

@@ -1,5 +1,6 @@
-"""A store wrapper written before the read model: it has no ``read_model`` and passes no
-model changes on, so the engine reads and writes events only (the read model's tests)."""
+"""A store wrapper without a read model: it has no ``read_model`` and passes no model
+changes on, so the engine reads and writes events only (the read model's tests compare
+against it)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from agentjournal.store.contract import (
 from agentjournal.store.sqlite import SQLiteEventStore
 
 
-class NoModel:
+class WithoutReadModel:
     """A store wrapper without ``read_model``: the engine reads and writes events only."""
 
     def __init__(self, inner: SQLiteEventStore) -> None:
@@ -28,7 +29,7 @@ class NoModel:
         return await self.inner.append(stream, events, expected=expected)
 
     async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
-        # Rebuilt field by field, as a wrapper written before the read model would.
+        # Rebuilt field by field, as a wrapper that knows nothing of model changes would.
         return await self.inner.append_many(
             [AppendRequest(r.stream, r.events, r.expected) for r in requests]
         )
