@@ -1,4 +1,4 @@
-"""Bulk decodes without the cyclic garbage collector (issue 18)."""
+"""Bulk decodes without the cyclic garbage collector."""
 
 from __future__ import annotations
 

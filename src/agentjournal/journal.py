@@ -33,7 +33,7 @@ logger = logging.getLogger("agentjournal")
 
 DEFAULT_CACHE_BYTES: Final = 8 * 2**20
 """What the shared cache keeps of one session's items by default (a 10,000-item session of
-tool calls takes about 3.3 MiB; see DESIGN §9)."""
+tool calls takes about 3.3 MiB)."""
 
 GUARDRAIL_URL_ENV: Final = "AGENTJOURNAL_GUARDRAIL_URL"
 """The guardrail service sessions use when ``guardrails=`` is not given."""

@@ -222,7 +222,7 @@ def subagent_id(target_agent_name: str, call_id: str) -> str:
     return prefix + digest[:_HASHED_SUFFIX_HEX]
 
 
-# -- branches (issue 19, DESIGN §17) ------------------------------------------------
+# -- branches -----------------------------------------------------------------------------
 
 MAIN_BRANCH = "main"
 """The name of a session's main line (its ``AgentSession-{id}`` stream); no branch may take it."""

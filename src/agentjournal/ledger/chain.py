@@ -5,7 +5,7 @@ revision: the position in its stream's chain), ``aj.prev`` (the previous event's
 zeros for revision 0), ``aj.chain`` (the record format, ``"2"``; absent on events written
 before it) and ``aj.hash``, the hex SHA-256 of the event's *chain record*:
 
-- **format 2** (written since issue 18): the compact JSON array
+- **format 2** (written by this version): the compact JSON array
   ``[2, stream, revision, id, type, data_sha256, metadata]``, strings escaped as RFC 8785
   escapes them, ``metadata`` every key but ``aj.hash`` in code-point order (SCHEMA.md,
   "Chain records", has the full rules and a worked example);

@@ -4,7 +4,7 @@ Routes (all GET):
 
 - ``/``: the sessions list (the catalog's rows), filterable, following the store.
 - ``/sessions/{id}``: one session (``?at=N`` opens Replay before item ``#N``;
-  ``?branch=B`` shows the branch line B, DESIGN §17.4); 404 page for a session (or
+  ``?branch=B`` shows the branch line B); 404 page for a session (or
   branch) the store does not hold.
 - ``/api/sessions``, ``/api/sessions/{id}``, ``/api/sessions/{id}/replay?at=N``: the
   same data as JSON (``&branch=B`` too), which an open page fetches again when told

@@ -85,7 +85,7 @@ async def session_page(
     With ``branch`` (a name from ``agentjournal fork``), the page shows that line: its
     own streams on the timeline, its items (prefix included) on the Replay tab, its own
     model responses as usage; the integrity tab is the session's report (the verifier
-    reads branch lines from DESIGN §17.6 step 8 on).
+    checks every line).
 
     Args:
         store: The store to read (nothing is written).

@@ -44,7 +44,7 @@ It is pinned to KurrentDB 26.0.2's source (``kurrent-io/KurrentDB``):
 * :mod:`.recording`: a client interceptor that records the gRPC exchanges of
   a run (against a real server) and replays them against the double.
 
-What it does not reproduce is listed in ``DESIGN.md`` §4.
+What it does not reproduce is listed in ``docs/kurrentdb.md``.
 """
 
 from __future__ import annotations
