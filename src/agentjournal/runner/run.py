@@ -144,7 +144,7 @@ async def _run(
             agent_name=first.id,
         )
         config = RunConfig(
-            tracing_disabled=True,  # spans are OpenTelemetry's (agentjournal.*), see DESIGN, "The manifest runner"
+            tracing_disabled=True,  # the spans are OpenTelemetry's (agentjournal.*)
             tool_not_found_behavior="return_error_to_model",  # an unknown name never crashes
         )
         status, response, error = "completed", None, None
