@@ -8,8 +8,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["CALL_KINDS", "Call", "call_of", "calls_of", "tool_call_payload"]
-
 CALL_KINDS: Final = {
     "function_call": "",
     "custom_tool_call": "",

@@ -6,8 +6,6 @@ import hashlib
 import json
 from typing import Any
 
-__all__ = ["data_digest", "value_digest"]
-
 # Made once (json.dumps with options builds an encoder per call); the same bytes.
 _SORTED_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 

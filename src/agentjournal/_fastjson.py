@@ -23,8 +23,6 @@ from typing import Any, Final
 
 import orjson
 
-__all__ = ["loads", "orjson_loads", "plain_text"]
-
 _ZEROED: Final = bytes.maketrans(b"123456789", b"000000000")
 _LONG_RUN: Final = b"0" * 19
 _json_loads: Final = json.JSONDecoder().decode

@@ -6,8 +6,6 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
-__all__ = ["no_collection"]
-
 
 @contextlib.contextmanager
 def no_collection() -> Iterator[None]:

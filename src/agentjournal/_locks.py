@@ -14,8 +14,6 @@ import collections
 import threading
 from types import TracebackType
 
-__all__ = ["CrossLoopLock"]
-
 
 class CrossLoopLock:
     """A FIFO async mutex usable from any event loop in any thread."""

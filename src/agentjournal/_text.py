@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import unicodedata
 
-__all__ = ["cut", "plural", "printable", "shown_uri"]
-
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 # Joiners are format characters too, but emoji and several scripts need them to read right,
 # and they cannot move the cursor, end a line or reorder text.

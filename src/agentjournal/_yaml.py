@@ -12,8 +12,6 @@ from typing import Any
 
 from agentjournal.errors import InvalidInput
 
-__all__ = ["parse_yaml", "read_yaml"]
-
 
 def parse_yaml(text: str) -> Any:
     """The document in ``text``.

@@ -19,15 +19,11 @@ from agentjournal.guardrails.client import GuardrailClient
 from agentjournal.ledger import KeyRotation, SigningKey
 from agentjournal.sdk.session import JournalSession
 from agentjournal.store import (
-    DEFAULT_URI,
-    URI_ENV,
     EventStore,
     open_store,
     store_uri,
 )
 from agentjournal.streams import MAIN_BRANCH, branch_stream, session_stream, validate_id
-
-__all__ = ["DEFAULT_URI", "GUARDRAIL_URL_ENV", "URI_ENV", "Journal"]
 
 logger = logging.getLogger("agentjournal")
 

@@ -34,24 +34,6 @@ from typing import Any, Final, TypeAlias
 
 from agentjournal.errors import InvalidInput
 
-__all__ = [
-    "NOTHING",
-    "AllowList",
-    "Authority",
-    "Cap",
-    "Ceiling",
-    "DenyList",
-    "Nothing",
-    "Ranked",
-    "ceiling_from_json",
-    "ceiling_at_most",
-    "covers",
-    "excess",
-    "meet",
-    "meet_ceilings",
-    "validate_scope",
-]
-
 _SCOPE: Final = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*(\.\*)?$")
 
 

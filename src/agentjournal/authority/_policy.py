@@ -60,16 +60,6 @@ from agentjournal.authority import (
 )
 from agentjournal.errors import InvalidInput
 
-__all__ = [
-    "CeilingInput",
-    "Gate",
-    "Policy",
-    "Refusal",
-    "ToolRule",
-    "ceiling_inputs",
-    "input_permits",
-]
-
 
 class Gate:
     """Where a refusal happened (the ``gate`` field of ``AuthorityDenied``)."""

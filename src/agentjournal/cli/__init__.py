@@ -82,8 +82,6 @@ from agentjournal.cli import usage as usage_command
 from agentjournal.cli._common import Commands, usage
 from agentjournal.errors import JournalError
 
-__all__ = ["build_parser", "main"]
-
 _COMMANDS = (
     demo,
     selfcheck,

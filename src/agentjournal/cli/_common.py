@@ -71,16 +71,6 @@ if TYPE_CHECKING:
     from agentjournal.authority import Policy
     from agentjournal.records import TreeRecords
 
-__all__ = [
-    "STORE_HELP",
-    "Anchors",
-    "add_verification_arguments",
-    "anchors_of",
-    "usage",
-    "writable_folder",
-    "write_atomically",
-]
-
 STORE_HELP = f"the store (default: ${URI_ENV}, else {DEFAULT_URI})"
 
 

@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["Progress", "console", "progress", "table"]
-
 
 def console(file: TextIO | None = None) -> Console:
     """A console on ``file`` (default stdout): styled on a terminal, plain text otherwise."""

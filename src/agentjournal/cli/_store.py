@@ -7,8 +7,6 @@ from agentjournal.errors import InvalidInput
 from agentjournal.store import EventStore, open_store, store_uri
 from agentjournal.streams import session_stream, validate_id
 
-__all__ = ["open_session"]
-
 
 async def open_session(uri: str | None, session_id: str) -> tuple[EventStore, str]:
     """Open an existing store holding ``session_id`` (never creating either).

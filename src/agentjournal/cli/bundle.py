@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from agentjournal.ledger.keys import SigningKey
     from agentjournal.store.contract import EventStore
 
-__all__ = ["DEFAULT_MAX_BYTES", "export_to_file", "register", "sign_every_line", "verify_file"]
-
 DEFAULT_MAX_BYTES: Final = 256 * 1024 * 1024
 """The largest bundle ``bundle verify`` reads (the whole bundle is held in memory)."""
 

@@ -8,8 +8,6 @@ import os
 
 from agentjournal.cli._common import STORE_HELP, Commands
 
-__all__ = ["register"]
-
 
 def register(commands: Commands) -> None:
     """Add the ``demo`` command."""

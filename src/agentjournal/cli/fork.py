@@ -8,8 +8,6 @@ from collections.abc import Callable
 
 from agentjournal.cli._common import STORE_HELP, Commands
 
-__all__ = ["register"]
-
 
 def _whole(least: int) -> Callable[[str], int]:
     """An option's type: a whole number of at least ``least``."""

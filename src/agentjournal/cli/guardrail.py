@@ -7,8 +7,6 @@ import sys
 from agentjournal._text import plural
 from agentjournal.cli._common import Commands, missing_service, usage
 
-__all__ = ["register"]
-
 
 def register(commands: Commands) -> None:
     """Add the ``guardrail`` command and its ``serve``."""

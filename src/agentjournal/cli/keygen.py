@@ -13,8 +13,6 @@ from agentjournal.errors import InvalidInput
 if TYPE_CHECKING:
     from agentjournal.ledger.keys import SigningKey
 
-__all__ = ["keygen", "register", "rotate"]
-
 
 def register(commands: Commands) -> None:
     """Add the ``keygen`` command."""

@@ -7,8 +7,6 @@ import asyncio
 
 from agentjournal.cli._common import STORE_HELP, Commands
 
-__all__ = ["register"]
-
 
 def _count(text: str) -> int:
     try:

@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from agentjournal.runner.contract import InvocationInput
     from agentjournal.runner.scrub import Scrubber
 
-__all__ = ["register"]
-
 _LOG_KEYS = ("thread_id", "run_id")
 
 

@@ -9,8 +9,6 @@ import tempfile
 from agentjournal.cli._common import Commands
 from agentjournal.store import URI_ENV
 
-__all__ = ["register"]
-
 
 def register(commands: Commands) -> None:
     """Add the ``selfcheck`` command."""

@@ -16,8 +16,6 @@ from agentjournal.errors import InvalidInput
 if TYPE_CHECKING:
     from agentjournal.read.catalog import SessionRow
 
-__all__ = ["parse_since", "register"]
-
 _RELATIVE: Final = re.compile(r"(\d+)([smhdw])")
 _UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 

@@ -16,8 +16,6 @@ if TYPE_CHECKING:
     from agentjournal.records import Record, TreeRecords
     from agentjournal.store.contract import EventStore
 
-__all__ = ["register"]
-
 
 def register(commands: Commands) -> None:
     """Add the ``show`` command."""

@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from agentjournal.records import Record
     from agentjournal.store.contract import EventStore, RecordedEvent
 
-__all__ = ["register"]
-
 
 def register(commands: Commands) -> None:
     """Add ``tail``."""

@@ -33,8 +33,6 @@ if TYPE_CHECKING:
     from agentjournal.records import DamagedEvent
     from agentjournal.store.contract import EventStore, RecordedEvent
 
-__all__ = ["ExportFailed", "register"]
-
 BATCH: Final = 512
 """Spans per export call, and events folded before a follower saves (at most)."""
 SAVE_EVERY: Final = 1000

@@ -18,8 +18,6 @@ from agentjournal.cli._common import STORE_HELP, Commands, usage
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-__all__ = ["TOKEN_ENV", "is_loopback", "register"]
-
 TOKEN_ENV: Final = "AGENTJOURNAL_UI_TOKEN"
 _TOKEN: Final = re.compile(r"[A-Za-z0-9._~+/=-]{16,512}")
 _PUBKEY_HELP: Final = (

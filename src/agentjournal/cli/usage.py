@@ -20,8 +20,6 @@ if TYPE_CHECKING:
 
     from agentjournal.read.usage import Group, Prices, UsageReport, UsageRow
 
-__all__ = ["PAGE", "register", "show_usage"]
-
 PAGE: Final = 1000
 """Events per ``read_all`` page when every session is read."""
 

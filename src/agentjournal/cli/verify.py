@@ -14,8 +14,6 @@ from agentjournal.cli._common import (
 )
 from agentjournal.errors import InvalidInput
 
-__all__ = ["register", "verify_session"]
-
 
 def register(commands: Commands) -> None:
     """Add the ``verify`` command."""

@@ -29,23 +29,6 @@ import jsonschema
 
 from agentjournal._digests import value_digest
 
-__all__ = [
-    "Fits",
-    "apply_response",
-    "digest",
-    "SYSTEM_HANDOFF_TOOL",
-    "handoff_arguments",
-    "handoff_fits",
-    "handoff_payload",
-    "handoff_target",
-    "input_fits",
-    "input_payload",
-    "message_text",
-    "replace_input",
-    "response_text",
-    "tool_call_fits",
-]
-
 Fits = Callable[[Any], bool]
 digest = value_digest
 """``sha256:`` + hex digest of a payload as JSON with sorted keys and no whitespace."""

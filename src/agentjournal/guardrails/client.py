@@ -37,8 +37,6 @@ from agentjournal.guardrails.protocol import (
     traceparent,
 )
 
-__all__ = ["GuardrailClient", "Verdict"]
-
 logger = logging.getLogger("agentjournal.guardrails")
 
 DEFAULT_TIMEOUT: Final = 2.0

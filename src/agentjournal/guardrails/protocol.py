@@ -14,16 +14,6 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
-__all__ = [
-    "ActionType",
-    "Decision",
-    "ReasonCode",
-    "TraceRef",
-    "ValidateRequest",
-    "ValidateResponse",
-    "traceparent",
-]
-
 TraceId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 SpanId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")]
 

@@ -35,8 +35,6 @@ from agentjournal.guardrails.protocol import (
     ValidateResponse,
 )
 
-__all__ = ["SCHEMA_FILE", "RuleSet", "decide", "load_rules", "rules_schema"]
-
 SCHEMA_FILE = Path(__file__).with_name("rules.schema.json")
 """The rules file format as JSON Schema, shipped with the package (``rules_schema()``)."""
 

@@ -30,19 +30,6 @@ from agentjournal.errors import InvalidInput
 from agentjournal.guardrails.protocol import ValidateRequest, ValidateResponse, parse_traceparent
 from agentjournal.guardrails.rules import RuleSet, decide
 
-__all__ = [
-    "DEFAULT_MAX_BODY",
-    "DEFAULT_READ_TIMEOUT",
-    "ErrorDetail",
-    "ErrorResponse",
-    "Health",
-    "bind",
-    "create_app",
-    "openapi",
-    "running",
-    "serve",
-]
-
 logger = logging.getLogger("agentjournal.guardrails.service")
 
 

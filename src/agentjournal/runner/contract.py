@@ -30,22 +30,6 @@ from agentjournal.errors import InvalidInput
 from agentjournal.store.contract import MAX_EVENT_BYTES
 from agentjournal.streams import validate_id
 
-__all__ = [
-    "ERROR_CODES",
-    "MAX_CONTENT_UNITS",
-    "MAX_STATE_BYTES",
-    "MAX_STDIN_BYTES",
-    "ErrorInfo",
-    "HandoffRecord",
-    "InputMessage",
-    "InvocationInput",
-    "InvocationOutput",
-    "TraceIn",
-    "TraceOut",
-    "parse_input",
-    "schema_files",
-]
-
 ERROR_CODES: Final = {
     "INVALID_INPUT": 1,
     "INVALID_MANIFEST": 1,

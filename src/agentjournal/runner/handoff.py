@@ -49,15 +49,6 @@ if TYPE_CHECKING:
     from agents.agent import Agent
     from agents.run_context import RunContextWrapper
 
-__all__ = [
-    "REJECTED_NAME",
-    "SEED_NAME",
-    "WIRE_NAME",
-    "HandoffDesk",
-    "HandoffModel",
-    "HandoffTaken",
-]
-
 SEED_NAME = "system::handoff"
 WIRE_NAME = SYSTEM_HANDOFF_TOOL
 REJECTED_NAME = "system__handoff_rejected"

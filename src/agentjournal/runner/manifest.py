@@ -28,20 +28,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentjournal._yaml import parse_yaml
 from agentjournal.errors import InvalidInput
 
-__all__ = [
-    "MANIFEST_FILE",
-    "RESERVED_TOOL_NAMES",
-    "Catalog",
-    "FunctionSpec",
-    "Manifest",
-    "ManifestError",
-    "ModelSpec",
-    "Parameters",
-    "ToolSpec",
-    "load_catalog",
-    "load_manifest",
-]
-
 MANIFEST_FILE = "agent.yml"
 RESERVED_TOOL_NAMES = frozenset({"system::handoff", "system__handoff", "system__handoff_rejected"})
 """Names the runner owns (the handoff tool, in both spellings): no manifest may declare them."""

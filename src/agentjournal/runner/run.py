@@ -47,8 +47,6 @@ if TYPE_CHECKING:
     from agentjournal.runner.script import ModelScript
     from agentjournal.runner.tools import Registry
 
-__all__ = ["EXIT_CODES", "Invocation", "hardcoded_ids", "invoke"]
-
 logger = logging.getLogger("agentjournal.runner")
 
 EXIT_CODES: Final = {"completed": 0, "invalid": 1, "blocked": 2, "failed": 3}

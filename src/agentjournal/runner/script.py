@@ -31,8 +31,6 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agentjournal.errors import InvalidInput
 
-__all__ = ["ModelScript", "load_script"]
-
 
 class ModelScript:
     """The scripted turns of each agent id (one :class:`ScriptedModel` per agent)."""

@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-__all__ = ["MIN_SECRET_LENGTH", "REDACTED", "Scrubber"]
-
 MIN_SECRET_LENGTH: Final = 4
 REDACTED: Final = "[config]"
 

@@ -29,8 +29,6 @@ from agentjournal.errors import StreamNotFound
 from agentjournal.store.contract import EventStore
 from agentjournal.streams import session_stream
 
-__all__ = ["THREAD_STATE", "load_state", "merge_state", "session_started", "state_event"]
-
 THREAD_STATE: Final = "agentjournal.ThreadState"
 _PAGE = 32
 

@@ -20,16 +20,6 @@ import httpx
 
 from agentjournal.runner.scrub import Scrubber
 
-__all__ = [
-    "async_http_client",
-    "http_client",
-    "invocation_config",
-    "reset_config",
-    "scrub",
-    "scrubber",
-    "set_config",
-]
-
 _CONFIG: contextvars.ContextVar[tuple[Mapping[str, Any], Scrubber]] = contextvars.ContextVar(
     "agentjournal_runner_config", default=(MappingProxyType({}), Scrubber({}))
 )

@@ -45,14 +45,6 @@ from agentjournal.runner import toolkit
 from agentjournal.runner.manifest import Catalog, Manifest, ToolSpec
 from agentjournal.sdk import tracing
 
-__all__ = [
-    "ENTRY_POINT_GROUP",
-    "Registry",
-    "bind_tools",
-    "check_bindings",
-    "load_registry",
-]
-
 ENTRY_POINT_GROUP = "agentjournal.tools"
 
 logger = logging.getLogger("agentjournal.runner")

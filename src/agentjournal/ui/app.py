@@ -61,8 +61,6 @@ if TYPE_CHECKING:
 
     from agentjournal.store.contract import EventStore, RecordedEvent
 
-__all__ = ["COOKIE", "create_app", "serve"]
-
 COOKIE: Final = "agentjournal_ui_token"
 """The cookie a ``?token=`` visit sets, so the page's own requests carry the token."""
 

@@ -44,18 +44,6 @@ if TYPE_CHECKING:
     from agentjournal.read.catalog import SessionRow
     from agentjournal.store.contract import EventStore
 
-__all__ = [
-    "MAX_EXPORTED_HISTORIES",
-    "Kind",
-    "asset",
-    "last_position",
-    "not_found",
-    "render",
-    "session_data",
-    "session_page",
-    "sessions_data",
-]
-
 Kind = Literal["session", "sessions"]
 
 MAX_EXPORTED_HISTORIES: Final = 500

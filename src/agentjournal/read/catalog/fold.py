@@ -41,8 +41,6 @@ if TYPE_CHECKING:
 
     from agentjournal.store.contract import RecordedEvent
 
-__all__ = ["VERSION", "Catalog"]
-
 VERSION: Final = 4  # 2: items counted by the engine's index rule; 3: branches; 4: continuations
 """The state's layout; a saved state of another version is rebuilt from the start."""
 

@@ -21,8 +21,6 @@ if TYPE_CHECKING:
 
     from agentjournal.store.contract import RecordedEvent
 
-__all__ = ["chain_problem", "checkpoint_problem", "ledger_status"]
-
 
 def chain_problem(head: list[Any] | None, event: RecordedEvent) -> str | None:
     """What breaks ``event``'s link to its stream's head (``[session, revision, hash]``,

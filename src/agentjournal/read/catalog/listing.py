@@ -22,8 +22,6 @@ if TYPE_CHECKING:
 
     from agentjournal.store.contract import EventStore
 
-__all__ = ["NAME", "PAGE", "Listing", "Progress", "refresh", "sessions"]
-
 NAME: Final = "catalog"
 """The projection's name: its state is saved on ``AgentProjection-catalog``."""
 PAGE: Final = 2000

@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-__all__ = ["BranchRow", "SessionRow"]
-
 
 @dataclass(frozen=True)
 class BranchRow:

@@ -18,15 +18,6 @@ from agentjournal.read.traces.state import Call, Run, Subagent, Tree
 from agentjournal.records import Record
 from agentjournal.tokens import ModelResponse
 
-__all__ = [
-    "agent_attributes",
-    "chat_attributes",
-    "guardrail_attributes",
-    "refusal_attributes",
-    "run_attributes",
-    "tool_attributes",
-]
-
 
 def run_attributes(tree: Tree, run: Run) -> tuple[dict[str, Attribute], tuple[SpanLink, ...]]:
     """A run span's attributes and links: a branch's run names its line and fork, and links

@@ -10,19 +10,6 @@ from agentjournal import events
 from agentjournal._calls import CALL_KINDS, call_of
 from agentjournal.records import Record
 
-__all__ = [
-    "FAILED",
-    "INPUT",
-    "LINE_EVENTS",
-    "OTHER_ITEM",
-    "OUTPUT_TYPES",
-    "TOOL_CALLS",
-    "TOOL_RESULT",
-    "author",
-    "calls",
-    "data_of",
-]
-
 _USER_MESSAGE: Final = "UserMessageReceived"
 INPUT: Final = frozenset({events.SESSION_STARTED, _USER_MESSAGE})
 """What a run's input writes: a trace-less one after other events starts the next run."""

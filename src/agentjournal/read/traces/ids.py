@@ -21,20 +21,6 @@ from agentjournal import events
 from agentjournal.read.traces.state import Run, Subagent, Tree
 from agentjournal.records import Record
 
-__all__ = [
-    "SPAN_ID",
-    "TRACE_ID",
-    "derived",
-    "fresh_id",
-    "notice_own",
-    "ns",
-    "owner_id",
-    "parse_time",
-    "recorded",
-    "root_id",
-    "subagent_id",
-]
-
 TRACE_ID: Final = re.compile(r"[0-9a-f]{32}")
 SPAN_ID: Final = re.compile(r"[0-9a-f]{16}")
 

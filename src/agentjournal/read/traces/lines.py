@@ -20,8 +20,6 @@ from agentjournal.read.traces.state import Tree, top_of, tree_from_json
 from agentjournal.records import Record
 from agentjournal.streams import session_of
 
-__all__ = ["Lines", "session_of_stream"]
-
 _BRANCH_PREFIX: Final = "AgentBranch-"
 _SUBSESSION_PREFIX: Final = "AgentSubsession-"
 

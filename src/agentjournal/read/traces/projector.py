@@ -64,8 +64,6 @@ from agentjournal.read.traces.state import (
 from agentjournal.records import Record, TreeRecords
 from agentjournal.tokens import ModelResponse
 
-__all__ = ["Projector", "project_tree"]
-
 
 class Projector:
     """Folds session trees' events, in commit order, into spans (see the module docs).

@@ -10,8 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-__all__ = ["Attribute", "ProjectedSpan", "SpanEvent", "SpanLink"]
-
 Attribute: TypeAlias = str | int | float | bool
 """An attribute value a span carries."""
 

@@ -14,18 +14,6 @@ from typing import Any, Final
 from agentjournal.read.traces.spans import SpanEvent
 from agentjournal.streams import MAIN_BRANCH
 
-__all__ = [
-    "SESSION_PREFIX",
-    "STATE_VERSION",
-    "Call",
-    "Run",
-    "Subagent",
-    "Tree",
-    "span_events",
-    "top_of",
-    "tree_from_json",
-]
-
 STATE_VERSION: Final = 1
 SESSION_PREFIX: Final = "AgentSession-"
 

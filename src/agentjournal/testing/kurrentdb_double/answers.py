@@ -45,14 +45,6 @@ from kurrentdbclient.protos.v1 import shared_pb2
 from kurrentdbclient.protos.v1 import status_pb2 as v1_status_pb2
 from kurrentdbclient.protos.v2.streams import errors_pb2 as v2_errors_pb2
 
-__all__ = [
-    "MAX_V1_MESSAGE_BYTES",
-    "Answer",
-    "batch_status",
-    "humanize_bytes",
-    "v2",
-]
-
 MAX_V1_MESSAGE_BYTES = 16 * 1024 * 1024 - 10_000
 """The largest request message the v1 streams service takes (``EffectiveMaxLogRecordSize``)."""
 

@@ -40,8 +40,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
-__all__ = ["FaultKind", "Faults", "SilentServer"]
-
 FaultKind = Literal[
     "stall_after_commit",
     "timeout_after_commit",

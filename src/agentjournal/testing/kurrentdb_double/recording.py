@@ -63,8 +63,6 @@ from google.rpc import (
 from kurrentdbclient.protos.v1 import streams_pb2
 from kurrentdbclient.protos.v2.streams import streams_pb2 as v2_pb2
 
-__all__ = ["Exchange", "Recorder", "load", "main", "replay"]
-
 _READ = "/event_store.client.streams.Streams/Read"
 _BATCH_APPEND = "/event_store.client.streams.Streams/BatchAppend"
 _APPEND_SESSION = "/kurrentdb.protocol.v2.streams.StreamsService/AppendSession"

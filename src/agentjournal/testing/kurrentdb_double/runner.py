@@ -24,16 +24,6 @@ from agentjournal.testing.kurrentdb_double.state import Database
 if TYPE_CHECKING:
     from agentjournal.store.kurrentdb import KurrentDBEventStore
 
-__all__ = [
-    "DEFAULT_MAX_APPEND_EVENT_SIZE",
-    "DEFAULT_MAX_APPEND_SIZE",
-    "KurrentDBDouble",
-    "ThreadedKurrentDBDouble",
-    "bench_store",
-    "kurrentdb_store_on_double",
-    "main",
-]
-
 DEFAULT_MAX_APPEND_SIZE = 256 * 1024 * 1024
 """The server's default ``MaxAppendSize`` since 25.1 (``TFConsts.ChunkSize``, 256 MiB)."""
 DEFAULT_MAX_APPEND_EVENT_SIZE = 16 * 1024 * 1024

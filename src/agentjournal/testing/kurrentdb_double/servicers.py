@@ -57,8 +57,6 @@ from agentjournal.testing.kurrentdb_double.state import (
     WrongExpectedVersion,
 )
 
-__all__ = ["Gossip", "Limits", "Streams", "StreamsV2"]
-
 _SCHEMA_NAME = {
     "26.0": re.compile(r"[a-zA-Z0-9_.$:-]+"),  # SchemaNameValidator, 26.0.2
     "26.1": re.compile(r"[\w.$:-]+"),  # 26.1: ^[\p{L}\p{N}_.$:-]+$ (letters of any script)

@@ -28,21 +28,6 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = [
-    "ANY",
-    "DELETED_STREAM",
-    "EXISTS",
-    "NO_STREAM",
-    "Database",
-    "InvalidPosition",
-    "Proposed",
-    "Record",
-    "Stream",
-    "StreamDeleted",
-    "Written",
-    "WrongExpectedVersion",
-]
-
 # Expected-revision codes of the v2 protocol, used internally for both APIs.
 NO_STREAM = -1
 ANY = -2
