@@ -90,17 +90,36 @@ STORE = {
     "open_store",
     "store_uri",
 }
-PACKAGES = [
-    "agentjournal",
-    "agentjournal.store",
-    "agentjournal.authority",
-    "agentjournal.ledger",
-    "agentjournal.guardrails",
-    "agentjournal.records",
-    "agentjournal.read.usage",
-    "agentjournal.read.traces",
-]
-"""The packages and modules whose ``__all__`` is the public API."""
+API_PAGE = ROOT / "docs" / "api.md"
+PACKAGES = re.findall(
+    r"^\| `(agentjournal[a-z_.]*)` \|", API_PAGE.read_text(encoding="utf-8"), re.M
+)
+"""The public modules, as ``docs/api.md`` lists them: each declares ``__all__``."""
+
+
+def _modules_declaring_all() -> set[str]:
+    """Every module of the package whose source assigns ``__all__``."""
+    found = set()
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(
+            isinstance(node, ast.Assign | ast.AnnAssign)
+            and any(
+                isinstance(target, ast.Name) and target.id == "__all__"
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            )
+            for node in tree.body
+        ):
+            parts = path.relative_to(SRC.parent).with_suffix("").parts
+            found.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found
+
+
+def test_the_public_modules_are_the_ones_the_api_page_lists() -> None:
+    """A module declares ``__all__`` exactly when ``docs/api.md`` names it public: the
+    internals (engine, SDK adapter, command line, viewer, submodules) declare none."""
+    assert len(PACKAGES) == len(set(PACKAGES)) > 20
+    assert _modules_declaring_all() == set(PACKAGES)
 
 
 def test_the_top_level_exports_are_pinned() -> None:
