@@ -66,13 +66,7 @@ from agentjournal.audit.verify._checkpoints import check_checkpoints
 from agentjournal.audit.verify._containment import check_containment
 from agentjournal.audit.verify._guards import check_guards
 from agentjournal.audit.verify._integrity import Markers, check_chain
-from agentjournal.audit.verify._parse import (
-    MAX_REVISION,
-    Malformed,
-    bundle_records,
-    parse_bundle,
-    record_problem,
-)
+from agentjournal.audit.verify._parse import Malformed, bundle_records, check_forms, parse_bundle
 from agentjournal.audit.verify._report import Problem, Report
 from agentjournal.audit.verify._tree import Tree
 from agentjournal.audit.verify._twins import check_twins
@@ -189,13 +183,8 @@ def _verify_records(
     if root not in streams or not streams[root]:
         report.fail("structure", root, None, "the session stream is missing or empty")
         return report
-    for stream in streams.values():
-        problem = next(((r, p) for r in stream if (p := record_problem(r)) is not None), None)
-        if problem is not None:
-            bad = problem[0]
-            shown = bad.revision if 0 <= bad.revision <= MAX_REVISION else None
-            report.fail("structure", bad.stream, shown, problem[1])
-            return report
+    if not check_forms(report, streams):
+        return report
     markers: Markers = {}
     for name, stream in streams.items():
         check_chain(report, name, stream, markers)

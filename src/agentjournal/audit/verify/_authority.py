@@ -11,13 +11,7 @@ from typing import Any
 from agentjournal import events
 from agentjournal._text import plural
 from agentjournal.audit.verify._report import Report
-from agentjournal.audit.verify._tree import (
-    Policies,
-    Tree,
-    agent_of,
-    authority_at,
-    metadata_int,
-)
+from agentjournal.audit.verify._tree import Policies, Tree, agent_of, authority_at, metadata_int
 from agentjournal.authority import Authority, Policy, meet
 from agentjournal.errors import InvalidInput
 from agentjournal.records import Record
@@ -202,7 +196,7 @@ class _LogReplay:
         the policies recorded up to it). A branch's own grants are on its own streams and
         its message indexes go on from its ``next_index``, which a cut inside a write may
         put below the last inherited grant's write's."""
-        self.policies.by_digest = dict(state.policies.by_digest)
+        self.policies = state.policies.copy()
         self.held = dict(state.held)
         self._last = dict(state._last)
         self._next_index = (
@@ -241,8 +235,8 @@ class _LogReplay:
             self.report.fail(
                 *where, f"the session ran under policy {recorded.digest}, not the one given"
             )
-        self.policies.by_digest[recorded.digest] = policy
-        self.tree.policies.by_digest[recorded.digest] = policy  # for containment's rules
+        self.policies.add(recorded.digest, policy)
+        self.tree.policies.add(recorded.digest, policy)  # for containment's rules
 
     def _grant(self, entry: Record, record: events.AuthorityHeld) -> None:
         tree = self.tree

@@ -13,15 +13,10 @@ from agentjournal import events
 from agentjournal._text import cut, plural
 from agentjournal.audit.verify._prefix import check_prefix
 from agentjournal.audit.verify._report import Report
-from agentjournal.audit.verify._tree import (
-    Tree,
-    decoded,
-)
+from agentjournal.audit.verify._tree import Tree, decoded
 from agentjournal.errors import InvalidInput
 from agentjournal.records import Record
-from agentjournal.streams import (
-    branch_stream,
-)
+from agentjournal.streams import branch_stream
 
 _POSITIONS: Final = 2**64  # a store's global position is an unsigned 64-bit number at most
 

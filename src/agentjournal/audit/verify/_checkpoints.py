@@ -13,21 +13,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from agentjournal import events
 from agentjournal._text import plural
 from agentjournal.audit.verify._report import Report
-from agentjournal.audit.verify._tree import (
-    Tree,
-)
+from agentjournal.audit.verify._tree import Tree
 from agentjournal.errors import InvalidInput
-from agentjournal.ledger.chain import (
-    CHAIN_KEYS,
-    HASH_KEY,
-    PREV_KEY,
-)
+from agentjournal.ledger.chain import CHAIN_KEYS, HASH_KEY, PREV_KEY
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, signed_event_id, trusted_closure
 from agentjournal.records import Record
-from agentjournal.streams import (
-    KEYS_STREAM,
-)
+from agentjournal.streams import KEYS_STREAM
 
 
 def _trusted_keys(

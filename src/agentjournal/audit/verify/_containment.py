@@ -14,12 +14,7 @@ from agentjournal._digests import value_digest
 from agentjournal._text import plural
 from agentjournal.audit.verify._integrity import Markers
 from agentjournal.audit.verify._report import Report
-from agentjournal.audit.verify._tree import (
-    Tree,
-    agent_of,
-    authority_at,
-    grant_at,
-)
+from agentjournal.audit.verify._tree import Tree, agent_of, authority_at, grant_at
 from agentjournal.authority import Authority, Gate, Policy, ToolRule, ceiling_inputs
 from agentjournal.errors import InvalidInput
 from agentjournal.events import Enforcement

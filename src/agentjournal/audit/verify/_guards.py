@@ -9,10 +9,7 @@ from typing import Final
 from agentjournal import events
 from agentjournal._text import cut, plural
 from agentjournal.audit.verify._report import Report
-from agentjournal.audit.verify._tree import (
-    Tree,
-    decoded,
-)
+from agentjournal.audit.verify._tree import Tree, decoded
 from agentjournal.records import Record
 
 _GUARDED: Final = frozenset({events.SESSION_CLEARED, events.AUTHORITY_RESET})

@@ -1,28 +1,22 @@
 """The structure stage: a bundle file's bytes parsed as strict JSON (:func:`parse_bundle`),
 its fields checked and its events read into records (:func:`bundle_records`), and each
-record's form checked whatever it was read from (:func:`record_problem`)."""
+record's form checked whatever it was read from (:func:`check_forms`)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from agentjournal._gc import no_collection
 from agentjournal._text import cut
-from agentjournal.audit.bundle import (
-    BUNDLE_FORMAT,
-    BUNDLE_VERSION,
-    BUNDLE_VERSIONS,
-    has_branches,
-)
+from agentjournal.audit.bundle import BUNDLE_FORMAT, BUNDLE_VERSION, BUNDLE_VERSIONS, has_branches
+from agentjournal.audit.verify._report import Report
 from agentjournal.errors import InvalidInput
 from agentjournal.records import Record, TreeRecords
-from agentjournal.streams import (
-    validate_id,
-)
+from agentjournal.streams import validate_id
 
-MAX_REVISION: Final = 2**63 - 1  # a stream revision is a signed 64-bit number everywhere
+_MAX_REVISION: Final = 2**63 - 1  # a stream revision is a signed 64-bit number everywhere
 
 
 _BUNDLE_FIELDS: Final = {"format", "version", "session_id", "exported_at", "redacted", "streams"}
@@ -187,10 +181,23 @@ def _event(stream: str, raw: Any) -> Record:
     )
 
 
-def record_problem(record: Record) -> str | None:
+def check_forms(report: Report, streams: Mapping[str, Sequence[Record]]) -> bool:
+    """Whether every record's form is right, whatever it was read from; else the first
+    wrong one fails the structure check."""
+    for stream in streams.values():
+        problem = next(((r, p) for r in stream if (p := _record_problem(r)) is not None), None)
+        if problem is not None:
+            bad = problem[0]
+            shown = bad.revision if 0 <= bad.revision <= _MAX_REVISION else None
+            report.fail("structure", bad.stream, shown, problem[1])
+            return False
+    return True
+
+
+def _record_problem(record: Record) -> str | None:
     """What is wrong with a record's form, whatever it was read from: a revision out of
     range, text that is not valid Unicode (a lone surrogate), if anything."""
-    if not 0 <= record.revision <= MAX_REVISION:
+    if not 0 <= record.revision <= _MAX_REVISION:
         return "an event has a revision out of range"
     metadata = record.metadata
     if "".join(

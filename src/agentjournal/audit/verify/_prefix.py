@@ -6,10 +6,7 @@ from __future__ import annotations
 
 from agentjournal import events
 from agentjournal.audit.verify._report import Report
-from agentjournal.audit.verify._tree import (
-    Tree,
-    metadata_int,
-)
+from agentjournal.audit.verify._tree import Tree, metadata_int
 from agentjournal.records import Record
 
 

@@ -47,6 +47,14 @@ class Policies:
             raise InvalidInput(f"policy {digest} is not on the authority log")
         return self.by_digest[digest]
 
+    def add(self, digest: str, policy: Policy) -> None:
+        self.by_digest[digest] = policy
+
+    def copy(self) -> Policies:
+        found = Policies()
+        found.by_digest = dict(self.by_digest)
+        return found
+
 
 class Tree:
     """Indexes over the bundle's streams."""

@@ -6,12 +6,8 @@ from __future__ import annotations
 from agentjournal import events
 from agentjournal._text import plural
 from agentjournal.audit.verify._report import Report
-from agentjournal.audit.verify._tree import (
-    Tree,
-)
-from agentjournal.ledger.chain import (
-    HASH_KEY,
-)
+from agentjournal.audit.verify._tree import Tree
+from agentjournal.ledger.chain import HASH_KEY
 
 
 def check_twins(report: Report, tree: Tree) -> None:

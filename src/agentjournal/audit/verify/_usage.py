@@ -6,9 +6,7 @@ from __future__ import annotations
 from agentjournal import events
 from agentjournal._text import cut, plural
 from agentjournal.audit.verify._report import Report
-from agentjournal.audit.verify._tree import (
-    Tree,
-)
+from agentjournal.audit.verify._tree import Tree
 from agentjournal.tokens import ModelResponse, Usage
 
 
