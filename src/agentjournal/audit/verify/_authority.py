@@ -28,7 +28,7 @@ def _cause_of(grant: Record) -> str | None:
 
 
 def check_authority(report: Report, tree: Tree, anchor: Policy | None) -> None:
-    """Every grant recomputed from its line's authority log (see the module docs).
+    """Every grant recomputed from its line's authority log (the package docs say how).
 
     Main's log is the session's; a branch's is the log it inherits at its fork — the line
     whose log ``BranchStarted.authority`` names, replayed up to that entry (itself after
