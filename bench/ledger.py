@@ -45,7 +45,9 @@ import orjson
 from _common import table
 from agentjournal import Journal
 from agentjournal.audit.export import export_bundle
-from agentjournal.audit.verify import Report, _check_chain, _parse, verify_bundle
+from agentjournal.audit.verify import Report, verify_bundle
+from agentjournal.audit.verify._integrity import check_chain
+from agentjournal.audit.verify._parse import bundle_records
 from agentjournal.engine.plan import seal_event
 from agentjournal.ledger import SigningKey
 from agentjournal.ledger.chain import CHAIN_KEY, CHAIN_KEYS, HASH_KEY, PREV_KEY, record_bytes
@@ -197,10 +199,10 @@ def main(argv: list[str]) -> int:
             hashlib.sha256(record).hexdigest()
 
     def chain() -> None:
-        tree = _parse(bundle)
+        tree = bundle_records(bundle)
         report = Report()
         for name, events in tree.streams.items():
-            _check_chain(report, name, events)
+            check_chain(report, name, events)
         assert report.ok
 
     def verify() -> None:

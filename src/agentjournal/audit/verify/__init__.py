@@ -1,0 +1,219 @@
+"""The offline verifier's entry points and the order its stages run in (pure: no store, no
+network).
+
+A bundle (:mod:`agentjournal.audit.bundle` writes one) holds every stream of a
+session tree with every event's revision, id, type, metadata, data digest and
+data — or, in a redacted bundle, no data but a committed view
+(:mod:`agentjournal.ledger.redaction`). :func:`verify_bundle` checks, in order:
+
+1. **Structure** — the format, no unknown or missing fields, no empty bundle.
+2. **Integrity** — per stream: revisions 0, 1, 2, ... with no gap; each
+   event's data matches its digest; ``aj.seq`` is its revision, ``aj.prev`` the
+   previous event's hash, and ``aj.hash`` recomputes (:mod:`agentjournal.ledger`);
+   a view matches its commitment ``aj.redacted`` (recomputed from the data when
+   the data is there); only the data redaction may withhold is withheld.
+3. **Twins** — each handoff's ``SubagentStarted`` and each
+   ``SubagentCompleted`` exist on both streams and name each other, the two
+   copies of ``SubagentStarted`` grant the same authority; a closed subsession
+   ends with its completion, whose hash the parent recorded.
+   Then the branches (each bound to its parent line) and the **guards**: each
+   ``agentjournal.LineGuarded`` sits on a line's top stream and names the clear or
+   reset it guards, which names it back.
+4. **Checkpoints** — the trusted keys are the caller's (never the bundle's)
+   and every key a chain of valid rotations on ``AgentKeys`` leads to from
+   them; each checkpoint is signed by one, sits at the ledger position it
+   signed, and names heads that exist with those hashes; together they cover
+   every event (closed subsessions through the ``aj.closes_hash`` of their
+   covered parent event). Anything after them is uncovered and fails unless
+   allowed.
+5. **Delegation** — the authority log replayed in order: each policy's digest
+   recomputes (and is the caller's ``policy`` when one is given); each grant is
+   recomputed from the policy it names — a run's first agent holds its entry
+   met with what it last held (or, resuming inside an open subagent, with that
+   subagent's grant), a handoff's receiver ``meet(sender's authority, its
+   entry)`` — and every grant of the tree is on the log. Per line: a branch's
+   log is its parent line's up to the entry its fork binds (recursively), then
+   its own; each line's grants are on its own log. Without a
+   log, each grant must be narrower than its sender's.
+6. **Containment** — every executed tool call of a guarded session had an
+   ALLOW or MODIFY decision about exactly that call, and every executed tool
+   call of a session with a policy was within the calling agent's authority
+   under the recorded policy's rule; every refusal is one the policy makes.
+7. **Usage** — every ``agentjournal.ModelResponded`` is one this version
+   reads, of this session, on a stream of its tree, with the response id its
+   metadata names; the report totals their tokens.
+
+The report names the first bad stream and revision.
+
+Each stage is a module of this package, testable alone: ``_parse`` (structure),
+``_integrity``, ``_twins``, ``_branches`` with ``_prefix``, ``_guards``, ``_checkpoints``,
+``_authority`` (delegation), ``_containment`` and ``_usage``; the stages after integrity read
+the session tree through ``_tree``, and all report into ``_report``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from agentjournal._gc import no_collection
+from agentjournal._text import plural
+from agentjournal.audit.verify._authority import check_authority
+from agentjournal.audit.verify._branches import check_branches
+from agentjournal.audit.verify._checkpoints import check_checkpoints
+from agentjournal.audit.verify._containment import check_containment
+from agentjournal.audit.verify._guards import check_guards
+from agentjournal.audit.verify._integrity import Markers, check_chain
+from agentjournal.audit.verify._parse import Malformed, bundle_records, check_forms, parse_bundle
+from agentjournal.audit.verify._report import Problem, Report
+from agentjournal.audit.verify._tree import Tree
+from agentjournal.audit.verify._twins import check_twins
+from agentjournal.audit.verify._usage import check_responses
+from agentjournal.authority import Policy
+from agentjournal.errors import CodecError, InvalidInput
+from agentjournal.records import TreeRecords
+from agentjournal.streams import session_stream
+
+__all__ = ["Problem", "Report", "parse_bundle", "verify_bundle", "verify_records"]
+
+# What a crafted event can make a check raise: each is a failure to report, never a crash
+# (RecursionError: JSON nested deeper than the parser goes; LookupError: a missing key or
+# index; OverflowError: a number too large for a float).
+_MALFORMED: Final = (
+    ValueError,
+    TypeError,
+    LookupError,
+    AttributeError,
+    RecursionError,
+    OverflowError,
+    InvalidInput,
+    CodecError,
+)
+
+
+def verify_bundle(
+    bundle: Any,
+    trusted: Mapping[str, Ed25519PublicKey],
+    *,
+    allow_uncovered: bool = False,
+    not_before: str | None = None,
+    policy: Policy | None = None,
+) -> Report:
+    """Verify a parsed bundle against the trusted public keys (key id -> key).
+
+    Args:
+        bundle: The parsed JSON of a bundle.
+        trusted: Key id -> public key; only these keys' checkpoints count, and those of
+            keys a chain of valid rotations in the bundle leads to from them.
+        allow_uncovered: Report events after the last checkpoint as warnings.
+        not_before: An RFC 3339 time the last checkpoint may not be older than.
+            Without an outside anchor like this, a bundle cut back to an
+            earlier checkpoint (and its signature) is indistinguishable from
+            the session as it was then.
+        policy: The policy the session must have run under (an outside anchor,
+            like the keys): every policy the bundle records must be this one.
+    """
+    # Verification makes records, views and markers by the thousand, none in a cycle: the
+    # cyclic collector would scan them (and the bundle) again and again as they pile up.
+    with no_collection():
+        return _verify_bundle(
+            bundle, trusted, allow_uncovered=allow_uncovered, not_before=not_before, policy=policy
+        )
+
+
+def _verify_bundle(
+    bundle: Any,
+    trusted: Mapping[str, Ed25519PublicKey],
+    *,
+    allow_uncovered: bool,
+    not_before: str | None,
+    policy: Policy | None,
+) -> Report:
+    try:
+        tree = bundle_records(bundle)
+    except Malformed as error:
+        report = Report()
+        report.fail("structure", error.stream, error.revision, str(error))
+        return report
+    except InvalidInput as error:
+        report = Report()
+        report.fail("structure", "bundle", None, str(error))
+        return report
+    return _verify_records(  # already without the collector
+        tree, trusted, allow_uncovered=allow_uncovered, not_before=not_before, policy=policy
+    )
+
+
+def verify_records(
+    records: TreeRecords,
+    trusted: Mapping[str, Ed25519PublicKey],
+    *,
+    allow_uncovered: bool = False,
+    not_before: str | None = None,
+    policy: Policy | None = None,
+) -> Report:
+    """Verify a session tree's records (from a bundle, or read from a store with
+    :func:`agentjournal.walk.read_tree`); the arguments as for :func:`verify_bundle`."""
+    with no_collection():  # as in verify_bundle
+        return _verify_records(
+            records, trusted, allow_uncovered=allow_uncovered, not_before=not_before, policy=policy
+        )
+
+
+def _verify_records(
+    records: TreeRecords,
+    trusted: Mapping[str, Ed25519PublicKey],
+    *,
+    allow_uncovered: bool,
+    not_before: str | None,
+    policy: Policy | None,
+) -> Report:
+    report = Report()
+    session_id = records.session_id
+    streams = {name: list(stream) for name, stream in records.streams.items()}
+    root = session_stream(session_id)
+    total = sum(len(stream) for stream in streams.values())
+    withheld = sum(1 for stream in streams.values() for e in stream if e.data is None)
+    report.lines.append(
+        f"session {session_id}: {plural(len(streams), 'stream')}, {plural(total, 'event')} "
+        f"({withheld} withheld)"
+    )
+    if root not in streams or not streams[root]:
+        report.fail("structure", root, None, "the session stream is missing or empty")
+        return report
+    if not check_forms(report, streams):
+        return report
+    markers: Markers = {}
+    for name, stream in streams.items():
+        check_chain(report, name, stream, markers)
+    if report.problems:
+        report.lines.append("integrity: FAILED")
+        return report  # nothing built on a broken chain can be trusted
+    report.lines.append(
+        f"integrity: {plural(total, 'event')} in {plural(len(streams), 'stream')} chain correctly"
+    )
+    try:
+        tree = Tree(session_id, root, streams, markers)
+    except _MALFORMED as error:
+        report.fail("structure", root, None, f"malformed lifecycle event: {error}")
+        return report
+    stages: list[tuple[str, Callable[[], None]]] = [
+        ("twins", lambda: check_twins(report, tree)),
+        ("branches", lambda: check_branches(report, tree)),
+        ("guards", lambda: check_guards(report, tree)),
+        (
+            "checkpoints",
+            lambda: check_checkpoints(report, tree, trusted, allow_uncovered, not_before),
+        ),
+        ("delegation", lambda: check_authority(report, tree, policy)),
+        ("containment", lambda: check_containment(report, tree, policy)),
+        ("usage", lambda: check_responses(report, tree)),
+    ]
+    for check, stage in stages:
+        try:
+            stage()
+        except _MALFORMED as error:  # a crafted event: a failure to report, never a crash
+            report.fail(check, root, None, f"malformed event: {type(error).__name__}: {error}")
+    return report

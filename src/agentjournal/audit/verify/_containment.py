@@ -1,0 +1,283 @@
+"""The containment stage: every executed tool call had the decision its guardrail needed and
+stayed within its agent's authority, every decision is consistent with itself and every
+refusal is one the policy makes (:func:`check_containment`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from agentjournal import events
+from agentjournal._calls import CALL_KINDS
+from agentjournal._digests import value_digest
+from agentjournal._text import plural
+from agentjournal.audit.verify._integrity import Markers
+from agentjournal.audit.verify._report import Report
+from agentjournal.audit.verify._tree import Tree, agent_of, authority_at, grant_at
+from agentjournal.authority import Authority, Gate, Policy, ToolRule, ceiling_inputs
+from agentjournal.errors import InvalidInput
+from agentjournal.events import Enforcement
+from agentjournal.ledger import redaction
+from agentjournal.records import Record
+
+
+def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None:
+    executed = guarded = bounded = 0
+    for name, stream in tree.streams.items():
+        index = _CallIndex(stream)
+        for event in stream:
+            meta = event.metadata
+            kind = meta.get(events.ITEM_TYPE_KEY, "")
+            if kind not in CALL_KINDS:
+                continue
+            call_id = meta.get(events.CALL_ID_KEY, "")
+            decided = index.latest(index.decisions, call_id, event.revision)
+            refused = index.latest(index.refusals, call_id, event.revision)
+            marker = _call_marker(event, tree.markers)
+            where = ("containment", name, event.revision)
+            if (marker.get("call_id"), marker.get("kind")) != (call_id, kind):
+                report.fail(*where, "the call's aj.call_id or aj.item_type is not the call's own")
+                continue
+            stopped = next(
+                (r for r in (decided, refused) if r is not None and _stops(r.get("enforcement"))),
+                None,
+            )
+            if stopped is not None:
+                # Refused before it ran: a refusal as its output, or the run ended there.
+                if stopped.get("enforcement") != "tool_refused" and index.ran(
+                    call_id, event.revision, kind
+                ):
+                    report.fail(*where, f"tool call {call_id} ran although its run was stopped")
+                continue
+            executed += 1  # it ran, or may have: an output is no proof either way
+            if meta.get(events.GUARDED_KEY) == "1":
+                guarded += 1
+                if decided is None or decided.get("decision") not in ("ALLOW", "MODIFY"):
+                    report.fail(
+                        *where, f"tool call {call_id} ran without an ALLOW or MODIFY decision"
+                    )
+                elif decided.get("payload_digest") != marker.get("payload_digest"):
+                    report.fail(*where, f"the decision on {call_id} was about another call")
+            if anchor is not None and meta.get(events.POLICY_KEY) != anchor.digest:
+                report.fail(*where, f"tool call {call_id} ran without the policy given")
+            elif events.TOOL_RULE_KEY in meta:
+                bounded += 1
+                _check_within(report, tree, event, marker, decided)
+    for stream in tree.streams.values():
+        for event in stream:
+            if event.type == events.AUTHORITY_REFUSED:
+                try:
+                    _check_refusal(report, tree, event)
+                except InvalidInput as error:
+                    report.fail("containment", event.stream, event.revision, str(error))
+            elif event.type == events.GUARDRAIL_DECIDED:
+                problem = _decision_problem(event.body or {})
+                if problem is not None:
+                    report.fail("containment", event.stream, event.revision, problem)
+    opaque = sum(
+        event.metadata.get(events.OPAQUE_KEY) == "1"
+        for stream in tree.streams.values()
+        for event in stream
+    )
+    if opaque:
+        report.lines.append(
+            f"  note: {plural(opaque, 'opaque item')} (encrypted, or naming no kind) could not "
+            "be inspected: calls or handoffs inside them are not checked"
+        )
+    if not report.failed("containment"):
+        report.lines.append(_containment_line(executed, guarded, bounded))
+
+
+def _containment_line(executed: int, guarded: int, bounded: int) -> str:
+    """What containment found, saying only what was checked."""
+    if not executed:
+        return "containment: no tool call ran"
+    if guarded == executed:
+        decided = "each had an ALLOW or MODIFY decision"
+    elif guarded:
+        decided = f"{guarded} guarded, each with an ALLOW or MODIFY decision"
+    else:
+        decided = "no guardrail: no decisions were expected"
+    if bounded == executed:
+        within = "each within its agent's authority"
+    elif bounded:
+        within = f"{bounded} under the policy, each within its agent's authority"
+    else:
+        within = "no policy: no authority to check"
+    return f"containment: {plural(executed, 'executed tool call')}; {decided}; {within}"
+
+
+_ENFORCED: Final = {
+    "ALLOW": {Enforcement.PROCEEDED},
+    "MODIFY": {Enforcement.MODIFIED},
+    "BLOCK": {Enforcement.TOOL_REFUSED, Enforcement.RUN_STOPPED, Enforcement.UNENFORCEABLE},
+}
+
+
+def _decision_problem(body: Mapping[str, Any]) -> str | None:
+    """Why a ``GuardrailDecided`` contradicts itself, if it does: an enforcement that does
+    not follow from the decision, a payload (or its view's digest) other than its digest."""
+    decision, enforcement = body.get("decision"), body.get("enforcement")
+    if enforcement not in _ENFORCED.get(str(decision), ()):
+        return f"a {decision} decision carried out as {enforcement!r}"
+    for name in ("payload", "modified_payload"):
+        value: Any = body.get(name)
+        recorded = body.get(f"{name}_digest")
+        if value is None and name == "modified_payload":
+            found = None
+        elif redaction.is_withheld(value):
+            found = value.get("withheld")
+        else:
+            found = value_digest(value)
+        if found != recorded:
+            return f"the {name} is not the one its digest names"
+    return None
+
+
+def _stops(enforcement: Any) -> bool:
+    """Whether a decision or refusal carried out this way kept its call from running."""
+    return enforcement in (
+        Enforcement.TOOL_REFUSED,
+        Enforcement.RUN_STOPPED,
+        Enforcement.UNENFORCEABLE,
+    )
+
+
+def _call_marker(event: Record, markers: Markers) -> dict[str, Any]:
+    """The call's marker (name, payload digest, ceiling inputs): from its view, or computed
+    from its data exactly as the view was (by the integrity check, when it did)."""
+    shared = markers.get(id(event))
+    if shared is not None:
+        return shared
+    body = event.body or {}
+    if event.type == "OpenAIItemRecorded":
+        item: Any = body.get("item")
+    else:
+        item = body.get("extensions", {}).get("openai", {}).get("item_json")
+    if redaction.is_withheld(item):
+        return dict(item)
+    if isinstance(item, str):
+        item = json.loads(item)
+    rule = json.loads(event.metadata.get(events.TOOL_RULE_KEY, "null"))
+    return redaction.call_marker(item, rule if isinstance(rule, Mapping) else None)
+
+
+class _CallIndex:
+    """One stream's tool outputs, guardrail decisions and refusals, by call id."""
+
+    def __init__(self, stream: Sequence[Record]) -> None:
+        self.outputs: dict[tuple[str, str], list[int]] = {}  # (call kind, call id)
+        self.decisions: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        self.refusals: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        for event in stream:
+            meta = event.metadata
+            kind = meta.get(events.ITEM_TYPE_KEY, "")
+            if kind.endswith("_output") and kind.removesuffix("_output") in CALL_KINDS:
+                key = (kind.removesuffix("_output"), meta.get(events.CALL_ID_KEY, ""))
+                self.outputs.setdefault(key, []).append(event.revision)
+            elif event.type in (events.GUARDRAIL_DECIDED, events.AUTHORITY_REFUSED):
+                body = event.body
+                if body is not None and isinstance(body.get("call_id"), str):
+                    table = (
+                        self.decisions if event.type == events.GUARDRAIL_DECIDED else self.refusals
+                    )
+                    table.setdefault(body["call_id"], []).append((event.revision, body))
+
+    def ran(self, call_id: str, revision: int, kind: str) -> bool:
+        """Whether an output of the call follows ``revision``."""
+        return any(r > revision for r in self.outputs.get((kind, call_id), ()))
+
+    @staticmethod
+    def latest(
+        table: dict[str, list[tuple[int, dict[str, Any]]]], call_id: str, revision: int
+    ) -> dict[str, Any] | None:
+        """The newest entry for the call before ``revision``."""
+        found = None
+        for at, body in table.get(call_id, ()):
+            if at >= revision:
+                break
+            found = body
+        return found
+
+
+def _check_within(
+    report: Report,
+    tree: Tree,
+    event: Record,
+    marker: Mapping[str, Any],
+    decided: dict[str, Any] | None,
+) -> None:
+    where = ("containment", event.stream, event.revision)
+    call_id = event.metadata.get(events.CALL_ID_KEY)
+    name = str(marker.get("name", ""))
+    try:
+        policy = tree.policies.get(event.metadata.get(events.POLICY_KEY))
+        authority = authority_at(tree, event.stream, event.revision)
+    except InvalidInput as error:
+        report.fail(*where, f"tool call {call_id}: {error}")
+        return
+    rule = policy.tools.get(name)
+    recorded = json.loads(event.metadata[events.TOOL_RULE_KEY])
+    if rule is None:
+        report.fail(*where, f"tool call {call_id} ran with no rule in the policy")
+        return
+    if recorded != {"scope": rule.scope, "ceilings": dict(rule.ceilings)}:
+        report.fail(*where, f"tool call {call_id} carries another rule than its policy's")
+        return
+    if authority is None:
+        report.fail(*where, f"tool call {call_id} ran with no recorded authority")
+        return
+    inputs = marker.get("ceilings", {})
+    if decided is not None and decided.get("decision") == "MODIFY":
+        inputs = _modified_inputs(decided, rule)
+    refusal = policy.check_inputs(authority, name, inputs)
+    if refusal is not None:
+        report.fail(*where, f"tool call {call_id} ran beyond authority: {refusal.reason}")
+
+
+def _modified_inputs(decided: Mapping[str, Any], rule: ToolRule) -> Any:
+    modified: Any = decided["modified_payload"]
+    if redaction.is_withheld(modified):
+        return modified.get("ceilings", {})
+    return ceiling_inputs(modified["function"]["arguments"], rule.ceilings.values())
+
+
+def _check_refusal(report: Report, tree: Tree, event: Record) -> None:
+    """An ``AuthorityRefused`` is a refusal its policy makes, of what the agent held."""
+    where = ("containment", event.stream, event.revision)
+    body = event.body or {}
+    policy = tree.policies.get(event.metadata.get(events.POLICY_KEY))
+    authority = Authority.from_json(body["authority"])
+    grant = grant_at(tree, event.stream, event.revision)
+    if (
+        grant is not None
+        and agent_of(grant) == body["agent"]
+        and tree.authority(grant) != authority
+    ):
+        report.fail(*where, "the refusal records another authority than the agent held")
+        return
+    subject, gate = body["subject"], body["gate"]
+    if body["kind"] == "handoff":
+        wrong = policy.check_handoff(authority, subject, gate) is None
+    elif gate in (Gate.TOOL_VISIBILITY, Gate.MCP_VISIBILITY):
+        wrong = policy.visible(authority, subject) is None
+    else:
+        # A call not stored (the run stopped first) reads as absent arguments: a ceiling
+        # that reads one then refuses, so only a refusal no argument explains fails.
+        inputs = _refused_inputs(tree, event, body) or {}
+        wrong = policy.check_inputs(authority, subject, inputs) is None
+    if wrong:
+        report.fail(*where, f"the policy allows what was refused: {subject} ({gate})")
+
+
+def _refused_inputs(tree: Tree, event: Record, body: Mapping[str, Any]) -> Any:
+    """The ceiling inputs of a refused call: from its item on the stream, when it was stored."""
+    call_id = body.get("call_id")
+    for other in tree.streams[event.stream][event.revision + 1 :]:
+        if (
+            other.metadata.get(events.CALL_ID_KEY) == call_id
+            and other.metadata.get(events.ITEM_TYPE_KEY) in CALL_KINDS
+        ):
+            return _call_marker(other, tree.markers).get("ceilings", {})
+    return None  # the run stopped before the call was stored: only its scope is known

@@ -1,0 +1,213 @@
+"""The structure stage: a bundle file's bytes parsed as strict JSON (:func:`parse_bundle`),
+its fields checked and its events read into records (:func:`bundle_records`), and each
+record's form checked whatever it was read from (:func:`check_forms`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from agentjournal._gc import no_collection
+from agentjournal._text import cut
+from agentjournal.audit.bundle import BUNDLE_FORMAT, BUNDLE_VERSION, BUNDLE_VERSIONS, has_branches
+from agentjournal.audit.verify._report import Report
+from agentjournal.errors import InvalidInput
+from agentjournal.records import Record, TreeRecords
+from agentjournal.streams import validate_id
+
+_MAX_REVISION: Final = 2**63 - 1  # a stream revision is a signed 64-bit number everywhere
+
+
+_BUNDLE_FIELDS: Final = {"format", "version", "session_id", "exported_at", "redacted", "streams"}
+_STREAM_FIELDS: Final = {"name", "events"}
+_EVENT_FIELDS: Final = frozenset(
+    {"revision", "id", "type", "data", "data_sha256", "metadata", "view"}
+)
+
+
+def parse_bundle(raw: bytes) -> Any:
+    """Parse a bundle file's bytes as strict JSON (the structure is checked by verification).
+
+    Strict beyond :func:`json.loads`: the bytes must be UTF-8, names may not repeat within an
+    object (two parsers could each pick a different one), and ``NaN``/``Infinity`` and numbers
+    too large for a float are refused. An empty (or all-blank) file parses to None, which
+    :func:`verify_bundle` reports as empty input.
+
+    Raises:
+        InvalidInput: The bytes are not such JSON; the message says where.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidInput(
+            f"byte {error.start} (0x{raw[error.start]:02x}) is not UTF-8: a bundle is UTF-8 JSON"
+        ) from None
+    if not text.strip():
+        return None
+    try:
+        with no_collection():  # a bundle is one large tree of acyclic objects
+            return json.loads(
+                text,
+                object_pairs_hook=_unique_names,
+                parse_constant=_no_constant,
+                parse_float=_finite_float,
+            )
+    except json.JSONDecodeError as error:
+        raise InvalidInput(
+            f"not JSON at line {error.lineno} column {error.colno}: {error.msg}"
+        ) from None
+    except RecursionError:
+        raise InvalidInput(
+            "JSON nested too deeply (no bundle nests more than a few levels)"
+        ) from None
+    except ValueError as error:  # from the hooks, or an integer of over 4300 digits
+        raise InvalidInput(f"not a bundle: {cut(str(error), 200)}") from None
+
+
+def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        names = [name for name, _ in pairs]
+        repeated = next(name for name in names if names.count(name) > 1)
+        raise ValueError(f"the name {cut(repr(repeated), 60)} appears twice in one object")
+    return found
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"the number {cut(text, 40)} is too large")
+    return value
+
+
+def _unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode text (JSON can carry lone surrogates, UTF-8 cannot)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def bundle_records(bundle: Any) -> TreeRecords:
+    if not isinstance(bundle, Mapping) or not bundle:
+        raise InvalidInput("empty input: a bundle is a JSON object")
+    if set(bundle) != _BUNDLE_FIELDS:
+        extra, missing = set(bundle) - _BUNDLE_FIELDS, _BUNDLE_FIELDS - set(bundle)
+        raise InvalidInput(
+            f"bundle fields: unknown {cut(str(sorted(extra)), 200)}, missing {sorted(missing)}"
+        )
+    version = bundle["version"]
+    if bundle["format"] != BUNDLE_FORMAT or type(version) is not int:
+        raise InvalidInput(f"not an {BUNDLE_FORMAT} bundle")
+    if version not in BUNDLE_VERSIONS:
+        raise InvalidInput(
+            f"an {BUNDLE_FORMAT} of version {version}; this verifier reads versions "
+            f"{' and '.join(map(str, BUNDLE_VERSIONS))} (agentjournal 0.2 and later): verify it "
+            "with the agentjournal that wrote it"
+        )
+    session_id = bundle["session_id"]
+    if not isinstance(session_id, str) or not session_id or not _unicode(session_id):
+        raise InvalidInput("session_id must be a non-empty string")
+    if validate_id(session_id, "session_id") != session_id:  # we write GUIDs normalised
+        raise InvalidInput(f"session_id {cut(repr(session_id), 80)} is not written normalised")
+    redacted = bundle["redacted"]
+    if not isinstance(redacted, bool) or not isinstance(bundle["exported_at"], str):
+        raise InvalidInput("redacted must be true or false and exported_at a string")
+    raw_streams = bundle["streams"]
+    if not isinstance(raw_streams, list) or not raw_streams:
+        raise InvalidInput("a bundle holds at least one stream")
+    streams: dict[str, list[Record]] = {}
+    for raw in raw_streams:
+        if not isinstance(raw, Mapping) or set(raw) != _STREAM_FIELDS:
+            raise InvalidInput("each stream has exactly 'name' and 'events'")
+        name, raw_events = raw["name"], raw["events"]
+        if (
+            not isinstance(name, str)
+            or not _unicode(name)
+            or not isinstance(raw_events, list)
+            or name in streams
+        ):
+            raise InvalidInput(f"stream {cut(repr(name), 200)} is malformed or repeated")
+        if version < BUNDLE_VERSION and has_branches([name]):
+            raise InvalidInput(
+                f"stream {cut(repr(name), 200)} holds a branch: only a version "
+                f"{BUNDLE_VERSION} bundle carries branches"
+            )
+        streams[name] = [_event(name, e) for e in raw_events]
+        withheld = next((e for e in streams[name] if e.data is None), None)
+        if withheld is not None and not redacted:
+            raise Malformed(
+                name, withheld.revision, "data is withheld in a bundle that says it is unredacted"
+            )
+    return TreeRecords(session_id, streams)
+
+
+class Malformed(InvalidInput):
+    """Raised by :func:`_event` for a malformed event, with where it is."""
+
+    def __init__(self, stream: str, revision: int | None, message: str) -> None:
+        super().__init__(message)
+        self.stream, self.revision = stream, revision
+
+
+def _event(stream: str, raw: Any) -> Record:
+    if not isinstance(raw, Mapping) or set(raw) != _EVENT_FIELDS:
+        raise Malformed(stream, None, f"an event must have exactly {sorted(_EVENT_FIELDS)}")
+    revision, metadata = raw["revision"], raw["metadata"]
+    if not isinstance(revision, int) or isinstance(revision, bool):
+        raise Malformed(stream, None, "an event has a non-integer revision")
+    if not isinstance(metadata, dict) or not (
+        set(map(type, metadata)) <= {str} and set(map(type, metadata.values())) <= {str}
+    ):
+        raise Malformed(stream, revision, "metadata must map strings to strings")
+    for name in ("id", "type", "data_sha256"):
+        if not isinstance(raw[name], str):
+            raise Malformed(stream, revision, f"{name} must be a string")
+    if raw["data"] is not None and not isinstance(raw["data"], str):
+        raise Malformed(stream, revision, "data must be a string or null")
+    view = raw["view"]
+    if view is not None and not isinstance(view, dict):
+        raise Malformed(stream, revision, "view must be an object or null")
+    return Record(
+        stream, revision, raw["id"], raw["type"], raw["data"], raw["data_sha256"], metadata, view
+    )
+
+
+def check_forms(report: Report, streams: Mapping[str, Sequence[Record]]) -> bool:
+    """Whether every record's form is right, whatever it was read from; else the first
+    wrong one fails the structure check."""
+    for stream in streams.values():
+        problem = next(((r, p) for r in stream if (p := _record_problem(r)) is not None), None)
+        if problem is not None:
+            bad = problem[0]
+            shown = bad.revision if 0 <= bad.revision <= _MAX_REVISION else None
+            report.fail("structure", bad.stream, shown, problem[1])
+            return False
+    return True
+
+
+def _record_problem(record: Record) -> str | None:
+    """What is wrong with a record's form, whatever it was read from: a revision out of
+    range, text that is not valid Unicode (a lone surrogate), if anything."""
+    if not 0 <= record.revision <= _MAX_REVISION:
+        return "an event has a revision out of range"
+    metadata = record.metadata
+    if "".join(
+        (*metadata, *metadata.values(), record.id, record.type, record.data_sha256)
+    ).isascii():
+        return None  # all ASCII (nearly every event): nothing below can fail
+    bad = next((k for k, v in record.metadata.items() if not (_unicode(k) and _unicode(v))), None)
+    if bad is not None:
+        return f"metadata {cut(repr(bad), 60)} is not valid Unicode text"
+    for name in ("id", "type", "data_sha256"):
+        if not _unicode(getattr(record, name)):
+            return f"{name} must be a string of Unicode text"
+    return None
