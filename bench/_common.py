@@ -1,11 +1,25 @@
-"""What the benchmarks share: interleaved timing and a plain table."""
+"""What the benchmarks share: interleaved timing, a plain table, and the results file.
+
+Every benchmark prints its table; run with ``--results bench/RESULTS.md`` it also puts what it
+printed into its own section of that file (between ``<!-- bench:NAME -->`` and
+``<!-- /bench:NAME -->``), so the file holds the current figures, regenerated, not a log.
+"""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
+import os
+import platform
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
 
 ROUNDS = 5
 
@@ -75,3 +89,65 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     out = [line(headers), "-" * (sum(widths) + 2 * (len(widths) - 1))]
     out.extend(line(row) for row in rows)
     return "\n".join(out)
+
+
+class _Tee(io.TextIOBase):
+    """Writes to the terminal and keeps a copy."""
+
+    def __init__(self, terminal: TextIO) -> None:
+        self.terminal = terminal
+        self.copy = io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.terminal.write(text)
+        self.copy.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.terminal.flush()
+
+
+def section(text: str, name: str, body: str) -> str:
+    """``text`` with the section of benchmark ``name`` replaced by ``body``.
+
+    Raises:
+        ValueError: ``text`` has no section for ``name``.
+    """
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    first, middle, last = text.find(start), text.find(end), text.rfind(end)
+    if first < 0 or middle < first or middle != last:
+        raise ValueError(f"no single section {start} ... {end}")
+    return text[: first + len(start)] + "\n" + body + text[middle:]
+
+
+def run_publishing(name: str, main: Callable[[list[str]], int], argv: list[str]) -> int:
+    """Run a benchmark's ``main``; with ``--results FILE``, also write what it printed into
+    FILE's section for ``name`` (nothing is written when the run fails)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--results", type=Path)
+    known, rest = parser.parse_known_args(argv)
+    target: Path | None = known.results
+    if target is not None and not target.is_file():
+        print(f"error: --results {target}: no such file", file=sys.stderr)
+        return 1
+    tee = _Tee(sys.stdout)
+    with contextlib.redirect_stdout(tee):
+        code = main(rest)
+    if target is None or code != 0:
+        return code
+    command = " ".join(["python", f"bench/{name}.py", *rest])
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    body = (
+        f"`{command}`, {stamp}, {os.cpu_count()} cores, Python {platform.python_version()}:\n\n"
+        f"```text\n{tee.copy.getvalue().rstrip()}\n```\n"
+    )
+    try:
+        updated = section(target.read_text(encoding="utf-8"), name, body)
+    except ValueError as error:
+        print(f"error: --results {target}: {error}", file=sys.stderr)
+        return 1
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text(updated, encoding="utf-8")
+    partial.replace(target)
+    print(f"wrote the {name} section of {target}", file=sys.stderr)
+    return 0

@@ -16,7 +16,7 @@ Cases:
       turn), from a fresh session object: the SDK's ``get_items(branch_id=)``, ours a
       ``JournalSession(branch=)``;
   (g) a cold ``get_items(20)`` of the branch (O(limit) on both lines);
-  and, for the issue's "about what the same on the main line costs", the cold full
+  and, to compare with what the same costs on the main line, the cold full
   ``get_items`` of the main line on both sides.
 """
 
@@ -33,7 +33,7 @@ from typing import Any
 
 from agents.extensions.memory.advanced_sqlite_session import AdvancedSQLiteSession
 
-from _common import Timing, measure_cpu, table
+from _common import Timing, measure_cpu, run_publishing, table
 from agentjournal import Journal, JournalSession
 
 FULL_ITEMS = 10_000
@@ -175,4 +175,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_publishing("branches", main, sys.argv[1:]))

@@ -35,7 +35,7 @@ from typing import Any
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from _common import table
+from _common import run_publishing, table
 from agentjournal import Journal
 from agentjournal._digests import data_digest
 from agentjournal.ledger import SigningKey
@@ -220,4 +220,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_publishing("catalog", main, sys.argv[1:]))

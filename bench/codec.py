@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 import timeit
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from typing import Any
 from agents import SQLiteSession
 from agents.items import TResponseInputItem
 
+from _common import run_publishing
 from agentjournal.engine.codec import decode_event, encode_item
 
 TS = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -98,10 +100,10 @@ def encode_all() -> list[tuple[str, bytes]]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     number, rounds = (50, 2) if args.quick else (2000, 7)
 
     events = encode_all()
@@ -167,7 +169,8 @@ def main() -> None:
     print("by item:")
     for kind, event_type, enc, dec, size in by_kind:
         print(f"  {kind:22} {event_type:28} enc {enc:6.1f} us  dec {dec:6.1f} us  {size:5d} B")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_publishing("codec", main, sys.argv[1:]))

@@ -36,7 +36,7 @@ from typing import Any
 from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from _common import table
+from _common import run_publishing, table
 from agentjournal import Journal
 from agentjournal.guardrails import ActionType, GuardrailClient, TraceRef
 from agentjournal.guardrails.rules import load_rules
@@ -213,4 +213,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_publishing("guardrail", main, sys.argv[1:]))

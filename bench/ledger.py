@@ -24,7 +24,7 @@ key, exported as a bundle, and then, round by round:
 
 Throughput is events per second; the ratio is ours / raw (higher is better).
 Goal: verify >= 50% of raw; the two floor rows say how much of that any Python
-verifier has left for the checks beyond them (DESIGN §9).
+verifier has left for the checks beyond them (bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any
 
 import orjson
 
-from _common import table
+from _common import run_publishing, table
 from agentjournal import Journal
 from agentjournal.audit.export import export_bundle
 from agentjournal.audit.verify import Report, verify_bundle
@@ -250,4 +250,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_publishing("ledger", main, sys.argv[1:]))

@@ -28,7 +28,7 @@ Cases:
       per session, all on one file): turns per second; on this row the ratio is
       ours / theirs in turns/s (higher is better). The SDK's sessions of one file
       share one lock, so each of its writes commits alone; ours share commits
-      (group commit, DESIGN §3).
+      (group commit).
 
 Beside (a), ``(a) floor`` times what no design that keeps the event loop free can
 avoid: per turn, one lean hop to a worker thread (a ``SimpleQueue`` there,
@@ -43,7 +43,7 @@ requests a session's turns made (recorded beforehand on a scratch file: events
 planned, sealed and encoded, read-model changes included) sent again, in order,
 to a fresh store on its own file — no planning, no ``get_items``. What is left
 between such a row and its target is all the session may spend on reading and
-planning a turn (DESIGN §9).
+planning a turn (bench/RESULTS.md, "Floors").
 
 ``--reads`` runs only (c), (d) and (e); ``--writes`` only (a) and (f). The "cpu ratio"
 column is the ratio of CPU times (all threads of the process), steadier than the wall
@@ -71,7 +71,7 @@ from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.memory import Session
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from _common import ROUNDS, Timing, measure_cpu, table
+from _common import ROUNDS, Timing, measure_cpu, run_publishing, table
 from agentjournal import Journal, JournalSession
 from agentjournal.store.contract import AppendRequest, encode_metadata
 from agentjournal.store.sqlite import SQLiteEventStore
@@ -612,4 +612,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_publishing("session", main, sys.argv[1:]))

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from _common import measure, table
+from _common import measure, run_publishing, table
 from agentjournal.store import AppendRequest, EventStore, NewEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.testing.kurrentdb_double import bench_store
@@ -314,4 +314,4 @@ async def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(sys.argv[1:])))
+    sys.exit(run_publishing("store", lambda argv: asyncio.run(main(argv)), sys.argv[1:]))

@@ -60,6 +60,48 @@ def test_ledger_benchmark_runs() -> None:
     assert "signatures" in out
 
 
+def test_codec_benchmark_runs() -> None:
+    out = run_bench("codec")
+    assert "encode_item" in out
+    assert "decode_event" in out
+
+
+def test_branches_benchmark_runs() -> None:
+    out = run_bench("branches")
+    assert "(g)" in out
+
+
+def test_a_benchmark_writes_what_it_printed_into_its_section(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    original = (ROOT / "bench" / "RESULTS.md").read_text(encoding="utf-8")
+    results.write_text(original, encoding="utf-8")
+    out = run_bench("codec", "--results", str(results))
+    written = results.read_text(encoding="utf-8")
+    start, end = "<!-- bench:codec -->", "<!-- /bench:codec -->"
+    section = written[written.index(start) + len(start) : written.index(end)]
+    assert out.strip() in section
+    assert "`python bench/codec.py --quick`" in section
+    # Every other section is as it was.
+    assert written.replace(section, "") == original.replace(
+        original[original.index(start) + len(start) : original.index(end)], ""
+    )
+
+
+def test_a_results_file_without_the_section_is_refused_and_left_alone(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# no sections\n", encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "codec.py"), "--quick", "--results", str(results)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "no single section <!-- bench:codec -->" in result.stderr
+    assert results.read_text(encoding="utf-8") == "# no sections\n"
+
+
 def test_catalog_benchmark_runs() -> None:
     out = run_bench("catalog")
     assert "first build" in out
