@@ -31,7 +31,8 @@ It is pinned to KurrentDB 26.0.2's source (``kurrent-io/KurrentDB``):
   streams service;
 * :mod:`.answers`: every error in the server's exact shape (code, message,
   trailing metadata or ``google.rpc.Status`` details);
-* :mod:`.servicers`: the services, with the server's size limits (per record,
+* :mod:`.servicers` (v1 streams, gossip) and :mod:`.streams_v2` (``AppendSession``):
+  the services, with the server's size limits (per record,
   per append, and the v1 service's message cap of 16 MiB - 10,000 bytes),
   validations and positions (``$all`` refuses a start inside a record:
   reads with an ``Unexpected ...ReadAllResult: InvalidPosition`` error,

@@ -18,8 +18,9 @@ from kurrentdbclient.protos.v2.streams import streams_pb2_grpc as v2_pb2_grpc
 
 from agentjournal.testing.kurrentdb_double.answers import MAX_V1_MESSAGE_BYTES
 from agentjournal.testing.kurrentdb_double.faults import Faults
-from agentjournal.testing.kurrentdb_double.servicers import Gossip, Limits, Streams, StreamsV2
+from agentjournal.testing.kurrentdb_double.servicers import Gossip, Limits, Streams
 from agentjournal.testing.kurrentdb_double.state import Database
+from agentjournal.testing.kurrentdb_double.streams_v2 import StreamsV2
 
 if TYPE_CHECKING:
     from agentjournal.store.kurrentdb import KurrentDBEventStore
