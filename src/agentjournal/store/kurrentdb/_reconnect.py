@@ -14,9 +14,6 @@ _BACKOFF_CAP: Final = 5.0
 _HEALTHY_AFTER: Final = 2 * _BACKOFF_CAP  # seconds a subscription must hold to count as working
 
 
-# ------------------------------------------------------------------ helpers
-
-
 class _Reconnect:
     """When a subscription tries again: capped exponential backoff with jitter.
 

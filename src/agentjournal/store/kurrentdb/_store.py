@@ -688,5 +688,3 @@ class KurrentDBEventStore(_Connection):
             retry.attempt,
         )
         await asyncio.sleep(delay)
-
-    # -- plumbing -------------------------------------------------------------
