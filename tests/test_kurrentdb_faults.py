@@ -30,7 +30,8 @@ from agentjournal.audit.export import export_bundle
 from agentjournal.errors import ConcurrencyError, StoreError, StoreUnavailable
 from agentjournal.store import AppendRequest, AppendResult, NewEvent, RecordedEvent, open_store
 from agentjournal.store import StreamState as State
-from agentjournal.store.kurrentdb import KurrentDBEventStore, _Reconnect
+from agentjournal.store.kurrentdb import KurrentDBEventStore
+from agentjournal.store.kurrentdb._reconnect import _Reconnect
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.testing.kurrentdb_double import (
     KurrentDBDouble,

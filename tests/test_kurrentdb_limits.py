@@ -25,9 +25,8 @@ from agentjournal.store.contract import encode_metadata
 from agentjournal.store.kurrentdb import (
     MAX_V1_MESSAGE_BYTES,
     KurrentDBEventStore,
-    _v1_message_size,
-    struct_size,
 )
+from agentjournal.store.kurrentdb._limits import _v1_message_size, struct_size
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble, ThreadedKurrentDBDouble
 
 MIB = 1024 * 1024

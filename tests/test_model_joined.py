@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 
 from agentjournal import JournalSession
 from agentjournal.engine.timeline import ENTRY_BYTES, Timeline
-from agentjournal.store import sqlite as sqlite_store
 from agentjournal.store.contract import (
     ModelItems,
     ModelSnapshot,
 )
 from agentjournal.store.sqlite import SQLiteEventStore
+from agentjournal.store.sqlite import _model as sqlite_store
 from agentjournal.streams import session_stream
 from drive import drive
 from handoff_scenarios import nested, single

@@ -24,7 +24,6 @@ from agentjournal import JournalSession
 from agentjournal.engine.timeline import Entry, items_of, parse_item, plain_text
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import StoreUnavailable
-from agentjournal.store import sqlite as sqlite_store
 from agentjournal.store.abilities import ReadModel, abilities_of
 from agentjournal.store.contract import (
     MODEL_PARTS,
@@ -41,6 +40,7 @@ from agentjournal.store.contract import (
     model_place,
 )
 from agentjournal.store.sqlite import SQLiteEventStore
+from agentjournal.store.sqlite import _model as sqlite_store
 from agentjournal.streams import session_stream
 from drive import drive
 from handoff_scenarios import failing, nested, single, top_level

@@ -16,9 +16,9 @@ import pytest
 from agentjournal import Journal, JournalSession
 from agentjournal.engine.core import _NONCES
 from agentjournal.errors import ConcurrencyError
-from agentjournal.store import sqlite as sqlite_store
 from agentjournal.store.contract import NewEvent, StreamState, event_id, event_id_series
 from agentjournal.store.sqlite import SQLiteEventStore
+from agentjournal.store.sqlite import _store as sqlite_store
 
 
 def item(text: str) -> Any:

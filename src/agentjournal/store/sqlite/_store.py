@@ -1,44 +1,4 @@
-"""The embedded event store: KurrentDB stream semantics in one SQLite file.
-
-Layout (schema version 2, kept in ``PRAGMA user_version``)::
-
-    streams(id, name UNIQUE, head,          one row per stream; head = last revision;
-            tree, modelled)                 its tree's root stream, and the revision
-                                            the read model reflects (see below)
-    events(position INTEGER PRIMARY KEY,     the global order: rowids, which only grow
-           stream_id, revision,              because no row is ever deleted
-           id, type, data, metadata,         UNIQUE(stream_id, revision): tail reads
-           recorded_at)                      are an index range scan, O(limit)
-    items(tree, idx, stream_id, revision,    the read model: each tree's visible items,
-          part, item)                        keyed by (root stream id, message index)
-    trees(tree, floor, mixed)                the highest index a clear has hidden; whether
-                                             an item not marked plain was ever added
-
-The read model (``items``, ``trees``, ``streams.tree``/``modelled``) is derived
-from the events, written in the same transaction as they are, and read only to
-answer a full read of a session quickly (:meth:`SQLiteEventStore.read_model`);
-it is a cache with a high-water mark per stream, never a record. A version 1
-file is upgraded in place when opened (one transaction): its streams join no
-tree, so their sessions are read from their events as before.
-
-Every call runs on one worker thread that owns the connection, so the event
-loop never blocks on SQLite. Writes take ``BEGIN IMMEDIATE``: the expected-state
-check and the insert happen under SQLite's single write lock, which serialises
-writers in this process and in other processes on the same file (WAL mode,
-``synchronous=FULL``: a returned append is on disk). A writer that cannot get
-the lock within ``busy_timeout`` gets :class:`StoreUnavailable`. Writes that
-wait for the thread together commit together (group commit: one transaction,
-one fsync, a SAVEPOINT per write so each is still all-or-nothing on its own);
-a write's drain starts at the end of its event loop's current pass, so the
-writes of sessions woken by one commit share the next.
-
-Subscriptions wake at once for appends made through this object and notice
-appends by other processes with a cheap check every 50 ms.
-
-One read runs on the caller's thread instead: :meth:`SQLiteEventStore.heads_now`,
-a few streams' heads on a read-only connection of its own, which never waits
-(a warm session read asks it whether anything moved before hopping).
-"""
+"""The SQLite store's class: its thread, writes with group commit, reads and subscriptions."""
 
 from __future__ import annotations
 
@@ -50,7 +10,6 @@ import os
 import sqlite3
 import threading
 import time
-import urllib.parse
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -62,7 +21,6 @@ from agentjournal.errors import (
     InvalidInput,
     StoreUnavailable,
     StreamNotFound,
-    UndecodableEvent,
 )
 from agentjournal.store.abilities import (
     BatchedReads,
@@ -72,30 +30,29 @@ from agentjournal.store.abilities import (
     TypedReads,
 )
 from agentjournal.store.contract import (
-    MODEL_PARTS,
-    MODEL_REVISIONS,
     AppendRequest,
     AppendResult,
     Expected,
-    ModelAdd,
-    ModelClear,
-    ModelCopy,
-    ModelItems,
     ModelSnapshot,
     NewEvent,
     RecordedEvent,
     StreamState,
-    encode_metadata,
     expected_label,
     expected_matches,
-    model_key,
     validate_append,
     validate_stream_name,
 )
+from agentjournal.store.sqlite._handoff import _Pending, _settle_all
+from agentjournal.store.sqlite._model import _apply_model, read_model
+from agentjournal.store.sqlite._rows import (
+    _EVENT_COLUMNS,
+    _fetch_events,
+    _insert_events,
+    _last_position,
+    _recorded,
+)
+from agentjournal.store.sqlite._schema import _probe_connection, _resolved_connect
 
-__all__ = ["SQLiteEventStore"]
-
-SCHEMA_VERSION: Final = 2
 _POLL_SECONDS: Final = 0.05
 _SUBSCRIBE_BATCH: Final = 500
 _SMALL_READ: Final = 256  # reads up to this many events run with the collector as it is
@@ -107,131 +64,12 @@ _GROUP_LIMIT: Final = 256
 _STREAM_IDS_KEPT: Final = 65_536
 _T = TypeVar("_T")
 
-# The read model (schema version 2). WITHOUT ROWID: a full read is one range scan of the
-# primary key, with the row in the key's b-tree (no second lookup per item).
-_MODEL_SCHEMA = """
-CREATE INDEX IF NOT EXISTS streams_by_tree ON streams(tree);
-CREATE TABLE IF NOT EXISTS items (
-    tree      INTEGER NOT NULL,
-    idx       INTEGER NOT NULL,
-    stream_id INTEGER NOT NULL,
-    revision  INTEGER NOT NULL,
-    part      INTEGER NOT NULL,
-    item      TEXT    NOT NULL,
-    PRIMARY KEY (tree, idx)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS trees (
-    tree  INTEGER PRIMARY KEY,
-    floor INTEGER NOT NULL,
-    mixed INTEGER NOT NULL
-);
-"""
-
-_SCHEMA = (
-    """
-CREATE TABLE IF NOT EXISTS streams (
-    id       INTEGER PRIMARY KEY,
-    name     TEXT    NOT NULL UNIQUE,
-    head     INTEGER NOT NULL,
-    tree     TEXT    NULL,
-    modelled INTEGER NULL
-);
-CREATE TABLE IF NOT EXISTS events (
-    position    INTEGER PRIMARY KEY,
-    stream_id   INTEGER NOT NULL REFERENCES streams(id),
-    revision    INTEGER NOT NULL,
-    id          BLOB    NOT NULL,
-    type        TEXT    NOT NULL,
-    data        BLOB    NOT NULL,
-    metadata    BLOB    NOT NULL,
-    recorded_at INTEGER NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS events_by_stream ON events(stream_id, revision);
-"""
-    + _MODEL_SCHEMA
-)
-
-_TABLES: Final = frozenset({"streams", "events", "items", "trees"})
-
-# A model read packs each item's place in one integer (store.base.model_key) in the query:
-# one column a row instead of three. SQLite's integers have 64 bits, so stream numbers
-# from this one are packed in Python instead.
-_SQL_KEYS = 1 << 23
-_MODEL_ITEMS: Final = (
-    "SELECT idx, (stream_id << 40) | (revision << 8) | part, item FROM items "
-    "WHERE tree = ? ORDER BY idx"
-)
-# A model read's items in one row (store.base.ModelItems.joined): the texts joined by
-# ",\n", the keys as decimals, their count, the first and last index, and how many items
-# name a stream outside the tree's (?2..?3: the tree's stream numbers, when they have no
-# gap; see _ITEMS_ELSEWHERE). One row instead of one per item: each row costs sqlite3 a
-# tuple and its objects (~0.45 µs); group_concat appends in C. Its order is the scan's:
-# the primary key's b-tree from (tree, lowest idx) up, the only way SQLite reads
-# ``WHERE tree = ?`` here (no other index; ``reverse_unordered_selects`` never set).
-_MODEL_JOINED: Final = (
-    "SELECT group_concat(item, ',' || char(10)), "
-    "group_concat((stream_id << 40) | (revision << 8) | part), count(*), "
-    "(SELECT min(idx) FROM items WHERE tree = ?1), (SELECT max(idx) FROM items WHERE tree = ?1), "
-    "count(*) FILTER (WHERE {elsewhere}) FROM items WHERE tree = ?1"
-)
-_ITEMS_BETWEEN: Final = _MODEL_JOINED.format(elsewhere="stream_id NOT BETWEEN ?2 AND ?3")
-# Streams numbered with gaps (sessions written side by side): each item's looked up.
-_ITEMS_ELSEWHERE: Final = _MODEL_JOINED.format(
-    elsewhere="stream_id NOT IN (SELECT id FROM streams WHERE tree = ?2)"
-)
-
-_EVENT_COLUMNS = "e.position, e.revision, e.id, e.type, e.data, e.metadata, e.recorded_at"
-
 
 class _Conflict(Exception):
     """Raised inside a write transaction to roll it back with a ConcurrencyError."""
 
     def __init__(self, error: ConcurrencyError) -> None:
         self.error = error
-
-
-class _Pending:
-    """One write waiting for the store's thread, and where to hand its outcome."""
-
-    __slots__ = ("future", "loop", "requests")
-
-    def __init__(
-        self,
-        requests: list[AppendRequest],
-        loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[list[AppendResult]],
-    ) -> None:
-        self.requests = requests
-        self.loop = loop
-        self.future = future
-
-    def settle(self, outcome: list[AppendResult] | BaseException) -> None:
-        """Hand the outcome to the caller's loop (from any thread)."""
-        with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
-            self.loop.call_soon_threadsafe(_settle, self.future, outcome)
-
-
-def _settle_all(settled: list[tuple[asyncio.Future[Any], Any]]) -> None:
-    """Settle a group's writes of one loop, in order; one that fails to settle is reported
-    as its own callback's error would be, and the others are settled all the same."""
-    for future, outcome in settled:
-        try:
-            _settle(future, outcome)
-        except Exception as error:
-            future.get_loop().call_exception_handler(
-                {"message": "a write's outcome could not be handed over", "exception": error}
-            )
-
-
-def _settle(
-    future: asyncio.Future[list[AppendResult]], outcome: list[AppendResult] | BaseException
-) -> None:
-    if future.done():
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
 
 
 class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, TypedReads):
@@ -837,35 +675,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         return await self._submit(self._read_model_sync, tree)
 
     def _read_model_sync(self, tree: str) -> ModelSnapshot | None:
-        db = self._db
-        db.execute("BEGIN")  # one snapshot of the file for all three queries
-        try:
-            streams = db.execute(
-                "SELECT id, name, head, modelled FROM streams WHERE tree = ?", (tree,)
-            ).fetchall()
-            names = {row[0]: row[1] for row in streams}
-            heads = {row[1]: row[2] for row in streams}
-            root = next((row[0] for row in streams if row[1] == tree), None)
-            if root is None or any(row[2] != row[3] for row in streams):
-                return None
-            # Only the root's last event: a reader needs another stream's only while a
-            # subagent is open on it, and reads it apart (checked against ``heads``).
-            last = db.execute(
-                f"SELECT {_EVENT_COLUMNS} FROM events e WHERE e.stream_id = ? AND e.revision = ?",
-                (root, heads[tree]),
-            ).fetchone()
-            if last is None:
-                return None
-            if max(heads.values()) >= MODEL_REVISIONS:
-                return None  # a key could not hold the revision: the events answer
-            found = db.execute("SELECT floor, mixed FROM trees WHERE tree = ?", (root,)).fetchone()
-            items = _model_items(db, root, tree, names)
-            if items is None:
-                return None  # an item on a stream not of the tree (a hand-edited file)
-        finally:
-            db.execute("COMMIT")
-        floor, mixed = (-1, 0) if found is None else found
-        return ModelSnapshot(heads, _recorded(tree, *last), names, items, int(floor), not mixed)
+        return read_model(self._db, tree)
 
     async def read_all(
         self, *, from_position: int | None = None, limit: int | None = None
@@ -926,92 +736,8 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         )
 
 
-def _model_items(
-    db: sqlite3.Connection, root: int, tree: str, names: dict[int, str]
-) -> ModelItems | None:
-    """The visible items of the tree ``tree`` (root stream number ``root``, streams
-    ``names``), in one row when it can be (:class:`ModelItems`); None if an item names a
-    stream that is neither the tree's nor one of a copied prefix (:func:`_copied_prefix`,
-    which adds those streams to ``names``)."""
-    if max(names) >= _SQL_KEYS:  # a key does not fit SQLite's 64 bits: packed here
-        if not _copied_prefix(db, root, tree, names):
-            return None
-        with no_collection():  # thousands of rows, no cycles
-            return ModelItems.of_rows(
-                [
-                    (index, model_key(stream, revision, part), text)
-                    for index, stream, revision, part, text in db.execute(
-                        "SELECT idx, stream_id, revision, part, item FROM items "
-                        "WHERE tree = ? ORDER BY idx",
-                        (root,),
-                    )
-                ]
-            )
-    low, high = min(names), max(names)
-    if high - low + 1 == len(names):  # no gap: a range check of each item's stream
-        found = db.execute(_ITEMS_BETWEEN, (root, low, high)).fetchone()
-    else:
-        found = db.execute(_ITEMS_ELSEWHERE, (root, tree)).fetchone()
-    texts, keys, count, first, last, elsewhere = found
-    if elsewhere and not _copied_prefix(db, root, tree, names):
-        return None  # an item on a stream that is not the tree's (a hand-edited file)
-    if not count:
-        return ModelItems.joined("", "", range(0), 0)
-    if texts.count("\n") != count - 1:
-        # A text with a newline of its own (none this engine writes: its item texts are
-        # compact JSON) would not split back: the rows, as they are.
-        with no_collection():
-            return ModelItems.of_rows(db.execute(_MODEL_ITEMS, (root,)).fetchall())
-    indexes: str | range = range(first, last + 1)
-    if last - first + 1 != count:  # a gap (a popped item): every index
-        indexes = db.execute(
-            "SELECT group_concat(idx) FROM items WHERE tree = ?", (root,)
-        ).fetchone()[0]
-    return ModelItems.joined(texts, keys, indexes, count)
-
-
-_FOREIGN_ROWS: Final = (
-    "SELECT max(idx) FILTER (WHERE NOT own), min(idx) FILTER (WHERE own), "
-    "group_concat(DISTINCT stream_id) FILTER (WHERE NOT own) FROM ("
-    "SELECT idx, stream_id, stream_id IN (SELECT id FROM streams WHERE tree = ?2) AS own "
-    "FROM items WHERE tree = ?1)"
-)
-
-
-def _copied_prefix(db: sqlite3.Connection, root: int, tree: str, names: dict[int, str]) -> bool:
-    """Whether the tree's items on other trees' streams, if any, are a copied prefix (a
-    :class:`~agentjournal.store.contract.ModelCopy`: a branch's rows below its cut, on its
-    parent's streams): every one before every row on the tree's own streams, each on a
-    stream that exists and whose packed key SQLite could hold. ``names`` gains those
-    streams. A row moved anywhere else (a hand edit) is not."""
-    last_foreign, first_own, numbers = db.execute(_FOREIGN_ROWS, (root, tree)).fetchone()
-    if numbers is None:
-        return True  # every row on the tree's own streams
-    if first_own is not None and last_foreign > first_own:
-        return False
-    for number in map(int, str(numbers).split(",")):
-        row = db.execute("SELECT name FROM streams WHERE id = ?", (number,)).fetchone()
-        if row is None or number >= _SQL_KEYS:
-            return False
-        names[number] = row[0]
-    return True
-
-
 def _executor() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentjournal-sqlite")
-
-
-def _fetch_events(
-    db: sqlite3.Connection, stream: str, sql: str, params: tuple[Any, ...]
-) -> list[Any]:
-    """Rows of events; a text column that is not UTF-8 (written by something else) is
-    damage, not an outage: :class:`UndecodableEvent`, which no retry can cure."""
-    try:
-        return db.execute(sql, params).fetchall()
-    except sqlite3.OperationalError as error:
-        if "decode" not in str(error).lower():
-            raise
-        raise UndecodableEvent(stream, f"{stream}: an event cannot be read: {error}") from None
 
 
 def _translated(path: str, fn: Callable[..., _T], *args: Any) -> _T:
@@ -1019,365 +745,6 @@ def _translated(path: str, fn: Callable[..., _T], *args: Any) -> _T:
         return fn(*args)
     except sqlite3.Error as error:
         raise StoreUnavailable(f"SQLite store {path} failed: {error}") from error
-
-
-def _resolved_connect(
-    path: str, busy_timeout: float, create: bool = True
-) -> tuple[str, sqlite3.Connection]:
-    """The file's absolute path as it is resolved now (for the heads probe, opened later,
-    perhaps after the process changed directory) and the store's connection to it."""
-    return os.path.abspath(path), _connect(path, busy_timeout, create)
-
-
-def _connect(path: str, busy_timeout: float, create: bool = True) -> sqlite3.Connection:
-    if path != ":memory:":
-        if not create and not os.path.isfile(path):
-            raise StoreUnavailable(f"no store at {path}: check the path or --uri")
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory):
-            raise StoreUnavailable(
-                f"cannot open SQLite store {path}: directory {directory} does not exist "
-                "(create it first)"
-            )
-    target, as_uri = path, False
-    if not create and path != ":memory:":
-        # mode=rw: SQLite itself refuses to create the file (no race with the check above).
-        target, as_uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=rw", True
-    try:
-        db = sqlite3.connect(
-            target, timeout=busy_timeout, isolation_level=None, check_same_thread=False, uri=as_uri
-        )
-    except sqlite3.Error as error:
-        raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
-    try:
-        _refuse_foreign(db, path)  # before anything could change the file
-        if not create and db.execute("PRAGMA user_version").fetchone()[0] == 0:
-            raise StoreUnavailable(f"no store at {path}: the file is empty")
-        db.execute(
-            "PRAGMA journal_mode = WAL" if path != ":memory:" else "PRAGMA journal_mode = MEMORY"
-        )
-        db.execute("PRAGMA synchronous = FULL")
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version == 0:
-            _create_schema(db, path)
-        elif version == 1:
-            _upgrade_schema(db, path)
-    except sqlite3.DatabaseError as error:
-        db.close()
-        raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
-    except BaseException:
-        db.close()
-        raise
-    return db
-
-
-def _probe_connection(path: str) -> sqlite3.Connection:
-    """A read-only connection for :meth:`SQLiteEventStore.heads_now` (any thread, waits at
-    most 5 ms for a lock: the loop thread must not stall on it); ``path`` is absolute."""
-    uri = f"file:{urllib.parse.quote(path)}?mode=ro"
-    db = sqlite3.connect(
-        uri, timeout=0.005, isolation_level=None, check_same_thread=False, uri=True
-    )
-    try:
-        db.execute("PRAGMA query_only = 1")
-        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            raise sqlite3.OperationalError("not in WAL mode: readers could wait for writers")
-    except BaseException:
-        db.close()
-        raise
-    return db
-
-
-def _refuse_foreign(db: sqlite3.Connection, path: str) -> None:
-    """Raise unless the file is empty or an agentjournal store of this schema version."""
-    version = db.execute("PRAGMA user_version").fetchone()[0]
-    if version not in (0, 1, SCHEMA_VERSION):
-        raise StoreUnavailable(
-            f"SQLite store {path} has schema version {version}; this agentjournal "
-            f"reads versions 1 and {SCHEMA_VERSION}: upgrade agentjournal, or choose another file"
-        )
-    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    # Version 1 had streams and events only; the model's tables come with version 2.
-    ours = _TABLES if version != 1 else {"streams", "events"}
-    foreign = sorted(tables - ours - {"sqlite_sequence"})
-    needed = _TABLES if version == SCHEMA_VERSION else {"streams", "events"}
-    if foreign or (version != 0 and not needed <= tables):
-        shown = foreign[0] if foreign else "missing tables of its version"
-        raise StoreUnavailable(
-            f"{path} is a SQLite database of something else ({shown!r}); choose another file"
-        )
-
-
-def _create_schema(db: sqlite3.Connection, path: str) -> None:
-    _migrate(db, path, 0, _SCHEMA)
-
-
-def _upgrade_schema(db: sqlite3.Connection, path: str) -> None:
-    """Version 1 -> 2: the model's columns and tables, empty. No stream joins a tree, so
-    every session is read from its events until written again from scratch (a stream's
-    model starts with its first event)."""
-    _migrate(
-        db,
-        path,
-        1,
-        "ALTER TABLE streams ADD COLUMN tree TEXT NULL;"
-        "ALTER TABLE streams ADD COLUMN modelled INTEGER NULL;" + _MODEL_SCHEMA,
-    )
-
-
-def _migrate(db: sqlite3.Connection, path: str, version: int, script: str) -> None:
-    """Run ``script`` and set the current schema version, in one transaction under the
-    write lock, if the file is still at ``version`` (another process may have got there
-    first) and, checked again under the lock, no file of something else."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        if db.execute("PRAGMA user_version").fetchone()[0] == version:
-            _refuse_foreign(db, path)
-            for statement in script.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-
-
-def _apply_model(
-    db: sqlite3.Connection, request: AppendRequest, stream_id: int | None, current: int, head: int
-) -> None:
-    """Apply one appended request's read model change (inside its write's transaction).
-
-    A new stream joins the request's tree; an existing one's ``modelled`` revision
-    follows its head if it was current before (and of this tree): one append without
-    a change (``model`` None) leaves it behind for good, and ``read_model`` of its
-    tree answers None from then on. An item added at an index already taken (two
-    writers that did not see each other; never this engine's own writes) makes the
-    whole tree not current rather than pick one.
-    """
-    change = request.model
-    if change is None:
-        return  # modelled stays where it was: behind the head now
-    created = current < 0 and request.stream == change.tree  # a new tree's root
-    if current < 0:  # a new stream joins its tree (set once: ``tree`` is indexed)
-        db.execute(
-            "UPDATE streams SET tree = ?, modelled = ? WHERE id = ?", (change.tree, head, stream_id)
-        )
-    else:
-        db.execute(
-            "UPDATE streams SET modelled = ? WHERE id = ? AND modelled = ? AND tree = ?",
-            (head, stream_id, current, change.tree),
-        )
-    if not change.ops:
-        return
-    ids: dict[str, int] = {} if stream_id is None else {request.stream: stream_id}
-    root = ids.get(change.tree) or _stream_id(db, change.tree)
-    if root is None:
-        raise InvalidInput(f"the model's tree {change.tree!r} names no stream")
-
-    def id_of(name: str) -> int:
-        found = ids.get(name)
-        if found is None:
-            found = _stream_id(db, name)
-            if found is None:
-                raise InvalidInput(f"a model change names stream {name!r}, which does not exist")
-            ids[name] = found
-        return found
-
-    row = db.execute("SELECT floor FROM trees WHERE tree = ?", (root,)).fetchone()
-    floor = -1 if row is None else int(row[0])
-    adds: list[tuple[int, int, int, int, int, str]] = []
-    current = True  # False: an item at a taken index, or one without an index
-
-    def add_all() -> bool:
-        """Insert the adds so far in one statement; False if any index was taken."""
-        if not adds:
-            return True
-        before = db.total_changes
-        db.executemany(
-            "INSERT OR IGNORE INTO items(tree, idx, stream_id, revision, part, item) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            adds,
-        )
-        inserted = db.total_changes - before
-        count = len(adds)
-        adds.clear()
-        return inserted == count
-
-    for n, op in enumerate(change.ops):
-        if isinstance(op, ModelCopy):
-            copied = _copy_model(db, op, root) if created and n == 0 else None
-            current = current and copied is not None
-            floor = max(floor, -1 if copied is None else copied)
-            continue
-        if isinstance(op, ModelAdd):
-            if not op.plain:
-                db.execute(
-                    "INSERT INTO trees(tree, floor, mixed) VALUES (?, -1, 1) "
-                    "ON CONFLICT(tree) DO UPDATE SET mixed = 1",
-                    (root,),
-                )
-            if 0 <= op.index <= floor:
-                continue  # hidden by an earlier clear, as the timeline hides it
-            # A place its packed key cannot hold (store.base.model_key) is not modelled; the
-            # heads bound read_model checks holds only for revisions of events that exist.
-            current = (
-                current
-                and op.index >= 0
-                and 0 <= op.part < MODEL_PARTS
-                and 0 <= op.revision < MODEL_REVISIONS
-            )
-            adds.append((root, op.index, id_of(op.stream), op.revision, op.part, op.text))
-            continue
-        current = add_all() and current
-        if isinstance(op, ModelClear):
-            floor = max(floor, op.through_index)
-            db.execute("DELETE FROM items WHERE tree = ? AND idx <= ?", (root, floor))
-            db.execute(
-                "INSERT INTO trees(tree, floor, mixed) VALUES (?, ?, 0) "
-                "ON CONFLICT(tree) DO UPDATE SET floor = excluded.floor",
-                (root, floor),
-            )
-        elif op.index < 0:  # not this engine's: the model cannot find it
-            current = False
-        else:
-            db.execute(
-                "DELETE FROM items WHERE tree = ? AND idx = ? AND stream_id = ? "
-                "AND revision = ? AND part = ?",
-                (root, op.index, id_of(op.stream), op.revision, op.part),
-            )
-    if not add_all() or not current:
-        db.execute("UPDATE streams SET modelled = NULL WHERE tree = ?", (change.tree,))
-
-
-def _copy_model(db: sqlite3.Connection, op: ModelCopy, root: int) -> int | None:
-    """Start the new tree ``root`` as the source tree's rows below ``op.below`` (one
-    ``INSERT ... SELECT``, same places and text) with the source's floor and plain mark;
-    its floor, or None (nothing copied) unless every stream of the source tree is current
-    and exactly at ``op.heads`` (store.base.ModelCopy)."""
-    streams = db.execute(
-        "SELECT id, name, head, modelled FROM streams WHERE tree = ?", (op.source,)
-    ).fetchall()
-    source = next((row[0] for row in streams if row[1] == op.source), None)
-    if (
-        source is None
-        or source == root
-        or {row[1]: row[2] for row in streams} != dict(op.heads)
-        or any(row[2] != row[3] or row[2] >= MODEL_REVISIONS for row in streams)
-    ):
-        return None
-    db.execute(
-        "INSERT INTO items(tree, idx, stream_id, revision, part, item) "
-        "SELECT ?, idx, stream_id, revision, part, item FROM items WHERE tree = ? AND idx < ?",
-        (root, source, op.below),
-    )
-    db.execute(
-        "INSERT INTO trees(tree, floor, mixed) SELECT ?, floor, mixed FROM trees WHERE tree = ?",
-        (root, source),
-    )
-    row = db.execute("SELECT floor FROM trees WHERE tree = ?", (root,)).fetchone()
-    return -1 if row is None else int(row[0])
-
-
-def _stream_id(db: sqlite3.Connection, name: str) -> int | None:
-    row = db.execute("SELECT id FROM streams WHERE name = ?", (name,)).fetchone()
-    return None if row is None else int(row[0])
-
-
-# One INSERT of up to this many rows (7 parameters each; SQLite's default cap is 32,766).
-_ROWS_PER_INSERT: Final = 64
-_INSERT_EVENTS: Final = (
-    "INSERT INTO events(stream_id, revision, id, type, data, metadata, recorded_at) VALUES "
-)
-_EVENT_ROW: Final = "(?, ?, ?, ?, ?, ?, ?)"
-
-
-@functools.cache
-def _insert_sql(rows: int) -> str:
-    return _INSERT_EVENTS + ", ".join([_EVENT_ROW] * rows)
-
-
-def _insert_events(
-    db: sqlite3.Connection, stream_id: int, current: int, new: Sequence[NewEvent], now: int
-) -> int:
-    """Insert ``new`` after revision ``current``; the position of the last one.
-
-    A write of a few events is one statement whose rows SQLite inserts in order, so
-    its last row id is the write's position (no ``last_insert_rowid()`` query).
-    """
-    rows = [
-        (
-            stream_id,
-            current + offset,
-            event.id.bytes,
-            event.type,
-            event.data,
-            encode_metadata(event.metadata),
-            now,
-        )
-        for offset, event in enumerate(new, start=1)
-    ]
-    if len(rows) <= _ROWS_PER_INSERT:
-        position = db.execute(_insert_sql(len(rows)), [v for row in rows for v in row]).lastrowid
-        assert position is not None
-        return position
-    db.executemany(_INSERT_EVENTS + _EVENT_ROW, rows)
-    return int(db.execute("SELECT last_insert_rowid()").fetchone()[0])
-
-
-def _last_position(db: sqlite3.Connection) -> int:
-    row = db.execute("SELECT max(position) FROM events").fetchone()
-    return int(row[0] or 0)
-
-
-def _recorded(
-    stream: str,
-    position: int,
-    revision: int,
-    event_id: bytes,
-    type_: object,
-    data: object,
-    metadata: object,
-    recorded_at: int,
-) -> RecordedEvent:
-    return RecordedEvent.from_raw(
-        stream=stream,
-        position=position,
-        revision=revision,
-        raw_id=event_id,
-        type=_as_text(stream, revision, type_),
-        data=_as_bytes(data),
-        raw_metadata=_as_bytes(metadata),
-        recorded_at_us=recorded_at,
-    )
-
-
-# SQLite keeps a value's type per row: something other than agentjournal can rewrite a
-# column with another type (``UPDATE events SET data = replace(data, ...)`` stores TEXT).
-# The read side hands out the types the contract promises all the same, so an edit reaches
-# a reader as what it is, changed content (the chain hash no longer matches), never as a
-# TypeError deep in a reader.
-
-
-def _as_bytes(value: object) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):  # sqlite3 decoded it from UTF-8: it encodes back exactly
-        return value.encode("utf-8")
-    return b"" if value is None else str(value).encode("utf-8")
-
-
-def _as_text(stream: str, revision: int, value: object) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError:
-            raise UndecodableEvent(
-                stream, f"{stream}@{revision}: the event type is not UTF-8 text"
-            ) from None
-    return "" if value is None else str(value)
 
 
 def _check_non_negative(name: str, value: int | None) -> None:

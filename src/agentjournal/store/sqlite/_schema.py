@@ -1,0 +1,183 @@
+"""The SQLite file's schema: its tables and version, opening, refusing a foreign file, upgrading."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import urllib.parse
+from typing import Final
+
+from agentjournal.errors import (
+    StoreUnavailable,
+)
+
+SCHEMA_VERSION: Final = 2
+
+
+# The read model (schema version 2). WITHOUT ROWID: a full read is one range scan of the
+# primary key, with the row in the key's b-tree (no second lookup per item).
+_MODEL_SCHEMA = """
+CREATE INDEX IF NOT EXISTS streams_by_tree ON streams(tree);
+CREATE TABLE IF NOT EXISTS items (
+    tree      INTEGER NOT NULL,
+    idx       INTEGER NOT NULL,
+    stream_id INTEGER NOT NULL,
+    revision  INTEGER NOT NULL,
+    part      INTEGER NOT NULL,
+    item      TEXT    NOT NULL,
+    PRIMARY KEY (tree, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS trees (
+    tree  INTEGER PRIMARY KEY,
+    floor INTEGER NOT NULL,
+    mixed INTEGER NOT NULL
+);
+"""
+
+_SCHEMA = (
+    """
+CREATE TABLE IF NOT EXISTS streams (
+    id       INTEGER PRIMARY KEY,
+    name     TEXT    NOT NULL UNIQUE,
+    head     INTEGER NOT NULL,
+    tree     TEXT    NULL,
+    modelled INTEGER NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    position    INTEGER PRIMARY KEY,
+    stream_id   INTEGER NOT NULL REFERENCES streams(id),
+    revision    INTEGER NOT NULL,
+    id          BLOB    NOT NULL,
+    type        TEXT    NOT NULL,
+    data        BLOB    NOT NULL,
+    metadata    BLOB    NOT NULL,
+    recorded_at INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS events_by_stream ON events(stream_id, revision);
+"""
+    + _MODEL_SCHEMA
+)
+
+_TABLES: Final = frozenset({"streams", "events", "items", "trees"})
+
+
+def _resolved_connect(
+    path: str, busy_timeout: float, create: bool = True
+) -> tuple[str, sqlite3.Connection]:
+    """The file's absolute path as it is resolved now (for the heads probe, opened later,
+    perhaps after the process changed directory) and the store's connection to it."""
+    return os.path.abspath(path), _connect(path, busy_timeout, create)
+
+
+def _connect(path: str, busy_timeout: float, create: bool = True) -> sqlite3.Connection:
+    if path != ":memory:":
+        if not create and not os.path.isfile(path):
+            raise StoreUnavailable(f"no store at {path}: check the path or --uri")
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise StoreUnavailable(
+                f"cannot open SQLite store {path}: directory {directory} does not exist "
+                "(create it first)"
+            )
+    target, as_uri = path, False
+    if not create and path != ":memory:":
+        # mode=rw: SQLite itself refuses to create the file (no race with the check above).
+        target, as_uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=rw", True
+    try:
+        db = sqlite3.connect(
+            target, timeout=busy_timeout, isolation_level=None, check_same_thread=False, uri=as_uri
+        )
+    except sqlite3.Error as error:
+        raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
+    try:
+        _refuse_foreign(db, path)  # before anything could change the file
+        if not create and db.execute("PRAGMA user_version").fetchone()[0] == 0:
+            raise StoreUnavailable(f"no store at {path}: the file is empty")
+        db.execute(
+            "PRAGMA journal_mode = WAL" if path != ":memory:" else "PRAGMA journal_mode = MEMORY"
+        )
+        db.execute("PRAGMA synchronous = FULL")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            _create_schema(db, path)
+        elif version == 1:
+            _upgrade_schema(db, path)
+    except sqlite3.DatabaseError as error:
+        db.close()
+        raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _probe_connection(path: str) -> sqlite3.Connection:
+    """A read-only connection for :meth:`SQLiteEventStore.heads_now` (any thread, waits at
+    most 5 ms for a lock: the loop thread must not stall on it); ``path`` is absolute."""
+    uri = f"file:{urllib.parse.quote(path)}?mode=ro"
+    db = sqlite3.connect(
+        uri, timeout=0.005, isolation_level=None, check_same_thread=False, uri=True
+    )
+    try:
+        db.execute("PRAGMA query_only = 1")
+        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            raise sqlite3.OperationalError("not in WAL mode: readers could wait for writers")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _refuse_foreign(db: sqlite3.Connection, path: str) -> None:
+    """Raise unless the file is empty or an agentjournal store of this schema version."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if version not in (0, 1, SCHEMA_VERSION):
+        raise StoreUnavailable(
+            f"SQLite store {path} has schema version {version}; this agentjournal "
+            f"reads versions 1 and {SCHEMA_VERSION}: upgrade agentjournal, or choose another file"
+        )
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    # Version 1 had streams and events only; the model's tables come with version 2.
+    ours = _TABLES if version != 1 else {"streams", "events"}
+    foreign = sorted(tables - ours - {"sqlite_sequence"})
+    needed = _TABLES if version == SCHEMA_VERSION else {"streams", "events"}
+    if foreign or (version != 0 and not needed <= tables):
+        shown = foreign[0] if foreign else "missing tables of its version"
+        raise StoreUnavailable(
+            f"{path} is a SQLite database of something else ({shown!r}); choose another file"
+        )
+
+
+def _create_schema(db: sqlite3.Connection, path: str) -> None:
+    _migrate(db, path, 0, _SCHEMA)
+
+
+def _upgrade_schema(db: sqlite3.Connection, path: str) -> None:
+    """Version 1 -> 2: the model's columns and tables, empty. No stream joins a tree, so
+    every session is read from its events until written again from scratch (a stream's
+    model starts with its first event)."""
+    _migrate(
+        db,
+        path,
+        1,
+        "ALTER TABLE streams ADD COLUMN tree TEXT NULL;"
+        "ALTER TABLE streams ADD COLUMN modelled INTEGER NULL;" + _MODEL_SCHEMA,
+    )
+
+
+def _migrate(db: sqlite3.Connection, path: str, version: int, script: str) -> None:
+    """Run ``script`` and set the current schema version, in one transaction under the
+    write lock, if the file is still at ``version`` (another process may have got there
+    first) and, checked again under the lock, no file of something else."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if db.execute("PRAGMA user_version").fetchone()[0] == version:
+            _refuse_foreign(db, path)
+            for statement in script.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
