@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentjournal import Journal, JournalSession
-from agentjournal.engine.core import _NONCES
+from agentjournal.engine.stamps import _NONCES
 from agentjournal.errors import ConcurrencyError
 from agentjournal.store.contract import NewEvent, StreamState, event_id, event_id_series
 from agentjournal.store.sqlite import SQLiteEventStore

@@ -34,7 +34,7 @@ from typing import Any, Final, Protocol
 from agentjournal import events
 from agentjournal._calls import call_of
 from agentjournal.authority import Authority, Policy
-from agentjournal.engine import codec
+from agentjournal.engine import codec, stamps
 from agentjournal.engine.routing import Plan, plan_write, starts_a_run
 from agentjournal.engine.timeline import Clear, Entry, Key, Pop, TimelineEvent, plain_text
 from agentjournal.engine.tree import AuthorityLog, Commit, SessionTree
@@ -676,7 +676,7 @@ def plan_control(
     responded = _add_responses(out, tree, facts, run) if run is not None else ()
     # The control event's own metadata has no open child of another stream than its own.
     own: dict[str, str] = {} if guard is None else {events.TWIN_KEY: str(guard)}
-    event = out.add(stream, type_, data, own, id_ if id_ is not None else uuid.uuid4())
+    event = out.add(stream, type_, data, own, id_ if id_ is not None else stamps.random_id())
     if guard is not None:
         assert stream != facts.stream, "a guard is for a head the write has nothing else for"
         _add_guard(out, facts.stream, guard, event.id, stream)
@@ -820,7 +820,7 @@ def _log_request(
         }
         if twin is not None and offset == len(entries) - 1:
             metadata[events.TWIN_KEY] = str(twin)
-        id_ = uuid.uuid4()
+        id_ = stamps.random_id()
         prev = seal_event(stream, log.revision + 1 + offset, id_, type_, data, metadata, prev)
         new.append(NewEvent(type=type_, data=data, metadata=metadata, id=id_))
         body = json.loads(data)
