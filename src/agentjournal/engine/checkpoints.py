@@ -1,4 +1,5 @@
-"""Signing a line's heads: checkpoints at the end of a run, after enough events, or asked for.
+"""Signing a line's heads: checkpoints at the end of a run, after enough events, or asked
+for, and the plan of one (:func:`plan_checkpoint`, pure).
 
 :class:`Checkpoints` owns the signing key and how many events may go unsigned; what it
 signs is read from the :class:`~agentjournal.engine.line.Line` it is given.
@@ -8,18 +9,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Final
 
 from agentjournal import events
 from agentjournal.engine import stamps
 from agentjournal.engine.line import Line
-from agentjournal.engine.plan import WritePlan, plan_checkpoint
+from agentjournal.engine.plan import WritePlan
+from agentjournal.engine.sealing import seal_event
+from agentjournal.engine.tree import Commit
 from agentjournal.errors import InvalidInput
-from agentjournal.ledger.checkpoints import Checkpoint
-from agentjournal.ledger.keys import SigningKey
-from agentjournal.streams import branches_stream
+from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
+from agentjournal.ledger.keys import SigningKey, signed_event_id
+from agentjournal.store.contract import AppendRequest, NewEvent, StreamState
+from agentjournal.streams import branches_stream, ledger_stream
 
-__all__ = ["DEFAULT_CHECKPOINT_EVERY", "Checkpoints"]
+__all__ = ["DEFAULT_CHECKPOINT_EVERY", "Checkpoints", "plan_checkpoint"]
 
 logger = logging.getLogger("agentjournal.engine")
 
@@ -128,3 +133,28 @@ class Checkpoints:
 
         landed = await line.writer.write(build)
         return signed[0] if landed is not None else None
+
+
+def plan_checkpoint(
+    session_id: str,
+    key: SigningKey,
+    heads: Mapping[str, tuple[int, str]],
+    ledger: tuple[int, str],
+    *,
+    now: datetime,
+    trace: Mapping[str, str],
+) -> tuple[WritePlan, Checkpoint]:
+    """A checkpoint of ``heads`` signed with ``key``, after the checkpoint stream's head."""
+    stream = ledger_stream(session_id)
+    head, prev = ledger
+    metadata = {events.SCHEMA_VERSION_KEY: events.SCHEMA_VERSION_VALUE, **trace}
+    checkpoint = Checkpoint.sign(
+        key, session_id, heads, now, sequence=head + 1, previous=prev, metadata=metadata
+    )
+    data = checkpoint.encode()
+    id_ = signed_event_id(stream, checkpoint.signature)
+    sealed = seal_event(stream, head + 1, id_, CHECKPOINT, data, metadata, prev)
+    event = NewEvent(type=CHECKPOINT, data=data, metadata=metadata, id=id_)
+    expected = StreamState.NO_STREAM if head < 0 else head
+    commit = Commit(heads={}, hashes={}, ledger=(head + 1, sealed), signed=True)
+    return WritePlan([AppendRequest(stream, [event], expected)], commit), checkpoint

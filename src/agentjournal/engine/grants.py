@@ -12,7 +12,9 @@ from agentjournal import events
 from agentjournal.authority import Authority
 from agentjournal.engine import stamps
 from agentjournal.engine.line import Line
-from agentjournal.engine.plan import RunView, WritePlan, plan_control, plan_log, run_grant
+from agentjournal.engine.plan import RunView, WritePlan
+from agentjournal.engine.plan_control import plan_control
+from agentjournal.engine.plan_log import plan_log, run_grant
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger import redaction

@@ -16,7 +16,9 @@ from agentjournal import events
 from agentjournal.engine import stamps, turns
 from agentjournal.engine.checkpoints import Checkpoints
 from agentjournal.engine.line import Line
-from agentjournal.engine.plan import ItemsPlan, RunView, WritePlan, plan_control, plan_items
+from agentjournal.engine.plan import ItemsPlan, RunView, WritePlan
+from agentjournal.engine.plan_control import plan_control
+from agentjournal.engine.plan_items import plan_items
 from agentjournal.engine.timeline import Clear, Entry, Key, Pop
 from agentjournal.engine.turns import is_user
 from agentjournal.errors import ConcurrencyError

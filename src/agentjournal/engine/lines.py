@@ -29,7 +29,8 @@ from agentjournal.engine.fork_cut import (
 )
 from agentjournal.engine.items import NoRun, plan_innermost_control
 from agentjournal.engine.line import Line
-from agentjournal.engine.plan import ItemsPlan, SessionFacts, WritePlan, plan_items
+from agentjournal.engine.plan import ItemsPlan, SessionFacts, WritePlan
+from agentjournal.engine.plan_items import plan_items
 from agentjournal.engine.reader import Reader
 from agentjournal.engine.timeline import Clear
 from agentjournal.engine.tree import Commit, SessionTree, next_index_after

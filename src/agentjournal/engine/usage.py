@@ -11,7 +11,8 @@ from typing import Any
 from agentjournal import events
 from agentjournal.engine import stamps, turns
 from agentjournal.engine.line import Line
-from agentjournal.engine.plan import WritePlan, plan_control
+from agentjournal.engine.plan import WritePlan
+from agentjournal.engine.plan_control import plan_control
 from agentjournal.errors import CodecError
 from agentjournal.store.contract import event_id
 from agentjournal.streams import MAIN_BRANCH
