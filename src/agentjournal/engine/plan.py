@@ -2,8 +2,8 @@
 its responses and grants not yet written, and :class:`WritePlan` (pure records).
 
 A :class:`WritePlan` is the store requests of a write — every event id,
-message index, twin link and chain hash decided — and the :class:`~agentjournal.engine.tree.Commit` the
-tree takes on when the store accepts them. The writer
+message index, twin link and chain hash decided — and the
+:class:`~agentjournal.engine.tree.Commit` the tree takes on when the store accepts them. The writer
 (:mod:`agentjournal.engine.writer`) appends a plan; the planners are functions of
 what they are given, each unit-tested directly:
 
@@ -63,10 +63,11 @@ class Produced:
 class Responded:
     """A model response whose ``agentjournal.ModelResponded`` event is not written yet.
 
-    It is written with the next write the session makes (:func:`~agentjournal.engine.plan_items.plan_items`,
-    :func:`~agentjournal.engine.plan_control.plan_control`), before that write's own events, and its id is fixed
-    when the response arrives: every attempt of every write carries the same
-    event, and a write that landed is recognised by it
+    It is written with the next write the session makes
+    (:func:`~agentjournal.engine.plan_items.plan_items`,
+    :func:`~agentjournal.engine.plan_control.plan_control`), before that write's own
+    events, and its id is fixed when the response arrives: every attempt of every write
+    carries the same event, and a write that landed is recognised by it
     (the ``responded`` ids of its :class:`~agentjournal.engine.tree.SessionTree`).
 
     Attributes:
