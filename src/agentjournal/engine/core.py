@@ -239,7 +239,7 @@ class SessionCore:
         time (what :mod:`agentjournal.engine.turns` numbers and reports).
 
         O(the line's history): the visible items, then the line's events for their
-        metadata. The SDK's turn reads scan their rows too (DESIGN §17, "Left open").
+        metadata. The SDK's turn reads scan their rows too.
         """
         async with self.tree.lock:
             await self.reader.refresh(0)

@@ -121,7 +121,7 @@ def plan_closes(
     plans a run's (``plan_items`` with ``closing``): ``SubagentCompleted`` (``cancelled``)
     on the subsession and its parent stream, innermost first, each at its exact revision;
     every copy also carries ``aj.line_end`` = ``end``, the id of the ``BranchDeleted`` that
-    follows on the line's top stream in the same write (DESIGN §17.3, "The end of a line").
+    follows on the line's top stream in the same write.
     """
     if not tree.chain:
         return None
@@ -145,6 +145,25 @@ def _generated_names(base: str) -> Iterator[str]:
         yield f"{base}_{number}"
 
 
+def _given_cut(at: int | None, turn: int | None, revision: int | None) -> list[tuple[str, int]]:
+    """The cut a fork was given, as (kind, value): none, or one of ``index``, ``turn``,
+    ``revision``.
+
+    Raises:
+        InvalidInput: More than one, or one that is not a whole number in range.
+    """
+    given = [(kind, value) for kind, value in (("index", at), ("turn", turn)) if value is not None]
+    if revision is not None:
+        given.append(("revision", revision))
+    if len(given) > 1:
+        raise InvalidInput("fork at one cut: give at most one of at, turn and revision")
+    for kind, value in given:
+        least = 1 if kind == "turn" else 0
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise InvalidInput(f"a fork's {kind} must be an integer >= {least}, got {value!r}")
+    return given
+
+
 async def fork(
     line: Line,
     checkpoints: Checkpoints,
@@ -157,7 +176,7 @@ async def fork(
     generated: str | None = None,
     used: Callable[[str], str] | None = None,
 ) -> Branch:
-    """Fork this line: a new branch that continues it as of a cut (DESIGN §17).
+    """Fork this line: a new branch that continues it as of a cut.
 
     The cut is before item ``at``, before turn ``turn``'s user message (the
     ``turn``-th user message visible now), or after revision ``revision`` of the
@@ -184,15 +203,7 @@ async def fork(
             refused or has been used in this session.
         StoreError: The fork did not land.
     """
-    given = [(kind, value) for kind, value in (("index", at), ("turn", turn)) if value is not None]
-    if revision is not None:
-        given.append(("revision", revision))
-    if len(given) > 1:
-        raise InvalidInput("fork at one cut: give at most one of at, turn and revision")
-    for kind, value in given:
-        least = 1 if kind == "turn" else 0
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
-            raise InvalidInput(f"a fork's {kind} must be an integer >= {least}, got {value!r}")
+    given = _given_cut(at, turn, revision)
     branch_name = line.facts.branch or MAIN_BRANCH
     explicit = branch_stream(line.facts.session_id, name) if name is not None else None
     tree = line.tree
@@ -217,7 +228,7 @@ async def fork(
         )
         position, point, lines, copy, read = cut_at
         seen = dict(tree.heads)
-        # Every subagent open at the cut continues on the branch (DESIGN §17.3).
+        # Every subagent open at the cut continues on the branch.
         base = tuple(place(event) for event in (point.base, *point.chain))
         originals = [await opened_by(line, read, event.stream) for event in point.chain]
         prefix = {
@@ -290,7 +301,7 @@ async def fork(
         if checkpoints.key is not None:
             # Sign the fork at once, the branch's first event and each continuation's
             # with it (requests 1 and 3...: the registry's is 2): nothing else covers
-            # them until the branch is written to (DESIGN §17.3).
+            # them until the branch is written to.
             await checkpoints.maybe(
                 force=True,
                 trace=trace,
@@ -380,7 +391,7 @@ async def delete_line(
             await line.reader.load(0)
         await line.writer.write(build)
         # Signed at once, the BranchDeleted and the registry's entry: no later write on
-        # this line would cover them (DESIGN §17.3).
+        # this line would cover them.
         await checkpoints.maybe(force=True, trace=trace)
         tree.ended("deleted")
 
@@ -468,7 +479,7 @@ async def clear_lines(line: Line, checkpoints: Checkpoints, trace: Mapping[str, 
         if await line.writer.write(build) is not None:
             # Signed at once, each ended branch's BranchDeleted with main's clear, and
             # each ended line's authority log (a reset there is unsigned till now): no
-            # later write on those lines would cover them (DESIGN §17.3).
+            # later write on those lines would cover them.
             if checkpoints.key is not None:
                 ended.update(await _log_heads(line, ended_names))
             await checkpoints.maybe(force=True, trace=trace, extra=ended)

@@ -165,7 +165,7 @@ class SessionFacts:
 
     @property
     def authority_stream(self) -> str:
-        """The line's authority log: the session's, or the branch's own (DESIGN §17.3)."""
+        """The line's authority log: the session's, or the branch's own."""
         if self.branch is None:
             return authority_stream(self.session_id)
         return branch_authority_stream(self.session_id, self.branch)

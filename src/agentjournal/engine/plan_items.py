@@ -51,7 +51,7 @@ def plan_items(
 
     ``last_turn``: the turn of the newest user message visible once ``hides`` are
     hidden (0: none); each user message of ``items`` gets the next number as its
-    ``aj.turn`` (DESIGN §17.2). None numbers nothing (readers then count, as for a
+    ``aj.turn``. None numbers nothing (readers then count, as for a
     session written before ``aj.turn``): :class:`~agentjournal.engine.core.SessionCore`
     always gives it.
 
