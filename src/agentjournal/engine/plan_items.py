@@ -247,7 +247,7 @@ class _ItemsWrite:
                 (sub.agent_name, authority, "handoff", str(owner_id), sub.parent_stream)
             )
         self._granted_to[sub.stream] = authority
-        self.out.open_child[sub.parent_stream] = sub.stream
+        self.out.opened(sub.parent_stream, sub.stream)
         self.out.add(
             sub.parent_stream,
             events.SUBAGENT_STARTED,
@@ -285,7 +285,7 @@ class _ItemsWrite:
         # The twin first: the parent's copy carries the subsession's final hash,
         # so the parent's chain covers the whole closed subtree.
         sub_id, parent_id = self._next_id(), self._next_id()
-        self.out.open_child.pop(sub.parent_stream, None)
+        self.out.closed(sub.parent_stream)
         for stream, twin, own in (
             (sub.stream, parent_id, sub_id),
             (sub.parent_stream, sub_id, parent_id),

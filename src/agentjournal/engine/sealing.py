@@ -56,6 +56,15 @@ class Events:
         self.trace = trace
         self.open_child = {s.parent_stream: s.stream for s in tree.chain}
 
+    def opened(self, parent: str, child: str) -> None:
+        """``child`` is open on ``parent`` from now on (``parent``'s later events name it in
+        ``aj.open``)."""
+        self.open_child[parent] = child
+
+    def closed(self, parent: str) -> None:
+        """No subagent is open on ``parent`` from now on."""
+        self.open_child.pop(parent, None)
+
     def revision_of(self, stream: str) -> int:
         """The revision of ``stream``'s last event, with this write's events so far."""
         return self.heads.get(stream, -1) + len(self.by_stream.get(stream, []))
