@@ -12,7 +12,7 @@ key, exported as a bundle, and then, round by round:
   chain links, view commitments);
 - **verify**: the whole offline verification (structure, integrity,
   checkpoints, twins, delegation, containment), of the parsed bundle;
-- **seal**: the write side, ``engine.plan.seal_event`` (view commitment and
+- **seal**: the write side, ``engine.sealing.seal_event`` (view commitment and
   chain keys) of every event again, from its metadata without the chain keys;
 - **floor: least chain**: the least any Python verifier of these events does per
   event whatever else it checks: build the event's chain record from its fields
@@ -48,7 +48,7 @@ from agentjournal.audit.export import export_bundle
 from agentjournal.audit.verify import Report, verify_bundle
 from agentjournal.audit.verify._integrity import check_chain
 from agentjournal.audit.verify._parse import bundle_records
-from agentjournal.engine.plan import seal_event
+from agentjournal.engine.sealing import seal_event
 from agentjournal.ledger import SigningKey
 from agentjournal.ledger.chain import CHAIN_KEY, CHAIN_KEYS, HASH_KEY, PREV_KEY, record_bytes
 from agentjournal.ledger.checkpoints import Checkpoint

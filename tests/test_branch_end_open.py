@@ -470,8 +470,8 @@ async def test_the_plan_puts_the_end_after_the_closes_in_one_request_per_stream(
     stream its close and the ``BranchDeleted`` are one request at the close's expected
     revision, the ``BranchDeleted`` sealed after the close's hash."""
     # Imported here: the scenarios above run (and fail) on the base, which lacks these.
-    from agentjournal.engine.core import _plan_closes
     from agentjournal.engine.fork import LineHead, line_end_id, plan_line_ends
+    from agentjournal.engine.lines import plan_closes
     from agentjournal.ledger.chain import HASH_KEY, PREV_KEY
 
     async with Journal.open("sqlite://:memory:") as journal:
@@ -480,7 +480,7 @@ async def test_the_plan_puts_the_end_after_the_closes_in_one_request_per_stream(
         core = line._core  # the line's own tree, as delete_line plans on it
         async with core.tree.lock:
             await core.reader.refresh(0)
-        close = _plan_closes(
+        close = plan_closes(
             core.tree,
             core.facts,
             next_index=await core.reader.next_index(),

@@ -12,7 +12,7 @@ import pytest
 
 from agentjournal import Journal, JournalSession
 from agentjournal import events as ev
-from agentjournal.engine import core as core_module
+from agentjournal.engine import stamps
 from agentjournal.engine.fork import cut_position, fork_point, plan_fork, revision_at
 from agentjournal.engine.plan import SessionFacts
 from agentjournal.engine.tree import SessionTree
@@ -323,7 +323,7 @@ async def test_a_used_name_is_refused_and_generated_names_step_on(
     await session.fork(1, name="draft")
     with pytest.raises(InvalidInput, match="'draft' has already been used"):
         await session.fork(2, name="draft")
-    monkeypatch.setattr(core_module, "_unix_seconds", lambda: 1764590000)
+    monkeypatch.setattr(stamps, "unix_seconds", lambda: 1764590000)
     names = [(await session.fork(2)).name for _ in range(3)]
     assert names == ["fork_2_1764590000", "fork_2_1764590000_2", "fork_2_1764590000_3"]
     assert len(await session.branches()) == 4

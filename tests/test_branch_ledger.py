@@ -29,7 +29,7 @@ from agentjournal import events as ev
 from agentjournal.audit.export import export_bundle
 from agentjournal.audit.verify import Report, verify_bundle, verify_records
 from agentjournal.authority import Authority, Policy
-from agentjournal.engine.plan import seal_event
+from agentjournal.engine.sealing import seal_event
 from agentjournal.ledger import SigningKey
 from agentjournal.records import DamagedEvent
 from agentjournal.store.contract import NewEvent

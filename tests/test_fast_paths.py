@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from agentjournal import Journal, events
 from agentjournal.engine import codec
-from agentjournal.engine.plan import seal_event
+from agentjournal.engine.sealing import seal_event
 from agentjournal.errors import CodecError, InvalidInput
 from agentjournal.ledger import redaction
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from agentjournal import Journal
 from agentjournal.audit.export import export_bundle
 from agentjournal.audit.verify import Problem, parse_bundle, verify_bundle
-from agentjournal.engine import plan
+from agentjournal.engine import sealing
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger import SigningKey, chain, key_id, load_public_key
 from ledger_sessions import rechain, relink
@@ -219,7 +219,7 @@ async def _write(uri: str, turns: range) -> None:
 async def _mixed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     uri = f"sqlite:///{tmp_path / 'journal.db'}"
     with monkeypatch.context() as patch:  # the writer as it was before format 2
-        patch.setattr(plan, "seal", functools.partial(chain.seal, chain_format=1))
+        patch.setattr(sealing, "seal", functools.partial(chain.seal, chain_format=1))
         await _write(uri, range(2))
     await _write(uri, range(2, 4))  # the same session continued by this version
     async with Journal.open(uri) as journal:

@@ -17,6 +17,7 @@ import pytest
 from agentjournal import events
 from agentjournal._digests import data_digest
 from agentjournal.authority import Authority, Cap, Policy, ToolRule
+from agentjournal.engine.checkpoints import plan_checkpoint
 from agentjournal.engine.codec import exact_json
 from agentjournal.engine.plan import (
     Grant,
@@ -25,13 +26,11 @@ from agentjournal.engine.plan import (
     Responded,
     SessionFacts,
     WritePlan,
-    plan_checkpoint,
-    plan_control,
-    plan_items,
-    plan_log,
-    run_grant,
-    seal_event,
 )
+from agentjournal.engine.plan_control import plan_control
+from agentjournal.engine.plan_items import plan_items
+from agentjournal.engine.plan_log import plan_log, run_grant
+from agentjournal.engine.sealing import seal_event
 from agentjournal.engine.timeline import Clear, Entry, Pop
 from agentjournal.engine.tree import AuthorityLog, Commit, SessionTree
 from agentjournal.ledger import redaction

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from agentjournal import Journal, JournalSession
 from agentjournal import events as ev
 from agentjournal.engine import turns
-from agentjournal.engine.plan import seal_event
+from agentjournal.engine.sealing import seal_event
 from agentjournal.ledger.chain import CHAIN_KEYS, GENESIS
 from agentjournal.store.contract import AppendRequest, NewEvent, StreamState
 from agentjournal.streams import session_stream

@@ -25,8 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import agentjournal.engine.core as core
-import agentjournal.engine.plan as plan
+import agentjournal.engine.stamps as stamps
 from agentjournal import JournalSession
 from agentjournal.store.sqlite import SQLiteEventStore
 
@@ -114,7 +113,7 @@ class _Clock(datetime):
 
 
 class _Uuid:
-    """``uuid`` as plan.py sees it, with a counter for ``uuid4`` (pops and clears)."""
+    """``uuid`` as the engine sees it, with a counter for ``uuid4`` (pops and clears)."""
 
     def __init__(self) -> None:
         self._count = itertools.count(1)
@@ -126,7 +125,11 @@ class _Uuid:
         return getattr(uuid, name)
 
 
-_PINNED = ((core, "_NONCES", _Nonces), (core, "datetime", lambda: _Clock), (plan, "uuid", _Uuid))
+_PINNED = (
+    (stamps, "_NONCES", _Nonces),
+    (stamps, "datetime", lambda: _Clock),
+    (stamps, "uuid", _Uuid),
+)
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agentjournal import Journal, JournalSession
-from agentjournal.engine.core import _NONCES
+from agentjournal.engine.stamps import _NONCES
 from agentjournal.errors import ConcurrencyError
 from agentjournal.store.contract import NewEvent, StreamState, event_id, event_id_series
 from agentjournal.store.sqlite import SQLiteEventStore

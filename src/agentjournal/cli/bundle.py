@@ -128,17 +128,11 @@ async def sign_every_line(store: EventStore, session_id: str, key: SigningKey) -
         InvalidInput: The session id is malformed, or the session does not exist.
         StoreError: The tree could not be read or the checkpoint written.
     """
-    from agentjournal.engine.core import SessionCore
-    from agentjournal.engine.plan import SessionFacts
-    from agentjournal.engine.tree import SessionTree
-    from agentjournal.streams import session_stream
+    from agentjournal.engine.core import open_line
     from agentjournal.walk import read_tree
 
     heads = (await read_tree(store, session_id)).checkpoint_heads()
-    stream = session_stream(session_id)
-    core = SessionCore(
-        store, SessionFacts(session_id, stream), SessionTree(stream), signing_key=key
-    )
+    core = open_line(store, session_id, signing_key=key)
     # Main's own heads are read again as it signs: a newer head is never lowered.
     return await core.checkpoint({}, extra=heads)
 

@@ -82,9 +82,7 @@ async def fork_session(args: argparse.Namespace) -> int:
     """
     from agentjournal._text import printable
     from agentjournal.cli._store import open_session
-    from agentjournal.engine.core import SessionCore
-    from agentjournal.engine.plan import SessionFacts
-    from agentjournal.engine.tree import SessionTree
+    from agentjournal.engine.core import open_line
     from agentjournal.ledger.keys import SigningKey
     from agentjournal.streams import MAIN_BRANCH, branch_key, session_stream
 
@@ -109,12 +107,7 @@ async def fork_session(args: argparse.Namespace) -> int:
         # With a signing key configured the fork signs at once (SessionCore.fork): the
         # parent line's new head, the branch's first event and each continuation.
         key = SigningKey.from_environment()
-        core = SessionCore(
-            store,
-            SessionFacts(session_id, stream, branch=line),
-            SessionTree(stream),
-            signing_key=key,
-        )
+        core = open_line(store, session_id, branch=line, stream=stream, signing_key=key)
         branch = await core.fork(
             at=args.at, turn=args.turn, revision=args.revision, name=args.name, trace={}
         )

@@ -28,7 +28,8 @@ from datetime import datetime
 from typing import Any, Final, TypeAlias
 
 from agentjournal import events
-from agentjournal.engine.plan import SessionFacts, WritePlan, seal_event
+from agentjournal.engine.plan import SessionFacts, WritePlan
+from agentjournal.engine.sealing import seal_event
 from agentjournal.engine.timeline import Entry, Timeline, TimelineEvent, fold
 from agentjournal.engine.tree import Commit, SessionTree, index_of
 from agentjournal.engine.turns import is_user

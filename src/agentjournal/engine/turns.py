@@ -13,7 +13,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from agentjournal import events
+
+if TYPE_CHECKING:
+    from agentjournal.engine.timeline import Entry
+    from agentjournal.store.contract import RecordedEvent
 
 __all__ = [
     "TOOL_CALL_TYPES",
@@ -23,6 +29,7 @@ __all__ = [
     "conversation_turns",
     "find_turns",
     "is_user",
+    "joined",
     "number",
     "sdk_timestamp",
     "tool_name",
@@ -242,3 +249,27 @@ def tool_usage(items: Iterable[Turned]) -> list[tuple[str | None, int, int]]:
 
 
 _NAMED_BY_TYPE = frozenset({"shell_call", "apply_patch_call"})
+
+
+def joined(
+    visible: list[Entry], read: list[tuple[str, list[RecordedEvent]]]
+) -> list[tuple[Entry, Turned]]:
+    """Each visible item with its event's ``aj.turn`` and time (from ``read``, the line's
+    events by stream; None for an item whose event is not among them)."""
+    found: dict[tuple[str, int], RecordedEvent] = {
+        (stream, event.revision): event for stream, recorded in read for event in recorded
+    }
+    turned: list[tuple[Entry, Turned]] = []
+    for entry in visible:
+        event = found.get((entry.stream, entry.revision))
+        turned.append(
+            (
+                entry,
+                Turned(
+                    entry.item(),
+                    None if event is None else events.turn_of(event.metadata),
+                    None if event is None else event.recorded_at,
+                ),
+            )
+        )
+    return turned

@@ -24,8 +24,9 @@ from datetime import UTC, datetime
 from typing import Final, TypeVar
 
 from agentjournal import events
-from agentjournal.engine.plan import WritePlan, seal_event
+from agentjournal.engine.plan import WritePlan
 from agentjournal.engine.reader import Reader
+from agentjournal.engine.sealing import seal_event
 from agentjournal.engine.timeline import Entry, Pop, plain_text
 from agentjournal.engine.tree import Commit, SessionTree
 from agentjournal.errors import (

@@ -22,10 +22,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agentjournal import events
-from agentjournal.engine.core import SessionCore
+from agentjournal.engine.core import SessionCore, open_line
 from agentjournal.engine.fork import Branch, cut_position, read_branches, visible_at
-from agentjournal.engine.plan import SessionFacts
-from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import InvalidInput, StreamNotFound
 from agentjournal.records import Record, opened_stream
 from agentjournal.streams import MAIN_BRANCH, validate_id
@@ -56,8 +54,7 @@ async def find_branch(store: EventStore, session_id: str, name: str) -> Branch:
 
 def _core(store: EventStore, session_id: str, branch: Branch) -> SessionCore:
     """The engine's reads of a branch line, from the events (a tool shows the record)."""
-    facts = SessionFacts(session_id, branch.stream, branch=branch.name)
-    return SessionCore(store, facts, SessionTree(branch.stream), use_model=False)
+    return open_line(store, session_id, branch=branch.name, stream=branch.stream, use_model=False)
 
 
 async def line_replay(

@@ -18,10 +18,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from agentjournal import events
-from agentjournal.engine.core import SessionCore
+from agentjournal.engine.core import open_line
 from agentjournal.engine.fork import read_branches, visible_at
-from agentjournal.engine.plan import SessionFacts
-from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import InvalidInput
 from agentjournal.records import Record, TreeRecords
 from agentjournal.store.abilities import abilities_of
@@ -62,13 +60,7 @@ async def replay(
     # The session's own read path without the SDK adapter (JournalSession.get_items
     # resolves the limit and calls exactly this): no SDK import, nothing written. From
     # the events, never a store's read model: a tool shows what was recorded.
-    core = SessionCore(
-        store,
-        SessionFacts(session_id, session_stream(session_id)),
-        _tree(session_id),
-        use_model=False,
-    )
-    return await core.items(limit)
+    return await open_line(store, session_id, use_model=False).items(limit)
 
 
 async def check_read_model(store: EventStore, session_id: str) -> tuple[str, str | None] | None:
@@ -113,11 +105,10 @@ async def check_read_model(store: EventStore, session_id: str) -> tuple[str, str
         if await store.read_model(stream) is None:  # type: ignore[attr-defined]
             behind.append(label)
             continue
-        facts = SessionFacts(session_id, stream, branch=name)
-        from_model = await SessionCore(store, facts, SessionTree(stream)).items(None)
-        from_events = await SessionCore(store, facts, SessionTree(stream), use_model=False).items(
-            None
-        )
+        from_model = await open_line(store, session_id, branch=name, stream=stream).items(None)
+        from_events = await open_line(
+            store, session_id, branch=name, stream=stream, use_model=False
+        ).items(None)
         told = [json.dumps(item) for item in from_model]
         recorded = [json.dumps(item) for item in from_events]
         if told != recorded:
@@ -209,7 +200,3 @@ def _recorded(record: Record) -> RecordedEvent:
         position=record.position,
         recorded_at=record.recorded_at,
     )
-
-
-def _tree(session_id: str) -> SessionTree:
-    return SessionTree(session_stream(session_id))

@@ -42,9 +42,9 @@ from opentelemetry.trace import Span
 from agentjournal import events
 from agentjournal.authority import Authority, Policy
 from agentjournal.engine import turns
-from agentjournal.engine.core import DEFAULT_CHECKPOINT_EVERY, SessionCore
+from agentjournal.engine.core import DEFAULT_CHECKPOINT_EVERY, SessionCore, open_line
 from agentjournal.engine.fork import Branch
-from agentjournal.engine.plan import ItemsPlan, Produced, Responded, SessionFacts
+from agentjournal.engine.plan import ItemsPlan, Produced, Responded
 from agentjournal.engine.routing import SUMMARY_CHARS
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import AuthorityDenied, BranchDeleted, GuardrailBlocked, InvalidInput
@@ -58,7 +58,7 @@ from agentjournal.sdk.enforce import Enforcer
 from agentjournal.sdk.gates import Gatekeeper
 from agentjournal.sdk.run import RunState, weak
 from agentjournal.store.contract import EventStore
-from agentjournal.streams import MAIN_BRANCH, branch_stream, session_stream, validate_id
+from agentjournal.streams import MAIN_BRANCH, validate_id
 from agentjournal.tokens import ModelResponse as ResponseRecord
 from agentjournal.tokens import Usage
 
@@ -167,22 +167,18 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
 
     def _new_core(self, branch: str | None, tree: SessionTree | None = None) -> SessionCore:
         """The reads and writes of one line of this session."""
-        stream = (
-            session_stream(self.session_id)
-            if branch is None
-            else branch_stream(self.session_id, branch)
-        )
-        if tree is None:
-            tree = self._trees(branch) if self._trees is not None else SessionTree(stream)
-        facts = SessionFacts(self.session_id, stream, branch=branch, **self._line_facts)
-        return SessionCore(
+        if tree is None and self._trees is not None:
+            tree = self._trees(branch)
+        return open_line(
             self._store,
-            facts,
-            tree,
+            self.session_id,
+            branch=branch,
+            tree=tree,
             # A branch signs its own streams, its log and the registry on the session's
             # shared ledger stream; the verifier reads every line (DESIGN §17.6, step 8).
             signing_key=self._signing_key,
             checkpoint_every=self._checkpoint_every,
+            **self._line_facts,
         )
 
     def _line(self, branch: str | None) -> SessionCore:
