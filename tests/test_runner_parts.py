@@ -446,7 +446,7 @@ async def test_a_run_whose_first_write_fails_leaves_no_session(
 
     # A store that takes smaller events than the contract allows for: the input message's
     # event is refused, so the run writes nothing; no ThreadState may start the stream.
-    monkeypatch.setattr("agentjournal.store.contract.MAX_EVENT_BYTES", 4096)
+    monkeypatch.setattr("agentjournal.store._append.MAX_EVENT_BYTES", 4096)
     catalog = load_catalog(MANIFESTS)
     uri = f"sqlite:///{tmp_path / 'journal.db'}"
     setup = Invocation(
