@@ -280,7 +280,10 @@ asyncio.run(main())
 
 
 def test_every_import_the_readme_shows_exists() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = "\n".join(
+        path.read_text(encoding="utf-8")
+        for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    )
     blocks = re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)
     imports = [
         (match.group(1), [n.strip() for n in match.group(2).split(",")])
@@ -405,7 +408,11 @@ def test_every_dotted_name_the_code_and_docs_mention_exists() -> None:
     span or a logger name: ``agentjournal.ItemPopped``, ``agentjournal.run``)."""
     role = re.compile(r":(?:mod|class|func|meth|data|attr|exc):`~?(agentjournal(?:\.\w+)*)`")
     dotted = re.compile(r"(?<![\w/.-])agentjournal(?:\.[A-Za-z_]\w*){2,}")
-    files = [*SRC.rglob("*.py"), *(ROOT / name for name in ("README.md", "DESIGN.md", "SCHEMA.md"))]
+    files = [
+        *SRC.rglob("*.py"),
+        *(ROOT / name for name in ("README.md", "DESIGN.md", "SCHEMA.md")),
+        *(ROOT / "docs").glob("*.md"),
+    ]
     stale = set()
     for path in files:
         text = path.read_text(encoding="utf-8")

@@ -1,4 +1,5 @@
-"""README.md, run as written: every shell block, in order, in a fresh copy of the repository.
+"""README.md and the docs pages, run as written: every shell block, in order, in a fresh copy of
+the repository (README.md first, then each page of :data:`PAGES`).
 
 The blocks run in one bash process (so ``. .venv/bin/activate`` and ``export`` carry over, as
 in a reader's terminal); every command is checked, and the first that fails names its block
@@ -31,6 +32,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+PAGES = [
+    "README.md",
+    "docs/commands.md",
+    "docs/branches.md",
+    "docs/runner.md",
+    "docs/viewer.md",
+    "docs/kurrentdb.md",
+]
+"""The documents whose shell blocks run, in this order (a later page uses what an earlier made)."""
 SHELLS = ("bash", "sh", "shell", "console")
 MARK = re.compile(r"^<!-- readme-test: (skip|background): (.+) -->$")
 
@@ -43,12 +53,11 @@ SKIPPED = {
     'KURRENTDB_URI="kurrentdb://127.0.0.1:2113?Tls=false" pytest -m kurrentdb_server -ra': (
         "KurrentDB server"
     ),
-    "python bench/store.py": "tests/test_bench.py",
 }
 """First command of each block the test skips (without its comment) -> what its reason says."""
 BACKGROUND = {
-    "agentjournal guardrail serve --rules samples/guardrail-rules.yml",
-    "agentjournal ui --pubkey journal.pem.pub",
+    "agentjournal guardrail serve --port 0 --rules samples/guardrail-rules.yml",
+    "agentjournal ui --port 0 --pubkey journal.pem.pub",
 }
 """First command of each block run as a background service."""
 
@@ -57,6 +66,7 @@ BACKGROUND = {
 class Block:
     """One fenced shell block of the README."""
 
+    page: str  # the document, e.g. "README.md"
     line: int  # of the opening fence, 1-based
     commands: tuple[str, ...]  # logical lines: continuations joined, blank lines and comments out
     first: str  # the block's first command, without a trailing comment
@@ -64,8 +74,8 @@ class Block:
     reason: str
 
 
-def readme_blocks(text: str) -> list[Block]:
-    """Every shell block of ``text``, with the mark on the line before it."""
+def readme_blocks(text: str, page: str = "README.md") -> list[Block]:
+    """Every shell block of ``text`` (the document ``page``), with the mark before it."""
     lines = text.splitlines()
     blocks: list[Block] = []
     number = 0
@@ -79,7 +89,7 @@ def readme_blocks(text: str) -> list[Block]:
                 body.append(lines[number])
                 number += 1
             if lines[number].strip() != "```":  # CommonMark would not close the block here
-                raise AssertionError(f"README.md:{number + 1}: text after a closing fence")
+                raise AssertionError(f"{page}:{number + 1}: text after a closing fence")
             if fence[3:].strip() not in SHELLS:
                 number += 1
                 continue
@@ -87,6 +97,7 @@ def readme_blocks(text: str) -> list[Block]:
             found = MARK.match(before.strip())
             blocks.append(
                 Block(
+                    page=page,
                     line=number - len(body),
                     commands=_commands(body),
                     first=re.sub(r"\s+#.*$", "", body[0].strip()) if body else "",
@@ -95,9 +106,9 @@ def readme_blocks(text: str) -> list[Block]:
                 )
             )
         elif "readme-test" in line and not MARK.match(line.strip()):
-            raise AssertionError(f"README.md:{number + 1}: malformed readme-test mark: {line}")
+            raise AssertionError(f"{page}:{number + 1}: malformed readme-test mark: {line}")
         elif MARK.match(line.strip()) and not lines[number + 1].strip().startswith("```"):
-            raise AssertionError(f"README.md:{number + 1}: a readme-test mark not before a block")
+            raise AssertionError(f"{page}:{number + 1}: a readme-test mark not before a block")
         number += 1
     return blocks
 
@@ -119,31 +130,32 @@ def _commands(body: list[str]) -> tuple[str, ...]:
 def _script(blocks: list[Block], pids: Path, logs: Path) -> str:
     """One bash script running the blocks in order, checking every command."""
     out = [
-        'fail() { echo "README block at line $1 failed (exit $2): $3" >&2; exit 1; }',
+        'fail() { echo "the block at $1 failed (exit $2): $3" >&2; exit 1; }',
     ]
     for block in blocks:
         if block.mark == "skip":
             continue
-        out.append(f"echo '::: README block at line {block.line}'")
+        where = f"{block.page}:{block.line}"
+        out.append(f"echo '::: block at {where}'")
         for command in block.commands:
             quoted = shlex.quote(command)
             if block.mark == "background":
-                log = logs / f"service-{block.line}.log"
+                log = logs / f"service-{block.page.replace('/', '-')}-{block.line}.log"
                 out += [
                     f"{command} > {log} 2>&1 &",
                     f"echo $! >> {pids}",
                     # Wait for its first line: the address it listens on.
                     "for _ in $(seq 300); do "
                     f"[ -s {log} ] && break; "
-                    f"kill -0 $! 2>/dev/null || fail {block.line} 1 {quoted}; "
+                    f"kill -0 $! 2>/dev/null || fail {where} 1 {quoted}; "
                     "sleep 0.1; done",
-                    f"[ -s {log} ] || fail {block.line} 1 {quoted}",
+                    f"[ -s {log} ] || fail {where} 1 {quoted}",
                     f"cat {log}",
                 ]
             else:
                 out += [
                     command,
-                    f"status=$?; [ $status -eq 0 ] || fail {block.line} $status {quoted}",
+                    f"status=$?; [ $status -eq 0 ] || fail {where} $status {quoted}",
                 ]
     out.append("echo '::: README done'")
     return "\n".join(out) + "\n"
@@ -189,8 +201,25 @@ def _fresh_copy(target: Path) -> Path:
     return target
 
 
+def all_blocks() -> list[Block]:
+    """The shell blocks of every page of :data:`PAGES`, in order."""
+    return [
+        block
+        for page in PAGES
+        for block in readme_blocks((ROOT / page).read_text(encoding="utf-8"), page)
+    ]
+
+
+def test_every_page_with_a_shell_block_is_run() -> None:
+    pages = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md")))]
+    with_blocks = {
+        page for page in pages if readme_blocks((ROOT / page).read_text(encoding="utf-8"), page)
+    }
+    assert with_blocks <= set(PAGES), with_blocks - set(PAGES)
+
+
 def test_marks_say_exactly_which_blocks_are_skipped_and_why() -> None:
-    blocks = readme_blocks(README.read_text(encoding="utf-8"))
+    blocks = all_blocks()
     skipped = {b.first: b.reason for b in blocks if b.mark == "skip"}
     assert set(skipped) == set(SKIPPED), "README.md skips other blocks than this test expects"
     for first, reason in skipped.items():
@@ -201,7 +230,7 @@ def test_marks_say_exactly_which_blocks_are_skipped_and_why() -> None:
 
 
 def test_the_readme_runs_as_written(tmp_path: Path) -> None:
-    blocks = readme_blocks(README.read_text(encoding="utf-8"))
+    blocks = all_blocks()
     repo = _fresh_copy(tmp_path / "agentjournal")
     pids, logs = tmp_path / "pids", tmp_path
     script = tmp_path / "readme.sh"
@@ -237,7 +266,7 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     assert out.rstrip().endswith("::: README done")
     assert stopped, "no background service was started"
     # The demo's own check, and every verification the README runs, said OK.
-    assert "reference guardrail on http://127.0.0.1:8787/v1/validate (4 rules)" in out
+    assert re.search(r"reference guardrail on http://127\.0\.0\.1:\d+/v1/validate \(4 rules\)", out)
     assert re.search(
         r"delegation: 1 policy recorded \(sha256:[0-9a-f]{64}\); 4 grants, each recomputed", out
     )
