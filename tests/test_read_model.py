@@ -21,7 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentjournal import JournalSession
-from agentjournal.engine.timeline import Entry, items_of, parse_item, plain_text
+from agentjournal._fastjson import loads as parse_item
+from agentjournal._fastjson import plain_text
+from agentjournal.engine.timeline import Entry, items_of
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import StoreUnavailable
 from agentjournal.store.abilities import ReadModel, abilities_of

@@ -571,7 +571,7 @@ def test_every_error_code_is_documented_with_its_exit_code() -> None:
     from agentjournal.runner.contract import ERROR_CODES, MAX_CONTENT_UNITS, MAX_STATE_BYTES
 
     output = schema_files()["invocation-output.schema.json"]["description"]
-    readme = (MANIFESTS.parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (MANIFESTS.parents[1] / "docs" / "runner.md").read_text(encoding="utf-8")
     bullet = readme[readme.index("- **Exit codes**") :].split("\n- ", 1)[0]
     by_exit = {
         1: bullet[bullet.index(" 1 ") : bullet.index(" 2 blocked")],

@@ -41,7 +41,7 @@ from agentjournal.errors import AuthorityDenied, GuardrailBlocked, StoreUnavaila
 from agentjournal.events import MODEL_RESPONDED, RESPONSE_ID_KEY, SPAN_ID_KEY, TRACE_ID_KEY
 from agentjournal.ledger import redaction
 from agentjournal.records import Record, TreeRecords
-from agentjournal.sdk.session import _model_of
+from agentjournal.sdk.hooks import _model_of
 from agentjournal.store import AppendRequest, AppendResult, NewEvent, StreamState
 from agentjournal.store.contract import Expected
 from agentjournal.store.sqlite import SQLiteEventStore

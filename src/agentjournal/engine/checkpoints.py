@@ -24,8 +24,6 @@ from agentjournal.ledger.keys import SigningKey, signed_event_id
 from agentjournal.store.contract import AppendRequest, NewEvent, StreamState
 from agentjournal.streams import branches_stream, ledger_stream
 
-__all__ = ["DEFAULT_CHECKPOINT_EVERY", "Checkpoints", "plan_checkpoint"]
-
 logger = logging.getLogger("agentjournal.engine")
 
 DEFAULT_CHECKPOINT_EVERY: Final = 100

@@ -75,17 +75,6 @@ from agentjournal._fastjson import loads as _fast_load
 from agentjournal.errors import CodecError, InvalidInput
 from agentjournal.events import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
 
-__all__ = [
-    "OPENAI_EXTENSION_KEY",
-    "EncodedEvent",
-    "decode_event",
-    "decode_item_pairs",
-    "decode_item_texts",
-    "decode_items",
-    "encode_item",
-    "exact_json",
-]
-
 OPENAI_EXTENSION_KEY = "openai"
 """Key in a canonical event's ``extensions`` under which the original item rides."""
 

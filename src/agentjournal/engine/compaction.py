@@ -12,8 +12,6 @@ from agentjournal.engine.items import ItemWrites, NoRun
 from agentjournal.engine.line import Line
 from agentjournal.engine.timeline import Clear, Entry, Key
 
-__all__ = ["HistoryChanged", "Snapshot", "replace_all", "replace_suffix", "snapshot"]
-
 
 class HistoryChanged(Exception):
     """A compaction snapshot's suffix is no longer the newest history: replace nothing."""

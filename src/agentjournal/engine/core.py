@@ -26,7 +26,7 @@ from agentjournal._gc import no_collection
 from agentjournal.authority import Authority, Policy
 from agentjournal.engine import compaction, grants, items, lines, turns, usage
 from agentjournal.engine.checkpoints import DEFAULT_CHECKPOINT_EVERY, Checkpoints
-from agentjournal.engine.compaction import HistoryChanged, Snapshot
+from agentjournal.engine.compaction import Snapshot
 from agentjournal.engine.fork import Branch, read_branches
 from agentjournal.engine.items import ItemWrites
 from agentjournal.engine.line import Line
@@ -38,14 +38,6 @@ from agentjournal.errors import InvalidInput, StreamNotFound
 from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.ledger.keys import SigningKey
 from agentjournal.streams import branch_stream, session_stream
-
-__all__ = [
-    "DEFAULT_CHECKPOINT_EVERY",
-    "HistoryChanged",
-    "SessionCore",
-    "Snapshot",
-    "open_line",
-]
 
 logger = logging.getLogger("agentjournal.engine")
 

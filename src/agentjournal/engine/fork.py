@@ -49,31 +49,6 @@ from agentjournal.store.contract import (
 )
 from agentjournal.streams import branches_stream
 
-__all__ = [
-    "Branch",
-    "Decoded",
-    "ForkPoint",
-    "continues",
-    "cut_position",
-    "decode_line",
-    "fork_point",
-    "HIDING",
-    "LineHead",
-    "line_end_id",
-    "line_end_reason",
-    "next_index_of_rows",
-    "open_at",
-    "plan_fork",
-    "plan_line_ends",
-    "read_branches",
-    "read_types",
-    "revision_at",
-    "subagent_opened",
-    "turn_position",
-    "visible_at",
-    "visible_before",
-]
-
 logger = logging.getLogger("agentjournal.engine")
 
 

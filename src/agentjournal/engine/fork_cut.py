@@ -33,15 +33,6 @@ from agentjournal.ledger.chain import HASH_KEY
 from agentjournal.store.contract import ModelCopy, RecordedEvent, model_place
 from agentjournal.streams import authority_stream, branch_authority_stream
 
-__all__ = [
-    "CutAt",
-    "cut_from_events",
-    "cut_from_model",
-    "log_place",
-    "opened_by",
-    "place",
-]
-
 
 def _started(first: RecordedEvent | None) -> events.BranchStarted | None:
     """The fork a line's first event is (None: the main line, or unreadable)."""

@@ -19,8 +19,6 @@ from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger import redaction
 
-__all__ = ["record", "record_grant", "reset_authority"]
-
 logger = logging.getLogger("agentjournal.engine")
 
 

@@ -23,8 +23,6 @@ from agentjournal.engine.timeline import Clear, Entry, Key, Pop
 from agentjournal.engine.turns import is_user
 from agentjournal.errors import ConcurrencyError
 
-__all__ = ["ItemWrites", "NoRun", "clear", "plan_innermost_control", "pop"]
-
 logger = logging.getLogger("agentjournal.engine")
 
 

@@ -19,8 +19,6 @@ from agentjournal.errors import BranchDeleted, StreamNotFound
 from agentjournal.ledger.chain import HASH_KEY
 from agentjournal.streams import MAIN_BRANCH, branches_stream
 
-__all__ = ["Line"]
-
 
 @dataclass(frozen=True, slots=True)
 class Line:

@@ -45,8 +45,6 @@ from agentjournal.streams import (
     subsession_stream,
 )
 
-__all__ = ["clear_lines", "delete_line", "fork", "plan_closes"]
-
 
 def _continuations(
     session_id: str,

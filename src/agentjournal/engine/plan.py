@@ -41,8 +41,6 @@ from agentjournal.engine.tree import Commit
 from agentjournal.store.contract import AppendRequest
 from agentjournal.streams import authority_stream, branch_authority_stream
 
-__all__ = ["Grant", "ItemsPlan", "Produced", "Responded", "RunView", "SessionFacts", "WritePlan"]
-
 
 @dataclass(frozen=True, slots=True)
 class Produced:

@@ -16,8 +16,6 @@ from agentjournal.engine.sealing import Events, add_guard
 from agentjournal.engine.timeline import TimelineEvent
 from agentjournal.engine.tree import AuthorityLog, Commit, SessionTree
 
-__all__ = ["add_responses", "plan_control"]
-
 
 def add_responses(
     out: Events, tree: SessionTree, facts: SessionFacts, run: RunView

@@ -11,20 +11,18 @@ from datetime import datetime
 from typing import Any, Final
 
 from agentjournal import events
+from agentjournal._fastjson import plain_text
 from agentjournal.engine import codec
 from agentjournal.engine.plan import Grant, ItemsPlan, RunView, SessionFacts
 from agentjournal.engine.plan_control import add_responses
 from agentjournal.engine.plan_log import handoff_grant, held_entries, log_request
 from agentjournal.engine.routing import Op, Plan, plan_write, starts_a_run
 from agentjournal.engine.sealing import Events
-from agentjournal.engine.timeline import Clear, Entry, Key, Pop, TimelineEvent, plain_text
+from agentjournal.engine.timeline import Clear, Entry, Key, Pop, TimelineEvent
 from agentjournal.engine.tree import AuthorityLog, Commit, SessionTree
 from agentjournal.engine.turns import is_user
 from agentjournal.errors import CodecError
 from agentjournal.store.contract import event_id_series
-
-__all__ = ["plan_items"]
-
 
 _ASSISTANT_TYPES: Final = frozenset(
     {"AssistantTextGenerated", "AssistantToolCallsGenerated", "AssistantThinkingGenerated"}

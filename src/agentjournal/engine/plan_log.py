@@ -18,8 +18,6 @@ from agentjournal.engine.sealing import Events, add_guard, seal_event
 from agentjournal.engine.tree import AuthorityLog, Commit, SessionTree
 from agentjournal.store.contract import AppendRequest, NewEvent, StreamState
 
-__all__ = ["handoff_grant", "held_entries", "log_request", "plan_log", "run_grant"]
-
 
 def plan_log(
     facts: SessionFacts,

@@ -44,8 +44,6 @@ from agentjournal.streams import (
 )
 from agentjournal.walk import walk_tree
 
-__all__ = ["Reader", "continued_from"]
-
 logger = logging.getLogger("agentjournal.engine")
 
 _PAGE: Final = 64

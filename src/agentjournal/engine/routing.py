@@ -34,8 +34,6 @@ from agentjournal.events import Subagent
 from agentjournal.streams import branch_subagent_id, subagent_id, subsession_stream
 from agentjournal.streams import session_stream as main_session_stream
 
-__all__ = ["Op", "Plan", "looks_like_a_handoff", "plan_write", "starts_a_run"]
-
 REMEMBERED_CALLS: Final = 1024
 SUMMARY_CHARS: Final = 2000
 

@@ -14,8 +14,6 @@ from agentjournal.ledger import redaction
 from agentjournal.ledger.chain import GENESIS, seal
 from agentjournal.store.contract import AppendRequest, NewEvent, StreamState
 
-__all__ = ["Events", "add_guard", "seal_event"]
-
 
 def seal_event(
     stream: str,

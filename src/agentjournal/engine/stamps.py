@@ -13,8 +13,6 @@ import uuid
 from datetime import UTC, datetime
 from typing import Final
 
-__all__ = ["next_nonce", "now", "random_id", "unix_seconds"]
-
 
 class _Nonces:
     """The nonce of each write's event ids: unique to this process and this write.

@@ -21,25 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
 from agentjournal._fastjson import loads as parse_item
-from agentjournal._fastjson import orjson_loads, plain_text
+from agentjournal._fastjson import orjson_loads
 from agentjournal.store.contract import ModelItems, ModelRow
-
-__all__ = [
-    "ENTRY_BYTES",
-    "Clear",
-    "Entry",
-    "Key",
-    "ModelRow",
-    "Picker",
-    "Pop",
-    "Timeline",
-    "TimelineEvent",
-    "fold",
-    "items_of",
-    "model_items",
-    "parse_item",
-    "plain_text",
-]
 
 
 def items_of(entries: list[Entry]) -> list[dict[str, Any]]:

@@ -41,8 +41,6 @@ from agentjournal.ledger.chain import GENESIS
 from agentjournal.records import opened_stream
 from agentjournal.store.contract import RecordedEvent
 
-__all__ = ["AuthorityLog", "Commit", "SessionTree", "index_of", "next_index_after"]
-
 logger = logging.getLogger("agentjournal.engine")
 
 _RESPONDED: Final = 1024  # response ids remembered: far more than a run ever has pending

@@ -21,21 +21,6 @@ if TYPE_CHECKING:
     from agentjournal.engine.timeline import Entry
     from agentjournal.store.contract import RecordedEvent
 
-__all__ = [
-    "TOOL_CALL_TYPES",
-    "Turned",
-    "by_turns",
-    "classify",
-    "conversation_turns",
-    "find_turns",
-    "is_user",
-    "joined",
-    "number",
-    "sdk_timestamp",
-    "tool_name",
-    "tool_usage",
-]
-
 TOOL_CALL_TYPES = frozenset(
     {
         "tool_call",

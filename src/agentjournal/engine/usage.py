@@ -17,8 +17,6 @@ from agentjournal.errors import CodecError
 from agentjournal.store.contract import event_id
 from agentjournal.streams import MAIN_BRANCH
 
-__all__ = ["book_usage", "turn_usage"]
-
 logger = logging.getLogger("agentjournal.engine")
 
 

@@ -24,10 +24,11 @@ from datetime import UTC, datetime
 from typing import Final, TypeVar
 
 from agentjournal import events
+from agentjournal._fastjson import plain_text
 from agentjournal.engine.plan import WritePlan
 from agentjournal.engine.reader import Reader
 from agentjournal.engine.sealing import seal_event
-from agentjournal.engine.timeline import Entry, Pop, plain_text
+from agentjournal.engine.timeline import Entry, Pop
 from agentjournal.engine.tree import Commit, SessionTree
 from agentjournal.errors import (
     ConcurrencyError,
@@ -50,15 +51,6 @@ from agentjournal.store.contract import (
     StreamState,
 )
 from agentjournal.streams import KEYS_STREAM
-
-__all__ = [
-    "CONFLICT_RETRIES",
-    "Writer",
-    "append",
-    "append_chained",
-    "rotate_key",
-    "with_model",
-]
 
 CONFLICT_RETRIES: Final = 32
 _UNAVAILABLE_RETRIES: Final = 3

@@ -14,8 +14,6 @@ from agents.exceptions import AgentsException
 
 from agentjournal.errors import AuthorityDenied, GuardrailBlocked
 
-__all__ = ["RunAuthorityDenied", "RunGuardrailBlocked"]
-
 
 class RunGuardrailBlocked(GuardrailBlocked, AgentsException):
     """A :class:`GuardrailBlocked` raised inside a run."""

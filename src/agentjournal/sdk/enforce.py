@@ -38,9 +38,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
-
-from opentelemetry.trace import Span
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from agentjournal._calls import calls_of, tool_call_payload
 from agentjournal.errors import GuardrailBlocked
@@ -50,12 +48,11 @@ from agentjournal.guardrails.client import GuardrailClient, Verdict
 from agentjournal.guardrails.protocol import ActionType, Decision, ReasonCode, TraceRef
 from agentjournal.sdk import tracing
 from agentjournal.sdk._raised import RunGuardrailBlocked
+from agentjournal.sdk.port import Recorder
 
 if TYPE_CHECKING:
     from agents.agent import Agent
     from agents.items import ModelResponse
-
-__all__ = ["Enforcement", "Enforcer", "Recorder", "Widens", "blocked"]
 
 logger = logging.getLogger("agentjournal.guardrails")
 
@@ -63,19 +60,6 @@ DECISION_NOT_RECORDED: Final = "DECISION_NOT_RECORDED"
 
 Widens = Callable[[str, str], "str | None"]
 """(tool name, arguments) -> why they exceed the acting agent's authority, or None."""
-
-
-class Recorder(Protocol):
-    """What the enforcer needs from its session."""
-
-    async def record_decision(self, decided: GuardrailDecided) -> None:
-        """Append the decision to the acting agent's stream; raise if it did not land."""
-
-    def agent_span(self) -> Span | None:
-        """The span of the agent that is acting now."""
-
-    async def run_stopped(self, error: GuardrailBlocked) -> None:
-        """The run is about to end with ``error``: close what it leaves open."""
 
 
 @dataclass

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from agentjournal._calls import calls_of
 from agentjournal._digests import value_digest as digest
@@ -38,36 +38,13 @@ from agentjournal.authority import Authority, Gate, Policy, Refusal, meet
 from agentjournal.errors import AuthorityDenied
 from agentjournal.events import AuthorityRefused, Enforcement
 from agentjournal.sdk._raised import RunAuthorityDenied
+from agentjournal.sdk.port import RefusalRecorder
 
 if TYPE_CHECKING:
     from agents.agent import Agent
     from agents.items import ModelResponse
 
-__all__ = ["Gatekeeper", "RefusalRecorder"]
-
 logger = logging.getLogger("agentjournal.authority")
-
-
-class RefusalRecorder(Protocol):
-    """What the gatekeeper needs from its session."""
-
-    async def record_refusal(self, refused: AuthorityRefused) -> None:
-        """Append the refusal to the acting agent's stream; raise if it did not land."""
-
-    async def authority_stopped(self, error: AuthorityDenied) -> None:
-        """The run is about to end with ``error``: close what it leaves open."""
-
-    async def record_grant(self, agent: str, authority: Authority) -> None:
-        """Append what a run's first agent holds (``agentjournal.AuthorityGranted``)."""
-
-    async def open_grant(self, agent: str) -> tuple[bool, Authority | None]:
-        """Whether ``agent`` speaks inside an open subagent (a resumed run), and its grant."""
-
-    async def held_grant(self, agent: str) -> Authority | None:
-        """What ``agent`` last held in this session (the authority log), if anything."""
-
-    async def handoff_granted(self, sender: str, receiver: str, authority: Authority) -> None:
-        """A handoff granted ``receiver`` ``authority``: record it with the next write."""
 
 
 class Gatekeeper:

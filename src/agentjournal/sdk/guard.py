@@ -39,8 +39,6 @@ if TYPE_CHECKING:
     from agents.agent import Agent
     from agents.run_context import RunContextWrapper
 
-__all__ = ["Wiring", "covers", "guard_graph", "schema_of"]
-
 _MARK: Final = "__agentjournal_wiring__"
 
 

@@ -23,8 +23,6 @@ from agentjournal.authority import Authority
 from agentjournal.engine.plan import Grant, ItemsPlan, Produced, Responded
 from agentjournal.sdk import tracing
 
-__all__ = ["RunState", "RunView", "weak"]
-
 _REMEMBERED: Final = 1024
 
 

@@ -18,57 +18,45 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import time
-import uuid
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from agents import OpenAIChatCompletionsModel, OpenAIResponsesModel, _debug
-from agents.handoffs import Handoff, handoff
-from agents.lifecycle import RunHooksBase
 from agents.memory.session import _CompactionSnapshot
 from agents.memory.session_settings import (
     SessionSettings,
     coerce_session_settings,
     resolve_session_limit,
 )
-from kurrent_agent_schema import TokenUsage, to_json
-from opentelemetry.trace import Span
 
 from agentjournal import events
-from agentjournal.authority import Authority, Policy
-from agentjournal.engine import turns
-from agentjournal.engine.core import DEFAULT_CHECKPOINT_EVERY, SessionCore, open_line
+from agentjournal.authority import Policy
+from agentjournal.engine.checkpoints import DEFAULT_CHECKPOINT_EVERY
+from agentjournal.engine.core import SessionCore, open_line
 from agentjournal.engine.fork import Branch
-from agentjournal.engine.plan import ItemsPlan, Produced, Responded
+from agentjournal.engine.plan import ItemsPlan
 from agentjournal.engine.routing import SUMMARY_CHARS
 from agentjournal.engine.tree import SessionTree
-from agentjournal.errors import AuthorityDenied, BranchDeleted, GuardrailBlocked, InvalidInput
+from agentjournal.errors import BranchDeleted, InvalidInput
 from agentjournal.events import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
 from agentjournal.guardrails.client import GuardrailClient
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import SigningKey
 from agentjournal.sdk import guard as guarding
 from agentjournal.sdk import tracing
+from agentjournal.sdk.advanced import AdvancedSessionAPI
 from agentjournal.sdk.enforce import Enforcer
 from agentjournal.sdk.gates import Gatekeeper
+from agentjournal.sdk.hooks import SessionHooks
+from agentjournal.sdk.recorder import SessionRecorder
 from agentjournal.sdk.run import RunState, weak
 from agentjournal.store.contract import EventStore
 from agentjournal.streams import MAIN_BRANCH, validate_id
-from agentjournal.tokens import ModelResponse as ResponseRecord
-from agentjournal.tokens import Usage
 
 if TYPE_CHECKING:
     from agents.agent import Agent
-    from agents.items import ModelResponse, TResponseInputItem
+    from agents.items import TResponseInputItem
     from agents.run_context import RunContextWrapper
-    from agents.tool import Tool
-
-__all__ = ["DEFAULT_CHECKPOINT_EVERY", "JournalSession"]
 
 _logger = logging.getLogger("agentjournal.session")
 logger = _logger
@@ -93,7 +81,7 @@ _OWN_EVENT_TYPES = frozenset(
 """What :meth:`JournalSession.append_event` refuses: the types the session writes itself."""
 
 
-class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
+class JournalSession(AdvancedSessionAPI, SessionHooks):
     """A Session and RunHooks backed by an event store.
 
     Create it with :meth:`agentjournal.Journal.session`. One object may serve
@@ -154,7 +142,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         self._branch = branch
         self._run_core: SessionCore | None = None  # the line the current run started on
         self._run = RunState(speaker=agent_name)
-        self._recorder = _Recorder(self)
+        self._recorder = SessionRecorder(self)
         self._enforcer = (
             Enforcer(guardrails, thread_id=self.session_id, recorder=self._recorder)
             if guardrails is not None
@@ -445,276 +433,9 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
 
     # -- AdvancedSQLiteSession: branches (DESIGN §17.1, §17.2 "Mapping the SDK API") ------
 
-    async def create_branch_from_turn(
-        self, turn_number: int, branch_name: str | None = None
-    ) -> str:
-        """Fork the current line before turn ``turn_number``'s user message and switch
-        this object to the new branch (even when nothing comes before it), as
-        ``AdvancedSQLiteSession`` does; return the branch's name.
-
-        Nothing is copied: the branch is one atomic fork write (:meth:`fork`). A
-        generated name is ``branch_from_turn_{N}_{unix seconds}`` (``_2``, ``_3``...
-        when taken). Names are never reused in a session, even after a delete or clear.
-
-        Raises:
-            InvalidInput: (a ``ValueError``, with the SDK's messages) a blank name, no user
-                message at that turn, or a name already used (``"main"`` included).
-            BranchDeleted: The current branch was deleted.
-        """
-        if branch_name is not None and not branch_name.strip():
-            raise InvalidInput("Branch name cannot be empty")
-        trace = self._recorder.trace_now()
-
-        def used(name: str) -> str:
-            return f"Branch ID '{name}' has already been used. Choose a new branch ID."
-
-        async def create(core: SessionCore) -> tuple[SessionCore, Branch]:
-            line = core.facts.branch or MAIN_BRANCH
-            if not isinstance(turn_number, int) or isinstance(turn_number, bool) or turn_number < 1:
-                raise InvalidInput(
-                    f"Turn {turn_number} does not contain a user message in branch '{line}'"
-                )
-            if branch_name == MAIN_BRANCH:  # the main line's name: used from the start
-                _, users = await core.items_count()
-                if turn_number > users:
-                    raise InvalidInput(
-                        f"Turn {turn_number} does not contain a user message in branch '{line}'"
-                    )
-                raise InvalidInput(used(branch_name))
-            made = await core.fork(
-                turn=turn_number,
-                name=branch_name,
-                trace=trace,
-                generated=f"branch_from_turn_{turn_number}_{int(time.time())}",
-                used=used,
-            )
-            return core, made
-
-        made: tuple[SessionCore, Branch] = await self._retry_cleared(self._core, create)
-        core, branch = made
-        line = core.facts.branch or MAIN_BRANCH
-        self._point(branch.name)
-        if _debug.DONT_LOG_MODEL_DATA or not self._logger.isEnabledFor(logging.DEBUG):
-            self._logger.debug(
-                "Created branch '%s' from turn %s in '%s'", branch.name, turn_number, line
-            )
-        else:  # the SDK's message, with the turn's text (model data) in it
-            self._logger.debug(
-                "Created branch '%s' from turn %s ('%s') in '%s'",
-                branch.name,
-                turn_number,
-                _turn_preview(await core.turned(), turn_number),
-                line,
-            )
-        return branch.name
-
-    async def create_branch_from_content(
-        self, search_term: str, branch_name: str | None = None
-    ) -> str:
-        """:meth:`create_branch_from_turn` at the first user turn whose text holds
-        ``search_term`` (see :meth:`find_turns_by_content`).
-
-        Raises:
-            InvalidInput: No such turn (``"No user turns found containing '...'"``), or as
-                :meth:`create_branch_from_turn`.
-        """
-        matches = await self.find_turns_by_content(search_term)
-        if not matches:
-            raise InvalidInput(f"No user turns found containing '{search_term}'")
-        return await self.create_branch_from_turn(matches[0]["turn"], branch_name)
-
-    async def switch_to_branch(self, branch_id: str) -> None:
-        """Point this object at ``branch_id`` (``"main"`` or a branch's name): later calls
-        read and write there. Only this object moves, and nothing is written (choosing
-        what to read is not history; a run already going stays on its line).
-
-        Raises:
-            InvalidInput: ``"Branch '...' does not exist"``: as in the SDK, a line exists
-                while it has at least one visible item.
-        """
-        core = self._reading(branch_id) if isinstance(branch_id, str) else None
-        found = None if core is None else await self._read_line(branch_id, _has_items)
-        if not found:
-            raise InvalidInput(f"Branch '{branch_id}' does not exist")
-        old = self.branch
-        self._point(None if branch_id == MAIN_BRANCH else branch_id)
-        self._logger.info("Switched from branch '%s' to '%s'", old, branch_id)
-
-    async def delete_branch(self, branch_id: str, force: bool = False) -> None:
-        """Delete a branch: ``agentjournal.BranchDeleted`` on its stream and its registry
-        entry, one atomic write that also closes ``cancelled`` every subagent open on the
-        branch; nothing leaves the store (its past still replays). Its
-        items are gone from every read, its usage with them, its name stays used, and
-        any object still on it gets :class:`~agentjournal.errors.BranchDeleted`.
-
-        Raises:
-            InvalidInput: As ``AdvancedSQLiteSession``: a blank id, ``"main"``, the
-                current branch without ``force`` (with it, this object moves to main
-                first), or a branch that does not exist (has no visible item).
-        """
-        if not isinstance(branch_id, str) or not branch_id.strip():
-            raise InvalidInput("Branch ID cannot be empty")
-        if branch_id == MAIN_BRANCH:
-            raise InvalidInput("Cannot delete the 'main' branch")
-        if branch_id == self.branch:
-            if not force:
-                raise InvalidInput(
-                    f"Cannot delete current branch '{branch_id}'. Use force=True or switch "
-                    "branches first"
-                )
-            if not await self._read_line(branch_id, _has_items):
-                raise InvalidInput(f"Branch '{branch_id}' does not exist")
-            await self.switch_to_branch(MAIN_BRANCH)
-        core = self._reading(branch_id)
-        if core is None or not await self._read_line(branch_id, _has_items):
-            raise InvalidInput(f"Branch '{branch_id}' does not exist")
-        parent = next((b.parent for b in await core.branches() if b.name == branch_id), MAIN_BRANCH)
-        await core.delete_line(parent, self._recorder.trace_now())
-        self._logger.info("Deleted branch '%s'", branch_id)
-
-    async def list_branches(self) -> list[dict[str, Any]]:
-        """The lines with items, as ``AdvancedSQLiteSession`` lists them: ``branch_id``,
-        ``message_count``, ``user_turns``, ``is_current``, ``created_at`` (UTC,
-        ``YYYY-MM-DD HH:MM:SS``: the session's start for main, the fork's time for a
-        branch); main first, then branches in the order they were forked."""
-        current = (await self._current()).facts.branch or MAIN_BRANCH
-        main = self._line(None)
-        lines: list[tuple[str, SessionCore, datetime | None]] = [
-            (MAIN_BRANCH, main, await main.started_at())
-        ]
-        for branch in await main.branches():
-            if branch.deleted is None:
-                lines.append((branch.name, self._line(branch.name), branch.created))
-        listed: list[dict[str, Any]] = []
-        for name, core, created in lines:
-            count, users = await core.items_count()
-            if count:
-                listed.append(
-                    {
-                        "branch_id": name,
-                        "message_count": count,
-                        "user_turns": users,
-                        "is_current": name == current,
-                        "created_at": turns.sdk_timestamp(created),
-                    }
-                )
-        return listed
-
     # -- AdvancedSQLiteSession: usage ---------------------------------------------------
 
-    async def store_run_usage(self, result: Any) -> None:
-        """Book ``result.context_wrapper.usage`` on the current line's current turn.
-
-        One ``agentjournal.TurnUsage`` event on the line's top stream, anchored on the
-        turn's first item: it counts while that item is visible (a pop of the turn, a
-        clear or a delete un-books it, and a later turn reusing the number does not
-        inherit it). The line is the one current at the call; the turn is found in call
-        order with the line's other calls. Skipped when the line has no user turn.
-        Never raises (as the SDK's: it is analytics after the run); a failure is logged,
-        without model data when ``agents`` is told not to log it. Every booking is kept;
-        :meth:`get_turn_usage` reads the newest of a turn (the SDK replaces it).
-        """
-        try:
-            core = self._core
-            usage = result.context_wrapper.usage
-            if usage is None:
-                return
-            counts = {
-                "requests": usage.requests or 0,
-                "input_tokens": usage.input_tokens or 0,
-                "output_tokens": usage.output_tokens or 0,
-                "total_tokens": usage.total_tokens or 0,
-                "input_tokens_details": _details_json(usage.input_tokens_details),
-                "output_tokens_details": _details_json(usage.output_tokens_details),
-            }
-            # A line ended meanwhile (a clear or delete) has no turn to book on: skipped.
-            await core.book_usage(counts, self._recorder.trace_now())
-        except Exception as error:
-            if _debug.DONT_LOG_MODEL_DATA:
-                self._logger.error("Failed to store session usage: %s", type(error).__name__)
-            else:
-                self._logger.error("Failed to store session usage: %s", error, exc_info=True)
-
-    async def get_session_usage(self, branch_id: str | None = None) -> dict[str, int] | None:
-        """Usage summed over the turns of ``branch_id`` or, for None, of *every* line (as
-        the SDK: None here means all branches): ``requests``, ``input_tokens``,
-        ``output_tokens``, ``total_tokens``, ``total_turns``; None when nothing is booked."""
-        cores: list[SessionCore | None]
-        if branch_id:
-            cores = [self._reading(branch_id)]
-        else:
-            main = self._line(None)
-            cores = [main]
-            cores += [self._line(b.name) for b in await main.branches() if b.deleted is None]
-        rows: list[events.TurnUsage] = []
-        for core in cores:
-            if core is None:
-                continue
-            found = await self._read_line(
-                core.facts.branch or MAIN_BRANCH, lambda line: line.turn_usage()
-            )
-            rows.extend((found or {}).values())
-        if not rows:
-            return None
-        return {
-            "requests": sum(row.requests for row in rows),
-            "input_tokens": sum(row.input_tokens for row in rows),
-            "output_tokens": sum(row.output_tokens for row in rows),
-            "total_tokens": sum(row.total_tokens for row in rows),
-            "total_turns": len(rows),
-        }
-
-    async def get_turn_usage(
-        self, user_turn_number: int | None = None, branch_id: str | None = None
-    ) -> list[dict[str, Any]] | dict[str, Any]:
-        """The usage booked on one turn of the line (``{}`` when none), or for None a list
-        of every booked turn (each led by ``user_turn_number``), by turn: ``requests``,
-        ``input_tokens``, ``output_tokens``, ``total_tokens``, ``input_tokens_details``,
-        ``output_tokens_details`` (the SDK's detail objects as dicts, or None)."""
-        found = await self._read_line(branch_id, lambda line: line.turn_usage())
-        booked: dict[int, events.TurnUsage] = found or {}
-        if user_turn_number is not None:
-            usage = booked.get(user_turn_number)
-            return {} if usage is None else _usage_row(usage)
-        return [{"user_turn_number": turn, **_usage_row(u)} for turn, u in booked.items()]
-
     # -- AdvancedSQLiteSession: turns ----------------------------------------------------
-
-    async def _turned(self, branch_id: str | None) -> list[turns.Turned]:
-        found = await self._read_line(branch_id, lambda core: core.turned())
-        return [] if found is None else found
-
-    async def get_conversation_turns(self, branch_id: str | None = None) -> list[dict[str, Any]]:
-        """The user messages of the line by turn, as ``AdvancedSQLiteSession`` returns them.
-
-        Each: ``turn``, ``content`` (the text, or the parts as JSON, cut to 100 characters
-        + ``"..."``), ``full_content``, ``timestamp`` (the event's time, UTC,
-        ``YYYY-MM-DD HH:MM:SS``) and ``can_branch`` (True).
-        """
-        return turns.conversation_turns(await self._turned(branch_id))
-
-    async def find_turns_by_content(
-        self, search_term: str, branch_id: str | None = None
-    ) -> list[dict[str, Any]]:
-        """The user turns whose text holds ``search_term`` (ASCII case-insensitive, no
-        wildcards), shaped as :meth:`get_conversation_turns` but with ``content`` uncut."""
-        if not isinstance(search_term, str):
-            raise InvalidInput(f"search_term must be a string, got {search_term!r}")
-        return turns.find_turns(await self._turned(branch_id), search_term)
-
-    async def get_conversation_by_turns(
-        self, branch_id: str | None = None
-    ) -> dict[int, list[dict[str, str | None]]]:
-        """Every item's ``type`` and ``tool_name`` by turn (0: before the first user
-        message), as ``AdvancedSQLiteSession`` classifies them."""
-        return turns.by_turns(await self._turned(branch_id))
-
-    async def get_tool_usage(
-        self, branch_id: str | None = None
-    ) -> list[tuple[str | None, int, int]]:
-        """``(tool_name, count, turn)`` per tool and turn, ordered by turn, counted as
-        ``AdvancedSQLiteSession`` counts them."""
-        return turns.tool_usage(await self._turned(branch_id))
 
     # -- OpenAIResponsesCompactionSession -----------------------------------------------
 
@@ -846,7 +567,7 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
             core = run_core
         else:  # a closing after a failed run goes to the run's line
             core = self._acting() if closing is not None and not items else self._core
-        trace = _trace_metadata(self._trace_ids(wrapper))
+        trace = tracing.trace_metadata(self._trace_ids(wrapper))
 
         async def add(line: SessionCore) -> ItemsPlan | None:
             return await line.add(
@@ -881,127 +602,6 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         run.landed(line.tree.responded)
 
     # -- RunHooks ---------------------------------------------------------------
-
-    async def on_agent_start(self, context: RunContextWrapper[Any], agent: Agent[Any]) -> None:
-        """Remember which agent is speaking: it authors the items that follow."""
-        self._enter_run(context)
-        self._run.agent_started(agent.name)
-        if self._gates is not None:
-            await self._gates.agent_started(agent.name)
-        if self._enforcer is not None:
-            self._enforcer.agent_started()
-
-    async def on_agent_end(
-        self, context: RunContextWrapper[Any], agent: Agent[Any], output: Any
-    ) -> None:
-        """The run's last agent finished: its subagents close with its final message.
-
-        A final output that was no message (a tool's result) is checked here.
-        """
-        if self._enforcer is not None:
-            await self._enforcer.check_final_output(agent, output)
-        self._run.agent_finished(output)
-
-    async def on_llm_start(
-        self,
-        context: RunContextWrapper[Any],
-        agent: Agent[Any],
-        system_prompt: str | None,
-        input_items: list[TResponseInputItem],
-    ) -> None:
-        """Note when the call started; check a newly started agent's input with the
-        guardrail (AGENT_INPUT)."""
-        self._enter_run(context, main=True)
-        self._run.model_called(agent.name, _now())
-        if self._enforcer is not None:
-            await self._enforcer.check_input(agent, input_items)
-
-    async def on_tool_start(
-        self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool
-    ) -> None:
-        """Open the tool call's span."""
-        if self._run.trace is not None:
-            self._run.trace.tool_started(_tool_key(context, tool), tool.name)
-
-    async def on_tool_end(
-        self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool, result: Any
-    ) -> None:
-        """Close the tool call's span."""
-        if self._run.trace is not None:
-            self._run.trace.tool_ended(_tool_key(context, tool))
-
-    async def on_llm_end(
-        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
-    ) -> None:
-        """Record the response (``agentjournal.ModelResponded``, written with the next write);
-        remember usage, response id and handoff calls; check every action with the guardrail."""
-        self._enter_run(context, main=True)
-        targets = _handoff_targets(agent)
-        produced = Produced(response.response_id, _usage_json(response, agent), agent.name)
-        self._run.response(agent.name, response.output, produced, targets)
-        self._run.responded(self._responded(agent, response))
-        wiring = self._wiring
-        refused: set[str] = set()
-        if self._gates is not None:
-            refused = await self._gates.check_response(
-                agent,
-                response,
-                handoff_targets=targets,
-                guarded=lambda name: guarding.covers(agent, name, wiring),
-            )
-        if self._enforcer is not None:
-            await self._enforcer.check_response(
-                agent,
-                response,
-                handoff_targets=targets,
-                guarded=lambda name: guarding.covers(agent, name, wiring),
-                schema_of=lambda name: guarding.schema_of(agent, name),
-                skip=refused,
-                widens=wiring.widens(agent.name),
-            )
-
-    async def on_handoff(
-        self, context: RunContextWrapper[Any], from_agent: Agent[Any], to_agent: Agent[Any]
-    ) -> None:
-        """Match the handoff to its exact call; grant the receiver its authority."""
-        if self._gates is not None:
-            await self._gates.handed_off(from_agent.name, to_agent.name)
-        if not self._run.handed_off(from_agent.name, to_agent.name):
-            logger.warning(
-                "handoff %s -> %s has no matching call from on_llm_end; it is stored as a "
-                "tool call",
-                from_agent.name,
-                to_agent.name,
-            )
-
-    def _responded(self, agent: Agent[Any], response: ModelResponse) -> Responded:
-        """The ``ModelResponded`` event of a response that just arrived (not yet written)."""
-        usage = response.usage
-        model, system = _model_of(agent)
-        kinds = Counter(str(getattr(item, "type", None) or "unknown") for item in response.output)
-        record = ResponseRecord(
-            session_id=self.session_id,
-            agent=agent.name,
-            model=model,
-            system=system,
-            response_id=response.response_id,
-            usage=Usage(
-                requests=1,
-                input_tokens=usage.input_tokens,
-                cached_input_tokens=getattr(usage.input_tokens_details, "cached_tokens", 0) or 0,
-                output_tokens=usage.output_tokens,
-                reasoning_tokens=getattr(usage.output_tokens_details, "reasoning_tokens", 0) or 0,
-                total_tokens=usage.total_tokens,
-            ),
-            started_at=self._run.model_responded(agent.name),
-            ended_at=_now(),
-            outputs=dict(sorted(kinds.items())),
-        )
-        metadata = self._recorder.trace_now()
-        if response.response_id:
-            metadata[events.RESPONSE_ID_KEY] = response.response_id
-        # The id is fixed now: every attempt of whichever write carries it sends the same event.
-        return Responded(uuid.uuid4(), agent.name, record.encode(), metadata)
 
     # -- runs and spans -------------------------------------------------------------
 
@@ -1099,106 +699,6 @@ class JournalSession(RunHooksBase[Any, "Agent[Any]"]):
         return await self._core.checkpoint(self._recorder.trace_now())
 
 
-class _Recorder:
-    """What the guardrail's enforcer and the authority gates record through their session.
-
-    Kept off :class:`JournalSession` so the session's public surface is the SDK's
-    ``Session`` and ``RunHooks`` and the calls a user makes; this is the
-    ``Recorder`` and ``RefusalRecorder`` the two collaborators are given.
-    """
-
-    def __init__(self, session: JournalSession) -> None:
-        self._session = session
-
-    def agent_span(self) -> Span | None:
-        """The span of the agent acting now (for guardrail calls)."""
-        return self._session._run.trace.current if self._session._run.trace is not None else None
-
-    def trace_now(self) -> dict[str, str]:
-        """Trace metadata for an event written now: the acting agent's span, else the
-        current span or SDK trace."""
-        span = self.agent_span()
-        return _trace_metadata(tracing.ids_of(span) if span is not None else tracing.current_ids())
-
-    def current_run(self) -> Any:
-        """The run in progress as a write by its own main context sees it."""
-        run = self._session._run
-        return run.view(run.wrapper() if run.wrapper is not None else None)
-
-    async def run_stopped(self, error: GuardrailBlocked | AuthorityDenied) -> None:
-        """A guardrail or a refusal ends the run: open subagents close with outcome ``error``."""
-        if self._session._run.trace is not None:
-            self._session._run.trace.end(error)
-        reason = f"{type(error).__name__}: {error}"[:SUMMARY_CHARS]
-        await self._session.close_subagents(outcome="error", reason=reason)
-
-    async def authority_stopped(self, error: AuthorityDenied) -> None:
-        """An authority refusal ends the run: its open subagents close with outcome ``error``."""
-        await self.run_stopped(error)
-
-    async def record_decision(self, decided: events.GuardrailDecided) -> None:
-        """Append a guardrail decision to the acting agent's stream before it is acted on.
-
-        Raises:
-            StoreError: The decision did not land (then it must not be acted on).
-        """
-        trace = _trace_metadata(tracing.TraceIds(decided.trace_id, decided.span_id))
-        facts = self._session._acting().facts
-        rule = facts.rule_metadata(decided.subject) if decided.action_type == "TOOL_CALL" else {}
-        await self._session._acting().record(
-            events.GUARDRAIL_DECIDED,
-            decided.encode(),
-            agent=decided.agent,
-            run=self.current_run(),
-            metadata={**trace, **rule},
-        )
-        self._landed()
-
-    async def record_refusal(self, refused: events.AuthorityRefused) -> None:
-        """Append an authority refusal to the acting agent's stream.
-
-        Raises:
-            StoreError: The refusal did not land (the action is refused anyway).
-        """
-        await self._session._acting().record(
-            events.AUTHORITY_REFUSED,
-            refused.encode(),
-            agent=refused.agent,
-            run=self.current_run(),
-            metadata={**self.trace_now(), **self._session._acting().facts.policy_metadata()},
-        )
-        self._landed()
-
-    async def record_grant(self, agent: str, authority: Authority) -> None:
-        """Append ``agentjournal.AuthorityGranted`` (what a run's first agent holds) and,
-        in the same transaction, its entry on the authority log."""
-        await self._session._acting().record_grant(
-            agent, authority, self.current_run(), self.trace_now()
-        )
-        self._landed()
-
-    def _landed(self) -> None:
-        """A write landed: the model responses it carried are no longer pending."""
-        self._session._run.landed(self._session._acting().tree.responded)
-
-    async def handoff_granted(self, sender: str, receiver: str, authority: Authority) -> None:
-        """A handoff granted ``receiver`` an authority: it goes on the record with the next
-        write, whether or not that write can show the handoff as a subagent."""
-        self._session._run.granted(sender, receiver, authority)
-
-    async def held_grant(self, agent: str) -> Authority | None:
-        """What ``agent`` last held in this session (the authority log, read afresh), if any."""
-        return await self._session._acting().held_grant(agent)
-
-    async def open_grant(self, agent: str) -> tuple[bool, Authority | None]:
-        """Whether ``agent`` speaks inside the innermost open subagent, and what it was granted.
-
-        A run that resumes there (e.g. after an approval, in a new process)
-        must not start from the agent's own policy entry.
-        """
-        return await self._session._acting().open_grant(agent)
-
-
 # -- helpers ----------------------------------------------------------------------
 
 
@@ -1208,118 +708,3 @@ def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSetti
     if isinstance(value, Mapping):
         value = dict(value)
     return coerce_session_settings(value)  # the SDK's own rules and errors
-
-
-def _turn_preview(items: list[turns.Turned], turn: int) -> str:
-    """The first 50 characters of turn ``turn``'s user message (the SDK's log preview)."""
-    for number, turned in turns.number(items):
-        if number == turn and turns.is_user(turned.item):
-            content = turned.item.get("content", "")
-            if not isinstance(content, str):
-                return "Unable to parse content"
-            return content[:50] + "..." if len(content) > 50 else content
-    return ""
-
-
-async def _has_items(core: SessionCore) -> bool:
-    """Whether a line has a visible item (the SDK's test of a branch's existence)."""
-    return bool(await core.items(1))
-
-
-def _details_json(details: Any) -> str | None:
-    """A usage detail object as the SDK stores it (``json.dumps`` of its ``__dict__``)."""
-    if not details:
-        return None
-    try:
-        return json.dumps(details.__dict__)
-    except (TypeError, ValueError, AttributeError):
-        return None
-
-
-def _usage_row(usage: events.TurnUsage) -> dict[str, Any]:
-    """A booked turn as ``AdvancedSQLiteSession.get_turn_usage`` returns it."""
-    return {
-        "requests": usage.requests,
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
-        "input_tokens_details": _parsed(usage.input_tokens_details),
-        "output_tokens_details": _parsed(usage.output_tokens_details),
-    }
-
-
-def _parsed(text: str | None) -> Any:
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
-
-
-def _handoff_targets(agent: Agent[Any]) -> dict[str, str]:
-    """The agent's handoff tool names -> receiving agent names."""
-    targets: dict[str, str] = {}
-    for entry in getattr(agent, "handoffs", ()) or ():
-        try:
-            resolved = entry if isinstance(entry, Handoff) else handoff(entry)
-        except Exception:  # not something the SDK can hand off to
-            continue
-        targets[resolved.tool_name] = resolved.agent_name
-    return targets
-
-
-def _usage_json(response: ModelResponse, agent: Agent[Any]) -> str | None:
-    """The response's usage as canonical ``TokenUsage`` JSON (the ``$usage`` value)."""
-    usage = response.usage
-    if usage is None:
-        return None
-    message = TokenUsage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        total_tokens=usage.total_tokens,
-        cached_input_tokens=getattr(usage.input_tokens_details, "cached_tokens", 0) or 0,
-        reasoning_tokens=getattr(usage.output_tokens_details, "reasoning_tokens", 0) or 0,
-    )
-    if isinstance(agent.model, str):
-        message.model = agent.model
-    text: str = to_json(message)
-    return text
-
-
-def _model_of(agent: Agent[Any]) -> tuple[str | None, str | None]:
-    """The model an agent names and its GenAI system, as far as the agent shows them.
-
-    A name is routed by the run's model provider, which hooks cannot see: a bare name
-    or ``openai/...`` is OpenAI's under the SDK's default provider, anything else (or a
-    ``RunConfig(model=...)`` override) is unknown to us. An SDK OpenAI model object is
-    OpenAI's; another model object gives its ``model`` attribute when that is a name.
-    """
-    model = agent.model
-    if isinstance(model, str):
-        return model, "openai" if "/" not in model or model.startswith("openai/") else None
-    name = getattr(model, "model", None)
-    system = (
-        "openai" if isinstance(model, OpenAIResponsesModel | OpenAIChatCompletionsModel) else None
-    )
-    return (name if isinstance(name, str) else None), system
-
-
-def _now() -> str:
-    """Now, RFC 3339 UTC with microseconds."""
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def _trace_metadata(ids: tracing.TraceIds | None) -> dict[str, str]:
-    """``trace_id`` and ``span_id`` metadata for ``ids`` (nothing when there are none)."""
-    if ids is None:
-        return {}
-    found = {events.TRACE_ID_KEY: ids.trace_id}
-    if ids.span_id:
-        found[events.SPAN_ID_KEY] = ids.span_id
-    return found
-
-
-def _tool_key(context: Any, tool: Any) -> str:
-    """One tool call's key for its span: the call id when the context has it."""
-    return str(getattr(context, "tool_call_id", None) or getattr(tool, "name", ""))

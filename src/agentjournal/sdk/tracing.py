@@ -41,16 +41,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-__all__ = [
-    "RunTrace",
-    "TraceIds",
-    "TraceLogFilter",
-    "continue_trace",
-    "current_ids",
-    "end_span",
-    "ids_of",
-    "start_span",
-]
+from agentjournal import events
 
 TRACER_NAME: Final = "agentjournal"
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
@@ -226,3 +217,13 @@ def _sdk_trace_id() -> int | None:
         except ValueError:
             return None
     return None
+
+
+def trace_metadata(ids: TraceIds | None) -> dict[str, str]:
+    """``trace_id`` and ``span_id`` metadata for ``ids`` (nothing when there are none)."""
+    if ids is None:
+        return {}
+    found = {events.TRACE_ID_KEY: ids.trace_id}
+    if ids.span_id:
+        found[events.SPAN_ID_KEY] = ids.span_id
+    return found
