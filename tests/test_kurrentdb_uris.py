@@ -24,6 +24,7 @@ _DOCUMENTS = [
     "README.md",
     "DESIGN.md",
     "docker-compose.yml",
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "src" / "agentjournal").rglob("*.py")),
 ]
 
@@ -47,6 +48,7 @@ def test_the_documents_name_uris() -> None:
     names = {name for name, _ in DOCUMENTED}
     assert {
         "README.md",
+        "docs/kurrentdb.md",
         "docker-compose.yml",
         "src/agentjournal/store/kurrentdb/__init__.py",
     } <= names
