@@ -12,7 +12,7 @@ Streams: the session tree as :func:`agentjournal.walk.read_tree` reads it —
 the session stream, every subsession a handoff opened, the authority log
 ``AgentAuthority-{id}``, the checkpoint stream ``AgentLedger-{id}`` and the
 journal's key rotations ``AgentKeys``, each when it exists; and every branch line
-(DESIGN §17): each ``AgentBranch-{id}@{key}`` with its subsessions and
+(DESIGN, "Branches"): each ``AgentBranch-{id}@{key}`` with its subsessions and
 continuations, each branch's ``AgentAuthority-{id}@{key}``, the registry
 ``AgentBranches-{id}``.
 

@@ -1,4 +1,4 @@
-"""Branches: where a fork leaves its parent line, and the fork's write plan (DESIGN §17).
+"""Branches: where a fork leaves its parent line, and the fork's write plan.
 
 A branch is a *line*: its top stream ``AgentBranch-{session}@{key}`` starts with
 ``agentjournal.BranchStarted``, which names the exact place (stream, revision, chain
@@ -268,7 +268,7 @@ class ForkPoint:
         prefix_items: How many items were visible then.
         chain: The last event before the cut of each subsession open then, outermost
             first (the ``aj.open`` chain from ``base``): what the branch's continuations
-            continue (DESIGN §17.3).
+            continue (DESIGN, "Branches").
     """
 
     base: RecordedEvent
@@ -391,7 +391,7 @@ def plan_fork(
             stream's first event (``NO_STREAM``), carries ``aj.open`` of the next one as
             ``BranchStarted`` carries the first's: the branch's open chain, found by a
             reader exactly as on any line.
-        copy: The branch's read model, as a copy of the parent line's (DESIGN §17.2 #3):
+        copy: The branch's read model, as a copy of the parent line's (DESIGN, "Branches"):
             the branch stream's request carries it (a store that keeps a model starts the
             branch's tree with it); None: no change, so the branch's tree is never
             current and its full reads take the events.

@@ -200,7 +200,7 @@ class Reader:
         try:
             first = await self._store.read(stream, from_revision=0, limit=1)
             # A SubagentStarted twin, or on a branch the continuation of a subagent that
-            # was open at the fork (DESIGN §17.3).
+            # was open at the fork (DESIGN, "Branches").
             return subagent_opened(first[0])
         except (StreamNotFound, IndexError, CodecError) as error:
             logger.warning(
@@ -316,7 +316,7 @@ class Reader:
         the tree has seen (every followed stream) that names every item's stream; else None
         (then only the events say what is visible). The tree is not changed.
 
-        A fork reads its cut from it (DESIGN §17.6, step 7).
+        A fork reads its cut from it (DESIGN, "Branches").
         """
         if self._read_model is None or not self._tree.loaded:
             return None
@@ -367,7 +367,7 @@ class Reader:
         (:func:`walk_tree`) of a line's top stream up to the base revision its child line
         names, and of each subsession open at the fork up to its base revision too, so
         nothing the parent wrote after the fork is read. A line's continuations (the
-        subagents open at its fork, DESIGN §17.3) are walked with its top stream: no
+        subagents open at its fork, DESIGN, "Branches") are walked with its top stream: no
         ``SubagentStarted`` of the line opens them. The segments' top streams come first
         in each segment's share. ``whole``: streams already read.
         """
@@ -496,7 +496,7 @@ class Reader:
         On a branch the log is the line's own (its head is what the next entry follows),
         but until it says what every agent holds, the policy and ``held`` are inherited:
         the log in force at the fork (``BranchStarted.authority``), read backwards from
-        that revision, and so on down the lines (DESIGN §17.3). A grant written on the
+        that revision, and so on down the lines (DESIGN, "Branches"). A grant written on the
         parent line after the fork is never seen on the branch: authority never widens
         across a fork, and a narrowing after it is the parent's own.
         """

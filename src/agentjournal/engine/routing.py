@@ -6,7 +6,7 @@ hooks matched — and a batch of SDK items, and returns the events to write as
 a :class:`Plan`. The session encodes and appends the plan in one atomic store
 transaction, and adopts its new chain only after the store accepted it.
 
-The rules (DESIGN.md §8):
+The rules (DESIGN, "Handoffs"):
 
 * The innermost open subagent's stream owns the write (the session's stream
   when none is open).
@@ -133,7 +133,7 @@ def plan_write(
     open_ = list(chain)
     owners = OrderedDict(call_owner)
     # On a branch the receiver's id hashes the line's stream with the call id: two lines
-    # share message indexes and models reuse call ids (DESIGN §17).
+    # share message indexes and models reuse call ids (DESIGN, "Branches").
     main_line = session_stream == main_session_stream(session_id)
 
     def receiver_id(target: str, call_id: str) -> str:

@@ -2,7 +2,7 @@
 
 A turn opens at each item whose ``role`` is ``"user"``; every other item belongs to the
 current turn (0 before any user message). The SDK stores a message type and a tool name per
-row; here both are derived from the item itself, with the SDK's exact rules (DESIGN §17.1),
+row; here both are derived from the item itself, with the SDK's exact rules (DESIGN, "Branches"),
 so the four read methods return what the SDK's return for the same items.
 """
 
@@ -113,7 +113,8 @@ class Turned:
 
     Attributes:
         item: The SDK item.
-        turn: The ``aj.turn`` its event carries (user messages written since step 4), or None.
+        turn: The ``aj.turn`` its event carries, or None (a user message written before
+            turns were recorded).
         recorded_at: When its event was recorded, if known.
     """
 

@@ -1,4 +1,4 @@
-"""A session's lines as the read tools see them: the main line and its branches (DESIGN §17.4).
+"""A session's lines as the read tools see them: the main line and its branches.
 
 A branch is a line whose top stream, ``AgentBranch-{session}@{key}``, starts with the
 ``agentjournal.BranchStarted`` of its fork; its prefix is its parent line as of the cut,

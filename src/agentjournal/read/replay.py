@@ -65,10 +65,10 @@ async def replay(
 
 async def check_read_model(store: EventStore, session_id: str) -> tuple[str, str | None] | None:
     """Whether the store's read model of the session's items holds exactly its events'
-    items, on the main line and on every branch (DESIGN §17.6, step 7).
+    items, on the main line and on every branch (DESIGN, "Branches").
 
     ``get_items`` answers a cold read of everything from a store's read model (SQLite,
-    DESIGN §3) when the model is current; the events are the record. A model edited
+    DESIGN, "SQLite store") when the model is current; the events are the record. A model edited
     behind the engine's back would hand an agent items that are not on the record, so
     ``agentjournal verify`` reads both and compares them item by item (exact JSON text:
     key order, ``1`` against ``1.0``), line by line: a branch's model starts as a copy of

@@ -151,7 +151,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         self._gates = Gatekeeper(policy, recorder=self._recorder) if policy is not None else None
         self._wiring = guarding.Wiring(self._enforcer, self._gates)
 
-    # -- lines: the current-branch pointer (DESIGN §17.2, "Mapping the SDK API") ----------
+    # -- lines: the current-branch pointer (DESIGN, "Branches") ----------
 
     def _new_core(self, branch: str | None, tree: SessionTree | None = None) -> SessionCore:
         """The reads and writes of one line of this session."""
@@ -163,7 +163,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
             branch=branch,
             tree=tree,
             # A branch signs its own streams, its log and the registry on the session's
-            # shared ledger stream; the verifier reads every line (DESIGN §17.6, step 8).
+            # shared ledger stream; the verifier reads every line (DESIGN, "Branches").
             signing_key=self._signing_key,
             checkpoint_every=self._checkpoint_every,
             **self._line_facts,
@@ -373,7 +373,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         await self._line(None).clear_lines(trace)
         self._point(None)
 
-    # -- branches (DESIGN §17) ------------------------------------------------------------
+    # -- branches ---------------------------------------------------------------------------
 
     async def fork(
         self,
@@ -431,7 +431,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
 
     # -- AdvancedSQLiteSession: turns ----------------------------------------------------
 
-    # -- AdvancedSQLiteSession: branches (DESIGN §17.1, §17.2 "Mapping the SDK API") ------
+    # -- AdvancedSQLiteSession: branches (DESIGN, "Branches") ------
 
     # -- AdvancedSQLiteSession: usage ---------------------------------------------------
 
@@ -616,7 +616,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
             self._run.trace.end("the run ended without finishing (error or interruption)")
         previous = self._run
         # A run stays on the line it started on: a switch meanwhile moves the pointer
-        # for later calls, not the rest of this run (DESIGN §17.1 #10).
+        # for later calls, not the rest of this run (DESIGN, "Branches").
         self._run_core = self._core
         self._run = RunState(
             usage=weak(usage),

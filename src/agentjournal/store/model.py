@@ -53,7 +53,7 @@ class ModelClear:
 @dataclass(frozen=True, slots=True)
 class ModelCopy:
     """A read model change that starts a new tree as another tree's prefix (a branch,
-    DESIGN §17.2 #3): the ``source`` tree's visible items below index ``below`` become
+    DESIGN, "Branches"): the ``source`` tree's visible items below index ``below`` become
     this tree's, each at the same place (the source's stream, revision and part) with the
     same text, and the source's clear floor and plain mark with them.
 

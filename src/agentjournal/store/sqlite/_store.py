@@ -561,7 +561,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         (-1: none, or no such stream): one walk down the stream's index from its head.
 
         The optional store method the engine asks where a branch leaves a stream
-        (:func:`agentjournal.engine.fork.revision_at`, DESIGN §17).
+        (:func:`agentjournal.engine.fork.revision_at`, DESIGN, "Branches").
         """
         validate_stream_name(stream)
         _check_non_negative("position", position)
@@ -581,7 +581,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         builds no other event.
 
         The optional store method a fork asks whether anything since its cut hides an item
-        (:func:`agentjournal.engine.fork.read_types`, DESIGN §17.6 step 7).
+        (:func:`agentjournal.engine.fork.read_types`, DESIGN, "Branches").
         """
         validate_stream_name(stream)
         kinds = sorted(set(types))
