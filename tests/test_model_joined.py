@@ -1,5 +1,5 @@
 """The read model's items read in one row: a SQLite model read
-joins the item texts, keys and indexes in SQL (``store.base.ModelItems``) and a full read
+joins the item texts, keys and indexes in SQL (``store.model.ModelItems``) and a full read
 parses all items in one ``orjson`` call. Each test holds the joined form to the rows it
 stands for and the model read to the events read, on the edges a join could get wrong:
 texts with commas, brackets, quotes, escapes and text beyond the BMP, big integers, NaN,

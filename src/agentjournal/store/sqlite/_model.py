@@ -22,7 +22,7 @@ from agentjournal.store.contract import (
 )
 from agentjournal.store.sqlite._rows import _EVENT_COLUMNS, _recorded, _stream_id
 
-# A model read packs each item's place in one integer (store.base.model_key) in the query:
+# A model read packs each item's place in one integer (store.model.model_key) in the query:
 # one column a row instead of three. SQLite's integers have 64 bits, so stream numbers
 # from this one are packed in Python instead.
 _SQL_KEYS = 1 << 23
@@ -30,7 +30,7 @@ _MODEL_ITEMS: Final = (
     "SELECT idx, (stream_id << 40) | (revision << 8) | part, item FROM items "
     "WHERE tree = ? ORDER BY idx"
 )
-# A model read's items in one row (store.base.ModelItems.joined): the texts joined by
+# A model read's items in one row (store.model.ModelItems.joined): the texts joined by
 # ",\n", the keys as decimals, their count, the first and last index, and how many items
 # name a stream outside the tree's (?2..?3: the tree's stream numbers, when they have no
 # gap; see _ITEMS_ELSEWHERE). One row instead of one per item: each row costs sqlite3 a
@@ -230,7 +230,7 @@ def _apply_model(
                 )
             if 0 <= op.index <= floor:
                 continue  # hidden by an earlier clear, as the timeline hides it
-            # A place its packed key cannot hold (store.base.model_key) is not modelled; the
+            # A place its packed key cannot hold (store.model.model_key) is not modelled; the
             # heads bound read_model checks holds only for revisions of events that exist.
             current = (
                 current
@@ -265,7 +265,7 @@ def _copy_model(db: sqlite3.Connection, op: ModelCopy, root: int) -> int | None:
     """Start the new tree ``root`` as the source tree's rows below ``op.below`` (one
     ``INSERT ... SELECT``, same places and text) with the source's floor and plain mark;
     its floor, or None (nothing copied) unless every stream of the source tree is current
-    and exactly at ``op.heads`` (store.base.ModelCopy)."""
+    and exactly at ``op.heads`` (store.model.ModelCopy)."""
     streams = db.execute(
         "SELECT id, name, head, modelled FROM streams WHERE tree = ?", (op.source,)
     ).fetchall()
