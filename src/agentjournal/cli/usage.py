@@ -44,7 +44,7 @@ def register(commands: Commands) -> None:
     command.add_argument(
         "--prices",
         metavar="FILE",
-        help="a price table (YAML, USD per 1M tokens per model; see README): adds a cost "
+        help="a price table (YAML, USD per 1M tokens per model; see docs/commands.md): adds a cost "
         "column, unknown for a model it does not price (default: no cost)",
     )
     command.add_argument(
