@@ -46,6 +46,7 @@ class JournalAdvancedSQLiteSession(JournalSession):
         )
 
     def close(self) -> None:
+        super().close()  # every later call raises RuntimeError("... SQLiteSession is closed")
         self._owned_store.close_sync()
 
 

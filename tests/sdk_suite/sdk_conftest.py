@@ -38,6 +38,7 @@ class JournalSQLiteSession(JournalSession):
         super().__init__(self._owned_store, session_id, session_settings=session_settings)
 
     def close(self) -> None:
+        super().close()  # every later call raises RuntimeError("... SQLiteSession is closed")
         self._owned_store.close_sync()
 
 

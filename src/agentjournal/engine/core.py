@@ -27,7 +27,7 @@ from agentjournal.authority import Authority, Policy
 from agentjournal.engine import compaction, grants, items, lines, turns, usage
 from agentjournal.engine.checkpoints import DEFAULT_CHECKPOINT_EVERY, Checkpoints
 from agentjournal.engine.compaction import Snapshot
-from agentjournal.engine.fork import Branch, read_branches
+from agentjournal.engine.fork import Branch, read_branches, read_types
 from agentjournal.engine.items import ItemWrites
 from agentjournal.engine.line import Line
 from agentjournal.engine.plan import ItemsPlan, RunView, SessionFacts
@@ -138,6 +138,11 @@ class SessionCore:
         self.tree = tree
         self.reader = line.reader
         self.writer = line.writer
+        # What :meth:`cleared_since_end` learned: the end's global position, the
+        # session stream's clears read so far, and whether one came after the end.
+        self._end_position: int | None = None
+        self._clears_read = -1
+        self._cleared_since_end = False
 
     @property
     def signing_key(self) -> SigningKey | None:
@@ -205,6 +210,36 @@ class SessionCore:
         async with self.tree.lock:
             await self.reader.refresh(0)
             return self.tree.deleted
+
+    async def cleared_since_end(self) -> bool:
+        """Whether the session's stream holds a clear after this branch line's end.
+
+        An object left on a deleted branch moves to main at a later clear, as the SDK's
+        does (its clear starts a new generation of every object's pointer). That clear
+        does not end the line again, so it is looked for on the session's stream, by
+        global position after the line's ``BranchDeleted``; what was read of that stream
+        is not read again. A line that has not ended answers False.
+        """
+        if self._end_position is None:
+            try:
+                last = await self._line.store.read(self.facts.stream, backwards=True, limit=1)
+            except StreamNotFound:
+                return False
+            if not last or last[0].type != events.BRANCH_DELETED:
+                return False
+            self._end_position = last[0].position
+        if self._cleared_since_end:
+            return True
+        store, main = self._line.store, session_stream(self.facts.session_id)
+        head = await store.head(main)  # before the read: every clear up to it is in the read
+        found = await read_types(
+            store, main, self._clears_read, frozenset({events.SESSION_CLEARED})
+        )
+        end = self._end_position
+        self._cleared_since_end = any(clear.position > end for clear in found)
+        read = [self._clears_read, *(clear.revision for clear in found)]
+        self._clears_read = max(read if head is None else [*read, head])
+        return self._cleared_since_end
 
     async def branches(self) -> list[Branch]:
         """Every branch of the session, in the order they were forked (deleted ones too)."""

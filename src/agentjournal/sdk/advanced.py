@@ -20,7 +20,7 @@ from agentjournal import events
 from agentjournal.engine import turns
 from agentjournal.engine.core import SessionCore
 from agentjournal.engine.fork import Branch
-from agentjournal.errors import InvalidInput
+from agentjournal.errors import BranchDeleted, InvalidInput
 from agentjournal.streams import MAIN_BRANCH
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ class _Session(Protocol):
     ) -> Any: ...
     async def _retry_cleared(self, core: SessionCore, act: Callable[[SessionCore], Any]) -> Any: ...
     async def _turned(self, branch_id: str | None) -> list[turns.Turned]: ...
+    def _check_open(self) -> None: ...
     async def switch_to_branch(self, branch_id: str) -> None: ...
     async def create_branch_from_turn(
         self, turn_number: int, branch_name: str | None = None
@@ -76,6 +77,7 @@ class AdvancedSessionAPI:
                 message at that turn, or a name already used (``"main"`` included).
             BranchDeleted: The current branch was deleted.
         """
+        self._check_open()
         if branch_name is not None and not branch_name.strip():
             raise InvalidInput("Branch name cannot be empty")
         trace = self._recorder.trace_now()
@@ -133,6 +135,7 @@ class AdvancedSessionAPI:
             InvalidInput: No such turn (``"No user turns found containing '...'"``), or as
                 :meth:`create_branch_from_turn`.
         """
+        self._check_open()
         matches = await self.find_turns_by_content(search_term)
         if not matches:
             raise InvalidInput(f"No user turns found containing '{search_term}'")
@@ -147,6 +150,7 @@ class AdvancedSessionAPI:
             InvalidInput: ``"Branch '...' does not exist"``: as in the SDK, a line exists
                 while it has at least one visible item.
         """
+        self._check_open()
         core = self._reading(branch_id) if isinstance(branch_id, str) else None
         found = None if core is None else await self._read_line(branch_id, _has_items)
         if not found:
@@ -167,6 +171,7 @@ class AdvancedSessionAPI:
                 current branch without ``force`` (with it, this object moves to main
                 first), or a branch that does not exist (has no visible item).
         """
+        self._check_open()
         if not isinstance(branch_id, str) or not branch_id.strip():
             raise InvalidInput("Branch ID cannot be empty")
         if branch_id == MAIN_BRANCH:
@@ -192,7 +197,11 @@ class AdvancedSessionAPI:
         ``message_count``, ``user_turns``, ``is_current``, ``created_at`` (UTC,
         ``YYYY-MM-DD HH:MM:SS``: the session's start for main, the fork's time for a
         branch); main first, then branches in the order they were forked."""
-        current = (await self._current()).facts.branch or MAIN_BRANCH
+        self._check_open()
+        try:
+            current = (await self._current()).facts.branch or MAIN_BRANCH
+        except BranchDeleted:  # another object deleted this one's branch: none is current
+            current = self.branch
         main = self._line(None)
         lines: list[tuple[str, SessionCore, datetime | None]] = [
             (MAIN_BRANCH, main, await main.started_at())
@@ -228,6 +237,7 @@ class AdvancedSessionAPI:
         :meth:`get_turn_usage` reads the newest of a turn (the SDK replaces it).
         """
         try:
+            self._check_open()  # logged like any other failure, as the SDK's
             core = self._core
             usage = result.context_wrapper.usage
             if usage is None:
@@ -254,6 +264,7 @@ class AdvancedSessionAPI:
         """Usage summed over the turns of ``branch_id`` or, for None, of *every* line (as
         the SDK: None here means all branches): ``requests``, ``input_tokens``,
         ``output_tokens``, ``total_tokens``, ``total_turns``; None when nothing is booked."""
+        self._check_open()
         cores: list[SessionCore | None]
         if branch_id:
             cores = [self._reading(branch_id)]
@@ -286,6 +297,7 @@ class AdvancedSessionAPI:
         of every booked turn (each led by ``user_turn_number``), by turn: ``requests``,
         ``input_tokens``, ``output_tokens``, ``total_tokens``, ``input_tokens_details``,
         ``output_tokens_details`` (the SDK's detail objects as dicts, or None)."""
+        self._check_open()
         found = await self._read_line(branch_id, lambda line: line.turn_usage())
         booked: dict[int, events.TurnUsage] = found or {}
         if user_turn_number is not None:
@@ -306,6 +318,7 @@ class AdvancedSessionAPI:
         + ``"..."``), ``full_content``, ``timestamp`` (the event's time, UTC,
         ``YYYY-MM-DD HH:MM:SS``) and ``can_branch`` (True).
         """
+        self._check_open()
         return turns.conversation_turns(await self._turned(branch_id))
 
     async def find_turns_by_content(
@@ -313,6 +326,7 @@ class AdvancedSessionAPI:
     ) -> list[dict[str, Any]]:
         """The user turns whose text holds ``search_term`` (ASCII case-insensitive, no
         wildcards), shaped as :meth:`get_conversation_turns` but with ``content`` uncut."""
+        self._check_open()
         if not isinstance(search_term, str):
             raise InvalidInput(f"search_term must be a string, got {search_term!r}")
         return turns.find_turns(await self._turned(branch_id), search_term)
@@ -322,6 +336,7 @@ class AdvancedSessionAPI:
     ) -> dict[int, list[dict[str, str | None]]]:
         """Every item's ``type`` and ``tool_name`` by turn (0: before the first user
         message), as ``AdvancedSQLiteSession`` classifies them."""
+        self._check_open()
         return turns.by_turns(await self._turned(branch_id))
 
     async def get_tool_usage(
@@ -329,6 +344,7 @@ class AdvancedSessionAPI:
     ) -> list[tuple[str | None, int, int]]:
         """``(tool_name, count, turn)`` per tool and turn, ordered by turn, counted as
         ``AdvancedSQLiteSession`` counts them."""
+        self._check_open()
         return turns.tool_usage(await self._turned(branch_id))
 
 

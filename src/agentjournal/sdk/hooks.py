@@ -49,6 +49,7 @@ class _Session(Protocol):
     _wiring: guarding.Wiring
     _recorder: SessionRecorder
 
+    def _check_open(self) -> None: ...
     def _enter_run(self, context: RunContextWrapper[Any], *, main: bool = False) -> None: ...
     def _responded(self, agent: Agent[Any], response: ModelResponse) -> Responded: ...
 
@@ -61,6 +62,7 @@ class SessionHooks(RunHooksBase[Any, "Agent[Any]"]):
         self: _Session, context: RunContextWrapper[Any], agent: Agent[Any]
     ) -> None:
         """Remember which agent is speaking: it authors the items that follow."""
+        self._check_open()
         self._enter_run(context)
         self._run.agent_started(agent.name)
         if self._gates is not None:
@@ -75,6 +77,7 @@ class SessionHooks(RunHooksBase[Any, "Agent[Any]"]):
 
         A final output that was no message (a tool's result) is checked here.
         """
+        self._check_open()
         if self._enforcer is not None:
             await self._enforcer.check_final_output(agent, output)
         self._run.agent_finished(output)
@@ -88,6 +91,7 @@ class SessionHooks(RunHooksBase[Any, "Agent[Any]"]):
     ) -> None:
         """Note when the call started; check a newly started agent's input with the
         guardrail (AGENT_INPUT)."""
+        self._check_open()
         self._enter_run(context, main=True)
         self._run.model_called(agent.name, _now())
         if self._enforcer is not None:
@@ -97,6 +101,7 @@ class SessionHooks(RunHooksBase[Any, "Agent[Any]"]):
         self: _Session, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool
     ) -> None:
         """Open the tool call's span."""
+        self._check_open()
         if self._run.trace is not None:
             self._run.trace.tool_started(_tool_key(context, tool), tool.name)
 
@@ -108,6 +113,7 @@ class SessionHooks(RunHooksBase[Any, "Agent[Any]"]):
         result: Any,
     ) -> None:
         """Close the tool call's span."""
+        self._check_open()
         if self._run.trace is not None:
             self._run.trace.tool_ended(_tool_key(context, tool))
 
@@ -119,6 +125,7 @@ class SessionHooks(RunHooksBase[Any, "Agent[Any]"]):
     ) -> None:
         """Record the response (``agentjournal.ModelResponded``, written with the next write);
         remember usage, response id and handoff calls; check every action with the guardrail."""
+        self._check_open()
         self._enter_run(context, main=True)
         targets = _handoff_targets(agent)
         produced = Produced(response.response_id, _usage_json(response, agent), agent.name)
@@ -151,6 +158,7 @@ class SessionHooks(RunHooksBase[Any, "Agent[Any]"]):
         to_agent: Agent[Any],
     ) -> None:
         """Match the handoff to its exact call; grant the receiver its authority."""
+        self._check_open()
         if self._gates is not None:
             await self._gates.handed_off(from_agent.name, to_agent.name)
         if not self._run.handed_off(from_agent.name, to_agent.name):

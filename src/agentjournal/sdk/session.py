@@ -54,6 +54,8 @@ from agentjournal.store.contract import EventStore
 from agentjournal.streams import MAIN_BRANCH, validate_id
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
     from agents.agent import Agent
     from agents.items import TResponseInputItem
     from agents.run_context import RunContextWrapper
@@ -114,6 +116,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         logger: logging.Logger | None = None,
     ) -> None:
         self.session_id = validate_id(session_id, "session id")
+        self._closed = False
         if branch == MAIN_BRANCH:
             branch = None
         self.session_settings: SessionSettings | None = _settings(session_settings)
@@ -189,8 +192,9 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
 
     async def _current(self) -> SessionCore:
         """The current line, resolved before anything is awaited (a later switch does not
-        redirect this call), then checked: a branch cleared meanwhile (by any object)
-        moves this object to main, as the SDK does; one deleted raises.
+        redirect this call), then checked: a branch cleared meanwhile (by any object), or
+        deleted and the session cleared since, moves this object to main, as the SDK
+        does; one deleted (and no clear since) raises.
 
         Raises:
             BranchDeleted: The current branch was deleted.
@@ -201,18 +205,21 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         ended = await core.ended()
         if ended is None:
             return core
-        if ended == "cleared":
+        if ended == "cleared" or await core.cleared_since_end():
             if self._core is core:
                 self._point(None)
             return self._line(None)
         raise BranchDeleted(self.session_id, core.facts.branch, ended)
 
     async def _retry_cleared(self, core: SessionCore, act: Callable[[SessionCore], Any]) -> Any:
-        """Run ``act`` on ``core``; if a clear ended that branch line meanwhile, on main."""
+        """Run ``act`` on ``core``; on main if that branch line ended meanwhile by a clear,
+        or was deleted and the session cleared since (see :meth:`_current`)."""
         try:
             return await act(core)
         except BranchDeleted as error:
-            if error.reason != "cleared" or core.facts.branch is None:
+            if core.facts.branch is None:
+                raise
+            if error.reason != "cleared" and not await core.cleared_since_end():
                 raise
             if self._core is core:
                 self._point(None)
@@ -233,9 +240,14 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
             return None
 
     async def _read_line(self, branch_id: str | None, read: Callable[[SessionCore], Any]) -> Any:
-        """``read`` on the line ``branch_id`` names; None for a branch never forked."""
+        """``read`` on the line ``branch_id`` names; None for a branch never forked or
+        deleted, the current one included (it reads as empty, as the SDK's does; a write
+        there is refused)."""
         if branch_id is None:
-            return await self._retry_cleared(self._core, read)
+            try:
+                return await self._retry_cleared(self._core, read)
+            except BranchDeleted:
+                return None
         core = self._reading(branch_id)
         if core is None:
             return None
@@ -271,6 +283,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         :mod:`agentjournal.sdk.guard`). The agents passed in are not changed.
         With neither a guardrail nor a policy, ``agent`` is returned as it is.
         """
+        self._check_open()
         if self._enforcer is None and self._gates is None:
             return agent
         return guarding.guard_graph(agent, self._wiring)
@@ -282,6 +295,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         server's tools whose scope the running agent does not hold. Without a
         policy every tool is offered.
         """
+        self._check_open()
         if self._gates is None:
             return True
         return await self._gates.mcp_tool_filter(context, tool)
@@ -289,6 +303,42 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
     def __repr__(self) -> str:
         line = "" if self._branch is None else f", branch={self._branch!r}"
         return f"JournalSession({self.session_id!r}{line}, stream={self.stream!r})"
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close this session object; every later call on it raises ``RuntimeError``.
+
+        The SDK's contract (``SQLiteSession.close()``: synchronous, idempotent, and
+        ``add_items([])`` refused too); ``store_run_usage`` logs the error instead, as the
+        SDK's does. Nothing is buffered, so nothing is written: every write already
+        landed or failed. What this object holds alone goes: the trace of a run it was
+        recording ends, marked as cut short. The store and the cached reads of the
+        session's lines belong to the :class:`~agentjournal.Journal` and stay open for
+        its other session objects, on this session id too; close the journal to close
+        them. ``async with journal.session(id) as session:`` closes it on exit.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._run.trace is not None:
+            self._run.trace.end("the session was closed during the run")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+
+    async def __aenter__(self) -> JournalSession:
+        self._check_open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
 
     # -- Session protocol -------------------------------------------------------
 
@@ -302,13 +352,18 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         """Return the latest ``limit`` items in chronological order.
 
         ``None`` falls back to ``session_settings.limit``, then to every item;
-        ``0`` returns ``[]``. Items are fresh copies, exactly as written, with
+        ``0`` returns ``[]`` and a negative limit every item (the SDK's sessions keep
+        SQLite's ``LIMIT -1``). Items are fresh copies, exactly as written, with
         the transcripts of subagents where the handoffs happened. ``branch_id``
         reads another line (``"main"`` or a branch's name) instead of the current
         one, as ``AdvancedSQLiteSession`` does: ``[]`` for a name never forked or
-        a branch deleted. A run's own reads (with ``wrapper``) stay on the line
-        the run started on.
+        a branch deleted (the current branch too, when another object deleted it).
+        A run's own reads (with ``wrapper``) stay on the line the run started on.
+
+        Raises:
+            RuntimeError: The session is closed.
         """
+        self._check_open()
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
             raise InvalidInput(f"limit must be an integer or None, got {limit!r}")
         run_core = None
@@ -316,8 +371,10 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
             self._enter_run(wrapper, main=True)
             run_core = self._run_line(wrapper) if branch_id is None else None
         resolved = resolve_session_limit(limit, self.session_settings)
-        if resolved is not None and resolved <= 0:
+        if resolved == 0:
             return []
+        if resolved is not None and resolved < 0:
+            resolved = None
         if run_core is not None:
             return await run_core.items(resolved)  # type: ignore[return-value]
         found = await self._read_line(branch_id, lambda core: core.items(resolved))
@@ -334,6 +391,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
             RetriesExhausted: Other writers kept winning for every retry.
             StoreUnavailable: The store failed and the outcome could not be settled.
         """
+        self._check_open()
         items = list(items)
         for at, item in enumerate(items):
             if not isinstance(item, Mapping):
@@ -353,6 +411,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         The item stays on its stream; an ``agentjournal.ItemPopped`` event
         records that it left the history.
         """
+        self._check_open()
         trace = self._recorder.trace_now()
         run_core = self._run_line(wrapper) if wrapper is not None else None
         core = run_core if run_core is not None else self._core
@@ -369,6 +428,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         main; another object on a cleared branch moves there at its next call. Branch
         names stay used.
         """
+        self._check_open()
         trace = self._recorder.trace_now()
         await self._line(None).clear_lines(trace)
         self._point(None)
@@ -413,6 +473,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
                 after a branch is deleted).
             StoreError: The fork did not land.
         """
+        self._check_open()
         trace = self._recorder.trace_now()
         branch: Branch = await self._retry_cleared(
             self._core,
@@ -427,15 +488,8 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
 
     async def branches(self) -> list[Branch]:
         """Every branch of the session, in the order they were forked (deleted ones too)."""
+        self._check_open()
         return await self._core.branches()
-
-    # -- AdvancedSQLiteSession: turns ----------------------------------------------------
-
-    # -- AdvancedSQLiteSession: branches (DESIGN, "Branches") ------
-
-    # -- AdvancedSQLiteSession: usage ---------------------------------------------------
-
-    # -- AdvancedSQLiteSession: turns ----------------------------------------------------
 
     # -- OpenAIResponsesCompactionSession -----------------------------------------------
 
@@ -458,6 +512,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         first for which it does not. Hidden items stay on their streams.
         ``complete`` is True when no visible item is older than ``items``.
         """
+        self._check_open()
         if not self._unchanged_storage():
             return None  # a subclass that transforms items must supply its own
         snapshot = await self._core.snapshot(limit)
@@ -488,6 +543,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         replaces the complete history. Returns False (use the fallback) for a
         subclass that transforms items.
         """
+        self._check_open()
         if not self._unchanged_storage():
             return False
         await self._core.replace_all(
@@ -506,6 +562,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
 
     async def open_subagents(self) -> list[events.Subagent]:
         """Return the subagents that are open now, outermost first (read from the streams)."""
+        self._check_open()
         return await self._core.open_subagents()
 
     async def close_subagents(self, *, outcome: str = "error", reason: str = "") -> int:
@@ -518,6 +575,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         Raises:
             InvalidInput: ``outcome`` is not ``success``, ``error`` or ``cancelled``.
         """
+        self._check_open()
         if outcome not in events.OUTCOMES:
             raise InvalidInput(f"outcome must be one of {events.OUTCOMES}, got {outcome!r}")
         return await self._write([], wrapper=None, closing=(outcome, reason))
@@ -537,6 +595,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         session closes them at its next write of a new run, with outcome
         ``error``.
         """
+        self._check_open()
         try:
             yield self
         except BaseException as error:
@@ -601,8 +660,6 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         run.written(plan, items=items, closing=closing is not None)
         run.landed(line.tree.responded)
 
-    # -- RunHooks ---------------------------------------------------------------
-
     # -- runs and spans -------------------------------------------------------------
 
     def _enter_run(self, context: RunContextWrapper[Any], *, main: bool = False) -> None:
@@ -660,6 +717,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         Raises:
             InvalidInput: The session has no policy, or ``reason`` is empty.
         """
+        self._check_open()
         await self._core.reset_authority(agent, reason, self._recorder.trace_now())
 
     async def append_event(self, event_type: str, data: bytes) -> None:
@@ -675,6 +733,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
             InvalidInput: ``event_type`` is empty or one of the session's own types.
             StoreError: It did not land.
         """
+        self._check_open()
         if not event_type or event_type in _OWN_EVENT_TYPES:
             raise InvalidInput(f"{event_type!r} cannot be appended as an application event")
         await self._core.record(
@@ -696,6 +755,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         Raises:
             StoreError: The checkpoint could not be written.
         """
+        self._check_open()
         return await self._core.checkpoint(self._recorder.trace_now())
 
 
