@@ -184,6 +184,31 @@ def test_a_fork_inside_an_open_subagent_replays_as_the_parent_did_there(store: S
     )
 
 
+def test_forks_inside_a_handoff_show_their_continuations_and_add_no_subagent(
+    store: Store,
+) -> None:
+    uri = store.uri
+
+    def subagents() -> Any:
+        rows = {r["session_id"]: r for r in json.loads(_ok("sessions", "--json", uri=uri))}
+        return rows[SID]["subagents"]
+
+    before = subagents()
+    for name in ("within-1", "within-2", "within-3"):  # #5 is inside billing's subsession
+        _ok("fork", SID, "--at", "5", "--name", name, uri=uri)
+    assert subagents() == before  # each branch continues billing: the same subagent
+    only = _ok("show", SID, "--branch", "within-1", uri=uri).splitlines()
+    top = only.index(f"  AgentBranch-{SID}@within-1")
+    (at,) = [i for i, line in enumerate(only) if "SubagentContinued" in line]
+    header = only[at - 1]
+    assert header.startswith(f"      AgentSubsession-{SID}-sub-billing-")  # nested one deeper
+    assert at > top
+    assert f"billing continues AgentSubsession-{SID}-sub-billing-" in only[at]
+    data = json.loads(_ok("show", SID, "--branch", "within-1", "--json", uri=uri))
+    (line,) = data["branches"]
+    assert header.strip() in line["streams"]
+
+
 def test_fork_never_creates_a_store(tmp_path: Path) -> None:
     missing = tmp_path / "none.db"
     done = run("fork", SID, "--at", "1", "--uri", f"sqlite:///{missing}")

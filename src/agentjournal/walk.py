@@ -30,7 +30,7 @@ from agentjournal.streams import (
     validate_id,
 )
 
-__all__ = ["read_tree", "walk_tree"]
+__all__ = ["read_tree", "walk_line", "walk_tree"]
 
 logger = logging.getLogger("agentjournal.walk")
 
@@ -176,7 +176,6 @@ async def _read_lines(
     entry cannot pull another session's streams into the tree.
     """
     line_prefix = branch_stream(session_id, "x")[:-1]  # "AgentBranch-{id}@"
-    sub_prefix = subsession_stream(session_id, "x")[:-1]  # "AgentSubsession-{id}-"
     queue: list[tuple[str, str]] = []  # (branch stream, branch name)
     logs: list[str] = []
 
@@ -206,31 +205,9 @@ async def _read_lines(
         stream, name = queue.pop(0)
         if stream in streams:
             continue
-        roots = [stream]
-        while roots:
-            root = roots.pop(0)
-            if root in streams:
-                continue
-            try:
-                async for found, recorded in walk_tree(store, root):
-                    if found not in streams:
-                        streams[found] = [Record.of(event) for event in recorded]
-            except StreamNotFound:
-                logger.warning("branch stream %s is missing; it is left out", root)
-                continue
-            except UndecodableEvent as error:
-                raise DamagedEvent(error.stream, None, f"cannot be read: {error}") from None
-            first = streams[root][0] if streams[root] else None
-            if root == stream and first is not None and first.type == events.BRANCH_STARTED:
-                try:
-                    started = events.BranchStarted.decode((first.data or "").encode())
-                except (CodecError, RecursionError):
-                    started = None
-                if started is not None:
-                    name = started.branch
-                    roots.extend(
-                        c for c in started.continuations.values() if c.startswith(sub_prefix)
-                    )
+        started = await walk_line(store, session_id, stream, streams)
+        if started is not None:
+            name = started.branch
         if stream in streams:
             markers(streams[stream])  # forks of this branch
             try:
@@ -240,6 +217,46 @@ async def _read_lines(
             if log not in logs:
                 logs.append(log)
     return logs
+
+
+async def walk_line(
+    store: EventStore, session_id: str, stream: str, streams: dict[str, Sequence[Record]]
+) -> events.BranchStarted | None:
+    """Read one branch line's own streams into ``streams``: its top stream ``stream``, the
+    subsessions opened on it, and the continuation of each subagent open at its fork
+    (named by its ``BranchStarted``, with theirs), each at any depth. Streams already in
+    ``streams`` are not read again. Returns the line's ``BranchStarted`` (None: the
+    stream is missing, or does not begin with a readable one).
+
+    Raises:
+        DamagedEvent: The store holds an event of the line it cannot hand out.
+        StoreUnavailable: The store could not be read.
+    """
+    sub_prefix = subsession_stream(session_id, "x")[:-1]  # "AgentSubsession-{id}-"
+    started: events.BranchStarted | None = None
+    roots = [stream]
+    while roots:
+        root = roots.pop(0)
+        if root in streams:
+            continue
+        try:
+            async for found, recorded in walk_tree(store, root):
+                if found not in streams:
+                    streams[found] = [Record.of(event) for event in recorded]
+        except StreamNotFound:
+            logger.warning("branch stream %s is missing; it is left out", root)
+            continue
+        except UndecodableEvent as error:
+            raise DamagedEvent(error.stream, None, f"cannot be read: {error}") from None
+        first = streams[root][0] if streams[root] else None
+        if root == stream and first is not None and first.type == events.BRANCH_STARTED:
+            try:
+                started = events.BranchStarted.decode((first.data or "").encode())
+            except (CodecError, RecursionError):
+                continue
+            # Only names of this session's kinds: a crafted fork cannot pull in others.
+            roots.extend(c for c in started.continuations.values() if c.startswith(sub_prefix))
+    return started
 
 
 async def _read(store: EventStore, stream: str) -> list[RecordedEvent]:

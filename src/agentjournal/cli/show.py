@@ -118,7 +118,7 @@ async def _lines(
         chosen = [await find_branch(store, session_id, branch)]
     else:
         chosen = await read_branches(store, session_id)
-    return [(one, await line_records(store, one)) for one in chosen]
+    return [(one, await line_records(store, session_id, one)) for one in chosen]
 
 
 def _header(branch: Branch) -> str:

@@ -109,7 +109,7 @@ async def _one(
             from agentjournal.read.lines import find_branch, line_records
 
             found = await find_branch(store, session_id, branch)
-            records = TreeRecords(session_id, await line_records(store, found))
+            records = TreeRecords(session_id, await line_records(store, session_id, found))
     finally:
         await store.close()
     return usage_of(records, by=by, prices=prices)

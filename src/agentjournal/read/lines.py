@@ -19,15 +19,16 @@ Nothing here writes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentjournal import events
 from agentjournal.engine.core import SessionCore, open_line
 from agentjournal.engine.fork import Branch, cut_position, read_branches, visible_at
-from agentjournal.errors import InvalidInput, StreamNotFound
+from agentjournal.errors import InvalidInput
 from agentjournal.records import Record, opened_stream
 from agentjournal.streams import MAIN_BRANCH, validate_id
-from agentjournal.walk import walk_tree
+from agentjournal.walk import walk_line
 
 if TYPE_CHECKING:
     from agentjournal.store.contract import EventStore
@@ -136,17 +137,17 @@ async def line_indexes(store: EventStore, session_id: str, branch: Branch) -> li
     return sorted(found)
 
 
-async def line_records(store: EventStore, branch: Branch) -> dict[str, list[Record]]:
+async def line_records(
+    store: EventStore, session_id: str, branch: Branch
+) -> dict[str, list[Record]]:
     """A branch's own streams as records, stream by stream: its top stream first, then
-    the subsessions opened on it (level by level); the prefix is not repeated.
+    the subsessions opened on it (level by level) and the continuations of the subagents
+    open at its fork (:func:`~agentjournal.walk.walk_line`); the prefix is not repeated.
 
     Raises:
+        DamagedEvent: The store holds an event of the line it cannot hand out.
         StoreUnavailable: The store could not be read.
     """
-    streams: dict[str, list[Record]] = {}
-    try:
-        async for stream, recorded in walk_tree(store, branch.stream):
-            streams[stream] = [Record.of(event) for event in recorded]
-    except StreamNotFound:  # the registry names it, so only a damaged store lacks it
-        return {}
-    return streams
+    streams: dict[str, Sequence[Record]] = {}
+    await walk_line(store, session_id, branch.stream, streams)
+    return {name: list(records) for name, records in streams.items()}

@@ -99,12 +99,14 @@ def tree_view(
         return [StreamView(stream, 0, lines(stream))]
 
     seen: set[str] = set()
+    continued = continuations(tree)
 
     def visit(name: str, depth: int) -> None:
         seen.add(name)
         views.append(StreamView(name, depth, lines(name)))
-        for record in tree.streams.get(name, ()):
-            child = record.opens
+        # A subagent open at a fork goes on in its continuation, open from the line's start.
+        children = [*continued.get(name, ()), *(r.opens for r in tree.streams.get(name, ()))]
+        for child in children:
             if child is not None and child not in seen and child in tree.streams:
                 visit(child, depth + 1)
 
@@ -116,6 +118,21 @@ def tree_view(
         if KEYS_STREAM in tree.streams:
             views.append(StreamView(KEYS_STREAM, 0, lines(KEYS_STREAM)))
     return views
+
+
+def continuations(tree: TreeRecords) -> dict[str, list[str]]:
+    """Stream -> the continuation streams it holds (pure): each stream that begins with
+    ``agentjournal.SubagentContinued`` (a subagent open at a fork, going on on the branch)
+    under the stream its ``parent_stream`` names, in the order of the tree."""
+    found: dict[str, list[str]] = {}
+    for name, records in tree.streams.items():
+        first = records[0] if records else None
+        if first is None or first.type != events.SUBAGENT_CONTINUED:
+            continue
+        parent = first.body.get("parent_stream") if isinstance(first.body, dict) else None
+        if isinstance(parent, str) and parent != name:
+            found.setdefault(parent, []).append(name)
+    return found
 
 
 def plain_lines(views: Sequence[StreamView]) -> list[str]:

@@ -152,7 +152,7 @@ async def _branch_page(
 
     session_id = main.session_id
     found = await find_branch(store, session_id, name)
-    tree = TreeRecords(session_id, await line_records(store, found))
+    tree = TreeRecords(session_id, await line_records(store, session_id, found))
     current = await line_replay(store, session_id, name)
     indexes = await line_indexes(store, session_id, found)
     histories: dict[int, list[dict[str, Any]]] = {}
@@ -345,7 +345,11 @@ def _stream_agents(tree: TreeRecords, root: str | None = None) -> dict[str, str]
     agents[top] = header["agent"] or _first_agent(tree, top) or "session"
     for stream in tree.streams.values():
         for record in stream:
+            # A subsession's opening names its receiver; a continuation's first event
+            # (a subagent open at a fork, going on on the branch) names it too.
             child = record.opens
+            if child is None and record.type == events.SUBAGENT_CONTINUED:
+                child = record.stream
             body = record.body
             if child is not None and isinstance(body, dict):
                 name = body.get("agent_type") or body.get("agent_id")

@@ -41,7 +41,8 @@ if TYPE_CHECKING:
 
     from agentjournal.store.contract import RecordedEvent
 
-VERSION: Final = 4  # 2: items counted by the engine's index rule; 3: branches; 4: continuations
+VERSION: Final = 5  # 2: items counted by the engine's index rule; 3: branches; 4: continuations;
+# 5: a continuation is the subagent it continues, not one more
 """The state's layout; a saved state of another version is rebuilt from the start."""
 
 
@@ -68,6 +69,7 @@ def _new_row() -> dict[str, Any]:
         "ck": None,
         "branches": {},  # branch top stream -> what the catalog knows of the branch
         "lines": {},  # a stream of a branch line (its top stream, its subsessions) -> top
+        "continued": [],  # continuation streams: their closes count for no subagent
     }
 
 
@@ -194,7 +196,9 @@ class Catalog:
         elif kind == events.SUBAGENT_COMPLETED:
             if events.CLOSES_KEY not in metadata:
                 return  # the subsession's own copy
-            outcome = events.decode_subagent_completed(event.data)[2]
+            _, closed, outcome = events.decode_subagent_completed(event.data)
+            if closed in row["continued"]:
+                return  # a subagent open at a fork, ended on the branch: counted once
             row["closed" if outcome == "success" else "failed"] += 1
         elif kind == events.ITEM_POPPED:
             row["items"] = max(0, row["items"] - 1)
@@ -276,12 +280,12 @@ class Catalog:
             return True
         if kind == events.BRANCH_STARTED and event.revision == 0:
             # Each subagent open at the cut goes on in a continuation stream of this line.
-            # It is a subagent of its own on the branch, closed there (by a run, or by the
-            # branch's end): counted as started, so a close of it leaves none open.
+            # It is the same subagent (one handoff, counted where it started), so neither
+            # the continuation nor its close on the branch counts again.
             for continuation in events.BranchStarted.decode(event.data).continuations.values():
                 row["lines"][continuation] = row["lines"][event.stream]
                 self.streams.setdefault(continuation, [session_id, -1, GENESIS])
-                row["started"] += 1
+                row["continued"].append(continuation)
         return kind in events.BRANCH_EVENTS
 
     @staticmethod

@@ -58,7 +58,9 @@ class SessionRow:
         agent: The first agent: ``SessionStarted.agent_name``, else the first agent that
             handed off, was granted authority, was judged by a guardrail or called a model.
         items: How many items ``get_items()`` returns: item events, less pops, reset by clears.
-        subagents_open: Subagents started and not completed.
+        subagents_open: Subagents started and not completed, on every line. A subagent
+            open at a fork goes on on the branch in a continuation: the same subagent,
+            counted once where it started (its close on the branch counts for none).
         subagents_closed: Subagents completed with outcome ``success``.
         subagents_failed: Subagents completed with outcome ``error`` or ``cancelled``.
         guardrail_blocks: ``GuardrailDecided`` events with decision ``BLOCK``.
