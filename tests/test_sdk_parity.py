@@ -33,7 +33,7 @@ from agentjournal.errors import BranchDeleted
 from agentjournal.streams import branch_stream, session_stream
 
 SID = "parity"
-MAIN = [
+MAIN: list[Any] = [
     {"role": "user", "content": "u1"},
     {"role": "assistant", "content": "a1"},
     {"role": "user", "content": "u2"},
