@@ -182,7 +182,8 @@ async def run(sessions: int) -> list[list[str]]:
             )
             first, listing = await timed(store, keys)
             assert len(listing.rows) == sessions + 1, len(listing.rows)
-            assert {row.ledger for row in listing.rows} == {"ok"}, {r.ledger for r in listing.rows}
+            states = {row.integrity.state for row in listing.rows}
+            assert states == {"verified"}, states
             state = len(await _state(store))
             again, unchanged = await timed(store, keys)
             assert unchanged.folded == 0

@@ -49,7 +49,7 @@ def test_verify_in_the_store(recorded: tuple[Path, str, Path]) -> None:
     result = run("verify", session, "--uri", f"sqlite:///{db}", "--pubkey", f"{key}.pub")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert lines[-1] == "OK"
+    assert lines[-1].startswith("VERIFIED: "), lines[-1]
     assert any(line.startswith("integrity: ") for line in lines)
     assert (
         "containment: 3 executed tool calls; each had an ALLOW or MODIFY decision; no policy: "

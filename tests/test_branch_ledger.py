@@ -176,7 +176,7 @@ def test_a_signed_session_with_branches_verifies_offline(recorded: dict[str, Any
     report = verify_bundle(recorded, TRUSTED)
     assert report.ok, report.text()
     lines = report.text().splitlines()
-    assert lines[-1] == "OK"
+    assert lines[-1].startswith("VERIFIED: "), lines[-1]
     assert "branches: 4 branches, each bound to its parent line's chain; registry ok" in lines
     per_branch = [line for line in lines if line.startswith("  branch ")]
     assert [line.split("'")[1] for line in per_branch] == ["early", "first-turn", "draft", "deeper"]
@@ -554,7 +554,7 @@ def test_bundle_export_with_a_key_signs_every_line(tmp_path: Path) -> None:
     assert "signed a checkpoint" in exported.stdout
     checked = run("bundle", "verify", str(out), "--pubkey", f"{key}.pub")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert checked.stdout.splitlines()[-1] == "OK"
+    assert checked.stdout.splitlines()[-1].startswith("VERIFIED: ")
     assert len([line for line in checked.stdout.splitlines() if line.startswith("  branch ")]) == 2
     # One checkpoint names each line's top stream, the open subsession on main and its
     # continuation on the branch, and the registry; nothing else (no closed subsession).
@@ -649,7 +649,7 @@ def test_the_command_line_verifies_every_line(tmp_path: Path) -> None:
     verified = run("verify", SID, "--uri", uri, "--pubkey", f"{key}.pub")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     lines = verified.stdout.splitlines()
-    assert lines[-1] == "OK"
+    assert lines[-1].startswith("VERIFIED: "), lines[-1]
     assert len([line for line in lines if line.startswith("  branch ")]) == 4
     assert any(line.startswith("read model: ") for line in lines)  # main's, compared
     out = tmp_path / "b.json"
@@ -680,7 +680,7 @@ async def test_the_catalog_s_ledger_column_checks_branch_streams(journal_uri: st
         await _write(signed)
         listing = await catalog.refresh(signed.store, keys=TRUSTED)
         (row,) = [r for r in listing.rows if r.session_id == SID]
-        assert (row.ledger, row.ledger_detail) == ("ok", None)
+        assert (row.integrity.state, row.integrity.problem) == ("verified", None)
         assert row.items == len(await signed.session(SID).get_items())
         assert (row.subagents_closed, row.subagents_open) == (3, 0)  # every line's
         # An event appended to a branch without its chain: the row shows where.
@@ -691,9 +691,10 @@ async def test_the_catalog_s_ledger_column_checks_branch_streams(journal_uri: st
         )
         listing = await catalog.refresh(signed.store, keys=TRUSTED)
         (row,) = [r for r in listing.rows if r.session_id == SID]
-        assert row.ledger == "broken chain"
-        assert row.ledger_detail is not None
-        assert row.ledger_detail.startswith(f"{DEEPER}@")
+        assert row.integrity.state == "failed"
+        assert row.integrity.problem is not None
+        assert row.integrity.problem.endswith("(broken chain)")
+        assert row.integrity.problem.startswith(f"{DEEPER}@")
 
 
 def test_an_edited_authority_log_entry_behind_a_fork_fails(tmp_path: Path) -> None:

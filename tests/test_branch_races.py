@@ -127,7 +127,7 @@ def _text(item: Any) -> Any:
 async def _verifies(store: EventStore, **options: Any) -> None:
     report = verify_records(await read_tree(store, SID), TRUSTED, **options)
     assert report.ok, report.text()
-    assert report.text().splitlines()[-1] == "OK"
+    assert report.integrity.state in ("verified", "unsigned"), report.text()
 
 
 # -- a run paused inside a subagent (billing waits for an approval) --------------------------

@@ -125,7 +125,7 @@ def test_subsessions_at_any_depth_belong_to_their_session() -> None:
     assert row.items == 5
     assert (row.subagents_open, row.subagents_closed, row.subagents_failed) == (1, 0, 1)
     assert row.agent == "triage"  # no SessionStarted: the first agent that handed off
-    assert row.ledger == "unsigned"
+    assert row.integrity.state == "unsigned"
 
 
 def test_tokens_count_model_responses_once_else_legacy_usage_once_per_response() -> None:
@@ -190,8 +190,10 @@ def test_a_broken_link_is_reported_where_it_is() -> None:
         recorded_at=w.written[1].recorded_at,
     )
     (row,) = fold(w)
-    assert row.ledger == "broken chain"
-    assert row.ledger_detail == f"{s}@1: the event's hash does not match its content"
+    assert row.integrity.state == "failed"
+    assert row.integrity.problem == (
+        f"{s}@1: the event's hash does not match its content (broken chain)"
+    )
 
 
 def test_state_round_trips_and_another_version_is_refolded() -> None:

@@ -435,9 +435,9 @@ def test_the_catalog_reports_a_chain_format_it_does_not_know() -> None:
             )
         )
     (row,) = catalog.rows({})
-    assert row.ledger == "broken chain"
-    assert row.ledger_detail == (
-        f"{stream}@1: the event names a chain format this version does not know"
+    assert row.integrity.state == "failed"
+    assert row.integrity.problem == (
+        f"{stream}@1: the event names a chain format this version does not know (broken chain)"
     )
 
 

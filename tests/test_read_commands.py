@@ -11,6 +11,7 @@ runs them as real processes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import shutil
 import sqlite3
@@ -186,7 +187,7 @@ def test_sessions_one_row_per_session_with_what_happened(written: Written) -> No
     # responses that only handed off stored no usage.
     modelled = "agentjournal.ModelResponded" in asyncio.run(_types(written.uri, "demo-1"))
     assert demo["tokens"] == (1200 if modelled else 900)
-    assert demo["ledger"] == "ok"
+    assert demo["integrity"]["state"] == "verified"
     assert demo["first_activity"] <= demo["last_activity"]
     # The items column is what get_items() returns: pops and clears count.
     for session_id, row in rows.items():
@@ -195,7 +196,7 @@ def test_sessions_one_row_per_session_with_what_happened(written: Written) -> No
     assert edits["agent"] == failed["agent"] == "triage"  # the first agent that acted
     assert edits["subagents"] == {"open": 0, "closed": 3, "failed": 0}
     assert failed["subagents"] == {"open": 0, "closed": 0, "failed": 1}
-    assert edits["ledger"] == failed["ledger"] == "ok"
+    assert edits["integrity"]["state"] == failed["integrity"]["state"] == "verified"
 
 
 def test_sessions_table_filters_and_keys(written: Written) -> None:
@@ -203,9 +204,13 @@ def test_sessions_table_filters_and_keys(written: Written) -> None:
     assert table.returncode == 0, table.stderr
     header, *lines = table.stdout.splitlines()
     assert header.split()[:5] == ["session", "app", "user", "agent", "items"]
-    assert [line.split()[0] for line in lines] == ["failed-1", "edits-1", "demo-1"]
+    rows, notes = lines[:3], lines[3:]
+    assert [line.split()[0] for line in rows] == ["failed-1", "edits-1", "demo-1"]
     # Without the public key the signature cannot be checked: it says whose key it needs.
-    assert all("untrusted key ed25519:" in line for line in lines)
+    assert all(line.endswith("untrusted key") for line in rows)
+    assert notes[0].startswith("integrity: every chain link and the newest checkpoint")
+    assert [note.split(":")[0].strip() for note in notes[1:]] == ["failed-1", "edits-1", "demo-1"]
+    assert all("SIGNED BY AN UNTRUSTED KEY: ed25519:" in note for note in notes[1:])
     assert list(_rows(written, "--app", "shop")) == ["failed-1", "edits-1"]
     assert list(_rows(written, "--user", "customer-7")) == ["demo-1"]
     assert list(_rows(written, "--since", "1h")) == ["failed-1", "edits-1", "demo-1"]
@@ -223,7 +228,11 @@ def test_sessions_table_filters_and_keys(written: Written) -> None:
         "--json",
         env={"AGENTJOURNAL_SIGNING_KEY_FILE": str(written.key)},
     )
-    assert {row["ledger"] for row in json.loads(own.stdout)} == {"ok"}
+    assert {row["integrity"]["state"] for row in json.loads(own.stdout)} == {"verified"}
+
+
+def _unchecked(rows: list[Any]) -> list[Any]:
+    return [dataclasses.replace(row, checked_at=row.last_activity) for row in rows]
 
 
 def test_sessions_folds_only_what_is_new(written: Written) -> None:
@@ -249,7 +258,8 @@ def test_sessions_folds_only_what_is_new(written: Written) -> None:
             for event in await store.read_all():
                 fresh.fold(event)
             trusted = fresh.trusted({})
-            assert fresh.rows(trusted) == later.rows
+            # Equal but for when each was folded (a fold from the start checks now).
+            assert _unchecked(fresh.rows(trusted)) == _unchecked(later.rows)
         finally:
             await store.close()
 
@@ -413,9 +423,11 @@ def test_an_edited_event_shows_a_broken_chain(written: Written, tmp_path: Path) 
     rows = _rows(
         Written(f"sqlite:///{target}", written.key, tmp_path), "--pubkey", f"{written.key}.pub"
     )
-    assert rows["demo-1"]["ledger"] == "broken chain"
-    assert rows["demo-1"]["ledger_detail"].startswith("AgentSession-demo-1@1: the event's hash")
-    assert rows["edits-1"]["ledger"] == "ok"
+    assert rows["demo-1"]["integrity"]["state"] == "failed"
+    assert rows["demo-1"]["integrity"]["problem"].startswith(
+        "AgentSession-demo-1@1: the event's hash"
+    )
+    assert rows["edits-1"]["integrity"]["state"] == "verified"
 
 
 def test_a_data_column_edited_to_text_reads_as_changed_content(
@@ -431,9 +443,11 @@ def test_a_data_column_edited_to_text_reads_as_changed_content(
         assert db.execute("SELECT count(*) FROM events WHERE typeof(data) = 'text'").fetchone()
     edited = Written(f"sqlite:///{target}", written.key, tmp_path)
     rows = _rows(edited, "--pubkey", f"{written.key}.pub")
-    assert rows["demo-1"]["ledger"] == "broken chain"
-    assert rows["demo-1"]["ledger_detail"].startswith("AgentSession-demo-1@1: the event's hash")
-    assert rows["edits-1"]["ledger"] == "ok"
+    assert rows["demo-1"]["integrity"]["state"] == "failed"
+    assert rows["demo-1"]["integrity"]["problem"].startswith(
+        "AgentSession-demo-1@1: the event's hash"
+    )
+    assert rows["edits-1"]["integrity"]["state"] == "verified"
     replayed = run("replay", "demo-1", "--uri", edited.uri)
     assert replayed.returncode == 0, replayed.stderr
     assert "order 24" in replayed.stdout
@@ -449,7 +463,7 @@ def test_sessions_fresh_does_not_trust_the_saved_catalog(written: Written, tmp_p
     target = _copy(written, tmp_path)
     copy = Written(f"sqlite:///{target}", written.key, tmp_path)
     pubkey = ("--pubkey", f"{written.key}.pub")
-    assert _rows(copy, *pubkey)["demo-1"]["ledger"] == "ok"  # folded and saved
+    assert _rows(copy, *pubkey)["demo-1"]["integrity"]["state"] == "verified"  # folded and saved
     with sqlite3.connect(target) as db:  # an event edited after it was folded
         db.execute(
             "UPDATE events SET data = CAST(replace(CAST(data AS TEXT), 'order 42', 'order 24') "
@@ -458,10 +472,12 @@ def test_sessions_fresh_does_not_trust_the_saved_catalog(written: Written, tmp_p
         )
         saves = "SELECT count(*) FROM events"
         before = db.execute(saves).fetchone()
-    assert _rows(copy, *pubkey)["demo-1"]["ledger"] == "ok"  # the saved fold, trusted
+    assert (
+        _rows(copy, *pubkey)["demo-1"]["integrity"]["state"] == "verified"
+    )  # the saved fold, trusted
     fresh = _rows(copy, *pubkey, "--fresh")
-    assert fresh["demo-1"]["ledger"] == "broken chain"
-    assert fresh["edits-1"]["ledger"] == "ok"
+    assert fresh["demo-1"]["integrity"]["state"] == "failed"
+    assert fresh["edits-1"]["integrity"]["state"] == "verified"
     with sqlite3.connect(target) as db:
         assert db.execute(saves).fetchone() == before  # --fresh saves nothing
 
@@ -513,30 +529,34 @@ async def _append_checkpoint(uri: str, key: Path, change: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("change", "shown"),
+    ("change", "state", "problem"),
     [
-        ("none", "ok"),
-        ("signature", "FAILED: the signature is invalid"),
-        ("hash", "FAILED: AgentSession-demo-1@"),
-        ("truncated", "FAILED: it names AgentSession-demo-1@"),
+        ("none", "verified", None),
+        ("signature", "failed", ": the signature is invalid"),
+        ("hash", "failed", ": AgentSession-demo-1@"),
+        ("truncated", "failed", ": it names AgentSession-demo-1@"),
     ],
 )
 def test_a_bad_checkpoint_shows_failed(
-    written: Written, tmp_path: Path, change: str, shown: str
+    written: Written, tmp_path: Path, change: str, state: str, problem: str | None
 ) -> None:
     _sqlite_only(written)
     target = _copy(written, tmp_path)
     uri = f"sqlite:///{target}"
     copy = Written(uri, written.key, tmp_path)
-    assert _rows(copy, "--pubkey", f"{written.key}.pub")["demo-1"]["ledger"] == "ok"
+    trusted = _rows(copy, "--pubkey", f"{written.key}.pub")["demo-1"]["integrity"]
+    assert trusted["state"] == "verified"
     asyncio.run(_append_checkpoint(uri, written.key, change))
     # The catalog was saved before: only the new checkpoint is folded (and, for the
     # signature, checked now that its key is given).
-    row = _rows(copy, "--pubkey", f"{written.key}.pub")["demo-1"]
-    assert row["ledger"].startswith(shown), row
-    assert _rows(copy)["demo-1"]["ledger"] == (
-        row["ledger"] if change in ("hash", "truncated") else f"untrusted key {_key_id(written)}"
-    )
+    row = _rows(copy, "--pubkey", f"{written.key}.pub")["demo-1"]["integrity"]
+    assert row["state"] == state, row
+    assert (row["problem"] is None) if problem is None else problem in row["problem"], row
+    untrusted = _rows(copy)["demo-1"]["integrity"]
+    if change in ("hash", "truncated"):
+        assert untrusted["problem"] == row["problem"]
+    else:
+        assert (untrusted["state"], untrusted["keys"]) == ("untrusted", [_key_id(written)])
 
 
 def _key_id(written: Written) -> str:

@@ -12,12 +12,15 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -104,6 +107,38 @@ def test_a_tampered_copy_fails_at_the_edited_event(stored: Stored, tmp_path: Pat
     assert (first["stream"], first["revision"]) == (stream, revision)
     failed = [e for e in data["events"] if e["failed"]]  # type: ignore[attr-defined]
     assert [(e["stream"], e["revision"]) for e in failed] == [(stream, revision)]
+
+
+def test_a_session_whose_page_failed_is_listed_failed_though_the_saved_fold_passed(
+    stored: Stored, tmp_path: Path
+) -> None:
+    copy = tmp_path / "copy.db"
+    shutil.copy(stored.path, copy)
+    with (
+        serving(f"sqlite:///{copy}", pubkey=stored.pubkey) as base,
+        httpx.Client(base_url=base, timeout=30) as client,
+    ):
+
+        def listed() -> dict[str, Any]:
+            rows = client.get("/api/sessions").json()["rows"]
+            integrity: dict[str, Any] = next(
+                r["integrity"] for r in rows if r["session_id"] == "demo-1"
+            )
+            return integrity
+
+        assert listed()["state"] == "verified"  # folded and saved
+        with sqlite3.connect(copy) as db:  # an event changed after it was folded
+            db.execute(
+                "UPDATE events SET data = CAST(replace(CAST(data AS TEXT), "
+                "'refund of 1250 cents', 'refund of 9999 cents') AS BLOB) "
+                "WHERE instr(data, 'refund of 1250 cents') > 0"
+            )
+        assert listed()["state"] == "verified"  # the saved fold does not read it again
+        page = client.get("/api/sessions/demo-1").json()["integrity"]
+        assert page["state"] == "failed"
+        after = listed()
+        assert (after["state"], after["problem"]) == ("failed", page["problem"])
+        assert after["checked_at"] == page["checked_at"]
 
 
 def test_rendered_pages_carry_stored_values_only_as_inert_json(stored: Stored) -> None:
@@ -198,7 +233,7 @@ def test_view_writes_one_self_contained_file(stored: Stored, tmp_path: Path) -> 
         "view", "demo-1", "-o", str(out), "--uri", stored.uri, "--pubkey", str(stored.pubkey)
     )
     assert done.returncode == 0, done.stderr
-    assert "ledger verified" in done.stderr
+    assert "VERIFIED: checkpoints signed by" in done.stderr
     page = out.read_text()
     assert "Content-Security-Policy" in page
     assert 'data-mode="file"' in page

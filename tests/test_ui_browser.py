@@ -113,7 +113,7 @@ def test_the_demo_session_shows_lanes_decisions_grants_and_a_verified_ledger(
 ) -> None:
     page = watched.page
     page.goto(f"{url}/sessions/demo-1")
-    expect(page.locator("#ledger")).to_have_text("ledger verified")
+    expect(page.locator("#ledger")).to_contain_text("VERIFIED: checkpoints signed by ")
     expect(page.locator("#status")).to_have_text("live")
     lanes = page.locator(".lane-head").all_inner_texts()
     assert [lane for lane in lanes if lane != "authority"] == ["triage", "billing", "refunds"]
@@ -157,7 +157,7 @@ def test_a_tampered_copy_shows_the_failure_at_the_edited_event(
     with serving(f"sqlite:///{copy}", pubkey=stored.pubkey) as base:
         page = watched.page
         page.goto(f"{base}/sessions/demo-1")
-        expect(page.locator("#ledger")).to_contain_text("ledger FAILED")
+        expect(page.locator("#ledger")).to_contain_text("FAILED: ")
         failed = page.locator(".event.failed")
         expect(failed).to_have_count(1)
         assert failed.get_attribute("data-stream") == stream
@@ -258,7 +258,7 @@ def test_the_view_file_opens_from_file_with_every_request_blocked(
     # Opened at --at 5: the Replay tab, the five items before #5.
     expect(page.locator("#replay > li")).to_have_count(5)
     page.locator("#tab-timeline").click()
-    expect(page.locator("#ledger")).to_have_text("ledger verified")
+    expect(page.locator("#ledger")).to_contain_text("VERIFIED: checkpoints signed by ")
     expect(page.locator(".event.decision-MODIFY .diff .add")).to_contain_text("[REDACTED]")
     expect(page.locator(".event.decision-BLOCK")).to_have_count(1)
     page.locator("#tab-replay").click()
@@ -328,7 +328,9 @@ def test_a_branch_is_named_its_timeline_shown_and_its_replay_is_its_line(
     page = watched.page
     page.goto(f"{url}/sessions/demo-1")
     expect(page.locator("#line")).to_have_text("main line")
-    expect(page.locator("#ledger")).to_have_text("ledger verified")  # the fork was signed
+    expect(page.locator("#ledger")).to_contain_text(
+        "VERIFIED: checkpoints signed by "
+    )  # the fork was signed
     expect(page.locator(".event.kind-BranchForked")).to_contain_text("branch 'retry' forked")
     # Choosing the branch opens its line: its own streams, named with its parent and cut.
     page.locator("#branch-select").select_option("retry")

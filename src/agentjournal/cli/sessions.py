@@ -40,8 +40,8 @@ def register(commands: Commands) -> None:
         action="append",
         default=[],
         help="a trusted Ed25519 public key (a file or the key itself; repeat for several): "
-        "the ledger column is ok only for checkpoints signed by one, or by a key a "
-        "recorded rotation leads to; the configured signing key is trusted too "
+        "the integrity column is verified only for checkpoints signed by one, or by a key "
+        "a recorded rotation leads to; the configured signing key is trusted too "
         "(default: none)",
     )
     sessions.add_argument(
@@ -136,7 +136,7 @@ async def list_sessions(args: argparse.Namespace) -> int:
         "branches",
         "first",
         "last",
-        "ledger",
+        "integrity",
     )
     table(
         out,
@@ -155,12 +155,41 @@ async def list_sessions(args: argparse.Namespace) -> int:
                 _branches(row),
                 _when(row.first_activity),
                 _when(row.last_activity),
-                row.ledger,
+                _STATE_WORDS[row.integrity.state],
             )
             for row in rows
         ],
     )
+    for line in _integrity_notes(rows):
+        out.print(line, markup=False, highlight=False)
     return 0
+
+
+_STATE_WORDS: Final = {
+    "verified": "verified",
+    "untrusted": "untrusted key",
+    "unsigned": "unsigned",
+    "failed": "FAILED",
+}
+"""The integrity column's words, one per state."""
+
+_NOTED: Final = 10  # sessions whose failure or untrusted key is spelt out under the table
+
+
+def _integrity_notes(rows: list[SessionRow]) -> list[str]:
+    """What the integrity column rests on, and why each FAILED or untrusted row is so."""
+    oldest = min(row.checked_at for row in rows).strftime("%Y-%m-%d %H:%M:%S")
+    notes = [
+        "integrity: every chain link and the newest checkpoint, as folded (the oldest fold "
+        f"{oldest} UTC); `agentjournal verify SESSION` checks everything, `--fresh` "
+        "re-reads every event"
+    ]
+    flagged = [row for row in rows if row.integrity.state in ("failed", "untrusted")]
+    for row in flagged[:_NOTED]:
+        notes.append(f"  {row.session_id}: {row.integrity.text()}")
+    if len(flagged) > _NOTED:
+        notes.append(f"  ... and {len(flagged) - _NOTED} more (--json has every one)")
+    return notes
 
 
 def _branches(row: SessionRow) -> str:

@@ -183,11 +183,7 @@ async def _view(args: argparse.Namespace) -> int:
     finally:
         await store.close()
     write_atomically(args.output, render(data, inline=True))
-    ledger = (
-        "verified"
-        if data["integrity"]["ok"]
-        else "FAILED: " + data["integrity"]["problems"][0]["text"]
-    )
     line = f", branch {args.branch!r}" if data.get("branch") else ""
-    print(f"wrote {args.output}: session {session_id}{line}, ledger {ledger}", file=sys.stderr)
+    integrity = data["integrity"]["text"]
+    print(f"wrote {args.output}: session {session_id}{line}; {integrity}", file=sys.stderr)
     return 0

@@ -5,6 +5,7 @@
 - :mod:`~agentjournal.ledger.keys` — Ed25519 signing keys and their rotation.
 - :mod:`~agentjournal.ledger.checkpoints` — signed checkpoints of a tree's heads.
 - :mod:`~agentjournal.ledger.redaction` — the committed redacted view of each event.
+- :mod:`~agentjournal.ledger.integrity` — the four integrity states a reader is told.
 
 Verifying what was sealed, offline, is :mod:`agentjournal.audit`'s.
 """

@@ -94,6 +94,9 @@ def create_app(
     trusted = dict(keys or {})
     state: dict[str, Any] = {}
     catalog_lock = asyncio.Lock()
+    # The full check of each session page served (its integrity), for the list: a
+    # session whose page FAILED is never listed as sound on the catalog's cheaper check.
+    checked: dict[str, dict[str, Any]] = {}
 
     def store() -> EventStore:
         opened: EventStore = state["store"]
@@ -114,7 +117,9 @@ def create_app(
         # saves would only make one of them fold again.
         async with catalog_lock:
             listing = await catalog.refresh(store(), keys=trusted)
-        return page.sessions_data(listing.rows, position=listing.position, warning=listing.warning)
+        return page.sessions_data(
+            listing.rows, position=listing.position, warning=listing.warning, checked=checked
+        )
 
     async def index(request: Request) -> Response:
         return HTMLResponse(page.render(await sessions_json(), live=True))
@@ -128,9 +133,11 @@ def create_app(
             at = _at(request)
             if await store().head(session_stream(session_id)) is None:
                 raise InvalidInput(f"no session {session_id!r} in this store")
-            return await page.session_page(
+            data = await page.session_page(
                 store(), session_id, trusted, at=at, branch=_branch(request)
             )
+            checked[session_id] = data["integrity"]
+            return data
         except InvalidInput as error:
             return _missing(request, str(error))
         except JournalError as error:  # the store is down or refused: say so, in one line

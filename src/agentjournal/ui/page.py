@@ -26,6 +26,7 @@ import hashlib
 import html
 import json
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -249,7 +250,8 @@ def session_data(
     """
     logs = {ledger_stream(tree.session_id), KEYS_STREAM}
     agents = _stream_agents(tree, None if line is None else line.stream)
-    first = report.problems[0] if report.problems else None
+    # The first failure marks its event (a missing trusted key is no event's fault).
+    first = next((p for p in report.problems if not p.untrusted), None)
     lanes: list[str] = []
     rows: list[dict[str, Any]] = []
     records = [r for name, stream in tree.streams.items() if name not in logs for r in stream]
@@ -288,6 +290,8 @@ def session_data(
         ],
         "integrity": {
             "ok": report.ok,
+            **report.integrity.as_dict(),
+            "checked_at": datetime.now(UTC).isoformat(),
             "lines": list(report.lines),
             "problems": [
                 {
@@ -296,10 +300,11 @@ def session_data(
                     "revision": p.revision,
                     "message": p.message,
                     "text": str(p),
+                    "untrusted": p.untrusted,
                 }
                 for p in report.problems
             ],
-            "text": report.text(),
+            "report": report.text(),
         },
         "replay": {
             "current": list(history),
@@ -443,15 +448,28 @@ def _diff(before: Any, after: Any) -> list[list[str]]:
 
 
 def sessions_data(
-    rows: Sequence[SessionRow], *, position: int | None, warning: str | None = None
+    rows: Sequence[SessionRow],
+    *,
+    position: int | None,
+    warning: str | None = None,
+    checked: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The sessions list's data: the catalog's rows (pure)."""
-    return {
-        "kind": "sessions",
-        "position": position,
-        "rows": [row.as_dict() for row in rows],
-        "warning": warning,
-    }
+    """The sessions list's data: the catalog's rows (pure).
+
+    ``checked`` holds the full checks of session pages viewed since (their ``integrity``):
+    one that FAILED replaces the catalog's cheaper check of that session, so the list
+    never shows a session as sound whose page says it is not.
+    """
+    out = []
+    for row in rows:
+        data = row.as_dict()
+        full = (checked or {}).get(row.session_id)
+        if full is not None and full.get("state") == "failed":
+            data["integrity"] = {
+                key: full[key] for key in ("state", "keys", "text", "problem", "checked_at")
+            }
+        out.append(data)
+    return {"kind": "sessions", "position": position, "rows": out, "warning": warning}
 
 
 def _embedded(data: Mapping[str, Any]) -> str:

@@ -76,7 +76,13 @@ from agentjournal.errors import CodecError, InvalidInput
 from agentjournal.records import TreeRecords
 from agentjournal.streams import session_stream
 
-__all__ = ["Problem", "Report", "parse_bundle", "verify_bundle", "verify_records"]
+__all__ = [
+    "Problem",
+    "Report",
+    "parse_bundle",
+    "verify_bundle",
+    "verify_records",
+]
 
 # What a crafted event can make a check raise: each is a failure to report, never a crash
 # (RecursionError: JSON nested deeper than the parser goes; LookupError: a missing key or

@@ -130,10 +130,17 @@ def check_checkpoints(
         if foreign
         else ""
     )
+    report.foreign = sorted({key for _, key in foreign})
     if not signed:
         if not allow_uncovered:
             at = foreign[0][0].revision if foreign else None
-            report.fail("checkpoints", tree.ledger_stream, at, f"no trusted checkpoint{untrusted}")
+            report.fail(
+                "checkpoints",
+                tree.ledger_stream,
+                at,
+                f"no trusted checkpoint{untrusted}",
+                untrusted=True,
+            )
         report.lines.append("checkpoints: none trusted (tail truncation is not detectable)")
         return
     # Each checkpoint was checked against the chains: what any of them covers is
@@ -151,6 +158,7 @@ def check_checkpoints(
     if tree.head(tree.ledger_stream) is not last_event:
         uncovered.append((tree.ledger_stream, last_event.revision + 1))
     names = sorted({c.key_id for _, c in signed})
+    report.signers = names
     report.lines.append(
         f"checkpoints: {plural(len(signed), 'checkpoint')} signed by {', '.join(names)}; "
         f"the newest at "

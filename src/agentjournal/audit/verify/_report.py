@@ -1,19 +1,28 @@
 """What a verification found: :class:`Problem` (one failed check, where and what) and
-:class:`Report` (the lines each stage sums up with, and every problem)."""
+:class:`Report` (the lines each stage sums up with, every problem, and the
+:class:`~agentjournal.ledger.integrity.Integrity` they conclude)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agentjournal.ledger.integrity import Integrity
+
 
 @dataclass(frozen=True)
 class Problem:
-    """One failed check: where, and what."""
+    """One failed check: where, and what.
+
+    ``untrusted`` marks the one problem that says only that no checkpoint is signed by
+    a trusted key (nothing in the record is wrong): it makes the state ``untrusted`` or
+    ``unsigned`` rather than ``failed``.
+    """
 
     check: str
     stream: str
     revision: int | None
     message: str
+    untrusted: bool = False
 
     def __str__(self) -> str:
         where = self.stream if self.revision is None else f"{self.stream}@{self.revision}"
@@ -22,28 +31,59 @@ class Problem:
 
 @dataclass
 class Report:
-    """What verification found."""
+    """What verification found.
+
+    Attributes:
+        lines: What each stage sums up with.
+        problems: Every failed check, in the order found.
+        signers: The trusted keys that signed a checkpoint (the checkpoints stage).
+        foreign: The keys of checkpoints not counted: not trusted, nor rotated to.
+    """
 
     lines: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    signers: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
+        """Whether nothing failed (an untrusted or unsigned record fails unless allowed)."""
         return not self.problems
 
-    def fail(self, check: str, stream: str, revision: int | None, message: str) -> None:
-        self.problems.append(Problem(check, stream, revision, message))
+    @property
+    def integrity(self) -> Integrity:
+        """The state this report concludes (see :class:`Integrity`)."""
+        failed = next((p for p in self.problems if not p.untrusted), None)
+        if failed is not None:
+            return Integrity("failed", problem=str(failed))
+        if self.signers:
+            return Integrity("verified", tuple(self.signers))
+        if self.foreign:
+            return Integrity("untrusted", tuple(self.foreign))
+        return Integrity("unsigned")
+
+    def fail(
+        self,
+        check: str,
+        stream: str,
+        revision: int | None,
+        message: str,
+        *,
+        untrusted: bool = False,
+    ) -> None:
+        self.problems.append(Problem(check, stream, revision, message, untrusted))
 
     def failed(self, check: str) -> bool:
         """Whether a check of this kind has failed."""
         return any(problem.check == check for problem in self.problems)
 
     def text(self) -> str:
-        """The readable report, ending with OK or FAILED and the first problem."""
+        """The readable report, ending with the integrity state in one line."""
         out = list(self.lines)
-        out.extend(f"  problem: {problem}" for problem in self.problems[:20])
-        if len(self.problems) > 20:
-            out.append(f"  ... and {len(self.problems) - 20} more")
-        out.append("OK" if self.ok else f"FAILED: {self.problems[0]}")
+        shown = [problem for problem in self.problems if not problem.untrusted]
+        out.extend(f"  problem: {problem}" for problem in shown[:20])
+        if len(shown) > 20:
+            out.append(f"  ... and {len(shown) - 20} more")
+        out.append(self.integrity.text())
         # Forged data can carry lone surrogates into a message: shown escaped, never a crash.
         return "\n".join(out).encode("utf-8", "backslashreplace").decode("utf-8")

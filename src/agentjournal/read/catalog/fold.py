@@ -70,6 +70,7 @@ def _new_row() -> dict[str, Any]:
         "branches": {},  # branch top stream -> what the catalog knows of the branch
         "lines": {},  # a stream of a branch line (its top stream, its subsessions) -> top
         "continued": [],  # continuation streams: their closes count for no subagent
+        "checked": None,  # when an event of the session was last folded (unix µs)
     }
 
 
@@ -88,6 +89,9 @@ class Catalog:
         self.streams: dict[str, list[Any]] = dict(state.get("streams", {}))
         self.rotations: list[dict[str, Any]] = list(state.get("rotations", []))
         self.fresh: dict[str, Checkpoint] = {}  # session -> its newest checkpoint, folded now
+        # When the events folded now are folded (unix µs; the caller's clock, as the fold
+        # itself reads none): a row shows when its session was last checked.
+        self.now = 0
 
     @classmethod
     def load(cls, data: bytes) -> Catalog | None:
@@ -146,6 +150,7 @@ class Catalog:
         if row is None:
             row = self.sessions[session_id] = _new_row()
         self._chain(row, event, session_id)
+        row["checked"] = self.now
         moment = _micros(event.recorded_at)
         row["first"] = moment if row["first"] is None else min(row["first"], moment)
         row["last"] = moment if row["last"] is None else max(row["last"], moment)
@@ -389,7 +394,6 @@ class Catalog:
         for session_id, row in self.sessions.items():
             if session_stream(session_id) not in self.streams or row["first"] is None:
                 continue  # an authority log or checkpoints without a session
-            ledger, detail = ledger_status(session_id, row, trusted)
             started, closed, failed = row["started"], row["closed"], row["failed"]
             branches = tuple(
                 BranchRow(
@@ -420,8 +424,8 @@ class Catalog:
                     tokens=row["tokens"] + row["legacy"],
                     first_activity=_moment(row["first"]),
                     last_activity=_moment(row["last"]),
-                    ledger=ledger,
-                    ledger_detail=detail,
+                    integrity=ledger_status(session_id, row, trusted),
+                    checked_at=_moment(row.get("checked") or row["last"]),
                     branches=branches,
                 )
             )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from agentjournal._digests import data_digest
 from agentjournal.ledger.chain import GENESIS, HASH_KEY, PREV_KEY, SEQ_KEY, chain_format, chain_hash
 from agentjournal.ledger.checkpoints import Checkpoint
+from agentjournal.ledger.integrity import Integrity
 from agentjournal.streams import ledger_stream
 
 if TYPE_CHECKING:
@@ -72,20 +73,18 @@ def checkpoint_problem(
 
 def ledger_status(
     session_id: str, row: Mapping[str, Any], trusted: Mapping[str, Ed25519PublicKey]
-) -> tuple[str, str | None]:
-    """A row's ``ledger`` and ``ledger_detail``: what the cheap check says of the session."""
+) -> Integrity:
+    """What the cheap check says of a session, as one of the four integrity states."""
     if row["broken"] is not None:
-        return "broken chain", row["broken"]
+        return Integrity("failed", problem=f"{row['broken']} (broken chain)")
     mark = row["ck"]
     if mark is None:
-        return "unsigned", "no checkpoint: a cut tail would not show"
+        return Integrity("unsigned")
     where = f"{ledger_stream(session_id)}@{mark['rev']}"
     if mark.get("problem") is not None:
-        return f"FAILED: {mark['problem']}", where
-    if mark["key"] not in trusted:
-        return f"untrusted key {mark['key']}", f"{where}: give its public key with --pubkey"
+        return Integrity("failed", problem=f"{where}: {mark['problem']}")
+    if mark["key"] not in trusted or mark["sig"] is None:
+        return Integrity("untrusted", (mark["key"],))
     if mark["sig"] is False:
-        return "FAILED: the signature is invalid", where
-    if mark["sig"] is None:
-        return "unchecked", where  # not reached: refresh checks every trusted signature
-    return "ok", None
+        return Integrity("failed", problem=f"{where}: the signature is invalid")
+    return Integrity("verified", (mark["key"],))

@@ -4,6 +4,7 @@ what the fold left open with point reads, save (:func:`refresh`)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -145,6 +146,7 @@ async def _catch_up(
     """Fold every event after ``position``: the last position folded, and how many."""
     folded = 0
     start = position
+    catalog.now = int(time.time() * 1_000_000)
     while True:
         # From the last position folded, inclusive: a position the store gave out,
         # which KurrentDB finds without a scan (position + 1 may not be one).

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from agentjournal.ledger.integrity import Integrity
+
 
 @dataclass(frozen=True)
 class BranchRow:
@@ -70,9 +72,13 @@ class SessionRow:
             ``aj.response_id``.
         first_activity: When its first event was recorded (UTC).
         last_activity: When its last event was recorded (UTC).
-        ledger: The cheap ledger check: ``ok``, ``unsigned`` (no checkpoint), ``broken
-            chain``, ``untrusted key KEY_ID`` (signed by a key not given) or ``FAILED: reason``.
-        ledger_detail: Where and why, when the check did not pass.
+        integrity: What the cheap ledger check found, in one of the four states
+            (:class:`~agentjournal.ledger.integrity.Integrity`): every event's chain link
+            and hash, and the newest checkpoint's place, heads and signature. ``verify``
+            is the full check.
+        checked_at: When the catalog last folded (and so checked) an event of the
+            session: an event changed in place after it is seen only by a fold from the
+            start (``sessions --fresh``) or by ``verify``.
         branches: The session's branches, in the order they were forked (deleted ones
             too). Every other count is the whole session's, every line together, except
             ``items``, which is the main line's.
@@ -91,8 +97,8 @@ class SessionRow:
     tokens: int
     first_activity: datetime
     last_activity: datetime
-    ledger: str
-    ledger_detail: str | None = None
+    integrity: Integrity
+    checked_at: datetime
     branches: tuple[BranchRow, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
@@ -113,7 +119,6 @@ class SessionRow:
             "tokens": self.tokens,
             "first_activity": self.first_activity.isoformat(),
             "last_activity": self.last_activity.isoformat(),
-            "ledger": self.ledger,
-            "ledger_detail": self.ledger_detail,
+            "integrity": {**self.integrity.as_dict(), "checked_at": self.checked_at.isoformat()},
             "branches": [branch.as_dict() for branch in self.branches],
         }

@@ -9,6 +9,9 @@
   var app = document.getElementById("app");
   var status = document.getElementById("status");
   var view = { tab: "timeline", selected: null, filter: "", at: null };
+  // The four integrity states, in the words the command line uses for them.
+  var STATE_WORDS = { verified: "verified", untrusted: "untrusted key", unsigned: "unsigned",
+    failed: "FAILED" };
 
   function el(tag, attrs) {
     var node = document.createElement(tag);
@@ -47,7 +50,7 @@
       return;
     }
     app.textContent = "";
-    var input = el("input", { type: "search", id: "filter", placeholder: "filter: id, app, user, agent, ledger" });
+    var input = el("input", { type: "search", id: "filter", placeholder: "filter: id, app, user, agent, integrity" });
     input.value = view.filter;
     input.addEventListener("input", function () {
       view.filter = input.value;
@@ -56,7 +59,7 @@
     app.appendChild(el("div", { cls: "toolbar" }, input));
     app.appendChild(el("p", { cls: "warning", id: "warning", text: data.warning || "" }));
     var columns = ["session", "app", "user", "agent", "items", "subagents o/c/f", "blocks",
-      "refusals", "tokens", "first", "last", "ledger"];
+      "refusals", "tokens", "first", "last", "integrity"];
     var head = el("tr");
     columns.forEach(function (c) { head.appendChild(el("th", { text: c })); });
     body = el("tbody", { id: "rows" });
@@ -68,7 +71,7 @@
     var needle = view.filter.toLowerCase();
     var shown = 0;
     data.rows.forEach(function (row) {
-      var hay = [row.session_id, row.app, row.user, row.agent, row.ledger].join(" ").toLowerCase();
+      var hay = [row.session_id, row.app, row.user, row.agent, STATE_WORDS[row.integrity.state]].join(" ").toLowerCase();
       if (needle && hay.indexOf(needle) < 0) return;
       shown++;
       var link = el("a", { href: "sessions/" + encodeURIComponent(row.session_id), text: row.session_id });
@@ -77,11 +80,15 @@
       var cells = [link, row.app || "-", row.user || "-", row.agent || "-", String(row.items),
         s.open + "/" + s.closed + "/" + s.failed, String(row.guardrail_blocks), String(row.refusals),
         String(row.tokens), row.first_activity.slice(0, 19).replace("T", " "),
-        row.last_activity.slice(0, 19).replace("T", " "), row.ledger];
+        row.last_activity.slice(0, 19).replace("T", " "), STATE_WORDS[row.integrity.state]];
       var tr = el("tr", { "data-session": row.session_id });
       cells.forEach(function (c, i) {
         var td = el("td", null, c);
-        if (i === cells.length - 1) td.className = row.ledger === "ok" ? "ok" : "bad";
+        if (i === cells.length - 1) {
+          td.className = "state " + row.integrity.state;
+          td.title = row.integrity.text + " (checked " +
+            row.integrity.checked_at.slice(0, 19).replace("T", " ") + " UTC)";
+        }
         tr.appendChild(td);
       });
       body.appendChild(tr);
@@ -98,8 +105,7 @@
       el("span", { text: "app " + (h.app || "-") }), el("span", { text: "user " + (h.user || "-") }),
       el("span", { text: "agent " + (h.agent || "-") }),
       el("span", { text: h.events + " events in " + h.streams + " streams" }),
-      el("span", { id: "ledger", cls: integrity.ok ? "ok" : "bad",
-        text: integrity.ok ? "ledger verified" : "ledger FAILED: " + integrity.problems[0].text }));
+      el("span", { id: "ledger", cls: "state " + integrity.state, text: integrity.text }));
     app.appendChild(facts);
     var lines = drawLines();
     if (lines) app.appendChild(lines);
@@ -211,11 +217,13 @@
 
   function drawIntegrity() {
     var i = data.integrity;
-    var box = el("section", { id: "integrity", cls: i.ok ? "ok" : "bad" });
-    box.appendChild(el("h2", { text: i.ok ? "verified" : "FAILED" }));
-    box.appendChild(el("pre", { text: i.text }));
-    if (i.problems.length) {
-      var first = i.problems[0];
+    var box = el("section", { id: "integrity", cls: "state " + i.state });
+    box.appendChild(el("h2", { text: STATE_WORDS[i.state] }));
+    box.appendChild(el("p", { text: i.text }));
+    box.appendChild(el("pre", { text: i.report }));
+    var failures = i.problems.filter(function (p) { return !p.untrusted; });
+    if (failures.length) {
+      var first = failures[0];
       box.appendChild(el("button", { id: "goto-failure", on: function () {
         view.tab = "timeline";
         view.selected = first.revision === null ? null : first.stream + "@" + first.revision;

@@ -1,0 +1,139 @@
+"""The four integrity states, named the same by ``verify``, ``sessions``, ``view`` and the viewer.
+
+One SQLite store holds four sessions, one per state as a reader with the demo's key sees
+them: ``signed`` (verified by the trusted key), ``foreign`` (signed by a key the reader does
+not hold: untrusted), ``plain`` (written by a journal without a key: unsigned) and
+``edited`` (signed, then an event changed in the file: FAILED).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentjournal import Journal
+from agentjournal.ledger import SigningKey
+from cli_run import run
+
+ITEMS: list[Any] = [
+    {"role": "user", "content": "refund order 42"},
+    {"role": "assistant", "content": "done"},
+]
+
+
+@dataclass(frozen=True)
+class Store:
+    uri: str
+    path: Path
+    key: Path
+    foreign: Path
+
+
+async def _write(uri: str, session_id: str, key: SigningKey | None) -> None:
+    async with Journal.open(uri, signing_key=key) as journal:
+        session = journal.session(session_id)
+        await session.add_items(ITEMS)
+        await session.checkpoint()
+
+
+def _edit(path: Path, session_id: str) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "UPDATE events SET data = CAST(replace(CAST(data AS TEXT), 'order 42', 'order 24') "
+            "AS BLOB) WHERE stream_id = (SELECT id FROM streams WHERE name = ?) AND revision = 1",
+            (f"AgentSession-{session_id}",),
+        )
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    folder = tmp_path_factory.mktemp("states")
+    key, foreign = folder / "key.pem", folder / "foreign.pem"
+    for path in (key, foreign):
+        assert run("keygen", "-o", str(path)).returncode == 0
+    path = folder / "journal.db"
+    uri = f"sqlite:///{path}"
+    ours, theirs = SigningKey.from_file(str(key)), SigningKey.from_file(str(foreign))
+    asyncio.run(_write(uri, "signed", ours))
+    asyncio.run(_write(uri, "foreign", theirs))
+    asyncio.run(_write(uri, "plain", None))
+    asyncio.run(_write(uri, "edited", ours))
+    _edit(path, "edited")
+    return Store(uri, path, key, foreign)
+
+
+def _verify(store: Store, session_id: str, *options: str) -> tuple[int, str]:
+    done = run("verify", session_id, "--uri", store.uri, *options)
+    assert done.stderr == ""
+    return done.returncode, done.stdout.splitlines()[-1]
+
+
+def test_verify_names_each_state_and_fails_all_but_verified_unless_allowed(store: Store) -> None:
+    trust = ("--pubkey", f"{store.key}.pub")
+    key_id = SigningKey.from_file(str(store.key)).key_id
+    foreign_id = SigningKey.from_file(str(store.foreign)).key_id
+    assert _verify(store, "signed", *trust) == (
+        0,
+        f"VERIFIED: checkpoints signed by {key_id}, a trusted key",
+    )
+    code, last = _verify(store, "foreign", *trust)
+    assert (code, last.split(";")[0]) == (2, f"SIGNED BY AN UNTRUSTED KEY: {foreign_id}")
+    code, last = _verify(store, "plain", *trust)
+    assert (code, last.split(":")[0]) == (2, "UNSIGNED")
+    code, last = _verify(store, "edited", *trust)
+    assert code == 2
+    assert last.startswith("FAILED: AgentSession-edited@1: ")
+    # --allow-uncovered accepts a record no trusted key signed, and still names it so.
+    allowed = ("--allow-uncovered", *trust)
+    assert _verify(store, "foreign", *allowed)[0] == 0
+    assert _verify(store, "plain", *allowed) == (0, _verify(store, "plain", *trust)[1])
+    assert _verify(store, "edited", *allowed)[0] == 2
+
+
+def test_sessions_names_each_state_and_says_when_it_checked(store: Store) -> None:
+    listed = run("sessions", "--uri", store.uri, "--json", "--pubkey", f"{store.key}.pub")
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["session_id"]: row["integrity"] for row in json.loads(listed.stdout)}
+    assert {name: row["state"] for name, row in rows.items()} == {
+        "signed": "verified",
+        "foreign": "untrusted",
+        "plain": "unsigned",
+        "edited": "failed",
+    }
+    assert rows["edited"]["problem"].startswith("AgentSession-edited@1: the event's hash")
+    assert rows["edited"]["text"] == f"FAILED: {rows['edited']['problem']}"
+    assert all(row["checked_at"] for row in rows.values())
+    table = run("sessions", "--uri", store.uri, "--pubkey", f"{store.key}.pub")
+    header, *lines = table.stdout.splitlines()
+    assert header.split()[-1] == "integrity"
+    words = {line.split()[0]: line.rsplit("  ", 1)[-1].strip() for line in lines[:4]}
+    assert words == {
+        "signed": "verified",
+        "foreign": "untrusted key",
+        "plain": "unsigned",
+        "edited": "FAILED",
+    }
+    notes = lines[4:]
+    assert notes[0].startswith("integrity: every chain link and the newest checkpoint")
+    assert sorted(note.split(":")[0].strip() for note in notes[1:]) == ["edited", "foreign"]
+
+
+@pytest.mark.parametrize(
+    ("session_id", "state", "words"),
+    [("signed", "verified", "VERIFIED"), ("foreign", "untrusted", "SIGNED BY AN UNTRUSTED KEY")],
+)
+def test_view_writes_the_state_into_the_exported_file(
+    store: Store, tmp_path: Path, session_id: str, state: str, words: str
+) -> None:
+    out = tmp_path / f"{session_id}.html"
+    trust = ("--pubkey", f"{store.key}.pub")
+    done = run("view", session_id, "-o", str(out), "--uri", store.uri, *trust)
+    assert done.returncode == 0, done.stderr
+    assert f"; {words}: " in done.stderr
+    assert f'"state": "{state}"' in out.read_text()
