@@ -270,7 +270,8 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     assert re.search(
         r"delegation: 1 policy recorded \(sha256:[0-9a-f]{64}\); 4 grants, each recomputed", out
     )
-    assert out.count("\nOK\n") >= 3  # verify in the store, bundle verify, after the rotation
+    # verify in the store, bundle verify, after the rotation
+    assert len(re.findall(r"^VERIFIED: checkpoints signed by ed25519:", out, re.MULTILINE)) >= 3
     assert "1 policy recorded (the one given)" in out  # verify --policy
     assert "keys: 1 trusted key given; 1 rotation recorded" in out  # the first key was enough
     hint = f"verify it yourself: agentjournal verify support-4711 --pubkey {repo}/journal.pem.pub"
@@ -278,7 +279,7 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     # `agentjournal sessions`: both demo sessions verify cheaply, the second through the
     # recorded rotation (or the configured key).
     for session in ("support-4712", "support-4711"):
-        assert re.search(rf"^{session}\s.*\sok$", out, re.MULTILINE), session
+        assert re.search(rf"^{session}\s.*\sverified$", out, re.MULTILINE), session
     assert (repo / "agentjournal.db").exists()
     assert (repo / "bundle.json").exists()
     bundle = json.loads((repo / "bundle.json").read_text(encoding="utf-8"))

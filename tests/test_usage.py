@@ -23,6 +23,7 @@ import pytest
 from agentjournal import Journal, events
 from agentjournal.errors import InvalidInput
 from agentjournal.read.usage import (
+    STAND_INS,
     Price,
     Prices,
     UsageFold,
@@ -387,7 +388,8 @@ def test_a_tree_read_in_python_gives_what_the_command_prints(tmp_path: Path) -> 
 
     async def read() -> UsageReport:
         async with Journal.open(uri) as journal:
-            return usage_of(await read_tree(journal.store, "u-one"), by="agent")
+            tree = await read_tree(journal.store, "u-one")
+            return usage_of(tree, by="agent", prices=Prices.default())
 
     report = asyncio.run(read())
     assert report.as_dict() == {
@@ -417,3 +419,57 @@ def test_a_damaged_event_is_named_in_one_line(tmp_path: Path) -> None:
     done = run("usage", "bad", "--uri", uri)
     assert done.returncode == 1
     assert done.stderr == f"agentjournal: {where}: the data is not UTF-8 text (byte 0)\n"
+
+
+# -- the maintained price table ----------------------------------------------------------------
+
+_SOME = Usage(requests=1, input_tokens=1000, cached_input_tokens=200, output_tokens=100)
+
+
+def test_a_named_model_is_priced_from_the_maintained_table() -> None:
+    # gpt-4.1-mini: 0.40 input, 0.10 cached input, 1.60 output, USD per 1M tokens.
+    assert Prices.default().cost("gpt-4.1-mini", _SOME) == Decimal("0.0005")
+    assert Prices.default().cost("no-such-model-anywhere", _SOME) is None
+    assert Prices.default().cost(None, _SOME) is None
+    assert Prices.default().cost("no-such-model-anywhere", Usage()) == Decimal(0)
+
+
+def test_the_demo_s_scripted_model_is_priced_as_the_model_it_stands_in_for() -> None:
+    assert STAND_INS["scripted-demo"] == "gpt-4.1-mini"
+    prices = Prices.default()
+    assert prices.cost("scripted-demo", _SOME) == prices.cost("gpt-4.1-mini", _SOME)
+
+
+def test_a_price_file_overrides_the_table_and_prices_models_as_others() -> None:
+    prices = Prices.from_json(
+        {
+            "models": {
+                "gpt-4.1-mini": {"input": 1, "output": 1},
+                "our-finetune": {"as": "gpt-4.1"},
+            }
+        }
+    )
+    assert prices.cost("gpt-4.1-mini", _SOME) == Decimal("0.0011")  # the file's, not the table's
+    assert prices.cost("our-finetune", _SOME) == Prices.default().cost("gpt-4.1", _SOME)
+    assert prices.cost("our-finetune", _SOME) is not None
+    alone = Prices(prices.models, prices.priced_as, maintained=False)
+    assert alone.cost("gpt-4.1", _SOME) is None
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [{"as": ""}, {"as": 3}, {"as": "gpt-4.1", "input": 1}],
+)
+def test_a_bad_as_entry_is_one_clear_error(entry: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInput, match="'as' names the model it is priced as"):
+        Prices.from_json({"models": {"m": entry}})
+
+
+def test_the_demo_s_usage_shows_costs_without_a_price_file(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'demo.db'}"
+    assert run("demo", "--uri", uri, "--session", "d-1").returncode == 0
+    report = usage_json("d-1", "--uri", uri)
+    (row,) = report["rows"]
+    assert row["key"] == "scripted-demo"
+    assert row["cost_usd"] is not None
+    assert Decimal(str(report["total"]["cost_usd"])) > 0

@@ -44,8 +44,9 @@ def register(commands: Commands) -> None:
     command.add_argument(
         "--prices",
         metavar="FILE",
-        help="a price table (YAML, USD per 1M tokens per model; see docs/commands.md): adds a cost "
-        "column, unknown for a model it does not price (default: no cost)",
+        help="prices of your own (YAML, USD per 1M tokens per model, or 'as: MODEL'; see "
+        "docs/commands.md): they override the maintained table (genai-prices) and price "
+        "the models it lacks (default: the maintained table alone)",
     )
     command.add_argument(
         "--branch",
@@ -73,7 +74,7 @@ async def show_usage(args: argparse.Namespace) -> int:
     if args.by not in _BY:
         return usage(f"--by must be model, agent or session, not {args.by!r}")
     by = cast("Group", args.by)
-    prices = Prices.load(args.prices) if args.prices is not None else None
+    prices = Prices.load(args.prices) if args.prices is not None else Prices.default()
     if args.branch is not None and args.session is None:
         return usage("--branch needs a SESSION: a branch is a line of one session")
     if args.session is not None:
@@ -84,7 +85,7 @@ async def show_usage(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"session": session, **report.as_dict()}, ensure_ascii=False))
         return 0
-    _print(report)
+    _print(report, prices)
     return 0
 
 
@@ -140,8 +141,9 @@ async def _every(uri: str | None, by: Group, prices: Prices | None) -> UsageRepo
     return fold.report(by=by, prices=prices)
 
 
-def _print(report: UsageReport) -> None:
+def _print(report: UsageReport, prices: Prices) -> None:
     from agentjournal.cli._render import console, table
+    from agentjournal.read.usage import STAND_INS
     from agentjournal.read.views import UNNAMED
 
     columns = [report.by, "requests", "input", "cached", "output", "reasoning", "total"]
@@ -151,6 +153,11 @@ def _print(report: UsageReport) -> None:
     rows.append(_cells(report.total, report.priced, unnamed="total"))
     out = console()
     table(out, columns, rows)
+    if report.by == "model":  # say which models were priced as another
+        for row in report.rows:
+            named = prices.priced_as.get(row.key or "") or STAND_INS.get(row.key or "")
+            if named is not None and row.key not in prices.models:
+                out.print(f"{row.key} is priced as {named}", markup=False, highlight=False)
     if report.legacy:
         out.print(
             f"{report.legacy} of these responses were counted from $usage (written before "

@@ -32,9 +32,10 @@ Reading::
 
 For every session, feed the store's global order to a :class:`UsageFold`
 (``fold.add(event)`` for each event of ``store.read_all()``), then
-``fold.report(by=...)``. Costs come from a price table (:class:`Prices`, a small
-YAML file; there are no built-in prices): a row whose tokens include a model
-without a price has cost None (unknown), never 0.
+``fold.report(by=...)``. Costs come from a price table (:class:`Prices`): the
+maintained one of the ``genai-prices`` package (its snapshot, read offline), and a
+small YAML file of overrides and of models it lacks; a row whose tokens include a
+model neither prices has cost None (unknown), never 0.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, get_args
 
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GROUPS",
+    "STAND_INS",
     "MODEL_RESPONDED",
     "Group",
     "Price",
@@ -77,6 +79,11 @@ GROUPS: Final[tuple[Group, ...]] = get_args(Group)
 
 _PER: Final = Decimal(1_000_000)
 _PRICE_FIELDS: Final = ("input", "cached_input", "output", "reasoning")
+_AS: Final = "as"  # a price file's entry that prices a model as a named one
+
+STAND_INS: Final[Mapping[str, str]] = {"scripted-demo": "gpt-4.1-mini"}
+"""Models that stand in for a named one and are priced as it: ``agentjournal demo``'s
+scripted model plays the part of ``gpt-4.1-mini``, so its costs show as that model's would."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,25 +119,40 @@ class Price:
 
 @dataclass(frozen=True)
 class Prices:
-    """A price table: model name -> :class:`Price`. There are no built-in prices.
+    """A price table: the maintained prices of ``genai-prices``, with overrides.
 
-    The YAML file :meth:`load` reads (USD per 1M tokens; ``cached_input`` and
-    ``reasoning`` are optional)::
+    The YAML file :meth:`load` reads gives a model's own prices (USD per 1M tokens;
+    ``cached_input`` and ``reasoning`` are optional), or names the model it is priced
+    as (``as``)::
 
         models:
           gpt-4.1:
             input: 2.00
             cached_input: 0.50
             output: 8.00
-          o3:
-            input: 2.00
-            output: 8.00
-            reasoning: 8.00
+          our-finetune-7:
+            as: gpt-4.1-mini
 
-    A model is matched by its exact name as recorded.
+    A model is matched first by its exact name as recorded in the file, then (unless
+    ``maintained`` is False) in the maintained table, by the name it stands in for
+    (:data:`STAND_INS`, or the file's ``as``) or its own; the package's snapshot is read
+    offline and never updated over the network.
+
+    Attributes:
+        models: The file's prices, by model name.
+        priced_as: The file's ``as`` entries: model name -> the model it is priced as.
+        maintained: Whether models the file does not price are looked up in the
+            maintained table.
     """
 
     models: Mapping[str, Price]
+    priced_as: Mapping[str, str] = field(default_factory=dict)
+    maintained: bool = True
+
+    @classmethod
+    def default(cls) -> Prices:
+        """The maintained table alone (no overrides)."""
+        return cls({})
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Prices:
@@ -163,11 +185,20 @@ class Prices:
         if not isinstance(models, Mapping) or not models:
             raise InvalidInput("models must map each model name to its prices")
         table: dict[str, Price] = {}
+        priced_as: dict[str, str] = {}
         for model, fields_ in models.items():
             if not isinstance(model, str) or not model:
                 raise InvalidInput(f"model name {model!r} is not a name")
             if not isinstance(fields_, Mapping):
                 raise InvalidInput(f"model {model!r}: give input and output (USD per 1M tokens)")
+            if _AS in fields_:
+                named = fields_[_AS]
+                if len(fields_) != 1 or not isinstance(named, str) or not named.strip():
+                    raise InvalidInput(
+                        f"model {model!r}: 'as' names the model it is priced as, and stands alone"
+                    )
+                priced_as[model] = named
+                continue
             unknown = sorted(str(key) for key in fields_ if key not in _PRICE_FIELDS)
             if unknown:
                 raise InvalidInput(
@@ -179,14 +210,34 @@ class Prices:
                     raise InvalidInput(f"model {model!r}: {needed} is missing")
             given = {key: _usd(model, key, value) for key, value in fields_.items()}
             table[model] = Price(**given)
-        return cls(table)
+        return cls(table, priced_as)
 
     def cost(self, model: str | None, usage: Usage) -> Decimal | None:
         """What ``usage`` of ``model`` costs; None when it has tokens and no price."""
         price = self.models.get(model) if model is not None else None
         if price is not None:
             return price.cost(usage)
-        return Decimal(0) if not (usage.input_tokens or usage.output_tokens) else None
+        if not (usage.input_tokens or usage.output_tokens):
+            return Decimal(0)
+        if model is None or not self.maintained:
+            return None
+        named = self.priced_as.get(model) or STAND_INS.get(model, model)
+        return _maintained_cost(named, usage)
+
+
+def _maintained_cost(model: str, usage: Usage) -> Decimal | None:
+    """What ``usage`` of ``model`` costs in the maintained table (None: not there)."""
+    import genai_prices  # about 0.2 s (pydantic models): only when a cost is asked for
+
+    counts = genai_prices.Usage(
+        input_tokens=usage.input_tokens,  # cached ones included, as genai-prices counts
+        cache_read_tokens=min(usage.cached_input_tokens, usage.input_tokens),
+        output_tokens=usage.output_tokens,
+    )
+    try:
+        return genai_prices.calc_price(counts, model_ref=model).total_price
+    except LookupError:
+        return None
 
 
 def _usd(model: str, key: str, value: Any) -> Decimal:
