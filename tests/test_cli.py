@@ -7,6 +7,7 @@ working directory; the rest call ``agentjournal.cli.main`` in this process (``cl
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
 import shlex
@@ -17,6 +18,7 @@ import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +42,18 @@ def run_process(
         cwd=cwd,
         env={**clean, **(env or {})},
     )
+
+
+async def _page(uri: str, session_id: str, pubkey: Path) -> dict[str, Any]:
+    from agentjournal.cli._common import trusted_keys
+    from agentjournal.store import open_store
+    from agentjournal.ui.page import session_page
+
+    store = await open_store(uri, create=False)
+    try:
+        return await session_page(store, session_id, trusted_keys([str(pubkey)]))
+    finally:
+        await store.close()
 
 
 @pytest.mark.slow
@@ -67,7 +81,7 @@ def test_demo_shows_the_session_tree_and_the_replay(tmp_path: Path) -> None:
     assert (
         "  usage: 8 model responses; 960 input (0 cached), 240 output (0 reasoning) tokens" in out
     )
-    assert "\n  OK\n" in out
+    assert "\n  VERIFIED: checkpoints signed by ed25519:" in out
     assert (tmp_path / "agentjournal-demo.pem").stat().st_mode & 0o777 == 0o600
     assert db.exists()
     # The command it prints verifies the session again, from the store, as printed.
@@ -76,6 +90,15 @@ def test_demo_shows_the_session_tree_and_the_replay(tmp_path: Path) -> None:
     again = run_process(*shlex.split(hint.removeprefix("verify it yourself: "))[1:], cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.splitlines()[-1].startswith("VERIFIED: ")
+    # The viewer command it prints trusts the same key: the session's page says VERIFIED.
+    browse = next(line for line in out.splitlines() if line.startswith("see it in the browser: "))
+    command = shlex.split(browse.removeprefix("see it in the browser: ").split(",")[0])
+    assert command[:2] == ["agentjournal", "ui"]
+    assert command[-2:] == ["--pubkey", "agentjournal-demo.pem.pub"]
+    session_id = re.search(r"AgentSession-(support-[0-9a-f]+)", out).group(1)  # type: ignore[union-attr]
+    assert f"/sessions/{session_id} at the address it prints" in browse
+    page = asyncio.run(_page(f"sqlite:///{db}", session_id, tmp_path / command[-1]))
+    assert page["integrity"]["state"] == "verified", page["integrity"]
 
 
 @pytest.mark.slow
@@ -84,7 +107,7 @@ def test_demo_then_verify_in_the_default_store(tmp_path: Path) -> None:
     demo = run_process("demo", "--session", "support-4711", cwd=tmp_path)
     assert demo.returncode == 0, demo.stderr
     assert (tmp_path / "agentjournal.db").exists()  # where every other command looks
-    assert demo.stdout.splitlines()[-2] == (
+    assert demo.stdout.splitlines()[-3] == (
         "verify it yourself: agentjournal verify support-4711 --pubkey agentjournal-demo.pem.pub"
     )
     verified = run_process(

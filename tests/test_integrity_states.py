@@ -137,3 +137,17 @@ def test_view_writes_the_state_into_the_exported_file(
     assert done.returncode == 0, done.stderr
     assert f"; {words}: " in done.stderr
     assert f'"state": "{state}"' in out.read_text()
+
+
+def test_show_ends_with_the_state_verify_names(store: Store) -> None:
+    trust = ("--pubkey", f"{store.key}.pub")
+    for session_id in ("signed", "foreign", "plain", "edited"):
+        _, verified = _verify(store, session_id, *trust)
+        shown = run("show", session_id, "--uri", store.uri, *trust)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.splitlines()[-1] == f"integrity: {verified}"
+        data = json.loads(run("show", session_id, "--uri", store.uri, "--json", *trust).stdout)
+        assert data["integrity"]["text"] == verified
+    # Without the key, the same signed session is signed by a key not trusted.
+    shown = run("show", "signed", "--uri", store.uri)
+    assert shown.stdout.splitlines()[-1].startswith("integrity: SIGNED BY AN UNTRUSTED KEY: ")

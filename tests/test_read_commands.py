@@ -296,9 +296,10 @@ def test_show_prints_the_tree_with_everything_where_it_happened(written: Written
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert lines[0] == "AgentSession-demo-1"
-    assert lines[-1].startswith(
+    assert lines[-2].startswith(
         "@N: the event's revision on its stream · #N: the item's message index"
     )
+    assert lines[-1].startswith("integrity: SIGNED BY AN UNTRUSTED KEY: ")  # no --pubkey
     sub = "AgentSubsession-demo-1-sub-refunds-call_to_refunds"
     assert f"        {sub}" in lines  # nested two levels deep
     text = shown.stdout

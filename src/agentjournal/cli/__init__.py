@@ -21,7 +21,7 @@ Commands:
     sessions [--app A] [--user U] [--since T] [--json]
                 one row per session, newest activity first (the catalog
                 projection, saved in the store: a call folds what is new)
-    show SESSION [--stream S] [--json]
+    show SESSION [--branch B] [--stream S] [--pubkey KEY] [--json]
                 a session tree, one line per event, subsessions nested
     replay SESSION [--branch B] [--limit N] [--at INDEX]
                 the flat history as JSON Lines, exactly as get_items returns it

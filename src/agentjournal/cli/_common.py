@@ -212,6 +212,21 @@ def trusted_keys(values: Sequence[str]) -> dict[str, Ed25519PublicKey]:
     return keys
 
 
+def trusted_with_own(values: list[str]) -> dict[str, Ed25519PublicKey]:
+    """The ``--pubkey`` keys and the configured signing key's, as ``sessions`` trusts them.
+
+    Raises:
+        InvalidInput: A key cannot be read.
+    """
+    from agentjournal.ledger.keys import SigningKey
+
+    keys = trusted_keys(values)
+    own = SigningKey.from_environment()
+    if own is not None:
+        keys.setdefault(own.key_id, own.public_key)
+    return keys
+
+
 def _checked_time(value: str | None) -> str | None:
     """A ``--not-before`` value, refused unless it is an RFC 3339 time."""
     if value is not None:

@@ -259,6 +259,10 @@ async def run_demo(
     ):
         out(f"  agentjournal {command}")
     out(f"verify it yourself: agentjournal verify {session_id}{where} --pubkey {public}")
+    out(
+        f"see it in the browser: agentjournal ui{where} --pubkey {public}, then open "
+        f"/sessions/{session_id} at the address it prints"
+    )
     out(f"done in {time.monotonic() - started:.1f} s")
     return 0 if report.ok else 2
 

@@ -87,20 +87,16 @@ async def list_sessions(args: argparse.Namespace) -> int:
     Raises:
         JournalError: The store cannot be opened or read (a usage error: 1).
     """
-    from agentjournal.cli._common import trusted_keys
+    from agentjournal.cli._common import trusted_with_own
     from agentjournal.cli._render import console, progress, table
-    from agentjournal.ledger.keys import SigningKey
     from agentjournal.read import catalog
     from agentjournal.store import open_store, store_uri
 
     try:
         since = parse_since(args.since) if args.since is not None else None
-        keys = trusted_keys(args.pubkey)
-        own = SigningKey.from_environment()
+        keys = trusted_with_own(args.pubkey)
     except InvalidInput as error:
         return usage(str(error))
-    if own is not None:
-        keys.setdefault(own.key_id, own.public_key)
     store = await open_store(store_uri(args.uri), create=False)
     try:
         with progress("reading the store") as advance:

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from agentjournal.cli._common import STORE_HELP, Commands
 
@@ -35,6 +35,15 @@ def register(commands: Commands) -> None:
         "main's tree, then every branch under a header naming its parent and cut)",
     )
     show.add_argument(
+        "--pubkey",
+        metavar="KEY",
+        action="append",
+        default=[],
+        help="a trusted Ed25519 public key (a file or the key itself; repeat for several): the "
+        "last line names the session's integrity as `verify` does, checked against these and "
+        "the configured signing key (default: none)",
+    )
+    show.add_argument(
         "--json", action="store_true", help="print the records as JSON (default: the tree as text)"
     )
     show.add_argument("--uri", help=STORE_HELP + "; never created")
@@ -48,6 +57,8 @@ async def show_session(args: argparse.Namespace) -> int:
         InvalidInput: The session (or the ``--stream``) is not in the store (exit 1).
         JournalError: The store cannot be opened or read (exit 1).
     """
+    from agentjournal.audit.verify import verify_records
+    from agentjournal.cli._common import trusted_with_own
     from agentjournal.cli._render import console
     from agentjournal.cli._store import open_session
     from agentjournal.errors import InvalidInput
@@ -56,12 +67,15 @@ async def show_session(args: argparse.Namespace) -> int:
     from agentjournal.streams import MAIN_BRANCH
     from agentjournal.walk import read_tree
 
+    keys = trusted_with_own(args.pubkey)
     store, session_id = await open_session(args.uri, args.session)
     try:
         tree = await read_tree(store, session_id)
         lines = await _lines(store, session_id, args.branch)
     finally:
         await store.close()
+    # The whole tree, every line, as `verify` checks it (the records are already read).
+    integrity = verify_records(tree, keys).integrity
     only_main = args.branch == MAIN_BRANCH
     if args.branch is not None and not only_main:
         tree = TreeRecords(session_id, {})  # only the branch's own streams are shown
@@ -72,7 +86,8 @@ async def show_session(args: argparse.Namespace) -> int:
             + ", ".join(known)
         )
     if args.json:
-        print(json.dumps(_json(session_id, tree, lines, args.stream), indent=2, ensure_ascii=False))
+        data = {**_json(session_id, tree, lines, args.stream), "integrity": integrity.as_dict()}
+        print(json.dumps(data, indent=2, ensure_ascii=False))
         return 0
     shown = tree.streams and (args.stream is None or args.stream in tree.streams)
     main_views = tree_view(tree, stream=args.stream) if shown else []
@@ -90,6 +105,7 @@ async def show_session(args: argparse.Namespace) -> int:
             for text in plain_lines(views_of):
                 out.print("  " + text, markup=False, highlight=False)
         out.print(LEGEND, markup=False, highlight=False)
+        out.print(f"integrity: {integrity.text()}", markup=False, highlight=False)
         return 0
     from rich.text import Text
     from rich.tree import Tree
@@ -100,7 +116,17 @@ async def show_session(args: argparse.Namespace) -> int:
         _add(root.add(Text(_header(branch), style="bold yellow")), views_of)
     out.print(root)
     out.print(Text(LEGEND, style="dim"))
+    out.print(Text(f"integrity: {integrity.text()}", style=_STATE_STYLES[integrity.state]))
     return 0
+
+
+_STATE_STYLES: Final = {
+    "verified": "green",
+    "untrusted": "yellow",
+    "unsigned": "yellow",
+    "failed": "bold red",
+}
+"""How each integrity state looks on a terminal."""
 
 
 async def _lines(

@@ -11,12 +11,9 @@ import signal
 import socket
 import sys
 import threading
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from agentjournal.cli._common import STORE_HELP, Commands, usage
-
-if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 TOKEN_ENV: Final = "AGENTJOURNAL_UI_TOKEN"
 _TOKEN: Final = re.compile(r"[A-Za-z0-9._~+/=-]{16,512}")
@@ -97,19 +94,8 @@ def is_loopback(host: str) -> bool:
     )
 
 
-def _keys(values: list[str]) -> dict[str, Ed25519PublicKey]:
-    from agentjournal.cli._common import trusted_keys
-    from agentjournal.ledger.keys import SigningKey
-
-    keys = trusted_keys(values)
-    own = SigningKey.from_environment()
-    if own is not None:
-        keys.setdefault(own.key_id, own.public_key)
-    return keys
-
-
 def _ui(args: argparse.Namespace) -> int:
-    from agentjournal.cli._common import missing_service
+    from agentjournal.cli._common import missing_service, trusted_with_own
     from agentjournal.store import open_store, store_uri
 
     if not 0 <= args.port <= 65535:
@@ -129,7 +115,7 @@ def _ui(args: argparse.Namespace) -> int:
         from agentjournal.ui.app import create_app, serve
     except ImportError as error:
         return missing_service(error, "agentjournal ui needs Starlette and uvicorn")
-    keys = _keys(args.pubkey)
+    keys = trusted_with_own(args.pubkey)
     target = store_uri(args.uri)
 
     async def check() -> None:  # a missing store is one line now, not a failed startup
@@ -168,13 +154,13 @@ async def _view(args: argparse.Namespace) -> int:
         InvalidInput: The session (or ``--branch``) is not in the store, the line has no
             item ``--at``, or the output's folder does not exist (exit 1).
     """
-    from agentjournal.cli._common import writable_folder, write_atomically
+    from agentjournal.cli._common import trusted_with_own, writable_folder, write_atomically
     from agentjournal.cli._store import open_session
     from agentjournal.ui.page import check_at, render, session_page
 
     writable_folder(args.output)
     check_at(args.at)
-    keys = _keys(args.pubkey)
+    keys = trusted_with_own(args.pubkey)
     store, session_id = await open_session(args.uri, args.session)
     try:
         data = await session_page(
