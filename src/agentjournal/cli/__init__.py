@@ -30,7 +30,7 @@ Commands:
     usage [SESSION] [--by model|agent|session] [--prices FILE] [--json]
                 tokens, requests and cost per model, agent or session, each
                 model response counted once (every session without SESSION)
-    tail [SESSION] [--from-start] [--json]
+    tail [SESSION] [--from-start] [--wait] [--json]
                 print each event as it is written, by any process (Ctrl-C ends it)
     trace export [SESSION | --all] [--follow] (--otlp URL | --console | --jsonl FILE)
                 session trees as OpenTelemetry spans; --follow keeps going and
@@ -158,6 +158,17 @@ def _reason(error: BaseException) -> str:
     return " ".join(text.split())
 
 
+def _discard_stdout() -> None:
+    """Point stdout at the null device, so flushing it at exit cannot fail."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (captured in tests): nothing to flush
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     args = build_parser().parse_args(argv)
@@ -166,6 +177,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`| head -1`): what it read is what it wanted, a quiet
+        # success. Output still buffered must not fail again at exit (Python's advice).
+        _discard_stdout()
+        return 0
     except (JournalError, OSError) as error:  # expected: bad input, a missing file or store
         if args.debug:
             raise

@@ -8,10 +8,11 @@ is a terminal (a pipe gets no progress at all).
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,9 +22,14 @@ def console(file: TextIO | None = None) -> Console:
     """A console on ``file`` (default stdout): styled on a terminal, plain text otherwise."""
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich would exit 1; the command line makes a reader that left a quiet success
+            raise BrokenPipeError
+
     out = file if file is not None else sys.stdout
     terminal = out.isatty()
-    return Console(
+    return _Console(
         file=out,
         force_terminal=terminal,
         no_color=not terminal,
@@ -34,16 +40,28 @@ def console(file: TextIO | None = None) -> Console:
 
 
 def table(out: Console, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Print rows under ``columns``: a rich table on a terminal, aligned plain text otherwise."""
+    """Print rows under ``columns``: a rich table on a terminal, aligned plain text otherwise.
+
+    A column of numbers (counts, costs, ``o/c/f`` triples; ``-`` and ``unknown`` for none)
+    is right-aligned, so its digits line up.
+    """
     from agentjournal._text import printable
 
     # Cells hold stored names (app, user, agent, model): shown escaped, never as markup.
     body = [[printable(str(cell)) for cell in row] for row in rows]
+    right = [
+        bool(body)
+        and all(_NUMBER.fullmatch(line[at]) for line in body)
+        and any(line[at][:1].isdigit() for line in body)
+        for at in range(len(columns))
+    ]
     if out.is_terminal:
         from rich.table import Table
         from rich.text import Text
 
-        grid = Table(*columns, show_edge=False, header_style="bold")
+        grid = Table(show_edge=False, header_style="bold")
+        for name, numeric in zip(columns, right, strict=True):
+            grid.add_column(name, justify="right" if numeric else "left")
         for line in body:
             grid.add_row(*(Text(cell) for cell in line))
         out.print(grid)
@@ -51,8 +69,26 @@ def table(out: Console, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -
     cells = [list(map(str, columns)), *body]
     widths = [max(len(line[at]) for line in cells) for at in range(len(columns))]
     for line in cells:
-        text = "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+        text = "  ".join(
+            cell.rjust(width) if numeric else cell.ljust(width)
+            for cell, width, numeric in zip(line, widths, right, strict=True)
+        )
         out.print(text.rstrip(), markup=False, highlight=False)
+
+
+_NUMBER: Final = re.compile(r"[0-9][0-9.,/]*|-|unknown")
+"""A cell of a numeric column: digits (a count, a cost, ``0/2/0``), or none of them."""
+
+
+TONE_STYLES: Final[dict[str, str]] = {
+    "blocked": "bold red",
+    "refused": "bold red",
+    "failed": "red",
+    "modified": "bold yellow",
+    "allowed": "green",
+}
+"""How a decision or an outcome looks on a terminal (``read.views.Tone``): a BLOCK, a
+refusal and a failure in red, a MODIFY in yellow, an ALLOW in green."""
 
 
 class Progress(Protocol):

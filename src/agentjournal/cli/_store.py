@@ -8,8 +8,11 @@ from agentjournal.store import EventStore, open_store, store_uri
 from agentjournal.streams import session_stream, validate_id
 
 
-async def open_session(uri: str | None, session_id: str) -> tuple[EventStore, str]:
-    """Open an existing store holding ``session_id`` (never creating either).
+async def open_session(
+    uri: str | None, session_id: str, *, hint: str | None = None
+) -> tuple[EventStore, str]:
+    """Open an existing store holding ``session_id`` (never creating either); ``hint``
+    names the option that waits for a session not started yet, when the command has one.
 
     Raises:
         InvalidInput: The session id is malformed or the session is not in the store.
@@ -20,8 +23,10 @@ async def open_session(uri: str | None, session_id: str) -> tuple[EventStore, st
     store = await open_store(target, create=False)
     try:
         if await store.head(session_stream(session_id)) is None:
+            also = f", or {hint} for it to start" if hint is not None else ""
             raise InvalidInput(
-                f"no session {session_id!r} in {shown_uri(target)}: check the id, or pass --uri"
+                f"no session {session_id!r} in {shown_uri(target)}: check the id, or pass "
+                f"--uri{also}"
             )
     except BaseException:
         await store.close()

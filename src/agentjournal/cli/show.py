@@ -210,6 +210,7 @@ def _add(root: Any, views: Sequence[StreamView]) -> None:
     from rich.text import Text
 
     from agentjournal._text import printable
+    from agentjournal.cli._render import TONE_STYLES
 
     nodes: dict[int, Any] = {}
     for view in views:
@@ -217,19 +218,19 @@ def _add(root: Any, views: Sequence[StreamView]) -> None:
         node = parent.add(Text(printable(view.stream), style="bold cyan"))
         nodes[view.depth] = node
         for line in view.lines:
-            styled = Text(f"@{line.revision:<3}", style="dim")
-            styled.append(f"{line.kind:<28} ", style=_style(line.kind))
-            styled.append(line.text)
+            styled = Text()  # a Text's own style would underlie every span: only @N is dim
+            styled.append(f"@{line.revision:<3}", style="dim")
+            tone = TONE_STYLES.get(line.tone, "")
+            styled.append(f"{line.kind:<28} ", style=tone or _style(line.kind))
+            styled.append(line.text, style=tone)
             node.add(styled)
 
 
 def _style(kind: str) -> str:
     if kind.startswith("Branch"):
         return "yellow"
-    if kind in ("GuardrailDecided", "AuthorityRefused"):
-        return "yellow"
     if kind.startswith("Subagent"):
         return "magenta"
     if kind in ("ModelResponded", "Checkpoint"):
-        return "green"
+        return "cyan"
     return ""

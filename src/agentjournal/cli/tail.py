@@ -45,6 +45,12 @@ def register(commands: Commands) -> None:
         "while it runs too)",
     )
     tail.add_argument(
+        "--wait",
+        action="store_true",
+        help="with SESSION: if it has not started yet, wait for its first event and follow it "
+        "(default: off: a session not in the store is an error)",
+    )
+    tail.add_argument(
         "--json", action="store_true", help="one JSON object per event and line (default: off)"
     )
     tail.add_argument("--uri", help=STORE_HELP + "; never created")
@@ -61,25 +67,43 @@ async def last_position(store: EventStore) -> int:
 
 
 async def _tail(args: argparse.Namespace) -> int:
+    from agentjournal.cli._common import usage
     from agentjournal.cli._store import open_session
     from agentjournal.engine.fork import read_branches
     from agentjournal.store import open_store, store_uri
-    from agentjournal.streams import MAIN_BRANCH, session_stream
+    from agentjournal.streams import MAIN_BRANCH, session_stream, validate_id
     from agentjournal.walk import walk_tree
 
     if args.branch is not None and args.session is None:
-        from agentjournal.cli._common import usage
-
         return usage("--branch needs a SESSION: a branch is a line of one session")
-    if args.session is not None:
-        store, session = await open_session(args.uri, args.session)
+    if args.wait and (args.session is None or args.branch is not None):
+        return usage("--wait needs a SESSION (and no --branch): it waits for a session to start")
+    waiting = False
+    if args.session is not None and args.wait:
+        session = validate_id(args.session, "session id")
+        store = await open_store(store_uri(args.uri), create=False)
+        try:
+            waiting = await store.head(session_stream(session)) is None
+        except BaseException:
+            await store.close()
+            raise
+    elif args.session is not None:
+        store, session = await open_session(args.uri, args.session, hint="--wait")
     else:
         store, session = await open_store(store_uri(args.uri), create=False), None
     try:
         after = None if args.from_start else await last_position(store)
         streams: set[str] | None = None
         follow_forks = session is not None and args.branch is None
-        if session is not None:
+        if session is not None and waiting:
+            # Not started: its stream appears with its first event; the rest follows it.
+            streams = {session_stream(session)}
+            print(
+                f"waiting for session {session} to start; Ctrl-C ends it",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif session is not None:
             roots = [session_stream(session)] if args.branch in (None, MAIN_BRANCH) else []
             if args.branch not in (None, MAIN_BRANCH):
                 from agentjournal.read.lines import find_branch
@@ -114,7 +138,8 @@ async def _follow(
     forks: bool = False,
 ) -> int:
     from agentjournal._text import printable
-    from agentjournal.cli._render import console
+    from agentjournal.cli._render import TONE_STYLES, console
+    from agentjournal.read.views import tone_of
     from agentjournal.records import DamagedEvent, Record
 
     stop = asyncio.Event()
@@ -149,15 +174,13 @@ async def _follow(
                 forked = _forked_stream(record)
                 if forked is not None:  # the fork commits before the branch's first event
                     streams.add(forked)
-            try:
-                if as_json:
-                    sys.stdout.write(json.dumps(_as_json(record), ensure_ascii=False) + "\n")
-                else:
-                    out.print(_line(record), markup=False, highlight=False)
-                sys.stdout.flush()
-            except BrokenPipeError:  # `| head`: the reader is gone, and so are we
-                _quiet_stdout()
-                return 0
+            # A reader that went away (`| head`) ends it: the command line exits 0 quietly.
+            if as_json:
+                sys.stdout.write(json.dumps(_as_json(record), ensure_ascii=False) + "\n")
+            else:
+                tone = TONE_STYLES.get(tone_of(record), "")
+                out.print(_line(record), style=tone, markup=False, highlight=False)
+            sys.stdout.flush()
     finally:
         stopping.cancel()
         for number in (signal.SIGINT, signal.SIGTERM):
@@ -175,14 +198,6 @@ def _forked_stream(record: Record) -> str | None:
     body = record.body
     stream = body.get("branch_stream") if body is not None else None
     return stream if isinstance(stream, str) else None
-
-
-def _quiet_stdout() -> None:
-    """After a broken pipe, point stdout at nothing so the interpreter's final flush is quiet."""
-    import os
-
-    with contextlib.suppress(OSError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _line(record: Record) -> str:

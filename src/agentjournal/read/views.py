@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from agentjournal import events
 from agentjournal._text import cut, plural, printable
@@ -51,12 +51,13 @@ UNNAMED: Final = "(unnamed)"
 
 @dataclass(frozen=True)
 class Line:
-    """One event as a line: its revision, its type (without ``agentjournal.``) and what
-    it says."""
+    """One event as a line: its revision, its type (without ``agentjournal.``), what it
+    says, and its tone (:func:`tone_of`)."""
 
     revision: int
     kind: str
     text: str
+    tone: Tone = ""
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,12 @@ def tree_view(
 
     def lines(name: str) -> tuple[Line, ...]:
         return tuple(
-            Line(r.revision, printable(r.type.removeprefix("agentjournal.")), describe_record(r))
+            Line(
+                r.revision,
+                printable(r.type.removeprefix("agentjournal.")),
+                describe_record(r),
+                tone_of(r),
+            )
             for r in tree.streams.get(name, ())
         )
 
@@ -150,6 +156,29 @@ def print_tree(tree: TreeRecords, out: Callable[[str], None]) -> None:
     """Print the session stream, then each subsession it opened, indented under it."""
     for text in plain_lines(tree_view(tree, logs=False)):
         out(text)
+
+
+Tone = Literal["", "allowed", "modified", "blocked", "refused", "failed"]
+"""What an event means for an auditor at a glance: a guardrail's ALLOW, MODIFY or BLOCK, an
+authority refusal, a subagent that did not succeed; ``""`` for the rest. A terminal colours
+by it, so a BLOCK never looks like an ALLOW."""
+
+
+def tone_of(record: Record) -> Tone:
+    """The tone of one event (see :data:`Tone`)."""
+    body = record.body if isinstance(record.body, dict) else {}
+    if record.type == events.GUARDRAIL_DECIDED:
+        decision = body.get("decision")
+        if decision == "BLOCK":
+            return "blocked"
+        if decision == "MODIFY":
+            return "modified"
+        return "allowed" if decision == "ALLOW" else "failed"
+    if record.type == events.AUTHORITY_REFUSED:
+        return "refused"
+    if record.type == events.SUBAGENT_COMPLETED and body.get("outcome") not in (None, "success"):
+        return "failed"
+    return ""
 
 
 def describe_record(record: Record) -> str:
