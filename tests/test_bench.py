@@ -106,3 +106,9 @@ def test_catalog_benchmark_runs() -> None:
     out = run_bench("catalog")
     assert "first build" in out
     assert "after 10 new" in out
+
+
+def test_startup_benchmark_runs() -> None:
+    out = run_bench("startup")
+    assert "first line s" in out
+    assert "demo, a wrong --policy" in out

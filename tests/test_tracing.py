@@ -18,6 +18,7 @@ from agentjournal import Journal, SigningKey
 from agentjournal.events import GUARDRAIL_DECIDED, SPAN_ID_KEY, TRACE_ID_KEY, GuardrailDecided
 from agentjournal.guardrails.protocol import parse_traceparent
 from agentjournal.sdk import tracing
+from agentjournal.sdk.trace_context import TraceLogFilter, continue_trace
 from agentjournal.store import RecordedEvent
 from drive import METHODS, Method, drive
 from guardrail_scenarios import graph, run
@@ -118,7 +119,7 @@ async def test_a_run_continues_an_incoming_trace(
     incoming = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     g = graph()
     session = memory_journal.session("s1")
-    with tracing.continue_trace(incoming, "vendor=abc"):
+    with continue_trace(incoming, "vendor=abc"):
         await run(g.triage, session)
     (run_span,) = _by_name(spans.get_finished_spans(), "agentjournal.run")
     assert _hex(run_span)[0] == "0af7651916cd43dd8448eb211c80319c"
@@ -157,12 +158,12 @@ def test_without_a_tracer_provider_ids_are_still_valid_and_distinct(
 
 def test_the_log_filter_fills_in_ids() -> None:
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "hello", None, None)
-    assert tracing.TraceLogFilter().filter(record)
+    assert TraceLogFilter().filter(record)
     assert getattr(record, "trace_id") == ""  # noqa: B009
     assert getattr(record, "span_id") == ""  # noqa: B009
-    with tracing.continue_trace("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"):
+    with continue_trace("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"):
         record = logging.LogRecord("x", logging.INFO, __file__, 1, "hello", None, None)
-        tracing.TraceLogFilter().filter(record)
+        TraceLogFilter().filter(record)
     assert (getattr(record, "trace_id"), getattr(record, "span_id")) == (  # noqa: B009
         "0af7651916cd43dd8448eb211c80319c",
         "b7ad6b7169203331",

@@ -21,7 +21,8 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agentjournal import Journal
 from agentjournal.authority import Policy
-from agentjournal.cli._demo import RULES, _step, add_note, issue_refund, lookup_order, thanks_agent
+from agentjournal.cli._demo import _step, add_note, issue_refund, lookup_order, thanks_agent
+from agentjournal.cli.demo import RULES
 from agentjournal.guardrails.rules import load_rules
 from agentjournal.guardrails.service import running
 

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from agentjournal.ledger.keys import SigningKey
     from agentjournal.records import DamagedEvent, Record, TreeRecords
     from agentjournal.sdk.session import JournalSession
-    from agentjournal.sdk.tracing import TraceLogFilter, continue_trace
+    from agentjournal.sdk.trace_context import TraceLogFilter, continue_trace
     from agentjournal.walk import read_tree
 
 __all__ = [
@@ -98,9 +98,9 @@ _NAMES = {
     "Report": "agentjournal.audit.verify",
     "SigningKey": "agentjournal.ledger.keys",
     "Subagent": "agentjournal.events",
-    "TraceLogFilter": "agentjournal.sdk.tracing",
+    "TraceLogFilter": "agentjournal.sdk.trace_context",
     "TreeRecords": "agentjournal.records",
-    "continue_trace": "agentjournal.sdk.tracing",
+    "continue_trace": "agentjournal.sdk.trace_context",
     "export_bundle": "agentjournal.audit.export",
     "read_tree": "agentjournal.walk",
     "verify_bundle": "agentjournal.audit.verify",

@@ -25,12 +25,10 @@ on its session as printed. ``--rules`` and ``--policy`` take the files in
 
 from __future__ import annotations
 
-import os
 import shlex
 import time
-import uuid
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
@@ -38,30 +36,16 @@ from agents.usage import Usage
 
 from agentjournal.audit.export import export_bundle
 from agentjournal.audit.verify import verify_bundle
-from agentjournal.authority import Policy
+from agentjournal.cli.demo import DemoSetup
 from agentjournal.errors import InvalidInput
-from agentjournal.guardrails.rules import RuleSet, load_rules
 from agentjournal.guardrails.service import running
 from agentjournal.journal import Journal
-from agentjournal.ledger import SIGNING_KEY_FILE_ENV, SigningKey
 from agentjournal.read.views import describe_item, print_tree
 from agentjournal.store import store_uri
-from agentjournal.streams import session_stream, validate_id
+from agentjournal.streams import session_stream
 from agentjournal.walk import read_tree
 
 Print = Callable[[str], None]
-
-DEMO_KEY: Final = "agentjournal-demo.pem"
-"""The key the demo signs with when none is configured (in the working directory)."""
-
-RULES = """
-rules:
-  - kind: ceiling        # refunds above 20.00 EUR need a human
-    tool: issue_refund
-    argument: amount_cents
-    max: 2000
-  - kind: redact_pii     # no customer e-mail address, SSN or card number reaches a tool
-"""
 
 
 @function_tool
@@ -173,35 +157,21 @@ def thanks_agent() -> Agent[Any]:
     )
 
 
-async def run_demo(
-    uri: str,
-    out: Print = print,
-    *,
-    session_id: str | None = None,
-    key_file: str | None = None,
-    rules_file: str | None = None,
-    policy_file: str | None = None,
-) -> int:
+async def run_demo(uri: str, setup: DemoSetup, out: Print = print) -> int:
     """Run the demo against the store at ``uri``; returns the exit code.
 
     Args:
         uri: The store to write (created when missing).
+        setup: The session id, key, rules and policy, read and checked before the
+            Agents SDK was loaded (:func:`agentjournal.cli.demo.prepare`).
         out: Where each line of output goes.
-        session_id: The new session's id (default: ``support-`` and 8 random hex digits).
-        key_file: The signing key file, made (mode 600, with ``.pub``) when missing.
-            Default: the configured key, else :data:`DEMO_KEY`.
-        rules_file: The guardrail's rules (YAML; default :data:`RULES`).
-        policy_file: The authority policy (YAML; default: none).
 
     Raises:
-        InvalidInput: The session exists already; a file cannot be read or is malformed.
+        InvalidInput: The session exists already.
         StoreUnavailable: The store cannot be opened.
     """
-    started = time.monotonic()
-    session_id = validate_id(session_id or f"support-{uuid.uuid4().hex[:8]}", "session id")
-    rules = load_rules(RULES) if rules_file is None else _rules(rules_file)
-    policy = None if policy_file is None else Policy.load(policy_file)
-    key, public = _demo_key(key_file)
+    session_id, key, public = setup.session_id, setup.key, setup.public
+    rules, policy, started = setup.rules, setup.policy, setup.started
     config = RunConfig(tracing_disabled=True)
     async with (
         running(rules) as guardrail,
@@ -265,57 +235,3 @@ async def run_demo(
     )
     out(f"done in {time.monotonic() - started:.1f} s")
     return 0 if report.ok else 2
-
-
-def _rules(path: str) -> RuleSet:
-    """The guardrail rules in the YAML file ``path``.
-
-    Raises:
-        InvalidInput: The file cannot be read or holds no valid rules.
-    """
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return load_rules(handle.read())
-    except (OSError, UnicodeDecodeError) as error:
-        raise InvalidInput(f"cannot read rules {path}: {error}") from None
-    except ValueError as error:
-        raise InvalidInput(f"invalid rules in {path}: {error}") from None
-
-
-def _demo_key(key_file: str | None) -> tuple[SigningKey, str]:
-    """The signing key and how to name its public key on the command line.
-
-    ``key_file`` when given (made when missing), else the configured key, else
-    :data:`DEMO_KEY` (made when missing). A key file's public key is the file
-    beside it (``.pub``); a key from the environment is named by its hex.
-    """
-    if key_file is None:
-        configured = SigningKey.from_environment()
-        if configured is not None:
-            return configured, _public_ref(configured, os.environ.get(SIGNING_KEY_FILE_ENV))
-        key_file = DEMO_KEY
-    if os.path.exists(key_file):
-        key = SigningKey.from_file(key_file)
-        return key, _public_ref(key, key_file)
-    folder = os.path.dirname(os.path.abspath(key_file))
-    if not os.path.isdir(folder):
-        raise InvalidInput(f"cannot write {key_file}: folder {folder} does not exist")
-    key = SigningKey.generate()
-    descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(key.private_pem())
-    with open(f"{key_file}.pub", "w", encoding="utf-8") as handle:
-        handle.write(key.public_pem())
-    return key, shlex.quote(f"{key_file}.pub")
-
-
-def _public_ref(key: SigningKey, key_file: str | None) -> str:
-    """``KEY.pub`` when that file holds this key's public key, else the key in hex."""
-    if key_file:
-        try:
-            with open(f"{key_file}.pub", encoding="utf-8") as handle:
-                if handle.read(64 * 1024) == key.public_pem():
-                    return shlex.quote(f"{key_file}.pub")
-        except (OSError, UnicodeDecodeError):
-            pass
-    return key.public_key.public_bytes_raw().hex()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from agentjournal._text import plural
@@ -71,5 +72,19 @@ def _serve(host: str, port: int, rules_file: str | None, max_body: int, read_tim
         print(f"reference guardrail on {url}/v1/validate ({plural(count, 'rule')})")
         sys.stdout.flush()
 
-    serve(rules, host=host, port=port, ready=ready, max_body=max_body, read_timeout=read_timeout)
+    # uvicorn shuts down on SIGINT or SIGTERM and raises the signal again: as
+    # KeyboardInterrupt both times here, so Ctrl-C and a service manager's stop exit 0.
+    previous = signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        serve(
+            rules, host=host, port=port, ready=ready, max_body=max_body, read_timeout=read_timeout
+        )
+    except KeyboardInterrupt:
+        print("reference guardrail: stopped", file=sys.stderr, flush=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _interrupted(number: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -119,7 +119,7 @@ class _JsonLines(logging.Formatter):
 
 
 def _configure_logging(scrubber: Scrubber) -> None:
-    from agentjournal.sdk.tracing import TraceLogFilter
+    from agentjournal.sdk.trace_context import TraceLogFilter
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonLines(scrubber))
@@ -175,7 +175,7 @@ def _run(args: argparse.Namespace) -> int:
     from agentjournal.runner.scrub import Scrubber
 
     _configure_logging(Scrubber(request.config))
-    from agentjournal.sdk.tracing import continue_trace
+    from agentjournal.sdk.trace_context import continue_trace
 
     # From here every log line carries the input's trace (the parent span's id until the
     # invocation's root span starts).
@@ -186,15 +186,22 @@ def _run(args: argparse.Namespace) -> int:
 def _invoke(args: argparse.Namespace, request: InvocationInput) -> int:
     """Everything after the input was accepted: manifests, tools, script, the run."""
     from agentjournal.errors import InvalidInput, JournalError
-    from agentjournal.runner import run as running
     from agentjournal.runner.manifest import ManifestError, load_catalog
-    from agentjournal.runner.script import load_script
-    from agentjournal.runner.tools import check_bindings, load_registry
 
     logger = logging.getLogger("agentjournal.runner")
+    # The manifests first, with light imports only: a wrong directory or agent is
+    # refused before the Agents SDK is loaded.
     try:
         catalog = load_catalog(args.manifests)
         first = catalog.resolve(args.agent)
+    except ManifestError as error:
+        return _refuse("INVALID_MANIFEST", str(error), request)
+    logger.info("loading the Agents SDK and the tools")
+    from agentjournal.runner import run as running
+    from agentjournal.runner.script import load_script
+    from agentjournal.runner.tools import check_bindings, load_registry
+
+    try:
         registry = load_registry(args.tools)
         check_bindings(catalog, registry)
         script = (

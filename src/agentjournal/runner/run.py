@@ -42,6 +42,7 @@ from agentjournal.runner.state import (
     state_event,
 )
 from agentjournal.sdk import tracing
+from agentjournal.sdk.trace_context import continue_trace
 
 if TYPE_CHECKING:
     from agentjournal.runner.script import ModelScript
@@ -96,7 +97,7 @@ async def invoke(setup: Invocation, request: InvocationInput) -> InvocationOutpu
     first = setup.catalog.resolve(setup.agent)
     traceparent, tracestate = request.trace.header()
     _, parent_span_id = request.trace.ids()
-    with tracing.continue_trace(traceparent, tracestate):
+    with continue_trace(traceparent, tracestate):
         root = tracing.start_span(
             "agentjournal.invocation",
             attributes={"thread_id": request.thread_id, "run_id": request.run_id},

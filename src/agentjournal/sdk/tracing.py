@@ -19,15 +19,12 @@ from the current span), for structured formatters.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from agents.tracing import get_current_trace
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import (
     NonRecordingSpan,
@@ -39,12 +36,10 @@ from opentelemetry.trace import (
     TraceFlags,
     TraceState,
 )
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from agentjournal import events
 
 TRACER_NAME: Final = "agentjournal"
-_PROPAGATOR: Final = TraceContextTextMapPropagator()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,36 +109,6 @@ def ids_of(span: Span) -> TraceIds:
         span_id=f"{context.span_id:016x}",
         tracestate=state or None,
     )
-
-
-@contextlib.contextmanager
-def continue_trace(traceparent: str | None, tracestate: str | None = None) -> Iterator[None]:
-    """Make the trace of a ``traceparent``/``tracestate`` pair current for the block.
-
-    A missing or malformed ``traceparent`` leaves the current context as it
-    is (a new trace starts), as the W3C recommendation says.
-    """
-    carrier = {"traceparent": traceparent or ""}
-    if tracestate:
-        carrier["tracestate"] = tracestate
-    extracted = _PROPAGATOR.extract(carrier) if traceparent else None
-    token = otel_context.attach(extracted) if extracted is not None else None
-    try:
-        yield
-    finally:
-        if token is not None:
-            otel_context.detach(token)
-
-
-class TraceLogFilter(logging.Filter):
-    """Give every log record ``trace_id`` and ``span_id`` (empty strings when there is none)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not getattr(record, "trace_id", None):
-            context = trace.get_current_span().get_span_context()
-            record.trace_id = f"{context.trace_id:032x}" if context.is_valid else ""
-            record.span_id = f"{context.span_id:016x}" if context.is_valid else ""
-        return True
 
 
 class RunTrace:

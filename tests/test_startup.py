@@ -1,0 +1,81 @@
+"""Start-up: bad input is refused before the Agents SDK is loaded, and a command that must
+load it says so first. (How long each command takes to its first line is measured by
+``bench/startup.py``, not asserted here.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFESTS = ROOT / "samples" / "manifests"
+
+# The command line in a fresh process that says, last on stderr, whether it loaded the SDK.
+_PROBE = (
+    "import sys\n"
+    "from agentjournal.cli import main\n"
+    "code = main(sys.argv[1:])\n"
+    "print('SDK LOADED' if 'agents' in sys.modules else 'SDK NOT LOADED', file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
+
+
+def _probe(*args: str, cwd: Path, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _PROBE, *args],
+        cwd=cwd,
+        input=stdin.decode(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("demo", "--policy", "missing.yml"), "missing.yml"),
+        (("demo", "--rules", "missing.yml"), "cannot read rules missing.yml"),
+        (("demo", "--session", "not an id"), "session id"),
+    ],
+)
+def test_demo_refuses_bad_input_before_loading_the_sdk_and_writes_nothing(
+    tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    done = _probe(*args, cwd=tmp_path)
+    assert done.returncode == 1
+    error, probe = done.stderr.strip().splitlines()
+    assert error.startswith("agentjournal: ")
+    assert message in error
+    assert probe == "SDK NOT LOADED"
+    assert list(tmp_path.iterdir()) == []  # no store, no key
+
+
+def test_run_refuses_missing_manifests_before_loading_the_sdk(tmp_path: Path) -> None:
+    request = (MANIFESTS / "request.json").read_bytes()
+    done = _probe("run", "--manifests", "missing", "--agent", "x", cwd=tmp_path, stdin=request)
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["error"]["code"] == "INVALID_MANIFEST"
+    assert done.stderr.strip().splitlines()[-1] == "SDK NOT LOADED"
+
+
+@pytest.mark.slow
+def test_demo_says_it_is_loading_the_sdk_before_it_does(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentjournal.cli", "demo"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    first = process.stderr.readline()
+    assert first == "agentjournal demo: loading the Agents SDK...\n"
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 0
+    assert out.splitlines()[-1].startswith("done in ")
