@@ -53,7 +53,7 @@ async def test_openapi_document_is_valid_and_every_ref_resolves() -> None:
         assert ref.startswith("#/components/schemas/"), ref
         assert ref.removeprefix("#/components/schemas/") in schemas, ref
     operation = document["paths"]["/v1/validate"]["post"]
-    assert set(operation["responses"]) == {"200", "400", "408", "413", "422"}
+    assert set(operation["responses"]) == {"200", "400", "408", "413", "422", "500"}
     assert {p["name"] for p in operation["parameters"]} == {"traceparent", "tracestate"}
     assert str(DEFAULT_MAX_BODY) in operation["responses"]["413"]["description"]
 

@@ -65,17 +65,18 @@ def test_run_refuses_missing_manifests_before_loading_the_sdk(tmp_path: Path) ->
 
 
 @pytest.mark.slow
-def test_demo_says_it_is_loading_the_sdk_before_it_does(tmp_path: Path) -> None:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "agentjournal.cli", "demo"],
+def test_demo_names_its_session_before_it_loads_the_sdk(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "agentjournal.cli", "demo", "--session", "s-1"],
         cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        capture_output=True,
         text=True,
+        timeout=120,
+        check=False,
     )
-    assert process.stderr is not None
-    first = process.stderr.readline()
-    assert first == "agentjournal demo: loading the Agents SDK...\n"
-    out, _ = process.communicate(timeout=120)
-    assert process.returncode == 0
-    assert out.splitlines()[-1].startswith("done in ")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "session s-1 in sqlite:///agentjournal.db"
+    assert lines[1].startswith("guardrail service http://127.0.0.1:")
+    assert lines[-1].startswith("done in ")
+    assert done.stderr == ""  # progress is for a terminal only

@@ -190,7 +190,7 @@ async def run_demo(uri: str, setup: DemoSetup, out: Print = print) -> int:
             guardrails=guardrail,
             policy=policy,
         )
-        out(f"session {session_id}, guardrail service {guardrail}")
+        out(f"guardrail service {guardrail}")
         for agent, text in (
             (support_agents(), "Why was I charged twice for order 42?"),
             (thanks_agent(), "Thanks!"),

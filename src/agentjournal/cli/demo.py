@@ -106,6 +106,7 @@ def prepare(
 
 def _run(args: argparse.Namespace) -> int:
     started = time.monotonic()
+    from agentjournal._text import shown_uri
     from agentjournal.cli._common import missing_service
     from agentjournal.store import store_uri
 
@@ -122,8 +123,11 @@ def _run(args: argparse.Namespace) -> int:
         policy_file=args.policy,
         started=started,
     )
-    # The Agents SDK takes a few seconds to load on a cold start: say so first.
-    print("agentjournal demo: loading the Agents SDK...", file=sys.stderr, flush=True)
+    # The Agents SDK takes a few seconds to load on a cold start: the first line comes
+    # before it, and a terminal is told what the wait is (progress only on a terminal).
+    print(f"session {setup.session_id} in {shown_uri(uri)}", flush=True)
+    if sys.stderr.isatty():
+        print("agentjournal demo: loading the Agents SDK...", file=sys.stderr, flush=True)
     from agentjournal.cli._demo import run_demo
 
     return asyncio.run(run_demo(uri, setup))

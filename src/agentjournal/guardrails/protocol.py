@@ -63,6 +63,31 @@ class TraceRef(BaseModel):
     span_id: SpanId
 
 
+class FunctionCall(BaseModel):
+    """The called function of a ``TOOL_CALL``: its name, and its arguments as the model wrote
+    them (a JSON string for a function tool; a custom tool's raw input)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    name: Annotated[str, StringConstraints(min_length=1)]
+    arguments: str
+
+
+class ToolCallPayload(BaseModel):
+    """The payload of a ``TOOL_CALL``: the tool call as the OpenAI API shapes it (``type``:
+    ``function``, or the kind of another local call, such as ``custom_tool_call``).
+
+    The service refuses any other shape (422): a guardrail that cannot tell which tool
+    is called, with which arguments, must not answer ALLOW.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    id: str
+    type: Annotated[str, StringConstraints(min_length=1)]
+    function: FunctionCall
+
+
 class ValidateRequest(BaseModel):
     """The body of ``POST /v1/validate``."""
 

@@ -47,7 +47,9 @@ _PII = re.compile(
 
 
 class _Rule(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Strict, as the JSON Schema the models generate (rules.schema.json) is: "5000" is no
+    # number there, so it is none here either; one verdict for the file, whoever checks it.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
 class DenyTools(_Rule):
@@ -64,7 +66,7 @@ class Ceiling(_Rule):
     kind: Literal["ceiling"]
     tool: str
     argument: str
-    max: float
+    max: Annotated[float, Field(allow_inf_nan=False)]  # .nan would never fire: refused
 
 
 class RedactPii(_Rule):
@@ -77,7 +79,7 @@ Rule = Annotated[DenyTools | DenyPhrases | Ceiling | RedactPii, Field(discrimina
 class RuleSet(BaseModel):
     """The service's rules, in order."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     rules: list[Rule] = Field(default_factory=list)
 

@@ -14,10 +14,11 @@ import errno
 import json
 import logging
 import math
+import re
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import uvicorn
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -27,7 +28,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agentjournal.errors import InvalidInput
-from agentjournal.guardrails.protocol import ValidateRequest, ValidateResponse, parse_traceparent
+from agentjournal.guardrails.protocol import (
+    ActionType,
+    ToolCallPayload,
+    ValidateRequest,
+    ValidateResponse,
+    parse_traceparent,
+)
 from agentjournal.guardrails.rules import RuleSet, decide
 
 logger = logging.getLogger("agentjournal.guardrails.service")
@@ -38,6 +45,11 @@ DEFAULT_MAX_BODY = 256 * 1024
 
 DEFAULT_READ_TIMEOUT = 10.0
 """Seconds a client has to send a whole request body before it is answered 408."""
+
+MAX_DEPTH = 64
+"""How deep arrays and objects may nest in a request body (and in a tool call's arguments):
+an action is not that deep, and the rules, their redaction and the answer's encoding then never
+meet a recursion limit. Deeper is 422."""
 
 _REF_PREFIX = "#/components/schemas/"
 
@@ -83,6 +95,14 @@ def _schema(model: type[BaseModel], components: dict[str, Any]) -> dict[str, Any
     return {"$ref": _REF_PREFIX + model.__name__}
 
 
+def _with(schema: dict[str, Any], **properties: dict[str, Any]) -> dict[str, Any]:
+    """An object ``schema`` with some of its properties' schemas replaced."""
+    return {
+        **{key: value for key, value in schema.items() if key != "title"},
+        "properties": {**schema["properties"], **properties},
+    }
+
+
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
@@ -97,7 +117,17 @@ def openapi(*, max_body: int = DEFAULT_MAX_BODY) -> dict[str, Any]:
     components: dict[str, Any] = {}
     request = ValidateRequest.model_json_schema(ref_template=_REF_PREFIX + "{model}")
     components.update(request.pop("$defs", {}))
-    components["ValidateRequest"] = request
+    # A TOOL_CALL's payload is a tool call; the other actions' payloads are any JSON.
+    tool_call = _schema(ToolCallPayload, components)
+    others = [kind.value for kind in ActionType if kind is not ActionType.TOOL_CALL]
+    components["ValidateRequest"] = {
+        "title": request["title"],
+        "description": "The body of POST /v1/validate: a TOOL_CALL's payload is a tool call",
+        "oneOf": [
+            _with(request, action_type={"const": ActionType.TOOL_CALL.value}, payload=tool_call),
+            _with(request, action_type={"enum": others}),
+        ],
+    }
     response = _schema(ValidateResponse, components)
     error = _schema(ErrorResponse, components)
     health = _schema(Health, components)
@@ -140,7 +170,14 @@ def openapi(*, max_body: int = DEFAULT_MAX_BODY) -> dict[str, Any]:
                         "400": _json(error, "The body is not JSON (or Content-Length is invalid)"),
                         "408": _json(error, "The body did not arrive within the read timeout"),
                         "413": _json(error, f"The body is larger than {max_body} bytes"),
-                        "422": _json(error, "The body is JSON but does not follow the contract"),
+                        "422": _json(
+                            error,
+                            "The body is JSON but does not follow the contract: a field is "
+                            f"missing or mistyped, it nests deeper than {MAX_DEPTH} levels, a "
+                            "string holds a lone surrogate, or a TOOL_CALL payload is not a "
+                            "tool call ({id, type, function: {name, arguments}})",
+                        ),
+                        "500": _json(error, "The rules could not decide (the caller blocks)"),
                     },
                 }
             },
@@ -230,15 +267,30 @@ def create_app(
             parsed = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
         except (ValueError, RecursionError):
             return _error(400, "the body is not JSON")
+        problem = _unfit(parsed, "the body")
+        if problem is not None:
+            return _refused(422, problem)
         try:
             body = ValidateRequest.model_validate(parsed)
+            if body.action_type is ActionType.TOOL_CALL:
+                call = ToolCallPayload.model_validate(body.payload)
+                problem = _unfit_arguments(call.function.arguments)
+                if problem is not None:
+                    return _refused(422, problem)
         except ValidationError as error:
+            where = ["payload"] if error.title == ToolCallPayload.__name__ else []
             details = [
-                ErrorDetail(loc=list(e["loc"]), msg=e["msg"], type=e["type"])
+                ErrorDetail(loc=[*where, *e["loc"]], msg=e["msg"], type=e["type"])
                 for e in error.errors(include_url=False, include_input=False)
             ]
+            logger.warning("refused (422): %s", details[0].msg if details else error.title)
             return _error(422, "the body does not follow the contract", details)
-        answer = decide(body, rules)
+        try:
+            answer = decide(body, rules)
+            answered = answer.model_dump(mode="json")
+        except Exception as error:  # one line, never a traceback: the caller blocks on 5xx
+            logger.error("could not decide %s: %s: %s", body.action_id, type(error).__name__, error)
+            return _error(500, "the rules could not decide this request")
         logger.info(
             "%s %s %s: %s %s",
             body.action_type,
@@ -251,7 +303,7 @@ def create_app(
                 "span_id": trace.span_id if trace else body.trace.span_id,
             },
         )
-        return JSONResponse(answer.model_dump(mode="json"))
+        return JSONResponse(answered)
 
     async def served_document(request: Request) -> Response:
         return JSONResponse(document)
@@ -372,6 +424,49 @@ def serve(
         server.run(sockets=[sock])
     finally:
         sock.close()
+
+
+def _refused(status: int, message: str) -> Response:
+    logger.warning("refused (%d): %s", status, message)
+    return _error(status, message)
+
+
+def _unfit(value: Any, where: str) -> str | None:
+    """What makes a parsed JSON value unfit to decide on: nesting deeper than
+    :data:`MAX_DEPTH`, or a string (or key) holding a lone surrogate, which no UTF-8
+    answer can carry. Walked without recursion."""
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item) is not None:
+                return f"{where}: a string holds a lone surrogate (not UTF-8 text)"
+        elif isinstance(item, dict | list):
+            if depth >= MAX_DEPTH:
+                return f"{where}: nested deeper than {MAX_DEPTH} levels"
+            if isinstance(item, dict):
+                pending.extend((key, depth) for key in item)
+                pending.extend((child, depth + 1) for child in item.values())
+            else:
+                pending.extend((child, depth + 1) for child in item)
+    return None
+
+
+def _unfit_arguments(arguments: str) -> str | None:
+    """:func:`_unfit` for a tool call's arguments, when they are JSON (the rules read them)."""
+    if _SURROGATE.search(arguments) is not None:
+        return f"{_ARGUMENTS}: a lone surrogate (not UTF-8 text)"
+    try:
+        parsed = json.loads(arguments, parse_constant=_not_json)
+    except RecursionError:
+        return f"{_ARGUMENTS}: nested deeper than {MAX_DEPTH} levels"
+    except ValueError:
+        return None  # not JSON (a custom tool's raw input): the rules see it as text
+    return _unfit(parsed, _ARGUMENTS)
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_ARGUMENTS: Final = "the tool call's arguments"
 
 
 def _not_json(constant: str) -> Any:
