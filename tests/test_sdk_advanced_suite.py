@@ -97,6 +97,8 @@ ADVANCED_INTERNALS: dict[str, str] = {
     "test_usage_tracking_failure_identity_follows_model_data_policy": _PRIVATE,
     "test_branch_allocation_is_serialized_across_processes": _PROCESS,
     "test_pop_item_claim_is_unique_across_processes": _PROCESS,
+    # Its sessions are built in child processes, which import the SDK's own class.
+    "test_concurrent_structure_table_claims_leave_one_coherent_owner": _PROCESS,
 }
 """Test functions deselected by exact name (every parameter of each)."""
 
@@ -124,8 +126,8 @@ ADVANCED_CASES: dict[str, str] = {
 }
 """Single parameter cases deselected by id."""
 
-EXPECTED_PASSED = 90
-EXPECTED_DESELECTED = 89
+EXPECTED_PASSED = 89
+EXPECTED_DESELECTED = 90
 
 
 def _test_names(module: Path) -> list[str]:

@@ -29,7 +29,7 @@ from agents.usage import Usage
 
 from agentjournal import Journal, JournalSession
 from agentjournal import events as ev
-from agentjournal.errors import BranchDeleted
+from agentjournal.errors import BranchDeleted, StoreUnavailable
 from agentjournal.streams import branch_stream, session_stream
 
 SID = "parity"
@@ -284,6 +284,24 @@ async def test_an_object_on_a_deleted_branch_reads_as_the_sdk_class_reads(
     await _sides(tmp_path, _deleted_under_program, journal=journal)
 
 
+async def test_an_object_whose_first_call_after_a_delete_reads_everything_cannot_write(
+    journal: Journal,
+) -> None:
+    one = JournalSession(journal.store, SID)
+    await one.add_items(MAIN)
+    await one.create_branch_from_turn(2, "x")
+    await one.add_items([_user("x2")])
+    await one.switch_to_branch("main")
+    await one.delete_branch("x")
+    # Its first read is a full one, which a store with a read model answers from it.
+    late = JournalSession(journal.store, SID, branch="x")
+    assert await late.get_items() == []
+    with pytest.raises(BranchDeleted):
+        await late.add_items([_user("late")])
+    events = await journal.store.read(branch_stream(SID, "x"))
+    assert events[-1].type == ev.BRANCH_DELETED
+
+
 async def test_writes_onto_a_branch_another_object_deleted_are_refused(journal: Journal) -> None:
     one, two = JournalSession(journal.store, SID), JournalSession(journal.store, SID)
     await one.add_items(MAIN)
@@ -454,3 +472,53 @@ async def test_calls_keep_the_line_current_when_made_as_the_sdk_class_does(
     tmp_path: Path,
 ) -> None:
     await _sides(tmp_path, _call_order_program)
+
+
+# -- a run, and closing during one ------------------------------------------------------------
+
+
+async def _run_after_clear_program(make: Callable[[], Any]) -> list[Any]:
+    one, two = make(), make()
+    await one.add_items(MAIN)
+    await two.create_branch_from_turn(2, "x")
+    await one.clear_session()
+    agent = Agent(name="a", model=ScriptedModel([[assistant_message("hi", item_id="m1")]]))
+    result = await Runner.run(agent, "hello", session=two)
+    items = await two.get_items()
+    return [result.final_output, two._current_branch_id, [item.get("role") for item in items]]
+
+
+async def test_a_run_on_an_object_whose_branch_was_cleared_runs_on_main_as_the_sdk_s_does(
+    tmp_path: Path,
+) -> None:
+    await _sides(tmp_path, _run_after_clear_program)
+
+
+async def test_closing_during_a_run_scope_lets_the_error_through_with_one_line(
+    journal: Journal, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = journal.session(SID)
+
+    async def closed_and_failed() -> None:
+        async with session.run_scope():
+            session.close()
+            raise ValueError("the body failed")
+
+    with pytest.raises(ValueError, match="the body failed"):
+        await closed_and_failed()
+    lines = [r for r in caplog.records if r.name == "agentjournal.session"]
+    assert [r.getMessage() for r in lines] == [
+        f"AgentSession-{SID} was closed during the run: its open subagents stay open until "
+        "the session's next run closes them"
+    ]
+    assert lines[0].exc_info is None
+
+
+async def test_sessions_of_a_closed_journal_fail_as_the_store_is_gone(tmp_path: Path) -> None:
+    journal = await Journal.open(f"sqlite:///{tmp_path / 'j.db'}")
+    session = journal.session(SID)
+    await session.add_items(MAIN[:1])
+    await journal.close()
+    for call in (session.get_items(), session.add_items([_user("x")]), session.list_branches()):
+        with pytest.raises(StoreUnavailable):
+            await call

@@ -285,6 +285,8 @@ class Reader:
                     # since the model's read (its last event is read apart): the events.
                     tree.reset()
                     return False
+                if stream == self.stream and event.type == events.BRANCH_DELETED:
+                    tree.apply_recorded(event)  # the line has ended, as load() notes it
                 heads[stream] = event.revision
                 hashes[stream] = event.metadata.get(HASH_KEY, "")
                 found = next_index_after(event)

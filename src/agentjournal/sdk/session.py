@@ -311,9 +311,11 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
 
         The SDK's contract (``SQLiteSession.close()``: synchronous, idempotent, and
         ``add_items([])`` refused too); ``store_run_usage`` logs the error instead, as the
-        SDK's does. Nothing is buffered, so nothing is written: every write already
-        landed or failed. What this object holds alone goes: the trace of a run it was
-        recording ends, marked as cut short. The store and the cached reads of the
+        SDK's does. Closing writes nothing: every write already landed or failed. What
+        this object holds alone goes: a run it was recording is cut short there (its
+        trace ends so marked, the model response it had not written yet — recorded with
+        a run's next write — is not recorded, and the subagents it opened stay open until
+        the session's next run closes them, as after a crash). The store and the cached reads of the
         session's lines belong to the :class:`~agentjournal.Journal` and stay open for
         its other session objects, on this session id too; close the journal to close
         them. ``async with journal.session(id) as session:`` closes it on exit.
@@ -376,7 +378,11 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         if resolved is not None and resolved < 0:
             resolved = None
         if run_core is not None:
-            return await run_core.items(resolved)  # type: ignore[return-value]
+            # A run that starts on a line cleared meanwhile (by any object) goes on main.
+            found: list[TResponseInputItem] = await self._retry_cleared(
+                run_core, lambda line: line.items(resolved)
+            )
+            return found
         found = await self._read_line(branch_id, lambda core: core.items(resolved))
         return [] if found is None else found
 
@@ -599,6 +605,13 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         try:
             yield self
         except BaseException as error:
+            if self._closed:  # nothing more may be written through this object
+                logger.warning(
+                    "%s was closed during the run: its open subagents stay open until the "
+                    "session's next run closes them",
+                    self.stream,
+                )
+                raise
             cancelled = isinstance(error, asyncio.CancelledError | KeyboardInterrupt)
             reason = f"{type(error).__name__}: {error}"[:SUMMARY_CHARS]
             closing = self.close_subagents(
@@ -609,7 +622,7 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
             except Exception:  # the run's own error is the one to report
                 logger.exception("could not close the subagents of %s", self.stream)
             raise
-        if self._run.finished is not None:
+        if self._run.finished is not None and not self._closed:
             await self._write([], wrapper=None, closing=("success", ""))
 
     async def _write(
