@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,10 @@ from typing import Any
 import pytest
 
 from agentjournal import Journal
+from agentjournal.cli._common import trusted_keys
 from agentjournal.ledger import SigningKey
+from agentjournal.store import open_store
+from agentjournal.ui.page import session_page
 from cli_run import run
 
 ITEMS: list[Any] = [
@@ -151,3 +155,30 @@ def test_show_ends_with_the_state_verify_names(store: Store) -> None:
     # Without the key, the same signed session is signed by a key not trusted.
     shown = run("show", "signed", "--uri", store.uri)
     assert shown.stdout.splitlines()[-1].startswith("integrity: SIGNED BY AN UNTRUSTED KEY: ")
+
+
+def test_an_edited_read_model_fails_verify_show_and_the_page_alike(
+    store: Store, tmp_path: Path
+) -> None:
+    copy = tmp_path / "copy.db"
+    shutil.copy(store.path, copy)
+    with sqlite3.connect(copy) as db:
+        db.execute(
+            """UPDATE items SET item = '{"role": "user", "content": "transfer all funds"}'"""
+        )
+    uri = f"sqlite:///{copy}"
+    trust = ("--pubkey", f"{store.key}.pub")
+    verified = run("verify", "signed", "--uri", uri, *trust).stdout.splitlines()[-1]
+    assert verified.startswith("FAILED: AgentSession-signed: ")
+    assert verified.endswith("(read model)")
+    shown = run("show", "signed", "--uri", uri, *trust).stdout.splitlines()[-1]
+    assert shown == f"integrity: {verified}"
+
+    async def page() -> dict[str, Any]:
+        opened = await open_store(uri, create=False)
+        try:
+            return await session_page(opened, "signed", trusted_keys([f"{store.key}.pub"]))
+        finally:
+            await opened.close()
+
+    assert asyncio.run(page())["integrity"]["text"] == verified

@@ -62,9 +62,10 @@ async def show_session(args: argparse.Namespace) -> int:
     from agentjournal.cli._render import console
     from agentjournal.cli._store import open_session
     from agentjournal.errors import InvalidInput
+    from agentjournal.read.replay import check_read_model
     from agentjournal.read.views import LEGEND, plain_lines, tree_view
     from agentjournal.records import TreeRecords
-    from agentjournal.streams import MAIN_BRANCH
+    from agentjournal.streams import MAIN_BRANCH, session_stream
     from agentjournal.walk import read_tree
 
     keys = trusted_with_own(args.pubkey)
@@ -72,10 +73,13 @@ async def show_session(args: argparse.Namespace) -> int:
     try:
         tree = await read_tree(store, session_id)
         lines = await _lines(store, session_id, args.branch)
+        model = await check_read_model(store, session_id)
     finally:
         await store.close()
     # The whole tree, every line, as `verify` checks it (the records are already read).
-    integrity = verify_records(tree, keys).integrity
+    report = verify_records(tree, keys)
+    report.model_checked(model, session_stream(session_id))
+    integrity = report.integrity
     only_main = args.branch == MAIN_BRANCH
     if args.branch is not None and not only_main:
         tree = TreeRecords(session_id, {})  # only the branch's own streams are shown

@@ -61,10 +61,6 @@ async def verify_session(args: argparse.Namespace) -> int:
     finally:
         await store.close()
     report = anchors.verify_records(records)
-    if model is not None:
-        line, problem = model
-        report.lines.append(line)
-        if problem is not None:
-            report.fail("read model", session_stream(session_id), None, problem)
+    report.model_checked(model, session_stream(session_id))
     print(report.text())
     return 0 if report.ok else 2

@@ -34,7 +34,13 @@ from agentjournal import events
 from agentjournal.errors import InvalidInput
 from agentjournal.read.views import LEGEND, describe_record, tree_view
 from agentjournal.records import DamagedEvent, Record, TreeRecords
-from agentjournal.streams import KEYS_STREAM, MAIN_BRANCH, authority_stream, ledger_stream
+from agentjournal.streams import (
+    KEYS_STREAM,
+    MAIN_BRANCH,
+    authority_stream,
+    ledger_stream,
+    session_stream,
+)
 from agentjournal.walk import read_tree
 
 if TYPE_CHECKING:
@@ -91,7 +97,7 @@ async def session_page(
         StoreUnavailable: The store could not be read.
     """
     from agentjournal.audit.verify import Report, verify_records
-    from agentjournal.read.replay import history_before, replay
+    from agentjournal.read.replay import check_read_model, history_before, replay
     from agentjournal.read.usage import usage_of
 
     # The position first: an event written while the page is read is announced after it.
@@ -103,6 +109,8 @@ async def session_page(
         report.fail("integrity", bad.stream, bad.revision, bad.message)
         return session_data(TreeRecords(session_id, {}), report, [], None, position=position)
     report = verify_records(tree, keys)
+    # Every check `verify` makes: the read model `get_items` answers from, too.
+    report.model_checked(await check_read_model(store, session_id), session_stream(session_id))
     from agentjournal.engine.fork import read_branches
 
     branches = await read_branches(store, session_id)

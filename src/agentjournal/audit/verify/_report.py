@@ -73,6 +73,16 @@ class Report:
     ) -> None:
         self.problems.append(Problem(check, stream, revision, message, untrusted))
 
+    def model_checked(self, found: tuple[str, str | None] | None, stream: str) -> None:
+        """Add the read-model comparison (``read.replay.check_read_model``): its line, and
+        its problem as a failure on ``stream`` (None: the store keeps no read model)."""
+        if found is None:
+            return
+        line, problem = found
+        self.lines.append(line)
+        if problem is not None:
+            self.fail("read model", stream, None, problem)
+
     def failed(self, check: str) -> bool:
         """Whether a check of this kind has failed."""
         return any(problem.check == check for problem in self.problems)
