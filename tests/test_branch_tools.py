@@ -249,7 +249,7 @@ def test_fork_by_turn_revision_from_a_branch_and_with_a_generated_name(store: St
 def test_show_names_each_fork_and_each_branch_under_its_header(store: Store) -> None:
     text = _ok("show", SID, uri=store.uri)
     assert (
-        "BranchForked                 \u2442 branch 'retry' forked before #14 "
+        "BranchForked                 branch 'retry' forked before #14 "
         f"\u2192 AgentBranch-{SID}@retry" in text
     )
     assert "\u2442 branch 'retry' \u2190 main before #14: shares 14 items with main" in text

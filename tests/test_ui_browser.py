@@ -131,18 +131,32 @@ def test_the_demo_session_shows_lanes_decisions_grants_and_a_verified_ledger(
     expect(page.locator("#tree li")).to_have_count(3)
     expect(page.locator("#usage")).to_contain_text("total")
     page.screenshot(path=str(shots / "ui-session.png"))
-    # Clicking an event shows its exact stored record, chain position included.
+    # Clicking an event shows its exact stored record, chain position included, beside the
+    # timeline and in view, however far down the event is.
+    block.scroll_into_view_if_needed()
     block.click()
     record = page.locator("#record")
     expect(record).to_contain_text('"type": "agentjournal.GuardrailDecided"')
     expect(record).to_contain_text('"aj.hash"')
     expect(record).to_contain_text("CEILING_EXCEEDED")
+    shown = page.locator("#detail").bounding_box()
+    timeline = page.locator("#timeline").bounding_box()
+    assert shown is not None
+    assert timeline is not None
+    assert shown["x"] >= timeline["x"] + timeline["width"]  # beside, not below
+    assert 0 <= shown["y"] < 1000  # in the viewport
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1400  # no page scroll
     page.locator("#tab-integrity").click()
     expect(page.locator("#integrity h2").first).to_have_text("verified")
     page.screenshot(path=str(shots / "ui-integrity.png"))
     page.locator("#tab-replay").click()
     page.locator("#replay-at").select_option("3")
     expect(page.locator("#replay > li")).to_have_count(3)
+    # The history reads as a conversation; the stored item is one click away.
+    expect(page.locator("#replay > li .said").first).to_have_text(
+        "user Why was I charged twice for order 42?"
+    )
+    expect(page.locator("#replay > li details pre").first).not_to_be_visible()
     page.screenshot(path=str(shots / "ui-replay.png"))
     assert watched.errors == []
     assert watched.others(url) == []
@@ -327,7 +341,7 @@ def test_a_branch_is_named_its_timeline_shown_and_its_replay_is_its_line(
     _, url = branched
     page = watched.page
     page.goto(f"{url}/sessions/demo-1")
-    expect(page.locator("#line")).to_have_text("main line")
+    expect(page.locator("#line")).to_have_text("main")
     expect(page.locator("#ledger")).to_contain_text(
         "VERIFIED: checkpoints signed by "
     )  # the fork was signed

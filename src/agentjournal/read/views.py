@@ -355,7 +355,7 @@ def _cut(body: Mapping[str, Any]) -> str:
 
 
 def _forked(record: Record, body: Mapping[str, Any]) -> str:
-    return f"⑂ branch {body['branch']!r} forked {_cut(body)} → {body['branch_stream']}"
+    return f"branch {body['branch']!r} forked {_cut(body)} → {body['branch_stream']}"
 
 
 def _branch_started(record: Record, body: Mapping[str, Any]) -> str:

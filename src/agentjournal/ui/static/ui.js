@@ -59,11 +59,12 @@
     app.appendChild(el("div", { cls: "toolbar" }, input));
     app.appendChild(el("p", { cls: "warning", id: "warning", text: data.warning || "" }));
     var columns = ["session", "app", "user", "agent", "items", "subagents o/c/f", "blocks",
-      "refusals", "tokens", "first", "last", "integrity"];
+      "refusals", "tokens", "branches", "first", "last", "integrity"];
     var head = el("tr");
     columns.forEach(function (c) { head.appendChild(el("th", { text: c })); });
     body = el("tbody", { id: "rows" });
-    app.appendChild(el("table", { cls: "sessions" }, el("thead", null, head), body));
+    app.appendChild(el("div", { cls: "scroll" },
+      el("table", { cls: "sessions" }, el("thead", null, head), body)));
     drawRows(body);
   }
   function drawRows(body) {
@@ -77,10 +78,12 @@
       var link = el("a", { href: "sessions/" + encodeURIComponent(row.session_id), text: row.session_id });
       if (mode === "live") link.setAttribute("href", "/sessions/" + encodeURIComponent(row.session_id));
       var s = row.subagents;
+      var gone = row.branches.filter(function (b) { return b.deleted; }).length;
+      var live = row.branches.length - gone;
       var cells = [link, row.app || "-", row.user || "-", row.agent || "-", String(row.items),
         s.open + "/" + s.closed + "/" + s.failed, String(row.guardrail_blocks), String(row.refusals),
-        String(row.tokens), row.first_activity.slice(0, 19).replace("T", " "),
-        row.last_activity.slice(0, 19).replace("T", " "), STATE_WORDS[row.integrity.state]];
+        String(row.tokens), row.branches.length ? live + (gone ? " (+" + gone + " gone)" : "") : "-",
+        shortTime(row.first_activity), shortTime(row.last_activity), STATE_WORDS[row.integrity.state]];
       var tr = el("tr", { "data-session": row.session_id });
       cells.forEach(function (c, i) {
         var td = el("td", null, c);
@@ -93,7 +96,7 @@
       });
       body.appendChild(tr);
     });
-    if (!shown) body.appendChild(el("tr", null, el("td", { colspan: "12", text: data.rows.length ? "no sessions match" : "no sessions" })));
+    if (!shown) body.appendChild(el("tr", null, el("td", { colspan: "13", text: data.rows.length ? "no sessions match" : "no sessions" })));
   }
 
   // -- one session -----------------------------------------------------------------
@@ -134,7 +137,7 @@
     box.appendChild(el("span", { id: "line", text: b
       ? "branch " + b.name + (b.deleted ? " [" + b.deleted + "]" : "") + " \u2190 " + b.parent + " " +
         b.where + " · shares " + b.prefix_items + " items with " + b.parent + " before #" + b.next_index
-      : "main line" }));
+      : "main" }));
     var pick = el("select", { id: "branch-select" });
     pick.appendChild(el("option", { value: "main", text: "main" }));
     branches.forEach(function (one) {
@@ -151,7 +154,7 @@
     } else {
       pick.disabled = true;
     }
-    box.appendChild(el("label", null, " line ", pick));
+    box.appendChild(el("label", null, " · show line ", pick));
     return box;
   }
 
@@ -177,7 +180,7 @@
   function drawTimeline() {
     var lanes = data.lanes;
     var grid = el("div", { cls: "timeline", id: "timeline",
-      style: "grid-template-columns: repeat(" + Math.max(lanes.length, 1) + ", minmax(14em, 1fr))" });
+      style: "grid-template-columns: repeat(" + Math.max(lanes.length, 1) + ", minmax(11em, 1fr))" });
     lanes.forEach(function (name, i) {
       grid.appendChild(el("div", { cls: "lane-head", "data-lane": name, style: "grid-column:" + (i + 1) }, name));
     });
@@ -193,7 +196,7 @@
           e.decision ? el("span", { cls: "badge", text: e.decision }) : null,
           el("span", { cls: "where", text: e.where })),
         el("div", { cls: "text", text: e.text }));
-      if (e.failed) card.appendChild(el("div", { cls: "problem", text: data.integrity.problems[0].message }));
+      if (e.failed) card.appendChild(el("div", { cls: "problem", text: firstFailure().message }));
       if (e.diff) {
         var diff = el("pre", { cls: "diff" });
         e.diff.forEach(function (d) {
@@ -211,7 +214,7 @@
     } else {
       detail.appendChild(el("p", { cls: "dim", text: "click an event to see its stored record" }));
     }
-    app.appendChild(el("div", { cls: "layout" }, drawTree(), el("div", { cls: "main" }, grid, detail)));
+    app.appendChild(el("div", { cls: "layout" }, drawTree(), el("div", { cls: "main" }, grid), detail));
     app.appendChild(el("p", { cls: "dim", text: data.legend }));
   }
 
@@ -251,7 +254,11 @@
     var list = el("ol", { id: "replay", start: "0" });
     function show(items) {
       list.textContent = "";
-      items.forEach(function (item) { list.appendChild(el("li", null, el("pre", { text: pretty(item) }))); });
+      items.forEach(function (item) {
+        list.appendChild(el("li", null, el("div", { cls: "said" },
+          el("b", { text: speaker(item) }), el("span", { text: " " + said(item) })),
+          el("details", null, el("summary", { text: "stored item" }), el("pre", { text: pretty(item) }))));
+      });
       if (!items.length) list.appendChild(el("li", { cls: "dim", text: "(no items)" }));
     }
     pick.addEventListener("change", function () {
@@ -269,6 +276,29 @@
     }
     app.appendChild(el("section", { cls: "replay" }, el("label", null, "history ", pick), list));
     load();
+  }
+
+  // -- helpers ---------------------------------------------------------------------
+  function shortTime(iso) { return iso.slice(5, 16).replace("T", " "); }
+  function firstFailure() {
+    return data.integrity.problems.filter(function (p) { return !p.untrusted; })[0] || {};
+  }
+  // Who says an item, and what, in a line: a message's role, or the kind of item.
+  function speaker(item) {
+    if (item.role) return item.role + (item.type && item.type !== "message" ? " (" + item.type + ")" : "");
+    return item.type || "item";
+  }
+  function said(item) {
+    var content = item.content;
+    if (typeof content === "string") return content;
+    if (Array.isArray(content)) {
+      return content.map(function (part) { return part.text || part.refusal || "[" + (part.type || "part") + "]"; }).join(" ");
+    }
+    if (item.type === "function_call") return item.name + "(" + (item.arguments || "") + ")";
+    if (item.type === "function_call_output") {
+      return "→ " + (typeof item.output === "string" ? item.output : JSON.stringify(item.output));
+    }
+    return "";
   }
 
   function draw() {
