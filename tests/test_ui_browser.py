@@ -415,3 +415,26 @@ def test_the_view_file_of_a_branch_opens_offline_on_its_line(
     page.locator("#replay-at").select_option("15")  # carried in the file: no server
     expect(page.locator("#replay > li")).to_have_count(15)
     assert watched.errors == []
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_the_list_and_a_session_fit_the_width_without_scrolling_sideways(
+    browser: Browser, url: str, shots: Path, width: int
+) -> None:
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(f"{url}/")
+        expect(page.locator("#rows tr")).not_to_have_count(0)
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        expect(page.locator("table.sessions th").last).to_have_text("integrity")
+        page.screenshot(path=str(shots / f"ui-list-{width}.png"))
+        page.goto(f"{url}/sessions/demo-1")
+        expect(page.locator("#ledger")).to_contain_text("VERIFIED: ")
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        page.locator('.event.decision-MODIFY[data-agent="billing"]').click()
+        expect(page.locator("#record")).to_contain_text("PII_REDACTED")
+        page.screenshot(path=str(shots / f"ui-session-{width}.png"))
+    finally:
+        context.close()
