@@ -17,12 +17,9 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from agents import Agent, RunContextWrapper
+from agents import RunContextWrapper
 from agents.extensions.memory import AdvancedSQLiteSession
-from agents.result import RunResult
-from agents.testing import ScriptedModel
 from agents.usage import Usage
-from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
 from agentjournal import Journal, JournalSession
 from agentjournal import events as ev
@@ -32,6 +29,7 @@ from agentjournal.ledger.chain import GENESIS, HASH_KEY, seal
 from agentjournal.store.contract import AppendRequest, AppendResult, NewEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import branch_stream, branches_stream, session_stream
+from branch_items import run_result
 
 SID = "adv-1"
 
@@ -42,30 +40,6 @@ def _user(text: str) -> Any:
 
 def _assistant(text: str) -> Any:
     return {"role": "assistant", "content": text}
-
-
-def _result(requests: int, tokens: int) -> RunResult:
-    usage = Usage(
-        requests=requests,
-        input_tokens=tokens,
-        output_tokens=tokens // 2,
-        total_tokens=tokens + tokens // 2,
-        input_tokens_details=InputTokensDetails(cache_write_tokens=0, cached_tokens=tokens // 10),
-        output_tokens_details=OutputTokensDetails(reasoning_tokens=1),
-    )
-    return RunResult(
-        input="x",
-        new_items=[],
-        raw_responses=[],
-        final_output="x",
-        input_guardrail_results=[],
-        output_guardrail_results=[],
-        tool_input_guardrail_results=[],
-        tool_output_guardrail_results=[],
-        context_wrapper=RunContextWrapper(context=None, usage=usage),
-        _last_agent=Agent(name="a", model=ScriptedModel()),
-        interruptions=[],
-    )
 
 
 def _types(events: Sequence[Any]) -> list[str]:
@@ -234,7 +208,7 @@ async def test_a_usage_booking_retried_after_a_lost_answer_is_booked_once(
         session = JournalSession(store, SID)
         await session.add_items([_user("u1"), _assistant("a1")])
         store.lose = ev.TURN_USAGE
-        await session.store_run_usage(_result(2, 100))
+        await session.store_run_usage(run_result(2, 100))
         assert store.lost == 1
         booked = [e for e in await store.read(session_stream(SID)) if e.type == ev.TURN_USAGE]
         assert len(booked) == 1
@@ -290,15 +264,15 @@ async def _usage_program(session: Any) -> list[Any]:
         seen.append(sorted(listed, key=lambda b: str(b["branch_id"])))
 
     await session.add_items([_user("u1"), _assistant("a1")])
-    await session.store_run_usage(_result(1, 10))
+    await session.store_run_usage(run_result(1, 10))
     await session.add_items([_user("u2"), _assistant("a2")])
-    await session.store_run_usage(_result(2, 20))
-    await session.store_run_usage(_result(3, 30))  # a resumed run: the newest counts
+    await session.store_run_usage(run_result(2, 20))
+    await session.store_run_usage(run_result(3, 30))  # a resumed run: the newest counts
     await look()
     await session.create_branch_from_turn(2, "alt")
     await look()  # a branch starts with no usage (the SDK copies none)
     await session.add_items([_user("alt2"), _assistant("b2")])
-    await session.store_run_usage(_result(4, 40))
+    await session.store_run_usage(run_result(4, 40))
     await look()
     seen.append(await session.get_turn_usage(2, "alt"))
     seen.append(await session.get_session_usage("alt"))
@@ -332,7 +306,7 @@ async def test_usage_on_a_branch_is_booked_on_the_branch_stream(journal: Journal
     await session.add_items([_user("u1"), _user("u2")])
     await session.create_branch_from_turn(2, "alt")
     await session.add_items([_user("b2"), _assistant("b")])
-    await session.store_run_usage(_result(1, 10))
+    await session.store_run_usage(run_result(1, 10))
     top = branch_stream(SID, "alt")
     (booked,) = [e for e in await journal.store.read(top) if e.type == ev.TURN_USAGE]
     usage = ev.TurnUsage.decode(booked.data)
@@ -450,9 +424,9 @@ async def test_usage_before_the_first_user_message_is_booked_on_turn_zero(
     """As the SDK: items before any user message are turn 0, and usage lands there."""
 
     async def program(session: Any) -> list[Any]:
-        await session.store_run_usage(_result(1, 10))  # no item: nothing booked
+        await session.store_run_usage(run_result(1, 10))  # no item: nothing booked
         await session.add_items([_assistant("hello first")])
-        await session.store_run_usage(_result(2, 20))
+        await session.store_run_usage(run_result(2, 20))
         return [await session.get_turn_usage(), await session.get_session_usage()]
 
     sdk = AdvancedSQLiteSession(session_id=SID, create_tables=True)

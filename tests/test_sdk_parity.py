@@ -23,14 +23,13 @@ import pytest
 from agents import Agent, RunContextWrapper, Runner
 from agents.extensions.memory import AdvancedSQLiteSession
 from agents.memory import SessionSettings
-from agents.result import RunResult
 from agents.testing import ScriptedModel, assistant_message
-from agents.usage import Usage
 
 from agentjournal import Journal, JournalSession
 from agentjournal import events as ev
 from agentjournal.errors import BranchDeleted, StoreUnavailable
 from agentjournal.streams import branch_stream, session_stream
+from branch_items import run_result
 
 SID = "parity"
 MAIN: list[Any] = [
@@ -46,28 +45,6 @@ Program = Callable[[Callable[[], Any]], Awaitable[list[Any]]]
 
 def _user(text: str) -> Any:
     return {"role": "user", "content": text}
-
-
-def _result(requests: int = 1, tokens: int = 50) -> RunResult:
-    usage = Usage(
-        requests=requests,
-        input_tokens=tokens,
-        output_tokens=tokens // 2,
-        total_tokens=tokens + tokens // 2,
-    )
-    return RunResult(
-        input="x",
-        new_items=[],
-        raw_responses=[],
-        final_output="x",
-        input_guardrail_results=[],
-        output_guardrail_results=[],
-        tool_input_guardrail_results=[],
-        tool_output_guardrail_results=[],
-        context_wrapper=RunContextWrapper(context=None, usage=usage),
-        _last_agent=Agent(name="a", model=ScriptedModel()),
-        interruptions=[],
-    )
 
 
 async def _outcome(call: Awaitable[Any]) -> Any:
@@ -160,7 +137,7 @@ async def _closed_program(make: Callable[[], Any]) -> list[Any]:
             session.get_tool_usage(),
             session.get_session_usage(),
             session.get_turn_usage(),
-            session.store_run_usage(_result()),  # logged, not raised: analytics after a run
+            session.store_run_usage(run_result(1, 50)),  # logged, not raised: analytics after a run
         )
     ]
     # Another object on the same session (and store) goes on.
@@ -378,18 +355,18 @@ async def _usage_after_pops_program(make: Callable[[], Any]) -> list[Any]:
     """Usage stays while a turn keeps an item, goes when a pop empties it, is skipped on
     a line without a turn, and does not come back when a new turn reuses the number."""
     session = make()
-    await session.store_run_usage(_result(1))  # no turn yet: skipped
+    await session.store_run_usage(run_result(1, 50))  # no turn yet: skipped
     seen = [await session.get_session_usage(), await session.get_turn_usage()]
     await session.add_items([_user("q"), {"role": "assistant", "content": "a"}])
-    await session.store_run_usage(_result(2))
+    await session.store_run_usage(run_result(2, 50))
     await session.pop_item()
     seen += [await session.get_turn_usage(1), await session.get_session_usage()]
     await session.pop_item()
     seen += [await session.get_turn_usage(1), await session.get_session_usage()]
-    await session.store_run_usage(_result(3))  # the line has no turn again: skipped
+    await session.store_run_usage(run_result(3, 50))  # the line has no turn again: skipped
     await session.add_items([_user("q again")])  # turn 1 reused
     seen += [await session.get_turn_usage(1), await session.get_turn_usage()]
-    await session.store_run_usage(_result(4))
+    await session.store_run_usage(run_result(4, 50))
     seen += [await session.get_turn_usage(), await session.get_session_usage()]
     return seen
 
@@ -398,7 +375,7 @@ async def _clear_numbering_program(make: Callable[[], Any]) -> list[Any]:
     """A clear resets turns and usage, and moves the object to main."""
     session = make()
     await session.add_items(MAIN)
-    await session.store_run_usage(_result(2))
+    await session.store_run_usage(run_result(2, 50))
     await session.create_branch_from_turn(2, "branch_a")
     seen = [session._current_branch_id]
     await session.clear_session()
@@ -449,8 +426,8 @@ async def _call_order_program(make: Callable[[], Any]) -> list[Any]:
     await add
     seen += [await session.get_items(branch_id="branch_a"), await session.get_items()]
     # A usage booking made before a pop that empties its turn: the pop un-books it.
-    await session.store_run_usage(_result(1))
-    booked = asyncio.ensure_future(session.store_run_usage(_result(5)))
+    await session.store_run_usage(run_result(1, 50))
+    booked = asyncio.ensure_future(session.store_run_usage(run_result(5, 50)))
     await asyncio.sleep(0)
     await session.pop_item()
     await session.pop_item()
@@ -460,7 +437,7 @@ async def _call_order_program(make: Callable[[], Any]) -> list[Any]:
     await session.create_branch_from_turn(1, "unrelated")
     await session.add_items([_user("u-other")])
     await session.switch_to_branch("branch_a")
-    booking = asyncio.ensure_future(session.store_run_usage(_result(7)))
+    booking = asyncio.ensure_future(session.store_run_usage(run_result(7, 50)))
     await asyncio.sleep(0)
     await session.delete_branch("unrelated")
     await booking
