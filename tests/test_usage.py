@@ -473,3 +473,20 @@ def test_the_demo_s_usage_shows_costs_without_a_price_file(tmp_path: Path) -> No
     assert row["key"] == "scripted-demo"
     assert row["cost_usd"] is not None
     assert Decimal(str(report["total"]["cost_usd"])) > 0
+
+
+def test_an_alias_takes_the_file_s_price_first_and_a_dead_alias_is_refused() -> None:
+    prices = Prices.from_json(
+        {"models": {"gpt-4.1": {"input": 100, "output": 100}, "scripted-demo": {"as": " gpt-4.1 "}}}
+    )
+    assert prices.cost("scripted-demo", _SOME) == prices.cost("gpt-4.1", _SOME)
+    assert prices.cost("scripted-demo", _SOME) == Decimal("0.11")  # the file's, not the table's
+    own = Prices.from_json({"models": {"s": {"as": "x"}, "x": {"input": 1, "output": 1}}})
+    assert own.cost("s", _SOME) == Decimal("0.0011")
+    for entry, message in (
+        ({"m": {"as": "no-such-model-anywhere"}}, "neither this file nor the maintained table"),
+        ({"m": {"as": "m"}}, "not an alias"),
+        ({"m": {"as": "n"}, "n": {"as": "gpt-4.1"}}, "not an alias"),
+    ):
+        with pytest.raises(InvalidInput, match=message):
+            Prices.from_json({"models": entry})

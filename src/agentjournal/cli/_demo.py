@@ -221,7 +221,7 @@ async def run_demo(uri: str, setup: DemoSetup, out: Print = print) -> int:
     out("look at it:")
     for command in (
         f"sessions{where} --pubkey {public}",
-        f"show {session_id}{where}",
+        f"show {session_id}{where} --pubkey {public}",
         f"replay {session_id}{where}",
         f"usage {session_id}{where}",
         f"tail {session_id}{where}",

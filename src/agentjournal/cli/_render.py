@@ -32,7 +32,7 @@ def console(file: TextIO | None = None) -> Console:
     return _Console(
         file=out,
         force_terminal=terminal,
-        no_color=not terminal,
+        no_color=None if terminal else True,  # None: rich honours $NO_COLOR itself
         highlight=False,
         soft_wrap=not terminal,  # a pipe gets whole lines, never wrapped at 80 columns
         width=None if terminal else 10_000,

@@ -79,10 +79,14 @@ async def _tail(args: argparse.Namespace) -> int:
     if args.wait and (args.session is None or args.branch is not None):
         return usage("--wait needs a SESSION (and no --branch): it waits for a session to start")
     waiting = False
+    after: int | None = None
     if args.session is not None and args.wait:
         session = validate_id(args.session, "session id")
         store = await open_store(store_uri(args.uri), create=False)
         try:
+            # Where to start first, then whether it started: a session whose first events
+            # land in between is followed from them, never missed.
+            after = None if args.from_start else await last_position(store)
             waiting = await store.head(session_stream(session)) is None
         except BaseException:
             await store.close()
@@ -92,7 +96,8 @@ async def _tail(args: argparse.Namespace) -> int:
     else:
         store, session = await open_store(store_uri(args.uri), create=False), None
     try:
-        after = None if args.from_start else await last_position(store)
+        if not waiting and not args.from_start and after is None:
+            after = await last_position(store)
         streams: set[str] | None = None
         follow_forks = session is not None and args.branch is None
         if session is not None and waiting:

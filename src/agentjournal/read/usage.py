@@ -197,7 +197,7 @@ class Prices:
                     raise InvalidInput(
                         f"model {model!r}: 'as' names the model it is priced as, and stands alone"
                     )
-                priced_as[model] = named
+                priced_as[model] = named.strip()
                 continue
             unknown = sorted(str(key) for key in fields_ if key not in _PRICE_FIELDS)
             if unknown:
@@ -210,19 +210,31 @@ class Prices:
                     raise InvalidInput(f"model {model!r}: {needed} is missing")
             given = {key: _usd(model, key, value) for key, value in fields_.items()}
             table[model] = Price(**given)
+        for model, named in priced_as.items():
+            # An alias names a price: the file's own, else the maintained table's.
+            if named == model or named in priced_as:
+                raise InvalidInput(f"model {model!r}: 'as' must name a priced model, not an alias")
+            if named not in table and _maintained_cost(named, _ONE_TOKEN) is None:
+                raise InvalidInput(
+                    f"model {model!r}: 'as: {named}' names a model neither this file nor the "
+                    "maintained table (genai-prices) prices"
+                )
         return cls(table, priced_as)
 
     def cost(self, model: str | None, usage: Usage) -> Decimal | None:
         """What ``usage`` of ``model`` costs; None when it has tokens and no price."""
-        price = self.models.get(model) if model is not None else None
-        if price is not None:
-            return price.cost(usage)
+        if model is None:
+            return Decimal(0) if not (usage.input_tokens or usage.output_tokens) else None
+        named = self.priced_as.get(model) or STAND_INS.get(model, model)
+        own = self.models.get(model) or self.models.get(named)  # the file's prices first
+        if own is not None:
+            return own.cost(usage)
         if not (usage.input_tokens or usage.output_tokens):
             return Decimal(0)
-        if model is None or not self.maintained:
-            return None
-        named = self.priced_as.get(model) or STAND_INS.get(model, model)
-        return _maintained_cost(named, usage)
+        return _maintained_cost(named, usage) if self.maintained else None
+
+
+_ONE_TOKEN: Final = Usage(input_tokens=1)
 
 
 def _maintained_cost(model: str, usage: Usage) -> Decimal | None:
