@@ -184,3 +184,33 @@ def test_the_schema_and_the_loader_accept_the_same_good_file() -> None:
     data = {"rules": [{"kind": "ceiling", "tool": "t", "argument": "a", "max": 5000}]}
     assert _schema_accepts(data)
     assert load_rules(json.dumps(data)).rules[0].max == 5000  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        ('{"order_id": "42", "amount_cents": "9000"}', "CEILING_EXCEEDED"),  # a numeric string
+        ('{"order_id": "42", "amount_cents": "lots"}', "CEILING_UNREADABLE"),
+        ('{"order_id": "42", "amount_cents": NaN}', "TOOL_CALL_UNREADABLE"),
+        ('{"order_id": "42", "amount_cents": 1e999}', "CEILING_UNREADABLE"),
+        ('{"order_id": "42", "amount_cents": ' + "9" * 400 + "}", "CEILING_UNREADABLE"),
+        ("not json at all", "TOOL_CALL_UNREADABLE"),
+        ("[9000]", "TOOL_CALL_UNREADABLE"),
+    ],
+)
+async def test_a_function_call_the_rules_cannot_read_is_blocked_not_allowed(
+    arguments: str, reason: str
+) -> None:
+    async with running(RULES) as url, httpx.AsyncClient() as http:
+        answer = await http.post(
+            f"{url}/v1/validate", json=_body("TOOL_CALL", _call("issue_refund", arguments))
+        )
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["decision"], answer.json()["reason_code"]) == ("BLOCK", reason)
+
+
+async def test_a_call_within_the_ceiling_is_still_allowed() -> None:
+    within = _call("issue_refund", '{"order_id": "42", "amount_cents": "1200"}')
+    async with running(RULES) as url, httpx.AsyncClient() as http:
+        answer = await http.post(f"{url}/v1/validate", json=_body("TOOL_CALL", within))
+    assert answer.json()["decision"] == "ALLOW"

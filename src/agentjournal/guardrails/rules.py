@@ -20,6 +20,7 @@ one MODIFY. :func:`decide` is what the service runs for each request.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -153,6 +154,9 @@ def decide(request: ValidateRequest, rules: RuleSet) -> ValidateResponse:
     """Apply ``rules`` to one request."""
     payload = request.payload
     tool, arguments = _tool_call(request)
+    if tool is not None and _is_function(payload) and not isinstance(arguments, dict):
+        # A function call's arguments are a JSON object; no rule can check anything else.
+        return _block(request, "TOOL_CALL_UNREADABLE", "the call's arguments are no JSON object")
     modified = payload
     codes: list[str] = []
     for rule in rules.rules:
@@ -164,12 +168,20 @@ def decide(request: ValidateRequest, rules: RuleSet) -> ValidateResponse:
                 if phrase.lower() in text:
                     return _block(request, "PHRASE_DENIED", f"payload contains {phrase!r}")
         if isinstance(rule, Ceiling) and tool == rule.tool and isinstance(arguments, dict):
-            value = arguments.get(rule.argument)
-            if isinstance(value, int | float) and not isinstance(value, bool) and value > rule.max:
+            if rule.argument not in arguments:
+                continue
+            value = _number(arguments[rule.argument])
+            if value is None:  # "5000" is a number to a tool that converts it: so it is here
+                return _block(
+                    request,
+                    "CEILING_UNREADABLE",
+                    f"{rule.argument} of {tool} is no number: its ceiling cannot be checked",
+                )
+            if value > rule.max:
                 return _block(
                     request,
                     "CEILING_EXCEEDED",
-                    f"{rule.argument}={value} is above the ceiling {rule.max:g} for {tool}",
+                    f"{rule.argument}={value:g} is above the ceiling {rule.max:g} for {tool}",
                 )
         if isinstance(rule, RedactPii):
             redacted = _redact(modified, request.action_type)
@@ -205,10 +217,31 @@ def _tool_call(request: ValidateRequest) -> tuple[str | None, Any]:
         return None, None
     name = function.get("name")
     try:
-        arguments = json.loads(function.get("arguments") or "{}")
-    except (TypeError, ValueError):
+        arguments = json.loads(function.get("arguments") or "{}", parse_constant=_no_constant)
+    except (TypeError, ValueError, RecursionError):
         arguments = None
     return (name if isinstance(name, str) else None), arguments
+
+
+def _is_function(payload: Any) -> bool:
+    return isinstance(payload, dict) and payload.get("type") == "function"
+
+
+def _no_constant(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _number(value: Any) -> float | None:
+    """A ceiling argument's value as a finite number (a numeric string too); else None."""
+    if isinstance(value, bool):
+        return None
+    if not isinstance(value, int | float | str):
+        return None
+    try:
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (ValueError, OverflowError):  # not a number, or an int past any float
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _redact(payload: Any, action_type: ActionType) -> Any:
