@@ -1,8 +1,9 @@
-"""The reference guardrail service against bodies found by fuzzing it from outside.
+"""The reference guardrail service against hostile bodies: valid JSON well under the size limit
+that nests past the depth limit, holds lone surrogates, or is a tool call it cannot read.
 
-Each is valid JSON well under the size limit; each used to answer 500 with a long traceback,
-or ALLOW a call it could not read. Each must be a JSON 4xx with one log line, and a rules file
-the service would misread must be refused when it loads. Real HTTP on loopback.
+Each is a JSON 4xx with one log line (never a 500 and a traceback), a function call whose
+arguments no rule can read is BLOCKed (never ALLOWed), and a rules file the service would
+misread is refused when it loads. Real HTTP on loopback.
 """
 
 from __future__ import annotations

@@ -315,10 +315,10 @@ class JournalSession(AdvancedSessionAPI, SessionHooks):
         this object holds alone goes: a run it was recording is cut short there (its
         trace ends so marked, the model response it had not written yet — recorded with
         a run's next write — is not recorded, and the subagents it opened stay open until
-        the session's next run closes them, as after a crash). The store and the cached reads of the
-        session's lines belong to the :class:`~agentjournal.Journal` and stay open for
-        its other session objects, on this session id too; close the journal to close
-        them. ``async with journal.session(id) as session:`` closes it on exit.
+        the session's next run closes them, as after a crash). The store and the cached
+        reads of the session's lines belong to the :class:`~agentjournal.Journal` and stay
+        open for its other session objects, on this session id too; close the journal to
+        close them. ``async with journal.session(id) as session:`` closes it on exit.
         """
         if self._closed:
             return
