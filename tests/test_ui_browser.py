@@ -115,6 +115,7 @@ def test_the_demo_session_shows_lanes_decisions_grants_and_a_verified_ledger(
     page.goto(f"{url}/sessions/demo-1")
     expect(page.locator("#ledger")).to_contain_text("VERIFIED: checkpoints signed by ")
     expect(page.locator("#status")).to_have_text("live")
+    page.locator("#tab-timeline").click()
     lanes = page.locator(".lane-head").all_inner_texts()
     assert [lane for lane in lanes if lane != "authority"] == ["triage", "billing", "refunds"]
     modify = page.locator('.event.decision-MODIFY[data-agent="billing"]')
@@ -172,6 +173,7 @@ def test_a_tampered_copy_shows_the_failure_at_the_edited_event(
         page = watched.page
         page.goto(f"{base}/sessions/demo-1")
         expect(page.locator("#ledger")).to_contain_text("FAILED: ")
+        page.locator("#tab-timeline").click()
         failed = page.locator(".event.failed")
         expect(failed).to_have_count(1)
         assert failed.get_attribute("data-stream") == stream
@@ -206,6 +208,7 @@ def test_a_session_written_while_the_pages_are_open_appears_without_reload(
     # The session page follows its own tree: a new run's events arrive without a reload.
     page.goto(f"{url}/sessions/live-1")
     expect(page.locator("#status")).to_have_text("live")
+    page.locator("#tab-timeline").click()
     before = page.locator(".event").count()
     write_in_thread(stored.uri, key, "live-1", "second words")
     expect(page.locator(".event", has_text="second words")).to_have_count(1)
@@ -219,6 +222,7 @@ def test_html_in_a_message_is_shown_as_text_and_never_runs(
 ) -> None:
     page = watched.page
     page.goto(f"{url}/sessions/hostile-1")
+    page.locator("#tab-timeline").click()
     expect(page.locator(".event.kind-UserMessageReceived").first).to_contain_text(
         "<script>window.__pwned = 1</script>"
     )
@@ -235,6 +239,7 @@ def test_html_in_a_message_is_shown_as_text_and_never_runs(
     done = in_thread(run, "view", "hostile-1", "-o", str(out), "--uri", stored.uri)
     assert done.returncode == 0, done.stderr
     page.goto(out.as_uri())
+    page.locator("#tab-timeline").click()
     expect(page.locator(".event.kind-UserMessageReceived").first).to_contain_text(HOSTILE[:40])
     assert page.evaluate("window.__pwned") is None
 
@@ -345,6 +350,7 @@ def test_a_branch_is_named_its_timeline_shown_and_its_replay_is_its_line(
     expect(page.locator("#ledger")).to_contain_text(
         "VERIFIED: checkpoints signed by "
     )  # the fork was signed
+    page.locator("#tab-timeline").click()
     expect(page.locator(".event.kind-BranchForked")).to_contain_text("branch 'retry' forked")
     # Choosing the branch opens its line: its own streams, named with its parent and cut.
     page.locator("#branch-select").select_option("retry")
@@ -353,8 +359,10 @@ def test_a_branch_is_named_its_timeline_shown_and_its_replay_is_its_line(
         "branch retry \u2190 main before #14 · shares 14 items with main before #14"
     )
     expect(page.locator("#status")).to_have_text("live")
+    page.locator("#tab-timeline").click()
     expect(page.locator("#tree li")).to_have_count(1)
-    expect(page.locator("#tree li")).to_contain_text("AgentBranch-demo-1@retry")
+    expect(page.locator("#tree li")).to_have_attribute("data-stream", "AgentBranch-demo-1@retry")
+    expect(page.locator("#tree li")).to_contain_text("triage")  # named by its agent
     expect(page.locator(".event.kind-BranchStarted")).to_have_count(1)
     expect(page.locator(".event.kind-UserMessageReceived")).to_contain_text("One more question")
     expect(page.locator(".event.kind-AssistantTextGenerated")).to_contain_text("Anything else?")
@@ -433,6 +441,7 @@ def test_the_list_and_a_session_fit_the_width_without_scrolling_sideways(
         page.goto(f"{url}/sessions/demo-1")
         expect(page.locator("#ledger")).to_contain_text("VERIFIED: ")
         assert page.evaluate("document.documentElement.scrollWidth") <= width
+        page.locator("#tab-timeline").click()
         page.locator('.event.decision-MODIFY[data-agent="billing"]').click()
         expect(page.locator("#record")).to_contain_text("PII_REDACTED")
         page.screenshot(path=str(shots / f"ui-session-{width}.png"))

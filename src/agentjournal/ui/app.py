@@ -9,6 +9,8 @@ Routes (all GET):
 - ``/api/sessions``, ``/api/sessions/{id}``, ``/api/sessions/{id}/replay?at=N``: the
   same data as JSON (``&branch=B`` too), which an open page fetches again when told
   something changed.
+- ``/api/sessions/{id}/compare?a=LINE&b=LINE``: two lines side by side from where they
+  part (:func:`~agentjournal.ui.compare.compare_lines`; ``a`` is main by default).
 - ``/events``, ``/sessions/{id}/events``: server-sent events, one ``changed`` message
   (its data: the store position) whenever the store — or that session's tree,
   subsessions opened later included — has a new event after ``?after=POSITION``.
@@ -174,6 +176,23 @@ def create_app(
         except JournalError as error:
             return _unavailable(error)
 
+    async def api_compare(request: Request) -> Response:
+        from agentjournal.ui.compare import compare_lines
+
+        try:
+            session_id = validate_id(request.path_params["session"], "session id")
+            a = request.query_params.get("a") or MAIN_BRANCH
+            b = request.query_params.get("b")
+            if not b:
+                raise InvalidInput("give ?b=BRANCH (and ?a=LINE, main by default)")
+            if await store().head(session_stream(session_id)) is None:
+                raise InvalidInput(f"no session {session_id!r} in this store")
+            return JSONResponse(await compare_lines(store(), session_id, a, b))
+        except InvalidInput as error:
+            return _missing(request, str(error))
+        except JournalError as error:
+            return _unavailable(error)
+
     async def changes(request: Request) -> Response:
         try:
             after = _after(request)
@@ -218,6 +237,7 @@ def create_app(
             Route("/api/sessions", api_sessions),
             Route("/api/sessions/{session}", api_session),
             Route("/api/sessions/{session}/replay", api_replay),
+            Route("/api/sessions/{session}/compare", api_compare),
             Route("/events", changes),
             Route("/sessions/{session}", session),
             Route("/sessions/{session}/events", session_changes),

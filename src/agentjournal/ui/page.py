@@ -41,6 +41,7 @@ from agentjournal.streams import (
     ledger_stream,
     session_stream,
 )
+from agentjournal.ui import console
 from agentjournal.walk import read_tree
 
 if TYPE_CHECKING:
@@ -98,7 +99,6 @@ async def session_page(
     """
     from agentjournal.audit.verify import Report, verify_records
     from agentjournal.read.replay import check_read_model, history_before, replay
-    from agentjournal.read.usage import usage_of
 
     # The position first: an event written while the page is read is announced after it.
     position = await last_position(store)
@@ -136,7 +136,7 @@ async def session_page(
         tree,
         report,
         current,
-        usage_of(tree, by="agent").as_dict() if _has_usage(tree) else None,
+        _usage(tree),
         position=position,
         histories=histories,
         at=at,
@@ -157,8 +157,6 @@ async def _branch_page(
 ) -> dict[str, Any]:
     """A branch line's page data (see :func:`session_page`)."""
     from agentjournal.read.lines import find_branch, line_indexes, line_records, line_replay
-    from agentjournal.read.usage import usage_of
-
     session_id = main.session_id
     found = await find_branch(store, session_id, name)
     tree = TreeRecords(session_id, await line_records(store, session_id, found))
@@ -175,7 +173,7 @@ async def _branch_page(
         tree,
         report,
         current,
-        usage_of(tree, by="agent").as_dict() if _has_usage(tree) else None,
+        _usage(tree),
         position=position,
         histories=histories,
         at=at,
@@ -183,6 +181,10 @@ async def _branch_page(
         line=found,
     )
     data["replay"]["indexes"] = indexes
+    from agentjournal.ui.compare import compare_lines
+
+    # The line beside its parent, from the fork: what a saved copy's Compare tab shows.
+    data["compare"] = await compare_lines(store, session_id, found.parent, found.name)
     main_header = _header(main)
     data["header"].update({k: main_header[k] for k in ("app", "user", "agent")})
     return data
@@ -213,8 +215,18 @@ async def last_position(store: EventStore) -> int:
     return (await store.append(KEYS_STREAM, [], expected=StreamState.ANY)).position
 
 
-def _has_usage(tree: TreeRecords) -> bool:
-    return any(r.type == events.MODEL_RESPONDED for r in tree.records())
+def _usage(tree: TreeRecords) -> dict[str, Any] | None:
+    """The line's usage by agent and by model, priced from the maintained table; None
+    when no model response was recorded."""
+    from agentjournal.read.usage import Prices, usage_of
+
+    if not any(r.type == events.MODEL_RESPONDED for r in tree.records()):
+        return None
+    prices = Prices.default()
+    return {
+        "agent": usage_of(tree, by="agent", prices=prices).as_dict(),
+        "model": usage_of(tree, by="model", prices=prices).as_dict(),
+    }
 
 
 def _item_indexes(tree: TreeRecords) -> list[int]:
@@ -248,7 +260,8 @@ def session_data(
         tree: The session tree as read.
         report: Its verification report.
         history: The flat history as ``get_items()`` returns it now.
-        usage: ``UsageReport.as_dict()`` by agent, or None when nothing was counted.
+        usage: ``{"agent": ..., "model": ...}``, each ``UsageReport.as_dict()`` (priced),
+            or None when nothing was counted.
         position: The store's last position when the tree was read (live pages follow
             from there).
         histories: The history before item ``#N``, for each N given.
@@ -273,6 +286,8 @@ def session_data(
         rows.append(_event(record, agent, lanes.index(agent), first, authority))
     root = tree.session_stream if line is None else line.stream
     views = tree_view(tree, logs=False, root=root) if root in tree.streams else []
+    for row, record in zip(rows, records, strict=True):
+        row["said"] = console.said(record)
     header = _header(tree)
     return {
         "kind": "session",
@@ -292,6 +307,8 @@ def session_data(
             for v in views
         ],
         "events": rows,
+        "conversation": console.conversation(records, agents, root),
+        "waterfall": console.waterfall(records, agents),
         "checkpoints": [
             {"revision": r.revision, "text": describe_record(r), "record": r.as_dict()}
             for r in tree.streams.get(ledger_stream(tree.session_id), ())

@@ -100,6 +100,15 @@
   }
 
   // -- one session -----------------------------------------------------------------
+  // The page is a console: the conversation (handoffs nested, decisions inline), the
+  // waterfall of what took time, the agents' lanes, two lines compared, the integrity
+  // report and the replay; the stored record of whatever was clicked stays beside it.
+  var session = { tab: "conversation", selected: null, at: null, collapsed: {}, compare: null };
+  var TABS = [["conversation", "Conversation"], ["waterfall", "Waterfall"], ["timeline", "Lanes"],
+    ["compare", "Compare"], ["integrity", "Integrity"], ["replay", "Replay"]];
+
+  function keyOf(e) { return e.stream + "@" + e.revision; }
+
   function drawSession() {
     app.textContent = "";
     var h = data.header;
@@ -108,19 +117,54 @@
       el("span", { text: "app " + (h.app || "-") }), el("span", { text: "user " + (h.user || "-") }),
       el("span", { text: "agent " + (h.agent || "-") }),
       el("span", { text: h.events + " events in " + h.streams + " streams" }),
+      h.first ? el("span", { text: shortTime(h.first) + " \u2013 " + shortTime(h.last) + " UTC" }) : null,
       el("span", { id: "ledger", cls: "state " + integrity.state, text: integrity.text }));
     app.appendChild(facts);
     var lines = drawLines();
     if (lines) app.appendChild(lines);
     var tabs = el("nav", { cls: "tabs" });
-    [["timeline", "Timeline"], ["integrity", "Integrity"], ["replay", "Replay"]].forEach(function (t) {
-      tabs.appendChild(el("button", { id: "tab-" + t[0], cls: view.tab === t[0] ? "active" : "",
-        on: function () { view.tab = t[0]; drawSession(); } }, t[1]));
+    TABS.forEach(function (t) {
+      if (t[0] === "compare" && !(data.branches || []).length) return;
+      tabs.appendChild(el("button", { id: "tab-" + t[0], cls: session.tab === t[0] ? "active" : "",
+        on: function () { session.tab = t[0]; drawSession(); } }, t[1]));
     });
     app.appendChild(tabs);
-    if (view.tab === "timeline") drawTimeline();
-    else if (view.tab === "integrity") drawIntegrity();
-    else drawReplay();
+    if (session.tab === "integrity") return drawIntegrity();
+    if (session.tab === "replay") return drawReplay();
+    if (session.tab === "compare") return drawCompare();
+    var main = session.tab === "timeline" ? drawTimeline()
+      : session.tab === "waterfall" ? drawWaterfall() : drawConversation();
+    var detail = el("section", { cls: "detail", id: "detail" });
+    app.appendChild(el("div", { cls: "layout" }, drawTree(), el("div", { cls: "main" }, main), detail));
+    drawDetail();
+    app.appendChild(el("p", { cls: "dim", text: data.legend }));
+  }
+
+  // Selecting redraws only the marks and the detail panel: open blocks and scroll stay.
+  function select(e) {
+    session.selected = keyOf(e);
+    Array.prototype.forEach.call(document.querySelectorAll(".selected"), function (n) {
+      n.classList.remove("selected");
+    });
+    Array.prototype.forEach.call(document.querySelectorAll("[data-key]"), function (n) {
+      if (n.getAttribute("data-key") === session.selected) n.classList.add("selected");
+    });
+    drawDetail();
+  }
+
+  function drawDetail() {
+    var detail = document.getElementById("detail");
+    if (!detail) return;
+    detail.textContent = "";
+    var chosen = data.events.filter(function (e) { return session.selected === keyOf(e); })[0];
+    if (!chosen) {
+      detail.appendChild(el("p", { cls: "dim", text: "click an event to see its stored record" }));
+      return;
+    }
+    detail.appendChild(el("h2", { text: chosen.kind + " · " + chosen.stream + "@" + chosen.revision +
+      " · position " + chosen.position }));
+    if (chosen.failed) detail.appendChild(el("p", { cls: "problem", text: firstFailure().text }));
+    detail.appendChild(el("pre", { id: "record", text: pretty(chosen.record) }));
   }
 
   // The session's lines: main and every branch (DESIGN §17.4). A live page moves to
@@ -158,25 +202,173 @@
     return box;
   }
 
+  function usageTable(id, title, report) {
+    var table = el("table", { cls: "usage", id: id }, el("tr", null, el("th", { text: title }),
+      el("th", { text: "req" }), el("th", { text: "tokens" }), el("th", { text: "USD" })));
+    report.rows.concat([report.total]).forEach(function (r) {
+      table.appendChild(el("tr", null, el("td", { text: r.key || (r === report.total ? "total" : "(unnamed)") }),
+        el("td", { text: String(r.requests) }), el("td", { text: String(r.total_tokens) }),
+        el("td", { text: money(r.cost_usd) })));
+    });
+    return table;
+  }
+
   function drawTree() {
     var list = el("ul", { cls: "tree", id: "tree" });
     data.tree.forEach(function (s) {
-      list.appendChild(el("li", { style: "padding-left:" + (s.depth * 1.2) + "em", "data-stream": s.stream },
-        el("b", { text: s.agent }), el("span", { cls: "dim", text: " " + s.stream + " · " + s.events })));
+      list.appendChild(el("li", { style: "padding-left:" + (s.depth * 1.2) + "em", "data-stream": s.stream,
+        title: s.stream }, el("b", { text: s.agent }), el("span", { cls: "dim", text: " · " + s.events + " events" })));
     });
-    var usage = null;
+    var side = el("aside", { cls: "side" }, el("h2", { text: "handoff tree" }), list);
     if (data.usage) {
-      usage = el("table", { cls: "usage", id: "usage" }, el("tr", null, el("th", { text: "agent" }),
-        el("th", { text: "requests" }), el("th", { text: "tokens" })));
-      data.usage.rows.concat([data.usage.total]).forEach(function (r) {
-        usage.appendChild(el("tr", null, el("td", { text: r.key || "total" }),
-          el("td", { text: String(r.requests) }), el("td", { text: String(r.total_tokens) })));
-      });
+      side.appendChild(el("h2", { text: "usage and cost" }));
+      side.appendChild(usageTable("usage", "agent", data.usage.agent));
+      side.appendChild(usageTable("usage-model", "model", data.usage.model));
     }
-    return el("aside", { cls: "side" }, el("h2", { text: "handoff tree" }), list,
-      usage ? el("h2", { text: "tokens" }) : null, usage);
+    return side;
   }
 
+  // -- the conversation
+  function drawConversation() {
+    var box = el("div", { cls: "conversation", id: "conversation" });
+    data.conversation.forEach(function (n) { box.appendChild(convNode(n)); });
+    if (!data.conversation.length) box.appendChild(el("p", { cls: "dim", text: "(nothing on this line yet)" }));
+    return box;
+  }
+
+  function marks(e, cls) {
+    cls += " kind-" + e.kind.replace(/[^A-Za-z]/g, "");
+    if (e.decision) cls += " decision-" + e.decision.replace(/[^A-Za-z]/g, "");
+    if (e.failed) cls += " failed";
+    if (session.selected === keyOf(e)) cls += " selected";
+    return cls;
+  }
+
+  function clickable(node, e) {
+    node.setAttribute("data-key", keyOf(e));
+    node.setAttribute("data-stream", e.stream);
+    node.setAttribute("data-revision", String(e.revision));
+    node.setAttribute("data-agent", e.agent);
+    node.addEventListener("click", function (ev) { ev.stopPropagation(); ev.preventDefault(); select(e); });
+    return node;
+  }
+
+  function convNode(n) {
+    if (n.block) return convBlock(n.block);
+    var e = data.events[n.event];
+    var node = bubble(e);
+    n.checks.forEach(function (j) { node.appendChild(check(data.events[j])); });
+    return node;
+  }
+
+  function diffOf(e) {
+    var diff = el("pre", { cls: "diff" });
+    e.diff.forEach(function (d) {
+      diff.appendChild(el("span", { cls: d[0] === "+" ? "add" : d[0] === "-" ? "del" : "same", text: d[0] + " " + d[1] + "\n" }));
+    });
+    return diff;
+  }
+
+  // How long an event's own work took, from the waterfall (null when not recorded).
+  var tookOf = { of: null, ms: {} };
+  function took_(e) {
+    if (tookOf.of !== data) {
+      tookOf = { of: data, ms: {} };
+      data.waterfall.bars.forEach(function (b) {
+        if (b.event !== null && b.kind !== "run") tookOf.ms[keyOf(data.events[b.event])] = b.to - b.from;
+      });
+    }
+    var ms = tookOf.ms[keyOf(e)];
+    return ms === undefined ? null : ms;
+  }
+
+  function check(e) {
+    var took = took_(e);
+    var line = clickable(el("div", { cls: marks(e, "check") },
+      el("span", { cls: "badge", text: e.decision || e.kind }),
+      el("span", { text: " " + e.text + (took === null ? "" : " \u00b7 " + duration(took)) })), e);
+    if (e.diff) line.appendChild(diffOf(e));
+    return line;
+  }
+
+  function bubble(e) {
+    var s = e.said;
+    if (s) {
+      var who = s.role === "user" ? "user" : e.agent + (s.role === "call" ? " calls" :
+        s.role === "result" ? " \u2190 result" : s.role === "thinking" ? " thinks" : "");
+      var node = el("div", { cls: marks(e, "msg role-" + s.role) },
+        el("div", { cls: "who" }, el("b", { text: who }), el("span", { cls: "where", text: e.index !== null ? "#" + e.index : "" })));
+      if (s.role === "call") {
+        s.calls.forEach(function (c) {
+          node.appendChild(el("pre", { cls: "call", text: c.name + "(" + c.arguments + ")" }));
+        });
+      } else if (s.role === "result" && s.text.length > 600) {
+        node.appendChild(el("details", null, el("summary", { text: s.text.slice(0, 200) + "\u2026" }),
+          el("pre", { text: s.text })));
+      } else {
+        node.appendChild(el(s.role === "result" ? "pre" : "div", { cls: "said", text: s.text }));
+      }
+      if (e.failed) node.appendChild(el("div", { cls: "problem", text: firstFailure().message }));
+      return clickable(node, e);
+    }
+    if (e.kind === "GuardrailDecided" || e.kind === "AuthorityRefused") return check(e);
+    var took = took_(e);
+    var line = el("div", { cls: marks(e, "note") }, el("span", { cls: "kind", text: e.kind }),
+      el("span", { text: " " + e.text + (took === null ? "" : " \u00b7 " + duration(took)) }));
+    if (e.failed) line.appendChild(el("div", { cls: "problem", text: firstFailure().message }));
+    return clickable(line, e);
+  }
+
+  function convBlock(b) {
+    var opened = data.events[b.open];
+    var closed = b.close === null ? null : data.events[b.close];
+    var outcome = b.outcome || (b.close === null ? "open" : "");
+    var head = el("summary", null,
+      clickable(el("span", { cls: marks(opened, "handoff-head") },
+        el("b", { text: (b.continued ? "\u21bb " : "\u2192 ") + b.agent }),
+        el("span", { cls: "dim", text: b.continued ? " continued on this line" : " handed off by " + opened.agent })), opened),
+      el("span", { cls: "badge outcome-" + outcome.replace(/[^A-Za-z]/g, ""), text: outcome }));
+    var box = el("details", { cls: "handoff", "data-block": b.stream }, head);
+    if (!session.collapsed[b.stream]) box.setAttribute("open", "");
+    box.addEventListener("toggle", function () { session.collapsed[b.stream] = !box.open; });
+    b.checks.forEach(function (j) { box.appendChild(check(data.events[j])); });
+    b.nodes.forEach(function (n) { box.appendChild(convNode(n)); });
+    if (closed) box.appendChild(bubble(closed));
+    return box;
+  }
+
+  // -- the waterfall
+  function drawWaterfall() {
+    var w = data.waterfall;
+    var box = el("div", { cls: "waterfall", id: "waterfall" });
+    if (!w.bars.length) {
+      box.appendChild(el("p", { cls: "dim", text: "no recorded times on this line" }));
+      return box;
+    }
+    var total = Math.max.apply(null, w.bars.map(function (b) { return b.to; })) || 1;
+    box.appendChild(el("div", { cls: "bar-row axis" }, el("span", { cls: "bar-label", text: "from " + shortTime(w.start) + " UTC" }),
+      el("span", { cls: "track" }, el("span", { cls: "tick", text: "0" }),
+        el("span", { cls: "tick end", text: duration(total) }))));
+    w.bars.forEach(function (b) {
+      var left = 100 * b.from / total;
+      var width = Math.max(100 * (b.to - b.from) / total, 0.4);
+      var e = b.event === null ? null : data.events[b.event];
+      var bar = el("span", { cls: "bar kind-" + b.kind + (e && e.decision ? " decision-" + e.decision.replace(/[^A-Za-z]/g, "") : ""),
+        style: "left:" + left.toFixed(3) + "%;width:" + Math.min(width, 100 - left).toFixed(3) + "%" });
+      var row = el("div", { cls: "bar-row row-" + b.kind },
+        el("span", { cls: "bar-label", title: b.label },
+          el("span", { cls: "bar-kind", text: b.kind }), el("span", { text: " " + (b.agent ? b.agent + " \u00b7 " : "") + b.label })),
+        el("span", { cls: "track" }, bar), el("span", { cls: "bar-ms", text: duration(b.to - b.from) }));
+      if (e) {
+        if (session.selected === keyOf(e)) row.classList.add("selected");
+        clickable(row, e);
+      }
+      box.appendChild(row);
+    });
+    return box;
+  }
+
+  // -- the lanes
   function drawTimeline() {
     var lanes = data.lanes;
     var grid = el("div", { cls: "timeline", id: "timeline",
@@ -185,37 +377,89 @@
       grid.appendChild(el("div", { cls: "lane-head", "data-lane": name, style: "grid-column:" + (i + 1) }, name));
     });
     data.events.forEach(function (e, row) {
-      var cls = "event kind-" + e.kind.replace(/[^A-Za-z]/g, "");
-      if (e.decision) cls += " decision-" + e.decision.replace(/[^A-Za-z]/g, "");
-      if (e.failed) cls += " failed";
-      if (view.selected === e.stream + "@" + e.revision) cls += " selected";
-      var card = el("div", { cls: cls, "data-stream": e.stream, "data-revision": String(e.revision),
-        "data-agent": e.agent, style: "grid-column:" + (e.lane + 1) + ";grid-row:" + (row + 2),
-        on: function () { view.selected = e.stream + "@" + e.revision; drawSession(); } },
+      var card = el("div", { cls: marks(e, "event"), style: "grid-column:" + (e.lane + 1) + ";grid-row:" + (row + 2) },
         el("div", { cls: "kind" }, el("span", { text: e.kind }),
           e.decision ? el("span", { cls: "badge", text: e.decision }) : null,
           el("span", { cls: "where", text: e.where })),
         el("div", { cls: "text", text: e.text }));
       if (e.failed) card.appendChild(el("div", { cls: "problem", text: firstFailure().message }));
-      if (e.diff) {
-        var diff = el("pre", { cls: "diff" });
-        e.diff.forEach(function (d) {
-          diff.appendChild(el("span", { cls: d[0] === "+" ? "add" : d[0] === "-" ? "del" : "same", text: d[0] + " " + d[1] + "\n" }));
-        });
-        card.appendChild(diff);
-      }
-      grid.appendChild(card);
+      if (e.diff) card.appendChild(diffOf(e));
+      grid.appendChild(clickable(card, e));
     });
-    var detail = el("section", { cls: "detail", id: "detail" });
-    var chosen = data.events.filter(function (e) { return view.selected === e.stream + "@" + e.revision; })[0];
-    if (chosen) {
-      detail.appendChild(el("h2", { text: chosen.stream + "@" + chosen.revision + " · position " + chosen.position }));
-      detail.appendChild(el("pre", { id: "record", text: pretty(chosen.record) }));
-    } else {
-      detail.appendChild(el("p", { cls: "dim", text: "click an event to see its stored record" }));
+    return grid;
+  }
+
+  // -- two lines compared
+  function drawCompare() {
+    var names = ["main"].concat((data.branches || []).map(function (b) { return b.name; }));
+    var c = session.compare || data.compare;
+    var a = c ? c.a.name : (data.branch ? data.branch.parent : "main");
+    var b = c ? c.b.name : (data.branch ? data.branch.name : names[1]);
+    function picker(id, value) {
+      var pick = el("select", { id: id });
+      names.forEach(function (n) { pick.appendChild(el("option", { value: n, text: n })); });
+      pick.value = value;
+      if (mode !== "live") pick.disabled = true;
+      pick.addEventListener("change", function () { load(pickA.value, pickB.value); });
+      return pick;
     }
-    app.appendChild(el("div", { cls: "layout" }, drawTree(), el("div", { cls: "main" }, grid), detail));
-    app.appendChild(el("p", { cls: "dim", text: data.legend }));
+    var pickA = picker("compare-a", a), pickB = picker("compare-b", b);
+    var out = el("div", { id: "compare" });
+    app.appendChild(el("section", { cls: "compare" }, el("div", { cls: "toolbar" },
+      el("label", null, "line ", pickA), el("label", null, " beside ", pickB)), out));
+    function show(found) {
+      out.textContent = "";
+      if (!found) {
+        out.appendChild(el("p", { cls: "dim", text: mode === "live" ? "loading\u2026" :
+          "a saved copy compares its line with its parent only" }));
+        return;
+      }
+      out.appendChild(el("p", { id: "compare-shared", text: "both lines share their first " + found.shared +
+        " items; after them:" }));
+      var keys = [["requests", "model requests"], ["tokens", "tokens"], ["cost_usd", "cost (USD)"],
+        ["tool_calls", "tool calls"], ["blocks", "guardrail blocks"], ["refusals", "authority refusals"]];
+      var table = el("table", { cls: "compare-summary", id: "compare-summary" },
+        el("tr", null, el("th", { text: "" }), el("th", { text: found.a.name }), el("th", { text: found.b.name })));
+      keys.forEach(function (k) {
+        var left = found.a.summary[k[0]], right = found.b.summary[k[0]];
+        var show = function (v) { return k[0] === "cost_usd" ? money(v) : Array.isArray(v) ? (v.join(", ") || "-") : String(v); };
+        var tr = el("tr", { cls: show(left) === show(right) ? "" : "differs" }, el("th", { text: k[1] }),
+          el("td", { text: show(left) }), el("td", { text: show(right) }));
+        table.appendChild(tr);
+      });
+      table.appendChild(el("tr", { cls: found.a.summary.answer === found.b.summary.answer ? "" : "differs" },
+        el("th", { text: "final answer" }), el("td", { cls: "answer", text: found.a.summary.answer || "-" }),
+        el("td", { cls: "answer", text: found.b.summary.answer || "-" })));
+      out.appendChild(table);
+      var cols = el("div", { cls: "columns" });
+      [found.a, found.b].forEach(function (side) {
+        var list = el("ol", { cls: "items", start: String(found.shared) });
+        side.items.forEach(function (item) {
+          list.appendChild(el("li", null, el("div", { cls: "said" }, el("b", { text: speaker(item) }),
+            el("span", { text: " " + said(item) }))));
+        });
+        if (!side.items.length) list.appendChild(el("li", { cls: "dim", text: "(no items after the shared ones)" }));
+        cols.appendChild(el("div", { cls: "column", "data-line": side.name },
+          el("h2", { text: side.name + " \u00b7 " + side.where }), list));
+      });
+      out.appendChild(cols);
+    }
+    function load(x, y) {
+      if (x === y) { out.textContent = ""; out.appendChild(el("p", { cls: "dim", text: "pick two different lines" })); return; }
+      if (data.compare && data.compare.a.name === x && data.compare.b.name === y) return show(data.compare);
+      if (mode !== "live") return show(null);
+      show(null);
+      fetch("/api/sessions/" + encodeURIComponent(data.session_id) + "/compare?a=" + encodeURIComponent(x) +
+        "&b=" + encodeURIComponent(y), { credentials: "same-origin" })
+        .then(function (res) { return res.json(); })
+        .then(function (body) {
+          if (body.error) { out.textContent = ""; out.appendChild(el("p", { cls: "bad", text: body.error })); return; }
+          session.compare = body;
+          show(body);
+        });
+    }
+    if (c && c.a.name === a && c.b.name === b) show(c);
+    else load(a, b);
   }
 
   function drawIntegrity() {
@@ -223,17 +467,18 @@
     var box = el("section", { id: "integrity", cls: "state " + i.state });
     box.appendChild(el("h2", { text: STATE_WORDS[i.state] }));
     box.appendChild(el("p", { text: i.text }));
+    box.appendChild(el("p", { cls: "dim", text: "checked " + i.checked_at.slice(0, 19).replace("T", " ") + " UTC" }));
     box.appendChild(el("pre", { text: i.report }));
     var failures = i.problems.filter(function (p) { return !p.untrusted; });
     if (failures.length) {
       var first = failures[0];
       box.appendChild(el("button", { id: "goto-failure", on: function () {
-        view.tab = "timeline";
-        view.selected = first.revision === null ? null : first.stream + "@" + first.revision;
+        session.tab = "timeline";
+        session.selected = first.revision === null ? null : first.stream + "@" + first.revision;
         drawSession();
         var node = document.querySelector(".event.failed");
         if (node) node.scrollIntoView({ block: "center" });
-      } }, "show the first failure in the timeline"));
+      } }, "show the first failure in the lanes"));
     }
     var cps = el("ul", { cls: "checkpoints" });
     data.checkpoints.forEach(function (c) { cps.appendChild(el("li", { text: "@" + c.revision + " " + c.text })); });
@@ -248,7 +493,7 @@
     pick.appendChild(el("option", { value: "", text: "now (get_items())" }));
     r.indexes.forEach(function (n) {
       var o = el("option", { value: String(n), text: "just before item #" + n });
-      if (view.at === n) o.selected = true;
+      if (session.at === n) o.selected = true;
       pick.appendChild(o);
     });
     var list = el("ol", { id: "replay", start: "0" });
@@ -262,17 +507,17 @@
       if (!items.length) list.appendChild(el("li", { cls: "dim", text: "(no items)" }));
     }
     pick.addEventListener("change", function () {
-      view.at = pick.value === "" ? null : Number(pick.value);
+      session.at = pick.value === "" ? null : Number(pick.value);
       load();
     });
     function load() {
-      if (view.at === null) return show(r.current);
-      var known = r.histories[String(view.at)];
+      if (session.at === null) return show(r.current);
+      var known = r.histories[String(session.at)];
       if (known) return show(known);
       if (mode !== "live") return show([]);
-      fetch("/api/sessions/" + encodeURIComponent(data.session_id) + "/replay?at=" + view.at + lineQuery())
+      fetch("/api/sessions/" + encodeURIComponent(data.session_id) + "/replay?at=" + session.at + lineQuery())
         .then(function (res) { return res.json(); })
-        .then(function (body) { r.histories[String(view.at)] = body.items || []; show(r.histories[String(view.at)]); });
+        .then(function (body) { r.histories[String(session.at)] = body.items || []; show(r.histories[String(session.at)]); });
     }
     app.appendChild(el("section", { cls: "replay" }, el("label", null, "history ", pick), list));
     load();
@@ -280,6 +525,13 @@
 
   // -- helpers ---------------------------------------------------------------------
   function shortTime(iso) { return iso.slice(5, 16).replace("T", " "); }
+  function money(usd) {
+    if (usd === null || usd === undefined) return "unknown";
+    return usd > 0 && usd < 0.01 ? usd.toPrecision(2) : usd.toFixed(2);
+  }
+  function duration(ms) {
+    return ms >= 1000 ? (ms / 1000).toFixed(2) + " s" : ms >= 10 ? ms.toFixed(0) + " ms" : ms.toFixed(1) + " ms";
+  }
   function firstFailure() {
     return data.integrity.problems.filter(function (p) { return !p.untrusted; })[0] || {};
   }
@@ -338,8 +590,8 @@
   }
 
   if (data.kind === "session" && data.replay.at !== null && data.replay.at !== undefined) {
-    view.tab = "replay";
-    view.at = data.replay.at;
+    session.tab = "replay";
+    session.at = data.replay.at;
   }
   draw();
   if (mode === "live") follow();
