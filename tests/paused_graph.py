@@ -30,3 +30,24 @@ def paused_graph(depth: int = 1) -> Agent[Any]:
         billing = Agent(name="billing", model=ScriptedModel([to_refunds]), handoffs=[refunds])
     to_billing = [function_call("transfer_to_billing", {}, call_id="h1")]
     return Agent(name="triage", model=ScriptedModel([to_billing]), handoffs=[billing])
+
+
+def approval_graph(answer: str | None = None) -> Agent[Any]:
+    """triage -> billing, whose ``issue_refund`` waits for approval; with ``answer``, the
+    graph that resumes the paused run: billing answers ``answer`` once the call is decided."""
+    from agents.testing import assistant_message
+
+    @function_tool(needs_approval=True)
+    def issue_refund(order_id: str, amount_cents: int) -> str:
+        """Refund part of an order (a person approves it first)."""
+        return f"refunded {amount_cents} cents on {order_id}"
+
+    if answer is None:
+        billing_steps: list[Any] = [
+            [function_call("issue_refund", {"order_id": "42", "amount_cents": 1250}, call_id="r1")]
+        ]
+        triage_steps: list[Any] = [[function_call("transfer_to_billing", {}, call_id="h1")]]
+    else:
+        billing_steps, triage_steps = [[assistant_message(answer, item_id="m1")]], []
+    billing = Agent(name="billing", model=ScriptedModel(billing_steps), tools=[issue_refund])
+    return Agent(name="triage", model=ScriptedModel(triage_steps), handoffs=[billing])

@@ -9,6 +9,7 @@ temporary folder (``AGENTJOURNAL_UI_SCREENSHOTS=DIR`` keeps them in DIR instead)
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,7 +27,17 @@ from playwright.sync_api import (
 )
 
 from cli_run import run
-from ui_support import HOSTILE, Stored, in_thread, serving, tamper, write_in_thread, write_store
+from ui_support import (
+    HOSTILE,
+    Stored,
+    in_thread,
+    serving,
+    tamper,
+    write_forked_in_handoff,
+    write_in_thread,
+    write_session,
+    write_store,
+)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None and os.path.exists("/usr/bin/chromium"):
@@ -447,3 +458,165 @@ def test_the_list_and_a_session_fit_the_width_without_scrolling_sideways(
         page.screenshot(path=str(shots / f"ui-session-{width}.png"))
     finally:
         context.close()
+
+
+# -- the console -----------------------------------------------------------------------------
+
+
+def test_the_conversation_nests_handoffs_and_shows_each_decision_beside_its_call(
+    watched: Watched, url: str, shots: Path
+) -> None:
+    page = watched.page
+    page.goto(f"{url}/sessions/demo-1")
+    expect(page.locator("#tab-conversation")).to_have_class("active")  # what a page opens on
+    talk = page.locator("#conversation")
+    expect(talk.locator(".msg.role-user").first).to_have_text(
+        re.compile(r"user\s*#0\s*Why was I charged twice for order 42\?")
+    )
+    billing = talk.locator('details.handoff[data-block$="call_to_billing"]')
+    refunds = billing.locator('details.handoff[data-block$="call_to_refunds"]')
+    expect(billing).to_have_count(1)
+    expect(refunds).to_have_count(1)  # nested inside billing's block
+    expect(billing.locator("summary").first).to_contain_text("billing")
+    expect(billing.locator("summary .badge").first).to_have_text("success")
+    # Each decision where it was taken: the MODIFY on add_note's call with its diff, the
+    # BLOCK on the refund that ran over the ceiling, the handoff's check on the handoff.
+    note = billing.locator(".msg.role-call", has_text="add_note(")
+    expect(note.locator(".check.decision-MODIFY")).to_have_count(1)
+    expect(note.locator(".diff .del")).to_contain_text("ann@example.com")
+    expect(note.locator(".diff .add")).to_contain_text("[REDACTED]")
+    blocked = refunds.locator(".msg.role-call", has_text='"amount_cents": 2500')
+    expect(blocked.locator(".check.decision-BLOCK")).to_contain_text("CEILING_EXCEEDED")
+    expect(billing.locator(":scope > .check").first).to_contain_text("AGENT_HANDOFF billing")
+    page.screenshot(path=str(shots / "ui-conversation.png"))
+    # The record of what was clicked, beside the conversation and in view.
+    blocked.locator(".check.decision-BLOCK").click()
+    expect(page.locator("#record")).to_contain_text('"decision": "BLOCK"')
+    expect(page.locator(".check.decision-BLOCK.selected")).to_have_count(1)
+    shown = page.locator("#detail").bounding_box()
+    talk_box = talk.bounding_box()
+    assert shown is not None
+    assert talk_box is not None
+    assert shown["x"] >= talk_box["x"] + talk_box["width"]
+    assert 0 <= shown["y"] < 1000
+    # A block folds away and back.
+    billing.locator("summary .fold").first.click()
+    expect(refunds).not_to_be_visible()
+    billing.locator("summary .fold").first.click()
+    expect(refunds).to_be_visible()
+    assert watched.errors == []
+    assert watched.others(url) == []
+
+
+def test_the_waterfall_draws_runs_model_calls_and_checks_with_their_durations(
+    watched: Watched, url: str, shots: Path
+) -> None:
+    page = watched.page
+    page.goto(f"{url}/sessions/demo-1")
+    page.locator("#tab-waterfall").click()
+    expect(page.locator("#waterfall .row-run")).to_have_count(2)
+    expect(page.locator("#waterfall .row-model")).to_have_count(8)
+    assert page.locator("#waterfall .row-guardrail").count() >= 8
+    expect(page.locator("#waterfall .row-guardrail .bar.decision-BLOCK")).to_have_count(1)
+    for text in page.locator("#waterfall .row-model .bar-ms").all_inner_texts():
+        assert re.fullmatch(r"[0-9.]+ (ms|s)", text), text
+    widths = page.locator("#waterfall .row-run .bar").evaluate_all(
+        "bars => bars.map(b => b.getBoundingClientRect().width)"
+    )
+    assert all(w > 0 for w in widths)
+    page.locator("#waterfall .row-model").first.click()
+    expect(page.locator("#record")).to_contain_text('"type": "agentjournal.ModelResponded"')
+    expect(page.locator("#record")).to_contain_text('"started_at"')
+    page.screenshot(path=str(shots / "ui-waterfall.png"))
+    assert watched.errors == []
+
+
+def test_usage_and_cost_by_agent_and_by_model_are_on_the_page(watched: Watched, url: str) -> None:
+    page = watched.page
+    page.goto(f"{url}/sessions/demo-1")
+    by_agent = page.locator("#usage")
+    expect(by_agent.locator("tr", has_text="billing")).to_have_count(1)
+    total = by_agent.locator("tr", has_text="total")
+    expect(total).to_contain_text("1200")
+    # The demo's scripted model is priced as a named model: its cost is a number.
+    assert re.fullmatch(r"[0-9.]+", total.locator("td").last.inner_text())
+    expect(page.locator("#usage-model tr", has_text="scripted-demo")).to_have_count(1)
+
+
+@pytest.fixture(scope="module")
+def forked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stored, str]]:
+    """The store, plus ``paused-1``: forked while billing waited for an approval."""
+    import asyncio
+
+    stored = in_thread(write_store, tmp_path_factory.mktemp("ui-forked"))
+    key = str(stored.pubkey).removesuffix(".pub")
+    in_thread(asyncio.run, write_forked_in_handoff(stored.uri, key))
+    with serving(stored.uri, pubkey=stored.pubkey) as base:
+        yield stored, base
+
+
+def test_a_fork_inside_a_handoff_is_shown_whole_and_compared_with_its_parent(
+    watched: Watched, forked: tuple[Stored, str], shots: Path
+) -> None:
+    _, url = forked
+    page = watched.page
+    page.goto(f"{url}/sessions/paused-1?branch=rejected")
+    continued = page.locator("details.handoff", has_text="continued on this line")
+    expect(continued).to_have_count(1)
+    expect(continued.locator(".msg.role-assistant")).to_contain_text("Not refunded.")
+    expect(continued.locator("summary .badge")).to_have_text("success")
+    page.locator("#tab-compare").click()
+    expect(page.locator("#compare-a")).to_have_value("main")
+    expect(page.locator("#compare-b")).to_have_value("rejected")
+    expect(page.locator("#compare-shared")).to_contain_text("share their first")
+    answers = page.locator("#compare-summary tr.differs td.answer").all_inner_texts()
+    assert answers == ["Refunded.", "Not refunded."]
+    page.screenshot(path=str(shots / "ui-compare.png"))
+    # From main, any two lines: fetched from the server.
+    page.goto(f"{url}/sessions/paused-1")
+    page.locator("#tab-compare").click()
+    expect(page.locator("#compare-b")).to_have_value("rejected")
+    expect(page.locator("#compare-summary")).to_contain_text("Not refunded.")
+    page.locator("#compare-b").select_option("main")
+    expect(page.locator("#compare")).to_contain_text("pick two different lines")
+    # In the list, the fork's continuation is no open subagent.
+    page.goto(f"{url}/")
+    row = page.locator('tr[data-session="paused-1"]')
+    expect(row).to_have_count(1)
+    expect(row.locator("td").nth(5)).to_have_text("0/1/0")
+    assert watched.errors == []
+    assert watched.others(url) == []
+
+
+def test_the_four_integrity_states_read_as_four_in_the_list_and_on_the_pages(
+    watched: Watched, stored: Stored, tmp_path: Path, shots: Path
+) -> None:
+    """verified (the trusted key), untrusted (a key not given), unsigned, FAILED (an edited
+    event), in one store."""
+    import asyncio
+
+    other = tmp_path / "other.pem"
+    assert in_thread(run, "keygen", "-o", str(other)).returncode == 0
+    copy, _, _ = tamper(stored, tmp_path, b"refund of 1250 cents", b"refund of 9999 cents")
+    uri = f"sqlite:///{copy}"
+    in_thread(asyncio.run, write_session(uri, other, "other-1", "signed elsewhere"))
+    in_thread(asyncio.run, write_session(uri, None, "unsigned-1", "never signed"))
+    expected = {
+        "hostile-1": ("verified", "VERIFIED: "),
+        "other-1": ("untrusted key", "SIGNED BY AN UNTRUSTED KEY: "),
+        "unsigned-1": ("unsigned", "UNSIGNED"),
+        "demo-1": ("FAILED", "FAILED: "),
+    }
+    with serving(uri, pubkey=stored.pubkey) as base:
+        page = watched.page
+        page.goto(f"{base}/")
+        for session_id, (word, _) in expected.items():
+            cell = page.locator(f'tr[data-session="{session_id}"] td.state')
+            expect(cell).to_have_text(word)
+        page.screenshot(path=str(shots / "ui-list-states.png"))
+        for session_id, (word, text) in expected.items():
+            page.goto(f"{base}/sessions/{session_id}")
+            expect(page.locator("#ledger")).to_contain_text(text)
+            page.locator("#tab-integrity").click()
+            expect(page.locator("#integrity h2").first).to_have_text(word)
+        assert watched.errors == []

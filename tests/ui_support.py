@@ -60,9 +60,10 @@ def write_store(folder: Path) -> Stored:
     return Stored(path, uri, Path(f"{key}.pub"))
 
 
-async def write_session(uri: str, key: Path, session_id: str, text: str) -> None:
-    """One run with a handoff (triage -> billing) and one without, signed."""
-    async with Journal.open(uri, signing_key=str(key)) as journal:
+async def write_session(uri: str, key: Path | None, session_id: str, text: str) -> None:
+    """One run with a handoff (triage -> billing) and one without, signed with ``key``
+    (None: unsigned)."""
+    async with Journal.open(uri, signing_key=None if key is None else str(key)) as journal:
         session = journal.session(session_id, app_name="shop", user_id="u-1")
         await drive(single(), text, session=session, hooks=session)
         await drive(top_level(), "and again", session=session, hooks=session)
@@ -149,3 +150,29 @@ def _wait(done: Callable[[], bool], seconds: float = 15) -> None:
     deadline = time.monotonic() + seconds
     while not done() and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+async def write_forked_in_handoff(uri: str, key: str, session_id: str = "paused-1") -> None:
+    """triage hands off to billing, whose refund waits for a person; the session is forked
+    there (``rejected``: billing goes on on the branch), then the refund is approved on
+    main ("Refunded.") and rejected on the branch ("Not refunded."), signed."""
+    from agents import RunState
+
+    from paused_graph import approval_graph
+
+    async with Journal.open(uri, signing_key=key) as journal:
+        main = journal.session(session_id, app_name="shop", user_id="u-2")
+        paused: Any = await drive(approval_graph(), "Refund order 42", session=main, hooks=main)
+        assert paused.interruptions
+        saved = paused.to_state().to_string()
+        await main.fork(name="rejected")
+        line = journal.session(session_id, branch="rejected")
+        for session, approve, text in ((line, False, "Not refunded."), (main, True, "Refunded.")):
+            graph = approval_graph(answer=text)
+            state = await RunState.from_string(graph, saved)
+            (interruption,) = state.get_interruptions()
+            if approve:
+                state.approve(interruption)
+            else:
+                state.reject(interruption)
+            await drive(graph, state, session=session, hooks=session)

@@ -21,7 +21,7 @@ recorded times are drawn: an event without them has no bar.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from agentjournal import events
@@ -141,10 +141,10 @@ def conversation(
             closes = record.metadata.get(events.CLOSES_KEY)
             if closes is None:
                 continue  # the twin's copy: the parent's copy closes the block
-            block = blocks.get(closes)
-            if block is not None:
-                block["close"] = index
-                block["outcome"] = _as_text(body.get("outcome"))
+            closed = blocks.get(closes)
+            if closed is not None:
+                closed["close"] = index
+                closed["outcome"] = _as_text(body.get("outcome"))
                 if closes in open_streams:
                     open_streams.remove(closes)
                 continue
@@ -313,8 +313,6 @@ def _timed(
     record: Record, body: Mapping[str, Any], names: Mapping[str, str]
 ) -> tuple[str, str, datetime, datetime] | None:
     """An event's own bar: (kind, label, start, end), or None when it records no time."""
-    from datetime import timedelta
-
     if record.type == events.MODEL_RESPONDED:
         start, end = _when(body.get("started_at")), _when(body.get("ended_at"))
         if start is None or end is None or end < start:
@@ -348,5 +346,5 @@ def _when(value: Any) -> datetime | None:
     return moment if moment.tzinfo is not None else None
 
 
-def _ms(delta: Any) -> float:
+def _ms(delta: timedelta) -> float:
     return round(delta.total_seconds() * 1000, 3)

@@ -157,6 +157,7 @@ async def _branch_page(
 ) -> dict[str, Any]:
     """A branch line's page data (see :func:`session_page`)."""
     from agentjournal.read.lines import find_branch, line_indexes, line_records, line_replay
+
     session_id = main.session_id
     found = await find_branch(store, session_id, name)
     tree = TreeRecords(session_id, await line_records(store, session_id, found))

@@ -323,7 +323,8 @@
     var opened = data.events[b.open];
     var closed = b.close === null ? null : data.events[b.close];
     var outcome = b.outcome || (b.close === null ? "open" : "");
-    var head = el("summary", null,
+    var fold = el("span", { cls: "fold", title: "fold or unfold what " + b.agent + " did" });
+    var head = el("summary", null, fold,
       clickable(el("span", { cls: marks(opened, "handoff-head") },
         el("b", { text: (b.continued ? "\u21bb " : "\u2192 ") + b.agent }),
         el("span", { cls: "dim", text: b.continued ? " continued on this line" : " handed off by " + opened.agent })), opened),
@@ -331,6 +332,7 @@
     var box = el("details", { cls: "handoff", "data-block": b.stream }, head);
     if (!session.collapsed[b.stream]) box.setAttribute("open", "");
     box.addEventListener("toggle", function () { session.collapsed[b.stream] = !box.open; });
+    fold.addEventListener("click", function (ev) { ev.preventDefault(); ev.stopPropagation(); box.open = !box.open; });
     b.checks.forEach(function (j) { box.appendChild(check(data.events[j])); });
     b.nodes.forEach(function (n) { box.appendChild(convNode(n)); });
     if (closed) box.appendChild(bubble(closed));
