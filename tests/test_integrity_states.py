@@ -124,7 +124,7 @@ def test_sessions_names_each_state_and_says_when_it_checked(store: Store) -> Non
         "edited": "FAILED",
     }
     notes = lines[4:]
-    assert notes[0].startswith("integrity: every chain link and the newest checkpoint")
+    assert notes[0].startswith("integrity: every chain link, the newest checkpoint and nothing")
     assert sorted(note.split(":")[0].strip() for note in notes[1:]) == ["edited", "foreign"]
 
 
@@ -182,3 +182,44 @@ def test_an_edited_read_model_fails_verify_show_and_the_page_alike(
             await opened.close()
 
     assert asyncio.run(page())["integrity"]["text"] == verified
+
+
+def test_a_tail_written_after_the_last_checkpoint_fails_the_list_as_it_fails_verify(
+    store: Store, tmp_path: Path
+) -> None:
+    """Signed, listed (the fold saved), then one more item by a writer without the key: no
+    checkpoint covers it, and the list says so as ``verify`` does, without a fresh fold."""
+    copy = tmp_path / "tail.db"
+    shutil.copy(store.path, copy)
+    uri = f"sqlite:///{copy}"
+    trust = ("--pubkey", f"{store.key}.pub")
+
+    def listed() -> dict[str, Any]:
+        done = run("sessions", "--uri", uri, "--json", *trust)
+        assert done.returncode == 0, done.stderr
+        rows = {row["session_id"]: row["integrity"] for row in json.loads(done.stdout)}
+        return rows["signed"]
+
+    assert listed()["state"] == "verified"
+
+    async def more() -> None:
+        async with Journal.open(uri) as journal:
+            await journal.session("signed").add_items([{"role": "user", "content": "one more"}])
+
+    asyncio.run(more())
+    row = listed()
+    assert row["state"] == "failed"
+    assert row["problem"] == (
+        "AgentSession-signed@3: events after the last checkpoint (not covered by a signature)"
+    )
+    done = run("verify", "signed", "--uri", uri, *trust)
+    assert done.returncode == 2
+    assert "AgentSession-signed@3: events after the last checkpoint" in done.stdout
+
+    # A new checkpoint by the trusted key covers it again.
+    async def sign() -> None:
+        async with Journal.open(uri, signing_key=SigningKey.from_file(str(store.key))) as j:
+            await j.session("signed").checkpoint()
+
+    asyncio.run(sign())
+    assert listed()["state"] == "verified"

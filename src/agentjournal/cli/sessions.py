@@ -176,7 +176,8 @@ def _integrity_notes(rows: list[SessionRow]) -> list[str]:
     """What the integrity column rests on, and why each FAILED or untrusted row is so."""
     oldest = min(row.checked_at for row in rows).strftime("%Y-%m-%d %H:%M:%S")
     notes = [
-        "integrity: every chain link and the newest checkpoint, as folded (the oldest fold "
+        "integrity: every chain link, the newest checkpoint and nothing after it, as folded "
+        "(the oldest fold "
         f"{oldest} UTC); `agentjournal verify SESSION` checks everything, `--fresh` "
         "re-reads every event"
     ]

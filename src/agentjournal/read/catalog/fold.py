@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
     from agentjournal.store.contract import RecordedEvent
 
-VERSION: Final = 5  # 2: items counted by the engine's index rule; 3: branches; 4: continuations;
-# 5: a continuation is the subagent it continues, not one more
+VERSION: Final = 6  # 2: items counted by the engine's index rule; 3: branches; 4: continuations;
+# 5: a continuation is the subagent it continues, not one more; 6: the tail after a checkpoint
 """The state's layout; a saved state of another version is rebuilt from the start."""
 
 
@@ -67,6 +67,7 @@ def _new_row() -> dict[str, Any]:
         "last": None,
         "broken": None,
         "ck": None,
+        "tail": None,  # the first event folded after the newest checkpoint
         "branches": {},  # branch top stream -> what the catalog knows of the branch
         "lines": {},  # a stream of a branch line (its top stream, its subsessions) -> top
         "continued": [],  # continuation streams: their closes count for no subagent
@@ -150,6 +151,12 @@ class Catalog:
         if row is None:
             row = self.sessions[session_id] = _new_row()
         self._chain(row, event, session_id)
+        if row["ck"] is not None and row.get("tail") is None and event.stream != ledger_stream(
+            session_id
+        ):
+            # Folded after the newest checkpoint: no checkpoint can cover it (each signs
+            # heads it read before its own append), so `verify` finds it uncovered too.
+            row["tail"] = f"{event.stream}@{event.revision}"
         row["checked"] = self.now
         moment = _micros(event.recorded_at)
         row["first"] = moment if row["first"] is None else min(row["first"], moment)
@@ -312,6 +319,7 @@ class Catalog:
     def _checkpoint(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         mark: dict[str, Any] = {"rev": event.revision, "key": None, "sig": None, "pending": []}
         row["ck"] = mark
+        row["tail"] = None
         self.fresh.pop(session_id, None)
         try:
             checkpoint = Checkpoint.decode(json.loads(event.data))

@@ -3,7 +3,8 @@ seen, and the status a row shows (pure).
 
 Every event's chain hash is recomputed and its ``aj.prev`` must link its stream's previous
 ``aj.hash``; the newest checkpoint's signature must be valid under a trusted key over heads
-equal to what the projection saw. ``agentjournal verify`` remains the full check.
+equal to what the projection saw, and no event of the tree may come after it in the global
+order (a tail no checkpoint can cover). ``agentjournal verify`` remains the full check.
 """
 
 from __future__ import annotations
@@ -87,4 +88,10 @@ def ledger_status(
         return Integrity("untrusted", (mark["key"],))
     if mark["sig"] is False:
         return Integrity("failed", problem=f"{where}: the signature is invalid")
+    if row.get("tail") is not None:
+        return Integrity(
+            "failed",
+            problem=f"{row['tail']}: events after the last checkpoint (not covered by a "
+            "signature)",
+        )
     return Integrity("verified", (mark["key"],))
