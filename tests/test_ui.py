@@ -241,6 +241,18 @@ def test_view_writes_one_self_contained_file(stored: Stored, tmp_path: Path) -> 
     assert not (tmp_path / "session.html.partial").exists()
 
 
+def test_view_to_standard_output_writes_the_page_there_and_no_file(
+    stored: Stored, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    done = run("view", "demo-1", "-o", "-", "--uri", stored.uri)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("<!doctype html>")
+    assert 'data-mode="file"' in done.stdout
+    assert done.stderr.startswith("wrote standard output: session demo-1;")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -60,7 +60,11 @@ def register(commands: Commands) -> None:
     )
     view.add_argument("session", help="the session id")
     view.add_argument(
-        "-o", "--output", required=True, metavar="FILE", help="the HTML file to write"
+        "-o",
+        "--output",
+        required=True,
+        metavar="FILE",
+        help="the HTML file to write (-: standard output)",
     )
     view.add_argument(
         "--at",
@@ -158,7 +162,9 @@ async def _view(args: argparse.Namespace) -> int:
     from agentjournal.cli._store import open_session
     from agentjournal.ui.page import check_at, render, session_page
 
-    writable_folder(args.output)
+    to_stdout = args.output == "-"
+    if not to_stdout:
+        writable_folder(args.output)
     check_at(args.at)
     keys = trusted_with_own(args.pubkey)
     store, session_id = await open_session(args.uri, args.session)
@@ -168,8 +174,14 @@ async def _view(args: argparse.Namespace) -> int:
         )
     finally:
         await store.close()
-    write_atomically(args.output, render(data, inline=True))
+    page = render(data, inline=True)
+    if to_stdout:
+        sys.stdout.write(page)
+        sys.stdout.flush()
+    else:
+        write_atomically(args.output, page)
     line = f", branch {args.branch!r}" if data.get("branch") else ""
     integrity = data["integrity"]["text"]
-    print(f"wrote {args.output}: session {session_id}{line}; {integrity}", file=sys.stderr)
+    where = "standard output" if to_stdout else args.output
+    print(f"wrote {where}: session {session_id}{line}; {integrity}", file=sys.stderr)
     return 0
