@@ -168,6 +168,8 @@ async def _view(args: argparse.Namespace) -> int:
     check_at(args.at)
     keys = trusted_with_own(args.pubkey)
     store, session_id = await open_session(args.uri, args.session)
+    if sys.stderr.isatty():  # reading, checking and pricing take a moment: say so
+        print(f"agentjournal view: reading session {session_id}…", file=sys.stderr, flush=True)
     try:
         data = await session_page(
             store, session_id, keys, at=args.at, every_history=True, branch=args.branch

@@ -151,8 +151,10 @@ class Catalog:
         if row is None:
             row = self.sessions[session_id] = _new_row()
         self._chain(row, event, session_id)
-        if row["ck"] is not None and row.get("tail") is None and event.stream != ledger_stream(
-            session_id
+        if (
+            row["ck"] is not None
+            and row.get("tail") is None
+            and event.stream != ledger_stream(session_id)
         ):
             # Folded after the newest checkpoint: no checkpoint can cover it (each signs
             # heads it read before its own append), so `verify` finds it uncovered too.

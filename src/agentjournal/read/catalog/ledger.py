@@ -91,7 +91,6 @@ def ledger_status(
     if row.get("tail") is not None:
         return Integrity(
             "failed",
-            problem=f"{row['tail']}: events after the last checkpoint (not covered by a "
-            "signature)",
+            problem=f"{row['tail']}: events after the last checkpoint (not covered by a signature)",
         )
     return Integrity("verified", (mark["key"],))
