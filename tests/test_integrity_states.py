@@ -198,7 +198,8 @@ def test_a_tail_written_after_the_last_checkpoint_fails_the_list_as_it_fails_ver
         done = run("sessions", "--uri", uri, "--json", *trust)
         assert done.returncode == 0, done.stderr
         rows = {row["session_id"]: row["integrity"] for row in json.loads(done.stdout)}
-        return rows["signed"]
+        signed: dict[str, Any] = rows["signed"]
+        return signed
 
     assert listed()["state"] == "verified"
 
