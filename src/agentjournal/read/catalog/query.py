@@ -7,8 +7,10 @@ understand; :func:`page_of` answers it from the rows:
 - ``app``, ``user``, ``agent``: equal to the row's; ``state``: the integrity state;
   ``blocks=1``: a guardrail block or an authority refusal; ``branches=1``: a branch;
   ``since``/``until``: last activity at or after / before (ISO 8601, UTC when no zone).
-- ``q``: every word must match, either inside the session id, app, user or agent, or
-  as the beginning of a word of the session's content (a lookup the caller gives,
+- ``q``: every term (split at white space) must match, case aside: either inside the
+  session id, app, user or agent, or in the session's content, each of its words (runs
+  of letters and digits: ``order-42`` is ``order`` and ``42``) as the beginning of a
+  word there (a lookup the caller gives,
   :meth:`~agentjournal.read.catalog.search.ContentIndex.matching`).
 - ``sort`` by a column of :data:`SORTS` and ``order`` (``asc``/``desc``; text columns
   default to ascending, the rest to descending); ties are broken by session id, so
@@ -97,9 +99,9 @@ class ListQuery:
     offset: int = 0
     limit: int = DEFAULT_LIMIT
 
-    def words(self) -> list[str]:
-        """The words of ``q``, each to be matched."""
-        return list(dict.fromkeys(words(self.q)))
+    def terms(self) -> list[str]:
+        """The terms of ``q`` (split at white space, lower-cased), each to be matched."""
+        return list(dict.fromkeys(self.q.lower().split()))
 
     def as_params(self) -> dict[str, str]:
         """The query as URL parameters, defaults left out (parsed back to an equal query)."""
@@ -189,7 +191,7 @@ def parse_query(params: Iterable[tuple[str, str]]) -> ListQuery:
         offset=_number("offset", got.get("offset"), 0, 10**9, 0),
         limit=_number("limit", got.get("limit"), 1, MAX_LIMIT, DEFAULT_LIMIT),
     )
-    if len(query.words()) > MAX_WORDS:
+    if len(query.terms()) > MAX_WORDS:
         raise InvalidInput(f"q has more than {MAX_WORDS} words")
     return query
 
@@ -268,13 +270,13 @@ def page_of(
             (None: ``q`` matches the session id, app, user and agent only).
     """
     kept = [row for row in rows if _kept(row, query)]
-    for word in query.words():
-        holders = content(word) if content is not None else set()
+    for term in query.terms():
+        holders = _holders(term, content)
         kept = [
             row
             for row in kept
             if row.session_id in holders
-            or word in f"{row.session_id}\n{row.app}\n{row.user}\n{row.agent}".lower()
+            or term in f"{row.session_id}\n{row.app}\n{row.user}\n{row.agent}".lower()
         ]
     column = SORTS[query.sort]
     kept.sort(key=lambda row: (column(row), row.session_id), reverse=query.order == "desc")
@@ -286,6 +288,17 @@ def page_of(
         sessions=len(rows),
         choices=choices(rows),
     )
+
+
+def _holders(term: str, content: Callable[[str], set[str]] | None) -> set[str]:
+    """The sessions whose content has, for each word of ``term``, a word it begins."""
+    found: set[str] | None = None
+    for word in words(term):
+        if content is None or (found is not None and not found):
+            return set()
+        holders = content(word)
+        found = holders if found is None else found & holders
+    return found or set()
 
 
 def _kept(row: SessionRow, query: ListQuery) -> bool:
