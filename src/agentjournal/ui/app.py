@@ -110,10 +110,20 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         state["store"] = await open_store()
+        # The first fold reads the whole store (a minute for a million events): start it
+        # now, so the first request waits only for what is left of it.
+        warming = asyncio.ensure_future(warm())
         try:
             yield
         finally:
+            warming.cancel()
+            with contextlib.suppress(BaseException):
+                await warming
             await state["store"].close()
+
+    async def warm() -> None:
+        with contextlib.suppress(JournalError):  # the first request says what failed
+            await live.refresh(store())
 
     async def sessions_json(request: Request) -> dict[str, Any] | Response:
         from agentjournal.read.catalog.query import parse_query

@@ -7,7 +7,8 @@ loads nor saves the catalog's saved state: that save lives in the store it descr
 and the content index could not be loaded from it anyway); every later call folds only
 the events written since, settles what the fold left open with point reads (as
 :func:`~agentjournal.read.catalog.listing.refresh` does, with the same functions), and
-rebuilds the rows only when something changed. One lock: one refresh at a time.
+builds again only the rows of the sessions those touched (every row after a key
+rotation). One lock: one refresh at a time.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from agentjournal.read.catalog.fold import Catalog
 from agentjournal.read.catalog.listing import catch_up, settle
 from agentjournal.read.catalog.rows import SessionRow
 from agentjournal.read.catalog.search import TEXT_EVENT_TYPES, ContentIndex
+from agentjournal.streams import KEYS_STREAM
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -34,7 +36,7 @@ class Snapshot:
     """The catalog as one :meth:`LiveCatalog.refresh` left it.
 
     Attributes:
-        rows: Every session, newest activity first (a list no later refresh changes).
+        rows: Every session, in no particular order (a list no later refresh changes).
         position: The global position folded through (None: the store is empty).
         folded: Events of session trees this refresh folded.
         seconds: How long this refresh took (the first one reads the whole store).
@@ -56,17 +58,23 @@ class LiveCatalog:
         self._catalog = Catalog()
         self._index = ContentIndex()
         self._position: int | None = None
-        self._rows: list[SessionRow] | None = None
+        self._rows: dict[str, SessionRow] | None = None  # None: to build them all
+        self._touched: set[str] = set()  # sessions whose rows are to be built again
         self._lock = asyncio.Lock()
 
     def _also(self, event: RecordedEvent) -> None:
         # The position of every event folded, as it is folded: a read that fails half-way
         # leaves the catalog and the position in step, and the next call goes on from there.
         self._position = event.position
+        if event.stream == KEYS_STREAM:
+            self._rows = None  # a key rotation: every row's trust may change
+            return
+        session_id = self._catalog.session_of(event)
+        if session_id is None:
+            return
+        self._touched.add(session_id)
         if event.type in TEXT_EVENT_TYPES:
-            session_id = self._catalog.session_of(event)
-            if session_id is not None:
-                self._index.fold(session_id, event)
+            self._index.fold(session_id, event)
 
     async def refresh(self, store: EventStore) -> Snapshot:
         """Fold the events written since the last call and return the rows.
@@ -81,9 +89,22 @@ class LiveCatalog:
             position, folded = await catch_up(store, catalog, self._position, also=self._also)
             self._position = position
             trusted = catalog.trusted(self._keys)
-            settled = await settle(store, catalog, trusted)
-            if self._rows is None or folded or settled:
-                self._rows = catalog.rows(trusted)
+            # What settling decides changes those sessions' rows only.
+            self._touched.update(session_id for session_id, *_ in catalog.unsettled())
+            self._touched.update(catalog.needs_signature(trusted))
+            await settle(store, catalog, trusted)
+            if self._rows is None:
+                self._rows = {row.session_id: row for row in catalog.rows(trusted)}
+            else:
+                for session_id in self._touched:
+                    row = catalog.row(session_id, trusted)
+                    if row is not None:
+                        self._rows[session_id] = row
+            self._touched.clear()
             return Snapshot(
-                self._rows, position, folded, time.perf_counter() - started, self._index
+                list(self._rows.values()),
+                position,
+                folded,
+                time.perf_counter() - started,
+                self._index,
             )
