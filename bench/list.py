@@ -37,6 +37,7 @@ import contextlib
 import os
 import random
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -222,7 +223,12 @@ async def prepared(sessions: int, rebuild: bool) -> tuple[Path, SigningKey]:
 async def run(sessions: int, rebuild: bool) -> list[list[str]]:
     from agentjournal.ui.app import create_app
 
-    path, key = await prepared(sessions, rebuild)
+    kept, key = await prepared(sessions, rebuild)
+    # A copy to run on: the run writes new sessions, the kept store stays as written.
+    path = kept.with_name("run.db")
+    for stale in ("run.db-wal", "run.db-shm"):
+        kept.with_name(stale).unlink(missing_ok=True)
+    await asyncio.to_thread(shutil.copyfile, kept, path)
     uri = f"sqlite:///{path}"
     app = create_app(lambda: open_store(uri, create=False), keys={key.key_id: key.public_key})
     transport = httpx.ASGITransport(app=app)
