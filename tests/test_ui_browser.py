@@ -9,6 +9,7 @@ temporary folder (``AGENTJOURNAL_UI_SCREENSHOTS=DIR`` keeps them in DIR instead)
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,7 +27,16 @@ from playwright.sync_api import (
 )
 
 from cli_run import run
-from ui_support import HOSTILE, Stored, in_thread, serving, tamper, write_in_thread, write_store
+from ui_support import (
+    HOSTILE,
+    Stored,
+    in_thread,
+    serving,
+    tamper,
+    write_in_thread,
+    write_listed,
+    write_store,
+)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None and os.path.exists("/usr/bin/chromium"):
@@ -196,12 +206,12 @@ def test_a_session_written_while_the_pages_are_open_appears_without_reload(
     key = stored.pubkey.with_suffix("")
     write_in_thread(stored.uri, key, "live-1", "first words")
     expect(page.locator('tr[data-session="live-1"]')).to_have_count(1)
-    page.locator("#filter").fill("live-")
+    page.locator("#q").fill("live-")
     expect(page.locator("#rows tr")).to_have_count(1)
-    # Under a filter, a new matching session joins the rows; the filter box keeps its text.
+    # Under a search, a new matching session joins the rows; the search box keeps its text.
     write_in_thread(stored.uri, key, "live-2", "other words")
     expect(page.locator("#rows tr")).to_have_count(2)
-    expect(page.locator("#filter")).to_have_value("live-")
+    expect(page.locator("#q")).to_have_value("live-")
     page.screenshot(path=str(shots / "ui-sessions.png"))
     # The session page follows its own tree: a new run's events arrive without a reload.
     page.goto(f"{url}/sessions/live-1")
@@ -438,3 +448,84 @@ def test_the_list_and_a_session_fit_the_width_without_scrolling_sideways(
         page.screenshot(path=str(shots / f"ui-session-{width}.png"))
     finally:
         context.close()
+
+
+# -- the sessions list: search, filters, sort and pages asked of the server -----------------
+
+
+@pytest.fixture(scope="module")
+def listed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The demo, ``hostile-1`` and 30 more sessions (``write_listed``); served."""
+    import asyncio
+
+    stored = in_thread(write_store, tmp_path_factory.mktemp("ui-list"))
+    in_thread(asyncio.run, write_listed(stored.uri, stored.pubkey.with_suffix("")))
+    with serving(stored.uri, pubkey=stored.pubkey) as base:
+        yield base
+
+
+def _items(page: Page) -> list[int]:
+    return [int(text) for text in page.locator("#rows tr td:nth-child(5)").all_text_contents()]
+
+
+def test_the_list_searches_filters_sorts_and_pages_on_the_server(
+    watched: Watched, listed: str, shots: Path
+) -> None:
+    page = watched.page
+    page.goto(f"{listed}/?limit=10")
+    rows = page.locator("#rows tr")
+    expect(rows).to_have_count(10)
+    expect(page.locator("#range")).to_have_text("1\u201310 of 32")
+    # Typing searches the sessions' words on the server (debounced) and keeps the address.
+    page.locator("#q").press_sequentially("passp")
+    expect(rows).to_have_count(6)
+    expect(page.locator("#range")).to_have_text("1\u20136 of 6 (32 in all)")
+    assert "q=passp" in page.url
+    page.locator("#q").fill("")
+    expect(rows).to_have_count(10)
+    # A filter: the app (hostile-1 is the shop's too).
+    page.locator("#f-app").select_option("shop")
+    expect(page.locator("#range")).to_have_text("1\u201310 of 11 (32 in all)")
+    # A header sorts: numbers go down first, a second click up; the arrow says which.
+    header = page.locator('th[data-sort="items"]')
+    header.click()
+    expect(header).to_contain_text("\u25bc")
+    expect(rows.first).to_have_attribute("data-session", "hostile-1")  # 8 items
+    descending = _items(page)
+    assert descending == sorted(descending, reverse=True)
+    header.click()
+    expect(header).to_contain_text("\u25b2")
+    expect(page).to_have_url(re.compile(r"order=asc"))
+    ascending = _items(page)
+    assert ascending == sorted(ascending)
+    # Pages.
+    page.locator("#next").click()
+    expect(page.locator("#range")).to_have_text("11\u201311 of 11 (32 in all)")
+    expect(rows).to_have_count(1)
+    expect(page.locator("#next")).to_be_disabled()
+    page.locator("#prev").click()
+    expect(rows).to_have_count(10)
+    expect(page.locator("#prev")).to_be_disabled()
+    # More filters: with branches; then the integrity state.
+    page.locator("#f-branches").check()
+    expect(rows).to_have_count(2)
+    assert sorted(rows.evaluate_all("rs => rs.map(r => r.dataset.session)")) == [
+        "list-03",
+        "list-24",
+    ]
+    page.locator("#f-state").select_option("failed")
+    expect(page.locator("#rows td")).to_have_text("no sessions match")
+    page.locator("#f-state").select_option("")
+    expect(rows).to_have_count(2)
+    page.screenshot(path=str(shots / "ui-list-filtered.png"))
+    # The address is the query: opened again, the page shows the same rows and controls.
+    shared = page.url
+    assert "app=shop" in shared
+    assert "branches=1" in shared
+    page.goto(shared)
+    expect(rows).to_have_count(2)
+    expect(page.locator("#f-app")).to_have_value("shop")
+    expect(page.locator("#f-branches")).to_be_checked()
+    expect(page.locator('th[data-sort="items"]')).to_contain_text("\u25b2")
+    assert watched.errors == []
+    assert watched.others(listed) == []

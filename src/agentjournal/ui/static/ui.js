@@ -107,8 +107,9 @@
     if (!("offset" in change)) query.offset = 0;  // a new filter or order starts at its first page
     loadList(query);
   }
+  // Controls are named f-NAME: the page's own elements hold ids like "app" already.
   function select(id, label, options, value) {
-    var node = el("select", { id: id, "aria-label": label });
+    var node = el("select", { id: "f-" + id, "aria-label": label });
     options.forEach(function (o) { node.appendChild(el("option", { value: o[0], text: o[1] })); });
     node.value = value;
     node.addEventListener("change", function () {
@@ -119,7 +120,7 @@
     return node;
   }
   function checkbox(id, label, value) {
-    var box = el("input", { type: "checkbox", id: id });
+    var box = el("input", { type: "checkbox", id: "f-" + id });
     box.checked = value === "1";
     box.addEventListener("change", function () {
       var change = {};
@@ -148,7 +149,7 @@
     }
     bar.appendChild(select("app", "app", named(choices.app, query.app, "every app"), query.app));
     bar.appendChild(select("agent", "agent", named(choices.agent, query.agent, "every agent"), query.agent));
-    var user = el("input", { type: "text", id: "user", placeholder: "user id", "aria-label": "user" });
+    var user = el("input", { type: "text", id: "f-user", placeholder: "user id", "aria-label": "user" });
     user.value = query.user;
     user.addEventListener("change", function () { changeQuery({ user: user.value.trim() }); });
     bar.appendChild(user);
