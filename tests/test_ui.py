@@ -111,7 +111,7 @@ def test_a_tampered_copy_fails_at_the_edited_event(stored: Stored, tmp_path: Pat
     assert [(e["stream"], e["revision"]) for e in failed] == [(stream, revision)]
 
 
-def test_a_session_whose_page_failed_is_listed_failed_though_the_saved_fold_passed(
+def test_a_session_whose_page_failed_is_listed_failed_though_the_fold_passed(
     stored: Stored, tmp_path: Path
 ) -> None:
     copy = tmp_path / "copy.db"
@@ -128,19 +128,26 @@ def test_a_session_whose_page_failed_is_listed_failed_though_the_saved_fold_pass
             )
             return integrity
 
-        assert listed()["state"] == "verified"  # folded and saved
+        assert listed()["state"] == "verified"  # folded (in memory)
         with sqlite3.connect(copy) as db:  # an event changed after it was folded
             db.execute(
                 "UPDATE events SET data = CAST(replace(CAST(data AS TEXT), "
                 "'refund of 1250 cents', 'refund of 9999 cents') AS BLOB) "
                 "WHERE instr(data, 'refund of 1250 cents') > 0"
             )
-        assert listed()["state"] == "verified"  # the saved fold does not read it again
+        assert listed()["state"] == "verified"  # the fold does not read it again
         page = client.get("/api/sessions/demo-1").json()["integrity"]
         assert page["state"] == "failed"
         after = listed()
         assert (after["state"], after["problem"]) == ("failed", page["problem"])
         assert after["checked_at"] == page["checked_at"]
+        # Filters and the order see the full check too: never found, nor sorted, as sound.
+        failed = client.get("/api/sessions?state=failed").json()["rows"]
+        assert [r["session_id"] for r in failed] == ["demo-1"]
+        verified = client.get("/api/sessions?state=verified&limit=500").json()["rows"]
+        assert "demo-1" not in {r["session_id"] for r in verified}
+        worst = client.get("/api/sessions?sort=integrity&order=asc&limit=1").json()["rows"]
+        assert worst[0]["session_id"] == "demo-1"
 
 
 def test_rendered_pages_carry_stored_values_only_as_inert_json(stored: Stored) -> None:
