@@ -93,13 +93,16 @@
         setStatus("update failed: " + err.message, "bad");
       });
   }
-  // A live update: one request at a time, one more if the store changed meanwhile.
+  // A live update: one request at a time, and at most one a second while the store is
+  // busy (a page of a large store costs the server tens of milliseconds).
   function liveList() {
     if (listing.busy) { listing.again = true; return; }
     listing.busy = true;
     loadList().then(function () {
-      listing.busy = false;
-      if (listing.again) { listing.again = false; liveList(); }
+      setTimeout(function () {
+        listing.busy = false;
+        if (listing.again) { listing.again = false; liveList(); }
+      }, 1000);
     });
   }
   function changeQuery(change) {
