@@ -28,7 +28,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -93,20 +93,31 @@ async def template(uri: str, key: SigningKey) -> list[RecordedEvent]:
 
 
 def copy_of(
-    events: Sequence[RecordedEvent], session_id: str, key: SigningKey
+    events: Sequence[RecordedEvent],
+    session_id: str,
+    key: SigningKey,
+    *,
+    template: str = TEMPLATE,
+    words: Mapping[str, str] | None = None,
 ) -> list[AppendRequest]:
     """The template's events for ``session_id``: one request per stream, re-chained, the
-    checkpoint re-signed over the copy's heads."""
+    checkpoint re-signed over the copy's heads; each of ``words`` replaced by its value
+    in every event's data and metadata (placeholders the template was written with)."""
     streams: dict[str, list[NewEvent]] = {}
     hashes: dict[str, list[str]] = {}
+    swaps = [(template, session_id), *(words or {}).items()]
+    byte_swaps = [(old.encode(), new.encode()) for old, new in swaps]
     for event in events:
-        stream = event.stream.replace(TEMPLATE, session_id)
-        data = event.data.replace(TEMPLATE.encode(), session_id.encode())
-        metadata = {
-            k: v.replace(TEMPLATE, session_id)
-            for k, v in event.metadata.items()
-            if k not in (SEQ_KEY, PREV_KEY, HASH_KEY)
-        }
+        stream = event.stream.replace(template, session_id)
+        data = event.data
+        for old_bytes, new_bytes in byte_swaps:
+            data = data.replace(old_bytes, new_bytes)
+        metadata = {}
+        for k, v in event.metadata.items():
+            if k not in (SEQ_KEY, PREV_KEY, HASH_KEY):
+                for old, new in swaps:
+                    v = v.replace(old, new)
+                metadata[k] = v
         revision = len(streams.setdefault(stream, []))
         chain = hashes.setdefault(stream, [])
         prev = chain[-1] if chain else GENESIS
@@ -114,9 +125,9 @@ def copy_of(
         if event.type == CHECKPOINT:
             signed = Checkpoint.decode(json.loads(event.data))
             heads = {
-                name.replace(TEMPLATE, session_id): (
+                name.replace(template, session_id): (
                     rev,
-                    hashes[name.replace(TEMPLATE, session_id)][rev],
+                    hashes[name.replace(template, session_id)][rev],
                 )
                 for name, (rev, _) in signed.heads.items()
             }

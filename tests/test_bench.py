@@ -112,3 +112,10 @@ def test_startup_benchmark_runs() -> None:
     out = run_bench("startup")
     assert "first line s" in out
     assert "demo, a wrong --policy" in out
+
+
+def test_list_benchmark_runs() -> None:
+    out = run_bench("list", "--rebuild")
+    assert "cold: first list" in out
+    assert "content search, 2 words" in out
+    assert "MISSED" not in out

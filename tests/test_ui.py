@@ -32,10 +32,12 @@ from agentjournal.ui.page import render, session_page
 from cli_run import run
 from ui_support import (
     HOSTILE,
+    LISTED,
     Stored,
     serving,
     tamper,
     write_in_thread,
+    write_listed,
     write_session,
     write_store,
 )
@@ -109,7 +111,7 @@ def test_a_tampered_copy_fails_at_the_edited_event(stored: Stored, tmp_path: Pat
     assert [(e["stream"], e["revision"]) for e in failed] == [(stream, revision)]
 
 
-def test_a_session_whose_page_failed_is_listed_failed_though_the_saved_fold_passed(
+def test_a_session_whose_page_failed_is_listed_failed_though_the_fold_passed(
     stored: Stored, tmp_path: Path
 ) -> None:
     copy = tmp_path / "copy.db"
@@ -126,19 +128,26 @@ def test_a_session_whose_page_failed_is_listed_failed_though_the_saved_fold_pass
             )
             return integrity
 
-        assert listed()["state"] == "verified"  # folded and saved
+        assert listed()["state"] == "verified"  # folded (in memory)
         with sqlite3.connect(copy) as db:  # an event changed after it was folded
             db.execute(
                 "UPDATE events SET data = CAST(replace(CAST(data AS TEXT), "
                 "'refund of 1250 cents', 'refund of 9999 cents') AS BLOB) "
                 "WHERE instr(data, 'refund of 1250 cents') > 0"
             )
-        assert listed()["state"] == "verified"  # the saved fold does not read it again
+        assert listed()["state"] == "verified"  # the fold does not read it again
         page = client.get("/api/sessions/demo-1").json()["integrity"]
         assert page["state"] == "failed"
         after = listed()
         assert (after["state"], after["problem"]) == ("failed", page["problem"])
         assert after["checked_at"] == page["checked_at"]
+        # Filters and the order see the full check too: never found, nor sorted, as sound.
+        failed = client.get("/api/sessions?state=failed").json()["rows"]
+        assert [r["session_id"] for r in failed] == ["demo-1"]
+        verified = client.get("/api/sessions?state=verified&limit=500").json()["rows"]
+        assert "demo-1" not in {r["session_id"] for r in verified}
+        worst = client.get("/api/sessions?sort=integrity&order=asc&limit=1").json()["rows"]
+        assert worst[0]["session_id"] == "demo-1"
 
 
 def test_rendered_pages_carry_stored_values_only_as_inert_json(stored: Stored) -> None:
@@ -393,3 +402,229 @@ def test_a_non_json_constant_in_stored_data_is_shown_as_text(
 
 def _strict(constant: str) -> None:
     raise AssertionError(f"{constant} in the page's JSON: the browser cannot parse it")
+
+
+# -- the sessions list: server-side filters, search, sort and pages --------------------------
+
+
+@pytest.fixture(scope="module")
+def listed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stored, str]]:
+    """The demo, ``hostile-1`` and :data:`LISTED` more sessions (``write_listed``); served."""
+    stored = write_store(tmp_path_factory.mktemp("ui-list"))
+    asyncio.run(write_listed(stored.uri, stored.pubkey.with_suffix("")))
+    with serving(stored.uri, pubkey=stored.pubkey) as base:
+        yield stored, base
+
+
+def _list(base: str, query: str = "", status: int = 200) -> dict[str, Any]:
+    answer = httpx.get(f"{base}/api/sessions{query}", timeout=30)
+    assert answer.status_code == status, (query, answer.text)
+    data: dict[str, Any] = answer.json()
+    return data
+
+
+def _ids(data: dict[str, Any]) -> list[str]:
+    return [row["session_id"] for row in data["rows"]]
+
+
+ALL = LISTED + 2  # the list's sessions, the demo's and hostile-1
+
+
+def test_the_list_answers_one_page_newest_first_with_its_total(
+    listed: tuple[Stored, str],
+) -> None:
+    _, base = listed
+    data = _list(base)
+    assert (data["total"], data["sessions"], data["offset"], data["limit"]) == (ALL, ALL, 0, 50)
+    assert len(data["rows"]) == ALL
+    lasts = [row["last_activity"] for row in data["rows"]]
+    assert lasts == sorted(lasts, reverse=True)
+    assert data["query"] == {}
+    assert data["position"] > 0
+    assert data["choices"]["app"] == ["agentjournal-demo", "bank", "shop", "travel"]
+    assert "frontdesk" in data["choices"]["agent"]
+
+
+def test_pages_cover_every_session_once_and_stop_at_the_end(listed: tuple[Stored, str]) -> None:
+    _, base = listed
+    seen: list[str] = []
+    for offset in range(0, ALL, 10):
+        page = _list(base, f"?sort=session&limit=10&offset={offset}")
+        assert page["total"] == ALL
+        assert len(page["rows"]) == min(10, ALL - offset)
+        seen += _ids(page)
+    assert seen == sorted(seen)
+    assert len(set(seen)) == ALL
+    past = _list(base, f"?limit=10&offset={ALL}")
+    assert (past["rows"], past["total"]) == ([], ALL)
+    assert len(_list(base, "?limit=500")["rows"]) == ALL
+    assert len(_list(base, "?limit=1")["rows"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("sort", "value"),
+    [
+        ("session", lambda r: r["session_id"]),
+        ("app", lambda r: r["app"]),
+        ("user", lambda r: r["user"]),
+        ("agent", lambda r: r["agent"]),
+        ("items", lambda r: r["items"]),
+        ("blocks", lambda r: r["guardrail_blocks"]),
+        ("refusals", lambda r: r["refusals"]),
+        ("tokens", lambda r: r["tokens"]),
+        ("branches", lambda r: len(r["branches"])),
+        ("first", lambda r: r["first_activity"]),
+        ("last", lambda r: r["last_activity"]),
+        (
+            "integrity",
+            lambda r: ["failed", "unsigned", "untrusted", "verified"].index(
+                r["integrity"]["state"]
+            ),
+        ),
+    ],
+)
+def test_each_column_sorts_both_ways_ties_by_session_id(
+    listed: tuple[Stored, str], sort: str, value: Any
+) -> None:
+    _, base = listed
+    for order in ("asc", "desc"):
+        rows = _list(base, f"?sort={sort}&order={order}&limit=500")["rows"]
+        keys = [(value(r), r["session_id"]) for r in rows]
+        assert keys == sorted(keys, reverse=order == "desc"), (sort, order)
+    # Without an order, text columns go up and the others down.
+    default = _list(base, f"?sort={sort}&limit=500")["rows"]
+    up = sort in ("session", "app", "user", "agent")
+    assert default == _list(base, f"?sort={sort}&order={'asc' if up else 'desc'}&limit=500")["rows"]
+
+
+def test_each_filter_keeps_exactly_its_sessions(listed: tuple[Stored, str]) -> None:
+    _, base = listed
+    everyone = _list(base, "?limit=500")["rows"]
+
+    def kept(query: str) -> set[str]:
+        data = _list(base, f"?{query}&limit=500")
+        assert data["total"] == len(data["rows"])
+        return set(_ids(data))
+
+    def where(test: Any) -> set[str]:
+        return {r["session_id"] for r in everyone if test(r)}
+
+    assert kept("app=shop") == where(lambda r: r["app"] == "shop") != set()
+    assert kept("user=u-3") == where(lambda r: r["user"] == "u-3") != set()
+    assert kept("agent=intake") == where(lambda r: r["agent"] == "intake") != set()
+    for state in ("verified", "unsigned"):
+        assert kept(f"state={state}") == where(lambda r, s=state: r["integrity"]["state"] == s)
+    assert kept("state=failed") == set()
+    assert kept("blocks=1") == where(lambda r: r["guardrail_blocks"] or r["refusals"]) != set()
+    assert "demo-1" in kept("blocks=1")
+    assert kept("branches=1") == {"list-03", "list-10", "list-17", "list-24"}
+    assert kept("app=shop&branches=1") == {"list-03", "list-24"}
+    assert kept("branches=0&blocks=0") == where(lambda r: True)
+    middle = sorted(r["last_activity"] for r in everyone)[ALL // 2]
+    since = kept(f"since={middle.replace('+', '%2B')}")
+    assert since == where(lambda r: r["last_activity"] >= middle)
+    until = kept(f"until={middle.replace('+', '%2B')}")
+    assert until == where(lambda r: r["last_activity"] < middle)
+    assert len(since) + len(until) == ALL
+    assert kept("since=2999-01-01") == set()
+    assert len(kept("until=2999-01-01T00:00:00Z")) == ALL
+
+
+def test_search_finds_words_of_messages_tools_and_results_and_names(
+    listed: tuple[Stored, str],
+) -> None:
+    _, base = listed
+
+    def found(q: str) -> set[str]:
+        return set(_ids(_list(base, f"?q={q}&limit=500")))
+
+    assert found("4705") == {"list-05"}  # a tool call's arguments
+    assert found("zephyrline") == {f"list-{n:02d}" for n in range(LISTED)}  # tool results
+    assert found("ZEPHYR") == found("zephyrline")  # a word's beginning, any case
+    assert found("passport") == {f"list-{n:02d}" for n in range(2, LISTED, 5)}  # user words
+    assert found("passport+case+12") == {"list-12"}  # every word must match
+    assert found("lookup_order") >= {"list-00"}  # a tool's name
+    assert found("list-1") == {f"list-{n:02d}" for n in range(10, 20)}  # inside the session id
+    assert found("travel+u-2") == {"list-02", "list-17"}  # app and user too
+    assert found("frontdesk") >= {"list-01", "list-05"}  # the first agent
+    assert found("refund") >= {"demo-1"}  # the demo's conversation
+    assert found("nothing-like-this") == set()
+    assert found("passport+nowhere") == set()
+    # A hit among many stays sorted and paged like any list.
+    data = _list(base, "?q=zephyrline&sort=session&order=desc&limit=7&offset=7")
+    assert data["total"] == LISTED
+    assert _ids(data) == [f"list-{n:02d}" for n in range(LISTED - 8, LISTED - 15, -1)]
+
+
+def test_the_page_embeds_the_first_page_of_the_query_in_its_address(
+    listed: tuple[Stored, str],
+) -> None:
+    _, base = listed
+    page = httpx.get(f"{base}/?app=shop&sort=items&order=asc&limit=3", timeout=30)
+    assert page.status_code == 200
+    block = page.text.split('id="aj-data">', 1)[1].split("</script>", 1)[0]
+    data = json.loads(block)
+    assert data["query"] == {"app": "shop", "sort": "items", "order": "asc", "limit": "3"}
+    assert data == _list(base, "?app=shop&sort=items&order=asc&limit=3")
+    assert [row["app"] for row in data["rows"]] == ["shop"] * 3
+
+
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("?sort=colour", "sort must be one of session, app,"),
+        ("?order=up", "order must be asc or desc"),
+        ("?limit=0", "limit must be a whole number from 1 to 500"),
+        ("?limit=501", "limit must be a whole number from 1 to 500"),
+        ("?limit=%C2%B2", "limit must be a whole number"),
+        ("?offset=-1", "offset must be a whole number"),
+        ("?offset=" + "9" * 5000, "offset is longer than 256 characters"),
+        ("?state=ok", "state must be one of verified, untrusted, unsigned, failed"),
+        ("?blocks=yes", "blocks must be 1 or 0"),
+        ("?since=yesterday", "since must be an ISO 8601 time"),
+        ("?app=a&app=b", "give app once"),
+        ("?colour=red", "unknown parameter 'colour'"),
+        ("?q=" + "+".join("abcdefghijklmnopq"), "q has more than 16 words"),
+    ],
+)
+def test_a_bad_query_is_a_400_in_one_line(
+    listed: tuple[Stored, str], query: str, says: str
+) -> None:
+    _, base = listed
+    data = _list(base, query, status=400)
+    assert list(data) == ["error"]
+    assert says in data["error"]
+    assert "\n" not in data["error"]
+    page = httpx.get(f"{base}/{query}", timeout=30)
+    assert page.status_code == 400
+    assert "bad request" in page.text
+
+
+def test_a_session_written_since_is_in_the_next_page(listed: tuple[Stored, str]) -> None:
+    stored, base = listed
+    before = _list(base, "?q=gooseberry")
+    assert before["total"] == 0
+    asyncio.run(write_session(stored.uri, stored.pubkey.with_suffix(""), "late-1", "gooseberry"))
+    after = _list(base, "?q=gooseberry")
+    assert _ids(after) == ["late-1"]
+    assert after["position"] > before["position"]
+    assert _ids(_list(base, "?limit=1")) == ["late-1"]
+
+
+def test_the_list_still_needs_the_token(stored: Stored) -> None:
+    with (
+        serving(stored.uri, token=TOKEN) as base,
+        httpx.Client(base_url=base, timeout=30) as client,
+    ):
+        refused = client.get("/api/sessions?q=demo&sort=session")
+        assert refused.status_code == 401
+        assert "demo-1" not in refused.text
+        assert client.get("/api/sessions?colour=red").status_code == 401  # before any parsing
+        allowed = client.get(
+            "/api/sessions?q=demo&sort=session", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        assert _ids(allowed.json()) == ["demo-1"]
+        # ?token= opens the page; it is no filter and never echoed into the query.
+        opened = client.get(f"/?token={TOKEN}&q=demo")
+        assert opened.status_code == 200
+        assert TOKEN not in opened.text.split('id="aj-data">', 1)[1]

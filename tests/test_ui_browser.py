@@ -35,6 +35,7 @@ from ui_support import (
     tamper,
     write_forked_in_handoff,
     write_in_thread,
+    write_listed,
     write_session,
     write_store,
 )
@@ -209,12 +210,12 @@ def test_a_session_written_while_the_pages_are_open_appears_without_reload(
     key = stored.pubkey.with_suffix("")
     write_in_thread(stored.uri, key, "live-1", "first words")
     expect(page.locator('tr[data-session="live-1"]')).to_have_count(1)
-    page.locator("#filter").fill("live-")
+    page.locator("#q").fill("live-")
     expect(page.locator("#rows tr")).to_have_count(1)
-    # Under a filter, a new matching session joins the rows; the filter box keeps its text.
+    # Under a search, a new matching session joins the rows; the search box keeps its text.
     write_in_thread(stored.uri, key, "live-2", "other words")
     expect(page.locator("#rows tr")).to_have_count(2)
-    expect(page.locator("#filter")).to_have_value("live-")
+    expect(page.locator("#q")).to_have_value("live-")
     page.screenshot(path=str(shots / "ui-sessions.png"))
     # The session page follows its own tree: a new run's events arrive without a reload.
     page.goto(f"{url}/sessions/live-1")
@@ -482,17 +483,17 @@ def test_the_conversation_nests_handoffs_and_shows_each_decision_beside_its_call
     # Each decision where it was taken: the MODIFY on add_note's call with its diff, the
     # BLOCK on the refund that ran over the ceiling, the handoff's check on the handoff.
     note = billing.locator(".msg.role-call", has_text="add_note(")
-    expect(note.locator(".check.decision-MODIFY")).to_have_count(1)
+    expect(note.locator(".verdict.decision-MODIFY")).to_have_count(1)
     expect(note.locator(".diff .del")).to_contain_text("ann@example.com")
     expect(note.locator(".diff .add")).to_contain_text("[REDACTED]")
     blocked = refunds.locator(".msg.role-call", has_text='"amount_cents": 2500')
-    expect(blocked.locator(".check.decision-BLOCK")).to_contain_text("CEILING_EXCEEDED")
-    expect(billing.locator(":scope > .check").first).to_contain_text("AGENT_HANDOFF billing")
+    expect(blocked.locator(".verdict.decision-BLOCK")).to_contain_text("CEILING_EXCEEDED")
+    expect(billing.locator(":scope > .verdict").first).to_contain_text("AGENT_HANDOFF billing")
     page.screenshot(path=str(shots / "ui-conversation.png"))
     # The record of what was clicked, beside the conversation and in view.
-    blocked.locator(".check.decision-BLOCK").click()
+    blocked.locator(".verdict.decision-BLOCK").click()
     expect(page.locator("#record")).to_contain_text('"decision": "BLOCK"')
-    expect(page.locator(".check.decision-BLOCK.selected")).to_have_count(1)
+    expect(page.locator(".verdict.decision-BLOCK.selected")).to_have_count(1)
     shown = page.locator("#detail").bounding_box()
     talk_box = talk.bounding_box()
     assert shown is not None
@@ -620,3 +621,84 @@ def test_the_four_integrity_states_read_as_four_in_the_list_and_on_the_pages(
             page.locator("#tab-integrity").click()
             expect(page.locator("#integrity h2").first).to_have_text(word)
         assert watched.errors == []
+
+
+# -- the sessions list: search, filters, sort and pages asked of the server -----------------
+
+
+@pytest.fixture(scope="module")
+def listed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The demo, ``hostile-1`` and 30 more sessions (``write_listed``); served."""
+    import asyncio
+
+    stored = in_thread(write_store, tmp_path_factory.mktemp("ui-list"))
+    in_thread(asyncio.run, write_listed(stored.uri, stored.pubkey.with_suffix("")))
+    with serving(stored.uri, pubkey=stored.pubkey) as base:
+        yield base
+
+
+def _items(page: Page) -> list[int]:
+    return [int(text) for text in page.locator("#rows tr td:nth-child(5)").all_text_contents()]
+
+
+def test_the_list_searches_filters_sorts_and_pages_on_the_server(
+    watched: Watched, listed: str, shots: Path
+) -> None:
+    page = watched.page
+    page.goto(f"{listed}/?limit=10")
+    rows = page.locator("#rows tr")
+    expect(rows).to_have_count(10)
+    expect(page.locator("#range")).to_have_text("1\u201310 of 32")
+    # Typing searches the sessions' words on the server (debounced) and keeps the address.
+    page.locator("#q").press_sequentially("passp")
+    expect(rows).to_have_count(6)
+    expect(page.locator("#range")).to_have_text("1\u20136 of 6 (32 in all)")
+    assert "q=passp" in page.url
+    page.locator("#q").fill("")
+    expect(rows).to_have_count(10)
+    # A filter: the app (hostile-1 is the shop's too).
+    page.locator("#f-app").select_option("shop")
+    expect(page.locator("#range")).to_have_text("1\u201310 of 11 (32 in all)")
+    # A header sorts: numbers go down first, a second click up; the arrow says which.
+    header = page.locator('th[data-sort="items"]')
+    header.click()
+    expect(header).to_contain_text("\u25bc")
+    expect(rows.first).to_have_attribute("data-session", "hostile-1")  # 8 items
+    descending = _items(page)
+    assert descending == sorted(descending, reverse=True)
+    header.click()
+    expect(header).to_contain_text("\u25b2")
+    expect(page).to_have_url(re.compile(r"order=asc"))
+    ascending = _items(page)
+    assert ascending == sorted(ascending)
+    # Pages.
+    page.locator("#next").click()
+    expect(page.locator("#range")).to_have_text("11\u201311 of 11 (32 in all)")
+    expect(rows).to_have_count(1)
+    expect(page.locator("#next")).to_be_disabled()
+    page.locator("#prev").click()
+    expect(rows).to_have_count(10)
+    expect(page.locator("#prev")).to_be_disabled()
+    # More filters: with branches; then the integrity state.
+    page.locator("#f-branches").check()
+    expect(rows).to_have_count(2)
+    assert sorted(rows.evaluate_all("rs => rs.map(r => r.dataset.session)")) == [
+        "list-03",
+        "list-24",
+    ]
+    page.locator("#f-state").select_option("failed")
+    expect(page.locator("#rows td")).to_have_text("no sessions match")
+    page.locator("#f-state").select_option("")
+    expect(rows).to_have_count(2)
+    page.screenshot(path=str(shots / "ui-list-filtered.png"))
+    # The address is the query: opened again, the page shows the same rows and controls.
+    shared = page.url
+    assert "app=shop" in shared
+    assert "branches=1" in shared
+    page.goto(shared)
+    expect(rows).to_have_count(2)
+    expect(page.locator("#f-app")).to_have_value("shop")
+    expect(page.locator("#f-branches")).to_be_checked()
+    expect(page.locator('th[data-sort="items"]')).to_contain_text("\u25b2")
+    assert watched.errors == []
+    assert watched.others(listed) == []

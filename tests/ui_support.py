@@ -176,3 +176,44 @@ async def write_forked_in_handoff(uri: str, key: str, session_id: str = "paused-
             else:
                 state.reject(interruption)
             await drive(graph, state, session=session, hooks=session)
+
+
+LISTED = 30
+"""How many sessions :func:`write_listed` writes."""
+APPS = ("shop", "bank", "travel")
+AGENTS = ("triage", "frontdesk", "concierge", "intake")
+TOPICS = ("parcel", "invoice", "passport", "mortgage", "voucher")
+
+
+async def write_listed(uri: str, key: Path, count: int = LISTED) -> None:
+    """``count`` small signed sessions ``list-00``…: three apps, five users, four first
+    agents, one of five topics in the user's words, an order number in a tool call and
+    its result, a varying number of items, and a branch on every seventh."""
+    async with Journal.open(uri, signing_key=str(key)) as journal:
+        for number in range(count):
+            session = journal.session(
+                f"list-{number:02d}",
+                app_name=APPS[number % 3],
+                user_id=f"u-{number % 5}",
+                agent_name=AGENTS[number % 4],
+            )
+            topic = TOPICS[number % 5]
+            order = 4700 + number
+            items: list[Any] = [
+                {"role": "user", "content": f"Where is my {topic}? Case {number}."},
+                {
+                    "type": "function_call",
+                    "name": "lookup_order",
+                    "arguments": f'{{"order_id": "{order}"}}',
+                    "call_id": f"call-{number}",
+                },
+                {
+                    "type": "function_call_output",
+                    "call_id": f"call-{number}",
+                    "output": f"order {order} shipped by Zephyrline",
+                },
+            ]
+            items += [{"role": "user", "content": "thanks"}] * (number % 4)
+            await session.add_items(items)
+            if number % 7 == 3:
+                await session.fork(name="retry")

@@ -2,7 +2,9 @@
 
 Routes (all GET):
 
-- ``/``: the sessions list (the catalog's rows), filterable, following the store.
+- ``/``: the sessions list: one page of the catalog's rows, filtered, searched and sorted by
+  the query (``/api/sessions``'s parameters, see
+  :mod:`agentjournal.read.catalog.query`), following the store.
 - ``/sessions/{id}``: one session (``?at=N`` opens Replay before item ``#N``;
   ``?branch=B`` shows the branch line B); 404 page for a session (or
   branch) the store does not hold.
@@ -95,7 +97,10 @@ def create_app(
     closing = closing or threading.Event()
     trusted = dict(keys or {})
     state: dict[str, Any] = {}
-    catalog_lock = asyncio.Lock()
+    from agentjournal.read.catalog.live import LiveCatalog
+
+    # The catalog and its content index, in memory: each request folds only what is new.
+    live = LiveCatalog(trusted)
     # The full check of each session page served (its integrity), for the list: a
     # session whose page FAILED is never listed as sound on the catalog's cheaper check.
     checked: dict[str, dict[str, Any]] = {}
@@ -107,27 +112,47 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         state["store"] = await open_store()
+        # The first fold reads the whole store (a minute for a million events): start it
+        # now, so the first request waits only for what is left of it.
+        warming = asyncio.ensure_future(warm())
         try:
             yield
         finally:
+            warming.cancel()
+            with contextlib.suppress(BaseException):
+                await warming
             await state["store"].close()
 
-    async def sessions_json() -> dict[str, Any]:
-        from agentjournal.read import catalog
+    async def warm() -> None:
+        with contextlib.suppress(JournalError):  # the first request says what failed
+            await live.refresh(store())
 
-        # One refresh at a time: the catalog is saved in the store, and two racing
-        # saves would only make one of them fold again.
-        async with catalog_lock:
-            listing = await catalog.refresh(store(), keys=trusted)
+    async def sessions_json(request: Request) -> dict[str, Any] | Response:
+        from agentjournal.read.catalog.query import parse_query
+
+        try:
+            query = parse_query(request.query_params.multi_items())
+        except InvalidInput as error:
+            return _bad(request, str(error))
+        try:
+            snapshot = await live.refresh(store())
+        except JournalError as error:
+            return _unavailable(error)
         return page.sessions_data(
-            listing.rows, position=listing.position, warning=listing.warning, checked=checked
+            snapshot.rows,
+            query,
+            position=snapshot.position,
+            checked=checked,
+            content=snapshot.index.matching,
         )
 
     async def index(request: Request) -> Response:
-        return HTMLResponse(page.render(await sessions_json(), live=True))
+        data = await sessions_json(request)
+        return data if isinstance(data, Response) else HTMLResponse(page.render(data, live=True))
 
     async def api_sessions(request: Request) -> Response:
-        return JSONResponse(await sessions_json())
+        data = await sessions_json(request)
+        return data if isinstance(data, Response) else JSONResponse(data)
 
     async def session_json(request: Request) -> dict[str, Any] | Response:
         try:
@@ -292,6 +317,14 @@ def _after(request: Request) -> int | None:
 def _unavailable(error: JournalError) -> Response:
     reason = " ".join(str(error).split())
     return PlainTextResponse(f"the store could not be read: {reason}\n", status_code=503)
+
+
+def _bad(request: Request, message: str) -> Response:
+    """A query the list does not take: 400, the reason in one line."""
+    line = " ".join(message.split())
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": line}, status_code=400)
+    return HTMLResponse(page.not_found(line, title="bad request"), status_code=400)
 
 
 def _missing(request: Request, message: str) -> Response:

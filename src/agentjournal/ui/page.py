@@ -25,7 +25,7 @@ import difflib
 import hashlib
 import html
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from agentjournal.audit.verify import Report
     from agentjournal.engine.fork import Branch
     from agentjournal.read.catalog import SessionRow
+    from agentjournal.read.catalog.query import ListQuery
     from agentjournal.store.contract import EventStore
 
 Kind = Literal["session", "sessions"]
@@ -475,27 +476,60 @@ def _diff(before: Any, after: Any) -> list[list[str]]:
 
 def sessions_data(
     rows: Sequence[SessionRow],
+    query: ListQuery | None = None,
     *,
     position: int | None,
     warning: str | None = None,
     checked: Mapping[str, Mapping[str, Any]] | None = None,
+    content: Callable[[str], set[str]] | None = None,
 ) -> dict[str, Any]:
-    """The sessions list's data: the catalog's rows (pure).
+    """The sessions list's data: one page of the catalog's rows (pure).
 
     ``checked`` holds the full checks of session pages viewed since (their ``integrity``):
-    one that FAILED replaces the catalog's cheaper check of that session, so the list
-    never shows a session as sound whose page says it is not.
+    one that FAILED replaces the catalog's cheaper check of that session, before the
+    rows are filtered and sorted, so the list never shows (nor finds, nor sorts) a
+    session as sound whose page says it is not. ``content`` answers ``q`` from the
+    content index (:func:`~agentjournal.read.catalog.query.page_of`).
     """
+    from agentjournal.read.catalog.query import ListQuery, page_of
+
+    query = query or ListQuery()
+    found = page_of(fully_checked(rows, checked or {}), query, content=content)
+    return {
+        "kind": "sessions",
+        "position": position,
+        "rows": [row.as_dict() for row in found.rows],
+        "total": found.total,
+        "offset": found.offset,
+        "limit": found.limit,
+        "sessions": found.sessions,
+        "query": query.as_params(),
+        "choices": found.choices,
+        "warning": warning,
+    }
+
+
+def fully_checked(
+    rows: Sequence[SessionRow], checked: Mapping[str, Mapping[str, Any]]
+) -> Sequence[SessionRow]:
+    """``rows``, each session whose page's full check FAILED with that check's integrity."""
+    if not any(full.get("state") == "failed" for full in checked.values()):
+        return rows
+    from dataclasses import replace
+
+    from agentjournal.ledger.integrity import Integrity
+
     out = []
     for row in rows:
-        data = row.as_dict()
-        full = (checked or {}).get(row.session_id)
+        full = checked.get(row.session_id)
         if full is not None and full.get("state") == "failed":
-            data["integrity"] = {
-                key: full[key] for key in ("state", "keys", "text", "problem", "checked_at")
-            }
-        out.append(data)
-    return {"kind": "sessions", "position": position, "rows": out, "warning": warning}
+            row = replace(
+                row,
+                integrity=Integrity("failed", tuple(full["keys"]), full["problem"]),
+                checked_at=datetime.fromisoformat(full["checked_at"]),
+            )
+        out.append(row)
+    return out
 
 
 def _embedded(data: Mapping[str, Any]) -> str:
@@ -560,14 +594,15 @@ def render(
     )
 
 
-def not_found(message: str) -> str:
-    """A plain page saying what was not found (escaped)."""
+def not_found(message: str, *, title: str = "not found") -> str:
+    """A plain page saying what was not found, or what was wrong (escaped)."""
+    heading = html.escape(title)
     return (
         '<!doctype html>\n<html lang="en">\n<head><meta charset="utf-8">'
         '<link rel="stylesheet" href="/static/ui.css"><link rel="icon" href="data:,">'
-        "<title>not found · agentjournal</title></head>\n<body>"
+        f"<title>{heading} · agentjournal</title></head>\n<body>"
         '<header class="top"><a class="brand" href="/">agentjournal</a>'
-        f'<h1>not found</h1></header><main><p class="missing">{html.escape(message)}</p>'
+        f'<h1>{heading}</h1></header><main><p class="missing">{html.escape(message)}</p>'
         '<p><a href="/">all sessions</a></p></main></body>\n</html>\n'
     )
 

@@ -32,6 +32,10 @@ Typical use::
 - :mod:`.fold` — the fold: counts per session tree, stream heads, checkpoints seen.
 - :mod:`.ledger` — the cheap ledger check: chain links, checkpoint heads, a row's status.
 - :mod:`.listing` — :func:`refresh`: load the saved fold, fold what is new, settle, save.
+- :mod:`.live` — the fold kept in memory by a long-lived reader (the viewer), with its
+  content index: fold only what is new, save nothing.
+- :mod:`.query` — one page of rows: a query's filters, search, order and cut (pure).
+- :mod:`.search` — the content index: words of item events -> sessions (pure).
 """
 
 from __future__ import annotations

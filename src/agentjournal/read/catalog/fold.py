@@ -400,47 +400,52 @@ class Catalog:
 
     def rows(self, trusted: Mapping[str, Ed25519PublicKey]) -> list[SessionRow]:
         """Every session with its session stream, newest activity first."""
-        out = []
-        for session_id, row in self.sessions.items():
-            if session_stream(session_id) not in self.streams or row["first"] is None:
-                continue  # an authority log or checkpoints without a session
-            started, closed, failed = row["started"], row["closed"], row["failed"]
-            branches = tuple(
-                BranchRow(
-                    name=b["name"],
-                    stream=stream,
-                    parent=b["parent"],
-                    at=b["at"],
-                    items=b["items"],
-                    last=_moment(b["last"]),
-                    deleted=b["deleted"],
-                )
-                for stream, b in sorted(
-                    row.get("branches", {}).items(), key=lambda pair: pair[1]["forked"]
-                )
-            )
-            out.append(
-                SessionRow(
-                    session_id=session_id,
-                    app=row["app"],
-                    user=row["user"],
-                    agent=row["agent"],
-                    items=row["items"],
-                    subagents_open=max(0, started - closed - failed),
-                    subagents_closed=closed,
-                    subagents_failed=failed,
-                    guardrail_blocks=row["blocks"],
-                    refusals=row["refusals"],
-                    tokens=row["tokens"] + row["legacy"],
-                    first_activity=_moment(row["first"]),
-                    last_activity=_moment(row["last"]),
-                    integrity=ledger_status(session_id, row, trusted),
-                    checked_at=_moment(row.get("checked") or row["last"]),
-                    branches=branches,
-                )
-            )
+        out = [
+            found
+            for session_id in self.sessions
+            if (found := self.row(session_id, trusted)) is not None
+        ]
         out.sort(key=lambda r: (r.last_activity, r.session_id), reverse=True)
         return out
+
+    def row(self, session_id: str, trusted: Mapping[str, Ed25519PublicKey]) -> SessionRow | None:
+        """One session's row (None: no such session, or no session stream of it yet)."""
+        row = self.sessions.get(session_id)
+        if row is None or session_stream(session_id) not in self.streams or row["first"] is None:
+            return None  # an authority log or checkpoints without a session
+        started, closed, failed = row["started"], row["closed"], row["failed"]
+        branches = tuple(
+            BranchRow(
+                name=b["name"],
+                stream=stream,
+                parent=b["parent"],
+                at=b["at"],
+                items=b["items"],
+                last=_moment(b["last"]),
+                deleted=b["deleted"],
+            )
+            for stream, b in sorted(
+                row.get("branches", {}).items(), key=lambda pair: pair[1]["forked"]
+            )
+        )
+        return SessionRow(
+            session_id=session_id,
+            app=row["app"],
+            user=row["user"],
+            agent=row["agent"],
+            items=row["items"],
+            subagents_open=max(0, started - closed - failed),
+            subagents_closed=closed,
+            subagents_failed=failed,
+            guardrail_blocks=row["blocks"],
+            refusals=row["refusals"],
+            tokens=row["tokens"] + row["legacy"],
+            first_activity=_moment(row["first"]),
+            last_activity=_moment(row["last"]),
+            integrity=ledger_status(session_id, row, trusted),
+            checked_at=_moment(row.get("checked") or row["last"]),
+            branches=branches,
+        )
 
 
 def _micros(moment: datetime) -> int:

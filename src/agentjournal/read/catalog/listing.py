@@ -21,7 +21,7 @@ from agentjournal.streams import ledger_stream, projection_stream
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    from agentjournal.store.contract import EventStore
+    from agentjournal.store.contract import EventStore, RecordedEvent
 
 NAME: Final = "catalog"
 """The projection's name: its state is saved on ``AgentProjection-catalog``."""
@@ -88,9 +88,9 @@ async def refresh(
     trusted_keys = dict(keys or {})
     if fresh:
         unsaved = Catalog()
-        position, folded = await _catch_up(store, unsaved, None, progress)
+        position, folded = await catch_up(store, unsaved, None, progress)
         trusted = unsaved.trusted(trusted_keys)
-        await _settle(store, unsaved, trusted)
+        await settle(store, unsaved, trusted)
         return Listing(unsaved.rows(trusted), position, folded, False)
     damaged = None
     for _ in range(_SAVE_ATTEMPTS):
@@ -105,9 +105,9 @@ async def refresh(
         position = saved.position if saved is not None and catalog is not None else None
         if catalog is None:
             catalog = Catalog()  # folded from the start and saved over what was there
-        position, folded = await _catch_up(store, catalog, position, progress)
+        position, folded = await catch_up(store, catalog, position, progress)
         trusted = catalog.trusted(trusted_keys)
-        settled = await _settle(store, catalog, trusted)
+        settled = await settle(store, catalog, trusted)
         rows = catalog.rows(trusted)
         if not folded and not settled and damaged is None:
             return Listing(rows, position, 0, False)
@@ -140,10 +140,17 @@ async def sessions(
     return (await refresh(store, keys=keys)).rows
 
 
-async def _catch_up(
-    store: EventStore, catalog: Catalog, position: int | None, progress: Progress | None
+async def catch_up(
+    store: EventStore,
+    catalog: Catalog,
+    position: int | None,
+    progress: Progress | None = None,
+    *,
+    also: Callable[[RecordedEvent], None] | None = None,
 ) -> tuple[int | None, int]:
-    """Fold every event after ``position``: the last position folded, and how many."""
+    """Fold every event after ``position`` into ``catalog`` (and hand each to ``also``,
+    after the catalog folded it): the last position folded, and how many the catalog
+    counted."""
     folded = 0
     start = position
     catalog.now = int(time.time() * 1_000_000)
@@ -155,6 +162,8 @@ async def _catch_up(
         with no_collection():  # the fold makes only acyclic dicts and lists
             for event in fresh:
                 folded += catalog.fold(event)
+                if also is not None:
+                    also(event)
                 position = event.position
         if progress is not None and fresh:
             progress(len(fresh))
@@ -163,7 +172,7 @@ async def _catch_up(
         start = position
 
 
-async def _settle(
+async def settle(
     store: EventStore, catalog: Catalog, trusted: Mapping[str, Ed25519PublicKey]
 ) -> bool:
     """Decide what the fold left open, with one point read each; whether anything changed."""

@@ -40,41 +40,188 @@
   }
 
   // -- the sessions list --------------------------------------------------------
-  function drawSessions() {
-    // A live update redraws the rows only: the filter box keeps its text, focus and caret.
-    var body = document.getElementById("rows");
-    var warning = document.getElementById("warning");
-    if (body) {
-      warning.textContent = data.warning || "";
-      drawRows(body);
-      return;
-    }
-    app.textContent = "";
-    var input = el("input", { type: "search", id: "filter", placeholder: "filter: id, app, user, agent, integrity" });
-    input.value = view.filter;
-    input.addEventListener("input", function () {
-      view.filter = input.value;
-      drawRows(document.getElementById("rows"));
+  // The server filters, searches, sorts and pages (GET /api/sessions with the query);
+  // the page keeps the query, shows it in the address (shareable) and asks again on
+  // every change, and on every live update for the page it shows.
+  var COLUMNS = [["session", "session"], ["app", "app"], ["user", "user"], ["agent", "agent"],
+    ["items", "items"], ["subagents", "subagents o/c/f"], ["blocks", "blocks"],
+    ["refusals", "refusals"], ["tokens", "tokens"], ["branches", "branches"],
+    ["first", "first"], ["last", "last"], ["integrity", "integrity"]];
+  var TEXT_COLUMNS = { session: 1, app: 1, user: 1, agent: 1 };
+  var listing = { seq: 0, timer: null, busy: false, again: false };
+
+  function listQuery() {
+    var q = data.query || {};
+    return { q: q.q || "", app: q.app || "", user: q.user || "", agent: q.agent || "",
+      state: q.state || "", blocks: q.blocks || "", branches: q.branches || "",
+      since: q.since || "", until: q.until || "", sort: q.sort || "last",
+      order: q.order || (q.sort && TEXT_COLUMNS[q.sort] ? "asc" : "desc"),
+      offset: Number(data.offset || 0), limit: Number(data.limit || 50) };
+  }
+  function listParams(query) {
+    var params = new URLSearchParams();
+    Object.keys(query).forEach(function (name) {
+      var value = query[name];
+      if (value === "" || value === null || value === undefined) return;
+      if (name === "sort" && value === "last" && query.order === "desc") return;
+      if (name === "order" && value === "desc" && query.sort === "last") return;
+      if (name === "offset" && !value) return;
+      if (name === "limit" && value === 50) return;
+      params.set(name, String(value));
     });
-    app.appendChild(el("div", { cls: "toolbar" }, input));
-    app.appendChild(el("p", { cls: "warning", id: "warning", text: data.warning || "" }));
-    var columns = ["session", "app", "user", "agent", "items", "subagents o/c/f", "blocks",
-      "refusals", "tokens", "branches", "first", "last", "integrity"];
-    var head = el("tr");
-    columns.forEach(function (c) { head.appendChild(el("th", { text: c })); });
-    body = el("tbody", { id: "rows" });
-    app.appendChild(el("div", { cls: "scroll" },
-      el("table", { cls: "sessions" }, el("thead", null, head), body)));
+    return params.toString();
+  }
+  function loadList(query) {
+    query = query || view.query;
+    view.query = query;
+    var seq = ++listing.seq;
+    var params = listParams(query);
+    if (mode === "live") history.replaceState(null, "", "/" + (params ? "?" + params : ""));
+    return fetch("/api/sessions" + (params ? "?" + params : ""), { credentials: "same-origin" })
+      .then(function (res) {
+        return res.json().then(function (body) {
+          if (!res.ok) throw new Error(body.error || "HTTP " + res.status);
+          return body;
+        });
+      }).then(function (fresh) {
+        if (seq !== listing.seq) return;  // a newer query was sent meanwhile
+        data = fresh;
+        drawSessions();
+        setStatus("live · updated " + new Date().toLocaleTimeString(), "live");
+      }).catch(function (err) {
+        if (seq !== listing.seq) return;
+        setStatus("update failed: " + err.message, "bad");
+      });
+  }
+  // A live update: one request at a time, and at most one a second while the store is
+  // busy (a page of a large store costs the server tens of milliseconds).
+  function liveList() {
+    if (listing.busy) { listing.again = true; return; }
+    listing.busy = true;
+    loadList().then(function () {
+      setTimeout(function () {
+        listing.busy = false;
+        if (listing.again) { listing.again = false; liveList(); }
+      }, 1000);
+    });
+  }
+  function changeQuery(change) {
+    var query = Object.assign({}, view.query, change);
+    if (!("offset" in change)) query.offset = 0;  // a new filter or order starts at its first page
+    loadList(query);
+  }
+  // Controls are named f-NAME: the page's own elements hold ids like "app" already.
+  function select(id, label, options, value) {
+    var node = el("select", { id: "f-" + id, "aria-label": label });
+    options.forEach(function (o) { node.appendChild(el("option", { value: o[0], text: o[1] })); });
+    node.value = value;
+    node.addEventListener("change", function () {
+      var change = {};
+      change[id] = node.value;
+      changeQuery(change);
+    });
+    return node;
+  }
+  function checkbox(id, label, value) {
+    var box = el("input", { type: "checkbox", id: "f-" + id });
+    box.checked = value === "1";
+    box.addEventListener("change", function () {
+      var change = {};
+      change[id] = box.checked ? "1" : "";
+      changeQuery(change);
+    });
+    return el("label", { cls: "check" }, box, " " + label);
+  }
+  function drawToolbar() {
+    var query = view.query;
+    var bar = el("div", { cls: "toolbar", id: "toolbar" });
+    var search = el("input", { type: "search", id: "q", value: query.q,
+      placeholder: "search: words in messages, tools, ids, apps, users, agents" });
+    search.value = query.q;
+    search.addEventListener("input", function () {
+      clearTimeout(listing.timer);
+      listing.timer = setTimeout(function () { changeQuery({ q: search.value }); }, 250);
+    });
+    bar.appendChild(search);
+    var choices = data.choices || {};
+    function named(list, current, any) {
+      var out = [["", any]];
+      (list || []).forEach(function (v) { out.push([v, v]); });
+      if (current && (list || []).indexOf(current) < 0) out.push([current, current]);
+      return out;
+    }
+    bar.appendChild(select("app", "app", named(choices.app, query.app, "every app"), query.app));
+    bar.appendChild(select("agent", "agent", named(choices.agent, query.agent, "every agent"), query.agent));
+    var user = el("input", { type: "text", id: "f-user", placeholder: "user id", "aria-label": "user" });
+    user.value = query.user;
+    user.addEventListener("change", function () { changeQuery({ user: user.value.trim() }); });
+    bar.appendChild(user);
+    bar.appendChild(select("state", "integrity", [["", "every state"], ["verified", "verified"],
+      ["untrusted", "untrusted key"], ["unsigned", "unsigned"], ["failed", "FAILED"]], query.state));
+    bar.appendChild(checkbox("blocks", "blocks or refusals", query.blocks));
+    bar.appendChild(checkbox("branches", "with branches", query.branches));
+    var controls = bar.querySelectorAll("input, select");
+    if (mode !== "live") controls.forEach(function (c) { c.disabled = true; });
+    return bar;
+  }
+  function drawPager() {
+    var total = data.total || 0, offset = data.offset || 0, limit = data.limit || 50;
+    var shown = data.rows.length;
+    var range = total ? (offset + (shown ? 1 : 0)).toLocaleString("en") + "\u2013" +
+      (offset + shown).toLocaleString("en") + " of " + total.toLocaleString("en") : "0 of 0";
+    if (total !== data.sessions) range += " (" + (data.sessions || 0).toLocaleString("en") + " in all)";
+    var prev = el("button", { id: "prev", type: "button", text: "\u2190 prev",
+      on: function () { changeQuery({ offset: Math.max(0, offset - limit) }); } });
+    var next = el("button", { id: "next", type: "button", text: "next \u2192",
+      on: function () { changeQuery({ offset: offset + limit }); } });
+    prev.disabled = mode !== "live" || offset <= 0;
+    next.disabled = mode !== "live" || offset + shown >= total;
+    return el("div", { cls: "pager", id: "pager" }, prev, el("span", { id: "range", text: range }), next);
+  }
+  function drawHead() {
+    var head = el("tr", { id: "head" });
+    var query = view.query;
+    COLUMNS.forEach(function (c) {
+      var active = query.sort === c[0];
+      var th = el("th", { "data-sort": c[0], cls: active ? "sorted" : "",
+        title: "sort by " + c[1] }, c[1], active ? (query.order === "asc" ? " \u25b2" : " \u25bc") : null);
+      if (active) th.setAttribute("aria-sort", query.order === "asc" ? "ascending" : "descending");
+      if (mode === "live") {
+        th.addEventListener("click", function () {
+          var order = active ? (query.order === "asc" ? "desc" : "asc") : (TEXT_COLUMNS[c[0]] ? "asc" : "desc");
+          changeQuery({ sort: c[0], order: order });
+        });
+      }
+      head.appendChild(th);
+    });
+    return head;
+  }
+  function drawSessions() {
+    // A redraw replaces the rows, the header and the pager only: the search box keeps
+    // its text, focus and caret while the user types.
+    var body = document.getElementById("rows");
+    if (!view.query) view.query = listQuery();
+    if (!body) {
+      app.textContent = "";
+      app.appendChild(drawToolbar());
+      app.appendChild(el("p", { cls: "warning", id: "warning" }));
+      body = el("tbody", { id: "rows" });
+      app.appendChild(el("div", { cls: "scroll" },
+        el("table", { cls: "sessions" }, el("thead", { id: "thead" }), body)));
+      app.appendChild(el("div", { id: "pager-slot" }));
+    }
+    document.getElementById("warning").textContent = data.warning || "";
+    var thead = document.getElementById("thead");
+    thead.textContent = "";
+    thead.appendChild(drawHead());
+    var slot = document.getElementById("pager-slot");
+    slot.textContent = "";
+    slot.appendChild(drawPager());
     drawRows(body);
   }
   function drawRows(body) {
     body.textContent = "";
-    var needle = view.filter.toLowerCase();
-    var shown = 0;
     data.rows.forEach(function (row) {
-      var hay = [row.session_id, row.app, row.user, row.agent, STATE_WORDS[row.integrity.state]].join(" ").toLowerCase();
-      if (needle && hay.indexOf(needle) < 0) return;
-      shown++;
       var link = el("a", { href: "sessions/" + encodeURIComponent(row.session_id), text: row.session_id });
       if (mode === "live") link.setAttribute("href", "/sessions/" + encodeURIComponent(row.session_id));
       var s = row.subagents;
@@ -96,7 +243,10 @@
       });
       body.appendChild(tr);
     });
-    if (!shown) body.appendChild(el("tr", null, el("td", { colspan: "13", text: data.rows.length ? "no sessions match" : "no sessions" })));
+    if (!data.rows.length) {
+      body.appendChild(el("tr", null, el("td", { colspan: String(COLUMNS.length),
+        text: data.sessions ? "no sessions match" : "no sessions" })));
+    }
   }
 
   // -- one session -----------------------------------------------------------------
@@ -141,7 +291,7 @@
   }
 
   // Selecting redraws only the marks and the detail panel: open blocks and scroll stay.
-  function select(e) {
+  function choose(e) {
     session.selected = keyOf(e);
     Array.prototype.forEach.call(document.querySelectorAll(".selected"), function (n) {
       n.classList.remove("selected");
@@ -249,7 +399,7 @@
     node.setAttribute("data-stream", e.stream);
     node.setAttribute("data-revision", String(e.revision));
     node.setAttribute("data-agent", e.agent);
-    node.addEventListener("click", function (ev) { ev.stopPropagation(); ev.preventDefault(); select(e); });
+    node.addEventListener("click", function (ev) { ev.stopPropagation(); ev.preventDefault(); choose(e); });
     return node;
   }
 
@@ -284,7 +434,7 @@
 
   function check(e) {
     var took = took_(e);
-    var line = clickable(el("div", { cls: marks(e, "check") },
+    var line = clickable(el("div", { cls: marks(e, "verdict") },
       el("span", { cls: "badge", text: e.decision || e.kind }),
       el("span", { text: " " + e.text + (took === null ? "" : " \u00b7 " + duration(took)) })), e);
     if (e.diff) line.appendChild(diffOf(e));
@@ -567,6 +717,7 @@
     if (data.kind === "session" && data.branch) api += "?branch=" + encodeURIComponent(data.branch.name);
     var busy = false, again = false;
     function refresh() {
+      if (data.kind === "sessions") { liveList(); return; }  // the page it shows, as asked
       if (busy) { again = true; return; }
       busy = true;
       fetch(api, { credentials: "same-origin" }).then(function (res) {
