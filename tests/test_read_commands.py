@@ -208,7 +208,7 @@ def test_sessions_table_filters_and_keys(written: Written) -> None:
     assert [line.split()[0] for line in rows] == ["failed-1", "edits-1", "demo-1"]
     # Without the public key the signature cannot be checked: it says whose key it needs.
     assert all(line.endswith("untrusted key") for line in rows)
-    assert notes[0].startswith("integrity: every chain link and the newest checkpoint")
+    assert notes[0].startswith("integrity: every chain link, the newest checkpoint and nothing")
     assert [note.split(":")[0].strip() for note in notes[1:]] == ["failed-1", "edits-1", "demo-1"]
     assert all("SIGNED BY AN UNTRUSTED KEY: ed25519:" in note for note in notes[1:])
     assert list(_rows(written, "--app", "shop")) == ["failed-1", "edits-1"]
