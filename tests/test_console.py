@@ -184,6 +184,9 @@ def test_a_subagent_continued_on_a_branch_is_a_block_of_its_own(stored: Stored) 
     assert compare["a"]["summary"]["answer"] == "Refunded."
     assert compare["b"]["summary"]["answer"] == "Not refunded."
     assert compare["shared"] >= 1
+    # One model request each after the fork: main's own, not the branch's (a session's tree
+    # holds every line's streams).
+    assert compare["a"]["summary"]["requests"] == compare["b"]["summary"]["requests"] == 1
 
 
 def test_compare_over_http_answers_two_lines_and_refuses_bad_ones(stored: Stored) -> None:

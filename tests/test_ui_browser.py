@@ -702,3 +702,60 @@ def test_the_list_searches_filters_sorts_and_pages_on_the_server(
     expect(page.locator('th[data-sort="items"]')).to_contain_text("\u25b2")
     assert watched.errors == []
     assert watched.others(listed) == []
+
+
+# -- the screenshots in docs/ ----------------------------------------------------------------
+
+DOCS = Path(__file__).parent.parent / "docs" / "screenshots"
+
+
+@pytest.fixture(scope="module")
+def pictured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """What the documentation shows: the demo, ``paused-1`` forked inside its handoff, and
+    30 listed sessions; served."""
+    import asyncio
+
+    stored = in_thread(write_store, tmp_path_factory.mktemp("ui-docs"))
+    key = stored.pubkey.with_suffix("")
+    in_thread(asyncio.run, write_forked_in_handoff(stored.uri, str(key)))
+    in_thread(asyncio.run, write_listed(stored.uri, key))
+    with serving(stored.uri, pubkey=stored.pubkey) as base:
+        yield base
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_the_documentation_screenshots_are_taken_at_1280_and_1920(
+    browser: Browser, pictured: str, tmp_path: Path, width: int
+) -> None:
+    """The list, the conversation, the waterfall and two lines compared, each at ``width``
+    with nothing scrolled sideways. ``AGENTJOURNAL_UI_DOCS=1`` writes them into
+    ``docs/screenshots/`` (what README and docs/viewer.md show); else a temporary folder."""
+    folder = DOCS if os.environ.get("AGENTJOURNAL_UI_DOCS") == "1" else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+
+        def shot(name: str) -> None:
+            assert page.evaluate("document.documentElement.scrollWidth") <= width, name
+            page.screenshot(path=str(folder / f"{name}-{width}.png"))
+
+        page.goto(f"{pictured}/?sort=blocks")
+        expect(page.locator("#rows tr").first).to_have_attribute("data-session", "demo-1")
+        shot("list")
+        page.goto(f"{pictured}/sessions/demo-1")
+        expect(page.locator("#ledger")).to_contain_text("VERIFIED: ")
+        page.locator(".verdict.decision-MODIFY").click()
+        expect(page.locator("#record")).to_contain_text("PII_REDACTED")
+        shot("conversation")
+        page.locator("#tab-waterfall").click()
+        page.locator("#waterfall .row-model").nth(1).click()
+        expect(page.locator("#record")).to_contain_text("ModelResponded")
+        shot("waterfall")
+        page.goto(f"{pictured}/sessions/paused-1?branch=rejected")
+        page.locator("#tab-compare").click()
+        expect(page.locator("#compare-summary")).to_contain_text("Not refunded.")
+        shot("compare")
+    finally:
+        context.close()

@@ -3,7 +3,7 @@
 :func:`compare_lines` reads both lines as ``get_items()`` on each returns them, finds
 the items they share (a branch shares its prefix with its parent line), and for what
 each did after that — its items, and its own events since the fork (a branch's own
-streams; the other line's events written after the branch's first) — counts model
+streams; the main line's own streams' events written after the branch's first) — counts model
 requests, tokens, cost, tool calls, guardrail blocks and authority refusals, and
 takes its final answer. Nothing here writes.
 """
@@ -16,13 +16,11 @@ from typing import TYPE_CHECKING, Any
 from agentjournal import events
 from agentjournal.errors import InvalidInput
 from agentjournal.records import Record
-from agentjournal.streams import KEYS_STREAM, MAIN_BRANCH, ledger_stream
+from agentjournal.streams import MAIN_BRANCH, session_stream
 from agentjournal.ui.console import said
 
 if TYPE_CHECKING:
     from agentjournal.store.contract import EventStore
-
-__all__ = ["compare_lines"]
 
 
 async def compare_lines(store: EventStore, session_id: str, a: str, b: str) -> dict[str, Any]:
@@ -35,7 +33,7 @@ async def compare_lines(store: EventStore, session_id: str, a: str, b: str) -> d
         StoreUnavailable: The store could not be read.
     """
     from agentjournal.read.lines import find_branch, line_records, line_replay
-    from agentjournal.walk import read_tree
+    from agentjournal.walk import walk_line
 
     if a == b:
         raise InvalidInput(f"compare two different lines, got {a!r} twice")
@@ -43,14 +41,17 @@ async def compare_lines(store: EventStore, session_id: str, a: str, b: str) -> d
     where: dict[str, str] = {}
     for name in (a, b):
         if name == MAIN_BRANCH:
-            tree = await read_tree(store, session_id)
-            logs = {ledger_stream(session_id), KEYS_STREAM}
-            own[name] = [r for s, rs in tree.streams.items() if s not in logs for r in rs]
+            # The main line's own streams: its top stream and the subsessions opened on it
+            # (a session's tree also holds every branch's).
+            streams: dict[str, Sequence[Record]] = {}
+            await walk_line(store, session_id, session_stream(session_id), streams)
+            own[name] = [r for rs in streams.values() for r in rs]
             where[name] = "main"
         else:
             branch = await find_branch(store, session_id, name)
-            streams = await line_records(store, session_id, branch)
-            own[name] = [r for rs in streams.values() for r in rs]
+            own[name] = [
+                r for rs in (await line_records(store, session_id, branch)).values() for r in rs
+            ]
             where[name] = f"{branch.name} ← {branch.parent} {branch.cut.text()}"
     items = {}
     for name in (a, b):
