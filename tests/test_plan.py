@@ -77,6 +77,9 @@ class Run:
     def produced_by(self, item: Mapping[str, Any]) -> Produced | None:
         return self.produced.get(str(item.get("id")))
 
+    def tool_call_times(self, call_id: str) -> tuple[str, str] | None:
+        return None
+
     def same_run(self, run: Any) -> bool:
         return run is not None and run is self.identity
 

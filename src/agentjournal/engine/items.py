@@ -43,6 +43,9 @@ class NoRun:
     def produced_by(self, item: Mapping[str, Any]) -> None:
         return None
 
+    def tool_call_times(self, call_id: str) -> None:
+        return None
+
     def same_run(self, run: Any) -> bool:
         return False
 

@@ -130,6 +130,9 @@ class RunView(Protocol):
     def produced_by(self, item: Mapping[str, Any]) -> Produced | None:
         """What the hooks learned about the model output item ``item`` came from."""
 
+    def tool_call_times(self, call_id: str) -> tuple[str, str] | None:
+        """When the hooks saw the tool call ``call_id`` start and end (RFC 3339)."""
+
     def same_run(self, run: Any) -> bool:
         """Whether ``run`` (a tree's ``chain_run``) is this run."""
 

@@ -202,6 +202,9 @@ class _ItemsWrite:
             if produced.response_id:
                 metadata[events.RESPONSE_ID_KEY] = produced.response_id
         metadata.update(self._facts.call_metadata(op.item))
+        times = _output_times(op.item, run)
+        if times is not None:
+            metadata[events.STARTED_AT_KEY], metadata[events.ENDED_AT_KEY] = times
         self._number_turn(op.item, metadata, op.stream)
         _chainable(metadata)
         self.out.add(
@@ -376,3 +379,15 @@ def _author_of(item: Mapping[str, Any], speaker: str | None) -> str | None:
 
 def _opened(routed: Plan) -> list[str]:
     return [op.subagent.stream for op in routed.ops if op.kind == "start" and op.subagent]
+
+
+def _output_times(item: Mapping[str, Any], run: RunView) -> tuple[str, str] | None:
+    """When the tool call whose output ``item`` is ran, as the hooks saw it (None for any
+    other item, or a call they did not see start and end)."""
+    kind = item.get("type")
+    call_id = item.get("call_id")
+    if not isinstance(kind, str) or not kind.endswith("_output"):
+        return None
+    if not isinstance(call_id, str) or not call_id:
+        return None
+    return run.tool_call_times(call_id)

@@ -100,8 +100,11 @@ class SessionHooks(RunHooksBase[Any, "Agent[Any]"]):
     async def on_tool_start(
         self: _Session, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool
     ) -> None:
-        """Open the tool call's span."""
+        """Note when the tool call started (for its output's event); open its span."""
         self._check_open()
+        call_id = getattr(context, "tool_call_id", None)
+        if isinstance(call_id, str) and call_id:
+            self._run.tool_started(call_id, _now())
         if self._run.trace is not None:
             self._run.trace.tool_started(_tool_key(context, tool), tool.name)
 
@@ -112,8 +115,11 @@ class SessionHooks(RunHooksBase[Any, "Agent[Any]"]):
         tool: Tool,
         result: Any,
     ) -> None:
-        """Close the tool call's span."""
+        """Note when the tool call ended; close its span."""
         self._check_open()
+        call_id = getattr(context, "tool_call_id", None)
+        if isinstance(call_id, str) and call_id:
+            self._run.tool_ended(call_id, _now())
         if self._run.trace is not None:
             self._run.trace.tool_ended(_tool_key(context, tool))
 

@@ -56,6 +56,8 @@ class RunState:
     finished: str | None = None
     responses: list[Responded] = field(default_factory=list)
     llm_started: dict[str, str] = field(default_factory=dict)  # agent -> its call's start
+    # Tool call id -> [started, ended] (RFC 3339): stamped on the event of the call's output.
+    tool_times: OrderedDict[str, list[str | None]] = field(default_factory=OrderedDict)
 
     def is_run(self, usage: Any) -> bool:
         """Whether ``usage`` is this run's."""
@@ -112,6 +114,28 @@ class RunState:
     def model_responded(self, agent: str) -> str | None:
         """When ``agent``'s model call started, if it was seen (and forget it)."""
         return self.llm_started.pop(agent, None)
+
+    def tool_started(self, call_id: str, at: str) -> None:
+        """The tool call ``call_id`` started at ``at`` (RFC 3339); a second start of the same
+        id (two calls the context could not tell apart) leaves it without times."""
+        if call_id in self.tool_times:
+            self.tool_times[call_id] = [None, None]
+            return
+        self.tool_times[call_id] = [at, None]
+        _trim(self.tool_times)
+
+    def tool_ended(self, call_id: str, at: str) -> None:
+        """The tool call ``call_id`` ended at ``at`` (returned or raised)."""
+        times = self.tool_times.get(call_id)
+        if times is not None and times[0] is not None and times[1] is None:
+            times[1] = at
+
+    def tool_call_times(self, call_id: str) -> tuple[str, str] | None:
+        """When the tool call ``call_id`` started and ended, when both were seen."""
+        times = self.tool_times.get(call_id)
+        if times is None or times[0] is None or times[1] is None:
+            return None
+        return times[0], times[1]
 
     def responded(self, response: Responded) -> None:
         """A model response: its ``ModelResponded`` goes with the next write."""
@@ -228,6 +252,9 @@ class RunView:
 
     def produced_by(self, item: Mapping[str, Any]) -> Produced | None:
         return self._state.produced_by(item)
+
+    def tool_call_times(self, call_id: str) -> tuple[str, str] | None:
+        return self._state.tool_call_times(call_id)
 
     def same_run(self, run: Any) -> bool:
         return self._wrapper is not None and run is not None and run() is self._wrapper

@@ -27,12 +27,6 @@ from typing import Any, Final
 from agentjournal import events
 from agentjournal.records import Record
 
-
-STARTED_KEY: Final = "aj.started_at"
-"""Metadata of a tool call's output event: when the tool started (RFC 3339 UTC)."""
-ENDED_KEY: Final = "aj.ended_at"
-"""Metadata of a tool call's output event: when the tool ended (RFC 3339 UTC)."""
-
 _USER_MESSAGE_RECEIVED: Final = "UserMessageReceived"
 _ASSISTANT_TEXT_GENERATED: Final = "AssistantTextGenerated"
 _ASSISTANT_THINKING_GENERATED: Final = "AssistantThinkingGenerated"
@@ -326,8 +320,8 @@ def _timed(
             return None
         label = f"{_as_text(body.get('action_type'))} {_as_text(body.get('subject'))}".strip()
         return "guardrail", label, end - timedelta(milliseconds=latency), end
-    start = _when(record.metadata.get(STARTED_KEY))
-    end = _when(record.metadata.get(ENDED_KEY))
+    start = _when(record.metadata.get(events.STARTED_AT_KEY))
+    end = _when(record.metadata.get(events.ENDED_AT_KEY))
     if start is None or end is None or end < start:
         return None
     call = body.get("call_id")
