@@ -517,6 +517,9 @@ def test_the_waterfall_draws_runs_model_calls_and_checks_with_their_durations(
     page.locator("#tab-waterfall").click()
     expect(page.locator("#waterfall .row-run")).to_have_count(2)
     expect(page.locator("#waterfall .row-model")).to_have_count(8)
+    # lookup_order, add_note, and issue_refund twice (the BLOCKed one was refused inside
+    # the SDK's tool call: it has its times too).
+    expect(page.locator("#waterfall .row-tool")).to_have_count(4)
     assert page.locator("#waterfall .row-guardrail").count() >= 8
     expect(page.locator("#waterfall .row-guardrail .bar.decision-BLOCK")).to_have_count(1)
     for text in page.locator("#waterfall .row-model .bar-ms").all_inner_texts():
@@ -739,6 +742,7 @@ def test_the_documentation_screenshots_are_taken_at_1280_and_1920(
 
         def shot(name: str) -> None:
             assert page.evaluate("document.documentElement.scrollWidth") <= width, name
+            page.evaluate("window.scrollTo(0, 0)")
             page.screenshot(path=str(folder / f"{name}-{width}.png"))
 
         page.goto(f"{pictured}/?sort=blocks")
