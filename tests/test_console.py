@@ -196,13 +196,13 @@ def test_compare_over_http_answers_two_lines_and_refuses_bad_ones(stored: Stored
         body = answer.json()
         assert body["a"]["items"] != body["b"]["items"]
         assert body["b"]["summary"]["tool_calls"] == []  # rejected: the refund never ran
-        for query, message in [
-            ("b=nope", "has no branch 'nope'"),
-            ("a=main&b=main", "two different lines"),
-            ("a=main", "give ?b=BRANCH"),
+        for query, status, message in [
+            ("b=nope", 404, "has no branch 'nope'"),
+            ("a=main&b=main", 400, "give two different lines"),
+            ("a=main", 400, "give two different lines"),
         ]:
             bad = httpx.get(f"{base}/api/sessions/paused-1/compare?{query}")
-            assert bad.status_code == 404
+            assert bad.status_code == status
             assert message in bad.json()["error"]
         missing = httpx.get(f"{base}/api/sessions/nope-1/compare?b=x")
         assert missing.status_code == 404
@@ -257,3 +257,146 @@ def test_a_tool_call_s_recorded_times_make_its_bar(tmp_path: Path) -> None:
         "from": 0.0,
         "to": 250.0,
     }
+
+
+def _record(stream: str, revision: int, kind: str, body: dict[str, Any], **metadata: str) -> Record:
+    import json
+    from datetime import UTC, datetime, timedelta
+
+    moment = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=revision)
+    return Record(
+        stream,
+        revision,
+        f"id-{revision}",
+        kind,
+        json.dumps(body),
+        "",
+        metadata,
+        position=revision,
+        recorded_at=moment,
+    )
+
+
+def test_a_decision_joins_a_call_of_its_own_run_only() -> None:
+    """Run 1's BLOCK of call t1 (its item never written: the run stopped) stays in run 1;
+    run 2 reuses the id t1, and only run 2's ALLOW goes on run 2's call."""
+    top = "AgentSession-s"
+    decided = "agentjournal.GuardrailDecided"
+    calls = {"tool_calls": [{"call_id": "t1", "tool_name": "refund", "arguments": "{}"}]}
+    records = [
+        _record(top, 0, "UserMessageReceived", {"content": "one"}, trace_id="a"),
+        _record(top, 1, decided, {"call_id": "t1", "decision": "BLOCK"}, trace_id="a"),
+        _record(top, 2, "UserMessageReceived", {"content": "two"}, trace_id="b"),
+        _record(top, 3, decided, {"call_id": "t1", "decision": "ALLOW"}, trace_id="b"),
+        _record(top, 4, "AssistantToolCallsGenerated", calls, trace_id="b", **{"aj.call_id": "t1"}),
+    ]
+    assert conversation(records, {}, top) == [
+        {"event": 0, "checks": []},
+        {"event": 1, "checks": []},
+        {"event": 2, "checks": []},
+        {"event": 4, "checks": [3]},
+    ]
+
+
+def test_a_subagent_closed_by_a_writer_without_agentjournal_metadata_closes_its_block() -> None:
+    top, sub = "AgentSession-s", "AgentSubsession-s-x"
+    opened = {"agent_id": "x", "agent_type": "billing", "subsession_stream": sub}
+    closed = {
+        "agent_id": "x",
+        "outcome": "success",
+        "extensions": {"openai": {"subsession_stream": sub}},
+    }
+    records = [
+        _record(top, 0, "SubagentStarted", opened),
+        _record(sub, 1, "SubagentStarted", opened),
+        _record(sub, 2, "AssistantTextGenerated", {"content": "done"}),
+        _record(sub, 3, "SubagentCompleted", closed),
+        _record(top, 4, "SubagentCompleted", closed),
+    ]
+    (node,) = conversation(records, {sub: "billing"}, top)
+    block = node["block"]
+    assert (block["agent"], block["close"], block["outcome"]) == ("billing", 4, "success")
+    assert block["nodes"] == [{"event": 2, "checks": []}]
+
+
+def test_each_turn_in_one_sdk_trace_is_a_run_of_its_own() -> None:
+    top = "AgentSession-s"
+    records = [
+        _record(top, 0, "UserMessageReceived", {"content": "first turn"}, trace_id="t"),
+        _record(top, 1, "AssistantTextGenerated", {"content": "a"}, trace_id="t"),
+        _record(top, 2, "UserMessageReceived", {"content": "second turn"}, trace_id="t"),
+        _record(top, 3, "AssistantTextGenerated", {"content": "b"}, trace_id="t"),
+    ]
+    runs = [b["label"] for b in waterfall(records, {})["bars"] if b["kind"] == "run"]
+    assert runs == ["run 1: first turn", "run 2: second turn"]
+
+
+def test_times_no_call_can_have_are_not_drawn() -> None:
+    top = "AgentSession-s"
+    far = {"aj.started_at": "0001-01-01T00:00:00Z", "aj.ended_at": "2026-01-01T00:00:00Z"}
+    late = {"aj.started_at": "2026-01-01T00:00:00Z", "aj.ended_at": "9999-01-01T00:00:00Z"}
+    records = [
+        _record(top, 5, "ToolResultReceived", {"call_id": "a", "result": ""}, **far),
+        _record(top, 6, "ToolResultReceived", {"call_id": "b", "result": ""}, **late),
+    ]
+    assert waterfall(records, {})["bars"] == []
+
+
+def test_the_main_line_s_page_holds_none_of_its_branches_events(stored: Stored) -> None:
+    data = _page(stored, "paused-1")
+    streams = {e["stream"] for e in data["events"]}
+    assert not any(s.startswith(("AgentBranch-", "AgentBranches-")) for s in streams)
+    spoken = [e["said"]["text"] for e in data["events"] if e["said"] and "text" in e["said"]]
+    assert "Refunded." in spoken
+    assert "Not refunded." not in spoken  # the branch's answer is on the branch's page
+    blocks = [v for role, _, v in _walk(data["conversation"]) if role == "open"]
+    assert [(b["agent"], b["continued"]) for b in blocks] == [("billing", False)]
+    bars = data["waterfall"]["bars"]
+    assert len([b for b in bars if b["kind"] == "run"]) == 2  # the paused run, its resume
+
+
+def _answering(text: str) -> Any:
+    from agents import Agent
+    from agents.testing import ScriptedModel, assistant_message
+
+    return Agent(name="triage", model=ScriptedModel([[assistant_message(text)]]))
+
+
+async def test_compare_parts_two_lines_where_they_part_at_any_depth(tmp_path: Path) -> None:
+    """main: turns one and two. ``early`` leaves main before turn 2 and says three;
+    ``late`` leaves ``early`` at its end and says four."""
+    from agentjournal import Journal
+    from agentjournal.ui.compare import compare_lines
+    from drive import drive
+
+    async with Journal.open(f"sqlite:///{tmp_path / 'c.db'}") as journal:
+        main = journal.session("c-1")
+        for text in ("one", "two"):
+            await drive(_answering(f"said {text}"), text, session=main, hooks=main)
+        await main.fork(turn=2, name="early")
+        early = journal.session("c-1", branch="early")
+        await drive(_answering("said three"), "three", session=early, hooks=early)
+        await early.fork(name="late")
+        late = journal.session("c-1", branch="late")
+        await drive(_answering("said four"), "four", session=late, hooks=late)
+
+        def said_of(side: dict[str, Any]) -> tuple[int, int, str | None]:
+            summary = side["summary"]
+            return len(side["items"]), summary["requests"], summary["answer"]
+
+        found = await compare_lines(journal.store, "c-1", "main", "early")
+        assert found["shared"] == 2  # turn one: its message and its answer
+        assert said_of(found["a"]) == (2, 1, "said two")
+        assert said_of(found["b"]) == (2, 1, "said three")
+        found = await compare_lines(journal.store, "c-1", "early", "late")
+        assert found["shared"] == 4
+        assert said_of(found["a"]) == (0, 0, None)  # early did nothing after late left it
+        assert said_of(found["b"]) == (2, 1, "said four")
+        found = await compare_lines(journal.store, "c-1", "main", "late")
+        assert found["shared"] == 2
+        assert said_of(found["a"]) == (2, 1, "said two")
+        assert said_of(found["b"]) == (4, 2, "said four")  # early's turn three, then its own
+        await main.delete_branch("late")
+        found = await compare_lines(journal.store, "c-1", "late", "main")
+        assert found["a"]["deleted"] == "deleted"
+        assert found["a"]["items"] == []

@@ -33,7 +33,7 @@ from agentjournal.walk import walk_line
 if TYPE_CHECKING:
     from agentjournal.store.contract import EventStore
 
-__all__ = ["find_branch", "line_indexes", "line_records", "line_replay"]
+__all__ = ["find_branch", "line_indexes", "line_path", "line_records", "line_replay"]
 
 
 async def find_branch(store: EventStore, session_id: str, name: str) -> Branch:
@@ -151,3 +151,26 @@ async def line_records(
     streams: dict[str, Sequence[Record]] = {}
     await walk_line(store, session_id, branch.stream, streams)
     return {name: list(records) for name, records in streams.items()}
+
+
+async def line_path(store: EventStore, session_id: str, branch: Branch | None) -> list[Record]:
+    """Every event a line is made of, in commit order: its own streams, and for a branch
+    each line below it up to where the line above leaves it (what its ``get_items``
+    folds). ``branch`` None: the main line (its top stream and the subsessions opened on
+    it).
+
+    Raises:
+        DamagedEvent: The store holds an event of the line it cannot hand out.
+        StoreUnavailable: The store could not be read.
+    """
+    from agentjournal.streams import session_stream
+
+    if branch is None:
+        streams: dict[str, Sequence[Record]] = {}
+        await walk_line(store, session_id, session_stream(session_id), streams)
+        found = [record for records in streams.values() for record in records]
+    else:
+        read = await _core(store, session_id, branch).reader.line_events()
+        found = [Record.of(event) for _, recorded in read for event in recorded]
+    found.sort(key=lambda r: (r.position is None, r.position or 0))
+    return found

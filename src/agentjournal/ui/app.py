@@ -208,8 +208,12 @@ def create_app(
             session_id = validate_id(request.path_params["session"], "session id")
             a = request.query_params.get("a") or MAIN_BRANCH
             b = request.query_params.get("b")
-            if not b:
-                raise InvalidInput("give ?b=BRANCH (and ?a=LINE, main by default)")
+            if not b or a == b:
+                # What was asked cannot be answered, whatever the store holds: 400.
+                return JSONResponse(
+                    {"error": "give two different lines: ?a=LINE (main by default)&b=LINE"},
+                    status_code=400,
+                )
             if await store().head(session_stream(session_id)) is None:
                 raise InvalidInput(f"no session {session_id!r} in this store")
             return JSONResponse(await compare_lines(store(), session_id, a, b))

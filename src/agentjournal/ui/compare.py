@@ -1,10 +1,11 @@
 """Two lines of one session side by side, from where they part (the page's Compare tab).
 
-:func:`compare_lines` reads both lines as ``get_items()`` on each returns them, finds
-the items they share (a branch shares its prefix with its parent line), and for what
-each did after that — its items, and its own events since the fork (a branch's own
-streams; the main line's own streams' events written after the branch's first) — counts model
-requests, tokens, cost, tool calls, guardrail blocks and authority refusals, and
+:func:`compare_lines` finds where two lines part: their nearest common line (main, or a
+branch one of them descends from) and, below it, the branch on each side's way that
+leaves it — the earlier of those cuts is the parting point. The items they share are
+the fewest any branch on either way shares with its parent; after them, each side shows
+its own items, and counts, from the events its line is made of since the parting point,
+model requests, tokens, cost, tool calls, guardrail blocks and authority refusals, and
 takes its final answer. Nothing here writes.
 """
 
@@ -16,79 +17,67 @@ from typing import TYPE_CHECKING, Any
 from agentjournal import events
 from agentjournal.errors import InvalidInput
 from agentjournal.records import Record
-from agentjournal.streams import MAIN_BRANCH, session_stream
+from agentjournal.streams import MAIN_BRANCH
 from agentjournal.ui.console import said
 
 if TYPE_CHECKING:
+    from agentjournal.engine.fork import Branch
     from agentjournal.store.contract import EventStore
 
 
 async def compare_lines(store: EventStore, session_id: str, a: str, b: str) -> dict[str, Any]:
     """Lines ``a`` and ``b`` (``"main"`` or branch names) compared (see the module docs):
-    ``{"a": side, "b": side, "shared": N}``, each side ``{"name", "where", "items",
-    "summary"}`` with ``items`` the line's items after the shared ones.
+    ``{"a": side, "b": side, "shared": N, "parting": position}``, each side ``{"name",
+    "where", "deleted", "items", "summary"}`` with ``items`` the line's items after the
+    shared ones.
 
     Raises:
         InvalidInput: A line does not exist, or the two are the same line.
         StoreUnavailable: The store could not be read.
     """
-    from agentjournal.read.lines import find_branch, line_records, line_replay
-    from agentjournal.walk import walk_line
+    from agentjournal.engine.fork import read_branches
+    from agentjournal.read.lines import find_branch, line_path, line_replay
 
     if a == b:
         raise InvalidInput(f"compare two different lines, got {a!r} twice")
-    own: dict[str, list[Record]] = {}
-    where: dict[str, str] = {}
+    branches = {branch.name: branch for branch in await read_branches(store, session_id)}
     for name in (a, b):
-        if name == MAIN_BRANCH:
-            # The main line's own streams: its top stream and the subsessions opened on it
-            # (a session's tree also holds every branch's).
-            streams: dict[str, Sequence[Record]] = {}
-            await walk_line(store, session_id, session_stream(session_id), streams)
-            own[name] = [r for rs in streams.values() for r in rs]
-            where[name] = "main"
-        else:
-            branch = await find_branch(store, session_id, name)
-            own[name] = [
-                r for rs in (await line_records(store, session_id, branch)).values() for r in rs
-            ]
-            where[name] = f"{branch.name} ← {branch.parent} {branch.cut.text()}"
-    items = {}
-    for name in (a, b):
-        try:
-            items[name] = await line_replay(store, session_id, name)
-        except InvalidInput:  # a deleted branch reads nothing now
-            items[name] = []
-    shared = _shared(items[a], items[b])
-    # Since the fork: a branch's own events; the other line's written after them began.
-    starts = [
-        min((r.position for r in own[n] if r.position is not None), default=None)
-        for n in (a, b)
-        if n != MAIN_BRANCH
-    ]
-    since = max((s for s in starts if s is not None), default=None)
+        if name != MAIN_BRANCH and name not in branches:
+            await find_branch(store, session_id, name)  # raises, naming the branches it has
+    ways = {name: _way(name, branches) for name in (a, b)}
+    common = next((name for name in ways[a] if name in ways[b]), None)
+    if common is None:  # a registry whose parents do not lead to main: the verifier says why
+        raise InvalidInput(f"lines {a!r} and {b!r} of session {session_id} have no common line")
+    below = [ways[n][ways[n].index(common) - 1] for n in (a, b) if n != common]
+    parting = min(branches[name].cut.position for name in below)
+    shared = min(
+        branches[step].prefix_items for n in (a, b) for step in ways[n][: ways[n].index(common)]
+    )
     sides = {}
     for name in (a, b):
-        records = own[name]
-        if name == MAIN_BRANCH and since is not None:
-            records = [r for r in records if r.position is not None and r.position >= since]
-        records.sort(key=lambda r: (r.position is None, r.position or 0))
+        branch = branches.get(name)
+        try:
+            items = await line_replay(store, session_id, name)
+        except InvalidInput:  # a deleted branch reads nothing now
+            items = []
+        path = await line_path(store, session_id, branch)
+        since = [r for r in path if r.position is not None and r.position >= parting]
         sides[name] = {
             "name": name,
-            "where": where[name],
-            "items": items[name][shared:],
-            "summary": _summary(records),
+            "where": "main" if branch is None else f"{name} ← {branch.parent} {branch.cut.text()}",
+            "deleted": None if branch is None else branch.deleted,
+            "items": items[shared:],
+            "summary": _summary(since),
         }
-    return {"a": sides[a], "b": sides[b], "shared": shared}
+    return {"a": sides[a], "b": sides[b], "shared": shared, "parting": parting}
 
 
-def _shared(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping[str, Any]]) -> int:
-    count = 0
-    for left, right in zip(first, second, strict=False):
-        if left != right:
-            break
-        count += 1
-    return count
+def _way(name: str, branches: Mapping[str, Branch]) -> list[str]:
+    """A line and the lines below it, down to main: ``[name, its parent, ..., "main"]``."""
+    way = [name]
+    while way[-1] != MAIN_BRANCH and len(way) <= len(branches):
+        way.append(branches[way[-1]].parent)
+    return way
 
 
 def _summary(records: Sequence[Record]) -> dict[str, Any]:

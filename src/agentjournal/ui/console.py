@@ -20,6 +20,7 @@ recorded times are drawn: an event without them has no bar.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -73,8 +74,6 @@ def _as_text(value: Any) -> str:
         return value
     if value is None:
         return ""
-    import json
-
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
@@ -93,12 +92,29 @@ def conversation(
         agents: Stream -> the agent speaking there.
         top: The line's top stream.
     """
+    # First the calls: which event makes each call of each run, and so which decisions
+    # go on it (a decision is written before its call's item; a call id can come again
+    # in a later run, so a decision only ever joins a call of its own run).
+    makers: dict[tuple[str, str], int] = {}
+    for index, record in enumerate(records):
+        body = record.body if isinstance(record.body, dict) else {}
+        made = [_handoff_call(body)] if record.opens is not None else _calls_of(record, body)
+        for call in made:
+            if call:
+                makers.setdefault((_run_of(record), call), index)
+    attached: dict[int, list[int]] = {}
+    placed: set[int] = set()
+    for index, record in enumerate(records):
+        body = record.body if isinstance(record.body, dict) else {}
+        call = body.get("call_id") if record.type in _JUDGES else None
+        target = makers.get((_run_of(record), call)) if isinstance(call, str) else None
+        if target is not None:
+            attached.setdefault(target, []).append(index)
+            placed.add(index)
+
     root: list[dict[str, Any]] = []
     blocks: dict[str, dict[str, Any]] = {}
     children: dict[str, list[dict[str, Any]]] = {top: root}
-    # Where a decision that names a call goes: that call's node (a tool call, a handoff).
-    by_call: dict[str, dict[str, Any]] = {}
-    waiting: dict[str, list[int]] = {}
     open_streams: list[str] = [top]
 
     def home(stream: str) -> list[dict[str, Any]]:
@@ -109,29 +125,30 @@ def conversation(
         # innermost block still open.
         return children[open_streams[-1]]
 
+    def opened(index: int, record: Record, stream: str, parent: str) -> None:
+        block = _block(record, index, agents.get(stream, stream), stream)
+        block["checks"] = attached.get(index, [])
+        home(parent).append({"block": block})
+        children[stream] = block["nodes"]
+        blocks[stream] = block
+        open_streams.append(stream)
+
     for index, record in enumerate(records):
+        if index in placed:
+            continue
         body = record.body if isinstance(record.body, dict) else {}
         child = record.opens
         if child is not None:
-            block = _block(record, index, agents.get(child, child), child)
-            home(record.stream).append({"block": block})
-            blocks[child] = block
-            children[child] = block["nodes"]
-            open_streams.append(child)
-            _learn_call(by_call, waiting, _handoff_call(body), block)
+            opened(index, record, child, record.stream)
             continue
         if record.type == events.SUBAGENT_CONTINUED:
             parent = body.get("parent_stream")
-            block = _block(record, index, agents.get(record.stream, record.stream), record.stream)
-            home(parent if isinstance(parent, str) else top).append({"block": block})
-            blocks[record.stream] = block
-            children[record.stream] = block["nodes"]
-            open_streams.append(record.stream)
+            opened(index, record, record.stream, parent if isinstance(parent, str) else top)
             continue
         if record.type == events.SUBAGENT_STARTED:
             continue  # the twin on the subsession: its block says it
         if record.type == events.SUBAGENT_COMPLETED:
-            closes = record.metadata.get(events.CLOSES_KEY)
+            closes = _closes(record, body)
             if closes is None:
                 continue  # the twin's copy: the parent's copy closes the block
             closed = blocks.get(closes)
@@ -141,24 +158,25 @@ def conversation(
                 if closes in open_streams:
                     open_streams.remove(closes)
                 continue
-        node: dict[str, Any] = {"event": index, "checks": []}
-        if record.type in _JUDGES:
-            call = body.get("call_id")
-            target = by_call.get(call) if isinstance(call, str) else None
-            if target is not None:
-                target["checks"].append(index)
-                continue
-            if isinstance(call, str) and call:
-                # Decided before its call's item was written: it joins the call when it
-                # comes, and stays here if it never does (a run stopped).
-                waiting.setdefault(call, []).append(index)
-            home(record.stream).append(node)
-            continue
-        for call in _calls_of(record, body):
-            _learn_call(by_call, waiting, call, node)
-        home(record.stream).append(node)
-    _drop_moved(root, waiting)
+        home(record.stream).append({"event": index, "checks": attached.get(index, [])})
     return root
+
+
+def _run_of(record: Record) -> str:
+    """The run an event was written in, as far as the record tells: its trace."""
+    return record.metadata.get(events.TRACE_ID_KEY, "")
+
+
+def _closes(record: Record, body: Mapping[str, Any]) -> str | None:
+    """The subsession the parent's copy of a ``SubagentCompleted`` closes (``aj.closes``,
+    else its data); None for the subsession's own copy."""
+    named = record.metadata.get(events.CLOSES_KEY)
+    if named is not None:
+        return named
+    extensions = body.get("extensions")
+    openai = extensions.get("openai") if isinstance(extensions, dict) else None
+    stream = openai.get("subsession_stream") if isinstance(openai, dict) else None
+    return stream if isinstance(stream, str) and stream != record.stream else None
 
 
 def _block(record: Record, index: int, agent: str, stream: str) -> dict[str, Any]:
@@ -182,8 +200,6 @@ def _handoff_call(body: Mapping[str, Any]) -> str | None:
         return call
     item = openai.get("item_json") if isinstance(openai, dict) else None
     if isinstance(item, str):
-        import json
-
         try:
             parsed = json.loads(item)
         except ValueError:
@@ -208,42 +224,6 @@ def _calls_of(record: Record, body: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def _learn_call(
-    by_call: dict[str, dict[str, Any]],
-    waiting: dict[str, list[int]],
-    call: str | None,
-    node: dict[str, Any],
-) -> None:
-    if not call or call in by_call:
-        return
-    by_call[call] = node
-    early = waiting.pop(call, [])
-    node["checks"].extend(early)
-    node.setdefault("moved", []).extend(early)
-
-
-def _drop_moved(nodes: list[dict[str, Any]], waiting: Mapping[str, list[int]]) -> None:
-    """Remove the decisions that later joined their call from where they first stood."""
-    moved: set[int] = set()
-
-    def collect(level: list[dict[str, Any]]) -> None:
-        for node in level:
-            moved.update(node.pop("moved", ()))
-            if "block" in node:
-                moved.update(node["block"].pop("moved", ()))
-                collect(node["block"]["nodes"])
-
-    def prune(level: list[dict[str, Any]]) -> None:
-        level[:] = [n for n in level if "event" not in n or n["event"] not in moved]
-        for node in level:
-            if "block" in node:
-                prune(node["block"]["nodes"])
-
-    collect(nodes)
-    if moved:
-        prune(nodes)
-
-
 def waterfall(records: Sequence[Record], agents: Mapping[str, str]) -> dict[str, Any]:
     """The line's timed work as bars (see the module docs): ``{"start", "end", "bars"}``,
     times as ISO text, each bar ``{"kind", "label", "agent", "event", "from", "to"}`` with
@@ -252,13 +232,14 @@ def waterfall(records: Sequence[Record], agents: Mapping[str, str]) -> dict[str,
     spans: list[tuple[str, str, str, int | None, datetime, datetime, str]] = []
     runs: dict[str, list[Any]] = {}
     names: dict[str, str] = {}
+    current: dict[str, list[Any]] = {}  # trace -> [its run's key, a user message seen]
     for index, record in enumerate(records):
         body = record.body if isinstance(record.body, dict) else {}
         agent = agents.get(record.stream, record.stream)
         for call in body.get("tool_calls", ()) or ():
             if isinstance(call, dict) and isinstance(call.get("call_id"), str):
                 names[call["call_id"]] = _as_text(call.get("tool_name"))
-        trace = record.metadata.get("trace_id", "")
+        trace = _run_key(record, current)
         bar = _timed(record, body, names)
         if bar is not None:
             kind, label, start, end = bar
@@ -302,10 +283,46 @@ def waterfall(records: Sequence[Record], agents: Mapping[str, str]) -> dict[str,
     }
 
 
+def _run_key(record: Record, current: dict[str, list[Any]]) -> str:
+    """The run an event belongs to: its trace, and within one trace (the SDK's
+    ``trace()`` around several turns) a new run at each user message."""
+    trace = record.metadata.get(events.TRACE_ID_KEY, "")
+    if not trace:
+        return ""
+    seen = current.setdefault(trace, [trace, False])
+    if record.type == _USER_MESSAGE_RECEIVED:
+        if seen[1]:
+            seen[0] = f"{trace}/{record.position}"
+        seen[1] = True
+    return str(seen[0])
+
+
 def _timed(
     record: Record, body: Mapping[str, Any], names: Mapping[str, str]
 ) -> tuple[str, str, datetime, datetime] | None:
-    """An event's own bar: (kind, label, start, end), or None when it records no time."""
+    """An event's own bar: (kind, label, start, end), or None when it records no time or
+    a time no call can have (see :func:`_plausible`)."""
+    bar = _recorded_bar(record, body, names)
+    return bar if bar is not None and _plausible(record, bar[2], bar[3]) else None
+
+
+_SLOP: Final = timedelta(minutes=1)
+_LONGEST: Final = timedelta(days=1)
+
+
+def _plausible(record: Record, start: datetime, end: datetime) -> bool:
+    """Whether a bar's times can be a call's: it ended before its event was stored (give
+    or take a minute of clock skew) and took less than a day. Anything else (a foreign
+    writer's year 1 or 9999) would squash every other bar into a sliver: it is not drawn."""
+    if end - start > _LONGEST:
+        return False
+    return record.recorded_at is None or end <= record.recorded_at + _SLOP
+
+
+def _recorded_bar(
+    record: Record, body: Mapping[str, Any], names: Mapping[str, str]
+) -> tuple[str, str, datetime, datetime] | None:
+    """The bar an event's recorded times give, unchecked."""
     if record.type == events.MODEL_RESPONDED:
         start, end = _when(body.get("started_at")), _when(body.get("ended_at"))
         if start is None or end is None or end < start:

@@ -127,17 +127,18 @@ async def session_page(
             position=position,
         )
     current = await replay(store, session_id)
+    main = main_line(tree)
     histories: dict[int, list[dict[str, Any]]] = {}
     if at is not None:
         histories[at] = history_before(tree, at)
     if every_history:
-        for index in _item_indexes(tree)[:MAX_EXPORTED_HISTORIES]:
+        for index in _item_indexes(main)[:MAX_EXPORTED_HISTORIES]:
             histories.setdefault(index, history_before(tree, index))
     return session_data(
-        tree,
+        main,
         report,
         current,
-        _usage(tree),
+        _usage(main),
         position=position,
         histories=histories,
         at=at,
@@ -190,6 +191,23 @@ async def _branch_page(
     main_header = _header(main)
     data["header"].update({k: main_header[k] for k in ("app", "user", "agent")})
     return data
+
+
+def main_line(tree: TreeRecords) -> TreeRecords:
+    """The main line of a session tree (pure): its top stream, the subsessions opened on it
+    at any depth, its authority log and its ledger — not the branches' streams, which a
+    session's tree holds too (each branch has its own page)."""
+    keep = {tree.session_stream, authority_stream(tree.session_id), ledger_stream(tree.session_id)}
+    if KEYS_STREAM in tree.streams:
+        keep.add(KEYS_STREAM)
+    pending = [tree.session_stream]
+    while pending:
+        for record in tree.streams.get(pending.pop(), ()):
+            child = record.opens
+            if child is not None and child not in keep:
+                keep.add(child)
+                pending.append(child)
+    return TreeRecords(tree.session_id, {n: r for n, r in tree.streams.items() if n in keep})
 
 
 def _line(branch: Branch) -> dict[str, Any]:

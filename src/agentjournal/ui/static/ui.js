@@ -592,7 +592,7 @@
         });
         if (!side.items.length) list.appendChild(el("li", { cls: "dim", text: "(no items after the shared ones)" }));
         cols.appendChild(el("div", { cls: "column", "data-line": side.name },
-          el("h2", { text: side.where === side.name ? side.name : side.where }), list));
+          el("h2", { text: side.where + (side.deleted ? " [" + side.deleted + "]" : "") }), list));
       });
       out.appendChild(cols);
     }
