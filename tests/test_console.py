@@ -298,14 +298,17 @@ def test_a_decision_joins_a_call_of_its_own_run_only() -> None:
     ]
 
 
-def test_a_subagent_closed_by_a_writer_without_agentjournal_metadata_closes_its_block() -> None:
+@pytest.mark.parametrize("where", ["extension", "body"])
+def test_a_subagent_closed_by_a_writer_without_agentjournal_metadata_closes_its_block(
+    where: str,
+) -> None:
     top, sub = "AgentSession-s", "AgentSubsession-s-x"
     opened = {"agent_id": "x", "agent_type": "billing", "subsession_stream": sub}
-    closed = {
-        "agent_id": "x",
-        "outcome": "success",
-        "extensions": {"openai": {"subsession_stream": sub}},
-    }
+    closed: dict[str, Any] = {"agent_id": "x", "outcome": "success"}
+    if where == "body":
+        closed["subsession_stream"] = sub
+    else:
+        closed["extensions"] = {"openai": {"subsession_stream": sub}}
     records = [
         _record(top, 0, "SubagentStarted", opened),
         _record(sub, 1, "SubagentStarted", opened),
@@ -400,3 +403,18 @@ async def test_compare_parts_two_lines_where_they_part_at_any_depth(tmp_path: Pa
         found = await compare_lines(journal.store, "c-1", "late", "main")
         assert found["a"]["deleted"] == "deleted"
         assert found["a"]["items"] == []
+
+
+def test_a_foreign_event_whose_extensions_are_no_object_does_not_break_the_page() -> None:
+    from agentjournal.audit.verify import Report
+    from agentjournal.records import TreeRecords
+    from agentjournal.ui.page import session_data
+
+    top = "AgentSession-s"
+    records = [
+        _record(top, 0, "SessionStarted", {"app_name": "x"}),
+        _record(top, 1, "AssistantTextGenerated", {"content": "hi", "extensions": "n/a"}),
+    ]
+    data = session_data(TreeRecords("s", {top: records}), Report(), [], None)
+    assert [e["said"] for e in data["events"]][1] == {"role": "assistant", "text": "hi"}
+    assert data["lanes"] == ["session"]

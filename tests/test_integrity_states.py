@@ -224,3 +224,34 @@ def test_a_tail_written_after_the_last_checkpoint_fails_the_list_as_it_fails_ver
 
     asyncio.run(sign())
     assert listed()["state"] == "verified"
+
+
+def test_a_tail_signed_only_by_an_untrusted_key_fails_the_list_as_it_fails_verify(
+    store: Store, tmp_path: Path
+) -> None:
+    """Signed by the trusted key, then one more item and a checkpoint by a key the reader
+    does not trust: that checkpoint covers nothing for this reader."""
+    copy = tmp_path / "after.db"
+    shutil.copy(store.path, copy)
+    uri = f"sqlite:///{copy}"
+    trust = ("--pubkey", f"{store.key}.pub")
+
+    async def more() -> None:
+        theirs = SigningKey.from_file(str(store.foreign))
+        async with Journal.open(uri, signing_key=theirs) as journal:
+            session = journal.session("signed")
+            await session.add_items([{"role": "user", "content": "one more"}])
+            await session.checkpoint()
+
+    asyncio.run(more())
+    done = run("sessions", "--uri", uri, "--json", *trust)
+    rows = {row["session_id"]: row["integrity"] for row in json.loads(done.stdout)}
+    assert rows["signed"]["state"] == "failed"
+    assert rows["signed"]["problem"].startswith("AgentSession-signed@3: events after the last")
+    verified = run("verify", "signed", "--uri", uri, *trust)
+    assert verified.returncode == 2
+    assert "AgentSession-signed@3: events after the last checkpoint" in verified.stdout
+    # Whoever trusts both keys sees it verified by both.
+    both = run("sessions", "--uri", uri, "--json", *trust, "--pubkey", f"{store.foreign}.pub")
+    rows = {row["session_id"]: row["integrity"] for row in json.loads(both.stdout)}
+    assert rows["signed"]["state"] == "verified"

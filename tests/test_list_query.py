@@ -184,3 +184,15 @@ def test_the_index_finds_sessions_by_the_beginning_of_their_words() -> None:
     index.fold("c", _event("ToolResultReceived", {"result": "zebra crossing"}))
     assert index.matching("zeb") == {"c"}
     assert index.indexed == 3
+
+
+def test_the_filter_choices_keep_the_most_frequent_values() -> None:
+    """Of 201 apps the one with the most sessions is a choice, wherever its name sorts."""
+    from agentjournal.read.catalog.query import MAX_CHOICES, choices
+
+    rows = [row(n, app=f"app-{n:03d}") for n in range(MAX_CHOICES + 1)]
+    rows += [row(1000 + n, app="zzz-busiest") for n in range(5)]
+    picked = choices(rows)["app"]
+    assert len(picked) == MAX_CHOICES
+    assert "zzz-busiest" in picked
+    assert picked == sorted(picked)

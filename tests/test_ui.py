@@ -250,6 +250,21 @@ def test_view_writes_one_self_contained_file(stored: Stored, tmp_path: Path) -> 
     assert not (tmp_path / "session.html.partial").exists()
 
 
+def test_view_to_standard_output_writes_utf_8_whatever_the_terminal_encodes(
+    stored: Stored, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "agentjournal.cli", "view", "demo-1", "-o", "-"],
+        cwd=tmp_path,
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "latin-1", "AGENTJOURNAL_URI": stored.uri},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode("utf-8").startswith("<!doctype html>")
+    assert "←".encode() in done.stdout  # the viewer's own arrows, in UTF-8
+
+
 def test_view_to_standard_output_writes_the_page_there_and_no_file(
     stored: Stored, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -628,3 +643,44 @@ def test_the_list_still_needs_the_token(stored: Stored) -> None:
         opened = client.get(f"/?token={TOKEN}&q=demo")
         assert opened.status_code == 200
         assert TOKEN not in opened.text.split('id="aj-data">', 1)[1]
+
+
+@pytest.mark.slow
+def test_a_failed_page_check_stops_counting_once_the_session_writes_again(
+    stored: Stored, tmp_path: Path
+) -> None:
+    """A page served while a tail no checkpoint covers is there says FAILED, and the list
+    shows it; the checkpoint that covers the tail comes, and the list's own check (which
+    sees it) stands again: a finished run is not a false alarm for ever."""
+    from agentjournal.ledger import SigningKey
+
+    copy = tmp_path / "copy.db"
+    shutil.copy(stored.path, copy)
+    uri = f"sqlite:///{copy}"
+    key = SigningKey.from_file(str(stored.pubkey.with_suffix("")))
+
+    async def add(signed: bool) -> None:
+        from agentjournal import Journal
+
+        async with Journal.open(uri, signing_key=key if signed else None) as journal:
+            session = journal.session("demo-1")
+            if signed:
+                await session.checkpoint()
+            else:
+                await session.add_items([{"role": "user", "content": "one more"}])
+
+    with (
+        serving(uri, pubkey=stored.pubkey) as base,
+        httpx.Client(base_url=base, timeout=30) as client,
+    ):
+
+        def listed() -> str:
+            rows = client.get("/api/sessions").json()["rows"]
+            return str(next(r["integrity"]["state"] for r in rows if r["session_id"] == "demo-1"))
+
+        asyncio.run(add(signed=False))
+        assert client.get("/api/sessions/demo-1").json()["integrity"]["state"] == "failed"
+        assert listed() == "failed"
+        asyncio.run(add(signed=True))
+        assert listed() == "verified"
+        assert client.get("/api/sessions/demo-1").json()["integrity"]["state"] == "verified"

@@ -177,9 +177,14 @@ async def _view(args: argparse.Namespace) -> int:
     finally:
         await store.close()
     page = render(data, inline=True)
-    if to_stdout:
-        sys.stdout.write(page)
+    if to_stdout:  # UTF-8, as the page declares, whatever the terminal's encoding
         sys.stdout.flush()
+        binary = getattr(sys.stdout, "buffer", None)
+        if binary is not None:
+            binary.write(page.encode())
+            binary.flush()
+        else:  # a text-only stream (an embedding program's)
+            sys.stdout.write(page)
     else:
         write_atomically(args.output, page)
     line = f", branch {args.branch!r}" if data.get("branch") else ""

@@ -6,16 +6,18 @@ that index, so a click anywhere selects the same stored record.
 
 :func:`conversation` nests each handoff: the parent's ``SubagentStarted`` opens a block
 that holds what the receiver did, up to the parent's ``SubagentCompleted``. A
-guardrail decision or an authority refusal that names a call is attached to that call
-(or to the handoff it judged) where it happened; one that names none (an agent's
-input, its response) stays in its place. A subagent continued on a branch
-(``SubagentContinued``) is a block of its own under the stream it continues.
+guardrail decision or an authority refusal that names a call is attached to the item
+(or the handoff) that makes that call in the same run (its trace); one whose call never
+came, or that names none (an agent's input, its response), stays in its place. A
+subagent continued on a branch (``SubagentContinued``) is a block of its own under the
+stream it continues.
 
 :func:`waterfall` places what took time, in milliseconds from the line's first
-moment: each run (the events of one ``trace_id``), each model call (``ModelResponded``
-``started_at``/``ended_at``), each tool call (``aj.started_at``/``aj.ended_at`` on its
-output's event) and each guardrail check (``latency_ms`` up to its own append). Only
-recorded times are drawn: an event without them has no bar.
+moment: each run (the events of one ``trace_id``, split at each user message), each
+model call (``ModelResponded`` ``started_at``/``ended_at``), each tool call
+(``aj.started_at``/``aj.ended_at`` on its output's event) and each guardrail check
+(``latency_ms`` up to its own append). Only recorded times are drawn, and only times a
+call can have: an event without them has no bar.
 """
 
 from __future__ import annotations
@@ -176,6 +178,7 @@ def _closes(record: Record, body: Mapping[str, Any]) -> str | None:
     extensions = body.get("extensions")
     openai = extensions.get("openai") if isinstance(extensions, dict) else None
     stream = openai.get("subsession_stream") if isinstance(openai, dict) else None
+    stream = stream if isinstance(stream, str) else body.get("subsession_stream")
     return stream if isinstance(stream, str) and stream != record.stream else None
 
 

@@ -413,7 +413,8 @@ def _first_agent(tree: TreeRecords, top: str) -> str | None:
     event of that stream names (a decision, a response, a grant, a handoff's sender)."""
     for record in tree.streams.get(top, ()):
         body = record.body if isinstance(record.body, dict) else {}
-        openai = body.get("extensions", {}).get("openai", {})
+        extensions = body.get("extensions")
+        openai = extensions.get("openai") if isinstance(extensions, dict) else None
         named = body.get("agent") or (
             openai.get("source_agent") if isinstance(openai, dict) else None
         )
@@ -530,7 +531,9 @@ def sessions_data(
 def fully_checked(
     rows: Sequence[SessionRow], checked: Mapping[str, Mapping[str, Any]]
 ) -> Sequence[SessionRow]:
-    """``rows``, each session whose page's full check FAILED with that check's integrity."""
+    """``rows``, each session whose page's full check FAILED with that check's integrity —
+    unless the session has written since that check (its run went on, a checkpoint came):
+    then the row's own check stands again, until its page is served again."""
     if not any(full.get("state") == "failed" for full in checked.values()):
         return rows
     from dataclasses import replace
@@ -540,7 +543,11 @@ def fully_checked(
     out = []
     for row in rows:
         full = checked.get(row.session_id)
-        if full is not None and full.get("state") == "failed":
+        if (
+            full is not None
+            and full.get("state") == "failed"
+            and row.last_activity <= datetime.fromisoformat(full["checked_at"])
+        ):
             row = replace(
                 row,
                 integrity=Integrity("failed", tuple(full["keys"]), full["problem"]),

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
     from agentjournal.store.contract import RecordedEvent
 
-VERSION: Final = 6  # 2: items counted by the engine's index rule; 3: branches; 4: continuations;
-# 5: a continuation is the subagent it continues, not one more; 6: the tail after a checkpoint
+VERSION: Final = 7  # 2: items counted by the engine's index rule; 3: branches; 4: continuations;
+# 5: a continuation is the subagent it continues, not one more; 7: each key's tail
 """The state's layout; a saved state of another version is rebuilt from the start."""
 
 
@@ -67,7 +67,10 @@ def _new_row() -> dict[str, Any]:
         "last": None,
         "broken": None,
         "ck": None,
-        "tail": None,  # the first event folded after the newest checkpoint
+        # key id -> [position, "stream@revision"] of the first event folded after that
+        # key's newest checkpoint (None: nothing yet); no checkpoint can cover such an event
+        # (each signs heads it read before its own append), so verify finds it uncovered
+        "tails": {},
         "branches": {},  # branch top stream -> what the catalog knows of the branch
         "lines": {},  # a stream of a branch line (its top stream, its subsessions) -> top
         "continued": [],  # continuation streams: their closes count for no subagent
@@ -151,14 +154,8 @@ class Catalog:
         if row is None:
             row = self.sessions[session_id] = _new_row()
         self._chain(row, event, session_id)
-        if (
-            row["ck"] is not None
-            and row.get("tail") is None
-            and event.stream != ledger_stream(session_id)
-        ):
-            # Folded after the newest checkpoint: no checkpoint can cover it (each signs
-            # heads it read before its own append), so `verify` finds it uncovered too.
-            row["tail"] = f"{event.stream}@{event.revision}"
+        if event.stream != ledger_stream(session_id):
+            _after_checkpoints(row, event)
         row["checked"] = self.now
         moment = _micros(event.recorded_at)
         row["first"] = moment if row["first"] is None else min(row["first"], moment)
@@ -321,7 +318,6 @@ class Catalog:
     def _checkpoint(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         mark: dict[str, Any] = {"rev": event.revision, "key": None, "sig": None, "pending": []}
         row["ck"] = mark
-        row["tail"] = None
         self.fresh.pop(session_id, None)
         try:
             checkpoint = Checkpoint.decode(json.loads(event.data))
@@ -329,6 +325,10 @@ class Catalog:
             mark["problem"] = f"the checkpoint is malformed: {error}"
             return
         mark["key"] = checkpoint.key_id
+        # Another key's checkpoint is past what this key signed (verify finds the ledger
+        # uncovered when that key is not trusted); this key's tail starts again.
+        _after_checkpoints(row, event)
+        row["tails"][checkpoint.key_id] = None
         mark["problem"] = checkpoint_problem(self.streams, checkpoint, event, session_id, mark)
         self.fresh[session_id] = checkpoint
 
@@ -446,6 +446,14 @@ class Catalog:
             checked_at=_moment(row.get("checked") or row["last"]),
             branches=branches,
         )
+
+
+def _after_checkpoints(row: dict[str, Any], event: RecordedEvent) -> None:
+    """``event`` comes after each key's newest checkpoint that nothing followed yet."""
+    tails = row["tails"]
+    for key, tail in tails.items():
+        if tail is None:
+            tails[key] = [event.position, f"{event.stream}@{event.revision}"]
 
 
 def _micros(moment: datetime) -> int:

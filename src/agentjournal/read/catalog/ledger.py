@@ -84,13 +84,23 @@ def ledger_status(
     where = f"{ledger_stream(session_id)}@{mark['rev']}"
     if mark.get("problem") is not None:
         return Integrity("failed", problem=f"{where}: {mark['problem']}")
+    tail = _uncovered(row.get("tails", {}), trusted)
+    if tail is not None:
+        return Integrity(
+            "failed",
+            problem=f"{tail}: events after the last checkpoint (not covered by a signature)",
+        )
     if mark["key"] not in trusted or mark["sig"] is None:
         return Integrity("untrusted", (mark["key"],))
     if mark["sig"] is False:
         return Integrity("failed", problem=f"{where}: the signature is invalid")
-    if row.get("tail") is not None:
-        return Integrity(
-            "failed",
-            problem=f"{row['tail']}: events after the last checkpoint (not covered by a signature)",
-        )
     return Integrity("verified", (mark["key"],))
+
+
+def _uncovered(tails: Mapping[str, Any], trusted: Mapping[str, Any]) -> str | None:
+    """The first event after the newest checkpoint of a trusted key (None: nothing after
+    it, or no trusted key signed): what ``verify`` reports uncovered."""
+    mine = [tail for key, tail in tails.items() if key in trusted]
+    if not mine or any(tail is None for tail in mine):
+        return None
+    return str(max(mine)[1])

@@ -320,11 +320,11 @@ def choices(rows: Iterable[SessionRow]) -> dict[str, list[str]]:
     apps: Counter[str] = Counter()
     agents: Counter[str] = Counter()
     for row in rows:
-        apps[row.app] += 1
-        agents[row.agent] += 1
+        if row.app:
+            apps[row.app] += 1
+        if row.agent:
+            agents[row.agent] += 1
     return {
-        name: sorted(value for value, _ in counter.most_common(MAX_CHOICES + 1) if value)[
-            :MAX_CHOICES
-        ]
+        name: sorted(value for value, _ in counter.most_common(MAX_CHOICES))
         for name, counter in (("app", apps), ("agent", agents))
     }
