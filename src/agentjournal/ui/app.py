@@ -210,10 +210,7 @@ def create_app(
             b = request.query_params.get("b")
             if not b or a == b:
                 # What was asked cannot be answered, whatever the store holds: 400.
-                return JSONResponse(
-                    {"error": "give two different lines: ?a=LINE (main by default)&b=LINE"},
-                    status_code=400,
-                )
+                return _bad(request, "give two different lines: ?a=LINE (main by default)&b=LINE")
             if await store().head(session_stream(session_id)) is None:
                 raise InvalidInput(f"no session {session_id!r} in this store")
             return JSONResponse(await compare_lines(store(), session_id, a, b))
@@ -325,16 +322,18 @@ def _unavailable(error: JournalError) -> Response:
 
 def _bad(request: Request, message: str) -> Response:
     """A query the list does not take: 400, the reason in one line."""
-    line = " ".join(message.split())
-    if request.url.path.startswith("/api/"):
-        return JSONResponse({"error": line}, status_code=400)
-    return HTMLResponse(page.not_found(line, title="bad request"), status_code=400)
+    return _answer(request, " ".join(message.split()), 400, "bad request")
 
 
 def _missing(request: Request, message: str) -> Response:
+    return _answer(request, message, 404, "not found")
+
+
+def _answer(request: Request, message: str, status: int, title: str) -> Response:
+    """An error as JSON to the API and the event streams, as a page to a person."""
     if request.url.path.startswith("/api/") or request.url.path.endswith("/events"):
-        return JSONResponse({"error": message}, status_code=404)
-    return HTMLResponse(page.not_found(message), status_code=404)
+        return JSONResponse({"error": message}, status_code=status)
+    return HTMLResponse(page.not_found(message, title=title), status_code=status)
 
 
 def _event_stream(
