@@ -51,3 +51,27 @@ def approval_graph(answer: str | None = None) -> Agent[Any]:
         billing_steps, triage_steps = [[assistant_message(answer, item_id="m1")]], []
     billing = Agent(name="billing", model=ScriptedModel(billing_steps), tools=[issue_refund])
     return Agent(name="triage", model=ScriptedModel(triage_steps), handoffs=[billing])
+
+
+async def resumed(
+    graph: Agent[Any],
+    saved: str,
+    *,
+    approve: bool,
+    session: Any,
+    hooks: Any,
+    method: Any = "run",
+) -> None:
+    """Load the paused run ``saved`` into ``graph``, approve or reject its one pending
+    call, and run it on to its end on ``session``."""
+    from agents import RunState
+
+    from drive import drive
+
+    state = await RunState.from_string(graph, saved)
+    (interruption,) = state.get_interruptions()
+    if approve:
+        state.approve(interruption)
+    else:
+        state.reject(interruption)
+    await drive(graph, state, method=method, session=session, hooks=hooks)

@@ -41,6 +41,7 @@ from agentjournal.streams import (
 from agentjournal.walk import read_tree
 from drive import METHODS, Method, drive
 from handoff_scenarios import nested, single, top_level
+from paused_graph import resumed
 from refund_authority import handing_off, refund, refund_policy
 from scripted_guardrail import ScriptedGuardrail
 
@@ -322,13 +323,7 @@ async def _resumed(
     text: str,
 ) -> None:
     graph = _approval_graph(ran, [[assistant_message(text, item_id="m1")]], [])
-    state = await RunState.from_string(graph, saved)
-    (interruption,) = state.get_interruptions()
-    if approve:
-        state.approve(interruption)
-    else:
-        state.reject(interruption)
-    await drive(graph, state, method=method, session=session, hooks=hooks)
+    await resumed(graph, saved, approve=approve, session=session, hooks=hooks, method=method)
 
 
 async def _approval_reference(method: Method, *, approve: bool, text: str) -> list[Any]:

@@ -156,9 +156,7 @@ async def write_forked_in_handoff(uri: str, key: str, session_id: str = "paused-
     """triage hands off to billing, whose refund waits for a person; the session is forked
     there (``rejected``: billing goes on on the branch), then the refund is approved on
     main ("Refunded.") and rejected on the branch ("Not refunded."), signed."""
-    from agents import RunState
-
-    from paused_graph import approval_graph
+    from paused_graph import approval_graph, resumed
 
     async with Journal.open(uri, signing_key=key) as journal:
         main = journal.session(session_id, app_name="shop", user_id="u-2")
@@ -169,13 +167,7 @@ async def write_forked_in_handoff(uri: str, key: str, session_id: str = "paused-
         line = journal.session(session_id, branch="rejected")
         for session, approve, text in ((line, False, "Not refunded."), (main, True, "Refunded.")):
             graph = approval_graph(answer=text)
-            state = await RunState.from_string(graph, saved)
-            (interruption,) = state.get_interruptions()
-            if approve:
-                state.approve(interruption)
-            else:
-                state.reject(interruption)
-            await drive(graph, state, session=session, hooks=session)
+            await resumed(graph, saved, approve=approve, session=session, hooks=session)
 
 
 LISTED = 30
