@@ -684,3 +684,48 @@ def test_a_failed_page_check_stops_counting_once_the_session_writes_again(
         asyncio.run(add(signed=True))
         assert listed() == "verified"
         assert client.get("/api/sessions/demo-1").json()["integrity"]["state"] == "verified"
+
+
+def test_the_list_says_how_far_the_first_reading_of_the_store_is(stored: Stored) -> None:
+    """While the store is read for the first time (a minute for a million events), the list
+    answers within ``warm_wait`` how far it is — 503, asking to come again — and the
+    rows once it is done. The store's first read is held back until the test lets it go."""
+    from starlette.testclient import TestClient
+
+    from agentjournal.ui.app import create_app
+
+    gate = threading.Event()
+
+    class Held:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        async def read_all(self, **options: Any) -> Any:
+            # The gate is the test thread's; this runs on the server's loop: poll it.
+            while not gate.is_set():  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+            return await self.inner.read_all(**options)
+
+    async def opened() -> Any:
+        return Held(await open_store(stored.uri, create=False))
+
+    app = create_app(opened, keys=trusted_keys([str(stored.pubkey)]), warm_wait=0.05)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        waiting = client.get("/api/sessions")
+        assert waiting.status_code == 503
+        assert waiting.headers["retry-after"] == "2"
+        body = waiting.json()
+        assert body["position"] == 0
+        assert body["of"] > 0
+        assert body["error"].startswith("the viewer is reading the store for the first time")
+        page = client.get("/")
+        assert page.status_code == 503
+        assert '<meta http-equiv="refresh" content="2">' in page.text
+        assert "reading the store for the first time" in page.text
+        gate.set()
+        listed = client.get("/api/sessions")
+        assert listed.status_code == 200
+        assert {row["session_id"] for row in listed.json()["rows"]} >= {"demo-1", "hostile-1"}

@@ -84,6 +84,7 @@ def create_app(
     keys: Mapping[str, Ed25519PublicKey] | None = None,
     token: str | None = None,
     closing: threading.Event | None = None,
+    warm_wait: float = 2.0,
 ) -> Starlette:
     """The viewer over the store ``open_store`` opens when the application starts.
 
@@ -93,6 +94,8 @@ def create_app(
         token: When given, every request must carry it (see the module docs).
         closing: Set when the server shuts down: open event streams then end within
             half a second (a server waits for its open responses before it stops).
+        warm_wait: How long a list request waits for the first reading of the store
+            before it answers how far that reading is (503, the page refreshing itself).
     """
     closing = closing or threading.Event()
     trusted = dict(keys or {})
@@ -112,9 +115,10 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         state["store"] = await open_store()
+        state["last"] = await page.last_position(state["store"])
         # The first fold reads the whole store (a minute for a million events): start it
         # now, so the first request waits only for what is left of it.
-        warming = asyncio.ensure_future(warm())
+        warming = state["warming"] = asyncio.ensure_future(warm())
         try:
             yield
         finally:
@@ -134,6 +138,12 @@ def create_app(
             query = parse_query(request.query_params.multi_items())
         except InvalidInput as error:
             return _bad(request, str(error))
+        if not live.ready:
+            # Still reading the store for the first time: wait a little, then say how far.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(state["warming"]), warm_wait)
+            if not live.ready and not state["warming"].done():
+                return _warming(request, live.position or 0, state["last"])
         try:
             snapshot = await live.refresh(store())
         except JournalError as error:
@@ -318,6 +328,20 @@ def _after(request: Request) -> int | None:
 def _unavailable(error: JournalError) -> Response:
     reason = " ".join(str(error).split())
     return PlainTextResponse(f"the store could not be read: {reason}\n", status_code=503)
+
+
+def _warming(request: Request, position: int, last: int) -> Response:
+    """The list while the store is read for the first time: how far, and to ask again."""
+    share = f" ({100 * position // last}%)" if last else ""
+    message = (
+        f"the viewer is reading the store for the first time: through position {position} "
+        f"of {last}{share}; the list appears when it is done"
+    )
+    headers = {"Retry-After": "2"}
+    if request.url.path.startswith("/api/"):
+        body = {"error": message, "position": position, "of": last}
+        return JSONResponse(body, status_code=503, headers=headers)
+    return HTMLResponse(page.waiting(message), status_code=503, headers=headers)
 
 
 def _bad(request: Request, message: str) -> Response:

@@ -619,6 +619,19 @@ def render(
     )
 
 
+def waiting(message: str) -> str:
+    """A plain page saying what the viewer is still doing; it loads itself again in 2 s."""
+    return (
+        '<!doctype html>\n<html lang="en">\n<head><meta charset="utf-8">'
+        '<meta http-equiv="refresh" content="2">'
+        '<link rel="stylesheet" href="/static/ui.css"><link rel="icon" href="data:,">'
+        "<title>reading the store · agentjournal</title></head>\n<body>"
+        '<header class="top"><a class="brand" href="/">agentjournal</a>'
+        f'<h1>sessions</h1></header><main><p class="missing" id="warming">{html.escape(message)}'
+        "</p></main></body>\n</html>\n"
+    )
+
+
 def not_found(message: str, *, title: str = "not found") -> str:
     """A plain page saying what was not found, or what was wrong (escaped)."""
     heading = html.escape(title)

@@ -61,6 +61,12 @@ class LiveCatalog:
         self._rows: dict[str, SessionRow] | None = None  # None: to build them all
         self._touched: set[str] = set()  # sessions whose rows are to be built again
         self._lock = asyncio.Lock()
+        self.ready = False  # the first refresh (the whole store) is done
+
+    @property
+    def position(self) -> int | None:
+        """The global position folded through so far (during a refresh too)."""
+        return self._position
 
     def _also(self, event: RecordedEvent) -> None:
         # The position of every event folded, as it is folded: a read that fails half-way
@@ -101,6 +107,7 @@ class LiveCatalog:
                     if row is not None:
                         self._rows[session_id] = row
             self._touched.clear()
+            self.ready = True
             return Snapshot(
                 list(self._rows.values()),
                 position,
