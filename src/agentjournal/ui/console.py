@@ -27,7 +27,6 @@ from typing import Any, Final
 from agentjournal import events
 from agentjournal.records import Record
 
-
 STARTED_KEY: Final = "aj.started_at"
 """Metadata of a tool call's output event: when the tool started (RFC 3339 UTC)."""
 ENDED_KEY: Final = "aj.ended_at"
