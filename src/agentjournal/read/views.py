@@ -21,7 +21,7 @@ from typing import Any, Final, Literal
 
 from agentjournal import events
 from agentjournal._text import cut, plural, printable
-from agentjournal.events import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
+from agentjournal.events import EXTENSION_EVENT_TYPE
 from agentjournal.ledger.checkpoints import CHECKPOINT
 from agentjournal.ledger.keys import KEY_ROTATED
 from agentjournal.records import Record, TreeRecords
@@ -194,7 +194,9 @@ def describe_record(record: Record) -> str:
             text = describe(record, body) if describe is not None else _content(body)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError):
         text = "(unreadable)"
-    if record.type in ITEM_EVENT_TYPES or (record.type == events.SUBAGENT_STARTED and record.opens):
+    if events.holds_item(record.type, record.metadata) or (
+        record.type == events.SUBAGENT_STARTED and record.opens
+    ):
         text = prefix + text
     # Stored text is anyone's: never let it end the line or drive the terminal.
     return printable(text)
