@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agents import Runner
+from agents.result import RunResult, RunResultBase, RunResultStreaming
 from agents.run_state import RunState as SDKRunState
 from agents.tool import FunctionTool
 from agents.util._approvals import evaluate_needs_approval_setting, parse_function_tool_arguments
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from agents.agent import Agent
     from agents.items import ModelResponse
     from agents.lifecycle import RunHooks
-    from agents.result import RunResult, RunResultStreaming
     from agents.run_context import RunContextWrapper
 
     from agentjournal.sdk.gates import Gatekeeper
@@ -94,7 +94,7 @@ class ApprovalsAPI:
     """Approvals on a journal session (mixed into
     :class:`~agentjournal.sdk.session.JournalSession`); see the module docs."""
 
-    async def hold(self: _Session, result: RunResult | RunResultStreaming) -> list[Approval]:
+    async def hold(self: _Session, result: RunResultBase) -> list[Approval]:
         """Store a run that stopped on approvals, so any process can resume it.
 
         Writes ``agentjournal.RunPaused`` (``result.to_state().to_string()``) on the
@@ -108,13 +108,12 @@ class ApprovalsAPI:
             InvalidInput: The run did not stop on an approval asked on this line.
         """
         self._check_open()
-        interruptions = list(getattr(result, "interruptions", None) or ())
-        if not interruptions:
+        if not isinstance(result, RunResult | RunResultStreaming) or not result.interruptions:
             raise InvalidInput("the run did not stop on an approval: there is nothing to hold")
         core = await self._current()
         return await core.hold(
             result.to_state().to_string(),
-            requests_of(interruptions),
+            requests_of(result.interruptions),
             self._recorder.trace_now(),
         )
 
