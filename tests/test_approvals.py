@@ -127,6 +127,15 @@ async def verifies(store: EventStore) -> None:
     assert report.ok, report.text()
 
 
+async def cli_says(argv: list[str]) -> str:
+    """What ``agentjournal ARGV`` prints (it must succeed)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = await asyncio.to_thread(cli, argv)
+    assert code == 0, out.getvalue()
+    return out.getvalue()
+
+
 async def cli_verifies(uri: str) -> None:
     """``agentjournal verify SESSION`` passes (a store another process can open)."""
     out = io.StringIO()
@@ -383,6 +392,10 @@ async def test_an_answer_given_after_the_first_process_closed_resumes_once_elsew
         await verifies(third.store)
     if uri_kind == "sqlite-file":
         await cli_verifies(uri)
+        shown = await cli_says(["show", SID, "--uri", uri])
+        assert "billing waits for approval of issue_refund(" in shown
+        assert "approved by ann [request r1]" in shown
+        assert "run paused for approval of r1" in shown
 
 
 async def test_two_racing_answers_land_exactly_one(journal: Journal) -> None:
