@@ -458,3 +458,26 @@ def test_the_fold_pairs_answers_with_their_questions_and_notes_calls_that_ran() 
     assert done.decision == answer
     assert done.ran
     assert not done.pending
+
+
+async def test_under_a_policy_the_question_records_what_the_agent_held() -> None:
+    """A guarded run under a policy: the question carries the acting agent's authority
+    then (what the handoff granted billing), the answer lets the call run within it, and
+    the verifier's authority checks pass."""
+    from refund_authority import refund_policy
+
+    ran: list[str] = []
+    async with Journal.open("sqlite://:memory:") as journal:
+        session = journal.session(SID, policy=refund_policy())
+        paused: Any = await drive(session.guard(graph(ran)), ASK, session=session, hooks=session)
+        assert [item.raw_item.call_id for item in paused.interruptions] == ["r1"]
+        (held,) = await session.hold(paused)
+        assert held.authority is not None
+        assert "billing.refund" in json.dumps(held.authority)
+        (issued,) = await typed(journal.store, ev.INTERRUPT_ISSUED)
+        assert ev.ApprovalAsked.decode(issued.data).authority == held.authority
+        await session.approve("r1", by="ann")
+        result = await session.resume(session.guard(graph(ran, answer="Refunded.")))
+        assert result.final_output == "Refunded."
+        assert ran == ["42:1250"]
+        await verifies(journal.store)
