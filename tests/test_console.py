@@ -418,3 +418,40 @@ def test_a_foreign_event_whose_extensions_are_no_object_does_not_break_the_page(
     data = session_data(TreeRecords("s", {top: records}), Report(), [], None)
     assert [e["said"] for e in data["events"]][1] == {"role": "assistant", "text": "hi"}
     assert data["lanes"] == ["session"]
+
+
+async def test_a_person_s_approval_sits_on_the_call_it_answers(tmp_path: Path) -> None:
+    """A refund waits for a person (asked), who approves it from another journal; the run
+    resumes: the question and the answer are both on the call, in the conversation."""
+    from agentjournal import Journal
+    from drive import drive
+    from paused_graph import approval_graph
+
+    uri = f"sqlite:///{tmp_path / 'a.db'}"
+    async with Journal.open(uri) as journal:
+        session = journal.session("ask-1")
+        paused = await drive(approval_graph(), "Refund order 42", session=session, hooks=session)
+        await session.hold(paused)
+    async with Journal.open(uri) as journal:
+        (asked,) = await journal.session("ask-1").pending_approvals()
+        await journal.session("ask-1").approve(asked.request_id, by="ann", reason="checked")
+    async with Journal.open(uri) as journal:
+        await journal.session("ask-1").resume(approval_graph(answer="Refunded."))
+        store = journal.store
+        data = await session_page(store, "ask-1", {})
+    events_ = data["events"]
+    (call,) = [
+        node
+        for role, _, node in _walk_nodes(data["conversation"])
+        if (events_[node["event"]]["said"] or {}).get("role") == "call"
+        and events_[node["event"]]["said"]["calls"][0]["name"] == "issue_refund"
+    ]
+    assert [events_[c]["decision"] for c in call["checks"]] == ["ASKED", "APPROVED"]
+
+
+def _walk_nodes(nodes: list[dict[str, Any]]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    for node in nodes:
+        if "block" in node:
+            yield from _walk_nodes(node["block"]["nodes"])
+        else:
+            yield "event", 0, node

@@ -20,6 +20,7 @@ from agentjournal.authority import Authority, Cap, Policy, ToolRule
 from agentjournal.engine.checkpoints import plan_checkpoint
 from agentjournal.engine.codec import exact_json
 from agentjournal.engine.plan import (
+    Ask,
     Grant,
     ItemsPlan,
     Produced,
@@ -73,6 +74,7 @@ class Run:
     finished: str | None = None
     produced: dict[str, Produced] = field(default_factory=dict)  # by item id
     responses: list[Responded] = field(default_factory=list)
+    asks: dict[str, Ask] = field(default_factory=dict)
 
     def produced_by(self, item: Mapping[str, Any]) -> Produced | None:
         return self.produced.get(str(item.get("id")))

@@ -40,6 +40,7 @@ SRC = ROOT / "src" / "agentjournal"
 
 TOP_LEVEL = {
     # errors
+    "AlreadyResolved",
     "AuthorityDenied",
     "CodecError",
     "ConcurrencyError",

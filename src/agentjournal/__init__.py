@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from agentjournal._lazy import exports
 from agentjournal.errors import (
+    AlreadyResolved,
     AuthorityDenied,
     CodecError,
     ConcurrencyError,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from agentjournal.walk import read_tree
 
 __all__ = [
+    "AlreadyResolved",
     "Authority",
     "AuthorityDenied",
     "Checkpoint",

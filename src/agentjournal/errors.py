@@ -8,7 +8,8 @@ the store boundary and never leak through the public API.
 
     JournalError
     ├── InvalidInput (also ValueError)   bad arguments; nothing was written
-    │   └── BranchDeleted                the branch this session is on was deleted
+    │   ├── BranchDeleted                the branch this session is on was deleted
+    │   └── AlreadyResolved              an approval request was answered already
     ├── StoreError                       the event store failed
     │   ├── ConcurrencyError             expected revision did not match
     │   ├── RetriesExhausted             other writers kept winning, every retry
@@ -26,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AlreadyResolved",
     "AuthorityDenied",
     "BranchDeleted",
     "CodecError",
@@ -69,6 +71,23 @@ class BranchDeleted(InvalidInput):
         self.session_id = session_id
         self.branch = branch
         self.reason = reason
+
+
+class AlreadyResolved(InvalidInput):
+    """Raised when an approval request was answered already (by anyone, in any process):
+    each request has exactly one answer on the record. Nothing has been written.
+
+    Attributes:
+        request_id: The request (the tool call's id).
+        outcome: The answer on record: ``approved`` or ``rejected``.
+        by: Who gave it.
+    """
+
+    def __init__(self, request_id: str, outcome: str, by: str) -> None:
+        self.request_id = request_id
+        self.outcome = outcome
+        self.by = by
+        super().__init__(f"approval request {request_id!r} was already {outcome} by {by!r}")
 
 
 class StoreError(JournalError):

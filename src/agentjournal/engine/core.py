@@ -24,6 +24,7 @@ from typing import Any, Final
 from agentjournal import events
 from agentjournal._gc import no_collection
 from agentjournal.authority import Authority, Policy
+from agentjournal.engine import approvals as approving
 from agentjournal.engine import compaction, grants, items, lines, turns, usage
 from agentjournal.engine.checkpoints import DEFAULT_CHECKPOINT_EVERY, Checkpoints
 from agentjournal.engine.compaction import Snapshot
@@ -381,6 +382,31 @@ class SessionCore:
         """Record ``agentjournal.AuthorityReset``:
         :func:`~agentjournal.engine.grants.reset_authority`."""
         await grants.reset_authority(self._line, agent, reason, trace)
+
+    # -- approvals (:mod:`agentjournal.engine.approvals`) -------------------------------
+
+    async def approvals(self, streams: Sequence[str] | None = None) -> list[approving.Approval]:
+        """Every approval asked on ``streams`` (default: the line's followed streams):
+        :func:`~agentjournal.engine.approvals.approvals`."""
+        return await approving.approvals(self._line, streams)
+
+    async def paused(self) -> events.RunPaused | None:
+        """The line's newest paused run: :func:`~agentjournal.engine.approvals.paused`."""
+        return await approving.paused(self._line)
+
+    async def hold(
+        self, state: str, requests: Sequence[str], trace: Mapping[str, str]
+    ) -> list[approving.Approval]:
+        """Record a paused run: :func:`~agentjournal.engine.approvals.hold`."""
+        return await approving.hold(self._line, state, requests, trace)
+
+    async def resolve(
+        self, request_id: str, *, approve: bool, by: str, reason: str, trace: Mapping[str, str]
+    ) -> events.ApprovalDecided:
+        """Answer a pending approval: :func:`~agentjournal.engine.approvals.resolve`."""
+        return await approving.resolve(
+            self._line, request_id, approve=approve, by=by, reason=reason, trace=trace
+        )
 
     # -- checkpoints (:mod:`agentjournal.engine.checkpoints`) ---------------------------
 

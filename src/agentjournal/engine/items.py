@@ -36,6 +36,7 @@ class NoRun:
     grants: Sequence[Any] = ()
     finished: str | None = None
     responses: Sequence[Any] = ()  # a compaction carries no model response
+    asks: Mapping[str, Any] = {}
 
     def __init__(self, speaker: str | None = None) -> None:
         self.speaker = speaker

@@ -100,6 +100,28 @@ class Grant:
     call_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A function tool call the run will stop on, waiting for a person's approval.
+
+    Written as ``InterruptIssued`` beside its call's item, when that item is written
+    without its output (:mod:`agentjournal.engine.plan_interrupts`).
+
+    Attributes:
+        call_id: The call (the request id).
+        tool_name: The tool.
+        arguments: The call's arguments as the model gave them.
+        agent: The agent that made the call.
+        authority: What that agent held (JSON form), when the session has a policy.
+    """
+
+    call_id: str
+    tool_name: str
+    arguments: str
+    agent: str
+    authority: dict[str, Any] | None = None
+
+
 class RunView(Protocol):
     """What a write needs to know of the run it belongs to (the adapter's run state)."""
 
@@ -126,6 +148,10 @@ class RunView(Protocol):
     @property
     def responses(self) -> Sequence[Responded]:
         """The run's model responses not yet written, oldest first."""
+
+    @property
+    def asks(self) -> Mapping[str, Ask]:
+        """The run's calls waiting for approval, by call id, not yet written."""
 
     def produced_by(self, item: Mapping[str, Any]) -> Produced | None:
         """What the hooks learned about the model output item ``item`` came from."""

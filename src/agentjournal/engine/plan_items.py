@@ -15,6 +15,7 @@ from agentjournal._fastjson import plain_text
 from agentjournal.engine import codec
 from agentjournal.engine.plan import Grant, ItemsPlan, RunView, SessionFacts
 from agentjournal.engine.plan_control import add_responses
+from agentjournal.engine.plan_interrupts import add_interrupt
 from agentjournal.engine.plan_log import handoff_grant, held_entries, log_request
 from agentjournal.engine.routing import Op, Plan, plan_write, starts_a_run
 from agentjournal.engine.sealing import Events
@@ -226,6 +227,7 @@ class _ItemsWrite:
                 plain=plain_text(encoded.item_json),
             )
         )
+        add_interrupt(self.out, op, run, self._routed, self._now, self._next_id)
 
     def open_subagent(self, op: Op) -> None:
         """A handoff that opens a subagent: ``SubagentStarted`` on the parent stream (the

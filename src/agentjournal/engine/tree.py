@@ -216,8 +216,8 @@ class SessionTree:
                 ended = events.BranchDeleted.decode(event.data)
                 self.ended(ended.reason)
                 return [Clear(ended.through_index)]
-            if event.type not in events.ITEM_EVENT_TYPES:
-                return []
+            if not events.holds_item(event.type, event.metadata):
+                return []  # no item (an approval's interrupt is written beside the items)
             pairs = codec.decode_item_pairs(event.type, event.data)
         except CodecError as error:
             logger.warning(

@@ -11,6 +11,8 @@ what a session adds around them:
 - ``_decisions``: guardrail decisions, authority refusals and their enforcement;
 - ``_authority``: the authority log's events;
 - ``_branches``: the events of branch lines;
+- ``_interrupts``: approvals on the record (a function tool call waiting for a person, the
+  answer, the paused run);
 - ``_canonical``: the canonical schema events agentjournal writes itself (session start,
   subagent start and completion).
 
@@ -43,6 +45,13 @@ from agentjournal.events._canonical import (
 )
 from agentjournal.events._decisions import AuthorityRefused, Enforcement, GuardrailDecided
 from agentjournal.events._history import ItemPopped, SessionCleared
+from agentjournal.events._interrupts import (
+    APPROVAL_OUTCOMES,
+    TOOL_APPROVAL,
+    ApprovalAsked,
+    ApprovalDecided,
+    RunPaused,
+)
 from agentjournal.events._names import (
     AUTHORITY_GRANTED,
     AUTHORITY_HELD,
@@ -66,6 +75,9 @@ from agentjournal.events._names import (
     GUARDRAIL_DECIDED,
     HASH_KEY,
     INDEX_KEY,
+    INTERRUPT_ISSUED,
+    INTERRUPT_KEY,
+    INTERRUPT_RESOLVED,
     ITEM_EVENT_TYPES,
     ITEM_POPPED,
     ITEM_TYPE_KEY,
@@ -80,6 +92,7 @@ from agentjournal.events._names import (
     PREV_KEY,
     REDACTED_KEY,
     RESPONSE_ID_KEY,
+    RUN_PAUSED,
     SCHEMA_VERSION_KEY,
     SCHEMA_VERSION_VALUE,
     SEQ_KEY,
@@ -97,6 +110,7 @@ from agentjournal.events._names import (
     TWIN_KEY,
     USAGE_KEY,
     VIEWED_KEY,
+    holds_item,
     turn_of,
 )
 from agentjournal.events._places import CUT_KINDS, Cut, ItemPlace, StreamPlace, cut_words
@@ -186,4 +200,14 @@ __all__ = [
     "ItemPopped",
     "SessionCleared",
     "encode_session_started",
+    "APPROVAL_OUTCOMES",
+    "INTERRUPT_ISSUED",
+    "INTERRUPT_KEY",
+    "INTERRUPT_RESOLVED",
+    "RUN_PAUSED",
+    "TOOL_APPROVAL",
+    "ApprovalAsked",
+    "ApprovalDecided",
+    "RunPaused",
+    "holds_item",
 ]

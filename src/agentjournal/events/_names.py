@@ -102,9 +102,21 @@ LINE_END_KEY: Final = "aj.line_end"
 subagent open on a line that ``delete_branch`` or ``clear_session`` ends, closed
 ``cancelled`` in the same write): the id of that line's ``agentjournal.BranchDeleted``."""
 
+INTERRUPT_KEY: Final = "aj.interrupt"
+"""On the ``InterruptIssued``/``InterruptResolved`` agentjournal writes for a function tool's
+approval: the interrupt's kind (``"tool_approval"``). Such an event is no item: readers of
+a session's items skip it (the codec's MCP approval items carry ``aj.index`` and no
+``aj.interrupt``)."""
+
 TURN_KEY: Final = "aj.turn"
 """On an item event whose item has ``role == "user"``: its turn number on its line when it
 was written (decimal, from 1)."""
+
+
+def holds_item(type_: str, metadata: Mapping[str, str]) -> bool:
+    """Whether an event of ``type_`` with ``metadata`` holds session items: one of the item
+    event types, and not an interrupt agentjournal wrote beside the items (``aj.interrupt``)."""
+    return type_ in ITEM_EVENT_TYPES and INTERRUPT_KEY not in metadata
 
 
 def turn_of(metadata: Mapping[str, str]) -> int | None:
@@ -140,6 +152,10 @@ BRANCH_DELETED: Final = "agentjournal.BranchDeleted"
 BRANCH_ADDED: Final = "agentjournal.BranchAdded"
 BRANCH_REMOVED: Final = "agentjournal.BranchRemoved"
 TURN_USAGE: Final = "agentjournal.TurnUsage"
+INTERRUPT_ISSUED: Final = "InterruptIssued"
+INTERRUPT_RESOLVED: Final = "InterruptResolved"
+RUN_PAUSED: Final = "agentjournal.RunPaused"
+"""A run stopped on approvals: its SDK ``RunState`` as text, so any process can resume it."""
 LINE_GUARDED: Final = "agentjournal.LineGuarded"
 BRANCH_EVENTS: Final = frozenset(
     {

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, get_args
 
 from agentjournal import events
 from agentjournal.errors import InvalidInput
-from agentjournal.events import ITEM_EVENT_TYPES, MODEL_RESPONDED
+from agentjournal.events import MODEL_RESPONDED
 from agentjournal.streams import session_of
 from agentjournal.tokens import ModelResponse, Usage
 
@@ -394,7 +394,7 @@ class UsageFold:
         elif self._session is None and kind in (events.SESSION_STARTED, events.SUBAGENT_STARTED):
             self._learn(event, kind)
         elif (
-            kind in ITEM_EVENT_TYPES
+            events.holds_item(kind, event.metadata)
             and event.stream not in self._responded
             and legacy_counts(self._runs, event.stream, event.metadata)
         ):

@@ -21,7 +21,7 @@ from typing import Any, Final, Literal
 
 from agentjournal import events
 from agentjournal._text import cut, plural, printable
-from agentjournal.events import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
+from agentjournal.events import EXTENSION_EVENT_TYPE
 from agentjournal.ledger.checkpoints import CHECKPOINT
 from agentjournal.ledger.keys import KEY_ROTATED
 from agentjournal.records import Record, TreeRecords
@@ -194,7 +194,9 @@ def describe_record(record: Record) -> str:
             text = describe(record, body) if describe is not None else _content(body)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError):
         text = "(unreadable)"
-    if record.type in ITEM_EVENT_TYPES or (record.type == events.SUBAGENT_STARTED and record.opens):
+    if events.holds_item(record.type, record.metadata) or (
+        record.type == events.SUBAGENT_STARTED and record.opens
+    ):
         text = prefix + text
     # Stored text is anyone's: never let it end the line or drive the terminal.
     return printable(text)
@@ -387,7 +389,33 @@ def _turn_usage(record: Record, body: Mapping[str, Any]) -> str:
     return f"turn {body['turn']}: {body['total_tokens']} tokens, {body['requests']} requests"
 
 
+def _issued(record: Record, body: Mapping[str, Any]) -> str:
+    if events.INTERRUPT_KEY not in record.metadata:
+        return _content(body)  # an MCP approval item: the codec's
+    agent = body.get("extensions", {}).get("agentjournal", {}).get("agent", "?")
+    call = f"{body.get('tool_name')}({cut(str(body.get('prompt', '')), _TEXT)})"
+    return f"{agent} waits for approval of {call} [request {body.get('request_id')}]"
+
+
+def _resolved(record: Record, body: Mapping[str, Any]) -> str:
+    if events.INTERRUPT_KEY not in record.metadata:
+        return _content(body)
+    by = body.get("extensions", {}).get("agentjournal", {}).get("by", "?")
+    reason = str(body.get("response") or "")
+    said = f": {cut(reason, _TEXT)}" if reason else ""
+    return f"{body.get('outcome')} by {by} [request {body.get('request_id')}]{said}"
+
+
+def _paused(record: Record, body: Mapping[str, Any]) -> str:
+    # The state holds the conversation: its size only.
+    requests = ", ".join(str(r.get("request_id")) for r in body.get("requests", ()))
+    return f"run paused for approval of {requests or 'nothing'} ({len(str(body['state']))} chars)"
+
+
 _DESCRIBE: Final[dict[str, Callable[[Record, Mapping[str, Any]], str]]] = {
+    events.INTERRUPT_ISSUED: _issued,
+    events.INTERRUPT_RESOLVED: _resolved,
+    events.RUN_PAUSED: _paused,
     events.BRANCH_FORKED: _forked,
     events.BRANCH_STARTED: _branch_started,
     events.SUBAGENT_CONTINUED: _continued,

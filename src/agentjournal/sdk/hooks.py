@@ -21,6 +21,7 @@ from kurrent_agent_schema import TokenUsage, to_json
 from agentjournal import events
 from agentjournal.engine.plan import Produced, Responded
 from agentjournal.sdk import guard as guarding
+from agentjournal.sdk.approvals import asks_of
 from agentjournal.tokens import ModelResponse as ResponseRecord
 from agentjournal.tokens import Usage
 
@@ -137,6 +138,7 @@ class SessionHooks(RunHooksBase[Any, "Agent[Any]"]):
         produced = Produced(response.response_id, _usage_json(response, agent), agent.name)
         self._run.response(agent.name, response.output, produced, targets)
         self._run.responded(self._responded(agent, response))
+        self._run.asked(await asks_of(context, agent, response, self._gates))
         wiring = self._wiring
         refused: set[str] = set()
         if self._gates is not None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from agentjournal.authority import Authority
-from agentjournal.engine.plan import Grant, ItemsPlan, Produced, Responded
+from agentjournal.engine.plan import Ask, Grant, ItemsPlan, Produced, Responded
 from agentjournal.sdk import tracing
 
 _REMEMBERED: Final = 1024
@@ -58,6 +58,7 @@ class RunState:
     llm_started: dict[str, str] = field(default_factory=dict)  # agent -> its call's start
     # Tool call id -> [started, ended] (RFC 3339): stamped on the event of the call's output.
     tool_times: OrderedDict[str, list[str | None]] = field(default_factory=OrderedDict)
+    asks: dict[str, Ask] = field(default_factory=dict)  # call id -> waits for approval
 
     def is_run(self, usage: Any) -> bool:
         """Whether ``usage`` is this run's."""
@@ -106,6 +107,12 @@ class RunState:
                 self.handoff_calls[call_id] = (agent, targets[name])
         _trim(self.produced)
         _trim(self.handoff_calls)
+
+    def asked(self, asks: Sequence[Ask]) -> None:
+        """Calls of a model response that will wait for approval: each is recorded as an
+        ``InterruptIssued`` with the write of its call's item."""
+        for ask in asks:
+            self.asks[ask.call_id] = ask
 
     def model_called(self, agent: str, at: str) -> None:
         """``agent`` called the model at ``at`` (RFC 3339)."""
@@ -196,6 +203,8 @@ class RunState:
         for op in plan.routed.ops:
             if op.kind == "start" and op.subagent is not None:
                 self.handoffs.pop(op.subagent.call_id, None)
+            elif self.asks and op.item is not None:
+                self.asks.pop(op.item.get("call_id"), None)  # type: ignore[arg-type]
         self.grants = []  # written, on a SubagentStarted or as AuthorityGranted
         if items:
             # A handoff this write could not show as a subagent (its call is inside an
@@ -249,6 +258,10 @@ class RunView:
     @property
     def responses(self) -> Sequence[Responded]:
         return self._state.responses
+
+    @property
+    def asks(self) -> Mapping[str, Ask]:
+        return self._state.asks
 
     def produced_by(self, item: Mapping[str, Any]) -> Produced | None:
         return self._state.produced_by(item)

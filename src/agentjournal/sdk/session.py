@@ -45,6 +45,7 @@ from agentjournal.ledger.keys import SigningKey
 from agentjournal.sdk import guard as guarding
 from agentjournal.sdk import tracing
 from agentjournal.sdk.advanced import AdvancedSessionAPI
+from agentjournal.sdk.approvals import ApprovalsAPI
 from agentjournal.sdk.enforce import Enforcer
 from agentjournal.sdk.gates import Gatekeeper
 from agentjournal.sdk.hooks import SessionHooks
@@ -76,6 +77,7 @@ _OWN_EVENT_TYPES = frozenset(
         events.GUARDRAIL_DECIDED,
         events.AUTHORITY_REFUSED,
         events.AUTHORITY_GRANTED,
+        events.RUN_PAUSED,
         *events.BRANCH_EVENTS,
         CHECKPOINT,
     }
@@ -83,7 +85,7 @@ _OWN_EVENT_TYPES = frozenset(
 """What :meth:`JournalSession.append_event` refuses: the types the session writes itself."""
 
 
-class JournalSession(AdvancedSessionAPI, SessionHooks):
+class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
     """A Session and RunHooks backed by an event store.
 
     Create it with :meth:`agentjournal.Journal.session`. One object may serve

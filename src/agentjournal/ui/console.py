@@ -100,16 +100,25 @@ def conversation(
     makers: dict[tuple[str, str], int] = {}
     for index, record in enumerate(records):
         body = record.body if isinstance(record.body, dict) else {}
+        if events.INTERRUPT_KEY in record.metadata:
+            continue  # a question about a call (or its answer) makes none
         made = [_handoff_call(body)] if record.opens is not None else _calls_of(record, body)
         for call in made:
             if call:
                 makers.setdefault((_run_of(record), call), index)
     attached: dict[int, list[int]] = {}
     placed: set[int] = set()
+    latest: dict[str, int] = {}  # call id -> the newest event so far that made it
     for index, record in enumerate(records):
         body = record.body if isinstance(record.body, dict) else {}
         call = body.get("call_id") if record.type in _JUDGES else None
         target = makers.get((_run_of(record), call)) if isinstance(call, str) else None
+        if events.INTERRUPT_KEY in record.metadata:
+            # A person's question about a call, and the answer (often from another
+            # process, in no run): on the newest call of that id made before it.
+            target = latest.get(record.metadata.get(events.CALL_ID_KEY, ""))
+        elif makers.get((_run_of(record), record.metadata.get(events.CALL_ID_KEY, ""))) == index:
+            latest[record.metadata[events.CALL_ID_KEY]] = index
         if target is not None:
             attached.setdefault(target, []).append(index)
             placed.add(index)

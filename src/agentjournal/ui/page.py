@@ -459,6 +459,10 @@ def _event(record: Record, agent: str, lane: int, first: Any, authority: str) ->
         event["decision"] = "REFUSED"
     elif record.type == events.SUBAGENT_COMPLETED:
         event["decision"] = _text(body.get("outcome")).upper()
+    elif events.INTERRUPT_KEY in record.metadata:
+        # A person's approval: asked, then approved or rejected.
+        outcome = body.get("outcome") if record.type == events.INTERRUPT_RESOLVED else "asked"
+        event["decision"] = _text(outcome).upper()
     return event
 
 

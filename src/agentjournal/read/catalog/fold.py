@@ -20,7 +20,6 @@ from agentjournal import events
 from agentjournal._gc import no_collection
 from agentjournal.engine.tree import index_of
 from agentjournal.errors import InvalidInput, JournalError
-from agentjournal.events import ITEM_EVENT_TYPES
 from agentjournal.ledger.chain import GENESIS, HASH_KEY
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, trusted_closure
@@ -181,7 +180,7 @@ class Catalog:
         line = row.get("lines", {}).get(event.stream)
         if line is not None and self._on_branch(row, row["branches"][line], event, session_id):
             return
-        if kind in ITEM_EVENT_TYPES:
+        if events.holds_item(kind, event.metadata):
             self._item(row, event)
             # Legacy usage, before a stream's first ModelResponded: usage.py's rule, so
             # `sessions` and `usage` agree.
@@ -265,7 +264,7 @@ class Catalog:
         refusals, subagents and tokens count for the whole session too)."""
         kind = event.type
         branch["last"] = max(branch["last"], _micros(event.recorded_at))
-        if kind in ITEM_EVENT_TYPES:
+        if events.holds_item(kind, event.metadata):
             self._item(branch, event)
             return True
         if kind == events.SUBAGENT_STARTED and events.INDEX_KEY in event.metadata:

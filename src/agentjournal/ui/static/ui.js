@@ -461,7 +461,8 @@
       if (e.failed) node.appendChild(el("div", { cls: "problem", text: firstFailure().message }));
       return clickable(node, e);
     }
-    if (e.kind === "GuardrailDecided" || e.kind === "AuthorityRefused") return check(e);
+    if (e.kind === "GuardrailDecided" || e.kind === "AuthorityRefused" ||
+      e.kind === "InterruptIssued" || e.kind === "InterruptResolved") return check(e);
     var took = took_(e);
     var line = el("div", { cls: marks(e, "note") }, el("span", { cls: "kind", text: e.kind }),
       el("span", { text: " " + e.text + (took === null ? "" : " \u00b7 " + duration(took)) }));

@@ -1,0 +1,59 @@
+"""Planning an approval's ``InterruptIssued`` beside the call it stops (pure).
+
+The hooks learn at each model response which function calls will wait for a person
+(:class:`~agentjournal.engine.plan.Ask`); the run then writes the call's item without
+its output, and the same write records the question on the same stream, right after
+the call.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+
+from agentjournal import events
+from agentjournal.engine.plan import RunView
+from agentjournal.engine.routing import Op, Plan
+from agentjournal.engine.sealing import Events
+
+
+def add_interrupt(
+    out: Events,
+    op: Op,
+    run: RunView,
+    routed: Plan,
+    now: datetime,
+    next_id: Callable[[], uuid.UUID],
+) -> None:
+    """After a ``function_call`` item's event: its ``InterruptIssued`` when the run waits
+    for its approval and this write does not carry the call's output."""
+    item = op.item
+    if not run.asks or item is None or item.get("type") != "function_call":
+        return
+    ask = run.asks.get(item.get("call_id"))  # type: ignore[arg-type]
+    if ask is None or _answered(routed, ask.call_id):
+        return
+    asked = events.ApprovalAsked(
+        request_id=ask.call_id,
+        tool_name=ask.tool_name,
+        arguments=ask.arguments,
+        agent=ask.agent,
+        authority=ask.authority,
+        timestamp=now,
+    )
+    metadata = {
+        events.INTERRUPT_KEY: events.TOOL_APPROVAL,
+        events.CALL_ID_KEY: ask.call_id,
+    }
+    out.add(op.stream, events.INTERRUPT_ISSUED, asked.encode(), metadata, next_id())
+
+
+def _answered(routed: Plan, call_id: str) -> bool:
+    """Whether the write carries the call's output (then nothing waits)."""
+    return any(
+        op.item is not None
+        and op.item.get("call_id") == call_id
+        and op.item.get("type") == "function_call_output"
+        for op in routed.ops
+    )

@@ -1,0 +1,223 @@
+"""Approvals on the record: a function tool's call that waits for a person
+(``InterruptIssued``), the person's answer (``InterruptResolved``), and the paused run
+(``agentjournal.RunPaused``).
+
+The two interrupt events are canonical kurrent-agent-schema messages, printed with the
+schema's ``to_json`` and read back as plain JSON (``from_json`` checks the shape first);
+what the schema has no field for (the acting agent, the authority it held, who answered)
+rides in ``extensions.agentjournal``. They are written with ``aj.interrupt`` in their
+metadata, which tells them from the MCP approval *items* the codec writes as the same
+types: these hold no item.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from kurrent_agent_schema import InterruptIssued, InterruptResolved, from_json, to_json
+
+from agentjournal.errors import CodecError
+from agentjournal.events._codec import TEXT, Event, json_body
+from agentjournal.events._names import INTERRUPT_ISSUED, INTERRUPT_RESOLVED, RUN_PAUSED
+
+TOOL_APPROVAL: Final = "tool_approval"
+"""The kind of a function tool's approval (``InterruptIssued.kind``, ``aj.interrupt``)."""
+APPROVAL_OUTCOMES: Final = ("approved", "rejected")
+_EXTENSION: Final = "agentjournal"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalAsked:
+    """``InterruptIssued`` of a function tool call that waits for approval.
+
+    Attributes:
+        request_id: The call's id (the SDK's ``call_id``).
+        tool_name: The tool.
+        arguments: The call's arguments as the model gave them (``prompt`` on the wire).
+        agent: The agent that made the call.
+        authority: What that agent held then (the policy's JSON form), when the session
+            has a policy.
+        timestamp: When the run stopped for it.
+    """
+
+    request_id: str
+    tool_name: str
+    arguments: str
+    agent: str
+    authority: dict[str, Any] | None
+    timestamp: datetime
+
+    def encode(self) -> bytes:
+        """Its data: the schema's ``InterruptIssued`` JSON."""
+        message = InterruptIssued(
+            request_id=self.request_id,
+            kind=TOOL_APPROVAL,
+            tool_name=self.tool_name,
+            prompt=self.arguments,
+        )
+        message.timestamp.FromDatetime(self.timestamp)
+        extension: dict[str, Any] = {"agent": self.agent}
+        if self.authority is not None:
+            extension["authority"] = _compact(self.authority)
+        message.extensions[_EXTENSION].update(extension)
+        text: str = to_json(message)
+        return text.encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> ApprovalAsked:
+        """Read it back.
+
+        Raises:
+            CodecError: The data is no function tool approval's ``InterruptIssued``.
+        """
+        body, extension = _canonical(InterruptIssued, INTERRUPT_ISSUED, data)
+        if body.get("kind") != TOOL_APPROVAL:
+            raise CodecError(f"{INTERRUPT_ISSUED}: kind must be {TOOL_APPROVAL!r}")
+        authority = extension.get("authority")
+        held = _parsed(authority, "authority") if authority is not None else None
+        return cls(
+            request_id=_text(body, "request_id", INTERRUPT_ISSUED),
+            tool_name=_text(body, "tool_name", INTERRUPT_ISSUED),
+            arguments=str(body.get("prompt", "")),
+            agent=_text(extension, "agent", INTERRUPT_ISSUED),
+            authority=held,
+            timestamp=_time(body, INTERRUPT_ISSUED),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecided:
+    """``InterruptResolved`` of a function tool call's approval: a person's answer.
+
+    Attributes:
+        request_id: The call's id (the ``InterruptIssued`` it answers).
+        outcome: ``approved`` or ``rejected``.
+        reason: Why (``response`` on the wire; may be empty).
+        by: Who answered.
+        issued: The event id of the ``InterruptIssued`` it answers.
+        timestamp: When.
+    """
+
+    request_id: str
+    outcome: str
+    reason: str
+    by: str
+    issued: str
+    timestamp: datetime
+
+    def encode(self) -> bytes:
+        """Its data: the schema's ``InterruptResolved`` JSON."""
+        message = InterruptResolved(
+            request_id=self.request_id, outcome=self.outcome, response=self.reason
+        )
+        message.timestamp.FromDatetime(self.timestamp)
+        message.extensions[_EXTENSION].update({"by": self.by, "issued": self.issued})
+        text: str = to_json(message)
+        return text.encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> ApprovalDecided:
+        """Read it back.
+
+        Raises:
+            CodecError: The data is no function tool approval's ``InterruptResolved``.
+        """
+        body, extension = _canonical(InterruptResolved, INTERRUPT_RESOLVED, data)
+        outcome = body.get("outcome")
+        if outcome not in APPROVAL_OUTCOMES:
+            raise CodecError(
+                f"{INTERRUPT_RESOLVED}: outcome must be one of {APPROVAL_OUTCOMES}, got {outcome!r}"
+            )
+        return cls(
+            request_id=_text(body, "request_id", INTERRUPT_RESOLVED),
+            outcome=outcome,
+            reason=str(body.get("response", "")),
+            by=_text(extension, "by", INTERRUPT_RESOLVED),
+            issued=_text(extension, "issued", INTERRUPT_RESOLVED),
+            timestamp=_time(body, INTERRUPT_RESOLVED),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunPaused(Event):
+    """``agentjournal.RunPaused``: a run stopped on approvals, with what resumes it.
+
+    Attributes:
+        state: The SDK's ``RunState`` as text (``result.to_state().to_string()``).
+        requests: The approvals it waits for, recorded as ``InterruptIssued``: each
+            ``{"request_id", "stream", "revision"}`` (the call id, and where the question
+            is); the state may hold other interruptions too.
+    """
+
+    state: str = field(metadata=TEXT)
+    requests: list[dict[str, Any]]
+
+    EVENT_TYPE = RUN_PAUSED
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.requests, list) or not all(
+            isinstance(r, dict)
+            and isinstance(r.get("request_id"), str)
+            and isinstance(r.get("stream"), str)
+            and isinstance(r.get("revision"), int)
+            for r in self.requests
+        ):
+            raise CodecError(
+                f"{RUN_PAUSED}: requests must be a list of {{request_id, stream, revision}}"
+            )
+
+    @property
+    def request_ids(self) -> list[str]:
+        """The call ids of the approvals it waits for."""
+        return [str(r["request_id"]) for r in self.requests]
+
+    @property
+    def streams(self) -> list[str]:
+        """The streams their questions are on, each once."""
+        return list(dict.fromkeys(str(r["stream"]) for r in self.requests))
+
+
+def _canonical(kind: Any, type_: str, data: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The event's JSON object, checked against the schema, and its agentjournal extension."""
+    try:
+        from_json(kind, data.decode("utf-8"))
+    except Exception as error:  # json_format.ParseError, UnicodeDecodeError
+        raise CodecError(f"{type_} does not match the canonical schema: {error}") from None
+    body = json_body(data, type_)
+    extensions = body.get("extensions")
+    extension = extensions.get(_EXTENSION) if isinstance(extensions, dict) else None
+    if not isinstance(extension, dict):
+        raise CodecError(f"{type_} has no extensions.{_EXTENSION} object")
+    return body, extension
+
+
+def _text(body: dict[str, Any], key: str, type_: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value:
+        raise CodecError(f"{type_}: {key} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _time(body: dict[str, Any], type_: str) -> datetime:
+    value = body.get("timestamp")
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        raise CodecError(f"{type_}: timestamp is no RFC 3339 time: {value!r}") from None
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _parsed(value: Any, key: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise CodecError(f"{INTERRUPT_ISSUED}: extensions.{_EXTENSION}.{key} is no JSON object")
+    return parsed
