@@ -115,7 +115,7 @@ async def test_the_waterfall_draws_each_tool_call_from_its_recorded_times(
     assert slow["to"] - slow["from"] >= 50
 
 
-async def test_a_tool_call_id_seen_twice_gets_no_times(journal: Journal) -> None:
+def test_a_tool_call_id_seen_twice_gets_no_times() -> None:
     """Two starts under one call id (calls the context could not tell apart): no guess."""
     from agentjournal.sdk.run import RunState
 
