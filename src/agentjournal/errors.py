@@ -90,6 +90,36 @@ class AlreadyResolved(InvalidInput):
         super().__init__(f"approval request {request_id!r} was already {outcome} by {by!r}")
 
 
+class AlreadyResumed(InvalidInput):
+    """Raised when a paused run was taken up to be resumed already (by any process): at
+    most one process resumes a paused run. Nothing has been written.
+
+    Attributes:
+        stream: The line's top stream, where the run was held.
+        holder: Who took it up last (``host:pid``; None: its calls ran without a
+            recorded taker).
+        at: When (the store's commit time; None with ``holder``).
+        ran: Whether every call it waited for has run since (the resume finished its
+            calls); when False, the taker may have stopped before or during them, and a
+            person may take it up again with ``retake=True``.
+    """
+
+    def __init__(self, stream: str, holder: str | None, at: str | None, *, ran: bool) -> None:
+        self.stream = stream
+        self.holder = holder
+        self.at = at
+        self.ran = ran
+        who = f" by {holder} at {at}" if holder is not None else ""
+        if ran:
+            detail = "its calls have run"
+        else:
+            detail = (
+                "its calls have not all run: if that process stopped, a person who has "
+                "checked what the tools did may take it up again (retake=True)"
+            )
+        super().__init__(f"the paused run on {stream} was resumed already{who}; {detail}")
+
+
 class StoreError(JournalError):
     """Raised when the event store fails to carry out a request."""
 

@@ -12,7 +12,9 @@ Here the rest is read and written:
 - :func:`resolve`: ``InterruptResolved`` on the question's stream, at its exact head,
   so of two racing answers one lands and the other is planned again, sees it, and is
   refused with :class:`~agentjournal.errors.AlreadyResolved`;
-- :func:`paused`: the newest ``RunPaused`` of the line.
+- :func:`paused`: the newest ``RunPaused`` of the line, and who took it up;
+- :func:`take`: ``agentjournal.RunResumed``, the claim a resume writes first, at the
+  top stream's exact head, so of two processes resuming one paused run one goes on.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from agentjournal.engine.fork import read_types
 from agentjournal.engine.line import Line
 from agentjournal.engine.plan import WritePlan
 from agentjournal.engine.plan_control import plan_control
-from agentjournal.errors import AlreadyResolved, CodecError, InvalidInput
+from agentjournal.errors import AlreadyResolved, AlreadyResumed, CodecError, InvalidInput
 from agentjournal.store.contract import RecordedEvent
 
 _READ: Final = frozenset({events.INTERRUPT_ISSUED, events.INTERRUPT_RESOLVED, "ToolResultReceived"})
@@ -132,15 +134,105 @@ async def approvals(line: Line, streams: Sequence[str] | None = None) -> list[Ap
     )
 
 
-async def paused(line: Line) -> events.RunPaused | None:
-    """The line's newest ``agentjournal.RunPaused`` (None: no run was held)."""
-    found = await read_types(line.store, line.facts.stream, -1, frozenset({events.RUN_PAUSED}))
-    for event in reversed(found):
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A paused run on the record, and whether it was taken up to be resumed.
+
+    Attributes:
+        run: The ``agentjournal.RunPaused``.
+        event_id: Its event id.
+        taken: The ``agentjournal.RunResumed`` events that took it up, oldest first, each
+            with its commit time.
+    """
+
+    run: events.RunPaused
+    event_id: str
+    taken: tuple[tuple[events.RunResumed, datetime], ...] = ()
+
+
+_HELD: Final = frozenset({events.RUN_PAUSED, events.RUN_RESUMED})
+
+
+def fold_held(recorded: Sequence[RecordedEvent]) -> Held | None:
+    """The newest readable ``RunPaused`` of ``recorded`` (a top stream's paused and resumed
+    events, oldest first) with the resumes that name it (pure; None: no run was held)."""
+    newest: Held | None = None
+    for event in recorded:
         try:
-            return events.RunPaused.decode(event.data)
+            if event.type == events.RUN_PAUSED:
+                newest = Held(events.RunPaused.decode(event.data), str(event.id))
+            elif newest is not None:
+                taken = events.RunResumed.decode(event.data)
+                if taken.paused == newest.event_id:
+                    at = (taken, event.recorded_at)
+                    newest = replace(newest, taken=(*newest.taken, at))
         except CodecError:
             continue
-    return None
+    return newest
+
+
+async def paused(line: Line) -> Held | None:
+    """The line's newest ``agentjournal.RunPaused`` and who took it up (None: no run
+    was held)."""
+    return fold_held(await read_types(line.store, line.facts.stream, -1, _HELD))
+
+
+async def take(
+    line: Line, held: Held, *, retake: bool, holder: str, trace: Mapping[str, str]
+) -> None:
+    """Take the paused run ``held`` up to resume it: ``agentjournal.RunResumed`` on the
+    line's top stream, at its exact head. The paused run, its takers and whether its
+    calls have run are looked up again in every plan, so of two processes resuming it
+    exactly one goes on, and a run whose calls have run is never taken again.
+
+    Raises:
+        InvalidInput: A newer run was held since ``held`` was read.
+        AlreadyResumed: Its calls have run, or it was taken up already and ``retake``
+            is False.
+    """
+    tree = line.tree
+
+    async def build() -> WritePlan:
+        await line.reader.refresh(0)
+        line.check_live()
+        now = fold_held(await read_types(line.store, line.facts.stream, -1, _HELD))
+        if now is None or now.event_id != held.event_id:
+            raise InvalidInput(f"a newer run was held on {line.facts.stream}: read it again")
+        ran = all_ran(now, await approvals(line, now.run.streams))
+        if ran or (now.taken and not retake):
+            raise already_resumed(line.facts.stream, now, ran=ran)
+        body = events.RunResumed(held.event_id, holder, retake=bool(now.taken)).encode()
+        return plan_control(
+            tree,
+            line.facts,
+            line.facts.stream,
+            events.RUN_RESUMED,
+            body,
+            next_index=await line.reader.next_index(),
+            metadata=trace,
+        )
+
+    async with tree.lock:
+        await line.writer.write(build)
+
+
+def waits_of(held: Held, asked: Sequence[Approval]) -> list[Approval | None]:
+    """The questions the held run waits for, in its order (None: not found on the record)."""
+    by_place = {(a.stream, a.revision): a for a in asked}
+    return [by_place.get((str(r["stream"]), int(r["revision"]))) for r in held.run.requests]
+
+
+def all_ran(held: Held, asked: Sequence[Approval]) -> bool:
+    """Whether every call the held run waits for has run (its resume got past them)."""
+    return all(a is not None and a.ran for a in waits_of(held, asked))
+
+
+def already_resumed(stream: str, held: Held, *, ran: bool) -> AlreadyResumed:
+    """The refusal to take ``held`` up again."""
+    if not held.taken:
+        return AlreadyResumed(stream, None, None, ran=ran)
+    last, at = held.taken[-1]
+    return AlreadyResumed(stream, last.holder, at.isoformat(), ran=ran)
 
 
 async def hold(

@@ -390,9 +390,20 @@ class SessionCore:
         :func:`~agentjournal.engine.approvals.approvals`."""
         return await approving.approvals(self._line, streams)
 
-    async def paused(self) -> events.RunPaused | None:
+    async def paused(self) -> approving.Held | None:
         """The line's newest paused run: :func:`~agentjournal.engine.approvals.paused`."""
         return await approving.paused(self._line)
+
+    async def take(
+        self,
+        held: approving.Held,
+        *,
+        retake: bool,
+        holder: str,
+        trace: Mapping[str, str],
+    ) -> None:
+        """Take a paused run up to resume it: :func:`~agentjournal.engine.approvals.take`."""
+        await approving.take(self._line, held, retake=retake, holder=holder, trace=trace)
 
     async def hold(
         self, state: str, requests: Sequence[str], trace: Mapping[str, str]

@@ -51,6 +51,7 @@ from agentjournal.events._interrupts import (
     ApprovalAsked,
     ApprovalDecided,
     RunPaused,
+    RunResumed,
 )
 from agentjournal.events._names import (
     AUTHORITY_GRANTED,
@@ -93,6 +94,7 @@ from agentjournal.events._names import (
     REDACTED_KEY,
     RESPONSE_ID_KEY,
     RUN_PAUSED,
+    RUN_RESUMED,
     SCHEMA_VERSION_KEY,
     SCHEMA_VERSION_VALUE,
     SEQ_KEY,
@@ -205,9 +207,11 @@ __all__ = [
     "INTERRUPT_KEY",
     "INTERRUPT_RESOLVED",
     "RUN_PAUSED",
+    "RUN_RESUMED",
     "TOOL_APPROVAL",
     "ApprovalAsked",
     "ApprovalDecided",
     "RunPaused",
+    "RunResumed",
     "holds_item",
 ]

@@ -20,8 +20,8 @@ from typing import Any, Final
 from kurrent_agent_schema import InterruptIssued, InterruptResolved, from_json, to_json
 
 from agentjournal.errors import CodecError
-from agentjournal.events._codec import TEXT, Event, json_body
-from agentjournal.events._names import INTERRUPT_ISSUED, INTERRUPT_RESOLVED, RUN_PAUSED
+from agentjournal.events._codec import EVENT_ID, TEXT, Event, json_body
+from agentjournal.events._names import INTERRUPT_ISSUED, INTERRUPT_RESOLVED, RUN_PAUSED, RUN_RESUMED
 
 TOOL_APPROVAL: Final = "tool_approval"
 """The kind of a function tool's approval (``InterruptIssued.kind``, ``aj.interrupt``)."""
@@ -178,6 +178,31 @@ class RunPaused(Event):
     def streams(self) -> list[str]:
         """The streams their questions are on, each once."""
         return list(dict.fromkeys(str(r["stream"]) for r in self.requests))
+
+
+@dataclass(frozen=True, slots=True)
+class RunResumed(Event):
+    """``agentjournal.RunResumed``: a paused run taken up to be resumed.
+
+    Written on the line's top stream before the resumed run starts, expecting that
+    stream's head, so of two processes that resume one paused run exactly one runs it.
+
+    Attributes:
+        paused: The event id of the ``agentjournal.RunPaused`` it resumes.
+        holder: Who took it up (``host:pid`` of the resuming process).
+        retake: Whether a person took it up again after an earlier taker did not finish
+            (its calls may or may not have run: see DESIGN "Approvals").
+    """
+
+    paused: str = field(metadata=EVENT_ID)
+    holder: str = field(metadata=TEXT)
+    retake: bool = False
+
+    EVENT_TYPE = RUN_RESUMED
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.retake, bool):
+            raise CodecError(f"{RUN_RESUMED}: retake must be true or false, got {self.retake!r}")
 
 
 def _canonical(kind: Any, type_: str, data: bytes) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -156,6 +156,8 @@ INTERRUPT_ISSUED: Final = "InterruptIssued"
 INTERRUPT_RESOLVED: Final = "InterruptResolved"
 RUN_PAUSED: Final = "agentjournal.RunPaused"
 """A run stopped on approvals: its SDK ``RunState`` as text, so any process can resume it."""
+RUN_RESUMED: Final = "agentjournal.RunResumed"
+"""A paused run taken up to be resumed: at most one process resumes it (unless retaken)."""
 LINE_GUARDED: Final = "agentjournal.LineGuarded"
 BRANCH_EVENTS: Final = frozenset(
     {

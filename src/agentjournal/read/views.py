@@ -412,10 +412,16 @@ def _paused(record: Record, body: Mapping[str, Any]) -> str:
     return f"run paused for approval of {requests or 'nothing'} ({len(str(body['state']))} chars)"
 
 
+def _resumed(record: Record, body: Mapping[str, Any]) -> str:
+    again = " again (retaken)" if body.get("retake") is True else ""
+    return f"paused run taken up{again} to resume by {body.get('holder')}"
+
+
 _DESCRIBE: Final[dict[str, Callable[[Record, Mapping[str, Any]], str]]] = {
     events.INTERRUPT_ISSUED: _issued,
     events.INTERRUPT_RESOLVED: _resolved,
     events.RUN_PAUSED: _paused,
+    events.RUN_RESUMED: _resumed,
     events.BRANCH_FORKED: _forked,
     events.BRANCH_STARTED: _branch_started,
     events.SUBAGENT_CONTINUED: _continued,

@@ -12,6 +12,8 @@ the stored run and runs it.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -22,7 +24,7 @@ from agents.tool import FunctionTool
 from agents.util._approvals import evaluate_needs_approval_setting, parse_function_tool_arguments
 
 from agentjournal import events
-from agentjournal.engine.approvals import Approval
+from agentjournal.engine.approvals import Approval, all_ran, already_resumed, waits_of
 from agentjournal.engine.core import SessionCore
 from agentjournal.engine.plan import Ask
 from agentjournal.errors import InvalidInput
@@ -161,33 +163,50 @@ class ApprovalsAPI:
             request_id, approve=approve, by=by, reason=reason, trace=self._recorder.trace_now()
         )
 
-    async def resumable(self: _Session, agent: Agent[Any]) -> SDKRunState[Any, Any]:
-        """The newest paused run of this line, loaded for ``agent`` with every recorded
-        answer applied: pass it to ``Runner.run`` or ``Runner.run_streamed`` (with
-        ``session=`` and ``hooks=`` this session).
+    async def resumable(
+        self: _Session, agent: Agent[Any], *, retake: bool = False
+    ) -> SDKRunState[Any, Any]:
+        """Take up the newest paused run of this line, loaded for ``agent`` with every
+        recorded answer applied: pass it to ``Runner.run`` or ``Runner.run_streamed``
+        (with ``session=`` and ``hooks=`` this session).
+
+        Taking it up writes ``agentjournal.RunResumed`` first, so of two processes
+        resuming one paused run exactly one gets its state; the other is refused.
+
+        Args:
+            agent: The agent graph the run was made with.
+            retake: Take up a run that was taken up before and whose calls have not all
+                run (its taker stopped). Its tools may have run in part: check first.
 
         Raises:
-            InvalidInput: No run was held on this line; a request it waits for has no
-                answer yet; or the run was resumed already (its calls have run).
+            InvalidInput: No run was held on this line, or a request it waits for has no
+                answer yet.
+            AlreadyResumed: It was taken up already (and ``retake`` is False), or its
+                calls have run.
         """
         self._check_open()
         core = await self._current()
-        paused = await core.paused()
-        if paused is None:
+        held = await core.paused()
+        if held is None:
             raise InvalidInput(f"no paused run on {core.facts.stream}: hold(result) first")
-        asked = {(a.stream, a.revision): a for a in await core.approvals(paused.streams)}
-        waits = [asked.get((str(r["stream"]), int(r["revision"]))) for r in paused.requests]
-        if all(a is not None and a.ran for a in waits):
-            raise InvalidInput(
-                f"the paused run on {core.facts.stream} was resumed already: its calls have run"
-            )
-        undecided = [r for r, a in zip(paused.request_ids, waits, strict=True) if not _decided(a)]
+        asked = await core.approvals(held.run.streams)
+        ran = all_ran(held, asked)
+        if ran or (held.taken and not retake):
+            raise already_resumed(core.facts.stream, held, ran=ran)
+        waits = waits_of(held, asked)
+        undecided = [r for r, a in zip(held.run.request_ids, waits, strict=True) if not _decided(a)]
         if undecided:
             raise InvalidInput(
                 f"approval requests {', '.join(map(repr, undecided))} have no answer yet"
             )
         by_request = {a.request_id: a for a in waits if a is not None}
-        state: SDKRunState[Any, Any] = await SDKRunState.from_string(agent, paused.state)
+        try:
+            state: SDKRunState[Any, Any] = await SDKRunState.from_string(agent, held.run.state)
+        except Exception as error:  # the SDK's UserError, or ValueError/KeyError on its JSON
+            raise InvalidInput(
+                f"the paused run on {core.facts.stream} cannot be loaded into agent "
+                f"{agent.name!r} (pass the graph it was made with): {error}"
+            ) from error
         for item in state.get_interruptions():
             found = by_request.get(_call_id(item) or "")
             if found is None or found.decision is None or found.ran:
@@ -196,6 +215,7 @@ class ApprovalsAPI:
                 state.approve(item)
             else:
                 state.reject(item)
+        await core.take(held, retake=retake, holder=_holder(), trace=self._recorder.trace_now())
         return state
 
     async def resume(
@@ -203,19 +223,22 @@ class ApprovalsAPI:
         agent: Agent[Any],
         *,
         hooks: RunHooks[Any] | None = None,
+        retake: bool = False,
         **options: Any,
     ) -> RunResult:
         """Resume the newest paused run of this line with every recorded answer:
         ``Runner.run(agent, state, session=self, hooks=hooks or self, **options)``.
 
-        A run resumed to its end is not resumed again (its calls have run); a crash after
-        an answer and before the resume leaves the answer on the record and the call not
-        run, and the next resume runs it once.
+        The run is taken up first (``agentjournal.RunResumed``): of two processes that
+        resume it, one runs it and the other is refused, and a run once taken up is not
+        resumed again unless a person retakes it. A crash after an answer and before the
+        resume leaves the answer on the record and the call not run: the next resume
+        runs it once.
 
         Raises:
-            InvalidInput: As :meth:`resumable`.
+            InvalidInput, AlreadyResumed: As :meth:`resumable`.
         """
-        state = await ApprovalsAPI.resumable(self, agent)
+        state = await ApprovalsAPI.resumable(self, agent, retake=retake)
         return await Runner.run(
             agent,
             state,
@@ -223,6 +246,11 @@ class ApprovalsAPI:
             hooks=hooks if hooks is not None else self,  # type: ignore[arg-type]
             **options,
         )
+
+
+def _holder() -> str:
+    """Who takes a paused run up: this process, as ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _decided(approval: Approval | None) -> bool:

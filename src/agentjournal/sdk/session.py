@@ -78,6 +78,7 @@ _OWN_EVENT_TYPES = frozenset(
         events.AUTHORITY_REFUSED,
         events.AUTHORITY_GRANTED,
         events.RUN_PAUSED,
+        events.RUN_RESUMED,
         *events.BRANCH_EVENTS,
         CHECKPOINT,
     }
