@@ -73,6 +73,7 @@ KEPT: Final = frozenset(
         events.AUTHORITY_HELD,
         events.AUTHORITY_RESET,
         events.MODEL_RESPONDED,
+        events.RUN_RESUMED,
         CHECKPOINT,
         KEY_ROTATED,
     }
