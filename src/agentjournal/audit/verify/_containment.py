@@ -222,7 +222,7 @@ def _check_within(
     if rule is None:
         report.fail(*where, f"tool call {call_id} ran with no rule in the policy")
         return
-    if recorded != {"scope": rule.scope, "ceilings": dict(rule.ceilings)}:
+    if recorded != rule.to_json():
         report.fail(*where, f"tool call {call_id} carries another rule than its policy's")
         return
     if authority is None:
