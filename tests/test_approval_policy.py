@@ -29,6 +29,7 @@ from agentjournal.audit.export import export_bundle
 from agentjournal.audit.verify import Report, verify_bundle, verify_records
 from agentjournal.authority import ApprovalRule, Authority, Cap, Policy, ToolRule
 from agentjournal.engine.approvals import Approval, approves
+from agentjournal.sdk.gates import Gatekeeper
 from agentjournal.walk import read_tree
 from drive import METHODS, Method, drive
 from ledger_sessions import relink
@@ -144,6 +145,7 @@ async def test_a_refund_above_the_cap_asks_and_runs_once_with_the_approved_amoun
     assert held.authority == Authority.of("orders.read", "orders.refund", refund=Cap(CAP)).to_json()
     await session.approve("r1", by="ann", reason="checked the order")
     resuming = session.guard(refunder(ran, None))
+    result: Any
     if method == "run":
         result = await session.resume(resuming)
     else:
@@ -301,6 +303,91 @@ def test_only_the_newest_question_approved_with_exactly_these_arguments_lets_a_c
     assert not lets(asked(), asked(decision=None))
 
 
+async def test_inside_a_subagent_the_handoff_s_cap_asks_and_the_approval_resumes_there(
+    journal: Journal,
+) -> None:
+    """triage (cap 3000) hands off to billing (its own entry: no cap): billing holds the
+    meet, so 4000 is above its cap and asks; the question is on billing's stream with the
+    granted authority, the approval lets it run there once, and the verifier passes."""
+    body = policy().to_json()
+    body["agents"]["billing"] = {"scopes": ["orders.refund"]}
+    body["agents"]["triage"] = {
+        "scopes": ["orders.*"],
+        "ceilings": {"refund": {"kind": "cap", "limit": 3000}},
+    }
+    capped = Policy.from_json(body)
+    ran: list[int] = []
+
+    def team(amount: int | None) -> Agent[Any]:
+        to_billing = [[function_call("transfer_to_billing", {}, call_id="h1")]]
+        billing = refunder(ran, amount)
+        return Agent(
+            name="triage",
+            model=ScriptedModel(to_billing if amount is not None else []),
+            handoffs=[billing],
+        )
+
+    session = journal.session(SID, policy=capped)
+    (held,) = await session.hold(await run(session, team(4000)))
+    assert held.stream.startswith("AgentSubsession-")
+    assert Authority.from_json(held.authority) == Authority.of("orders.refund", refund=Cap(3000))
+    await session.approve("r1", by="ann")
+    result = await session.resume(session.guard(team(None)))
+    assert result.final_output == "done"
+    assert ran == [4000]
+    assert await session.open_subagents() == []
+    report = await verified(journal)
+    assert report.ok, report.text()
+
+
+class _UnreadableRecord:
+    """A session port whose record of approvals cannot be read (what the gatekeeper
+    records through, :class:`agentjournal.sdk.port.RefusalRecorder`)."""
+
+    def __init__(self) -> None:
+        self.refusals: list[ev.AuthorityRefused] = []
+
+    async def record_refusal(self, refused: ev.AuthorityRefused) -> None:
+        self.refusals.append(refused)
+
+    async def authority_stopped(self, error: AuthorityDenied) -> None:
+        pass
+
+    async def record_grant(self, agent: str, authority: Authority) -> None:
+        pass
+
+    async def open_grant(self, agent: str) -> tuple[bool, Authority | None]:
+        return False, None
+
+    async def held_grant(self, agent: str) -> Authority | None:
+        return None
+
+    async def handoff_granted(self, sender: str, receiver: str, authority: Authority) -> None:
+        pass
+
+    async def approved(self, agent: str, call_id: str, tool: str, arguments: str) -> bool:
+        raise OSError("disk I/O error")
+
+
+async def test_a_call_whose_approval_cannot_be_established_is_refused_and_recorded() -> None:
+    """Fail closed: when the record of approvals cannot be read, the invocation gate
+    refuses the call that asks, and records the refusal."""
+    record = _UnreadableRecord()
+    gates = Gatekeeper(policy(), recorder=record)
+    arguments = '{"amount_cents":9000}'
+    assert await gates.asks("billing", "issue_refund", arguments)
+    said = await gates.refuse_call("billing", "r1", "issue_refund", arguments)
+    assert said is not None
+    assert "could not be established (OSError)" in said
+    (refused,) = record.refusals
+    assert (refused.call_id, refused.ceiling, refused.enforcement) == (
+        "r1",
+        "refund",
+        "tool_refused",
+    )
+    assert await gates.refuse_call("billing", "r2", "issue_refund", '{"amount_cents":10}') is None
+
+
 # -- the verifier -----------------------------------------------------------------------------
 
 
@@ -357,6 +444,23 @@ async def test_the_verifier_fails_an_over_ceiling_call_without_its_approval(tamp
     assert "ran beyond authority" in failure.message
     assert "AgentSession-" in failure.stream
     assert failure.revision is not None
+
+
+async def test_the_verifier_fails_an_approval_always_call_that_ran_unanswered() -> None:
+    """``approval: always``: a call within the cap that ran is contained only by its answer."""
+    ran: list[int] = []
+    async with Journal.open("sqlite://:memory:") as journal:
+        session = journal.session(SID, policy=policy("always"))
+        await session.hold(await run(session, refunder(ran, 1250)))
+        await session.approve("r1", by="ann")
+        await session.resume(session.guard(refunder(ran, None)))
+        bundle = await export_bundle(journal.store, SID)
+    assert verify_bundle(bundle, {}, allow_uncovered=True).ok
+    drop_answer(bundle)
+    relink(bundle)
+    report = verify_bundle(bundle, {}, allow_uncovered=True)
+    (failure,) = [p for p in report.problems if p.check == "containment"]
+    assert "needs a person's approval, and it ran without a person's answer" in failure.message
 
 
 # -- the policy's form --------------------------------------------------------------------------
