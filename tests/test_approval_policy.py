@@ -515,6 +515,8 @@ def test_the_decision_asks_only_what_a_person_may_approve() -> None:
         ({"above": ["refund"], "by": "ann"}, "tool 'issue_refund': approval must be"),
         ({"above": ["spend"]}, "tool 'issue_refund': approval above ['spend'] names no ceiling"),
         ({"above": [7]}, "tool 'issue_refund': approval above must list ceiling names"),
+        ({"above": ["refund", 7]}, "tool 'issue_refund': approval above must list ceiling"),
+        ({"above": [["refund"]]}, "tool 'issue_refund': approval above must list ceiling"),
         (True, "tool 'issue_refund': approval must be 'always' or {above"),
     ],
 )

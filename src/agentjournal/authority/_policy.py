@@ -99,6 +99,7 @@ class ApprovalRule:
             raise InvalidInput("approval is 'always' or {above: [ceiling, ...]}, one of the two")
         if not all(isinstance(name, str) and name for name in self.above):
             raise InvalidInput(f"approval above must list ceiling names, got {list(self.above)!r}")
+        object.__setattr__(self, "above", tuple(sorted(set(self.above))))  # one form, any order
 
     @classmethod
     def from_json(cls, body: Any) -> ApprovalRule:
@@ -114,7 +115,7 @@ class ApprovalRule:
             raise InvalidInput(
                 f"approval must be 'always' or {{above: [ceiling, ...]}}, got {body!r}"
             )
-        return cls(above=tuple(sorted(set(above))))
+        return cls(above=tuple(above))
 
     def to_json(self) -> Any:
         """``"always"`` or ``{"above": [sorted ceiling names]}``."""
