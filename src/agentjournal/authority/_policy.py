@@ -19,8 +19,11 @@ or in YAML (:meth:`Policy.load`)::
           spend: {kind: cap, limit: 50000}
           egress: {kind: ranked, order: [none, internal, any], level: internal}
     tools:
-      issue_credit: {scope: billing.refund, ceilings: {spend: amount_cents}}
-      kb_export: {scope: kb.export, ceilings: {egress: destination}}
+      issue_credit:
+        scope: billing.refund
+        ceilings: {spend: amount_cents}
+        approval: {above: [spend]}       # beyond the cap: a person decides
+      kb_export: {scope: kb.export, ceilings: {egress: destination}, approval: always}
     visibility: true
 
 An agent's entry is what it holds when it starts a run, and what it requests
@@ -28,6 +31,14 @@ when it receives a handoff: it is then granted ``meet(sender's effective
 authority, its entry)``. An agent without an entry holds nothing. A tool
 names the scope a call needs and which argument each ceiling reads (a dotted
 path into the call's JSON arguments). A tool without a rule is refused.
+
+A tool's ``approval`` makes a call wait for a person instead of running or being
+refused (:class:`ApprovalRule`): ``always`` (every call within the agent's
+authority asks), or ``{above: [ceiling, ...]}`` (a call within the agent's
+scopes whose arguments are beyond one of the named ceilings of its authority
+asks, instead of being refused; beyond any other ceiling, or outside its scopes,
+it is refused as without the rule). The call then runs only with exactly the
+arguments a person approved (:meth:`Policy.check_call` with ``approved``).
 
 ``visibility: false`` switches the three visibility gates off (tools, MCP
 tools, handoffs are all offered); the invocation gate is always on.
@@ -71,16 +82,59 @@ class Gate:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalRule:
+    """When a call of a tool waits for a person's approval (a tool rule's ``approval``).
+
+    Attributes:
+        always: Every call within the agent's authority asks.
+        above: Ceiling names: a call beyond one of them (and within everything else)
+            asks instead of being refused.
+    """
+
+    always: bool = False
+    above: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.always == bool(self.above):
+            raise InvalidInput("approval is 'always' or {above: [ceiling, ...]}, one of the two")
+        if not all(isinstance(name, str) and name for name in self.above):
+            raise InvalidInput(f"approval above must list ceiling names, got {list(self.above)!r}")
+        object.__setattr__(self, "above", tuple(sorted(set(self.above))))  # one form, any order
+
+    @classmethod
+    def from_json(cls, body: Any) -> ApprovalRule:
+        """Read ``always`` or ``{"above": [ceiling, ...]}``.
+
+        Raises:
+            InvalidInput: Anything else.
+        """
+        if body == "always":
+            return cls(always=True)
+        above = body.get("above") if isinstance(body, Mapping) and set(body) == {"above"} else None
+        if not isinstance(above, list | tuple) or not above:
+            raise InvalidInput(
+                f"approval must be 'always' or {{above: [ceiling, ...]}}, got {body!r}"
+            )
+        return cls(above=tuple(above))
+
+    def to_json(self) -> Any:
+        """``"always"`` or ``{"above": [sorted ceiling names]}``."""
+        return "always" if self.always else {"above": sorted(self.above)}
+
+
+@dataclass(frozen=True, slots=True)
 class ToolRule:
     """What calling a tool needs.
 
     Attributes:
         scope: The scope a call needs (exact, no wildcard).
         ceilings: Ceiling name -> the argument (dotted path) whose value it limits.
+        approval: When a call waits for a person instead (None: never).
     """
 
     scope: str
     ceilings: Mapping[str, str] = field(default_factory=dict)
+    approval: ApprovalRule | None = None
 
     def __post_init__(self) -> None:
         if validate_scope(self.scope).endswith(".*"):
@@ -88,6 +142,49 @@ class ToolRule:
         for name, path in self.ceilings.items():
             if not isinstance(name, str) or not isinstance(path, str) or not path:
                 raise InvalidInput(f"tool ceiling {name!r} must name an argument, got {path!r}")
+        if self.approval is not None and not isinstance(self.approval, ApprovalRule):
+            raise InvalidInput(f"a tool's approval must be an ApprovalRule, got {self.approval!r}")
+        unknown = sorted(set(self.approval.above if self.approval else ()) - set(self.ceilings))
+        if unknown:
+            raise InvalidInput(
+                f"approval above {unknown} names no ceiling of the tool "
+                f"(its ceilings: {sorted(self.ceilings)})"
+            )
+
+    @classmethod
+    def from_json(cls, name: str, body: Any) -> ToolRule:
+        """Read tool ``name``'s rule from its YAML/JSON form (the module docs).
+
+        Raises:
+            InvalidInput: One line naming the tool and what is wrong.
+        """
+        if not isinstance(body, Mapping) or set(body) - {"scope", "ceilings", "approval"}:
+            raise InvalidInput(
+                f"tool {name!r} needs 'scope' and optional 'ceilings' and 'approval'"
+            )
+        ceilings = body.get("ceilings") or {}
+        if not isinstance(ceilings, Mapping):
+            raise InvalidInput(f"tool {name!r}: 'ceilings' must map ceiling -> argument")
+        try:
+            approval = ApprovalRule.from_json(body["approval"]) if "approval" in body else None
+            return cls(body.get("scope"), dict(ceilings), approval)  # type: ignore[arg-type]
+        except InvalidInput as error:
+            raise InvalidInput(f"tool {name!r}: {error}") from None
+
+    def to_json(self) -> dict[str, Any]:
+        """The canonical form: scope, sorted ceilings and, when set, the approval (a rule
+        without one has the form it had before approvals, so its policy's digest too)."""
+        body: dict[str, Any] = {
+            "scope": self.scope,
+            "ceilings": dict(sorted(self.ceilings.items())),
+        }
+        if self.approval is not None:
+            body["approval"] = self.approval.to_json()
+        return body
+
+    def approvable(self, ceiling: str | None) -> bool:
+        """Whether a call beyond ``ceiling`` asks a person instead of being refused."""
+        return ceiling is not None and self.approval is not None and ceiling in self.approval.above
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,14 +244,7 @@ class Policy:
             raise InvalidInput("'agents' and 'tools' must be mappings")
         if not isinstance(visibility, bool):
             raise InvalidInput(f"'visibility' must be true or false, got {visibility!r}")
-        rules: dict[str, ToolRule] = {}
-        for name, rule in tools.items():
-            if not isinstance(rule, Mapping) or set(rule) - {"scope", "ceilings"}:
-                raise InvalidInput(f"tool {name!r} needs 'scope' and optional 'ceilings'")
-            ceilings = rule.get("ceilings") or {}
-            if not isinstance(ceilings, Mapping):
-                raise InvalidInput(f"tool {name!r}: 'ceilings' must map ceiling -> argument")
-            rules[str(name)] = ToolRule(rule.get("scope"), dict(ceilings))  # type: ignore[arg-type]
+        rules = {str(name): ToolRule.from_json(str(name), rule) for name, rule in tools.items()}
         return cls(
             agents={str(name): Authority.from_json(value) for name, value in agents.items()},
             tools=rules,
@@ -179,13 +269,7 @@ class Policy:
         """The canonical form: what :meth:`from_json` reads, every mapping in sorted order."""
         return {
             "agents": {name: self.agents[name].to_json() for name in sorted(self.agents)},
-            "tools": {
-                name: {
-                    "scope": self.tools[name].scope,
-                    "ceilings": dict(sorted(self.tools[name].ceilings.items())),
-                }
-                for name in sorted(self.tools)
-            },
+            "tools": {name: self.tools[name].to_json() for name in sorted(self.tools)},
             "visibility": self.visibility,
         }
 
@@ -213,15 +297,19 @@ class Policy:
             )
         return None
 
-    def check_call(self, authority: Authority, tool: str, arguments: str) -> Refusal | None:
+    def check_call(
+        self, authority: Authority, tool: str, arguments: str, *, approved: bool = False
+    ) -> Refusal | None:
         """The invocation gate for a tool call: scope, then each ceiling on its argument.
 
         The decision is :meth:`check_inputs` on the call's :func:`ceiling_inputs`, the same
         procedure a verifier runs on a redacted view; the arguments add the refused value.
+        ``approved``: a person approved exactly these arguments (see :meth:`check_inputs`).
         """
         rule = self.tools.get(tool)
-        paths = rule.ceilings.values() if rule is not None else ()
-        refusal = self.check_inputs(authority, tool, ceiling_inputs(arguments, paths))
+        refusal = self.check_inputs(
+            authority, tool, self._inputs(tool, arguments), approved=approved
+        )
         if refusal is None or refusal.ceiling is None or rule is None:
             return refusal
         path = rule.ceilings[refusal.ceiling]
@@ -237,11 +325,44 @@ class Policy:
             value=value,
         )
 
-    def check_inputs(
+    def asks(self, authority: Authority, tool: str, arguments: str) -> bool:
+        """Whether a call waits for a person's approval: :meth:`asks_inputs` on its
+        :func:`ceiling_inputs`."""
+        return self.asks_inputs(authority, tool, self._inputs(tool, arguments))
+
+    def asks_inputs(
         self, authority: Authority, tool: str, inputs: Mapping[str, CeilingInput]
+    ) -> bool:
+        """Whether a call with these ceiling inputs waits for a person's approval: its tool
+        has an ``approval`` rule, the call is within the agent's authority once approved,
+        and the rule is ``always`` or the call is beyond one of the ceilings it names.
+        A call refused even when approved (outside the scopes, beyond another ceiling, an
+        argument missing) asks nothing: it is refused."""
+        rule = self.tools.get(tool)
+        if rule is None or rule.approval is None:
+            return False
+        if self.check_inputs(authority, tool, inputs, approved=True) is not None:
+            return False
+        return rule.approval.always or self.check_inputs(authority, tool, inputs) is not None
+
+    def _inputs(self, tool: str, arguments: str) -> dict[str, CeilingInput]:
+        rule = self.tools.get(tool)
+        return ceiling_inputs(arguments, rule.ceilings.values() if rule is not None else ())
+
+    def check_inputs(
+        self,
+        authority: Authority,
+        tool: str,
+        inputs: Mapping[str, CeilingInput],
+        *,
+        approved: bool = False,
     ) -> Refusal | None:
         """The invocation gate on a call's ceiling inputs (argument path -> what a ceiling
-        reads of it, :func:`ceiling_inputs`): exactly what :meth:`check_call` decides."""
+        reads of it, :func:`ceiling_inputs`): exactly what :meth:`check_call` decides.
+
+        ``approved``: a person approved the call, so a value beyond a ceiling its tool's
+        ``approval: {above: [...]}`` names is no refusal (the argument must still be there);
+        the scope and every other ceiling still apply."""
         gate = Gate.INVOCATION
         rule = self.tools.get(tool)
         if rule is None:
@@ -265,7 +386,7 @@ class Policy:
                     ceiling=name,
                     limit=ceiling.to_json(),
                 )
-            if not input_permits(ceiling, found):
+            if not input_permits(ceiling, found) and not (approved and rule.approvable(name)):
                 return Refusal(
                     gate,
                     f"{path} is beyond ceiling {name!r}",

@@ -113,6 +113,26 @@ def fold_approvals(read: Mapping[str, Sequence[RecordedEvent]]) -> list[Approval
     return sorted(found.values(), key=lambda a: (a.issued_at, a.stream, a.revision))
 
 
+def approves(
+    found: Sequence[Approval], *, agent: str, call_id: str, tool: str, arguments: str
+) -> bool:
+    """Whether a person's answer on the record lets this call run now (pure): the newest
+    question for ``call_id`` among ``found`` was asked by ``agent``, of ``tool``, with
+    exactly ``arguments``, it was approved, and its call has not run yet."""
+    asked = [a for a in found if a.request_id == call_id]
+    if not asked:
+        return False
+    question = asked[-1]
+    return (
+        question.agent == agent
+        and question.tool_name == tool
+        and question.arguments == arguments
+        and question.decision is not None
+        and question.decision.outcome == "approved"
+        and not question.ran
+    )
+
+
 def _with(approval: Approval, **changes: object) -> Approval:
     return replace(approval, **changes)  # type: ignore[arg-type]
 

@@ -208,7 +208,7 @@ class SessionFacts:
         rule = self.policy.tools.get(tool)
         text = (
             json.dumps(
-                {"scope": rule.scope, "ceilings": dict(rule.ceilings)},
+                rule.to_json(),
                 sort_keys=True,
                 separators=(",", ":"),
             )

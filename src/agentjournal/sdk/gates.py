@@ -19,6 +19,14 @@ delegation chain is the meet along the chain and can only narrow.
    on the other three: with ``visibility: false`` exactly the same calls are
    refused.
 
+A tool whose policy rule has an ``approval`` asks a person instead
+(:meth:`Gatekeeper.asks`): the guard makes the wrapped tool's
+``needs_approval`` say so, the SDK stops the run, and the invocation gate lets
+the call run after a resume only when the record holds a person's approval of
+exactly its arguments (:meth:`Gatekeeper.refuse_call`). The hooks alone cannot
+make the SDK stop: a call the policy would ask about that no guard wrapper
+covers is refused, and stops the run, as a call beyond authority is.
+
 Every refusal is an ``agentjournal.AuthorityRefused`` event on the stream of
 the agent it concerns (visibility refusals once per run, agent and subject).
 A refused tool call with a guard wrapper becomes an error output the model
@@ -184,9 +192,13 @@ class Gatekeeper:
             else:
                 refusal = self.policy.check_call(authority, call.name, call.arguments)
                 subject, kind = call.name, "tool"
+            wrapped = kind == "tool" and function and guarded(call.name)
+            if kind == "tool" and self.policy.asks(authority, call.name, call.arguments):
+                if wrapped:
+                    continue  # the wrapper's needs_approval stops the run for a person
+                refusal = _unaskable(self.policy, call.name, refusal)
             if refusal is None:
                 continue
-            wrapped = kind == "tool" and function and guarded(call.name)
             how = Enforcement.TOOL_REFUSED if wrapped else Enforcement.RUN_STOPPED
             error = await self._record(
                 agent.name, subject, kind, refusal, how, call.call_id, call.arguments
@@ -198,9 +210,27 @@ class Gatekeeper:
             await self._stop(stop)
         return set(self._refused_calls)
 
+    async def asks(self, agent: str, tool: str, arguments: str) -> bool:
+        """Whether the policy makes ``agent``'s call wait for a person (a guarded tool's
+        ``needs_approval``). When the agent's authority cannot be settled it asks: the
+        invocation gate decides again, on the record, after the answer."""
+        try:
+            authority = await self.effective(agent)
+        except Exception as failure:
+            logger.error("the authority of %r could not be settled: %s", agent, failure)
+            return True
+        return self.policy.asks(authority, tool, arguments)
+
     async def refuse_call(self, agent: str, call_id: str, tool: str, arguments: str) -> str | None:
-        """The tool wrapper's gate: an error output for the model when the call is refused."""
-        refusal = self.policy.check_call(await self.effective(agent), tool, arguments)
+        """The tool wrapper's gate: an error output for the model when the call is refused.
+
+        A call the policy asks a person about runs only when the record holds a person's
+        approval of exactly these arguments (fail closed: when the record cannot be read,
+        it is refused)."""
+        authority = await self.effective(agent)
+        refusal = self.policy.check_call(authority, tool, arguments)
+        if self.policy.asks(authority, tool, arguments):
+            refusal = await self._unapproved(agent, call_id, tool, arguments, refusal)
         if refusal is None:
             return None
         if call_id not in self._refused_calls:
@@ -208,6 +238,29 @@ class Gatekeeper:
                 agent, tool, "tool", refusal, Enforcement.TOOL_REFUSED, call_id, arguments
             )
         return f"Error: {agent} may not call {tool}: {refusal.reason} (authority, {refusal.gate})"
+
+    async def _unapproved(
+        self, agent: str, call_id: str, tool: str, arguments: str, refusal: Refusal | None
+    ) -> Refusal | None:
+        """None when a person approved the call on the record; else why it is refused."""
+        try:
+            if await self._recorder.approved(agent, call_id, tool, arguments):
+                return None
+            why = "it needs a person's approval, and none on the record approves these arguments"
+        except Exception as failure:
+            logger.error("the approval of call %r could not be established: %s", call_id, failure)
+            why = f"its approval could not be established ({type(failure).__name__})"
+        rule = self.policy.tools[tool]
+        if refusal is None:
+            return Refusal(Gate.INVOCATION, why, scope=rule.scope)
+        return Refusal(
+            refusal.gate,
+            f"{refusal.reason}: {why}",
+            scope=refusal.scope,
+            ceiling=refusal.ceiling,
+            limit=refusal.limit,
+            value=refusal.value,
+        )
 
     async def check_handoff(self, sender: str, receiver: str, arguments: str) -> None:
         """The handoff wrapper's gate: a refused handoff stops the run."""
@@ -291,3 +344,15 @@ class Gatekeeper:
         except Exception:  # the refusal is what the caller must hear of
             logger.exception("could not close the run stopped by an authority refusal")
         raise error
+
+
+def _unaskable(policy: Policy, tool: str, refusal: Refusal | None) -> Refusal:
+    """A call the policy would ask a person about, with no guard wrapper to stop the run
+    for it: refused (beyond its ceiling, it is refused as without the approval rule)."""
+    if refusal is not None:
+        return refusal
+    return Refusal(
+        Gate.INVOCATION,
+        f"tool {tool!r} needs a person's approval, which only session.guard(agent) can ask for",
+        scope=policy.tools[tool].scope,
+    )

@@ -14,13 +14,18 @@ not changed):
   receiver is the guarded copy of the target agent, so the guard reaches every
   agent the run can reach, cycles included;
 - with a policy whose ``visibility`` is on, every tool's and handoff's
-  ``is_enabled`` also asks the policy (after the agent's own ``is_enabled``).
+  ``is_enabled`` also asks the policy (after the agent's own ``is_enabled``);
+- a function tool whose policy rule has an ``approval`` gets a
+  ``needs_approval`` that also asks the policy (either asks): the SDK stops the
+  run for a person, and after the answer the authority gate lets the call run
+  only with the arguments a person approved on the record.
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
+import json
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -29,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 from agents.handoffs import Handoff, handoff
 from agents.tool import FunctionTool, _get_function_tool_invoke_context
 from agents.tool_context import ToolContext
+from agents.util._approvals import evaluate_needs_approval_setting
 
 from agentjournal.guardrails import actions
 from agentjournal.guardrails.protocol import Decision
@@ -70,7 +76,7 @@ def guard_graph(agent: Agent[Any], wiring: Wiring) -> Agent[Any]:
         clone = original.clone(tools=[], handoffs=[])
         setattr(clone, _MARK, wiring)
         guarded[id(original)] = clone
-        clone.tools = [_wrap_tool(tool, wiring) for tool in original.tools]
+        clone.tools = [_wrap_tool(tool, wiring, clone.name) for tool in original.tools]
         clone.handoffs = [_wrap_handoff(entry, clone, wiring, visit) for entry in original.handoffs]
         return clone
 
@@ -135,8 +141,24 @@ def _gated(
     return is_enabled
 
 
-def _wrap_tool(tool: Any, wiring: Wiring) -> Any:
-    """A copy of a function tool whose invocation passes the gates first."""
+def _asking(
+    own: Any, policy_asks: Callable[[str], Awaitable[bool]]
+) -> Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]]:
+    """A ``needs_approval``: the tool's own setting, or else the policy's (either asks)."""
+
+    async def needs_approval(
+        ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+    ) -> bool:
+        if await evaluate_needs_approval_setting(own, ctx, params, call_id):
+            return True
+        return await policy_asks(json.dumps(params))
+
+    return needs_approval
+
+
+def _wrap_tool(tool: Any, wiring: Wiring, agent_name: str) -> Any:
+    """A copy of a function tool (of agent ``agent_name``) whose invocation passes the
+    gates first."""
     if not isinstance(tool, FunctionTool) or getattr(tool.on_invoke_tool, _MARK, None) is wiring:
         return tool
     original = tool
@@ -175,6 +197,13 @@ def _wrap_tool(tool: Any, wiring: Wiring) -> Any:
     if gates is not None and gates.policy.visibility:
         wrapped.is_enabled = _gated(
             tool.is_enabled, lambda agent: gates.tool_visible(agent, original.name)
+        )
+    rule = gates.policy.tools.get(original.name) if gates is not None else None
+    asks = rule is not None and rule.approval is not None and tool.needs_approval is not True
+    if gates is not None and asks:
+        wrapped.needs_approval = _asking(
+            tool.needs_approval,
+            lambda arguments: gates.asks(agent_name, original.name, arguments),
         )
     return wrapped
 

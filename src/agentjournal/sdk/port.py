@@ -46,3 +46,8 @@ class RefusalRecorder(Protocol):
 
     async def handoff_granted(self, sender: str, receiver: str, authority: Authority) -> None:
         """A handoff granted ``receiver`` ``authority``: record it with the next write."""
+
+    async def approved(self, agent: str, call_id: str, tool: str, arguments: str) -> bool:
+        """Whether a person's approval on the record lets this call run now (the newest
+        question for the call, by ``agent``, of ``tool``, with exactly ``arguments``, was
+        approved and the call has not run); raise if the record cannot be read."""

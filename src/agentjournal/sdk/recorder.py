@@ -9,6 +9,7 @@ from opentelemetry.trace import Span
 
 from agentjournal import events
 from agentjournal.authority import Authority
+from agentjournal.engine.approvals import approves
 from agentjournal.engine.routing import SUMMARY_CHARS
 from agentjournal.errors import AuthorityDenied, GuardrailBlocked
 from agentjournal.sdk import tracing
@@ -117,3 +118,9 @@ class SessionRecorder:
         must not start from the agent's own policy entry.
         """
         return await self._session._acting().open_grant(agent)
+
+    async def approved(self, agent: str, call_id: str, tool: str, arguments: str) -> bool:
+        """Whether a person's approval on the record lets this call run now (the questions
+        on the run's line: its top stream's and its open subagents', read afresh)."""
+        found = await self._session._acting().approvals()
+        return approves(found, agent=agent, call_id=call_id, tool=tool, arguments=arguments)

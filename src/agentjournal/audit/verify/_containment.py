@@ -9,14 +9,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from agentjournal import events
-from agentjournal._calls import CALL_KINDS
+from agentjournal._calls import CALL_KINDS, tool_call_payload
 from agentjournal._digests import value_digest
 from agentjournal._text import plural
 from agentjournal.audit.verify._integrity import Markers
 from agentjournal.audit.verify._report import Report
 from agentjournal.audit.verify._tree import Tree, agent_of, authority_at, grant_at
 from agentjournal.authority import Authority, Gate, Policy, ToolRule, ceiling_inputs
-from agentjournal.errors import InvalidInput
+from agentjournal.errors import CodecError, InvalidInput
 from agentjournal.events import Enforcement
 from agentjournal.ledger import redaction
 from agentjournal.records import Record
@@ -33,7 +33,9 @@ def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None
                 continue
             call_id = meta.get(events.CALL_ID_KEY, "")
             decided = index.latest(index.decisions, call_id, event.revision)
-            refused = index.latest(index.refusals, call_id, event.revision)
+            refused = index.latest(index.refusals, call_id, event.revision) or (
+                index.refused_in_place(call_id, event.revision, kind)
+            )
             marker = _call_marker(event, tree.markers)
             where = ("containment", name, event.revision)
             if (marker.get("call_id"), marker.get("kind")) != (call_id, kind):
@@ -63,7 +65,7 @@ def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None
                 report.fail(*where, f"tool call {call_id} ran without the policy given")
             elif events.TOOL_RULE_KEY in meta:
                 bounded += 1
-                _check_within(report, tree, event, marker, decided)
+                _check_within(report, tree, event, marker, decided, index)
     for stream in tree.streams.values():
         for event in stream:
             if event.type == events.AUTHORITY_REFUSED:
@@ -188,6 +190,19 @@ class _CallIndex:
         """Whether an output of the call follows ``revision``."""
         return any(r > revision for r in self.outputs.get((kind, call_id), ()))
 
+    def refused_in_place(self, call_id: str, revision: int, kind: str) -> dict[str, Any] | None:
+        """A refusal of the call written after it (at ``revision``) and before its first
+        output: a call stored before it could run (a run stopped for approval), refused when
+        the resumed run reached it; that output is the refusal."""
+        after = [r for r in self.outputs.get((kind, call_id), ()) if r > revision]
+        if not after:
+            return None
+        found = None
+        for at, body in self.refusals.get(call_id, ()):
+            if revision < at < min(after) and body.get("enforcement") == Enforcement.TOOL_REFUSED:
+                found = body
+        return found
+
     @staticmethod
     def latest(
         table: dict[str, list[tuple[int, dict[str, Any]]]], call_id: str, revision: int
@@ -207,6 +222,7 @@ def _check_within(
     event: Record,
     marker: Mapping[str, Any],
     decided: dict[str, Any] | None,
+    index: _CallIndex,
 ) -> None:
     where = ("containment", event.stream, event.revision)
     call_id = event.metadata.get(events.CALL_ID_KEY)
@@ -222,18 +238,78 @@ def _check_within(
     if rule is None:
         report.fail(*where, f"tool call {call_id} ran with no rule in the policy")
         return
-    if recorded != {"scope": rule.scope, "ceilings": dict(rule.ceilings)}:
+    if recorded != rule.to_json():
         report.fail(*where, f"tool call {call_id} carries another rule than its policy's")
         return
     if authority is None:
         report.fail(*where, f"tool call {call_id} ran with no recorded authority")
         return
     inputs = marker.get("ceilings", {})
-    if decided is not None and decided.get("decision") == "MODIFY":
+    modified = decided is not None and decided.get("decision") == "MODIFY"
+    if decided is not None and modified:
         inputs = _modified_inputs(decided, rule)
     refusal = policy.check_inputs(authority, name, inputs)
-    if refusal is not None:
+    # A call its rule asks a person about (beyond a ceiling it names only when its own
+    # arguments ran: a guardrail's modification beyond a ceiling is blocked live).
+    if policy.asks_inputs(authority, name, inputs) and (refusal is None or not modified):
+        problem = _unapproved(tree.streams[event.stream], event, marker, index)
+        if problem is not None:
+            why = refusal.reason if refusal is not None else "its tool needs a person's approval"
+            report.fail(*where, f"tool call {call_id} ran beyond authority: {why}, {problem}")
+    elif refusal is not None:
         report.fail(*where, f"tool call {call_id} ran beyond authority: {refusal.reason}")
+
+
+def _unapproved(
+    stream: Sequence[Record], call: Record, marker: Mapping[str, Any], index: _CallIndex
+) -> str | None:
+    """Why a call its policy asks a person about is not contained by a person's answer
+    (None: it is). The question (``InterruptIssued`` of the call, with exactly its
+    arguments) must follow the call on its stream; the call may have an output only after
+    the answer to that question (an approval, or a rejection: the SDK's rejection message is
+    its output) and none without an answer (it still waits)."""
+    call_id = str(call.metadata.get(events.CALL_ID_KEY, ""))
+    question: Record | None = None
+    for later in stream[call.revision + 1 :]:
+        if later.type != events.INTERRUPT_ISSUED or later.metadata.get(events.CALL_ID_KEY) != (
+            call_id
+        ):
+            continue
+        asked = _decoded(events.ApprovalAsked.decode, later)
+        if isinstance(asked, events.ApprovalAsked) and asked.request_id == call_id:
+            payload = tool_call_payload(call_id, asked.tool_name, asked.arguments)
+            if value_digest(payload) == marker.get("payload_digest"):
+                question = later
+        break  # the question of this call is the first after it
+    if question is None:
+        return "and no person was asked about exactly its arguments"
+    answer: Record | None = None
+    for later in stream[question.revision + 1 :]:
+        if later.type == events.INTERRUPT_RESOLVED:
+            decided = _decoded(events.ApprovalDecided.decode, later)
+            if isinstance(decided, events.ApprovalDecided) and decided.issued == question.id:
+                answer = later
+                break
+    kind = str(call.metadata.get(events.ITEM_TYPE_KEY, ""))
+    if answer is None:
+        return (
+            "and it ran without a person's answer"
+            if index.ran(call_id, call.revision, kind)
+            else None
+        )
+    if index.ran(call_id, call.revision, kind) and not index.ran(call_id, answer.revision, kind):
+        return "and it ran before a person's answer"
+    return None
+
+
+def _decoded(decode: Any, record: Record) -> object:
+    """An interrupt event decoded (None: withheld or not one)."""
+    if record.metadata.get(events.INTERRUPT_KEY) != events.TOOL_APPROVAL or record.data is None:
+        return None
+    try:
+        return decode(record.data.encode("utf-8", "surrogatepass"))
+    except (CodecError, ValueError):
+        return None
 
 
 def _modified_inputs(decided: Mapping[str, Any], rule: ToolRule) -> Any:
@@ -266,7 +342,11 @@ def _check_refusal(report: Report, tree: Tree, event: Record) -> None:
         # A call not stored (the run stopped first) reads as absent arguments: a ceiling
         # that reads one then refuses, so only a refusal no argument explains fails.
         inputs = _refused_inputs(tree, event, body) or {}
-        wrong = policy.check_inputs(authority, subject, inputs) is None
+        # A call its rule would ask a person about is refused when no person could be asked
+        # (no guard) or none approved it.
+        wrong = policy.check_inputs(authority, subject, inputs) is None and not (
+            policy.asks_inputs(authority, subject, inputs)
+        )
     if wrong:
         report.fail(*where, f"the policy allows what was refused: {subject} ({gate})")
 
