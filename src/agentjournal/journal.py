@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Generator, Mapping
+from collections.abc import Collection, Generator, Mapping
 from types import TracebackType
 from typing import Any, Final
 
@@ -17,6 +17,7 @@ from agentjournal.engine.writer import rotate_key
 from agentjournal.errors import InvalidInput
 from agentjournal.guardrails.client import GuardrailClient
 from agentjournal.ledger import KeyRotation, SigningKey
+from agentjournal.read.approvals import PendingApproval, pending_approvals
 from agentjournal.sdk.session import JournalSession
 from agentjournal.store import (
     EventStore,
@@ -212,6 +213,28 @@ class Journal:
                 raise InvalidInput(str(error)) from None
             self._guardrails[url] = client
         return client
+
+    async def pending_approvals(
+        self,
+        *,
+        sessions: Collection[str] | None = None,
+        app: str | None = None,
+        user: str | None = None,
+    ) -> list[PendingApproval]:
+        """Every approval that waits for a person, across sessions and their lines,
+        oldest first: what each session's ``pending_approvals()`` lists, with the session
+        and line it is on (answer it with ``journal.session(id, branch=line).approve``).
+
+        Args:
+            sessions: Only these sessions; default every session in the store.
+            app: Only sessions of this ``app_name``.
+            user: Only sessions of this ``user_id``.
+
+        Raises:
+            InvalidInput: A session id is malformed.
+            StoreUnavailable: The store could not be read.
+        """
+        return await pending_approvals(self.store, sessions=sessions, app=app, user=user)
 
     async def rotate_key(self, old: SigningKey, new: SigningKey) -> KeyRotation:
         """Record that checkpoints may from now on be signed by ``new`` (signed by ``old``).

@@ -27,6 +27,10 @@ Commands:
                 the flat history as JSON Lines, exactly as get_items returns it
     fork SESSION (--at INDEX | --turn T | --revision R) [--name NAME] [--from B]
                 a branch that continues the session (or branch B) as of a cut
+    approvals [SESSION | --all] [--app A] [--user U] [--json]
+                the tool calls that wait for a person's approval, oldest first
+    approve|reject SESSION REQUEST --as NAME [--reason TEXT] [--branch B]
+                a person's answer on the record (the application resumes the run)
     usage [SESSION] [--by model|agent|session] [--prices FILE] [--json]
                 tokens, requests and cost per model, agent or session, each
                 model response counted once (every session without SESSION)
@@ -63,6 +67,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from agentjournal.cli import (
+    approvals,
     bundle,
     demo,
     fork,
@@ -93,6 +98,7 @@ _COMMANDS = (
     show,
     replay,
     fork,
+    approvals,
     usage_command,
     tail,
     trace,
