@@ -30,9 +30,13 @@ def register(commands: Commands) -> None:
     which = listing.add_mutually_exclusive_group()
     which.add_argument("session", nargs="?", help="only this session (default: every session)")
     which.add_argument("--all", action="store_true", help="every session (the default)")
-    listing.add_argument("--app", help="only sessions of this app_name")
-    listing.add_argument("--user", help="only sessions of this user_id")
-    listing.add_argument("--json", action="store_true", help="one JSON array, arguments whole")
+    listing.add_argument("--app", help="only sessions of this app_name (default: any)")
+    listing.add_argument("--user", help="only sessions of this user_id (default: any)")
+    listing.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON array, arguments whole (default: off: a table)",
+    )
     listing.add_argument("--uri", help=STORE_HELP + "; never created")
     listing.set_defaults(run=lambda args: asyncio.run(list_approvals(args)))
     for name, verb in (("approve", "approve"), ("reject", "reject")):

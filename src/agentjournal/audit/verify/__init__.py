@@ -60,6 +60,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentjournal._gc import no_collection
 from agentjournal._text import plural
+from agentjournal.audit.verify._approvals import check_approvals
 from agentjournal.audit.verify._authority import check_authority
 from agentjournal.audit.verify._branches import check_branches
 from agentjournal.audit.verify._checkpoints import check_checkpoints
@@ -215,6 +216,7 @@ def _verify_records(
         ),
         ("delegation", lambda: check_authority(report, tree, policy)),
         ("containment", lambda: check_containment(report, tree, policy)),
+        ("approvals", lambda: check_approvals(report, tree)),
         ("usage", lambda: check_responses(report, tree)),
     ]
     for check, stage in stages:

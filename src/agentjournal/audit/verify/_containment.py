@@ -36,7 +36,7 @@ def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None
             refused = index.latest(index.refusals, call_id, event.revision) or (
                 index.refused_in_place(call_id, event.revision, kind)
             )
-            marker = _call_marker(event, tree.markers)
+            marker = call_marker(event, tree.markers)
             where = ("containment", name, event.revision)
             if (marker.get("call_id"), marker.get("kind")) != (call_id, kind):
                 report.fail(*where, "the call's aj.call_id or aj.item_type is not the call's own")
@@ -146,7 +146,7 @@ def _stops(enforcement: Any) -> bool:
     )
 
 
-def _call_marker(event: Record, markers: Markers) -> dict[str, Any]:
+def call_marker(event: Record, markers: Markers) -> dict[str, Any]:
     """The call's marker (name, payload digest, ceiling inputs): from its view, or computed
     from its data exactly as the view was (by the integrity check, when it did)."""
     shared = markers.get(id(event))
@@ -359,5 +359,5 @@ def _refused_inputs(tree: Tree, event: Record, body: Mapping[str, Any]) -> Any:
             other.metadata.get(events.CALL_ID_KEY) == call_id
             and other.metadata.get(events.ITEM_TYPE_KEY) in CALL_KINDS
         ):
-            return _call_marker(other, tree.markers).get("ceilings", {})
+            return call_marker(other, tree.markers).get("ceilings", {})
     return None  # the run stopped before the call was stored: only its scope is known

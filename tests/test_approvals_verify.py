@@ -1,0 +1,172 @@
+"""The verifier's approvals stage, offline: a question is about exactly the call before it,
+an answer answers one question asked before it, a call that waited ran only after its
+answer, and a rejected call never ran.
+
+Each tamper edits an exported bundle of a real run and re-chains it (so the chain holds
+and only the approvals stage can see it), except the plain byte edit, which the chain
+catches with its stream and revision.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentjournal import Journal
+from agentjournal import events as ev
+from agentjournal.audit.export import export_bundle
+from agentjournal.audit.verify import Report, verify_bundle
+from approval_worker import ASK, graph
+from drive import drive
+from ledger_sessions import relink
+
+SID = "approvals-verify"
+Bundle = dict[str, Any]
+
+
+async def answered_bundle(tmp_path: Path, *, approve: bool) -> Bundle:
+    """A session whose refund waited, was approved (or rejected) and resumed."""
+    ran = tmp_path / "ran"
+    async with Journal.open("sqlite://:memory:") as journal:
+        session = journal.session(SID)
+        result: Any = await drive(graph(ran, resumed=False), ASK, session=session, hooks=session)
+        await session.hold(result)
+        await (session.approve if approve else session.reject)("r1", by="ann")
+        await session.resume(graph(ran, resumed=True))
+        return await export_bundle(journal.store, SID)
+
+
+def verified(bundle: Bundle) -> Report:
+    return verify_bundle(bundle, {}, allow_uncovered=True)
+
+
+def stream_of(bundle: Bundle, type_: str) -> list[dict[str, Any]]:
+    (events,) = [
+        s["events"] for s in bundle["streams"] if any(e["type"] == type_ for e in s["events"])
+    ]
+    return events
+
+
+def one(bundle: Bundle, type_: str) -> dict[str, Any]:
+    (found,) = [e for e in stream_of(bundle, type_) if e["type"] == type_]
+    return found
+
+
+def output_of_r1(events: list[dict[str, Any]]) -> dict[str, Any]:
+    (found,) = [
+        e
+        for e in events
+        if e["metadata"].get("aj.item_type") == "function_call_output"
+        and e["metadata"].get("aj.call_id") == "r1"
+    ]
+    return found
+
+
+def edit(event: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> None:
+    body = json.loads(event["data"])
+    change(body)
+    event["data"] = json.dumps(body)
+
+
+def other_arguments(bundle: Bundle) -> None:
+    """The person was asked about 125 cents; the call asked for 1250."""
+    edit(
+        one(bundle, ev.INTERRUPT_ISSUED),
+        lambda b: b.update(prompt=b["prompt"].replace("1250", "125")),
+    )
+
+
+def answer_dropped(bundle: Bundle) -> None:
+    events = stream_of(bundle, ev.INTERRUPT_RESOLVED)
+    events[:] = [e for e in events if e["type"] != ev.INTERRUPT_RESOLVED]
+
+
+def answer_after_the_output(bundle: Bundle) -> None:
+    events = stream_of(bundle, ev.INTERRUPT_RESOLVED)
+    answer = one(bundle, ev.INTERRUPT_RESOLVED)
+    output = output_of_r1(events)
+    events.remove(answer)
+    events.insert(events.index(output) + 1, answer)
+
+
+def answer_of_no_question(bundle: Bundle) -> None:
+    edit(
+        one(bundle, ev.INTERRUPT_RESOLVED),
+        lambda b: b["extensions"]["agentjournal"].update(
+            issued="00000000-0000-0000-0000-000000000000"
+        ),
+    )
+
+
+def approval_turned_rejection(bundle: Bundle) -> None:
+    """The tool ran on an approval the record now says was a rejection."""
+    edit(one(bundle, ev.INTERRUPT_RESOLVED), lambda b: b.update(outcome="rejected"))
+
+
+def hostile_answer(bundle: Bundle) -> None:
+    one(bundle, ev.INTERRUPT_RESOLVED)["data"] = json.dumps({"outcome": ["x"] * 5, "extensions": 7})
+
+
+@pytest.mark.parametrize(
+    ("tamper", "said"),
+    [
+        (other_arguments, "asks about other arguments or another tool than the call"),
+        (answer_dropped, "call r1 ran without a person's answer"),
+        (answer_after_the_output, "call r1 ran before a person's answer"),
+        (answer_of_no_question, "answers no question asked before it"),
+        (approval_turned_rejection, "call r1 was rejected, but its output is not the SDK's"),
+        (hostile_answer, "an answer that is no approval's InterruptResolved"),
+    ],
+)
+async def test_each_approval_tamper_fails_the_approvals_stage(
+    tmp_path: Path, tamper: Callable[[Bundle], None], said: str
+) -> None:
+    bundle = await answered_bundle(tmp_path, approve=True)
+    report = verified(bundle)
+    assert report.ok, report.text()
+    assert "approvals: 1 question about exactly its call; 1 approved, 0 rejected" in report.text()
+    tamper(bundle)
+    relink(bundle)
+    report = verified(bundle)
+    assert {p.check for p in report.problems} == {"approvals"}, report.text()
+    (failure,) = [p for p in report.problems if said in p.message]
+    assert failure.stream.startswith("AgentSubsession-")
+    assert failure.revision is not None
+
+
+async def test_a_rejected_call_verifies_and_its_output_edited_to_the_tool_s_fails(
+    tmp_path: Path,
+) -> None:
+    bundle = await answered_bundle(tmp_path, approve=False)
+    report = verified(bundle)
+    assert report.ok, report.text()
+    assert "0 approved, 1 rejected" in report.text()
+    events = stream_of(bundle, ev.INTERRUPT_RESOLVED)
+    output = output_of_r1(events)
+    edit(output, lambda b: b.update(result="refunded 1250 cents on 42"))
+    relink(bundle)
+    failures = [p for p in verified(bundle).problems if p.check == "approvals"]
+    assert ["the tool ran" in p.message for p in failures] == [True]
+
+
+async def test_an_approval_edited_without_re_chaining_fails_the_chain_at_its_place(
+    tmp_path: Path,
+) -> None:
+    bundle = await answered_bundle(tmp_path, approve=True)
+    answer = one(bundle, ev.INTERRUPT_RESOLVED)
+    edited = copy.deepcopy(bundle)
+    edit(
+        one(edited, ev.INTERRUPT_RESOLVED),
+        lambda b: b["extensions"]["agentjournal"].update(by="mallory"),
+    )
+    report = verified(edited)
+    assert not report.ok
+    assert any(
+        p.revision == answer["revision"] and p.stream.startswith("AgentSubsession-")
+        for p in report.problems
+    ), report.text()
