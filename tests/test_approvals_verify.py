@@ -46,9 +46,10 @@ def verified(bundle: Bundle) -> Report:
 
 
 def stream_of(bundle: Bundle, type_: str) -> list[dict[str, Any]]:
-    (events,) = [
+    found: list[list[dict[str, Any]]] = [
         s["events"] for s in bundle["streams"] if any(e["type"] == type_ for e in s["events"])
     ]
+    (events,) = found
     return events
 
 
