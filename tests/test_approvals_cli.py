@@ -148,3 +148,39 @@ async def test_a_rejection_from_the_command_line_never_runs_the_tool(
         resumed = await journal.session("s-2").resume(graph(ran, resumed=True))
         assert resumed.final_output == ANSWER
     assert not ran.exists()
+
+
+def spans_of(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def test_trace_export_shows_the_wait_for_a_person_as_its_own_span(
+    uri: str, tmp_path: Path
+) -> None:
+    """The wait is an ``await_approval`` span under the asking agent's span, in the trace of
+    the run that stopped: still waiting (in progress) before the answer, then from the
+    question to the answer, with the outcome and who gave it."""
+    ran = tmp_path / "ran"
+    async with Journal.open(uri) as journal:
+        await paused(journal, "s-3", ran)
+    waiting = tmp_path / "waiting.jsonl"
+    assert (await run_cli("trace", "export", "s-3", "--jsonl", str(waiting), "--uri", uri))[0] == 0
+    (wait,) = [s for s in spans_of(waiting) if s["name"] == "await_approval issue_refund"]
+    assert wait["attributes"]["agentjournal.in_progress"] is True
+    assert "agentjournal.approval.outcome" not in wait["attributes"]
+
+    await run_cli("approve", "s-3", "r1", "--as", "ann", "--uri", uri)
+    async with Journal.open(uri) as journal:
+        await journal.session("s-3").resume(graph(ran, resumed=True))
+    done = tmp_path / "done.jsonl"
+    assert (await run_cli("trace", "export", "s-3", "--jsonl", str(done), "--uri", uri))[0] == 0
+    spans = spans_of(done)
+    (wait,) = [s for s in spans if s["name"] == "await_approval issue_refund"]
+    (billing,) = [s for s in spans if s["name"] == "invoke_agent billing"]
+    assert (wait["trace_id"], wait["parent_span_id"]) == (billing["trace_id"], billing["span_id"])
+    assert wait["attributes"]["agentjournal.approval.outcome"] == "approved"
+    assert wait["attributes"]["agentjournal.approval.by"] == "ann"
+    assert wait["attributes"]["gen_ai.tool.call.id"] == "r1"
+    assert "agentjournal.in_progress" not in wait["attributes"]
+    assert wait["start_time_unix_nano"] < wait["end_time_unix_nano"]
+    assert '"order_id"' not in json.dumps(wait)  # never the call's arguments

@@ -12,6 +12,9 @@
   GenAI semantic conventions (``gen_ai.*``);
 * an ``execute_tool {tool}`` span per tool call, from the call item to its output item,
   with the call's name, id and the digest of its arguments (never the arguments);
+* an ``await_approval {tool}`` span per tool call that waited for a person, from its
+  question (``InterruptIssued``) to the answer (``InterruptResolved``: outcome and who),
+  under the span of the agent that asked, in the trace of the run that stopped;
 * span events for guardrail decisions and authority refusals, on the span of the agent
   that acted.
 

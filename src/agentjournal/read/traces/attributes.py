@@ -14,7 +14,7 @@ from typing import Any
 from agentjournal import events
 from agentjournal.read.traces.ids import SPAN_ID, recorded
 from agentjournal.read.traces.spans import Attribute, SpanLink
-from agentjournal.read.traces.state import Call, Run, Subagent, Tree
+from agentjournal.read.traces.state import Call, Run, Subagent, Tree, Wait
 from agentjournal.records import Record
 from agentjournal.tokens import ModelResponse
 
@@ -100,6 +100,28 @@ def tool_attributes(call: Call, session_id: str, *, in_progress: bool) -> dict[s
         attributes["gen_ai.agent.name"] = call.agent
     if in_progress:
         attributes["agentjournal.in_progress"] = True
+    return attributes
+
+
+def wait_attributes(
+    wait: Wait, session_id: str, answer: Mapping[str, Any] | None
+) -> dict[str, Attribute]:
+    """An ``await_approval`` span's attributes: the request, the tool, who answered and how
+    (never the call's arguments)."""
+    attributes: dict[str, Attribute] = {
+        "gen_ai.operation.name": "await_approval",
+        "gen_ai.tool.name": wait.tool,
+        "gen_ai.tool.call.id": wait.request_id,
+        "gen_ai.agent.name": wait.agent,
+        "agentjournal.session_id": session_id,
+        "agentjournal.stream": wait.stream,
+    }
+    if answer is None:
+        attributes["agentjournal.in_progress"] = True
+    else:
+        extension = answer.get("extensions", {}).get("agentjournal", {})
+        attributes["agentjournal.approval.outcome"] = str(answer.get("outcome", ""))
+        attributes["agentjournal.approval.by"] = str(extension.get("by", ""))
     return attributes
 
 

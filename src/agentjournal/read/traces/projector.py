@@ -25,6 +25,7 @@ from agentjournal.read.traces.attributes import (
     refusal_attributes,
     run_attributes,
     tool_attributes,
+    wait_attributes,
 )
 from agentjournal.read.traces.event_fields import (
     FAILED,
@@ -58,6 +59,7 @@ from agentjournal.read.traces.state import (
     Run,
     Subagent,
     Tree,
+    Wait,
     span_events,
     top_of,
 )
@@ -170,6 +172,8 @@ class Projector:
             self._decided(tree, run, record, body, when)
         elif kind == events.AUTHORITY_REFUSED:
             self._refused(tree, run, record, body, when)
+        elif record.metadata.get(events.INTERRUPT_KEY) == events.TOOL_APPROVAL:
+            sent.extend(self._approval(tree, run, record, body, when))
         else:
             self._call_or_output(tree, run, record, body, when, sent)
         return self._shown(tree, sent)
@@ -199,6 +203,9 @@ class Projector:
             for call in list(tree.calls.values()):
                 spans.append(self._call_span(tree, call, None, in_progress=True))
             tree.calls.clear()
+            for wait in tree.waits.values():
+                spans.append(self._wait_span(tree, wait, None, None))
+            tree.waits.clear()
             for sub in sorted(tree.subagents.values(), key=lambda s: -s.start_ns):
                 if sub.trace_id:  # a continuation no run of its branch spoke in: no span
                     spans.append(self._subagent_span(tree, sub, None, in_progress=True))
@@ -425,6 +432,28 @@ class Projector:
         if body.get("enforcement") == "run_stopped" and run.error is None:
             run.error = f"authority refused {body.get('subject')} and stopped the run"
 
+    def _approval(
+        self, tree: Tree, run: Run, record: Record, body: Mapping[str, Any], when: int
+    ) -> list[ProjectedSpan]:
+        """A question opens the wait of its call; its answer ends it (the wait's span)."""
+        extension = body.get("extensions", {}).get("agentjournal", {})
+        if not isinstance(extension, dict):
+            return []
+        if record.type == events.INTERRUPT_ISSUED:
+            tree.waits[record.id] = Wait(
+                request_id=str(body.get("request_id", "")),
+                tool=str(body.get("tool_name", "")),
+                agent=str(extension.get("agent", "")),
+                stream=record.stream,
+                event_id=record.id,
+                trace_id=run.trace_id,
+                parent_id=owner_id(tree, run, record.stream),
+                start_ns=when,
+            )
+            return []
+        wait = tree.waits.pop(str(extension.get("issued", "")), None)
+        return [] if wait is None else [self._wait_span(tree, wait, body, when)]
+
     def _call_or_output(
         self,
         tree: Tree,
@@ -490,6 +519,22 @@ class Projector:
             end_ns=max(call.start_ns, end),
             attributes=attributes,
             error=error,
+        )
+
+    def _wait_span(
+        self, tree: Tree, wait: Wait, answer: Mapping[str, Any] | None, end: int | None
+    ) -> ProjectedSpan:
+        """The ``await_approval`` span: from the question to its answer (still waiting at a
+        one-shot export's end: zero long, ``agentjournal.in_progress``). A rejection is no
+        error: the person decided."""
+        return ProjectedSpan(
+            trace_id=wait.trace_id,
+            span_id=derived("approval", wait.event_id, 16),
+            parent_id=wait.parent_id,
+            name=f"await_approval {wait.tool}",
+            start_ns=wait.start_ns,
+            end_ns=wait.start_ns if end is None else max(wait.start_ns, end),
+            attributes=wait_attributes(wait, tree.session_id, answer),
         )
 
     def _subagent_span(

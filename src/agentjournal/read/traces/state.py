@@ -75,6 +75,20 @@ class Call:
 
 
 @dataclass
+class Wait:
+    """A tool call that waits for a person's answer: its ``await_approval`` span until then."""
+
+    request_id: str
+    tool: str
+    agent: str
+    stream: str
+    event_id: str  # the question's: what the span id is derived from
+    trace_id: str
+    parent_id: str
+    start_ns: int
+
+
+@dataclass
 class Tree:
     """One line of a session tree (main, or a branch) and what is open on it."""
 
@@ -94,6 +108,7 @@ class Tree:
     # [first position, trace id, root span id] of each run, oldest first: what a fork made
     # later finds the run at its cut in (one entry a run).
     runs: list[list[Any]] = field(default_factory=list)
+    waits: dict[str, Wait] = field(default_factory=dict)  # question event id -> its wait
 
 
 def tree_from_json(tree: Mapping[str, Any]) -> Tree:
@@ -113,6 +128,7 @@ def tree_from_json(tree: Mapping[str, Any]) -> Tree:
         cut=tree.get("cut"),
         fork=tree.get("fork"),
         runs=[list(entry) for entry in tree.get("runs", [])],
+        waits={k: Wait(**v) for k, v in tree.get("waits", {}).items()},
     )
 
 
