@@ -171,3 +171,32 @@ async def test_an_approval_edited_without_re_chaining_fails_the_chain_at_its_pla
         p.revision == answer["revision"] and p.stream.startswith("AgentSubsession-")
         for p in report.problems
     ), report.text()
+
+
+async def test_a_call_id_asked_again_by_a_new_run_is_a_question_of_its_own(tmp_path: Path) -> None:
+    """A run stops on r1 and is never resumed; the next run's model reuses the call id and
+    asks again on the same stream; that question is approved and its call runs: the first
+    question still waits, and the session verifies."""
+    from agents import Agent, function_tool
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    def agent(steps: list[Any]) -> Agent[Any]:
+        @function_tool(needs_approval=True)
+        def issue_refund(order_id: str) -> str:
+            """Refund an order (a person approves it first)."""
+            return f"refunded {order_id}"
+
+        return Agent(name="billing", model=ScriptedModel(steps), tools=[issue_refund])
+
+    ask = [[function_call("issue_refund", {"order_id": "42"}, call_id="r1")]]
+    async with Journal.open("sqlite://:memory:") as journal:
+        session = journal.session(SID)
+        await drive(agent(ask), "refund 42", session=session, hooks=session)
+        result: Any = await drive(agent(ask), "refund 42 again", session=session, hooks=session)
+        await session.hold(result)
+        await session.approve("r1", by="ann")
+        await session.resume(agent([[assistant_message("done")]]))
+        bundle = await export_bundle(journal.store, SID)
+    report = verified(bundle)
+    assert report.ok, report.text()
+    assert "2 questions about exactly its call; 1 approved, 0 rejected, 1 waiting" in report.text()

@@ -155,14 +155,16 @@ def _marker(call: Record, markers: Markers) -> dict[str, Any] | None:
 
 
 def _output_after(stream: Sequence[Record], question: Record) -> Record | None:
-    """The first output of the question's call after it on its stream."""
+    """The first output of the question's call after it on its stream, before the call id
+    is asked about again (a model that reuses call ids asks a question of its own)."""
     call_id = question.metadata.get(events.CALL_ID_KEY)
     for later in stream[question.revision + 1 :]:
-        if (
-            later.metadata.get(events.CALL_ID_KEY) == call_id
-            and later.metadata.get(events.ITEM_TYPE_KEY) == "function_call_output"
-        ):
+        if later.metadata.get(events.CALL_ID_KEY) != call_id:
+            continue
+        if later.metadata.get(events.ITEM_TYPE_KEY) == "function_call_output":
             return later
+        if later.type == events.INTERRUPT_ISSUED:
+            return None
     return None
 
 
