@@ -446,6 +446,21 @@ async def test_the_verifier_fails_an_over_ceiling_call_without_its_approval(tamp
     assert failure.revision is not None
 
 
+async def test_a_redacted_bundle_of_an_approved_over_ceiling_call_verifies() -> None:
+    """The question's view keeps the digest of the call's payload: containment finds the
+    approval of exactly these arguments without either's arguments."""
+    ran: list[int] = []
+    async with Journal.open("sqlite://:memory:") as journal:
+        session = journal.session(SID, policy=policy())
+        await session.hold(await run(session, refunder(ran, 9000)))
+        await session.approve("r1", by="ann")
+        await session.resume(session.guard(refunder(ran, None)))
+        redacted = await export_bundle(journal.store, SID, redact=True)
+    report = verify_bundle(redacted, {}, allow_uncovered=True)
+    assert report.ok, report.text()
+    assert "9000" not in json.dumps(events_of(redacted, ev.INTERRUPT_ISSUED))
+
+
 async def test_the_verifier_fails_an_approval_always_call_that_ran_unanswered() -> None:
     """``approval: always``: a call within the cap that ran is contained only by its answer."""
     ran: list[int] = []

@@ -167,7 +167,7 @@ async def test_trace_export_shows_the_wait_for_a_person_as_its_own_span(
     assert (await run_cli("trace", "export", "s-3", "--jsonl", str(waiting), "--uri", uri))[0] == 0
     (wait,) = [s for s in spans_of(waiting) if s["name"] == "await_approval issue_refund"]
     assert wait["attributes"]["agentjournal.in_progress"] is True
-    assert "agentjournal.approval.outcome" not in wait["attributes"]
+    assert "agentjournal.approval_outcome" not in wait["attributes"]
 
     await run_cli("approve", "s-3", "r1", "--as", "ann", "--uri", uri)
     async with Journal.open(uri) as journal:
@@ -178,8 +178,8 @@ async def test_trace_export_shows_the_wait_for_a_person_as_its_own_span(
     (wait,) = [s for s in spans if s["name"] == "await_approval issue_refund"]
     (billing,) = [s for s in spans if s["name"] == "invoke_agent billing"]
     assert (wait["trace_id"], wait["parent_span_id"]) == (billing["trace_id"], billing["span_id"])
-    assert wait["attributes"]["agentjournal.approval.outcome"] == "approved"
-    assert wait["attributes"]["agentjournal.approval.by"] == "ann"
+    assert wait["attributes"]["agentjournal.approval_outcome"] == "approved"
+    assert wait["attributes"]["agentjournal.answered_by"] == "ann"
     assert wait["attributes"]["gen_ai.tool.call.id"] == "r1"
     assert "agentjournal.in_progress" not in wait["attributes"]
     assert wait["start_time_unix_nano"] < wait["end_time_unix_nano"]

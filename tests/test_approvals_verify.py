@@ -130,7 +130,10 @@ async def test_each_approval_tamper_fails_the_approvals_stage(
     bundle = await answered_bundle(tmp_path, approve=True)
     report = verified(bundle)
     assert report.ok, report.text()
-    assert "approvals: 1 question about exactly its call; 1 approved, 0 rejected" in report.text()
+    assert (
+        "approvals: 1 question, each about exactly its call; 1 approved, 0 rejected"
+        in report.text()
+    )
     tamper(bundle)
     relink(bundle)
     report = verified(bundle)
@@ -199,4 +202,57 @@ async def test_a_call_id_asked_again_by_a_new_run_is_a_question_of_its_own(tmp_p
         bundle = await export_bundle(journal.store, SID)
     report = verified(bundle)
     assert report.ok, report.text()
-    assert "2 questions about exactly its call; 1 approved, 0 rejected, 1 waiting" in report.text()
+    assert (
+        "2 questions, each about exactly its call; 1 approved, 0 rejected, 1 waiting"
+        in report.text()
+    )
+
+
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "rejected"])
+async def test_a_redacted_bundle_keeps_the_decision_withholds_the_arguments_and_verifies(
+    tmp_path: Path, approve: bool
+) -> None:
+    """The question's view keeps the request, tool and agent and withholds the arguments
+    (keeping the digest of the call's payload); the answer's keeps outcome and who, and
+    withholds the reason; the approvals stage checks them as on the whole record."""
+    bundle = await answered_bundle(tmp_path, approve=approve)
+    redacted = await _redacted(tmp_path, approve=approve)
+    report = verified(redacted)
+    assert report.ok, report.text()
+    outcome = "1 approved, 0 rejected" if approve else "0 approved, 1 rejected"
+    assert f"approvals: 1 question, each about exactly its call; {outcome}" in report.text()
+    assert "not checked" not in report.text()
+    question, answer = one(redacted, ev.INTERRUPT_ISSUED), one(redacted, ev.INTERRUPT_RESOLVED)
+    assert question["data"] is None
+    assert answer["data"] is None
+    assert question["view"]["tool_name"] == "issue_refund"
+    assert set(question["view"]["prompt"]) == {"withheld", "payload_digest"}
+    assert answer["view"]["outcome"] == ("approved" if approve else "rejected")
+    assert answer["view"]["extensions"]["agentjournal"]["by"] == "ann"
+    assert set(answer["view"]["response"]) == {"withheld"}
+    assert "order_id" not in json.dumps(redacted)
+    assert "order_id" in json.dumps(bundle)
+
+
+async def _redacted(tmp_path: Path, *, approve: bool) -> Bundle:
+    ran = tmp_path / "ran-redacted"
+    async with Journal.open("sqlite://:memory:") as journal:
+        session = journal.session(SID)
+        result: Any = await drive(graph(ran, resumed=False), ASK, session=session, hooks=session)
+        await session.hold(result)
+        await (session.approve if approve else session.reject)("r1", by="ann", reason="seen")
+        await session.resume(graph(ran, resumed=True))
+        return await export_bundle(journal.store, SID, redact=True)
+
+
+async def test_a_redacted_question_pointed_at_other_arguments_fails_its_commitment(
+    tmp_path: Path,
+) -> None:
+    redacted = await _redacted(tmp_path, approve=True)
+    question = one(redacted, ev.INTERRUPT_ISSUED)
+    question["view"]["prompt"]["payload_digest"] = "0" * 64
+    report = verified(redacted)
+    assert not report.ok
+    assert any(
+        p.revision == question["revision"] and "commitment" in p.message for p in report.problems
+    ), report.text()

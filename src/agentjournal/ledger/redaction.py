@@ -89,9 +89,13 @@ VIEWED: Final = frozenset(
         events.SUBAGENT_COMPLETED,
         events.GUARDRAIL_DECIDED,
         events.AUTHORITY_REFUSED,
+        events.INTERRUPT_ISSUED,
+        events.INTERRUPT_RESOLVED,
     }
 )
-"""Event types that get a view (``OpenAIItemRecorded`` only for locally executed calls)."""
+"""Event types that get a view (``OpenAIItemRecorded`` only for locally executed calls; the
+interrupt types only for a function tool's approval, ``aj.interrupt``: an MCP approval item
+of the same type is withheld whole)."""
 
 
 _CODE: Final = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
@@ -345,7 +349,29 @@ def _view(
         if modified is not None:
             shown["modified_payload"] = _modified_marker(body, modified, rule)
         return shown, None
+    if type_ in (events.INTERRUPT_ISSUED, events.INTERRUPT_RESOLVED):
+        approval = _approval_view(type_, body, metadata)
+        return None if approval is None else (approval, None)
     return _replace(body, [("reason",), ("value",)]), None  # AuthorityRefused
+
+
+def _approval_view(
+    type_: str, body: dict[str, Any], metadata: Mapping[str, str]
+) -> dict[str, Any] | None:
+    """A function tool approval's view: the question without the call's arguments (their
+    marker also holds the digest of the call's payload, which the call's own marker holds,
+    so a verifier matches question and call without either's arguments); the answer without
+    its reason. None for anything else (withheld whole)."""
+    if metadata.get(events.INTERRUPT_KEY) != events.TOOL_APPROVAL:
+        return None
+    if type_ == events.INTERRUPT_RESOLVED:
+        return _replace(body, [("response",)])
+    shown = _replace(body, [("prompt",)])
+    prompt, marker = body.get("prompt"), shown.get("prompt")
+    if isinstance(prompt, str) and isinstance(marker, dict):
+        payload = tool_call_payload(str(body.get("request_id")), str(body.get("tool_name")), prompt)
+        marker["payload_digest"] = value_digest(payload)
+    return shown
 
 
 def call_marker(item: Any, rule: Mapping[str, Any] | None) -> dict[str, Any]:

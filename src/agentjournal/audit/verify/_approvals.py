@@ -12,14 +12,12 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from agentjournal import events
-from agentjournal._calls import tool_call_payload
-from agentjournal._digests import value_digest
 from agentjournal._text import plural
 from agentjournal.audit.verify._containment import call_marker
 from agentjournal.audit.verify._integrity import Markers
+from agentjournal.audit.verify._interrupts import Answer, answer_of, question_of
 from agentjournal.audit.verify._report import Report
 from agentjournal.audit.verify._tree import Tree
-from agentjournal.errors import CodecError
 from agentjournal.records import Record
 
 CHECK: Final = "approvals"
@@ -35,12 +33,12 @@ def check_approvals(report: Report, tree: Tree) -> None:
     asked = approved = rejected = waiting = unchecked = 0
     for name, stream in tree.streams.items():
         questions: dict[str, Record] = {}  # by event id
-        answered: dict[str, Record] = {}  # question id -> its answer
+        answered: dict[str, tuple[Record, Answer]] = {}  # question id -> its answer
         for event in stream:
             if event.metadata.get(events.INTERRUPT_KEY) != events.TOOL_APPROVAL:
                 continue
             where = (CHECK, name, event.revision)
-            if event.data is None:
+            if event.body is None:  # withheld whole (written before views of approvals)
                 unchecked += 1
                 if event.type == events.INTERRUPT_ISSUED:
                     questions[event.id] = event
@@ -52,7 +50,7 @@ def check_approvals(report: Report, tree: Tree) -> None:
                     report.fail(*where, problem)
                 questions[event.id] = event
             elif event.type == events.INTERRUPT_RESOLVED:
-                answer = _decode(events.ApprovalDecided.decode, event)
+                answer = answer_of(event)
                 if answer is None:
                     report.fail(*where, "an answer that is no approval's InterruptResolved")
                     continue
@@ -64,7 +62,7 @@ def check_approvals(report: Report, tree: Tree) -> None:
                         "asked before it on this stream",
                     )
                 elif question.id in answered:
-                    first = answered[question.id]
+                    first, _ = answered[question.id]
                     report.fail(
                         *where,
                         f"a second answer to request {answer.request_id} (the first is at "
@@ -73,47 +71,52 @@ def check_approvals(report: Report, tree: Tree) -> None:
                 elif question.metadata.get(events.CALL_ID_KEY) != answer.request_id:
                     report.fail(
                         *where,
-                        f"the answer names request {answer.request_id}, "
-                        "not the one its question asks",
+                        f"the answer names request {answer.request_id}, not the one its "
+                        "question asks",
                     )
                 else:
-                    answered[question.id] = event
+                    answered[question.id] = (event, answer)
                     approved += answer.outcome == "approved"
                     rejected += answer.outcome == "rejected"
         for question in questions.values():
-            answer_event = answered.get(question.id)
+            found = answered.get(question.id)
             output = _output_after(stream, question)
             if output is None:
-                waiting += answer_event is None
+                waiting += found is None
                 continue
             where = (CHECK, name, output.revision)
             call_id = question.metadata.get(events.CALL_ID_KEY)
             if _refused_between(stream, question, output):
                 continue  # the gate or the guardrail refused it: that output is the refusal
-            if answer_event is None:
-                if question.data is not None:
+            if found is None:
+                if question.body is not None:
                     report.fail(*where, f"call {call_id} ran without a person's answer")
                 continue
+            answer_event, answer = found
             if answer_event.revision > output.revision:
                 report.fail(*where, f"call {call_id} ran before a person's answer")
                 continue
-            answer = _decode(events.ApprovalDecided.decode, answer_event)
-            if answer is not None and answer.outcome == "rejected":
-                result = (output.body or {}).get("result")
-                if output.data is not None and result != REJECTED_OUTPUT:
-                    report.fail(
-                        *where,
-                        f"call {call_id} was rejected, but its output is not the SDK's "
-                        "rejection: the tool ran",
-                    )
+            result = (output.body or {}).get("result")
+            if (
+                answer.outcome == "rejected"
+                and output.data is not None
+                and result != (REJECTED_OUTPUT)
+            ):
+                report.fail(
+                    *where,
+                    f"call {call_id} was rejected, but its output is not the SDK's "
+                    "rejection: the tool ran",
+                )
     if not asked and not unchecked:
         return
     if not report.failed(CHECK):
         line = (
-            f"approvals: {plural(asked, 'question')} about exactly its call; "
+            f"approvals: {plural(asked, 'question')}, each about exactly its call; "
             f"{approved} approved, {rejected} rejected, {waiting} waiting; "
             "each call ran only after its answer, no rejected call ran"
         )
+        if not asked:
+            line = "approvals: none could be checked"
         if unchecked:
             line += f"; {plural(unchecked, 'withheld event')} not checked"
         report.lines.append(line)
@@ -121,7 +124,7 @@ def check_approvals(report: Report, tree: Tree) -> None:
 
 def _question_problem(stream: Sequence[Record], question: Record, markers: Markers) -> str | None:
     """Why ``question`` is not about the call before it (None: it is)."""
-    asked = _decode(events.ApprovalAsked.decode, question)
+    asked = question_of(question)
     if asked is None:
         return "a question that is no approval's InterruptIssued"
     if question.metadata.get(events.CALL_ID_KEY) != asked.request_id:
@@ -137,8 +140,7 @@ def _question_problem(stream: Sequence[Record], question: Record, markers: Marke
     if call is None:
         return f"request {asked.request_id} asks about a call not on its stream before it"
     marker = _marker(call, markers)
-    digest = value_digest(tool_call_payload(asked.request_id, asked.tool_name, asked.arguments))
-    if marker is not None and marker.get("payload_digest") != digest:
+    if marker is not None and marker.get("payload_digest") != asked.payload_digest:
         return (
             f"request {asked.request_id} asks about other arguments or another tool than "
             f"the call at revision {call.revision}"
@@ -182,12 +184,3 @@ def _refused_between(stream: Sequence[Record], question: Record, output: Record)
         if event.type == events.GUARDRAIL_DECIDED and body.get("decision") == "BLOCK":
             return True
     return False
-
-
-def _decode(decode: Any, record: Record) -> Any:
-    if record.data is None:
-        return None
-    try:
-        return decode(record.data.encode("utf-8", "surrogatepass"))
-    except (CodecError, ValueError):
-        return None

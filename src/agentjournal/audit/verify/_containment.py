@@ -9,14 +9,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from agentjournal import events
-from agentjournal._calls import CALL_KINDS, tool_call_payload
+from agentjournal._calls import CALL_KINDS
 from agentjournal._digests import value_digest
 from agentjournal._text import plural
 from agentjournal.audit.verify._integrity import Markers
+from agentjournal.audit.verify._interrupts import answer_of, question_of
 from agentjournal.audit.verify._report import Report
 from agentjournal.audit.verify._tree import Tree, agent_of, authority_at, grant_at
 from agentjournal.authority import Authority, Gate, Policy, ToolRule, ceiling_inputs
-from agentjournal.errors import CodecError, InvalidInput
+from agentjournal.errors import InvalidInput
 from agentjournal.events import Enforcement
 from agentjournal.ledger import redaction
 from agentjournal.records import Record
@@ -275,19 +276,21 @@ def _unapproved(
             call_id
         ):
             continue
-        asked = _decoded(events.ApprovalAsked.decode, later)
-        if isinstance(asked, events.ApprovalAsked) and asked.request_id == call_id:
-            payload = tool_call_payload(call_id, asked.tool_name, asked.arguments)
-            if value_digest(payload) == marker.get("payload_digest"):
-                question = later
+        asked = question_of(later)
+        if (
+            asked is not None
+            and asked.request_id == call_id
+            and asked.payload_digest == marker.get("payload_digest")
+        ):
+            question = later
         break  # the question of this call is the first after it
     if question is None:
         return "and no person was asked about exactly its arguments"
     answer: Record | None = None
     for later in stream[question.revision + 1 :]:
         if later.type == events.INTERRUPT_RESOLVED:
-            decided = _decoded(events.ApprovalDecided.decode, later)
-            if isinstance(decided, events.ApprovalDecided) and decided.issued == question.id:
+            decided = answer_of(later)
+            if decided is not None and decided.issued == question.id:
                 answer = later
                 break
     kind = str(call.metadata.get(events.ITEM_TYPE_KEY, ""))
@@ -300,16 +303,6 @@ def _unapproved(
     if index.ran(call_id, call.revision, kind) and not index.ran(call_id, answer.revision, kind):
         return "and it ran before a person's answer"
     return None
-
-
-def _decoded(decode: Any, record: Record) -> object:
-    """An interrupt event decoded (None: withheld or not one)."""
-    if record.metadata.get(events.INTERRUPT_KEY) != events.TOOL_APPROVAL or record.data is None:
-        return None
-    try:
-        return decode(record.data.encode("utf-8", "surrogatepass"))
-    except (CodecError, ValueError):
-        return None
 
 
 def _modified_inputs(decided: Mapping[str, Any], rule: ToolRule) -> Any:

@@ -120,8 +120,8 @@ def wait_attributes(
         attributes["agentjournal.in_progress"] = True
     else:
         extension = answer.get("extensions", {}).get("agentjournal", {})
-        attributes["agentjournal.approval.outcome"] = str(answer.get("outcome", ""))
-        attributes["agentjournal.approval.by"] = str(extension.get("by", ""))
+        attributes["agentjournal.approval_outcome"] = str(answer.get("outcome", ""))
+        attributes["agentjournal.answered_by"] = str(extension.get("by", ""))
     return attributes
 
 
