@@ -241,6 +241,11 @@ async def run(sessions: int, rebuild: bool) -> list[list[str]]:
 
         async def get(query: str) -> dict[str, Any]:
             answer = await client.get("/api/sessions" + query)
+            while answer.status_code == 503 and "Retry-After" in answer.headers:
+                # Still folding the store for the first time (a loaded machine): as a
+                # browser does, ask again when the viewer says.
+                await asyncio.sleep(float(answer.headers["Retry-After"]))
+                answer = await client.get("/api/sessions" + query)
             assert answer.status_code == 200, answer.text
             data: dict[str, Any] = answer.json()
             return data

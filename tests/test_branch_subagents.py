@@ -356,6 +356,7 @@ async def test_an_approval_pending_at_the_fork_resumes_inside_each_line_s_subage
 
     await _resumed(method, saved, line, line, ran, approve=False, text="Not refunded.")
     billing_head = await store.head(billing)
+    await main.approve("r1", by="ann")  # the question is on main's own subsession
     await _resumed(method, saved, main, main, ran, approve=True, text="Refunded.")
     assert ran == ["42:1250"]  # approved once, on main; rejected on the branch
 
@@ -415,6 +416,7 @@ async def test_a_guardrail_block_on_a_branch_is_recorded_on_the_branch_only(
             await _resumed(method, saved, line, line, ran, approve=True, text="Refunded.")
         on_branch = (await _decisions(store))[before:]
         guardrail.decisions["AGENT_RESPONSE"] = "ALLOW"
+        await main.approve("r1", by="ann")  # the question is on main's own subsession
         await _resumed(method, saved, main, main, ran, approve=True, text="Refunded.")
 
     # Billing's input (checked again at its first model call of the resumed run) and its
