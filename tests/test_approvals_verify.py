@@ -29,16 +29,16 @@ SID = "approvals-verify"
 Bundle = dict[str, Any]
 
 
-async def answered_bundle(tmp_path: Path, *, approve: bool) -> Bundle:
+async def answered_bundle(tmp_path: Path, *, approve: bool, redact: bool = False) -> Bundle:
     """A session whose refund waited, was approved (or rejected) and resumed."""
     ran = tmp_path / "ran"
     async with Journal.open("sqlite://:memory:") as journal:
         session = journal.session(SID)
         result: Any = await drive(graph(ran, resumed=False), ASK, session=session, hooks=session)
         await session.hold(result)
-        await (session.approve if approve else session.reject)("r1", by="ann")
+        await (session.approve if approve else session.reject)("r1", by="ann", reason="seen")
         await session.resume(graph(ran, resumed=True))
-        return await export_bundle(journal.store, SID)
+        return await export_bundle(journal.store, SID, redact=redact)
 
 
 def verified(bundle: Bundle) -> Report:
@@ -216,7 +216,7 @@ async def test_a_redacted_bundle_keeps_the_decision_withholds_the_arguments_and_
     (keeping the digest of the call's payload); the answer's keeps outcome and who, and
     withholds the reason; the approvals stage checks them as on the whole record."""
     bundle = await answered_bundle(tmp_path, approve=approve)
-    redacted = await _redacted(tmp_path, approve=approve)
+    redacted = await answered_bundle(tmp_path, approve=approve, redact=True)
     report = verified(redacted)
     assert report.ok, report.text()
     outcome = "1 approved, 0 rejected" if approve else "0 approved, 1 rejected"
@@ -234,21 +234,10 @@ async def test_a_redacted_bundle_keeps_the_decision_withholds_the_arguments_and_
     assert "order_id" in json.dumps(bundle)
 
 
-async def _redacted(tmp_path: Path, *, approve: bool) -> Bundle:
-    ran = tmp_path / "ran-redacted"
-    async with Journal.open("sqlite://:memory:") as journal:
-        session = journal.session(SID)
-        result: Any = await drive(graph(ran, resumed=False), ASK, session=session, hooks=session)
-        await session.hold(result)
-        await (session.approve if approve else session.reject)("r1", by="ann", reason="seen")
-        await session.resume(graph(ran, resumed=True))
-        return await export_bundle(journal.store, SID, redact=True)
-
-
 async def test_a_redacted_question_pointed_at_other_arguments_fails_its_commitment(
     tmp_path: Path,
 ) -> None:
-    redacted = await _redacted(tmp_path, approve=True)
+    redacted = await answered_bundle(tmp_path, approve=True, redact=True)
     question = one(redacted, ev.INTERRUPT_ISSUED)
     question["view"]["prompt"]["payload_digest"] = "0" * 64
     report = verified(redacted)
