@@ -19,7 +19,7 @@ Here the rest is read and written:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final
@@ -210,30 +210,17 @@ async def take(
         AlreadyResumed: Its calls have run, or it was taken up already and ``retake``
             is False.
     """
-    tree = line.tree
 
-    async def build() -> WritePlan:
-        await line.reader.refresh(0)
-        line.check_live()
+    async def checked() -> bytes:
         now = fold_held(await read_types(line.store, line.facts.stream, -1, _HELD))
         if now is None or now.event_id != held.event_id:
             raise InvalidInput(f"a newer run was held on {line.facts.stream}: read it again")
         ran = all_ran(now, await approvals(line, now.run.streams))
         if ran or (now.taken and not retake):
             raise already_resumed(line.facts.stream, now, ran=ran)
-        body = events.RunResumed(held.event_id, holder, retake=bool(now.taken)).encode()
-        return plan_control(
-            tree,
-            line.facts,
-            line.facts.stream,
-            events.RUN_RESUMED,
-            body,
-            next_index=await line.reader.next_index(),
-            metadata=trace,
-        )
+        return events.RunResumed(held.event_id, holder, retake=bool(now.taken)).encode()
 
-    async with tree.lock:
-        await line.writer.write(build)
+    await _write_on_top(line, events.RUN_RESUMED, checked, trace)
 
 
 def waits_of(held: Held, asked: Sequence[Approval]) -> list[Approval | None]:
@@ -279,24 +266,38 @@ async def hold(
         {"request_id": a.request_id, "stream": a.stream, "revision": a.revision} for a in waits
     ]
     body = events.RunPaused(state, asked).encode()
+
+    async def unchecked() -> bytes:
+        return body
+
+    await _write_on_top(line, events.RUN_PAUSED, unchecked, trace)
+    return waits
+
+
+async def _write_on_top(
+    line: Line, type_: str, checked: Callable[[], Awaitable[bytes]], trace: Mapping[str, str]
+) -> None:
+    """Write one control event at the head of the line's top stream: ``checked`` runs in
+    every plan, after the line is read again, and gives the event's data (or raises, and
+    nothing is written), so what it checks holds at the head the write expects."""
     tree = line.tree
 
     async def build() -> WritePlan:
         await line.reader.refresh(0)
         line.check_live()
+        data = await checked()
         return plan_control(
             tree,
             line.facts,
             line.facts.stream,
-            events.RUN_PAUSED,
-            body,
+            type_,
+            data,
             next_index=await line.reader.next_index(),
             metadata=trace,
         )
 
     async with tree.lock:
         await line.writer.write(build)
-    return waits
 
 
 async def resolve(
