@@ -12,6 +12,8 @@ from typing import Any, Final
 from agents.memory.session_settings import SessionSettings
 
 from agentjournal.authority import Policy
+from agentjournal.engine.erasure import Erasure
+from agentjournal.engine.erasure import erase as erase_subject
 from agentjournal.engine.tree import SessionTree
 from agentjournal.engine.writer import rotate_key
 from agentjournal.errors import InvalidInput
@@ -269,6 +271,41 @@ class Journal:
         """
         store = self.store if self.keys is None else OpeningStore(self.store, self.keys)
         return await pending_approvals(store, sessions=sessions, app=app, user=user)
+
+    async def erase(self, *, subject: str, reason: str, by: str) -> Erasure:
+        """Erase a data subject's content: destroy its keys, write
+        ``agentjournal.SubjectErased`` (who, when, why, which sessions; no content) to every
+        session that held it, and purge the store's plaintext copies (the SQLite read
+        model's rows, this journal's cached items). Reads then show ``[erased]`` in place of
+        the content; every chain, checkpoint and signature still verifies; the SDK can run
+        new turns on the sessions (sealed under a new key). Running it again finishes an
+        interrupted erasure and otherwise writes nothing.
+
+        Args:
+            subject: The data subject (a session's ``subject`` or ``user_id``).
+            reason: Why (e.g. the request it carries out); recorded.
+            by: Who erases it; recorded.
+
+        Raises:
+            InvalidInput: The journal has no key store, or an argument is blank; nothing
+                was written.
+            StoreError: An erasure event could not be written: run it again.
+        """
+        if self.keys is None:
+            raise InvalidInput("erase needs a journal opened with keys= (nothing is sealed)")
+        erasure = await erase_subject(
+            self.store,
+            self.keys,
+            subject=subject,
+            reason=reason,
+            by=by,
+            signing_key=self.signing_key,
+        )
+        for tree in list(self._trees.values()):  # items read before are plaintext in memory
+            async with tree.lock:
+                tree.reset()
+        logger.info("subject erased from %d sessions", len(erasure.sessions))
+        return erasure
 
     async def rotate_key(self, old: SigningKey, new: SigningKey) -> KeyRotation:
         """Record that checkpoints may from now on be signed by ``new`` (signed by ``old``).

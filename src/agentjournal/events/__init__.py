@@ -13,6 +13,7 @@ what a session adds around them:
 - ``_branches``: the events of branch lines;
 - ``_interrupts``: approvals on the record (a function tool call waiting for a person, the
   answer, the paused run);
+- ``_erasure``: ``SubjectErased``, a data subject's keys destroyed;
 - ``_canonical``: the canonical schema events agentjournal writes itself (session start,
   subagent start and completion).
 
@@ -44,6 +45,7 @@ from agentjournal.events._canonical import (
     granted_authority,
 )
 from agentjournal.events._decisions import AuthorityRefused, Enforcement, GuardrailDecided
+from agentjournal.events._erasure import SubjectErased
 from agentjournal.events._history import ItemPopped, SessionCleared
 from agentjournal.events._interrupts import (
     APPROVAL_OUTCOMES,
@@ -105,6 +107,7 @@ from agentjournal.events._names import (
     SUBAGENT_COMPLETED,
     SUBAGENT_CONTINUED,
     SUBAGENT_STARTED,
+    SUBJECT_ERASED,
     TOOL_RULE_KEY,
     TRACE_ID_KEY,
     TURN_KEY,
@@ -208,10 +211,12 @@ __all__ = [
     "INTERRUPT_RESOLVED",
     "RUN_PAUSED",
     "RUN_RESUMED",
+    "SUBJECT_ERASED",
     "TOOL_APPROVAL",
     "ApprovalAsked",
     "ApprovalDecided",
     "RunPaused",
     "RunResumed",
+    "SubjectErased",
     "holds_item",
 ]
