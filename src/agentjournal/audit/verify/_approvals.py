@@ -14,6 +14,7 @@ from typing import Any, Final
 from agentjournal import events
 from agentjournal._text import plural
 from agentjournal.audit.verify._containment import call_marker
+from agentjournal.audit.verify._erasure import is_sealed
 from agentjournal.audit.verify._integrity import Markers
 from agentjournal.audit.verify._interrupts import Answer, answer_of, question_of
 from agentjournal.audit.verify._report import Report
@@ -30,7 +31,7 @@ after a rejection is the tool's own."""
 
 def check_approvals(report: Report, tree: Tree) -> None:
     """Check every function tool approval on the bundle's streams (see the module docs)."""
-    asked = approved = rejected = waiting = unchecked = 0
+    asked = approved = rejected = waiting = unchecked = sealed = 0
     for name, stream in tree.streams.items():
         questions: dict[str, Record] = {}  # by event id
         answered: dict[str, tuple[Record, Answer]] = {}  # question id -> its answer
@@ -45,6 +46,7 @@ def check_approvals(report: Report, tree: Tree) -> None:
                 continue
             if event.type == events.INTERRUPT_ISSUED:
                 asked += 1
+                sealed += is_sealed(event)
                 problem = _question_problem(stream, event, tree.markers)
                 if problem is not None:
                     report.fail(*where, problem)
@@ -100,6 +102,7 @@ def check_approvals(report: Report, tree: Tree) -> None:
             if (
                 answer.outcome == "rejected"
                 and output.data is not None
+                and not is_sealed(output)
                 and result != (REJECTED_OUTPUT)
             ):
                 report.fail(
@@ -110,8 +113,9 @@ def check_approvals(report: Report, tree: Tree) -> None:
     if not asked and not unchecked:
         return
     if not report.failed(CHECK):
+        about = "each about exactly its call" if not sealed else "each on its call's id"
         line = (
-            f"approvals: {plural(asked, 'question')}, each about exactly its call; "
+            f"approvals: {plural(asked, 'question')}, {about}; "
             f"{approved} approved, {rejected} rejected, {waiting} waiting; "
             "each call ran only after its answer, no rejected call ran"
         )
@@ -119,6 +123,12 @@ def check_approvals(report: Report, tree: Tree) -> None:
             line = "approvals: none could be checked"
         if unchecked:
             line += f"; {plural(unchecked, 'withheld event')} not checked"
+        if sealed:
+            line += (
+                f"; {plural(sealed, 'question')} sealed under a subject's key (or erased): "
+                "not compared with its call's arguments, nor a rejected call's output with "
+                "the SDK's rejection"
+            )
         report.lines.append(line)
 
 
@@ -139,6 +149,8 @@ def _question_problem(stream: Sequence[Record], question: Record, markers: Marke
             break
     if call is None:
         return f"request {asked.request_id} asks about a call not on its stream before it"
+    if is_sealed(call) or is_sealed(question):
+        return None  # the arguments are ciphertext: counted and said to be unchecked
     marker = _marker(call, markers)
     if marker is not None and marker.get("payload_digest") != asked.payload_digest:
         return (
