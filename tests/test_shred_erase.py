@@ -12,7 +12,7 @@ from agents import Agent
 from agents.testing import ScriptedModel, assistant_message
 
 from agentjournal import Journal
-from agentjournal.errors import InvalidInput
+from agentjournal.errors import InvalidInput, StoreUnavailable
 from agentjournal.shred import MemoryKeyStore
 from agentjournal.shred.fields import ERASED
 from drive import drive
@@ -187,3 +187,63 @@ async def test_a_purge_drops_the_read_model_rows_of_the_streams_and_their_bytes(
         ]
         rows = store._db.execute("SELECT item FROM items").fetchall()
         assert [r[0] for r in rows] == ['{"role":"user","content":"PURGE-kept-5e1c"}']
+
+
+class _FailingErasures:
+    """A store whose appends of ``SubjectErased`` fail as an outage would (a process dying
+    there): every other call passes on."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def append_many(self, requests: Any) -> Any:
+        if any(e.type == "agentjournal.SubjectErased" for r in requests for e in r.events):
+            raise StoreUnavailable("the process died here")
+        return await self.inner.append_many(requests)
+
+    async def append(self, stream: str, events: Any, *, expected: Any) -> Any:
+        if any(e.type == "agentjournal.SubjectErased" for e in events):
+            raise StoreUnavailable("the process died here")
+        return await self.inner.append(stream, events, expected=expected)
+
+
+@pytest.mark.slow
+async def test_an_erasure_cut_short_leaves_the_content_unreadable_and_a_retry_finishes_it() -> None:
+    keys = MemoryKeyStore()
+    async with Journal.open("sqlite://:memory:", keys=keys) as journal:
+        await plant(journal, "alice")
+        cut = Journal(_FailingErasures(journal.store), journal.uri, keys=keys)  # type: ignore[arg-type]
+        with pytest.raises(StoreUnavailable):
+            await cut.erase(subject="alice", reason="request 15", by="dpo")
+        everything = await journal.store.read_all()
+        assert not [e for e in everything if e.type == "agentjournal.SubjectErased"]
+        fresh = Journal(journal.store, journal.uri, keys=keys)
+        items = await fresh.session("plant-1", user_id="alice").get_items()
+        assert _found(_shown(items).encode(), PLANTED) == []  # erased, not yet recorded
+
+        erasure = await fresh.erase(subject="alice", reason="request 15", by="dpo")
+        assert erasure.sessions == ("plant-1", "plant-2")
+        erased = [
+            e for e in await journal.store.read_all() if e.type == "agentjournal.SubjectErased"
+        ]
+        assert len(erased) == 2
+
+
+async def test_the_erasure_finds_its_sessions_across_pages_of_the_global_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("agentjournal.engine.erasure._PAGE", 3)
+    keys = MemoryKeyStore()
+    async with Journal.open("sqlite://:memory:", keys=keys) as journal:
+        await plant(journal, "alice")
+        erasure = await journal.erase(subject="alice", reason="request 16", by="dpo")
+        assert erasure.sessions == ("plant-1", "plant-2")
+        again = await journal.erase(subject="alice", reason="request 16", by="dpo")
+        assert again.sessions == ("plant-1", "plant-2")
+        erased = [
+            e for e in await journal.store.read_all() if e.type == "agentjournal.SubjectErased"
+        ]
+        assert len(erased) == 2

@@ -65,10 +65,12 @@ class Journal:
         cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         signing_key: SigningKey | None = None,
         keys: SubjectKeyStore | None = None,
+        own_keys: bool = False,
     ) -> None:
         _check_cache_bytes(cache_bytes)
         self.store = store
         self.keys = keys
+        self._own_keys = own_keys  # a key store opened from a path here is closed here
         self.uri = uri
         self.signing_key = signing_key
         self._cached_sessions = cached_sessions
@@ -111,7 +113,9 @@ class Journal:
             keys: Seal every session's content under its data subject's key (see
                 :meth:`session`'s ``subject``): a :class:`~agentjournal.shred.SubjectKeyStore`,
                 or the path of the embedded key store's SQLite file (kept apart from the
-                events; its keys cached in memory for 60 s). Default: content in the clear.
+                events; its keys cached in memory for 60 s; closed with the journal; a
+                key store passed as an object stays its owner's to close). Default:
+                content in the clear.
 
         Raises:
             InvalidInput: The URI names no known store, or a key cannot be read.
@@ -120,10 +124,7 @@ class Journal:
         if isinstance(signing_key, str):
             signing_key = SigningKey.from_file(signing_key)
         key = signing_key if signing_key is not None else SigningKey.from_environment()
-        if keys is not None and not isinstance(keys, str | os.PathLike):
-            return _Opening(cls, store_uri(uri), key, deadline, cache_bytes, keys)
-        subject_keys = None if keys is None else CachedKeyStore(SQLiteKeyStore(keys))
-        return _Opening(cls, store_uri(uri), key, deadline, cache_bytes, subject_keys)
+        return _Opening(cls, store_uri(uri), key, deadline, cache_bytes, keys)
 
     def session(
         self,
@@ -330,7 +331,7 @@ class Journal:
             await client.aclose()
         self._guardrails.clear()
         await self.store.close()
-        if self.keys is not None:
+        if self.keys is not None and self._own_keys:
             self.keys.close()
 
     async def __aenter__(self) -> Journal:
@@ -362,7 +363,7 @@ class _Opening:
         signing_key: SigningKey | None,
         deadline: float | None = None,
         cache_bytes: int | None = DEFAULT_CACHE_BYTES,
-        keys: SubjectKeyStore | None = None,
+        keys: SubjectKeyStore | str | os.PathLike[str] | None = None,
     ) -> None:
         _check_cache_bytes(cache_bytes)  # before anything is opened
         self._keys = keys
@@ -374,13 +375,22 @@ class _Opening:
         self._journal: Journal | None = None
 
     async def _open(self) -> Journal:
-        store = await open_store(self._uri, deadline=self._deadline)
+        keys, own = self._keys, isinstance(self._keys, str | os.PathLike)
+        if isinstance(keys, str | os.PathLike):
+            keys = CachedKeyStore(SQLiteKeyStore(keys))  # opened here: closed by the journal
+        try:
+            store = await open_store(self._uri, deadline=self._deadline)
+        except BaseException:
+            if own and keys is not None:
+                keys.close()
+            raise
         return self._cls(
             store,
             self._uri,
             signing_key=self._signing_key,
             cache_bytes=self._cache_bytes,
-            keys=self._keys,
+            keys=keys,
+            own_keys=own,
         )
 
     def __await__(self) -> Generator[Any, None, Journal]:

@@ -127,10 +127,13 @@ async def _affected(store: EventStore, key_ids: frozenset[str]) -> _Found:
     line_session: dict[str, str] = {}  # a branch's top stream -> its session
     hits: dict[str, set[str]] = {}  # stream -> keys
     recorded: dict[str, set[str]] = {}
-    position = 0
+    last: int | None = None
     while True:
-        page = await store.read_all(from_position=position, limit=_PAGE)
-        for event in page:
+        # From the last position read, inclusive: a position the store gave out, which
+        # KurrentDB finds without a scan (position + 1 may not be one).
+        page = await store.read_all(from_position=last or 0, limit=_PAGE)
+        fresh = [event for event in page if last is None or event.position > last]
+        for event in fresh:
             _learn(event, parent, line_session)
             kid = event.metadata.get(KEY_ID_KEY)
             if kid in key_ids:
@@ -143,9 +146,9 @@ async def _affected(store: EventStore, key_ids: frozenset[str]) -> _Found:
                     continue
                 if session is not None:
                     recorded.setdefault(session, set()).update(named)
-        if len(page) < _PAGE:
+        if len(page) < _PAGE or not fresh:
             break
-        position = page[-1].position + 1
+        last = fresh[-1].position
     found = _Found({}, {}, recorded)
     for stream, kids in hits.items():
         session = _session(stream, parent, line_session)
