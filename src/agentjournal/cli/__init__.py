@@ -27,6 +27,13 @@ Commands:
                 the flat history as JSON Lines, exactly as get_items returns it
     fork SESSION (--at INDEX | --turn T | --revision R) [--name NAME] [--from B]
                 a branch that continues the session (or branch B) as of a cut
+    approvals [SESSION | --all] [--json]
+                the tool calls that wait for a person's approval, oldest first
+                (every session, or one)
+    approve SESSION REQUEST --as NAME [--reason TEXT]
+    reject SESSION REQUEST --as NAME [--reason TEXT]
+                a person's answer to a waiting call, recorded on the line that
+                asked it (the run resumes where the agent runs)
     usage [SESSION] [--by model|agent|session] [--prices FILE] [--json]
                 tokens, requests and cost per model, agent or session, each
                 model response counted once (every session without SESSION)
@@ -47,8 +54,8 @@ Commands:
 Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
 else ``sqlite:///agentjournal.db``); the commands that only read one
 (``verify``, ``bundle export``, ``sessions``, ``show``, ``replay``, ``usage``, ``tail``,
-``trace export``, ``ui``, ``view``) never create it, nor does ``fork`` (it writes to an
-existing session only).
+``trace export``, ``ui``, ``view``, ``approvals``) never create it, nor do ``fork``,
+``approve`` and ``reject`` (they write to an existing session only).
 
 Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed. An
 expected error is one line on stderr saying what to do; ``--debug`` shows the
@@ -63,6 +70,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from agentjournal.cli import (
+    approvals,
     bundle,
     demo,
     fork,
@@ -93,6 +101,7 @@ _COMMANDS = (
     show,
     replay,
     fork,
+    approvals,
     usage_command,
     tail,
     trace,

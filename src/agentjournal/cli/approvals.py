@@ -1,0 +1,164 @@
+"""``agentjournal approvals``, ``approve`` and ``reject``: the calls that wait for a person,
+and a person's answer to one.
+
+``approvals`` lists what ``Journal.pending_approvals`` finds (every session, or one);
+``approve``/``reject`` record the answer (``InterruptResolved``) on the line that asked,
+through the engine's own write (:meth:`SessionCore.resolve`, as
+``JournalSession.approve`` calls it), without the Agents SDK. The paused run is resumed
+by whoever runs the agent (``session.resume(agent)``, or ``agentjournal run`` with
+``approvals`` in its input).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import TYPE_CHECKING
+
+from agentjournal.cli._common import STORE_HELP, Commands
+
+if TYPE_CHECKING:
+    from agentjournal.read.approvals import PendingApproval
+
+_ARGUMENTS = 40
+"""How much of a call's arguments the table shows (``--json`` has all)."""
+
+
+def register(commands: Commands) -> None:
+    """Add ``approvals``, ``approve`` and ``reject``."""
+    text = "list the tool calls that wait for a person's approval, oldest first"
+    listing = commands.add("approvals", text, "agentjournal approvals support-4711")
+    which = listing.add_mutually_exclusive_group()
+    which.add_argument("session", nargs="?", help="only this session (default: every session)")
+    which.add_argument(
+        "--all", action="store_true", help="every session of the store (the default)"
+    )
+    listing.add_argument(
+        "--json",
+        action="store_true",
+        help="print each approval in full as JSON (default: a table, arguments shortened)",
+    )
+    listing.add_argument("--uri", help=STORE_HELP + "; never created")
+    listing.set_defaults(run=lambda args: asyncio.run(list_approvals(args)))
+    for name, verb in (("approve", "approve"), ("reject", "reject")):
+        answer = commands.add(
+            name,
+            f"{verb} a tool call that waits for a person's approval (the run is resumed "
+            "by whoever runs the agent)",
+            f"agentjournal {name} support-4711 call_42 --as dana --reason 'checked the order'",
+        )
+        answer.add_argument("session", help="the session id")
+        answer.add_argument("request", help="the request id (the call's id; see `approvals`)")
+        answer.add_argument(
+            "--as",
+            dest="by",
+            metavar="NAME",
+            required=True,
+            help="who decides: recorded with the answer (no default)",
+        )
+        answer.add_argument(
+            "--reason", default="", help="why, recorded with the answer (default: none)"
+        )
+        answer.add_argument("--uri", help=STORE_HELP + "; never created")
+        answer.set_defaults(
+            run=lambda args, approve=(name == "approve"): asyncio.run(answer_request(args, approve))
+        )
+
+
+async def list_approvals(args: argparse.Namespace) -> int:
+    """Print the pending approvals (a table, or ``--json``).
+
+    Raises:
+        InvalidInput: SESSION is not in the store (exit 1).
+        JournalError: The store cannot be opened or read (exit 1).
+    """
+    from agentjournal.cli._store import open_session
+    from agentjournal.read.approvals import pending_approvals
+    from agentjournal.store import open_store, store_uri
+
+    sessions = None
+    if args.session is not None:
+        store, session_id = await open_session(args.uri, args.session)
+        sessions = [session_id]
+    else:
+        store = await open_store(store_uri(args.uri), create=False)
+    try:
+        found = await pending_approvals(store, sessions=sessions)
+    finally:
+        await store.close()
+    if args.json:
+        print(json.dumps([p.as_dict() for p in found], indent=2, ensure_ascii=False))
+        return 0
+    _print_table(found)
+    return 0
+
+
+def _print_table(found: list[PendingApproval]) -> None:
+    from agentjournal._text import cut
+    from agentjournal.cli._render import console, table
+
+    out = console()
+    if not found:
+        out.print("no approvals wait", markup=False)
+        return
+    rows = [
+        (
+            p.session_id if p.branch == "main" else f"{p.session_id} ({p.branch})",
+            p.approval.request_id,
+            p.approval.agent,
+            p.approval.tool_name,
+            cut(p.approval.arguments, _ARGUMENTS),
+            p.approval.issued_at.strftime("%Y-%m-%d %H:%M:%S"),
+        )
+        for p in found
+    ]
+    table(out, ("session", "request", "agent", "tool", "arguments", "asked at"), rows)
+
+
+async def answer_request(args: argparse.Namespace, approve: bool) -> int:
+    """Record the answer on the line that asked the request; print it.
+
+    Raises:
+        InvalidInput: The session or request is unknown, or ``--as`` is empty (exit 1).
+        AlreadyResolved: The request was answered already; names who answered (exit 1).
+        JournalError: The store cannot be opened, read or written (exit 1).
+    """
+    from agentjournal._text import printable
+    from agentjournal.cli._store import open_session
+    from agentjournal.engine.core import open_line
+    from agentjournal.errors import AlreadyResolved, InvalidInput
+    from agentjournal.ledger.keys import SigningKey
+    from agentjournal.read.approvals import find_request
+
+    if not args.by.strip():
+        raise InvalidInput("--as needs the name of who decides")
+    store, session_id = await open_session(args.uri, args.session)
+    try:
+        line = await find_request(store, session_id, args.request)
+        if line is None:
+            raise InvalidInput(
+                f"no approval request {args.request!r} in session {session_id}: see "
+                f"`agentjournal approvals {session_id}`"
+            )
+        branch, stream, asked = line
+        if asked.decision is not None:
+            raise AlreadyResolved(asked.request_id, asked.decision.outcome, asked.decision.by)
+        if asked.ran:
+            raise InvalidInput(f"approval request {args.request!r} is settled: its call has run")
+        # With a signing key configured the answer is signed as every write is.
+        key = SigningKey.from_environment()
+        core = open_line(store, session_id, branch=branch, stream=stream, signing_key=key)
+        decided = await core.resolve(
+            args.request, approve=approve, by=args.by, reason=args.reason, trace={}
+        )
+    finally:
+        await store.close()
+    where = f" on branch {branch!r}" if branch is not None else ""
+    print(
+        printable(
+            f"{decided.outcome} request {decided.request_id} of session {session_id}{where} "
+            f"as {decided.by}"
+        )
+    )
+    return 0

@@ -1,0 +1,152 @@
+"""The approvals that wait for a person, across the sessions of a store.
+
+Each session's own ``pending_approvals()`` reads the questions on its line's followed
+streams (:func:`agentjournal.engine.approvals.approvals`); here that read runs on every
+live line (main and each branch not deleted) of every session that may have one. Which
+may is the catalog's to say (:mod:`agentjournal.read.catalog`: its rows count the
+questions and answers of each session, folded incrementally from the global order), so
+a store of thousands of sessions is read once for what is new and only sessions with an
+unanswered question are opened. Nothing here writes but the catalog's own save.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agentjournal.engine.approvals import Approval
+from agentjournal.engine.core import open_line
+from agentjournal.engine.fork import read_branches
+from agentjournal.errors import InvalidInput
+from agentjournal.streams import MAIN_BRANCH, session_stream, validate_id
+
+if TYPE_CHECKING:
+    from agentjournal.store.contract import EventStore
+
+__all__ = ["PendingApproval", "pending_approvals"]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingApproval:
+    """An approval that waits for an answer, and where.
+
+    Attributes:
+        session_id: The session.
+        approval: The question (:class:`~agentjournal.engine.approvals.Approval`).
+        branch: The line it waits on: ``"main"`` or a branch's name (answer it on a
+            session opened with that ``branch=``).
+    """
+
+    session_id: str
+    approval: Approval
+    branch: str = MAIN_BRANCH
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready data: where it waits and the question in full."""
+        found = self.approval
+        return {
+            "session_id": self.session_id,
+            "branch": self.branch,
+            "request_id": found.request_id,
+            "agent": found.agent,
+            "tool": found.tool_name,
+            "arguments": found.arguments,
+            "asked_at": found.issued_at.isoformat(),
+            "stream": found.stream,
+            "revision": found.revision,
+            "event_id": found.event_id,
+            "authority": dict(found.authority) if found.authority is not None else None,
+        }
+
+
+async def pending_approvals(
+    store: EventStore,
+    *,
+    sessions: Iterable[str] | None = None,
+    app: str | None = None,
+    user: str | None = None,
+) -> list[PendingApproval]:
+    """Every approval that waits for an answer, oldest first, across sessions.
+
+    Args:
+        store: The store.
+        sessions: Only these sessions (each must exist); default every session.
+        app: Only sessions whose ``SessionStarted.app_name`` is this.
+        user: Only sessions whose ``SessionStarted.user_id`` is this.
+
+    Raises:
+        InvalidInput: A session id in ``sessions`` is malformed or not in the store.
+        StoreUnavailable: The store could not be read.
+    """
+    from agentjournal.read.catalog import refresh
+
+    chosen: list[str] | None = None
+    if sessions is not None:
+        chosen = [validate_id(s, "session id") for s in sessions]
+        for session_id in chosen:
+            if await store.head(session_stream(session_id)) is None:
+                raise InvalidInput(f"no session {session_id!r} in the store: check the id")
+    rows = (await refresh(store)).rows
+    wanted = set(chosen) if chosen is not None else None
+    candidates = [
+        row.session_id
+        for row in rows
+        if row.approvals_unanswered
+        and (wanted is None or row.session_id in wanted)
+        and (app is None or row.app == app)
+        and (user is None or row.user == user)
+    ]
+    found: list[PendingApproval] = []
+    for session_id in candidates:
+        found.extend(await session_pending(store, session_id))
+    return sorted(found, key=_order)
+
+
+async def session_pending(store: EventStore, session_id: str) -> list[PendingApproval]:
+    """The pending approvals of one session, on its main line and each live branch, as
+    ``journal.session(id, branch=B).pending_approvals()`` sees them."""
+    found: list[PendingApproval] = []
+    for branch, stream in await _live_lines(store, session_id):
+        core = open_line(store, session_id, branch=branch, stream=stream)
+        name = branch if branch is not None else MAIN_BRANCH
+        found += [
+            PendingApproval(session_id, a, name) for a in await core.approvals() if a.pending
+        ]
+    return found
+
+
+async def _live_lines(store: EventStore, session_id: str) -> list[tuple[str | None, str]]:
+    """The session's main line (None) and each branch not deleted, with its top stream."""
+    lines: list[tuple[str | None, str]] = [(None, session_stream(session_id))]
+    lines += [(b.name, b.stream) for b in await read_branches(store, session_id) if not b.deleted]
+    return lines
+
+
+def _order(pending: PendingApproval) -> tuple[Any, ...]:
+    found = pending.approval
+    return (found.issued_at, pending.session_id, found.stream, found.revision)
+
+
+async def find_request(
+    store: EventStore, session_id: str, request_id: str
+) -> tuple[str | None, str, Approval] | None:
+    """Where ``request_id`` was asked in the session: the line (branch name, None for
+    main), its top stream, and the newest question with that id; one that still waits
+    first, else one answered or run (on any stream of the line, a subagent's that has
+    ended too); None when no live line of the session asked it."""
+    from agentjournal.walk import walk_tree
+
+    lines = await _live_lines(store, session_id)
+    for branch, stream in lines:
+        core = open_line(store, session_id, branch=branch, stream=stream)
+        waiting = [a for a in await core.approvals() if a.request_id == request_id and a.pending]
+        if waiting:
+            return branch, stream, waiting[-1]
+    for branch, stream in lines:
+        core = open_line(store, session_id, branch=branch, stream=stream)
+        streams = [name async for name, _ in walk_tree(store, stream)]
+        asked = [a for a in await core.approvals(streams) if a.request_id == request_id]
+        if asked:
+            return branch, stream, asked[-1]
+    return None
