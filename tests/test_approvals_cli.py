@@ -283,3 +283,84 @@ async def test_the_commands_need_no_agents_sdk(store_with_approvals: str) -> Non
     )
     assert done.returncode == 0, done.stderr
 
+
+
+# -- replay and tail describe them as show does ----------------------------------------------
+
+APPROVAL_TYPES = (ev.INTERRUPT_ISSUED, ev.INTERRUPT_RESOLVED, ev.RUN_PAUSED)
+
+
+async def answered(uri: str) -> None:
+    """s-one's question answered by dana, why given."""
+    async with Journal.open(uri) as journal:
+        await journal.session("s-one").approve("r1", by="dana", reason="checked")
+
+
+async def test_replay_approvals_describes_question_answer_and_paused_run(
+    store_with_approvals: str,
+) -> None:
+    """After the items (exactly get_items), each approval event as show describes it."""
+    uri = store_with_approvals
+    await answered(uri)
+    plain = await cli("replay", "s-one", "--uri", uri)
+    replayed = await cli("replay", "s-one", "--approvals", "--uri", uri)
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout.startswith(plain.stdout)
+    extra = [json.loads(line) for line in replayed.stdout[len(plain.stdout) :].splitlines()]
+    assert [e["event"] for e in extra] == [ev.INTERRUPT_ISSUED, ev.RUN_PAUSED, ev.INTERRUPT_RESOLVED]
+    issued, paused_run, resolved = (e["description"] for e in extra)
+    assert issued == (
+        'billing waits for approval of issue_refund({"order_id":"42","amount_cents":1250}) '
+        "[request r1]"
+    )
+    assert paused_run.startswith("run paused for approval of r1 (")
+    assert resolved == "approved by dana [request r1]: checked"
+    shown = (await cli("show", "s-one", "--uri", uri)).stdout
+    for text in (issued, resolved, paused_run):
+        assert text in shown
+    refused = await cli("replay", "s-one", "--approvals", "--at", "1", "--uri", uri)
+    assert refused.returncode == 1
+    assert "--approvals shows the line as it is now" in refused.stderr
+
+
+@pytest.mark.slow  # a process that follows the store
+async def test_tail_describes_question_answer_and_paused_run_as_show_does(
+    store_with_approvals: str, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    uri = store_with_approvals
+    await answered(uri)
+    out = tmp_path / "tail.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTJOURNAL_")}
+    with out.open("w") as handle:
+        tail = subprocess.Popen(
+            [sys.executable, "-m", "agentjournal.cli", "tail", "s-one", "--from-start", "--json"]
+            + ["--uri", uri],
+            stdout=handle,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                seen = [json.loads(line) for line in out.read_text().splitlines()]
+                if sum(e["type"] in APPROVAL_TYPES for e in seen) == 3:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            tail.send_signal(signal.SIGINT)
+            tail.wait(timeout=30)
+    described = {e["type"]: e["description"] for e in seen if e["type"] in APPROVAL_TYPES}
+    replayed = await cli("replay", "s-one", "--approvals", "--uri", uri)
+    from_replay = {
+        e["event"]: e["description"]
+        for e in map(json.loads, replayed.stdout.splitlines())
+        if "event" in e
+    }
+    assert described == from_replay
+    assert described[ev.INTERRUPT_RESOLVED] == "approved by dana [request r1]: checked"
