@@ -14,7 +14,7 @@ from typing import Any
 from agentjournal import events
 from agentjournal.read.traces.ids import SPAN_ID, recorded
 from agentjournal.read.traces.spans import Attribute, SpanLink
-from agentjournal.read.traces.state import Call, Run, Subagent, Tree
+from agentjournal.read.traces.state import Call, Run, Subagent, Tree, Wait
 from agentjournal.records import Record
 from agentjournal.tokens import ModelResponse
 
@@ -98,6 +98,34 @@ def tool_attributes(call: Call, session_id: str, *, in_progress: bool) -> dict[s
     }
     if call.agent:
         attributes["gen_ai.agent.name"] = call.agent
+    if in_progress:
+        attributes["agentjournal.in_progress"] = True
+    return attributes
+
+
+def approval_attributes(
+    wait: Wait,
+    session_id: str,
+    *,
+    outcome: str,
+    by: str | None = None,
+    in_progress: bool = False,
+) -> dict[str, Attribute]:
+    """An ``await_approval`` span's: the request, its tool and agent, the outcome
+    (``approved``, ``rejected``, or ``pending`` while unanswered) and who answered."""
+    attributes: dict[str, Attribute] = {
+        "gen_ai.operation.name": "await_approval",
+        "gen_ai.tool.name": wait.tool,
+        "gen_ai.tool.call.id": wait.request_id,
+        "gen_ai.agent.name": wait.agent,
+        "agentjournal.approval_request_id": wait.request_id,
+        "agentjournal.approval_outcome": outcome,
+        "agentjournal.session_id": session_id,
+        "agentjournal.stream": wait.stream,
+        "agentjournal.event_id": wait.event_id,
+    }
+    if by is not None:
+        attributes["agentjournal.approval_by"] = by
     if in_progress:
         attributes["agentjournal.in_progress"] = True
     return attributes
