@@ -284,7 +284,6 @@ async def test_the_commands_need_no_agents_sdk(store_with_approvals: str) -> Non
     assert done.returncode == 0, done.stderr
 
 
-
 # -- replay and tail describe them as show does ----------------------------------------------
 
 APPROVAL_TYPES = (ev.INTERRUPT_ISSUED, ev.INTERRUPT_RESOLVED, ev.RUN_PAUSED)
@@ -307,7 +306,11 @@ async def test_replay_approvals_describes_question_answer_and_paused_run(
     assert replayed.returncode == 0, replayed.stderr
     assert replayed.stdout.startswith(plain.stdout)
     extra = [json.loads(line) for line in replayed.stdout[len(plain.stdout) :].splitlines()]
-    assert [e["event"] for e in extra] == [ev.INTERRUPT_ISSUED, ev.RUN_PAUSED, ev.INTERRUPT_RESOLVED]
+    assert [e["event"] for e in extra] == [
+        ev.INTERRUPT_ISSUED,
+        ev.RUN_PAUSED,
+        ev.INTERRUPT_RESOLVED,
+    ]
     issued, paused_run, resolved = (e["description"] for e in extra)
     assert issued == (
         'billing waits for approval of issue_refund({"order_id":"42","amount_cents":1250}) '
@@ -325,36 +328,37 @@ async def test_replay_approvals_describes_question_answer_and_paused_run(
 
 @pytest.mark.slow  # a process that follows the store
 async def test_tail_describes_question_answer_and_paused_run_as_show_does(
-    store_with_approvals: str, tmp_path: Path
+    store_with_approvals: str,
 ) -> None:
     import os
     import signal
-    import subprocess
     import sys
     import time
 
     uri = store_with_approvals
     await answered(uri)
-    out = tmp_path / "tail.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTJOURNAL_")}
-    with out.open("w") as handle:
-        tail = subprocess.Popen(
-            [sys.executable, "-m", "agentjournal.cli", "tail", "s-one", "--from-start", "--json"]
-            + ["--uri", uri],
-            stdout=handle,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                seen = [json.loads(line) for line in out.read_text().splitlines()]
-                if sum(e["type"] in APPROVAL_TYPES for e in seen) == 3:
-                    break
-                await asyncio.sleep(0.1)
-        finally:
-            tail.send_signal(signal.SIGINT)
-            tail.wait(timeout=30)
+    command = ["-m", "agentjournal.cli", "tail", "s-one", "--from-start", "--json"]
+    tail = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *command,
+        "--uri",
+        uri,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env,
+    )
+    assert tail.stdout is not None
+    seen: list[dict[str, Any]] = []
+    try:
+        deadline = time.monotonic() + 60
+        while sum(e["type"] in APPROVAL_TYPES for e in seen) < 3:
+            line = await asyncio.wait_for(tail.stdout.readline(), deadline - time.monotonic())
+            assert line, "tail ended"
+            seen.append(json.loads(line))
+    finally:
+        tail.send_signal(signal.SIGINT)
+        await asyncio.wait_for(tail.communicate(), 30)
     described = {e["type"]: e["description"] for e in seen if e["type"] in APPROVAL_TYPES}
     replayed = await cli("replay", "s-one", "--approvals", "--uri", uri)
     from_replay = {

@@ -35,7 +35,9 @@ def guarded_manifests(folder: Path) -> Path:
     shutil.copytree(MANIFESTS, copy)
     path = copy / "jira-admin" / "agent.yml"
     text = path.read_text(encoding="utf-8")
-    marked = text.replace('  - type: "function"\n', '  - type: "function"\n    needs_approval: true\n')
+    marked = text.replace(
+        '  - type: "function"\n', '  - type: "function"\n    needs_approval: true\n'
+    )
     assert marked != text
     path.write_text(marked, encoding="utf-8")
     return copy
@@ -92,7 +94,8 @@ async def interrupted(thread: Thread) -> dict[str, Any]:
     (asked,) = output["approvals"]
     assert (asked["tool"], asked["agent"]) == ("create_project", ADMIN)
     assert json.loads(asked["arguments"]) == {"name": "Bluebird"}
-    return asked
+    found: dict[str, Any] = asked
+    return found
 
 
 async def test_a_call_that_needs_approval_interrupts_and_a_later_process_approves_it(
@@ -101,7 +104,8 @@ async def test_a_call_that_needs_approval_interrupts_and_a_later_process_approve
     thread = Thread(tmp_path)
     asked = await interrupted(thread)
     types = [e.type for e in await thread.events()]
-    assert ev.INTERRUPT_ISSUED in types and ev.RUN_PAUSED in types
+    assert ev.INTERRUPT_ISSUED in types
+    assert ev.RUN_PAUSED in types
     assert not any(i.get("type") == "function_call_output" for i in await thread.items())
 
     answer = {"request_id": asked["request_id"], "approve": True, "by": "dana", "reason": "ok"}

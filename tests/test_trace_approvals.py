@@ -34,7 +34,9 @@ def otlp() -> Iterator[Collector]:
 
 async def export(uri: str, sink: Collector) -> list[Received]:
     sink.clear()
-    done = await asyncio.to_thread(run, "trace", "export", SID, "--otlp", sink.http_url, "--uri", uri)
+    done = await asyncio.to_thread(
+        run, "trace", "export", SID, "--otlp", sink.http_url, "--uri", uri
+    )
     assert done.returncode == 0, done.stderr
     return sink.snapshot()
 
@@ -93,14 +95,15 @@ async def test_the_wait_for_a_person_is_a_span_from_question_to_answer(
         waiting.span_id,
         waiting.parent_id,
     )
-    assert (answered.start_ns, answered.end_ns) == (at[ev.INTERRUPT_ISSUED], at[ev.INTERRUPT_RESOLVED])
+    assert (answered.start_ns, answered.end_ns) == (
+        at[ev.INTERRUPT_ISSUED],
+        at[ev.INTERRUPT_RESOLVED],
+    )
     assert answered.attributes["agentjournal.approval_outcome"] == "approved"
     assert answered.attributes["agentjournal.approval_by"] == "dana"
     assert "agentjournal.in_progress" not in answered.attributes
     # The answer belongs to no run: the paused run's span ends before it.
-    paused_run = next(
-        s for s in spans if s.parent_id is None and s.trace_id == waiting.trace_id
-    )
+    paused_run = next(s for s in spans if s.parent_id is None and s.trace_id == waiting.trace_id)
     assert paused_run.end_ns < at[ev.INTERRUPT_RESOLVED]
 
 

@@ -49,7 +49,7 @@ def register(commands: Commands) -> None:
         "--approvals",
         action="store_true",
         help="after the items, the line's approval events, oldest first, one JSON object "
-        "each: {\"event\", \"stream\", \"revision\", \"description\"} (the question: agent, "
+        'each: {"event", "stream", "revision", "description"} (the question: agent, '
         "tool, arguments, request; the answer: outcome, who, why; the paused run: its "
         "requests), described as `agentjournal show` does; not with --at (default: items "
         "only, exactly as get_items)",

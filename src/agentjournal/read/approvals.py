@@ -110,9 +110,7 @@ async def session_pending(store: EventStore, session_id: str) -> list[PendingApp
     for branch, stream in await _live_lines(store, session_id):
         core = open_line(store, session_id, branch=branch, stream=stream)
         name = branch if branch is not None else MAIN_BRANCH
-        found += [
-            PendingApproval(session_id, a, name) for a in await core.approvals() if a.pending
-        ]
+        found += [PendingApproval(session_id, a, name) for a in await core.approvals() if a.pending]
     return found
 
 

@@ -222,7 +222,9 @@ class InvocationInput(_Strict):
                 "input_message must be null when approvals are given: the held run resumes"
             )
         if not self.approvals and self.input_message is None:
-            raise ValueError("input_message: expected the user's message (null only with approvals)")
+            raise ValueError(
+                "input_message: expected the user's message (null only with approvals)"
+            )
         asked = [answer.request_id for answer in self.approvals]
         twice = sorted({r for r in asked if asked.count(r) > 1})
         if twice:

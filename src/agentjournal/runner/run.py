@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from agentjournal.engine.approvals import Approval
     from agentjournal.runner.script import ModelScript
     from agentjournal.runner.tools import Registry
+    from agentjournal.sdk.session import JournalSession
 
 logger = logging.getLogger("agentjournal.runner")
 
@@ -67,6 +68,7 @@ interrupted 4 (tool calls wait for a person's approval; the run is held)."""
 class ApprovalsRefused(InvalidInput):
     """Raised when an input's ``approvals`` do not answer exactly the calls the thread's
     held run waits for; nothing was written."""
+
 
 MAX_TURNS: Final = 10
 
@@ -269,7 +271,7 @@ async def _run(
     )
 
 
-async def _answered(journal: Journal, session: Any, request: InvocationInput) -> str:
+async def _answered(journal: Journal, session: JournalSession, request: InvocationInput) -> str:
     """Check the input's answers against the calls the thread waits for (before anything
     is written); the agent whose held run resumes.
 
