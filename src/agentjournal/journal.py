@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Collection, Generator, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Final
 
@@ -17,7 +17,8 @@ from agentjournal.engine.writer import rotate_key
 from agentjournal.errors import InvalidInput
 from agentjournal.guardrails.client import GuardrailClient
 from agentjournal.ledger import KeyRotation, SigningKey
-from agentjournal.read.approvals import PendingApproval, pending_approvals
+from agentjournal.read.approvals import PendingApproval
+from agentjournal.read.approvals import pending_approvals as _pending_approvals
 from agentjournal.sdk.session import JournalSession
 from agentjournal.store import (
     EventStore,
@@ -217,24 +218,28 @@ class Journal:
     async def pending_approvals(
         self,
         *,
-        sessions: Collection[str] | None = None,
+        sessions: Iterable[str] | None = None,
         app: str | None = None,
         user: str | None = None,
     ) -> list[PendingApproval]:
-        """Every approval that waits for a person, across sessions and their lines,
-        oldest first: what each session's ``pending_approvals()`` lists, with the session
-        and line it is on (answer it with ``journal.session(id, branch=line).approve``).
+        """Every approval that waits for a person, across sessions, oldest first.
+
+        Each as ``journal.session(id, branch=B).pending_approvals()`` sees it (the main
+        line and every live branch, each with its open subagents), with where it waits.
+        The store's catalog (the ``sessions`` projection, brought up to date and saved
+        by the call) says which sessions have an unanswered question; only those are
+        read.
 
         Args:
-            sessions: Only these sessions; default every session in the store.
-            app: Only sessions of this ``app_name``.
-            user: Only sessions of this ``user_id``.
+            sessions: Only these session ids (each must exist; default: every session).
+            app: Only sessions started with this ``app_name``.
+            user: Only sessions started with this ``user_id``.
 
         Raises:
-            InvalidInput: A session id is malformed.
+            InvalidInput: A session id is malformed or not in the store.
             StoreUnavailable: The store could not be read.
         """
-        return await pending_approvals(self.store, sessions=sessions, app=app, user=user)
+        return await _pending_approvals(self.store, sessions=sessions, app=app, user=user)
 
     async def rotate_key(self, old: SigningKey, new: SigningKey) -> KeyRotation:
         """Record that checkpoints may from now on be signed by ``new`` (signed by ``old``).

@@ -51,8 +51,8 @@ Commands:
 Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
 else ``sqlite:///agentjournal.db``); the commands that only read one
 (``verify``, ``bundle export``, ``sessions``, ``show``, ``replay``, ``usage``, ``tail``,
-``trace export``, ``ui``, ``view``) never create it, nor does ``fork`` (it writes to an
-existing session only).
+``trace export``, ``ui``, ``view``, ``approvals``) never create it, nor do ``fork``,
+``approve`` and ``reject`` (they write to an existing session only).
 
 Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed. An
 expected error is one line on stderr saying what to do; ``--debug`` shows the

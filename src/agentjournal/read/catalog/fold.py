@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 
     from agentjournal.store.contract import RecordedEvent
 
-VERSION: Final = 7  # 2: items counted by the engine's index rule; 3: branches; 4: continuations;
-# 5: a continuation is the subagent it continues, not one more; 7: each key's tail
+VERSION: Final = 8  # 2: items counted by the engine's index rule; 3: branches; 4: continuations;
+# 5: a continuation is the subagent it continues, not one more; 7: each key's tail;
+# 8: approvals asked and answered
 """The state's layout; a saved state of another version is rebuilt from the start."""
 
 
@@ -58,6 +59,8 @@ def _new_row() -> dict[str, Any]:
         "failed": 0,
         "blocks": 0,
         "refusals": 0,
+        "asked": 0,  # approval questions (InterruptIssued with aj.interrupt), every line
+        "answered": 0,  # their answers (InterruptResolved with aj.interrupt)
         "tokens": 0,
         "responded": [],  # streams with a ModelResponded so far
         "legacy": 0,
@@ -226,6 +229,10 @@ class Catalog:
             self._speaker(row, json.loads(event.data).get("agent"))
         elif kind == events.AUTHORITY_REFUSED:
             row["refusals"] += 1
+        elif kind == events.INTERRUPT_ISSUED and events.INTERRUPT_KEY in metadata:
+            row["asked"] += 1
+        elif kind == events.INTERRUPT_RESOLVED and events.INTERRUPT_KEY in metadata:
+            row["answered"] += 1
         elif kind == events.MODEL_RESPONDED:
             answer = ModelResponse.decode(event.data)
             self._speaker(row, answer.agent)
@@ -438,6 +445,7 @@ class Catalog:
             subagents_failed=failed,
             guardrail_blocks=row["blocks"],
             refusals=row["refusals"],
+            approvals_unanswered=max(0, row["asked"] - row["answered"]),
             tokens=row["tokens"] + row["legacy"],
             first_activity=_moment(row["first"]),
             last_activity=_moment(row["last"]),

@@ -67,6 +67,10 @@ class SessionRow:
         subagents_failed: Subagents completed with outcome ``error`` or ``cancelled``.
         guardrail_blocks: ``GuardrailDecided`` events with decision ``BLOCK``.
         refusals: ``AuthorityRefused`` events.
+        approvals_unanswered: Approval questions (``InterruptIssued`` of a function
+            tool's call) without an answer (``InterruptResolved``), on every line: a
+            session with none has no pending approval (one whose call ran unanswered
+            counts here too: ``Journal.pending_approvals`` reads which still wait).
         tokens: Total tokens: the sum of ``ModelResponded`` usage; for a session written
             before that event existed, the ``$usage`` of assistant events, once per
             ``aj.response_id``.
@@ -100,6 +104,7 @@ class SessionRow:
     integrity: Integrity
     checked_at: datetime
     branches: tuple[BranchRow, ...] = ()
+    approvals_unanswered: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-ready data (times in RFC 3339)."""
@@ -116,6 +121,7 @@ class SessionRow:
             },
             "guardrail_blocks": self.guardrail_blocks,
             "refusals": self.refusals,
+            "approvals_unanswered": self.approvals_unanswered,
             "tokens": self.tokens,
             "first_activity": self.first_activity.isoformat(),
             "last_activity": self.last_activity.isoformat(),
