@@ -41,6 +41,7 @@ SRC = ROOT / "src" / "agentjournal"
 TOP_LEVEL = {
     # errors
     "AlreadyResolved",
+    "ApproverNotAllowed",
     "AuthorityDenied",
     "CodecError",
     "ConcurrencyError",

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from agentjournal._lazy import exports
 from agentjournal.errors import (
     AlreadyResolved,
+    ApproverNotAllowed,
     AuthorityDenied,
     CodecError,
     ConcurrencyError,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AlreadyResolved",
+    "ApproverNotAllowed",
     "Authority",
     "AuthorityDenied",
     "Checkpoint",

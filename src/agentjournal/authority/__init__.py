@@ -26,6 +26,7 @@ from agentjournal.authority._model import (
     validate_scope,
 )
 from agentjournal.authority._policy import (
+    Approver,
     CeilingInput,
     Gate,
     Policy,
@@ -38,6 +39,7 @@ from agentjournal.authority._policy import (
 __all__ = [
     "NOTHING",
     "AllowList",
+    "Approver",
     "Authority",
     "Cap",
     "Ceiling",

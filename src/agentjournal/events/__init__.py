@@ -47,10 +47,13 @@ from agentjournal.events._decisions import AuthorityRefused, Enforcement, Guardr
 from agentjournal.events._history import ItemPopped, SessionCleared
 from agentjournal.events._interrupts import (
     APPROVAL_OUTCOMES,
+    SIGNED_APPROVAL,
     TOOL_APPROVAL,
     ApprovalAsked,
     ApprovalDecided,
     RunPaused,
+    approval_signed_bytes,
+    arguments_digest,
 )
 from agentjournal.events._names import (
     AUTHORITY_GRANTED,
@@ -209,5 +212,8 @@ __all__ = [
     "ApprovalAsked",
     "ApprovalDecided",
     "RunPaused",
+    "SIGNED_APPROVAL",
+    "approval_signed_bytes",
+    "arguments_digest",
     "holds_item",
 ]
