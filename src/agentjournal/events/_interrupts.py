@@ -188,11 +188,14 @@ class ApprovalDecided:
         )
 
 
-def approval_signed_bytes(session_id: str, stream: str, decided: ApprovalDecided) -> bytes:
+def approval_signed_bytes(
+    session_id: str, stream: str, decided: ApprovalDecided, *, reason_digest: str | None = None
+) -> bytes:
     """The bytes an approver signs: RFC 8785 JSON of the session, the question's stream,
     the request, the question's event id, the arguments digest, the outcome, the digest of
-    the reason (the redaction marker's, so a redacted bundle still verifies), who, and when
-    (UTC, microseconds)."""
+    the reason (``value_digest``: the redaction marker's, so a redacted bundle still
+    verifies; ``reason_digest`` when only that is known), who, and when (UTC,
+    microseconds)."""
     return bytes(
         rfc8785.dumps(
             {
@@ -203,7 +206,7 @@ def approval_signed_bytes(session_id: str, stream: str, decided: ApprovalDecided
                 "issued": decided.issued,
                 "arguments_sha256": decided.arguments_digest,
                 "outcome": decided.outcome,
-                "reason_sha256": value_digest(decided.reason),
+                "reason_sha256": reason_digest or value_digest(decided.reason),
                 "by": decided.by,
                 "time": signed_time(decided.timestamp),
             }

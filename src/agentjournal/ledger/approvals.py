@@ -63,6 +63,7 @@ def check_answer(
     stream: str,
     tool_name: str,
     asked_digest: str | None,
+    reason_digest: str | None = None,
 ) -> AnswerCheck:
     """Whether an answer counts for the question it names.
 
@@ -74,14 +75,15 @@ def check_answer(
         tool_name: The question's tool.
         asked_digest: :func:`~agentjournal.events.arguments_digest` of the question's
             arguments (None: unknown, e.g. withheld without a view).
+        reason_digest: The digest of the answer's reason when a redacted view withheld it
+            (``decided.reason`` is then empty).
 
     It counts when its arguments digest (if any) is the question's; a signed answer's
     signature verifies against the approver of its key id; and, when any policy names
     approvers for the tool, the answer is signed by one that every such policy names.
     """
-    if decided.arguments_digest and asked_digest is not None:
-        if decided.arguments_digest != asked_digest:
-            return AnswerCheck("the answer is for other arguments than the question's")
+    if decided.arguments_digest and asked_digest not in (None, decided.arguments_digest):
+        return AnswerCheck("the answer is for other arguments than the question's")
     named = [policy.approvers_for(tool_name) for policy in policies]
     required = [approvers for approvers in named if approvers]
     every = tuple({a.key_id: a for approvers in named for a in approvers}.values())
@@ -103,7 +105,7 @@ def check_answer(
                 approvers=every,
             )
         return AnswerCheck(None, approvers=every)  # a key no policy names: not checkable
-    signed = events.approval_signed_bytes(session_id, stream, decided)
+    signed = events.approval_signed_bytes(session_id, stream, decided, reason_digest=reason_digest)
     if not verified(signer.key, decided.signature, signed):
         return AnswerCheck(
             f"the signature of {signer.name} ({signer.key_id}) does not verify", approvers=every

@@ -9,8 +9,8 @@ classes:
   branches): shown whole;
 * **viewed** — its data mixes conversation with what a verifier needs (tool
   calls, handoffs, subagent completions, guardrail decisions, authority
-  refusals): shown as its *view*, the data with every conversation value
-  replaced by a marker ``{"withheld": "sha256:..."}`` holding the digest of
+  refusals, approvals' questions and answers): shown as its *view*, the data
+  with every conversation value replaced by a marker ``{"withheld": "sha256:..."}`` holding the digest of
   that value (:func:`agentjournal.guardrails.actions.digest`);
 * **withheld** — everything else, including types this version does not
   know: no data at all, only its digest.
@@ -88,9 +88,12 @@ VIEWED: Final = frozenset(
         events.SUBAGENT_COMPLETED,
         events.GUARDRAIL_DECIDED,
         events.AUTHORITY_REFUSED,
+        events.INTERRUPT_ISSUED,
+        events.INTERRUPT_RESOLVED,
     }
 )
-"""Event types that get a view (``OpenAIItemRecorded`` only for locally executed calls)."""
+"""Event types that get a view (``OpenAIItemRecorded`` only for locally executed calls, the
+interrupt types only for approvals of function tools: with ``aj.interrupt``)."""
 
 
 _CODE: Final = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
@@ -331,6 +334,12 @@ def _view(
             return None  # a message or an output: withheld whole
         marker = _call_marker(item, rule, _marked_digest)
         return {**body, "item": marker}, (None if is_withheld(item) else marker)
+    if type_ in (events.INTERRUPT_ISSUED, events.INTERRUPT_RESOLVED):
+        if events.INTERRUPT_KEY not in metadata:
+            return None  # an MCP approval item: withheld whole, as every item
+        if type_ == events.INTERRUPT_RESOLVED:
+            return _replace(body, [("response",)]), None
+        return _question(body), None
     if type_ == events.SUBAGENT_STARTED:
         return _replace(body, [("prompt",), ("extensions", "openai", "item_json")]), None
     if type_ == events.SUBAGENT_COMPLETED:
@@ -345,6 +354,24 @@ def _view(
             shown["modified_payload"] = _modified_marker(body, modified, rule)
         return shown, None
     return _replace(body, [("reason",), ("value",)]), None  # AuthorityRefused
+
+
+def _question(body: dict[str, Any]) -> dict[str, Any]:
+    """An approval's question with its arguments (``prompt``) withheld; the marker keeps
+    their :func:`~agentjournal.events.arguments_digest` (what an answer names) and the
+    ``payload_digest`` of the call they are (what the call item's marker names)."""
+    prompt = body.get("prompt", "")
+    if not isinstance(prompt, str):
+        raise TypeError("prompt is no text")
+    shown = _copy(body)
+    shown["prompt"] = {
+        "withheld": _marked_digest(prompt),
+        "arguments_sha256": events.arguments_digest(prompt),
+        "payload_digest": _marked_digest(
+            tool_call_payload(str(body["request_id"]), str(body.get("tool_name", "")), prompt)
+        ),
+    }
+    return shown
 
 
 def call_marker(item: Any, rule: Mapping[str, Any] | None) -> dict[str, Any]:

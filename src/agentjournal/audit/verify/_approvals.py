@@ -1,0 +1,247 @@
+"""The approvals stage: every call that waited for a person ran only on an answer that counts
+(:func:`check_approvals`).
+
+Per stream, in revision order:
+
+- each question (``InterruptIssued`` with ``aj.interrupt``) follows its call's item on the
+  same stream, and shows that call's arguments (the payload digest of the question's
+  tool and arguments is the call item's);
+- each answer (``InterruptResolved`` with ``aj.interrupt``) names a question before it on
+  the same stream (``issued``), with its call id, and is the only answer to it; its
+  arguments digest is the question's; a signed answer's signature verifies against the
+  approver of its key id, and a tool the recorded policy names approvers for
+  (:meth:`~agentjournal.authority.Policy.approvers_for`) is answered only by one of them
+  (:func:`~agentjournal.ledger.approvals.check_answer`);
+- each output of an asked call comes after an answer to its question: ``approved`` and
+  counting, or ``rejected`` — and then the output records no tool start
+  (``aj.started_at``, written when the tool's body began): the SDK gives the model its
+  rejection message without starting the tool.
+
+Redacted bundles carry both interrupt events as views (:mod:`agentjournal.ledger.redaction`)
+holding the arguments digest and the payload digest in place of the arguments, and the
+reason's digest in place of the reason: every check runs on them, signatures included.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentjournal import events
+from agentjournal._calls import tool_call_payload
+from agentjournal._digests import value_digest
+from agentjournal.audit.verify._containment import _call_marker
+from agentjournal.audit.verify._report import Report
+from agentjournal.audit.verify._tree import Tree
+from agentjournal.authority import Policy
+from agentjournal.errors import CodecError
+from agentjournal.ledger import redaction
+from agentjournal.ledger.approvals import check_answer
+from agentjournal.records import Record
+
+_CHECK = "approvals"
+
+
+@dataclass
+class _Question:
+    record: Record
+    asked: events.ApprovalAsked
+    asked_digest: str
+    payload_digest: str
+    call: Record | None
+    answer: events.ApprovalDecided | None = None
+    answered_at: Record | None = None
+    counts: bool = False
+    ran: bool = False
+    policies: tuple[Policy, ...] = field(default=())
+
+
+@dataclass
+class _Counts:
+    asked: int = 0
+    approved: int = 0
+    rejected: int = 0
+    signed: int = 0
+
+
+def check_approvals(report: Report, tree: Tree) -> None:
+    """Every question, answer and asked call's output on every stream of the tree (see the
+    module docs); one line of totals when nothing failed."""
+    counts = _Counts()
+    ids = {e.id for stream in tree.streams.values() for e in stream}
+    for name, stream in tree.streams.items():
+        if tree.is_tree_stream(name):
+            _check_stream(report, tree, name, stream, counts, ids)
+    if counts.asked and not report.failed(_CHECK):
+        report.lines.append(
+            f"approvals: {counts.asked} asked, {counts.approved} approved, "
+            f"{counts.rejected} rejected, {counts.signed} signed; each call ran only on "
+            "an answer that counts"
+        )
+
+
+def _check_stream(
+    report: Report,
+    tree: Tree,
+    name: str,
+    stream: list[Record],
+    counts: _Counts,
+    ids: set[str],
+) -> None:
+    questions: dict[str, _Question] = {}  # by event id
+    calls: dict[str, Record] = {}  # call id -> its newest call item on this stream
+    for event in stream:
+        where = (_CHECK, name, event.revision)
+        kind = event.metadata.get(events.ITEM_TYPE_KEY)
+        call_id = event.metadata.get(events.CALL_ID_KEY, "")
+        if kind == "function_call":
+            calls[call_id] = event
+        elif kind == "function_call_output":
+            asked = _asked(questions, call_id)
+            if asked is not None:
+                problem = _output_problem(asked, event)
+                if problem is not None:
+                    report.fail(*where, problem)
+                asked.ran = True
+        elif events.INTERRUPT_KEY not in event.metadata:
+            continue  # an MCP approval item (the codec's), or no interrupt at all
+        elif event.type == events.INTERRUPT_ISSUED:
+            counts.asked += 1
+            question = _question(event, calls.get(call_id))
+            if isinstance(question, str):
+                report.fail(*where, question)
+                continue
+            question.policies = _policies(tree, event, question.call)
+            questions[event.id] = question
+        elif event.type == events.INTERRUPT_RESOLVED:
+            problem = _answer(tree, name, event, questions, ids, counts)
+            if problem is not None:
+                report.fail(*where, problem)
+
+
+def _asked(questions: Mapping[str, _Question], call_id: str) -> _Question | None:
+    """The newest question about ``call_id`` whose call has no output yet."""
+    found = [q for q in questions.values() if q.asked.request_id == call_id and not q.ran]
+    return found[-1] if found else None
+
+
+def _output_problem(question: _Question, output: Record) -> str | None:
+    call_id = question.asked.request_id
+    answer = question.answer
+    if answer is None:
+        return f"call {call_id} has an output, but its question has no answer before it"
+    if answer.outcome == "rejected":
+        if events.STARTED_AT_KEY in output.metadata:
+            return f"call {call_id} was rejected, yet its tool started"
+        return None
+    if not question.counts:
+        return f"call {call_id} ran on an answer that does not count"
+    return None
+
+
+def _question(event: Record, item: Record | None) -> _Question | str:
+    """The question an ``InterruptIssued`` asks, or why it does not read as one."""
+    read = _read(events.ApprovalAsked, event, "prompt")
+    if read is None:
+        return "a question (InterruptIssued) that does not read as one"
+    asked, marker = read
+    if marker is None:
+        asked_digest = events.arguments_digest(asked.arguments)
+        payload = value_digest(
+            tool_call_payload(asked.request_id, asked.tool_name, asked.arguments)
+        )
+    else:
+        asked_digest, payload = marker.get("arguments_sha256"), marker.get("payload_digest")
+        if not isinstance(asked_digest, str) or not isinstance(payload, str):
+            return "a withheld question without the digests of its arguments"
+    if item is None:
+        return f"a question about call {asked.request_id} that is not before it on the stream"
+    if _call_marker(item, {}).get("payload_digest") != payload:
+        return f"the question about call {asked.request_id} shows other arguments than the call"
+    return _Question(event, asked, asked_digest, payload, item)
+
+
+def _answer(
+    tree: Tree,
+    stream: str,
+    event: Record,
+    questions: dict[str, _Question],
+    ids: set[str],
+    counts: _Counts,
+) -> str | None:
+    """Why an ``InterruptResolved`` is not a sound answer, if it is not."""
+    read = _read(events.ApprovalDecided, event, "response")
+    if read is None:
+        return "an answer (InterruptResolved) that does not read as one"
+    decided, marker = read
+    reason_digest = None
+    if marker is not None:  # the reason withheld: its digest is what the signature covers
+        reason_digest = marker.get("withheld")
+        if not isinstance(reason_digest, str):
+            return "a withheld reason without its digest"
+    question = questions.get(decided.issued)
+    if question is None:
+        if decided.issued in ids:
+            return f"an answer to {decided.request_id} before its question, or on another stream"
+        return f"an answer to a question that does not exist ({decided.request_id})"
+    if question.asked.request_id != decided.request_id:
+        return f"an answer to {decided.request_id} names the question about another call"
+    if question.answer is not None:
+        return f"a second answer to the question about {decided.request_id}"
+    if question.ran:
+        return f"an answer to {decided.request_id} after its call ran"
+    question.answer, question.answered_at = decided, event
+    counts.approved += decided.outcome == "approved"
+    counts.rejected += decided.outcome == "rejected"
+    counts.signed += decided.signed
+    found = check_answer(
+        question.policies,
+        decided,
+        session_id=tree.session_id,
+        stream=stream,
+        tool_name=question.asked.tool_name,
+        asked_digest=question.asked_digest,
+        reason_digest=reason_digest,
+    )
+    question.counts = found.problem is None
+    if found.problem is not None:
+        return f"the answer to {decided.request_id} does not count: {found.problem}"
+    return None
+
+
+def _policies(tree: Tree, question: Record, call: Record | None) -> tuple[Policy, ...]:
+    """The recorded policies in force for a question: those its call names (``aj.policy``),
+    else every policy the tree records (a missing name never frees a call of approvers)."""
+    named = {
+        digest
+        for digest in ((call.metadata.get(events.POLICY_KEY) if call is not None else None),)
+        if digest
+    }
+    found = [tree.policies.by_digest[d] for d in sorted(named) if d in tree.policies.by_digest]
+    if found and len(found) == len(named):
+        return tuple(found)
+    return tuple(tree.policies.by_digest[d] for d in sorted(tree.policies.by_digest))
+
+
+def _read(kind: Any, event: Record, field_name: str) -> tuple[Any, dict[str, Any] | None] | None:
+    """``kind.decode`` of an event's data, or of its view with the marker at ``field_name``
+    put aside (returned beside the decoded event); None when it does not read."""
+    if event.data is not None:
+        try:
+            return kind.decode(event.data.encode()), None
+        except (CodecError, UnicodeEncodeError, RecursionError):
+            return None
+    view = event.view
+    if view is None:
+        return None
+    shown = dict(view)
+    marker = shown.pop(field_name, None)
+    if marker is not None and not redaction.is_withheld(marker):
+        return None
+    try:
+        decoded = kind.decode(json.dumps(shown).encode())
+    except (CodecError, UnicodeEncodeError, RecursionError, ValueError, TypeError):
+        return None
+    return decoded, (dict(marker) if marker is not None else None)
