@@ -10,8 +10,8 @@ classes:
 * **viewed** — its data mixes conversation with what a verifier needs (tool
   calls, handoffs, subagent completions, guardrail decisions, authority
   refusals, approvals' questions and answers): shown as its *view*, the data
-  with every conversation value replaced by a marker ``{"withheld": "sha256:..."}`` holding the digest of
-  that value (:func:`agentjournal.guardrails.actions.digest`);
+  with every conversation value replaced by a marker ``{"withheld": "sha256:..."}``
+  holding the digest of that value (:func:`agentjournal.guardrails.actions.digest`);
 * **withheld** — everything else, including types this version does not
   know: no data at all, only its digest.
 
