@@ -72,11 +72,12 @@ def billing(bundle: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def billing_name(bundle: dict[str, Any]) -> str:
-    return next(
+    name: str = next(
         s["name"]
         for s in bundle["streams"]
         if any(e["type"] == ev.INTERRUPT_ISSUED for e in s["events"])
     )
+    return name
 
 
 def at(events: list[dict[str, Any]], type_: str) -> int:

@@ -363,7 +363,7 @@ def _question(body: dict[str, Any]) -> dict[str, Any]:
     prompt = body.get("prompt", "")
     if not isinstance(prompt, str):
         raise TypeError("prompt is no text")
-    shown = _copy(body)
+    shown: dict[str, Any] = _copy(body)
     shown["prompt"] = {
         "withheld": _marked_digest(prompt),
         "arguments_sha256": events.arguments_digest(prompt),

@@ -222,7 +222,7 @@ class ApprovalsAPI:
         for approval in by_request.values():
             if approval.decision is None or approval.ran:
                 continue
-            found = check_answer(
+            checked = check_answer(
                 policies,
                 approval.decision,
                 session_id=core.facts.session_id,
@@ -230,8 +230,8 @@ class ApprovalsAPI:
                 tool_name=approval.tool_name,
                 asked_digest=events.arguments_digest(approval.arguments),
             )
-            if found.problem is not None:
-                raise ApproverNotAllowed(approval.request_id, approval.tool_name, found.problem)
+            if checked.problem is not None:
+                raise ApproverNotAllowed(approval.request_id, approval.tool_name, checked.problem)
         state: SDKRunState[Any, Any] = await SDKRunState.from_string(agent, paused.state)
         for item in state.get_interruptions():
             found = by_request.get(_call_id(item) or "")

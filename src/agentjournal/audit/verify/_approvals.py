@@ -153,9 +153,10 @@ def _question(event: Record, item: Record | None) -> _Question | str:
             tool_call_payload(asked.request_id, asked.tool_name, asked.arguments)
         )
     else:
-        asked_digest, payload = marker.get("arguments_sha256"), marker.get("payload_digest")
-        if not isinstance(asked_digest, str) or not isinstance(payload, str):
+        shown_digest, shown_payload = marker.get("arguments_sha256"), marker.get("payload_digest")
+        if not isinstance(shown_digest, str) or not isinstance(shown_payload, str):
             return "a withheld question without the digests of its arguments"
+        asked_digest, payload = shown_digest, shown_payload
     if item is None:
         return f"a question about call {asked.request_id} that is not before it on the stream"
     if _call_marker(item, {}).get("payload_digest") != payload:
