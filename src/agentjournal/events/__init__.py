@@ -47,11 +47,14 @@ from agentjournal.events._decisions import AuthorityRefused, Enforcement, Guardr
 from agentjournal.events._history import ItemPopped, SessionCleared
 from agentjournal.events._interrupts import (
     APPROVAL_OUTCOMES,
+    SIGNED_APPROVAL,
     TOOL_APPROVAL,
     ApprovalAsked,
     ApprovalDecided,
     RunPaused,
     RunResumed,
+    approval_signed_bytes,
+    arguments_digest,
 )
 from agentjournal.events._names import (
     AUTHORITY_GRANTED,
@@ -213,5 +216,8 @@ __all__ = [
     "ApprovalDecided",
     "RunPaused",
     "RunResumed",
+    "SIGNED_APPROVAL",
+    "approval_signed_bytes",
+    "arguments_digest",
     "holds_item",
 ]
