@@ -28,7 +28,7 @@ from agentjournal.engine.line import Line
 from agentjournal.engine.plan import WritePlan
 from agentjournal.engine.plan_control import plan_control
 from agentjournal.errors import AlreadyResolved, CodecError, InvalidInput
-from agentjournal.store.contract import RecordedEvent
+from agentjournal.store.contract import EventStore, RecordedEvent
 
 _READ: Final = frozenset({events.INTERRUPT_ISSUED, events.INTERRUPT_RESOLVED, "ToolResultReceived"})
 
@@ -127,9 +127,13 @@ async def approvals(line: Line, streams: Sequence[str] | None = None) -> list[Ap
             await line.reader.refresh(0)
             line.check_live()
             streams = list(line.tree.followed)
-    return fold_approvals(
-        {stream: await read_types(line.store, stream, -1, _READ) for stream in streams}
-    )
+    return await approvals_on(line.store, streams)
+
+
+async def approvals_on(store: EventStore, streams: Sequence[str]) -> list[Approval]:
+    """Every approval asked on ``streams`` of ``store``, oldest first (a reader that holds
+    no line: the viewer)."""
+    return fold_approvals({stream: await read_types(store, stream, -1, _READ) for stream in streams})
 
 
 async def paused(line: Line) -> events.RunPaused | None:
