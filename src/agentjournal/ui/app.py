@@ -74,7 +74,6 @@ from agentjournal.ui import page
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    from agentjournal.ledger import SigningKey
     from agentjournal.store.contract import EventStore, RecordedEvent
 
 COOKIE: Final = "agentjournal_ui_token"
@@ -97,7 +96,6 @@ def create_app(
     token: str | None = None,
     closing: threading.Event | None = None,
     warm_wait: float = 2.0,
-    signing_key: SigningKey | None = None,
 ) -> Starlette:
     """The viewer over the store ``open_store`` opens when the application starts.
 
@@ -109,9 +107,6 @@ def create_app(
             half a second (a server waits for its open responses before it stops).
         warm_wait: How long a list request waits for the first reading of the store
             before it answers how far that reading is (503, the page refreshing itself).
-        signing_key: Signs a checkpoint after each answer to an approval, as any writer
-            with a key does (None: the answer is hash-chained, and covered by the next
-            checkpoint the application signs).
     """
     closing = closing or threading.Event()
     trusted = dict(keys or {})
@@ -311,7 +306,6 @@ def create_app(
                 approve=approve,
                 by=by,
                 reason=reason,
-                signing_key=signing_key,
             )
         except AlreadyResolved as error:
             return _answer(request, str(error), 409, "conflict")
@@ -404,10 +398,9 @@ async def decide_approval(
     approve: bool,
     by: str,
     reason: str,
-    signing_key: SigningKey | None = None,
 ) -> events.ApprovalDecided:
     """Answer an approval on a line through ``session.approve``/``session.reject``: the
-    one write the viewer makes (with ``signing_key``, a signed checkpoint after it).
+    one write the viewer makes (one ``InterruptResolved``, hash-chained, unsigned).
 
     Raises:
         UnknownRequest: The line holds no approval request ``request_id``.
@@ -416,8 +409,9 @@ async def decide_approval(
     """
     from agentjournal.journal import Journal
 
-    journal = Journal(store, "viewer", signing_key=signing_key)
-    session = journal.session(session_id, branch=branch)
+    # No signing key: the viewer signs nothing; the application's next checkpoint (its
+    # resume's) covers the answer, as it covers the question and the paused run.
+    session = Journal(store, "viewer").session(session_id, branch=branch)
     pending = False
     try:
         pending = any(a.request_id == request_id for a in await session.pending_approvals())
@@ -429,9 +423,30 @@ async def decide_approval(
     except InvalidInput as error:
         if pending:
             raise  # it was pending a moment ago: settled since (409)
+        # Not on the line's followed streams: perhaps asked in a subagent since closed,
+        # its run resumed to its end. Answered there: say by whom.
+        answered = await _answered(store, session_id, request_id)
+        if answered is not None:
+            raise AlreadyResolved(request_id, answered.outcome, answered.by) from None
         raise UnknownRequest(
             f"no pending approval request {request_id[:80]!r} on this line: {error}"
         ) from None
+
+
+async def _answered(
+    store: EventStore, session_id: str, request_id: str
+) -> events.ApprovalDecided | None:
+    """The newest answer to ``request_id`` anywhere in the session's tree (None: none)."""
+    from agentjournal.engine.approvals import approvals_on
+    from agentjournal.walk import read_tree
+
+    tree = await read_tree(store, session_id)
+    found = [
+        a.decision
+        for a in await approvals_on(store, list(tree.streams))
+        if a.request_id == request_id and a.decision is not None
+    ]
+    return found[-1] if found else None
 
 
 def _same_origin(request: Request, token: str) -> bool:
