@@ -30,19 +30,11 @@ from agentjournal.ui.app import create_app
 from agentjournal.walk import read_tree
 from drive import drive
 from paused_graph import approval_graph
-from ui_support import serving
+from ui_support import serving, write_paused
 
 TOKEN = "s3cret-token-for-the-viewer"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 ARGUMENTS = '{"order_id":"42","amount_cents":1250}'
-
-
-async def write_paused(uri: str, key: Path, session_id: str) -> None:
-    """triage -> billing, whose refund waits for a person; the run held, signed."""
-    async with Journal.open(uri, signing_key=str(key)) as journal:
-        session = journal.session(session_id, app_name="shop", user_id="u-9")
-        paused: Any = await drive(approval_graph(), "Refund order 42", session=session, hooks=session)
-        await session.hold(paused)
 
 
 async def write_answered(uri: str, key: Path, session_id: str) -> None:
