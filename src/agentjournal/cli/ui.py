@@ -100,7 +100,6 @@ def is_loopback(host: str) -> bool:
 
 def _ui(args: argparse.Namespace) -> int:
     from agentjournal.cli._common import missing_service, trusted_with_own
-    from agentjournal.ledger import SigningKey
     from agentjournal.store import open_store, store_uri
 
     if not 0 <= args.port <= 65535:
@@ -135,14 +134,11 @@ def _ui(args: argparse.Namespace) -> int:
         print(f"agentjournal ui: serving {where} ({mode}); Ctrl-C stops it", flush=True)
 
     closing = threading.Event()
-    # An answer is signed as any writer's write is: with the configured key, if any.
-    signing_key = SigningKey.from_environment() if token is not None else None
     app = create_app(
         lambda: open_store(target, create=False),
         keys=keys,
         token=token,
         closing=closing,
-        signing_key=signing_key,
     )
     # uvicorn shuts down on SIGINT or SIGTERM, then raises the signal again: as
     # KeyboardInterrupt both times here, so Ctrl-C and a service manager's stop exit 0.
