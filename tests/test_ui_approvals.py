@@ -28,7 +28,6 @@ from agentjournal.store import open_store
 from agentjournal.streams import session_stream
 from agentjournal.ui.app import create_app
 from agentjournal.walk import read_tree
-from drive import drive
 from paused_graph import approval_graph
 from ui_support import serving, write_paused
 
@@ -149,7 +148,11 @@ def test_an_answer_from_the_viewer_is_recorded_and_empties_the_panel(
         "reason": "duplicate charge",
     }
     (decided,) = asyncio.run(_decisions(uri, "paused-1"))
-    assert (decided.outcome, decided.by, decided.reason) == ("approved", "alice", "duplicate charge")
+    assert (decided.outcome, decided.by, decided.reason) == (
+        "approved",
+        "alice",
+        "duplicate charge",
+    )
     assert viewer.get("/api/sessions/paused-1").json()["approvals"] == []
     assert _ids(viewer, "?approvals=1") == []
 

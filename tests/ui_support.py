@@ -76,7 +76,9 @@ async def write_paused(uri: str, key: Path | str, session_id: str) -> None:
 
     async with Journal.open(uri, signing_key=str(key)) as journal:
         session = journal.session(session_id, app_name="shop", user_id="u-9")
-        paused: Any = await drive(approval_graph(), "Refund order 42", session=session, hooks=session)
+        paused: Any = await drive(
+            approval_graph(), "Refund order 42", session=session, hooks=session
+        )
         await session.hold(paused)
 
 

@@ -44,8 +44,8 @@ from agentjournal.cli.demo import DemoSetup
 from agentjournal.errors import InvalidInput
 from agentjournal.guardrails.service import running
 from agentjournal.journal import Journal
-from agentjournal.sdk.session import JournalSession
 from agentjournal.read.views import describe_item, print_tree
+from agentjournal.sdk.session import JournalSession
 from agentjournal.store import store_uri
 from agentjournal.streams import session_stream
 from agentjournal.walk import read_tree

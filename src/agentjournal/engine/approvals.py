@@ -133,7 +133,9 @@ async def approvals(line: Line, streams: Sequence[str] | None = None) -> list[Ap
 async def approvals_on(store: EventStore, streams: Sequence[str]) -> list[Approval]:
     """Every approval asked on ``streams`` of ``store``, oldest first (a reader that holds
     no line: the viewer)."""
-    return fold_approvals({stream: await read_types(store, stream, -1, _READ) for stream in streams})
+    return fold_approvals(
+        {stream: await read_types(store, stream, -1, _READ) for stream in streams}
+    )
 
 
 async def paused(line: Line) -> events.RunPaused | None:

@@ -342,9 +342,7 @@ def create_app(
             Route("/sessions/{session}", session),
             Route("/sessions/{session}/events", session_changes),
             Route("/static/{name}", static),
-            Route(
-                "/api/sessions/{session}/approvals/{request}", decide, methods=["POST"]
-            ),
+            Route("/api/sessions/{session}/approvals/{request}", decide, methods=["POST"]),
         ],
         lifespan=lifespan,
     )
