@@ -40,7 +40,7 @@ from agentjournal.errors import (
 )
 from agentjournal.ledger.approvals import check_answer, sign_answer
 from agentjournal.ledger.keys import SigningKey
-from agentjournal.store.contract import RecordedEvent
+from agentjournal.store.contract import EventStore, RecordedEvent
 
 _READ: Final = frozenset({events.INTERRUPT_ISSUED, events.INTERRUPT_RESOLVED, "ToolResultReceived"})
 
@@ -159,8 +159,14 @@ async def approvals(line: Line, streams: Sequence[str] | None = None) -> list[Ap
             await line.reader.refresh(0)
             line.check_live()
             streams = list(line.tree.followed)
+    return await approvals_on(line.store, streams)
+
+
+async def approvals_on(store: EventStore, streams: Sequence[str]) -> list[Approval]:
+    """Every approval asked on ``streams`` of ``store``, oldest first (a reader that holds
+    no line: the viewer)."""
     return fold_approvals(
-        {stream: await read_types(line.store, stream, -1, _READ) for stream in streams}
+        {stream: await read_types(store, stream, -1, _READ) for stream in streams}
     )
 
 

@@ -3,10 +3,10 @@
 Each session's own ``pending_approvals()`` reads the questions on its line's followed
 streams (:func:`agentjournal.engine.approvals.approvals`); here that read runs on every
 live line (main and each branch not deleted) of every session that may have one. Which
-may is the catalog's to say (:mod:`agentjournal.read.catalog`: its rows count the
-questions and answers of each session, folded incrementally from the global order), so
-a store of thousands of sessions is read once for what is new and only sessions with an
-unanswered question are opened. Nothing here writes but the catalog's own save.
+may is the catalog's to say (:mod:`agentjournal.read.catalog`: its rows count each
+session's questions neither answered nor run, folded incrementally from the global
+order), so a store of thousands of sessions is read once for what is new and only
+sessions with such a question are opened. Nothing here writes but the catalog's own save.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ async def pending_approvals(
     candidates = [
         row.session_id
         for row in rows
-        if row.approvals_unanswered
+        if row.pending_approvals
         and (wanted is None or row.session_id in wanted)
         and (app is None or row.app == app)
         and (user is None or row.user == user)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 VERSION: Final = 8  # 2: items counted by the engine's index rule; 3: branches; 4: continuations;
 # 5: a continuation is the subagent it continues, not one more; 7: each key's tail;
-# 8: approvals asked and answered
+# 8: pending approvals
 """The state's layout; a saved state of another version is rebuilt from the start."""
 
 
@@ -59,8 +59,6 @@ def _new_row() -> dict[str, Any]:
         "failed": 0,
         "blocks": 0,
         "refusals": 0,
-        "asked": 0,  # approval questions (InterruptIssued with aj.interrupt), every line
-        "answered": 0,  # their answers (InterruptResolved with aj.interrupt)
         "tokens": 0,
         "responded": [],  # streams with a ModelResponded so far
         "legacy": 0,
@@ -77,6 +75,9 @@ def _new_row() -> dict[str, Any]:
         "lines": {},  # a stream of a branch line (its top stream, its subsessions) -> top
         "continued": [],  # continuation streams: their closes count for no subagent
         "checked": None,  # when an event of the session was last folded (unix µs)
+        # approvals asked and not yet answered nor run: "stream call_id" -> the question's
+        # event id (engine.approvals.fold_approvals' rule, on every line of the tree)
+        "asked": {},
     }
 
 
@@ -177,6 +178,8 @@ class Catalog:
     def _fold_content(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         kind = event.type
         metadata = event.metadata
+        if events.INTERRUPT_KEY in metadata or kind == _TOOL_RESULT:
+            _approval(row, event)  # any line's: before a branch line takes its items
         if kind == events.BRANCH_FORKED:
             self._forked(row, event, session_id)
             return
@@ -229,10 +232,6 @@ class Catalog:
             self._speaker(row, json.loads(event.data).get("agent"))
         elif kind == events.AUTHORITY_REFUSED:
             row["refusals"] += 1
-        elif kind == events.INTERRUPT_ISSUED and events.INTERRUPT_KEY in metadata:
-            row["asked"] += 1
-        elif kind == events.INTERRUPT_RESOLVED and events.INTERRUPT_KEY in metadata:
-            row["answered"] += 1
         elif kind == events.MODEL_RESPONDED:
             answer = ModelResponse.decode(event.data)
             self._speaker(row, answer.agent)
@@ -445,14 +444,37 @@ class Catalog:
             subagents_failed=failed,
             guardrail_blocks=row["blocks"],
             refusals=row["refusals"],
-            approvals_unanswered=max(0, row["asked"] - row["answered"]),
             tokens=row["tokens"] + row["legacy"],
             first_activity=_moment(row["first"]),
             last_activity=_moment(row["last"]),
             integrity=ledger_status(session_id, row, trusted),
             checked_at=_moment(row.get("checked") or row["last"]),
             branches=branches,
+            pending_approvals=len(row["asked"]),
         )
+
+
+_TOOL_RESULT: Final = "ToolResultReceived"
+
+
+def _approval(row: dict[str, Any], event: RecordedEvent) -> None:
+    """Fold an approval's question (``InterruptIssued``), its answer
+    (``InterruptResolved``) or its call's output (``ToolResultReceived``) onto the row's
+    pending approvals: asked, and neither answered nor run."""
+    asked: dict[str, str] = row["asked"]
+    try:
+        if event.type == events.INTERRUPT_ISSUED:
+            question = events.ApprovalAsked.decode(event.data)
+            asked[f"{event.stream} {question.request_id}"] = str(event.id)
+        elif event.type == events.INTERRUPT_RESOLVED:
+            answer = events.ApprovalDecided.decode(event.data)
+            key = f"{event.stream} {answer.request_id}"
+            if asked.get(key) == answer.issued:
+                del asked[key]
+        elif event.type == _TOOL_RESULT:
+            asked.pop(f"{event.stream} {event.metadata.get(events.CALL_ID_KEY)}", None)
+    except (JournalError, ValueError, RecursionError):
+        return  # not what agentjournal writes: the verifier reports it
 
 
 def _after_checkpoints(row: dict[str, Any], event: RecordedEvent) -> None:

@@ -67,10 +67,6 @@ class SessionRow:
         subagents_failed: Subagents completed with outcome ``error`` or ``cancelled``.
         guardrail_blocks: ``GuardrailDecided`` events with decision ``BLOCK``.
         refusals: ``AuthorityRefused`` events.
-        approvals_unanswered: Approval questions (``InterruptIssued`` of a function
-            tool's call) without an answer (``InterruptResolved``), on every line: a
-            session with none has no pending approval (one whose call ran unanswered
-            counts here too: ``Journal.pending_approvals`` reads which still wait).
         tokens: Total tokens: the sum of ``ModelResponded`` usage; for a session written
             before that event existed, the ``$usage`` of assistant events, once per
             ``aj.response_id``.
@@ -86,6 +82,9 @@ class SessionRow:
         branches: The session's branches, in the order they were forked (deleted ones
             too). Every other count is the whole session's, every line together, except
             ``items``, which is the main line's.
+        pending_approvals: Function tool calls that wait for a person's approval, on
+            every line: asked (``InterruptIssued``), not answered (``InterruptResolved``)
+            and not run (no output of the call on the question's stream).
     """
 
     session_id: str
@@ -104,7 +103,7 @@ class SessionRow:
     integrity: Integrity
     checked_at: datetime
     branches: tuple[BranchRow, ...] = ()
-    approvals_unanswered: int = 0
+    pending_approvals: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-ready data (times in RFC 3339)."""
@@ -121,10 +120,10 @@ class SessionRow:
             },
             "guardrail_blocks": self.guardrail_blocks,
             "refusals": self.refusals,
-            "approvals_unanswered": self.approvals_unanswered,
             "tokens": self.tokens,
             "first_activity": self.first_activity.isoformat(),
             "last_activity": self.last_activity.isoformat(),
             "integrity": {**self.integrity.as_dict(), "checked_at": self.checked_at.isoformat()},
             "branches": [branch.as_dict() for branch in self.branches],
+            "pending_approvals": self.pending_approvals,
         }
