@@ -516,3 +516,65 @@ async def test_a_rejection_from_the_command_line_never_runs_the_tool(
         resumed = await journal.session("s-2").resume(graph(ran, resumed=True))
         assert resumed.final_output == ANSWER
     assert not ran.exists()
+
+
+async def test_approve_with_the_approver_s_key_signs_the_answer_the_policy_asks_for(
+    tmp_path: Path,
+) -> None:
+    """A tool whose recorded policy names ann as its approver: from the command line an
+    unsigned answer and one signed by another key are refused (one line, nothing
+    written); ``--key`` with ann's key signs it, the resume runs the call once, and the
+    bundle verifies with the signature checked."""
+    from cryptography.hazmat.primitives import serialization
+
+    from agentjournal.audit.export import export_bundle
+    from agentjournal.audit.verify import verify_bundle
+    from approval_sessions import ANN, MALLORY, approved_policy
+    from test_approvals import ASK as REFUND
+    from test_approvals import graph as refund_graph
+
+    def pem(key: Any, name: str) -> str:
+        path = tmp_path / name
+        path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        return str(path)
+
+    uri = f"sqlite:///{tmp_path / 'journal.db'}"
+    ran: list[str] = []
+    async with Journal.open(uri) as journal:
+        session = journal.session("s-key", policy=approved_policy())
+        paused: Any = await drive(
+            session.guard(refund_graph(ran)), REFUND, session=session, hooks=session
+        )
+        await session.hold(paused)
+    answer = ("approve", "s-key", "r1", "--as", "ann@example.com", "--uri", uri)
+    for extra, says in [
+        ((), "the answer is not signed; issue_refund needs one signed by ann"),
+        (("--key", pem(MALLORY, "mallory.pem")), "which is no approver of issue_refund"),
+        (("--key", str(tmp_path / "missing.pem")), "cannot read signing key"),
+    ]:
+        code, out, err = await run_inline(*answer, *extra)
+        assert (code, out) == (1, ""), err
+        (line,) = err.strip().splitlines()
+        assert line.startswith("agentjournal: "), line
+        assert says in line, line
+    async with Journal.open(uri) as journal:
+        assert not [e for e in await journal.store.read_all() if e.type == ev.INTERRUPT_RESOLVED]
+
+    code, out, err = await run_inline(*answer, "--key", pem(ANN, "ann.pem"))
+    assert code == 0, err
+    assert out.startswith("approved request r1 of session s-key as ann@example.com, signed by")
+    async with Journal.open(uri) as journal:
+        session = journal.session("s-key", policy=approved_policy())
+        await session.resume(session.guard(refund_graph(ran, answer="Done.")))
+        report = verify_bundle(
+            await export_bundle(journal.store, "s-key"), {}, allow_uncovered=True
+        )
+    assert len(ran) == 1
+    assert report.ok, report.text()
+    assert "approvals: 1 asked, 1 approved, 0 rejected, 1 signed" in report.text()

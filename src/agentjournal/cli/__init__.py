@@ -29,7 +29,7 @@ Commands:
                 a branch that continues the session (or branch B) as of a cut
     approvals [SESSION | --all] [--app A] [--user U] [--json]
                 the tool calls that wait for a person's approval, oldest first
-    approve|reject SESSION REQUEST --as NAME [--reason TEXT] [--branch B]
+    approve|reject SESSION REQUEST --as NAME [--reason TEXT] [--key PEM] [--branch B]
                 a person's answer on the record (the application resumes the run)
     usage [SESSION] [--by model|agent|session] [--prices FILE] [--json]
                 tokens, requests and cost per model, agent or session, each

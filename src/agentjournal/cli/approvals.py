@@ -68,6 +68,13 @@ def register(commands: Commands) -> None:
             help="the line that asked, when several ask the same request "
             "(default: the one where it waits; `approvals` lists it)",
         )
+        answer.add_argument(
+            "--key",
+            metavar="PEM",
+            help="the approver's Ed25519 private key (as `agentjournal keygen` writes): the "
+            "answer is signed with it; needed where the policy names approvers for the tool "
+            "(default: unsigned)",
+        )
         answer.add_argument("--uri", help=STORE_HELP + "; never created")
         answer.set_defaults(
             run=lambda args, approve=(name == "approve"): asyncio.run(answer_request(args, approve))
@@ -128,9 +135,11 @@ async def answer_request(args: argparse.Namespace, approve: bool) -> int:
     """Record the answer on the line that asked the request; print it.
 
     Raises:
-        InvalidInput: The session, branch or request is unknown, or ``--as`` is empty
-            (exit 1).
+        InvalidInput: The session, branch or request is unknown, ``--as`` is empty, or
+            ``--key`` is no Ed25519 private key (exit 1).
         AlreadyResolved: The request was answered already; names who answered (exit 1).
+        ApproverNotAllowed: The session's recorded policy names approvers for the tool
+            and ``--key`` is none of theirs (or missing) (exit 1).
         JournalError: The store cannot be opened, read or written (exit 1).
     """
     from agentjournal._text import printable
@@ -138,10 +147,11 @@ async def answer_request(args: argparse.Namespace, approve: bool) -> int:
     from agentjournal.engine.core import open_line
     from agentjournal.errors import AlreadyResolved, InvalidInput
     from agentjournal.ledger.keys import SigningKey
-    from agentjournal.read.approvals import find_request
+    from agentjournal.read.approvals import find_request, recorded_policy
 
     if not args.by.strip():
         raise InvalidInput("--as needs the name of who decides")
+    approver = SigningKey.from_file(args.key) if args.key is not None else None
     store, session_id = await open_session(args.uri, args.session)
     try:
         line = await find_request(store, session_id, args.request, branch=args.branch)
@@ -158,17 +168,21 @@ async def answer_request(args: argparse.Namespace, approve: bool) -> int:
             raise InvalidInput(f"approval request {args.request!r} is settled: its call has run")
         # With a signing key configured the answer is signed as every write is.
         key = SigningKey.from_environment()
-        core = open_line(store, session_id, branch=branch, stream=stream, signing_key=key)
+        policy = await recorded_policy(store, session_id)
+        core = open_line(
+            store, session_id, branch=branch, stream=stream, signing_key=key, policy=policy
+        )
         decided = await core.resolve(
-            args.request, approve=approve, by=args.by, reason=args.reason, trace={}
+            args.request, approve=approve, by=args.by, reason=args.reason, trace={}, key=approver
         )
     finally:
         await store.close()
     where = f" --branch {branch}" if branch is not None else ""
+    signed = f", signed by {decided.key_id}" if decided.signed else ""
     print(
         printable(
             f"{decided.outcome} request {decided.request_id} of session {session_id}{where} "
-            f"as {decided.by}"
+            f"as {decided.by}{signed}"
         )
     )
     return 0

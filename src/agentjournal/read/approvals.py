@@ -15,16 +15,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agentjournal import events
 from agentjournal.engine.approvals import Approval
 from agentjournal.engine.core import open_line
 from agentjournal.engine.fork import read_branches
-from agentjournal.errors import InvalidInput
-from agentjournal.streams import MAIN_BRANCH, session_stream, validate_id
+from agentjournal.errors import InvalidInput, JournalError
+from agentjournal.streams import MAIN_BRANCH, authority_stream, session_stream, validate_id
 
 if TYPE_CHECKING:
+    from agentjournal.authority import Policy
     from agentjournal.store.contract import EventStore
 
-__all__ = ["PendingApproval", "pending_approvals"]
+__all__ = ["PendingApproval", "find_request", "pending_approvals", "recorded_policy"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,3 +160,28 @@ async def find_request(
         if asked:
             return branch, stream, asked[-1]
     return None
+
+
+async def recorded_policy(store: EventStore, session_id: str) -> Policy | None:
+    """The newest policy the session recorded (``PolicyRecorded`` on its authority log):
+    the one whose approvers an answer from outside the application (the command line, the
+    viewer) must satisfy, as ``resume`` checks it. None: it recorded none.
+
+    Raises:
+        InvalidInput: The newest recorded policy does not read (fail closed: no answer is
+            written under a policy nobody can check).
+    """
+    from agentjournal.authority import Policy
+    from agentjournal.engine.fork import read_types
+
+    recorded = await read_types(
+        store, authority_stream(session_id), -1, frozenset({events.POLICY_RECORDED})
+    )
+    if not recorded:
+        return None
+    try:
+        return Policy.from_json(events.PolicyRecorded.decode(recorded[-1].data).policy)
+    except (JournalError, ValueError, TypeError) as error:
+        raise InvalidInput(
+            f"session {session_id}'s recorded policy does not read: {error}"
+        ) from None

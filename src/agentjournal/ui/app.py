@@ -414,7 +414,7 @@ async def decide_approval(
         InvalidInput: Its call has run, or the branch is unknown.
     """
     from agentjournal.journal import Journal
-    from agentjournal.read.approvals import find_request
+    from agentjournal.read.approvals import find_request, recorded_policy
 
     found = await find_request(store, session_id, request_id, branch=branch or MAIN_BRANCH)
     if found is None:
@@ -426,7 +426,8 @@ async def decide_approval(
         raise InvalidInput(f"approval request {request_id[:80]!r} is settled: its call has run")
     # No signing key: the viewer signs nothing; the application's next checkpoint (its
     # resume's) covers the answer, as it covers the question and the paused run.
-    session = Journal(store, "viewer").session(session_id, branch=branch)
+    policy = await recorded_policy(store, session_id)  # its approvers: 403 for the viewer
+    session = Journal(store, "viewer").session(session_id, branch=branch, policy=policy)
     if approve:
         return await session.approve(request_id, by=by, reason=reason)
     return await session.reject(request_id, by=by, reason=reason)
