@@ -189,6 +189,45 @@ async def test_bad_answers_are_the_contract_s_error_and_write_nothing(tmp_path: 
     assert len(await thread.events()) == before
 
 
+async def test_a_call_answered_outside_the_runner_resumes_on_an_invocation_without_answers(
+    tmp_path: Path,
+) -> None:
+    """``agentjournal approve`` answers the waiting call; an invocation with
+    ``input_message: null`` and no answers resumes the held run with the recorded answer.
+    Before the answer, and once the run has gone on, such an invocation is refused
+    (INVALID_INPUT, nothing written)."""
+    from approvals_cli_support import answer_from_the_command_line
+
+    thread = Thread(tmp_path)
+    asked = await interrupted(thread)
+    early = await thread.run(said("never"), input_message=None)
+    assert early.code == 1, early.stdout
+    assert "waits for an answer: give approvals" in checked(early)["error"]["message"]
+
+    await answer_from_the_command_line(thread.uri, THREAD, asked["request_id"], by="dana")
+    invoked = await thread.run(said("Bluebird is created with key BLUE."), input_message=None)
+    assert invoked.code == 0, invoked.stdout + invoked.stderr
+    output = checked(invoked)
+    assert (output["status"], output["response"]) == (
+        "completed",
+        "Bluebird is created with key BLUE.",
+    )
+    (decided,) = [
+        ev.ApprovalDecided.decode(e.data)
+        for e in await thread.events()
+        if e.type == ev.INTERRUPT_RESOLVED
+    ]
+    assert (decided.outcome, decided.by) == ("approved", "dana")
+    outputs = [i for i in await thread.items() if i.get("type") == "function_call_output"]
+    assert len(outputs) == 1
+
+    before = len(await thread.events())
+    again = await thread.run(said("never"), input_message=None)
+    assert again.code == 1
+    assert "no held run with answered calls" in checked(again)["error"]["message"]
+    assert len(await thread.events()) == before
+
+
 def test_a_manifest_tool_declares_needs_approval_as_a_boolean(tmp_path: Path) -> None:
     manifests = guarded_manifests(tmp_path)
     admin = load_catalog(str(manifests)).resolve(ADMIN)

@@ -197,7 +197,9 @@ class InvocationInput(_Strict):
 
     ``approvals`` is optional: with answers in it (one for every call the thread's held
     run waits for, each request once), ``input_message`` must be null and the held run
-    resumes; without it, ``input_message`` is the user's message.
+    resumes; ``input_message`` null without answers resumes the held run with the answers
+    already on the record (given by ``agentjournal approve``, the viewer or code); else
+    ``input_message`` is the user's message.
 
     At most 16 MiB, strict JSON (no key twice in an object, no NaN or Infinity).
     ``input_message.content`` and ``state`` must each fit one event of the journal
@@ -220,10 +222,6 @@ class InvocationInput(_Strict):
         if self.approvals and self.input_message is not None:
             raise ValueError(
                 "input_message must be null when approvals are given: the held run resumes"
-            )
-        if not self.approvals and self.input_message is None:
-            raise ValueError(
-                "input_message: expected the user's message (null only with approvals)"
             )
         asked = [answer.request_id for answer in self.approvals]
         twice = sorted({r for r in asked if asked.count(r) > 1})

@@ -166,7 +166,9 @@ async def _run(
         status, response, error = "completed", None, None
         final_agent: str | None = first.id
         waiting: list[Approval] = []
-        resuming = await _answered(journal, session, request) if request.approvals else None
+        resuming = (
+            await _answered(journal, session, request) if request.input_message is None else None
+        )
         try:
             async with session.run_scope():
                 if resuming is not None:
@@ -273,7 +275,8 @@ async def _run(
 
 async def _answered(journal: Journal, session: JournalSession, request: InvocationInput) -> str:
     """Check the input's answers against the calls the thread waits for (before anything
-    is written); the agent whose held run resumes.
+    is written); the agent whose held run resumes. Without answers, every call the held
+    run waits for must be answered on the record already.
 
     Raises:
         ApprovalsRefused: The thread waits for nothing, an answer names a call that does
@@ -283,6 +286,22 @@ async def _answered(journal: Journal, session: JournalSession, request: Invocati
     if not await session_started(journal.store, thread):
         raise ApprovalsRefused(f"approvals: thread {thread!r} has no run that waits for approval")
     pending = {a.request_id: a for a in await session.pending_approvals()}
+    if not request.approvals:  # the answers are on the record already
+        if pending:
+            raise ApprovalsRefused(
+                f"approvals: request {next(iter(pending))!r} waits for an answer: give "
+                "approvals, or answer it first (agentjournal approve/reject)"
+            )
+        answered = [
+            a
+            for a in await session.paused_approvals()
+            if a is not None and a.decision is not None and not a.ran
+        ]
+        if not answered:
+            raise ApprovalsRefused(
+                f"approvals: thread {thread!r} has no held run with answered calls to resume"
+            )
+        return _one_agent(answered)
     for answer in request.approvals:
         if answer.request_id not in pending:
             raise ApprovalsRefused(
@@ -297,7 +316,12 @@ async def _answered(journal: Journal, session: JournalSession, request: Invocati
             f"approvals: request {missing[0]!r} waits for an answer too: answer every "
             "waiting call of the thread in one invocation"
         )
-    agents = {a.agent for a in pending.values()}
+    return _one_agent(list(pending.values()))
+
+
+def _one_agent(approvals: list[Approval]) -> str:
+    """The one agent that asked ``approvals`` (whose held run resumes)."""
+    agents = {a.agent for a in approvals}
     if len(agents) != 1:
         raise ApprovalsRefused(
             f"approvals: the waiting calls are of several agents ({', '.join(sorted(agents))})"

@@ -132,6 +132,17 @@ class ApprovalsAPI:
         core = await self._current()
         return [approval for approval in await core.approvals() if approval.pending]
 
+    async def paused_approvals(self: _Session) -> list[Approval | None]:
+        """The questions the newest paused run of this line waits for, answered or not, in
+        the run's order (None for a request the record holds no question of); empty when
+        no run was held (:meth:`hold`)."""
+        self._check_open()
+        core = await self._current()
+        held = await core.paused()
+        if held is None:
+            return []
+        return list(waits_of(held, await core.approvals(held.run.streams)))
+
     async def approve(
         self: _Session,
         request_id: str,
