@@ -376,3 +376,31 @@ def test_the_catalog_folds_pending_approvals_asked_answered_and_run(
     state = json.loads(catalog.dump())
     state["v"] -= 1
     assert Catalog.load(json.dumps(state).encode()) is None
+
+
+def test_a_tool_whose_policy_names_approvers_cannot_be_answered_from_the_viewer(
+    tmp_path: Path,
+) -> None:
+    """The viewer signs nothing: under a recorded policy that names ann as the refund's
+    approver its answer is 403, saying whose signature it needs, and nothing is written."""
+    from approval_sessions import approved_policy
+    from drive import drive
+    from test_approvals import ASK, graph
+
+    uri = f"sqlite:///{tmp_path / 'journal.db'}"
+
+    async def write() -> None:
+        async with Journal.open(uri) as journal:
+            session = journal.session("named-1", policy=approved_policy())
+            paused: Any = await drive(session.guard(graph([])), ASK, session=session, hooks=session)
+            await session.hold(paused)
+
+    asyncio.run(write())
+    with (
+        serving(uri, token=TOKEN) as base,
+        httpx.Client(base_url=base, timeout=30, headers=BEARER) as client,
+    ):
+        refused = _answer(client, session="named-1", approve=True, by="bob")
+    assert refused.status_code == 403, refused.text
+    assert "needs one signed by ann" in refused.json()["error"]
+    assert asyncio.run(_decisions(uri, "named-1")) == []
