@@ -1,247 +1,368 @@
-"""The verifier's approvals stage, offline: a question is about exactly the call before it,
-an answer answers one question asked before it, a call that waited ran only after its
-answer, and a rejected call never ran.
+"""The verifier's approval checks, bitten by tampering with real recorded sessions.
 
-Each tamper edits an exported bundle of a real run and re-chains it (so the chain holds
-and only the approvals stage can see it), except the plain byte edit, which the chain
-catches with its stream and revision.
+Each session is paused on a refund, answered and resumed by the SDK's real ``Runner``
+(tests/approval_sessions.py), in a journal that signs checkpoints. Each tamper edits the
+bundle the way an insider holding the checkpoint key could: the edited streams are
+rechained and their heads signed again (tests/ledger_sessions.py), so integrity, twins,
+checkpoints, delegation and containment all pass and only the approvals stage can catch
+it; each test also shows that the bundle verifies with that stage switched off. Plain
+byte edits, drops and moves (not rechained) fail integrity, naming stream and revision.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import copy
 import json
-from collections.abc import Callable
-from pathlib import Path
+import uuid
 from typing import Any
 
 import pytest
 
 from agentjournal import Journal
 from agentjournal import events as ev
+from agentjournal.audit import verify as verifier
 from agentjournal.audit.export import export_bundle
-from agentjournal.audit.verify import Report, verify_bundle
-from approval_worker import ASK, graph
-from drive import drive
-from ledger_sessions import relink
+from agentjournal.audit.verify import Problem, verify_bundle
+from agentjournal.ledger.keys import SigningKey, key_id
+from approval_sessions import ANN, MALLORY, answered, approved_policy
+from ledger_sessions import relink, sign_heads
+from test_approvals import SID
 
-SID = "approvals-verify"
-Bundle = dict[str, Any]
+KEY = SigningKey.generate()
+TRUSTED = {KEY.key_id: KEY.public_key}
 
 
-async def answered_bundle(tmp_path: Path, *, approve: bool, redact: bool = False) -> Bundle:
-    """A session whose refund waited, was approved (or rejected) and resumed."""
-    ran = tmp_path / "ran"
-    async with Journal.open("sqlite://:memory:") as journal:
-        session = journal.session(SID)
-        result: Any = await drive(graph(ran, resumed=False), ASK, session=session, hooks=session)
-        await session.hold(result)
-        await (session.approve if approve else session.reject)("r1", by="ann", reason="seen")
-        await session.resume(graph(ran, resumed=True))
+async def _record(*, approve: bool, signed: bool, redact: bool = False) -> dict[str, Any]:
+    async with Journal.open("sqlite://:memory:", signing_key=KEY) as journal:
+        session = journal.session(SID, policy=approved_policy() if signed else None)
+        await answered(session, approve=approve, key=ANN if signed else None, guarded=signed)
+        await session.checkpoint()
         return await export_bundle(journal.store, SID, redact=redact)
 
 
-def verified(bundle: Bundle) -> Report:
-    return verify_bundle(bundle, {}, allow_uncovered=True)
+@pytest.fixture(scope="module")
+def recorded() -> dict[str, dict[str, Any]]:
+    """approved (no policy, unsigned), rejected (no policy, unsigned), signed (ann, under a
+    policy naming her), and the signed one redacted."""
+
+    async def all_four() -> dict[str, dict[str, Any]]:
+        return {
+            "approved": await _record(approve=True, signed=False),
+            "rejected": await _record(approve=False, signed=False),
+            "signed": await _record(approve=True, signed=True),
+            "redacted": await _record(approve=True, signed=True, redact=True),
+        }
+
+    return asyncio.run(all_four())
 
 
-def stream_of(bundle: Bundle, type_: str) -> list[dict[str, Any]]:
-    found: list[list[dict[str, Any]]] = [
-        s["events"] for s in bundle["streams"] if any(e["type"] == type_ for e in s["events"])
-    ]
-    (events,) = found
-    return events
+def bundle_of(recorded: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
+    return copy.deepcopy(recorded[name])
 
 
-def one(bundle: Bundle, type_: str) -> dict[str, Any]:
-    (found,) = [e for e in stream_of(bundle, type_) if e["type"] == type_]
-    return found
+def billing(bundle: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events of the stream the question is on (billing's subsession)."""
+    return next(
+        s["events"]
+        for s in bundle["streams"]
+        if any(e["type"] == ev.INTERRUPT_ISSUED for e in s["events"])
+    )
 
 
-def output_of_r1(events: list[dict[str, Any]]) -> dict[str, Any]:
-    (found,) = [
-        e
-        for e in events
-        if e["metadata"].get("aj.item_type") == "function_call_output"
-        and e["metadata"].get("aj.call_id") == "r1"
-    ]
-    return found
+def billing_name(bundle: dict[str, Any]) -> str:
+    name: str = next(
+        s["name"]
+        for s in bundle["streams"]
+        if any(e["type"] == ev.INTERRUPT_ISSUED for e in s["events"])
+    )
+    return name
 
 
-def edit(event: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> None:
+def at(events: list[dict[str, Any]], type_: str) -> int:
+    return next(i for i, e in enumerate(events) if e["type"] == type_)
+
+
+def output_at(events: list[dict[str, Any]]) -> int:
+    """Where the refund's output (call ``r1``) is."""
+    return next(
+        i
+        for i, e in enumerate(events)
+        if e["metadata"].get(ev.ITEM_TYPE_KEY) == "function_call_output"
+        and e["metadata"].get(ev.CALL_ID_KEY) == "r1"
+    )
+
+
+def edit_data(event: dict[str, Any], change: Any) -> None:
     body = json.loads(event["data"])
     change(body)
     event["data"] = json.dumps(body)
 
 
-def other_arguments(bundle: Bundle) -> None:
-    """The person was asked about 125 cents; the call asked for 1250."""
-    edit(
-        one(bundle, ev.INTERRUPT_ISSUED),
-        lambda b: b.update(prompt=b["prompt"].replace("1250", "125")),
-    )
-
-
-def answer_dropped(bundle: Bundle) -> None:
-    events = stream_of(bundle, ev.INTERRUPT_RESOLVED)
-    events[:] = [e for e in events if e["type"] != ev.INTERRUPT_RESOLVED]
-
-
-def answer_after_the_output(bundle: Bundle) -> None:
-    events = stream_of(bundle, ev.INTERRUPT_RESOLVED)
-    answer = one(bundle, ev.INTERRUPT_RESOLVED)
-    output = output_of_r1(events)
-    events.remove(answer)
-    events.insert(events.index(output) + 1, answer)
-
-
-def answer_of_no_question(bundle: Bundle) -> None:
-    edit(
-        one(bundle, ev.INTERRUPT_RESOLVED),
-        lambda b: b["extensions"]["agentjournal"].update(
-            issued="00000000-0000-0000-0000-000000000000"
-        ),
-    )
-
-
-def approval_turned_rejection(bundle: Bundle) -> None:
-    """The tool ran on an approval the record now says was a rejection."""
-    edit(one(bundle, ev.INTERRUPT_RESOLVED), lambda b: b.update(outcome="rejected"))
-
-
-def hostile_answer(bundle: Bundle) -> None:
-    one(bundle, ev.INTERRUPT_RESOLVED)["data"] = json.dumps({"outcome": ["x"] * 5, "extensions": 7})
-
-
-@pytest.mark.parametrize(
-    ("tamper", "said"),
-    [
-        (other_arguments, "asks about other arguments or another tool than the call"),
-        (answer_dropped, "call r1 ran without a person's answer"),
-        (answer_after_the_output, "call r1 ran before a person's answer"),
-        (answer_of_no_question, "answers no question asked before it"),
-        (approval_turned_rejection, "call r1 was rejected, but its output is not the SDK's"),
-        (hostile_answer, "an answer that is no approval's InterruptResolved"),
-    ],
-)
-async def test_each_approval_tamper_fails_the_approvals_stage(
-    tmp_path: Path, tamper: Callable[[Bundle], None], said: str
-) -> None:
-    bundle = await answered_bundle(tmp_path, approve=True)
-    report = verified(bundle)
-    assert report.ok, report.text()
-    assert (
-        "approvals: 1 question, each about exactly its call; 1 approved, 0 rejected"
-        in report.text()
-    )
-    tamper(bundle)
+def reseal(bundle: dict[str, Any]) -> None:
+    """What a key holder does after an edit: rechain every stream, relink closes, and sign
+    the new heads."""
     relink(bundle)
-    report = verified(bundle)
+    sign_heads(bundle, KEY)
+
+
+def only_approvals_catch(bundle: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The edited bundle fails the approvals stage and nothing else; without that stage it
+    verifies. The failures as text (stream@revision: message)."""
+    report = verify_bundle(bundle, TRUSTED)
+    assert not report.ok
     assert {p.check for p in report.problems} == {"approvals"}, report.text()
-    (failure,) = [p for p in report.problems if said in p.message]
-    assert failure.stream.startswith("AgentSubsession-")
-    assert failure.revision is not None
+    with monkeypatch.context() as patched:
+        patched.setattr(verifier, "check_approvals", lambda report, tree: None)
+        unchecked = verify_bundle(bundle, TRUSTED)
+        assert unchecked.ok, unchecked.text()
+    return [str(p) for p in report.problems]
 
 
-async def test_a_rejected_call_verifies_and_its_output_edited_to_the_tool_s_fails(
-    tmp_path: Path,
+def where(bundle: dict[str, Any], index: int) -> str:
+    return f"{billing_name(bundle)}@{index}"
+
+
+def test_every_recorded_session_verifies_and_sums_up_its_approvals(
+    recorded: dict[str, dict[str, Any]],
 ) -> None:
-    bundle = await answered_bundle(tmp_path, approve=False)
-    report = verified(bundle)
-    assert report.ok, report.text()
-    assert "0 approved, 1 rejected" in report.text()
-    events = stream_of(bundle, ev.INTERRUPT_RESOLVED)
-    output = output_of_r1(events)
-    edit(output, lambda b: b.update(result="refunded 1250 cents on 42"))
-    relink(bundle)
-    failures = [p for p in verified(bundle).problems if p.check == "approvals"]
-    assert ["the tool ran" in p.message for p in failures] == [True]
+    lines = {
+        "approved": "approvals: 1 asked, 1 approved, 0 rejected, 0 signed",
+        "rejected": "approvals: 1 asked, 0 approved, 1 rejected, 0 signed",
+        "signed": "approvals: 1 asked, 1 approved, 0 rejected, 1 signed",
+        "redacted": "approvals: 1 asked, 1 approved, 0 rejected, 1 signed",
+    }
+    for name, line in lines.items():
+        report = verify_bundle(recorded[name], TRUSTED)
+        assert report.ok, (name, report.text())
+        assert line in report.text(), name
 
 
-async def test_an_approval_edited_without_re_chaining_fails_the_chain_at_its_place(
-    tmp_path: Path,
+# -- the order of question, answer and output ----------------------------------------------
+
+
+def test_a_call_whose_answer_was_dropped_fails_at_its_output(
+    recorded: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bundle = await answered_bundle(tmp_path, approve=True)
-    answer = one(bundle, ev.INTERRUPT_RESOLVED)
-    edited = copy.deepcopy(bundle)
-    edit(
-        one(edited, ev.INTERRUPT_RESOLVED),
-        lambda b: b["extensions"]["agentjournal"].update(by="mallory"),
-    )
-    report = verified(edited)
+    bundle = bundle_of(recorded, "approved")
+    events = billing(bundle)
+    del events[at(events, ev.INTERRUPT_RESOLVED)]
+    reseal(bundle)
+    (problem,) = only_approvals_catch(bundle, monkeypatch)
+    assert problem.startswith(where(bundle, output_at(events)))
+    assert "its question has no answer before it" in problem
+
+
+def test_an_answer_moved_after_the_call_ran_fails(
+    recorded: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle = bundle_of(recorded, "approved")
+    events = billing(bundle)
+    answer = events.pop(at(events, ev.INTERRUPT_RESOLVED))
+    events.insert(output_at(events) + 1, answer)
+    reseal(bundle)
+    problems = only_approvals_catch(bundle, monkeypatch)
+    assert problems[0].startswith(where(bundle, output_at(events)))
+    assert "no answer before it" in problems[0]
+    assert "after its call ran" in problems[1]
+
+
+def test_an_answer_before_its_question_fails(
+    recorded: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle = bundle_of(recorded, "approved")
+    events = billing(bundle)
+    answer = events.pop(at(events, ev.INTERRUPT_RESOLVED))
+    question = at(events, ev.INTERRUPT_ISSUED)
+    events.insert(question, answer)
+    reseal(bundle)
+    problems = only_approvals_catch(bundle, monkeypatch)
+    assert problems[0].startswith(where(bundle, question))
+    assert "before its question" in problems[0]
+
+
+def test_two_answers_to_one_question_fail(
+    recorded: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle = bundle_of(recorded, "approved")
+    events = billing(bundle)
+    first = at(events, ev.INTERRUPT_RESOLVED)
+    second = copy.deepcopy(events[first])
+    second["id"] = str(uuid.uuid4())
+    events.insert(first + 1, second)
+    reseal(bundle)
+    (problem,) = only_approvals_catch(bundle, monkeypatch)
+    assert problem.startswith(where(bundle, first + 1))
+    assert "a second answer" in problem
+
+
+def test_an_answer_to_a_question_that_does_not_exist_fails(
+    recorded: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle = bundle_of(recorded, "approved")
+    events = billing(bundle)
+    answer = at(events, ev.INTERRUPT_RESOLVED)
+
+    def elsewhere(body: dict[str, Any]) -> None:
+        body["extensions"]["agentjournal"]["issued"] = str(uuid.uuid4())
+
+    edit_data(events[answer], elsewhere)
+    reseal(bundle)
+    problems = only_approvals_catch(bundle, monkeypatch)
+    assert problems[0].startswith(where(bundle, answer))
+    assert "a question that does not exist" in problems[0]
+
+
+# -- what an answer covers -------------------------------------------------------------------
+
+
+def test_an_answer_for_other_arguments_does_not_cover_the_call(
+    recorded: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle = bundle_of(recorded, "approved")
+    events = billing(bundle)
+    answer = at(events, ev.INTERRUPT_RESOLVED)
+
+    def other(body: dict[str, Any]) -> None:
+        body["extensions"]["agentjournal"]["arguments_sha256"] = ev.arguments_digest(
+            '{"order_id":"42","amount_cents":999999}'
+        )
+
+    edit_data(events[answer], other)
+    reseal(bundle)
+    problems = only_approvals_catch(bundle, monkeypatch)
+    assert problems[0].startswith(where(bundle, answer))
+    assert "for other arguments than the question's" in problems[0]
+    assert "ran on an answer that does not count" in problems[1]
+
+
+def test_a_question_showing_other_arguments_than_its_call_fails(
+    recorded: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The person was shown a small refund; the call refunds more."""
+    bundle = bundle_of(recorded, "approved")
+    events = billing(bundle)
+    question = at(events, ev.INTERRUPT_ISSUED)
+    small = '{"order_id":"42","amount_cents":5}'
+    edit_data(events[question], lambda body: body.update(prompt=small))
+    answer = at(events, ev.INTERRUPT_RESOLVED)
+
+    def answers_small(body: dict[str, Any]) -> None:
+        body["extensions"]["agentjournal"]["arguments_sha256"] = ev.arguments_digest(small)
+
+    edit_data(events[answer], answers_small)
+    reseal(bundle)
+    problems = only_approvals_catch(bundle, monkeypatch)
+    assert problems[0].startswith(where(bundle, question))
+    assert "shows other arguments than the call" in problems[0]
+
+
+def test_a_rejected_call_whose_tool_started_fails(
+    recorded: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK answers a rejected call with its rejection message and never starts the
+    tool, so the output records no start (``aj.started_at``); one that does fails."""
+    bundle = bundle_of(recorded, "rejected")
+    events = billing(bundle)
+    output = output_at(events)
+    assert ev.STARTED_AT_KEY not in events[output]["metadata"]
+    events[output]["metadata"][ev.STARTED_AT_KEY] = "2026-01-01T00:00:00+00:00"
+    reseal(bundle)
+    (problem,) = only_approvals_catch(bundle, monkeypatch)
+    assert problem.startswith(where(bundle, output))
+    assert "was rejected, yet its tool started" in problem
+
+
+# -- signatures -----------------------------------------------------------------------------
+
+
+def test_a_flipped_outcome_breaks_the_approver_s_signature(
+    recorded: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle = bundle_of(recorded, "signed")
+    events = billing(bundle)
+    answer = at(events, ev.INTERRUPT_RESOLVED)
+    edit_data(events[answer], lambda body: body.update(response="approved by the CFO"))
+    reseal(bundle)
+    problems = only_approvals_catch(bundle, monkeypatch)
+    assert problems[0].startswith(where(bundle, answer))
+    assert "does not verify" in problems[0]
+
+
+def test_a_stripped_signature_on_a_tool_with_approvers_fails(
+    recorded: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle = bundle_of(recorded, "signed")
+    events = billing(bundle)
+    answer = at(events, ev.INTERRUPT_RESOLVED)
+
+    def unsigned(body: dict[str, Any]) -> None:
+        del body["extensions"]["agentjournal"]["signature"]
+        del body["extensions"]["agentjournal"]["key_id"]
+
+    edit_data(events[answer], unsigned)
+    reseal(bundle)
+    problems = only_approvals_catch(bundle, monkeypatch)
+    assert problems[0].startswith(where(bundle, answer))
+    assert "not signed; issue_refund needs one signed by ann" in problems[0]
+    assert "ran on an answer that does not count" in problems[1]
+
+
+def test_an_answer_re_signed_by_a_key_the_policy_does_not_name_fails(
+    recorded: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle = bundle_of(recorded, "signed")
+    events = billing(bundle)
+    answer = at(events, ev.INTERRUPT_RESOLVED)
+    decided = ev.ApprovalDecided.decode(events[answer]["data"].encode())
+    forged = ev.approval_signed_bytes(SID, billing_name(bundle), decided)
+
+    def by_mallory(body: dict[str, Any]) -> None:
+        extension = body["extensions"]["agentjournal"]
+        extension["key_id"] = key_id(MALLORY.public_key())
+        extension["signature"] = base64.b64encode(MALLORY.sign(forged)).decode()
+
+    edit_data(events[answer], by_mallory)
+    reseal(bundle)
+    problems = only_approvals_catch(bundle, monkeypatch)
+    assert "which is no approver of issue_refund" in problems[0]
+
+
+def test_a_redacted_answer_edited_in_its_view_breaks_the_signature(
+    recorded: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a redacted bundle the signature is checked on the view (it covers the digests,
+    not the text): a view whose outcome or reason digest was changed fails."""
+    bundle = bundle_of(recorded, "redacted")
+    events = billing(bundle)
+    answer = at(events, ev.INTERRUPT_RESOLVED)
+    events[answer]["view"]["response"] = {"withheld": "sha256:" + "0" * 64}
+    reseal(bundle)
+    problems = only_approvals_catch(bundle, monkeypatch)
+    assert problems[0].startswith(where(bundle, answer))
+    assert "does not verify" in problems[0]
+
+
+# -- plain tampering ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["edited", "dropped", "moved"])
+def test_an_answer_edited_dropped_or_moved_without_resealing_fails_integrity(
+    recorded: dict[str, dict[str, Any]], how: str
+) -> None:
+    bundle = bundle_of(recorded, "signed")
+    events = billing(bundle)
+    answer = at(events, ev.INTERRUPT_RESOLVED)
+    if how == "edited":
+        events[answer]["data"] = events[answer]["data"].replace("approved", "rejected")
+    elif how == "dropped":
+        del events[answer]
+    else:
+        events.insert(answer + 1, events.pop(answer))
+    report = verify_bundle(bundle, TRUSTED)
     assert not report.ok
-    assert any(
-        p.revision == answer["revision"] and p.stream.startswith("AgentSubsession-")
-        for p in report.problems
-    ), report.text()
-
-
-async def test_a_call_id_asked_again_by_a_new_run_is_a_question_of_its_own(tmp_path: Path) -> None:
-    """A run stops on r1 and is never resumed; the next run's model reuses the call id and
-    asks again on the same stream; that question is approved and its call runs: the first
-    question still waits, and the session verifies."""
-    from agents import Agent, function_tool
-    from agents.testing import ScriptedModel, assistant_message, function_call
-
-    def agent(steps: list[Any]) -> Agent[Any]:
-        @function_tool(needs_approval=True)
-        def issue_refund(order_id: str) -> str:
-            """Refund an order (a person approves it first)."""
-            return f"refunded {order_id}"
-
-        return Agent(name="billing", model=ScriptedModel(steps), tools=[issue_refund])
-
-    ask = [[function_call("issue_refund", {"order_id": "42"}, call_id="r1")]]
-    async with Journal.open("sqlite://:memory:") as journal:
-        session = journal.session(SID)
-        await drive(agent(ask), "refund 42", session=session, hooks=session)
-        result: Any = await drive(agent(ask), "refund 42 again", session=session, hooks=session)
-        await session.hold(result)
-        await session.approve("r1", by="ann")
-        await session.resume(agent([[assistant_message("done")]]))
-        bundle = await export_bundle(journal.store, SID)
-    report = verified(bundle)
-    assert report.ok, report.text()
-    assert (
-        "2 questions, each about exactly its call; 1 approved, 0 rejected, 1 waiting"
-        in report.text()
-    )
-
-
-@pytest.mark.parametrize("approve", [True, False], ids=["approved", "rejected"])
-async def test_a_redacted_bundle_keeps_the_decision_withholds_the_arguments_and_verifies(
-    tmp_path: Path, approve: bool
-) -> None:
-    """The question's view keeps the request, tool and agent and withholds the arguments
-    (keeping the digest of the call's payload); the answer's keeps outcome and who, and
-    withholds the reason; the approvals stage checks them as on the whole record."""
-    bundle = await answered_bundle(tmp_path, approve=approve)
-    redacted = await answered_bundle(tmp_path, approve=approve, redact=True)
-    report = verified(redacted)
-    assert report.ok, report.text()
-    outcome = "1 approved, 0 rejected" if approve else "0 approved, 1 rejected"
-    assert f"approvals: 1 question, each about exactly its call; {outcome}" in report.text()
-    assert "not checked" not in report.text()
-    question, answer = one(redacted, ev.INTERRUPT_ISSUED), one(redacted, ev.INTERRUPT_RESOLVED)
-    assert question["data"] is None
-    assert answer["data"] is None
-    assert question["view"]["tool_name"] == "issue_refund"
-    assert set(question["view"]["prompt"]) == {"withheld", "payload_digest"}
-    assert answer["view"]["outcome"] == ("approved" if approve else "rejected")
-    assert answer["view"]["extensions"]["agentjournal"]["by"] == "ann"
-    assert set(answer["view"]["response"]) == {"withheld"}
-    assert "order_id" not in json.dumps(redacted)
-    assert "order_id" in json.dumps(bundle)
-
-
-async def test_a_redacted_question_pointed_at_other_arguments_fails_its_commitment(
-    tmp_path: Path,
-) -> None:
-    redacted = await answered_bundle(tmp_path, approve=True, redact=True)
-    question = one(redacted, ev.INTERRUPT_ISSUED)
-    question["view"]["prompt"]["payload_digest"] = "0" * 64
-    report = verified(redacted)
-    assert not report.ok
-    assert any(
-        p.revision == question["revision"] and "commitment" in p.message for p in report.problems
-    ), report.text()
+    first: Problem = report.problems[0]
+    assert (first.check, first.stream) == ("integrity", billing_name(bundle))
+    # The answer's revision, or (dropped, moved) the one now in its place.
+    assert first.revision in (answer, answer + 1)

@@ -323,6 +323,11 @@ async def _resumed(
     text: str,
 ) -> None:
     graph = _approval_graph(ran, [[assistant_message(text, item_id="m1")]], [])
+    if isinstance(session, JournalSession) and await session.pending_approvals():
+        # The answer goes on the record first: a call asked on the record runs only on one
+        # (the verifier checks). A branch does not see a question pending in its prefix.
+        decide = session.approve if approve else session.reject
+        await decide("r1", by="ann")
     await resumed(graph, saved, approve=approve, session=session, hooks=hooks, method=method)
 
 

@@ -74,8 +74,18 @@ def test_demo_shows_the_session_tree_and_the_replay(tmp_path: Path) -> None:
     assert "GuardrailDecided             TOOL_CALL issue_refund: BLOCK CEILING_EXCEEDED" in out
     assert "Error: the guardrail blocked this call to issue_r…\n" in out  # cut text says so
     assert f"store: sqlite:///{db}" in out
-    # The ledger: exported and verified offline with the demo's own key.
-    assert "  integrity: 45 events in 4 streams chain correctly" in out
+    # The refund within the ceiling waited for a person: held, approved, resumed.
+    assert (
+        '  refunds asks to run issue_refund({"order_id":"42","amount_cents":1250}): the run '
+        "waits for approval, held on the record\n"
+        "  demo-operator approved call_refund; the run resumes from the record\n"
+        "  refunds: I refunded the duplicate charge of 12.50 EUR.\n"
+    ) in out
+    assert "InterruptResolved            approved by demo-operator [request call_refund]" in out
+    # The ledger: the question, its answer, the paused run, its taking up and one more
+    # checkpoint (the resumed run signs its own end) are five more events than a run
+    # without approval.
+    assert "  integrity: 50 events in 4 streams chain correctly" in out
     # Every model response once (8 calls of 120 in, 30 out), a handoff-only one included.
     assert out.count("ModelResponded") == 8
     assert (
@@ -141,8 +151,10 @@ def test_demo_takes_the_store_from_the_environment_and_the_samples(tmp_path: Pat
     assert demo.returncode == 0, demo.stderr
     assert (tmp_path / "env.db").exists()
     assert not (tmp_path / "agentjournal.db").exists()
+    # A grant at each run's start (the resumed run's too: refunds, where it resumes) and
+    # one along each handoff.
     assert re.search(
-        r"delegation: 1 policy recorded \(sha256:[0-9a-f]{64}\); 4 grants, each recomputed",
+        r"delegation: 1 policy recorded \(sha256:[0-9a-f]{64}\); 5 grants, each recomputed",
         demo.stdout,
     )
     assert "each within its agent's authority" in demo.stdout

@@ -153,7 +153,7 @@ def test_the_waterfall_draws_each_run_model_call_and_check_from_its_recorded_tim
     bars = data["waterfall"]["bars"]
     kinds = [b["kind"] for b in bars]
     events = data["events"]
-    assert kinds.count("run") == 2
+    assert kinds.count("run") == 3  # the first turn, its resume after the approval, thanks
     assert kinds.count("model") == sum(e["kind"] == "ModelResponded" for e in events)
     assert kinds.count("guardrail") == sum(e["kind"] == "GuardrailDecided" for e in events)
     assert all(0 <= b["from"] <= b["to"] for b in bars)

@@ -42,6 +42,7 @@ TOP_LEVEL = {
     # errors
     "AlreadyResolved",
     "AlreadyResumed",
+    "ApproverNotAllowed",
     "AuthorityDenied",
     "CodecError",
     "ConcurrencyError",

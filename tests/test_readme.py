@@ -268,7 +268,7 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     # The demo's own check, and every verification the README runs, said OK.
     assert re.search(r"reference guardrail on http://127\.0\.0\.1:\d+/v1/validate \(4 rules\)", out)
     assert re.search(
-        r"delegation: 1 policy recorded \(sha256:[0-9a-f]{64}\); 4 grants, each recomputed", out
+        r"delegation: 1 policy recorded \(sha256:[0-9a-f]{64}\); 5 grants, each recomputed", out
     )
     # verify in the store, bundle verify, after the rotation
     assert len(re.findall(r"^VERIFIED: checkpoints signed by ed25519:", out, re.MULTILINE)) >= 3
@@ -333,3 +333,33 @@ def test_readme_parser_sees_marks_and_continuations() -> None:
         ("echo one two   # joined",),
     )
     assert (second.mark, second.commands, second.line) == (None, ("echo three",), 10)
+
+
+def approvals_block(text: str) -> str:
+    """The Python block of README's "Approvals" section."""
+    section = text.split("\n## Approvals\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_approvals_block_runs_offline_as_written(tmp_path: Path) -> None:
+    """The README's approval flow: the run stops, is held, approved by alice and resumed."""
+    import sys
+
+    script = tmp_path / "approvals.py"
+    script.write_text(approvals_block(README.read_text(encoding="utf-8")), encoding="utf-8")
+    env = {**_environment(), "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        'billing asks to run issue_refund {"order_id":"42","amount_cents":1250}\n'
+        "Refunded 12.50 EUR.\n"
+    )
+    assert list(tmp_path.iterdir()) == [script]  # an in-memory store: nothing written here

@@ -430,7 +430,9 @@ def test_input_larger_than_the_journal_takes_is_refused() -> None:
         parse_input(json.dumps(_body(input_message={"role": "user", "content": escaped})).encode())
     fits = "a" * (MAX_CONTENT_UNITS - 2)
     body = _body(input_message={"role": "user", "content": fits})
-    assert parse_input(json.dumps(body).encode()).input_message.content == fits
+    message = parse_input(json.dumps(body).encode()).input_message
+    assert message is not None
+    assert message.content == fits
     with pytest.raises(InvalidInput, match="field state: too large"):
         parse_input(json.dumps(_body(state={"blob": "b" * MAX_STATE_BYTES})).encode())
 

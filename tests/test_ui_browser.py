@@ -36,6 +36,7 @@ from ui_support import (
     write_forked_in_handoff,
     write_in_thread,
     write_listed,
+    write_paused,
     write_session,
     write_store,
 )
@@ -515,11 +516,13 @@ def test_the_waterfall_draws_runs_model_calls_and_checks_with_their_durations(
     page = watched.page
     page.goto(f"{url}/sessions/demo-1")
     page.locator("#tab-waterfall").click()
-    expect(page.locator("#waterfall .row-run")).to_have_count(2)
+    # The first turn, its resume after the refund's approval, and the thanks.
+    expect(page.locator("#waterfall .row-run")).to_have_count(3)
     expect(page.locator("#waterfall .row-model")).to_have_count(8)
-    # lookup_order, add_note, and issue_refund twice (the BLOCKed one was refused inside
-    # the SDK's tool call: it has its times too).
-    expect(page.locator("#waterfall .row-tool")).to_have_count(4)
+    # lookup_order, add_note, and the BLOCKed issue_refund (refused inside the SDK's tool
+    # call: it has its times too). The approved refund ran in the resumed run, after its
+    # call's item was written by the run that stopped: no times are recorded for it.
+    expect(page.locator("#waterfall .row-tool")).to_have_count(3)
     assert page.locator("#waterfall .row-guardrail").count() >= 8
     expect(page.locator("#waterfall .row-guardrail .bar.decision-BLOCK")).to_have_count(1)
     for text in page.locator("#waterfall .row-model .bar-ms").all_inner_texts():
@@ -708,6 +711,100 @@ def test_the_list_searches_filters_sorts_and_pages_on_the_server(
     assert watched.others(listed) == []
 
 
+# -- approvals ---------------------------------------------------------------------------------
+
+TOKEN = "s3cret-token-for-the-viewer"
+
+
+@pytest.fixture
+def waiting(tmp_path: Path) -> Stored:
+    """A store holding ``paused-1``, whose refund waits for a person (run held), signed."""
+    import asyncio
+
+    from agentjournal.ledger import SigningKey
+
+    key = SigningKey.generate()
+    (tmp_path / "k.pem").write_text(key.private_pem(), encoding="utf-8")
+    (tmp_path / "k.pem.pub").write_text(key.public_pem(), encoding="utf-8")
+    path = tmp_path / "journal.db"
+    stored = Stored(path, f"sqlite:///{path}", tmp_path / "k.pem.pub")
+    in_thread(asyncio.run, write_paused(stored.uri, tmp_path / "k.pem", "paused-1"))
+    in_thread(asyncio.run, write_session(stored.uri, tmp_path / "k.pem", "other-1", "hello"))
+    return stored
+
+
+def test_a_pending_approval_is_listed_shown_and_approved_from_the_page(
+    watched: Watched, waiting: Stored, shots: Path
+) -> None:
+    import httpx
+
+    page = watched.page
+    with serving(waiting.uri, pubkey=waiting.pubkey, token=TOKEN) as base:
+        page.goto(f"{base}/?token={TOKEN}")
+        rows = page.locator("#rows tr")
+        expect(rows).to_have_count(2)
+        page.locator("#f-approvals").check()
+        expect(rows).to_have_count(1)
+        expect(rows.first).to_have_attribute("data-session", "paused-1")
+        expect(rows.first).to_contain_text("1 waiting for approval")
+        assert "approvals=1" in page.url
+        page.screenshot(path=str(shots / "ui-list-waiting.png"))
+        rows.first.locator("a").click()
+        panel = page.locator("#approvals")
+        expect(panel).to_contain_text("1 call waits for approval")
+        asked = panel.locator('tr[data-request="r1"]')
+        expect(asked).to_contain_text("billing")
+        expect(asked).to_contain_text("issue_refund")
+        expect(asked).to_contain_text('{"order_id":"42","amount_cents":1250}')
+        expect(asked).to_contain_text(" UTC")
+        expect(page.locator(".verdict.decision-ASKED")).to_have_count(1)  # on the call
+        page.screenshot(path=str(shots / "ui-approval-pending.png"))
+        # A name is required: nothing is sent without one.
+        asked.locator(".answer-approve").click()
+        expect(page.locator("#approve-error")).to_contain_text("give your name")
+        page.locator("#approve-by").fill("alice")
+        page.locator("#approve-reason").fill("duplicate charge")
+        asked.locator(".answer-approve").click()
+        expect(panel).to_have_count(0)
+        # The live page redraws from the record: the answer beside the call.
+        expect(page.locator(".verdict.decision-APPROVED")).to_contain_text("approved by alice")
+        page.screenshot(path=str(shots / "ui-approval-approved.png"))
+        # Read back through the API: recorded as given, nothing waits.
+        with httpx.Client(
+            base_url=base, timeout=30, headers={"Authorization": f"Bearer {TOKEN}"}
+        ) as client:
+            data = client.get("/api/sessions/paused-1").json()
+            assert data["approvals"] == []
+            (resolved,) = [e for e in data["events"] if e["kind"] == "InterruptResolved"]
+            body = resolved["record"]["data"]
+            assert body["outcome"] == "approved"
+            assert body["response"] == "duplicate charge"
+            assert body["extensions"]["agentjournal"]["by"] == "alice"
+            assert client.get("/api/sessions?approvals=1").json()["rows"] == []
+    assert watched.errors == []
+    assert watched.others(base) == []
+
+
+def test_without_a_token_a_pending_approval_has_no_buttons_and_cannot_be_posted(
+    watched: Watched, waiting: Stored
+) -> None:
+    page = watched.page
+    with serving(waiting.uri, pubkey=waiting.pubkey) as base:
+        page.goto(f"{base}/sessions/paused-1")
+        expect(page.locator("#approvals")).to_contain_text("1 call waits for approval")
+        expect(page.locator("#approvals button")).to_have_count(0)
+        expect(page.locator("#approve-by")).to_have_count(0)
+        # The page's own script could not answer either.
+        status = page.evaluate(
+            """() => fetch("/api/sessions/paused-1/approvals/r1", {method: "POST",
+                 headers: {"Content-Type": "application/json"},
+                 body: JSON.stringify({approve: true, by: "alice"})})
+               .then(r => r.text().then(t => [r.status, t]))"""
+        )
+        assert status == [403, "deciding needs the viewer's token (agentjournal ui --token ...)\n"]
+    assert watched.others(base) == []
+
+
 # -- the screenshots in docs/ ----------------------------------------------------------------
 
 DOCS = Path(__file__).parent.parent / "docs" / "screenshots"
@@ -731,7 +828,8 @@ def pictured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_the_documentation_screenshots_are_taken_at_1280_and_1920(
     browser: Browser, pictured: str, tmp_path: Path, width: int
 ) -> None:
-    """The list, the conversation, the waterfall and two lines compared, each at ``width``
+    """The list, the conversation, the waterfall, the demo's approval on its call and two
+    lines compared, each at ``width``
     with nothing scrolled sideways. ``AGENTJOURNAL_UI_DOCS=1`` writes them into
     ``docs/screenshots/`` (what README and docs/viewer.md show); else a temporary folder."""
     folder = DOCS if os.environ.get("AGENTJOURNAL_UI_DOCS") == "1" else tmp_path
@@ -758,6 +856,16 @@ def test_the_documentation_screenshots_are_taken_at_1280_and_1920(
         page.locator("#waterfall .row-model").nth(1).click()
         expect(page.locator("#record")).to_contain_text("ModelResponded")
         shot("waterfall")
+        # The person's answer on the call it answers, in the demo's refunds block.
+        page.locator("#tab-conversation").click()
+        answered = page.locator(".verdict.decision-APPROVED")
+        expect(answered).to_contain_text("approved by demo-operator")
+        answered.click()
+        expect(page.locator("#record")).to_contain_text('"outcome": "approved"')
+        answered.scroll_into_view_if_needed()
+        page.evaluate("window.scrollBy(0, 250)")
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        page.screenshot(path=str(folder / f"approval-{width}.png"))
         page.goto(f"{pictured}/sessions/paused-1?branch=rejected")
         page.locator("#tab-compare").click()
         expect(page.locator("#compare-summary")).to_contain_text("Not refunded.")

@@ -69,6 +69,19 @@ async def write_session(uri: str, key: Path | None, session_id: str, text: str) 
         await drive(top_level(), "and again", session=session, hooks=session)
 
 
+async def write_paused(uri: str, key: Path | str, session_id: str) -> None:
+    """triage -> billing, whose refund (call ``r1``) waits for a person; the run held
+    (``session.hold``), signed with ``key``."""
+    from paused_graph import approval_graph
+
+    async with Journal.open(uri, signing_key=str(key)) as journal:
+        session = journal.session(session_id, app_name="shop", user_id="u-9")
+        paused: Any = await drive(
+            approval_graph(), "Refund order 42", session=session, hooks=session
+        )
+        await session.hold(paused)
+
+
 def in_thread(function: Callable[..., T], *args: Any) -> T:
     """``function(*args)`` on a thread of its own, to its end: Playwright's sync API keeps
     an event loop running on the test's thread, where ``asyncio.run`` may not run."""

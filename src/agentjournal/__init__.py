@@ -26,6 +26,7 @@ from agentjournal._lazy import exports
 from agentjournal.errors import (
     AlreadyResolved,
     AlreadyResumed,
+    ApproverNotAllowed,
     AuthorityDenied,
     CodecError,
     ConcurrencyError,
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AlreadyResolved",
     "AlreadyResumed",
+    "ApproverNotAllowed",
     "Authority",
     "AuthorityDenied",
     "Checkpoint",

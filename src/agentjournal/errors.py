@@ -9,7 +9,8 @@ the store boundary and never leak through the public API.
     JournalError
     ├── InvalidInput (also ValueError)   bad arguments; nothing was written
     │   ├── BranchDeleted                the branch this session is on was deleted
-    │   └── AlreadyResolved              an approval request was answered already
+    │   ├── AlreadyResolved              an approval request was answered already
+    │   └── ApproverNotAllowed           an answer is not signed by an approver of its tool
     ├── StoreError                       the event store failed
     │   ├── ConcurrencyError             expected revision did not match
     │   ├── RetriesExhausted             other writers kept winning, every retry
@@ -28,6 +29,7 @@ from typing import Any
 
 __all__ = [
     "AlreadyResolved",
+    "ApproverNotAllowed",
     "AuthorityDenied",
     "BranchDeleted",
     "CodecError",
@@ -118,6 +120,25 @@ class AlreadyResumed(InvalidInput):
                 "checked what the tools did may take it up again (retake=True)"
             )
         super().__init__(f"the paused run on {stream} was resumed already{who}; {detail}")
+
+
+class ApproverNotAllowed(InvalidInput):
+    """Raised when an answer to an approval is not signed by one of the approvers the policy
+    names for its tool (no key, a key it does not name, or a recorded answer whose signature
+    or arguments digest does not verify). Nothing has been written, and a run is not resumed
+    on such an answer.
+
+    Attributes:
+        request_id: The request (the tool call's id).
+        tool_name: The tool.
+        reason: What is wrong.
+    """
+
+    def __init__(self, request_id: str, tool_name: str, reason: str) -> None:
+        self.request_id = request_id
+        self.tool_name = tool_name
+        self.reason = reason
+        super().__init__(f"approval request {request_id!r} ({tool_name}): {reason}")
 
 
 class StoreError(JournalError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Collection, Generator, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Final
 
@@ -19,7 +19,8 @@ from agentjournal.engine.writer import rotate_key
 from agentjournal.errors import InvalidInput
 from agentjournal.guardrails.client import GuardrailClient
 from agentjournal.ledger import KeyRotation, SigningKey
-from agentjournal.read.approvals import PendingApproval, pending_approvals
+from agentjournal.read.approvals import PendingApproval
+from agentjournal.read.approvals import pending_approvals as _pending_approvals
 from agentjournal.sdk.session import JournalSession
 from agentjournal.shred.keys import CachedKeyStore, SubjectKeyStore
 from agentjournal.shred.sealing import OpeningStore, SubjectSealer
@@ -253,25 +254,29 @@ class Journal:
     async def pending_approvals(
         self,
         *,
-        sessions: Collection[str] | None = None,
+        sessions: Iterable[str] | None = None,
         app: str | None = None,
         user: str | None = None,
     ) -> list[PendingApproval]:
-        """Every approval that waits for a person, across sessions and their lines,
-        oldest first: what each session's ``pending_approvals()`` lists, with the session
-        and line it is on (answer it with ``journal.session(id, branch=line).approve``).
+        """Every approval that waits for a person, across sessions, oldest first.
+
+        Each as ``journal.session(id, branch=B).pending_approvals()`` sees it (the main
+        line and every live branch, each with its open subagents), with where it waits.
+        The store's catalog (the ``sessions`` projection, brought up to date and saved
+        by the call) says which sessions have an unanswered question; only those are
+        read.
 
         Args:
-            sessions: Only these sessions; default every session in the store.
-            app: Only sessions of this ``app_name``.
-            user: Only sessions of this ``user_id``.
+            sessions: Only these session ids (each must exist; default: every session).
+            app: Only sessions started with this ``app_name``.
+            user: Only sessions started with this ``user_id``.
 
         Raises:
-            InvalidInput: A session id is malformed.
+            InvalidInput: A session id is malformed or not in the store.
             StoreUnavailable: The store could not be read.
         """
         store = self.store if self.keys is None else OpeningStore(self.store, self.keys)
-        return await pending_approvals(store, sessions=sessions, app=app, user=user)
+        return await _pending_approvals(store, sessions=sessions, app=app, user=user)
 
     async def erase(self, *, subject: str, reason: str, by: str) -> Erasure:
         """Erase a data subject's content: destroy its keys, write

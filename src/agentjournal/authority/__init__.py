@@ -27,6 +27,7 @@ from agentjournal.authority._model import (
 )
 from agentjournal.authority._policy import (
     ApprovalRule,
+    Approver,
     CeilingInput,
     Gate,
     Policy,
@@ -40,6 +41,7 @@ __all__ = [
     "NOTHING",
     "AllowList",
     "ApprovalRule",
+    "Approver",
     "Authority",
     "Cap",
     "Ceiling",

@@ -42,10 +42,23 @@ arguments a person approved (:meth:`Policy.check_call` with ``approved``).
 
 ``visibility: false`` switches the three visibility gates off (tools, MCP
 tools, handoffs are all offered); the invocation gate is always on.
+
+``approvers:`` names the people whose signed answer a tool call's approval needs::
+
+    approvers:
+      ann:
+        public_key: 3q2+7w...=     # base64 of the raw 32-byte Ed25519 public key
+        tools: [issue_refund]
+        scopes: [billing.*]        # or every tool whose rule's scope these cover
+
+A tool with named approvers (:meth:`Policy.approvers_for`) is approved or rejected only by
+an answer one of them signed.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import os
@@ -55,6 +68,7 @@ from functools import cached_property
 from typing import Any, Final
 
 import rfc8785
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentjournal._digests import value_digest
 from agentjournal._yaml import read_yaml
@@ -211,6 +225,83 @@ class Refusal:
 _MISSING: Final = object()
 
 
+@dataclass(frozen=True, slots=True)
+class Approver:
+    """A person whose signed answer approves or rejects calls of some tools.
+
+    Attributes:
+        name: Who (the policy's key for the entry).
+        public_key: Base64 of the raw 32-byte Ed25519 public key.
+        tools: Tools whose calls they answer.
+        scopes: Scope patterns: they answer calls of every tool whose rule's scope these cover.
+    """
+
+    name: str
+    public_key: str
+    tools: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidInput(f"an approver needs a name, got {self.name!r}")
+        _public_key(self.name, self.public_key)
+        if not all(isinstance(tool, str) and tool for tool in self.tools):
+            raise InvalidInput(f"approver {self.name!r}: 'tools' must be a list of tool names")
+        for scope in self.scopes:
+            validate_scope(scope)
+        if not self.tools and not self.scopes:
+            raise InvalidInput(f"approver {self.name!r} names no 'tools' and no 'scopes'")
+
+    @property
+    def key(self) -> Ed25519PublicKey:
+        """The public key."""
+        return _public_key(self.name, self.public_key)
+
+    @property
+    def key_id(self) -> str:
+        """``ed25519:`` + 16 hex digits, as the ledger names keys (``ledger.keys.key_id``)."""
+        raw = base64.b64decode(self.public_key, validate=True)
+        return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
+
+    @classmethod
+    def from_json(cls, name: Any, body: Any) -> Approver:
+        """One ``approvers:`` entry.
+
+        Raises:
+            InvalidInput: Unknown fields or wrong types.
+        """
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(f"an approver's name must be text, got {name!r}")
+        if not isinstance(body, Mapping) or set(body) - {"public_key", "tools", "scopes"}:
+            raise InvalidInput(
+                f"approver {name!r} needs 'public_key' and 'tools' and/or 'scopes', nothing else"
+            )
+        tools, scopes = body.get("tools") or [], body.get("scopes") or []
+        if not isinstance(tools, list) or not isinstance(scopes, list):
+            raise InvalidInput(f"approver {name!r}: 'tools' and 'scopes' must be lists")
+        return cls(name, body.get("public_key"), tuple(tools), tuple(scopes))  # type: ignore[arg-type]
+
+    def to_json(self) -> dict[str, Any]:
+        """Its canonical form (lists sorted, each name once)."""
+        return {
+            "public_key": self.public_key,
+            "tools": sorted(set(self.tools)),
+            "scopes": sorted(set(self.scopes)),
+        }
+
+
+def _public_key(name: str, text: Any) -> Ed25519PublicKey:
+    try:
+        raw = base64.b64decode(text, validate=True) if isinstance(text, str) else b""
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != 32:
+        raise InvalidInput(
+            f"approver {name!r}: public_key must be base64 of a raw 32-byte Ed25519 public key"
+        )
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
 @dataclass(frozen=True)
 class Policy:
     """One policy for all four gates: per-agent authority and per-tool rules.
@@ -220,11 +311,13 @@ class Policy:
             handoff).
         tools: Tool name (function or MCP tool) -> what a call needs.
         visibility: Whether the three visibility gates hide what an agent may not use.
+        approvers: Name -> who may sign answers to approvals of which tools.
     """
 
     agents: Mapping[str, Authority] = field(default_factory=dict)
     tools: Mapping[str, ToolRule] = field(default_factory=dict)
     visibility: bool = True
+    approvers: Mapping[str, Approver] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, body: Any) -> Policy:
@@ -235,7 +328,7 @@ class Policy:
         """
         if not isinstance(body, Mapping):
             raise InvalidInput("a policy must be a mapping with 'agents' and 'tools'")
-        extra = set(body) - {"agents", "tools", "visibility"}
+        extra = set(body) - {"agents", "tools", "visibility", "approvers"}
         if extra:
             raise InvalidInput(f"unknown policy fields {sorted(extra)}")
         agents, tools = body.get("agents") or {}, body.get("tools") or {}
@@ -249,6 +342,7 @@ class Policy:
             agents={str(name): Authority.from_json(value) for name, value in agents.items()},
             tools=rules,
             visibility=visibility,
+            approvers=_approvers_from_json(body.get("approvers")),
         )
 
     @classmethod
@@ -271,6 +365,7 @@ class Policy:
             "agents": {name: self.agents[name].to_json() for name in sorted(self.agents)},
             "tools": {name: self.tools[name].to_json() for name in sorted(self.tools)},
             "visibility": self.visibility,
+            **self._approvers_json(),
         }
 
     @cached_property
@@ -281,6 +376,26 @@ class Policy:
         digest, however they were written (YAML order, redundant scopes).
         """
         return "sha256:" + hashlib.sha256(rfc8785.dumps(self.to_json())).hexdigest()
+
+    def _approvers_json(self) -> dict[str, Any]:
+        """``approvers`` of :meth:`to_json`, only when some are named: a policy without
+        approvers keeps the form (and digest) it always had."""
+        if not self.approvers:
+            return {}
+        return {
+            "approvers": {name: self.approvers[name].to_json() for name in sorted(self.approvers)}
+        }
+
+    def approvers_for(self, tool: str) -> tuple[Approver, ...]:
+        """Who may answer an approval of a call of ``tool``: the approvers that name the tool,
+        or whose scopes cover its rule's scope (none: any answer will do)."""
+        rule = self.tools.get(tool)
+        return tuple(
+            approver
+            for _, approver in sorted(self.approvers.items())
+            if tool in approver.tools
+            or (rule is not None and Authority.of(*approver.scopes).holds(rule.scope))
+        )
 
     def authority_of(self, agent: str) -> Authority:
         """What ``agent`` holds or requests; nothing when the policy does not name it."""
@@ -416,6 +531,14 @@ class Policy:
             limit=None if wider or not looser else sender.ceilings[looser[0]].to_json(),
             value=None if wider or not looser else request.ceilings[looser[0]].to_json(),
         )
+
+
+def _approvers_from_json(body: Any) -> dict[str, Approver]:
+    if body is None:
+        return {}
+    if not isinstance(body, Mapping):
+        raise InvalidInput("'approvers' must map a name to {public_key, tools, scopes}")
+    return {str(name): Approver.from_json(name, entry) for name, entry in body.items()}
 
 
 # -- ceiling inputs ---------------------------------------------------------------------

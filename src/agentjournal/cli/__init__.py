@@ -29,7 +29,7 @@ Commands:
                 a branch that continues the session (or branch B) as of a cut
     approvals [SESSION | --all] [--app A] [--user U] [--json]
                 the tool calls that wait for a person's approval, oldest first
-    approve|reject SESSION REQUEST --as NAME [--reason TEXT] [--branch B]
+    approve|reject SESSION REQUEST --as NAME [--reason TEXT] [--key PEM] [--branch B]
                 a person's answer on the record (the application resumes the run)
     erase --subject S --reason TEXT --as NAME [--keys FILE]
                 destroy a data subject's keys: its sealed content reads [erased],
@@ -54,8 +54,8 @@ Commands:
 Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
 else ``sqlite:///agentjournal.db``); the commands that only read one
 (``verify``, ``bundle export``, ``sessions``, ``show``, ``replay``, ``usage``, ``tail``,
-``trace export``, ``ui``, ``view``) never create it, nor does ``fork`` (it writes to an
-existing session only).
+``trace export``, ``ui``, ``view``, ``approvals``) never create it, nor do ``fork``,
+``approve`` and ``reject`` (they write to an existing session only).
 
 Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed. An
 expected error is one line on stderr saying what to do; ``--debug`` shows the

@@ -9,7 +9,10 @@ The reference guardrail service runs on loopback and checks every action
 through the session's hooks and ``session.guard(agent)``: it redacts the
 customer's e-mail address from billing's note (MODIFY: the tool runs with the
 redacted arguments) and refuses a refund above its ceiling (BLOCK: the tool
-never runs, refunds sees an error and retries within policy). The demo prints
+never runs, refunds sees an error and retries within policy). The refund within the
+ceiling waits for a person: the run stops, is held (``session.hold``), approved by
+``demo-operator`` (``session.approve``) and resumed from the record
+(``session.resume``), all on the record. The demo prints
 every stream of the session tree, decisions included (the view `agentjournal show`
 prints), and the flat history the
 SDK gets back; then it exports the session tree and verifies it offline (hash
@@ -30,7 +33,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agents import Agent, RunConfig, Runner, function_tool
+from agents import Agent, RunConfig, RunContextWrapper, Runner, function_tool
+from agents.result import RunResult
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.usage import Usage
 
@@ -41,6 +45,7 @@ from agentjournal.errors import InvalidInput
 from agentjournal.guardrails.service import running
 from agentjournal.journal import Journal
 from agentjournal.read.views import describe_item, print_tree
+from agentjournal.sdk.session import JournalSession
 from agentjournal.store import store_uri
 from agentjournal.streams import session_stream
 from agentjournal.walk import read_tree
@@ -60,9 +65,26 @@ def add_note(order_id: str, note: str) -> str:
     return f"noted on order {order_id}: {note}"
 
 
-@function_tool
+APPROVAL_FROM_CENTS = 1000
+"""A refund from this amount up waits for a person's approval (above the guardrail's
+ceiling it is blocked anyway: no one is asked)."""
+CEILING_CENTS = 2000
+"""The default rules' refund ceiling (:data:`agentjournal.cli.demo.RULES`)."""
+OPERATOR = "demo-operator"
+"""Who approves the demo's refund (recorded on its ``InterruptResolved``)."""
+
+
+async def _refund_needs_approval(
+    context: RunContextWrapper[Any], arguments: dict[str, Any], call_id: str
+) -> bool:
+    """Refunds of 10.00 EUR up to the ceiling wait for an operator."""
+    amount = arguments.get("amount_cents")
+    return isinstance(amount, int) and APPROVAL_FROM_CENTS <= amount <= CEILING_CENTS
+
+
+@function_tool(needs_approval=_refund_needs_approval)
 def issue_refund(order_id: str, amount_cents: int) -> str:
-    """Refund part of an order."""
+    """Refund part of an order (from 10.00 EUR, an operator approves it first)."""
     return f"refund of {amount_cents} cents on order {order_id} accepted"
 
 
@@ -157,6 +179,25 @@ def thanks_agent() -> Agent[Any]:
     )
 
 
+async def _approve_and_resume(
+    session: JournalSession,
+    agent: Agent[Any],
+    paused: RunResult,
+    config: RunConfig,
+    out: Print,
+) -> RunResult:
+    """The run stopped for approval: hold it, approve as :data:`OPERATOR`, resume it."""
+    (waiting,) = await session.hold(paused)
+    out(
+        f"  {waiting.agent} asks to run {waiting.tool_name}({waiting.arguments}): "
+        "the run waits for approval, held on the record"
+    )
+    await session.approve(waiting.request_id, by=OPERATOR, reason="the duplicate charge only")
+    out(f"  {OPERATOR} approved {waiting.request_id}; the run resumes from the record")
+    async with session.run_scope():
+        return await session.resume(agent, run_config=config)
+
+
 async def run_demo(uri: str, setup: DemoSetup, out: Print = print) -> int:
     """Run the demo against the store at ``uri``; returns the exit code.
 
@@ -195,11 +236,14 @@ async def run_demo(uri: str, setup: DemoSetup, out: Print = print) -> int:
             (support_agents(), "Why was I charged twice for order 42?"),
             (thanks_agent(), "Thanks!"),
         ):
+            guarded = session.guard(agent)
+            out(f"  user: {text}")
             async with session.run_scope():
                 result = await Runner.run(
-                    session.guard(agent), text, session=session, hooks=session, run_config=config
+                    guarded, text, session=session, hooks=session, run_config=config
                 )
-            out(f"  user: {text}")
+            if result.interruptions:
+                result = await _approve_and_resume(session, guarded, result, config, out)
             out(f"  {result.last_agent.name}: {result.final_output}")
         out("")
         print_tree(await read_tree(journal.store, session_id), out)

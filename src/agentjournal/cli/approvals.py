@@ -1,10 +1,12 @@
 """``agentjournal approvals``, ``approve`` and ``reject``: the calls that wait for a person,
-and a person's answer on the record.
+and a person's answer to one.
 
-The answer is the same ``InterruptResolved`` ``session.approve``/``reject`` write (one
-answer per request, whichever processes race); the run goes on when the application
-resumes it (``session.resume(agent)``) or, for a manifest's agent, on the next
-``agentjournal run`` with the thread. Runs without the Agents SDK.
+``approvals`` lists what ``Journal.pending_approvals`` finds (every session, or one);
+``approve``/``reject`` record the answer (``InterruptResolved``) on the line that asked,
+through the engine's own write (:meth:`SessionCore.resolve`, as
+``JournalSession.approve`` calls it), without the Agents SDK: one answer per request,
+whichever processes race. The paused run is resumed by whoever runs the agent
+(``session.resume(agent)``, or ``agentjournal run`` with ``approvals`` in its input).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agentjournal.cli._common import STORE_HELP, Commands
 
@@ -20,103 +22,104 @@ if TYPE_CHECKING:
     from agentjournal.read.approvals import PendingApproval
 
 _ARGUMENTS = 60
-"""How much of a call's arguments the table shows (``--json`` shows them whole)."""
+"""How much of a call's arguments the table shows (``--json`` has all)."""
 
 
 def register(commands: Commands) -> None:
-    """Add the ``approvals``, ``approve`` and ``reject`` commands."""
-    text = "list the tool calls that wait for a person's approval"
-    listing = commands.add("approvals", text, "agentjournal approvals --all")
+    """Add ``approvals``, ``approve`` and ``reject``."""
+    text = "list the tool calls that wait for a person's approval, oldest first"
+    listing = commands.add("approvals", text, "agentjournal approvals support-4711")
     which = listing.add_mutually_exclusive_group()
     which.add_argument("session", nargs="?", help="only this session (default: every session)")
-    which.add_argument("--all", action="store_true", help="every session (the default)")
+    which.add_argument(
+        "--all", action="store_true", help="every session of the store (the default)"
+    )
     listing.add_argument("--app", help="only sessions of this app_name (default: any)")
     listing.add_argument("--user", help="only sessions of this user_id (default: any)")
     listing.add_argument(
         "--json",
         action="store_true",
-        help="one JSON array, arguments whole (default: off: a table)",
+        help="print each approval in full as JSON (default: a table, arguments shortened)",
     )
     listing.add_argument("--uri", help=STORE_HELP + "; never created")
     listing.set_defaults(run=lambda args: asyncio.run(list_approvals(args)))
     for name, verb in (("approve", "approve"), ("reject", "reject")):
         answer = commands.add(
             name,
-            f"{verb} a call that waits for a person: InterruptResolved on the record",
-            f"agentjournal {name} support-4711 call_r1 --as ann@example.com --reason 'checked'",
+            f"{verb} a tool call that waits for a person's approval (the run is resumed "
+            "by whoever runs the agent)",
+            f"agentjournal {name} support-4711 call_42 --as dana --reason 'checked the order'",
         )
         answer.add_argument("session", help="the session id")
-        answer.add_argument("request", help="the request id (the call id `approvals` lists)")
+        answer.add_argument("request", help="the request id (the call's id; see `approvals`)")
         answer.add_argument(
             "--as",
             dest="by",
             metavar="NAME",
             required=True,
-            help="who decides, recorded as given (required)",
+            help="who decides: recorded with the answer (no default)",
         )
-        answer.add_argument("--reason", default="", help="why (recorded; default: none)")
+        answer.add_argument(
+            "--reason", default="", help="why, recorded with the answer (default: none)"
+        )
         answer.add_argument(
             "--branch",
             metavar="B",
-            default="main",
-            help="the line the run is on (default: main; `approvals` lists it)",
+            help="the line that asked, when several ask the same request "
+            "(default: the one where it waits; `approvals` lists it)",
+        )
+        answer.add_argument(
+            "--key",
+            metavar="PEM",
+            help="the approver's Ed25519 private key (as `agentjournal keygen` writes): the "
+            "answer is signed with it; needed where the policy names approvers for the tool "
+            "(default: unsigned)",
         )
         answer.add_argument("--uri", help=STORE_HELP + "; never created")
-        answer.set_defaults(run=lambda args, a=name == "approve": asyncio.run(decide(args, a)))
+        answer.set_defaults(
+            run=lambda args, approve=(name == "approve"): asyncio.run(answer_request(args, approve))
+        )
 
 
 async def list_approvals(args: argparse.Namespace) -> int:
-    """Print the pending approvals, oldest first (a table, or ``--json``).
+    """Print the pending approvals (a table, or ``--json``).
 
     Raises:
-        InvalidInput: The session is not in the store (exit 1).
+        InvalidInput: SESSION is not in the store (exit 1).
         JournalError: The store cannot be opened or read (exit 1).
     """
     from agentjournal.cli._store import open_session
     from agentjournal.read.approvals import pending_approvals
     from agentjournal.store import open_store, store_uri
 
+    sessions = None
     if args.session is not None:
         store, session_id = await open_session(args.uri, args.session)
-        sessions: list[str] | None = [session_id]
+        sessions = [session_id]
     else:
-        store, sessions = await open_store(store_uri(args.uri), create=False), None
+        store = await open_store(store_uri(args.uri), create=False)
     try:
         found = await pending_approvals(store, sessions=sessions, app=args.app, user=args.user)
     finally:
         await store.close()
     if args.json:
-        print(json.dumps([_as_json(p) for p in found], indent=2, ensure_ascii=False))
+        print(json.dumps([p.as_dict() for p in found], indent=2, ensure_ascii=False))
         return 0
-    if not found:
-        print("no approval waits for an answer")
-        return 0
-    for line in _table(found):
-        print(line)
+    _print_table(found)
     return 0
 
 
-def _as_json(pending: PendingApproval) -> dict[str, Any]:
-    a = pending.approval
-    return {
-        "session_id": pending.session_id,
-        "line": pending.line,
-        "request_id": a.request_id,
-        "agent": a.agent,
-        "tool": a.tool_name,
-        "arguments": a.arguments,
-        "stream": a.stream,
-        "revision": a.revision,
-        "asked_at": a.issued_at.isoformat(),
-    }
+def _print_table(found: list[PendingApproval]) -> None:
+    from agentjournal._text import cut
+    from agentjournal.cli._render import console, table
 
-
-def _table(found: list[PendingApproval]) -> list[str]:
-    from agentjournal._text import cut, printable
-
+    out = console()
+    if not found:
+        out.print("no approvals wait", markup=False)
+        return
     rows = [
         (
-            p.session_id + ("" if p.line == "main" else f" --branch {p.line}"),
+            p.session_id if p.branch == "main" else f"{p.session_id} --branch {p.branch}",
             p.approval.request_id,
             p.approval.agent,
             p.approval.tool_name,
@@ -125,52 +128,61 @@ def _table(found: list[PendingApproval]) -> list[str]:
         )
         for p in found
     ]
-    header = ("SESSION", "REQUEST", "AGENT", "TOOL", "ARGUMENTS", "ASKED (UTC)")
-    shown = [tuple(printable(str(v)) for v in row) for row in [header, *rows]]
-    widths = [max(len(row[i]) for row in shown) for i in range(len(header))]
-    return [
-        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in shown
-    ]
+    table(out, ("session", "request", "agent", "tool", "arguments", "asked at (UTC)"), rows)
 
 
-async def decide(args: argparse.Namespace, approve: bool) -> int:
-    """Record the answer and say how the run goes on.
+async def answer_request(args: argparse.Namespace, approve: bool) -> int:
+    """Record the answer on the line that asked the request; print it.
 
     Raises:
-        InvalidInput: The session, branch or request is unknown, ``--as`` is blank.
-        AlreadyResolved: The request was answered already (naming who answered; exit 1).
+        InvalidInput: The session, branch or request is unknown, ``--as`` is empty, or
+            ``--key`` is no Ed25519 private key (exit 1).
+        AlreadyResolved: The request was answered already; names who answered (exit 1).
+        ApproverNotAllowed: The session's recorded policy names approvers for the tool
+            and ``--key`` is none of theirs (or missing) (exit 1).
         JournalError: The store cannot be opened, read or written (exit 1).
     """
     from agentjournal._text import printable
     from agentjournal.cli._store import open_session
     from agentjournal.engine.core import open_line
-    from agentjournal.errors import InvalidInput
+    from agentjournal.errors import AlreadyResolved, InvalidInput
     from agentjournal.ledger.keys import SigningKey
-    from agentjournal.streams import MAIN_BRANCH
+    from agentjournal.read.approvals import find_request, recorded_policy
 
     if not args.by.strip():
         raise InvalidInput("--as needs the name of who decides")
+    approver = SigningKey.from_file(args.key) if args.key is not None else None
     store, session_id = await open_session(args.uri, args.session)
     try:
-        line, stream = None, None
-        if args.branch != MAIN_BRANCH:
-            from agentjournal.read.lines import find_branch
-
-            found = await find_branch(store, session_id, args.branch)
-            line, stream = found.name, found.stream
+        line = await find_request(store, session_id, args.request, branch=args.branch)
+        if line is None:
+            on = "" if args.branch is None else f" on branch {args.branch!r}"
+            raise InvalidInput(
+                f"no approval request {args.request!r} in session {session_id}{on}: see "
+                f"`agentjournal approvals {session_id}`"
+            )
+        branch, stream, asked = line
+        if asked.decision is not None:
+            raise AlreadyResolved(asked.request_id, asked.decision.outcome, asked.decision.by)
+        if asked.ran:
+            raise InvalidInput(f"approval request {args.request!r} is settled: its call has run")
+        # With a signing key configured the answer is signed as every write is.
         key = SigningKey.from_environment()
-        core = open_line(store, session_id, branch=line, stream=stream, signing_key=key)
+        policy = await recorded_policy(store, session_id)
+        core = open_line(
+            store, session_id, branch=branch, stream=stream, signing_key=key, policy=policy
+        )
         decided = await core.resolve(
-            args.request, approve=approve, by=args.by, reason=args.reason, trace={}
+            args.request, approve=approve, by=args.by, reason=args.reason, trace={}, key=approver
         )
     finally:
         await store.close()
-    on = "" if line is None else f" --branch {line}"
+    where = f" --branch {branch}" if branch is not None else ""
+    signed = f", signed by {decided.key_id}" if decided.signed else ""
     print(
         printable(
-            f"{decided.outcome} request {decided.request_id} of session {session_id}{on} "
-            f"as {decided.by}"
+            f"{decided.outcome} request {decided.request_id} of session {session_id}{where} "
+            f"as {decided.by}{signed}"
         )
     )
-    print("  the run goes on when the application resumes it: session.resume(agent)")
     return 0

@@ -45,6 +45,15 @@ def register(commands: Commands) -> None:
         "parent's history as of the fork; --at counts the line's items as get_items on it "
         "does) (default: main, the session itself)",
     )
+    replay.add_argument(
+        "--approvals",
+        action="store_true",
+        help="after the items, the line's approval events, oldest first, one JSON object "
+        'each: {"event", "stream", "revision", "description"} (the question: agent, '
+        "tool, arguments, request; the answer: outcome, who, why; the paused run: its "
+        "requests), described as `agentjournal show` does; not with --at (default: items "
+        "only, exactly as get_items)",
+    )
     replay.add_argument("--uri", help=STORE_HELP + "; never created")
     replay.set_defaults(run=lambda args: asyncio.run(replay_session(args)))
 
@@ -53,20 +62,40 @@ async def replay_session(args: argparse.Namespace) -> int:
     """Print one item per line, in the compact JSON the session stored it in.
 
     Raises:
-        InvalidInput: The session or ``--branch`` is not in the store, or the line has no
-            item ``--at`` (exit 1).
+        InvalidInput: The session or ``--branch`` is not in the store, the line has no
+            item ``--at``, or ``--approvals`` is given with ``--at`` (exit 1).
         JournalError: The store cannot be opened or read (exit 1).
     """
+    import json
     import sys
 
     from agentjournal.cli._store import open_session
     from agentjournal.engine.codec import exact_json
-    from agentjournal.read.lines import line_replay
+    from agentjournal.errors import InvalidInput
+    from agentjournal.read.lines import find_branch, line_path, line_replay
+    from agentjournal.read.views import describe_record, is_approval
+    from agentjournal.streams import MAIN_BRANCH
 
+    if args.approvals and args.at is not None:
+        raise InvalidInput("--approvals shows the line as it is now: leave out --at")
     store, session_id = await open_session(args.uri, args.session)
     try:
         items = await line_replay(store, session_id, args.branch, limit=args.limit, at=args.at)
+        asked = []
+        if args.approvals:
+            branch = None
+            if args.branch != MAIN_BRANCH:
+                branch = await find_branch(store, session_id, args.branch)
+            asked = [r for r in await line_path(store, session_id, branch) if is_approval(r)]
     finally:
         await store.close()
     sys.stdout.writelines(exact_json(item) + "\n" for item in items)
+    for record in asked:
+        described = {
+            "event": record.type,
+            "stream": record.stream,
+            "revision": record.revision,
+            "description": describe_record(record),
+        }
+        sys.stdout.write(json.dumps(described, ensure_ascii=False) + "\n")
     return 0

@@ -2,11 +2,12 @@
 
 stdin: one JSON object (``thread_id``, ``run_id``, ``input_message``, ``state``,
 ``config``, ``trace``). stdout: exactly one JSON object, whatever happens
-(``status`` completed / blocked / failed, or an ``error`` for input that was
-refused before anything ran). stderr: JSON lines only, each with ``trace_id``
+(``status`` completed / interrupted / blocked / failed, or an ``error`` for input that
+was refused before anything ran). stderr: JSON lines only, each with ``trace_id``
 and ``span_id``. Exit codes: 0 completed, 1 invalid input, manifests, tools or
 options (nothing written; a command line ``run`` cannot use, or a store that cannot
-be opened, too), 2 blocked, 3 failed.
+be opened, too), 2 blocked, 3 failed, 4 interrupted (tool calls wait for a person's
+approval: answer them with ``approvals`` in the next invocation's input).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def register(commands: Commands) -> None:
     """Add the ``run`` command."""
     text = (
         "run a manifest's agent: one JSON object on stdin, one on stdout (seed 000); "
-        "exit 0 completed, 1 invalid (nothing written), 2 blocked, 3 failed"
+        "exit 0 completed, 1 invalid (nothing written), 2 blocked, 3 failed, "
+        "4 interrupted (waits for approval)"
     )
     run = commands.add(
         "run",
@@ -151,6 +153,7 @@ def _refuse(code: str, message: str, request: InvocationInput | None = None) -> 
         agent_id=None,
         state={},
         handoffs=[],
+        approvals=[],
         trace=None,
         error=ErrorInfo(
             code=code, message=scrubber.scrub(" ".join(scrubber.scrub(message).split()))
@@ -234,6 +237,8 @@ def _invoke(args: argparse.Namespace, request: InvocationInput) -> int:
     )
     try:
         output = asyncio.run(running.invoke(setup, request))
+    except running.ApprovalsRefused as error:  # the answers do not fit what the thread waits for
+        return _refuse("INVALID_INPUT", str(error), request)
     except InvalidInput as error:  # --uri names no store this runner knows
         return _refuse("INVALID_SETUP", f"--uri: {error}", request)
     except (JournalError, OSError) as error:  # the store could not be opened or read

@@ -129,11 +129,16 @@ def _ui(args: argparse.Namespace) -> int:
 
     def ready(url: str) -> None:
         where = f"{url}/?token=…" if token is not None else f"{url}/"
-        print(f"agentjournal ui: serving {where} (read-only); Ctrl-C stops it", flush=True)
+        # With a token a person may answer a pending approval: the one write it makes.
+        mode = "read-only but for answers to approvals" if token is not None else "read-only"
+        print(f"agentjournal ui: serving {where} ({mode}); Ctrl-C stops it", flush=True)
 
     closing = threading.Event()
     app = create_app(
-        lambda: open_store(target, create=False), keys=keys, token=token, closing=closing
+        lambda: open_store(target, create=False),
+        keys=keys,
+        token=token,
+        closing=closing,
     )
     # uvicorn shuts down on SIGINT or SIGTERM, then raises the signal again: as
     # KeyboardInterrupt both times here, so Ctrl-C and a service manager's stop exit 0.

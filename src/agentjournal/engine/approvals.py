@@ -24,13 +24,23 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from agentjournal import events
 from agentjournal.engine.fork import read_types
 from agentjournal.engine.line import Line
 from agentjournal.engine.plan import WritePlan
 from agentjournal.engine.plan_control import plan_control
-from agentjournal.errors import AlreadyResolved, AlreadyResumed, CodecError, InvalidInput
-from agentjournal.store.contract import RecordedEvent
+from agentjournal.errors import (
+    AlreadyResolved,
+    AlreadyResumed,
+    ApproverNotAllowed,
+    CodecError,
+    InvalidInput,
+)
+from agentjournal.ledger.approvals import check_answer, sign_answer
+from agentjournal.ledger.keys import SigningKey
+from agentjournal.store.contract import EventStore, RecordedEvent
 
 _READ: Final = frozenset({events.INTERRUPT_ISSUED, events.INTERRUPT_RESOLVED, "ToolResultReceived"})
 
@@ -149,8 +159,14 @@ async def approvals(line: Line, streams: Sequence[str] | None = None) -> list[Ap
             await line.reader.refresh(0)
             line.check_live()
             streams = list(line.tree.followed)
+    return await approvals_on(line.store, streams)
+
+
+async def approvals_on(store: EventStore, streams: Sequence[str]) -> list[Approval]:
+    """Every approval asked on ``streams`` of ``store``, oldest first (a reader that holds
+    no line: the viewer)."""
     return fold_approvals(
-        {stream: await read_types(line.store, stream, -1, _READ) for stream in streams}
+        {stream: await read_types(store, stream, -1, _READ) for stream in streams}
     )
 
 
@@ -308,20 +324,29 @@ async def resolve(
     by: str,
     reason: str,
     trace: Mapping[str, str],
+    key: Ed25519PrivateKey | SigningKey | None = None,
 ) -> events.ApprovalDecided:
     """Answer a pending approval: ``InterruptResolved`` on the question's stream.
 
-    The write expects that stream's exact head and the question is looked up again in
-    every plan, so of two answers racing in any processes exactly one lands.
+    The answer names the digest of the question's arguments; with ``key`` it is signed
+    (:func:`~agentjournal.ledger.approvals.sign_answer`) in the plan, so what is signed is
+    exactly what is written. The write expects that stream's exact head and the question
+    is looked up again in every plan, so of two answers racing in any processes exactly
+    one lands.
 
     Raises:
         InvalidInput: No pending approval ``request_id`` on the line, or ``by`` is empty.
         AlreadyResolved: It was answered already (naming who answered).
+        ApproverNotAllowed: The session's policy names approvers for the tool, and ``key``
+            is none of theirs (or there is no key).
     """
     if not isinstance(by, str) or not by.strip():
         raise InvalidInput("an approval needs the name of who decides (by=...)")
     if not isinstance(reason, str):
         raise InvalidInput(f"reason must be text, got {reason!r}")
+    if key is not None and not isinstance(key, SigningKey | Ed25519PrivateKey):
+        raise InvalidInput(f"key must be an Ed25519 private key, got {type(key).__name__}")
+    facts = line.facts
     tree = line.tree
     decided: list[events.ApprovalDecided] = []
 
@@ -348,10 +373,24 @@ async def resolve(
             by,
             question.event_id,
             datetime.now(UTC),
+            arguments_digest=events.arguments_digest(question.arguments),
         )
+        if key is not None:
+            answer = sign_answer(answer, key, session_id=facts.session_id, stream=question.stream)
+        found = check_answer(
+            (facts.policy,) if facts.policy is not None else (),
+            answer,
+            session_id=facts.session_id,
+            stream=question.stream,
+            tool_name=question.tool_name,
+            asked_digest=answer.arguments_digest,
+        )
+        if found.problem is not None:
+            raise ApproverNotAllowed(request_id, question.tool_name, found.problem)
         decided[:] = [answer]
         metadata = {
             **trace,
+            **facts.policy_metadata(),
             events.INTERRUPT_KEY: events.TOOL_APPROVAL,
             events.CALL_ID_KEY: request_id,
         }

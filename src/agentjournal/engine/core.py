@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from agentjournal import events
 from agentjournal._gc import no_collection
@@ -40,6 +40,9 @@ from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.ledger.keys import SigningKey
 from agentjournal.shred.sealing import SubjectSealer
 from agentjournal.streams import branch_stream, session_stream
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 logger = logging.getLogger("agentjournal.engine")
 
@@ -417,11 +420,18 @@ class SessionCore:
         return await approving.hold(self._line, state, requests, trace)
 
     async def resolve(
-        self, request_id: str, *, approve: bool, by: str, reason: str, trace: Mapping[str, str]
+        self,
+        request_id: str,
+        *,
+        approve: bool,
+        by: str,
+        reason: str,
+        trace: Mapping[str, str],
+        key: Ed25519PrivateKey | SigningKey | None = None,
     ) -> events.ApprovalDecided:
         """Answer a pending approval: :func:`~agentjournal.engine.approvals.resolve`."""
         return await approving.resolve(
-            self._line, request_id, approve=approve, by=by, reason=reason, trace=trace
+            self._line, request_id, approve=approve, by=by, reason=reason, trace=trace, key=key
         )
 
     # -- checkpoints (:mod:`agentjournal.engine.checkpoints`) ---------------------------

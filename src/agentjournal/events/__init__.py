@@ -49,11 +49,14 @@ from agentjournal.events._erasure import SubjectErased
 from agentjournal.events._history import ItemPopped, SessionCleared
 from agentjournal.events._interrupts import (
     APPROVAL_OUTCOMES,
+    SIGNED_APPROVAL,
     TOOL_APPROVAL,
     ApprovalAsked,
     ApprovalDecided,
     RunPaused,
     RunResumed,
+    approval_signed_bytes,
+    arguments_digest,
 )
 from agentjournal.events._names import (
     AUTHORITY_GRANTED,
@@ -218,5 +221,8 @@ __all__ = [
     "RunPaused",
     "RunResumed",
     "SubjectErased",
+    "SIGNED_APPROVAL",
+    "approval_signed_bytes",
+    "arguments_digest",
     "holds_item",
 ]

@@ -12,13 +12,19 @@ types: these hold no item.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import json
+import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
+import rfc8785
 from kurrent_agent_schema import InterruptIssued, InterruptResolved, from_json, to_json
 
+from agentjournal._digests import value_digest
 from agentjournal.errors import CodecError
 from agentjournal.events._codec import EVENT_ID, TEXT, Event, json_body
 from agentjournal.events._names import INTERRUPT_ISSUED, INTERRUPT_RESOLVED, RUN_PAUSED, RUN_RESUMED
@@ -27,6 +33,17 @@ TOOL_APPROVAL: Final = "tool_approval"
 """The kind of a function tool's approval (``InterruptIssued.kind``, ``aj.interrupt``)."""
 APPROVAL_OUTCOMES: Final = ("approved", "rejected")
 _EXTENSION: Final = "agentjournal"
+SIGNED_APPROVAL: Final = "agentjournal-approval/1"
+"""The ``format`` of the bytes an approver signs (:func:`approval_signed_bytes`)."""
+_DIGEST: Final = re.compile(r"sha256:[0-9a-f]{64}")
+_KEY_ID: Final = re.compile(r"ed25519:[0-9a-f]{16}")
+_SIGNATURE_TEXT: Final = 88  # base64 of a 64-byte Ed25519 signature
+
+
+def arguments_digest(arguments: str) -> str:
+    """``sha256:`` + hex SHA-256 of a call's arguments text (UTF-8): what an answer says it
+    answers. Lone surrogates are kept as their bytes: a digest never fails."""
+    return "sha256:" + hashlib.sha256(arguments.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +116,12 @@ class ApprovalDecided:
         by: Who answered.
         issued: The event id of the ``InterruptIssued`` it answers.
         timestamp: When.
+        arguments_digest: :func:`arguments_digest` of the arguments the question showed
+            (empty on answers recorded before answers named them).
+        key_id: The signing approver's key id (``ed25519:`` + 16 hex digits); empty when
+            unsigned.
+        signature: Base64 Ed25519 signature over :func:`approval_signed_bytes`; empty when
+            unsigned.
     """
 
     request_id: str
@@ -107,6 +130,14 @@ class ApprovalDecided:
     by: str
     issued: str
     timestamp: datetime
+    arguments_digest: str = ""
+    key_id: str = ""
+    signature: str = ""
+
+    @property
+    def signed(self) -> bool:
+        """Whether an approver signed it."""
+        return bool(self.signature)
 
     def encode(self) -> bytes:
         """Its data: the schema's ``InterruptResolved`` JSON."""
@@ -114,23 +145,36 @@ class ApprovalDecided:
             request_id=self.request_id, outcome=self.outcome, response=self.reason
         )
         message.timestamp.FromDatetime(self.timestamp)
-        message.extensions[_EXTENSION].update({"by": self.by, "issued": self.issued})
+        extension = {"by": self.by, "issued": self.issued}
+        if self.arguments_digest:
+            extension["arguments_sha256"] = self.arguments_digest
+        if self.signature:
+            extension["key_id"] = self.key_id
+            extension["signature"] = self.signature
+        message.extensions[_EXTENSION].update(extension)
         text: str = to_json(message)
         return text.encode()
 
     @classmethod
     def decode(cls, data: bytes) -> ApprovalDecided:
-        """Read it back.
+        """Read it back (answers without a digest or signature too).
 
         Raises:
-            CodecError: The data is no function tool approval's ``InterruptResolved``.
+            CodecError: The data is no function tool approval's ``InterruptResolved``, or
+                its digest, key id or signature is malformed.
         """
         body, extension = _canonical(InterruptResolved, INTERRUPT_RESOLVED, data)
         outcome = body.get("outcome")
         if outcome not in APPROVAL_OUTCOMES:
             raise CodecError(
-                f"{INTERRUPT_RESOLVED}: outcome must be one of {APPROVAL_OUTCOMES}, got {outcome!r}"
+                f"{INTERRUPT_RESOLVED}: outcome must be one of {APPROVAL_OUTCOMES}, got "
+                f"{_short(outcome)}"
             )
+        digest = _optional(extension, "arguments_sha256", _DIGEST, "sha256:<64 hex digits>")
+        key_id = _optional(extension, "key_id", _KEY_ID, "ed25519:<16 hex digits>")
+        signature = _signature(extension.get("signature"))
+        if bool(key_id) != bool(signature):
+            raise CodecError(f"{INTERRUPT_RESOLVED}: a signature needs its key_id, and back")
         return cls(
             request_id=_text(body, "request_id", INTERRUPT_RESOLVED),
             outcome=outcome,
@@ -138,7 +182,71 @@ class ApprovalDecided:
             by=_text(extension, "by", INTERRUPT_RESOLVED),
             issued=_text(extension, "issued", INTERRUPT_RESOLVED),
             timestamp=_time(body, INTERRUPT_RESOLVED),
+            arguments_digest=digest,
+            key_id=key_id,
+            signature=signature,
         )
+
+
+def approval_signed_bytes(
+    session_id: str, stream: str, decided: ApprovalDecided, *, reason_digest: str | None = None
+) -> bytes:
+    """The bytes an approver signs: RFC 8785 JSON of the session, the question's stream,
+    the request, the question's event id, the arguments digest, the outcome, the digest of
+    the reason (``value_digest``: the redaction marker's, so a redacted bundle still
+    verifies; ``reason_digest`` when only that is known), who, and when (UTC,
+    microseconds)."""
+    return bytes(
+        rfc8785.dumps(
+            {
+                "format": SIGNED_APPROVAL,
+                "session_id": session_id,
+                "stream": stream,
+                "request_id": decided.request_id,
+                "issued": decided.issued,
+                "arguments_sha256": decided.arguments_digest,
+                "outcome": decided.outcome,
+                "reason_sha256": reason_digest or value_digest(decided.reason),
+                "by": decided.by,
+                "time": signed_time(decided.timestamp),
+            }
+        )
+    )
+
+
+def signed_time(when: datetime) -> str:
+    """A time as the signature covers it: UTC, microseconds, ``Z``."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _optional(extension: dict[str, Any], key: str, form: re.Pattern[str], shown: str) -> str:
+    value = extension.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not form.fullmatch(value):
+        raise CodecError(f"{INTERRUPT_RESOLVED}: {key} must be {shown}, got {_short(value)}")
+    return value
+
+
+def _signature(value: Any) -> str:
+    if value is None:
+        return ""
+    raw = b""
+    if isinstance(value, str) and len(value) == _SIGNATURE_TEXT:
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raw = b""
+    if len(raw) != 64:
+        raise CodecError(
+            f"{INTERRUPT_RESOLVED}: signature must be base64 of 64 bytes, got {_short(value)}"
+        )
+    return str(value)
+
+
+def _short(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +330,7 @@ def _canonical(kind: Any, type_: str, data: bytes) -> tuple[dict[str, Any], dict
 def _text(body: dict[str, Any], key: str, type_: str) -> str:
     value = body.get(key)
     if not isinstance(value, str) or not value:
-        raise CodecError(f"{type_}: {key} must be a non-empty string, got {value!r}")
+        raise CodecError(f"{type_}: {key} must be a non-empty string, got {_short(value)}")
     return value
 
 
@@ -231,7 +339,7 @@ def _time(body: dict[str, Any], type_: str) -> datetime:
     try:
         return datetime.fromisoformat(str(value))
     except ValueError:
-        raise CodecError(f"{type_}: timestamp is no RFC 3339 time: {value!r}") from None
+        raise CodecError(f"{type_}: timestamp is no RFC 3339 time: {_short(value)}") from None
 
 
 def _compact(value: Any) -> str:

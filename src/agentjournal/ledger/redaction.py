@@ -9,9 +9,9 @@ classes:
   branches): shown whole;
 * **viewed** — its data mixes conversation with what a verifier needs (tool
   calls, handoffs, subagent completions, guardrail decisions, authority
-  refusals): shown as its *view*, the data with every conversation value
-  replaced by a marker ``{"withheld": "sha256:..."}`` holding the digest of
-  that value (:func:`agentjournal.guardrails.actions.digest`);
+  refusals, approvals' questions and answers): shown as its *view*, the data
+  with every conversation value replaced by a marker ``{"withheld": "sha256:..."}``
+  holding the digest of that value (:func:`agentjournal.guardrails.actions.digest`);
 * **withheld** — everything else, including types this version does not
   know: no data at all, only its digest.
 
@@ -94,9 +94,8 @@ VIEWED: Final = frozenset(
         events.INTERRUPT_RESOLVED,
     }
 )
-"""Event types that get a view (``OpenAIItemRecorded`` only for locally executed calls; the
-interrupt types only for a function tool's approval, ``aj.interrupt``: an MCP approval item
-of the same type is withheld whole)."""
+"""Event types that get a view (``OpenAIItemRecorded`` only for locally executed calls, the
+interrupt types only for approvals of function tools: with ``aj.interrupt``)."""
 
 
 _CODE: Final = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
@@ -337,6 +336,12 @@ def _view(
             return None  # a message or an output: withheld whole
         marker = _call_marker(item, rule, _marked_digest)
         return {**body, "item": marker}, (None if is_withheld(item) else marker)
+    if type_ in (events.INTERRUPT_ISSUED, events.INTERRUPT_RESOLVED):
+        if events.INTERRUPT_KEY not in metadata:
+            return None  # an MCP approval item: withheld whole, as every item
+        if type_ == events.INTERRUPT_RESOLVED:
+            return _replace(body, [("response",)]), None
+        return _question(body), None
     if type_ == events.SUBAGENT_STARTED:
         return _replace(body, [("prompt",), ("extensions", "openai", "item_json")]), None
     if type_ == events.SUBAGENT_COMPLETED:
@@ -350,28 +355,24 @@ def _view(
         if modified is not None:
             shown["modified_payload"] = _modified_marker(body, modified, rule)
         return shown, None
-    if type_ in (events.INTERRUPT_ISSUED, events.INTERRUPT_RESOLVED):
-        approval = _approval_view(type_, body, metadata)
-        return None if approval is None else (approval, None)
     return _replace(body, [("reason",), ("value",)]), None  # AuthorityRefused
 
 
-def _approval_view(
-    type_: str, body: dict[str, Any], metadata: Mapping[str, str]
-) -> dict[str, Any] | None:
-    """A function tool approval's view: the question without the call's arguments (their
-    marker also holds the digest of the call's payload, which the call's own marker holds,
-    so a verifier matches question and call without either's arguments); the answer without
-    its reason. None for anything else (withheld whole)."""
-    if metadata.get(events.INTERRUPT_KEY) != events.TOOL_APPROVAL:
-        return None
-    if type_ == events.INTERRUPT_RESOLVED:
-        return _replace(body, [("response",)])
-    shown = _replace(body, [("prompt",)])
-    prompt, marker = body.get("prompt"), shown.get("prompt")
-    if isinstance(prompt, str) and isinstance(marker, dict):
-        payload = tool_call_payload(str(body.get("request_id")), str(body.get("tool_name")), prompt)
-        marker["payload_digest"] = value_digest(payload)
+def _question(body: dict[str, Any]) -> dict[str, Any]:
+    """An approval's question with its arguments (``prompt``) withheld; the marker keeps
+    their :func:`~agentjournal.events.arguments_digest` (what an answer names) and the
+    ``payload_digest`` of the call they are (what the call item's marker names)."""
+    prompt = body.get("prompt", "")
+    if not isinstance(prompt, str):
+        raise TypeError("prompt is no text")
+    shown: dict[str, Any] = _copy(body)
+    shown["prompt"] = {
+        "withheld": _marked_digest(prompt),
+        "arguments_sha256": events.arguments_digest(prompt),
+        "payload_digest": _marked_digest(
+            tool_call_payload(str(body["request_id"]), str(body.get("tool_name", "")), prompt)
+        ),
+    }
     return shown
 
 

@@ -1,81 +1,187 @@
-"""Approvals that wait for a person, across a store's sessions and their lines.
+"""The approvals that wait for a person, across the sessions of a store.
 
-A session's line knows its own questions (:func:`agentjournal.engine.approvals.approvals`:
-those asked on its top stream and its open subagents', without an answer or an output).
-Here the lines are found (the catalog's sessions, each session's live branches) and
-their pending questions gathered, oldest first. Nothing here writes but the catalog's
-saved fold, as ``agentjournal sessions`` does.
+Each session's own ``pending_approvals()`` reads the questions on its line's followed
+streams (:func:`agentjournal.engine.approvals.approvals`); here that read runs on every
+live line (main and each branch not deleted) of every session that may have one. Which
+may is the catalog's to say (:mod:`agentjournal.read.catalog`: its rows count each
+session's questions neither answered nor run, folded incrementally from the global
+order), so a store of thousands of sessions is read once for what is new and only
+sessions with such a question are opened. Nothing here writes but the catalog's own save.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from agentjournal import events
 from agentjournal.engine.approvals import Approval
 from agentjournal.engine.core import open_line
 from agentjournal.engine.fork import read_branches
-from agentjournal.streams import MAIN_BRANCH, validate_id
+from agentjournal.errors import InvalidInput, JournalError
+from agentjournal.streams import MAIN_BRANCH, authority_stream, session_stream, validate_id
 
 if TYPE_CHECKING:
+    from agentjournal.authority import Policy
     from agentjournal.store.contract import EventStore
+
+__all__ = ["PendingApproval", "find_request", "pending_approvals", "recorded_policy"]
 
 
 @dataclass(frozen=True, slots=True)
 class PendingApproval:
-    """A question that waits for an answer, and where.
+    """An approval that waits for an answer, and where.
 
     Attributes:
         session_id: The session.
-        line: ``main`` or the branch the run is on.
-        approval: The question (its request id, tool, arguments, agent, stream, time).
+        approval: The question (:class:`~agentjournal.engine.approvals.Approval`).
+        branch: The line it waits on: ``"main"`` or a branch's name (answer it on a
+            session opened with that ``branch=``).
     """
 
     session_id: str
-    line: str
     approval: Approval
+    branch: str = MAIN_BRANCH
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready data: where it waits and the question in full."""
+        found = self.approval
+        return {
+            "session_id": self.session_id,
+            "branch": self.branch,
+            "request_id": found.request_id,
+            "agent": found.agent,
+            "tool": found.tool_name,
+            "arguments": found.arguments,
+            "asked_at": found.issued_at.isoformat(),
+            "stream": found.stream,
+            "revision": found.revision,
+            "event_id": found.event_id,
+            "authority": dict(found.authority) if found.authority is not None else None,
+        }
 
 
 async def pending_approvals(
     store: EventStore,
     *,
-    sessions: Collection[str] | None = None,
+    sessions: Iterable[str] | None = None,
     app: str | None = None,
     user: str | None = None,
 ) -> list[PendingApproval]:
-    """Every approval that waits for an answer in ``store``, oldest first.
+    """Every approval that waits for an answer, oldest first, across sessions.
 
     Args:
-        store: The event store.
+        store: The store.
         sessions: Only these sessions (each must exist); default every session.
-        app: Only sessions of this ``app_name``.
-        user: Only sessions of this ``user_id``.
+        app: Only sessions whose ``SessionStarted.app_name`` is this.
+        user: Only sessions whose ``SessionStarted.user_id`` is this.
 
     Raises:
-        InvalidInput: A session id is malformed.
+        InvalidInput: A session id in ``sessions`` is malformed or not in the store.
         StoreUnavailable: The store could not be read.
     """
-    from agentjournal.read.catalog.listing import sessions as catalog_sessions
+    from agentjournal.read.catalog import refresh
 
-    wanted = None if sessions is None else {validate_id(s, "session id") for s in sessions}
+    chosen: list[str] | None = None
+    if sessions is not None:
+        chosen = [validate_id(s, "session id") for s in sessions]
+        for session_id in chosen:
+            if await store.head(session_stream(session_id)) is None:
+                raise InvalidInput(f"no session {session_id!r} in the store: check the id")
+    rows = (await refresh(store)).rows
+    wanted = set(chosen) if chosen is not None else None
+    candidates = [
+        row.session_id
+        for row in rows
+        if row.pending_approvals
+        and (wanted is None or row.session_id in wanted)
+        and (app is None or row.app == app)
+        and (user is None or row.user == user)
+    ]
     found: list[PendingApproval] = []
-    for row in await catalog_sessions(store):
-        if wanted is not None and row.session_id not in wanted:
-            continue
-        if (app is not None and row.app != app) or (user is not None and row.user != user):
-            continue
-        found.extend(await _line_pending(store, row.session_id, MAIN_BRANCH, None))
-        for branch in await read_branches(store, row.session_id):
-            if branch.deleted is None:
-                found.extend(await _line_pending(store, row.session_id, branch.name, branch.stream))
-    found.sort(key=lambda p: (p.approval.issued_at, p.session_id, p.line))
+    for session_id in candidates:
+        found.extend(await session_pending(store, session_id))
+    return sorted(found, key=_order)
+
+
+async def session_pending(store: EventStore, session_id: str) -> list[PendingApproval]:
+    """The pending approvals of one session, on its main line and each live branch, as
+    ``journal.session(id, branch=B).pending_approvals()`` sees them."""
+    found: list[PendingApproval] = []
+    for branch, stream in await _live_lines(store, session_id):
+        core = open_line(store, session_id, branch=branch, stream=stream)
+        name = branch if branch is not None else MAIN_BRANCH
+        found += [PendingApproval(session_id, a, name) for a in await core.approvals() if a.pending]
     return found
 
 
-async def _line_pending(
-    store: EventStore, session_id: str, line: str, stream: str | None
-) -> list[PendingApproval]:
-    branch = None if line == MAIN_BRANCH else line
-    core = open_line(store, session_id, branch=branch, stream=stream)
-    return [PendingApproval(session_id, line, a) for a in await core.approvals() if a.pending]
+async def _live_lines(store: EventStore, session_id: str) -> list[tuple[str | None, str]]:
+    """The session's main line (None) and each branch not deleted, with its top stream."""
+    lines: list[tuple[str | None, str]] = [(None, session_stream(session_id))]
+    lines += [(b.name, b.stream) for b in await read_branches(store, session_id) if not b.deleted]
+    return lines
+
+
+def _order(pending: PendingApproval) -> tuple[Any, ...]:
+    found = pending.approval
+    return (found.issued_at, pending.session_id, found.stream, found.revision)
+
+
+async def find_request(
+    store: EventStore, session_id: str, request_id: str, *, branch: str | None = None
+) -> tuple[str | None, str, Approval] | None:
+    """Where ``request_id`` was asked in the session: the line (branch name, None for
+    main), its top stream, and the newest question with that id; one that still waits
+    first, else one answered or run (on any stream of the line, a subagent's that has
+    ended too); None when no live line of the session asked it. ``branch`` looks on that
+    line only (``"main"`` for the main line).
+
+    Raises:
+        InvalidInput: ``branch`` names no live branch of the session.
+    """
+    from agentjournal.walk import walk_tree
+
+    lines = await _live_lines(store, session_id)
+    if branch is not None:
+        wanted = None if branch == MAIN_BRANCH else branch
+        lines = [line for line in lines if line[0] == wanted]
+        if not lines:
+            raise InvalidInput(f"session {session_id} has no live branch {branch!r}")
+    for branch, stream in lines:
+        core = open_line(store, session_id, branch=branch, stream=stream)
+        waiting = [a for a in await core.approvals() if a.request_id == request_id and a.pending]
+        if waiting:
+            return branch, stream, waiting[-1]
+    for branch, stream in lines:
+        core = open_line(store, session_id, branch=branch, stream=stream)
+        streams = [name async for name, _ in walk_tree(store, stream)]
+        asked = [a for a in await core.approvals(streams) if a.request_id == request_id]
+        if asked:
+            return branch, stream, asked[-1]
+    return None
+
+
+async def recorded_policy(store: EventStore, session_id: str) -> Policy | None:
+    """The newest policy the session recorded (``PolicyRecorded`` on its authority log):
+    the one whose approvers an answer from outside the application (the command line, the
+    viewer) must satisfy, as ``resume`` checks it. None: it recorded none.
+
+    Raises:
+        InvalidInput: The newest recorded policy does not read (fail closed: no answer is
+            written under a policy nobody can check).
+    """
+    from agentjournal.authority import Policy
+    from agentjournal.engine.fork import read_types
+
+    recorded = await read_types(
+        store, authority_stream(session_id), -1, frozenset({events.POLICY_RECORDED})
+    )
+    if not recorded:
+        return None
+    try:
+        return Policy.from_json(events.PolicyRecorded.decode(recorded[-1].data).policy)
+    except (JournalError, ValueError, TypeError) as error:
+        raise InvalidInput(
+            f"session {session_id}'s recorded policy does not read: {error}"
+        ) from None

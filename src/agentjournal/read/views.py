@@ -33,6 +33,7 @@ __all__ = [
     "StreamView",
     "describe_item",
     "describe_record",
+    "is_approval",
     "plain_lines",
     "print_tree",
     "tree_view",
@@ -179,6 +180,18 @@ def tone_of(record: Record) -> Tone:
     if record.type == events.SUBAGENT_COMPLETED and body.get("outcome") not in (None, "success"):
         return "failed"
     return ""
+
+
+def is_approval(record: Record) -> bool:
+    """Whether the event is an approval's: a question (``InterruptIssued``), an answer
+    (``InterruptResolved``) or a paused run (``RunPaused``); the codec's MCP approval
+    items, of the same canonical types, are not."""
+    if record.type == events.RUN_PAUSED:
+        return True
+    return (
+        record.type in (events.INTERRUPT_ISSUED, events.INTERRUPT_RESOLVED)
+        and events.INTERRUPT_KEY in record.metadata
+    )
 
 
 def describe_record(record: Record) -> str:

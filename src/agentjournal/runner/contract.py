@@ -13,8 +13,18 @@ Input (every field mandatory, nothing else accepted)::
 
 ``trace`` may instead carry ``traceparent`` (and ``tracestate``) as received in
 HTTP headers. Output: ``thread_id``, ``run_id``, ``status`` (``completed``,
-``blocked``, ``failed``), ``response`` (null unless completed), ``agent_id`` (the
-final agent), ``state``, ``handoffs``, ``trace`` and ``error`` (null when completed).
+``interrupted``, ``blocked``, ``failed``), ``response`` (null unless completed),
+``agent_id`` (the final agent), ``state``, ``handoffs``, ``approvals`` (the tool calls
+that wait for a person: empty unless interrupted), ``trace`` and ``error`` (null when
+completed or interrupted).
+
+Approvals: a run that stops on a tool declared ``needs_approval`` answers
+``status: "interrupted"`` with each waiting call in ``approvals`` (``request_id``,
+``tool``, ``arguments``, ``agent``); the run is held on the thread
+(``session.hold``). A later invocation on the same thread gives the answers in the
+optional input field ``approvals`` (``[{"request_id", "approve", "by", "reason"}]``,
+one for every waiting call) and ``input_message: null``: each answer is recorded and
+the held run resumes (``session.resume``).
 """
 
 from __future__ import annotations
@@ -165,8 +175,31 @@ class TraceIn(_Strict):
         return parts[1], parts[2]
 
 
+class ApprovalAnswer(_Strict):
+    """A person's answer to a tool call that waits for approval (``approvals`` of the
+    input): which call, approve or not, who decides, why."""
+
+    request_id: str = Field(min_length=1)
+    approve: bool
+    by: str = Field(min_length=1)
+    reason: str = ""
+
+    @field_validator("by")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("expected the name of who decides")
+        return value
+
+
 class InvocationInput(_Strict):
     """The one JSON object an invocation reads from stdin.
+
+    ``approvals`` is optional: with answers in it (one for every call the thread's held
+    run waits for, each request once), ``input_message`` must be null and the held run
+    resumes; ``input_message`` null without answers resumes the held run with the answers
+    already on the record (given by ``agentjournal approve``, the viewer or code); else
+    ``input_message`` is the user's message.
 
     At most 16 MiB, strict JSON (no key twice in an object, no NaN or Infinity).
     ``input_message.content`` and ``state`` must each fit one event of the journal
@@ -178,10 +211,23 @@ class InvocationInput(_Strict):
 
     thread_id: str
     run_id: str = Field(min_length=1, max_length=256)
-    input_message: InputMessage
+    input_message: InputMessage | None
     state: dict[str, Any]
     config: dict[str, Any]
     trace: TraceIn
+    approvals: list[ApprovalAnswer] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _message_or_answers(self) -> InvocationInput:
+        if self.approvals and self.input_message is not None:
+            raise ValueError(
+                "input_message must be null when approvals are given: the held run resumes"
+            )
+        asked = [answer.request_id for answer in self.approvals]
+        twice = sorted({r for r in asked if asked.count(r) > 1})
+        if twice:
+            raise ValueError(f"approvals: request {twice[0]!r} is answered twice")
+        return self
 
     @field_validator("state")
     @classmethod
@@ -228,18 +274,31 @@ class ErrorInfo(_Strict):
     message: str
 
 
+class ApprovalAsked(_Strict):
+    """A tool call that waits for a person's approval (``approvals`` of the output)."""
+
+    request_id: str
+    tool: str
+    arguments: str
+    agent: str
+
+
 class InvocationOutput(_Strict):
     """The one JSON object an invocation writes to stdout (``agentjournal run``).
 
     ``status`` and the process's exit code: ``completed`` (exit 0; ``response`` is the
-    final answer, ``error`` null); ``blocked`` (exit 2: a guardrail blocked the input, a
+    final answer, ``error`` null); ``interrupted`` (exit 4: the run stopped on tools
+    declared ``needs_approval``, and is held on the thread; ``approvals`` lists each
+    waiting call, ``response`` and ``error`` are null; answer them with ``approvals`` in a
+    later invocation's input); ``blocked`` (exit 2: a guardrail blocked the input, a
     handoff or the final response, or the authority policy refused; ``error.code`` is the
     guardrail's reason code, or ``AUTHORITY_DENIED``); ``failed`` with exit 3 when the run
     started (``MODEL_ERROR``: the model or the SDK; ``TOOL_ERROR``: a tool failure that
     ended the run — a tool body that raises is an error output the model sees, not
     this; ``MAX_TURNS``; ``JOURNAL_ERROR``: the store failed during the run;
     ``STATE_NOT_RECORDED``; ``RUN_ERROR``: anything else), or with exit 1 when nothing ran
-    and nothing was written (``INVALID_INPUT``: stdin; ``INVALID_MANIFEST``;
+    and nothing was written (``INVALID_INPUT``: stdin, or ``approvals`` that do not answer
+    exactly the calls the thread's held run waits for; ``INVALID_MANIFEST``;
     ``INVALID_SETUP``: the command line, ``--tools``, ``--model-script``, ``--uri`` or no
     model; ``STORE_UNAVAILABLE``: the store could not be opened or read); then
     ``agent_id`` and ``trace`` are null, and so are ``thread_id`` and ``run_id`` when the
@@ -249,11 +308,12 @@ class InvocationOutput(_Strict):
 
     thread_id: str | None
     run_id: str | None
-    status: Literal["completed", "blocked", "failed"]
+    status: Literal["completed", "interrupted", "blocked", "failed"]
     response: str | None
     agent_id: str | None
     state: dict[str, Any]
     handoffs: list[HandoffRecord]
+    approvals: list[ApprovalAsked]
     trace: TraceOut | None
     error: ErrorInfo | None
 

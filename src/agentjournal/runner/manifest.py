@@ -6,7 +6,10 @@ Every property the seed lists is mandatory and nothing else is accepted:
 version, ``model.provider`` is exactly ``"openai"``, and every tool is
 ``type: function`` with a JSON-schema ``parameters`` object
 (``type: object``, ``properties``, ``required`` naming only declared
-properties). An error names the file, the field and what was expected.
+properties). One property beyond the seed's is accepted: a tool's optional
+``needs_approval: true`` (default false), which stops the run before the tool's body
+runs until a person approves the call (the invocation answers ``interrupted``). An
+error names the file, the field and what was expected.
 
 A directory of manifests is every file named ``agent.yml`` below it; the pair
 (``id``, ``version``) is unique across it. An id with several versions runs its
@@ -142,10 +145,12 @@ class FunctionSpec(_Strict):
 
 
 class ToolSpec(_Strict):
-    """One entry of ``tools``: always ``type: function``."""
+    """One entry of ``tools``: always ``type: function``; ``needs_approval: true`` makes
+    each call wait for a person's approval (default false)."""
 
     type: Literal["function"]
     function: FunctionSpec
+    needs_approval: bool = False
 
 
 class ModelSpec(_Strict):

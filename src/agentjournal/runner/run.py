@@ -21,11 +21,18 @@ from agents.models.openai_provider import OpenAIProvider
 from agents.testing import ModelScriptError
 from opentelemetry import trace
 
-from agentjournal.errors import AuthorityDenied, GuardrailBlocked, JournalError, StoreError
+from agentjournal.errors import (
+    AuthorityDenied,
+    GuardrailBlocked,
+    InvalidInput,
+    JournalError,
+    StoreError,
+)
 from agentjournal.journal import Journal
 from agentjournal.runner import toolkit
 from agentjournal.runner import tools as tooling
 from agentjournal.runner.contract import (
+    ApprovalAsked,
     ErrorInfo,
     HandoffRecord,
     InvocationInput,
@@ -45,14 +52,23 @@ from agentjournal.sdk import tracing
 from agentjournal.sdk.trace_context import continue_trace
 
 if TYPE_CHECKING:
+    from agentjournal.engine.approvals import Approval
     from agentjournal.runner.script import ModelScript
     from agentjournal.runner.tools import Registry
+    from agentjournal.sdk.session import JournalSession
 
 logger = logging.getLogger("agentjournal.runner")
 
-EXIT_CODES: Final = {"completed": 0, "invalid": 1, "blocked": 2, "failed": 3}
+EXIT_CODES: Final = {"completed": 0, "invalid": 1, "blocked": 2, "failed": 3, "interrupted": 4}
 """Process exit codes: completed 0; invalid input, manifests, tools or options 1 (nothing
-was run or written); blocked by a guardrail or the authority policy 2; failed 3."""
+was run or written); blocked by a guardrail or the authority policy 2; failed 3;
+interrupted 4 (tool calls wait for a person's approval; the run is held)."""
+
+
+class ApprovalsRefused(InvalidInput):
+    """Raised when an input's ``approvals`` do not answer exactly the calls the thread's
+    held run waits for; nothing was written."""
+
 
 MAX_TURNS: Final = 10
 
@@ -116,7 +132,8 @@ async def invoke(setup: Invocation, request: InvocationInput) -> InvocationOutpu
             raise
         finally:
             toolkit.reset_config(token)
-        tracing.end_span(root, None if output.status == "completed" else output.status)
+        ended = output.status in ("completed", "interrupted")
+        tracing.end_span(root, None if ended else output.status)
     return output
 
 
@@ -148,19 +165,37 @@ async def _run(
         )
         status, response, error = "completed", None, None
         final_agent: str | None = first.id
+        waiting: list[Approval] = []
+        resuming = (
+            await _answered(journal, session, request) if request.input_message is None else None
+        )
         try:
             async with session.run_scope():
-                result = await Runner.run(
-                    session.guard(resolve(first.id)),
-                    request.input_message.content,
-                    session=session,
-                    hooks=session,
-                    run_config=config,
-                    max_turns=MAX_TURNS,
-                )
-            final = result.final_output
-            response = final if isinstance(final, str) else str(final)
+                if resuming is not None:
+                    for answer in request.approvals:
+                        decide = session.approve if answer.approve else session.reject
+                        await decide(answer.request_id, by=answer.by, reason=answer.reason)
+                    result = await session.resume(
+                        session.guard(resolve(resuming)), run_config=config, max_turns=MAX_TURNS
+                    )
+                else:
+                    assert request.input_message is not None  # the contract's rule
+                    result = await Runner.run(
+                        session.guard(resolve(first.id)),
+                        request.input_message.content,
+                        session=session,
+                        hooks=session,
+                        run_config=config,
+                        max_turns=MAX_TURNS,
+                    )
+                if result.interruptions:
+                    waiting = await session.hold(result)
             final_agent = result.last_agent.name
+            if waiting:
+                status = "interrupted"
+            else:
+                final = result.final_output
+                response = final if isinstance(final, str) else str(final)
         except GuardrailBlocked as blocked:
             status = "blocked"
             error = _error(
@@ -184,7 +219,7 @@ async def _run(
             status, error = "failed", _error("JOURNAL_ERROR", failed)
         except Exception as failed:  # the provider or anything else: the contract still answers
             status, error = "failed", _error("RUN_ERROR", failed)
-        if status != "completed" and desk.taken:
+        if status not in ("completed", "interrupted") and desk.taken:
             final_agent = desk.taken[-1].target
         for taken in desk.taken:
             logger.info(
@@ -225,9 +260,73 @@ async def _run(
             )
             for taken in desk.taken
         ],
+        approvals=[
+            ApprovalAsked(
+                request_id=a.request_id, tool=a.tool_name, arguments=a.arguments, agent=a.agent
+            )
+            for a in waiting
+        ]
+        if status == "interrupted"
+        else [],
         trace=trace_out,
         error=error,
     )
+
+
+async def _answered(journal: Journal, session: JournalSession, request: InvocationInput) -> str:
+    """Check the input's answers against the calls the thread waits for (before anything
+    is written); the agent whose held run resumes. Without answers, every call the held
+    run waits for must be answered on the record already.
+
+    Raises:
+        ApprovalsRefused: The thread waits for nothing, an answer names a call that does
+            not wait, or a waiting call has no answer.
+    """
+    thread = request.thread_id
+    if not await session_started(journal.store, thread):
+        raise ApprovalsRefused(f"approvals: thread {thread!r} has no run that waits for approval")
+    pending = {a.request_id: a for a in await session.pending_approvals()}
+    if not request.approvals:  # the answers are on the record already
+        if pending:
+            raise ApprovalsRefused(
+                f"approvals: request {next(iter(pending))!r} waits for an answer: give "
+                "approvals, or answer it first (agentjournal approve/reject)"
+            )
+        answered = [
+            a
+            for a in await session.paused_approvals()
+            if a is not None and a.decision is not None and not a.ran
+        ]
+        if not answered:
+            raise ApprovalsRefused(
+                f"approvals: thread {thread!r} has no held run with answered calls to resume"
+            )
+        return _one_agent(answered)
+    for answer in request.approvals:
+        if answer.request_id not in pending:
+            raise ApprovalsRefused(
+                f"approvals: request {answer.request_id!r} does not wait for an answer on "
+                f"thread {thread!r} (unknown, or answered already); waiting: "
+                + (", ".join(map(repr, pending)) or "none")
+            )
+    given = {answer.request_id for answer in request.approvals}
+    missing = [r for r in pending if r not in given]
+    if missing:
+        raise ApprovalsRefused(
+            f"approvals: request {missing[0]!r} waits for an answer too: answer every "
+            "waiting call of the thread in one invocation"
+        )
+    return _one_agent(list(pending.values()))
+
+
+def _one_agent(approvals: list[Approval]) -> str:
+    """The one agent that asked ``approvals`` (whose held run resumes)."""
+    agents = {a.agent for a in approvals}
+    if len(agents) != 1:
+        raise ApprovalsRefused(
+            f"approvals: the waiting calls are of several agents ({', '.join(sorted(agents))})"
+        )
+    return agents.pop()
 
 
 def _agent(manifest: Manifest, setup: Invocation, desk: HandoffDesk) -> Agent[Any]:

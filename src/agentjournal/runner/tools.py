@@ -193,4 +193,5 @@ def _bind(spec: ToolSpec, function: Callable[..., Any]) -> FunctionTool:
         params_json_schema=schema,
         on_invoke_tool=invoke,
         strict_json_schema=False,  # the manifest's schema is offered as declared
+        needs_approval=spec.needs_approval,
     )

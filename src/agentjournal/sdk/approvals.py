@@ -27,14 +27,17 @@ from agentjournal import events
 from agentjournal.engine.approvals import Approval, all_ran, already_resumed, waits_of
 from agentjournal.engine.core import SessionCore
 from agentjournal.engine.plan import Ask
-from agentjournal.errors import InvalidInput
+from agentjournal.errors import ApproverNotAllowed, InvalidInput
+from agentjournal.ledger.approvals import check_answer
 
 if TYPE_CHECKING:
     from agents.agent import Agent
     from agents.items import ModelResponse
     from agents.lifecycle import RunHooks
     from agents.run_context import RunContextWrapper
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    from agentjournal.ledger.keys import SigningKey
     from agentjournal.sdk.gates import Gatekeeper
     from agentjournal.sdk.recorder import SessionRecorder
 
@@ -129,38 +132,74 @@ class ApprovalsAPI:
         core = await self._current()
         return [approval for approval in await core.approvals() if approval.pending]
 
+    async def paused_approvals(self: _Session) -> list[Approval | None]:
+        """The questions the newest paused run of this line waits for, answered or not, in
+        the run's order (None for a request the record holds no question of); empty when
+        no run was held (:meth:`hold`)."""
+        self._check_open()
+        core = await self._current()
+        held = await core.paused()
+        if held is None:
+            return []
+        return list(waits_of(held, await core.approvals(held.run.streams)))
+
     async def approve(
-        self: _Session, request_id: str, *, by: str, reason: str = ""
+        self: _Session,
+        request_id: str,
+        *,
+        by: str,
+        reason: str = "",
+        key: Ed25519PrivateKey | SigningKey | None = None,
     ) -> events.ApprovalDecided:
-        """Approve a pending request: ``InterruptResolved`` (outcome ``approved``).
+        """Approve a pending request: ``InterruptResolved`` (outcome ``approved``), naming
+        the digest of the call's arguments; signed with ``key`` when given.
 
         Exactly one answer per request lands, whichever processes race to give one.
 
         Raises:
             InvalidInput: No pending request ``request_id``, or ``by`` is empty.
             AlreadyResolved: It was answered already (the error names who answered).
+            ApproverNotAllowed: The policy names approvers for the tool and ``key`` is
+                none of theirs (or no key was given); nothing is written.
         """
-        return await ApprovalsAPI._resolve(self, request_id, True, by, reason)
+        return await ApprovalsAPI._resolve(self, request_id, True, by, reason, key)
 
     async def reject(
-        self: _Session, request_id: str, *, by: str, reason: str = ""
+        self: _Session,
+        request_id: str,
+        *,
+        by: str,
+        reason: str = "",
+        key: Ed25519PrivateKey | SigningKey | None = None,
     ) -> events.ApprovalDecided:
         """Reject a pending request: ``InterruptResolved`` (outcome ``rejected``); the
         resumed run gives the model the SDK's rejection message instead of running the tool.
+        Signed with ``key`` when given, as :meth:`approve`.
 
         Raises:
             InvalidInput: No pending request ``request_id``, or ``by`` is empty.
             AlreadyResolved: It was answered already (the error names who answered).
+            ApproverNotAllowed: As :meth:`approve`.
         """
-        return await ApprovalsAPI._resolve(self, request_id, False, by, reason)
+        return await ApprovalsAPI._resolve(self, request_id, False, by, reason, key)
 
     async def _resolve(
-        self: _Session, request_id: str, approve: bool, by: str, reason: str
+        self: _Session,
+        request_id: str,
+        approve: bool,
+        by: str,
+        reason: str,
+        key: Ed25519PrivateKey | SigningKey | None,
     ) -> events.ApprovalDecided:
         self._check_open()
         core = await self._current()
         return await core.resolve(
-            request_id, approve=approve, by=by, reason=reason, trace=self._recorder.trace_now()
+            request_id,
+            approve=approve,
+            by=by,
+            reason=reason,
+            trace=self._recorder.trace_now(),
+            key=key,
         )
 
     async def resumable(
@@ -183,6 +222,9 @@ class ApprovalsAPI:
                 answer yet.
             AlreadyResumed: It was taken up already (and ``retake`` is False), or its
                 calls have run.
+            ApproverNotAllowed: A recorded answer does not count (fail closed): it is for
+                other arguments than its question's, its signature does not verify, or the
+                session's policy names approvers for the tool and none of them signed it.
         """
         self._check_open()
         core = await self._current()
@@ -200,6 +242,20 @@ class ApprovalsAPI:
                 f"approval requests {', '.join(map(repr, undecided))} have no answer yet"
             )
         by_request = {a.request_id: a for a in waits if a is not None}
+        policies = (core.facts.policy,) if core.facts.policy is not None else ()
+        for approval in by_request.values():
+            if approval.decision is None or approval.ran:
+                continue
+            checked = check_answer(
+                policies,
+                approval.decision,
+                session_id=core.facts.session_id,
+                stream=approval.stream,
+                tool_name=approval.tool_name,
+                asked_digest=events.arguments_digest(approval.arguments),
+            )
+            if checked.problem is not None:
+                raise ApproverNotAllowed(approval.request_id, approval.tool_name, checked.problem)
         try:
             state: SDKRunState[Any, Any] = await SDKRunState.from_string(agent, held.run.state)
         except Exception as error:  # the SDK's UserError, or ValueError/KeyError on its JSON

@@ -1,6 +1,7 @@
-"""The live viewer: a read-only Starlette application over one store (``agentjournal ui``).
+"""The live viewer: a Starlette application over one store (``agentjournal ui``) that
+reads, and writes one thing only: a person's answer to a pending approval.
 
-Routes (all GET):
+Routes (GET, but the one POST):
 
 - ``/``: the sessions list: one page of the catalog's rows, filtered, searched and sorted by
   the query (``/api/sessions``'s parameters, see
@@ -17,9 +18,19 @@ Routes (all GET):
   (its data: the store position) whenever the store — or that session's tree,
   subsessions opened later included — has a new event after ``?after=POSITION``.
 - ``/static/…``: the page's CSS and script, shipped in the wheel.
+- ``POST /api/sessions/{id}/approvals/{request_id}`` (``&branch=B`` too), JSON
+  ``{"approve": bool, "by": NAME, "reason": TEXT}``: the answer, through
+  ``session.approve``/``session.reject`` (``InterruptResolved``, recorded as given);
+  only with a token (else 403), and only from the viewer's own origin (see below).
+  200 with the answer; 400 bad body; 404 no such session or request; 409 answered
+  already (naming who answered) or its call has run.
 
 With a token, every request must carry it: ``Authorization: Bearer TOKEN``, or the
 cookie a page opened with ``?token=TOKEN`` got (for its own script's requests).
+A POST with the cookie (not the header) must also come from the viewer's own origin
+(its ``Origin`` header names this server's scheme, host and port) with a JSON body, so
+no page of another origin, another port on the same host included, can answer for the
+person whose browser holds the cookie.
 Every response forbids framing and any other origin (Content-Security-Policy).
 """
 
@@ -46,7 +57,13 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from agentjournal import events
-from agentjournal.errors import CodecError, InvalidInput, JournalError
+from agentjournal.errors import (
+    AlreadyResolved,
+    ApproverNotAllowed,
+    CodecError,
+    InvalidInput,
+    JournalError,
+)
 from agentjournal.records import opened_stream
 from agentjournal.streams import (
     KEYS_STREAM,
@@ -174,6 +191,7 @@ def create_app(
                 store(), session_id, trusted, at=at, branch=_branch(request)
             )
             checked[session_id] = data["integrity"]
+            data["decide"] = token is not None
             return data
         except InvalidInput as error:
             return _missing(request, str(error))
@@ -261,6 +279,60 @@ def create_app(
                     streams.add(name)
         return _event_stream(store(), after, streams, closing)
 
+    async def decide(request: Request) -> Response:
+        if token is None:
+            return PlainTextResponse(
+                "deciding needs the viewer's token (agentjournal ui --token ...)\n",
+                status_code=403,
+            )
+        if not _same_origin(request, token):
+            return PlainTextResponse(
+                "cross-origin: an answer comes from the viewer's own page or with "
+                "Authorization: Bearer TOKEN\n",
+                status_code=403,
+            )
+        try:
+            session_id = validate_id(request.path_params["session"], "session id")
+            request_id = request.path_params["request"]
+            branch = _branch(request)
+        except InvalidInput as error:
+            return _missing(request, str(error))
+        try:
+            approve, by, reason = _answer_of(await request.body())
+        except InvalidInput as error:
+            return _bad(request, str(error))
+        try:
+            if await store().head(session_stream(session_id)) is None:
+                return _missing(request, f"no session {session_id!r} in this store")
+            decided = await decide_approval(
+                store(),
+                session_id,
+                branch,
+                request_id,
+                approve=approve,
+                by=by,
+                reason=reason,
+            )
+        except AlreadyResolved as error:
+            return _answer(request, str(error), 409, "conflict")
+        except ApproverNotAllowed as error:  # the policy names approvers: a signed answer
+            return _answer(request, str(error), 403, "forbidden")
+        except UnknownRequest as error:
+            return _missing(request, str(error))
+        except InvalidInput as error:  # settled: its call has run; or no such branch
+            return _answer(request, " ".join(str(error).split()), 409, "conflict")
+        except JournalError as error:
+            return _unavailable(error)
+        return JSONResponse(
+            {
+                "request_id": decided.request_id,
+                "outcome": decided.outcome,
+                "by": decided.by,
+                "reason": decided.reason,
+                "at": decided.timestamp.isoformat(),
+            }
+        )
+
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
         if name not in _ASSETS:
@@ -278,11 +350,102 @@ def create_app(
             Route("/sessions/{session}", session),
             Route("/sessions/{session}/events", session_changes),
             Route("/static/{name}", static),
+            Route("/api/sessions/{session}/approvals/{request}", decide, methods=["POST"]),
         ],
         lifespan=lifespan,
     )
     app.add_middleware(_Guard, token=token)
     return app
+
+
+MAX_ANSWER_BYTES: Final = 16 * 1024
+"""The largest body an answer (``{"approve", "by", "reason"}``) may have."""
+
+
+class UnknownRequest(InvalidInput):
+    """Raised when the line holds no approval request of that id (404)."""
+
+
+def _answer_of(body: bytes) -> tuple[bool, str, str]:
+    """``approve``, ``by`` and ``reason`` from an answer's JSON body.
+
+    Raises:
+        InvalidInput: The body is no such JSON object (one line says what is wrong).
+    """
+    if len(body) > MAX_ANSWER_BYTES:
+        raise InvalidInput(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
+    try:
+        answer = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidInput(
+            'give a JSON object: {"approve": true or false, "by": NAME, "reason": TEXT}'
+        ) from None
+    if not isinstance(answer, dict):
+        raise InvalidInput('give a JSON object: {"approve": ..., "by": ..., "reason": ...}')
+    unknown = sorted(set(answer) - {"approve", "by", "reason"})
+    if unknown:
+        raise InvalidInput(f"unknown field {unknown[0][:40]!r}: give approve, by and reason")
+    approve, by, reason = answer.get("approve"), answer.get("by"), answer.get("reason", "")
+    if not isinstance(approve, bool):
+        raise InvalidInput(f"approve must be true or false, got {approve!r:.40}")
+    if not isinstance(by, str) or not by.strip():
+        raise InvalidInput("an answer needs the name of who decides (by)")
+    if not isinstance(reason, str):
+        raise InvalidInput(f"reason must be text, got {reason!r:.40}")
+    return approve, by, reason
+
+
+async def decide_approval(
+    store: EventStore,
+    session_id: str,
+    branch: str | None,
+    request_id: str,
+    *,
+    approve: bool,
+    by: str,
+    reason: str,
+) -> events.ApprovalDecided:
+    """Answer an approval on a line through ``session.approve``/``session.reject``: the
+    one write the viewer makes (one ``InterruptResolved``, hash-chained, unsigned).
+
+    Raises:
+        UnknownRequest: The line holds no approval request ``request_id``.
+        AlreadyResolved: It was answered already (naming who answered).
+        InvalidInput: Its call has run, or the branch is unknown.
+    """
+    from agentjournal.journal import Journal
+    from agentjournal.read.approvals import find_request, recorded_policy
+
+    found = await find_request(store, session_id, request_id, branch=branch or MAIN_BRANCH)
+    if found is None:
+        raise UnknownRequest(f"no approval request {request_id[:80]!r} on this line")
+    _, _, asked = found
+    if asked.decision is not None:
+        raise AlreadyResolved(request_id, asked.decision.outcome, asked.decision.by)
+    if asked.ran:
+        raise InvalidInput(f"approval request {request_id[:80]!r} is settled: its call has run")
+    # No signing key: the viewer signs nothing; the application's next checkpoint (its
+    # resume's) covers the answer, as it covers the question and the paused run.
+    policy = await recorded_policy(store, session_id)  # its approvers: 403 for the viewer
+    session = Journal(store, "viewer").session(session_id, branch=branch, policy=policy)
+    if approve:
+        return await session.approve(request_id, by=by, reason=reason)
+    return await session.reject(request_id, by=by, reason=reason)
+
+
+def _same_origin(request: Request, token: str) -> bool:
+    """Whether a POST is the viewer's own: it carries the token in its Authorization
+    header (no browser adds that by itself), or it names this server as its ``Origin``
+    and sends JSON (a form of another page can do neither)."""
+    header = request.headers.get("authorization", "")
+    if header.lower().startswith("bearer ") and hmac.compare_digest(
+        header[7:].strip().encode(), token.encode()
+    ):
+        return True
+    origin = request.headers.get("origin")
+    own = f"{request.url.scheme}://{request.headers.get('host', '')}"
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return origin is not None and origin == own and kind == "application/json"
 
 
 _INDEX = re.compile(r"[0-9]{1,18}")

@@ -134,7 +134,7 @@ async def session_page(
     if every_history:
         for index in _item_indexes(main)[:MAX_EXPORTED_HISTORIES]:
             histories.setdefault(index, history_before(tree, index))
-    return session_data(
+    data = session_data(
         main,
         report,
         current,
@@ -144,6 +144,8 @@ async def session_page(
         at=at,
         branches=branches,
     )
+    data["approvals"] = await pending_approvals(store, main)
+    return data
 
 
 async def _branch_page(
@@ -184,6 +186,7 @@ async def _branch_page(
         line=found,
     )
     data["replay"]["indexes"] = indexes
+    data["approvals"] = await pending_approvals(store, tree)
     from agentjournal.ui.compare import compare_lines
 
     # The line beside its parent, from the fork: what a saved copy's Compare tab shows.
@@ -191,6 +194,29 @@ async def _branch_page(
     main_header = _header(main)
     data["header"].update({k: main_header[k] for k in ("app", "user", "agent")})
     return data
+
+
+async def pending_approvals(store: EventStore, line: TreeRecords) -> list[dict[str, Any]]:
+    """The approvals that wait for an answer on a line (its records as read), oldest
+    first: asked on one of its streams, not answered, whose call has not run — what
+    ``session.pending_approvals()`` answers, as the page's panel shows them."""
+    from agentjournal.engine.approvals import approvals_on
+
+    logs = {ledger_stream(line.session_id), authority_stream(line.session_id), KEYS_STREAM}
+    streams = [name for name in line.streams if name not in logs]
+    return [
+        {
+            "request_id": a.request_id,
+            "agent": a.agent,
+            "tool": a.tool_name,
+            "arguments": a.arguments,
+            "asked_at": a.issued_at.isoformat(),
+            "stream": a.stream,
+            "revision": a.revision,
+        }
+        for a in await approvals_on(store, streams)
+        if a.pending
+    ]
 
 
 def main_line(tree: TreeRecords) -> TreeRecords:
@@ -359,6 +385,10 @@ def session_data(
         },
         "usage": usage,
         "legend": LEGEND,
+        # The line's pending approvals (session_page reads them); whether this page may
+        # answer them (the viewer sets it when it runs with a token).
+        "approvals": [],
+        "decide": False,
     }
 
 

@@ -39,7 +39,11 @@ data — or, in a redacted bundle, no data but a committed view
    ALLOW or MODIFY decision about exactly that call, and every executed tool
    call of a session with a policy was within the calling agent's authority
    under the recorded policy's rule; every refusal is one the policy makes.
-7. **Usage** — every ``agentjournal.ModelResponded`` is one this version
+7. **Approvals** — every call that waited for a person ran only after an answer to its
+   question on its stream that counts: for the same arguments, ``approved``, signed by an
+   approver when the recorded policy names approvers for the tool; a rejected call never
+   started its tool; no answer before its question, twice, or to no question.
+8. **Usage** — every ``agentjournal.ModelResponded`` is one this version
    reads, of this session, on a stream of its tree, with the response id its
    metadata names; the report totals their tokens.
 
@@ -47,8 +51,8 @@ The report names the first bad stream and revision.
 
 Each stage is a module of this package, testable alone: ``_parse`` (structure),
 ``_integrity``, ``_twins``, ``_branches`` with ``_prefix``, ``_guards``, ``_checkpoints``,
-``_authority`` (delegation), ``_containment`` and ``_usage``; the stages after integrity read
-the session tree through ``_tree``, and all report into ``_report``.
+``_authority`` (delegation), ``_containment``, ``_approvals`` and ``_usage``; the stages
+after integrity read the session tree through ``_tree``, and all report into ``_report``.
 """
 
 from __future__ import annotations

@@ -1,188 +1,346 @@
-"""The approvals stage: every question a paused run asked is about a call on its stream with
-exactly that call's arguments, every answer answers one question asked before it, and a
-call that waited ran only after its answer — a rejected one never (:func:`check_approvals`).
+"""The approvals stage: every call that waited for a person ran only on an answer that counts
+(:func:`check_approvals`).
 
-Offline and from what the bundle holds: a question or answer whose data a redacted bundle
-withholds is counted and said to be unchecked, never passed as checked.
+Per stream, in revision order:
+
+- each question (``InterruptIssued`` with ``aj.interrupt``) follows its call's item on the
+  same stream, and shows that call's arguments (the payload digest of the question's
+  tool and arguments is the call item's);
+- each answer (``InterruptResolved`` with ``aj.interrupt``) names a question before it on
+  the same stream (``issued``), with its call id, and is the only answer to it; its
+  arguments digest is the question's; a signed answer's signature verifies against the
+  approver of its key id, and a tool the recorded policy names approvers for
+  (:meth:`~agentjournal.authority.Policy.approvers_for`) is answered only by one of them
+  (:func:`~agentjournal.ledger.approvals.check_answer`);
+- each output of an asked call comes after an answer to its question (or after a refusal
+  of the call, an authority refusal or a guardrail BLOCK: that output is the refusal):
+  ``approved`` and counting, or ``rejected`` — and then the output records no tool start
+  (``aj.started_at``, written when the tool's body began) and, where the bundle shows it,
+  is the SDK's rejection message (:data:`REJECTED_OUTPUT`): the SDK gives the model that
+  message without starting the tool.
+
+Sealed questions and answers (content sealed under a data subject's key, or erased: DESIGN
+"Erasure that keeps the proof") are checked for everything but what needs their plaintext:
+a sealed question is not compared with its call's arguments, a sealed answer's arguments
+digest not with the question's, a sealed answer's signature (which covers the reason) not
+verified — and a tool whose policy names approvers then fails closed —, and a rejected call's
+sealed output is checked by its tool start alone; the summary counts each.
+
+Redacted bundles carry both interrupt events as views (:mod:`agentjournal.ledger.redaction`)
+holding the arguments digest and the payload digest in place of the arguments, and the
+reason's digest in place of the reason: every check runs on them, signatures included,
+but a rejected call's withheld output is checked by its tool start alone (said in the
+summary). Questions and answers withheld whole (written before their views existed) are
+counted and said to be unchecked, never passed as checked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from agentjournal import events
+from agentjournal._calls import tool_call_payload
+from agentjournal._digests import value_digest
 from agentjournal._text import plural
 from agentjournal.audit.verify._containment import call_marker
 from agentjournal.audit.verify._erasure import is_sealed
-from agentjournal.audit.verify._integrity import Markers
-from agentjournal.audit.verify._interrupts import Answer, answer_of, question_of
 from agentjournal.audit.verify._report import Report
 from agentjournal.audit.verify._tree import Tree
+from agentjournal.authority import Policy
+from agentjournal.errors import CodecError
+from agentjournal.ledger import redaction
+from agentjournal.ledger.approvals import check_answer
 from agentjournal.records import Record
 
-CHECK: Final = "approvals"
+_CHECK: Final = "approvals"
 
 REJECTED_OUTPUT: Final = "Tool execution was not approved."
 """The output the SDK gives the model for a rejected call (``agents.tool``'s
 ``DEFAULT_APPROVAL_REJECTION_MESSAGE``, which ``session.resume`` uses): any other output
-after a rejection is the tool's own."""
+after a rejection is the tool's own — or a ``tool_error_formatter``'s (DESIGN §18)."""
+
+
+@dataclass
+class _Question:
+    record: Record
+    asked: events.ApprovalAsked
+    asked_digest: str
+    payload_digest: str
+    call: Record | None
+    answer: events.ApprovalDecided | None = None
+    answered_at: Record | None = None
+    counts: bool = False
+    ran: bool = False
+    sealed: bool = False
+    policies: tuple[Policy, ...] = field(default=())
+
+
+@dataclass
+class _Counts:
+    asked: int = 0
+    approved: int = 0
+    rejected: int = 0
+    signed: int = 0
+    unchecked: int = 0  # questions and answers withheld whole
+    rejected_withheld: int = 0  # rejected calls whose output the bundle withholds
+    sealed: int = 0  # questions or answers whose arguments or reason are sealed
 
 
 def check_approvals(report: Report, tree: Tree) -> None:
-    """Check every function tool approval on the bundle's streams (see the module docs)."""
-    asked = approved = rejected = waiting = unchecked = sealed = 0
+    """Every question, answer and asked call's output on every stream of the tree (see the
+    module docs); one line of totals when nothing failed."""
+    counts = _Counts()
+    ids = {e.id for stream in tree.streams.values() for e in stream}
     for name, stream in tree.streams.items():
-        questions: dict[str, Record] = {}  # by event id
-        answered: dict[str, tuple[Record, Answer]] = {}  # question id -> its answer
-        for event in stream:
-            if event.metadata.get(events.INTERRUPT_KEY) != events.TOOL_APPROVAL:
-                continue
-            where = (CHECK, name, event.revision)
-            if event.body is None:  # withheld whole (written before views of approvals)
-                unchecked += 1
-                if event.type == events.INTERRUPT_ISSUED:
-                    questions[event.id] = event
-                continue
-            if event.type == events.INTERRUPT_ISSUED:
-                asked += 1
-                sealed += is_sealed(event)
-                problem = _question_problem(stream, event, tree.markers)
-                if problem is not None:
-                    report.fail(*where, problem)
-                questions[event.id] = event
-            elif event.type == events.INTERRUPT_RESOLVED:
-                answer = answer_of(event)
-                if answer is None:
-                    report.fail(*where, "an answer that is no approval's InterruptResolved")
-                    continue
-                question = questions.get(answer.issued)
-                if question is None:
-                    report.fail(
-                        *where,
-                        f"the answer to request {answer.request_id} answers no question "
-                        "asked before it on this stream",
-                    )
-                elif question.id in answered:
-                    first, _ = answered[question.id]
-                    report.fail(
-                        *where,
-                        f"a second answer to request {answer.request_id} (the first is at "
-                        f"revision {first.revision})",
-                    )
-                elif question.metadata.get(events.CALL_ID_KEY) != answer.request_id:
-                    report.fail(
-                        *where,
-                        f"the answer names request {answer.request_id}, not the one its "
-                        "question asks",
-                    )
-                else:
-                    answered[question.id] = (event, answer)
-                    approved += answer.outcome == "approved"
-                    rejected += answer.outcome == "rejected"
-        for question in questions.values():
-            found = answered.get(question.id)
-            output = _output_after(stream, question)
-            if output is None:
-                waiting += found is None
-                continue
-            where = (CHECK, name, output.revision)
-            call_id = question.metadata.get(events.CALL_ID_KEY)
-            if _refused_between(stream, question, output):
-                continue  # the gate or the guardrail refused it: that output is the refusal
-            if found is None:
-                if question.body is not None:
-                    report.fail(*where, f"call {call_id} ran without a person's answer")
-                continue
-            answer_event, answer = found
-            if answer_event.revision > output.revision:
-                report.fail(*where, f"call {call_id} ran before a person's answer")
-                continue
-            result = (output.body or {}).get("result")
-            if (
-                answer.outcome == "rejected"
-                and output.data is not None
-                and not is_sealed(output)
-                and result != (REJECTED_OUTPUT)
-            ):
-                report.fail(
-                    *where,
-                    f"call {call_id} was rejected, but its output is not the SDK's "
-                    "rejection: the tool ran",
-                )
-    if not asked and not unchecked:
-        return
-    if not report.failed(CHECK):
-        about = "each about exactly its call" if not sealed else "each on its call's id"
+        if tree.is_tree_stream(name):
+            _check_stream(report, tree, name, stream, counts, ids)
+    if (counts.asked or counts.unchecked) and not report.failed(_CHECK):
         line = (
-            f"approvals: {plural(asked, 'question')}, {about}; "
-            f"{approved} approved, {rejected} rejected, {waiting} waiting; "
-            "each call ran only after its answer, no rejected call ran"
+            f"approvals: {counts.asked} asked, {counts.approved} approved, "
+            f"{counts.rejected} rejected, {counts.signed} signed; each call ran only on "
+            "an answer that counts"
         )
-        if not asked:
-            line = "approvals: none could be checked"
-        if unchecked:
-            line += f"; {plural(unchecked, 'withheld event')} not checked"
-        if sealed:
+        if counts.rejected_withheld:
             line += (
-                f"; {plural(sealed, 'question')} sealed under a subject's key (or erased): "
-                "not compared with its call's arguments, nor a rejected call's output with "
-                "the SDK's rejection"
+                f"; {plural(counts.rejected_withheld, 'rejected call')} with a withheld "
+                "output checked by its tool start only"
+            )
+        if counts.unchecked:
+            line += f"; {plural(counts.unchecked, 'withheld event')} not checked"
+        if counts.sealed:
+            line += (
+                f"; {plural(counts.sealed, 'sealed approval event')} (a subject's content, or"
+                " erased): their arguments, reasons and signatures over them not checked"
             )
         report.lines.append(line)
 
 
-def _question_problem(stream: Sequence[Record], question: Record, markers: Markers) -> str | None:
-    """Why ``question`` is not about the call before it (None: it is)."""
-    asked = question_of(question)
-    if asked is None:
-        return "a question that is no approval's InterruptIssued"
-    if question.metadata.get(events.CALL_ID_KEY) != asked.request_id:
-        return f"the question for request {asked.request_id} carries another call id"
-    call = None
-    for earlier in reversed(stream[: question.revision]):
-        if (
-            earlier.metadata.get(events.CALL_ID_KEY) == asked.request_id
-            and earlier.metadata.get(events.ITEM_TYPE_KEY) == "function_call"
-        ):
-            call = earlier
-            break
-    if call is None:
-        return f"request {asked.request_id} asks about a call not on its stream before it"
-    if is_sealed(call) or is_sealed(question):
-        return None  # the arguments are ciphertext: counted and said to be unchecked
-    marker = _marker(call, markers)
-    if marker is not None and marker.get("payload_digest") != asked.payload_digest:
+def _check_stream(
+    report: Report,
+    tree: Tree,
+    name: str,
+    stream: list[Record],
+    counts: _Counts,
+    ids: set[str],
+) -> None:
+    questions: dict[str, _Question] = {}  # by event id
+    calls: dict[str, Record] = {}  # call id -> its newest call item on this stream
+    for event in stream:
+        where = (_CHECK, name, event.revision)
+        kind = event.metadata.get(events.ITEM_TYPE_KEY)
+        call_id = event.metadata.get(events.CALL_ID_KEY, "")
+        if kind == "function_call":
+            calls[call_id] = event
+        elif kind == "function_call_output":
+            asked = _asked(questions, call_id)
+            if asked is not None:
+                refused = _refused_between(stream, asked.record, event)
+                problem = _output_problem(asked, event, refused, counts)
+                if problem is not None:
+                    report.fail(*where, problem)
+                asked.ran = True
+        elif events.INTERRUPT_KEY not in event.metadata:
+            continue  # an MCP approval item (the codec's), or no interrupt at all
+        elif event.data is None and event.view is None:
+            counts.unchecked += 1  # withheld whole: its call's output is not checked either
+        elif event.type == events.INTERRUPT_ISSUED:
+            counts.asked += 1
+            counts.sealed += is_sealed(event)
+            question = _question(event, calls.get(call_id))
+            if isinstance(question, str):
+                report.fail(*where, question)
+                continue
+            question.policies = _policies(tree, event, question.call)
+            questions[event.id] = question
+        elif event.type == events.INTERRUPT_RESOLVED:
+            problem = _answer(tree, name, event, questions, ids, counts)
+            if problem is not None:
+                report.fail(*where, problem)
+
+
+def _asked(questions: Mapping[str, _Question], call_id: str) -> _Question | None:
+    """The newest question about ``call_id`` whose call has no output yet."""
+    found = [q for q in questions.values() if q.asked.request_id == call_id and not q.ran]
+    return found[-1] if found else None
+
+
+def _output_problem(
+    question: _Question, output: Record, refused: bool, counts: _Counts
+) -> str | None:
+    call_id = question.asked.request_id
+    answer = question.answer
+    if answer is None:
+        if refused:
+            return None  # the gate or the guardrail refused it: the output is the refusal
+        return f"call {call_id} has an output, but its question has no answer before it"
+    if answer.outcome == "rejected":
+        if events.STARTED_AT_KEY in output.metadata:
+            return f"call {call_id} was rejected, yet its tool started"
+        if output.data is None or is_sealed(output):
+            counts.rejected_withheld += 1
+        elif (output.body or {}).get("result") != REJECTED_OUTPUT:
+            return (
+                f"call {call_id} was rejected, but its output is not the SDK's rejection: "
+                "the tool ran"
+            )
+        return None
+    if not question.counts:
+        return f"call {call_id} ran on an answer that does not count"
+    return None
+
+
+def _question(event: Record, item: Record | None) -> _Question | str:
+    """The question an ``InterruptIssued`` asks, or why it does not read as one."""
+    read = _read(events.ApprovalAsked, event, "prompt")
+    if read is None:
+        return "a question (InterruptIssued) that does not read as one"
+    asked, marker = read
+    if is_sealed(event) or (item is not None and is_sealed(item)):
+        if item is None:
+            return f"a question about call {asked.request_id} that is not before it on the stream"
+        return _Question(event, asked, "", "", item, sealed=True)  # arguments: ciphertext
+    if marker is None:
+        asked_digest = events.arguments_digest(asked.arguments)
+        payload = value_digest(
+            tool_call_payload(asked.request_id, asked.tool_name, asked.arguments)
+        )
+    else:
+        shown_digest, shown_payload = marker.get("arguments_sha256"), marker.get("payload_digest")
+        if not isinstance(shown_digest, str) or not isinstance(shown_payload, str):
+            return "a withheld question without the digests of its arguments"
+        asked_digest, payload = shown_digest, shown_payload
+    if item is None:
+        return f"a question about call {asked.request_id} that is not before it on the stream"
+    if _marker(item).get("payload_digest") != payload:
+        return f"the question about call {asked.request_id} shows other arguments than the call"
+    return _Question(event, asked, asked_digest, payload, item)
+
+
+def _answer(
+    tree: Tree,
+    stream: str,
+    event: Record,
+    questions: dict[str, _Question],
+    ids: set[str],
+    counts: _Counts,
+) -> str | None:
+    """Why an ``InterruptResolved`` is not a sound answer, if it is not."""
+    read = _read(events.ApprovalDecided, event, "response")
+    if read is None:
+        return "an answer (InterruptResolved) that does not read as one"
+    decided, marker = read
+    reason_digest = None
+    if marker is not None:  # the reason withheld: its digest is what the signature covers
+        reason_digest = marker.get("withheld")
+        if not isinstance(reason_digest, str):
+            return "a withheld reason without its digest"
+    question = questions.get(decided.issued)
+    if question is None:
+        if decided.issued in ids:
+            return f"an answer to {decided.request_id} before its question, or on another stream"
+        return f"an answer to a question that does not exist ({decided.request_id})"
+    if question.asked.request_id != decided.request_id:
+        return f"an answer to {decided.request_id} names the question about another call"
+    if question.answer is not None:
+        return f"a second answer to the question about {decided.request_id}"
+    if question.ran:
+        return f"an answer to {decided.request_id} after its call ran"
+    question.answer, question.answered_at = decided, event
+    counts.approved += decided.outcome == "approved"
+    counts.rejected += decided.outcome == "rejected"
+    counts.signed += decided.signed
+    if is_sealed(event) or question.sealed:
+        counts.sealed += is_sealed(event)
+        return _sealed_answer(question, decided, tree.session_id, stream)
+    found = check_answer(
+        question.policies,
+        decided,
+        session_id=tree.session_id,
+        stream=stream,
+        tool_name=question.asked.tool_name,
+        asked_digest=question.asked_digest,
+        reason_digest=reason_digest,
+    )
+    question.counts = found.problem is None
+    if found.problem is not None:
+        return f"the answer to {decided.request_id} does not count: {found.problem}"
+    return None
+
+
+def _sealed_answer(
+    question: _Question, decided: events.ApprovalDecided, session_id: str, stream: str
+) -> str | None:
+    """What can be checked of an answer whose question or reason is sealed: an unsigned
+    answer counts unless the policy names approvers; a signed one cannot be verified (the
+    signature covers the reason and the arguments digest), so it counts only where no
+    approver is required."""
+    unsigned = replace(decided, key_id="", signature="") if decided.signed else decided
+    found = check_answer(
+        question.policies,
+        unsigned,
+        session_id=session_id,
+        stream=stream,
+        tool_name=question.asked.tool_name,
+        asked_digest=None,
+    )
+    question.counts = found.problem is None
+    if found.problem is not None:
+        sealed = "its signature covers sealed content and is not checked; "
         return (
-            f"request {asked.request_id} asks about other arguments or another tool than "
-            f"the call at revision {call.revision}"
+            f"the answer to {decided.request_id} does not count: "
+            f"{sealed if decided.signed else ''}{found.problem}"
         )
     return None
 
 
-def _marker(call: Record, markers: Markers) -> dict[str, Any] | None:
+def _policies(tree: Tree, question: Record, call: Record | None) -> tuple[Policy, ...]:
+    """The recorded policies in force for a question: those its call names (``aj.policy``),
+    else every policy the tree records (a missing name never frees a call of approvers)."""
+    named = {
+        digest
+        for digest in ((call.metadata.get(events.POLICY_KEY) if call is not None else None),)
+        if digest
+    }
+    found = [tree.policies.by_digest[d] for d in sorted(named) if d in tree.policies.by_digest]
+    if found and len(found) == len(named):
+        return tuple(found)
+    return tuple(tree.policies.by_digest[d] for d in sorted(tree.policies.by_digest))
+
+
+def _read(kind: Any, event: Record, field_name: str) -> tuple[Any, dict[str, Any] | None] | None:
+    """``kind.decode`` of an event's data, or of its view with the marker at ``field_name``
+    put aside (returned beside the decoded event); None when it does not read."""
+    if event.data is not None:
+        try:
+            return kind.decode(event.data.encode()), None
+        except (CodecError, UnicodeEncodeError, RecursionError):
+            return None
+    view = event.view
+    if view is None:
+        return None
+    shown = dict(view)
+    marker = shown.pop(field_name, None)
+    if marker is not None and not redaction.is_withheld(marker):
+        return None
+    try:
+        decoded = kind.decode(json.dumps(shown).encode())
+    except (CodecError, UnicodeEncodeError, RecursionError, ValueError, TypeError):
+        return None
+    return decoded, (dict(marker) if marker is not None else None)
+
+
+def _marker(call: Record) -> dict[str, Any]:
     """The call's marker (its name and payload digest), as containment reads it."""
     try:
-        return call_marker(call, markers)
+        return call_marker(call, {})
     except ValueError:
-        return None
+        return {}
 
 
-def _output_after(stream: Sequence[Record], question: Record) -> Record | None:
-    """The first output of the question's call after it on its stream, before the call id
-    is asked about again (a model that reuses call ids asks a question of its own)."""
-    call_id = question.metadata.get(events.CALL_ID_KEY)
-    for later in stream[question.revision + 1 :]:
-        if later.metadata.get(events.CALL_ID_KEY) != call_id:
-            continue
-        if later.metadata.get(events.ITEM_TYPE_KEY) == "function_call_output":
-            return later
-        if later.type == events.INTERRUPT_ISSUED:
-            return None
-    return None
-
-
-def _refused_between(stream: Sequence[Record], question: Record, output: Record) -> bool:
+def _refused_between(stream: list[Record], question: Record, output: Record) -> bool:
     """Whether the call was refused when the resumed run reached it (an authority refusal
     or a guardrail BLOCK of it between its question and its output): the output is then the
     refusal the model got, not the tool's."""

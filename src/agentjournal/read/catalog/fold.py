@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 
     from agentjournal.store.contract import RecordedEvent
 
-VERSION: Final = 7  # 2: items counted by the engine's index rule; 3: branches; 4: continuations;
-# 5: a continuation is the subagent it continues, not one more; 7: each key's tail
+VERSION: Final = 8  # 2: items counted by the engine's index rule; 3: branches; 4: continuations;
+# 5: a continuation is the subagent it continues, not one more; 7: each key's tail;
+# 8: pending approvals
 """The state's layout; a saved state of another version is rebuilt from the start."""
 
 
@@ -74,6 +75,9 @@ def _new_row() -> dict[str, Any]:
         "lines": {},  # a stream of a branch line (its top stream, its subsessions) -> top
         "continued": [],  # continuation streams: their closes count for no subagent
         "checked": None,  # when an event of the session was last folded (unix µs)
+        # approvals asked and not yet answered nor run: "stream call_id" -> the question's
+        # event id (engine.approvals.fold_approvals' rule, on every line of the tree)
+        "asked": {},
     }
 
 
@@ -174,6 +178,8 @@ class Catalog:
     def _fold_content(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         kind = event.type
         metadata = event.metadata
+        if events.INTERRUPT_KEY in metadata or kind == _TOOL_RESULT:
+            _approval(row, event)  # any line's: before a branch line takes its items
         if kind == events.BRANCH_FORKED:
             self._forked(row, event, session_id)
             return
@@ -444,7 +450,31 @@ class Catalog:
             integrity=ledger_status(session_id, row, trusted),
             checked_at=_moment(row.get("checked") or row["last"]),
             branches=branches,
+            pending_approvals=len(row["asked"]),
         )
+
+
+_TOOL_RESULT: Final = "ToolResultReceived"
+
+
+def _approval(row: dict[str, Any], event: RecordedEvent) -> None:
+    """Fold an approval's question (``InterruptIssued``), its answer
+    (``InterruptResolved``) or its call's output (``ToolResultReceived``) onto the row's
+    pending approvals: asked, and neither answered nor run."""
+    asked: dict[str, str] = row["asked"]
+    try:
+        if event.type == events.INTERRUPT_ISSUED:
+            question = events.ApprovalAsked.decode(event.data)
+            asked[f"{event.stream} {question.request_id}"] = str(event.id)
+        elif event.type == events.INTERRUPT_RESOLVED:
+            answer = events.ApprovalDecided.decode(event.data)
+            key = f"{event.stream} {answer.request_id}"
+            if asked.get(key) == answer.issued:
+                del asked[key]
+        elif event.type == _TOOL_RESULT:
+            asked.pop(f"{event.stream} {event.metadata.get(events.CALL_ID_KEY)}", None)
+    except (JournalError, ValueError, RecursionError):
+        return  # not what agentjournal writes: the verifier reports it
 
 
 def _after_checkpoints(row: dict[str, Any], event: RecordedEvent) -> None:

@@ -6,6 +6,7 @@ understand; :func:`page_of` answers it from the rows:
 
 - ``app``, ``user``, ``agent``: equal to the row's; ``state``: the integrity state;
   ``blocks=1``: a guardrail block or an authority refusal; ``branches=1``: a branch;
+  ``approvals=1``: waiting for approval (a pending approval);
   ``since``/``until``: last activity at or after / before (ISO 8601, UTC when no zone).
 - ``q``: every term (split at white space) must match, case aside: either inside the
   session id, app, user or agent, or in the session's content, each of its words (runs
@@ -45,6 +46,7 @@ SORTS: Final[dict[str, Callable[[SessionRow], Any]]] = {
     "refusals": lambda r: r.refusals,
     "tokens": lambda r: r.tokens,
     "branches": lambda r: len(r.branches),
+    "approvals": lambda r: r.pending_approvals,
     "first": lambda r: r.first_activity,
     "last": lambda r: r.last_activity,
     "integrity": lambda r: _STATE_RANK[r.integrity.state],
@@ -69,6 +71,7 @@ PARAMETERS: Final = (
     "state",
     "blocks",
     "branches",
+    "approvals",
     "since",
     "until",
     "sort",
@@ -92,6 +95,7 @@ class ListQuery:
     state: IntegrityState | None = None
     blocks: bool = False
     branches: bool = False
+    approvals: bool = False
     since: datetime | None = None
     until: datetime | None = None
     sort: str = "last"
@@ -114,6 +118,7 @@ class ListQuery:
             ("state", self.state),
             ("blocks", "1" if self.blocks else None),
             ("branches", "1" if self.branches else None),
+            ("approvals", "1" if self.approvals else None),
             ("since", self.since.isoformat() if self.since else None),
             ("until", self.until.isoformat() if self.until else None),
         ):
@@ -184,6 +189,7 @@ def parse_query(params: Iterable[tuple[str, str]]) -> ListQuery:
         state=_state(got.get("state")),
         blocks=_flag("blocks", got.get("blocks")),
         branches=_flag("branches", got.get("branches")),
+        approvals=_flag("approvals", got.get("approvals")),
         since=_moment("since", got.get("since")),
         until=_moment("until", got.get("until")),
         sort=_sort(got.get("sort")),
@@ -309,6 +315,7 @@ def _kept(row: SessionRow, query: ListQuery) -> bool:
         and (query.state is None or row.integrity.state == query.state)
         and (not query.blocks or row.guardrail_blocks > 0 or row.refusals > 0)
         and (not query.branches or bool(row.branches))
+        and (not query.approvals or row.pending_approvals > 0)
         and (query.since is None or row.last_activity >= query.since)
         and (query.until is None or row.last_activity < query.until)
     )

@@ -82,6 +82,9 @@ class SessionRow:
         branches: The session's branches, in the order they were forked (deleted ones
             too). Every other count is the whole session's, every line together, except
             ``items``, which is the main line's.
+        pending_approvals: Function tool calls that wait for a person's approval, on
+            every line: asked (``InterruptIssued``), not answered (``InterruptResolved``)
+            and not run (no output of the call on the question's stream).
     """
 
     session_id: str
@@ -100,6 +103,7 @@ class SessionRow:
     integrity: Integrity
     checked_at: datetime
     branches: tuple[BranchRow, ...] = ()
+    pending_approvals: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-ready data (times in RFC 3339)."""
@@ -121,4 +125,5 @@ class SessionRow:
             "last_activity": self.last_activity.isoformat(),
             "integrity": {**self.integrity.as_dict(), "checked_at": self.checked_at.isoformat()},
             "branches": [branch.as_dict() for branch in self.branches],
+            "pending_approvals": self.pending_approvals,
         }

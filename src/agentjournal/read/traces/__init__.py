@@ -13,8 +13,13 @@
 * an ``execute_tool {tool}`` span per tool call, from the call item to its output item,
   with the call's name, id and the digest of its arguments (never the arguments);
 * an ``await_approval {tool}`` span per tool call that waited for a person, from its
-  question (``InterruptIssued``) to the answer (``InterruptResolved``: outcome and who),
-  under the span of the agent that asked, in the trace of the run that stopped;
+  question (``InterruptIssued``) to the answer (``InterruptResolved``), under the span of
+  the agent that asked, in the paused run's trace, with the request id, tool, agent,
+  outcome and who answered. The answer belongs to no run (it neither starts nor
+  stretches one). A follower sends the span when the answer comes; a one-shot export
+  (:meth:`Projector.finish`) sends an unanswered one ending at its line's newest event,
+  with outcome ``pending`` and ``agentjournal.in_progress`` (never the export's clock:
+  projecting the same events twice gives the same spans);
 * span events for guardrail decisions and authority refusals, on the span of the agent
   that acted.
 

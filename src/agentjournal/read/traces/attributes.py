@@ -103,25 +103,31 @@ def tool_attributes(call: Call, session_id: str, *, in_progress: bool) -> dict[s
     return attributes
 
 
-def wait_attributes(
-    wait: Wait, session_id: str, answer: Mapping[str, Any] | None
+def approval_attributes(
+    wait: Wait,
+    session_id: str,
+    *,
+    outcome: str,
+    by: str | None = None,
+    in_progress: bool = False,
 ) -> dict[str, Attribute]:
-    """An ``await_approval`` span's attributes: the request, the tool, who answered and how
-    (never the call's arguments)."""
+    """An ``await_approval`` span's: the request, its tool and agent, the outcome
+    (``approved``, ``rejected``, or ``pending`` while unanswered) and who answered."""
     attributes: dict[str, Attribute] = {
         "gen_ai.operation.name": "await_approval",
         "gen_ai.tool.name": wait.tool,
         "gen_ai.tool.call.id": wait.request_id,
         "gen_ai.agent.name": wait.agent,
+        "agentjournal.approval_request_id": wait.request_id,
+        "agentjournal.approval_outcome": outcome,
         "agentjournal.session_id": session_id,
         "agentjournal.stream": wait.stream,
+        "agentjournal.event_id": wait.event_id,
     }
-    if answer is None:
+    if by is not None:
+        attributes["agentjournal.approval_by"] = by
+    if in_progress:
         attributes["agentjournal.in_progress"] = True
-    else:
-        extension = answer.get("extensions", {}).get("agentjournal", {})
-        attributes["agentjournal.approval_outcome"] = str(answer.get("outcome", ""))
-        attributes["agentjournal.answered_by"] = str(extension.get("by", ""))
     return attributes
 
 

@@ -20,12 +20,12 @@ from agentjournal._digests import value_digest
 from agentjournal.errors import CodecError
 from agentjournal.read.traces.attributes import (
     agent_attributes,
+    approval_attributes,
     chat_attributes,
     guardrail_attributes,
     refusal_attributes,
     run_attributes,
     tool_attributes,
-    wait_attributes,
 )
 from agentjournal.read.traces.event_fields import (
     FAILED,
@@ -149,6 +149,14 @@ class Projector:
             # A line's end closes what was open on it: no run writes it (its trace ids are
             # the ending object's), so it must neither start nor stretch one.
             return self._shown(tree, self._line_closed(tree, record))
+        if record.type == events.INTERRUPT_RESOLVED and events.INTERRUPT_KEY in record.metadata:
+            # A person's answer belongs to no run (it may come days later, from anywhere):
+            # it ends the wait's span and neither starts nor stretches a run.
+            return self._shown(tree, self._answered(tree, record))
+        if record.type == events.RUN_RESUMED:
+            # The claim on a paused run is written before the resumed run starts, outside
+            # any run: like an answer it neither starts nor stretches one.
+            return []
         sent: list[ProjectedSpan] = []
         run = self._run_for(tree, record, sent)
         when = ns(record.recorded_at)
@@ -172,8 +180,8 @@ class Projector:
             self._decided(tree, run, record, body, when)
         elif kind == events.AUTHORITY_REFUSED:
             self._refused(tree, run, record, body, when)
-        elif record.metadata.get(events.INTERRUPT_KEY) == events.TOOL_APPROVAL:
-            sent.extend(self._approval(tree, run, record, body, when))
+        elif kind == events.INTERRUPT_ISSUED and events.INTERRUPT_KEY in record.metadata:
+            self._asked(tree, run, record, when)
         else:
             self._call_or_output(tree, run, record, body, when, sent)
         return self._shown(tree, sent)
@@ -203,13 +211,14 @@ class Projector:
             for call in list(tree.calls.values()):
                 spans.append(self._call_span(tree, call, None, in_progress=True))
             tree.calls.clear()
-            for wait in tree.waits.values():
-                spans.append(self._wait_span(tree, wait, None, None))
-            tree.waits.clear()
             for sub in sorted(tree.subagents.values(), key=lambda s: -s.start_ns):
                 if sub.trace_id:  # a continuation no run of its branch spoke in: no span
                     spans.append(self._subagent_span(tree, sub, None, in_progress=True))
             tree.subagents.clear()
+            for wait in tree.waits.values():
+                last = tree.run.end_ns if tree.run is not None else wait.start_ns
+                spans.append(self._wait_span(tree, wait, last, in_progress=True))
+            tree.waits.clear()
             run = tree.run
             if run is not None and not run.sent and not run.only_input:
                 spans.append(self._run_span(tree, run))
@@ -432,27 +441,36 @@ class Projector:
         if body.get("enforcement") == "run_stopped" and run.error is None:
             run.error = f"authority refused {body.get('subject')} and stopped the run"
 
-    def _approval(
-        self, tree: Tree, run: Run, record: Record, body: Mapping[str, Any], when: int
-    ) -> list[ProjectedSpan]:
-        """A question opens the wait of its call; its answer ends it (the wait's span)."""
-        extension = body.get("extensions", {}).get("agentjournal", {})
-        if not isinstance(extension, dict):
+    def _asked(self, tree: Tree, run: Run, record: Record, when: int) -> None:
+        """A call waits for a person: its wait opens under the span of the agent that
+        asked, in the paused run's trace."""
+        try:
+            asked = events.ApprovalAsked.decode(data_of(record))
+        except (CodecError, RecursionError):
+            return  # not what agentjournal writes: the verifier reports it
+        tree.waits[record.id] = Wait(
+            request_id=asked.request_id,
+            tool=asked.tool_name,
+            agent=asked.agent,
+            stream=record.stream,
+            event_id=record.id,
+            trace_id=run.trace_id,
+            parent_id=owner_id(tree, run, record.stream),
+            span_id=fresh_id(run, "approval", record.id),
+            start_ns=when,
+        )
+
+    def _answered(self, tree: Tree, record: Record) -> list[ProjectedSpan]:
+        """A person answered: the wait of the question the answer names ends now."""
+        try:
+            decided = events.ApprovalDecided.decode(data_of(record))
+        except (CodecError, RecursionError):
             return []
-        if record.type == events.INTERRUPT_ISSUED:
-            tree.waits[record.id] = Wait(
-                request_id=str(body.get("request_id", "")),
-                tool=str(body.get("tool_name", "")),
-                agent=str(extension.get("agent", "")),
-                stream=record.stream,
-                event_id=record.id,
-                trace_id=run.trace_id,
-                parent_id=owner_id(tree, run, record.stream),
-                start_ns=when,
-            )
+        wait = tree.waits.pop(decided.issued, None)
+        if wait is None:  # a question this projector never saw open
             return []
-        wait = tree.waits.pop(str(extension.get("issued", "")), None)
-        return [] if wait is None else [self._wait_span(tree, wait, body, when)]
+        when = ns(record.recorded_at)
+        return [self._wait_span(tree, wait, when, outcome=decided.outcome, by=decided.by)]
 
     def _call_or_output(
         self,
@@ -521,22 +539,6 @@ class Projector:
             error=error,
         )
 
-    def _wait_span(
-        self, tree: Tree, wait: Wait, answer: Mapping[str, Any] | None, end: int | None
-    ) -> ProjectedSpan:
-        """The ``await_approval`` span: from the question to its answer (still waiting at a
-        one-shot export's end: zero long, ``agentjournal.in_progress``). A rejection is no
-        error: the person decided."""
-        return ProjectedSpan(
-            trace_id=wait.trace_id,
-            span_id=derived("approval", wait.event_id, 16),
-            parent_id=wait.parent_id,
-            name=f"await_approval {wait.tool}",
-            start_ns=wait.start_ns,
-            end_ns=wait.start_ns if end is None else max(wait.start_ns, end),
-            attributes=wait_attributes(wait, tree.session_id, answer),
-        )
-
     def _subagent_span(
         self,
         tree: Tree,
@@ -566,6 +568,29 @@ class Projector:
             attributes=attributes,
             events=span_events(sub.events),
             error=error,
+        )
+
+    def _wait_span(
+        self,
+        tree: Tree,
+        wait: Wait,
+        end: int,
+        *,
+        outcome: str = "pending",
+        by: str | None = None,
+        in_progress: bool = False,
+    ) -> ProjectedSpan:
+        attributes = approval_attributes(
+            wait, tree.session_id, outcome=outcome, by=by, in_progress=in_progress
+        )
+        return ProjectedSpan(
+            trace_id=wait.trace_id,
+            span_id=wait.span_id,
+            parent_id=wait.parent_id,
+            name=f"await_approval {wait.tool}",
+            start_ns=wait.start_ns,
+            end_ns=max(wait.start_ns, end),
+            attributes=attributes,
         )
 
     def _run_span(self, tree: Tree, run: Run) -> ProjectedSpan:

@@ -1,4 +1,5 @@
-"""The trace projector's state: runs, open subagents and tool calls, per line of a session.
+"""The trace projector's state: runs, open subagents, tool calls and waits for approval,
+per line of a session.
 
 Plain dataclasses of JSON values, dumped and loaded whole with the projector
 (:meth:`~agentjournal.read.traces.Projector.dump`). They are the projector's own: only
@@ -76,15 +77,17 @@ class Call:
 
 @dataclass
 class Wait:
-    """A tool call that waits for a person's answer: its ``await_approval`` span until then."""
+    """A tool call that waits for a person's approval: its ``await_approval`` span, from
+    the question (``InterruptIssued``) until the answer (``InterruptResolved``)."""
 
     request_id: str
     tool: str
     agent: str
     stream: str
-    event_id: str  # the question's: what the span id is derived from
-    trace_id: str
-    parent_id: str
+    event_id: str  # the question's: the answer names it
+    trace_id: str  # the paused run's
+    parent_id: str  # the span of the agent that asked (or the run's)
+    span_id: str
     start_ns: int
 
 
@@ -98,6 +101,7 @@ class Tree:
     calls: dict[str, Call] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)  # call id -> why it did not run
     responded: dict[str, int] = field(default_factory=dict)  # stream -> last response's end
+    waits: dict[str, Wait] = field(default_factory=dict)  # question event id -> its wait
     # Main's tree is keyed by the session id, a branch's by its top stream (it holds "@",
     # never in an id). States saved before lines load as main.
     line: str = MAIN_BRANCH
@@ -108,7 +112,6 @@ class Tree:
     # [first position, trace id, root span id] of each run, oldest first: what a fork made
     # later finds the run at its cut in (one entry a run).
     runs: list[list[Any]] = field(default_factory=list)
-    waits: dict[str, Wait] = field(default_factory=dict)  # question event id -> its wait
 
 
 def tree_from_json(tree: Mapping[str, Any]) -> Tree:
@@ -122,13 +125,13 @@ def tree_from_json(tree: Mapping[str, Any]) -> Tree:
         calls={k: Call(**v) for k, v in tree["calls"].items()},
         refused=dict(tree["refused"]),
         responded=dict(tree["responded"]),
+        waits={k: Wait(**v) for k, v in tree.get("waits", {}).items()},
         line=tree.get("line", MAIN_BRANCH),
         top=tree.get("top", ""),
         parent=tree.get("parent"),
         cut=tree.get("cut"),
         fork=tree.get("fork"),
         runs=[list(entry) for entry in tree.get("runs", [])],
-        waits={k: Wait(**v) for k, v in tree.get("waits", {}).items()},
     )
 
 

@@ -46,6 +46,7 @@
   var COLUMNS = [["session", "session"], ["app", "app"], ["user", "user"], ["agent", "agent"],
     ["items", "items"], ["subagents", "subagents o/c/f"], ["blocks", "blocks"],
     ["refusals", "refusals"], ["tokens", "tokens"], ["branches", "branches"],
+    ["approvals", "waiting"],
     ["first", "first"], ["last", "last"], ["integrity", "integrity"]];
   var TEXT_COLUMNS = { session: 1, app: 1, user: 1, agent: 1 };
   var listing = { seq: 0, timer: null, busy: false, again: false };
@@ -54,6 +55,7 @@
     var q = data.query || {};
     return { q: q.q || "", app: q.app || "", user: q.user || "", agent: q.agent || "",
       state: q.state || "", blocks: q.blocks || "", branches: q.branches || "",
+      approvals: q.approvals || "",
       since: q.since || "", until: q.until || "", sort: q.sort || "last",
       order: q.order || (q.sort && TEXT_COLUMNS[q.sort] ? "asc" : "desc"),
       offset: Number(data.offset || 0), limit: Number(data.limit || 50) };
@@ -160,6 +162,7 @@
       ["untrusted", "untrusted key"], ["unsigned", "unsigned"], ["failed", "FAILED"]], query.state));
     bar.appendChild(checkbox("blocks", "blocks or refusals", query.blocks));
     bar.appendChild(checkbox("branches", "with branches", query.branches));
+    bar.appendChild(checkbox("approvals", "waiting for approval", query.approvals));
     var controls = bar.querySelectorAll("input, select");
     if (mode !== "live") controls.forEach(function (c) { c.disabled = true; });
     return bar;
@@ -230,8 +233,10 @@
       var cells = [link, row.app || "-", row.user || "-", row.agent || "-", String(row.items),
         s.open + "/" + s.closed + "/" + s.failed, String(row.guardrail_blocks), String(row.refusals),
         String(row.tokens), row.branches.length ? live + (gone ? " (+" + gone + " gone)" : "") : "-",
+        row.pending_approvals ? row.pending_approvals + " waiting for approval" : "-",
         shortTime(row.first_activity), shortTime(row.last_activity), STATE_WORDS[row.integrity.state]];
-      var tr = el("tr", { "data-session": row.session_id });
+      var tr = el("tr", { "data-session": row.session_id,
+        cls: row.pending_approvals ? "waiting" : "" });
       cells.forEach(function (c, i) {
         var td = el("td", null, c);
         if (i === cells.length - 1) {
@@ -272,6 +277,8 @@
     app.appendChild(facts);
     var lines = drawLines();
     if (lines) app.appendChild(lines);
+    var waiting = drawApprovals();
+    if (waiting) app.appendChild(waiting);
     var tabs = el("nav", { cls: "tabs" });
     TABS.forEach(function (t) {
       if (t[0] === "compare" && !(data.branches || []).length) return;
@@ -315,6 +322,80 @@
       " · position " + chosen.position }));
     if (chosen.failed) detail.appendChild(el("p", { cls: "problem", text: firstFailure().text }));
     detail.appendChild(el("pre", { id: "record", text: pretty(chosen.record) }));
+  }
+
+  // The line's pending approvals: who asks to run what, since when; with the viewer's
+  // token (data.decide), a name, a reason and approve/reject, which POST the answer
+  // (the page's cookie and its own Origin carry the token) and redraw from the answer.
+  var answering = { by: "", reason: "", error: "" };
+  function drawApprovals() {
+    var pending = data.approvals || [];
+    if (!pending.length) return null;
+    var box = el("section", { cls: "approvals", id: "approvals" },
+      el("h2", { text: pending.length + (pending.length === 1 ? " call waits" : " calls wait") +
+        " for approval" }));
+    var by = null, reason = null;
+    if (data.decide && mode === "live") {
+      by = el("input", { type: "text", id: "approve-by", placeholder: "your name (recorded)",
+        "aria-label": "who decides" });
+      by.value = answering.by;
+      by.addEventListener("input", function () { answering.by = by.value; });
+      reason = el("input", { type: "text", id: "approve-reason", placeholder: "why (optional)",
+        "aria-label": "reason" });
+      reason.value = answering.reason;
+      reason.addEventListener("input", function () { answering.reason = reason.value; });
+      box.appendChild(el("div", { cls: "toolbar" }, by, reason));
+    }
+    var table = el("table", { cls: "approvals-table" }, el("tr", null, el("th", { text: "agent" }),
+      el("th", { text: "tool" }), el("th", { text: "arguments" }), el("th", { text: "asked at" }),
+      el("th", { text: "" })));
+    pending.forEach(function (a) {
+      var actions = el("td", { cls: "actions" });
+      if (by) {
+        ["approve", "reject"].forEach(function (what) {
+          actions.appendChild(el("button", { type: "button", cls: "answer-" + what,
+            "data-request": a.request_id, text: what, on: function () {
+              answer(a.request_id, what === "approve", by.value, reason.value);
+            } }));
+        });
+      }
+      table.appendChild(el("tr", { "data-request": a.request_id }, el("td", { text: a.agent }),
+        el("td", { text: a.tool }), el("td", null, el("code", { text: a.arguments })),
+        el("td", { text: shortTime(a.asked_at) + " UTC" }), actions));
+    });
+    box.appendChild(table);
+    box.appendChild(el("p", { cls: "bad", id: "approve-error", text: answering.error }));
+    return box;
+  }
+  function answer(request, approve, by, reason) {
+    if (!by.trim()) {
+      answering.error = "give your name: it is recorded with the answer";
+      document.getElementById("approve-error").textContent = answering.error;
+      return;
+    }
+    var url = "/api/sessions/" + encodeURIComponent(data.session_id) + "/approvals/" +
+      encodeURIComponent(request) + (data.branch ? "?branch=" + encodeURIComponent(data.branch.name) : "");
+    fetch(url, { method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ approve: approve, by: by, reason: reason }) })
+      .then(function (res) {
+        return res.text().then(function (text) {
+          if (res.ok) return JSON.parse(text);
+          var said = text;
+          try { said = JSON.parse(text).error || text; } catch (ignored) { /* plain text */ }
+          throw new Error(said.trim());
+        });
+      }).then(function (done) {
+        answering.error = "";
+        answering.reason = "";
+        setStatus(done.outcome + " by " + done.by, "live");
+        data.approvals = (data.approvals || []).filter(function (a) { return a.request_id !== request; });
+        drawSession();
+      }).catch(function (err) {
+        answering.error = err.message;
+        var shown = document.getElementById("approve-error");
+        if (shown) shown.textContent = err.message;
+      });
   }
 
   // The session's lines: main and every branch (DESIGN §17.4). A live page moves to

@@ -1,0 +1,22 @@
+"""Answering an approval from the command line, in this process, as a person would."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+
+from agentjournal.cli import main as cli
+
+
+async def answer_from_the_command_line(
+    uri: str, session_id: str, request_id: str, *, by: str, approve: bool = True
+) -> str:
+    """``agentjournal approve|reject SESSION REQUEST --as BY``; its stdout (exit 0 asserted)."""
+    out, err = io.StringIO(), io.StringIO()
+    verb = "approve" if approve else "reject"
+    argv = [verb, session_id, request_id, "--as", by, "--uri", uri]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = await asyncio.to_thread(cli, argv)
+    assert code == 0, err.getvalue()
+    return out.getvalue()
