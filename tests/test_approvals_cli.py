@@ -154,7 +154,16 @@ async def test_approvals_lists_the_waiting_calls_as_a_table_and_as_json(
     table = await cli("approvals", "--uri", uri)
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.splitlines()
-    assert header.split() == ["session", "request", "agent", "tool", "arguments", "asked", "at", "(UTC)"]
+    assert header.split() == [
+        "session",
+        "request",
+        "agent",
+        "tool",
+        "arguments",
+        "asked",
+        "at",
+        "(UTC)",
+    ]
     assert [row.split()[:4] for row in rows] == [
         ["s-one", "r1", "billing", "issue_refund"],
         ["s-two", "r1", "refunds", "issue_refund"],
