@@ -26,6 +26,11 @@ from agentjournal.events._names import INTERRUPT_ISSUED, INTERRUPT_RESOLVED, RUN
 TOOL_APPROVAL: Final = "tool_approval"
 """The kind of a function tool's approval (``InterruptIssued.kind``, ``aj.interrupt``)."""
 APPROVAL_OUTCOMES: Final = ("approved", "rejected")
+RUN_STATE: Final = "run_state"
+"""``source`` of an answer no person gave through the journal: the SDK's own decision in the
+run's ``RunState`` (``state.approve``/``state.reject``), recorded with the call's output."""
+RUN_STATE_BY: Final = "RunState"
+"""``by`` of such an answer: the run's state, not a named person."""
 _EXTENSION: Final = "agentjournal"
 
 
@@ -90,15 +95,19 @@ class ApprovalAsked:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalDecided:
-    """``InterruptResolved`` of a function tool call's approval: a person's answer.
+    """``InterruptResolved`` of a function tool call's approval: a person's answer, or the
+    decision the run's own state held.
 
     Attributes:
         request_id: The call's id (the ``InterruptIssued`` it answers).
         outcome: ``approved`` or ``rejected``.
         reason: Why (``response`` on the wire; may be empty).
-        by: Who answered.
+        by: Who answered (:data:`RUN_STATE_BY` when no one answered through the journal).
         issued: The event id of the ``InterruptIssued`` it answers.
         timestamp: When.
+        source: Where the answer came from when no one gave it through the journal
+            (:data:`RUN_STATE`: the SDK's ``RunState``); None: through the journal
+            (``approve``/``reject``).
     """
 
     request_id: str
@@ -107,6 +116,7 @@ class ApprovalDecided:
     by: str
     issued: str
     timestamp: datetime
+    source: str | None = None
 
     def encode(self) -> bytes:
         """Its data: the schema's ``InterruptResolved`` JSON."""
@@ -114,7 +124,10 @@ class ApprovalDecided:
             request_id=self.request_id, outcome=self.outcome, response=self.reason
         )
         message.timestamp.FromDatetime(self.timestamp)
-        message.extensions[_EXTENSION].update({"by": self.by, "issued": self.issued})
+        extension = {"by": self.by, "issued": self.issued}
+        if self.source is not None:
+            extension["source"] = self.source
+        message.extensions[_EXTENSION].update(extension)
         text: str = to_json(message)
         return text.encode()
 
@@ -131,6 +144,9 @@ class ApprovalDecided:
             raise CodecError(
                 f"{INTERRUPT_RESOLVED}: outcome must be one of {APPROVAL_OUTCOMES}, got {outcome!r}"
             )
+        source = extension.get("source")
+        if source is not None and not isinstance(source, str):
+            raise CodecError(f"{INTERRUPT_RESOLVED}: source must be a string, got {source!r}")
         return cls(
             request_id=_text(body, "request_id", INTERRUPT_RESOLVED),
             outcome=outcome,
@@ -138,6 +154,7 @@ class ApprovalDecided:
             by=_text(extension, "by", INTERRUPT_RESOLVED),
             issued=_text(extension, "issued", INTERRUPT_RESOLVED),
             timestamp=_time(body, INTERRUPT_RESOLVED),
+            source=source,
         )
 
 
