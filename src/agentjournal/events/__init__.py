@@ -47,6 +47,8 @@ from agentjournal.events._decisions import AuthorityRefused, Enforcement, Guardr
 from agentjournal.events._history import ItemPopped, SessionCleared
 from agentjournal.events._interrupts import (
     APPROVAL_OUTCOMES,
+    RUN_STATE,
+    RUN_STATE_BY,
     SIGNED_APPROVAL,
     TOOL_APPROVAL,
     ApprovalAsked,
@@ -211,6 +213,8 @@ __all__ = [
     "INTERRUPT_RESOLVED",
     "RUN_PAUSED",
     "RUN_RESUMED",
+    "RUN_STATE",
+    "RUN_STATE_BY",
     "TOOL_APPROVAL",
     "ApprovalAsked",
     "ApprovalDecided",

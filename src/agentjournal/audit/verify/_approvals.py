@@ -75,6 +75,7 @@ class _Counts:
     approved: int = 0
     rejected: int = 0
     signed: int = 0
+    run_state: int = 0  # answers the SDK's RunState gave, no person through the journal
     unchecked: int = 0  # questions and answers withheld whole
     rejected_withheld: int = 0  # rejected calls whose output the bundle withholds
 
@@ -93,6 +94,11 @@ def check_approvals(report: Report, tree: Tree) -> None:
             f"{counts.rejected} rejected, {counts.signed} signed; each call ran only on "
             "an answer that counts"
         )
+        if counts.run_state:
+            line += (
+                f"; {plural(counts.run_state, 'answer')} by the run's RunState, "
+                "not a person through the journal"
+            )
         if counts.rejected_withheld:
             line += (
                 f"; {plural(counts.rejected_withheld, 'rejected call')} with a withheld "
@@ -232,6 +238,7 @@ def _answer(
     counts.approved += decided.outcome == "approved"
     counts.rejected += decided.outcome == "rejected"
     counts.signed += decided.signed
+    counts.run_state += decided.source == events.RUN_STATE
     found = check_answer(
         question.policies,
         decided,
