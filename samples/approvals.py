@@ -45,9 +45,9 @@ def support_team(*, resumed: bool) -> Agent[Any]:
     return Agent(name="triage", model=ScriptedModel(triage_steps), handoffs=[billing])
 
 
-async def start() -> None:
+async def start(session_id: str) -> None:
     async with Journal.open() as journal:
-        session = journal.session(SESSION)
+        session = journal.session(session_id)
         team = support_team(resumed=False)
         result = await Runner.run(
             team, "Refund order 42, please", session=session, hooks=session, run_config=CONFIG
@@ -57,12 +57,12 @@ async def start() -> None:
                 f"{waiting.agent} waits for approval of {waiting.tool_name}({waiting.arguments}) "
                 f"[request {waiting.request_id}]"
             )
-        print(f"answer: agentjournal approve {SESSION} r1 --as YOUR_NAME --reason '...'")
+        print(f"answer: agentjournal approve {session_id} r1 --as YOUR_NAME --reason '...'")
 
 
-async def resume() -> None:
+async def resume(session_id: str) -> None:
     async with Journal.open() as journal:
-        session = journal.session(SESSION)
+        session = journal.session(session_id)
         try:
             result = await session.resume(support_team(resumed=True), run_config=CONFIG)
         except InvalidInput as refused:  # no answer yet, or resumed already (AlreadyResumed)
@@ -75,8 +75,9 @@ def main() -> None:
     parser.add_argument(
         "--resume", action="store_true", help="resume the paused run with its recorded answer"
     )
+    parser.add_argument("--session", default=SESSION, help=f"the session id (default: {SESSION})")
     args = parser.parse_args()
-    asyncio.run(resume() if args.resume else start())
+    asyncio.run(resume(args.session) if args.resume else start(args.session))
 
 
 if __name__ == "__main__":

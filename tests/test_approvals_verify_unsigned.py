@@ -121,7 +121,7 @@ def hostile_answer(bundle: Bundle) -> None:
         (answer_dropped, "call r1 has an output, but its question has no answer before it"),
         (answer_after_the_output, "an answer to r1 after its call ran"),
         (answer_of_no_question, "an answer to a question that does not exist"),
-        (approval_turned_rejection, "call r1 was rejected, but its output is not the SDK's"),
+        (approval_turned_rejection, "call r1 was rejected, yet its tool started"),
         (hostile_answer, "an answer (InterruptResolved) that does not read as one"),
     ],
 )

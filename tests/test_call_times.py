@@ -11,7 +11,7 @@ verifies. The viewer's waterfall draws each call from these times.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -24,6 +24,7 @@ from agentjournal.store.contract import RecordedEvent
 from agentjournal.ui.console import waterfall
 from agentjournal.walk import read_tree
 from drive import METHODS, Method, drive, sdk_reference
+from paused_graph import approval_graph, resumed
 
 SID = "timed-1"
 
@@ -149,3 +150,66 @@ async def test_a_redacted_bundle_keeps_the_times_and_withholds_the_output(
     for event in outputs:
         assert event["metadata"]["aj.started_at"] < event["metadata"]["aj.ended_at"]
         assert event["data"] is None  # what the tool returned is withheld
+
+
+# -- calls a resumed run makes ------------------------------------------------------------------
+
+
+async def _resumed_output(
+    journal: Journal, method: Method, *, how: str, approve: bool
+) -> RecordedEvent:
+    """Pause on billing's ``issue_refund`` (call r1), answer it and run the paused run on,
+    by ``session.resume`` (``how="resume"``: the recorded answer; ``resumable`` for
+    ``run_streamed``) or by the SDK's own way (``how="run_state"``: ``state.approve`` or
+    ``state.reject``, then the runner with ``hooks=session``); the output of r1."""
+    session = journal.session(SID)
+    paused: Any = await drive(
+        approval_graph(), "Refund order 42", method=method, session=session, hooks=session
+    )
+    agent = approval_graph("Done.")
+    if how == "resume":
+        await session.hold(paused)
+        if approve:
+            await session.approve("r1", by="ann")
+        else:
+            await session.reject("r1", by="ann")
+        if method == "run":
+            await session.resume(agent)
+        else:
+            state = await session.resumable(agent)
+            await drive(agent, state, method=method, session=session, hooks=session)
+    else:
+        saved = paused.to_state().to_string()
+        await resumed(agent, saved, approve=approve, session=session, hooks=session, method=method)
+    (output,) = [
+        event
+        for event in await journal.store.read_all()
+        if event.type == "ToolResultReceived" and event.metadata.get("aj.call_id") == "r1"
+    ]
+    return output
+
+
+@pytest.mark.parametrize("how", ["resume", "run_state"])
+@pytest.mark.parametrize("method", METHODS)
+async def test_a_call_a_resumed_run_makes_carries_when_its_tool_started_and_ended(
+    journal: Journal, method: Method, how: str
+) -> None:
+    """The SDK runs an approved call before any other hook of the resumed run fires: its
+    times are the resumed run's, not lost with the paused one's."""
+    before = datetime.now(UTC)
+    output = await _resumed_output(journal, method, how=how, approve=True)
+    started, ended = _when(output.metadata["aj.started_at"]), _when(output.metadata["aj.ended_at"])
+    assert before <= started <= ended
+    assert "refunded 1250 cents on 42" in output.data.decode()
+
+
+@pytest.mark.parametrize("how", ["resume", "run_state"])
+@pytest.mark.parametrize("method", METHODS)
+async def test_a_rejected_call_s_output_carries_no_tool_times(
+    journal: Journal, method: Method, how: str
+) -> None:
+    """A rejected call's tool never starts: its output (the SDK's rejection) has no times."""
+    output = await _resumed_output(journal, method, how=how, approve=False)
+    assert "aj.started_at" not in output.metadata
+    assert "aj.ended_at" not in output.metadata
+    assert "not approved" in output.data.decode()

@@ -17,8 +17,10 @@ import pytest
 from agentjournal import events
 from agentjournal._digests import data_digest
 from agentjournal.authority import Authority, Cap, Policy, ToolRule
+from agentjournal.engine.approvals import Approval
 from agentjournal.engine.checkpoints import plan_checkpoint
 from agentjournal.engine.codec import exact_json
+from agentjournal.engine.items import earlier_calls
 from agentjournal.engine.plan import (
     Ask,
     Grant,
@@ -75,12 +77,16 @@ class Run:
     produced: dict[str, Produced] = field(default_factory=dict)  # by item id
     responses: list[Responded] = field(default_factory=list)
     asks: dict[str, Ask] = field(default_factory=dict)
+    decisions: dict[str, bool] = field(default_factory=dict)  # call id -> approved
 
     def produced_by(self, item: Mapping[str, Any]) -> Produced | None:
         return self.produced.get(str(item.get("id")))
 
     def tool_call_times(self, call_id: str) -> tuple[str, str] | None:
         return None
+
+    def decided(self, call_id: str, tool: str) -> bool | None:
+        return self.decisions.get(call_id)
 
     def same_run(self, run: Any) -> bool:
         return run is not None and run is self.identity
@@ -890,3 +896,49 @@ def test_user_messages_are_numbered_on_from_the_last_turn() -> None:
     assert plan.turns == (((S, 1, 0), 5), ((S, 3, 0), 6))
     unnumbered = by_stream(items_plan(SessionTree(S), items))[S]
     assert all(events.TURN_KEY not in e.metadata for e in unnumbered)
+
+
+# -- the run's own answer to a question that waits ---------------------------------------------
+
+
+def waiting(request_id: str = "r1", stream: str = S) -> Approval:
+    """A question on ``stream`` for call ``request_id`` with no answer and no output."""
+    return Approval(request_id, "refund", "{}", "triage", stream, 3, str(ids(1)[0]), NOW)
+
+
+@pytest.mark.parametrize("approved", [True, False])
+def test_an_output_of_a_call_whose_question_waits_comes_right_after_the_run_s_answer(
+    approved: bool,
+) -> None:
+    run = Run(decisions={"r1": approved})
+    plan = items_plan(tree_at({S: 5}), [output("r1", "done")], run, unanswered={"r1": waiting()})
+    (answer_event, output_event) = by_stream(plan)[S]  # one append: both land or neither
+    assert types([answer_event, output_event]) == [events.INTERRUPT_RESOLVED, "ToolResultReceived"]
+    answer = events.ApprovalDecided.decode(answer_event.data)
+    assert answer.outcome == ("approved" if approved else "rejected")
+    assert (answer.by, answer.source, answer.issued) == (
+        events.RUN_STATE_BY,
+        events.RUN_STATE,
+        waiting().event_id,
+    )
+    assert answer_event.metadata[events.INTERRUPT_KEY] == events.TOOL_APPROVAL
+    assert answer_event.metadata[events.CALL_ID_KEY] == "r1"
+
+
+def test_no_answer_is_made_up_when_the_run_cannot_tell_or_the_question_is_elsewhere() -> None:
+    for run, question in (
+        (Run(), waiting()),  # the run does not know what was decided
+        (Run(decisions={"r1": True}), waiting(stream=A)),  # asked on another stream
+        (Run(decisions={"r1": True}), waiting("r2")),  # another call's question
+    ):
+        plan = items_plan(
+            tree_at({S: 5}), [output("r1", "done")], run, unanswered={question.request_id: question}
+        )
+        assert types(by_stream(plan)[S]) == ["ToolResultReceived"]
+
+
+def test_only_outputs_of_calls_an_earlier_write_made_can_have_a_question_waiting() -> None:
+    owner = {"r1": A, "r2": S}
+    items = [output("r1", "x"), call("r2", "refund"), output("r2", "y"), output("r3", "z")]
+    assert earlier_calls(items, owner) == {"r1": A}
+    assert earlier_calls([call("r1", "refund")], owner) == {}

@@ -9,6 +9,8 @@ Here the rest is read and written:
 - :func:`approvals`: every approval asked on the line's streams now followed (the top
   stream and the open subagents'), each with its answer and whether its call has an
   output yet (:func:`fold_approvals`, pure);
+- :func:`unanswered`: the questions an ``add_items`` write of calls' outputs finds
+  waiting (it records the run's own decision on them with the outputs);
 - :func:`resolve`: ``InterruptResolved`` on the question's stream, at its exact head,
   so of two racing answers one lands and the other is planned again, sees it, and is
   refused with :class:`~agentjournal.errors.AlreadyResolved`;
@@ -168,6 +170,17 @@ async def approvals_on(store: EventStore, streams: Sequence[str]) -> list[Approv
     return fold_approvals(
         {stream: await read_types(store, stream, -1, _READ) for stream in streams}
     )
+
+
+async def unanswered(line: Line, calls: Mapping[str, str]) -> dict[str, Approval]:
+    """The questions still waiting among ``calls`` (call id -> the stream its output goes
+    to): for each, the newest question for it on that stream, when it has neither an answer
+    nor an output yet. One typed read per stream; call it inside the write's plan, so an
+    answer that lands meanwhile is seen when the write plans again."""
+    streams = sorted(set(calls.values()))
+    read = {stream: await read_types(line.store, stream, -1, _READ) for stream in streams}
+    newest = {a.request_id: a for a in fold_approvals(read) if calls.get(a.request_id) == a.stream}
+    return {call_id: a for call_id, a in newest.items() if a.pending}
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 from agentjournal import events
 from agentjournal.engine import stamps, turns
+from agentjournal.engine.approvals import unanswered
 from agentjournal.engine.checkpoints import Checkpoints
 from agentjournal.engine.line import Line
 from agentjournal.engine.plan import ItemsPlan, RunView, WritePlan
@@ -47,8 +48,26 @@ class NoRun:
     def tool_call_times(self, call_id: str) -> None:
         return None
 
+    def decided(self, call_id: str, tool: str) -> None:
+        return None
+
     def same_run(self, run: Any) -> bool:
         return False
+
+
+def earlier_calls(items: Sequence[Any], call_owner: Mapping[str, str]) -> dict[str, str]:
+    """The function calls whose outputs ``items`` carry and whose call items an earlier
+    write recorded (call id -> the stream its call is on): only such a call can have a
+    question waiting (pure). A call the same items make again is theirs, not the earlier."""
+    made = {item.get("call_id") for item in items if item.get("type") == "function_call"}
+    return {
+        call_id: call_owner[call_id]
+        for item in items
+        if item.get("type") == "function_call_output"
+        and isinstance(call_id := item.get("call_id"), str)
+        and call_id in call_owner
+        and call_id not in made
+    }
 
 
 class ItemWrites:
@@ -104,6 +123,8 @@ class ItemWrites:
             log = await line.reader.authority_log() if run.grants else None
             users = any(is_user(item) for item in items)
             last_turn = await self._last_turn(hides) if users else None
+            waiting = earlier_calls(items, tree.call_owner)
+            asked = await unanswered(line, waiting) if waiting else None
             plan = plan_items(
                 tree,
                 line.facts,
@@ -118,6 +139,7 @@ class ItemWrites:
                 taken=self._taken,
                 log=log,
                 last_turn=last_turn,
+                unanswered=asked,
             )
             if plan is not None:
                 for output in plan.routed.unmatched_outputs:

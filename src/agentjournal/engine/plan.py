@@ -160,6 +160,11 @@ class RunView(Protocol):
     def tool_call_times(self, call_id: str) -> tuple[str, str] | None:
         """When the hooks saw the tool call ``call_id`` start and end (RFC 3339)."""
 
+    def decided(self, call_id: str, tool: str) -> bool | None:
+        """The run's own decision on the call ``call_id`` of ``tool``, which waited for
+        approval: True (approved) when the hooks saw its tool start in this run, else the
+        decision the run's context holds; None when the write cannot tell (no run)."""
+
     def same_run(self, run: Any) -> bool:
         """Whether ``run`` (a tree's ``chain_run``) is this run."""
 

@@ -1,6 +1,8 @@
 """Planning an ``add_items`` write: routing (:mod:`agentjournal.engine.routing`), then the
 canonical events (:mod:`agentjournal.engine.codec`), the twins of every subagent opened or
-closed, and the authority log's entries for its grants (pure).
+closed, the questions and run's answers of approvals
+(:mod:`agentjournal.engine.plan_interrupts`), and the authority log's entries for its
+grants (pure).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from typing import Any, Final
 from agentjournal import events
 from agentjournal._fastjson import plain_text
 from agentjournal.engine import codec
+from agentjournal.engine.approvals import Approval
 from agentjournal.engine.plan import Grant, ItemsPlan, RunView, SessionFacts
 from agentjournal.engine.plan_control import add_responses
-from agentjournal.engine.plan_interrupts import add_interrupt
+from agentjournal.engine.plan_interrupts import add_interrupt, add_run_answer
 from agentjournal.engine.plan_log import handoff_grant, held_entries, log_request
 from agentjournal.engine.routing import Op, Plan, plan_write, starts_a_run
 from agentjournal.engine.sealing import Events
@@ -45,8 +48,13 @@ def plan_items(
     taken: frozenset[str] | set[str] = frozenset(),
     log: AuthorityLog | None = None,
     last_turn: int | None = None,
+    unanswered: Mapping[str, Approval] | None = None,
 ) -> ItemsPlan | None:
     """Plan one ``add_items`` write (None when it writes nothing).
+
+    ``unanswered``: the questions waiting for the calls whose outputs ``items`` carry
+    (:func:`~agentjournal.engine.approvals.unanswered`); each such output comes right
+    after the run's own answer to its question, when the run can tell it.
 
     ``last_turn``: the turn of the newest user message visible once ``hides`` are
     hidden (0: none); each user message of ``items`` gets the next number as its
@@ -63,7 +71,9 @@ def plan_items(
     pending = [r for r in run.responses if r.id not in tree.responded]
     if not routed.ops and not hides and not pending:
         return None
-    write = _ItemsWrite(tree, facts, run, routed, first_index, nonce, now, trace, last_turn)
+    write = _ItemsWrite(
+        tree, facts, run, routed, first_index, nonce, now, trace, last_turn, unanswered or {}
+    )
     write.start_session()
     write.hide(hides)
     # The responses before the items they produced, and before any close of their streams.
@@ -123,8 +133,10 @@ class _ItemsWrite:
         now: datetime,
         trace: Mapping[str, str],
         last_turn: int | None,
+        unanswered: Mapping[str, Approval],
     ) -> None:
         self._tree = tree
+        self._unanswered = unanswered
         self._facts = facts
         self._run = run
         self._routed = routed
@@ -206,8 +218,10 @@ class _ItemsWrite:
         times = _output_times(op.item, run)
         if times is not None:
             metadata[events.STARTED_AT_KEY], metadata[events.ENDED_AT_KEY] = times
-        self._number_turn(op.item, metadata, op.stream)
         _chainable(metadata)
+        # Before the output's event and its turn's key: the answer comes first on its stream.
+        add_run_answer(self.out, op, run, self._unanswered, self._now, self._next_id)
+        self._number_turn(op.item, metadata, op.stream)
         self.out.add(
             op.stream,
             encoded.type,

@@ -49,6 +49,8 @@ from agentjournal.events._erasure import SubjectErased
 from agentjournal.events._history import ItemPopped, SessionCleared
 from agentjournal.events._interrupts import (
     APPROVAL_OUTCOMES,
+    RUN_STATE,
+    RUN_STATE_BY,
     SIGNED_APPROVAL,
     TOOL_APPROVAL,
     ApprovalAsked,
@@ -215,6 +217,8 @@ __all__ = [
     "RUN_PAUSED",
     "RUN_RESUMED",
     "SUBJECT_ERASED",
+    "RUN_STATE",
+    "RUN_STATE_BY",
     "TOOL_APPROVAL",
     "ApprovalAsked",
     "ApprovalDecided",

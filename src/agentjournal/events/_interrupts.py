@@ -32,6 +32,11 @@ from agentjournal.events._names import INTERRUPT_ISSUED, INTERRUPT_RESOLVED, RUN
 TOOL_APPROVAL: Final = "tool_approval"
 """The kind of a function tool's approval (``InterruptIssued.kind``, ``aj.interrupt``)."""
 APPROVAL_OUTCOMES: Final = ("approved", "rejected")
+RUN_STATE: Final = "run_state"
+"""``source`` of an answer no person gave through the journal: the SDK's own decision in the
+run's ``RunState`` (``state.approve``/``state.reject``), recorded with the call's output."""
+RUN_STATE_BY: Final = "RunState"
+"""``by`` of such an answer: the run's state, not a named person."""
 _EXTENSION: Final = "agentjournal"
 SIGNED_APPROVAL: Final = "agentjournal-approval/1"
 """The ``format`` of the bytes an approver signs (:func:`approval_signed_bytes`)."""
@@ -107,13 +112,14 @@ class ApprovalAsked:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalDecided:
-    """``InterruptResolved`` of a function tool call's approval: a person's answer.
+    """``InterruptResolved`` of a function tool call's approval: a person's answer, or the
+    decision the run's own state held.
 
     Attributes:
         request_id: The call's id (the ``InterruptIssued`` it answers).
         outcome: ``approved`` or ``rejected``.
         reason: Why (``response`` on the wire; may be empty).
-        by: Who answered.
+        by: Who answered (:data:`RUN_STATE_BY` when no one answered through the journal).
         issued: The event id of the ``InterruptIssued`` it answers.
         timestamp: When.
         arguments_digest: :func:`arguments_digest` of the arguments the question showed
@@ -122,6 +128,9 @@ class ApprovalDecided:
             unsigned.
         signature: Base64 Ed25519 signature over :func:`approval_signed_bytes`; empty when
             unsigned.
+        source: Where the answer came from when no one gave it through the journal
+            (:data:`RUN_STATE`: the SDK's ``RunState``); None: through the journal
+            (``approve``/``reject``).
     """
 
     request_id: str
@@ -139,6 +148,8 @@ class ApprovalDecided:
         """Whether an approver signed it."""
         return bool(self.signature)
 
+    source: str | None = None
+
     def encode(self) -> bytes:
         """Its data: the schema's ``InterruptResolved`` JSON."""
         message = InterruptResolved(
@@ -151,6 +162,8 @@ class ApprovalDecided:
         if self.signature:
             extension["key_id"] = self.key_id
             extension["signature"] = self.signature
+        if self.source is not None:
+            extension["source"] = self.source
         message.extensions[_EXTENSION].update(extension)
         text: str = to_json(message)
         return text.encode()
@@ -175,6 +188,9 @@ class ApprovalDecided:
         signature = _signature(extension.get("signature"))
         if bool(key_id) != bool(signature):
             raise CodecError(f"{INTERRUPT_RESOLVED}: a signature needs its key_id, and back")
+        source = extension.get("source")
+        if source is not None and not isinstance(source, str):
+            raise CodecError(f"{INTERRUPT_RESOLVED}: source must be a string, got {_short(source)}")
         return cls(
             request_id=_text(body, "request_id", INTERRUPT_RESOLVED),
             outcome=outcome,
@@ -185,6 +201,7 @@ class ApprovalDecided:
             arguments_digest=digest,
             key_id=key_id,
             signature=signature,
+            source=source,
         )
 
 

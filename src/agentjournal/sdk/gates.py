@@ -69,6 +69,7 @@ class Gatekeeper:
         self._effective: dict[str, Authority] = {}
         self._said: set[tuple[str, str, str]] = set()  # (gate, agent, subject) recorded this run
         self._refused_calls: set[str] = set()  # refused at on_llm_end; the wrapper only answers
+        self._rooted = False  # the run's first agent has started (its grant is recorded)
 
     # -- the run --------------------------------------------------------------------
 
@@ -77,6 +78,7 @@ class Gatekeeper:
         self._effective = {}
         self._said = set()
         self._refused_calls = set()
+        self._rooted = False
 
     async def effective(self, agent: str) -> Authority:
         """The running agent's effective authority.
@@ -107,11 +109,12 @@ class Gatekeeper:
         """``on_agent_start``: settle the agent's effective authority.
 
         What a run's first agent holds is recorded (the root of the run's
-        delegations, for a verifier).
+        delegations, for a verifier), also when a resumed run's approved call, which the
+        SDK runs before this hook, settled it first.
         """
-        if agent in self._effective:
+        first, self._rooted = not self._rooted, True
+        if agent in self._effective and not first:
             return
-        first = not self._effective
         authority = await self.effective(agent)
         if first:
             try:

@@ -101,8 +101,13 @@ class SessionHooks(RunHooksBase[Any, "Agent[Any]"]):
     async def on_tool_start(
         self: _Session, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool
     ) -> None:
-        """Note when the tool call started (for its output's event); open its span."""
+        """Note when the tool call started (for its output's event); open its span.
+
+        A resumed run runs its approved calls before any other hook fires: this may be
+        the first hook of a run, and the times belong to it, not to the paused run.
+        """
         self._check_open()
+        self._enter_run(context)
         call_id = getattr(context, "tool_call_id", None)
         if isinstance(call_id, str) and call_id:
             self._run.tool_started(call_id, _now())

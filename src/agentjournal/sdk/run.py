@@ -19,6 +19,8 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from agents.run_context import RunContextWrapper
+
 from agentjournal.authority import Authority
 from agentjournal.engine.plan import Ask, Grant, ItemsPlan, Produced, Responded
 from agentjournal.sdk import tracing
@@ -144,6 +146,10 @@ class RunState:
             return None
         return times[0], times[1]
 
+    def tool_ran(self, call_id: str) -> bool:
+        """Whether the hooks saw the tool call ``call_id`` start in this run."""
+        return call_id in self.tool_times
+
     def responded(self, response: Responded) -> None:
         """A model response: its ``ModelResponded`` goes with the next write."""
         self.responses.append(response)
@@ -268,6 +274,17 @@ class RunView:
 
     def tool_call_times(self, call_id: str) -> tuple[str, str] | None:
         return self._state.tool_call_times(call_id)
+
+    def decided(self, call_id: str, tool: str) -> bool | None:
+        wrapper = self._wrapper
+        if not isinstance(wrapper, RunContextWrapper) or not self._state.is_run(wrapper.usage):
+            return None  # no run's write: nothing says what the SDK decided
+        if self._state.tool_ran(call_id):
+            return True
+        # The SDK's own record of the decision (``state.approve``/``state.reject``): a call
+        # it rejected never starts; one it approved may run without these hooks.
+        found = wrapper.is_tool_approved(tool, call_id)
+        return found if isinstance(found, bool) else None
 
     def same_run(self, run: Any) -> bool:
         return self._wrapper is not None and run is not None and run() is self._wrapper

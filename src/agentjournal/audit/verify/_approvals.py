@@ -84,6 +84,7 @@ class _Counts:
     approved: int = 0
     rejected: int = 0
     signed: int = 0
+    run_state: int = 0  # answers the SDK's RunState gave, no person through the journal
     unchecked: int = 0  # questions and answers withheld whole
     rejected_withheld: int = 0  # rejected calls whose output the bundle withholds
     sealed: int = 0  # questions or answers whose arguments or reason are sealed
@@ -103,6 +104,11 @@ def check_approvals(report: Report, tree: Tree) -> None:
             f"{counts.rejected} rejected, {counts.signed} signed; each call ran only on "
             "an answer that counts"
         )
+        if counts.run_state:
+            line += (
+                f"; {plural(counts.run_state, 'answer')} by the run's RunState, "
+                "not a person through the journal"
+            )
         if counts.rejected_withheld:
             line += (
                 f"; {plural(counts.rejected_withheld, 'rejected call')} with a withheld "
@@ -252,6 +258,7 @@ def _answer(
     counts.approved += decided.outcome == "approved"
     counts.rejected += decided.outcome == "rejected"
     counts.signed += decided.signed
+    counts.run_state += decided.source == events.RUN_STATE
     if is_sealed(event) or question.sealed:
         counts.sealed += is_sealed(event)
         return _sealed_answer(question, decided, tree.session_id, stream)
