@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +45,34 @@ def test_authority_seed_sample() -> None:
     unguarded = run_sample("authority_seed.py", "--no-policy")
     assert "tool bodies ran: ['credit c-7 25000']" in unguarded
     assert "refused" not in unguarded
+
+
+@pytest.mark.slow
+def test_erasure_sample(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "AGENTJOURNAL_URI": f"sqlite:///{tmp_path / 'journal.db'}",
+        "AGENTJOURNAL_KEYS": str(tmp_path / "keys.db"),
+    }
+    env.pop("AGENTJOURNAL_SIGNING_KEY", None)
+    env.pop("AGENTJOURNAL_SIGNING_KEY_FILE", None)
+
+    def run(*argv: str) -> str:
+        result = subprocess.run(
+            argv, capture_output=True, text=True, timeout=120, check=False, env=env
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    python = sys.executable
+    assert "Refunded to the card ending 1111." in run(python, str(SAMPLES / "erasure.py"))
+    cli = [python, "-m", "agentjournal.cli"]
+    erased = run(*cli, "erase", "--subject", "user-42", "--reason", "GDPR 88", "--as", "dpo")
+    assert "SubjectErased on sessions: support-4900" in erased
+    shown = run(python, str(SAMPLES / "erasure.py"), "--show")
+    assert "[erased]" in shown
+    assert "Jane Example" not in shown
+    assert "a new turn runs on the erased history" in shown
+    verified = run(*cli, "verify", "support-4900", "--allow-uncovered")
+    assert "content of subject user-42 erased at" in verified
+    assert b"Jane Example" not in (tmp_path / "journal.db").read_bytes()

@@ -12,6 +12,8 @@ from typing import Any, Final
 from agents.memory.session_settings import SessionSettings
 
 from agentjournal.authority import Policy
+from agentjournal.engine.erasure import Erasure
+from agentjournal.engine.erasure import erase as erase_subject
 from agentjournal.engine.tree import SessionTree
 from agentjournal.engine.writer import rotate_key
 from agentjournal.errors import InvalidInput
@@ -20,6 +22,9 @@ from agentjournal.ledger import KeyRotation, SigningKey
 from agentjournal.read.approvals import PendingApproval
 from agentjournal.read.approvals import pending_approvals as _pending_approvals
 from agentjournal.sdk.session import JournalSession
+from agentjournal.shred.keys import CachedKeyStore, SubjectKeyStore
+from agentjournal.shred.sealing import OpeningStore, SubjectSealer
+from agentjournal.shred.sqlite_keys import SQLiteKeyStore
 from agentjournal.store import (
     EventStore,
     open_store,
@@ -60,9 +65,13 @@ class Journal:
         cached_sessions: int = 64,
         cache_bytes: int | None = DEFAULT_CACHE_BYTES,
         signing_key: SigningKey | None = None,
+        keys: SubjectKeyStore | None = None,
+        own_keys: bool = False,
     ) -> None:
         _check_cache_bytes(cache_bytes)
         self.store = store
+        self.keys = keys
+        self._own_keys = own_keys  # a key store opened from a path here is closed here
         self.uri = uri
         self.signing_key = signing_key
         self._cached_sessions = cached_sessions
@@ -82,6 +91,7 @@ class Journal:
         signing_key: SigningKey | str | None = None,
         deadline: float | None = None,
         cache_bytes: int | None = DEFAULT_CACHE_BYTES,
+        keys: SubjectKeyStore | str | os.PathLike[str] | None = None,
     ) -> _Opening:
         """Open the journal at ``uri``.
 
@@ -101,15 +111,21 @@ class Journal:
             cache_bytes: What the shared cache keeps of each session's items (item
                 text plus ~150 bytes an item; default 8 MiB; None: no bound). A session
                 beyond it keeps its newest items; a read of older ones reads the store.
+            keys: Seal every session's content under its data subject's key (see
+                :meth:`session`'s ``subject``): a :class:`~agentjournal.shred.SubjectKeyStore`,
+                or the path of the embedded key store's SQLite file (kept apart from the
+                events; its keys cached in memory for 60 s; closed with the journal; a
+                key store passed as an object stays its owner's to close). Default:
+                content in the clear.
 
         Raises:
-            InvalidInput: The URI names no known store, or the key cannot be read.
+            InvalidInput: The URI names no known store, or a key cannot be read.
             StoreUnavailable: The store cannot be opened or reached.
         """
         if isinstance(signing_key, str):
             signing_key = SigningKey.from_file(signing_key)
         key = signing_key if signing_key is not None else SigningKey.from_environment()
-        return _Opening(cls, store_uri(uri), key, deadline, cache_bytes)
+        return _Opening(cls, store_uri(uri), key, deadline, cache_bytes, keys)
 
     def session(
         self,
@@ -123,6 +139,7 @@ class Journal:
         policy: Policy | str | os.PathLike[str] | None = None,
         record_payloads: bool = True,
         branch: str | None = None,
+        subject: str | None = None,
     ) -> JournalSession:
         """Return the session ``session_id``: pass it as both ``session=`` and ``hooks=``.
 
@@ -156,13 +173,19 @@ class Journal:
                 inherits the log in force at the fork (never a grant made on the parent
                 line after it). With a signing key a branch signs checkpoints of its own
                 streams (on the session's shared ``AgentLedger-{id}``), as main does.
+            subject: The data subject whose content the session holds (default
+                ``user_id``), on a journal opened with ``keys=``: messages, tool arguments
+                and outputs, reasoning, handoff inputs, guardrail payloads and run state
+                are sealed under the subject's key, and :meth:`erase` destroys it.
 
         Raises:
             InvalidInput: ``session_id``, ``session_settings``, the guardrail URL, the
-                policy or the branch name is malformed.
+                policy or the branch name is malformed; a ``subject`` on a journal
+                without ``keys=``, or none (nor a ``user_id``) on one with them.
         """
         key = validate_id(session_id, "session id")
         line = None if branch in (None, MAIN_BRANCH) else branch
+        sealer = self._sealer(subject if subject is not None else user_id, subject is not None)
         tree = self._tree(key, line)
         return JournalSession(
             self.store,
@@ -178,7 +201,20 @@ class Journal:
             record_payloads=record_payloads,
             branch=line,
             trees=lambda other: self._tree(key, other),
+            sealer=sealer,
         )
+
+    def _sealer(self, subject: str | None, named: bool) -> SubjectSealer | None:
+        """What seals a new session's content: None when the journal has no key store."""
+        if self.keys is None:
+            if named:
+                raise InvalidInput("subject= needs a journal opened with keys=")
+            return None
+        if not subject:
+            raise InvalidInput(
+                "this journal seals content under a data subject's key: pass user_id= or subject="
+            )
+        return SubjectSealer(subject, self.keys)
 
     def _tree(self, key: str, line: str | None) -> SessionTree:
         """The shared tree of one line of session ``key`` (None: main), most recently used
@@ -239,7 +275,43 @@ class Journal:
             InvalidInput: A session id is malformed or not in the store.
             StoreUnavailable: The store could not be read.
         """
-        return await _pending_approvals(self.store, sessions=sessions, app=app, user=user)
+        store = self.store if self.keys is None else OpeningStore(self.store, self.keys)
+        return await _pending_approvals(store, sessions=sessions, app=app, user=user)
+
+    async def erase(self, *, subject: str, reason: str, by: str) -> Erasure:
+        """Erase a data subject's content: destroy its keys, write
+        ``agentjournal.SubjectErased`` (who, when, why, which sessions; no content) to every
+        session that held it, and purge the store's plaintext copies (the SQLite read
+        model's rows, this journal's cached items). Reads then show ``[erased]`` in place of
+        the content; every chain, checkpoint and signature still verifies; the SDK can run
+        new turns on the sessions (sealed under a new key). Running it again finishes an
+        interrupted erasure and otherwise writes nothing.
+
+        Args:
+            subject: The data subject (a session's ``subject`` or ``user_id``).
+            reason: Why (e.g. the request it carries out); recorded.
+            by: Who erases it; recorded.
+
+        Raises:
+            InvalidInput: The journal has no key store, or an argument is blank; nothing
+                was written.
+            StoreError: An erasure event could not be written: run it again.
+        """
+        if self.keys is None:
+            raise InvalidInput("erase needs a journal opened with keys= (nothing is sealed)")
+        erasure = await erase_subject(
+            self.store,
+            self.keys,
+            subject=subject,
+            reason=reason,
+            by=by,
+            signing_key=self.signing_key,
+        )
+        for tree in list(self._trees.values()):  # items read before are plaintext in memory
+            async with tree.lock:
+                tree.reset()
+        logger.info("subject erased from %d sessions", len(erasure.sessions))
+        return erasure
 
     async def rotate_key(self, old: SigningKey, new: SigningKey) -> KeyRotation:
         """Record that checkpoints may from now on be signed by ``new`` (signed by ``old``).
@@ -264,6 +336,8 @@ class Journal:
             await client.aclose()
         self._guardrails.clear()
         await self.store.close()
+        if self.keys is not None and self._own_keys:
+            self.keys.close()
 
     async def __aenter__(self) -> Journal:
         return self
@@ -294,8 +368,10 @@ class _Opening:
         signing_key: SigningKey | None,
         deadline: float | None = None,
         cache_bytes: int | None = DEFAULT_CACHE_BYTES,
+        keys: SubjectKeyStore | str | os.PathLike[str] | None = None,
     ) -> None:
         _check_cache_bytes(cache_bytes)  # before anything is opened
+        self._keys = keys
         self._cls = cls
         self._cache_bytes = cache_bytes
         self._uri = uri
@@ -304,9 +380,22 @@ class _Opening:
         self._journal: Journal | None = None
 
     async def _open(self) -> Journal:
-        store = await open_store(self._uri, deadline=self._deadline)
+        keys, own = self._keys, isinstance(self._keys, str | os.PathLike)
+        if isinstance(keys, str | os.PathLike):
+            keys = CachedKeyStore(SQLiteKeyStore(keys))  # opened here: closed by the journal
+        try:
+            store = await open_store(self._uri, deadline=self._deadline)
+        except BaseException:
+            if own and keys is not None:
+                keys.close()
+            raise
         return self._cls(
-            store, self._uri, signing_key=self._signing_key, cache_bytes=self._cache_bytes
+            store,
+            self._uri,
+            signing_key=self._signing_key,
+            cache_bytes=self._cache_bytes,
+            keys=keys,
+            own_keys=own,
         )
 
     def __await__(self) -> Generator[Any, None, Journal]:

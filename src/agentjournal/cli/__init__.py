@@ -31,6 +31,9 @@ Commands:
                 the tool calls that wait for a person's approval, oldest first
     approve|reject SESSION REQUEST --as NAME [--reason TEXT] [--key PEM] [--branch B]
                 a person's answer on the record (the application resumes the run)
+    erase --subject S --reason TEXT --as NAME [--keys FILE]
+                destroy a data subject's keys: its sealed content reads [erased],
+                SubjectErased on each session that held it, every chain verifies
     usage [SESSION] [--by model|agent|session] [--prices FILE] [--json]
                 tokens, requests and cost per model, agent or session, each
                 model response counted once (every session without SESSION)
@@ -70,6 +73,7 @@ from agentjournal.cli import (
     approvals,
     bundle,
     demo,
+    erase,
     fork,
     guardrail,
     keygen,
@@ -99,6 +103,7 @@ _COMMANDS = (
     replay,
     fork,
     approvals,
+    erase,
     usage_command,
     tail,
     trace,

@@ -38,6 +38,7 @@ from agentjournal.engine.turns import Turned, is_user
 from agentjournal.errors import InvalidInput, StreamNotFound
 from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.ledger.keys import SigningKey
+from agentjournal.shred.sealing import SubjectSealer
 from agentjournal.streams import branch_stream, session_stream
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ def open_line(
     policy: Policy | None = None,
     guarded: bool = False,
     record_payloads: bool = True,
+    sealer: SubjectSealer | None = None,
 ) -> SessionCore:
     """The reads and writes of one line of a session: main (``branch`` None) or a branch.
 
@@ -85,6 +87,8 @@ def open_line(
         policy: The authority policy, if any.
         guarded: Whether a guardrail checks the session's calls.
         record_payloads: Whether decisions and refusals keep what they judged.
+        sealer: Seals the line's content under its subject's key (``store`` must then
+            open what it reads: :meth:`~agentjournal.shred.sealing.SubjectSealer.opening`).
 
     Raises:
         InvalidInput: ``checkpoint_every`` is below 1.
@@ -101,6 +105,7 @@ def open_line(
         guarded=guarded,
         record_payloads=record_payloads,
         branch=branch,
+        sealer=sealer,
     )
     return SessionCore(
         store,

@@ -38,6 +38,7 @@ from agentjournal.authority import Authority, Policy
 from agentjournal.engine.routing import Plan
 from agentjournal.engine.timeline import Key
 from agentjournal.engine.tree import Commit
+from agentjournal.shred.sealing import SubjectSealer
 from agentjournal.store.contract import AppendRequest
 from agentjournal.streams import authority_stream, branch_authority_stream
 
@@ -183,6 +184,7 @@ class SessionFacts:
         record_payloads: Whether decisions and refusals keep what they judged.
         branch: The branch the session is on (None: the main line, ``stream`` is then
             ``AgentSession-{id}``; else ``stream`` is the branch's top stream).
+        sealer: Seals content under the session's subject's key (None: in the clear).
     """
 
     session_id: str
@@ -194,6 +196,7 @@ class SessionFacts:
     guarded: bool = False
     record_payloads: bool = True
     branch: str | None = None
+    sealer: SubjectSealer | None = None
 
     @property
     def authority_stream(self) -> str:

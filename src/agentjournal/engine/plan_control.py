@@ -72,7 +72,7 @@ def plan_control(
     ``guard``: the id of an ``agentjournal.LineGuarded`` to write at the head of the
     line's top stream (``stream`` is then another one: a subagent's), the two naming
     each other, so the write also expects that head."""
-    out = Events(tree, next_index, metadata)
+    out = Events(tree, next_index, metadata, sealer=facts.sealer)
     responded = add_responses(out, tree, facts, run) if run is not None else ()
     # The control event's own metadata has no open child of another stream than its own.
     own: dict[str, str] = {} if guard is None else {events.TWIN_KEY: str(guard)}

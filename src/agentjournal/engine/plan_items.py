@@ -145,7 +145,7 @@ class _ItemsWrite:
         self._trace = trace
         self._nth_id = event_id_series(facts.stream, nonce)  # event_id(stream, nonce, n)
         self._count = 0
-        self.out = Events(tree, first_index + routed.indexed, trace)
+        self.out = Events(tree, first_index + routed.indexed, trace, sealer=facts.sealer)
         self._entries: list[TimelineEvent] = []
         self._grants: list[tuple[str, Any, str, str, str]] = []  # for the authority log
         self._shown: list[Grant] = []

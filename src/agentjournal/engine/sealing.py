@@ -12,6 +12,7 @@ from agentjournal import events
 from agentjournal.engine.tree import AuthorityLog, SessionTree
 from agentjournal.ledger import redaction
 from agentjournal.ledger.chain import GENESIS, seal
+from agentjournal.shred.sealing import SubjectSealer
 from agentjournal.store.contract import AppendRequest, NewEvent, StreamState
 
 
@@ -44,9 +45,19 @@ def seal_event(
 
 
 class Events:
-    """The events of one write, per stream, sealed in order as they are added."""
+    """The events of one write, per stream, sealed in order as they are added; with a
+    ``sealer``, each event's content is sealed under its subject's key first, so the
+    chain covers the ciphertext."""
 
-    def __init__(self, tree: SessionTree, next_index: int, trace: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        tree: SessionTree,
+        next_index: int,
+        trace: Mapping[str, str],
+        *,
+        sealer: SubjectSealer | None = None,
+    ) -> None:
+        self.sealer = sealer
         self.by_stream: dict[str, list[NewEvent]] = {}
         self.heads = dict(tree.heads)
         self.hashes = dict(tree.hashes)
@@ -89,6 +100,10 @@ class Events:
             metadata.update(self.trace)
         revision = self.revision_of(stream) + 1
         prev = self.hashes.get(stream, "") if revision > 0 else GENESIS
+        if self.sealer is not None:
+            sealed = self.sealer.seal(stream, str(id_), type_, data, metadata)
+            if sealed is not data:
+                data, encoded = sealed, None  # the view is of what is stored
         self.hashes[stream] = seal_event(
             stream, revision, id_, type_, data, metadata, prev, encoded=encoded
         )

@@ -13,6 +13,7 @@ what a session adds around them:
 - ``_branches``: the events of branch lines;
 - ``_interrupts``: approvals on the record (a function tool call waiting for a person, the
   answer, the paused run);
+- ``_erasure``: ``SubjectErased``, a data subject's keys destroyed;
 - ``_canonical``: the canonical schema events agentjournal writes itself (session start,
   subagent start and completion).
 
@@ -44,6 +45,7 @@ from agentjournal.events._canonical import (
     granted_authority,
 )
 from agentjournal.events._decisions import AuthorityRefused, Enforcement, GuardrailDecided
+from agentjournal.events._erasure import SubjectErased
 from agentjournal.events._history import ItemPopped, SessionCleared
 from agentjournal.events._interrupts import (
     APPROVAL_OUTCOMES,
@@ -110,6 +112,7 @@ from agentjournal.events._names import (
     SUBAGENT_COMPLETED,
     SUBAGENT_CONTINUED,
     SUBAGENT_STARTED,
+    SUBJECT_ERASED,
     TOOL_RULE_KEY,
     TRACE_ID_KEY,
     TURN_KEY,
@@ -213,6 +216,7 @@ __all__ = [
     "INTERRUPT_RESOLVED",
     "RUN_PAUSED",
     "RUN_RESUMED",
+    "SUBJECT_ERASED",
     "RUN_STATE",
     "RUN_STATE_BY",
     "TOOL_APPROVAL",
@@ -220,6 +224,7 @@ __all__ = [
     "ApprovalDecided",
     "RunPaused",
     "RunResumed",
+    "SubjectErased",
     "SIGNED_APPROVAL",
     "approval_signed_bytes",
     "arguments_digest",

@@ -159,6 +159,8 @@ RUN_PAUSED: Final = "agentjournal.RunPaused"
 RUN_RESUMED: Final = "agentjournal.RunResumed"
 """A paused run taken up to be resumed: at most one process resumes it (unless retaken)."""
 LINE_GUARDED: Final = "agentjournal.LineGuarded"
+SUBJECT_ERASED: Final = "agentjournal.SubjectErased"
+"""A data subject's keys were destroyed: its sealed content reads ``[erased]``."""
 BRANCH_EVENTS: Final = frozenset(
     {
         LINE_GUARDED,

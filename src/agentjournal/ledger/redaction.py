@@ -74,6 +74,7 @@ KEPT: Final = frozenset(
         events.AUTHORITY_RESET,
         events.MODEL_RESPONDED,
         events.RUN_RESUMED,
+        events.SUBJECT_ERASED,
         CHECKPOINT,
         KEY_ROTATED,
     }

@@ -51,6 +51,7 @@ from agentjournal.sdk.gates import Gatekeeper
 from agentjournal.sdk.hooks import SessionHooks
 from agentjournal.sdk.recorder import SessionRecorder
 from agentjournal.sdk.run import RunState, weak
+from agentjournal.shred.sealing import SubjectSealer
 from agentjournal.store.contract import EventStore
 from agentjournal.streams import MAIN_BRANCH, validate_id
 
@@ -117,6 +118,7 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
         branch: str | None = None,
         trees: Callable[[str | None], SessionTree] | None = None,
         logger: logging.Logger | None = None,
+        sealer: SubjectSealer | None = None,
     ) -> None:
         self.session_id = validate_id(session_id, "session id")
         self._closed = False
@@ -124,7 +126,8 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
             branch = None
         self.session_settings: SessionSettings | None = _settings(session_settings)
         self._agent_name = agent_name
-        self._store = store
+        # A sealed session reads through a store that opens its sealed content.
+        self._store = store if sealer is None else sealer.opening(store)
         self._trees = trees
         self._logger = logger if logger is not None else _logger
         self._signing_key = signing_key
@@ -136,6 +139,7 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
             "policy": policy,
             "guarded": guardrails is not None,
             "record_payloads": record_payloads,
+            "sealer": sealer,
         }
         # One core per line this object has been on (the pointer moves between them);
         # a line's tree is the journal's shared one when the journal made this object.

@@ -24,6 +24,7 @@ __all__ = [
     "Abilities",
     "BatchedReads",
     "HeadsProbe",
+    "Purge",
     "ReadModel",
     "RevisionIndex",
     "TypedReads",
@@ -75,6 +76,15 @@ class TypedReads(Protocol):
         ...
 
 
+class Purge(Protocol):
+    """Removes the plaintext copies it keeps beside the events (an erasure's last step)."""
+
+    async def purge(self, streams: Sequence[str]) -> None:
+        """Drop every derived copy of ``streams``' items (the read model's rows), so that
+        their bytes are gone from the store's files, free pages and write-ahead log."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Abilities:
     """What one store declares beyond the contract; None where it declares nothing."""
@@ -84,6 +94,7 @@ class Abilities:
     batched: BatchedReads | None = None
     revisions: RevisionIndex | None = None
     typed: TypedReads | None = None
+    purge: Purge | None = None
 
 
 def _declares(kind: type, ability: type) -> type | None:
@@ -106,4 +117,5 @@ def abilities_of(store: object) -> Abilities:
         batched=store if _declares(kind, BatchedReads) else None,  # type: ignore[arg-type]
         revisions=store if _declares(kind, RevisionIndex) else None,  # type: ignore[arg-type]
         typed=store if _declares(kind, TypedReads) else None,  # type: ignore[arg-type]
+        purge=store if _declares(kind, Purge) else None,  # type: ignore[arg-type]
     )

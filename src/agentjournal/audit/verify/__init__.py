@@ -69,6 +69,7 @@ from agentjournal.audit.verify._authority import check_authority
 from agentjournal.audit.verify._branches import check_branches
 from agentjournal.audit.verify._checkpoints import check_checkpoints
 from agentjournal.audit.verify._containment import check_containment
+from agentjournal.audit.verify._erasure import check_erasure
 from agentjournal.audit.verify._guards import check_guards
 from agentjournal.audit.verify._integrity import Markers, check_chain
 from agentjournal.audit.verify._parse import Malformed, bundle_records, check_forms, parse_bundle
@@ -222,6 +223,7 @@ def _verify_records(
         ("containment", lambda: check_containment(report, tree, policy)),
         ("approvals", lambda: check_approvals(report, tree)),
         ("usage", lambda: check_responses(report, tree)),
+        ("erasure", lambda: check_erasure(report, tree)),
     ]
     for check, stage in stages:
         try:

@@ -19,6 +19,13 @@ Per stream, in revision order:
   is the SDK's rejection message (:data:`REJECTED_OUTPUT`): the SDK gives the model that
   message without starting the tool.
 
+Sealed questions and answers (content sealed under a data subject's key, or erased: DESIGN
+"Erasure that keeps the proof") are checked for everything but what needs their plaintext:
+a sealed question is not compared with its call's arguments, a sealed answer's arguments
+digest not with the question's, a sealed answer's signature (which covers the reason) not
+verified — and a tool whose policy names approvers then fails closed —, and a rejected call's
+sealed output is checked by its tool start alone; the summary counts each.
+
 Redacted bundles carry both interrupt events as views (:mod:`agentjournal.ledger.redaction`)
 holding the arguments digest and the payload digest in place of the arguments, and the
 reason's digest in place of the reason: every check runs on them, signatures included,
@@ -31,7 +38,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from agentjournal import events
@@ -39,6 +46,7 @@ from agentjournal._calls import tool_call_payload
 from agentjournal._digests import value_digest
 from agentjournal._text import plural
 from agentjournal.audit.verify._containment import call_marker
+from agentjournal.audit.verify._erasure import is_sealed
 from agentjournal.audit.verify._report import Report
 from agentjournal.audit.verify._tree import Tree
 from agentjournal.authority import Policy
@@ -66,6 +74,7 @@ class _Question:
     answered_at: Record | None = None
     counts: bool = False
     ran: bool = False
+    sealed: bool = False
     policies: tuple[Policy, ...] = field(default=())
 
 
@@ -78,6 +87,7 @@ class _Counts:
     run_state: int = 0  # answers the SDK's RunState gave, no person through the journal
     unchecked: int = 0  # questions and answers withheld whole
     rejected_withheld: int = 0  # rejected calls whose output the bundle withholds
+    sealed: int = 0  # questions or answers whose arguments or reason are sealed
 
 
 def check_approvals(report: Report, tree: Tree) -> None:
@@ -106,6 +116,11 @@ def check_approvals(report: Report, tree: Tree) -> None:
             )
         if counts.unchecked:
             line += f"; {plural(counts.unchecked, 'withheld event')} not checked"
+        if counts.sealed:
+            line += (
+                f"; {plural(counts.sealed, 'sealed approval event')} (a subject's content, or"
+                " erased): their arguments, reasons and signatures over them not checked"
+            )
         report.lines.append(line)
 
 
@@ -139,6 +154,7 @@ def _check_stream(
             counts.unchecked += 1  # withheld whole: its call's output is not checked either
         elif event.type == events.INTERRUPT_ISSUED:
             counts.asked += 1
+            counts.sealed += is_sealed(event)
             question = _question(event, calls.get(call_id))
             if isinstance(question, str):
                 report.fail(*where, question)
@@ -169,7 +185,7 @@ def _output_problem(
     if answer.outcome == "rejected":
         if events.STARTED_AT_KEY in output.metadata:
             return f"call {call_id} was rejected, yet its tool started"
-        if output.data is None:
+        if output.data is None or is_sealed(output):
             counts.rejected_withheld += 1
         elif (output.body or {}).get("result") != REJECTED_OUTPUT:
             return (
@@ -188,6 +204,10 @@ def _question(event: Record, item: Record | None) -> _Question | str:
     if read is None:
         return "a question (InterruptIssued) that does not read as one"
     asked, marker = read
+    if is_sealed(event) or (item is not None and is_sealed(item)):
+        if item is None:
+            return f"a question about call {asked.request_id} that is not before it on the stream"
+        return _Question(event, asked, "", "", item, sealed=True)  # arguments: ciphertext
     if marker is None:
         asked_digest = events.arguments_digest(asked.arguments)
         payload = value_digest(
@@ -239,6 +259,9 @@ def _answer(
     counts.rejected += decided.outcome == "rejected"
     counts.signed += decided.signed
     counts.run_state += decided.source == events.RUN_STATE
+    if is_sealed(event) or question.sealed:
+        counts.sealed += is_sealed(event)
+        return _sealed_answer(question, decided, tree.session_id, stream)
     found = check_answer(
         question.policies,
         decided,
@@ -251,6 +274,32 @@ def _answer(
     question.counts = found.problem is None
     if found.problem is not None:
         return f"the answer to {decided.request_id} does not count: {found.problem}"
+    return None
+
+
+def _sealed_answer(
+    question: _Question, decided: events.ApprovalDecided, session_id: str, stream: str
+) -> str | None:
+    """What can be checked of an answer whose question or reason is sealed: an unsigned
+    answer counts unless the policy names approvers; a signed one cannot be verified (the
+    signature covers the reason and the arguments digest), so it counts only where no
+    approver is required."""
+    unsigned = replace(decided, key_id="", signature="") if decided.signed else decided
+    found = check_answer(
+        question.policies,
+        unsigned,
+        session_id=session_id,
+        stream=stream,
+        tool_name=question.asked.tool_name,
+        asked_digest=None,
+    )
+    question.counts = found.problem is None
+    if found.problem is not None:
+        sealed = "its signature covers sealed content and is not checked; "
+        return (
+            f"the answer to {decided.request_id} does not count: "
+            f"{sealed if decided.signed else ''}{found.problem}"
+        )
     return None
 
 

@@ -12,6 +12,7 @@ from agentjournal import events
 from agentjournal._calls import CALL_KINDS
 from agentjournal._digests import value_digest
 from agentjournal._text import plural
+from agentjournal.audit.verify._erasure import is_sealed
 from agentjournal.audit.verify._integrity import Markers
 from agentjournal.audit.verify._interrupts import answer_of, question_of
 from agentjournal.audit.verify._report import Report
@@ -25,6 +26,7 @@ from agentjournal.records import Record
 
 def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None:
     executed = guarded = bounded = 0
+    sealed_calls = sealed_decisions = 0  # their arguments or payloads need the subject's key
     for name, stream in tree.streams.items():
         index = _CallIndex(stream)
         for event in stream:
@@ -37,8 +39,15 @@ def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None
             refused = index.latest(index.refusals, call_id, event.revision) or (
                 index.refused_in_place(call_id, event.revision, kind)
             )
-            marker = call_marker(event, tree.markers)
             where = ("containment", name, event.revision)
+            if is_sealed(event):
+                sealed_calls += 1
+                ran = _check_sealed_call(report, where, call_id, meta, decided, refused, index)
+                executed += ran
+                guarded += ran and meta.get(events.GUARDED_KEY) == "1"
+                bounded += ran and events.TOOL_RULE_KEY in meta  # ceilings: not checked
+                continue
+            marker = call_marker(event, tree.markers)
             if (marker.get("call_id"), marker.get("kind")) != (call_id, kind):
                 report.fail(*where, "the call's aj.call_id or aj.item_type is not the call's own")
                 continue
@@ -75,7 +84,8 @@ def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None
                 except InvalidInput as error:
                     report.fail("containment", event.stream, event.revision, str(error))
             elif event.type == events.GUARDRAIL_DECIDED:
-                problem = _decision_problem(event.body or {})
+                sealed_decisions += is_sealed(event)
+                problem = _decision_problem(event.body or {}, sealed=is_sealed(event))
                 if problem is not None:
                     report.fail("containment", event.stream, event.revision, problem)
     opaque = sum(
@@ -90,6 +100,14 @@ def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None
         )
     if not report.failed("containment"):
         report.lines.append(_containment_line(executed, guarded, bounded))
+    if sealed_calls or sealed_decisions:
+        report.lines.append(
+            f"  not checked: {plural(sealed_calls, 'tool call')} and "
+            f"{plural(sealed_decisions, 'guardrail decision')} sealed under a subject's key "
+            "(or erased): whether each decision judged exactly its call's arguments, each "
+            "payload matches its digest, and each call's arguments were within its agent's "
+            "ceilings needs the plaintext (only the tool and its scope were checked)"
+        )
 
 
 def _containment_line(executed: int, guarded: int, bounded: int) -> str:
@@ -118,12 +136,15 @@ _ENFORCED: Final = {
 }
 
 
-def _decision_problem(body: Mapping[str, Any]) -> str | None:
+def _decision_problem(body: Mapping[str, Any], *, sealed: bool = False) -> str | None:
     """Why a ``GuardrailDecided`` contradicts itself, if it does: an enforcement that does
-    not follow from the decision, a payload (or its view's digest) other than its digest."""
+    not follow from the decision, a payload (or its view's digest) other than its digest
+    (not checked when ``sealed``: the payload is ciphertext, the digest keyed)."""
     decision, enforcement = body.get("decision"), body.get("enforcement")
     if enforcement not in _ENFORCED.get(str(decision), ()):
         return f"a {decision} decision carried out as {enforcement!r}"
+    if sealed:
+        return None
     for name in ("payload", "modified_payload"):
         value: Any = body.get(name)
         recorded = body.get(f"{name}_digest")
@@ -136,6 +157,33 @@ def _decision_problem(body: Mapping[str, Any]) -> str | None:
         if found != recorded:
             return f"the {name} is not the one its digest names"
     return None
+
+
+def _check_sealed_call(
+    report: Report,
+    where: tuple[str, str, int],
+    call_id: str,
+    meta: Mapping[str, str],
+    decided: dict[str, Any] | None,
+    refused: dict[str, Any] | None,
+    index: _CallIndex,
+) -> bool:
+    """What containment can check of a call whose item is sealed: a call stopped before it
+    ran did not run, and a guarded call that ran had an ALLOW or MODIFY decision; whether
+    it ran (or may have)."""
+    kind = meta.get(events.ITEM_TYPE_KEY, "")
+    stopped = next(
+        (r for r in (decided, refused) if r is not None and _stops(r.get("enforcement"))), None
+    )
+    if stopped is not None:
+        if stopped.get("enforcement") != "tool_refused" and index.ran(call_id, where[2], kind):
+            report.fail(*where, f"tool call {call_id} ran although its run was stopped")
+        return False
+    if meta.get(events.GUARDED_KEY) == "1" and (
+        decided is None or decided.get("decision") not in ("ALLOW", "MODIFY")
+    ):
+        report.fail(*where, f"tool call {call_id} ran without an ALLOW or MODIFY decision")
+    return True
 
 
 def _stops(enforcement: Any) -> bool:

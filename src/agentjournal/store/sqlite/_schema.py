@@ -97,6 +97,9 @@ def _connect(path: str, busy_timeout: float, create: bool = True) -> sqlite3.Con
             "PRAGMA journal_mode = WAL" if path != ":memory:" else "PRAGMA journal_mode = MEMORY"
         )
         db.execute("PRAGMA synchronous = FULL")
+        # Deleted rows (an erasure's purge) are overwritten, not left in free pages; some
+        # builds default to it, others not.
+        db.execute("PRAGMA secure_delete = ON")
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
             _create_schema(db, path)

@@ -25,6 +25,7 @@ from agentjournal.errors import (
 from agentjournal.store.abilities import (
     BatchedReads,
     HeadsProbe,
+    Purge,
     ReadModel,
     RevisionIndex,
     TypedReads,
@@ -44,6 +45,7 @@ from agentjournal.store.contract import (
 )
 from agentjournal.store.sqlite._handoff import _Pending, _settle_all
 from agentjournal.store.sqlite._model import _apply_model, read_model
+from agentjournal.store.sqlite._purge import purge_model
 from agentjournal.store.sqlite._rows import (
     _EVENT_COLUMNS,
     _fetch_events,
@@ -72,7 +74,7 @@ class _Conflict(Exception):
         self.error = error
 
 
-class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, TypedReads):
+class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, TypedReads, Purge):
     """An :class:`~agentjournal.store.contract.EventStore` in one SQLite file.
 
     Open it with :meth:`open`; pass ``":memory:"`` for a store that lives as
@@ -676,6 +678,14 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
 
     def _read_model_sync(self, tree: str) -> ModelSnapshot | None:
         return read_model(self._db, tree)
+
+    async def purge(self, streams: Sequence[str]) -> None:
+        """Drop the read model of every tree holding an item of ``streams``, with
+        ``secure_delete`` on, and truncate the WAL (see
+        :class:`~agentjournal.store.abilities.Purge`)."""
+        for stream in streams:
+            validate_stream_name(stream)
+        await self._submit(purge_model, self._db, list(streams))
 
     async def read_all(
         self, *, from_position: int | None = None, limit: int | None = None

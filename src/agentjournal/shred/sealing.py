@@ -1,0 +1,147 @@
+"""Sealing a session's writes under its subject's key, and a store whose reads open them.
+
+:class:`SubjectSealer` is what a session that encrypts adds to every write: the engine
+hands it each event before the event is chained, so the chain covers the ciphertext and
+destroying the key changes no hash. :class:`OpeningStore` wraps the event store the
+session reads: every event it hands out has its sealed fields opened (or, once the key
+is destroyed, shown as ``[erased]``); writes pass through untouched. The wrapper declares
+none of its inner store's abilities (:func:`agentjournal.store.abilities.abilities_of`),
+so a sealed session keeps no plaintext in a store's read model: it reads its events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from agentjournal.errors import UndecodableEvent
+from agentjournal.shred._cipher import Unopenable
+from agentjournal.shred.fields import (
+    ENVELOPE_PREFIX,
+    KEY_ID_KEY,
+    open_content,
+    seal_content,
+)
+from agentjournal.shred.keys import SubjectKey, SubjectKeyStore
+from agentjournal.store.contract import (
+    AppendRequest,
+    AppendResult,
+    EventStore,
+    Expected,
+    NewEvent,
+    RecordedEvent,
+)
+
+_MARK = ENVELOPE_PREFIX.encode()
+
+
+@dataclass(frozen=True)
+class SubjectSealer:
+    """Seals the content of a session's events under the current key of ``subject``.
+
+    Attributes:
+        subject: The data subject whose content the session holds.
+        keys: Where the subject's keys live.
+    """
+
+    subject: str
+    keys: SubjectKeyStore
+
+    def seal(
+        self, stream: str, event_id: str, type_: str, data: bytes, metadata: dict[str, str]
+    ) -> bytes:
+        """``data`` with its content sealed (naming the key in ``metadata``), or as it is
+        when its type holds no content."""
+        key: SubjectKey = self.keys.current(self.subject)
+        sealed = seal_content(type_, data, stream=stream, event_id=event_id, key=key)
+        if sealed is None:
+            return data
+        metadata[KEY_ID_KEY] = key.key_id
+        return sealed
+
+    def opening(self, store: EventStore) -> OpeningStore:
+        """``store`` as this session reads it: sealed fields opened."""
+        return OpeningStore(store, self.keys)
+
+
+def open_event(event: RecordedEvent, keys: SubjectKeyStore) -> RecordedEvent:
+    """``event`` with its sealed fields opened (itself when none is sealed).
+
+    Raises:
+        UndecodableEvent: A field is sealed under a key ``keys`` never held, or was altered.
+    """
+    if _MARK not in event.data or KEY_ID_KEY not in event.metadata:
+        return event
+    try:
+        data = open_content(
+            event.type, event.data, stream=event.stream, event_id=str(event.id), find=keys.find
+        )
+    except KeyError as error:
+        raise UndecodableEvent(
+            event.stream,
+            f"{event.type} at {event.stream}@{event.revision} is sealed under key {error}, which"
+            " this key store never held: open the journal with the key store it was written with",
+        ) from None
+    except Unopenable as error:
+        raise UndecodableEvent(
+            event.stream,
+            f"{event.type} at {event.stream}@{event.revision}: {error} (altered or moved)",
+        ) from None
+    return RecordedEvent(
+        id=event.id,
+        type=event.type,
+        data=data,
+        metadata=event.metadata,
+        stream=event.stream,
+        revision=event.revision,
+        position=event.position,
+        recorded_at=event.recorded_at,
+    )
+
+
+class OpeningStore:
+    """``inner`` with every event read opened under ``keys`` (see the module docs).
+
+    Closing it leaves ``inner`` open: its owner closes it.
+    """
+
+    def __init__(self, inner: EventStore, keys: SubjectKeyStore) -> None:
+        self.inner = inner
+        self.keys = keys
+
+    async def append(
+        self, stream: str, events: Sequence[NewEvent], *, expected: Expected
+    ) -> AppendResult:
+        return await self.inner.append(stream, events, expected=expected)
+
+    async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        return await self.inner.append_many(requests)
+
+    async def read(
+        self,
+        stream: str,
+        *,
+        from_revision: int | None = None,
+        backwards: bool = False,
+        limit: int | None = None,
+    ) -> list[RecordedEvent]:
+        read = await self.inner.read(
+            stream, from_revision=from_revision, backwards=backwards, limit=limit
+        )
+        return [open_event(event, self.keys) for event in read]
+
+    async def head(self, stream: str) -> int | None:
+        return await self.inner.head(stream)
+
+    async def read_all(
+        self, *, from_position: int | None = None, limit: int | None = None
+    ) -> list[RecordedEvent]:
+        read = await self.inner.read_all(from_position=from_position, limit=limit)
+        return [open_event(event, self.keys) for event in read]
+
+    async def subscribe(self, *, after_position: int | None = None) -> AsyncIterator[RecordedEvent]:
+        async for event in self.inner.subscribe(after_position=after_position):
+            yield open_event(event, self.keys)
+
+    async def close(self) -> None:
+        pass

@@ -1,0 +1,118 @@
+"""The embedded key store: subject keys in a SQLite file of their own, apart from the events.
+
+The file is opened with ``PRAGMA secure_delete = ON`` (a destroyed secret's bytes are
+overwritten with zeros in the page, not left in free space) in WAL mode; a destroy
+commits, then checkpoints the WAL into the file and truncates it
+(``wal_checkpoint(TRUNCATE)``), so the secret is in neither the file, its free pages
+nor the WAL afterwards. A destroyed key keeps its row: id, subject and when.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import uuid
+from datetime import UTC, datetime
+
+from agentjournal.errors import InvalidInput
+from agentjournal.shred._cipher import new_key
+from agentjournal.shred.keys import SubjectKey
+
+__all__ = ["SQLiteKeyStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS subject_keys (
+    key_id TEXT PRIMARY KEY,
+    subject TEXT NOT NULL,
+    secret BLOB,
+    created_at TEXT NOT NULL,
+    destroyed_at TEXT
+);
+CREATE INDEX IF NOT EXISTS subject_keys_subject ON subject_keys(subject);
+"""
+
+
+class SQLiteKeyStore:
+    """Subject keys in the SQLite file at ``path`` (made if missing).
+
+    Safe to share between threads. Close it with :meth:`close`.
+
+    Raises:
+        InvalidInput: ``path`` cannot be opened as a key store.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA secure_delete = ON")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = FULL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.Error as error:
+            raise InvalidInput(f"cannot open the key store {self.path}: {error}") from error
+        self._lock = threading.Lock()
+
+    def current(self, subject: str) -> SubjectKey:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT key_id, secret FROM subject_keys"
+                " WHERE subject = ? AND secret IS NOT NULL ORDER BY created_at DESC LIMIT 1",
+                (subject,),
+            ).fetchone()
+            if row is not None:
+                return SubjectKey(row[0], subject, bytes(row[1]))
+            key = SubjectKey(uuid.uuid4().hex, subject, new_key())
+            self._db.execute(
+                "INSERT INTO subject_keys (key_id, subject, secret, created_at) VALUES (?,?,?,?)",
+                (key.key_id, subject, key.secret, _now()),
+            )
+            return key
+
+    def find(self, key_id: str) -> SubjectKey | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT subject, secret FROM subject_keys WHERE key_id = ?", (key_id,)
+            ).fetchone()
+        if row is None:
+            raise KeyError(key_id)
+        return None if row[1] is None else SubjectKey(key_id, row[0], bytes(row[1]))
+
+    def destroy(self, subject: str) -> list[str]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(
+                    "UPDATE subject_keys SET secret = NULL, destroyed_at = ?"
+                    " WHERE subject = ? AND secret IS NOT NULL",
+                    (_now(), subject),
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            # The old page image (with the secret) is in the WAL until it is checkpointed
+            # into the file (where secure_delete zeroed it) and the WAL truncated.
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            rows = self._db.execute(
+                "SELECT key_id FROM subject_keys WHERE subject = ? AND secret IS NULL"
+                " ORDER BY created_at",
+                (subject,),
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def is_destroyed(self, key_id: str) -> bool:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT secret IS NULL FROM subject_keys WHERE key_id = ?", (key_id,)
+            ).fetchone()
+        return bool(row is not None and row[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")

@@ -1,0 +1,249 @@
+"""Erasing a data subject: its content is gone from every byte the store keeps, reads show
+``[erased]``, other subjects stay readable, the SDK runs on, and a retry finishes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent
+from agents.testing import ScriptedModel, assistant_message
+
+from agentjournal import Journal
+from agentjournal.errors import InvalidInput, StoreUnavailable
+from agentjournal.shred import MemoryKeyStore
+from agentjournal.shred.fields import ERASED
+from drive import drive
+from shred_scenarios import PLANTED, plant
+
+BOB = ["KEEP-bob-message-91d3", "KEEP-bob-answer-0a4f"]
+
+
+def _files(folder: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file())
+
+
+def _found(raw: bytes, texts: list[str]) -> list[str]:
+    return [text for text in texts if text.encode() in raw]
+
+
+async def _bob(journal: Journal) -> Any:
+    session = journal.session("bob-1", user_id="bob")
+    agent = Agent(name="helper", model=ScriptedModel([[assistant_message(BOB[1])]]))
+    await drive(agent, BOB[0], session=session, hooks=session)
+    return session
+
+
+async def _new_turn(journal: Journal) -> list[Any]:
+    session = journal.session("plant-1", user_id="alice")
+    agent = Agent(name="helper", model=ScriptedModel([[assistant_message("after erasure")]]))
+    result = await drive(agent, "a new turn", session=session, hooks=session)
+    assert result.final_output == "after erasure"
+    return await session.get_items()
+
+
+def _shown(items: list[Any]) -> str:
+    return json.dumps(items)
+
+
+@pytest.mark.slow
+async def test_erasing_a_subject_leaves_none_of_its_content_in_any_file_of_the_store(
+    tmp_path: Path,
+) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    async with Journal.open(f"sqlite:///{plain / 'journal.db'}") as journal:
+        await plant(journal, "alice")
+    assert _found(_files(plain), PLANTED) == PLANTED  # the scan finds what a plain store keeps
+
+    folder = tmp_path / "sealed"
+    folder.mkdir()
+    uri = f"sqlite:///{folder / 'journal.db'}"
+    async with Journal.open(uri, keys=folder / "keys.db") as journal:
+        await plant(journal, "alice")
+        await _bob(journal)
+        before = _shown(await journal.session("plant-1", user_id="alice").get_items())
+        assert _found(before.encode(), PLANTED[:5]) == PLANTED[:5]
+
+        erasure = await journal.erase(subject="alice", reason="GDPR art. 17 #88", by="dpo")
+        assert erasure.sessions == ("plant-1", "plant-2")
+
+        for session_id, branch in (("plant-1", None), ("plant-1", "b1"), ("plant-2", None)):
+            items = await journal.session(session_id, user_id="alice", branch=branch).get_items()
+            assert _found(_shown(items).encode(), PLANTED) == []
+            assert ERASED in _shown(items)
+        bob = await journal.session("bob-1", user_id="bob").get_items()
+        assert _found(_shown(bob).encode(), BOB) == BOB
+        after = await _new_turn(journal)
+        assert "after erasure" in _shown(after)
+        assert "a new turn" in _shown(after)
+
+    raw = _files(folder)
+    assert b"plant-1" in raw  # the scan reads the files (stream names are in the clear)
+    assert {p.name for p in folder.iterdir()} >= {"journal.db", "keys.db"}
+    assert _found(raw, PLANTED) == []
+
+    async with Journal.open(uri, keys=folder / "keys.db") as journal:  # a new process
+        items = await journal.session("plant-1", user_id="alice").get_items()
+        assert _found(_shown(items).encode(), PLANTED) == []
+        assert "after erasure" in _shown(items)
+        bob = await journal.session("bob-1", user_id="bob").get_items()
+        assert _found(_shown(bob).encode(), BOB) == BOB
+
+
+@pytest.mark.parametrize("where", ["memory", "file"])
+async def test_erasing_on_sqlite_leaves_nothing_readable_through_the_store(
+    where: str, tmp_path: Path
+) -> None:
+    journal_uri = "sqlite://:memory:" if where == "memory" else f"sqlite:///{tmp_path / 'j.db'}"
+    keys = MemoryKeyStore()
+    async with Journal.open(journal_uri, keys=keys) as journal:
+        await plant(journal, "alice")
+        await journal.erase(subject="alice", reason="request 12", by="dpo")
+        everything = await journal.store.read_all()
+        raw = b"".join(e.data + json.dumps(dict(e.metadata)).encode() for e in everything)
+        assert _found(raw, PLANTED) == []
+        erased = [e for e in everything if e.type == "agentjournal.SubjectErased"]
+        assert sorted(e.stream for e in erased) == ["AgentSession-plant-1", "AgentSession-plant-2"]
+        body = json.loads(erased[0].data)
+        assert (body["subject"], body["reason"], body["by"]) == ("alice", "request 12", "dpo")
+        assert body["sessions"] == ["plant-1", "plant-2"]
+        assert any(s.startswith("AgentSubsession-") for s in body["streams"])
+
+
+async def test_erasing_on_the_kurrentdb_double_leaves_nothing_readable(
+    kurrentdb_double: Any,
+) -> None:
+    keys = MemoryKeyStore()
+    async with Journal.open(kurrentdb_double.uri, keys=keys) as journal:
+        await plant(journal, "alice", "kdb-")
+        await journal.erase(subject="alice", reason="request 13", by="dpo")
+        everything = await journal.store.read_all()
+        raw = b"".join(e.data for e in everything)
+        assert _found(raw, PLANTED) == []
+        items = await journal.session("kdb-plant-2", user_id="alice").get_items()
+        assert ERASED in _shown(items)
+
+
+async def test_a_retried_erasure_finishes_an_interrupted_one_and_then_writes_nothing() -> None:
+    keys = MemoryKeyStore()
+    async with Journal.open("sqlite://:memory:", keys=keys) as journal:
+        await plant(journal, "alice")
+        keys.destroy("alice")  # the first run stopped after destroying the keys
+        erasure = await journal.erase(subject="alice", reason="request 14", by="dpo")
+        assert erasure.sessions == ("plant-1", "plant-2")
+        count = len(await journal.store.read_all())
+        again = await journal.erase(subject="alice", reason="request 14", by="dpo")
+        assert again.sessions == ("plant-1", "plant-2")
+        assert len(await journal.store.read_all()) == count
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"subject": " ", "reason": "r", "by": "b"}, "subject"),
+        ({"subject": "alice", "reason": "", "by": "b"}, "reason"),
+        ({"subject": "alice", "reason": "r", "by": "\t"}, "by"),
+    ],
+)
+async def test_an_erasure_with_blank_input_destroys_and_writes_nothing(
+    arguments: dict[str, str], message: str
+) -> None:
+    keys = MemoryKeyStore()
+    async with Journal.open("sqlite://:memory:", keys=keys) as journal:
+        session = journal.session("s1", user_id="alice")
+        await session.add_items([{"role": "user", "content": "hello"}])
+        count = len(await journal.store.read_all())
+        with pytest.raises(InvalidInput, match=message):
+            await journal.erase(**arguments)
+        assert len(await journal.store.read_all()) == count
+        assert await session.get_items() == [{"role": "user", "content": "hello"}]
+
+
+async def test_a_journal_without_keys_cannot_erase() -> None:
+    async with Journal.open("sqlite://:memory:") as journal:
+        with pytest.raises(InvalidInput, match="keys="):
+            await journal.erase(subject="alice", reason="r", by="b")
+
+
+async def test_a_purge_drops_the_read_model_rows_of_the_streams_and_their_bytes(
+    tmp_path: Path,
+) -> None:
+    uri = f"sqlite:///{tmp_path / 'journal.db'}"
+    async with Journal.open(uri) as journal:
+        for session_id in ("gone", "kept"):
+            await journal.session(session_id).add_items(
+                [{"role": "user", "content": f"PURGE-{session_id}-5e1c"}]
+            )
+        store: Any = journal.store
+        assert await store.read_model("AgentSession-gone") is not None
+        await store.purge(["AgentSession-gone"])
+        assert await store.read_model("AgentSession-gone") is None
+        assert await store.read_model("AgentSession-kept") is not None
+        assert await journal.session("gone").get_items() == [
+            {"role": "user", "content": "PURGE-gone-5e1c"}
+        ]
+        rows = store._db.execute("SELECT item FROM items").fetchall()
+        assert [r[0] for r in rows] == ['{"role":"user","content":"PURGE-kept-5e1c"}']
+
+
+class _FailingErasures:
+    """A store whose appends of ``SubjectErased`` fail as an outage would (a process dying
+    there): every other call passes on."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def append_many(self, requests: Any) -> Any:
+        if any(e.type == "agentjournal.SubjectErased" for r in requests for e in r.events):
+            raise StoreUnavailable("the process died here")
+        return await self.inner.append_many(requests)
+
+    async def append(self, stream: str, events: Any, *, expected: Any) -> Any:
+        if any(e.type == "agentjournal.SubjectErased" for e in events):
+            raise StoreUnavailable("the process died here")
+        return await self.inner.append(stream, events, expected=expected)
+
+
+@pytest.mark.slow
+async def test_an_erasure_cut_short_leaves_the_content_unreadable_and_a_retry_finishes_it() -> None:
+    keys = MemoryKeyStore()
+    async with Journal.open("sqlite://:memory:", keys=keys) as journal:
+        await plant(journal, "alice")
+        cut = Journal(_FailingErasures(journal.store), journal.uri, keys=keys)  # type: ignore[arg-type]
+        with pytest.raises(StoreUnavailable):
+            await cut.erase(subject="alice", reason="request 15", by="dpo")
+        everything = await journal.store.read_all()
+        assert not [e for e in everything if e.type == "agentjournal.SubjectErased"]
+        fresh = Journal(journal.store, journal.uri, keys=keys)
+        items = await fresh.session("plant-1", user_id="alice").get_items()
+        assert _found(_shown(items).encode(), PLANTED) == []  # erased, not yet recorded
+
+        erasure = await fresh.erase(subject="alice", reason="request 15", by="dpo")
+        assert erasure.sessions == ("plant-1", "plant-2")
+        erased = [
+            e for e in await journal.store.read_all() if e.type == "agentjournal.SubjectErased"
+        ]
+        assert len(erased) == 2
+
+
+async def test_the_erasure_finds_its_sessions_across_pages_of_the_global_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("agentjournal.engine.erasure._PAGE", 3)
+    keys = MemoryKeyStore()
+    async with Journal.open("sqlite://:memory:", keys=keys) as journal:
+        await plant(journal, "alice")
+        erasure = await journal.erase(subject="alice", reason="request 16", by="dpo")
+        assert erasure.sessions == ("plant-1", "plant-2")
+        again = await journal.erase(subject="alice", reason="request 16", by="dpo")
+        assert again.sessions == ("plant-1", "plant-2")
+        erased = [
+            e for e in await journal.store.read_all() if e.type == "agentjournal.SubjectErased"
+        ]
+        assert len(erased) == 2
