@@ -245,7 +245,7 @@ async def test_a_redacted_bundle_keeps_the_decision_and_its_signature_not_the_ar
     text = json.dumps(bundle)
     assert "checked the order" not in text
     assert '\\"amount_cents\\": 1250' not in text
-    assert "1250" not in _interrupts(bundle)
+    assert "amount_cents" not in _interrupts(bundle)  # a digest may hold any digits
     (question,) = [e for e in _events(bundle) if e["type"] == ev.INTERRUPT_ISSUED]
     (answer,) = [e for e in _events(bundle) if e["type"] == ev.INTERRUPT_RESOLVED]
     assert question["data"] is None
