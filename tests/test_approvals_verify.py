@@ -178,8 +178,8 @@ def test_an_answer_before_its_question_fails(
     events.insert(question, answer)
     reseal(bundle)
     problems = only_approvals_catch(bundle, monkeypatch)
-    assert problems[0].startswith(where(bundle, question))
-    assert "before its question" in problems[0]
+    (early,) = [p for p in problems if "before its question" in p]
+    assert early.startswith(where(bundle, question))
 
 
 def test_two_answers_to_one_question_fail(
@@ -366,3 +366,99 @@ def test_an_answer_edited_dropped_or_moved_without_resealing_fails_integrity(
     assert (first.check, first.stream) == ("integrity", billing_name(bundle))
     # The answer's revision, or (dropped, moved) the one now in its place.
     assert first.revision in (answer, answer + 1)
+
+
+def _forged_block(template: dict[str, Any], payload: Any) -> dict[str, Any]:
+    """A self-consistent guardrail BLOCK of call ``r1`` judging ``payload``."""
+    from agentjournal._digests import value_digest
+
+    body = {
+        "action_id": str(uuid.uuid4()),
+        "action_type": "TOOL_CALL",
+        "decision": "BLOCK",
+        "guardrail_decision": "BLOCK",
+        "reason_code": "X",
+        "reason_message": "x",
+        "enforcement": "tool_refused",
+        "agent": "billing",
+        "subject": "issue_refund",
+        "call_id": "r1",
+        "payload": payload,
+        "modified_payload": None,
+        "payload_digest": value_digest(payload),
+        "modified_payload_digest": None,
+        "latency_ms": 1.0,
+        "trace_id": "0" * 32,
+        "span_id": "0" * 16,
+    }
+    forged = copy.deepcopy(template)
+    forged["id"] = str(uuid.uuid4())
+    forged["type"] = ev.GUARDRAIL_DECIDED
+    forged["data"] = json.dumps(body)
+    keep = ("aj.chain", "$schema_version", "trace_id", "span_id")
+    forged["metadata"] = {k: v for k, v in template["metadata"].items() if k in keep}
+    return forged
+
+
+@pytest.mark.parametrize("stripped", [False, True], ids=["tool-start-kept", "tool-start-dropped"])
+def test_a_forged_refusal_does_not_stand_in_for_a_dropped_answer(
+    recorded: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, stripped: bool
+) -> None:
+    """The answer dropped and a guardrail BLOCK of ``r1`` put before the tool's own output:
+    a refusal excuses an output only when the tool did not start and it judged this very
+    call."""
+    bundle = bundle_of(recorded, "signed")
+    events = billing(bundle)
+    del events[at(events, ev.INTERRUPT_RESOLVED)]
+    output = output_at(events)
+    events.insert(output, _forged_block(events[output], {"x": 1}))
+    if stripped:
+        events[output_at(events)]["metadata"].pop(ev.STARTED_AT_KEY)
+    reseal(bundle)
+    report = verify_bundle(bundle, TRUSTED)
+    assert not report.ok
+    assert any(
+        "call r1 has an output, but its question has no answer before it" in p.message
+        for p in report.problems
+    ), report.text()
+
+
+def test_a_question_dropped_with_its_answer_fails_at_the_paused_run(
+    recorded: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Question and answer removed together, the chain resealed: the paused run still names
+    where its question was."""
+    bundle = bundle_of(recorded, "approved")
+    events = billing(bundle)
+    del events[at(events, ev.INTERRUPT_RESOLVED)]
+    del events[at(events, ev.INTERRUPT_ISSUED)]
+    reseal(bundle)
+    problems = only_approvals_catch(bundle, monkeypatch)
+    assert any(
+        "the paused run waits for request r1, whose question is not at" in p for p in problems
+    )
+
+
+def test_a_made_up_signature_is_not_counted_as_signed(
+    recorded: dict[str, dict[str, Any]],
+) -> None:
+    """An unsigned answer given a key id and 64 random bytes: with no policy naming that
+    key the answer still counts (any answer does), but its signature is said to be
+    unchecked, never counted as signed."""
+    import base64
+    import os
+
+    bundle = bundle_of(recorded, "approved")
+    events = billing(bundle)
+    edit_data(
+        events[at(events, ev.INTERRUPT_RESOLVED)],
+        lambda b: b["extensions"]["agentjournal"].update(
+            key_id="ed25519:0123456789abcdef",
+            signature=base64.b64encode(os.urandom(64)).decode(),
+        ),
+    )
+    reseal(bundle)
+    report = verify_bundle(bundle, TRUSTED)
+    assert report.ok, report.text()
+    assert "approvals: 1 asked, 1 approved, 0 rejected, 0 signed" in report.text()
+    assert "1 answer signed by a key no policy names: the signature not checked" in report.text()

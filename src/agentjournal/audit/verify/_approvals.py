@@ -86,6 +86,8 @@ class _Counts:
     signed: int = 0
     run_state: int = 0  # answers the SDK's RunState gave, no person through the journal
     unchecked: int = 0  # questions and answers withheld whole
+    unverified: int = 0  # signed by a key no policy names: the signature not checked
+    paused_withheld: int = 0  # paused runs a redacted bundle withholds: not cross-checked
     rejected_withheld: int = 0  # rejected calls whose output the bundle withholds
     sealed: int = 0  # questions or answers whose arguments or reason are sealed
 
@@ -98,12 +100,18 @@ def check_approvals(report: Report, tree: Tree) -> None:
     for name, stream in tree.streams.items():
         if tree.is_tree_stream(name):
             _check_stream(report, tree, name, stream, counts, ids)
+            _check_paused(report, tree, name, stream, counts)
     if (counts.asked or counts.unchecked) and not report.failed(_CHECK):
         line = (
             f"approvals: {counts.asked} asked, {counts.approved} approved, "
             f"{counts.rejected} rejected, {counts.signed} signed; each call ran only on "
             "an answer that counts"
         )
+        if counts.unverified:
+            line += (
+                f"; {plural(counts.unverified, 'answer')} signed by a key no policy names: "
+                "the signature not checked"
+            )
         if counts.run_state:
             line += (
                 f"; {plural(counts.run_state, 'answer')} by the run's RunState, "
@@ -116,6 +124,11 @@ def check_approvals(report: Report, tree: Tree) -> None:
             )
         if counts.unchecked:
             line += f"; {plural(counts.unchecked, 'withheld event')} not checked"
+        if counts.paused_withheld:
+            line += (
+                f"; {plural(counts.paused_withheld, 'withheld paused run')} not "
+                "matched with its questions"
+            )
         if counts.sealed:
             line += (
                 f"; {plural(counts.sealed, 'sealed approval event')} (a subject's content, or"
@@ -143,7 +156,7 @@ def _check_stream(
         elif kind == "function_call_output":
             asked = _asked(questions, call_id)
             if asked is not None:
-                refused = _refused_between(stream, asked.record, event)
+                refused = _refused_between(stream, asked, event)
                 problem = _output_problem(asked, event, refused, counts)
                 if problem is not None:
                     report.fail(*where, problem)
@@ -179,7 +192,7 @@ def _output_problem(
     call_id = question.asked.request_id
     answer = question.answer
     if answer is None:
-        if refused:
+        if refused and events.STARTED_AT_KEY not in output.metadata:
             return None  # the gate or the guardrail refused it: the output is the refusal
         return f"call {call_id} has an output, but its question has no answer before it"
     if answer.outcome == "rejected":
@@ -257,7 +270,6 @@ def _answer(
     question.answer, question.answered_at = decided, event
     counts.approved += decided.outcome == "approved"
     counts.rejected += decided.outcome == "rejected"
-    counts.signed += decided.signed
     counts.run_state += decided.source == events.RUN_STATE
     if is_sealed(event) or question.sealed:
         counts.sealed += is_sealed(event)
@@ -272,6 +284,8 @@ def _answer(
         reason_digest=reason_digest,
     )
     question.counts = found.problem is None
+    counts.signed += found.approver is not None
+    counts.unverified += decided.signed and found.approver is None and found.problem is None
     if found.problem is not None:
         return f"the answer to {decided.request_id} does not count: {found.problem}"
     return None
@@ -347,17 +361,75 @@ def _marker(call: Record) -> dict[str, Any]:
         return {}
 
 
-def _refused_between(stream: list[Record], question: Record, output: Record) -> bool:
-    """Whether the call was refused when the resumed run reached it (an authority refusal
-    or a guardrail BLOCK of it between its question and its output): the output is then the
-    refusal the model got, not the tool's."""
-    call_id = question.metadata.get(events.CALL_ID_KEY)
-    for event in stream[question.revision + 1 : output.revision]:
+def _refused_between(stream: list[Record], question: _Question, output: Record) -> bool:
+    """Whether this very call was refused when the resumed run reached it: an authority
+    refusal or a guardrail BLOCK between its question and its output whose call id and
+    arguments (or payload) are the question's, as far as the bundle shows them. The output
+    is then the refusal the model got, not the tool's."""
+    call_id = question.asked.request_id
+    for event in stream[question.record.revision + 1 : output.revision]:
         body = event.body or {}
         if body.get("call_id") != call_id:
             continue
         if event.type == events.AUTHORITY_REFUSED and body.get("enforcement") == "tool_refused":
-            return True
-        if event.type == events.GUARDRAIL_DECIDED and body.get("decision") == "BLOCK":
+            shown = body.get("arguments_digest")
+            if not question.asked_digest or shown in (None, question.asked_digest):
+                return True
+        if (
+            event.type == events.GUARDRAIL_DECIDED
+            and body.get("decision") == "BLOCK"
+            and (
+                not question.payload_digest
+                or _payload_digest(body) in (None, question.payload_digest)
+            )
+        ):
             return True
     return False
+
+
+def _payload_digest(body: Mapping[str, Any]) -> str | None:
+    """The digest of a guardrail decision's judged payload (from its withheld marker in a
+    redacted view); None when it cannot be told."""
+    payload = body.get("payload")
+    if isinstance(payload, dict) and redaction.is_withheld(payload):
+        shown = payload.get("withheld")
+        return shown if isinstance(shown, str) else None
+    try:
+        return value_digest(payload)
+    except (TypeError, ValueError):
+        return None
+
+
+def _check_paused(
+    report: Report, tree: Tree, name: str, stream: list[Record], counts: _Counts
+) -> None:
+    """Each paused run (``RunPaused``) waits for questions that are where it says: an
+    ``InterruptIssued`` of that request at that stream and revision — so a question dropped
+    (with its answer) and the chain resealed still fails here."""
+    for event in stream:
+        if event.type != events.RUN_PAUSED:
+            continue
+        if event.data is None:
+            counts.paused_withheld += 1
+            continue
+        try:
+            paused = events.RunPaused.decode(event.data.encode())
+        except (CodecError, UnicodeEncodeError, RecursionError):
+            report.fail(_CHECK, name, event.revision, "a paused run that does not read as one")
+            continue
+        for request in paused.requests:
+            where, at = str(request["stream"]), int(request["revision"])
+            found = tree.streams.get(where, [])
+            asked = found[at] if 0 <= at < len(found) else None
+            if (
+                asked is None
+                or asked.type != events.INTERRUPT_ISSUED
+                or asked.metadata.get(events.CALL_ID_KEY) != request["request_id"]
+            ):
+                report.fail(
+                    _CHECK,
+                    name,
+                    event.revision,
+                    f"the paused run waits for request {request['request_id']}, whose "
+                    f"question is not at {where}@{at}",
+                )
