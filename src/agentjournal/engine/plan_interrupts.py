@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from agentjournal import events
-from agentjournal.engine.approvals import Approval
+from agentjournal.engine.approvals import Approval, answer_to
 from agentjournal.engine.plan import RunView
 from agentjournal.engine.routing import Op, Plan
 from agentjournal.engine.sealing import Events
@@ -48,6 +48,7 @@ def add_interrupt(
         agent=ask.agent,
         authority=ask.authority,
         timestamp=now,
+        arguments_hmac="" if out.sealer is None else out.sealer.digest(ask.arguments),
     )
     metadata = {
         events.INTERRUPT_KEY: events.TOOL_APPROVAL,
@@ -77,14 +78,13 @@ def add_run_answer(
     approved = run.decided(question.request_id, question.tool_name)
     if approved is None:
         return
-    answer = events.ApprovalDecided(
-        question.request_id,
-        "approved" if approved else "rejected",
-        "",
-        events.RUN_STATE_BY,
-        question.event_id,
-        now,
-        arguments_digest=events.arguments_digest(question.arguments),
+    answer = answer_to(
+        question,
+        approve=approved,
+        reason="",
+        by=events.RUN_STATE_BY,
+        at=now,
+        sealer=out.sealer,
         source=events.RUN_STATE,
     )
     metadata = {
