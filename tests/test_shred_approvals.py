@@ -232,3 +232,28 @@ async def test_a_question_whose_arguments_were_erased_cannot_be_answered() -> No
         with pytest.raises(InvalidInput, match="its arguments were erased"):
             await session.approve("r1", by="ann@example.com", reason="ok")
         assert not [e for e in await journal.store.read_all() if e.type == ev.INTERRUPT_RESOLVED]
+
+
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "rejected"])
+async def test_a_sealed_answer_the_run_s_state_gave_names_keyed_digests_and_verifies(
+    approve: bool,
+) -> None:
+    """``state.approve``/``state.reject`` then the runner: the run's own answer, written
+    with the output, names the question's keyed digest, and the session verifies."""
+    from test_approvals_answered_in_the_run_state import SID as STATE_SID
+    from test_approvals_answered_in_the_run_state import answered_in_state
+
+    async with Journal.open("sqlite://:memory:", keys=MemoryKeyStore()) as journal:
+        session = journal.session(STATE_SID, user_id="alice")
+        await answered_in_state("run", session, session, approve=approve, ran=[])
+        store = journal.store
+        (asked,) = [e for e in await store.read_all() if e.type == ev.INTERRUPT_ISSUED]
+        (answer,) = [e for e in await store.read_all() if e.type == ev.INTERRUPT_RESOLVED]
+        question = ev.ApprovalAsked.decode(asked.data)
+        decided = ev.ApprovalDecided.decode(answer.data)
+        assert decided.source == ev.RUN_STATE
+        assert decided.keyed
+        assert decided.arguments_digest == question.arguments_hmac != ""
+        report = verify_records(await read_tree(store, STATE_SID), {}, allow_uncovered=True)
+        assert report.ok, report.text()
+        assert "1 answer by the run's RunState" in report.text()

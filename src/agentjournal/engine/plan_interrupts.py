@@ -10,6 +10,11 @@ A run resumed the SDK's way (``state.approve``/``state.reject``, then the runner
 no question through the journal: the write of such a call's output records, right before
 it, an ``InterruptResolved`` with the run's own decision (``by`` ``RunState``, ``source``
 ``run_state``).
+
+In a sealed session both carry keyed digests under the subject's key (the question its
+arguments', the answer its arguments' and reason's:
+:func:`~agentjournal.engine.approvals.answer_to`) in place of a plain digest that would
+outlive an erasure.
 """
 
 from __future__ import annotations
