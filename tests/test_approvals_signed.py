@@ -156,6 +156,14 @@ def test_an_answer_recorded_before_signatures_still_decodes() -> None:
         {"arguments_sha256": "sha256:" + "0" * 10_000_000},
         {"signature": "A" * 10_000_000, "key_id": "ed25519:" + "0" * 16},
         {"arguments_sha256": "md5:abc"},
+        {"arguments_hmac": "hmac-sha256:" + "0" * 64},
+        {"reason_hmac": "hmac-sha256:" + "0" * 64},
+        {
+            "arguments_sha256": "sha256:" + "0" * 64,
+            "arguments_hmac": "hmac-sha256:" + "0" * 64,
+            "reason_hmac": "hmac-sha256:" + "0" * 64,
+        },
+        {"arguments_hmac": "sha256:" + "0" * 64, "reason_hmac": "hmac-sha256:" + "0" * 64},
     ],
     ids=[
         "bad-base64",
@@ -167,6 +175,10 @@ def test_an_answer_recorded_before_signatures_still_decodes() -> None:
         "huge-digest",
         "huge-signature",
         "other-digest",
+        "keyed-without-reason",
+        "reason-without-keyed",
+        "plain-and-keyed",
+        "keyed-not-hmac",
     ],
 )
 def test_a_hostile_answer_decodes_to_a_one_line_codec_error(extension: dict[str, Any]) -> None:
@@ -174,6 +186,36 @@ def test_a_hostile_answer_decodes_to_a_one_line_codec_error(extension: dict[str,
         ev.ApprovalDecided.decode(_decided(**extension))
     assert "\n" not in str(raised.value)
     assert len(str(raised.value)) < 300
+
+
+WHEN = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+
+
+def test_a_plain_answer_s_signed_bytes_are_format_1_as_they_always_were() -> None:
+    """Answers signed before sealed sessions existed verify byte for byte."""
+    decided = ev.ApprovalDecided(
+        "r1", "approved", "ok", "ann", "q1", WHEN, arguments_digest=ev.arguments_digest("{}")
+    )
+    assert ev.approval_signed_bytes("s1", "AgentSession-s1", decided) == (
+        b'{"arguments_sha256":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61'
+        b'caaff8a","by":"ann","format":"agentjournal-approval/1","issued":"q1","outcome":"approv'
+        b'ed","reason_sha256":"sha256:c48b5b1a9776c84602de2306d7903a7241158a5077e7a8519af75c334'
+        b'41b8334","request_id":"r1","session_id":"s1","stream":"AgentSession-s1","time":"2026-0'
+        b'1-02T03:04:05.678901Z"}'
+    )
+
+
+def test_a_keyed_answer_s_signed_bytes_hold_its_keyed_digests_and_say_so() -> None:
+    keyed, reason = "hmac-sha256:" + "a" * 64, "hmac-sha256:" + "b" * 64
+    decided = ev.ApprovalDecided(
+        "r1", "approved", "ok", "ann", "q1", WHEN, arguments_digest=keyed, reason_hmac=reason
+    )
+    signed = json.loads(ev.approval_signed_bytes("s1", "AgentSession-s1", decided))
+    assert signed["format"] == ev.SIGNED_KEYED_APPROVAL
+    assert (signed["arguments_hmac"], signed["reason_hmac"]) == (keyed, reason)
+    assert "arguments_sha256" not in signed
+    assert "reason_sha256" not in signed
+    assert ev.ApprovalDecided.decode(decided.encode()) == decided
 
 
 # -- the policy's approvers -----------------------------------------------------------------

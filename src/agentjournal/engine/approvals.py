@@ -42,6 +42,7 @@ from agentjournal.errors import (
 )
 from agentjournal.ledger.approvals import check_answer, sign_answer
 from agentjournal.ledger.keys import SigningKey
+from agentjournal.shred.sealing import SubjectSealer
 from agentjournal.store.contract import EventStore, RecordedEvent
 
 _READ: Final = frozenset({events.INTERRUPT_ISSUED, events.INTERRUPT_RESOLVED, "ToolResultReceived"})
@@ -63,6 +64,9 @@ class Approval:
         authority: What the agent held then (JSON form), when the session has a policy.
         decision: The answer, once given.
         ran: Whether the call has an output on the record (the run went on past it).
+        arguments_hmac: In a sealed session, the keyed digest of the arguments that the
+            question carries in the clear
+            (:attr:`~agentjournal.events.ApprovalAsked.arguments_hmac`).
     """
 
     request_id: str
@@ -76,6 +80,7 @@ class Approval:
     authority: Mapping[str, object] | None = None
     decision: events.ApprovalDecided | None = None
     ran: bool = False
+    arguments_hmac: str = ""
 
     @property
     def pending(self) -> bool:
@@ -109,6 +114,7 @@ def fold_approvals(read: Mapping[str, Sequence[RecordedEvent]]) -> list[Approval
                         str(event.id),
                         asked.timestamp,
                         asked.authority,
+                        arguments_hmac=asked.arguments_hmac,
                     )
                 elif event.type == events.INTERRUPT_RESOLVED:
                     decided = events.ApprovalDecided.decode(event.data)
@@ -123,6 +129,52 @@ def fold_approvals(read: Mapping[str, Sequence[RecordedEvent]]) -> list[Approval
             except CodecError:
                 continue
     return sorted(found.values(), key=lambda a: (a.issued_at, a.stream, a.revision))
+
+
+def answer_to(
+    question: Approval,
+    *,
+    approve: bool,
+    reason: str,
+    by: str,
+    at: datetime,
+    sealer: SubjectSealer | None,
+    source: str | None = None,
+) -> events.ApprovalDecided:
+    """The (unsigned) answer to ``question``: naming the digest of its arguments, and in a
+    sealed session (``sealer``) the keyed digests of its arguments and of ``reason`` under
+    the subject's key instead, which a verifier without the key can hold a signature to and
+    which confirm no guess once the key is destroyed."""
+    if sealer is None:
+        digest, reason_hmac = events.arguments_digest(question.arguments), ""
+    else:
+        digest, reason_hmac = sealer.digest(question.arguments), sealer.digest(reason)
+    return events.ApprovalDecided(
+        question.request_id,
+        "approved" if approve else "rejected",
+        reason,
+        by,
+        question.event_id,
+        at,
+        arguments_digest=digest,
+        source=source,
+        reason_hmac=reason_hmac,
+    )
+
+
+def recomputed_digests(
+    sealer: SubjectSealer | None, question: Approval, decided: events.ApprovalDecided
+) -> tuple[str | None, str | None]:
+    """The digests of ``question``'s arguments and of ``decided``'s reason as a reader
+    holding the session's keys computes them, in the form the answer names them (for
+    :func:`~agentjournal.ledger.approvals.check_answer`'s ``asked_digest`` and
+    ``reason_digest``); None where they cannot be computed (a keyed answer read without
+    the key) or need not be (a plain answer's reason)."""
+    if not decided.keyed:
+        return events.arguments_digest(question.arguments), None
+    if sealer is None:
+        return None, None
+    return sealer.digest(question.arguments), sealer.digest(decided.reason)
 
 
 def approves(
@@ -341,14 +393,16 @@ async def resolve(
 ) -> events.ApprovalDecided:
     """Answer a pending approval: ``InterruptResolved`` on the question's stream.
 
-    The answer names the digest of the question's arguments; with ``key`` it is signed
+    The answer names the digest of the question's arguments (in a sealed session, the keyed
+    digests of the arguments and the reason: :func:`answer_to`); with ``key`` it is signed
     (:func:`~agentjournal.ledger.approvals.sign_answer`) in the plan, so what is signed is
     exactly what is written. The write expects that stream's exact head and the question
     is looked up again in every plan, so of two answers racing in any processes exactly
     one lands.
 
     Raises:
-        InvalidInput: No pending approval ``request_id`` on the line, or ``by`` is empty.
+        InvalidInput: No pending approval ``request_id`` on the line, ``by`` is empty, or
+            the question's sealed arguments were erased.
         AlreadyResolved: It was answered already (naming who answered).
         ApproverNotAllowed: The session's policy names approvers for the tool, and ``key``
             is none of theirs (or there is no key).
@@ -379,15 +433,19 @@ async def resolve(
             raise AlreadyResolved(request_id, question.decision.outcome, question.decision.by)
         if question.ran:
             raise InvalidInput(f"approval request {request_id!r} is settled: its call has run")
-        answer = events.ApprovalDecided(
-            request_id,
-            "approved" if approve else "rejected",
-            reason,
-            by,
-            question.event_id,
-            datetime.now(UTC),
-            arguments_digest=events.arguments_digest(question.arguments),
+        answer = answer_to(
+            question,
+            approve=approve,
+            reason=reason,
+            by=by,
+            at=datetime.now(UTC),
+            sealer=facts.sealer,
         )
+        if question.arguments_hmac and answer.arguments_digest != question.arguments_hmac:
+            raise InvalidInput(
+                f"approval request {request_id!r} cannot be answered: its arguments were "
+                "erased (the key of the subject they were sealed under was destroyed)"
+            )
         if key is not None:
             answer = sign_answer(answer, key, session_id=facts.session_id, stream=question.stream)
         found = check_answer(

@@ -10,6 +10,11 @@ A run resumed the SDK's way (``state.approve``/``state.reject``, then the runner
 no question through the journal: the write of such a call's output records, right before
 it, an ``InterruptResolved`` with the run's own decision (``by`` ``RunState``, ``source``
 ``run_state``).
+
+In a sealed session both carry keyed digests under the subject's key (the question its
+arguments', the answer its arguments' and reason's:
+:func:`~agentjournal.engine.approvals.answer_to`) in place of a plain digest that would
+outlive an erasure.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from agentjournal import events
-from agentjournal.engine.approvals import Approval
+from agentjournal.engine.approvals import Approval, answer_to
 from agentjournal.engine.plan import RunView
 from agentjournal.engine.routing import Op, Plan
 from agentjournal.engine.sealing import Events
@@ -48,6 +53,7 @@ def add_interrupt(
         agent=ask.agent,
         authority=ask.authority,
         timestamp=now,
+        arguments_hmac="" if out.sealer is None else out.sealer.digest(ask.arguments),
     )
     metadata = {
         events.INTERRUPT_KEY: events.TOOL_APPROVAL,
@@ -77,14 +83,13 @@ def add_run_answer(
     approved = run.decided(question.request_id, question.tool_name)
     if approved is None:
         return
-    answer = events.ApprovalDecided(
-        question.request_id,
-        "approved" if approved else "rejected",
-        "",
-        events.RUN_STATE_BY,
-        question.event_id,
-        now,
-        arguments_digest=events.arguments_digest(question.arguments),
+    answer = answer_to(
+        question,
+        approve=approved,
+        reason="",
+        by=events.RUN_STATE_BY,
+        at=now,
+        sealer=out.sealer,
         source=events.RUN_STATE,
     )
     metadata = {

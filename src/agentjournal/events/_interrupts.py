@@ -40,7 +40,13 @@ RUN_STATE_BY: Final = "RunState"
 _EXTENSION: Final = "agentjournal"
 SIGNED_APPROVAL: Final = "agentjournal-approval/1"
 """The ``format`` of the bytes an approver signs (:func:`approval_signed_bytes`)."""
+SIGNED_KEYED_APPROVAL: Final = "agentjournal-approval-keyed/1"
+"""The ``format`` of the bytes an approver signs in a sealed session: they hold the keyed
+digests of the arguments and the reason, in place of their plain digests."""
+KEYED_PREFIX: Final = "hmac-sha256:"
+"""The prefix of a keyed digest (HMAC-SHA256 under a key derived from a subject's key)."""
 _DIGEST: Final = re.compile(r"sha256:[0-9a-f]{64}")
+_KEYED: Final = re.compile(r"hmac-sha256:[0-9a-f]{64}")
 _KEY_ID: Final = re.compile(r"ed25519:[0-9a-f]{16}")
 _SIGNATURE_TEXT: Final = 88  # base64 of a 64-byte Ed25519 signature
 
@@ -63,6 +69,9 @@ class ApprovalAsked:
         authority: What that agent held then (the policy's JSON form), when the session
             has a policy.
         timestamp: When the run stopped for it.
+        arguments_hmac: In a sealed session (``arguments`` sealed under the subject's
+            key), the keyed digest of the arguments (``hmac-sha256:``, under that key): what
+            the answer names, in the clear; empty in a plain session.
     """
 
     request_id: str
@@ -71,6 +80,7 @@ class ApprovalAsked:
     agent: str
     authority: dict[str, Any] | None
     timestamp: datetime
+    arguments_hmac: str = ""
 
     def encode(self) -> bytes:
         """Its data: the schema's ``InterruptIssued`` JSON."""
@@ -84,6 +94,8 @@ class ApprovalAsked:
         extension: dict[str, Any] = {"agent": self.agent}
         if self.authority is not None:
             extension["authority"] = _compact(self.authority)
+        if self.arguments_hmac:
+            extension["arguments_hmac"] = self.arguments_hmac
         message.extensions[_EXTENSION].update(extension)
         text: str = to_json(message)
         return text.encode()
@@ -100,6 +112,9 @@ class ApprovalAsked:
             raise CodecError(f"{INTERRUPT_ISSUED}: kind must be {TOOL_APPROVAL!r}")
         authority = extension.get("authority")
         held = _parsed(authority, "authority") if authority is not None else None
+        keyed = _optional(
+            extension, "arguments_hmac", _KEYED, "hmac-sha256:<64 hex digits>", INTERRUPT_ISSUED
+        )
         return cls(
             request_id=_text(body, "request_id", INTERRUPT_ISSUED),
             tool_name=_text(body, "tool_name", INTERRUPT_ISSUED),
@@ -107,6 +122,7 @@ class ApprovalAsked:
             agent=_text(extension, "agent", INTERRUPT_ISSUED),
             authority=held,
             timestamp=_time(body, INTERRUPT_ISSUED),
+            arguments_hmac=keyed,
         )
 
 
@@ -123,7 +139,11 @@ class ApprovalDecided:
         issued: The event id of the ``InterruptIssued`` it answers.
         timestamp: When.
         arguments_digest: :func:`arguments_digest` of the arguments the question showed
-            (empty on answers recorded before answers named them).
+            (empty on answers recorded before answers named them); in a sealed session
+            their keyed digest instead (``hmac-sha256:``: the question's
+            :attr:`ApprovalAsked.arguments_hmac`).
+        reason_hmac: In a sealed session, the keyed digest of the reason (the reason is
+            sealed; the signature covers this); empty in a plain session.
         key_id: The signing approver's key id (``ed25519:`` + 16 hex digits); empty when
             unsigned.
         signature: Base64 Ed25519 signature over :func:`approval_signed_bytes`; empty when
@@ -142,13 +162,18 @@ class ApprovalDecided:
     arguments_digest: str = ""
     key_id: str = ""
     signature: str = ""
+    source: str | None = None
+    reason_hmac: str = ""
 
     @property
     def signed(self) -> bool:
         """Whether an approver signed it."""
         return bool(self.signature)
 
-    source: str | None = None
+    @property
+    def keyed(self) -> bool:
+        """Whether it names keyed digests (a sealed session's answer)."""
+        return self.arguments_digest.startswith(KEYED_PREFIX)
 
     def encode(self) -> bytes:
         """Its data: the schema's ``InterruptResolved`` JSON."""
@@ -157,7 +182,10 @@ class ApprovalDecided:
         )
         message.timestamp.FromDatetime(self.timestamp)
         extension = {"by": self.by, "issued": self.issued}
-        if self.arguments_digest:
+        if self.keyed:
+            extension["arguments_hmac"] = self.arguments_digest
+            extension["reason_hmac"] = self.reason_hmac
+        elif self.arguments_digest:
             extension["arguments_sha256"] = self.arguments_digest
         if self.signature:
             extension["key_id"] = self.key_id
@@ -184,6 +212,16 @@ class ApprovalDecided:
                 f"{_short(outcome)}"
             )
         digest = _optional(extension, "arguments_sha256", _DIGEST, "sha256:<64 hex digits>")
+        keyed = _optional(extension, "arguments_hmac", _KEYED, "hmac-sha256:<64 hex digits>")
+        reason = _optional(extension, "reason_hmac", _KEYED, "hmac-sha256:<64 hex digits>")
+        if digest and keyed:
+            raise CodecError(
+                f"{INTERRUPT_RESOLVED}: arguments_sha256 and arguments_hmac exclude each other"
+            )
+        if bool(keyed) != bool(reason):
+            raise CodecError(
+                f"{INTERRUPT_RESOLVED}: arguments_hmac needs its reason_hmac, and back"
+            )
         key_id = _optional(extension, "key_id", _KEY_ID, "ed25519:<16 hex digits>")
         signature = _signature(extension.get("signature"))
         if bool(key_id) != bool(signature):
@@ -198,10 +236,11 @@ class ApprovalDecided:
             by=_text(extension, "by", INTERRUPT_RESOLVED),
             issued=_text(extension, "issued", INTERRUPT_RESOLVED),
             timestamp=_time(body, INTERRUPT_RESOLVED),
-            arguments_digest=digest,
+            arguments_digest=digest or keyed,
             key_id=key_id,
             signature=signature,
             source=source,
+            reason_hmac=reason,
         )
 
 
@@ -210,20 +249,36 @@ def approval_signed_bytes(
 ) -> bytes:
     """The bytes an approver signs: RFC 8785 JSON of the session, the question's stream,
     the request, the question's event id, the arguments digest, the outcome, the digest of
-    the reason (``value_digest``: the redaction marker's, so a redacted bundle still
-    verifies; ``reason_digest`` when only that is known), who, and when (UTC,
-    microseconds)."""
+    the reason, who, and when (UTC, microseconds).
+
+    In a plain session (:data:`SIGNED_APPROVAL`) the digests are ``arguments_sha256`` and
+    ``reason_sha256`` (``value_digest`` of the reason: the redaction marker's, so a redacted
+    bundle still verifies; ``reason_digest`` when only that is known). A keyed answer's
+    (:attr:`ApprovalDecided.keyed`, :data:`SIGNED_KEYED_APPROVAL`) are ``arguments_hmac``
+    and ``reason_hmac``, the keyed digests it carries in the clear (``reason_digest``: the
+    reason's keyed digest as a holder of the key recomputes it), so a verifier without the
+    key checks the signature, and after erasure it confirms no guess."""
+    if decided.keyed:
+        digests = {
+            "format": SIGNED_KEYED_APPROVAL,
+            "arguments_hmac": decided.arguments_digest,
+            "reason_hmac": reason_digest or decided.reason_hmac,
+        }
+    else:
+        digests = {
+            "format": SIGNED_APPROVAL,
+            "arguments_sha256": decided.arguments_digest,
+            "reason_sha256": reason_digest or value_digest(decided.reason),
+        }
     return bytes(
         rfc8785.dumps(
             {
-                "format": SIGNED_APPROVAL,
+                **digests,
                 "session_id": session_id,
                 "stream": stream,
                 "request_id": decided.request_id,
                 "issued": decided.issued,
-                "arguments_sha256": decided.arguments_digest,
                 "outcome": decided.outcome,
-                "reason_sha256": reason_digest or value_digest(decided.reason),
                 "by": decided.by,
                 "time": signed_time(decided.timestamp),
             }
@@ -236,12 +291,18 @@ def signed_time(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _optional(extension: dict[str, Any], key: str, form: re.Pattern[str], shown: str) -> str:
+def _optional(
+    extension: dict[str, Any],
+    key: str,
+    form: re.Pattern[str],
+    shown: str,
+    type_: str = INTERRUPT_RESOLVED,
+) -> str:
     value = extension.get(key)
     if value is None:
         return ""
     if not isinstance(value, str) or not form.fullmatch(value):
-        raise CodecError(f"{INTERRUPT_RESOLVED}: {key} must be {shown}, got {_short(value)}")
+        raise CodecError(f"{type_}: {key} must be {shown}, got {_short(value)}")
     return value
 
 

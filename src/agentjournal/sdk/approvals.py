@@ -24,7 +24,13 @@ from agents.tool import FunctionTool
 from agents.util._approvals import evaluate_needs_approval_setting, parse_function_tool_arguments
 
 from agentjournal import events
-from agentjournal.engine.approvals import Approval, all_ran, already_resumed, waits_of
+from agentjournal.engine.approvals import (
+    Approval,
+    all_ran,
+    already_resumed,
+    recomputed_digests,
+    waits_of,
+)
 from agentjournal.engine.core import SessionCore
 from agentjournal.engine.plan import Ask
 from agentjournal.errors import ApproverNotAllowed, InvalidInput
@@ -246,13 +252,17 @@ class ApprovalsAPI:
         for approval in by_request.values():
             if approval.decision is None or approval.ran:
                 continue
+            asked_digest, reason_digest = recomputed_digests(
+                core.facts.sealer, approval, approval.decision
+            )
             checked = check_answer(
                 policies,
                 approval.decision,
                 session_id=core.facts.session_id,
                 stream=approval.stream,
                 tool_name=approval.tool_name,
-                asked_digest=events.arguments_digest(approval.arguments),
+                asked_digest=asked_digest,
+                reason_digest=reason_digest,
             )
             if checked.problem is not None:
                 raise ApproverNotAllowed(approval.request_id, approval.tool_name, checked.problem)

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from agentjournal.errors import UndecodableEvent
-from agentjournal.shred._cipher import Unopenable
+from agentjournal.shred._cipher import Unopenable, keyed_digest
 from agentjournal.shred.fields import (
     ENVELOPE_PREFIX,
     KEY_ID_KEY,
@@ -58,6 +58,12 @@ class SubjectSealer:
             return data
         metadata[KEY_ID_KEY] = key.key_id
         return sealed
+
+    def digest(self, value: str) -> str:
+        """The keyed digest of ``value`` under the subject's current key (``hmac-sha256:``,
+        :func:`~agentjournal.shred._cipher.keyed_digest`): what a sealed event may carry in
+        the clear to name its content; it confirms no guess once the key is destroyed."""
+        return keyed_digest(self.keys.current(self.subject).secret, value)
 
     def opening(self, store: EventStore) -> OpeningStore:
         """``store`` as this session reads it: sealed fields opened."""

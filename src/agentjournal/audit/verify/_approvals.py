@@ -20,11 +20,16 @@ Per stream, in revision order:
   message without starting the tool.
 
 Sealed questions and answers (content sealed under a data subject's key, or erased: DESIGN
-"Erasure that keeps the proof") are checked for everything but what needs their plaintext:
-a sealed question is not compared with its call's arguments, a sealed answer's arguments
-digest not with the question's, a sealed answer's signature (which covers the reason) not
-verified — and a tool whose policy names approvers then fails closed —, and a rejected call's
-sealed output is checked by its tool start alone; the summary counts each.
+"Erasure that keeps the proof") carry in the clear the keyed digests of the arguments (both)
+and of the reason (the answer), under the subject's key; the answer's signature covers them
+(:data:`~agentjournal.events.SIGNED_KEYED_APPROVAL`). So every check above runs on them
+without the key, before and after erasure — the answer's digest is its question's, the
+signature verifies, the approvers are the policy's —, except what needs the plaintext: a
+sealed question is not compared with its call's arguments, and a rejected call's sealed
+output is checked by its tool start alone; the summary says so. A sealed answer that names
+no keyed digests (the clear form) cannot be checked against its question nor its signature
+verified (it covers the sealed reason): it counts only where no approver is required. A
+sealed question's answer must name keyed digests.
 
 Redacted bundles carry both interrupt events as views (:mod:`agentjournal.ledger.redaction`)
 holding the arguments digest and the payload digest in place of the arguments, and the
@@ -90,6 +95,8 @@ class _Counts:
     paused_withheld: int = 0  # paused runs a redacted bundle withholds: not cross-checked
     rejected_withheld: int = 0  # rejected calls whose output the bundle withholds
     sealed: int = 0  # questions or answers whose arguments or reason are sealed
+    sealed_clear: int = 0  # sealed answers naming no keyed digests: not checked
+    uncompared: int = 0  # keyed answers to questions with no keyed digest
 
 
 def check_approvals(report: Report, tree: Tree) -> None:
@@ -132,7 +139,18 @@ def check_approvals(report: Report, tree: Tree) -> None:
         if counts.sealed:
             line += (
                 f"; {plural(counts.sealed, 'sealed approval event')} (a subject's content, or"
-                " erased): their arguments, reasons and signatures over them not checked"
+                " erased): answers checked by their keyed digests and signatures, questions'"
+                " arguments not checked against their calls"
+            )
+        if counts.sealed_clear:
+            line += (
+                f"; {plural(counts.sealed_clear, 'sealed answer')} without keyed digests: "
+                "arguments and signatures not checked"
+            )
+        if counts.uncompared:
+            line += (
+                f"; {plural(counts.uncompared, 'keyed answer')} to a question without a keyed "
+                "digest: arguments not compared"
             )
         report.lines.append(line)
 
@@ -220,7 +238,8 @@ def _question(event: Record, item: Record | None) -> _Question | str:
     if is_sealed(event) or (item is not None and is_sealed(item)):
         if item is None:
             return f"a question about call {asked.request_id} that is not before it on the stream"
-        return _Question(event, asked, "", "", item, sealed=True)  # arguments: ciphertext
+        # The arguments are ciphertext: the keyed digest is what the answer names.
+        return _Question(event, asked, asked.arguments_hmac, "", item, sealed=True)
     if marker is None:
         asked_digest = events.arguments_digest(asked.arguments)
         payload = value_digest(
@@ -271,8 +290,18 @@ def _answer(
     counts.approved += decided.outcome == "approved"
     counts.rejected += decided.outcome == "rejected"
     counts.run_state += decided.source == events.RUN_STATE
-    if is_sealed(event) or question.sealed:
-        counts.sealed += is_sealed(event)
+    counts.sealed += is_sealed(event)
+    if question.asked.arguments_hmac and not decided.keyed:
+        return (
+            f"the answer to {decided.request_id} names no keyed digest of its sealed "
+            "question's arguments"
+        )
+    asked_digest: str | None = question.asked_digest
+    if decided.keyed:  # the signature covers the keyed digests, not the reason's plain one
+        counts.uncompared += not question.asked.arguments_hmac
+        asked_digest, reason_digest = question.asked.arguments_hmac or None, None
+    elif is_sealed(event) or question.sealed:
+        counts.sealed_clear += 1
         return _sealed_answer(question, decided, tree.session_id, stream)
     found = check_answer(
         question.policies,
@@ -280,7 +309,7 @@ def _answer(
         session_id=tree.session_id,
         stream=stream,
         tool_name=question.asked.tool_name,
-        asked_digest=question.asked_digest,
+        asked_digest=asked_digest,
         reason_digest=reason_digest,
     )
     question.counts = found.problem is None
@@ -294,10 +323,10 @@ def _answer(
 def _sealed_answer(
     question: _Question, decided: events.ApprovalDecided, session_id: str, stream: str
 ) -> str | None:
-    """What can be checked of an answer whose question or reason is sealed: an unsigned
+    """What can be checked of a sealed answer that names no keyed digests: an unsigned
     answer counts unless the policy names approvers; a signed one cannot be verified (the
-    signature covers the reason and the arguments digest), so it counts only where no
-    approver is required."""
+    signature covers the reason's plain digest), so it counts only where no approver is
+    required."""
     unsigned = replace(decided, key_id="", signature="") if decided.signed else decided
     found = check_answer(
         question.policies,
