@@ -7,6 +7,11 @@ session reads: every event it hands out has its sealed fields opened (or, once t
 is destroyed, shown as ``[erased]``); writes pass through untouched. The wrapper declares
 none of its inner store's abilities (:func:`agentjournal.store.abilities.abilities_of`),
 so a sealed session keeps no plaintext in a store's read model: it reads its events.
+
+The read tools show sealed content the same way, leniently (``shown``): an
+``OpeningStore(store, keys, shown=True)`` for what they fold from a store, and
+:func:`shown_record` for each event they print, so a key they lack reads ``[sealed]``
+instead of failing the read, and the stored bytes stay what is verified.
 """
 
 from __future__ import annotations
