@@ -11,6 +11,8 @@ from agentjournal.shred import SubjectKey
 from agentjournal.shred._cipher import Unopenable, new_key
 from agentjournal.shred.fields import (
     KEY_ID_KEY,
+    SEALED,
+    UNOPENABLE,
     erased_item,
     open_content,
     seal_content,
@@ -86,6 +88,45 @@ def test_an_erased_event_shows_its_item_s_erased_form_and_erased_text() -> None:
     item = json.loads(opened["extensions"]["openai"]["item_json"])
     assert item == {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"}
     assert "erased_item" not in opened["extensions"]["openai"]
+
+
+def _never_held(kid: str) -> SubjectKey | None:
+    raise KeyError(kid)
+
+
+def test_a_read_tool_sees_sealed_for_a_key_it_lacks_and_unopenable_for_an_altered_value() -> None:
+    message = {"role": "user", "content": "hello PLAIN-1"}
+    data = json.dumps(
+        {
+            "content": "hello PLAIN-1",
+            "extensions": {"openai": {"item_json": json.dumps(message)}},
+        }
+    ).encode()
+    sealed = _seal(data, "UserMessageReceived")
+    with pytest.raises(KeyError):
+        open_content(
+            "UserMessageReceived", sealed, stream="AgentSession-s", event_id="e1", find=_never_held
+        )
+    for find, event_id, marker in (
+        (_never_held, "e1", SEALED),
+        ({"k1": KEY}.get, "e2", UNOPENABLE),  # moved to another event: it does not open
+    ):
+        shown = open_content(
+            "UserMessageReceived",
+            sealed,
+            stream="AgentSession-s",
+            event_id=event_id,
+            find=find,
+            shown=True,
+        )
+        assert b"aj.enc:v1:" not in shown
+        assert b"PLAIN-1" not in shown
+        body = json.loads(shown)
+        assert body["content"] == marker
+        assert json.loads(body["extensions"]["openai"]["item_json"]) == {
+            "role": "user",
+            "content": marker,
+        }
 
 
 def test_a_type_without_content_is_not_sealed() -> None:

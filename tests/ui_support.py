@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from agentjournal import Journal
 from agentjournal.cli._common import trusted_keys
+from agentjournal.shred.keys import SubjectKeyStore
 from agentjournal.store import open_store
 from agentjournal.ui.app import create_app
 from cli_run import run
@@ -131,15 +132,28 @@ def tamper(
 
 
 @contextmanager
-def serving(uri: str, *, pubkey: Path | None = None, token: str | None = None) -> Iterator[str]:
-    """The viewer over ``uri`` on a real uvicorn server on loopback; yields its base URL."""
+def serving(
+    uri: str,
+    *,
+    pubkey: Path | None = None,
+    token: str | None = None,
+    subject_keys: SubjectKeyStore | None = None,
+) -> Iterator[str]:
+    """The viewer over ``uri`` on a real uvicorn server on loopback (showing sealed content
+    with ``subject_keys``); yields its base URL."""
     import uvicorn
 
     from agentjournal.guardrails.service import bind
 
     keys = trusted_keys([str(pubkey)]) if pubkey is not None else {}
     closing = threading.Event()
-    app = create_app(lambda: open_store(uri, create=False), keys=keys, token=token, closing=closing)
+    app = create_app(
+        lambda: open_store(uri, create=False),
+        keys=keys,
+        token=token,
+        closing=closing,
+        subject_keys=subject_keys,
+    )
     sock = bind("127.0.0.1", 0)
     sock.listen(128)
     port = sock.getsockname()[1]

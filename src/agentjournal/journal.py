@@ -22,9 +22,9 @@ from agentjournal.ledger import KeyRotation, SigningKey
 from agentjournal.read.approvals import PendingApproval
 from agentjournal.read.approvals import pending_approvals as _pending_approvals
 from agentjournal.sdk.session import JournalSession
-from agentjournal.shred.keys import CachedKeyStore, SubjectKeyStore
+from agentjournal.shred.keys import SubjectKeyStore
 from agentjournal.shred.sealing import OpeningStore, SubjectSealer
-from agentjournal.shred.sqlite_keys import SQLiteKeyStore
+from agentjournal.shred.sqlite_keys import open_key_file
 from agentjournal.store import (
     EventStore,
     open_store,
@@ -382,7 +382,7 @@ class _Opening:
     async def _open(self) -> Journal:
         keys, own = self._keys, isinstance(self._keys, str | os.PathLike)
         if isinstance(keys, str | os.PathLike):
-            keys = CachedKeyStore(SQLiteKeyStore(keys))  # opened here: closed by the journal
+            keys = open_key_file(keys)  # opened here: closed by the journal
         try:
             store = await open_store(self._uri, deadline=self._deadline)
         except BaseException:

@@ -57,6 +57,10 @@ else ``sqlite:///agentjournal.db``); the commands that only read one
 ``trace export``, ``ui``, ``view``, ``approvals``) never create it, nor do ``fork``,
 ``approve`` and ``reject`` (they write to an existing session only).
 
+``show``, ``replay``, ``tail``, ``view`` and ``ui`` take ``--keys FILE`` (default
+``$AGENTJOURNAL_KEYS``, as ``erase``): sealed content shown opened, ``[erased]`` after an
+erasure, ``[sealed]`` without keys (DESIGN.md, "Erasure that keeps the proof").
+
 Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed. An
 expected error is one line on stderr saying what to do; ``--debug`` shows the
 traceback instead.

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from agentjournal.errors import InvalidInput
 from agentjournal.store import DEFAULT_URI, URI_ENV
@@ -235,3 +235,25 @@ def _checked_time(value: str | None) -> str | None:
         except ValueError:
             raise InvalidInput(f"--not-before {value!r} is not an RFC 3339 time") from None
     return value
+
+
+KEYS_ENV: Final = "AGENTJOURNAL_KEYS"
+"""The embedded key store's file when ``--keys`` is not given (``erase`` and the read
+commands)."""
+
+
+def add_keys_argument(parser: argparse.ArgumentParser) -> None:
+    """``--keys FILE``: the key store a read command opens sealed content with."""
+    parser.add_argument(
+        "--keys",
+        metavar="FILE",
+        help=f"the key store file (default: ${KEYS_ENV}): sealed content is shown opened, "
+        "[erased] once its subject was erased; without one it reads [sealed]. Opened "
+        "read-only, never created",
+    )
+
+
+def key_file(args: argparse.Namespace) -> str | None:
+    """The key store file a command was given (``--keys``, else ``$AGENTJOURNAL_KEYS``)."""
+    path: str | None = args.keys or os.environ.get(KEYS_ENV) or None
+    return path

@@ -1,9 +1,13 @@
-"""Opening the store a command reads, never creating it."""
+"""Opening the store a command reads, never creating it, and the key store it shows sealed
+content with."""
 
 from __future__ import annotations
 
 from agentjournal._text import shown_uri
 from agentjournal.errors import InvalidInput
+from agentjournal.shred.keys import MemoryKeyStore, SubjectKeyStore
+from agentjournal.shred.sealing import OpeningStore
+from agentjournal.shred.sqlite_keys import open_key_file
 from agentjournal.store import EventStore, open_store, store_uri
 from agentjournal.streams import session_stream, validate_id
 
@@ -32,3 +36,23 @@ async def open_session(
         await store.close()
         raise
     return store, session_id
+
+
+def reading_keys(path: str | None, *, ttl: float = 60.0) -> SubjectKeyStore:
+    """The key store a read command shows sealed content with: the file at ``path``,
+    opened read-only (its answers cached ``ttl`` seconds), or with no path an empty one,
+    under which every sealed value reads ``[sealed]``. Open it before the event store:
+    a bad path is refused with nothing opened. The caller closes it.
+
+    Raises:
+        InvalidInput: ``path`` is not an existing key store.
+    """
+    if path is None:
+        return MemoryKeyStore()
+    return open_key_file(path, read_only=True, ttl=ttl)
+
+
+def showing(store: EventStore, keys: SubjectKeyStore) -> OpeningStore:
+    """``store`` as the read commands show it: every event read has its sealed content
+    opened under ``keys``, or marked (:func:`~agentjournal.shred.fields.open_content`)."""
+    return OpeningStore(store, keys, shown=True)

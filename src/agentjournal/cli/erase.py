@@ -12,12 +12,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-from typing import Final
 
-from agentjournal.cli._common import STORE_HELP, Commands
-
-KEYS_ENV: Final = "AGENTJOURNAL_KEYS"
-"""The embedded key store's file when ``--keys`` is not given."""
+from agentjournal.cli._common import KEYS_ENV, STORE_HELP, Commands, key_file
 
 
 def register(commands: Commands) -> None:
@@ -52,7 +48,7 @@ def run_erase(args: argparse.Namespace) -> int:
     for flag, value in (("--subject", args.subject), ("--reason", args.reason), ("--as", args.by)):
         if not value.strip():
             raise InvalidInput(f"{flag} must be non-blank text")
-    path = args.keys or os.environ.get(KEYS_ENV)
+    path = key_file(args)
     if not path:
         raise InvalidInput(f"no key store: pass --keys FILE or set ${KEYS_ENV}")
     if not os.path.isfile(path):

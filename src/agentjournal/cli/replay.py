@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from agentjournal.cli._common import STORE_HELP, Commands
+from agentjournal.cli._common import STORE_HELP, Commands, add_keys_argument
 
 
 def _count(text: str) -> int:
@@ -54,6 +54,7 @@ def register(commands: Commands) -> None:
         "requests), described as `agentjournal show` does; not with --at (default: items "
         "only, exactly as get_items)",
     )
+    add_keys_argument(replay)
     replay.add_argument("--uri", help=STORE_HELP + "; never created")
     replay.set_defaults(run=lambda args: asyncio.run(replay_session(args)))
 
@@ -69,7 +70,8 @@ async def replay_session(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from agentjournal.cli._store import open_session
+    from agentjournal.cli._common import key_file
+    from agentjournal.cli._store import open_session, reading_keys, showing
     from agentjournal.engine.codec import exact_json
     from agentjournal.errors import InvalidInput
     from agentjournal.read.lines import find_branch, line_path, line_replay
@@ -78,17 +80,22 @@ async def replay_session(args: argparse.Namespace) -> int:
 
     if args.approvals and args.at is not None:
         raise InvalidInput("--approvals shows the line as it is now: leave out --at")
-    store, session_id = await open_session(args.uri, args.session)
+    subject_keys = reading_keys(key_file(args))
     try:
-        items = await line_replay(store, session_id, args.branch, limit=args.limit, at=args.at)
-        asked = []
-        if args.approvals:
-            branch = None
-            if args.branch != MAIN_BRANCH:
-                branch = await find_branch(store, session_id, args.branch)
-            asked = [r for r in await line_path(store, session_id, branch) if is_approval(r)]
+        stored, session_id = await open_session(args.uri, args.session)
+        store = showing(stored, subject_keys)
+        try:
+            items = await line_replay(store, session_id, args.branch, limit=args.limit, at=args.at)
+            asked = []
+            if args.approvals:
+                branch = None
+                if args.branch != MAIN_BRANCH:
+                    branch = await find_branch(store, session_id, args.branch)
+                asked = [r for r in await line_path(store, session_id, branch) if is_approval(r)]
+        finally:
+            await stored.close()
     finally:
-        await store.close()
+        subject_keys.close()
     sys.stdout.writelines(exact_json(item) + "\n" for item in items)
     for record in asked:
         described = {

@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from agentjournal.cli._common import STORE_HELP, Commands
+from agentjournal.cli._common import STORE_HELP, Commands, add_keys_argument
 
 if TYPE_CHECKING:
     from agentjournal.engine.fork import Branch
@@ -46,6 +46,7 @@ def register(commands: Commands) -> None:
     show.add_argument(
         "--json", action="store_true", help="print the records as JSON (default: the tree as text)"
     )
+    add_keys_argument(show)
     show.add_argument("--uri", help=STORE_HELP + "; never created")
     show.set_defaults(run=lambda args: asyncio.run(show_session(args)))
 
@@ -58,26 +59,34 @@ async def show_session(args: argparse.Namespace) -> int:
         JournalError: The store cannot be opened or read (exit 1).
     """
     from agentjournal.audit.verify import verify_records
-    from agentjournal.cli._common import trusted_with_own
+    from agentjournal.cli._common import key_file, trusted_with_own
     from agentjournal.cli._render import console
-    from agentjournal.cli._store import open_session
+    from agentjournal.cli._store import open_session, reading_keys
     from agentjournal.errors import InvalidInput
     from agentjournal.read.replay import check_read_model
     from agentjournal.read.views import LEGEND, plain_lines, tree_view
     from agentjournal.records import TreeRecords
+    from agentjournal.shred.sealing import shown_streams, shown_tree
     from agentjournal.streams import MAIN_BRANCH, session_stream
     from agentjournal.walk import read_tree
 
     keys = trusted_with_own(args.pubkey)
-    store, session_id = await open_session(args.uri, args.session)
+    subject_keys = reading_keys(key_file(args))
     try:
-        tree = await read_tree(store, session_id)
-        lines = await _lines(store, session_id, args.branch)
-        model = await check_read_model(store, session_id)
+        store, session_id = await open_session(args.uri, args.session)
+        try:
+            tree = await read_tree(store, session_id)
+            lines = await _lines(store, session_id, args.branch)
+            model = await check_read_model(store, session_id)
+        finally:
+            await store.close()
+        # The whole tree, every line, as `verify` checks it (the records are already read):
+        # the stored bytes, which the chains cover; then shown with sealed content opened.
+        report = verify_records(tree, keys)
+        tree = shown_tree(tree, subject_keys)
+        lines = [(branch, shown_streams(streams, subject_keys)) for branch, streams in lines]
     finally:
-        await store.close()
-    # The whole tree, every line, as `verify` checks it (the records are already read).
-    report = verify_records(tree, keys)
+        subject_keys.close()
     report.model_checked(model, session_stream(session_id))
     integrity = report.integrity
     only_main = args.branch == MAIN_BRANCH

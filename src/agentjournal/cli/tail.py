@@ -17,10 +17,11 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from agentjournal.cli._common import STORE_HELP, Commands
+from agentjournal.cli._common import STORE_HELP, Commands, add_keys_argument
 
 if TYPE_CHECKING:
     from agentjournal.records import Record
+    from agentjournal.shred.keys import SubjectKeyStore
     from agentjournal.store.contract import EventStore, RecordedEvent
 
 
@@ -53,6 +54,7 @@ def register(commands: Commands) -> None:
     tail.add_argument(
         "--json", action="store_true", help="one JSON object per event and line (default: off)"
     )
+    add_keys_argument(tail)
     tail.add_argument("--uri", help=STORE_HELP + "; never created")
     tail.set_defaults(run=lambda args: asyncio.run(_tail(args)))
 
@@ -67,17 +69,27 @@ async def last_position(store: EventStore) -> int:
 
 
 async def _tail(args: argparse.Namespace) -> int:
-    from agentjournal.cli._common import usage
+    from agentjournal.cli._common import key_file, usage
+    from agentjournal.cli._store import reading_keys
+
+    if args.branch is not None and args.session is None:
+        return usage("--branch needs a SESSION: a branch is a line of one session")
+    if args.wait and (args.session is None or args.branch is not None):
+        return usage("--wait needs a SESSION (and no --branch): it waits for a session to start")
+    keys = reading_keys(key_file(args), ttl=1.0)  # long-running: an erasure shows within 1 s
+    try:
+        return await _tail_with(args, keys)
+    finally:
+        keys.close()
+
+
+async def _tail_with(args: argparse.Namespace, keys: SubjectKeyStore) -> int:
     from agentjournal.cli._store import open_session
     from agentjournal.engine.fork import read_branches
     from agentjournal.store import open_store, store_uri
     from agentjournal.streams import MAIN_BRANCH, session_stream, validate_id
     from agentjournal.walk import walk_tree
 
-    if args.branch is not None and args.session is None:
-        return usage("--branch needs a SESSION: a branch is a line of one session")
-    if args.wait and (args.session is None or args.branch is not None):
-        return usage("--wait needs a SESSION (and no --branch): it waits for a session to start")
     waiting = False
     after: int | None = None
     if args.session is not None and args.wait:
@@ -129,13 +141,14 @@ async def _tail(args: argparse.Namespace) -> int:
             what += " and branches"
         start = "the start" if after is None else f"position {after}"
         print(f"tailing {what} from {start}; Ctrl-C ends it", file=sys.stderr, flush=True)
-        return await _follow(store, after, streams, as_json=args.json, forks=follow_forks)
+        return await _follow(store, keys, after, streams, as_json=args.json, forks=follow_forks)
     finally:
         await store.close()
 
 
 async def _follow(
     store: EventStore,
+    keys: SubjectKeyStore,
     after: int | None,
     streams: set[str] | None,
     *,
@@ -146,6 +159,7 @@ async def _follow(
     from agentjournal.cli._render import TONE_STYLES, console
     from agentjournal.read.views import tone_of
     from agentjournal.records import DamagedEvent, Record
+    from agentjournal.shred.sealing import shown_record
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -179,6 +193,7 @@ async def _follow(
                 forked = _forked_stream(record)
                 if forked is not None:  # the fork commits before the branch's first event
                     streams.add(forked)
+            record = shown_record(record, keys)  # sealed content opened, or marked
             # A reader that went away (`| head`) ends it: the command line exits 0 quietly.
             if as_json:
                 sys.stdout.write(json.dumps(_as_json(record), ensure_ascii=False) + "\n")

@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import Final
 
-from agentjournal.cli._common import STORE_HELP, Commands, usage
+from agentjournal.cli._common import STORE_HELP, Commands, add_keys_argument, usage
 
 TOKEN_ENV: Final = "AGENTJOURNAL_UI_TOKEN"
 _TOKEN: Final = re.compile(r"[A-Za-z0-9._~+/=-]{16,512}")
@@ -51,6 +51,7 @@ def register(commands: Commands) -> None:
         "not a loopback address)",
     )
     ui.add_argument("--pubkey", metavar="KEY", action="append", default=[], help=_PUBKEY_HELP)
+    add_keys_argument(ui)
     ui.add_argument("--uri", help=STORE_HELP + "; never created")
     ui.set_defaults(run=_ui)
 
@@ -79,6 +80,7 @@ def register(commands: Commands) -> None:
         "items with the shared prefix, its history before each item) (default: main)",
     )
     view.add_argument("--pubkey", metavar="KEY", action="append", default=[], help=_PUBKEY_HELP)
+    add_keys_argument(view)
     view.add_argument("--uri", help=STORE_HELP + "; never created")
     view.set_defaults(run=lambda args: asyncio.run(_view(args)))
 
@@ -99,7 +101,8 @@ def is_loopback(host: str) -> bool:
 
 
 def _ui(args: argparse.Namespace) -> int:
-    from agentjournal.cli._common import missing_service, trusted_with_own
+    from agentjournal.cli._common import key_file, missing_service, trusted_with_own
+    from agentjournal.cli._store import reading_keys
     from agentjournal.store import open_store, store_uri
 
     if not 0 <= args.port <= 65535:
@@ -121,34 +124,40 @@ def _ui(args: argparse.Namespace) -> int:
         return missing_service(error, "agentjournal ui needs Starlette and uvicorn")
     keys = trusted_with_own(args.pubkey)
     target = store_uri(args.uri)
-
-    async def check() -> None:  # a missing store is one line now, not a failed startup
-        await (await open_store(target, create=False)).close()
-
-    asyncio.run(check())
-
-    def ready(url: str) -> None:
-        where = f"{url}/?token=…" if token is not None else f"{url}/"
-        # With a token a person may answer a pending approval: the one write it makes.
-        mode = "read-only but for answers to approvals" if token is not None else "read-only"
-        print(f"agentjournal ui: serving {where} ({mode}); Ctrl-C stops it", flush=True)
-
-    closing = threading.Event()
-    app = create_app(
-        lambda: open_store(target, create=False),
-        keys=keys,
-        token=token,
-        closing=closing,
-    )
-    # uvicorn shuts down on SIGINT or SIGTERM, then raises the signal again: as
-    # KeyboardInterrupt both times here, so Ctrl-C and a service manager's stop exit 0.
-    previous = signal.signal(signal.SIGTERM, _interrupted)
+    # Long-running: a key destroyed by `agentjournal erase` shows [erased] within a second.
+    subject_keys = reading_keys(key_file(args), ttl=1.0)
     try:
-        serve(app, host=args.host, port=args.port, ready=ready, closing=closing)
-    except KeyboardInterrupt:
-        print("agentjournal ui: stopped", file=sys.stderr, flush=True)
+
+        async def check() -> None:  # a missing store is one line now, not a failed startup
+            await (await open_store(target, create=False)).close()
+
+        asyncio.run(check())
+
+        def ready(url: str) -> None:
+            where = f"{url}/?token=…" if token is not None else f"{url}/"
+            # With a token a person may answer a pending approval: the one write it makes.
+            mode = "read-only but for answers to approvals" if token is not None else "read-only"
+            print(f"agentjournal ui: serving {where} ({mode}); Ctrl-C stops it", flush=True)
+
+        closing = threading.Event()
+        app = create_app(
+            lambda: open_store(target, create=False),
+            keys=keys,
+            token=token,
+            closing=closing,
+            subject_keys=subject_keys,
+        )
+        # uvicorn shuts down on SIGINT or SIGTERM, then raises the signal again: as
+        # KeyboardInterrupt both times here, so Ctrl-C and a service manager's stop exit 0.
+        previous = signal.signal(signal.SIGTERM, _interrupted)
+        try:
+            serve(app, host=args.host, port=args.port, ready=ready, closing=closing)
+        except KeyboardInterrupt:
+            print("agentjournal ui: stopped", file=sys.stderr, flush=True)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        subject_keys.close()
     return 0
 
 
@@ -163,8 +172,13 @@ async def _view(args: argparse.Namespace) -> int:
         InvalidInput: The session (or ``--branch``) is not in the store, the line has no
             item ``--at``, or the output's folder does not exist (exit 1).
     """
-    from agentjournal.cli._common import trusted_with_own, writable_folder, write_atomically
-    from agentjournal.cli._store import open_session
+    from agentjournal.cli._common import (
+        key_file,
+        trusted_with_own,
+        writable_folder,
+        write_atomically,
+    )
+    from agentjournal.cli._store import open_session, reading_keys
     from agentjournal.ui.page import check_at, render, session_page
 
     to_stdout = args.output == "-"
@@ -172,15 +186,25 @@ async def _view(args: argparse.Namespace) -> int:
         writable_folder(args.output)
     check_at(args.at)
     keys = trusted_with_own(args.pubkey)
-    store, session_id = await open_session(args.uri, args.session)
-    if sys.stderr.isatty():  # reading, checking and pricing take a moment: say so
-        print(f"agentjournal view: reading session {session_id}…", file=sys.stderr, flush=True)
+    subject_keys = reading_keys(key_file(args))
     try:
-        data = await session_page(
-            store, session_id, keys, at=args.at, every_history=True, branch=args.branch
-        )
+        store, session_id = await open_session(args.uri, args.session)
+        if sys.stderr.isatty():  # reading, checking and pricing take a moment: say so
+            print(f"agentjournal view: reading session {session_id}…", file=sys.stderr, flush=True)
+        try:
+            data = await session_page(
+                store,
+                session_id,
+                keys,
+                at=args.at,
+                every_history=True,
+                branch=args.branch,
+                subject_keys=subject_keys,
+            )
+        finally:
+            await store.close()
     finally:
-        await store.close()
+        subject_keys.close()
     page = render(data, inline=True)
     if to_stdout:  # UTF-8, as the page declares, whatever the terminal's encoding
         sys.stdout.flush()

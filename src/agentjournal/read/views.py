@@ -430,7 +430,15 @@ def _resumed(record: Record, body: Mapping[str, Any]) -> str:
     return f"paused run taken up{again} to resume by {body.get('holder')}"
 
 
+def _erased(record: Record, body: Mapping[str, Any]) -> str:
+    return (
+        f"content of subject {body['subject']} erased at {body['erased_at']} by {body['by']}: "
+        f"{cut(str(body['reason']), _TEXT * 2)}"
+    )
+
+
 _DESCRIBE: Final[dict[str, Callable[[Record, Mapping[str, Any]], str]]] = {
+    events.SUBJECT_ERASED: _erased,
     events.INTERRUPT_ISSUED: _issued,
     events.INTERRUPT_RESOLVED: _resolved,
     events.RUN_PAUSED: _paused,

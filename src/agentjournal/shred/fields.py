@@ -24,11 +24,19 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from agentjournal import events
-from agentjournal.shred._cipher import associated, decrypt, encrypt, keyed_digest
+from agentjournal.shred._cipher import Unopenable, associated, decrypt, encrypt, keyed_digest
 from agentjournal.shred.keys import SubjectKey
 
 ERASED: Final = "[erased]"
 """What a reader is shown in place of content whose key was destroyed."""
+
+SEALED: Final = "[sealed]"
+"""What a read tool shows in place of content sealed under a key it does not hold (it was
+given no key store, or another one)."""
+
+UNOPENABLE: Final = "[unopenable]"
+"""What a read tool shows in place of sealed content that does not open under its key
+(altered or moved: the verifier fails its chain)."""
 
 KEY_ID_KEY: Final = "aj.enc"
 """Metadata of a sealed event: the id of the key its content is sealed under."""
@@ -142,13 +150,27 @@ def seal_content(
     return json.dumps(body).encode() if sealed else None
 
 
-def open_content(type_: str, data: bytes, *, stream: str, event_id: str, find: KeyFinder) -> bytes:
+def open_content(
+    type_: str,
+    data: bytes,
+    *,
+    stream: str,
+    event_id: str,
+    find: KeyFinder,
+    shown: bool = False,
+) -> bytes:
     """``data`` with its sealed fields opened: their values as written, or, where the key
     was destroyed, ``[erased]`` (an item: its erased form; an object: ``{}``).
 
+    This is the one place a sealed value becomes what a reader sees. With ``shown`` (a
+    read tool's display), a field sealed under a key ``find`` never held reads
+    ``[sealed]`` and one that does not open ``[unopenable]``, in the same shapes, instead
+    of raising: the envelope's text is never what a reader gets.
+
     Raises:
-        KeyError: A field is sealed under a key ``find`` never held.
-        agentjournal.shred._cipher.Unopenable: A sealed field was altered or moved.
+        KeyError: A field is sealed under a key ``find`` never held (not with ``shown``).
+        agentjournal.shred._cipher.Unopenable: A sealed field was altered or moved (not
+            with ``shown``).
     """
     paths = CONTENT_FIELDS.get(type_)
     if paths is None:
@@ -162,22 +184,43 @@ def open_content(type_: str, data: bytes, *, stream: str, event_id: str, find: K
             if envelope is None:
                 continue
             kid, _, sealed = envelope[len(ENVELOPE_PREFIX) :].partition(":")
-            key = find(kid)
             erased_form = (
                 container.pop(_ERASED_ITEM, None) if path in (_ITEM_JSON, ("item",)) else None
             )
-            if key is not None:
-                plain = decrypt(key.secret, _unb64(sealed), associated(stream, event_id, where))
-                container[name] = json.loads(plain)
-            elif erased_form is not None:
+            marker = ERASED
+            try:
+                key = find(kid)
+                if key is not None:
+                    aad = associated(stream, event_id, where)
+                    container[name] = json.loads(decrypt(key.secret, _unb64(sealed), aad))
+                    continue
+            except KeyError:
+                if not shown:
+                    raise
+                marker = SEALED
+            except Unopenable:
+                if not shown:
+                    raise
+                marker = UNOPENABLE
+            if erased_form is not None:
+                form = _marked(erased_form, marker)
                 container[name] = (
-                    json.dumps(erased_form, separators=(",", ":"))
-                    if path == _ITEM_JSON
-                    else erased_form
+                    json.dumps(form, separators=(",", ":")) if path == _ITEM_JSON else form
                 )
             else:
-                container[name] = ERASED if isinstance(container[name], str) else {}
+                container[name] = marker if isinstance(container[name], str) else {}
     return json.dumps(body).encode()
+
+
+def _marked(form: Any, marker: str) -> Any:
+    """An item's erased form with ``marker`` wherever it says ``[erased]``."""
+    if marker == ERASED:
+        return form
+    if isinstance(form, dict):
+        return {key: _marked(value, marker) for key, value in form.items()}
+    if isinstance(form, list):
+        return [_marked(value, marker) for value in form]
+    return marker if form == ERASED else form
 
 
 def sealed_key_ids(type_: str, data: bytes) -> set[str]:

@@ -12,14 +12,15 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import urllib.parse
 import uuid
 from datetime import UTC, datetime
 
 from agentjournal.errors import InvalidInput
 from agentjournal.shred._cipher import new_key
-from agentjournal.shred.keys import SubjectKey
+from agentjournal.shred.keys import CachedKeyStore, SubjectKey
 
-__all__ = ["SQLiteKeyStore"]
+__all__ = ["SQLiteKeyStore", "open_key_file"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS subject_keys (
@@ -36,20 +37,25 @@ CREATE INDEX IF NOT EXISTS subject_keys_subject ON subject_keys(subject);
 class SQLiteKeyStore:
     """Subject keys in the SQLite file at ``path`` (made if missing).
 
-    Safe to share between threads. Close it with :meth:`close`.
+    With ``read_only`` (what the read commands open), the file must exist and be a key
+    store, and nothing is ever written to it: :meth:`current` and :meth:`destroy` raise
+    ``sqlite3`` errors. Safe to share between threads. Close it with :meth:`close`.
 
     Raises:
         InvalidInput: ``path`` cannot be opened as a key store.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
         self.path = os.fspath(path)
         try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA secure_delete = ON")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = FULL")
-            self._db.executescript(_SCHEMA)
+            if read_only:
+                self._db = _reader(self.path)
+            else:
+                self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+                self._db.execute("PRAGMA secure_delete = ON")
+                self._db.execute("PRAGMA journal_mode = WAL")
+                self._db.execute("PRAGMA synchronous = FULL")
+                self._db.executescript(_SCHEMA)
         except sqlite3.Error as error:
             raise InvalidInput(f"cannot open the key store {self.path}: {error}") from error
         self._lock = threading.Lock()
@@ -112,6 +118,43 @@ class SQLiteKeyStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def open_key_file(
+    path: str | os.PathLike[str], *, read_only: bool = False, ttl: float = 60.0
+) -> CachedKeyStore:
+    """The embedded key store at ``path``, its answers kept in memory for ``ttl`` seconds:
+    how ``Journal.open(keys=PATH)`` and the read commands' ``--keys`` open a key file
+    (``read_only``: the file must already be a key store; see :class:`SQLiteKeyStore`).
+
+    Raises:
+        InvalidInput: ``path`` cannot be opened as a key store.
+    """
+    return CachedKeyStore(SQLiteKeyStore(path, read_only=read_only), ttl=ttl)
+
+
+def _reader(path: str) -> sqlite3.Connection:
+    """A read-only connection to the key store at ``path``, which must exist and be one.
+
+    Raises:
+        InvalidInput: There is no file, or it holds no key store.
+        sqlite3.Error: It is not a SQLite file.
+    """
+    if not os.path.isfile(path):
+        raise InvalidInput(f"no key store at {path}: check --keys (it is never created)")
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+    db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+    try:
+        found = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'subject_keys'"
+        ).fetchone()
+    except BaseException:
+        db.close()
+        raise
+    if found is None:
+        db.close()
+        raise InvalidInput(f"{path} is not a key store (it has no subject keys)")
+    return db
 
 
 def _now() -> str:

@@ -80,6 +80,7 @@ from agentjournal.ui import page
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+    from agentjournal.shred.keys import SubjectKeyStore
     from agentjournal.store.contract import EventStore, RecordedEvent
 
 COOKIE: Final = "agentjournal_ui_token"
@@ -102,6 +103,7 @@ def create_app(
     token: str | None = None,
     closing: threading.Event | None = None,
     warm_wait: float = 2.0,
+    subject_keys: SubjectKeyStore | None = None,
 ) -> Starlette:
     """The viewer over the store ``open_store`` opens when the application starts.
 
@@ -113,6 +115,10 @@ def create_app(
             half a second (a server waits for its open responses before it stops).
         warm_wait: How long a list request waits for the first reading of the store
             before it answers how far that reading is (503, the page refreshing itself).
+        subject_keys: The key store sealed content is shown with: opened, ``[erased]``
+            once its subject was erased; without it, ``[sealed]``. The caller closes it.
+            The sessions list and its content search read the stored bytes: sealed
+            content is never indexed.
     """
     closing = closing or threading.Event()
     trusted = dict(keys or {})
@@ -128,6 +134,14 @@ def create_app(
     def store() -> EventStore:
         opened: EventStore = state["store"]
         return opened
+
+    def shown() -> EventStore:
+        """The store as the pages show it: sealed content opened or marked."""
+        from agentjournal.shred.keys import MemoryKeyStore
+        from agentjournal.shred.sealing import OpeningStore
+
+        opener = subject_keys if subject_keys is not None else MemoryKeyStore()
+        return OpeningStore(store(), opener, shown=True)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -188,7 +202,12 @@ def create_app(
             if await store().head(session_stream(session_id)) is None:
                 raise InvalidInput(f"no session {session_id!r} in this store")
             data = await page.session_page(
-                store(), session_id, trusted, at=at, branch=_branch(request)
+                store(),
+                session_id,
+                trusted,
+                at=at,
+                branch=_branch(request),
+                subject_keys=subject_keys,
             )
             checked[session_id] = data["integrity"]
             data["decide"] = token is not None
@@ -220,9 +239,9 @@ def create_app(
                 raise InvalidInput("give ?at=INDEX")
             branch = _branch(request)
             if branch is not None:
-                items = await line_replay(store(), session_id, branch, at=at)
+                items = await line_replay(shown(), session_id, branch, at=at)
                 return JSONResponse({"at": at, "items": items})
-            tree = await read_tree(store(), session_id)
+            tree = await read_tree(shown(), session_id)
             return JSONResponse({"at": at, "items": history_before(tree, at)})
         except InvalidInput as error:
             return _missing(request, str(error))
@@ -241,7 +260,7 @@ def create_app(
                 return _bad(request, "give two different lines: ?a=LINE (main by default)&b=LINE")
             if await store().head(session_stream(session_id)) is None:
                 raise InvalidInput(f"no session {session_id!r} in this store")
-            return JSONResponse(await compare_lines(store(), session_id, a, b))
+            return JSONResponse(await compare_lines(shown(), session_id, a, b))
         except InvalidInput as error:
             return _missing(request, str(error))
         except JournalError as error:

@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from agentjournal.engine.fork import Branch
     from agentjournal.read.catalog import SessionRow
     from agentjournal.read.catalog.query import ListQuery
+    from agentjournal.shred.keys import SubjectKeyStore
+    from agentjournal.shred.sealing import OpeningStore
     from agentjournal.store.contract import EventStore
 
 Kind = Literal["session", "sessions"]
@@ -76,8 +78,13 @@ async def session_page(
     at: int | None = None,
     every_history: bool = False,
     branch: str | None = None,
+    subject_keys: SubjectKeyStore | None = None,
 ) -> dict[str, Any]:
     """Read one session and return its page data (see :func:`session_data`).
+
+    The tree is verified as stored; everything the page shows of it has its sealed
+    content opened under ``subject_keys`` (``[erased]`` once its subject was erased), or
+    marked ``[sealed]`` without them (:func:`~agentjournal.shred.sealing.shown_record`).
 
     With ``branch`` (a name from ``agentjournal fork``), the page shows that line: its
     own streams on the timeline, its items (prefix included) on the Replay tab, its own
@@ -92,6 +99,7 @@ async def session_page(
         every_history: Also carry the history before every item (a one-file export,
             which cannot ask a server), up to :data:`MAX_EXPORTED_HISTORIES` items.
         branch: The line to show (None or ``"main"``: the session itself).
+        subject_keys: The key store sealed content is shown with (default: none).
 
     Raises:
         InvalidInput: The session or the branch does not exist, or the line has no
@@ -113,11 +121,17 @@ async def session_page(
     # Every check `verify` makes: the read model `get_items` answers from, too.
     report.model_checked(await check_read_model(store, session_id), session_stream(session_id))
     from agentjournal.engine.fork import read_branches
+    from agentjournal.shred.keys import MemoryKeyStore
+    from agentjournal.shred.sealing import OpeningStore, shown_tree
 
+    opener = subject_keys if subject_keys is not None else MemoryKeyStore()
+    tree = shown_tree(tree, opener)
+    shown = OpeningStore(store, opener, shown=True)
     branches = await read_branches(store, session_id)
     if branch is not None and branch != MAIN_BRANCH:
         return await _branch_page(
             store,
+            shown,
             tree,
             report,
             branches,
@@ -126,7 +140,7 @@ async def session_page(
             every_history=every_history,
             position=position,
         )
-    current = await replay(store, session_id)
+    current = await replay(shown, session_id)
     main = main_line(tree)
     histories: dict[int, list[dict[str, Any]]] = {}
     if at is not None:
@@ -144,12 +158,13 @@ async def session_page(
         at=at,
         branches=branches,
     )
-    data["approvals"] = await pending_approvals(store, main)
+    data["approvals"] = await pending_approvals(shown, main)
     return data
 
 
 async def _branch_page(
     store: EventStore,
+    shown: OpeningStore,
     main: TreeRecords,
     report: Report,
     branches: Sequence[Branch],
@@ -159,21 +174,24 @@ async def _branch_page(
     every_history: bool,
     position: int,
 ) -> dict[str, Any]:
-    """A branch line's page data (see :func:`session_page`)."""
+    """A branch line's page data (see :func:`session_page`): its records read as stored,
+    shown with ``shown``'s keys; its items read through ``shown``."""
     from agentjournal.read.lines import find_branch, line_indexes, line_records, line_replay
+    from agentjournal.shred.sealing import shown_streams
 
     session_id = main.session_id
     found = await find_branch(store, session_id, name)
-    tree = TreeRecords(session_id, await line_records(store, session_id, found))
-    current = await line_replay(store, session_id, name)
+    own = await line_records(store, session_id, found)
+    tree = TreeRecords(session_id, shown_streams(own, shown.keys))
+    current = await line_replay(shown, session_id, name)
     indexes = await line_indexes(store, session_id, found)
     histories: dict[int, list[dict[str, Any]]] = {}
     if at is not None:
-        histories[at] = await line_replay(store, session_id, name, at=at)
+        histories[at] = await line_replay(shown, session_id, name, at=at)
     if every_history:
         for index in indexes[:MAX_EXPORTED_HISTORIES]:
             if index not in histories:
-                histories[index] = await line_replay(store, session_id, name, at=index)
+                histories[index] = await line_replay(shown, session_id, name, at=index)
     data = session_data(
         tree,
         report,
@@ -186,11 +204,11 @@ async def _branch_page(
         line=found,
     )
     data["replay"]["indexes"] = indexes
-    data["approvals"] = await pending_approvals(store, tree)
+    data["approvals"] = await pending_approvals(shown, tree)
     from agentjournal.ui.compare import compare_lines
 
     # The line beside its parent, from the fork: what a saved copy's Compare tab shows.
-    data["compare"] = await compare_lines(store, session_id, found.parent, found.name)
+    data["compare"] = await compare_lines(shown, session_id, found.parent, found.name)
     main_header = _header(main)
     data["header"].update({k: main_header[k] for k in ("app", "user", "agent")})
     return data
