@@ -82,10 +82,10 @@ def test_demo_shows_the_session_tree_and_the_replay(tmp_path: Path) -> None:
         "  refunds: I refunded the duplicate charge of 12.50 EUR.\n"
     ) in out
     assert "InterruptResolved            approved by demo-operator [request call_refund]" in out
-    # The ledger: the question, its answer, the paused run, its taking up and one more
-    # checkpoint (the resumed run signs its own end) are five more events than a run
-    # without approval.
-    assert "  integrity: 50 events in 4 streams chain correctly" in out
+    # The ledger: the question, its answer, the paused run, its taking up, the guardrail's
+    # decision on the call when the resumed run runs it, and one more checkpoint (the
+    # resumed run signs its own end) are six more events than a run without approval.
+    assert "  integrity: 51 events in 4 streams chain correctly" in out
     # Every model response once (8 calls of 120 in, 30 out), a handoff-only one included.
     assert out.count("ModelResponded") == 8
     assert (
