@@ -12,9 +12,13 @@ from agents import Agent
 from agents.testing import ScriptedModel, assistant_message
 
 from agentjournal import Journal
+from agentjournal.audit.verify import verify_records
 from agentjournal.errors import InvalidInput, StoreUnavailable
+from agentjournal.ledger import SigningKey
+from agentjournal.ledger.checkpoints import CHECKPOINT
 from agentjournal.shred import MemoryKeyStore
 from agentjournal.shred.fields import ERASED
+from agentjournal.walk import read_tree
 from drive import drive
 from shred_scenarios import PLANTED, plant
 
@@ -247,3 +251,40 @@ async def test_the_erasure_finds_its_sessions_across_pages_of_the_global_order(
             e for e in await journal.store.read_all() if e.type == "agentjournal.SubjectErased"
         ]
         assert len(erased) == 2
+
+
+class _FailingCheckpoints(_FailingErasures):
+    """A store whose appends of checkpoints fail (a process dying right after it recorded
+    an erasure, before signing it)."""
+
+    async def append_many(self, requests: Any) -> Any:
+        if any(e.type == CHECKPOINT for r in requests for e in r.events):
+            raise StoreUnavailable("the process died here")
+        return await self.inner.append_many(requests)
+
+    async def append(self, stream: str, events: Any, *, expected: Any) -> Any:
+        if any(e.type == CHECKPOINT for e in events):
+            raise StoreUnavailable("the process died here")
+        return await self.inner.append(stream, events, expected=expected)
+
+
+async def test_a_retried_erasure_signs_an_erasure_recorded_before_its_checkpoint() -> None:
+    key = SigningKey.generate()
+    keys = MemoryKeyStore()
+    async with Journal.open("sqlite://:memory:", keys=keys, signing_key=key) as journal:
+        session = journal.session("s1", user_id="alice")
+        await session.add_items([{"role": "user", "content": "hello"}])
+        await session.checkpoint()
+        cut = Journal(_FailingCheckpoints(journal.store), journal.uri, keys=keys, signing_key=key)  # type: ignore[arg-type]
+        with pytest.raises(StoreUnavailable):
+            await cut.erase(subject="alice", reason="request 17", by="dpo")
+        trusted = {key.key_id: key.public_key}
+        report = verify_records(await read_tree(journal.store, "s1"), trusted)
+        assert "not covered by a signature" in report.text()
+
+        await journal.erase(subject="alice", reason="request 17", by="dpo")
+        report = verify_records(await read_tree(journal.store, "s1"), trusted)
+        assert report.ok, report.text()
+        count = len(await journal.store.read_all())
+        await journal.erase(subject="alice", reason="request 17", by="dpo")
+        assert len(await journal.store.read_all()) == count
