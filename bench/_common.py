@@ -57,23 +57,31 @@ async def measure_cpu(
 ) -> Timing:
     """:func:`measure`, with the CPU time of each side too: on a shared machine the
     wall clock counts other processes' work, CPU time mostly does not."""
-    baseline: list[tuple[float, float]] = []
-    ours: list[tuple[float, float]] = []
-    for _ in range(rounds):
-        started, cpu = time.perf_counter(), time.process_time()
-        result = baseline_round()
-        if isinstance(result, Awaitable):
-            await result
-        baseline.append((time.perf_counter() - started, time.process_time() - cpu))
-        started, cpu = time.perf_counter(), time.process_time()
-        await our_round()
-        ours.append((time.perf_counter() - started, time.process_time() - cpu))
-    return Timing(
-        statistics.median(w for w, _ in baseline),
-        statistics.median(w for w, _ in ours),
-        statistics.median(c for _, c in baseline),
-        statistics.median(c for _, c in ours),
+    (baseline, baseline_cpu), (ours, ours_cpu) = await measure_each(
+        [baseline_round, our_round], rounds=rounds
     )
+    return Timing(baseline, ours, baseline_cpu, ours_cpu)
+
+
+async def measure_each(
+    sides: Sequence[Callable[[], object | Awaitable[object]]], *, rounds: int = ROUNDS
+) -> list[tuple[float, float]]:
+    """Median seconds of one round of each side, wall clock and CPU, in the order given.
+
+    Rounds alternate over the sides (first, second, ..., first, ...), as :func:`measure`.
+    """
+    times: list[list[tuple[float, float]]] = [[] for _ in sides]
+    for _ in range(rounds):
+        for side, kept in zip(sides, times, strict=True):
+            started, cpu = time.perf_counter(), time.process_time()
+            result = side()
+            if isinstance(result, Awaitable):
+                await result
+            kept.append((time.perf_counter() - started, time.process_time() - cpu))
+    return [
+        (statistics.median(w for w, _ in kept), statistics.median(c for _, c in kept))
+        for kept in times
+    ]
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

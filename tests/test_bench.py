@@ -119,3 +119,11 @@ def test_list_benchmark_runs() -> None:
     assert "cold: first list" in out
     assert "content search, 2 words" in out
     assert "MISSED" not in out
+
+
+def test_sealing_benchmark_runs() -> None:
+    out = run_bench("sealing")
+    # Three sides side by side; the histories are checked identical before timing.
+    assert "sealed/clear" in out
+    assert "(a) turn, durable" in out
+    assert "(c) full get_items of 400, cold" in out

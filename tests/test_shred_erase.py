@@ -4,17 +4,25 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agents import Agent
 from agents.testing import ScriptedModel, assistant_message
+from kurrentdbclient import AsyncKurrentDBClient
 
 from agentjournal import Journal
+from agentjournal.audit.verify import verify_records
 from agentjournal.errors import InvalidInput, StoreUnavailable
+from agentjournal.ledger import SigningKey
+from agentjournal.ledger.checkpoints import CHECKPOINT
 from agentjournal.shred import MemoryKeyStore
 from agentjournal.shred.fields import ERASED
+from agentjournal.shred.sealing import open_event
+from agentjournal.store.contract import RecordedEvent
+from agentjournal.walk import read_tree
 from drive import drive
 from shred_scenarios import PLANTED, plant
 
@@ -125,6 +133,63 @@ async def test_erasing_on_the_kurrentdb_double_leaves_nothing_readable(
         assert _found(raw, PLANTED) == []
         items = await journal.session("kdb-plant-2", user_id="alice").get_items()
         assert ERASED in _shown(items)
+
+
+async def _raw_through_the_client(uri: str) -> tuple[list[RecordedEvent], bytes]:
+    """Every event of the KurrentDB at ``uri`` as kurrentdbclient reads it (in ``$all``
+    and stream by stream), not through agentjournal, and every stream's metadata."""
+    client = AsyncKurrentDBClient(uri)
+    await client.connect()
+    stream_metadata = b""
+    try:
+        everything = [e async for e in await client.read_all()]
+        for name in sorted({e.stream_name for e in everything}):
+            everything += await client.get_stream(name)
+            metadata, _ = await client.get_stream_metadata(name)
+            stream_metadata += json.dumps(metadata).encode()
+    finally:
+        await client.close()
+    return [
+        RecordedEvent(
+            id=e.id,
+            type=e.type,
+            data=e.data,
+            metadata=json.loads(e.metadata) if e.metadata else {},
+            stream=e.stream_name,
+            revision=e.stream_position,
+            position=e.commit_position or 0,
+            recorded_at=e.recorded_at or datetime.now(UTC),
+        )
+        for e in everything
+    ], stream_metadata
+
+
+def _bytes_of(raw: list[RecordedEvent]) -> bytes:
+    return b"".join(e.data + json.dumps(dict(e.metadata)).encode() for e in raw)
+
+
+async def test_after_an_erasure_no_planted_string_is_readable_through_the_kurrentdb_client(
+    kurrentdb_double: Any,
+) -> None:
+    """Every raw event kurrentdbclient reads, data and metadata, holds none of the subject's
+    content, and none opens with the key store any more (before the erasure all do)."""
+    keys = MemoryKeyStore()
+    async with Journal.open(kurrentdb_double.uri, keys=keys) as journal:
+        await plant(journal, "alice")
+        await _bob(journal)
+        raw, stream_metadata = await _raw_through_the_client(kurrentdb_double.uri)
+        assert _found(_bytes_of(raw) + stream_metadata, PLANTED) == []  # never in the clear
+        opened = _bytes_of([open_event(e, keys) for e in raw])
+        assert _found(opened, PLANTED + BOB) == PLANTED + BOB  # the scan can find them
+
+        await journal.erase(subject="alice", reason="request 18", by="dpo")
+        raw, stream_metadata = await _raw_through_the_client(kurrentdb_double.uri)
+        assert any(e.type == "agentjournal.SubjectErased" for e in raw)
+        assert any(e.stream.startswith("AgentSubsession-plant-1") for e in raw)
+        assert _found(_bytes_of(raw) + stream_metadata, PLANTED) == []
+        opened = _bytes_of([open_event(e, keys) for e in raw])
+        assert _found(opened, PLANTED) == []
+        assert _found(opened, BOB) == BOB
 
 
 async def test_a_retried_erasure_finishes_an_interrupted_one_and_then_writes_nothing() -> None:
@@ -247,3 +312,40 @@ async def test_the_erasure_finds_its_sessions_across_pages_of_the_global_order(
             e for e in await journal.store.read_all() if e.type == "agentjournal.SubjectErased"
         ]
         assert len(erased) == 2
+
+
+class _FailingCheckpoints(_FailingErasures):
+    """A store whose appends of checkpoints fail (a process dying right after it recorded
+    an erasure, before signing it)."""
+
+    async def append_many(self, requests: Any) -> Any:
+        if any(e.type == CHECKPOINT for r in requests for e in r.events):
+            raise StoreUnavailable("the process died here")
+        return await self.inner.append_many(requests)
+
+    async def append(self, stream: str, events: Any, *, expected: Any) -> Any:
+        if any(e.type == CHECKPOINT for e in events):
+            raise StoreUnavailable("the process died here")
+        return await self.inner.append(stream, events, expected=expected)
+
+
+async def test_a_retried_erasure_signs_an_erasure_recorded_before_its_checkpoint() -> None:
+    key = SigningKey.generate()
+    keys = MemoryKeyStore()
+    async with Journal.open("sqlite://:memory:", keys=keys, signing_key=key) as journal:
+        session = journal.session("s1", user_id="alice")
+        await session.add_items([{"role": "user", "content": "hello"}])
+        await session.checkpoint()
+        cut = Journal(_FailingCheckpoints(journal.store), journal.uri, keys=keys, signing_key=key)  # type: ignore[arg-type]
+        with pytest.raises(StoreUnavailable):
+            await cut.erase(subject="alice", reason="request 17", by="dpo")
+        trusted = {key.key_id: key.public_key}
+        report = verify_records(await read_tree(journal.store, "s1"), trusted)
+        assert "not covered by a signature" in report.text()
+
+        await journal.erase(subject="alice", reason="request 17", by="dpo")
+        report = verify_records(await read_tree(journal.store, "s1"), trusted)
+        assert report.ok, report.text()
+        count = len(await journal.store.read_all())
+        await journal.erase(subject="alice", reason="request 17", by="dpo")
+        assert len(await journal.store.read_all()) == count

@@ -8,7 +8,7 @@ that has one naming its keys already is skipped), then the store purges what it 
 beside the events. A crash leaves either the keys and no erasure recorded, or the keys
 gone with some sessions not yet told: never an erasure recorded with the content
 readable. The key store keeps a destroyed key's id and subject, so a retry finds every
-session again.
+session again, and signs an erasure recorded by a run that died before its checkpoint.
 """
 
 from __future__ import annotations
@@ -27,16 +27,18 @@ from agentjournal.engine.plan import SessionFacts, WritePlan
 from agentjournal.engine.plan_control import plan_control
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import CodecError, InvalidInput
+from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import SigningKey
 from agentjournal.shred.fields import KEY_ID_KEY
 from agentjournal.shred.keys import SubjectKeyStore
 from agentjournal.shred.sealing import OpeningStore
 from agentjournal.store.abilities import abilities_of
 from agentjournal.store.contract import EventStore, RecordedEvent
-from agentjournal.streams import session_of, session_stream
+from agentjournal.streams import ledger_stream, session_of, session_stream
 
 _PAGE: Final = 1000
 _IDS: Final = uuid.UUID("5d0c2a3e-7b1f-4f7e-9a57-2a6c0e1b9d40")
+_LEDGER: Final = ledger_stream("")
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,11 @@ async def erase(
     for session in sessions:
         kids = sorted(found.kids[session] - found.recorded.get(session, set()))
         if not kids:
-            continue  # an earlier (interrupted) run of this erasure recorded it
+            # An earlier (interrupted) run of this erasure recorded it; it may have died
+            # before the checkpoint that follows, which would leave the erasure unsigned.
+            if signing_key is not None and found.unsigned(session):
+                await _checkpoint(opened, session, signing_key)
+            continue
         body = events.SubjectErased(
             subject=subject,
             key_ids=kids,
@@ -119,6 +125,12 @@ class _Found:
     streams: dict[str, set[str]]  # session -> its streams holding sealed content of the keys
     kids: dict[str, set[str]]  # session -> the keys its content is sealed under
     recorded: dict[str, set[str]]  # session -> keys a SubjectErased on it names already
+    erased: dict[str, int]  # session -> its stream's revision of its last SubjectErased
+    signed: dict[str, int]  # session -> its stream's revision its last checkpoint signs
+
+    def unsigned(self, session: str) -> bool:
+        """Whether ``session``'s last ``SubjectErased`` is after its last checkpoint."""
+        return self.erased.get(session, -1) > self.signed.get(session, -1)
 
 
 async def _affected(store: EventStore, key_ids: frozenset[str]) -> _Found:
@@ -127,6 +139,8 @@ async def _affected(store: EventStore, key_ids: frozenset[str]) -> _Found:
     line_session: dict[str, str] = {}  # a branch's top stream -> its session
     hits: dict[str, set[str]] = {}  # stream -> keys
     recorded: dict[str, set[str]] = {}
+    erased: dict[str, int] = {}
+    signed: dict[str, int] = {}
     last: int | None = None
     while True:
         # From the last position read, inclusive: a position the store gave out, which
@@ -146,10 +160,16 @@ async def _affected(store: EventStore, key_ids: frozenset[str]) -> _Found:
                     continue
                 if session is not None:
                     recorded.setdefault(session, set()).update(named)
+                    erased[session] = event.revision
+            elif event.type == CHECKPOINT and event.stream.startswith(_LEDGER):
+                session = event.stream.removeprefix(_LEDGER)
+                head = _signed_head(event, session_stream(session))
+                if head is not None:
+                    signed[session] = max(head, signed.get(session, -1))
         if len(page) < _PAGE or not fresh:
             break
         last = fresh[-1].position
-    found = _Found({}, {}, recorded)
+    found = _Found({}, {}, recorded, erased, signed)
     for stream, kids in hits.items():
         session = _session(stream, parent, line_session)
         if session is None:
@@ -157,6 +177,16 @@ async def _affected(store: EventStore, key_ids: frozenset[str]) -> _Found:
         found.streams.setdefault(session, set()).add(stream)
         found.kids.setdefault(session, set()).update(kids)
     return found
+
+
+def _signed_head(event: RecordedEvent, stream: str) -> int | None:
+    """The revision of ``stream`` the checkpoint ``event`` signs (None: it signs none)."""
+    try:
+        heads = Checkpoint.decode(json.loads(event.data)).heads
+    except (InvalidInput, ValueError, TypeError, KeyError):
+        return None
+    head = heads.get(stream)
+    return None if head is None else head[0]
 
 
 def _learn(event: RecordedEvent, parent: dict[str, str], line_session: dict[str, str]) -> None:
@@ -192,10 +222,8 @@ async def _record(
     store: Any, session: str, data: bytes, id_: uuid.UUID, signing_key: SigningKey | None
 ) -> None:
     """``SubjectErased`` at the head of ``session``'s stream (then a checkpoint, with a key)."""
-    stream = session_stream(session)
-    facts = SessionFacts(session, stream)
-    tree = SessionTree(stream)
-    line = Line.of(store, facts, tree, use_model=False)
+    line = _line(store, session)
+    tree, facts, stream = line.tree, line.facts, line.facts.stream
 
     async def build() -> WritePlan:
         return plan_control(
@@ -215,3 +243,14 @@ async def _record(
         await line.writer.write(build)
     if signing_key is not None:
         await Checkpoints(line, signing_key, DEFAULT_CHECKPOINT_EVERY).checkpoint({})
+
+
+async def _checkpoint(store: Any, session: str, signing_key: SigningKey) -> None:
+    """A signed checkpoint of ``session``'s main line as it is now."""
+    await Checkpoints(_line(store, session), signing_key, DEFAULT_CHECKPOINT_EVERY).checkpoint({})
+
+
+def _line(store: Any, session: str) -> Line:
+    """``session``'s main line, read from ``store`` (not its read model) when first used."""
+    stream = session_stream(session)
+    return Line.of(store, SessionFacts(session, stream), SessionTree(stream), use_model=False)
