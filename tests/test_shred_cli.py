@@ -125,3 +125,19 @@ def test_erase_on_a_missing_store_creates_nothing(
     assert cli([*argv, "--uri", uri]) == 1
     assert capsys.readouterr().err.startswith("agentjournal: no store at")
     assert not (tmp_path / "missing.db").exists()
+
+
+def test_erase_pointed_at_a_file_that_is_no_key_store_changes_nothing_in_it(
+    store: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--keys`` naming the journal's own database by mistake: one line, and neither file
+    changes (no key table is created in it)."""
+    uri, _ = store
+    database = Path(uri.removeprefix("sqlite:///"))
+    before = database.read_bytes()
+    argv = ["erase", "--subject", "alice", "--reason", "r", "--as", "dpo", "--uri", uri]
+    assert cli([*argv, "--keys", str(database)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("agentjournal: ")
+    assert "is not a key store" in err
+    assert database.read_bytes() == before

@@ -53,6 +53,9 @@ def run_erase(args: argparse.Namespace) -> int:
         raise InvalidInput(f"no key store: pass --keys FILE or set ${KEYS_ENV}")
     if not os.path.isfile(path):
         raise InvalidInput(f"no key store at {path}: check --keys (it is never created)")
+    from agentjournal.shred.sqlite_keys import SQLiteKeyStore
+
+    SQLiteKeyStore(path, read_only=True).close()  # a key store, before anything is written
     return asyncio.run(_erase(args, path))
 
 
