@@ -20,3 +20,14 @@ async def answer_from_the_command_line(
         code = await asyncio.to_thread(cli, argv)
     assert code == 0, err.getvalue()
     return out.getvalue()
+
+
+async def run_approve(
+    uri: str, session_id: str, request_id: str, *, by: str, reason: str = ""
+) -> tuple[int, str]:
+    """``agentjournal approve SESSION REQUEST --as BY --reason REASON``: exit code, stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["approve", session_id, request_id, "--as", by, "--reason", reason, "--uri", uri]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = await asyncio.to_thread(cli, argv)
+    return code, err.getvalue()

@@ -289,7 +289,13 @@ def test_only_the_newest_question_approved_with_exactly_these_arguments_lets_a_c
 
     def lets(*found: Approval, arguments: str = "{}") -> bool:
         return approves(
-            found, agent="billing", call_id="r1", tool="issue_refund", arguments=arguments
+            found,
+            agent="billing",
+            call_id="r1",
+            tool="issue_refund",
+            arguments=arguments,
+            policies=(),
+            session_id=SID,
         )
 
     assert lets(asked())

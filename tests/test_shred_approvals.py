@@ -17,6 +17,7 @@ import copy
 import json
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -257,3 +258,23 @@ async def test_a_sealed_answer_the_run_s_state_gave_names_keyed_digests_and_veri
         report = verify_records(await read_tree(store, STATE_SID), {}, allow_uncovered=True)
         assert report.ok, report.text()
         assert "1 answer by the run's RunState" in report.text()
+
+
+async def test_a_sealed_question_is_not_answered_from_outside_its_key_store(
+    tmp_path: Path,
+) -> None:
+    """``agentjournal approve`` (no key store) on a sealed question: one line, nothing
+    written — its reason would otherwise be stored in the clear beside sealed content."""
+    from approvals_cli_support import run_approve
+
+    uri = f"sqlite:///{tmp_path / 'journal.db'}"
+    async with Journal.open(uri, keys=MemoryKeyStore()) as journal:
+        session = journal.session(SID, user_id="alice")
+        paused: Any = await drive(graph([]), ASK, session=session, hooks=session)
+        await session.hold(paused)
+    code, err = await run_approve(uri, SID, "r1", by="dana", reason="the secret reason")
+    assert code == 1
+    assert err.startswith("agentjournal: ")
+    assert "is sealed under a data subject's key" in err
+    async with Journal.open(uri) as journal:
+        assert not [e for e in await journal.store.read_all() if e.type == ev.INTERRUPT_RESOLVED]

@@ -3,8 +3,8 @@ and a person's answer to one.
 
 ``approvals`` lists what ``Journal.pending_approvals`` finds (every session, or one);
 ``approve``/``reject`` record the answer (``InterruptResolved``) on the line that asked,
-through the engine's own write (:meth:`SessionCore.resolve`, as
-``JournalSession.approve`` calls it), without the Agents SDK: one answer per request,
+through :func:`agentjournal.read.approvals.answer` (the viewer's route too: the engine's
+own write, as ``JournalSession.approve`` calls it), without the Agents SDK: one answer per request,
 whichever processes race. The paused run is resumed by whoever runs the agent
 (``session.resume(agent)``, or ``agentjournal run`` with ``approvals`` in its input).
 """
@@ -135,8 +135,10 @@ async def answer_request(args: argparse.Namespace, approve: bool) -> int:
     """Record the answer on the line that asked the request; print it.
 
     Raises:
-        InvalidInput: The session, branch or request is unknown, ``--as`` is empty, or
-            ``--key`` is no Ed25519 private key (exit 1).
+        InvalidInput: The session, branch or request is unknown, the request no longer
+            waits (its call has run, or the subagent that asked it has ended), ``--as`` is
+            empty, ``--key`` is no Ed25519 private key, or a recorded policy does not read
+            (exit 1).
         AlreadyResolved: The request was answered already; names who answered (exit 1).
         ApproverNotAllowed: The session's recorded policy names approvers for the tool
             and ``--key`` is none of theirs (or missing) (exit 1).
@@ -144,37 +146,29 @@ async def answer_request(args: argparse.Namespace, approve: bool) -> int:
     """
     from agentjournal._text import printable
     from agentjournal.cli._store import open_session
-    from agentjournal.engine.core import open_line
-    from agentjournal.errors import AlreadyResolved, InvalidInput
+    from agentjournal.errors import InvalidInput
     from agentjournal.ledger.keys import SigningKey
-    from agentjournal.read.approvals import find_request, recorded_policy
+    from agentjournal.read.approvals import UnknownRequest, answer
 
     if not args.by.strip():
         raise InvalidInput("--as needs the name of who decides")
     approver = SigningKey.from_file(args.key) if args.key is not None else None
     store, session_id = await open_session(args.uri, args.session)
     try:
-        line = await find_request(store, session_id, args.request, branch=args.branch)
-        if line is None:
-            on = "" if args.branch is None else f" on branch {args.branch!r}"
-            raise InvalidInput(
-                f"no approval request {args.request!r} in session {session_id}{on}: see "
-                f"`agentjournal approvals {session_id}`"
-            )
-        branch, stream, asked = line
-        if asked.decision is not None:
-            raise AlreadyResolved(asked.request_id, asked.decision.outcome, asked.decision.by)
-        if asked.ran:
-            raise InvalidInput(f"approval request {args.request!r} is settled: its call has run")
         # With a signing key configured the answer is signed as every write is.
-        key = SigningKey.from_environment()
-        policy = await recorded_policy(store, session_id)
-        core = open_line(
-            store, session_id, branch=branch, stream=stream, signing_key=key, policy=policy
+        branch, decided = await answer(
+            store,
+            session_id,
+            args.request,
+            branch=args.branch,
+            approve=approve,
+            by=args.by,
+            reason=args.reason,
+            key=approver,
+            signing_key=SigningKey.from_environment(),
         )
-        decided = await core.resolve(
-            args.request, approve=approve, by=args.by, reason=args.reason, trace={}, key=approver
-        )
+    except UnknownRequest as error:
+        raise InvalidInput(f"{error}: see `agentjournal approvals {session_id}`") from None
     finally:
         await store.close()
     where = f" --branch {branch}" if branch is not None else ""

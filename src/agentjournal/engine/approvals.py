@@ -11,6 +11,9 @@ Here the rest is read and written:
   output yet (:func:`fold_approvals`, pure);
 - :func:`unanswered`: the questions an ``add_items`` write of calls' outputs finds
   waiting (it records the run's own decision on them with the outputs);
+- :func:`policies_in_force`: the policies an answer must satisfy (the one the line was
+  opened with and every one the session recorded on its authority log), so no reader or
+  writer can lift an approver the record names by opening the session without its policy;
 - :func:`resolve`: ``InterruptResolved`` on the question's stream, at its exact head,
   so of two racing answers one lands and the other is planned again, sees it, and is
   refused with :class:`~agentjournal.errors.AlreadyResolved`;
@@ -29,6 +32,7 @@ from typing import Final
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agentjournal import events
+from agentjournal.authority import Policy
 from agentjournal.engine.fork import read_types
 from agentjournal.engine.line import Line
 from agentjournal.engine.plan import WritePlan
@@ -39,11 +43,13 @@ from agentjournal.errors import (
     ApproverNotAllowed,
     CodecError,
     InvalidInput,
+    JournalError,
 )
 from agentjournal.ledger.approvals import check_answer, sign_answer
 from agentjournal.ledger.keys import SigningKey
 from agentjournal.shred.sealing import SubjectSealer
 from agentjournal.store.contract import EventStore, RecordedEvent
+from agentjournal.streams import authority_stream
 
 _READ: Final = frozenset({events.INTERRUPT_ISSUED, events.INTERRUPT_RESOLVED, "ToolResultReceived"})
 
@@ -178,23 +184,83 @@ def recomputed_digests(
 
 
 def approves(
-    found: Sequence[Approval], *, agent: str, call_id: str, tool: str, arguments: str
+    found: Sequence[Approval],
+    *,
+    agent: str,
+    call_id: str,
+    tool: str,
+    arguments: str,
+    policies: Sequence[Policy],
+    session_id: str,
 ) -> bool:
     """Whether a person's answer on the record lets this call run now (pure): the newest
     question for ``call_id`` among ``found`` was asked by ``agent``, of ``tool``, with
-    exactly ``arguments``, it was approved, and its call has not run yet."""
+    exactly ``arguments``, it was approved by an answer that counts under ``policies``
+    (:func:`~agentjournal.ledger.approvals.check_answer`: for these arguments, and signed
+    by an approver where a policy names approvers for the tool), and its call has not run
+    yet."""
     asked = [a for a in found if a.request_id == call_id]
     if not asked:
         return False
     question = asked[-1]
-    return (
+    decision = question.decision
+    if not (
         question.agent == agent
         and question.tool_name == tool
         and question.arguments == arguments
-        and question.decision is not None
-        and question.decision.outcome == "approved"
+        and decision is not None
+        and decision.outcome == "approved"
         and not question.ran
+    ):
+        return False
+    checked = check_answer(
+        tuple(policies),
+        decision,
+        session_id=session_id,
+        stream=question.stream,
+        tool_name=question.tool_name,
+        asked_digest=events.arguments_digest(question.arguments),
     )
+    return checked.problem is None
+
+
+_POLICY: Final = frozenset({events.POLICY_RECORDED})
+
+
+async def recorded_policies(store: EventStore, session_id: str) -> tuple[Policy, ...]:
+    """Every policy session ``session_id`` recorded (``PolicyRecorded`` on its authority
+    log), oldest first, each once.
+
+    Raises:
+        InvalidInput: A recorded policy does not read (fail closed: no answer is written
+            or counted under a policy nobody can check).
+    """
+    found: dict[str, Policy] = {}
+    for event in await read_types(store, authority_stream(session_id), -1, _POLICY):
+        try:
+            policy = Policy.from_json(events.PolicyRecorded.decode(event.data).policy)
+        except (JournalError, ValueError, TypeError, KeyError, AttributeError) as error:
+            raise InvalidInput(
+                f"session {session_id}'s recorded policy at {event.stream}@{event.revision} "
+                f"does not read, so no answer can be checked: {error}"
+            ) from None
+        found.setdefault(policy.digest, policy)
+    return tuple(found.values())
+
+
+async def policies_in_force(
+    store: EventStore, session_id: str, policy: Policy | None
+) -> tuple[Policy, ...]:
+    """The policies an answer to an approval of the session must satisfy: ``policy`` (the
+    one the line was opened with, if any) and every policy the session recorded.
+
+    Raises:
+        InvalidInput: A recorded policy does not read (as :func:`recorded_policies`).
+    """
+    recorded = await recorded_policies(store, session_id)
+    if policy is None:
+        return recorded
+    return (policy, *(p for p in recorded if p.digest != policy.digest))
 
 
 def _with(approval: Approval, **changes: object) -> Approval:
@@ -404,8 +470,9 @@ async def resolve(
         InvalidInput: No pending approval ``request_id`` on the line, ``by`` is empty, or
             the question's sealed arguments were erased.
         AlreadyResolved: It was answered already (naming who answered).
-        ApproverNotAllowed: The session's policy names approvers for the tool, and ``key``
-            is none of theirs (or there is no key).
+        ApproverNotAllowed: The line's policy or a policy the session recorded names
+            approvers for the tool, and ``key`` is none of theirs (or there is no key).
+            A recorded policy that does not read refuses too (``InvalidInput``).
     """
     if not isinstance(by, str) or not by.strip():
         raise InvalidInput("an approval needs the name of who decides (by=...)")
@@ -425,14 +492,20 @@ async def resolve(
         asked = [a for a in fold_approvals(read) if a.request_id == request_id]
         if not asked:
             raise InvalidInput(
-                f"no approval request {request_id!r} on {line.facts.stream} "
-                "(see pending_approvals())"
+                f"no approval request {request_id!r} waits on {line.facts.stream} (nor on "
+                "a subagent open there)"
             )
         question = asked[-1]
         if question.decision is not None:
             raise AlreadyResolved(request_id, question.decision.outcome, question.decision.by)
         if question.ran:
             raise InvalidInput(f"approval request {request_id!r} is settled: its call has run")
+        if question.arguments_hmac and facts.sealer is None:
+            # Its answer's reason would be stored in the clear beside sealed content.
+            raise InvalidInput(
+                f"approval request {request_id!r} is sealed under a data subject's key: "
+                "answer it where the session is opened with its key store"
+            )
         answer = answer_to(
             question,
             approve=approve,
@@ -449,7 +522,7 @@ async def resolve(
         if key is not None:
             answer = sign_answer(answer, key, session_id=facts.session_id, stream=question.stream)
         found = check_answer(
-            (facts.policy,) if facts.policy is not None else (),
+            await policies_in_force(line.store, facts.session_id, facts.policy),
             answer,
             session_id=facts.session_id,
             stream=question.stream,

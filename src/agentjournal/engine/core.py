@@ -398,6 +398,13 @@ class SessionCore:
         :func:`~agentjournal.engine.approvals.approvals`."""
         return await approving.approvals(self._line, streams)
 
+    async def policies(self) -> tuple[Policy, ...]:
+        """The policies an answer on this line must satisfy (this line's and every one the
+        session recorded): :func:`~agentjournal.engine.approvals.policies_in_force`."""
+        return await approving.policies_in_force(
+            self._line.store, self.facts.session_id, self.facts.policy
+        )
+
     async def paused(self) -> approving.Held | None:
         """The line's newest paused run: :func:`~agentjournal.engine.approvals.paused`."""
         return await approving.paused(self._line)

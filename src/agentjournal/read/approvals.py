@@ -6,7 +6,9 @@ live line (main and each branch not deleted) of every session that may have one.
 may is the catalog's to say (:mod:`agentjournal.read.catalog`: its rows count each
 session's questions neither answered nor run, folded incrementally from the global
 order), so a store of thousands of sessions is read once for what is new and only
-sessions with such a question are opened. Nothing here writes but the catalog's own save.
+sessions with such a question are opened. Nothing here writes but the catalog's own save
+and :func:`answer`, the one route by which the command line and the viewer record an
+answer (through the engine's write, as ``session.approve`` does).
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ from agentjournal import events
 from agentjournal.engine.approvals import Approval
 from agentjournal.engine.core import open_line
 from agentjournal.engine.fork import read_branches
-from agentjournal.errors import InvalidInput, JournalError
-from agentjournal.streams import MAIN_BRANCH, authority_stream, session_stream, validate_id
+from agentjournal.errors import AlreadyResolved, InvalidInput
+from agentjournal.streams import MAIN_BRANCH, session_stream, validate_id
 
 if TYPE_CHECKING:
-    from agentjournal.authority import Policy
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from agentjournal.ledger.keys import SigningKey
     from agentjournal.store.contract import EventStore
 
-__all__ = ["PendingApproval", "find_request", "pending_approvals", "recorded_policy"]
+__all__ = ["PendingApproval", "UnknownRequest", "answer", "find_request", "pending_approvals"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +114,20 @@ async def session_pending(store: EventStore, session_id: str) -> list[PendingApp
     ``journal.session(id, branch=B).pending_approvals()`` sees them."""
     found: list[PendingApproval] = []
     for branch, stream in await _live_lines(store, session_id):
-        core = open_line(store, session_id, branch=branch, stream=stream)
         name = branch if branch is not None else MAIN_BRANCH
-        found += [PendingApproval(session_id, a, name) for a in await core.approvals() if a.pending]
+        pending = await line_pending(store, session_id, branch=branch, stream=stream)
+        found += [PendingApproval(session_id, a, name) for a in pending]
     return found
+
+
+async def line_pending(
+    store: EventStore, session_id: str, *, branch: str | None = None, stream: str | None = None
+) -> list[Approval]:
+    """The approvals that wait on one line (``branch`` None: main; ``stream``: its top
+    stream, when known), oldest first: exactly ``session.pending_approvals()`` there
+    (asked on the line's followed streams, neither answered nor run)."""
+    core = open_line(store, session_id, branch=branch, stream=stream)
+    return [a for a in await core.approvals() if a.pending]
 
 
 async def _live_lines(store: EventStore, session_id: str) -> list[tuple[str | None, str]]:
@@ -130,12 +144,13 @@ def _order(pending: PendingApproval) -> tuple[Any, ...]:
 
 async def find_request(
     store: EventStore, session_id: str, request_id: str, *, branch: str | None = None
-) -> tuple[str | None, str, Approval] | None:
+) -> tuple[str | None, str, Approval, bool] | None:
     """Where ``request_id`` was asked in the session: the line (branch name, None for
-    main), its top stream, and the newest question with that id; one that still waits
-    first, else one answered or run (on any stream of the line, a subagent's that has
-    ended too); None when no live line of the session asked it. ``branch`` looks on that
-    line only (``"main"`` for the main line).
+    main), its top stream, the newest question with that id, and whether it waits there;
+    one that still waits first (on the line's followed streams), else one answered, run,
+    or asked by a subagent that has ended (on any stream of the line); None when no live
+    line of the session asked it. ``branch`` looks on that line only (``"main"`` for the
+    main line).
 
     Raises:
         InvalidInput: ``branch`` names no live branch of the session.
@@ -152,36 +167,77 @@ async def find_request(
         core = open_line(store, session_id, branch=branch, stream=stream)
         waiting = [a for a in await core.approvals() if a.request_id == request_id and a.pending]
         if waiting:
-            return branch, stream, waiting[-1]
+            return branch, stream, waiting[-1], True
     for branch, stream in lines:
         core = open_line(store, session_id, branch=branch, stream=stream)
         streams = [name async for name, _ in walk_tree(store, stream)]
         asked = [a for a in await core.approvals(streams) if a.request_id == request_id]
         if asked:
-            return branch, stream, asked[-1]
+            return branch, stream, asked[-1], False
     return None
 
 
-async def recorded_policy(store: EventStore, session_id: str) -> Policy | None:
-    """The newest policy the session recorded (``PolicyRecorded`` on its authority log):
-    the one whose approvers an answer from outside the application (the command line, the
-    viewer) must satisfy, as ``resume`` checks it. None: it recorded none.
+class UnknownRequest(InvalidInput):
+    """No live line of the session asked the approval request (the viewer's 404)."""
+
+
+async def answer(
+    store: EventStore,
+    session_id: str,
+    request_id: str,
+    *,
+    branch: str | None,
+    approve: bool,
+    by: str,
+    reason: str,
+    key: Ed25519PrivateKey | SigningKey | None = None,
+    signing_key: SigningKey | None = None,
+) -> tuple[str | None, events.ApprovalDecided]:
+    """Answer an approval from outside the application (the command line, the viewer):
+    find the line that asked ``request_id`` (:func:`find_request`), refuse what no longer
+    waits, and record the answer through the engine's own write
+    (:func:`~agentjournal.engine.approvals.resolve`, as ``session.approve`` does), which
+    checks it against every policy the session recorded.
+
+    Args:
+        store: The store.
+        session_id: The session (it exists).
+        request_id: The request (the call's id).
+        branch: The line to look on (``"main"`` or a branch's name); None: the one where
+            it waits.
+        approve: Approve (True) or reject.
+        by: Who decides.
+        reason: Why.
+        key: The approver's key: the answer is signed with it.
+        signing_key: The store's signing key for the write's chain (None: unsigned).
+
+    Returns:
+        The line it was answered on (None: main) and the answer as written.
 
     Raises:
-        InvalidInput: The newest recorded policy does not read (fail closed: no answer is
-            written under a policy nobody can check).
+        UnknownRequest: No live line (of ``branch``) asked ``request_id``.
+        AlreadyResolved: It was answered already (naming who answered).
+        InvalidInput: Its call has run, it was asked by a subagent that has ended, the
+            branch is unknown, ``by`` is empty, or a recorded policy does not read.
+        ApproverNotAllowed: A policy of the session names approvers for the tool and
+            ``key`` is none of theirs (or there is none).
     """
-    from agentjournal.authority import Policy
-    from agentjournal.engine.fork import read_types
-
-    recorded = await read_types(
-        store, authority_stream(session_id), -1, frozenset({events.POLICY_RECORDED})
-    )
-    if not recorded:
-        return None
-    try:
-        return Policy.from_json(events.PolicyRecorded.decode(recorded[-1].data).policy)
-    except (JournalError, ValueError, TypeError) as error:
+    found = await find_request(store, session_id, request_id, branch=branch)
+    if found is None:
+        on = "" if branch is None or branch == MAIN_BRANCH else f" on branch {branch!r}"
+        raise UnknownRequest(f"no approval request {request_id[:80]!r} in session {session_id}{on}")
+    line, stream, asked, waits = found
+    if asked.decision is not None:
+        raise AlreadyResolved(asked.request_id, asked.decision.outcome, asked.decision.by)
+    if asked.ran:
+        raise InvalidInput(f"approval request {request_id[:80]!r} is settled: its call has run")
+    if not waits:  # neither answered nor run, on a stream the line no longer follows
         raise InvalidInput(
-            f"session {session_id}'s recorded policy does not read: {error}"
-        ) from None
+            f"approval request {request_id[:80]!r} was asked by a subagent that has ended: "
+            "it no longer waits"
+        )
+    core = open_line(store, session_id, branch=line, stream=stream, signing_key=signing_key)
+    decided = await core.resolve(
+        request_id, approve=approve, by=by, reason=reason, trace={}, key=key
+    )
+    return line, decided

@@ -229,8 +229,10 @@ class ApprovalsAPI:
             AlreadyResumed: It was taken up already (and ``retake`` is False), or its
                 calls have run.
             ApproverNotAllowed: A recorded answer does not count (fail closed): it is for
-                other arguments than its question's, its signature does not verify, or the
-                session's policy names approvers for the tool and none of them signed it.
+                other arguments than its question's, its signature does not verify, or this
+                session's policy or one the session recorded names approvers for the tool
+                and none of them signed it (a recorded policy that does not read refuses
+                too, with ``InvalidInput``).
         """
         self._check_open()
         core = await self._current()
@@ -248,7 +250,7 @@ class ApprovalsAPI:
                 f"approval requests {', '.join(map(repr, undecided))} have no answer yet"
             )
         by_request = {a.request_id: a for a in waits if a is not None}
-        policies = (core.facts.policy,) if core.facts.policy is not None else ()
+        policies = await core.policies()  # this session's and every one it recorded
         for approval in by_request.values():
             if approval.decision is None or approval.ran:
                 continue

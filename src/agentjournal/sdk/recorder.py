@@ -121,6 +121,19 @@ class SessionRecorder:
 
     async def approved(self, agent: str, call_id: str, tool: str, arguments: str) -> bool:
         """Whether a person's approval on the record lets this call run now (the questions
-        on the run's line: its top stream's and its open subagents', read afresh)."""
-        found = await self._session._acting().approvals()
-        return approves(found, agent=agent, call_id=call_id, tool=tool, arguments=arguments)
+        on the run's line: its top stream's and its open subagents', read afresh), by an
+        answer that counts under this session's policy and every one the session recorded.
+
+        Raises:
+            InvalidInput: A recorded policy does not read (the call is refused).
+        """
+        acting = self._session._acting()
+        return approves(
+            await acting.approvals(),
+            agent=agent,
+            call_id=call_id,
+            tool=tool,
+            arguments=arguments,
+            policies=await acting.policies(),
+            session_id=acting.facts.session_id,
+        )

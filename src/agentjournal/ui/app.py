@@ -20,10 +20,11 @@ Routes (GET, but the one POST):
 - ``/static/…``: the page's CSS and script, shipped in the wheel.
 - ``POST /api/sessions/{id}/approvals/{request_id}`` (``&branch=B`` too), JSON
   ``{"approve": bool, "by": NAME, "reason": TEXT}``: the answer, through
-  ``session.approve``/``session.reject`` (``InterruptResolved``, recorded as given);
-  only with a token (else 403), and only from the viewer's own origin (see below).
-  200 with the answer; 400 bad body; 404 no such session or request; 409 answered
-  already (naming who answered) or its call has run.
+  :func:`agentjournal.read.approvals.answer` (``agentjournal approve``'s route:
+  ``InterruptResolved``, recorded as given); only with a token (else 403), and only from
+  the viewer's own origin (see below). 200 with the answer; 400 bad body; 404 no such
+  session or request; 409 answered already (naming who answered), its call has run, or
+  its subagent has ended; 403 a policy of the session names approvers for the tool.
 
 With a token, every request must carry it: ``Authorization: Bearer TOKEN``, or the
 cookie a page opened with ``?token=TOKEN`` got (for its own script's requests).
@@ -299,6 +300,8 @@ def create_app(
         return _event_stream(store(), after, streams, closing)
 
     async def decide(request: Request) -> Response:
+        from agentjournal.read.approvals import UnknownRequest
+
         if token is None:
             return PlainTextResponse(
                 "deciding needs the viewer's token (agentjournal ui --token ...)\n",
@@ -381,10 +384,6 @@ MAX_ANSWER_BYTES: Final = 16 * 1024
 """The largest body an answer (``{"approve", "by", "reason"}``) may have."""
 
 
-class UnknownRequest(InvalidInput):
-    """Raised when the line holds no approval request of that id (404)."""
-
-
 def _answer_of(body: bytes) -> tuple[bool, str, str]:
     """``approve``, ``by`` and ``reason`` from an answer's JSON body.
 
@@ -424,32 +423,30 @@ async def decide_approval(
     by: str,
     reason: str,
 ) -> events.ApprovalDecided:
-    """Answer an approval on a line through ``session.approve``/``session.reject``: the
-    one write the viewer makes (one ``InterruptResolved``, hash-chained, unsigned).
+    """Answer an approval on a line (default: main) through
+    :func:`agentjournal.read.approvals.answer`, as ``agentjournal approve`` does: the one
+    write the viewer makes (one ``InterruptResolved``, hash-chained, unsigned).
 
     Raises:
         UnknownRequest: The line holds no approval request ``request_id``.
         AlreadyResolved: It was answered already (naming who answered).
-        InvalidInput: Its call has run, or the branch is unknown.
+        ApproverNotAllowed: A policy of the session names approvers for the tool.
+        InvalidInput: Its call has run, its subagent has ended, or the branch is unknown.
     """
-    from agentjournal.journal import Journal
-    from agentjournal.read.approvals import find_request, recorded_policy
+    from agentjournal.read.approvals import answer
 
-    found = await find_request(store, session_id, request_id, branch=branch or MAIN_BRANCH)
-    if found is None:
-        raise UnknownRequest(f"no approval request {request_id[:80]!r} on this line")
-    _, _, asked = found
-    if asked.decision is not None:
-        raise AlreadyResolved(request_id, asked.decision.outcome, asked.decision.by)
-    if asked.ran:
-        raise InvalidInput(f"approval request {request_id[:80]!r} is settled: its call has run")
     # No signing key: the viewer signs nothing; the application's next checkpoint (its
     # resume's) covers the answer, as it covers the question and the paused run.
-    policy = await recorded_policy(store, session_id)  # its approvers: 403 for the viewer
-    session = Journal(store, "viewer").session(session_id, branch=branch, policy=policy)
-    if approve:
-        return await session.approve(request_id, by=by, reason=reason)
-    return await session.reject(request_id, by=by, reason=reason)
+    _, decided = await answer(
+        store,
+        session_id,
+        request_id,
+        branch=branch or MAIN_BRANCH,
+        approve=approve,
+        by=by,
+        reason=reason,
+    )
+    return decided
 
 
 def _same_origin(request: Request, token: str) -> bool:

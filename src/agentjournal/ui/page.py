@@ -158,7 +158,7 @@ async def session_page(
         at=at,
         branches=branches,
     )
-    data["approvals"] = await pending_approvals(shown, main)
+    data["approvals"] = await pending_approvals(shown, session_id)
     return data
 
 
@@ -204,7 +204,7 @@ async def _branch_page(
         line=found,
     )
     data["replay"]["indexes"] = indexes
-    data["approvals"] = await pending_approvals(shown, tree)
+    data["approvals"] = await pending_approvals(shown, session_id, found)
     from agentjournal.ui.compare import compare_lines
 
     # The line beside its parent, from the fork: what a saved copy's Compare tab shows.
@@ -214,14 +214,17 @@ async def _branch_page(
     return data
 
 
-async def pending_approvals(store: EventStore, line: TreeRecords) -> list[dict[str, Any]]:
-    """The approvals that wait for an answer on a line (its records as read), oldest
-    first: asked on one of its streams, not answered, whose call has not run — what
-    ``session.pending_approvals()`` answers, as the page's panel shows them."""
-    from agentjournal.engine.approvals import approvals_on
+async def pending_approvals(
+    store: EventStore, session_id: str, branch: Branch | None = None
+) -> list[dict[str, Any]]:
+    """The approvals that wait for an answer on a line (``branch`` None: main), oldest
+    first, read as ``session.pending_approvals()`` reads them (the engine's read of the
+    line's followed streams: its top stream's and its open subagents', neither answered
+    nor run; a question of a subagent that has ended waits no more), as the page's panel
+    shows them."""
+    from agentjournal.read.approvals import line_pending
 
-    logs = {ledger_stream(line.session_id), authority_stream(line.session_id), KEYS_STREAM}
-    streams = [name for name in line.streams if name not in logs]
+    name, stream = (branch.name, branch.stream) if branch is not None else (None, None)
     return [
         {
             "request_id": a.request_id,
@@ -232,8 +235,7 @@ async def pending_approvals(store: EventStore, line: TreeRecords) -> list[dict[s
             "stream": a.stream,
             "revision": a.revision,
         }
-        for a in await approvals_on(store, streams)
-        if a.pending
+        for a in await line_pending(store, session_id, branch=name, stream=stream)
     ]
 
 

@@ -75,8 +75,9 @@ def _new_row() -> dict[str, Any]:
         "lines": {},  # a stream of a branch line (its top stream, its subsessions) -> top
         "continued": [],  # continuation streams: their closes count for no subagent
         "checked": None,  # when an event of the session was last folded (unix µs)
-        # approvals asked and not yet answered nor run: "stream call_id" -> the question's
-        # event id (engine.approvals.fold_approvals' rule, on every line of the tree)
+        # approvals asked and not yet answered nor run, on a stream some line still
+        # follows (a subagent's ending drops its stream's): "stream call_id" -> the
+        # question's event id (engine.approvals' rule, on every line of the tree)
         "asked": {},
     }
 
@@ -180,6 +181,8 @@ class Catalog:
         metadata = event.metadata
         if events.INTERRUPT_KEY in metadata or kind == _TOOL_RESULT:
             _approval(row, event)  # any line's: before a branch line takes its items
+        elif kind == events.SUBAGENT_COMPLETED and events.CLOSES_KEY in metadata:
+            _ended(row, events.decode_subagent_completed(event.data)[1])
         if kind == events.BRANCH_FORKED:
             self._forked(row, event, session_id)
             return
@@ -475,6 +478,14 @@ def _approval(row: dict[str, Any], event: RecordedEvent) -> None:
             asked.pop(f"{event.stream} {event.metadata.get(events.CALL_ID_KEY)}", None)
     except (JournalError, ValueError, RecursionError):
         return  # not what agentjournal writes: the verifier reports it
+
+
+def _ended(row: dict[str, Any], stream: str) -> None:
+    """The subagent of ``stream`` ended: no line follows that stream any more, so its
+    questions wait no more (``engine.approvals.approvals`` reads the followed streams)."""
+    asked: dict[str, str] = row["asked"]
+    for key in [k for k in asked if k.split(" ", 1)[0] == stream]:
+        del asked[key]
 
 
 def _after_checkpoints(row: dict[str, Any], event: RecordedEvent) -> None:
