@@ -272,6 +272,10 @@ async def test_a_sealed_question_is_not_answered_from_outside_its_key_store(
         session = journal.session(SID, user_id="alice")
         paused: Any = await drive(graph([]), ASK, session=session, hooks=session)
         await session.hold(paused)
+    async with Journal.open(uri) as journal:
+        (listed,) = await journal.pending_approvals()
+        assert listed.arguments == "[sealed]"  # never the envelope
+        assert listed.as_dict()["arguments"] == "[sealed]"
     code, err = await run_approve(uri, SID, "r1", by="dana", reason="the secret reason")
     assert code == 1
     assert err.startswith("agentjournal: ")

@@ -123,7 +123,7 @@ def _print_table(found: list[PendingApproval]) -> None:
             p.approval.request_id,
             p.approval.agent,
             p.approval.tool_name,
-            cut(p.approval.arguments, _ARGUMENTS),
+            cut(p.arguments, _ARGUMENTS),
             p.approval.issued_at.strftime("%Y-%m-%d %H:%M:%S"),
         )
         for p in found

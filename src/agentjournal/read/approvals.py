@@ -48,6 +48,15 @@ class PendingApproval:
     approval: Approval
     branch: str = MAIN_BRANCH
 
+    @property
+    def arguments(self) -> str:
+        """The call's arguments as a reader without the subject's key sees them: ``[sealed]``
+        where they are sealed (never the envelope)."""
+        from agentjournal.shred.fields import ENVELOPE_PREFIX, SEALED
+
+        shown = self.approval.arguments
+        return SEALED if shown.startswith(ENVELOPE_PREFIX) else shown
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready data: where it waits and the question in full."""
         found = self.approval
@@ -57,7 +66,7 @@ class PendingApproval:
             "request_id": found.request_id,
             "agent": found.agent,
             "tool": found.tool_name,
-            "arguments": found.arguments,
+            "arguments": self.arguments,
             "asked_at": found.issued_at.isoformat(),
             "stream": found.stream,
             "revision": found.revision,
