@@ -141,3 +141,18 @@ def test_erase_pointed_at_a_file_that_is_no_key_store_changes_nothing_in_it(
     assert err.startswith("agentjournal: ")
     assert "is not a key store" in err
     assert database.read_bytes() == before
+
+
+def test_erasing_a_subject_again_says_nothing_new_was_written(
+    store: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri, keys = store
+    argv = ["erase", "--subject", "alice", "--reason", "r", "--as", "dpo", "--uri", uri]
+    assert cli([*argv, "--keys", str(keys)]) == 0
+    assert "SubjectErased on sessions:" in capsys.readouterr().out
+    before = asyncio.run(_state(uri, keys))
+    assert cli([*argv, "--keys", str(keys)]) == 0
+    out = capsys.readouterr().out
+    assert "was erased already" in out
+    assert "nothing new written" in out
+    assert asyncio.run(_state(uri, keys)) == before

@@ -169,6 +169,14 @@ def test_a_type_without_content_is_not_sealed() -> None:
             },
         ),
         ({"__enc__": 1, "payload": "x"}, {"role": "assistant", "content": "[erased]"}),
+        (  # a message's name is the application's free text
+            {"role": "user", "content": "hi", "name": "ZQ-a-person"},
+            {"role": "user", "content": "[erased]"},
+        ),
+        (
+            {"type": "message", "role": "user", "content": "hi", "name": "ZQ-a-person"},
+            {"type": "message", "role": "user", "content": "[erased]"},
+        ),
     ],
 )
 def test_an_erased_item_keeps_what_the_sdk_needs_to_run_a_turn(

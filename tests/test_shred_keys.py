@@ -131,11 +131,11 @@ def test_the_cache_answers_for_its_lifetime_then_asks_again() -> None:
     key = cache.current("alice")
     inner.destroy("alice")  # another process erased alice
     now[0] = 9.0
-    assert cache.current("alice") == key
-    assert cache.find(key.key_id) == key
+    assert cache.find(key.key_id) == key  # a read is answered from the cache
+    # but nothing is sealed under a destroyed key: the cache asks first
+    assert cache.current("alice").key_id != key.key_id
     now[0] = 20.0
     assert cache.find(key.key_id) is None
-    assert cache.current("alice").key_id != key.key_id
 
 
 def test_a_key_destroyed_through_the_cache_leaves_it_at_once() -> None:
@@ -145,3 +145,35 @@ def test_a_key_destroyed_through_the_cache_leaves_it_at_once() -> None:
     cache.destroy("alice")
     assert cache.find(key.key_id) is None
     assert cache.current("alice").key_id != key.key_id
+
+
+def test_a_destroyed_key_leaves_no_byte_even_while_another_connection_reads(
+    tmp_path: Path,
+) -> None:
+    """A reader (``ui --keys``, another process) in the middle of a read transaction when
+    the key is destroyed: the destroy waits for it, and afterwards no file of the key store
+    holds the secret — no WAL keeps the old page."""
+    import sqlite3
+    import threading
+
+    folder = tmp_path / "keys"
+    folder.mkdir()
+    store = SQLiteKeyStore(folder / "keys.db")
+    for n in range(50):
+        store.current(f"other-{n}")
+    doomed = store.current("alice").secret
+    reader = sqlite3.connect(
+        f"file:{folder / 'keys.db'}?mode=ro", uri=True, check_same_thread=False
+    )
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM subject_keys").fetchone()
+    ends = threading.Timer(0.3, lambda: reader.execute("COMMIT"))
+    ends.start()
+    store.destroy("alice")
+    ends.join()
+    assert doomed not in _files_bytes(folder)
+    reader.execute("SELECT count(*) FROM subject_keys").fetchone()
+    assert doomed not in _files_bytes(folder)
+    reader.close()
+    store.close()
+    assert doomed not in _files_bytes(folder)

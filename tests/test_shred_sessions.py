@@ -151,3 +151,18 @@ async def test_every_content_field_is_stored_sealed_and_read_back_as_written(
                 ]
             )
     assert histories[0] == histories[1]
+
+
+async def test_a_sealed_session_refuses_application_events() -> None:
+    """``append_event`` on a sealed session: refused, nothing written (the journal cannot
+    tell an application's content fields, and no erasure could reach them)."""
+    from agentjournal import InvalidInput, Journal
+    from agentjournal.shred import MemoryKeyStore
+
+    async with Journal.open("sqlite://:memory:", keys=MemoryKeyStore()) as journal:
+        session = journal.session("app-events", user_id="alice")
+        await session.add_items([{"role": "user", "content": "hi"}])
+        before = len(await journal.store.read_all())
+        with pytest.raises(InvalidInput, match="seals its content"):
+            await session.append_event("myapp.Note", b'{"note": "ZQsecret"}')
+        assert len(await journal.store.read_all()) == before

@@ -84,7 +84,23 @@ async def _erase(args: argparse.Namespace, path: str) -> int:
     if not erasure.key_ids:
         print(printable(f"subject {args.subject} has no key in {path}: nothing to erase"))
         return 0
-    sessions = ", ".join(erasure.sessions) or "none"
+    if not erasure.sessions:
+        print(
+            printable(
+                f"erased subject {args.subject}: {len(erasure.key_ids)} key(s) destroyed; "
+                "no session held content under them"
+            )
+        )
+        return 0
+    if not erasure.written:
+        print(
+            printable(
+                f"subject {args.subject} was erased already ({len(erasure.key_ids)} key(s) "
+                "destroyed before): nothing new written"
+            )
+        )
+        return 0
+    sessions = ", ".join(erasure.written)
     print(
         printable(
             f"erased subject {erasure.subject} at {erasure.erased_at}: "

@@ -51,12 +51,15 @@ class Erasure:
         sessions: The sessions whose content was sealed under them (each has its
             ``agentjournal.SubjectErased``).
         erased_at: When (RFC 3339).
+        written: The sessions this call wrote a ``SubjectErased`` to (empty: each was
+            recorded already, by an earlier erasure of the subject).
     """
 
     subject: str
     key_ids: tuple[str, ...]
     sessions: tuple[str, ...]
     erased_at: str
+    written: tuple[str, ...] = ()
 
 
 def _checked(value: str, what: str) -> str:
@@ -95,6 +98,7 @@ async def erase(
     found = await _affected(store, frozenset(key_ids))
     opened = OpeningStore(store, keys)
     sessions = sorted(found.streams)
+    written: list[str] = []
     for session in sessions:
         kids = sorted(found.kids[session] - found.recorded.get(session, set()))
         if not kids:
@@ -114,10 +118,11 @@ async def erase(
         )
         id_ = uuid.uuid5(_IDS, json.dumps([subject, session, kids]))
         await _record(opened, session, body.encode(), id_, signing_key)
+        written.append(session)
     purge = abilities_of(store).purge
     if purge is not None:
         await purge.purge(sorted({s for streams in found.streams.values() for s in streams}))
-    return Erasure(subject, tuple(key_ids), tuple(sessions), erased_at)
+    return Erasure(subject, tuple(key_ids), tuple(sessions), erased_at, tuple(written))
 
 
 @dataclass

@@ -749,13 +749,24 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
         (``agentjournal.ThreadState``). Call it between runs: during a run the
         event would land on the acting subagent's stream.
 
+        A session that seals its content under a data subject's key refuses it: the
+        journal cannot tell which of an application's fields hold content, and what it
+        stored in the clear no erasure could reach.
+
         Raises:
-            InvalidInput: ``event_type`` is empty or one of the session's own types.
+            InvalidInput: ``event_type`` is empty or one of the session's own types, or
+                the session seals its content.
             StoreError: It did not land.
         """
         self._check_open()
         if not event_type or event_type in _OWN_EVENT_TYPES:
             raise InvalidInput(f"{event_type!r} cannot be appended as an application event")
+        if self._core.facts.sealer is not None:
+            raise InvalidInput(
+                f"session {self.session_id} seals its content under a data subject's key: "
+                f"an application event ({event_type[:80]!r}) would be stored in the clear, "
+                "out of an erasure's reach"
+            )
         await self._core.record(
             event_type,
             data,

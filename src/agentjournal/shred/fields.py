@@ -88,13 +88,16 @@ KeyFinder = Callable[[str], SubjectKey | None]
 
 def erased_item(item: Any) -> dict[str, Any]:
     """What an SDK item becomes once its content is erased: its type, role, ids, tool name
-    and approval answer, with ``[erased]`` (or ``"{}"`` arguments) for the rest."""
+    (a message's ``name`` is content) and approval answer, with ``[erased]`` (or ``"{}"``
+    arguments) for the rest."""
     if not isinstance(item, dict):
         return {"role": "assistant", "content": ERASED}
     kept: dict[str, Any] = {
         key: item[key] for key in _ITEM_KEYS if isinstance(item.get(key), str | bool)
     }
     kind = item.get("type")
+    if kind in (None, "message"):
+        kept.pop("name", None)  # a message's name is the application's free text: content
     if kind in ("function_call", "mcp_approval_request", "mcp_call"):
         kept["arguments"] = "{}"
     elif isinstance(kind, str) and kind.endswith("_output"):

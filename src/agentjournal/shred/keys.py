@@ -110,8 +110,11 @@ class MemoryKeyStore:
 class CachedKeyStore:
     """Another key store's answers kept in memory for at most ``ttl`` seconds.
 
-    A key destroyed through this object leaves the cache at once; one destroyed by
-    another process is still served from here until its entry is ``ttl`` old.
+    A key destroyed through this object leaves the cache at once. One destroyed by another
+    process is never used to seal again: :meth:`current` asks the inner store whether its
+    cached key was destroyed before answering (one indexed read), so a writer racing an
+    erasure elsewhere seals under a fresh key, not the destroyed one. :meth:`find` (what
+    reads use) answers from the cache until its entry is ``ttl`` old.
 
     Args:
         inner: The key store asked on a miss.
@@ -139,8 +142,8 @@ class CachedKeyStore:
     def current(self, subject: str) -> SubjectKey:
         with self._lock:
             hit = self._current.get(subject)
-            if hit is not None and self._fresh(hit[0]):
-                return hit[1]
+        if hit is not None and self._fresh(hit[0]) and not self.inner.is_destroyed(hit[1].key_id):
+            return hit[1]
         key = self.inner.current(subject)
         with self._lock:
             self._current[subject] = self._found[key.key_id] = (self._clock(), key)

@@ -1,10 +1,12 @@
 """The embedded key store: subject keys in a SQLite file of their own, apart from the events.
 
 The file is opened with ``PRAGMA secure_delete = ON`` (a destroyed secret's bytes are
-overwritten with zeros in the page, not left in free space) in WAL mode; a destroy
-commits, then checkpoints the WAL into the file and truncates it
-(``wal_checkpoint(TRUNCATE)``), so the secret is in neither the file, its free pages
-nor the WAL afterwards. A destroyed key keeps its row: id, subject and when.
+overwritten with zeros in the page, not left in free space) and a rollback journal
+(``journal_mode = DELETE``): no WAL that another connection's open read could keep a
+destroyed key's old page in; a destroy waits for readers, commits, and the journal file
+is deleted. A file still in WAL mode (kept there by another connection) is checkpointed
+and its WAL truncated, or the destroy fails. So the secret is in neither the file, its
+free pages nor a WAL afterwards. A destroyed key keeps its row: id, subject and when.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 import urllib.parse
 import uuid
 from datetime import UTC, datetime
 
-from agentjournal.errors import InvalidInput
+from agentjournal.errors import InvalidInput, StoreUnavailable
 from agentjournal.shred._cipher import new_key
 from agentjournal.shred.keys import CachedKeyStore, SubjectKey
 
@@ -52,8 +55,11 @@ class SQLiteKeyStore:
                 self._db = _reader(self.path)
             else:
                 self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+                self._db.execute("PRAGMA busy_timeout = 10000")
                 self._db.execute("PRAGMA secure_delete = ON")
-                self._db.execute("PRAGMA journal_mode = WAL")
+                # A rollback journal, deleted at each commit: no WAL that another
+                # connection's open read could keep a destroyed key's old page in.
+                self._db.execute("PRAGMA journal_mode = DELETE")
                 self._db.execute("PRAGMA synchronous = FULL")
                 self._db.executescript(_SCHEMA)
         except sqlite3.Error as error:
@@ -98,15 +104,35 @@ class SQLiteKeyStore:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-            # The old page image (with the secret) is in the WAL until it is checkpointed
-            # into the file (where secure_delete zeroed it) and the WAL truncated.
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._no_wal_copy()
             rows = self._db.execute(
                 "SELECT key_id FROM subject_keys WHERE subject = ? AND secret IS NULL"
                 " ORDER BY created_at",
                 (subject,),
             ).fetchall()
         return [row[0] for row in rows]
+
+    def _no_wal_copy(self) -> None:
+        """A key file still in WAL mode (another connection kept it there) holds the old
+        page image, with the secret, in its WAL until it is checkpointed into the file
+        (where secure_delete zeroed it) and the WAL truncated: insist until it is.
+
+        Raises:
+            StoreUnavailable: Another connection kept the WAL from being emptied.
+        """
+        mode = self._db.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(mode).lower() != "wal":
+            return
+        wal = self.path + "-wal"
+        for _ in range(100):
+            busy = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            if not busy and (not os.path.exists(wal) or os.path.getsize(wal) == 0):
+                return
+            time.sleep(0.05)
+        raise StoreUnavailable(
+            f"the key store {self.path} could not empty its WAL (another connection reads "
+            "it): the destroyed key may remain there; close its readers and erase again"
+        )
 
     def is_destroyed(self, key_id: str) -> bool:
         with self._lock:
@@ -144,6 +170,7 @@ def _reader(path: str) -> sqlite3.Connection:
         raise InvalidInput(f"no key store at {path}: check --keys (it is never created)")
     uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
     db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+    db.execute("PRAGMA busy_timeout = 10000")
     try:
         found = db.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'subject_keys'"
