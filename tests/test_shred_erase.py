@@ -349,3 +349,24 @@ async def test_a_retried_erasure_signs_an_erasure_recorded_before_its_checkpoint
         count = len(await journal.store.read_all())
         await journal.erase(subject="alice", reason="request 17", by="dpo")
         assert len(await journal.store.read_all()) == count
+
+
+async def test_a_writer_that_cached_the_key_seals_its_next_turn_under_a_fresh_one(
+    tmp_path: Path,
+) -> None:
+    """Two journals on one store and one key file, as two processes: A writes (its key
+    cached for a minute), B erases the subject, A writes again. A's new turn is sealed under
+    a fresh key — readable, not lost — and the session still verifies."""
+    uri, keys = f"sqlite:///{tmp_path / 'j.db'}", str(tmp_path / "keys.db")
+    async with Journal.open(uri, keys=keys) as writer:
+        session = writer.session("race-1", user_id="alice")
+        await session.add_items([{"role": "user", "content": "before the erasure"}])
+        async with Journal.open(uri, keys=keys) as eraser:
+            await eraser.erase(subject="alice", reason="art. 17", by="dpo")
+        await session.add_items([{"role": "user", "content": "ZQ after the erasure"}])
+    async with Journal.open(uri, keys=keys) as reader:
+        items = await reader.session("race-1", user_id="alice").get_items()
+        assert [i["content"] for i in items] == [ERASED, "ZQ after the erasure"]  # type: ignore[index]
+        report = verify_records(await read_tree(reader.store, "race-1"), {})
+    assert [p for p in report.problems if not p.untrusted] == [], report.text()  # unsigned here
+    assert "sealed under 2 subject keys (1 erased)" in report.text()

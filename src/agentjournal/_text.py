@@ -11,10 +11,12 @@ _KEEP = frozenset("\u200c\u200d")
 
 
 def plural(count: int, noun: str) -> str:
-    """``1 event``, ``2 events``, ``3 policies``."""
+    """``1 event``, ``2 events``, ``3 policies``, ``2 keys``."""
     if count == 1:
         return f"{count} {noun}"
-    return f"{count} {noun[:-1]}ies" if noun.endswith("y") else f"{count} {noun}s"
+    if noun.endswith("y") and noun[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return f"{count} {noun[:-1]}ies"  # policy -> policies, but key -> keys
+    return f"{count} {noun}s"
 
 
 def cut(text: str, limit: int) -> str:
