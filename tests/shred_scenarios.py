@@ -37,6 +37,12 @@ PLANTED = [
     "PLANT-approval-arg-b2c0",
     "PLANT-approval-reason-e915",
     "PLANT-resumed-17d4",
+    "PLANT-developer-3c51",
+    "PLANT-name-8d02",
+    "PLANT-mcp-ask-61fe",
+    "PLANT-mcp-answer-0b93",
+    "PLANT-mcp-call-c4a7",
+    "PLANT-mcp-output-5e28",
 ]
 
 ALL_MODIFY = {
@@ -123,6 +129,29 @@ async def plant(journal: Journal, subject: str, prefix: str = "") -> None:
                 "summary": [{"type": "summary_text", "text": "PLANT-reasoning-0c77"}],
             },
             {"role": "system", "content": "PLANT-system-5d19"},
+            {"role": "developer", "content": "PLANT-developer-3c51"},
+            {"role": "user", "content": "hello", "name": "PLANT-name-8d02"},
+            {
+                "type": "mcp_approval_request",
+                "id": "mcpr_9",
+                "server_label": "crm",
+                "name": "delete_contact",
+                "arguments": '{"who": "PLANT-mcp-ask-61fe"}',
+            },
+            {
+                "type": "mcp_approval_response",
+                "approval_request_id": "mcpr_9",
+                "approve": False,
+                "reason": "PLANT-mcp-answer-0b93",
+            },
+            {
+                "type": "mcp_call",
+                "id": "mcp_9",
+                "server_label": "crm",
+                "name": "find_contact",
+                "arguments": '{"who": "PLANT-mcp-call-c4a7"}',
+                "output": "PLANT-mcp-output-5e28",
+            },
             {
                 "type": "web_search_call",
                 "id": "ws_9",
