@@ -45,7 +45,7 @@ SHELLS = ("bash", "sh", "shell", "console")
 MARK = re.compile(r"^<!-- readme-test: (skip|background): (.+) -->$")
 
 SKIPPED = {
-    "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && pytest": (
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && pytest -n 2": (
         "the test suite itself"
     ),
     "docker compose up -d": "needs Docker",

@@ -66,11 +66,7 @@ def test_a_run_span_waits_until_its_session_is_quiet(support: TreeRecords) -> No
     quiet = projector.idle(last + timedelta(seconds=11), timedelta(seconds=10))
     assert [s.name for s in quiet] == ["agentjournal.run"]
     assert projector.idle(last + timedelta(seconds=60), timedelta(seconds=10)) == []
-    # Everything was sent, once; but the scenario's refund above the cap still waits for a
-    # person: a one-shot end sends its wait, in progress.
-    (waiting,) = projector.finish()
-    assert waiting.name.startswith("await_approval ")
-    assert waiting.attributes["agentjournal.in_progress"] is True
+    assert projector.finish() == []  # everything was sent, once
 
 
 async def _tree(session_id: str, *runs: tuple[object, bool], scope: bool = False) -> TreeRecords:

@@ -519,10 +519,9 @@ def test_the_waterfall_draws_runs_model_calls_and_checks_with_their_durations(
     # The first turn, its resume after the refund's approval, and the thanks.
     expect(page.locator("#waterfall .row-run")).to_have_count(3)
     expect(page.locator("#waterfall .row-model")).to_have_count(8)
-    # lookup_order, add_note, and the BLOCKed issue_refund (refused inside the SDK's tool
-    # call: it has its times too). The approved refund ran in the resumed run, after its
-    # call's item was written by the run that stopped: no times are recorded for it.
-    expect(page.locator("#waterfall .row-tool")).to_have_count(3)
+    # lookup_order, add_note, the BLOCKed issue_refund (refused inside the SDK's tool call:
+    # it has its times too), and the approved refund the resumed run ran.
+    expect(page.locator("#waterfall .row-tool")).to_have_count(4)
     assert page.locator("#waterfall .row-guardrail").count() >= 8
     expect(page.locator("#waterfall .row-guardrail .bar.decision-BLOCK")).to_have_count(1)
     for text in page.locator("#waterfall .row-model .bar-ms").all_inner_texts():

@@ -12,6 +12,7 @@ which triage answers. Run as a script it writes sessions from another process::
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,11 @@ CONFIG = RunConfig(tracing_disabled=True)
 
 EXPECTED_CALLS = ("call_lookup", "call_note", "call_refund_big", "call_refund_over", "call_refund")
 """The tool calls of the first run, in order (the handoffs are subagents, not tool calls)."""
+
+
+WITHOUT_APPROVAL = dataclasses.replace(issue_refund, needs_approval=False)
+"""The demo's refund tool without its approval: these traces are of runs no person paused
+(tests/test_trace_approvals.py has the wait for a person)."""
 
 
 def support_team() -> Agent[Any]:
@@ -64,7 +70,7 @@ def support_team() -> Agent[Any]:
                 _step(assistant_message("Refunded 12.50 EUR.", item_id="msg_refunds")),
             ]
         ),
-        tools=[issue_refund],
+        tools=[WITHOUT_APPROVAL],
     )
     billing = Agent[Any](
         name="billing",

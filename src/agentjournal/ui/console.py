@@ -113,6 +113,9 @@ def conversation(
         body = record.body if isinstance(record.body, dict) else {}
         call = body.get("call_id") if record.type in _JUDGES else None
         target = makers.get((_run_of(record), call)) if isinstance(call, str) else None
+        if target is None and isinstance(call, str):
+            # A resumed run judging the call its paused run made: on that call.
+            target = latest.get(call)
         if events.INTERRUPT_KEY in record.metadata:
             # A person's question about a call, and the answer (often from another
             # process, in no run): on the newest call of that id made before it.
