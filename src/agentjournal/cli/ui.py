@@ -153,9 +153,12 @@ def _ui(args: argparse.Namespace) -> int:
         try:
             serve(app, host=args.host, port=args.port, ready=ready, closing=closing)
         except KeyboardInterrupt:
-            print("agentjournal ui: stopped", file=sys.stderr, flush=True)
+            pass
         finally:
             signal.signal(signal.SIGTERM, previous)
+        # Whether uvicorn raised the signal again or returned (a signal that came while
+        # it was shutting down already), the server has stopped.
+        print("agentjournal ui: stopped", file=sys.stderr, flush=True)
     finally:
         subject_keys.close()
     return 0
