@@ -942,3 +942,17 @@ def test_only_outputs_of_calls_an_earlier_write_made_can_have_a_question_waiting
     items = [output("r1", "x"), call("r2", "refund"), output("r2", "y"), output("r3", "z")]
     assert earlier_calls(items, owner) == {"r1": A}
     assert earlier_calls([call("r1", "refund")], owner) == {}
+
+
+def test_calls_with_ids_that_are_not_text_wait_for_nothing() -> None:
+    """An item whose call id is not text (a list, a number) neither makes a call nor names
+    one that could wait: no error, nothing waits."""
+    from agentjournal.engine.items import earlier_calls
+
+    items = [
+        {"type": "function_call", "call_id": ["x"], "name": "t", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": ["x"], "output": "o"},
+        {"type": "function_call_output", "call_id": 7, "output": "o"},
+        {"type": "function_call_output", "call_id": "c1", "output": "o"},
+    ]
+    assert earlier_calls(items, {"c1": "S"}) == {"c1": "S"}

@@ -59,11 +59,18 @@ def earlier_calls(items: Sequence[Any], call_owner: Mapping[str, str]) -> dict[s
     """The function calls whose outputs ``items`` carry and whose call items an earlier
     write recorded (call id -> the stream its call is on): only such a call can have a
     question waiting (pure). A call the same items make again is theirs, not the earlier."""
-    made = {item.get("call_id") for item in items if item.get("type") == "function_call"}
+    made = {
+        call_id
+        for item in items
+        if isinstance(item, Mapping)
+        and item.get("type") == "function_call"
+        and isinstance(call_id := item.get("call_id"), str)
+    }
     return {
         call_id: call_owner[call_id]
         for item in items
-        if item.get("type") == "function_call_output"
+        if isinstance(item, Mapping)
+        and item.get("type") == "function_call_output"
         and isinstance(call_id := item.get("call_id"), str)
         and call_id in call_owner
         and call_id not in made
