@@ -130,7 +130,7 @@ async def plant(journal: Journal, subject: str, prefix: str = "") -> None:
             },
             {"role": "system", "content": "PLANT-system-5d19"},
             {"role": "developer", "content": "PLANT-developer-3c51"},
-            {"role": "user", "content": "hello", "name": "PLANT-name-8d02"},
+            {"role": "user", "content": "hello", "name": "PLANT-name-8d02"},  # type: ignore[list-item]
             {
                 "type": "mcp_approval_request",
                 "id": "mcpr_9",

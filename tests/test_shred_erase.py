@@ -280,7 +280,7 @@ async def test_an_erasure_cut_short_leaves_the_content_unreadable_and_a_retry_fi
     keys = MemoryKeyStore()
     async with Journal.open("sqlite://:memory:", keys=keys) as journal:
         await plant(journal, "alice")
-        cut = Journal(_FailingErasures(journal.store), journal.uri, keys=keys)  # type: ignore[arg-type]
+        cut = Journal(_FailingErasures(journal.store), journal.uri, keys=keys)
         with pytest.raises(StoreUnavailable):
             await cut.erase(subject="alice", reason="request 15", by="dpo")
         everything = await journal.store.read_all()
@@ -336,7 +336,7 @@ async def test_a_retried_erasure_signs_an_erasure_recorded_before_its_checkpoint
         session = journal.session("s1", user_id="alice")
         await session.add_items([{"role": "user", "content": "hello"}])
         await session.checkpoint()
-        cut = Journal(_FailingCheckpoints(journal.store), journal.uri, keys=keys, signing_key=key)  # type: ignore[arg-type]
+        cut = Journal(_FailingCheckpoints(journal.store), journal.uri, keys=keys, signing_key=key)
         with pytest.raises(StoreUnavailable):
             await cut.erase(subject="alice", reason="request 17", by="dpo")
         trusted = {key.key_id: key.public_key}
@@ -365,8 +365,8 @@ async def test_a_writer_that_cached_the_key_seals_its_next_turn_under_a_fresh_on
             await eraser.erase(subject="alice", reason="art. 17", by="dpo")
         await session.add_items([{"role": "user", "content": "ZQ after the erasure"}])
     async with Journal.open(uri, keys=keys) as reader:
-        items = await reader.session("race-1", user_id="alice").get_items()
-        assert [i["content"] for i in items] == [ERASED, "ZQ after the erasure"]  # type: ignore[index]
+        items: list[Any] = await reader.session("race-1", user_id="alice").get_items()
+        assert [i["content"] for i in items] == [ERASED, "ZQ after the erasure"]
         report = verify_records(await read_tree(reader.store, "race-1"), {})
     assert [p for p in report.problems if not p.untrusted] == [], report.text()  # unsigned here
     assert "sealed under 2 subject keys (1 erased)" in report.text()

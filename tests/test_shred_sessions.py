@@ -75,7 +75,7 @@ async def test_the_store_holds_only_ciphertext_of_a_sealed_session(
     assert sealed.journal is not None
     session = sealed.journal.session("sealed-1", user_id="alice")
     items = sdk_items()
-    await session.add_items(items)
+    await session.add_items(items)  # type: ignore[arg-type]
     assert await session.get_items() == items
 
     stored = await sealed.journal.store.read("AgentSession-sealed-1")
