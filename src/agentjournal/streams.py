@@ -29,6 +29,7 @@ import unicodedata
 import uuid
 
 from kurrent_agent_schema import agent_session_stream, agent_subsession_stream
+from kurrent_agent_schema.streams import eval_run_stream as _schema_eval_run_stream
 
 from agentjournal.errors import InvalidInput
 
@@ -44,6 +45,8 @@ __all__ = [
     "branch_subagent_id",
     "branches_stream",
     "continuation_id",
+    "eval_run_stream",
+    "feedback_run_id",
     "projection_stream",
     "ledger_stream",
     "session_of",
@@ -125,6 +128,21 @@ def session_stream(session_id: str | uuid.UUID) -> str:
 def ledger_stream(session_id: str) -> str:
     """The checkpoint stream of a session tree, ``AgentLedger-{session_id}``."""
     return f"AgentLedger-{session_id}"
+
+
+def eval_run_stream(run_id: str) -> str:
+    """The stream of one eval run or experiment, ``EvalRun-{run_id}``.
+
+    Raises:
+        InvalidInput: ``run_id`` breaks an id rule (see :func:`validate_id`).
+    """
+    name: str = _schema_eval_run_stream(validate_id(run_id, "eval run id"))
+    return name
+
+
+def feedback_run_id(session_id: str) -> str:
+    """The eval run that holds people's ratings of a session, ``feedback-{session_id}``."""
+    return f"feedback-{validate_id(session_id, 'session id')}"
 
 
 KEYS_STREAM = "AgentKeys"

@@ -161,6 +161,16 @@ RUN_RESUMED: Final = "agentjournal.RunResumed"
 LINE_GUARDED: Final = "agentjournal.LineGuarded"
 SUBJECT_ERASED: Final = "agentjournal.SubjectErased"
 """A data subject's keys were destroyed: its sealed content reads ``[erased]``."""
+EVAL_RUN_STARTED: Final = "EvalRunStarted"
+"""An eval run began: what it scores and with which scorers (on ``EvalRun-{run_id}``)."""
+TURN_SCORED: Final = "TurnScored"
+"""One scorer's score of one turn of one session line (or a person's rating)."""
+SESSION_SCORED: Final = "SessionScored"
+"""A session line's score in an eval run: the mean of its scores."""
+EVAL_RUN_COMPLETED: Final = "EvalRunCompleted"
+"""An eval run ended: turns scored, the averages, what the judge cost."""
+EVAL_EVENTS: Final = frozenset({EVAL_RUN_STARTED, TURN_SCORED, SESSION_SCORED, EVAL_RUN_COMPLETED})
+"""The canonical eval event types, written on ``EvalRun-{run_id}`` streams only."""
 BRANCH_EVENTS: Final = frozenset(
     {
         LINE_GUARDED,

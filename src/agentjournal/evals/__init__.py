@@ -1,0 +1,1 @@
+"""Evals and experiments on the record: scorers, eval runs, experiments on forks."""
