@@ -130,6 +130,7 @@ async def list_sessions(args: argparse.Namespace) -> int:
         "refusals",
         "tokens",
         "branches",
+        "score",
         "first",
         "last",
         "integrity",
@@ -149,6 +150,7 @@ async def list_sessions(args: argparse.Namespace) -> int:
                 row.refusals,
                 row.tokens,
                 _branches(row),
+                score_text(row),
                 _when(row.first_activity),
                 _when(row.last_activity),
                 _STATE_WORDS[row.integrity.state],
@@ -194,6 +196,18 @@ def _branches(row: SessionRow) -> str:
     gone = sum(1 for branch in row.branches if branch.deleted is not None)
     live = len(row.branches) - gone
     return f"{live}" + (f" (+{gone} gone)" if gone else "") if row.branches else "-"
+
+
+def score_text(row: SessionRow) -> str:
+    """The score column: the latest eval score and its label (and line, when a branch's),
+    then the newest rating a person gave; ``-`` when never scored."""
+    parts = []
+    if row.score is not None:
+        line = f" ({row.score.line})" if row.score.line != "main" else ""
+        parts.append(f"{row.score.score:.2f} {row.score.label}{line}".strip())
+    if row.rating is not None:
+        parts.append(f"rated {row.rating.score:.2f}")
+    return " · ".join(parts) or "-"
 
 
 def _when(moment: datetime) -> str:

@@ -25,6 +25,7 @@ from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, trusted_closure
 from agentjournal.read.catalog.ledger import chain_problem, checkpoint_problem, ledger_status
 from agentjournal.read.catalog.rows import BranchRow, SessionRow
+from agentjournal.read.catalog.scores import SCORE_TYPES, fold_score, score_marks
 from agentjournal.read.usage import legacy_counts
 from agentjournal.streams import (
     KEYS_STREAM,
@@ -40,9 +41,9 @@ if TYPE_CHECKING:
 
     from agentjournal.store.contract import RecordedEvent
 
-VERSION: Final = 8  # 2: items counted by the engine's index rule; 3: branches; 4: continuations;
+VERSION: Final = 9  # 2: items counted by the engine's index rule; 3: branches; 4: continuations;
 # 5: a continuation is the subagent it continues, not one more; 7: each key's tail;
-# 8: pending approvals
+# 8: pending approvals; 9: eval scores
 """The state's layout; a saved state of another version is rebuilt from the start."""
 
 
@@ -79,6 +80,10 @@ def _new_row() -> dict[str, Any]:
         # follows (a subagent's ending drops its stream's): "stream call_id" -> the
         # question's event id (engine.approvals' rule, on every line of the tree)
         "asked": {},
+        # eval runs (read.catalog.scores): its latest session score, newest rating, runs
+        "score": None,
+        "rated": None,
+        "evals": [],
     }
 
 
@@ -151,6 +156,11 @@ class Catalog:
         if event.stream == KEYS_STREAM:
             self._fold_key(event)
             return True
+        if event.type in SCORE_TYPES:
+            # An eval run's score of a session (a malformed one counts for nothing).
+            with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+                return fold_score(self.sessions, event, _new_row)
+            return False
         session_id = self.session_of(event)
         if session_id is None:
             return False  # not part of a session tree (a projection's stream, another app's)
@@ -422,6 +432,7 @@ class Catalog:
         if row is None or session_stream(session_id) not in self.streams or row["first"] is None:
             return None  # an authority log or checkpoints without a session
         started, closed, failed = row["started"], row["closed"], row["failed"]
+        score, rating = score_marks(row)
         branches = tuple(
             BranchRow(
                 name=b["name"],
@@ -454,6 +465,9 @@ class Catalog:
             checked_at=_moment(row.get("checked") or row["last"]),
             branches=branches,
             pending_approvals=len(row["asked"]),
+            score=score,
+            rating=rating,
+            eval_runs=tuple(row.get("evals", ())),
         )
 
 

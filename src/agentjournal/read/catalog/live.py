@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from agentjournal.read.catalog.fold import Catalog
 from agentjournal.read.catalog.listing import catch_up, settle
 from agentjournal.read.catalog.rows import SessionRow
+from agentjournal.read.catalog.scores import scored_session
 from agentjournal.read.catalog.search import TEXT_EVENT_TYPES, ContentIndex
 from agentjournal.streams import KEYS_STREAM
 
@@ -75,7 +76,7 @@ class LiveCatalog:
         if event.stream == KEYS_STREAM:
             self._rows = None  # a key rotation: every row's trust may change
             return
-        session_id = self._catalog.session_of(event)
+        session_id = self._catalog.session_of(event) or scored_session(event)
         if session_id is None:
             return
         self._touched.add(session_id)

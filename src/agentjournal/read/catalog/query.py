@@ -50,9 +50,11 @@ SORTS: Final[dict[str, Callable[[SessionRow], Any]]] = {
     "first": lambda r: r.first_activity,
     "last": lambda r: r.last_activity,
     "integrity": lambda r: _STATE_RANK[r.integrity.state],
+    "score": lambda r: r.score.score if r.score is not None else -1.0,
 }
 """The columns a page sorts by. ``integrity`` ascending puts FAILED first, then unsigned,
-untrusted, verified."""
+untrusted, verified; ``score`` (the latest eval score) ascending puts the sessions never
+scored first, then the lowest scores."""
 
 TEXT_COLUMNS: Final = frozenset({"session", "app", "user", "agent"})
 """Columns sorted ascending unless told otherwise (the others: descending)."""

@@ -50,6 +50,46 @@ class BranchRow:
 
 
 @dataclass(frozen=True)
+class ScoreMark:
+    """A score of a session the catalog keeps: its latest ``SessionScored``, or the newest
+    ``TurnScored`` a person gave (a rating).
+
+    Attributes:
+        run: The eval run that holds it (``EvalRun-{run}``).
+        score: The score, from 0 to 1.
+        label: Its label (``pass``/``fail`` for a session's score; a rating's own).
+        line: The line scored: ``main`` or a branch's name.
+        at: When it was recorded (UTC).
+        turn: A rating's turn (None: a session's score).
+        scorer: A rating's scorer (``human`` unless it says otherwise).
+        by: Who gave a rating, when recorded.
+    """
+
+    run: str
+    score: float
+    label: str
+    line: str
+    at: datetime
+    turn: int | None = None
+    scorer: str = ""
+    by: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The mark as JSON-ready data (its time in RFC 3339); a session's score has no
+        turn, scorer or author."""
+        out: dict[str, Any] = {
+            "run": self.run,
+            "score": self.score,
+            "label": self.label,
+            "line": self.line,
+            "at": self.at.isoformat(),
+        }
+        if self.turn is not None:
+            out.update(turn=self.turn, scorer=self.scorer, by=self.by)
+        return out
+
+
+@dataclass(frozen=True)
 class SessionRow:
     """One session tree in the catalog.
 
@@ -85,6 +125,10 @@ class SessionRow:
         pending_approvals: Function tool calls that wait for a person's approval, on
             every line: asked (``InterruptIssued``), not answered (``InterruptResolved``)
             and not run (no output of the call on the question's stream).
+        score: Its latest score: the newest ``SessionScored`` of any eval run, any line
+            (None: never scored).
+        rating: The newest score a person gave one of its turns (None: none).
+        eval_runs: The eval runs that scored it, oldest first.
     """
 
     session_id: str
@@ -104,6 +148,9 @@ class SessionRow:
     checked_at: datetime
     branches: tuple[BranchRow, ...] = ()
     pending_approvals: int = 0
+    score: ScoreMark | None = None
+    rating: ScoreMark | None = None
+    eval_runs: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-ready data (times in RFC 3339)."""
@@ -126,4 +173,7 @@ class SessionRow:
             "integrity": {**self.integrity.as_dict(), "checked_at": self.checked_at.isoformat()},
             "branches": [branch.as_dict() for branch in self.branches],
             "pending_approvals": self.pending_approvals,
+            "score": self.score.as_dict() if self.score is not None else None,
+            "rating": self.rating.as_dict() if self.rating is not None else None,
+            "eval_runs": list(self.eval_runs),
         }

@@ -1,0 +1,153 @@
+"""``agentjournal sessions`` and the catalog: each session's latest eval score and newest
+human rating, folded from eval runs written on real runs, incrementally."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from agentjournal.read import catalog
+from agentjournal.read.catalog.live import LiveCatalog
+from agentjournal.read.catalog.query import page_of, parse_query
+from agentjournal.store import open_store
+from cli_run import run
+from eval_runs import Given, run_session, write_rating, write_run
+
+
+def _uri(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'journal.db'}"
+
+
+async def _scored_store(uri: str) -> None:
+    await run_session(uri, "s1", turns=2)
+    await run_session(uri, "s2", turns=1)
+    store = await open_store(uri)
+    try:
+        await write_run(
+            store,
+            "run1",
+            [
+                Given("s1", 1, "exact", 1.0, "pass"),
+                Given("s1", 2, "exact", 0.0, "fail"),
+                Given("s2", 1, "exact", 0.0, "fail"),
+            ],
+        )
+    finally:
+        await store.close()
+
+
+async def test_a_session_lists_its_latest_score_and_every_run_that_scored_it(
+    tmp_path: Path,
+) -> None:
+    uri = _uri(tmp_path)
+    await _scored_store(uri)
+    store = await open_store(uri)
+    try:
+        first = await catalog.refresh(store)
+        rows = {row.session_id: row for row in first.rows}
+        assert rows["s1"].score is not None
+        assert rows["s1"].score.score == 0.5
+        assert (rows["s1"].score.label, rows["s1"].score.run) == ("pass", "run1")
+        assert rows["s2"].score is not None
+        assert rows["s2"].score.label == "fail"
+        assert rows["s1"].eval_runs == ("run1",)
+        assert rows["s1"].rating is None
+        # Scoring is no activity of the session: its items and last activity stay.
+        items, last = rows["s1"].items, rows["s1"].last_activity
+
+        # A later run scores s1 again: the newest score is the one listed, and the fold
+        # reads only what was written since the save.
+        await write_run(store, "run2", [Given("s1", 1, "judge", 0.25, "fail")])
+        await write_rating(store, "s1", 2, 1.0, by="ana", label="good")
+        again = await catalog.refresh(store)
+        assert again.folded == 3  # run2's two scores and the rating: the rest count for none
+        row = next(r for r in again.rows if r.session_id == "s1")
+        assert row.score is not None
+        assert (row.score.run, row.score.score) == ("run2", 0.25)
+        assert row.rating is not None
+        assert (row.rating.turn, row.rating.score, row.rating.by) == (2, 1.0, "ana")
+        assert row.rating.run == "feedback-s1"
+        assert row.rating.scorer == "human"
+        assert row.eval_runs == ("run1", "run2", "feedback-s1")
+        assert (row.items, row.last_activity) == (items, last)
+
+        # Folded from the start, the same scores.
+        fresh = await catalog.refresh(store, fresh=True)
+        assert {r.session_id: (r.score, r.rating, r.eval_runs) for r in fresh.rows} == {
+            r.session_id: (r.score, r.rating, r.eval_runs) for r in again.rows
+        }
+    finally:
+        await store.close()
+
+
+async def test_the_list_sorts_by_score_with_unscored_sessions_lowest(tmp_path: Path) -> None:
+    uri = _uri(tmp_path)
+    await _scored_store(uri)
+    await run_session(uri, "s3", turns=1)
+    store = await open_store(uri)
+    try:
+        rows = (await catalog.refresh(store)).rows
+    finally:
+        await store.close()
+    page = page_of(rows, parse_query([("sort", "score")]))
+    assert [r.session_id for r in page.rows] == ["s1", "s2", "s3"]
+    page = page_of(rows, parse_query([("sort", "score"), ("order", "asc")]))
+    assert [r.session_id for r in page.rows] == ["s3", "s2", "s1"]
+
+
+async def test_the_viewers_live_catalog_rebuilds_the_row_a_new_score_touches(
+    tmp_path: Path,
+) -> None:
+    uri = _uri(tmp_path)
+    await _scored_store(uri)
+    store = await open_store(uri)
+    try:
+        live = LiveCatalog()
+        before = {r.session_id: r for r in (await live.refresh(store)).rows}
+        assert before["s2"].score is not None
+        assert before["s2"].score.score == 0.0
+        await write_run(
+            store,
+            "run2",
+            [Given("s2", 1, "judge", 0.75, "ok")],
+            by_session={("s2", "main"): (0.75, "pass")},
+        )
+        after = {r.session_id: r for r in (await live.refresh(store)).rows}
+        assert after["s2"].score is not None
+        assert after["s2"].score.run == "run2"
+        assert after["s2"].score.score == 0.75
+    finally:
+        await store.close()
+
+
+def test_sessions_prints_the_score_column_and_its_json(tmp_path: Path) -> None:
+    uri = _uri(tmp_path)
+    asyncio.run(_scored_store(uri))
+
+    async def rate() -> None:
+        store = await open_store(uri)
+        try:
+            await write_rating(store, "s2", 1, 0.9, by="bo")
+        finally:
+            await store.close()
+
+    asyncio.run(rate())
+    done = run("sessions", "--json", "--uri", uri)
+    assert done.returncode == 0, done.stderr
+    rows = {row["session_id"]: row for row in json.loads(done.stdout)}
+    assert rows["s1"]["score"] == {
+        "run": "run1",
+        "score": 0.5,
+        "label": "pass",
+        "line": "main",
+        "at": rows["s1"]["score"]["at"],
+    }
+    assert rows["s2"]["rating"]["by"] == "bo"
+    assert rows["s2"]["rating"]["turn"] == 1
+    assert rows["s2"]["eval_runs"] == ["run1", "feedback-s2"]
+    table = run("sessions", "--uri", uri)
+    assert table.returncode == 0, table.stderr
+    assert "score" in table.stdout
+    assert "0.50 pass" in table.stdout
+    assert "0.00 fail · rated 0.90" in table.stdout
