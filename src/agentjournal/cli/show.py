@@ -12,8 +12,10 @@ from agentjournal.cli._common import STORE_HELP, Commands, add_keys_argument
 
 if TYPE_CHECKING:
     from agentjournal.engine.fork import Branch
+    from agentjournal.read.evals.scores import SessionScores
     from agentjournal.read.views import StreamView
     from agentjournal.records import Record, TreeRecords
+    from agentjournal.shred.keys import SubjectKeyStore
     from agentjournal.store.contract import EventStore
 
 
@@ -78,6 +80,7 @@ async def show_session(args: argparse.Namespace) -> int:
             tree = await read_tree(store, session_id)
             lines = await _lines(store, session_id, args.branch)
             model = await check_read_model(store, session_id)
+            scores = await _scores(store, session_id, args, subject_keys)
         finally:
             await store.close()
         # The whole tree, every line, as `verify` checks it (the records are already read):
@@ -100,6 +103,8 @@ async def show_session(args: argparse.Namespace) -> int:
         )
     if args.json:
         data = {**_json(session_id, tree, lines, args.stream), "integrity": integrity.as_dict()}
+        if scores is not None:
+            data["scores"] = scores.as_dict()
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return 0
     shown = tree.streams and (args.stream is None or args.stream in tree.streams)
@@ -117,6 +122,8 @@ async def show_session(args: argparse.Namespace) -> int:
             out.print(_header(branch), markup=False, highlight=False)
             for text in plain_lines(views_of):
                 out.print("  " + text, markup=False, highlight=False)
+        for text in _score_texts(scores):
+            out.print(text, markup=False, highlight=False)
         out.print(LEGEND, markup=False, highlight=False)
         out.print(f"integrity: {integrity.text()}", markup=False, highlight=False)
         return 0
@@ -127,6 +134,11 @@ async def show_session(args: argparse.Namespace) -> int:
     _add(root, main_views)
     for branch, views_of in branch_views:
         _add(root.add(Text(_header(branch), style="bold yellow")), views_of)
+    texts = _score_texts(scores)
+    if texts:
+        node = root.add(Text(texts[0], style="bold green"))
+        for text in texts[1:]:
+            node.add(Text(text, style="dim" if text.startswith("run ") else ""))
     out.print(root)
     out.print(Text(LEGEND, style="dim"))
     out.print(Text(f"integrity: {integrity.text()}", style=_STATE_STYLES[integrity.state]))
@@ -140,6 +152,28 @@ _STATE_STYLES: Final = {
     "failed": "bold red",
 }
 """How each integrity state looks on a terminal."""
+
+
+async def _scores(
+    store: EventStore, session_id: str, args: argparse.Namespace, keys: SubjectKeyStore
+) -> SessionScores | None:
+    """The session's scores from every eval run, of the lines shown (None: ``--stream``
+    shows one stream only)."""
+    from agentjournal.read.evals.scores import session_scores
+
+    if args.stream is not None:
+        return None
+    lines = None if args.branch is None else [args.branch]
+    return await session_scores(store, session_id, keys=keys, lines=lines)
+
+
+def _score_texts(scores: SessionScores | None) -> list[str]:
+    """The scores' heading and lines (none when nothing scored the lines shown)."""
+    from agentjournal.read.evals.scores import SCORES_HEADER, score_lines
+
+    if scores is None or not scores.runs:
+        return []
+    return [SCORES_HEADER, *score_lines(scores)]
 
 
 async def _lines(
