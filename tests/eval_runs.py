@@ -2,37 +2,33 @@
 
 :func:`run_session` runs turns of :data:`scenarios.TURNS` through the SDK's real
 ``Runner`` into a journal session. :func:`write_run` writes one eval run's stream in the
-shared event format (``EvalRunStarted``, a ``TurnScored`` per score, a ``SessionScored``
-per session line, ``EvalRunCompleted``), chained like every stream, with deterministic
-event ids; :func:`write_rating` records a person's rating on the session's feedback run.
+shared event format with the one writer of eval runs (``EvalRunStarted``, a ``TurnScored`` per
+score, a ``SessionScored`` per session line, ``EvalRunCompleted``); :func:`write_rating`
+records a person's rating on the session's feedback run.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf.struct_pb2 import Struct
-from kurrent_agent_schema import (
-    EvalRunCompleted,
-    EvalRunStarted,
-    SessionScored,
-    TurnScored,
-    to_json,
+from agentjournal import Journal
+from agentjournal.engine.evals import (
+    EvalWriter,
+    RunStart,
+    RunTotals,
+    SessionScore,
+    TurnScore,
+    record_rating,
 )
-
-from agentjournal import Journal, events
-from agentjournal.engine.writer import append_chained
 from agentjournal.errors import StreamNotFound
 from agentjournal.ledger.chain import HASH_KEY
+from agentjournal.shred.sealing import SubjectSealer
 from agentjournal.store.contract import EventStore
-from agentjournal.streams import eval_run_stream, feedback_run_id
+from agentjournal.streams import session_stream
 from scenarios import run_turn
-
-_NAMESPACE = uuid.UUID("8a1f4c52-0d7e-4f4b-9c61-2b0d0f7c1e11")
 
 
 async def run_session(uri: str, session_id: str, turns: int = 2) -> None:
@@ -58,21 +54,9 @@ class Given:
     output: str = ""
 
 
-def _ext(data: dict[str, Any]) -> dict[str, Struct]:
-    struct = Struct()
-    struct.update(data)
-    return {"agentjournal": struct}
-
-
-async def _append(store: EventStore, run_id: str, type_: str, body: str, what: str) -> None:
-    stream = eval_run_stream(run_id)
-    event_id = uuid.uuid5(_NAMESPACE, f"{run_id}\n{what}")
-    await append_chained(store, stream, type_, body.encode(), event_id)
-
-
 async def _head(store: EventStore, session: str) -> str:
     try:
-        tail = await store.read(f"AgentSession-{session}", backwards=True, limit=1)
+        tail = await store.read(session_stream(session), backwards=True, limit=1)
     except StreamNotFound:
         return ""
     return tail[0].metadata.get(HASH_KEY, "") if tail else ""
@@ -85,47 +69,37 @@ async def write_run(
     *,
     complete: bool = True,
     by_session: dict[tuple[str, str], tuple[float, str]] | None = None,
+    sealers: Mapping[str, SubjectSealer] | None = None,
 ) -> None:
-    """Write eval run ``run_id`` scoring ``given`` (see the module docs); with
-    ``complete`` False it stops before the sessions' scores and the completion."""
-    lines = list(dict.fromkeys((g.session, g.line) for g in given))
-    scorers = list(dict.fromkeys(g.scorer for g in given))
-    sessions = {s for s, _ in lines}
-    started = EvalRunStarted(
-        session_id=next(iter(sessions)) if len(sessions) == 1 else "",
-        scorer=",".join(scorers),
-        criteria="sha256:" + "0" * 64,
-        extensions=_ext(
-            {
-                "run_id": run_id,
-                "kind": "eval",
-                "sessions": [{"session": s, "line": line} for s, line in lines],
-                "scorers": [{"name": name, "version": "1", "kind": "rule"} for name in scorers],
-            }
-        ),
+    """Write eval run ``run_id`` scoring ``given`` with the one writer of eval runs (see
+    the module docs); with ``complete`` False it stops before the sessions' scores and
+    the completion. ``by_session`` overrides a line's (score, label); ``sealers`` seal a
+    session's scores' content."""
+    lines = tuple(dict.fromkeys((g.session, g.line) for g in given))
+    scorers = tuple(
+        {"name": name, "version": "1", "kind": "rule"}
+        for name in dict.fromkeys(g.scorer for g in given)
     )
-    await _append(store, run_id, events.EVAL_RUN_STARTED, to_json(started), "started")
-    for g in given:
-        scored = TurnScored(
-            session_id=g.session,
-            turn_index=g.turn,
-            input=g.input,
-            output=g.output,
-            score=g.score,
-            score_label=g.label,
-            reason=g.reason,
-            extensions=_ext(
-                {
-                    "scorer": g.scorer,
-                    "version": "1",
-                    "line": g.line,
-                    "head": await _head(store, g.session),
-                    "human": False,
-                }
-            ),
-        )
-        what = f"turn\n{g.session}\n{g.line}\n{g.turn}\n{g.scorer}"
-        await _append(store, run_id, events.TURN_SCORED, to_json(scored), what)
+    writer = await EvalWriter.open(store, run_id, sealers=sealers)
+    await writer.start(RunStart(run_id, "eval", lines, scorers, "sha256:" + "0" * 64))
+    await writer.add(
+        [
+            TurnScore(
+                session=g.session,
+                line=g.line,
+                turn=g.turn,
+                scorer=g.scorer,
+                version="1",
+                value=g.score,
+                label=g.label,
+                reason=g.reason,
+                input=g.input,
+                output=g.output,
+                head=await _head(store, g.session),
+            )
+            for g in given
+        ]
+    )
     if not complete:
         return
     means: dict[str, float] = {}
@@ -136,33 +110,31 @@ async def write_run(
             (session, line), (mean, "pass" if mean >= 0.5 else "fail")
         )
         means[line] = score
-        body = SessionScored(
-            session_id=session,
-            score=score,
-            score_label=label,
-            reason=f"{len(mine)} scores",
-            extensions=_ext(
-                {
-                    "line": line,
-                    "by_scorer": dict.fromkeys({g.scorer for g in mine}, score),
-                    "turns": len({g.turn for g in mine}),
-                }
-            ),
+        await writer.add(
+            [
+                SessionScore(
+                    session=session,
+                    line=line,
+                    value=score,
+                    label=label,
+                    reason=f"{len(mine)} scores",
+                    by_scorer=dict.fromkeys({g.scorer for g in mine}, score),
+                    turns=len({g.turn for g in mine}),
+                )
+            ]
         )
-        await _append(
-            store, run_id, events.SESSION_SCORED, to_json(body), f"session\n{session}\n{line}"
+    await writer.complete(
+        RunTotals(
+            session_id=RunStart(run_id, "eval", lines, scorers).session_id,
+            turns_scored=len(given),
+            average=sum(g.score for g in given) / len(given),
+            total_cost=0.0,
+            by_scorer={},
+            by_line=means,
+            judge={},
+            sessions=len(lines),
         )
-    average = sum(g.score for g in given) / len(given)
-    completed = EvalRunCompleted(
-        session_id=started.session_id,
-        turns_scored=len(given),
-        average_score=average,
-        total_cost=0.0,
-        extensions=_ext(
-            {"by_scorer": {}, "by_line": means, "judge": {}, "sessions": len(sessions)}
-        ),
     )
-    await _append(store, run_id, events.EVAL_RUN_COMPLETED, to_json(completed), "completed")
 
 
 async def write_rating(
@@ -175,42 +147,24 @@ async def write_rating(
     label: str = "",
     reason: str = "",
     rating_id: str = "r1",
+    sealer: SubjectSealer | None = None,
 ) -> None:
     """A person's rating of a turn, on the session's feedback run."""
-    run_id = feedback_run_id(session)
-    stream = eval_run_stream(run_id)
-    if await store.head(stream) is None:
-        started = EvalRunStarted(
-            session_id=session,
-            scorer="human",
-            extensions=_ext(
-                {
-                    "run_id": run_id,
-                    "kind": "feedback",
-                    "sessions": [{"session": session, "line": "main"}],
-                    "scorers": [{"name": "human", "version": "1", "kind": "human"}],
-                }
-            ),
-        )
-        await _append(store, run_id, events.EVAL_RUN_STARTED, to_json(started), "started")
-    rated = TurnScored(
-        session_id=session,
-        turn_index=turn,
-        score=score,
-        score_label=label,
+    rating = TurnScore(
+        session=session,
+        line="main",
+        turn=turn,
+        scorer="human",
+        version="1",
+        value=score,
+        label=label,
         reason=reason,
-        extensions=_ext(
-            {
-                "scorer": "human",
-                "version": "1",
-                "line": "main",
-                "head": await _head(store, session),
-                "human": True,
-                "by": by,
-            }
-        ),
+        head=await _head(store, session),
+        human=True,
+        by=by,
+        rating=rating_id,
     )
-    await _append(store, run_id, events.TURN_SCORED, to_json(rated), f"rating\n{rating_id}")
+    await record_rating(store, rating, sealer=sealer)
 
 
 def body_of(data: bytes) -> dict[str, Any]:

@@ -109,7 +109,9 @@ def score_lines(scores: SessionScores) -> list[str]:
     return out
 
 
-def kept_to(run: EvalRunResult, session_id: str, lines: Iterable[str] | None = None) -> EvalRunResult:
+def kept_to(
+    run: EvalRunResult, session_id: str, lines: Iterable[str] | None = None
+) -> EvalRunResult:
     """``run`` with only the scores of ``session_id`` (of ``lines``, when given; pure)."""
     wanted = None if lines is None else set(lines)
 
