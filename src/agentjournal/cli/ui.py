@@ -181,7 +181,9 @@ async def _view(args: argparse.Namespace) -> int:
         writable_folder,
         write_atomically,
     )
-    from agentjournal.cli._store import open_session, reading_keys
+    from agentjournal.cli._store import open_session, reading_keys, showing
+    from agentjournal.read.evals.scores import scored_runs
+    from agentjournal.ui.evals import session_scores_data
     from agentjournal.ui.page import check_at, render, session_page
 
     to_stdout = args.output == "-"
@@ -203,6 +205,10 @@ async def _view(args: argparse.Namespace) -> int:
                 every_history=True,
                 branch=args.branch,
                 subject_keys=subject_keys,
+            )
+            runs = await scored_runs(store, session_id)
+            data["scores"] = await session_scores_data(
+                showing(store, subject_keys), session_id, runs, line=args.branch or "main"
             )
         finally:
             await store.close()

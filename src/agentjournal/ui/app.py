@@ -17,6 +17,9 @@ Routes (GET, but the one POST):
 - ``/events``, ``/sessions/{id}/events``: server-sent events, one ``changed`` message
   (its data: the store position) whenever the store — or that session's tree,
   subsessions opened later included — has a new event after ``?after=POSITION``.
+- ``/evals``, ``/evals/{run_id}`` (``/api/evals``, ``/api/evals/{run_id}`` as JSON): the
+  eval runs that scored a session, and one run's page (:mod:`agentjournal.ui.evals`); a
+  session's page carries its scores (``scores``) from every run that scored it.
 - ``/static/…``: the page's CSS and script, shipped in the wheel.
 - ``POST /api/sessions/{id}/approvals/{request_id}`` (``&branch=B`` too), JSON
   ``{"approve": bool, "by": NAME, "reason": TEXT}``: the answer, through
@@ -81,6 +84,7 @@ from agentjournal.ui import page
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+    from agentjournal.read.catalog import SessionRow
     from agentjournal.shred.keys import SubjectKeyStore
     from agentjournal.store.contract import EventStore, RecordedEvent
 
@@ -92,7 +96,12 @@ _POLICY: Final = (
     "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 _PROJECTIONS: Final = projection_stream("x")[:-1]
-_ASSETS: Final = {"ui.css": "text/css", "ui.js": "text/javascript"}
+_ASSETS: Final = {
+    "ui.css": "text/css",
+    "ui.js": "text/javascript",
+    "evals.css": "text/css",
+    "evals.js": "text/javascript",
+}
 _TICK: Final = 0.5
 _KEEPALIVE_SECONDS: Final = 15.0
 
@@ -212,6 +221,7 @@ def create_app(
             )
             checked[session_id] = data["integrity"]
             data["decide"] = token is not None
+            data["scores"] = await session_scores(session_id, _branch(request))
             return data
         except InvalidInput as error:
             return _missing(request, str(error))
@@ -355,6 +365,63 @@ def create_app(
             }
         )
 
+    async def catalog_rows() -> list[SessionRow]:
+        """The catalog's rows once its first reading is done (waiting a little for it);
+        none before."""
+        if not live.ready:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(state["warming"]), warm_wait)
+            if not live.ready:
+                return []
+        return (await live.refresh(store())).rows
+
+    async def session_scores(session_id: str, branch: str | None) -> dict[str, Any]:
+        from agentjournal.ui.evals import session_scores_data
+
+        row = next((r for r in await catalog_rows() if r.session_id == session_id), None)
+        runs = row.eval_runs if row is not None else ()
+        return await session_scores_data(shown(), session_id, runs, line=branch or MAIN_BRANCH)
+
+    async def evals_json(request: Request) -> dict[str, Any] | Response:
+        from agentjournal.ui.evals import runs_page
+
+        try:
+            rows = await catalog_rows()
+            return await runs_page(shown(), (run for row in rows for run in row.eval_runs))
+        except JournalError as error:
+            return _unavailable(error)
+
+    async def evals(request: Request) -> Response:
+        data = await evals_json(request)
+        if isinstance(data, Response):
+            return data
+        return HTMLResponse(page.render(data, live=True, title="eval runs"))
+
+    async def api_evals(request: Request) -> Response:
+        data = await evals_json(request)
+        return data if isinstance(data, Response) else JSONResponse(data)
+
+    async def eval_run_json(request: Request) -> dict[str, Any] | Response:
+        from agentjournal.ui.evals import run_page
+
+        try:
+            run_id = validate_id(request.path_params["run"], "eval run id")
+            return await run_page(shown(), run_id)
+        except InvalidInput as error:
+            return _missing(request, str(error))
+        except JournalError as error:
+            return _unavailable(error)
+
+    async def eval_run(request: Request) -> Response:
+        data = await eval_run_json(request)
+        if isinstance(data, Response):
+            return data
+        return HTMLResponse(page.render(data, live=True, title=f"eval run {data['run_id']}"))
+
+    async def api_eval_run(request: Request) -> Response:
+        data = await eval_run_json(request)
+        return data if isinstance(data, Response) else JSONResponse(data)
+
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
         if name not in _ASSETS:
@@ -372,6 +439,10 @@ def create_app(
             Route("/sessions/{session}", session),
             Route("/sessions/{session}/events", session_changes),
             Route("/static/{name}", static),
+            Route("/evals", evals),
+            Route("/api/evals", api_evals),
+            Route("/evals/{run}", eval_run),
+            Route("/api/evals/{run}", api_eval_run),
             Route("/api/sessions/{session}/approvals/{request}", decide, methods=["POST"]),
         ],
         lifespan=lifespan,

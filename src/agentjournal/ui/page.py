@@ -57,6 +57,11 @@ if TYPE_CHECKING:
 
 Kind = Literal["session", "sessions"]
 
+STYLES: Final = ("ui.css", "evals.css")
+SCRIPTS: Final = ("evals.js", "ui.js")
+"""The page's assets, in order: ``evals.js`` (eval scores and runs) before the script
+that draws the page and calls it."""
+
 MAX_EXPORTED_HISTORIES: Final = 500
 """A one-file export carries the history before each of at most this many items."""
 
@@ -644,7 +649,8 @@ def render(
         f"<title>{html.escape(heading)} · agentjournal</title>",
     ]
     if inline:
-        css, script = asset("ui.css"), asset("ui.js")
+        css = "".join(asset(name) for name in STYLES)
+        script = "".join(asset(name) for name in SCRIPTS)
         policy = (
             f"default-src 'none'; script-src {_sha256(script)}; style-src {_sha256(css)}; "
             "img-src data:; base-uri 'none'; form-action 'none'"
@@ -653,9 +659,9 @@ def render(
         head.append(f"<style>{css}</style>")
         tail = f"<script>{script}</script>"
     else:
-        head.append('<link rel="stylesheet" href="/static/ui.css">')
+        head.extend(f'<link rel="stylesheet" href="/static/{name}">' for name in STYLES)
         head.append('<link rel="icon" href="data:,">')
-        tail = '<script src="/static/ui.js"></script>'
+        tail = "".join(f'<script src="/static/{name}"></script>' for name in SCRIPTS)
     mode = "live" if live else ("file" if inline else "static")
     return (
         '<!doctype html>\n<html lang="en">\n<head>\n'

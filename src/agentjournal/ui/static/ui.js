@@ -46,10 +46,11 @@
   var COLUMNS = [["session", "session"], ["app", "app"], ["user", "user"], ["agent", "agent"],
     ["items", "items"], ["subagents", "subagents o/c/f"], ["blocks", "blocks"],
     ["refusals", "refusals"], ["tokens", "tokens"], ["branches", "branches"],
-    ["approvals", "waiting"],
+    ["approvals", "waiting"], ["score", "score"],
     ["first", "first"], ["last", "last"], ["integrity", "integrity"]];
   var TEXT_COLUMNS = { session: 1, app: 1, user: 1, agent: 1 };
   var listing = { seq: 0, timer: null, busy: false, again: false };
+  var EV = window.agentjournalEvals;  // evals.js: scores and eval runs
 
   function listQuery() {
     var q = data.query || {};
@@ -233,7 +234,7 @@
       var cells = [link, row.app || "-", row.user || "-", row.agent || "-", String(row.items),
         s.open + "/" + s.closed + "/" + s.failed, String(row.guardrail_blocks), String(row.refusals),
         String(row.tokens), row.branches.length ? live + (gone ? " (+" + gone + " gone)" : "") : "-",
-        row.pending_approvals ? row.pending_approvals + " waiting for approval" : "-",
+        row.pending_approvals ? row.pending_approvals + " waiting for approval" : "-", EV.scoreCell(row),
         shortTime(row.first_activity), shortTime(row.last_activity), STATE_WORDS[row.integrity.state]];
       var tr = el("tr", { "data-session": row.session_id,
         cls: row.pending_approvals ? "waiting" : "" });
@@ -279,6 +280,8 @@
     if (lines) app.appendChild(lines);
     var waiting = drawApprovals();
     if (waiting) app.appendChild(waiting);
+    var scored = EV.sessionScores(data, el);
+    if (scored) app.appendChild(scored);
     var tabs = el("nav", { cls: "tabs" });
     TABS.forEach(function (t) {
       if (t[0] === "compare" && !(data.branches || []).length) return;
@@ -539,6 +542,7 @@
       } else {
         node.appendChild(el(s.role === "result" ? "pre" : "div", { cls: "said", text: s.text }));
       }
+      if (s.role === "user") EV.turnBadges(node, e, data, el);
       if (e.failed) node.appendChild(el("div", { cls: "problem", text: firstFailure().message }));
       return clickable(node, e);
     }
@@ -788,12 +792,14 @@
   }
 
   function draw() {
+    if (EV.draw(app, data, el)) return;
     if (data.kind === "session") drawSession();
     else drawSessions();
   }
 
   // -- live ------------------------------------------------------------------------
   function follow() {
+    if (data.kind !== "session" && data.kind !== "sessions") return;  // an eval page stays
     var base = data.kind === "session" ? "/sessions/" + encodeURIComponent(data.session_id) : "";
     var api = data.kind === "session" ? "/api/sessions/" + encodeURIComponent(data.session_id) : "/api/sessions";
     if (data.kind === "session" && data.branch) api += "?branch=" + encodeURIComponent(data.branch.name);
