@@ -579,7 +579,10 @@ class EvalWriter:
                 return landed
             for event in new:
                 self._know(event.id, event.type, int(event.metadata[events.SEQ_KEY]), "")
-            self._hash = new[-1].metadata[HASH_KEY]
+            # The head's hash as stored: a twin writer's attempt at the same events (the
+            # same ids, another timestamp or nonce) may be what landed (writer.append).
+            (last,) = await self._store.read(self.stream, from_revision=self._head, limit=1)
+            self._hash = last.metadata.get(HASH_KEY, "")
             return len(new)
 
         written: int = await _retrying(attempt)
