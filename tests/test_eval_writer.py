@@ -5,6 +5,7 @@ is retried, on SQLite and on the KurrentDB double."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -65,7 +66,7 @@ def chained(found: list[RecordedEvent]) -> bool:
             event.revision,
             str(event.id),
             event.type,
-            __import__("hashlib").sha256(event.data).hexdigest(),
+            hashlib.sha256(event.data).hexdigest(),
             event.metadata,
         )
         if event.metadata[PREV_KEY] != prev or event.metadata[HASH_KEY] != digest:
@@ -83,7 +84,8 @@ async def test_the_writer_appends_each_event_once_however_often_it_is_asked(
     assert not await writer.start(START)
     assert await writer.add(scores(3)) == 0
     again = await EvalWriter.open(store, "run-1")  # a rerun, in another process
-    assert again.started and not again.completed
+    assert again.started
+    assert not again.completed
     assert await again.add(scores(4)) == 1  # only turn 4 is new
     totals = RunTotals("support-1", 4, 0.5, 0.0, {"answered": 0.5}, {"main": 0.5}, {}, 1)
     assert await again.complete(totals)
@@ -115,7 +117,8 @@ async def test_two_writers_of_one_run_racing_write_each_score_once(store: EventS
     totals = RunTotals("support-1", 8, 0.5, 0.0, {"answered": 0.5}, {"main": 0.5}, {}, 1)
     await asyncio.gather(first.complete(totals), second.complete(totals))
     found = await stream_of(store)
-    assert len(found) == 11 and len({e.id for e in found}) == 11
+    assert len(found) == 11
+    assert len({e.id for e in found}) == 11
     assert found[-1].type == "EvalRunCompleted"
     assert chained(found)
 
@@ -157,19 +160,22 @@ async def test_every_event_of_an_eval_run_is_a_schema_event(tmp_path: Path) -> N
         body = json.loads(event.data)
         assert set(body) <= {f.name for f in message_type.DESCRIPTOR.fields}
         assert event.metadata[events.SCHEMA_VERSION_KEY] == events.SCHEMA_VERSION_VALUE
-        facts = message.extensions["agentjournal"]  # type: ignore[attr-defined]
+        facts = message.extensions["agentjournal"]
         if event.type == "EvalRunStarted":
-            assert message.session_id == "support-1"  # type: ignore[attr-defined]
-            assert message.scorer == "answered,refund"  # type: ignore[attr-defined]
-            assert facts["kind"] == "eval" and facts["run_id"] == "run-1"
+            assert message.session_id == "support-1"
+            assert message.scorer == "answered,refund"
+            assert facts["kind"] == "eval"
+            assert facts["run_id"] == "run-1"
             assert [s["name"] for s in facts["scorers"]] == ["answered", "refund"]
         elif event.type == "TurnScored":
-            assert 1 <= message.turn_index <= 3  # type: ignore[attr-defined]
-            assert message.score in (0.0, 1.0)  # type: ignore[attr-defined]
-            assert message.input and message.output  # type: ignore[attr-defined]
-            assert facts["line"] == "main" and len(facts["head"]) == 64
+            assert 1 <= message.turn_index <= 3
+            assert message.score in (0.0, 1.0)
+            assert message.input
+            assert message.output
+            assert facts["line"] == "main"
+            assert len(facts["head"]) == 64
             assert facts["human"] is False
         elif event.type == "EvalRunCompleted":
-            assert message.turns_scored == 6  # type: ignore[attr-defined]
-            assert message.average_score == pytest.approx(5 / 6)  # type: ignore[attr-defined]
+            assert message.turns_scored == 6
+            assert message.average_score == pytest.approx(5 / 6)
     assert chained(found)
