@@ -151,3 +151,40 @@ def test_sessions_prints_the_score_column_and_its_json(tmp_path: Path) -> None:
     assert "score" in table.stdout
     assert "0.50 pass" in table.stdout
     assert "0.00 fail · rated 0.90" in table.stdout
+
+
+async def test_a_run_of_real_scorers_shows_in_sessions_show_and_the_trace(
+    tmp_path: Path,
+) -> None:
+    from agentjournal.evals.run import run_eval
+    from eval_sessions import AnswerScorer
+
+    uri = _uri(tmp_path)
+    await run_session(uri, "s1", turns=2)
+    store = await open_store(uri)
+    try:
+        await run_eval(
+            store, [AnswerScorer("charged", wanted="charged")], [("s1", "main")], run_id="real"
+        )
+        row = next(r for r in (await catalog.refresh(store)).rows if r.session_id == "s1")
+    finally:
+        await store.close()
+    assert row.score is not None
+    assert (row.score.run, row.score.score, row.score.label) == ("real", 0.5, "pass")
+    shown = await asyncio.to_thread(run, "show", "s1", "--uri", uri)
+    assert "main turn 1 · charged 1.00 pass: answer: 'Order 42 was charged twice" in shown.stdout
+    assert "main turn 2 · charged 0.00 fail" in shown.stdout
+    lines = tmp_path / "spans.jsonl"
+    done = await asyncio.to_thread(
+        run, "trace", "export", "s1", "--jsonl", str(lines), "--uri", uri
+    )
+    assert done.returncode == 0, done.stderr
+    found = [
+        (e["attributes"]["gen_ai.evaluation.name"], e["attributes"].get("agentjournal.turn"))
+        for span in map(json.loads, lines.read_text().splitlines())
+        for e in span["events"]
+        if e["name"] == "gen_ai.evaluation.result"
+    ]
+    assert sorted(found, key=str) == sorted(
+        [("charged", 1), ("charged", 2), ("session", None)], key=str
+    )
