@@ -432,13 +432,15 @@ async def _once(
     every tree in the store, each run span with the evaluation events of the eval
     scores of its turns (:mod:`agentjournal.read.traces.evaluations`)."""
     from agentjournal.cli._render import progress
-    from agentjournal.read.evals.runs import RUN_PREFIX, fold_run
     from agentjournal.read.evals.scores import session_scores
     from agentjournal.read.traces import Projector, project_tree
-    from agentjournal.read.traces.evaluations import scores_of, turn_marks, with_evaluations
+    from agentjournal.read.traces.evaluations import (
+        Evaluations,
+        scores_of,
+        turn_marks,
+        with_evaluations,
+    )
     from agentjournal.records import DamagedEvent, Record
-    from agentjournal.shred.keys import MemoryKeyStore
-    from agentjournal.shred.sealing import open_event
     from agentjournal.walk import read_tree
 
     if session is not None:
@@ -448,35 +450,23 @@ async def _once(
         return with_evaluations(projected, turn_marks(tree.records()), scores_of(scores.runs))
     projector = Projector()
     spans: list[ProjectedSpan] = []
-    marks: dict[str, list[tuple[int, int]]] = {}
-    runs: dict[str, list[RecordedEvent]] = {}
-    unkeyed = MemoryKeyStore()  # a sealed reason reads [sealed]: a trace carries no content
+    evaluations = Evaluations()
     position = 0
     warned: set[str] = set()
     with progress("reading the store") as advance:
         while True:
             page = await store.read_all(from_position=position, limit=BATCH * 4)
             for event in page:
-                if event.stream.startswith(RUN_PREFIX):
-                    opened = open_event(event, unkeyed, shown=True)
-                    runs.setdefault(event.stream[len(RUN_PREFIX) :], []).append(opened)
-                    continue
+                evaluations.see(event)
                 try:
-                    record = Record.of(event)
-                    spans.extend(projector.feed(record))
+                    spans.extend(projector.feed(Record.of(event)))
                 except DamagedEvent as bad:  # one damaged event must not cost every tree
                     _skipped(bad, warned)
-                    continue
-                turn_marks([record], marks)
             advance(len(page))
             if len(page) < BATCH * 4:
                 break
             position = page[-1].position + 1
-    folded = []
-    for run_id, found in runs.items():
-        with contextlib.suppress(InvalidInput):  # not an eval run agentjournal wrote
-            folded.append(fold_run(run_id, found))
-    return with_evaluations(spans + projector.finish(), marks, scores_of(folded))
+    return evaluations.on(spans + projector.finish())
 
 
 def _skipped(bad: DamagedEvent, warned: set[str]) -> None:

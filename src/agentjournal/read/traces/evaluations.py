@@ -21,18 +21,24 @@ is left out.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from agentjournal import events
-from agentjournal.read.evals.runs import EvalRunResult
+from agentjournal.errors import InvalidInput
+from agentjournal.read.evals.runs import RUN_PREFIX, EvalRunResult, fold_run
 from agentjournal.read.traces.ids import ns
 from agentjournal.read.traces.spans import Attribute, ProjectedSpan, SpanEvent
-from agentjournal.records import Record
 from agentjournal.shred.fields import ERASED, SEALED, UNOPENABLE
+from agentjournal.shred.keys import MemoryKeyStore
+from agentjournal.shred.sealing import open_event
 from agentjournal.streams import MAIN_BRANCH, session_stream
+
+if TYPE_CHECKING:
+    from agentjournal.store.contract import RecordedEvent
 
 EVALUATION_EVENT: Final = "gen_ai.evaluation.result"
 """The semantic conventions' name of an evaluation's span event."""
@@ -49,15 +55,55 @@ TurnMarks = dict[str, list[tuple[int, int]]]
 """A line's top stream -> (turn, ns) of each user message that opened a turn on it."""
 
 
-def turn_marks(records: Iterable[Record], marks: TurnMarks | None = None) -> TurnMarks:
-    """Add each turn-opening item of ``records`` to ``marks`` (a new map when None):
-    its stream, its ``aj.turn`` and when it was recorded."""
-    found: TurnMarks = {} if marks is None else marks
-    for record in records:
-        turn = events.turn_of(record.metadata)
-        if turn is not None and record.recorded_at is not None:
-            found.setdefault(record.stream, []).append((turn, ns(record.recorded_at)))
-    return found
+class Placed(Protocol):
+    """What :func:`turn_marks` reads of an event: a stored event or a record."""
+
+    @property
+    def stream(self) -> str: ...
+    @property
+    def metadata(self) -> Mapping[str, str]: ...
+    @property
+    def recorded_at(self) -> datetime | None: ...
+
+
+def turn_marks(found: Iterable[Placed], marks: TurnMarks | None = None) -> TurnMarks:
+    """Add each turn-opening item of ``found`` to ``marks`` (a new map when None): its
+    stream, its ``aj.turn`` and when it was recorded."""
+    out: TurnMarks = {} if marks is None else marks
+    for event in found:
+        turn = events.turn_of(event.metadata)
+        if turn is not None and event.recorded_at is not None:
+            out.setdefault(event.stream, []).append((turn, ns(event.recorded_at)))
+    return out
+
+
+class Evaluations:
+    """What :func:`with_evaluations` needs, collected from a pass over the global order
+    (``trace export --all``): hand it every event (:meth:`see`), then the spans
+    (:meth:`on`). A run's sealed reason reads ``[sealed]`` (no keys: a trace carries no
+    content)."""
+
+    def __init__(self) -> None:
+        self.marks: TurnMarks = {}
+        self._runs: dict[str, list[RecordedEvent]] = {}
+        self._unkeyed = MemoryKeyStore()
+
+    def see(self, event: RecordedEvent) -> None:
+        """Note ``event``: a turn's opening, or an eval run's event."""
+        if event.stream.startswith(RUN_PREFIX):
+            opened = open_event(event, self._unkeyed, shown=True)
+            self._runs.setdefault(event.stream[len(RUN_PREFIX) :], []).append(opened)
+        elif events.TURN_KEY in event.metadata:
+            turn_marks((event,), self.marks)
+
+    def on(self, spans: Sequence[ProjectedSpan]) -> list[ProjectedSpan]:
+        """``spans`` with the evaluation events of every run seen (see
+        :func:`with_evaluations`)."""
+        runs = []
+        for run_id, found in self._runs.items():
+            with contextlib.suppress(InvalidInput):  # not an eval run agentjournal wrote
+                runs.append(fold_run(run_id, found))
+        return with_evaluations(spans, self.marks, scores_of(runs))
 
 
 def _top(span: ProjectedSpan) -> str | None:
