@@ -39,6 +39,16 @@ async def run_session(uri: str, session_id: str, turns: int = 2) -> None:
             await run_turn("run", turn, session)
 
 
+async def run_branched(uri: str, session_id: str) -> None:
+    """Two turns on main, then branch ``alt`` forked before turn 2 with its own turn 2."""
+    async with Journal.open(uri) as journal:
+        session = journal.session(session_id, app_name="evals", user_id="u1")
+        await run_turn("run", 0, session)
+        await run_turn("run", 1, session)
+        await session.create_branch_from_turn(2, "alt")
+        await run_turn("run", 2, session)
+
+
 @dataclass(frozen=True)
 class Given:
     """One score to write: a scorer's score of one turn of one session line."""

@@ -89,7 +89,7 @@ def test_from_the_list_to_a_run_and_back_to_its_session(page: Page, url: str) ->
     page.locator("a.evals-link").click()
     expect(page).to_have_url(f"{url}/evals")
     runs = page.locator("#eval-runs tbody tr")
-    expect(runs).to_have_count(2)
+    expect(runs).to_have_count(3)
     page.locator("#eval-runs a", has_text="nightly").click()
     expect(page).to_have_url(f"{url}/evals/nightly")
     expect(page.locator("#run-facts")).to_contain_text("completed")

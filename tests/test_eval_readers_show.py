@@ -14,7 +14,7 @@ from agentjournal import Journal
 from agentjournal.engine.evals import session_sealer
 from agentjournal.store import open_store
 from cli_run import run
-from eval_runs import Given, run_session, write_rating, write_run
+from eval_runs import Given, run_branched, run_session, write_rating, write_run
 from scenarios import run_turn
 
 
@@ -111,3 +111,33 @@ def test_a_sealed_sessions_reasons_open_with_keys_only(
     opened = run("show", "sealed-1", "--keys", str(keys), "--uri", uri)
     assert opened.returncode == 0, opened.stderr
     assert "judge 0.90 pass: secret-reason-77" in opened.stdout
+
+
+def test_show_branch_keeps_that_lines_scores(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'journal.db'}"
+
+    async def write() -> None:
+        await run_branched(uri, "b1")
+        store = await open_store(uri)
+        try:
+            await write_run(
+                store,
+                "lines",
+                [
+                    Given("b1", 2, "exact", 0.0, "fail", reason="main's"),
+                    Given("b1", 2, "exact", 1.0, "pass", line="alt", reason="alt's"),
+                ],
+            )
+        finally:
+            await store.close()
+
+    asyncio.run(write())
+    every = run("show", "b1", "--uri", uri).stdout
+    assert "main turn 2 · exact 0.00 fail: main's" in every
+    assert "alt turn 2 · exact 1.00 pass: alt's" in every
+    alt = run("show", "b1", "--branch", "alt", "--uri", uri).stdout
+    assert "alt turn 2 · exact 1.00 pass: alt's" in alt
+    assert "main's" not in alt
+    main = run("show", "b1", "--branch", "main", "--uri", uri).stdout
+    assert "main turn 2" in main
+    assert "alt's" not in main

@@ -16,14 +16,16 @@ import pytest
 
 from agentjournal.store import open_store
 from cli_run import run
-from eval_runs import Given, run_session, write_rating, write_run
+from eval_runs import Given, run_branched, run_session, write_rating, write_run
 from ui_support import in_thread, serving
 
 
 async def write_scored(uri: str) -> None:
-    """Two sessions scored by one run, and a person's rating of s1's second turn."""
+    """Two sessions scored by one run, a person's rating of s1's second turn, and a branch
+    line scored by another run."""
     await run_session(uri, "s1", turns=2)
     await run_session(uri, "s2", turns=1)
+    await run_branched(uri, "b1")
     store = await open_store(uri)
     try:
         await write_run(
@@ -35,6 +37,7 @@ async def write_scored(uri: str) -> None:
                 Given("s2", 1, "exact", 0.25, "fail", reason="off topic"),
             ],
         )
+        await write_run(store, "lines", [Given("b1", 2, "exact", 1.0, "pass", line="alt")])
         await write_rating(store, "s1", 2, 0.75, by="ana", label="good", reason="fine by me")
     finally:
         await store.close()
@@ -83,7 +86,7 @@ def test_a_session_page_carries_each_turns_scores_and_the_sessions_score(url: st
 
 def test_the_runs_list_and_a_runs_page(url: str) -> None:
     runs = {r["run_id"]: r for r in _get(f"{url}/api/evals")["runs"]}
-    assert set(runs) == {"nightly", "feedback-s1"}
+    assert set(runs) == {"nightly", "feedback-s1", "lines"}
     assert runs["nightly"]["status"] == "completed"
     assert runs["nightly"]["turns_scored"] == 3
     assert runs["feedback-s1"]["kind"] == "feedback"
@@ -115,8 +118,13 @@ def test_an_unknown_run_is_a_404_page_and_a_bad_id_too(url: str) -> None:
 
 def test_the_list_shows_and_sorts_by_the_latest_score(url: str) -> None:
     rows = _get(f"{url}/api/sessions?sort=score")["rows"]
-    assert [(r["session_id"], r["score"]["score"]) for r in rows] == [("s1", 0.5), ("s2", 0.25)]
-    assert rows[0]["rating"]["by"] == "ana"
+    assert [(r["session_id"], r["score"]["score"]) for r in rows] == [
+        ("b1", 1.0),
+        ("s1", 0.5),
+        ("s2", 0.25),
+    ]
+    assert rows[0]["score"]["line"] == "alt"  # the latest score of any line
+    assert rows[1]["rating"]["by"] == "ana"
 
 
 def test_the_one_file_page_carries_the_scores(uri: str, tmp_path: Path) -> None:
@@ -129,3 +137,13 @@ def test_the_one_file_page_carries_the_scores(uri: str, tmp_path: Path) -> None:
     data = json.loads(found.group(1))
     assert data["scores"]["turns"]["1"][0]["reason"] == "names order 42"
     assert "agentjournalEvals" in text  # the eval script is inline, like the page's own
+
+
+def test_a_branch_page_carries_that_lines_scores(url: str) -> None:
+    alt = _get(f"{url}/api/sessions/b1?branch=alt")["scores"]
+    assert alt["line"] == "alt"
+    assert [(b["run"], b["score"]) for b in alt["turns"]["2"]] == [("lines", 1.0)]
+    assert alt["sessions"][0]["score"] == 1.0
+    main = _get(f"{url}/api/sessions/b1")["scores"]
+    assert (main["turns"], main["sessions"]) == ({}, [])
+    assert main["runs"] == []  # no score of main: the run is kept to the line's scores

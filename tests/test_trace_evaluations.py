@@ -18,7 +18,7 @@ from agentjournal.engine.evals import session_sealer
 from agentjournal.store import open_store
 from agentjournal.walk import read_tree
 from cli_run import run
-from eval_runs import Given, run_session, write_rating, write_run
+from eval_runs import Given, run_branched, run_session, write_rating, write_run
 from otlp_collector import Collector, collector
 from scenarios import run_turn
 
@@ -175,3 +175,48 @@ def test_a_collector_receives_the_evaluation_events(otlp: Collector, scored: str
     assert sorted(
         (a["gen_ai.evaluation.name"], a["gen_ai.evaluation.score.value"]) for a in received
     ) == [("exact", 0.0), ("exact", 1.0), ("human", 0.75), ("session", 0.5)]
+
+
+def test_a_branch_lines_scores_go_on_the_branchs_own_run_spans(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'journal.db'}"
+
+    async def write() -> None:
+        await run_branched(uri, "b1")  # turn 2 again, on branch alt
+        store = await open_store(uri)
+        try:
+            await write_run(
+                store,
+                "lines",
+                [
+                    Given("b1", 2, "exact", 0.0, "fail"),
+                    Given("b1", 2, "exact", 1.0, "pass", line="alt"),
+                ],
+            )
+        finally:
+            await store.close()
+
+    asyncio.run(write())
+    spans = _jsonl(uri, tmp_path / "b.jsonl", "b1")
+    runs = sorted(
+        (s for s in spans if s["parent_span_id"] is None), key=lambda s: s["start_time_unix_nano"]
+    )
+    placed = [
+        (
+            s["attributes"].get("agentjournal.branch", "main"),
+            [
+                (
+                    e.get("agentjournal.turn", "session"),
+                    e["gen_ai.evaluation.score.value"],
+                )
+                for e in _evaluations(s)
+            ],
+        )
+        for s in runs
+    ]
+    assert placed == [
+        ("main", [("session", 0.0)]),
+        ("main", [(2, 0.0)]),
+        ("alt", [(2, 1.0), ("session", 1.0)]),
+    ]
+    only = _jsonl(uri, tmp_path / "alt.jsonl", "b1", "--branch", "alt")
+    assert [e["agentjournal.line"] for s in only for e in _evaluations(s)] == ["alt", "alt"]
