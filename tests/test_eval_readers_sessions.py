@@ -188,3 +188,44 @@ async def test_a_run_of_real_scorers_shows_in_sessions_show_and_the_trace(
     assert sorted(found, key=str) == sorted(
         [("charged", 1), ("charged", 2), ("session", None)], key=str
     )
+
+
+def test_the_fold_takes_scores_from_eval_runs_only_and_skips_a_malformed_one() -> None:
+    import uuid
+    from datetime import UTC, datetime
+
+    from agentjournal.read.catalog import Catalog
+    from agentjournal.store.contract import RecordedEvent
+
+    def event(stream: str, type_: str, data: bytes, position: int) -> RecordedEvent:
+        return RecordedEvent(
+            id=uuid.uuid4(),
+            type=type_,
+            data=data,
+            metadata={},
+            stream=stream,
+            revision=position,
+            position=position,
+            recorded_at=datetime(2026, 12, 1, tzinfo=UTC),
+        )
+
+    body = json.dumps({"session_id": "s1", "score": 0.9, "score_label": "pass"}).encode()
+    catalog = Catalog()
+    assert catalog.fold(event("AgentSession-s1", "SessionStarted", b"{}", 1))
+    # Not on an eval run's stream: no score of anything.
+    assert not catalog.fold(event("Elsewhere-1", "SessionScored", body, 2))
+    # Not JSON, or naming no session: nothing.
+    assert not catalog.fold(event("EvalRun-r1", "SessionScored", b"{nope", 3))
+    assert not catalog.fold(event("EvalRun-r1", "SessionScored", b'{"score": 1}', 4))
+    unscored = catalog.row("s1", {})
+    assert unscored is not None
+    assert unscored.score is None
+    assert catalog.fold(event("EvalRun-r1", "SessionScored", body, 5))
+    row = catalog.row("s1", {})
+    assert row is not None
+    assert row.score is not None
+    assert (row.score.run, row.score.score, row.eval_runs) == ("r1", 0.9, ("r1",))
+    # The state saved and loaded folds on the same.
+    again = Catalog.load(catalog.dump())
+    assert again is not None
+    assert again.row("s1", {}) == row
