@@ -7,6 +7,8 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from agentjournal.read import catalog
 from agentjournal.read.catalog.live import LiveCatalog
 from agentjournal.read.catalog.query import page_of, parse_query
@@ -229,3 +231,18 @@ def test_the_fold_takes_scores_from_eval_runs_only_and_skips_a_malformed_one() -
     again = Catalog.load(catalog.dump())
     assert again is not None
     assert again.row("s1", {}) == row
+
+
+@pytest.mark.slow
+def test_sessions_and_show_read_scores_on_the_kurrentdb_double() -> None:
+    from agentjournal.testing.kurrentdb_double import KurrentDBDouble
+
+    with KurrentDBDouble.in_thread() as served:
+        asyncio.run(_scored_store(served.uri))
+        listed = run("sessions", "--json", "--uri", served.uri)
+        assert listed.returncode == 0, listed.stderr
+        rows = {row["session_id"]: row for row in json.loads(listed.stdout)}
+        assert (rows["s1"]["score"]["score"], rows["s2"]["score"]["label"]) == (0.5, "fail")
+        shown = run("show", "s1", "--uri", served.uri)
+        assert shown.returncode == 0, shown.stderr
+        assert "main turn 2 · exact 0.00 fail" in shown.stdout
