@@ -99,11 +99,8 @@ def test_bad_input_is_one_line_and_writes_nothing(
     uri, folder = place
     (folder / "bad.yaml").write_text("scorers:\n  - name: x\n    rule: tool_caled\n")
     filled = [a.format(scorers=folder / "scorers.yaml", bad=folder / "bad.yaml") for a in args]
-    ran = (
-        run("eval", "run", *filled, "--id", "r9", "--uri", uri)
-        if "--id" not in args
-        else (run("eval", "run", *filled, "--uri", uri))
-    )
+    named = [] if "--id" in args else ["--id", "r9"]
+    ran = run("eval", "run", *filled, *named, "--uri", uri)
     assert ran.returncode == 1
     assert ran.stdout == ""
     assert ran.stderr.count("\n") == 1, ran.stderr
