@@ -137,8 +137,12 @@ async def show_session(args: argparse.Namespace) -> int:
     texts = _score_texts(scores)
     if texts:
         node = root.add(Text(texts[0], style="bold green"))
+        run = node
         for text in texts[1:]:
-            node.add(Text(text, style="dim" if text.startswith("run ") else ""))
+            if text.startswith("  "):  # a score, under its run
+                run.add(Text(text.strip()))
+            else:
+                run = node.add(Text(text, style="dim"))
     out.print(root)
     out.print(Text(LEGEND, style="dim"))
     out.print(Text(f"integrity: {integrity.text()}", style=_STATE_STYLES[integrity.state]))
