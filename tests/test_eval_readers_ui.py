@@ -125,6 +125,11 @@ def test_the_list_shows_and_sorts_by_the_latest_score(url: str) -> None:
     ]
     assert rows[0]["score"]["line"] == "alt"  # the latest score of any line
     assert rows[1]["rating"]["by"] == "ana"
+    failed = _get(f"{url}/api/sessions?label=fail")
+    assert [r["session_id"] for r in failed["rows"]] == ["s2"]
+    assert failed["query"] == {"label": "fail"}
+    never = _get(f"{url}/api/sessions?label=-")["rows"]
+    assert "s1" not in {r["session_id"] for r in never}
 
 
 def test_the_one_file_page_carries_the_scores(uri: str, tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ understand; :func:`page_of` answers it from the rows:
 
 - ``app``, ``user``, ``agent``: equal to the row's; ``state``: the integrity state;
   ``blocks=1``: a guardrail block or an authority refusal; ``branches=1``: a branch;
-  ``approvals=1``: waiting for approval (a pending approval);
+  ``approvals=1``: waiting for approval (a pending approval); ``label``: the latest eval
+  score's label (``pass``, ``fail``, ...; ``-``: never scored);
   ``since``/``until``: last activity at or after / before (ISO 8601, UTC when no zone).
 - ``q``: every term (split at white space) must match, case aside: either inside the
   session id, app, user or agent, or in the session's content, each of its words (runs
@@ -74,6 +75,7 @@ PARAMETERS: Final = (
     "blocks",
     "branches",
     "approvals",
+    "label",
     "since",
     "until",
     "sort",
@@ -98,6 +100,7 @@ class ListQuery:
     blocks: bool = False
     branches: bool = False
     approvals: bool = False
+    label: str | None = None
     since: datetime | None = None
     until: datetime | None = None
     sort: str = "last"
@@ -121,6 +124,7 @@ class ListQuery:
             ("blocks", "1" if self.blocks else None),
             ("branches", "1" if self.branches else None),
             ("approvals", "1" if self.approvals else None),
+            ("label", self.label),
             ("since", self.since.isoformat() if self.since else None),
             ("until", self.until.isoformat() if self.until else None),
         ):
@@ -192,6 +196,7 @@ def parse_query(params: Iterable[tuple[str, str]]) -> ListQuery:
         blocks=_flag("blocks", got.get("blocks")),
         branches=_flag("branches", got.get("branches")),
         approvals=_flag("approvals", got.get("approvals")),
+        label=got.get("label"),
         since=_moment("since", got.get("since")),
         until=_moment("until", got.get("until")),
         sort=_sort(got.get("sort")),
@@ -318,9 +323,15 @@ def _kept(row: SessionRow, query: ListQuery) -> bool:
         and (not query.blocks or row.guardrail_blocks > 0 or row.refusals > 0)
         and (not query.branches or bool(row.branches))
         and (not query.approvals or row.pending_approvals > 0)
+        and (query.label is None or _label(row) == query.label)
         and (query.since is None or row.last_activity >= query.since)
         and (query.until is None or row.last_activity < query.until)
     )
+
+
+def _label(row: SessionRow) -> str:
+    """The latest eval score's label (``-``: never scored)."""
+    return row.score.label if row.score is not None else "-"
 
 
 def choices(rows: Iterable[SessionRow]) -> dict[str, list[str]]:

@@ -56,7 +56,7 @@
     var q = data.query || {};
     return { q: q.q || "", app: q.app || "", user: q.user || "", agent: q.agent || "",
       state: q.state || "", blocks: q.blocks || "", branches: q.branches || "",
-      approvals: q.approvals || "",
+      approvals: q.approvals || "", label: q.label || "",
       since: q.since || "", until: q.until || "", sort: q.sort || "last",
       order: q.order || (q.sort && TEXT_COLUMNS[q.sort] ? "asc" : "desc"),
       offset: Number(data.offset || 0), limit: Number(data.limit || 50) };
@@ -164,6 +164,8 @@
     bar.appendChild(checkbox("blocks", "blocks or refusals", query.blocks));
     bar.appendChild(checkbox("branches", "with branches", query.branches));
     bar.appendChild(checkbox("approvals", "waiting for approval", query.approvals));
+    bar.appendChild(select("label", "latest score", [["", "every score"], ["pass", "pass"],
+      ["fail", "fail"], ["-", "never scored"]], query.label));
     var controls = bar.querySelectorAll("input, select");
     if (mode !== "live") controls.forEach(function (c) { c.disabled = true; });
     return bar;
