@@ -123,6 +123,19 @@ _KINDS: Final[Mapping[str, str]] = {
 }
 """A guardrail's action type -> the word a :class:`GuardrailCheck` says it judged."""
 
+LINE_EVENTS: Final = frozenset(
+    {
+        events.BRANCH_FORKED,
+        events.BRANCH_STARTED,
+        events.SUBAGENT_CONTINUED,
+        events.BRANCH_DELETED,
+        events.LINE_GUARDED,
+        events.SUBJECT_ERASED,
+    }
+)
+"""Event types that say something of the line (a fork, its end, an erasure), not of a
+turn: no turn holds them, so none is any turn's head."""
+
 
 async def session_turns(
     store: EventStore,
@@ -206,7 +219,12 @@ def build_session(
 ) -> ScoredSession:
     """The turns of a line from its events and its visible items (pure; see
     :func:`session_turns`)."""
-    ordered = sorted(recorded, key=lambda event: event.position)
+    # Events about the line rather than a turn (a fork, an erasure) bind no score: a fork
+    # or an erasure made later leaves every turn's head as it was.
+    ordered = sorted(
+        (event for event in recorded if event.type not in LINE_EVENTS),
+        key=lambda event: event.position,
+    )
     place = {(event.stream, event.revision): event for event in ordered}
     numbered = turns.number(
         turns.Turned(
@@ -398,7 +416,7 @@ def _usage(span: Sequence[RecordedEvent], prices: Prices) -> TurnUsage:
 
 def _total(usages: Iterable[TurnUsage]) -> TurnUsage:
     """Usages added up (the cost is known only when every one's is)."""
-    total = TurnUsage()
+    total = TurnUsage(cost=0.0)
     for usage in usages:
         total = TurnUsage(
             total.requests + usage.requests,
