@@ -4,6 +4,7 @@ judge, importable functions, and the scorers file's one-line errors."""
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -563,3 +564,52 @@ def test_a_scorers_file_without_a_judge_does_not_import_the_agents_sdk(tmp_path:
         env={"PYTHONPATH": src},
     )
     assert result.stdout.strip() == "[]"
+
+
+async def test_a_python_function_is_a_scorer_without_a_file(support: ScoredSession) -> None:
+    from agentjournal.evals.scorers.callable import as_scorer
+    from eval_callables import mentions_order, turns_over_three
+
+    per_turn = as_scorer(mentions_order)
+    assert isinstance(per_turn, Scorer)
+    assert (per_turn.name, per_turn.version, per_turn.kind) == ("mentions_order", "1", "callable")
+    assert _values(await _by_turn(per_turn, support)) == [1.0, 0.0, 1.0]
+    whole = as_scorer(turns_over_three, name="length", scope="session")
+    assert (await whole.score_session(support)) == Score(1.0, "pass", "")
+    assert whole.describe()["callable"] == "eval_callables:turns_over_three"
+    with pytest.raises(InvalidInput, match="a scorer is a function"):
+        as_scorer("mentions_order")  # type: ignore[arg-type]
+
+
+async def test_a_judge_counts_its_cost_with_the_entrys_price_table(
+    tmp_path: Path, support: ScoredSession
+) -> None:
+    scorer = _one(
+        tmp_path,
+        "  - {name: j, judge: Be fair., script: j.yaml, prices: prices.yml}",
+        **{
+            "j.yaml": "model: house-judge\nanswers:\n  - {score: 1, label: ok, reason: Fine.,"
+            " usage: {input_tokens: 1000, output_tokens: 500}}\n",
+            "prices.yml": "models:\n  house-judge: {input: 2.0, output: 10.0}\n",
+        },
+    )
+    score = await scorer.score_turn(support.turns[0])
+    assert score is not None
+    assert score.usage is not None
+    assert score.usage.cost == pytest.approx((1000 * 2.0 + 500 * 10.0) / 1e6)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("OPENAI_API_KEY"), reason="a real judge needs a key")
+async def test_a_real_model_judges_with_a_key(tmp_path: Path, support: ScoredSession) -> None:
+    scorer = _one(
+        tmp_path,
+        "  - {name: j, judge: 'Does the answer explain the double charge?', model: gpt-4.1-mini}",
+    )
+    score = await scorer.score_turn(support.turns[0])
+    assert score is not None
+    assert 0.0 <= score.value <= 1.0
+    assert score.label != JUDGE_ERROR
+    assert score.usage is not None
+    assert score.usage.requests >= 1
+    assert score.usage.input_tokens > 0
