@@ -149,7 +149,7 @@ async def session_turns(
     """A session line's turns from ``from_turn`` on, as scorers see them.
 
     The line is read as the read tools read it (its own streams and, for a branch, its
-    parent lines up to the fork: :meth:`~agentjournal.engine.reader.LineReader.line_events`),
+    parent lines up to the fork: :meth:`~agentjournal.engine.reader.Reader.line_events`),
     its visible items folded as ``get_items`` folds them and numbered into turns as the
     SDK numbers them (:mod:`agentjournal.engine.turns`). Every other event of the line
     (guardrail decisions, model responses, handoffs) belongs to the turn of the newest
