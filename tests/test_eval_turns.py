@@ -205,3 +205,14 @@ async def test_sealed_content_opens_with_keys_reads_sealed_without_and_erased_af
     # Scores stay bound to the same records: neither sealing nor erasure moves a head.
     assert [t.head for t in sealed.turns] == [t.head for t in opened.turns]
     assert [t.head for t in erased.turns] == [t.head for t in opened.turns]
+
+
+async def test_a_deleted_branch_has_no_turns_to_score(tmp_path: Path) -> None:
+    async with Journal.open(f"sqlite:///{tmp_path / 'j.db'}") as journal:
+        await record_support(journal, "support-1")
+        await record_branch(journal, "support-1", "retry")
+        await journal.session("support-1").delete_branch("retry")
+        with pytest.raises(InvalidInput, match="branch 'retry' of session support-1 was "):
+            await session_turns(journal.store, "support-1", line="retry")
+        main = await _read(journal)
+    assert [t.output for t in main.turns] == list(ANSWERS)
