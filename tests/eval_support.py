@@ -21,7 +21,7 @@ from agents.usage import Usage
 
 from agentjournal import Journal, JournalSession
 from agentjournal.read.usage import Prices
-from drive import drive
+from drive import Method, drive
 from scripted_guardrail import ScriptedGuardrail
 
 MODEL = "scripted-support"
@@ -106,16 +106,18 @@ def turn_agents(turn: int) -> Agent[Any]:
 
 
 async def record_support(
-    journal: Journal, session_id: str, *, user_id: str | None = None
+    journal: Journal, session_id: str, *, user_id: str | None = None, method: Method = "run"
 ) -> JournalSession:
     """Record the three turns on ``session_id`` (sealed under ``user_id`` when the journal
-    has keys); the guardrail, on loopback, checks turn 2 and BLOCKs its tool call."""
+    has keys) with ``Runner.run`` or ``Runner.run_streamed``; the guardrail, on loopback,
+    checks turn 2 and BLOCKs its tool call."""
     session = journal.session(session_id, user_id=user_id)
-    await drive(turn_agents(1), INPUTS[0], session=session, hooks=session)
+    await drive(turn_agents(1), INPUTS[0], method=method, session=session, hooks=session)
     async with ScriptedGuardrail({"TOOL_CALL": "BLOCK"}) as guardrail:
         guarded = journal.session(session_id, user_id=user_id, guardrails=guardrail.url)
-        await drive(guarded.guard(turn_agents(2)), INPUTS[1], session=guarded, hooks=guarded)
-    await drive(turn_agents(3), INPUTS[2], session=session, hooks=session)
+        agent = guarded.guard(turn_agents(2))
+        await drive(agent, INPUTS[1], method=method, session=guarded, hooks=guarded)
+    await drive(turn_agents(3), INPUTS[2], method=method, session=session, hooks=session)
     return session
 
 

@@ -13,6 +13,7 @@ from agentjournal.records import Record
 from agentjournal.shred.keys import MemoryKeyStore
 from agentjournal.streams import session_stream
 from agentjournal.walk import read_tree
+from drive import METHODS, Method
 from eval_support import (
     ANSWERS,
     BILLING,
@@ -58,9 +59,12 @@ async def test_each_turn_holds_its_input_answer_tool_calls_and_agents(journal: J
     assert {t.line for t in read.turns} == {"main"}
 
 
-async def test_guardrail_decisions_are_in_the_turn_they_were_made(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", METHODS)
+async def test_guardrail_decisions_are_in_the_turn_they_were_made(
+    tmp_path: Path, method: Method
+) -> None:
     async with Journal.open(f"sqlite:///{tmp_path / 'j.db'}") as journal:
-        await record_support(journal, "support-1")
+        await record_support(journal, "support-1", method=method)
         first, second, third = (await _read(journal)).turns
     assert first.guardrails == third.guardrails == ()
     blocks = [g for g in second.guardrails if g.action == "BLOCK"]
@@ -77,9 +81,12 @@ async def test_guardrail_decisions_are_in_the_turn_they_were_made(tmp_path: Path
     assert {g.kind for g in second.guardrails} == {"input", "handoff", "tool_call", "output"}
 
 
-async def test_turn_usage_counts_each_model_response_and_prices_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", METHODS)
+async def test_turn_usage_counts_each_model_response_and_prices_it(
+    tmp_path: Path, method: Method
+) -> None:
     async with Journal.open(f"sqlite:///{tmp_path / 'j.db'}") as journal:
-        await record_support(journal, "support-1")
+        await record_support(journal, "support-1", method=method)
         read = await _read(journal)
         unpriced = await session_turns(
             journal.store, "support-1", prices=type(PRICES)({}, {}, False)

@@ -242,13 +242,17 @@ def build_session(
         if turns.is_user(turned.item) and event is not None:
             starts.append((event.position, turn))
     starts.sort()
+    opening = dict(starts)
     spans: dict[int, list[RecordedEvent]] = {}
     at = -1
-    for event in ordered:
+    for number, event in enumerate(ordered):
         while at + 1 < len(starts) and starts[at + 1][0] <= event.position:
             at += 1
-        if at >= 0:
-            spans.setdefault(starts[at][1], []).append(event)
+        owner = _input_turn(ordered, number, opening, items)
+        if owner is None and at >= 0:
+            owner = starts[at][1]
+        if owner is not None:
+            spans.setdefault(owner, []).append(event)
     built = tuple(
         _turn(session_id, line, number, items.get(number, []), spans.get(number, []), prices)
         for number in sorted({turn for _, turn in starts} | set(items))
@@ -256,6 +260,40 @@ def build_session(
     )
     last = next((e.metadata.get(HASH_KEY) for e in reversed(ordered) if HASH_KEY in e.metadata), "")
     return ScoredSession(session_id, line, built, _total(t.usage for t in built), last or "")
+
+
+def _input_turn(
+    ordered: Sequence[RecordedEvent],
+    number: int,
+    opening: Mapping[int, int],
+    items: Mapping[int, list[Any]],
+) -> int | None:
+    """The turn whose user message ``ordered[number]`` judged, when it is a guardrail's
+    decision on an agent's input written just before that message (a streamed run checks
+    its input before the message is saved); else None (pure).
+
+    Just before: only other guardrail decisions lie between them, and the decision's
+    payload is that message (its text equal, sealed or not).
+    """
+    event = ordered[number]
+    if event.type != events.GUARDRAIL_DECIDED:
+        return None
+    body = _body(event)
+    if body.get("action_type") != "AGENT_INPUT":
+        return None
+    for index in range(number + 1, len(ordered)):
+        later = ordered[index]
+        if later.type == events.GUARDRAIL_DECIDED:
+            continue
+        turn = opening.get(later.position)
+        if turn is None:
+            return None
+        user = next((item for item in items.get(turn, ()) if turns.is_user(item)), None)
+        payload = body.get("payload")
+        if user is None or not isinstance(payload, Mapping):
+            return None
+        return turn if message_text(payload) == message_text(user) else None
+    return None
 
 
 def _turn_key(event: RecordedEvent | None) -> int | None:
