@@ -1,0 +1,300 @@
+"""Experiments: a candidate agent replays recorded sessions on branches, then both lines are scored.
+
+For each session, :func:`run_experiment` forks the main line before turn ``at_turn``
+(the branch is named after the experiment, and holds the turns before it), feeds the
+candidate each recorded user message from that turn on (``Runner.run(agent, message,
+session=branch, hooks=branch)``, with the guardrail service and the session's recorded
+policy, so a candidate that would be blocked is blocked and it shows), then scores the
+main line from that turn and the branch in one eval run whose id is the experiment's
+(:func:`agentjournal.evals.run.run_eval`; ``kind`` ``experiment``).
+
+**Resumable and idempotent.** The experiment id is derived from what it runs (sessions,
+candidate, turn, scorers, model script) unless given. After each turn the branch gets an
+``agentjournal.ExperimentTurn`` event (the turn, how it ended: ``answered``, ``blocked``,
+``failed``, ``interrupted``), so a rerun finds the branch, skips the turns it holds, and
+takes up the next; a turn cut short (the process killed after its user message was
+written, before its ``ExperimentTurn``) is popped (``pop_item``: its items stay on the
+record as events) and run again. Scores are written once per (session, line, turn,
+scorer) by the eval run itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from agents import RunConfig, Runner
+from agents.exceptions import AgentsException, MaxTurnsExceeded
+
+from agentjournal.engine.approvals import recorded_policies
+from agentjournal.engine.turns import is_user
+from agentjournal.errors import AuthorityDenied, GuardrailBlocked, InvalidInput, JournalError
+from agentjournal.evals.candidate import Candidate
+from agentjournal.evals.turn_script import TurnScript
+from agentjournal.guardrails.actions import message_text
+from agentjournal.streams import validate_id
+
+if TYPE_CHECKING:
+    from agentjournal.engine.fork import Branch
+    from agentjournal.guardrails.client import GuardrailClient
+    from agentjournal.journal import Journal
+    from agentjournal.sdk.session import JournalSession
+
+logger = logging.getLogger("agentjournal.evals")
+
+EXPERIMENT_TURN: Final = "agentjournal.ExperimentTurn"
+"""An application event on an experiment's branch: the candidate finished one turn."""
+
+MAX_TURNS: Final = 10
+"""Model calls a candidate may make in one turn (the manifest runner's limit)."""
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRun:
+    """How the candidate's run of one turn ended.
+
+    Attributes:
+        turn: The turn's number.
+        status: ``answered``, ``blocked`` (a guardrail or the authority policy stopped
+            it), ``failed`` (the model or a tool raised, too many model calls) or
+            ``interrupted`` (a tool call waits for a person's approval).
+        error: What stopped it (``""`` when answered).
+    """
+
+    turn: int
+    status: str
+    error: str = ""
+
+    def encode(self, experiment: str) -> bytes:
+        """The data of the turn's ``agentjournal.ExperimentTurn`` event."""
+        body = {"experiment": experiment, "turn": self.turn, "status": self.status}
+        if self.error:
+            body["error"] = self.error
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRun:
+    """One session of an experiment, after the candidate ran.
+
+    Attributes:
+        session: The session id.
+        branch: The branch the candidate ran on (the experiment's id).
+        turns: How each of the candidate's turns ended, in order.
+        ran: How many of them this call ran (0 on a rerun of a finished experiment).
+    """
+
+    session: str
+    branch: str
+    turns: tuple[TurnRun, ...]
+    ran: int
+
+
+def experiment_id(
+    sessions: Sequence[str],
+    candidate: str,
+    at_turn: int,
+    scorers: Sequence[dict[str, Any]],
+    script_digest: str | None,
+) -> str:
+    """The id an experiment gets when none is given: ``exp-`` and 16 hex digits of a
+    digest of what it runs, so running it again resumes it (pure)."""
+    body = json.dumps(
+        {
+            "sessions": list(sessions),
+            "candidate": candidate,
+            "at_turn": at_turn,
+            "scorers": list(scorers),
+            "script": script_digest,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+        default=str,
+    )
+    return "exp-" + hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """What is known of a session before anything is written: its turns' user messages."""
+
+    session: str
+    messages: tuple[Any, ...]  # the user items of turns at_turn.., in order
+
+
+async def plan_sessions(journal: Journal, sessions: Sequence[str], at_turn: int) -> list[_Planned]:
+    """Check every session before anything is written; their user messages from ``at_turn``.
+
+    Raises:
+        InvalidInput: No sessions, a session twice, a malformed or missing session, or one
+            without a user message at ``at_turn``.
+    """
+    if not sessions:
+        raise InvalidInput("name at least one session")
+    if type(at_turn) is not int or at_turn < 1:
+        raise InvalidInput(f"--at-turn must be a turn number (1, 2, ...), got {at_turn!r}")
+    seen: set[str] = set()
+    planned: list[_Planned] = []
+    for name in sessions:
+        session_id = validate_id(name, "session id")
+        if session_id in seen:
+            raise InvalidInput(f"session {session_id} is named twice")
+        seen.add(session_id)
+        items = await journal.session(session_id).get_items()
+        users = [item for item in items if is_user(item)]
+        if not users:
+            raise InvalidInput(f"session {session_id} has no user message (is it recorded here?)")
+        if len(users) < at_turn:
+            raise InvalidInput(
+                f"session {session_id} has {len(users)} turns: it has no turn {at_turn}"
+            )
+        planned.append(_Planned(session_id, tuple(users[at_turn - 1 :])))
+    return planned
+
+
+async def run_candidate(
+    journal: Journal,
+    planned: _Planned,
+    candidate: Candidate,
+    *,
+    experiment: str,
+    at_turn: int,
+    script: TurnScript | None,
+    guardrails: str | GuardrailClient | None = None,
+    progress: Progress | None = None,
+) -> SessionRun:
+    """Fork ``planned.session`` before ``at_turn`` (once) and run the candidate on the branch
+    for every turn it does not hold yet; see the module's docstring.
+
+    Raises:
+        InvalidInput: The experiment's branch was deleted, or is not the experiment's.
+        StoreError: A write did not land (run the experiment again: it resumes).
+    """
+    session_id = planned.session
+    branch = await _branch(journal, session_id, experiment, at_turn)
+    policies = await recorded_policies(journal.store, session_id)
+    line = journal.session(
+        session_id,
+        branch=experiment,
+        guardrails=guardrails,
+        policy=policies[-1] if policies else None,
+    )
+    done = await _finished_turns(journal, branch)
+    await _drop_cut_turn(line, branch, len(done))
+    ran = 0
+    for offset, message in enumerate(planned.messages[len(done) :], start=len(done)):
+        turn = at_turn + offset
+        if progress is not None:
+            progress(f"{session_id}: turn {turn}")
+        model = None if script is None else script.for_turn(session_id, turn)
+        outcome = await _run_turn(line, candidate, model, message, turn)
+        await line.append_event(EXPERIMENT_TURN, outcome.encode(experiment))
+        done.append(outcome)
+        ran += 1
+    return SessionRun(session_id, experiment, tuple(done), ran)
+
+
+async def _branch(journal: Journal, session_id: str, name: str, at_turn: int) -> Branch:
+    """The experiment's branch of the session: found, or forked before ``at_turn``."""
+    main = journal.session(session_id)
+    for branch in await main.branches():
+        if branch.name == name:
+            if branch.deleted is not None:
+                raise InvalidInput(
+                    f"experiment {name}'s branch of session {session_id} was {branch.deleted}: "
+                    "run it under another --id"
+                )
+            if branch.parent != "main" or (branch.cut.kind, branch.cut.value) != ("turn", at_turn):
+                raise InvalidInput(
+                    f"session {session_id} has a branch {name!r} that is not this "
+                    f"experiment's (forked from {branch.parent} {branch.cut.text()})"
+                )
+            return branch
+    return await main.fork(turn=at_turn, name=name)
+
+
+async def _finished_turns(journal: Journal, branch: Branch) -> list[TurnRun]:
+    """The turns the branch's ``ExperimentTurn`` events say are finished, in order."""
+    from agentjournal.errors import StreamNotFound
+
+    try:
+        recorded = await journal.store.read(branch.stream)
+    except StreamNotFound:
+        return []
+    done: list[TurnRun] = []
+    for event in recorded:
+        if event.type != EXPERIMENT_TURN:
+            continue
+        body = json.loads(event.data)
+        done.append(TurnRun(int(body["turn"]), str(body["status"]), str(body.get("error", ""))))
+    return done
+
+
+async def _drop_cut_turn(line: JournalSession, branch: Branch, finished: int) -> None:
+    """Pop a turn cut short (its user message on the branch, no ``ExperimentTurn``):
+    close what it left open, then hide its items back to its user message."""
+    items = await line.get_items()
+    own = sum(1 for item in items[branch.prefix_items :] if is_user(item))
+    if own <= finished:
+        return
+    logger.info("%s: turn %d was cut short: popped, run again", line.session_id, own)
+    if await line.open_subagents():
+        await line.close_subagents(outcome="cancelled", reason="experiment turn cut short")
+    while True:
+        popped = await line.pop_item()
+        if popped is None or is_user(popped):
+            return
+
+
+async def _run_turn(
+    line: JournalSession,
+    candidate: Candidate,
+    script: Any,
+    message: Any,
+    turn: int,
+) -> TurnRun:
+    """One turn of the candidate; how it ended (a run's failure is an outcome, not raised)."""
+    agent = line.guard(candidate.agent(script))
+    content = message.get("content") if isinstance(message, dict) else message
+    text = content if isinstance(content, str) else message_text(content)
+    try:
+        async with line.run_scope():
+            result = await Runner.run(
+                agent,
+                text,
+                session=line,
+                hooks=line,
+                run_config=RunConfig(tracing_disabled=True),
+                max_turns=MAX_TURNS,
+            )
+            if result.interruptions:
+                await line.hold(result)
+                return TurnRun(turn, "interrupted", "a tool call waits for approval")
+    except GuardrailBlocked as blocked:
+        reason = blocked.reason_message or blocked.reason_code or "no reason given"
+        return TurnRun(turn, "blocked", f"guardrail blocked {blocked.action_type}: {reason}")
+    except AuthorityDenied as denied:
+        return TurnRun(turn, "blocked", f"authority: {denied}")
+    except MaxTurnsExceeded:
+        return TurnRun(turn, "failed", f"no final answer within {MAX_TURNS} model calls")
+    except JournalError:
+        raise  # the record could not be written: the experiment stops (a rerun resumes)
+    except (AgentsException, Exception) as error:
+        return TurnRun(turn, "failed", f"{type(error).__name__}: {error}"[:500])
+    return TurnRun(turn, "answered")
+
+
+def _environment_model_check(candidate: Candidate, script: TurnScript | None) -> None:
+    """A manifest candidate without a script calls OpenAI: refuse early without a key."""
+    if candidate.scripted_only and script is None and not os.environ.get("OPENAI_API_KEY"):
+        raise InvalidInput(
+            f"--candidate {candidate.spec}: no --model-script and no $OPENAI_API_KEY: "
+            "the manifests' models cannot be called"
+        )
