@@ -60,6 +60,8 @@ CONTENT_FIELDS: Final[Mapping[str, tuple[tuple[str, ...], ...]]] = {
     events.GUARDRAIL_DECIDED: (("payload",), ("modified_payload",), ("reason_message",)),
     events.AUTHORITY_REFUSED: (("value",),),
     events.RUN_PAUSED: (("state",),),
+    events.TURN_SCORED: (("input",), ("output",), ("reason",)),
+    events.SESSION_SCORED: (("reason",),),
 }
 """Per event type, the paths of the values that are the subject's content (``*``: every
 element of a list)."""
