@@ -33,17 +33,35 @@ from agents.exceptions import AgentsException, MaxTurnsExceeded
 
 from agentjournal.engine.approvals import recorded_policies
 from agentjournal.engine.turns import is_user
-from agentjournal.errors import AuthorityDenied, GuardrailBlocked, InvalidInput, JournalError
+from agentjournal.errors import (
+    AuthorityDenied,
+    GuardrailBlocked,
+    InvalidInput,
+    JournalError,
+    StreamNotFound,
+)
 from agentjournal.evals.candidate import Candidate
+from agentjournal.evals.report import (
+    ExperimentReport,
+    LineScore,
+    Outcome,
+    ScoreRow,
+    build_report,
+    compare_session,
+)
 from agentjournal.evals.turn_script import TurnScript
 from agentjournal.guardrails.actions import message_text
-from agentjournal.streams import validate_id
+from agentjournal.read.evals.turns import session_turns
+from agentjournal.streams import MAIN_BRANCH, branch_stream, validate_id
 
 if TYPE_CHECKING:
     from agentjournal.engine.fork import Branch
+    from agentjournal.evals.scorers.base import Scorer
     from agentjournal.guardrails.client import GuardrailClient
     from agentjournal.journal import Journal
+    from agentjournal.read.evals.runs import EvalRunResult
     from agentjournal.sdk.session import JournalSession
+    from agentjournal.store.contract import EventStore
 
 logger = logging.getLogger("agentjournal.evals")
 
@@ -97,7 +115,7 @@ class SessionRun:
     ran: int
 
 
-def experiment_id(
+def derive_experiment_id(
     sessions: Sequence[str],
     candidate: str,
     at_turn: int,
@@ -186,7 +204,7 @@ async def run_candidate(
         guardrails=guardrails,
         policy=policies[-1] if policies else None,
     )
-    done = await _finished_turns(journal, branch)
+    done = await finished_turns(journal.store, branch.stream)
     await _drop_cut_turn(line, branch, len(done))
     ran = 0
     for offset, message in enumerate(planned.messages[len(done) :], start=len(done)):
@@ -220,12 +238,11 @@ async def _branch(journal: Journal, session_id: str, name: str, at_turn: int) ->
     return await main.fork(turn=at_turn, name=name)
 
 
-async def _finished_turns(journal: Journal, branch: Branch) -> list[TurnRun]:
-    """The turns the branch's ``ExperimentTurn`` events say are finished, in order."""
-    from agentjournal.errors import StreamNotFound
-
+async def finished_turns(store: EventStore, stream: str) -> list[TurnRun]:
+    """The turns an experiment's branch says are finished (its ``ExperimentTurn`` events
+    on ``stream``, the branch's top stream), in order."""
     try:
-        recorded = await journal.store.read(branch.stream)
+        recorded = await store.read(stream)
     except StreamNotFound:
         return []
     done: list[TurnRun] = []
@@ -298,3 +315,176 @@ def _environment_model_check(candidate: Candidate, script: TurnScript | None) ->
             f"--candidate {candidate.spec}: no --model-script and no $OPENAI_API_KEY: "
             "the manifests' models cannot be called"
         )
+
+
+async def run_experiment(
+    journal: Journal,
+    sessions: Sequence[str],
+    candidate: Candidate | str,
+    *,
+    scorers: Sequence[Scorer],
+    at_turn: int = 1,
+    model_script: TurnScript | str | os.PathLike[str] | None = None,
+    experiment_id: str | None = None,
+    guardrails: str | GuardrailClient | None = None,
+    criteria: str | None = None,
+    progress: Progress | None = None,
+) -> ExperimentReport:
+    """Run ``candidate`` on a branch of each session from ``at_turn`` and score both lines.
+
+    Everything is checked before anything is written (the candidate, the model script,
+    the scorers, every session and its turn). Running it again with the same inputs
+    (or the same ``experiment_id``) resumes it: no second branch, no turn run twice
+    unless it was cut short, no score written twice.
+
+    Args:
+        journal: The journal the sessions are recorded in.
+        sessions: The session ids, in the report's order.
+        candidate: A :class:`Candidate`, or how to name one (``MODULE:AGENT`` or a
+            manifest directory; see :func:`~agentjournal.evals.candidate.load_candidate`).
+        scorers: What scores both lines (``load_scorers(path)``).
+        at_turn: The first turn the candidate answers (1: the session's start); the
+            branch holds the turns before it.
+        model_script: The candidate's scripted answers per session and turn
+            (:mod:`agentjournal.evals.turn_script`), or its file.
+        experiment_id: The experiment's id (its branch's name, its eval run's id);
+            default ``exp-`` and a digest of the inputs.
+        guardrails: The guardrail service the candidate's runs ask (a URL or a client;
+            default ``$AGENTJOURNAL_GUARDRAIL_URL``): the one the sessions ran under.
+        criteria: The scorers file's digest (``sha256:...``) for the run's record.
+        progress: Called with a line of text as each session and turn runs.
+
+    Raises:
+        InvalidInput: Bad input (one line naming it); nothing was written.
+        StoreError: A write did not land: run it again, it resumes.
+    """
+    from agentjournal.evals.candidate import load_candidate
+    from agentjournal.evals.turn_script import load_turn_script
+
+    chosen = candidate if isinstance(candidate, Candidate) else load_candidate(candidate)
+    script = (
+        model_script
+        if model_script is None or isinstance(model_script, TurnScript)
+        else load_turn_script(
+            model_script, sessions=sessions, first_agent=chosen.name, agents=chosen.agents
+        )
+    )
+    _environment_model_check(chosen, script)
+    if not scorers:
+        raise InvalidInput("name at least one scorer")
+    if journal.keys is not None:
+        raise InvalidInput(
+            "experiments run on journals that keep content in the clear (this one seals it "
+            "under subject keys)"
+        )
+    planned = await plan_sessions(journal, sessions, at_turn)
+    described = [scorer.describe() for scorer in scorers]
+    name = experiment_id or derive_experiment_id(
+        [p.session for p in planned],
+        chosen.spec,
+        at_turn,
+        described,
+        None if script is None else script.digest,
+    )
+    validate_id(name, "experiment id")
+    runs = [
+        await run_candidate(
+            journal,
+            one,
+            chosen,
+            experiment=name,
+            at_turn=at_turn,
+            script=script,
+            guardrails=guardrails,
+            progress=progress,
+        )
+        for one in planned
+    ]
+    if progress is not None:
+        progress("scoring both lines")
+    result = await score_lines(
+        journal,
+        scorers,
+        runs,
+        experiment=name,
+        candidate=chosen.spec,
+        at_turn=at_turn,
+        criteria=criteria,
+        progress=progress,
+    )
+    return await experiment_report(journal.store, result, runs)
+
+
+async def score_lines(
+    journal: Journal,
+    scorers: Sequence[Scorer],
+    runs: Sequence[SessionRun],
+    *,
+    experiment: str,
+    candidate: str,
+    at_turn: int,
+    criteria: str | None = None,
+    progress: Progress | None = None,
+) -> EvalRunResult:
+    """Score each session's main line and branch from ``at_turn`` in one eval run whose id
+    is the experiment's (``kind`` ``experiment``; scores already there are not written
+    again)."""
+    from agentjournal.evals.run import run_eval
+
+    targets = [(run.session, line) for run in runs for line in (MAIN_BRANCH, run.branch)]
+    return await run_eval(
+        journal.store,
+        scorers,
+        targets,
+        run_id=experiment,
+        kind="experiment",
+        experiment={"candidate": candidate, "at_turn": at_turn, "branch": experiment},
+        from_turn=at_turn,
+        criteria=criteria,
+        signing_key=journal.signing_key,
+        progress=progress,
+    )
+
+
+async def experiment_report(
+    store: EventStore, result: EvalRunResult, runs: Sequence[SessionRun] | None = None
+) -> ExperimentReport:
+    """The report of an experiment's eval run (``kind`` ``experiment``): both lines of each
+    of its sessions read back and compared; how the candidate's turns ended from ``runs``,
+    else from its branches.
+
+    Raises:
+        InvalidInput: ``result`` is not an experiment's run.
+    """
+    facts = result.experiment
+    if result.kind != "experiment" or not facts:
+        raise InvalidInput(f"eval run {result.run_id} is not an experiment")
+    branch = str(facts.get("branch") or result.run_id)
+    at_turn = int(facts.get("at_turn") or 1)
+    sessions = list(dict.fromkeys(session for session, _ in result.sessions))
+    ended = {run.session: run.turns for run in runs or ()}
+    compared = []
+    for session in sessions:
+        turns = ended.get(session)
+        if turns is None:
+            turns = tuple(await finished_turns(store, branch_stream(session, branch)))
+        main = await session_turns(store, session, line=MAIN_BRANCH, from_turn=at_turn)
+        tried = await session_turns(store, session, line=branch, from_turn=at_turn)
+        compared.append(
+            compare_session(
+                main,
+                tried,
+                [
+                    ScoreRow(row.session, row.line, row.turn, row.scorer, row.score)
+                    for row in result.turns
+                    if row.session == session
+                ],
+                [Outcome(t.turn, t.status, t.error) for t in turns],
+                [
+                    LineScore(row.line, row.score, row.by_scorer)
+                    for row in result.session_scores
+                    if row.session == session
+                ],
+            )
+        )
+    return build_report(result.run_id, str(facts.get("candidate", "")), at_turn, compared)

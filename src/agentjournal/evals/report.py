@@ -20,14 +20,23 @@ MAIN = "main"
 
 @dataclass(frozen=True, slots=True)
 class ScoreRow:
-    """One score of the experiment's eval run: a turn's (``turn`` > 0) or a whole line's
-    by a session-level scorer (``turn`` 0)."""
+    """One turn's score by one scorer, as the experiment's eval run holds it."""
 
     session: str
     line: str
     turn: int
     scorer: str
     value: float
+
+
+@dataclass(frozen=True, slots=True)
+class LineScore:
+    """A session line's score in the eval run (its ``SessionScored``): the mean of its
+    scores, and each scorer's (session-level scorers included)."""
+
+    line: str
+    score: float
+    by_scorer: Mapping[str, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,11 +227,15 @@ def compare_session(
     candidate: ScoredSession,
     scores: Iterable[ScoreRow],
     outcomes: Sequence[Outcome],
+    totals: Iterable[LineScore] = (),
 ) -> SessionComparison:
-    """Compare the two lines of one session (``scores``: that session's rows)."""
+    """Compare the two lines of one session (``scores``, ``totals``: that session's)."""
     rows = list(scores)
-    main_line = _line(main, [r for r in rows if r.line == main.line])
-    branch_line = _line(candidate, [r for r in rows if r.line == candidate.line])
+    whole = {total.line: total for total in totals}
+    main_line = _line(main, [r for r in rows if r.line == main.line], whole.get(main.line))
+    branch_line = _line(
+        candidate, [r for r in rows if r.line == candidate.line], whole.get(candidate.line)
+    )
     changes: list[TurnChange] = []
     for turn in sorted(set(main_line.turn_scores) | set(branch_line.turn_scores)):
         before = main_line.turn_scores.get(turn, {})
@@ -333,25 +346,24 @@ def render_text(report: ExperimentReport) -> str:
 # -- helpers ----------------------------------------------------------------------------
 
 
-def _line(session: ScoredSession, rows: Sequence[ScoreRow]) -> LineResult:
+def _line(session: ScoredSession, rows: Sequence[ScoreRow], whole: LineScore | None) -> LineResult:
+    """One line's result: its turns' scores; its score and each scorer's from its
+    ``SessionScored`` when there is one, else the means of the turn scores."""
     turn_scores: dict[int, dict[str, float]] = {}
-    whole: dict[str, float] = {}
     for row in rows:
-        if row.turn > 0:
-            turn_scores.setdefault(row.turn, {})[row.scorer] = row.value
-        else:
-            whole[row.scorer] = row.value
+        turn_scores.setdefault(row.turn, {})[row.scorer] = row.value
     by_scorer: dict[str, list[float]] = {}
     for scores in turn_scores.values():
         for scorer, value in scores.items():
             by_scorer.setdefault(scorer, []).append(value)
-    for scorer, value in whole.items():
-        by_scorer.setdefault(scorer, []).append(value)
-    values = [v for scores in by_scorer.values() for v in scores]
+    means = {k: m for k, v in sorted(by_scorer.items()) if (m := _mean(v)) is not None}
+    score = _mean(v for scores in by_scorer.values() for v in scores)
+    if whole is not None:
+        score, means = whole.score, dict(sorted(whole.by_scorer.items()))
     return LineResult(
         line=session.line,
-        score=_mean(values),
-        by_scorer={k: m for k, v in sorted(by_scorer.items()) if (m := _mean(v)) is not None},
+        score=score,
+        by_scorer=means,
         turn_scores={t: dict(sorted(s.items())) for t, s in sorted(turn_scores.items())},
         usage=session.usage,
         tool_calls=tuple(
