@@ -26,11 +26,18 @@ With ``redact=True`` no conversation leaves the store
 (``data`` null, its digest kept, so the chain still verifies) except for what
 holds none; events that mix conversation with what a verifier needs carry their
 committed ``view`` instead.
+
+An eval run (DESIGN, "Evals") is bundled the same way in a format of its own,
+``agentjournal-eval-bundle`` (:func:`eval_bundle_of`): ``run_id`` in place of
+``session_id``, and its streams — ``EvalRun-{run_id}``, its checkpoints
+``AgentLedger-EvalRun-{run_id}`` and the key rotations ``AgentKeys``, each when it exists.
+Redacted, a score keeps its value, label, turn, session and facts, and withholds what
+was judged (the turn's input and output) and the reason.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -42,7 +49,10 @@ __all__ = [
     "BUNDLE_FORMAT",
     "BUNDLE_VERSION",
     "BUNDLE_VERSIONS",
+    "EVAL_BUNDLE_FORMAT",
+    "EVAL_BUNDLE_VERSION",
     "bundle_of",
+    "eval_bundle_of",
     "has_branches",
 ]
 
@@ -67,6 +77,29 @@ def bundle_of(tree: TreeRecords, *, redact: bool = False) -> dict[str, Any]:
         "streams": [
             {"name": name, "events": [_event(record, redact) for record in records]}
             for name, records in tree.streams.items()
+        ],
+    }
+
+
+EVAL_BUNDLE_FORMAT: Final = "agentjournal-eval-bundle"
+"""The format of an eval run's bundle."""
+EVAL_BUNDLE_VERSION: Final = 1
+"""Its one version."""
+
+
+def eval_bundle_of(
+    run_id: str, streams: Mapping[str, Sequence[Record]], *, redact: bool = False
+) -> dict[str, Any]:
+    """An eval run's streams as a bundle, withholding what was judged with ``redact``."""
+    return {
+        "format": EVAL_BUNDLE_FORMAT,
+        "version": EVAL_BUNDLE_VERSION,
+        "run_id": run_id,
+        "exported_at": datetime.now(UTC).isoformat(),
+        "redacted": redact,
+        "streams": [
+            {"name": name, "events": [_event(record, redact) for record in records]}
+            for name, records in streams.items()
         ],
     }
 

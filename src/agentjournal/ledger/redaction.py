@@ -6,12 +6,13 @@ classes:
 
 * **kept** — its data holds no conversation (lifecycle of the session,
   authority, policies, checkpoints, pops and clears, model responses' usage,
-  branches): shown whole;
+  branches, an eval run's start and totals): shown whole;
 * **viewed** — its data mixes conversation with what a verifier needs (tool
   calls, handoffs, subagent completions, guardrail decisions, authority
-  refusals, approvals' questions and answers): shown as its *view*, the data
-  with every conversation value replaced by a marker ``{"withheld": "sha256:..."}``
-  holding the digest of that value (:func:`agentjournal.guardrails.actions.digest`);
+  refusals, approvals' questions and answers, scores of turns and sessions): shown
+  as its *view*, the data with every conversation value replaced by a marker
+  ``{"withheld": "sha256:..."}`` holding the digest of that value
+  (:func:`agentjournal.guardrails.actions.digest`);
 * **withheld** — everything else, including types this version does not
   know: no data at all, only its digest.
 
@@ -77,6 +78,8 @@ KEPT: Final = frozenset(
         events.SUBJECT_ERASED,
         CHECKPOINT,
         KEY_ROTATED,
+        events.EVAL_RUN_STARTED,
+        events.EVAL_RUN_COMPLETED,
     }
     | events.BRANCH_EVENTS
 )
@@ -92,6 +95,8 @@ VIEWED: Final = frozenset(
         events.AUTHORITY_REFUSED,
         events.INTERRUPT_ISSUED,
         events.INTERRUPT_RESOLVED,
+        events.TURN_SCORED,
+        events.SESSION_SCORED,
     }
 )
 """Event types that get a view (``OpenAIItemRecorded`` only for locally executed calls, the
@@ -344,6 +349,10 @@ def _view(
         return _question(body), None
     if type_ == events.SUBAGENT_STARTED:
         return _replace(body, [("prompt",), ("extensions", "openai", "item_json")]), None
+    if type_ == events.TURN_SCORED:  # the score, its label and facts stay; what was judged not
+        return _replace(body, [("input",), ("output",), ("reason",)]), None
+    if type_ == events.SESSION_SCORED:
+        return _replace(body, [("reason",)]), None
     if type_ == events.SUBAGENT_COMPLETED:
         return _replace(body, [("summary",), ("extensions", "openai", "reason")]), None
     if type_ == events.GUARDRAIL_DECIDED:

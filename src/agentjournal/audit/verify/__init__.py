@@ -49,6 +49,12 @@ data — or, in a redacted bundle, no data but a committed view
 
 The report names the first bad stream and revision.
 
+An eval run's bundle (``agentjournal-eval-bundle``) goes through the same structure,
+integrity and checkpoints stages over its streams (``EvalRun-{run_id}``, its ledger, the
+keys), with the eval stage (``_evals``) between integrity and checkpoints: every event a
+valid schema event, every score in [0, 1], nothing scored twice, the totals of
+``EvalRunCompleted`` those of its scores (:func:`verify_eval_records`).
+
 Each stage is a module of this package, testable alone: ``_parse`` (structure),
 ``_integrity``, ``_twins``, ``_branches`` with ``_prefix``, ``_guards``, ``_checkpoints``,
 ``_authority`` (delegation), ``_containment``, ``_approvals`` and ``_usage``; the stages
@@ -70,16 +76,24 @@ from agentjournal.audit.verify._branches import check_branches
 from agentjournal.audit.verify._checkpoints import check_checkpoints
 from agentjournal.audit.verify._containment import check_containment
 from agentjournal.audit.verify._erasure import check_erasure
+from agentjournal.audit.verify._evals import check_eval_run, run_streams
 from agentjournal.audit.verify._guards import check_guards
 from agentjournal.audit.verify._integrity import Markers, check_chain
-from agentjournal.audit.verify._parse import Malformed, bundle_records, check_forms, parse_bundle
+from agentjournal.audit.verify._parse import (
+    Malformed,
+    bundle_records,
+    check_forms,
+    eval_bundle_records,
+    is_eval_bundle,
+    parse_bundle,
+)
 from agentjournal.audit.verify._report import Problem, Report
 from agentjournal.audit.verify._tree import Tree
 from agentjournal.audit.verify._twins import check_twins
 from agentjournal.audit.verify._usage import check_responses
 from agentjournal.authority import Policy
 from agentjournal.errors import CodecError, InvalidInput
-from agentjournal.records import TreeRecords
+from agentjournal.records import Record, TreeRecords
 from agentjournal.streams import session_stream
 
 __all__ = [
@@ -87,6 +101,7 @@ __all__ = [
     "Report",
     "parse_bundle",
     "verify_bundle",
+    "verify_eval_records",
     "verify_records",
 ]
 
@@ -126,6 +141,9 @@ def verify_bundle(
             the session as it was then.
         policy: The policy the session must have run under (an outside anchor,
             like the keys): every policy the bundle records must be this one.
+
+    An eval run's bundle (``agentjournal-eval-bundle``) is verified as
+    :func:`verify_eval_records` verifies its records (``policy`` does not apply).
     """
     # Verification makes records, views and markers by the thousand, none in a cycle: the
     # cyclic collector would scan them (and the bundle) again and again as they pile up.
@@ -143,6 +161,20 @@ def _verify_bundle(
     not_before: str | None,
     policy: Policy | None,
 ) -> Report:
+    if is_eval_bundle(bundle):
+        try:
+            run_id, streams = eval_bundle_records(bundle)
+        except Malformed as error:
+            report = Report()
+            report.fail("structure", error.stream, error.revision, str(error))
+            return report
+        except InvalidInput as error:
+            report = Report()
+            report.fail("structure", "bundle", None, str(error))
+            return report
+        return _verify_eval(
+            run_id, streams, trusted, allow_uncovered=allow_uncovered, not_before=not_before
+        )
     try:
         tree = bundle_records(bundle)
     except Malformed as error:
@@ -172,6 +204,63 @@ def verify_records(
         return _verify_records(
             records, trusted, allow_uncovered=allow_uncovered, not_before=not_before, policy=policy
         )
+
+
+def verify_eval_records(
+    run_id: str,
+    streams: Mapping[str, list[Record]],
+    trusted: Mapping[str, Ed25519PublicKey],
+    *,
+    allow_uncovered: bool = False,
+    not_before: str | None = None,
+) -> Report:
+    """Verify an eval run's records (from its bundle, or read from a store with
+    :func:`agentjournal.audit.export.eval_run_records`): its streams' chains, the eval
+    stage, and the checkpoints on ``AgentLedger-EvalRun-{run_id}`` (the arguments as for
+    :func:`verify_bundle`)."""
+    with no_collection():
+        return _verify_eval(
+            run_id, streams, trusted, allow_uncovered=allow_uncovered, not_before=not_before
+        )
+
+
+def _verify_eval(
+    run_id: str,
+    records: Mapping[str, list[Record]],
+    trusted: Mapping[str, Ed25519PublicKey],
+    *,
+    allow_uncovered: bool,
+    not_before: str | None,
+) -> Report:
+    report = Report()
+    streams = {name: list(stream) for name, stream in records.items()}
+    run, _ = run_streams(run_id)
+    total = sum(len(stream) for stream in streams.values())
+    withheld = sum(1 for stream in streams.values() for e in stream if e.data is None)
+    report.lines.append(
+        f"eval run {run_id}: {plural(len(streams), 'stream')}, {plural(total, 'event')} "
+        f"({withheld} withheld)"
+    )
+    if not check_forms(report, streams):
+        return report
+    markers: Markers = {}
+    for name, stream in streams.items():
+        check_chain(report, name, stream, markers)
+    if report.problems:
+        report.lines.append("integrity: FAILED")
+        return report
+    report.lines.append(
+        f"integrity: {plural(total, 'event')} in {plural(len(streams), 'stream')} chain correctly"
+    )
+    try:
+        check_eval_run(report, run_id, streams)
+        if report.problems:
+            return report
+        tree = Tree(run, run, streams, markers)
+        check_checkpoints(report, tree, trusted, allow_uncovered, not_before)
+    except _MALFORMED as error:
+        report.fail("eval", run, None, f"malformed event: {type(error).__name__}: {error}")
+    return report
 
 
 def _verify_records(

@@ -10,7 +10,14 @@ from typing import Any, Final
 
 from agentjournal._gc import no_collection
 from agentjournal._text import cut
-from agentjournal.audit.bundle import BUNDLE_FORMAT, BUNDLE_VERSION, BUNDLE_VERSIONS, has_branches
+from agentjournal.audit.bundle import (
+    BUNDLE_FORMAT,
+    BUNDLE_VERSION,
+    BUNDLE_VERSIONS,
+    EVAL_BUNDLE_FORMAT,
+    EVAL_BUNDLE_VERSION,
+    has_branches,
+)
 from agentjournal.audit.verify._report import Report
 from agentjournal.errors import InvalidInput
 from agentjournal.records import Record, TreeRecords
@@ -148,6 +155,65 @@ def bundle_records(bundle: Any) -> TreeRecords:
                 name, withheld.revision, "data is withheld in a bundle that says it is unredacted"
             )
     return TreeRecords(session_id, streams)
+
+
+_EVAL_BUNDLE_FIELDS: Final = {"format", "version", "run_id", "exported_at", "redacted", "streams"}
+
+
+def is_eval_bundle(bundle: Any) -> bool:
+    """Whether ``bundle`` says it is an eval run's (``agentjournal-eval-bundle``)."""
+    return isinstance(bundle, Mapping) and bundle.get("format") == EVAL_BUNDLE_FORMAT
+
+
+def eval_bundle_records(bundle: Any) -> tuple[str, dict[str, list[Record]]]:
+    """An eval run's bundle read into its run id and its streams' records.
+
+    Raises:
+        InvalidInput: A field is missing, unknown or malformed (:class:`Malformed` for an
+            event, with where it is).
+    """
+    if not isinstance(bundle, Mapping) or set(bundle) != _EVAL_BUNDLE_FIELDS:
+        found = set(bundle) if isinstance(bundle, Mapping) else set()
+        extra, missing = found - _EVAL_BUNDLE_FIELDS, _EVAL_BUNDLE_FIELDS - found
+        raise InvalidInput(
+            f"eval bundle fields: unknown {cut(str(sorted(extra)), 200)}, missing {sorted(missing)}"
+        )
+    version = bundle["version"]
+    if type(version) is not int or version != EVAL_BUNDLE_VERSION:
+        raise InvalidInput(
+            f"an {EVAL_BUNDLE_FORMAT} of version {cut(repr(version), 40)}; this verifier reads "
+            f"version {EVAL_BUNDLE_VERSION}: verify it with the agentjournal that wrote it"
+        )
+    run_id = bundle["run_id"]
+    if not isinstance(run_id, str) or not run_id or not _unicode(run_id):
+        raise InvalidInput("run_id must be a non-empty string")
+    if validate_id(run_id, "run_id") != run_id:
+        raise InvalidInput(f"run_id {cut(repr(run_id), 80)} is not written normalised")
+    redacted = bundle["redacted"]
+    if not isinstance(redacted, bool) or not isinstance(bundle["exported_at"], str):
+        raise InvalidInput("redacted must be true or false and exported_at a string")
+    raw_streams = bundle["streams"]
+    if not isinstance(raw_streams, list) or not raw_streams:
+        raise InvalidInput("a bundle holds at least one stream")
+    streams: dict[str, list[Record]] = {}
+    for raw in raw_streams:
+        if not isinstance(raw, Mapping) or set(raw) != _STREAM_FIELDS:
+            raise InvalidInput("each stream has exactly 'name' and 'events'")
+        name, raw_events = raw["name"], raw["events"]
+        if (
+            not isinstance(name, str)
+            or not _unicode(name)
+            or not isinstance(raw_events, list)
+            or name in streams
+        ):
+            raise InvalidInput(f"stream {cut(repr(name), 200)} is malformed or repeated")
+        streams[name] = [_event(name, e) for e in raw_events]
+        withheld = next((e for e in streams[name] if e.data is None), None)
+        if withheld is not None and not redacted:
+            raise Malformed(
+                name, withheld.revision, "data is withheld in a bundle that says it is unredacted"
+            )
+    return run_id, streams
 
 
 class Malformed(InvalidInput):
