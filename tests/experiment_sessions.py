@@ -144,6 +144,16 @@ def candidate_script(
     return script
 
 
+def scorers_document() -> dict[str, Any]:
+    """A scorers file (``--scorers``): a reference scorer holding :data:`EXPECTED`."""
+    reference: dict[str, dict[int, dict[str, str]]] = {}
+    for session, turns in RECORDED.items():
+        reference[session] = {
+            turn: {"contains": EXPECTED[text]} for turn, (text, _) in enumerate(turns, start=1)
+        }
+    return {"scorers": [{"name": "answers", "reference": reference}]}
+
+
 @dataclass
 class Expects:
     """Scores a turn 1 when its answer holds the words :data:`EXPECTED` names, else 0."""

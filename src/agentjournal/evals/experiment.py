@@ -440,9 +440,9 @@ async def score_lines(
         kind="experiment",
         experiment={"candidate": candidate, "at_turn": at_turn, "branch": experiment},
         from_turn=at_turn,
-        criteria=criteria,
+        criteria=criteria or "",
         signing_key=journal.signing_key,
-        progress=progress,
+        progress=None if progress is None else lambda done: progress(done.text()),
     )
 
 

@@ -59,7 +59,7 @@ def load_turn_script(
 
     Args:
         path: The file.
-        sessions: The experiment's sessions: the file may name no other.
+        sessions: The experiment's sessions (the file's other sessions are left out).
         first_agent: The agent a list of answers belongs to.
         agents: The candidate's agent names: the file may name no other.
 
@@ -83,8 +83,8 @@ def load_turn_script(
     for key, turns in document.items():
         session = str(key)
         where = f"--model-script {path}: {session}"
-        if session not in wanted:
-            raise InvalidInput(f"{where}: not one of the experiment's sessions")
+        if session not in wanted:  # a script may cover more sessions than one run takes
+            continue
         if not isinstance(turns, dict):
             raise InvalidInput(f"{where}: expected a mapping of turn number to answers")
         parsed[session] = {}
