@@ -17,6 +17,7 @@ from agents import Agent, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from agentjournal import Journal
+from agentjournal.authority import Policy
 from agentjournal.evals.scorers.base import Score
 from agentjournal.read.evals.turns import ScoredSession, ScoredTurn
 from drive import drive
@@ -104,17 +105,26 @@ def _items(steps: list[Step], tag: str) -> list[list[Any]]:
     return out
 
 
-async def record(journal: Journal, sessions: list[str] | None = None) -> None:
-    """Record the sessions with the real Runner (scripted models), as production would."""
+async def record(
+    journal: Journal,
+    sessions: list[str] | None = None,
+    *,
+    guardrails: str | None = None,
+    policy: Policy | None = None,
+) -> None:
+    """Record the sessions with the real Runner (scripted models), as production would:
+    under ``guardrails`` and ``policy`` when given (the agent guarded by its session)."""
     for session_id in sessions or SESSIONS:
-        session = journal.session(session_id, app_name="support-desk", user_id="u1")
+        session = journal.session(
+            session_id, app_name="support-desk", user_id="u1", guardrails=guardrails, policy=policy
+        )
         for turn, (text, steps) in enumerate(RECORDED[session_id], start=1):
             agent: Agent[Any] = Agent(
                 name="support",
                 tools=list(TOOLS),
                 model=ScriptedModel(_items(steps, f"{session_id}_{turn}")),
             )
-            await drive(agent, text, session=session, hooks=session)
+            await drive(session.guard(agent), text, session=session, hooks=session)
 
 
 candidate: Agent[Any] = Agent(

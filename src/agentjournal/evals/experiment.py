@@ -465,6 +465,7 @@ async def experiment_report(
     ended = {run.session: run.turns for run in runs or ()}
     compared = []
     for session in sessions:
+        refusals = await _refusals(store, session, branch)
         turns = ended.get(session)
         if turns is None:
             turns = tuple(await finished_turns(store, branch_stream(session, branch)))
@@ -485,6 +486,31 @@ async def experiment_report(
                     for row in result.session_scores
                     if row.session == session
                 ],
+                refusals,
             )
         )
     return build_report(result.run_id, str(facts.get("candidate", "")), at_turn, compared)
+
+
+async def _refusals(store: EventStore, session: str, name: str) -> dict[str, list[str]]:
+    """Each line's authority refusals after the branch's cut (``subject: reason``), by
+    line; what the policy hid from a model (``tool_visibility``) is no refusal of an act."""
+    from agentjournal import events
+    from agentjournal.engine.fork import read_branches
+    from agentjournal.read.lines import line_path
+
+    branch = next((b for b in await read_branches(store, session) if b.name == name), None)
+    if branch is None:
+        return {}
+    found: dict[str, list[str]] = {}
+    for line, at in ((MAIN_BRANCH, None), (name, branch)):
+        for record in await line_path(store, session, at):
+            if record.type != events.AUTHORITY_REFUSED:
+                continue
+            if record.position is None or record.position < branch.cut.position:
+                continue
+            body = record.body if isinstance(record.body, dict) else {}
+            if body.get("gate") == "tool_visibility":
+                continue
+            found.setdefault(line, []).append(f"{body.get('subject')}: {body.get('reason')}")
+    return found

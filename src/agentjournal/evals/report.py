@@ -62,6 +62,7 @@ class LineResult:
         tool_calls: Each tool call as ``name {arguments}``, in order.
         blocks: Each guardrail BLOCK as ``kind tool: reason``, in order.
         answers: Each turn's final answer, by turn.
+        refusals: Each action the authority policy refused, as ``subject: reason``.
     """
 
     line: str
@@ -72,6 +73,7 @@ class LineResult:
     tool_calls: tuple[str, ...]
     blocks: tuple[str, ...]
     answers: Mapping[int, str]
+    refusals: tuple[str, ...] = ()
 
     @property
     def final(self) -> str:
@@ -88,6 +90,7 @@ class LineResult:
             "usage": _usage_json(self.usage),
             "tool_calls": list(self.tool_calls),
             "blocks": list(self.blocks),
+            "refusals": list(self.refusals),
             "answers": {str(t): a for t, a in self.answers.items()},
             "final": self.final,
         }
@@ -133,6 +136,8 @@ class SessionComparison:
         tool_calls_only_candidate: Calls only the candidate made.
         blocks_only_main: Guardrail blocks only the recorded line met.
         blocks_only_candidate: Guardrail blocks only the candidate met.
+        refusals_only_main: Authority refusals only the recorded line met.
+        refusals_only_candidate: Authority refusals only the candidate met.
     """
 
     session: str
@@ -145,6 +150,8 @@ class SessionComparison:
     tool_calls_only_candidate: tuple[str, ...]
     blocks_only_main: tuple[str, ...]
     blocks_only_candidate: tuple[str, ...]
+    refusals_only_main: tuple[str, ...] = ()
+    refusals_only_candidate: tuple[str, ...] = ()
 
     @property
     def differs(self) -> bool:
@@ -155,6 +162,8 @@ class SessionComparison:
             or self.tool_calls_only_candidate
             or self.blocks_only_main
             or self.blocks_only_candidate
+            or self.refusals_only_main
+            or self.refusals_only_candidate
             or dict(self.main.answers) != dict(self.candidate.answers)
         )
 
@@ -182,6 +191,10 @@ class SessionComparison:
             "blocks": {
                 "only_main": list(self.blocks_only_main),
                 "only_candidate": list(self.blocks_only_candidate),
+            },
+            "refusals": {
+                "only_main": list(self.refusals_only_main),
+                "only_candidate": list(self.refusals_only_candidate),
             },
         }
 
@@ -228,13 +241,24 @@ def compare_session(
     scores: Iterable[ScoreRow],
     outcomes: Sequence[Outcome],
     totals: Iterable[LineScore] = (),
+    refusals: Mapping[str, Sequence[str]] | None = None,
 ) -> SessionComparison:
-    """Compare the two lines of one session (``scores``, ``totals``: that session's)."""
+    """Compare the two lines of one session (``scores``, ``totals``: that session's;
+    ``refusals``: each line's authority refusals after the fork, by line)."""
     rows = list(scores)
     whole = {total.line: total for total in totals}
-    main_line = _line(main, [r for r in rows if r.line == main.line], whole.get(main.line))
+    refused = refusals or {}
+    main_line = _line(
+        main,
+        [r for r in rows if r.line == main.line],
+        whole.get(main.line),
+        tuple(refused.get(main.line, ())),
+    )
     branch_line = _line(
-        candidate, [r for r in rows if r.line == candidate.line], whole.get(candidate.line)
+        candidate,
+        [r for r in rows if r.line == candidate.line],
+        whole.get(candidate.line),
+        tuple(refused.get(candidate.line, ())),
     )
     changes: list[TurnChange] = []
     for turn in sorted(set(main_line.turn_scores) | set(branch_line.turn_scores)):
@@ -265,6 +289,8 @@ def compare_session(
         tool_calls_only_candidate=_only(branch_line.tool_calls, main_line.tool_calls),
         blocks_only_main=_only(main_line.blocks, branch_line.blocks),
         blocks_only_candidate=_only(branch_line.blocks, main_line.blocks),
+        refusals_only_main=_only(main_line.refusals, branch_line.refusals),
+        refusals_only_candidate=_only(branch_line.refusals, main_line.refusals),
     )
 
 
@@ -333,6 +359,8 @@ def render_text(report: ExperimentReport) -> str:
             ("tool calls only in candidate", s.tool_calls_only_candidate),
             ("blocks only in main", s.blocks_only_main),
             ("blocks only in candidate", s.blocks_only_candidate),
+            ("refusals only in main", s.refusals_only_main),
+            ("refusals only in candidate", s.refusals_only_candidate),
         ):
             for call in calls:
                 out.append(f"  {label}: {call}")
@@ -346,7 +374,12 @@ def render_text(report: ExperimentReport) -> str:
 # -- helpers ----------------------------------------------------------------------------
 
 
-def _line(session: ScoredSession, rows: Sequence[ScoreRow], whole: LineScore | None) -> LineResult:
+def _line(
+    session: ScoredSession,
+    rows: Sequence[ScoreRow],
+    whole: LineScore | None,
+    refusals: tuple[str, ...],
+) -> LineResult:
     """One line's result: its turns' scores; its score and each scorer's from its
     ``SessionScored`` when there is one, else the means of the turn scores."""
     turn_scores: dict[int, dict[str, float]] = {}
@@ -371,6 +404,7 @@ def _line(session: ScoredSession, rows: Sequence[ScoreRow], whole: LineScore | N
         ),
         blocks=tuple(_block(t) for turn in session.turns for t in _blocked(turn)),
         answers={turn.index: turn.output for turn in session.turns},
+        refusals=refusals,
     )
 
 
@@ -443,6 +477,9 @@ def _summary(s: SessionComparison) -> str:
     blocks = len(s.blocks_only_main) + len(s.blocks_only_candidate)
     if blocks:
         parts.append(f"{blocks} blocks")
+    refusals = len(s.refusals_only_main) + len(s.refusals_only_candidate)
+    if refusals:
+        parts.append(f"{refusals} refusals")
     if s.stopped:
         parts.append(", ".join(f"turn {o.turn} {o.status}" for o in s.stopped))
     if not parts and dict(s.main.answers) != dict(s.candidate.answers):
