@@ -10,6 +10,8 @@ call). :class:`Expects` scores an answer by the words it must hold.
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,16 +24,25 @@ from agentjournal.evals.scorers.base import Score
 from agentjournal.read.evals.turns import ScoredSession, ScoredTurn
 from drive import drive
 
+DELAY = "EXPERIMENT_TOOL_DELAY"
+"""Seconds each order tool takes (default 0): the kill test widens its window with it."""
+
+
+def _slow() -> None:
+    time.sleep(float(os.environ.get(DELAY, "0")))
+
 
 @function_tool
 def lookup_order(order_id: str) -> str:
     """Look up an order."""
+    _slow()
     return f"order {order_id}: shipped 2026-11-02, in transit"
 
 
 @function_tool
 def cancel_order(order_id: str) -> str:
     """Cancel an order."""
+    _slow()
     return f"order {order_id}: cancelled"
 
 
