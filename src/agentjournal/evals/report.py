@@ -368,6 +368,7 @@ def render_text(report: ExperimentReport) -> str:
             out.append(f"  candidate turn {stop.turn} {stop.status}: {stop.error}")
         out.append(f"  main:      {_one_line(s.main.final)}")
         out.append(f"  candidate: {_one_line(s.candidate.final)}")
+    out += ["", f"in the viewer (agentjournal ui): /experiments/{report.experiment}"]
     return "\n".join(out)
 
 
