@@ -14,13 +14,16 @@ import pytest
 import yaml
 
 from agentjournal import Journal
+from agentjournal.audit.verify import verify_records
 from agentjournal.errors import InvalidInput
 from agentjournal.evals.experiment import EXPERIMENT_TURN, run_experiment
 from agentjournal.evals.report import render_text
 from agentjournal.evals.scorers import load_scorers
+from agentjournal.ledger.keys import SigningKey
 from agentjournal.read.evals.runs import read_run
 from agentjournal.store.contract import EventStore
 from agentjournal.streams import branch_stream
+from agentjournal.walk import read_tree
 from experiment_sessions import SESSIONS, candidate_script, record, scorers_document
 
 CANDIDATE = "experiment_sessions:candidate"
@@ -190,3 +193,21 @@ async def test_a_model_script_naming_another_agent_or_no_turn_is_refused(
         await run_experiment(journal, ["exp-where"], CANDIDATE, scorers=scorers, model_script=turn)
 
     assert await last_position(journal.store) == before
+
+
+async def test_a_signed_journal_still_verifies_every_session_after_an_experiment(
+    tmp_path: Path,
+) -> None:
+    key = SigningKey.generate()
+    script = write(tmp_path / "script.yml", candidate_script())
+    scorers = load_scorers(write(tmp_path / "scorers.yml", scorers_document()))
+    async with Journal.open(f"sqlite:///{tmp_path / 'j.db'}", signing_key=key) as journal:
+        await record(journal, ["exp-cancel", "exp-status"])
+        await run_experiment(
+            journal, ["exp-cancel", "exp-status"], CANDIDATE, scorers=scorers, model_script=script
+        )
+        for session in ("exp-cancel", "exp-status"):
+            report = verify_records(
+                await read_tree(journal.store, session), {key.key_id: key.public_key}
+            )
+            assert report.ok, report.text()

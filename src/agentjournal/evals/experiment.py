@@ -214,6 +214,9 @@ async def run_candidate(
         model = None if script is None else script.for_turn(session_id, turn)
         outcome = await _run_turn(line, candidate, model, message, turn)
         await line.append_event(EXPERIMENT_TURN, outcome.encode(experiment))
+        # The run signed its heads when it ended; the mark came after: sign again
+        # (nothing happens without a signing key).
+        await line.checkpoint()
         done.append(outcome)
         ran += 1
     return SessionRun(session_id, experiment, tuple(done), ran)
