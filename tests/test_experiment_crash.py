@@ -111,7 +111,7 @@ def test_a_killed_experiment_finishes_when_run_again_and_nothing_is_duplicated(
                 branches = await journal.session(session).branches()
                 assert [b.name for b in branches] == [experiment], session
                 items = await journal.session(session, branch=experiment).get_items()
-                users = [i["content"] for i in items if is_user(i)]
+                users = [dict(i)["content"] for i in items if is_user(i)]
                 assert users == [text for text, _ in RECORDED[session]], session
                 marks = [
                     json.loads(e.data)["turn"]

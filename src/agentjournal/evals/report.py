@@ -208,8 +208,8 @@ class ExperimentReport:
         candidate: How the candidate was named.
         at_turn: The turn the branches start at.
         sessions: Each session's comparison, in the order given.
-        totals: Per line (``main``, ``candidate``): ``score`` (the mean of every turn
-            and session score), ``by_scorer``, ``usage``.
+        totals: Per line (``main``, ``candidate``): ``score`` (the mean of its turn
+            scores over every session), ``by_scorer`` (each scorer's mean), ``usage``.
     """
 
     experiment: str
