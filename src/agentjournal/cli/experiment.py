@@ -83,7 +83,9 @@ def register(commands: Commands) -> None:
         help="the guardrail service the candidate is checked by (default: "
         "$AGENTJOURNAL_GUARDRAIL_URL, else none)",
     )
-    command.add_argument("--json", action="store_true", help="print the report as JSON")
+    command.add_argument(
+        "--json", action="store_true", help="print the report as JSON (default: a table)"
+    )
     command.add_argument("--uri", help=STORE_HELP + "; never created")
     command.set_defaults(run=run_command)
 
