@@ -54,6 +54,10 @@ Commands:
                 replay, updating live (the [service] extra)
     view SESSION -o FILE
                 one session's page as a self-contained HTML file (opens offline)
+    eval run --scorers FILE [SESSION... | --app A --since T | --all] [--branch B] [--id RUN]
+                score recorded sessions, written as one EvalRun stream (resumable by --id)
+    eval show RUN | eval list
+                one eval run, or every run
 
 Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
 else ``sqlite:///agentjournal.db``); the commands that only read one
@@ -96,6 +100,7 @@ from agentjournal.cli import (
     ui,
     verify,
 )
+from agentjournal.cli import eval as eval_command
 from agentjournal.cli import usage as usage_command
 from agentjournal.cli._common import Commands, usage
 from agentjournal.errors import JournalError
@@ -116,6 +121,7 @@ _COMMANDS = (
     usage_command,
     tail,
     trace,
+    eval_command,
     run,
     experiment,
     ui,

@@ -1,4 +1,8 @@
-"""``agentjournal bundle export|verify``: a session tree as one file, and its offline check."""
+"""``agentjournal bundle export|verify``: a session tree as one file, and its offline check.
+
+``bundle export --eval RUN`` writes an eval run's bundle instead (its stream, checkpoints
+and key rotations: ``agentjournal-eval-bundle``); ``bundle verify`` tells the two formats
+apart by the file's ``format``."""
 
 from __future__ import annotations
 
@@ -37,7 +41,14 @@ def register(commands: Commands) -> None:
     export = subcommands.add(
         "export", text, "agentjournal bundle export support-4711 -o bundle.json --redact"
     )
-    export.add_argument("session", help="the session id")
+    export.add_argument("session", nargs="?", help="the session id")
+    export.add_argument(
+        "--eval",
+        dest="eval_run",
+        metavar="RUN",
+        help="export the eval run RUN instead of a session (its scores; --redact withholds "
+        "what was judged)",
+    )
     export.add_argument("-o", "--output", required=True, help="the bundle file to write")
     export.add_argument("--uri", help=STORE_HELP + "; never created")
     export.add_argument(
@@ -91,8 +102,12 @@ async def export_to_file(args: argparse.Namespace) -> int:
     from agentjournal.ledger.keys import SigningKey
 
     output: str = args.output
+    if (args.session is None) == (args.eval_run is None):
+        raise InvalidInput("name a session, or an eval run with --eval RUN (one of them)")
     writable_folder(output)  # before anything is signed or read
     key = SigningKey.from_environment() if not args.no_checkpoint else None
+    if args.eval_run is not None:
+        return await _export_eval(args, output, key)
     store, session_id = await open_session(args.uri, args.session)
     try:
         if key is not None:
@@ -103,6 +118,40 @@ async def export_to_file(args: argparse.Namespace) -> int:
                     f"({plural(len(signed.heads), 'stream head')})"
                 )
         bundle = await export_bundle(store, session_id, redact=args.redact)
+    finally:
+        await store.close()
+    try:
+        await asyncio.to_thread(write_atomically, output, json.dumps(bundle, ensure_ascii=False))
+    except OSError as error:
+        return usage(f"cannot write {output}: {error.strerror or error}")
+    streams = bundle["streams"]
+    count = sum(len(stream["events"]) for stream in streams)
+    print(f"wrote {output}: {plural(len(streams), 'stream')}, {plural(count, 'event')}")
+    return 0
+
+
+async def _export_eval(args: argparse.Namespace, output: str, key: SigningKey | None) -> int:
+    """Sign the eval run's head first when a key is set, then write its bundle.
+
+    Raises:
+        JournalError: The store or the run is missing (a usage error: 1).
+    """
+    from agentjournal.audit.export import export_eval_bundle
+    from agentjournal.engine.evals import sign_head
+    from agentjournal.store import open_store, store_uri
+    from agentjournal.streams import eval_run_stream, validate_id
+
+    run_id = validate_id(args.eval_run, "eval run id")
+    store = await open_store(store_uri(args.uri), create=False)
+    try:
+        bundle = await export_eval_bundle(store, run_id, redact=args.redact)
+        if key is not None:
+            run = eval_run_stream(run_id)
+            events = next(s["events"] for s in bundle["streams"] if s["name"] == run)
+            head = (events[-1]["revision"], events[-1]["metadata"]["aj.hash"])
+            if await sign_head(store, run, head, key) is not None:
+                print(f"signed a checkpoint with {key.key_id} (1 stream head)")
+                bundle = await export_eval_bundle(store, run_id, redact=args.redact)
     finally:
         await store.close()
     try:

@@ -1,4 +1,5 @@
-"""``agentjournal verify SESSION``: verify a session tree as it is in the store."""
+"""``agentjournal verify SESSION``: verify a session tree as it is in the store;
+``agentjournal verify --eval RUN``: an eval run's."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 
 from agentjournal.cli._common import (
     STORE_HELP,
+    Anchors,
     Commands,
     add_verification_arguments,
     anchors_of,
@@ -21,7 +23,14 @@ def register(commands: Commands) -> None:
     verify = commands.add(
         "verify", text, "agentjournal verify support-4711 --pubkey journal.pem.pub"
     )
-    verify.add_argument("session", help="the session id")
+    verify.add_argument("session", nargs="?", help="the session id")
+    verify.add_argument(
+        "--eval",
+        dest="eval_run",
+        metavar="RUN",
+        help="verify the eval run RUN instead of a session (its chain, its events against "
+        "the schema, its totals, its checkpoints)",
+    )
     verify.add_argument("--uri", help=STORE_HELP + "; never created")
     add_verification_arguments(verify)
     verify.set_defaults(run=lambda args: asyncio.run(verify_session(args)))
@@ -45,8 +54,12 @@ async def verify_session(args: argparse.Namespace) -> int:
 
     try:
         anchors = anchors_of(args)
+        if (args.session is None) == (args.eval_run is None):
+            raise InvalidInput("name a session, or an eval run with --eval RUN (one of them)")
     except InvalidInput as error:
         return usage(str(error))
+    if args.eval_run is not None:
+        return await verify_eval_run(args, anchors)
     store, session_id = await open_session(args.uri, args.session)
     try:
         records = await read_tree(store, session_id)
@@ -62,5 +75,39 @@ async def verify_session(args: argparse.Namespace) -> int:
         await store.close()
     report = anchors.verify_records(records)
     report.model_checked(model, session_stream(session_id))
+    print(report.text())
+    return 0 if report.ok else 2
+
+
+async def verify_eval_run(args: argparse.Namespace, anchors: Anchors) -> int:
+    """Verify an eval run as it is in the store (exit codes as for a session).
+
+    Raises:
+        JournalError: The store or the run is missing (a usage error: 1).
+    """
+    from agentjournal.audit.export import eval_run_records
+    from agentjournal.audit.verify import Report, verify_eval_records
+    from agentjournal.records import DamagedEvent
+    from agentjournal.store import open_store, store_uri
+    from agentjournal.streams import validate_id
+
+    run_id = validate_id(args.eval_run, "eval run id")
+    store = await open_store(store_uri(args.uri), create=False)
+    try:
+        records = await eval_run_records(store, run_id)
+    except DamagedEvent as bad:
+        failed = Report()
+        failed.fail("integrity", bad.stream, bad.revision, bad.message)
+        print(failed.text())
+        return 2
+    finally:
+        await store.close()
+    report = verify_eval_records(
+        run_id,
+        records,
+        anchors.keys,
+        allow_uncovered=anchors.allow_uncovered,
+        not_before=anchors.not_before,
+    )
     print(report.text())
     return 0 if report.ok else 2

@@ -579,7 +579,10 @@ class EvalWriter:
                 return landed
             for event in new:
                 self._know(event.id, event.type, int(event.metadata[events.SEQ_KEY]), "")
-            self._hash = new[-1].metadata[HASH_KEY]
+            # The head's hash as stored: a twin writer's attempt at the same events (the
+            # same ids, another timestamp or nonce) may be what landed (writer.append).
+            (last,) = await self._store.read(self.stream, from_revision=self._head, limit=1)
+            self._hash = last.metadata.get(HASH_KEY, "")
             return len(new)
 
         written: int = await _retrying(attempt)
@@ -694,11 +697,16 @@ HUMAN: Final = {"name": "human", "version": "1", "kind": "human"}
 
 
 async def record_rating(
-    store: EventStore, score: TurnScore, *, sealer: SubjectSealer | None = None
+    store: EventStore,
+    score: TurnScore,
+    *,
+    sealer: SubjectSealer | None = None,
+    signing_key: SigningKey | None = None,
 ) -> bool:
     """Append a person's rating (``score``, ``human``) to ``EvalRun-feedback-{session}``:
-    its ``EvalRunStarted`` first when the stream has none. Whether this call wrote it
-    (False: a rating of the same ``rating`` id is there already).
+    its ``EvalRunStarted`` first when the stream has none; with ``signing_key``, a signed
+    checkpoint of the run's head after it. Whether this call wrote it (False: a rating of
+    the same ``rating`` id is there already).
 
     Raises:
         InvalidInput: ``score`` is not a person's rating, or not in [0, 1].
@@ -713,4 +721,7 @@ async def record_rating(
     if not writer.started:
         start = RunStart(run_id, "feedback", ((score.session, score.line),), (HUMAN,))
         await writer.start(start)
-    return await writer.add([score]) == 1
+    written = await writer.add([score]) == 1
+    if signing_key is not None:
+        await writer.checkpoint(signing_key)
+    return written

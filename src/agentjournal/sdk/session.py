@@ -775,6 +775,54 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
             metadata=self._recorder.trace_now(),
         )
 
+    # -- people's ratings -------------------------------------------------------------
+
+    async def score(
+        self,
+        turn: int,
+        score: float,
+        *,
+        label: str | None = None,
+        reason: str | None = None,
+        by: str,
+        id: str | None = None,
+    ) -> bool:
+        """Record a person's rating of turn ``turn`` of this line (the SDK's turn numbers:
+        1 for the first user message) on the session's feedback run,
+        ``EvalRun-feedback-{session_id}``: a ``TurnScored`` marked human, as an eval run
+        writes it (DESIGN, "Evals"). Whether it was written: with ``id`` (the caller's
+        rating id) a rating given again is recorded once.
+
+        Args:
+            turn: The turn rated.
+            score: In [0, 1].
+            label: A short word (default ``pass`` at 0.5 or more, else ``fail``).
+            reason: Why.
+            by: Who rates it.
+            id: The caller's id of the rating (default: a new one each call).
+
+        Raises:
+            InvalidInput: No such turn on this line, a score outside [0, 1], a blank
+                ``by``; nothing is written.
+            StoreError: It did not land.
+        """
+        self._check_open()
+        from agentjournal.sdk.feedback import rate_turn
+
+        return await rate_turn(
+            self._store,
+            self.session_id,
+            self.branch,
+            turn,
+            score,
+            label=label,
+            reason=reason,
+            by=by,
+            rating=id,
+            sealer=self._core.facts.sealer,
+            signing_key=self._signing_key,
+        )
+
     # -- checkpoints ----------------------------------------------------------------
 
     async def checkpoint(self) -> Checkpoint | None:
