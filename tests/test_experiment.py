@@ -211,3 +211,31 @@ async def test_a_signed_journal_still_verifies_every_session_after_an_experiment
                 await read_tree(journal.store, session), {key.key_id: key.public_key}
             )
             assert report.ok, report.text()
+
+
+async def test_an_id_started_as_another_experiment_is_refused_before_any_write(
+    journal: Journal, tmp_path: Path
+) -> None:
+    script = write(tmp_path / "script.yml", candidate_script())
+    scorers = load_scorers(write(tmp_path / "scorers.yml", scorers_document()))
+    await run_experiment(
+        journal,
+        ["exp-where"],
+        CANDIDATE,
+        scorers=scorers,
+        model_script=script,
+        experiment_id="exp-same",
+    )
+    before = await last_position(journal.store)
+
+    with pytest.raises(InvalidInput, match="exp-same was started as another run"):
+        await run_experiment(
+            journal,
+            ["exp-where", "exp-hours"],
+            CANDIDATE,
+            scorers=scorers,
+            model_script=script,
+            experiment_id="exp-same",
+        )
+
+    assert await last_position(journal.store) == before

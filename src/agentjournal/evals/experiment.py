@@ -390,6 +390,7 @@ async def run_experiment(
         None if script is None else script.digest,
     )
     validate_id(name, "experiment id")
+    await _same_experiment(journal.store, name, planned, chosen.spec, at_turn, described)
     runs = [
         await run_candidate(
             journal,
@@ -517,3 +518,40 @@ async def _refusals(store: EventStore, session: str, name: str) -> dict[str, lis
                 continue
             found.setdefault(line, []).append(f"{body.get('subject')}: {body.get('reason')}")
     return found
+
+
+async def _same_experiment(
+    store: EventStore,
+    name: str,
+    planned: Sequence[_Planned],
+    candidate: str,
+    at_turn: int,
+    scorers: Sequence[dict[str, Any]],
+) -> None:
+    """Refuse, before anything is written, an id whose eval run was started as another
+    experiment (other sessions, candidate, turn or scorers) or is no experiment.
+
+    Raises:
+        InvalidInput: It differs (give another ``--id``).
+    """
+    from agentjournal.read.evals.runs import read_run
+
+    try:
+        run = await read_run(store, name)
+    except InvalidInput:
+        return  # not started yet
+    facts = run.experiment or {}
+    targets = tuple((p.session, line) for p in planned for line in (MAIN_BRANCH, name))
+    had = [(s.get("name"), s.get("version")) for s in run.scorers]
+    given = [(s.get("name"), s.get("version")) for s in scorers]
+    if (
+        run.kind != "experiment"
+        or tuple(run.sessions) != targets
+        or had != given
+        or facts.get("candidate") != candidate
+        or facts.get("at_turn") != at_turn
+    ):
+        raise InvalidInput(
+            f"{name} was started as another run (its sessions, candidate, turn or scorers "
+            "differ): give another --id"
+        )
