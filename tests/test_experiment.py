@@ -239,3 +239,22 @@ async def test_an_id_started_as_another_experiment_is_refused_before_any_write(
         )
 
     assert await last_position(journal.store) == before
+
+
+async def test_a_branch_of_that_name_made_otherwise_is_refused_before_any_write(
+    journal: Journal, tmp_path: Path
+) -> None:
+    scorers = load_scorers(write(tmp_path / "scorers.yml", scorers_document()))
+    await journal.session("exp-status").fork(turn=2, name="exp-taken")
+    before = await last_position(journal.store)
+
+    with pytest.raises(InvalidInput, match="has a branch 'exp-taken' that is not this"):
+        await run_experiment(
+            journal,
+            ["exp-where", "exp-status"],
+            CANDIDATE,
+            scorers=scorers,
+            experiment_id="exp-taken",
+        )
+
+    assert await last_position(journal.store) == before

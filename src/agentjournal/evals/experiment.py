@@ -224,21 +224,39 @@ async def run_candidate(
 
 async def _branch(journal: Journal, session_id: str, name: str, at_turn: int) -> Branch:
     """The experiment's branch of the session: found, or forked before ``at_turn``."""
-    main = journal.session(session_id)
-    for branch in await main.branches():
-        if branch.name == name:
-            if branch.deleted is not None:
-                raise InvalidInput(
-                    f"experiment {name}'s branch of session {session_id} was {branch.deleted}: "
-                    "run it under another --id"
-                )
-            if branch.parent != "main" or (branch.cut.kind, branch.cut.value) != ("turn", at_turn):
-                raise InvalidInput(
-                    f"session {session_id} has a branch {name!r} that is not this "
-                    f"experiment's (forked from {branch.parent} {branch.cut.text()})"
-                )
-            return branch
-    return await main.fork(turn=at_turn, name=name)
+    found = await existing_branch(journal, session_id, name, at_turn)
+    if found is not None:
+        return found
+    return await journal.session(session_id).fork(turn=at_turn, name=name)
+
+
+async def existing_branch(
+    journal: Journal, session_id: str, name: str, at_turn: int
+) -> Branch | None:
+    """The experiment's branch of the session when it was forked already (None: not yet).
+
+    Raises:
+        InvalidInput: A branch of that name was deleted, or was not forked by this
+            experiment (from main, before turn ``at_turn``).
+    """
+    for branch in await journal.session(session_id).branches():
+        if branch.name != name:
+            continue
+        if branch.deleted is not None:
+            raise InvalidInput(
+                f"experiment {name}'s branch of session {session_id} was {branch.deleted}: "
+                "run it under another --id"
+            )
+        if branch.parent != MAIN_BRANCH or (branch.cut.kind, branch.cut.value) != (
+            "turn",
+            at_turn,
+        ):
+            raise InvalidInput(
+                f"session {session_id} has a branch {name!r} that is not this "
+                f"experiment's (forked from {branch.parent} {branch.cut.text()})"
+            )
+        return branch
+    return None
 
 
 async def finished_turns(store: EventStore, stream: str) -> list[TurnRun]:
@@ -391,6 +409,8 @@ async def run_experiment(
     )
     validate_id(name, "experiment id")
     await _same_experiment(journal.store, name, planned, chosen.spec, at_turn, described)
+    for one in planned:  # a branch of that name that is not this experiment's: refused now
+        await existing_branch(journal, one.session, name, at_turn)
     runs = [
         await run_candidate(
             journal,
