@@ -28,6 +28,7 @@ import os
 import sys
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from _common import measure_each, run_publishing, table
@@ -104,9 +105,8 @@ async def record(journal: Journal, sizes: Sizes) -> list[str]:
 
 async def run(sizes: Sizes, rounds: int) -> list[list[str]]:
     with tempfile.TemporaryDirectory() as directory:
-        scorers_file = os.path.join(directory, "scorers.yaml")
-        with open(scorers_file, "w", encoding="utf-8") as handle:
-            handle.write(SCORERS)
+        scorers_file = Path(directory) / "scorers.yaml"
+        scorers_file.write_text(SCORERS, encoding="utf-8")
         scorers = load_scorers(scorers_file)
         async with Journal.open(f"sqlite:///{os.path.join(directory, 'bench.db')}") as journal:
             names = await record(journal, sizes)
