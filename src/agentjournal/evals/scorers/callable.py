@@ -74,6 +74,32 @@ class CallableScorer:
         return as_score(result, self.name)
 
 
+def as_scorer(
+    function: Callable[[Any], Any],
+    *,
+    name: str | None = None,
+    version: str = "1",
+    scope: Scope = "turn",
+) -> CallableScorer:
+    """A Python function as a scorer, without a scorers file (what a ``callable:`` entry
+    makes): named ``name`` (default the function's name), judging each turn or, with
+    ``scope="session"``, each session line.
+
+    Raises:
+        InvalidInput: ``function`` is not callable, the name is blank, or the scope is
+            neither turn nor session.
+    """
+    if not callable(function):
+        raise InvalidInput(f"a scorer is a function, not {type(function).__name__}")
+    chosen = name if name is not None else getattr(function, "__name__", "")
+    if not isinstance(chosen, str) or not chosen.strip() or "," in chosen:
+        raise InvalidInput(f"scorer name {chosen!r}: give a non-blank name without commas")
+    if scope not in ("turn", "session"):
+        raise InvalidInput(f"scope must be turn or session, not {scope!r}")
+    target = f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', chosen)}"
+    return CallableScorer(chosen, str(version), scope, TurnFilter(), target, function)
+
+
 def as_score(result: Any, name: str) -> Score | None:
     """What a scoring function returned, as a :class:`Score` (see the module docs).
 

@@ -7,7 +7,8 @@ is the entry's ``model`` (a name the SDK's default provider runs: an OpenAI mode
 ``OPENAI_API_KEY`` set) or, offline, a script of answers (``script: FILE``,
 :func:`load_judge_script`) played by the SDK's ``ScriptedModel``. Tracing is off for the
 judge's runs: its calls are recorded with the score instead (requests, tokens and the
-cost under :meth:`~agentjournal.read.usage.Prices.default`), in
+cost under :meth:`~agentjournal.read.usage.Prices.default`, or the entry's ``prices``
+file), in
 :attr:`~agentjournal.evals.scorers.base.Score.usage` and ``model``.
 
 A verdict the judge cannot give — output that is not a verdict, or a score outside
@@ -220,24 +221,26 @@ def shown_session(session: ScoredSession, turns: Sequence[ScoredTurn]) -> str:
 
 
 def judge_scorer(common: Common, entry: Mapping[str, Any], base: Path) -> JudgeScorer:
-    """The judge of an entry (``judge: RUBRIC`` with ``model:`` or ``script:``).
+    """The judge of an entry (``judge: RUBRIC`` with ``model:`` or ``script:``, and
+    optionally ``prices:``, a price table file its cost is counted with).
 
     Raises:
         InvalidInput: The rubric is missing, neither or both of model and script are
             given, or the script is malformed.
     """
-    check_keys(entry, ("judge", "model", "script"), "judge")
+    check_keys(entry, ("judge", "model", "script", "prices"), "judge")
     rubric = text(entry, "judge")
+    prices = Prices.load(base / text(entry, "prices")) if "prices" in entry else Prices.default()
     if ("model" in entry) == ("script" in entry):
         raise InvalidInput("a judge needs model: NAME or script: FILE (one of them)")
     if "model" in entry:
         name = text(entry, "model")
         return JudgeScorer(
-            common.name, common.version, common.scope, common.filter, rubric, name, name
+            common.name, common.version, common.scope, common.filter, rubric, name, name, prices
         )
     name, model = load_judge_script(base / text(entry, "script"))
     return JudgeScorer(
-        common.name, common.version, common.scope, common.filter, rubric, name, model
+        common.name, common.version, common.scope, common.filter, rubric, name, model, prices
     )
 
 

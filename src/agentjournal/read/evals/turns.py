@@ -123,6 +123,19 @@ _KINDS: Final[Mapping[str, str]] = {
 }
 """A guardrail's action type -> the word a :class:`GuardrailCheck` says it judged."""
 
+LINE_EVENTS: Final = frozenset(
+    {
+        events.BRANCH_FORKED,
+        events.BRANCH_STARTED,
+        events.SUBAGENT_CONTINUED,
+        events.BRANCH_DELETED,
+        events.LINE_GUARDED,
+        events.SUBJECT_ERASED,
+    }
+)
+"""Event types that say something of the line (a fork, its end, an erasure), not of a
+turn: no turn holds them, so none is any turn's head."""
+
 
 async def session_turns(
     store: EventStore,
@@ -136,7 +149,7 @@ async def session_turns(
     """A session line's turns from ``from_turn`` on, as scorers see them.
 
     The line is read as the read tools read it (its own streams and, for a branch, its
-    parent lines up to the fork: :meth:`~agentjournal.engine.reader.LineReader.line_events`),
+    parent lines up to the fork: :meth:`~agentjournal.engine.reader.Reader.line_events`),
     its visible items folded as ``get_items`` folds them and numbered into turns as the
     SDK numbers them (:mod:`agentjournal.engine.turns`). Every other event of the line
     (guardrail decisions, model responses, handoffs) belongs to the turn of the newest
@@ -206,7 +219,12 @@ def build_session(
 ) -> ScoredSession:
     """The turns of a line from its events and its visible items (pure; see
     :func:`session_turns`)."""
-    ordered = sorted(recorded, key=lambda event: event.position)
+    # Events about the line rather than a turn (a fork, an erasure) bind no score: a fork
+    # or an erasure made later leaves every turn's head as it was.
+    ordered = sorted(
+        (event for event in recorded if event.type not in LINE_EVENTS),
+        key=lambda event: event.position,
+    )
     place = {(event.stream, event.revision): event for event in ordered}
     numbered = turns.number(
         turns.Turned(
@@ -224,13 +242,17 @@ def build_session(
         if turns.is_user(turned.item) and event is not None:
             starts.append((event.position, turn))
     starts.sort()
+    opening = dict(starts)
     spans: dict[int, list[RecordedEvent]] = {}
     at = -1
-    for event in ordered:
+    for number, event in enumerate(ordered):
         while at + 1 < len(starts) and starts[at + 1][0] <= event.position:
             at += 1
-        if at >= 0:
-            spans.setdefault(starts[at][1], []).append(event)
+        owner = _input_turn(ordered, number, opening, items)
+        if owner is None and at >= 0:
+            owner = starts[at][1]
+        if owner is not None:
+            spans.setdefault(owner, []).append(event)
     built = tuple(
         _turn(session_id, line, number, items.get(number, []), spans.get(number, []), prices)
         for number in sorted({turn for _, turn in starts} | set(items))
@@ -238,6 +260,40 @@ def build_session(
     )
     last = next((e.metadata.get(HASH_KEY) for e in reversed(ordered) if HASH_KEY in e.metadata), "")
     return ScoredSession(session_id, line, built, _total(t.usage for t in built), last or "")
+
+
+def _input_turn(
+    ordered: Sequence[RecordedEvent],
+    number: int,
+    opening: Mapping[int, int],
+    items: Mapping[int, list[Any]],
+) -> int | None:
+    """The turn whose user message ``ordered[number]`` judged, when it is a guardrail's
+    decision on an agent's input written just before that message (a streamed run checks
+    its input before the message is saved); else None (pure).
+
+    Just before: only other guardrail decisions lie between them, and the decision's
+    payload is that message (its text equal, sealed or not).
+    """
+    event = ordered[number]
+    if event.type != events.GUARDRAIL_DECIDED:
+        return None
+    body = _body(event)
+    if body.get("action_type") != "AGENT_INPUT":
+        return None
+    for index in range(number + 1, len(ordered)):
+        later = ordered[index]
+        if later.type == events.GUARDRAIL_DECIDED:
+            continue
+        turn = opening.get(later.position)
+        if turn is None:
+            return None
+        user = next((item for item in items.get(turn, ()) if turns.is_user(item)), None)
+        payload = body.get("payload")
+        if user is None or not isinstance(payload, Mapping):
+            return None
+        return turn if message_text(payload) == message_text(user) else None
+    return None
 
 
 def _turn_key(event: RecordedEvent | None) -> int | None:
@@ -398,7 +454,7 @@ def _usage(span: Sequence[RecordedEvent], prices: Prices) -> TurnUsage:
 
 def _total(usages: Iterable[TurnUsage]) -> TurnUsage:
     """Usages added up (the cost is known only when every one's is)."""
-    total = TurnUsage()
+    total = TurnUsage(cost=0.0)
     for usage in usages:
         total = TurnUsage(
             total.requests + usage.requests,
