@@ -127,3 +127,9 @@ def test_sealing_benchmark_runs() -> None:
     assert "sealed/clear" in out
     assert "(a) turn, durable" in out
     assert "(c) full get_items of 400, cold" in out
+
+
+def test_evals_benchmark_runs() -> None:
+    out = run_bench("evals")
+    assert "rule scorers" in out
+    assert "eval run" in out

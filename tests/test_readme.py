@@ -39,6 +39,7 @@ PAGES = [
     "docs/runner.md",
     "docs/viewer.md",
     "docs/kurrentdb.md",
+    "docs/experiments.md",
 ]
 """The documents whose shell blocks run, in this order (a later page uses what an earlier made)."""
 SHELLS = ("bash", "sh", "shell", "console")

@@ -45,6 +45,10 @@ Commands:
     run --manifests DIR --agent ID
                 run a manifest's agent: one JSON object on stdin, one on
                 stdout (seed 000's contract; exit 0/1/2/3, see its --help)
+    experiment --sessions S1,S2 --candidate MODULE:AGENT|DIR --scorers FILE
+                [--at-turn N] [--model-script FILE] [--id EXP] [--json]
+                a candidate agent on a branch of each session, both lines scored
+                and compared (resumable: the same command again continues it)
     ui [--host H] [--port P] [--token T]
                 a read-only web viewer of the store: sessions, lanes, integrity,
                 replay, updating live (the [service] extra)
@@ -82,6 +86,7 @@ from agentjournal.cli import (
     bundle,
     demo,
     erase,
+    experiment,
     fork,
     guardrail,
     keygen,
@@ -118,6 +123,7 @@ _COMMANDS = (
     trace,
     eval_command,
     run,
+    experiment,
     ui,
 )
 """The command modules, in the order ``--help`` lists them: each adds its parser and the

@@ -47,7 +47,7 @@ def register(commands: Commands) -> None:
         dest="eval_run",
         metavar="RUN",
         help="export the eval run RUN instead of a session (its scores; --redact withholds "
-        "what was judged)",
+        "what was judged; default: none)",
     )
     export.add_argument("-o", "--output", required=True, help="the bundle file to write")
     export.add_argument("--uri", help=STORE_HELP + "; never created")

@@ -37,13 +37,18 @@ def register(commands: Commands) -> None:
     run.add_argument(
         "--scorers", metavar="FILE", required=True, help="the scorers file (YAML; docs/evals.md)"
     )
-    run.add_argument("--app", help="score the sessions of this app (with --since: active since)")
+    run.add_argument(
+        "--app", help="score the sessions of this app (with --since: active since; default: none)"
+    )
     run.add_argument(
         "--since",
         metavar="TIME",
-        help="score the sessions active at or after TIME (an ISO 8601 time or an age: 7d)",
+        help="score the sessions active at or after TIME (an ISO 8601 time or an age: 7d; "
+        "default: none)",
     )
-    run.add_argument("--all", action="store_true", help="score every session of the store")
+    run.add_argument(
+        "--all", action="store_true", help="score every session of the store (default: off)"
+    )
     run.add_argument(
         "--branch",
         metavar="B",
@@ -57,7 +62,9 @@ def register(commands: Commands) -> None:
         help="the run's id; an existing run's id finishes that run (default: a new id)",
     )
     add_keys_argument(run)
-    run.add_argument("--json", action="store_true", help="print the run as JSON")
+    run.add_argument(
+        "--json", action="store_true", help="print the run as JSON (default: a summary line)"
+    )
     run.add_argument("--uri", help=STORE_HELP + "; never created")
     run.set_defaults(run=lambda args: asyncio.run(run_command(args)))
 
@@ -66,12 +73,16 @@ def register(commands: Commands) -> None:
     )
     show.add_argument("run_id", metavar="RUN", help="the run's id")
     add_keys_argument(show)
-    show.add_argument("--json", action="store_true", help="print the run as JSON")
+    show.add_argument(
+        "--json", action="store_true", help="print the run as JSON (default: a text report)"
+    )
     show.add_argument("--uri", help=STORE_HELP + "; never created")
     show.set_defaults(run=lambda args: asyncio.run(show_command(args)))
 
     listing = group.add("list", "list the eval runs of the store", "agentjournal eval list")
-    listing.add_argument("--json", action="store_true", help="print the runs as JSON")
+    listing.add_argument(
+        "--json", action="store_true", help="print the runs as JSON (default: one line each)"
+    )
     listing.add_argument("--uri", help=STORE_HELP + "; never created")
     listing.set_defaults(run=lambda args: asyncio.run(list_command(args)))
 

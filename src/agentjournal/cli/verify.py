@@ -29,7 +29,7 @@ def register(commands: Commands) -> None:
         dest="eval_run",
         metavar="RUN",
         help="verify the eval run RUN instead of a session (its chain, its events against "
-        "the schema, its totals, its checkpoints)",
+        "the schema, its totals, its checkpoints; default: none)",
     )
     verify.add_argument("--uri", help=STORE_HELP + "; never created")
     add_verification_arguments(verify)

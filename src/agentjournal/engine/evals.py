@@ -78,7 +78,10 @@ _IDS: Final = uuid.UUID("0b7c61f2-4d1e-5a8e-9c3b-6f2e1d4a7c90")
 def event_id(run_id: str, *about: str | int) -> uuid.UUID:
     """The id of the eval run's event about ``about`` (``"started"``, ``"turn"`` with the
     session, line, turn and scorer, ...): the same for every attempt at the same event."""
-    return uuid.uuid5(_IDS, json.dumps([run_id, *about], separators=(",", ":")))
+    return uuid.uuid5(_IDS, _compact([run_id, *about]))
+
+
+_compact: Final = json.JSONEncoder(separators=(",", ":")).encode
 
 
 # -- the records a run writes ---------------------------------------------------------

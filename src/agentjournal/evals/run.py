@@ -38,9 +38,16 @@ from agentjournal.engine.evals import (
 )
 from agentjournal.errors import InvalidInput
 from agentjournal.evals.scorers.base import Score, Scorer
+from agentjournal.events import EVAL_RUN_COMPLETED
 from agentjournal.ledger.keys import SigningKey
 from agentjournal.read.catalog import refresh
-from agentjournal.read.evals.runs import EvalRunResult, read_run
+from agentjournal.read.evals.runs import (
+    EvalRunResult,
+    completed_with,
+    fold_run,
+    read_run,
+    run_events,
+)
 from agentjournal.read.evals.turns import ScoredSession, session_turns
 from agentjournal.read.usage import Prices
 from agentjournal.shred.keys import SubjectKeyStore
@@ -405,10 +412,11 @@ async def run_eval(
             at = recorded.setdefault((turn.session, turn.line), {})
             at[(turn.turn, turn.scorer)] = turn.score
     else:
-        # Every line is read before the run starts: a missing branch is refused with
-        # nothing written.
+        # Every branch is read before the run starts: a missing one is refused with
+        # nothing written (each session's main line exists: check_sessions).
         for session, line in wanted:
-            await session_turns(store, session, line=line, keys=keys, from_turn=from_turn)
+            if line != MAIN_BRANCH:
+                await session_turns(store, session, line=line, keys=keys, from_turn=from_turn)
         await writer.start(start)
     earlier = {(s.session, s.line): s for s in before.session_scores}
     for done, (session, line) in enumerate(wanted, 1):
@@ -441,8 +449,12 @@ async def run_eval(
                     len(wanted),
                 )
             )
-    scored = await read_run(store, run_id, keys=keys)
-    await writer.complete(totals_of(scored))
+    stored = await run_events(store, run_id, keys=keys)
+    scored = fold_run(run_id, stored)
+    if await writer.complete(totals_of(scored)):
+        for event in await run_events(store, run_id, keys=keys, after=len(stored)):
+            if event.type == EVAL_RUN_COMPLETED:
+                scored = completed_with(scored, event)
     if signing_key is not None:
         await writer.checkpoint(signing_key)
-    return await read_run(store, run_id, keys=keys)
+    return scored

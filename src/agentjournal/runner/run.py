@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
-from agents import Agent, RunConfig, Runner
+from agents import RunConfig, Runner
 from agents.exceptions import AgentsException, MaxTurnsExceeded, UserError
-from agents.models.interface import Model
-from agents.models.openai_provider import OpenAIProvider
 from agents.testing import ModelScriptError
 from opentelemetry import trace
 
@@ -30,7 +28,7 @@ from agentjournal.errors import (
 )
 from agentjournal.journal import Journal
 from agentjournal.runner import toolkit
-from agentjournal.runner import tools as tooling
+from agentjournal.runner.agents import manifest_desk
 from agentjournal.runner.contract import (
     ApprovalAsked,
     ErrorInfo,
@@ -39,7 +37,6 @@ from agentjournal.runner.contract import (
     InvocationOutput,
     TraceOut,
 )
-from agentjournal.runner.handoff import HandoffDesk, HandoffModel
 from agentjournal.runner.manifest import Catalog, Manifest
 from agentjournal.runner.state import (
     THREAD_STATE,
@@ -144,15 +141,8 @@ async def _run(
     logger.info("invocation started: agent %s", first.key, extra=log)
     async with Journal.open(setup.uri) as journal:
         state = merge_state(await load_state(journal.store, request.thread_id), request.state)
-        agents: dict[str, Agent[Any]] = {}
-
-        def resolve(agent_id: str) -> Agent[Any]:
-            found = agents.get(agent_id)
-            if found is None:
-                found = agents[agent_id] = _agent(setup.catalog.resolve(agent_id), setup, desk)
-            return found
-
-        desk = HandoffDesk(setup.catalog, resolve, state)
+        desk = manifest_desk(setup.catalog, setup.registry, setup.script, state)
+        resolve = desk.resolve
         session = journal.session(
             request.thread_id,
             guardrails=setup.guardrails,
@@ -327,23 +317,6 @@ def _one_agent(approvals: list[Approval]) -> str:
             f"approvals: the waiting calls are of several agents ({', '.join(sorted(agents))})"
         )
     return agents.pop()
-
-
-def _agent(manifest: Manifest, setup: Invocation, desk: HandoffDesk) -> Agent[Any]:
-    """The SDK agent of ``manifest``: named by its id, its tools bound, ``system__handoff``."""
-    inner: Model = (
-        setup.script.model_for(manifest.id)
-        if setup.script is not None
-        else OpenAIProvider().get_model(manifest.model.name)
-    )
-    handoff = desk.handoff_for(manifest.id)
-    return Agent(
-        name=manifest.id,
-        instructions=manifest.instructions,
-        model=HandoffModel(inner, desk, manifest.id),
-        tools=[*tooling.bind_tools(manifest, setup.registry), desk.rejected_tool()],
-        handoffs=[handoff] if handoff is not None else [],
-    )
 
 
 def _error(code: str, problem: BaseException | str) -> ErrorInfo:

@@ -69,21 +69,39 @@ def load_script(path: str | os.PathLike[str], known: set[str] | None = None) -> 
         raise InvalidInput(f"{path}: cannot read the model script: {error}") from None
     except yaml.YAMLError:
         raise InvalidInput(f"{path}: the model script is not valid YAML or JSON") from None
+    return script_from(document, str(path), known)
+
+
+def script_from(
+    document: Any, where: str, known: set[str] | None = None, *, ids: str = ""
+) -> ModelScript:
+    """A model script from its parsed document (a mapping of agent id to a list of turns).
+
+    Args:
+        document: The parsed YAML or JSON.
+        where: What to name in messages (the file, and a place in it).
+        known: The agent ids that may be named (None: any).
+        ids: Put before the default item and call ids (``call_{ids}{agent}_{turn}_{n}``),
+            so that scripts used in one session give distinct ids.
+
+    Raises:
+        InvalidInput: ``document`` does not have the documented shape.
+    """
     if not isinstance(document, dict):
-        raise InvalidInput(f"{path}: expected a mapping of agent id to a list of turns")
+        raise InvalidInput(f"{where}: expected a mapping of agent id to a list of turns")
     turns: dict[str, list[list[Any]]] = {}
     for agent, steps in document.items():
         if known is not None and agent not in known:
             raise InvalidInput(
-                f"{path}: agent {agent!r} has no manifest (known: {', '.join(sorted(known))})"
+                f"{where}: agent {agent!r} has no manifest (known: {', '.join(sorted(known))})"
             )
         if not isinstance(steps, list):
-            raise InvalidInput(f"{path}: {agent}: expected a list of turns")
+            raise InvalidInput(f"{where}: {agent}: expected a list of turns")
         turns[str(agent)] = [
-            _turn(step, f"{path}: {agent} turn {number}", prefix=f"{agent}_{number}")
+            _turn(step, f"{where}: {agent} turn {number}", prefix=f"{ids}{agent}_{number}")
             for number, step in enumerate(steps, start=1)
         ]
-    return ModelScript(turns, str(path))
+    return ModelScript(turns, where)
 
 
 def _turn(step: Any, where: str, *, prefix: str) -> list[Any]:

@@ -14,6 +14,9 @@ Routes (GET, but the one POST):
   something changed.
 - ``/api/sessions/{id}/compare?a=LINE&b=LINE``: two lines side by side from where they
   part (:func:`~agentjournal.ui.compare.compare_lines`; ``a`` is main by default).
+- ``/experiments/{id}``, ``/api/experiments/{id}``: an experiment's sessions, each with
+  its main line's and branch's scores and a link to its Compare tab
+  (:func:`~agentjournal.ui.experiments.experiment_page`).
 - ``/events``, ``/sessions/{id}/events``: server-sent events, one ``changed`` message
   (its data: the store position) whenever the store — or that session's tree,
   subsessions opened later included — has a new event after ``?after=POSITION``.
@@ -277,6 +280,27 @@ def create_app(
         except JournalError as error:
             return _unavailable(error)
 
+    async def experiment_json(request: Request) -> dict[str, Any] | Response:
+        from agentjournal.ui.experiments import experiment_page
+
+        try:
+            run_id = validate_id(request.path_params["run"], "experiment id")
+            return await experiment_page(shown(), run_id)
+        except InvalidInput as error:
+            return _missing(request, str(error))
+        except JournalError as error:
+            return _unavailable(error)
+
+    async def experiment(request: Request) -> Response:
+        data = await experiment_json(request)
+        if isinstance(data, Response):
+            return data
+        return HTMLResponse(page.render(data, title=f"experiment {data['run_id']}"))
+
+    async def api_experiment(request: Request) -> Response:
+        data = await experiment_json(request)
+        return data if isinstance(data, Response) else JSONResponse(data)
+
     async def changes(request: Request) -> Response:
         try:
             after = _after(request)
@@ -435,6 +459,8 @@ def create_app(
             Route("/api/sessions/{session}", api_session),
             Route("/api/sessions/{session}/replay", api_replay),
             Route("/api/sessions/{session}/compare", api_compare),
+            Route("/experiments/{run}", experiment),
+            Route("/api/experiments/{run}", api_experiment),
             Route("/events", changes),
             Route("/sessions/{session}", session),
             Route("/sessions/{session}/events", session_changes),

@@ -29,7 +29,8 @@ async def compare_lines(store: EventStore, session_id: str, a: str, b: str) -> d
     """Lines ``a`` and ``b`` (``"main"`` or branch names) compared (see the module docs):
     ``{"a": side, "b": side, "shared": N, "parting": position}``, each side ``{"name",
     "where", "deleted", "items", "summary"}`` with ``items`` the line's items after the
-    shared ones.
+    shared ones; ``"scores"``: both lines' scores when one is an experiment's branch
+    (:func:`~agentjournal.ui.experiments.line_scores`), else None.
 
     Raises:
         InvalidInput: A line does not exist, or the two are the same line.
@@ -69,7 +70,15 @@ async def compare_lines(store: EventStore, session_id: str, a: str, b: str) -> d
             "items": items[shared:],
             "summary": _summary(since),
         }
-    return {"a": sides[a], "b": sides[b], "shared": shared, "parting": parting}
+    from agentjournal.ui.experiments import line_scores
+
+    return {
+        "a": sides[a],
+        "b": sides[b],
+        "shared": shared,
+        "parting": parting,
+        "scores": await line_scores(store, session_id, a, b),
+    }
 
 
 def _way(name: str, branches: Mapping[str, Branch]) -> list[str]:

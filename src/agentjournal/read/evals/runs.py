@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -409,6 +409,37 @@ def session_row(event: RecordedEvent) -> SessionScoreRow:
     )
 
 
+def completion_row(event: RecordedEvent) -> RunCompletion:
+    """An ``EvalRunCompleted`` event as its facts.
+
+    Raises:
+        InvalidInput: Its data is not a JSON object.
+    """
+    body = _body(event)
+    facts = _facts(body)
+    judge = facts.get("judge")
+    return RunCompletion(
+        turns_scored=_count(body.get("turns_scored")),
+        average=_number(body.get("average_score")),
+        total_cost=_number(body.get("total_cost")),
+        by_scorer=_means(facts.get("by_scorer")),
+        by_line=_means(facts.get("by_line")),
+        judge={str(k): _count(v) for k, v in judge.items()} if isinstance(judge, Mapping) else {},
+        sessions=_count(facts.get("sessions")),
+        revision=event.revision,
+        recorded_at=event.recorded_at,
+    )
+
+
+def completed_with(run: EvalRunResult, event: RecordedEvent) -> EvalRunResult:
+    """``run`` with its ``EvalRunCompleted`` ``event`` folded in (the stream's next event)."""
+    return replace(
+        run,
+        completion=completion_row(event),
+        head=(event.revision, event.metadata.get(HASH_KEY, "")),
+    )
+
+
 def fold_run(run_id: str, stream: Sequence[RecordedEvent]) -> EvalRunResult:
     """The run ``run_id`` from its stream's events, oldest first (their sealed content
     already opened or marked as it is to be shown).
@@ -431,22 +462,7 @@ def fold_run(run_id: str, stream: Sequence[RecordedEvent]) -> EvalRunResult:
         elif event.type == events.SESSION_SCORED:
             sessions.append(session_row(event))
         elif event.type == events.EVAL_RUN_COMPLETED and completion is None:
-            body = _body(event)
-            facts = _facts(body)
-            judge = facts.get("judge")
-            completion = RunCompletion(
-                turns_scored=_count(body.get("turns_scored")),
-                average=_number(body.get("average_score")),
-                total_cost=_number(body.get("total_cost")),
-                by_scorer=_means(facts.get("by_scorer")),
-                by_line=_means(facts.get("by_line")),
-                judge={str(k): _count(v) for k, v in judge.items()}
-                if isinstance(judge, Mapping)
-                else {},
-                sessions=_count(facts.get("sessions")),
-                revision=event.revision,
-                recorded_at=event.recorded_at,
-            )
+            completion = completion_row(event)
     base = EvalRunResult(
         run_id,
         eval_run_stream(run_id),
@@ -495,6 +511,33 @@ def _shown(store: EventStore, keys: SubjectKeyStore | None) -> EventStore:
     return OpeningStore(store, keys if keys is not None else MemoryKeyStore(), shown=True)
 
 
+async def run_events(
+    store: EventStore,
+    run_id: str,
+    *,
+    keys: SubjectKeyStore | None = None,
+    after: int = 0,
+) -> list[RecordedEvent]:
+    """The events of the eval run ``run_id`` from revision ``after`` on, their sealed
+    content shown (see the module docs); none when the run has no stream.
+
+    Raises:
+        InvalidInput: ``run_id`` is malformed.
+        StoreError: The store could not be read.
+    """
+    stream = eval_run_stream(validate_id(run_id, "eval run id"))
+    shown = _shown(store, keys)
+    found: list[RecordedEvent] = []
+    while True:
+        try:
+            page = await shown.read(stream, from_revision=after + len(found), limit=_PAGE)
+        except StreamNotFound:
+            return found
+        found.extend(page)
+        if len(page) < _PAGE:
+            return found
+
+
 async def read_run(
     store: EventStore, run_id: str, *, keys: SubjectKeyStore | None = None
 ) -> EvalRunResult:
@@ -505,17 +548,7 @@ async def read_run(
         StoreError: The store could not be read.
     """
     run_id = validate_id(run_id, "eval run id")
-    stream = eval_run_stream(run_id)
-    shown = _shown(store, keys)
-    found: list[RecordedEvent] = []
-    while True:
-        try:
-            page = await shown.read(stream, from_revision=len(found), limit=_PAGE)
-        except StreamNotFound:
-            raise InvalidInput(f"no eval run {run_id!r} in the store: check the id") from None
-        found.extend(page)
-        if len(page) < _PAGE:
-            break
+    found = await run_events(store, run_id, keys=keys)
     if not found:
         raise InvalidInput(f"no eval run {run_id!r} in the store: check the id")
     return fold_run(run_id, found)

@@ -671,6 +671,7 @@
         el("th", { text: "final answer" }), el("td", { cls: "answer", text: found.a.summary.answer || "-" }),
         el("td", { cls: "answer", text: found.b.summary.answer || "-" })));
       out.appendChild(table);
+      if (found.scores) out.appendChild(drawLineScores(found));
       var cols = el("div", { cls: "columns" });
       [found.a, found.b].forEach(function (side) {
         var list = el("ol", { cls: "items", start: String(found.shared) });
@@ -700,6 +701,68 @@
     }
     if (c && c.a.name === a && c.b.name === b) show(c);
     else load(a, b);
+  }
+
+  // -- experiments: both lines' scores (an eval run of kind "experiment")
+  function score(v) { return v === null || v === undefined ? "-" : Number(v).toFixed(2); }
+  function drawLineScores(found) {
+    var s = found.scores, a = s.lines[found.a.name], b = s.lines[found.b.name];
+    var box = el("section", { cls: "experiment-scores", id: "compare-scores" },
+      el("h2", null, "scores of experiment ",
+        el("a", { href: "/experiments/" + encodeURIComponent(s.run_id), text: s.run_id }),
+        " (candidate " + s.candidate + ", from turn " + s.at_turn + ")"));
+    var table = el("table", { cls: "compare-summary" },
+      el("tr", null, el("th", { text: "" }), el("th", { text: found.a.name }), el("th", { text: found.b.name })));
+    function row(label, x, y) {
+      table.appendChild(el("tr", { cls: score(x) === score(y) ? "" : "differs" }, el("th", { text: label }),
+        el("td", { text: score(x) }), el("td", { text: score(y) })));
+    }
+    row("session score", a.score, b.score);
+    var scorers = {};
+    Object.keys(a.by_scorer).concat(Object.keys(b.by_scorer)).forEach(function (k) { scorers[k] = 1; });
+    Object.keys(scorers).sort().forEach(function (k) { row("  " + k, a.by_scorer[k], b.by_scorer[k]); });
+    var turns = {};
+    Object.keys(a.turns).concat(Object.keys(b.turns)).forEach(function (t) { turns[t] = 1; });
+    Object.keys(turns).sort(function (x, y) { return x - y; }).forEach(function (t) {
+      var names = {};
+      Object.keys(a.turns[t] || {}).concat(Object.keys(b.turns[t] || {})).forEach(function (k) { names[k] = 1; });
+      Object.keys(names).sort().forEach(function (k) {
+        row("turn " + t + " · " + k, (a.turns[t] || {})[k], (b.turns[t] || {})[k]);
+      });
+    });
+    box.appendChild(table);
+    return box;
+  }
+
+  function drawExperiment() {
+    app.textContent = "";
+    app.appendChild(el("div", { cls: "facts" },
+      el("span", { text: "candidate " + (data.candidate || "-") }),
+      el("span", { text: "from turn " + data.at_turn }),
+      el("span", { text: "branch " + data.branch }),
+      el("span", { text: data.sessions.length + " sessions" }),
+      el("span", { text: "scorers " + data.scorers.map(function (s) { return s.name; }).join(", ") }),
+      el("span", { cls: data.complete ? "state verified" : "state unsigned",
+        text: data.complete ? "scored" : "not finished" })));
+    var table = el("table", { id: "experiment-sessions", cls: "compare-summary" },
+      el("tr", null, el("th", { text: "session" }), el("th", { text: "main" }),
+        el("th", { text: "candidate" }), el("th", { text: "\u0394" }), el("th", { text: "turns that changed" }),
+        el("th", { text: "" })));
+    data.sessions.forEach(function (r) {
+      var delta = r.delta === null || r.delta === undefined || Math.abs(r.delta) < 1e-9 ? "" :
+        (r.delta > 0 ? "+" : "") + r.delta.toFixed(2);
+      table.appendChild(el("tr", { cls: r.changed_turns.length ? "differs" : "", "data-session": r.session },
+        el("td", null, el("a", { href: "/sessions/" + encodeURIComponent(r.session), text: r.session })),
+        el("td", { text: score(r.main.score) }), el("td", { text: score(r.candidate.score) }),
+        el("td", { cls: r.delta > 0 ? "better" : r.delta < 0 ? "worse" : "", text: delta }),
+        el("td", { text: r.changed_turns.join(", ") || "-" }),
+        el("td", null, el("a", { cls: "compare-link", href: r.compare, text: "compare" }))));
+    });
+    var lines = data.by_line || {};
+    table.appendChild(el("tr", { cls: "total" }, el("th", { text: "all sessions" }),
+      el("th", { text: score(lines.main) }), el("th", { text: score(lines[data.branch]) }),
+      el("th", { text: "" }), el("th", { text: "" }), el("th", { text: "" })));
+    app.appendChild(el("section", { cls: "experiment" }, table));
   }
 
   function drawIntegrity() {
@@ -796,6 +859,7 @@
   function draw() {
     if (EV.draw(app, data, el)) return;
     if (data.kind === "session") drawSession();
+    else if (data.kind === "experiment") drawExperiment();
     else drawSessions();
   }
 
@@ -836,7 +900,11 @@
     session.tab = "replay";
     session.at = data.replay.at;
   }
+  if (data.kind === "session" && /[?&]tab=compare(&|$)/.test(window.location.search) &&
+      (data.branches || []).length) {
+    session.tab = "compare";  // an experiment's page links here
+  }
   draw();
-  if (mode === "live") follow();
+  if (mode === "live" && data.kind !== "experiment") follow();
   else if (mode === "file") setStatus("saved copy · no network", "dim");
 })();
