@@ -16,7 +16,7 @@ from agentjournal.evals.run import LineDone, run_eval, select_sessions
 from agentjournal.evals.scorers.base import Score
 from agentjournal.read.evals.runs import latest_scores, list_runs, read_run
 from agentjournal.read.evals.turns import ScoredTurn
-from eval_sessions import AnswerScorer, record_support
+from eval_sessions import AnswerScorer, assert_schema_events, record_support
 
 
 class Failing(AnswerScorer):
@@ -85,6 +85,7 @@ async def test_an_eval_run_scores_a_recorded_support_conversation(journal: Journ
         "[2/2] support-2: 2 turns scored, 1.00 pass",
     ]
     assert (await read_run(journal.store, "nightly-1")) == result
+    assert_schema_events(await journal.store.read("EvalRun-nightly-1"))
     assert [r.run_id for r in await list_runs(journal.store)] == ["nightly-1"]
     latest = await latest_scores(journal.store)
     assert latest["support-1"].score == pytest.approx(6 / 7)
