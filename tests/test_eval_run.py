@@ -126,7 +126,13 @@ async def test_a_rerun_with_other_scorers_or_sessions_is_refused(tmp_path: Path)
     async with Journal.open(f"sqlite:///{tmp_path / 'j.db'}") as journal:
         await record_support(journal, "support-1", turns=1)
         await record_support(journal, "support-2", turns=1)
-        await run_eval(journal.store, [AnswerScorer()], [("support-1", "main")], run_id="r")
+        await run_eval(
+            journal.store,
+            [AnswerScorer()],
+            [("support-1", "main")],
+            run_id="r",
+            criteria="sha256:" + "a" * 64,
+        )
         head = await journal.store.head("EvalRun-r")
         for scorers, targets in [
             ([AnswerScorer("other")], [("support-1", "main")]),
@@ -134,6 +140,14 @@ async def test_a_rerun_with_other_scorers_or_sessions_is_refused(tmp_path: Path)
         ]:
             with pytest.raises(InvalidInput, match="started with other scorers or sessions"):
                 await run_eval(journal.store, scorers, targets, run_id="r")
+        with pytest.raises(InvalidInput, match="another scorers file"):
+            await run_eval(
+                journal.store,
+                [AnswerScorer()],
+                [("support-1", "main")],
+                run_id="r",
+                criteria="sha256:" + "b" * 64,
+            )
         assert await journal.store.head("EvalRun-r") == head
 
 
