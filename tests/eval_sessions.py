@@ -8,11 +8,17 @@ of the :class:`~agentjournal.evals.scorers.base.Scorer` protocol that checks a t
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
+
+import kurrent_agent_schema
+from kurrent_agent_schema import EVENT_TYPE_BY_NAME
 
 from agentjournal import Journal
 from agentjournal.evals.scorers.base import Score
 from agentjournal.read.evals.turns import ScoredSession, ScoredTurn
+from agentjournal.store.contract import RecordedEvent
 from scenarios import TURNS, run_turn
 
 
@@ -58,3 +64,13 @@ class AnswerScorer:
             return None
         answered = sum(1 for t in session.turns if t.output)
         return Score(answered / len(session.turns), "", f"{answered} answered")
+
+
+def assert_schema_events(stream: Sequence[RecordedEvent]) -> None:
+    """Every event of an eval run's ``stream`` parses with the schema package's own
+    ``from_json`` as the message its type names, with no field the message lacks."""
+    for event in stream:
+        message_type = EVENT_TYPE_BY_NAME[event.type]
+        kurrent_agent_schema.from_json(message_type, event.data.decode())
+        fields = {f.name for f in message_type.DESCRIPTOR.fields}
+        assert set(json.loads(event.data)) <= fields, event.type

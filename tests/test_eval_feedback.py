@@ -15,7 +15,7 @@ from agentjournal.audit.verify import verify_eval_records
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger import SigningKey
 from agentjournal.read.evals.runs import latest_scores, read_run
-from eval_sessions import record_support
+from eval_sessions import assert_schema_events, record_support
 
 KEY = SigningKey.generate()
 
@@ -31,6 +31,7 @@ async def test_a_persons_rating_is_a_human_turn_score_on_the_feedback_run(
         run = await read_run(journal.store, "feedback-support-1")
         records = await eval_run_records(journal.store, "feedback-support-1")
         latest = await latest_scores(journal.store)
+        assert_schema_events(await journal.store.read("EvalRun-feedback-support-1"))
     assert run.kind == "feedback"
     assert run.human
     assert run.status == "open"  # a feedback run is never completed

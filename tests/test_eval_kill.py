@@ -27,7 +27,7 @@ from agentjournal.audit.verify import verify_eval_records
 from agentjournal.ledger import SigningKey
 from agentjournal.read.evals.runs import fold_run
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble
-from eval_sessions import record_support
+from eval_sessions import assert_schema_events, record_support
 from eval_worker import PAUSE, SIGNING_KEY
 
 pytestmark = pytest.mark.slow  # worker processes, killed
@@ -104,6 +104,7 @@ async def check_finished(uri: str) -> None:
         stream = await journal.store.read("EvalRun-nightly")
         records = await eval_run_records(journal.store, "nightly")
     run = fold_run("nightly", stream)
+    assert_schema_events(stream)
     kinds = Counter(e.type for e in stream)
     assert kinds == {
         "EvalRunStarted": 1,

@@ -16,7 +16,7 @@ from agentjournal.evals.run import LineDone, run_eval, select_sessions
 from agentjournal.evals.scorers.base import Score
 from agentjournal.read.evals.runs import latest_scores, list_runs, read_run
 from agentjournal.read.evals.turns import ScoredTurn
-from eval_sessions import AnswerScorer, record_support
+from eval_sessions import AnswerScorer, assert_schema_events, record_support
 
 
 class Failing(AnswerScorer):
@@ -85,6 +85,7 @@ async def test_an_eval_run_scores_a_recorded_support_conversation(journal: Journ
         "[2/2] support-2: 2 turns scored, 1.00 pass",
     ]
     assert (await read_run(journal.store, "nightly-1")) == result
+    assert_schema_events(await journal.store.read("EvalRun-nightly-1"))
     assert [r.run_id for r in await list_runs(journal.store)] == ["nightly-1"]
     latest = await latest_scores(journal.store)
     assert latest["support-1"].score == pytest.approx(6 / 7)
@@ -125,7 +126,13 @@ async def test_a_rerun_with_other_scorers_or_sessions_is_refused(tmp_path: Path)
     async with Journal.open(f"sqlite:///{tmp_path / 'j.db'}") as journal:
         await record_support(journal, "support-1", turns=1)
         await record_support(journal, "support-2", turns=1)
-        await run_eval(journal.store, [AnswerScorer()], [("support-1", "main")], run_id="r")
+        await run_eval(
+            journal.store,
+            [AnswerScorer()],
+            [("support-1", "main")],
+            run_id="r",
+            criteria="sha256:" + "a" * 64,
+        )
         head = await journal.store.head("EvalRun-r")
         for scorers, targets in [
             ([AnswerScorer("other")], [("support-1", "main")]),
@@ -133,6 +140,14 @@ async def test_a_rerun_with_other_scorers_or_sessions_is_refused(tmp_path: Path)
         ]:
             with pytest.raises(InvalidInput, match="started with other scorers or sessions"):
                 await run_eval(journal.store, scorers, targets, run_id="r")
+        with pytest.raises(InvalidInput, match="another scorers file"):
+            await run_eval(
+                journal.store,
+                [AnswerScorer()],
+                [("support-1", "main")],
+                run_id="r",
+                criteria="sha256:" + "b" * 64,
+            )
         assert await journal.store.head("EvalRun-r") == head
 
 

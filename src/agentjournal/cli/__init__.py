@@ -62,8 +62,9 @@ Commands:
 Every command that uses a store takes ``--uri`` (default ``$AGENTJOURNAL_URI``,
 else ``sqlite:///agentjournal.db``); the commands that only read one
 (``verify``, ``bundle export``, ``sessions``, ``show``, ``replay``, ``usage``, ``tail``,
-``trace export``, ``ui``, ``view``, ``approvals``) never create it, nor do ``fork``,
-``approve`` and ``reject`` (they write to an existing session only).
+``trace export``, ``ui``, ``view``, ``approvals``, ``eval show``, ``eval list``) never create
+it, nor do ``fork``, ``approve``, ``reject`` and ``eval run`` (they write to an existing store
+only).
 
 ``show``, ``replay``, ``tail``, ``view`` and ``ui`` take ``--keys FILE`` (default
 ``$AGENTJOURNAL_KEYS``, as ``erase``): sealed content shown opened, ``[erased]`` after an

@@ -479,7 +479,8 @@ class EvalWriter:
 
     async def add(self, scores: Sequence[TurnScore | SessionScore]) -> int:
         """Append the ``TurnScored`` and ``SessionScored`` of ``scores`` the stream does not
-        hold yet (after ``EvalRunStarted``), in order; how many this call wrote.
+        hold yet (after ``EvalRunStarted``), in order; how many landed (a twin writer's
+        attempt at the same events may be what landed: :func:`engine.writer.append`).
 
         Raises:
             InvalidInput: The run was not started, is completed, or a score is not in [0, 1].

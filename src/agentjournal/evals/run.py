@@ -328,7 +328,7 @@ def _same_run(run: EvalRunResult, start: RunStart) -> None:
     """Refuse to go on with a run its stream says was started otherwise.
 
     Raises:
-        InvalidInput: The kind, the targets or the scorers differ.
+        InvalidInput: The kind, the targets, the scorers or the scorers file differ.
     """
     had = [(s.get("name"), s.get("version")) for s in run.scorers]
     given = [(s.get("name"), s.get("version")) for s in start.scorers]
@@ -336,6 +336,11 @@ def _same_run(run: EvalRunResult, start: RunStart) -> None:
         raise InvalidInput(
             f"eval run {run.run_id} was started with other scorers or sessions: "
             "give a new --id to score these"
+        )
+    if run.criteria and start.criteria and run.criteria != start.criteria:
+        raise InvalidInput(
+            f"eval run {run.run_id} was started with another scorers file "
+            f"({run.criteria}): give a new --id to score with this one"
         )
 
 
