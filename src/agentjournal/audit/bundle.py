@@ -27,7 +27,7 @@ With ``redact=True`` no conversation leaves the store
 holds none; events that mix conversation with what a verifier needs carry their
 committed ``view`` instead.
 
-An eval run (DESIGN, "Evals") is bundled the same way in a format of its own,
+An eval run (DESIGN §20) is bundled the same way in a format of its own,
 ``agentjournal-eval-bundle`` (:func:`eval_bundle_of`): ``run_id`` in place of
 ``session_id``, and its streams — ``EvalRun-{run_id}``, its checkpoints
 ``AgentLedger-EvalRun-{run_id}`` and the key rotations ``AgentKeys``, each when it exists.

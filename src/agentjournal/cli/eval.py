@@ -1,7 +1,7 @@
 """``agentjournal eval run|show|list``: scorers over recorded sessions, on the record.
 
 ``eval run`` checks the scorers file and every session before anything is written, then
-writes one ``EvalRun-{run_id}`` stream (DESIGN, "Evals"), printing a line per session to
+writes one ``EvalRun-{run_id}`` stream (DESIGN §20), printing a line per session to
 stderr as it goes; run again with the same ``--id`` it finishes an interrupted run. ``eval
 show`` prints one run, ``eval list`` every run. Without a judge in the scorers file no
 command loads the Agents SDK.

@@ -790,7 +790,7 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
         """Record a person's rating of turn ``turn`` of this line (the SDK's turn numbers:
         1 for the first user message) on the session's feedback run,
         ``EvalRun-feedback-{session_id}``: a ``TurnScored`` marked human, as an eval run
-        writes it (DESIGN, "Evals"). Whether it was written: with ``id`` (the caller's
+        writes it (DESIGN §20). Whether it was written: with ``id`` (the caller's
         rating id) a rating given again is recorded once.
 
         Args:

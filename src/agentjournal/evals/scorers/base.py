@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from agentjournal.read.evals.turns import ScoredSession, ScoredTurn, TurnUsage
@@ -45,13 +45,3 @@ class Scorer(Protocol):
     async def score_turn(self, turn: ScoredTurn) -> Score | None: ...
 
     async def score_session(self, session: ScoredSession) -> Score | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Described:
-    """A scorer's record in ``EvalRunStarted``: name, version, kind and its other facts."""
-
-    name: str
-    version: str
-    kind: str
-    facts: dict[str, Any] = field(default_factory=dict)
