@@ -17,11 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from itertools import repeat
 from types import MappingProxyType
 from typing import Any
 
 from agentjournal import events
 from agentjournal._digests import data_digest
+from agentjournal._fastjson import loads as fast_loads
 from agentjournal.errors import (
     JournalError,
 )
@@ -96,7 +98,7 @@ class Record:
         if self.data is None:
             return dict(self.view) if self.view is not None else None
         try:  # NaN and Infinity are not JSON: such data is shown as text, never as a body
-            parsed = json.loads(self.data, parse_constant=_not_json)
+            parsed = fast_loads(self.data, _STRICT_JSON)
         except (ValueError, RecursionError):
             return None
         return parsed if isinstance(parsed, dict) else None
@@ -155,7 +157,10 @@ class Record:
             metadata: Any = dict(event.metadata)
         except (ValueError, TypeError, RecursionError):
             raise DamagedEvent(*where, "the metadata is not a UTF-8 JSON object") from None
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        if not (
+            all(map(isinstance, metadata, repeat(str)))
+            and all(map(isinstance, metadata.values(), repeat(str)))
+        ):
             raise DamagedEvent(*where, "the metadata does not map strings to strings")
         if not isinstance(event.type, str) or not isinstance(event.data, bytes):
             raise DamagedEvent(*where, "the event type or data has the wrong column type")
@@ -269,3 +274,7 @@ def _child_of(stream: str, body: object) -> str | None:
 
 def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
+
+
+# Made once: json.loads with an option builds a decoder per call.
+_STRICT_JSON = json.JSONDecoder(parse_constant=_not_json).decode

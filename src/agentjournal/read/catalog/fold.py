@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
@@ -146,35 +146,55 @@ class Catalog:
             return str(owner[0]) if owner is not None else None
         return None
 
+    def fold_page(
+        self, page: Sequence[RecordedEvent], also: Callable[[RecordedEvent], None] | None
+    ) -> int:
+        """Fold a page of events, the next in the global order (and hand each to ``also``
+        after it is folded): how many changed the catalog."""
+        folded = 0
+        for event in page:
+            folded += self.fold(event)
+            if also is not None:
+                also(event)
+        return folded
+
     def fold(self, event: RecordedEvent) -> bool:
         """Fold one event, the next in the global order; whether the catalog changed."""
-        if event.stream == KEYS_STREAM:
+        stream = event.stream
+        if stream == KEYS_STREAM:
             self._fold_key(event)
             return True
-        session_id = self.session_of(event)
+        head = self.streams.get(stream)
+        session_id = str(head[0]) if head is not None else self.session_of(event)
         if session_id is None:
             return False  # not part of a session tree (a projection's stream, another app's)
         row = self.sessions.get(session_id)
         if row is None:
             row = self.sessions[session_id] = _new_row()
-        self._chain(row, event, session_id)
-        if event.stream != ledger_stream(session_id):
+        metadata = event.metadata
+        # The chain: link the event to its stream's head; note the first break on the row.
+        problem = chain_problem(head, event, metadata)
+        if problem is not None and row["broken"] is None:
+            row["broken"] = f"{stream}@{event.revision}: {problem}"
+        digest = metadata.get(HASH_KEY, "")
+        if head is None:
+            self.streams[stream] = [session_id, event.revision, digest]
+        else:  # in place: one list per stream, not one per event
+            head[0], head[1], head[2] = session_id, event.revision, digest
+        if row["tails"] and stream != ledger_stream(session_id):
             _after_checkpoints(row, event)
         row["checked"] = self.now
-        moment = _micros(event.recorded_at)
-        row["first"] = moment if row["first"] is None else min(row["first"], moment)
-        row["last"] = moment if row["last"] is None else max(row["last"], moment)
+        moment = event.recorded_micros
+        first = row["first"]
+        if first is None or moment < first:
+            row["first"] = moment
+        last = row["last"]
+        if last is None or moment > last:
+            row["last"] = moment
         # An unreadable body counts for nothing; the chain check above still covered it.
         with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError, JournalError):
             self._fold_content(row, event, session_id)
         return True
-
-    def _chain(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
-        """Link ``event`` to its stream's head; note the first break on the row."""
-        problem = chain_problem(self.streams.get(event.stream), event)
-        if problem is not None and row["broken"] is None:
-            row["broken"] = f"{event.stream}@{event.revision}: {problem}"
-        self.streams[event.stream] = [session_id, event.revision, event.metadata.get(HASH_KEY, "")]
 
     def _fold_content(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         kind = event.type
@@ -257,7 +277,7 @@ class Catalog:
             "items": forked.prefix_items,
             "floor": -1,
             "cleared": False,
-            "last": _micros(event.recorded_at),
+            "last": event.recorded_micros,
             "deleted": None,
             "forked": event.position,  # the order they were forked in (the state is sorted)
         }
@@ -272,7 +292,7 @@ class Catalog:
         (items, pops, clears and the branch's own events are the branch's; decisions,
         refusals, subagents and tokens count for the whole session too)."""
         kind = event.type
-        branch["last"] = max(branch["last"], _micros(event.recorded_at))
+        branch["last"] = max(branch["last"], event.recorded_micros)
         if events.holds_item(kind, event.metadata):
             self._item(branch, event)
             return True
@@ -494,10 +514,6 @@ def _after_checkpoints(row: dict[str, Any], event: RecordedEvent) -> None:
     for key, tail in tails.items():
         if tail is None:
             tails[key] = [event.position, f"{event.stream}@{event.revision}"]
-
-
-def _micros(moment: datetime) -> int:
-    return int(moment.timestamp() * 1_000_000)
 
 
 def _moment(micros: int) -> datetime:
