@@ -16,7 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
+import orjson
+
 from agentjournal import events
+from agentjournal._fastjson import loads_bytes
 from agentjournal._gc import no_collection
 from agentjournal.engine.tree import index_of
 from agentjournal.errors import InvalidInput, JournalError
@@ -107,7 +110,7 @@ class Catalog:
         state (or none): the catalog is then folded again from the start."""
         try:
             with no_collection():
-                state = json.loads(data)
+                state = loads_bytes(data)
         except ValueError:
             return None
         if not isinstance(state, dict) or state.get("v") != VERSION:
@@ -122,7 +125,10 @@ class Catalog:
             "streams": self.streams,
             "rotations": self.rotations,
         }
-        return json.dumps(state, separators=(",", ":"), sort_keys=True).encode()
+        try:
+            return orjson.dumps(state, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:  # what orjson cannot print (an integer past 64 bits)
+            return json.dumps(state, separators=(",", ":"), sort_keys=True).encode()
 
     # -- the fold ---------------------------------------------------------------------
 
@@ -197,71 +203,100 @@ class Catalog:
         return True
 
     def _fold_content(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        """What ``event`` says, onto its session's row: the approvals it asks or answers,
+        its branch line's share, then its type's handler (:data:`_HANDLERS`), if any."""
         kind = event.type
-        metadata = event.metadata
-        if events.INTERRUPT_KEY in metadata or kind == _TOOL_RESULT:
+        if kind == _TOOL_RESULT or events.INTERRUPT_KEY in event.metadata:
             _approval(row, event)  # any line's: before a branch line takes its items
-        elif kind == events.SUBAGENT_COMPLETED and events.CLOSES_KEY in metadata:
-            _ended(row, events.decode_subagent_completed(event.data)[1])
         if kind == events.BRANCH_FORKED:
             self._forked(row, event, session_id)
             return
-        line = row.get("lines", {}).get(event.stream)
-        if line is not None and self._on_branch(row, row["branches"][line], event, session_id):
-            return
-        if events.holds_item(kind, event.metadata):
-            self._item(row, event)
-            # Legacy usage, before a stream's first ModelResponded: usage.py's rule, so
-            # `sessions` and `usage` agree.
-            if event.stream not in row["responded"] and legacy_counts(
-                row["responses"], event.stream, metadata
-            ):
-                row["legacy"] += int(json.loads(metadata[events.USAGE_KEY]).get("total_tokens", 0))
-        elif kind == events.SESSION_STARTED:
-            if event.revision == 0 or not row["agent"]:
-                body = json.loads(event.data)
-                row["app"] = str(body.get("app_name", ""))
-                row["user"] = str(body.get("user_id", ""))
-                row["agent"] = str(body.get("agent_name") or row["agent"])
-        elif kind == events.SUBAGENT_STARTED:
-            if events.INDEX_KEY not in metadata:
-                return  # the subsession's own copy
-            subagent, item_json = events.decode_subagent_started(event.data)
-            self._speaker(row, subagent.source_agent)
-            row["started"] += 1
-            self.streams.setdefault(subagent.stream, [session_id, -1, GENESIS])
-            if item_json is not None:
-                self._item(row, event)
-        elif kind == events.SUBAGENT_COMPLETED:
-            if events.CLOSES_KEY not in metadata:
-                return  # the subsession's own copy
-            _, closed, outcome = events.decode_subagent_completed(event.data)
-            if closed in row["continued"]:
-                return  # a subagent open at a fork, ended on the branch: counted once
-            row["closed" if outcome == "success" else "failed"] += 1
-        elif kind == events.ITEM_POPPED:
-            row["items"] = max(0, row["items"] - 1)
-        elif kind == events.SESSION_CLEARED:
-            through = events.SessionCleared.decode(event.data).through_index
-            row["items"] = 0  # everything written before a clear is hidden
-            row["floor"] = max(row["floor"], through)
-            row["cleared"] = True
-        elif kind == events.GUARDRAIL_DECIDED:
+        lines = row.get("lines")
+        if lines:
+            line = lines.get(event.stream)
+            if line is not None and self._on_branch(row, row["branches"][line], event, session_id):
+                return
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, row, event, session_id)
+
+    # -- one handler per event type (_HANDLERS) ----------------------------------------
+
+    def _on_item(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        metadata = event.metadata
+        if events.INTERRUPT_KEY in metadata:
+            return  # an interrupt written beside the items: no item (events.holds_item)
+        self._item(row, event)
+        # Legacy usage, before a stream's first ModelResponded: usage.py's rule, so
+        # `sessions` and `usage` agree.
+        stream = event.stream
+        if stream not in row["responded"] and legacy_counts(row["responses"], stream, metadata):
+            row["legacy"] += int(json.loads(metadata[events.USAGE_KEY]).get("total_tokens", 0))
+
+    def _on_session_started(
+        self, row: dict[str, Any], event: RecordedEvent, session_id: str
+    ) -> None:
+        if event.revision == 0 or not row["agent"]:
             body = json.loads(event.data)
-            self._speaker(row, body.get("agent"))
-            if body.get("decision") == "BLOCK":
-                row["blocks"] += 1
-        elif kind == events.AUTHORITY_GRANTED:
-            self._speaker(row, json.loads(event.data).get("agent"))
-        elif kind == events.AUTHORITY_REFUSED:
-            row["refusals"] += 1
-        elif kind == events.MODEL_RESPONDED:
-            answer = ModelResponse.decode(event.data)
-            self._speaker(row, answer.agent)
-            if event.stream not in row["responded"]:
-                row["responded"].append(event.stream)
-            row["tokens"] += answer.usage.total_tokens
-        elif kind == CHECKPOINT and event.stream == ledger_stream(session_id):
+            row["app"] = str(body.get("app_name", ""))
+            row["user"] = str(body.get("user_id", ""))
+            row["agent"] = str(body.get("agent_name") or row["agent"])
+
+    def _on_subagent_started(
+        self, row: dict[str, Any], event: RecordedEvent, session_id: str
+    ) -> None:
+        if events.INDEX_KEY not in event.metadata:
+            return  # the subsession's own copy
+        subagent, item_json = events.decode_subagent_started(event.data)
+        self._speaker(row, subagent.source_agent)
+        row["started"] += 1
+        self.streams.setdefault(subagent.stream, [session_id, -1, GENESIS])
+        if item_json is not None:
+            self._item(row, event)
+
+    def _on_subagent_completed(
+        self, row: dict[str, Any], event: RecordedEvent, session_id: str
+    ) -> None:
+        metadata = event.metadata
+        if events.CLOSES_KEY not in metadata:
+            return  # the subsession's own copy
+        _, closed, outcome = events.decode_subagent_completed(event.data)
+        if events.INTERRUPT_KEY not in metadata:
+            _ended(row, closed)
+        if closed in row["continued"]:
+            return  # a subagent open at a fork, ended on the branch: counted once
+        row["closed" if outcome == "success" else "failed"] += 1
+
+    def _on_popped(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        row["items"] = max(0, row["items"] - 1)
+
+    def _on_cleared(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        through = events.SessionCleared.decode(event.data).through_index
+        row["items"] = 0  # everything written before a clear is hidden
+        row["floor"] = max(row["floor"], through)
+        row["cleared"] = True
+
+    def _on_guardrail(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        body = json.loads(event.data)
+        self._speaker(row, body.get("agent"))
+        if body.get("decision") == "BLOCK":
+            row["blocks"] += 1
+
+    def _on_granted(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        self._speaker(row, json.loads(event.data).get("agent"))
+
+    def _on_refused(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        row["refusals"] += 1
+
+    def _on_responded(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        answer = ModelResponse.decode(event.data)
+        self._speaker(row, answer.agent)
+        if event.stream not in row["responded"]:
+            row["responded"].append(event.stream)
+        row["tokens"] += answer.usage.total_tokens
+
+    def _on_checkpoint(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        if event.stream == ledger_stream(session_id):
             self._checkpoint(row, event, session_id)
 
     def _forked(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
@@ -478,6 +513,25 @@ class Catalog:
 
 
 _TOOL_RESULT: Final = "ToolResultReceived"
+
+_Handler = Callable[[Catalog, dict[str, Any], "RecordedEvent", str], None]
+_HANDLERS: Final[dict[str, _Handler]] = {
+    **dict.fromkeys(events.ITEM_EVENT_TYPES, Catalog._on_item),
+    events.SESSION_STARTED: Catalog._on_session_started,
+    events.SUBAGENT_STARTED: Catalog._on_subagent_started,
+    events.SUBAGENT_COMPLETED: Catalog._on_subagent_completed,
+    events.ITEM_POPPED: Catalog._on_popped,
+    events.SESSION_CLEARED: Catalog._on_cleared,
+    events.GUARDRAIL_DECIDED: Catalog._on_guardrail,
+    events.AUTHORITY_GRANTED: Catalog._on_granted,
+    events.AUTHORITY_REFUSED: Catalog._on_refused,
+    events.MODEL_RESPONDED: Catalog._on_responded,
+    CHECKPOINT: Catalog._on_checkpoint,
+}
+"""What the fold does with an event of each type on the main line (after its approvals
+and its branch line's share): a row's counts come from here. A type not named counts for
+nothing but its chain link and its time; a new count is a handler and an entry here (and
+a :data:`VERSION` step, so saved states are folded again)."""
 
 
 def _approval(row: dict[str, Any], event: RecordedEvent) -> None:
