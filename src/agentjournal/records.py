@@ -154,7 +154,9 @@ class Record:
         except (ValueError, TypeError):
             raise DamagedEvent(*where, "the event id is not 16 bytes") from None
         try:
-            metadata: Any = dict(event.metadata)
+            stored = event.metadata
+            # A proxy's own copy is a dict's copy (dict() of a proxy goes key by key).
+            metadata: Any = stored.copy() if type(stored) is MappingProxyType else dict(stored)
         except (ValueError, TypeError, RecursionError):
             raise DamagedEvent(*where, "the metadata is not a UTF-8 JSON object") from None
         if not (

@@ -437,6 +437,7 @@ async def _once(
 ) -> list[ProjectedSpan]:
     """Every span of one session tree (every line, or the one ``branch`` names), or of
     every tree in the store."""
+    from agentjournal._gc import no_collection
     from agentjournal.cli._render import progress
     from agentjournal.read.traces import Projector, project_tree
     from agentjournal.records import DamagedEvent, Record
@@ -457,11 +458,12 @@ async def _once(
                 if len(page) == PAGE:
                     after = page[-1].position + 1
                     reading = asyncio.ensure_future(store.read_all(from_position=after, limit=PAGE))
-                for event in page:
-                    try:
-                        spans += feed(of(event))
-                    except DamagedEvent as bad:  # one damaged event must not cost every tree
-                        _skipped(bad, warned)
+                with no_collection():  # records, spans and state: acyclic, and many
+                    for event in page:
+                        try:
+                            spans += feed(of(event))
+                        except DamagedEvent as bad:  # one damaged event must not cost all
+                            _skipped(bad, warned)
                 advance(len(page))
                 if len(page) < PAGE:
                     break
