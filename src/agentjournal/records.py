@@ -11,6 +11,7 @@ its chain position; :class:`TreeRecords` is a whole tree of them, as
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -19,7 +20,7 @@ from datetime import datetime
 from functools import cached_property
 from itertools import repeat
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from agentjournal import events
 from agentjournal._digests import data_digest
@@ -170,7 +171,7 @@ class Record:
             text = event.data.decode("utf-8")
         except UnicodeDecodeError as error:
             raise DamagedEvent(*where, f"the data is not UTF-8 text (byte {error.start})") from None
-        return cls(
+        fields = (
             event.stream,
             event.revision,
             event_id,
@@ -182,6 +183,17 @@ class Record:
             event.position,
             event.recorded_at,
         )
+        if cls is not Record or type(metadata) is not dict:
+            return cls(*fields)
+        # What __init__ and __post_init__ leave, set at once (a frozen dataclass sets each
+        # field by a call): the metadata is this record's own copy, read-only behind a proxy.
+        record = object.__new__(cls)
+        record.__dict__.update(zip(_FIELDS, fields, strict=True))
+        record.__dict__["metadata"] = MappingProxyType(metadata)
+        return record
+
+
+_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Record))
 
 
 @dataclass(frozen=True)
