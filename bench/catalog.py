@@ -224,8 +224,8 @@ async def cases(
     pages = await _read_sample(kept, FOLD_SAMPLE)
     sample = sum(len(page) for page in pages)
     scale = events / sample
+    fold = _fold_only(pages)  # first: the least chain decodes every event's metadata and id
     chain = _least_chain(pages)
-    fold = _fold_only(pages)
     cold_target, warm_target = target.split("/")
     sampled = "" if sample == events else f", {sample:,} folded"
     return [
