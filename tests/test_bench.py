@@ -104,8 +104,22 @@ def test_a_results_file_without_the_section_is_refused_and_left_alone(tmp_path: 
 
 def test_catalog_benchmark_runs() -> None:
     out = run_bench("catalog")
-    assert "first build" in out
-    assert "after 10 new" in out
+    # Cold and warm at both sizes (items, then events), each beside its floors.
+    for case in ("cold", "warm", "floor: raw read", "floor: least chain", "floor: fold only"):
+        assert f"2,000 items: {case}" in out
+        assert f" events: {case}" in out
+
+
+def test_disk_benchmark_runs() -> None:
+    out = run_bench("disk")
+    assert "2,000 items in 20 sessions" in out
+    assert "of which events" in out
+
+
+def test_traces_benchmark_runs() -> None:
+    out = run_bench("traces")
+    assert "export --all, JSON Lines" in out
+    assert "floor: raw read" in out
 
 
 def test_startup_benchmark_runs() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentjournal._fastjson import loads
+from agentjournal._fastjson import loads, loads_bytes
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -92,3 +93,58 @@ def test_edge_cases_parse_alike(text: str) -> None:
 def test_what_json_refuses_is_refused(text: str) -> None:
     with pytest.raises(json.JSONDecodeError):
         loads(text)
+
+
+_EDGE_BYTES = [
+    b'{"usage":{"total_tokens":"12"},"n":123456789012345678901}',
+    b"\xef\xbb\xbf{}",  # a byte order mark: json reads it, orjson refuses it
+    '{"a":"\u00e9"}'.encode("utf-16"),  # another encoding json detects
+    b'{"a":"\\ud800"}',
+    b'{"a":NaN}',
+    b"\xff\xfe\x00",
+    b'{"a":1} x',
+    b"",
+]
+
+
+@pytest.mark.parametrize("data", _EDGE_BYTES)
+def test_bytes_parse_alike(data: bytes) -> None:
+    try:
+        expected = json.loads(data)
+    except ValueError as error:
+        with pytest.raises(type(error)):
+            loads_bytes(data)
+        return
+    assert _same(loads_bytes(data), expected)
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None)
+@given(_values)
+def test_random_byte_documents_parse_alike(value: Any) -> None:
+    data = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    try:
+        expected = json.loads(data)
+    except ValueError as error:
+        with pytest.raises(type(error)):
+            loads_bytes(data)
+        return
+    assert _same(loads_bytes(data), expected)
+
+
+def _strict(text: str) -> Any:
+    def refuse(constant: str) -> Any:
+        raise ValueError(constant)
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("text", ["NaN", "[Infinity]", '{"a":-Infinity}', '{"a":1}', "1e400"])
+def test_a_strict_fallback_refuses_what_it_refuses(text: str) -> None:
+    try:
+        expected = _strict(text)
+    except ValueError as error:
+        with pytest.raises(type(error), match=re.escape(str(error))):
+            loads(text, _strict)
+        return
+    assert _same(loads(text, _strict), expected)

@@ -11,17 +11,20 @@ its chain position; :class:`TreeRecords` is a whole tree of them, as
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from itertools import repeat
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 from agentjournal import events
 from agentjournal._digests import data_digest
+from agentjournal._fastjson import loads as fast_loads
 from agentjournal.errors import (
     JournalError,
 )
@@ -96,7 +99,7 @@ class Record:
         if self.data is None:
             return dict(self.view) if self.view is not None else None
         try:  # NaN and Infinity are not JSON: such data is shown as text, never as a body
-            parsed = json.loads(self.data, parse_constant=_not_json)
+            parsed = fast_loads(self.data, _STRICT_JSON)
         except (ValueError, RecursionError):
             return None
         return parsed if isinstance(parsed, dict) else None
@@ -152,10 +155,15 @@ class Record:
         except (ValueError, TypeError):
             raise DamagedEvent(*where, "the event id is not 16 bytes") from None
         try:
-            metadata: Any = dict(event.metadata)
+            stored = event.metadata
+            # A proxy's own copy is a dict's copy (dict() of a proxy goes key by key).
+            metadata: Any = stored.copy() if type(stored) is MappingProxyType else dict(stored)
         except (ValueError, TypeError, RecursionError):
             raise DamagedEvent(*where, "the metadata is not a UTF-8 JSON object") from None
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        if not (
+            all(map(isinstance, metadata, repeat(str)))
+            and all(map(isinstance, metadata.values(), repeat(str)))
+        ):
             raise DamagedEvent(*where, "the metadata does not map strings to strings")
         if not isinstance(event.type, str) or not isinstance(event.data, bytes):
             raise DamagedEvent(*where, "the event type or data has the wrong column type")
@@ -163,7 +171,7 @@ class Record:
             text = event.data.decode("utf-8")
         except UnicodeDecodeError as error:
             raise DamagedEvent(*where, f"the data is not UTF-8 text (byte {error.start})") from None
-        return cls(
+        fields = (
             event.stream,
             event.revision,
             event_id,
@@ -175,6 +183,17 @@ class Record:
             event.position,
             event.recorded_at,
         )
+        if cls is not Record or type(metadata) is not dict:
+            return cls(*fields)
+        # What __init__ and __post_init__ leave, set at once (a frozen dataclass sets each
+        # field by a call): the metadata is this record's own copy, read-only behind a proxy.
+        record = object.__new__(cls)
+        record.__dict__.update(zip(_FIELDS, fields, strict=True))
+        record.__dict__["metadata"] = MappingProxyType(metadata)
+        return record
+
+
+_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Record))
 
 
 @dataclass(frozen=True)
@@ -269,3 +288,7 @@ def _child_of(stream: str, body: object) -> str | None:
 
 def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
+
+
+# Made once: json.loads with an option builds a decoder per call.
+_STRICT_JSON = json.JSONDecoder(parse_constant=_not_json).decode

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
+from agentjournal._fastjson import loads_bytes
+
 __all__ = ["ModelResponse", "Usage"]
 
 # The counts of TokenUsage's canonical JSON (kurrent-agent-schema v2 ``to_json``), which
@@ -122,7 +124,7 @@ class ModelResponse:
         Raises:
             ValueError: It is not what :meth:`encode` writes.
         """
-        body = json.loads(data)
+        body = loads_bytes(data)
         if not isinstance(body, dict):
             raise ValueError("ModelResponded data is not an object")
 

@@ -68,12 +68,18 @@ def table(out: Console, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -
         return
     cells = [list(map(str, columns)), *body]
     widths = [max(len(line[at]) for line in cells) for at in range(len(columns))]
-    for line in cells:
-        text = "  ".join(
+    lines = [
+        "  ".join(
             cell.rjust(width) if numeric else cell.ljust(width)
             for cell, width, numeric in zip(line, widths, right, strict=True)
-        )
-        out.print(text.rstrip(), markup=False, highlight=False)
+        ).rstrip()
+        + "\n"
+        for line in cells
+    ]
+    # Plain text, written as it is: no markup, no emoji codes, one write (a console's
+    # print per line costs a rendering each: seconds for 10,000 rows).
+    out.file.write("".join(lines))
+    out.file.flush()
 
 
 _NUMBER: Final = re.compile(r"[0-9][0-9.,/]*|-|unknown")

@@ -35,10 +35,16 @@ if TYPE_CHECKING:
 
 BATCH: Final = 512
 """Spans per export call, and events folded before a follower saves (at most)."""
+PAGE: Final = 5000
+"""Events per read of a one-shot export of every tree."""
 SAVE_EVERY: Final = 1000
 """A follower saves its position at least every this many events it folded."""
 TICK_SECONDS: Final = 0.5
 """A follower that got nothing for this long is caught up: it checks for quiet runs."""
+
+
+_SORTED_JSON: Final = json.JSONEncoder(sort_keys=True).encode
+"""What ``json.dumps(value, sort_keys=True)`` prints: a ``--jsonl`` line."""
 
 
 class ExportFailed(JournalError):
@@ -307,7 +313,8 @@ class _JsonLines:
         self._lines: list[str] = []
 
     def send(self, spans: Sequence[ProjectedSpan]) -> None:
-        lines = [json.dumps(span.as_json(), sort_keys=True) + "\n" for span in spans]
+        encode = _SORTED_JSON  # made once: json.dumps with an option makes one per call
+        lines = [encode(span.as_json()) + "\n" for span in spans]
         if not self._append:  # a one-shot export: written whole at the end, never half
             self._lines.extend(lines)
             return
@@ -431,6 +438,7 @@ async def _once(
     """Every span of one session tree (every line, or the one ``branch`` names), or of
     every tree in the store, each run span with the evaluation events of the eval
     scores of its turns (:mod:`agentjournal.read.traces.evaluations`)."""
+    from agentjournal._gc import no_collection
     from agentjournal.cli._render import progress
     from agentjournal.read.evals.scores import session_scores
     from agentjournal.read.traces import Projector, project_tree
@@ -451,21 +459,32 @@ async def _once(
     projector = Projector()
     spans: list[ProjectedSpan] = []
     evaluations = Evaluations()
-    position = 0
     warned: set[str] = set()
+    feed, of = projector.feed, Record.of
     with progress("reading the store") as advance:
-        while True:
-            page = await store.read_all(from_position=position, limit=BATCH * 4)
-            for event in page:
-                evaluations.see(event)
-                try:
-                    spans.extend(projector.feed(Record.of(event)))
-                except DamagedEvent as bad:  # one damaged event must not cost every tree
-                    _skipped(bad, warned)
-            advance(len(page))
-            if len(page) < BATCH * 4:
-                break
-            position = page[-1].position + 1
+        # The next page is read on the store's side while this one is projected.
+        reading = asyncio.ensure_future(store.read_all(from_position=0, limit=PAGE))
+        try:
+            while True:
+                page = await reading
+                if len(page) == PAGE:
+                    after = page[-1].position + 1
+                    reading = asyncio.ensure_future(store.read_all(from_position=after, limit=PAGE))
+                with no_collection():  # records, spans and state: acyclic, and many
+                    for event in page:
+                        evaluations.see(event)
+                        try:
+                            spans += feed(of(event))
+                        except DamagedEvent as bad:  # one damaged event must not cost all
+                            _skipped(bad, warned)
+                advance(len(page))
+                if len(page) < PAGE:
+                    break
+        finally:
+            if not reading.done():
+                reading.cancel()
+                with contextlib.suppress(asyncio.CancelledError, JournalError):
+                    await reading
     return evaluations.on(spans + projector.finish())
 
 

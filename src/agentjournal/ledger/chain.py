@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Final
 
 import orjson
@@ -136,7 +137,8 @@ def record_bytes(
         InvalidInput: A text field is not valid Unicode (a lone surrogate), or the
             metadata names a chain format this version does not know.
     """
-    covered = dict(metadata)
+    # A proxy's own copy is its dict's copy (dict() of a proxy goes key by key).
+    covered = metadata.copy() if type(metadata) is MappingProxyType else dict(metadata)
     covered.pop(HASH_KEY, None)
     found = chain_format(covered)
     if found == 2:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import json
 import re
 import uuid
 from collections.abc import Callable, Mapping
@@ -12,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Final, TypeAlias
+
+from agentjournal._fastjson import loads as fast_loads
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024 - 10_000
 """The largest event a store accepts: KurrentDB's largest stored event.
@@ -131,7 +132,7 @@ class RecordedEvent:
         self._recorded_at: datetime | None = recorded_at
         self._raw_id = b""
         self._raw_metadata = b""
-        self._raw_time = 0
+        self._raw_time: int | None = None  # set from the store's column (from_raw)
 
     @classmethod
     def from_raw(
@@ -178,7 +179,7 @@ class RecordedEvent:
     @property
     def metadata(self) -> Mapping[str, str]:
         if self._metadata is None:
-            self._metadata = MappingProxyType(json.loads(self._raw_metadata.decode()))
+            self._metadata = MappingProxyType(fast_loads(self._raw_metadata.decode()))
         return self._metadata
 
     @property
@@ -196,8 +197,17 @@ class RecordedEvent:
     @property
     def recorded_at(self) -> datetime:
         if self._recorded_at is None:
+            assert self._raw_time is not None  # from_raw sets one of the two
             self._recorded_at = datetime.fromtimestamp(self._raw_time / 1_000_000, UTC)
         return self._recorded_at
+
+    @property
+    def recorded_micros(self) -> int:
+        """:attr:`recorded_at` as whole microseconds since the epoch: the stored column
+        itself for an event a store built from its columns (no ``datetime`` made)."""
+        if self._raw_time is None:
+            return int(self.recorded_at.timestamp() * 1_000_000)
+        return self._raw_time
 
     def _fields(self) -> tuple[Any, ...]:
         return (

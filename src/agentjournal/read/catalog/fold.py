@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
+import orjson
+
 from agentjournal import events
+from agentjournal._fastjson import loads_bytes
 from agentjournal._gc import no_collection
 from agentjournal.engine.tree import index_of
 from agentjournal.errors import InvalidInput, JournalError
@@ -112,7 +115,7 @@ class Catalog:
         state (or none): the catalog is then folded again from the start."""
         try:
             with no_collection():
-                state = json.loads(data)
+                state = loads_bytes(data)
         except ValueError:
             return None
         if not isinstance(state, dict) or state.get("v") != VERSION:
@@ -127,7 +130,10 @@ class Catalog:
             "streams": self.streams,
             "rotations": self.rotations,
         }
-        return json.dumps(state, separators=(",", ":"), sort_keys=True).encode()
+        try:
+            return orjson.dumps(state, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:  # what orjson cannot print (an integer past 64 bits)
+            return json.dumps(state, separators=(",", ":"), sort_keys=True).encode()
 
     # -- the fold ---------------------------------------------------------------------
 
@@ -151,9 +157,22 @@ class Catalog:
             return str(owner[0]) if owner is not None else None
         return None
 
+    def fold_page(
+        self, page: Sequence[RecordedEvent], also: Callable[[RecordedEvent], None] | None
+    ) -> int:
+        """Fold a page of events, the next in the global order (and hand each to ``also``
+        after it is folded): how many changed the catalog."""
+        folded = 0
+        for event in page:
+            folded += self.fold(event)
+            if also is not None:
+                also(event)
+        return folded
+
     def fold(self, event: RecordedEvent) -> bool:
         """Fold one event, the next in the global order; whether the catalog changed."""
-        if event.stream == KEYS_STREAM:
+        stream = event.stream
+        if stream == KEYS_STREAM:
             self._fold_key(event)
             return True
         if event.type in SCORE_TYPES:
@@ -161,97 +180,133 @@ class Catalog:
             with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
                 return fold_score(self.sessions, event, _new_row)
             return False
-        session_id = self.session_of(event)
+        head = self.streams.get(stream)
+        session_id = str(head[0]) if head is not None else self.session_of(event)
         if session_id is None:
             return False  # not part of a session tree (a projection's stream, another app's)
         row = self.sessions.get(session_id)
         if row is None:
             row = self.sessions[session_id] = _new_row()
-        self._chain(row, event, session_id)
-        if event.stream != ledger_stream(session_id):
+        metadata = event.metadata
+        # The chain: link the event to its stream's head; note the first break on the row.
+        problem = chain_problem(head, event, metadata)
+        if problem is not None and row["broken"] is None:
+            row["broken"] = f"{stream}@{event.revision}: {problem}"
+        digest = metadata.get(HASH_KEY, "")
+        if head is None:
+            self.streams[stream] = [session_id, event.revision, digest]
+        else:  # in place: one list per stream, not one per event
+            head[0], head[1], head[2] = session_id, event.revision, digest
+        if row["tails"] and stream != ledger_stream(session_id):
             _after_checkpoints(row, event)
         row["checked"] = self.now
-        moment = _micros(event.recorded_at)
-        row["first"] = moment if row["first"] is None else min(row["first"], moment)
-        row["last"] = moment if row["last"] is None else max(row["last"], moment)
+        moment = event.recorded_micros
+        first = row["first"]
+        if first is None or moment < first:
+            row["first"] = moment
+        last = row["last"]
+        if last is None or moment > last:
+            row["last"] = moment
         # An unreadable body counts for nothing; the chain check above still covered it.
         with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError, JournalError):
             self._fold_content(row, event, session_id)
         return True
 
-    def _chain(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
-        """Link ``event`` to its stream's head; note the first break on the row."""
-        problem = chain_problem(self.streams.get(event.stream), event)
-        if problem is not None and row["broken"] is None:
-            row["broken"] = f"{event.stream}@{event.revision}: {problem}"
-        self.streams[event.stream] = [session_id, event.revision, event.metadata.get(HASH_KEY, "")]
-
     def _fold_content(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        """What ``event`` says, onto its session's row: the approvals it asks or answers,
+        its branch line's share, then its type's handler (:data:`_HANDLERS`), if any."""
         kind = event.type
-        metadata = event.metadata
-        if events.INTERRUPT_KEY in metadata or kind == _TOOL_RESULT:
+        if kind == _TOOL_RESULT or events.INTERRUPT_KEY in event.metadata:
             _approval(row, event)  # any line's: before a branch line takes its items
-        elif kind == events.SUBAGENT_COMPLETED and events.CLOSES_KEY in metadata:
-            _ended(row, events.decode_subagent_completed(event.data)[1])
         if kind == events.BRANCH_FORKED:
             self._forked(row, event, session_id)
             return
-        line = row.get("lines", {}).get(event.stream)
-        if line is not None and self._on_branch(row, row["branches"][line], event, session_id):
-            return
-        if events.holds_item(kind, event.metadata):
-            self._item(row, event)
-            # Legacy usage, before a stream's first ModelResponded: usage.py's rule, so
-            # `sessions` and `usage` agree.
-            if event.stream not in row["responded"] and legacy_counts(
-                row["responses"], event.stream, metadata
-            ):
-                row["legacy"] += int(json.loads(metadata[events.USAGE_KEY]).get("total_tokens", 0))
-        elif kind == events.SESSION_STARTED:
-            if event.revision == 0 or not row["agent"]:
-                body = json.loads(event.data)
-                row["app"] = str(body.get("app_name", ""))
-                row["user"] = str(body.get("user_id", ""))
-                row["agent"] = str(body.get("agent_name") or row["agent"])
-        elif kind == events.SUBAGENT_STARTED:
-            if events.INDEX_KEY not in metadata:
-                return  # the subsession's own copy
-            subagent, item_json = events.decode_subagent_started(event.data)
-            self._speaker(row, subagent.source_agent)
-            row["started"] += 1
-            self.streams.setdefault(subagent.stream, [session_id, -1, GENESIS])
-            if item_json is not None:
-                self._item(row, event)
-        elif kind == events.SUBAGENT_COMPLETED:
-            if events.CLOSES_KEY not in metadata:
-                return  # the subsession's own copy
-            _, closed, outcome = events.decode_subagent_completed(event.data)
-            if closed in row["continued"]:
-                return  # a subagent open at a fork, ended on the branch: counted once
-            row["closed" if outcome == "success" else "failed"] += 1
-        elif kind == events.ITEM_POPPED:
-            row["items"] = max(0, row["items"] - 1)
-        elif kind == events.SESSION_CLEARED:
-            through = events.SessionCleared.decode(event.data).through_index
-            row["items"] = 0  # everything written before a clear is hidden
-            row["floor"] = max(row["floor"], through)
-            row["cleared"] = True
-        elif kind == events.GUARDRAIL_DECIDED:
+        lines = row.get("lines")
+        if lines:
+            line = lines.get(event.stream)
+            if line is not None and self._on_branch(row, row["branches"][line], event, session_id):
+                return
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, row, event, session_id)
+
+    # -- one handler per event type (_HANDLERS) ----------------------------------------
+
+    def _on_item(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        metadata = event.metadata
+        if events.INTERRUPT_KEY in metadata:
+            return  # an interrupt written beside the items: no item (events.holds_item)
+        self._item(row, event)
+        # Legacy usage, before a stream's first ModelResponded: usage.py's rule, so
+        # `sessions` and `usage` agree.
+        stream = event.stream
+        if stream not in row["responded"] and legacy_counts(row["responses"], stream, metadata):
+            row["legacy"] += int(json.loads(metadata[events.USAGE_KEY]).get("total_tokens", 0))
+
+    def _on_session_started(
+        self, row: dict[str, Any], event: RecordedEvent, session_id: str
+    ) -> None:
+        if event.revision == 0 or not row["agent"]:
             body = json.loads(event.data)
-            self._speaker(row, body.get("agent"))
-            if body.get("decision") == "BLOCK":
-                row["blocks"] += 1
-        elif kind == events.AUTHORITY_GRANTED:
-            self._speaker(row, json.loads(event.data).get("agent"))
-        elif kind == events.AUTHORITY_REFUSED:
-            row["refusals"] += 1
-        elif kind == events.MODEL_RESPONDED:
-            answer = ModelResponse.decode(event.data)
-            self._speaker(row, answer.agent)
-            if event.stream not in row["responded"]:
-                row["responded"].append(event.stream)
-            row["tokens"] += answer.usage.total_tokens
-        elif kind == CHECKPOINT and event.stream == ledger_stream(session_id):
+            row["app"] = str(body.get("app_name", ""))
+            row["user"] = str(body.get("user_id", ""))
+            row["agent"] = str(body.get("agent_name") or row["agent"])
+
+    def _on_subagent_started(
+        self, row: dict[str, Any], event: RecordedEvent, session_id: str
+    ) -> None:
+        if events.INDEX_KEY not in event.metadata:
+            return  # the subsession's own copy
+        subagent, item_json = events.decode_subagent_started(event.data)
+        self._speaker(row, subagent.source_agent)
+        row["started"] += 1
+        self.streams.setdefault(subagent.stream, [session_id, -1, GENESIS])
+        if item_json is not None:
+            self._item(row, event)
+
+    def _on_subagent_completed(
+        self, row: dict[str, Any], event: RecordedEvent, session_id: str
+    ) -> None:
+        metadata = event.metadata
+        if events.CLOSES_KEY not in metadata:
+            return  # the subsession's own copy
+        _, closed, outcome = events.decode_subagent_completed(event.data)
+        if events.INTERRUPT_KEY not in metadata:
+            _ended(row, closed)
+        if closed in row["continued"]:
+            return  # a subagent open at a fork, ended on the branch: counted once
+        row["closed" if outcome == "success" else "failed"] += 1
+
+    def _on_popped(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        row["items"] = max(0, row["items"] - 1)
+
+    def _on_cleared(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        through = events.SessionCleared.decode(event.data).through_index
+        row["items"] = 0  # everything written before a clear is hidden
+        row["floor"] = max(row["floor"], through)
+        row["cleared"] = True
+
+    def _on_guardrail(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        body = json.loads(event.data)
+        self._speaker(row, body.get("agent"))
+        if body.get("decision") == "BLOCK":
+            row["blocks"] += 1
+
+    def _on_granted(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        self._speaker(row, json.loads(event.data).get("agent"))
+
+    def _on_refused(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        row["refusals"] += 1
+
+    def _on_responded(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        answer = ModelResponse.decode(event.data)
+        self._speaker(row, answer.agent)
+        if event.stream not in row["responded"]:
+            row["responded"].append(event.stream)
+        row["tokens"] += answer.usage.total_tokens
+
+    def _on_checkpoint(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
+        if event.stream == ledger_stream(session_id):
             self._checkpoint(row, event, session_id)
 
     def _forked(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
@@ -267,7 +322,7 @@ class Catalog:
             "items": forked.prefix_items,
             "floor": -1,
             "cleared": False,
-            "last": _micros(event.recorded_at),
+            "last": event.recorded_micros,
             "deleted": None,
             "forked": event.position,  # the order they were forked in (the state is sorted)
         }
@@ -282,7 +337,7 @@ class Catalog:
         (items, pops, clears and the branch's own events are the branch's; decisions,
         refusals, subagents and tokens count for the whole session too)."""
         kind = event.type
-        branch["last"] = max(branch["last"], _micros(event.recorded_at))
+        branch["last"] = max(branch["last"], event.recorded_micros)
         if events.holds_item(kind, event.metadata):
             self._item(branch, event)
             return True
@@ -473,6 +528,25 @@ class Catalog:
 
 _TOOL_RESULT: Final = "ToolResultReceived"
 
+_Handler = Callable[[Catalog, dict[str, Any], "RecordedEvent", str], None]
+_HANDLERS: Final[dict[str, _Handler]] = {
+    **dict.fromkeys(events.ITEM_EVENT_TYPES, Catalog._on_item),
+    events.SESSION_STARTED: Catalog._on_session_started,
+    events.SUBAGENT_STARTED: Catalog._on_subagent_started,
+    events.SUBAGENT_COMPLETED: Catalog._on_subagent_completed,
+    events.ITEM_POPPED: Catalog._on_popped,
+    events.SESSION_CLEARED: Catalog._on_cleared,
+    events.GUARDRAIL_DECIDED: Catalog._on_guardrail,
+    events.AUTHORITY_GRANTED: Catalog._on_granted,
+    events.AUTHORITY_REFUSED: Catalog._on_refused,
+    events.MODEL_RESPONDED: Catalog._on_responded,
+    CHECKPOINT: Catalog._on_checkpoint,
+}
+"""What the fold does with an event of each type on the main line (after its approvals
+and its branch line's share): a row's counts come from here. A type not named counts for
+nothing but its chain link and its time; a new count is a handler and an entry here (and
+a :data:`VERSION` step, so saved states are folded again)."""
+
 
 def _approval(row: dict[str, Any], event: RecordedEvent) -> None:
     """Fold an approval's question (``InterruptIssued``), its answer
@@ -508,10 +582,6 @@ def _after_checkpoints(row: dict[str, Any], event: RecordedEvent) -> None:
     for key, tail in tails.items():
         if tail is None:
             tails[key] = [event.position, f"{event.stream}@{event.revision}"]
-
-
-def _micros(moment: datetime) -> int:
-    return int(moment.timestamp() * 1_000_000)
 
 
 def _moment(micros: int) -> datetime:

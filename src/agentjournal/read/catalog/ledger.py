@@ -24,21 +24,26 @@ if TYPE_CHECKING:
     from agentjournal.store.contract import RecordedEvent
 
 
-def chain_problem(head: list[Any] | None, event: RecordedEvent) -> str | None:
+def chain_problem(
+    head: list[Any] | None, event: RecordedEvent, metadata: Mapping[str, str] | None = None
+) -> str | None:
     """What breaks ``event``'s link to its stream's head (``[session, revision, hash]``,
-    None before the stream's first event); None when it links."""
+    None before the stream's first event); None when it links. ``metadata``: the event's,
+    when the caller holds it already."""
     revision, previous = (head[1], head[2]) if head is not None else (-1, GENESIS)
-    metadata = event.metadata
-    if event.revision != revision + 1:
-        return f"revision {event.revision} follows {revision}"
-    if metadata.get(SEQ_KEY) != str(event.revision) or HASH_KEY not in metadata:
+    if metadata is None:
+        metadata = event.metadata
+    here = event.revision
+    if here != revision + 1:
+        return f"revision {here} follows {revision}"
+    if metadata.get(SEQ_KEY) != str(here) or HASH_KEY not in metadata:
         return "not hash-chained"
     if metadata.get(PREV_KEY) != previous:
         return "aj.prev does not link the previous event's hash"
     if chain_format(metadata) is None:  # no record to hash: chain_hash would refuse it
         return "the event names a chain format this version does not know"
     digest = chain_hash(
-        event.stream, event.revision, str(event.id), event.type, data_digest(event.data), metadata
+        event.stream, here, str(event.id), event.type, data_digest(event.data), metadata
     )
     if digest != metadata[HASH_KEY]:
         return "the event's hash does not match its content"

@@ -3,6 +3,8 @@ what the fold left open with point reads, save (:func:`refresh`)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -10,7 +12,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from agentjournal._gc import no_collection
-from agentjournal.errors import ConcurrencyError, InvalidInput, StoreError, StreamNotFound
+from agentjournal.errors import (
+    ConcurrencyError,
+    InvalidInput,
+    JournalError,
+    StoreError,
+    StreamNotFound,
+)
 from agentjournal.ledger.chain import HASH_KEY
 from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.read import projections
@@ -150,26 +158,68 @@ async def catch_up(
 ) -> tuple[int | None, int]:
     """Fold every event after ``position`` into ``catalog`` (and hand each to ``also``,
     after the catalog folded it): the last position folded, and how many the catalog
-    counted."""
+    counted.
+
+    Pages of :data:`PAGE` events in position order; the next page is read on the store's
+    side while this one is folded."""
     folded = 0
-    start = position
     catalog.now = int(time.time() * 1_000_000)
-    while True:
-        # From the last position folded, inclusive: a position the store gave out,
-        # which KurrentDB finds without a scan (position + 1 may not be one).
-        page = await store.read_all(from_position=start, limit=PAGE)
-        fresh = [e for e in page if position is None or e.position > position]
-        with no_collection():  # the fold makes only acyclic dicts and lists
-            for event in fresh:
-                folded += catalog.fold(event)
-                if also is not None:
-                    also(event)
-                position = event.position
-        if progress is not None and fresh:
-            progress(len(fresh))
-        if len(page) < PAGE or not fresh:
-            return position, folded
-        start = position
+    reading = asyncio.ensure_future(_page_after(store, position))
+    try:
+        while True:
+            page, full = await reading
+            if full:
+                # From the last event of this page, inclusive (see _page_after).
+                reading = asyncio.ensure_future(_page_after(store, page[-1].position))
+            with no_collection():  # the fold makes only acyclic dicts and lists
+                folded += catalog.fold_page(page, also)
+            if page:
+                position = page[-1].position
+            if progress is not None and page:
+                progress(len(page))
+            if not full:
+                return position, folded
+    finally:
+        if not reading.done():
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, JournalError):
+                await reading
+
+
+async def _page_after(store: EventStore, position: int | None) -> tuple[list[RecordedEvent], bool]:
+    """The next page of events after ``position``, and whether more may follow.
+
+    Read from ``position`` inclusive: a position the store gave out, which KurrentDB
+    finds without a scan (``position + 1`` may not be one); the event at it is dropped."""
+    page = await store.read_all(from_position=position, limit=PAGE)
+    full = len(page) == PAGE
+    if position is not None:
+        page = [e for e in page if e.position > position]
+    return page, full and bool(page)
+
+
+async def read_pages(
+    store: EventStore, position: int | None, limit: int
+) -> list[list[RecordedEvent]]:
+    """The pages :func:`catch_up` would fold after ``position``, at most ``limit`` events
+    (what ``bench/catalog.py`` folds without I/O)."""
+    pages: list[list[RecordedEvent]] = []
+    count, full = 0, True
+    while full and count < limit:
+        page, full = await _page_after(store, position)
+        if page:
+            pages.append(page)
+            count += len(page)
+            position = page[-1].position
+    return pages
+
+
+def fold_pages(catalog: Catalog, pages: list[list[RecordedEvent]]) -> int:
+    """Fold ``pages`` as :func:`catch_up` does, without reading: how many events."""
+    with no_collection():
+        for page in pages:
+            catalog.fold_page(page, None)
+    return sum(len(page) for page in pages)
 
 
 async def settle(

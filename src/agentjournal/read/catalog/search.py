@@ -15,11 +15,12 @@ written, so a session still matches words of items it popped or cleared since.
 from __future__ import annotations
 
 import bisect
-import json
 import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
+from agentjournal._fastjson import loads as fast_loads
+from agentjournal._fastjson import loads_bytes
 from agentjournal.events import EXTENSION_EVENT_TYPE
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def readable_text(event_type: str, data: bytes) -> str:
     if event_type not in TEXT_EVENT_TYPES:
         return ""
     try:
-        body = json.loads(data)
+        body = loads_bytes(data)
     except ValueError:
         return ""
     if not isinstance(body, dict):
@@ -88,7 +89,7 @@ def _strings(value: Any, out: list[str]) -> None:
     if isinstance(value, str):
         if value[:1] in ("{", "["):
             try:
-                _strings(json.loads(value), out)
+                _strings(fast_loads(value), out)
                 return
             except ValueError:
                 pass

@@ -31,7 +31,11 @@ def ns(when: datetime | None) -> int:
         return 0
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return (when - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1) * 1000
+    return (when - _EPOCH) // _MICROSECOND * 1000
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
 
 
 def parse_time(text: str | None) -> int | None:

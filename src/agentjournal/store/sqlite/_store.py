@@ -696,14 +696,17 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         return await self._submit(self._read_all_sync, from_position or 0, limit)
 
     def _read_all_sync(self, from_position: int, limit: int | None) -> list[RecordedEvent]:
-        rows = _fetch_events(
-            self._db,
-            "$all",
+        sql = (
             f"SELECT s.name, {_EVENT_COLUMNS} FROM events e JOIN streams s ON s.id = e.stream_id "
-            "WHERE e.position >= ? ORDER BY e.position LIMIT ?",
-            (from_position, -1 if limit is None else limit),
+            "WHERE e.position >= ? ORDER BY e.position LIMIT ?"
         )
-        return [_recorded(*r) for r in rows]
+        params = (from_position, -1 if limit is None else limit)
+        if limit is not None and limit <= _SMALL_READ:
+            return [_recorded(*r) for r in _fetch_events(self._db, "$all", sql, params)]
+        # A page of the global order: thousands of rows and events, no cycles; the
+        # collector would scan everything its reader holds again and again.
+        with no_collection():
+            return [_recorded(*r) for r in _fetch_events(self._db, "$all", sql, params)]
 
     async def subscribe(self, *, after_position: int | None = None) -> AsyncIterator[RecordedEvent]:
         """Yield every event after ``after_position``, then follow new ones."""

@@ -1,0 +1,79 @@
+"""Disk benchmark: bytes on disk per stored item, beside the SDK's ``SQLiteSession``.
+
+Run: ``python bench/disk.py`` (``--quick`` for a smoke run: 20 sessions).
+
+The store is ``bench/_stores.py``'s item store: 1,000 sessions of 100 items (100,000
+items), copies of one session the SDK's ``Runner`` wrote through a signing journal,
+stored as the runner stores a session (events, read model rows); beside it the SDK's
+``SQLiteSession`` file holding the same items. Bytes are the database file and its WAL
+after ``PRAGMA wal_checkpoint(TRUNCATE)``, over the items stored; the rows under the
+total say where our bytes are (SQLite's ``dbstat``: each table and index, pages).
+
+Target: at most 2x the SDK's bytes per item.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sqlite3
+import sys
+from pathlib import Path
+
+from _common import run_publishing, table
+from _stores import disk_bytes, item_store
+
+TARGET = 2.0
+
+
+def _parts(path: Path) -> list[tuple[str, int]]:
+    """Bytes of each table and index of ``path`` (its pages), largest first."""
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute(
+            "SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC"
+        ).fetchall()
+    except sqlite3.OperationalError:  # a SQLite built without dbstat
+        return []
+    finally:
+        db.close()
+    return [(str(name), int(size)) for name, size in rows]
+
+
+async def run(sessions: int, rebuild: bool) -> list[list[str]]:
+    store = await item_store(sessions, rebuild)
+    ours, sdk = disk_bytes(store.ours), disk_bytes(store.sdk)
+    per_ours, per_sdk = ours / store.items, sdk / store.items
+    ratio = per_ours / per_sdk
+    rows = [
+        [
+            f"{store.items:,} items in {store.sessions:,} sessions",
+            f"{per_sdk:,.0f}",
+            f"{per_ours:,.0f}",
+            f"{ratio:.2f}",
+            "ok" if ratio <= TARGET else "MISSED",
+        ]
+    ]
+    for name, size in _parts(store.ours)[:4]:
+        rows.append([f"  of which {name}", "", f"{size / store.items:,.0f}", "", ""])
+    print(
+        f"{store.events:,} events; files after a checkpoint: ours {ours / 1e6:,.1f} MB, "
+        f"SQLiteSession {sdk / 1e6:,.1f} MB"
+    )
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="20 sessions, for a smoke run")
+    parser.add_argument("--sessions", type=int, default=1000, help="sessions (default: 1,000)")
+    parser.add_argument("--rebuild", action="store_true", help="write the cached stores again")
+    args = parser.parse_args(argv)
+    rows = asyncio.run(run(20 if args.quick else args.sessions, args.rebuild))
+    headers = ["bytes per item", "SQLiteSession", "agentjournal", "ratio", f"<= {TARGET:.0f}x"]
+    print(table(headers, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_publishing("disk", main, sys.argv[1:]))
