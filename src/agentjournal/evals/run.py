@@ -50,6 +50,7 @@ from agentjournal.read.evals.runs import (
 )
 from agentjournal.read.evals.turns import ScoredSession, session_turns
 from agentjournal.read.usage import Prices
+from agentjournal.shred.fields import KEY_ID_KEY
 from agentjournal.shred.keys import SubjectKeyStore
 from agentjournal.store.contract import EventStore
 from agentjournal.streams import MAIN_BRANCH, session_stream, validate_id
@@ -170,6 +171,43 @@ async def check_sessions(store: EventStore, targets: Sequence[tuple[str, str]]) 
     for session, _ in targets:
         if await store.head(session_stream(session)) is None:
             raise InvalidInput(f"no session {session!r} in the store: check the id")
+
+
+_PAGE = 100
+
+
+async def check_opened(
+    store: EventStore, targets: Sequence[tuple[str, str]], keys: SubjectKeyStore | None
+) -> None:
+    """Refuse a session whose content is sealed under a subject key ``keys`` does not hold
+    (or any, without ``keys``): its scorers would judge ``[sealed]`` and the run would
+    record their verdicts on it as scores. A destroyed key (erased content) is no refusal.
+
+    Raises:
+        InvalidInput: Such a session.
+    """
+    for session in dict.fromkeys(session for session, _ in targets):
+        stream, before = session_stream(session), None
+        kid: str | None = None
+        while kid is None and (before is None or before >= 0):
+            page = await store.read(stream, from_revision=before, backwards=True, limit=_PAGE)
+            kid = next((e.metadata[KEY_ID_KEY] for e in page if KEY_ID_KEY in e.metadata), None)
+            if len(page) < _PAGE:
+                break
+            before = page[-1].revision - 1
+        if kid is None:
+            continue
+        try:
+            if keys is not None:
+                keys.find(kid)
+                continue
+        except KeyError:
+            pass
+        raise InvalidInput(
+            f"session {session} is sealed under a subject key "
+            + ("and no keys were given" if keys is None else "the keys given do not hold")
+            + ": its scorers would judge [sealed] (give the journal's keys: --keys FILE)"
+        )
 
 
 def _judge(score: Score) -> JudgeUsage | None:
@@ -413,6 +451,7 @@ async def run_eval(
             if signing_key is not None:
                 await writer.checkpoint(signing_key)
             return before
+        await check_opened(store, wanted, keys)
         for turn in before.turns:
             at = recorded.setdefault((turn.session, turn.line), {})
             at[(turn.turn, turn.scorer)] = turn.score
@@ -422,6 +461,7 @@ async def run_eval(
         for session, line in wanted:
             if line != MAIN_BRANCH:
                 await session_turns(store, session, line=line, keys=keys, from_turn=from_turn)
+        await check_opened(store, wanted, keys)
         await writer.start(start)
     earlier = {(s.session, s.line): s for s in before.session_scores}
     for done, (session, line) in enumerate(wanted, 1):
