@@ -73,7 +73,7 @@ def test_the_table_names_each_session_and_what_differs(recorded: dict[str, str])
     )
     row = next(line for line in lines if line.startswith("exp-cancel "))
     assert "1.00   0.00  -1.00" in row
-    assert "turns 1; 1 tool calls" in row
+    assert "turn 1; 1 tool call" in row
     assert '  tool calls only in main: cancel_order {"order_id": "44"}' in lines
     assert "  candidate: You have 30 days to return an item." in lines
     assert "exp-where: turn 1" in ran.stderr  # progress

@@ -173,12 +173,14 @@ async def run_command(args: argparse.Namespace) -> int:
 
 
 def _summary(run: EvalRunResult) -> str:
+    from agentjournal._text import plural
+
     completion = run.completion
     if completion is None:
         return f"eval run {run.run_id}: open, {len(run.turns)} turn scores"
     return (
-        f"eval run {run.run_id}: {completion.sessions} session lines, "
-        f"{completion.turns_scored} turn scores, average {completion.average:.3f}, "
+        f"eval run {run.run_id}: {plural(completion.sessions, 'session line')}, "
+        f"{plural(completion.turns_scored, 'turn score')}, average {completion.average:.3f}, "
         f"judge cost ${completion.total_cost:.4f} (agentjournal eval show {run.run_id})"
     )
 
@@ -270,8 +272,9 @@ async def list_command(args: argparse.Namespace) -> int:
         row = run.summary()
         average = row["average"]
         shown = f"{average:.3f}" if isinstance(average, float) else "-"
+        sessions = "session " if row["sessions"] == 1 else "sessions"
         print(
-            f"{run.run_id}  {run.kind:<10} {run.status:<9} {row['sessions']:>4} sessions "
+            f"{run.run_id}  {run.kind:<10} {run.status:<9} {row['sessions']:>4} {sessions} "
             f"{row['turns_scored']:>6} scores  avg {shown}  {printable(run.scorer)}"
         )
     return 0

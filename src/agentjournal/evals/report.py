@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentjournal._text import plural
 from agentjournal.read.evals.turns import ScoredSession, ScoredTurn, TurnUsage
 
 MAIN = "main"
@@ -471,16 +472,17 @@ def _candidate_of(s: SessionComparison) -> LineResult:
 def _summary(s: SessionComparison) -> str:
     parts: list[str] = []
     if s.changed_turns:
-        parts.append("turns " + ",".join(str(c.turn) for c in s.changed_turns))
+        turns = ",".join(str(c.turn) for c in s.changed_turns)
+        parts.append(("turn " if len(s.changed_turns) == 1 else "turns ") + turns)
     calls = len(s.tool_calls_only_main) + len(s.tool_calls_only_candidate)
     if calls:
-        parts.append(f"{calls} tool calls")
+        parts.append(plural(calls, "tool call"))
     blocks = len(s.blocks_only_main) + len(s.blocks_only_candidate)
     if blocks:
-        parts.append(f"{blocks} blocks")
+        parts.append(plural(blocks, "block"))
     refusals = len(s.refusals_only_main) + len(s.refusals_only_candidate)
     if refusals:
-        parts.append(f"{refusals} refusals")
+        parts.append(plural(refusals, "refusal"))
     if s.stopped:
         parts.append(", ".join(f"turn {o.turn} {o.status}" for o in s.stopped))
     if not parts and dict(s.main.answers) != dict(s.candidate.answers):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from agentjournal._text import plural
 from agentjournal.engine.evals import (
     KINDS,
     EvalWriter,
@@ -85,7 +86,7 @@ class LineDone:
         where = self.session if self.line == MAIN_BRANCH else f"{self.session}@{self.line}"
         state = "scored" if self.written else "already scored"
         return (
-            f"[{self.done}/{self.total}] {where}: {self.turns} turns {state}, "
+            f"[{self.done}/{self.total}] {where}: {plural(self.turns, 'turn')} {state}, "
             f"{self.score:.2f} {self.label}"
         )
 
