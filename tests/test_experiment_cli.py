@@ -109,7 +109,7 @@ def test_json_is_the_report(recorded: dict[str, str]) -> None:
         ({"--candidate": "experiment_sessions:nope"}, "experiment_sessions has no nope"),
         ({"--model-script": "missing.yml"}, "--model-script missing.yml: cannot be read"),
         ({"--scorers": "missing.yml"}, "cannot read scorers missing.yml"),
-        ({"--at-turn": "3"}, "exp-where has 1 turns: it has no turn 3"),
+        ({"--at-turn": "3"}, "exp-where has 1 turn: it has no turn 3"),
         ({"--id": "bad id"}, "experiment id"),
     ],
 )

@@ -32,6 +32,7 @@ from agents import RunConfig, Runner
 from agents.exceptions import AgentsException, MaxTurnsExceeded
 
 from agentjournal import events
+from agentjournal._text import plural
 from agentjournal.engine.approvals import recorded_policies
 from agentjournal.engine.turns import is_user
 from agentjournal.errors import (
@@ -173,7 +174,7 @@ async def plan_sessions(journal: Journal, sessions: Sequence[str], at_turn: int)
             raise InvalidInput(f"session {session_id} has no user message (is it recorded here?)")
         if len(users) < at_turn:
             raise InvalidInput(
-                f"session {session_id} has {len(users)} turns: it has no turn {at_turn}"
+                f"session {session_id} has {plural(len(users), 'turn')}: it has no turn {at_turn}"
             )
         planned.append(_Planned(session_id, tuple(users[at_turn - 1 :])))
     return planned
