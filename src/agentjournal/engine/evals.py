@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -668,6 +668,22 @@ async def session_sealer(
     """
     if keys is None:
         return None
+    async for kid in sealing_keys(store, session_id):
+        try:
+            key = keys.find(kid)
+        except KeyError:
+            continue
+        if key is not None:
+            return SubjectSealer(key.subject, keys)
+    return None
+
+
+async def sealing_keys(store: EventStore, session_id: str) -> AsyncIterator[str]:
+    """The subject key id of each sealed event of the session's stream, newest first.
+
+    Raises:
+        StoreError: The session could not be read.
+    """
     stream = session_stream(session_id)
     before: int | None = None
     while before is None or before >= 0:
@@ -679,21 +695,14 @@ async def session_sealer(
                 limit=_SUBJECT_PAGE,
             )
         except StreamNotFound:
-            return None
+            return
         for event in page:
             kid = event.metadata.get(KEY_ID_KEY)
-            if kid is None:
-                continue
-            try:
-                key = keys.find(kid)
-            except KeyError:
-                continue
-            if key is not None:
-                return SubjectSealer(key.subject, keys)
+            if kid is not None:
+                yield kid
         if len(page) < _SUBJECT_PAGE:
-            return None
+            return
         before = page[-1].revision - 1
-    return None
 
 
 HUMAN: Final = {"name": "human", "version": "1", "kind": "human"}

@@ -35,6 +35,7 @@ from agentjournal.engine.evals import (
     TurnScore,
     checked_score,
     label_of,
+    sealing_keys,
     session_sealer,
 )
 from agentjournal.errors import InvalidInput
@@ -51,7 +52,6 @@ from agentjournal.read.evals.runs import (
 )
 from agentjournal.read.evals.turns import ScoredSession, session_turns
 from agentjournal.read.usage import Prices
-from agentjournal.shred.fields import KEY_ID_KEY
 from agentjournal.shred.keys import SubjectKeyStore
 from agentjournal.store.contract import EventStore
 from agentjournal.streams import MAIN_BRANCH, session_stream, validate_id
@@ -174,9 +174,6 @@ async def check_sessions(store: EventStore, targets: Sequence[tuple[str, str]]) 
             raise InvalidInput(f"no session {session!r} in the store: check the id")
 
 
-_PAGE = 100
-
-
 async def check_opened(
     store: EventStore, targets: Sequence[tuple[str, str]], keys: SubjectKeyStore | None
 ) -> None:
@@ -188,14 +185,7 @@ async def check_opened(
         InvalidInput: Such a session.
     """
     for session in dict.fromkeys(session for session, _ in targets):
-        stream, before = session_stream(session), None
-        kid: str | None = None
-        while kid is None and (before is None or before >= 0):
-            page = await store.read(stream, from_revision=before, backwards=True, limit=_PAGE)
-            kid = next((e.metadata[KEY_ID_KEY] for e in page if KEY_ID_KEY in e.metadata), None)
-            if len(page) < _PAGE:
-                break
-            before = page[-1].revision - 1
+        kid = await anext(aiter(sealing_keys(store, session)), None)
         if kid is None:
             continue
         try:
