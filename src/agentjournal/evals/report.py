@@ -322,7 +322,8 @@ def render_text(report: ExperimentReport) -> str:
     """The report as a terminal table: one row per session, then what differs."""
     out = [
         f"experiment {report.experiment}: candidate {report.candidate}, from turn "
-        f"{report.at_turn}, {plural(len(report.sessions), 'session')}, {len(report.changed)} changed",
+        f"{report.at_turn}, {plural(len(report.sessions), 'session')}, "
+        f"{len(report.changed)} changed",
         "",
         f"{'session':<24} {'main':>6} {'cand.':>6} {'Δ':>6}  {'tokens main/cand.':>18}  "
         f"{'cost main/cand.':>17}  what differs",
