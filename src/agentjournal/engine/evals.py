@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -256,6 +257,19 @@ def checked_score(value: Any, what: str = "score") -> float:
 def label_of(value: float) -> str:
     """``pass`` at or above :data:`PASS_THRESHOLD`, else ``fail``."""
     return "pass" if value >= PASS_THRESHOLD else "fail"
+
+
+LABEL: Final = re.compile(r"[\w.:+-]{1,40}")
+"""A score's label: one short word. Labels stay in the clear — never sealed, withheld from a
+redacted bundle nor erased — so a label may carry no sentence of what was judged."""
+
+
+def shown_label(label: str, value: float) -> str:
+    """``label`` when it is one short word (:data:`LABEL`), else :func:`label_of` ``value``
+    (a scorer's longer label, a judge's sentence: its reason, sealed with the session's
+    content, says it)."""
+    label = label.strip()
+    return label if LABEL.fullmatch(label) else label_of(value)
 
 
 # -- encoding (pure) ------------------------------------------------------------------

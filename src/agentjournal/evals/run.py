@@ -37,6 +37,7 @@ from agentjournal.engine.evals import (
     label_of,
     sealing_keys,
     session_sealer,
+    shown_label,
 )
 from agentjournal.errors import InvalidInput
 from agentjournal.evals.scorers.base import Score, Scorer
@@ -261,7 +262,7 @@ async def _score_line(
                     scorer=scorer.name,
                     version=scorer.version,
                     value=score.value,
-                    label=score.label or label_of(score.value),
+                    label=shown_label(score.label, score.value),
                     reason=score.reason,
                     input=turn.input,
                     output=turn.output,
