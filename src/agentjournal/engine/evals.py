@@ -580,6 +580,8 @@ class EvalWriter:
             missing = [p for p in planned if str(p.id) not in self._ids]
             if not missing:
                 return 0
+            if self._completed:  # another writer completed it since this one looked
+                raise InvalidInput(f"eval run {self.run_id} is completed: it takes no more")
             new, revision, prev = [], self._head, self._hash
             for one in missing:
                 revision += 1
