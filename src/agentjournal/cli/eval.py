@@ -161,6 +161,13 @@ async def run_command(args: argparse.Namespace) -> int:
             progress=lambda done: print(done.text(), file=sys.stderr, flush=True),
             criteria=criteria,
         )
+    except Exception:
+        if args.run_id is None and await _started(store, run_id):  # its id was never shown
+            print(
+                f"agentjournal: eval run {run_id} is unfinished: add --id {run_id} to finish it",
+                file=sys.stderr,
+            )
+        raise
     finally:
         await store.close()
         if keys is not None:
@@ -170,6 +177,17 @@ async def run_command(args: argparse.Namespace) -> int:
     else:
         print(_summary(result))
     return 0
+
+
+async def _started(store: EventStore, run_id: str) -> bool:
+    """Whether the run's stream exists (False, too, when the store cannot say)."""
+    from agentjournal.errors import JournalError
+    from agentjournal.streams import eval_run_stream
+
+    try:
+        return await store.head(eval_run_stream(run_id)) is not None
+    except JournalError:
+        return False
 
 
 def _summary(run: EvalRunResult) -> str:
