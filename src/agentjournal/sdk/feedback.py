@@ -17,6 +17,7 @@ from agentjournal.engine.evals import (
     checked_score,
     label_of,
     record_rating,
+    session_sealer,
 )
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger.keys import SigningKey
@@ -70,6 +71,8 @@ async def rate_turn(
     why = _text(reason, "reason") if reason is not None else ""
     if rating is not None:
         rating = _text(rating, "id", blank=False)
+    if sealer is not None:  # what was judged is the session's: sealed under its subject's key
+        sealer = await session_sealer(store, session_id, sealer.keys) or sealer
     read = await session_turns(store, session_id, line=line)
     found = next((t for t in read.turns if t.index == turn), None)
     if found is None:
