@@ -50,7 +50,7 @@ def test_eval_run_scores_the_sessions_named_and_says_so(place: tuple[str, Path])
     ran = run("eval", "run", "--scorers", scorers, "support-1", "--id", "r1", "--uri", uri)
     assert ran.returncode == 0, ran.stderr
     assert ran.stderr == "[1/1] support-1: 3 turns scored, 1.00 pass\n"
-    assert ran.stdout.startswith("eval run r1: 1 session lines, 3 turn scores, average 1.000")
+    assert ran.stdout.startswith("eval run r1: 1 session line, 3 turn scores, average 1.000")
     again = run("eval", "run", "--scorers", scorers, "support-1", "--id", "r1", "--uri", uri)
     assert again.returncode == 0
     assert again.stdout == ran.stdout

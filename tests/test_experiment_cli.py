@@ -73,7 +73,7 @@ def test_the_table_names_each_session_and_what_differs(recorded: dict[str, str])
     )
     row = next(line for line in lines if line.startswith("exp-cancel "))
     assert "1.00   0.00  -1.00" in row
-    assert "turns 1; 1 tool calls" in row
+    assert "turn 1; 1 tool call" in row
     assert '  tool calls only in main: cancel_order {"order_id": "44"}' in lines
     assert "  candidate: You have 30 days to return an item." in lines
     assert "exp-where: turn 1" in ran.stderr  # progress
@@ -109,7 +109,7 @@ def test_json_is_the_report(recorded: dict[str, str]) -> None:
         ({"--candidate": "experiment_sessions:nope"}, "experiment_sessions has no nope"),
         ({"--model-script": "missing.yml"}, "--model-script missing.yml: cannot be read"),
         ({"--scorers": "missing.yml"}, "cannot read scorers missing.yml"),
-        ({"--at-turn": "3"}, "exp-where has 1 turns: it has no turn 3"),
+        ({"--at-turn": "3"}, "exp-where has 1 turn: it has no turn 3"),
         ({"--id": "bad id"}, "experiment id"),
     ],
 )

@@ -161,6 +161,13 @@ async def run_command(args: argparse.Namespace) -> int:
             progress=lambda done: print(done.text(), file=sys.stderr, flush=True),
             criteria=criteria,
         )
+    except Exception:
+        if args.run_id is None and await _started(store, run_id):  # its id was never shown
+            print(
+                f"agentjournal: eval run {run_id} is unfinished: add --id {run_id} to finish it",
+                file=sys.stderr,
+            )
+        raise
     finally:
         await store.close()
         if keys is not None:
@@ -172,13 +179,26 @@ async def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _started(store: EventStore, run_id: str) -> bool:
+    """Whether the run's stream exists (False, too, when the store cannot say)."""
+    from agentjournal.errors import JournalError
+    from agentjournal.streams import eval_run_stream
+
+    try:
+        return await store.head(eval_run_stream(run_id)) is not None
+    except JournalError:
+        return False
+
+
 def _summary(run: EvalRunResult) -> str:
+    from agentjournal._text import plural
+
     completion = run.completion
     if completion is None:
         return f"eval run {run.run_id}: open, {len(run.turns)} turn scores"
     return (
-        f"eval run {run.run_id}: {completion.sessions} session lines, "
-        f"{completion.turns_scored} turn scores, average {completion.average:.3f}, "
+        f"eval run {run.run_id}: {plural(completion.sessions, 'session line')}, "
+        f"{plural(completion.turns_scored, 'turn score')}, average {completion.average:.3f}, "
         f"judge cost ${completion.total_cost:.4f} (agentjournal eval show {run.run_id})"
     )
 
@@ -270,8 +290,9 @@ async def list_command(args: argparse.Namespace) -> int:
         row = run.summary()
         average = row["average"]
         shown = f"{average:.3f}" if isinstance(average, float) else "-"
+        sessions = "session " if row["sessions"] == 1 else "sessions"
         print(
-            f"{run.run_id}  {run.kind:<10} {run.status:<9} {row['sessions']:>4} sessions "
+            f"{run.run_id}  {run.kind:<10} {run.status:<9} {row['sessions']:>4} {sessions} "
             f"{row['turns_scored']:>6} scores  avg {shown}  {printable(run.scorer)}"
         )
     return 0

@@ -85,16 +85,19 @@ async def verify_eval_run(args: argparse.Namespace, anchors: Anchors) -> int:
     Raises:
         JournalError: The store or the run is missing (a usage error: 1).
     """
+    from agentjournal._text import cut, plural
     from agentjournal.audit.export import eval_run_records
     from agentjournal.audit.verify import Report, verify_eval_records
+    from agentjournal.read.evals.bindings import changed_bindings
     from agentjournal.records import DamagedEvent
     from agentjournal.store import open_store, store_uri
-    from agentjournal.streams import validate_id
+    from agentjournal.streams import eval_run_stream, validate_id
 
     run_id = validate_id(args.eval_run, "eval run id")
     store = await open_store(store_uri(args.uri), create=False)
     try:
         records = await eval_run_records(store, run_id)
+        bound, changed = await changed_bindings(store, records.get(eval_run_stream(run_id), []))
     except DamagedEvent as bad:
         failed = Report()
         failed.fail("integrity", bad.stream, bad.revision, bad.message)
@@ -108,6 +111,13 @@ async def verify_eval_run(args: argparse.Namespace, anchors: Anchors) -> int:
         anchors.keys,
         allow_uncovered=anchors.allow_uncovered,
         not_before=anchors.not_before,
+    )
+    report.lines.append(
+        f"bindings: {plural(bound, 'score')} bound to the turns as the store holds them"
+        if not changed
+        else f"bindings: {len(changed)} of {plural(bound, 'score')} judged a turn the store "
+        "now holds otherwise (re-recorded, written to since, or moved): "
+        + cut(", ".join(changed), 300)
     )
     print(report.text())
     return 0 if report.ok else 2

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -256,6 +257,19 @@ def checked_score(value: Any, what: str = "score") -> float:
 def label_of(value: float) -> str:
     """``pass`` at or above :data:`PASS_THRESHOLD`, else ``fail``."""
     return "pass" if value >= PASS_THRESHOLD else "fail"
+
+
+LABEL: Final = re.compile(r"[\w.:+-]{1,40}")
+"""A score's label: one short word. Labels stay in the clear — never sealed, withheld from a
+redacted bundle nor erased — so a label may carry no sentence of what was judged."""
+
+
+def shown_label(label: str, value: float) -> str:
+    """``label`` when it is one short word (:data:`LABEL`), else :func:`label_of` ``value``
+    (a scorer's longer label, a judge's sentence: its reason, sealed with the session's
+    content, says it)."""
+    label = label.strip()
+    return label if LABEL.fullmatch(label) else label_of(value)
 
 
 # -- encoding (pure) ------------------------------------------------------------------
@@ -566,6 +580,8 @@ class EvalWriter:
             missing = [p for p in planned if str(p.id) not in self._ids]
             if not missing:
                 return 0
+            if self._completed:  # another writer completed it since this one looked
+                raise InvalidInput(f"eval run {self.run_id} is completed: it takes no more")
             new, revision, prev = [], self._head, self._hash
             for one in missing:
                 revision += 1
@@ -668,6 +684,22 @@ async def session_sealer(
     """
     if keys is None:
         return None
+    async for kid in sealing_keys(store, session_id):
+        try:
+            key = keys.find(kid)
+        except KeyError:
+            continue
+        if key is not None:
+            return SubjectSealer(key.subject, keys)
+    return None
+
+
+async def sealing_keys(store: EventStore, session_id: str) -> AsyncIterator[str]:
+    """The subject key id of each sealed event of the session's stream, newest first.
+
+    Raises:
+        StoreError: The session could not be read.
+    """
     stream = session_stream(session_id)
     before: int | None = None
     while before is None or before >= 0:
@@ -679,21 +711,14 @@ async def session_sealer(
                 limit=_SUBJECT_PAGE,
             )
         except StreamNotFound:
-            return None
+            return
         for event in page:
             kid = event.metadata.get(KEY_ID_KEY)
-            if kid is None:
-                continue
-            try:
-                key = keys.find(kid)
-            except KeyError:
-                continue
-            if key is not None:
-                return SubjectSealer(key.subject, keys)
+            if kid is not None:
+                yield kid
         if len(page) < _SUBJECT_PAGE:
-            return None
+            return
         before = page[-1].revision - 1
-    return None
 
 
 HUMAN: Final = {"name": "human", "version": "1", "kind": "human"}

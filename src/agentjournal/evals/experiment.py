@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any, Final
 from agents import RunConfig, Runner
 from agents.exceptions import AgentsException, MaxTurnsExceeded
 
+from agentjournal import events
+from agentjournal._text import plural
 from agentjournal.engine.approvals import recorded_policies
 from agentjournal.engine.turns import is_user
 from agentjournal.errors import (
@@ -51,8 +53,9 @@ from agentjournal.evals.report import (
 )
 from agentjournal.evals.turn_script import TurnScript
 from agentjournal.guardrails.actions import message_text
+from agentjournal.journal import GUARDRAIL_URL_ENV
 from agentjournal.read.evals.turns import session_turns
-from agentjournal.streams import MAIN_BRANCH, branch_stream, validate_id
+from agentjournal.streams import MAIN_BRANCH, branch_stream, session_stream, validate_id
 
 if TYPE_CHECKING:
     from agentjournal.engine.fork import Branch
@@ -171,7 +174,7 @@ async def plan_sessions(journal: Journal, sessions: Sequence[str], at_turn: int)
             raise InvalidInput(f"session {session_id} has no user message (is it recorded here?)")
         if len(users) < at_turn:
             raise InvalidInput(
-                f"session {session_id} has {len(users)} turns: it has no turn {at_turn}"
+                f"session {session_id} has {plural(len(users), 'turn')}: it has no turn {at_turn}"
             )
         planned.append(_Planned(session_id, tuple(users[at_turn - 1 :])))
     return planned
@@ -329,6 +332,15 @@ async def _run_turn(
     return TurnRun(turn, "answered")
 
 
+async def _ran_guarded(store: EventStore, session_id: str) -> bool:
+    """Whether the session's main line records a guardrail decision."""
+    try:
+        found = await store.read(session_stream(session_id))
+    except StreamNotFound:
+        return False
+    return any(event.type == events.GUARDRAIL_DECIDED for event in found)
+
+
 def _environment_model_check(candidate: Candidate, script: TurnScript | None) -> None:
     """A manifest candidate without a script calls OpenAI: refuse early without a key."""
     if candidate.scripted_only and script is None and not os.environ.get("OPENAI_API_KEY"):
@@ -399,6 +411,13 @@ async def run_experiment(
             "under subject keys)"
         )
     planned = await plan_sessions(journal, sessions, at_turn)
+    if guardrails is None and not os.environ.get(GUARDRAIL_URL_ENV):
+        for one in planned:
+            if await _ran_guarded(journal.store, one.session):
+                raise InvalidInput(
+                    f"session {one.session} ran under a guardrail service: name it "
+                    f"(--guardrails URL or ${GUARDRAIL_URL_ENV}) so the candidate is checked too"
+                )
     described = [scorer.describe() for scorer in scorers]
     name = experiment_id or derive_experiment_id(
         [p.session for p in planned],

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentjournal._text import plural
 from agentjournal.read.evals.turns import ScoredSession, ScoredTurn, TurnUsage
 
 MAIN = "main"
@@ -321,7 +322,8 @@ def render_text(report: ExperimentReport) -> str:
     """The report as a terminal table: one row per session, then what differs."""
     out = [
         f"experiment {report.experiment}: candidate {report.candidate}, from turn "
-        f"{report.at_turn}, {len(report.sessions)} sessions, {len(report.changed)} changed",
+        f"{report.at_turn}, {plural(len(report.sessions), 'session')}, "
+        f"{len(report.changed)} changed",
         "",
         f"{'session':<24} {'main':>6} {'cand.':>6} {'Δ':>6}  {'tokens main/cand.':>18}  "
         f"{'cost main/cand.':>17}  what differs",
@@ -471,16 +473,17 @@ def _candidate_of(s: SessionComparison) -> LineResult:
 def _summary(s: SessionComparison) -> str:
     parts: list[str] = []
     if s.changed_turns:
-        parts.append("turns " + ",".join(str(c.turn) for c in s.changed_turns))
+        turns = ",".join(str(c.turn) for c in s.changed_turns)
+        parts.append(("turn " if len(s.changed_turns) == 1 else "turns ") + turns)
     calls = len(s.tool_calls_only_main) + len(s.tool_calls_only_candidate)
     if calls:
-        parts.append(f"{calls} tool calls")
+        parts.append(plural(calls, "tool call"))
     blocks = len(s.blocks_only_main) + len(s.blocks_only_candidate)
     if blocks:
-        parts.append(f"{blocks} blocks")
+        parts.append(plural(blocks, "block"))
     refusals = len(s.refusals_only_main) + len(s.refusals_only_candidate)
     if refusals:
-        parts.append(f"{refusals} refusals")
+        parts.append(plural(refusals, "refusal"))
     if s.stopped:
         parts.append(", ".join(f"turn {o.turn} {o.status}" for o in s.stopped))
     if not parts and dict(s.main.answers) != dict(s.candidate.answers):

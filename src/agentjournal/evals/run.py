@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from agentjournal._text import plural
 from agentjournal.engine.evals import (
     KINDS,
     EvalWriter,
@@ -34,7 +35,9 @@ from agentjournal.engine.evals import (
     TurnScore,
     checked_score,
     label_of,
+    sealing_keys,
     session_sealer,
+    shown_label,
 )
 from agentjournal.errors import InvalidInput
 from agentjournal.evals.scorers.base import Score, Scorer
@@ -84,7 +87,7 @@ class LineDone:
         where = self.session if self.line == MAIN_BRANCH else f"{self.session}@{self.line}"
         state = "scored" if self.written else "already scored"
         return (
-            f"[{self.done}/{self.total}] {where}: {self.turns} turns {state}, "
+            f"[{self.done}/{self.total}] {where}: {plural(self.turns, 'turn')} {state}, "
             f"{self.score:.2f} {self.label}"
         )
 
@@ -172,6 +175,33 @@ async def check_sessions(store: EventStore, targets: Sequence[tuple[str, str]]) 
             raise InvalidInput(f"no session {session!r} in the store: check the id")
 
 
+async def check_opened(
+    store: EventStore, targets: Sequence[tuple[str, str]], keys: SubjectKeyStore | None
+) -> None:
+    """Refuse a session whose content is sealed under a subject key ``keys`` does not hold
+    (or any, without ``keys``): its scorers would judge ``[sealed]`` and the run would
+    record their verdicts on it as scores. A destroyed key (erased content) is no refusal.
+
+    Raises:
+        InvalidInput: Such a session.
+    """
+    for session in dict.fromkeys(session for session, _ in targets):
+        kid = await anext(aiter(sealing_keys(store, session)), None)
+        if kid is None:
+            continue
+        try:
+            if keys is not None:
+                keys.find(kid)
+                continue
+        except KeyError:
+            pass
+        raise InvalidInput(
+            f"session {session} is sealed under a subject key "
+            + ("and no keys were given" if keys is None else "the keys given do not hold")
+            + ": its scorers would judge [sealed] (give the journal's keys: --keys FILE)"
+        )
+
+
 def _judge(score: Score) -> JudgeUsage | None:
     usage = score.usage
     if usage is None and score.model is None:
@@ -232,7 +262,7 @@ async def _score_line(
                     scorer=scorer.name,
                     version=scorer.version,
                     value=score.value,
-                    label=score.label or label_of(score.value),
+                    label=shown_label(score.label, score.value),
                     reason=score.reason,
                     input=turn.input,
                     output=turn.output,
@@ -413,6 +443,7 @@ async def run_eval(
             if signing_key is not None:
                 await writer.checkpoint(signing_key)
             return before
+        await check_opened(store, wanted, keys)
         for turn in before.turns:
             at = recorded.setdefault((turn.session, turn.line), {})
             at[(turn.turn, turn.scorer)] = turn.score
@@ -422,6 +453,7 @@ async def run_eval(
         for session, line in wanted:
             if line != MAIN_BRANCH:
                 await session_turns(store, session, line=line, keys=keys, from_turn=from_turn)
+        await check_opened(store, wanted, keys)
         await writer.start(start)
     earlier = {(s.session, s.line): s for s in before.session_scores}
     for done, (session, line) in enumerate(wanted, 1):

@@ -64,8 +64,8 @@ def load_turn_script(
         agents: The candidate's agent names: the file may name no other.
 
     Raises:
-        InvalidInput: The file cannot be read or does not have the documented shape; the
-            message names the session, turn and agent.
+        InvalidInput: The file cannot be read, does not have the documented shape (the
+            message names the session, turn and agent), or names none of ``sessions``.
     """
     path = Path(path)
     try:
@@ -95,5 +95,8 @@ def load_turn_script(
             # Checked now (each turn's models are made again when it runs).
             script_from(body, f"{where} turn {turn}", known)
             parsed[session][turn] = body
+    if not parsed:  # another file given by mistake (a scorers file ...): every turn would fail
+        shown = ", ".join(sorted(wanted)[:3]) + (", ..." if len(wanted) > 3 else "")
+        raise InvalidInput(f"--model-script {path}: names none of the sessions ({shown})")
     digest = "sha256:" + hashlib.sha256(raw).hexdigest()
     return TurnScript(parsed, str(path), digest)

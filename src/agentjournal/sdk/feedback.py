@@ -11,7 +11,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from agentjournal.engine.evals import TurnScore, checked_score, label_of, record_rating
+from agentjournal.engine.evals import (
+    LABEL,
+    TurnScore,
+    checked_score,
+    label_of,
+    record_rating,
+    session_sealer,
+)
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger.keys import SigningKey
 from agentjournal.read.evals.turns import session_turns
@@ -55,10 +62,17 @@ async def rate_turn(
         raise InvalidInput(f"turn must be a turn number (1, 2, ...), got {turn!r}")
     value = checked_score(score)
     by = _text(by, "by", blank=False).strip()
-    shown_label = _text(label, "label") if label is not None else label_of(value)
+    if label is not None and not LABEL.fullmatch(_text(label, "label")):
+        raise InvalidInput(
+            "label must be one short word (letters, digits, '.', ':', '+', '-', '_'; at most "
+            "40): it stays in the clear, where the reason is sealed with the session"
+        )
+    shown_label = label if label is not None else label_of(value)
     why = _text(reason, "reason") if reason is not None else ""
     if rating is not None:
         rating = _text(rating, "id", blank=False)
+    if sealer is not None:  # what was judged is the session's: sealed under its subject's key
+        sealer = await session_sealer(store, session_id, sealer.keys) or sealer
     read = await session_turns(store, session_id, line=line)
     found = next((t for t in read.turns if t.index == turn), None)
     if found is None:

@@ -6,7 +6,9 @@ one ``EvalRunStarted`` and ends, if completed, with one ``EvalRunCompleted``; ev
 is a valid kurrent-agent-schema message of its type (``from_json``, and no field the
 message does not have; in a redacted bundle its view, what was withheld aside); every
 score is a finite number in [0, 1]; no (session, line, turn, scorer) is scored twice nor
-any line twice; and ``EvalRunCompleted``'s ``turns_scored`` and ``average_score`` are
+any line twice; every score is of a line and by a scorer ``EvalRunStarted`` names, and
+marked human only on a feedback run, where every score is a person's rating of its session;
+and ``EvalRunCompleted``'s ``turns_scored`` and ``average_score`` are
 those of the ``TurnScored`` events.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from google.protobuf.json_format import ParseError
@@ -76,6 +79,51 @@ def _score_problem(value: Any) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Named:
+    """What ``EvalRunStarted`` names: the (session, line) pairs and the scorers."""
+
+    lines: frozenset[tuple[Any, Any]]
+    scorers: frozenset[Any]
+
+    def problem(self, kind: str, body: Mapping[str, Any], facts: Mapping[str, Any]) -> str | None:
+        """Why a score does not belong to the run (None: it does): a line, or a scorer,
+        the run does not name; a person's rating off a feedback run, or a score on one
+        that is no person's (a feedback run names its session; its lines are any)."""
+        session, line = body.get("session_id"), facts.get("line")
+        human = facts.get("human") is True
+        if kind == "feedback":
+            if session not in {s for s, _ in self.lines}:
+                return f"a rating of session {cut(str(session), 80)}, not the run's"
+            if "scorer" in facts and not (human and isinstance(facts.get("by"), str)):
+                return "a score on a feedback run that is not a person's rating (human, by)"
+            return None
+        if (session, line) not in self.lines:
+            return f"{cut(str(session), 80)}@{cut(str(line), 80)} is not a line the run scores"
+        if "scorer" in facts and facts.get("scorer") not in self.scorers:
+            return f"scorer {cut(str(facts.get('scorer')), 80)} is not one the run names"
+        if human:
+            return "a person's rating on a run that is not a feedback run"
+        return None
+
+
+def _named(facts: Mapping[str, Any]) -> _Named:
+    sessions = facts.get("sessions")
+    scorers = facts.get("scorers")
+    return _Named(
+        frozenset(
+            (s.get("session"), s.get("line"))
+            for s in (sessions if isinstance(sessions, Sequence) else ())
+            if isinstance(s, Mapping)
+        ),
+        frozenset(
+            s.get("name")
+            for s in (scorers if isinstance(scorers, Sequence) else ())
+            if isinstance(s, Mapping)
+        ),
+    )
+
+
 def check_eval_run(report: Report, run_id: str, streams: Mapping[str, Sequence[Record]]) -> None:
     """Check the run's events (see the module docs); fail the first problem of each kind."""
     stream, ledger = run_streams(run_id)
@@ -90,6 +138,7 @@ def check_eval_run(report: Report, run_id: str, streams: Mapping[str, Sequence[R
         report.fail("eval", stream, 0, "an eval run starts with EvalRunStarted")
         return
     kind = ""
+    named: _Named = _Named(frozenset(), frozenset())
     turns: list[float] = []
     keys: set[tuple[Any, ...]] = set()
     lines: set[tuple[Any, ...]] = set()
@@ -111,10 +160,11 @@ def check_eval_run(report: Report, run_id: str, streams: Mapping[str, Sequence[R
             return
         facts = _facts(body)
         if record.type == events.EVAL_RUN_STARTED:
-            named = facts.get("kind")
-            kind = named if isinstance(named, str) else ""
+            found_kind = facts.get("kind")
+            kind = found_kind if isinstance(found_kind, str) else ""
+            named = _named(facts)
         elif record.type == events.TURN_SCORED:
-            problem = _score_problem(body.get("score"))
+            problem = _score_problem(body.get("score")) or named.problem(kind, body, facts)
             if problem is not None:
                 report.fail("eval", *where, problem)
                 return
@@ -130,7 +180,7 @@ def check_eval_run(report: Report, run_id: str, streams: Mapping[str, Sequence[R
             keys.add(key)
             turns.append(float(body["score"]))
         elif record.type == events.SESSION_SCORED:
-            problem = _score_problem(body.get("score"))
+            problem = _score_problem(body.get("score")) or named.problem(kind, body, facts)
             if problem is not None:
                 report.fail("eval", *where, problem)
                 return

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,7 +227,8 @@ def judge_scorer(common: Common, entry: Mapping[str, Any], base: Path) -> JudgeS
 
     Raises:
         InvalidInput: The rubric is missing, neither or both of model and script are
-            given, or the script is malformed.
+            given, a model without a key to call it with ($OPENAI_API_KEY, or the SDK's
+            default key or client set), or the script is malformed.
     """
     check_keys(entry, ("judge", "model", "script", "prices"), "judge")
     rubric = text(entry, "judge")
@@ -235,6 +237,10 @@ def judge_scorer(common: Common, entry: Mapping[str, Any], base: Path) -> JudgeS
         raise InvalidInput("a judge needs model: NAME or script: FILE (one of them)")
     if "model" in entry:
         name = text(entry, "model")
+        if not _callable_models():
+            raise InvalidInput(
+                f"model {name} cannot be called: no $OPENAI_API_KEY (script: FILE judges offline)"
+            )
         return JudgeScorer(
             common.name, common.version, common.scope, common.filter, rubric, name, name, prices
         )
@@ -242,6 +248,15 @@ def judge_scorer(common: Common, entry: Mapping[str, Any], base: Path) -> JudgeS
     return JudgeScorer(
         common.name, common.version, common.scope, common.filter, rubric, name, model, prices
     )
+
+
+def _callable_models() -> bool:
+    """Whether the SDK's default provider has a key or a client to call a model with."""
+    if os.environ.get("OPENAI_API_KEY"):
+        return True
+    from agents.models import _openai_shared as shared
+
+    return bool(shared.get_default_openai_key() or shared.get_default_openai_client())
 
 
 def load_judge_script(path: Path) -> tuple[str, ScriptedModel]:
