@@ -246,3 +246,30 @@ def test_sessions_and_show_read_scores_on_the_kurrentdb_double() -> None:
         shown = run("show", "s1", "--uri", served.uri)
         assert shown.returncode == 0, shown.stderr
         assert "main turn 2 · exact 0.00 fail" in shown.stdout
+
+
+async def test_a_branch_score_stands_for_the_session_only_until_its_main_line_is_scored(
+    tmp_path: Path,
+) -> None:
+    # An experiment scores the recorded line and then the candidate's branch: the
+    # session's latest score is its recorded line's, however new the branch's is.
+    from agentjournal.read.evals.runs import latest_scores
+
+    uri = _uri(tmp_path)
+    await run_session(uri, "s1", turns=1)
+    store = await open_store(uri)
+    try:
+        await write_run(store, "only-branch", [Given("s1", 1, "exact", 0.0, "fail", line="b")])
+        rows = {row.session_id: row for row in (await catalog.refresh(store)).rows}
+        assert rows["s1"].score is not None
+        assert (rows["s1"].score.line, rows["s1"].score.score) == ("b", 0.0)
+
+        await write_run(store, "main-then-branch", [Given("s1", 1, "exact", 1.0, "pass")])
+        await write_run(store, "later-branch", [Given("s1", 1, "exact", 0.0, "fail", line="b")])
+        rows = {row.session_id: row for row in (await catalog.refresh(store)).rows}
+        assert rows["s1"].score is not None
+        assert (rows["s1"].score.run, rows["s1"].score.line) == ("main-then-branch", "main")
+        latest = (await latest_scores(store))["s1"]
+        assert (latest.run_id, latest.line, latest.score) == ("main-then-branch", "main", 1.0)
+    finally:
+        await store.close()

@@ -20,7 +20,7 @@ from agentjournal.cli._common import STORE_HELP, Commands, add_keys_argument, ke
 from agentjournal.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from agentjournal.read.evals.runs import EvalRunResult
+    from agentjournal.read.evals.runs import EvalRunResult, RunCompletion
     from agentjournal.shred.keys import SubjectKeyStore
     from agentjournal.store import EventStore
 
@@ -198,9 +198,20 @@ def _summary(run: EvalRunResult) -> str:
         return f"eval run {run.run_id}: open, {len(run.turns)} turn scores"
     return (
         f"eval run {run.run_id}: {plural(completion.sessions, 'session line')}, "
-        f"{plural(completion.turns_scored, 'turn score')}, average {completion.average:.3f}, "
-        f"judge cost ${completion.total_cost:.4f} (agentjournal eval show {run.run_id})"
+        f"{plural(completion.turns_scored, 'turn score')}, average {completion.average:.3f}"
+        + _judge_cost(completion)
+        + f" (agentjournal eval show {run.run_id})"
     )
+
+
+def _judge_cost(completion: RunCompletion) -> str:
+    """What a judge cost, when one judged (``""`` without a judge's request)."""
+    from agentjournal._text import plural
+
+    requests = int(completion.judge.get("requests", 0) or 0)
+    if not requests:
+        return ""
+    return f", judge {plural(requests, 'request')} ${completion.total_cost:.4f}"
 
 
 async def show_command(args: argparse.Namespace) -> int:
@@ -229,7 +240,7 @@ async def show_command(args: argparse.Namespace) -> int:
 
 def show_lines(run: EvalRunResult) -> list[str]:
     """A run as ``eval show`` prints it: its facts, each line's score, each turn's scores."""
-    from agentjournal._text import cut, printable
+    from agentjournal._text import cut, plural, printable
 
     out = [
         f"eval run {run.run_id} ({run.kind or 'not started'}, {run.status})",
@@ -241,8 +252,7 @@ def show_lines(run: EvalRunResult) -> list[str]:
     if run.completion is not None:
         c = run.completion
         out.append(
-            f"  {c.turns_scored} turn scores, average {c.average:.3f}, "
-            f"judge {c.judge.get('requests', 0)} requests ${c.total_cost:.4f}"
+            f"  {plural(c.turns_scored, 'turn score')}, average {c.average:.3f}" + _judge_cost(c)
         )
     by_line: dict[tuple[str, str], list[Any]] = {}
     for turn in run.turns:

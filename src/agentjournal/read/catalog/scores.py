@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from agentjournal import events
 from agentjournal.read.catalog.rows import ScoreMark
-from agentjournal.streams import eval_run_stream
+from agentjournal.streams import MAIN_BRANCH, eval_run_stream
 
 if TYPE_CHECKING:
     from agentjournal.store.contract import RecordedEvent
@@ -55,6 +55,13 @@ def scored_session(event: RecordedEvent) -> str | None:
     return None if body is None else str(body["session_id"])
 
 
+def replaces_score(line: str, held: str | None) -> bool:
+    """Whether a newer session score of ``line`` replaces the one of line ``held`` (None:
+    none held) as a session's latest: the main line's score stands for the session, so a
+    branch's (an experiment's candidate) replaces only another branch's."""
+    return held is None or line == MAIN_BRANCH or held != MAIN_BRANCH
+
+
 def fold_score(
     sessions: dict[str, dict[str, Any]],
     event: RecordedEvent,
@@ -82,7 +89,9 @@ def fold_score(
     if run not in runs:
         runs.append(run)
     if event.type == events.SESSION_SCORED:
-        row["score"] = mark
+        held = row.get("score")
+        if replaces_score(str(mark[3]), None if held is None else str(held[3])):
+            row["score"] = mark
     elif ours.get("human") is True:
         by = ours.get("by")
         row["rated"] = [

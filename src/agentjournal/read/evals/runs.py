@@ -18,10 +18,11 @@ from typing import Any, Final
 from agentjournal import events
 from agentjournal.errors import InvalidInput, StreamNotFound
 from agentjournal.ledger.chain import HASH_KEY
+from agentjournal.read.catalog.scores import replaces_score
 from agentjournal.shred.keys import MemoryKeyStore, SubjectKeyStore
 from agentjournal.shred.sealing import OpeningStore, open_event
 from agentjournal.store.contract import EventStore, RecordedEvent
-from agentjournal.streams import eval_run_stream, validate_id
+from agentjournal.streams import MAIN_BRANCH, eval_run_stream, validate_id
 
 EXTENSION: Final = "agentjournal"
 """The key of agentjournal's facts in an eval event's ``extensions``."""
@@ -595,7 +596,12 @@ def latest_of(runs: Mapping[str, Sequence[RecordedEvent]]) -> dict[str, LatestSc
             order = event.position if event.position is not None else event.revision
             if event.type == events.SESSION_SCORED:
                 row = session_row(event)
-                if row.session and (row.session not in best or best[row.session][0] < order):
+                held = best.get(row.session)
+                if row.session and (
+                    held is None
+                    or (held[0] < order and replaces_score(row.line, held[1].line))
+                    or (row.line == MAIN_BRANCH and held[1].line != MAIN_BRANCH)
+                ):
                     best[row.session] = (order, row, run_id)
             elif event.type == events.TURN_SCORED:
                 body = _body(event)
