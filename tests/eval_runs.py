@@ -15,14 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentjournal import Journal
-from agentjournal.engine.evals import (
-    EvalWriter,
-    RunStart,
-    RunTotals,
-    SessionScore,
-    TurnScore,
-    record_rating,
-)
+from agentjournal.engine.eval_events import RunStart, RunTotals, SessionScore, TurnScore
+from agentjournal.engine.evals import EvalWriter, record_rating
 from agentjournal.errors import StreamNotFound
 from agentjournal.ledger.chain import HASH_KEY
 from agentjournal.shred.sealing import SubjectSealer

@@ -14,7 +14,8 @@ import pytest
 from agentjournal import Journal
 from agentjournal.audit.export import eval_run_records, export_eval_bundle
 from agentjournal.audit.verify import parse_bundle, verify_bundle, verify_eval_records
-from agentjournal.engine.evals import EvalWriter, RunStart, RunTotals, SessionScore, TurnScore
+from agentjournal.engine.eval_events import RunStart, RunTotals, SessionScore, TurnScore
+from agentjournal.engine.evals import EvalWriter
 from agentjournal.evals.run import run_eval
 from agentjournal.ledger import SigningKey
 from eval_sessions import AnswerScorer, record_support

@@ -11,7 +11,8 @@ import pytest
 from agentjournal import Journal
 from agentjournal.audit.export import eval_run_records
 from agentjournal.audit.verify import verify_eval_records
-from agentjournal.engine.evals import EvalWriter, RunStart, SessionScore, TurnScore
+from agentjournal.engine.eval_events import RunStart, SessionScore, TurnScore
+from agentjournal.engine.evals import EvalWriter
 from agentjournal.ledger import SigningKey
 
 KEY = SigningKey.generate()

@@ -15,7 +15,8 @@ import pytest
 from kurrent_agent_schema import EVENT_TYPE_BY_NAME
 
 from agentjournal import Journal, events
-from agentjournal.engine.evals import EvalWriter, RunStart, RunTotals, SessionScore, TurnScore
+from agentjournal.engine.eval_events import RunStart, RunTotals, SessionScore, TurnScore
+from agentjournal.engine.evals import EvalWriter
 from agentjournal.errors import InvalidInput
 from agentjournal.evals.run import run_eval
 from agentjournal.ledger.chain import GENESIS, HASH_KEY, PREV_KEY, chain_hash

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from agentjournal import Journal
-from agentjournal.engine.evals import EvalWriter, RunStart, RunTotals, TurnScore
+from agentjournal.engine.eval_events import RunStart, RunTotals, TurnScore
+from agentjournal.engine.evals import EvalWriter
 from agentjournal.errors import InvalidInput
 
 

@@ -25,9 +25,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agentjournal._text import plural
-from agentjournal.engine.evals import (
+from agentjournal.engine.eval_events import (
     KINDS,
-    EvalWriter,
     JudgeUsage,
     RunStart,
     RunTotals,
@@ -35,10 +34,9 @@ from agentjournal.engine.evals import (
     TurnScore,
     checked_score,
     label_of,
-    sealing_keys,
-    session_sealer,
     shown_label,
 )
+from agentjournal.engine.evals import EvalWriter, sealing_keys, session_sealer
 from agentjournal.errors import InvalidInput
 from agentjournal.evals.scorers.base import Score, Scorer
 from agentjournal.events import EVAL_RUN_COMPLETED

@@ -11,14 +11,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from agentjournal.engine.evals import (
-    LABEL,
-    TurnScore,
-    checked_score,
-    label_of,
-    record_rating,
-    session_sealer,
-)
+from agentjournal.engine.eval_events import LABEL, TurnScore, checked_score, label_of
+from agentjournal.engine.evals import record_rating, session_sealer
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger.keys import SigningKey
 from agentjournal.read.evals.turns import session_turns
