@@ -71,7 +71,8 @@ from agentjournal.audit.verify._checkpoints import check_checkpoints
 from agentjournal.audit.verify._containment import check_containment
 from agentjournal.audit.verify._erasure import check_erasure
 from agentjournal.audit.verify._guards import check_guards
-from agentjournal.audit.verify._integrity import Markers, check_chain
+from agentjournal.audit.verify._integrity import Markers
+from agentjournal.audit.verify._parallel import check_integrity
 from agentjournal.audit.verify._parse import Malformed, bundle_records, check_forms, parse_bundle
 from agentjournal.audit.verify._report import Problem, Report
 from agentjournal.audit.verify._tree import Tree
@@ -112,6 +113,7 @@ def verify_bundle(
     allow_uncovered: bool = False,
     not_before: str | None = None,
     policy: Policy | None = None,
+    workers: int = 2,
 ) -> Report:
     """Verify a parsed bundle against the trusted public keys (key id -> key).
 
@@ -126,12 +128,24 @@ def verify_bundle(
             the session as it was then.
         policy: The policy the session must have run under (an outside anchor,
             like the keys): every policy the bundle records must be this one.
+        workers: How many processes may check the chains: 2 checks a large tree's
+            events on a second core, in a forked child, where forking is safe (Linux, no
+            other thread running); 1 keeps to this process. The report is the same.
+
+    Raises:
+        InvalidInput: ``workers`` is not 1 or 2.
     """
+    _check_workers(workers)
     # Verification makes records, views and markers by the thousand, none in a cycle: the
     # cyclic collector would scan them (and the bundle) again and again as they pile up.
     with no_collection():
         return _verify_bundle(
-            bundle, trusted, allow_uncovered=allow_uncovered, not_before=not_before, policy=policy
+            bundle,
+            trusted,
+            allow_uncovered=allow_uncovered,
+            not_before=not_before,
+            policy=policy,
+            workers=workers,
         )
 
 
@@ -142,6 +156,7 @@ def _verify_bundle(
     allow_uncovered: bool,
     not_before: str | None,
     policy: Policy | None,
+    workers: int,
 ) -> Report:
     try:
         tree = bundle_records(bundle)
@@ -154,7 +169,12 @@ def _verify_bundle(
         report.fail("structure", "bundle", None, str(error))
         return report
     return _verify_records(  # already without the collector
-        tree, trusted, allow_uncovered=allow_uncovered, not_before=not_before, policy=policy
+        tree,
+        trusted,
+        allow_uncovered=allow_uncovered,
+        not_before=not_before,
+        policy=policy,
+        workers=workers,
     )
 
 
@@ -165,13 +185,25 @@ def verify_records(
     allow_uncovered: bool = False,
     not_before: str | None = None,
     policy: Policy | None = None,
+    workers: int = 2,
 ) -> Report:
     """Verify a session tree's records (from a bundle, or read from a store with
     :func:`agentjournal.walk.read_tree`); the arguments as for :func:`verify_bundle`."""
+    _check_workers(workers)
     with no_collection():  # as in verify_bundle
         return _verify_records(
-            records, trusted, allow_uncovered=allow_uncovered, not_before=not_before, policy=policy
+            records,
+            trusted,
+            allow_uncovered=allow_uncovered,
+            not_before=not_before,
+            policy=policy,
+            workers=workers,
         )
+
+
+def _check_workers(workers: int) -> None:
+    if type(workers) is not int or workers not in (1, 2):
+        raise InvalidInput(f"workers must be 1 or 2, not {workers!r}")
 
 
 def _verify_records(
@@ -181,6 +213,7 @@ def _verify_records(
     allow_uncovered: bool,
     not_before: str | None,
     policy: Policy | None,
+    workers: int,
 ) -> Report:
     report = Report()
     session_id = records.session_id
@@ -198,8 +231,7 @@ def _verify_records(
     if not check_forms(report, streams):
         return report
     markers: Markers = {}
-    for name, stream in streams.items():
-        check_chain(report, name, stream, markers)
+    check_integrity(report, streams, markers, workers=workers)
     if report.problems:
         report.lines.append("integrity: FAILED")
         return report  # nothing built on a broken chain can be trusted

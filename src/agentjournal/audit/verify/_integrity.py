@@ -8,6 +8,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from agentjournal import events
 from agentjournal._text import cut
 from agentjournal.audit.verify._report import Report
@@ -34,59 +36,90 @@ Markers = dict[int, dict[str, Any]]
 def check_chain(
     report: Report, name: str, stream: Sequence[Record], markers: Markers | None = None
 ) -> None:
+    """Check one stream's chain, reporting its first bad event (nothing after it counts)."""
+    found = chain_problem(name, stream, 0, len(stream), markers)
+    if found is not None:
+        report.fail("integrity", name, *found)
+
+
+def chain_problem(
+    name: str,
+    stream: Sequence[Record],
+    start: int,
+    stop: int,
+    markers: Markers | None = None,
+) -> tuple[int, str] | None:
+    """The first bad event among ``stream[start:stop]`` (the revision to report and what is
+    wrong), or None.
+
+    Each event is checked on its own against its predecessor's stored hash, so a stream's
+    first problem is the first of its ranges' (a range after a bad event may report a
+    problem of its own: the earlier range's is the one that counts); what one event's check
+    finds does not depend on the checks of the events before it.
+    """
     signed = signed_stream(name)
-    prev = GENESIS
-    for position, event in enumerate(stream):
+    prev = GENESIS if start == 0 else stream[start - 1].metadata.get(HASH_KEY)
+    sha256, dumps, sorted_keys = hashlib.sha256, orjson.dumps, orjson.OPT_SORT_KEYS
+    for position in range(start, stop):
+        event = stream[position]
         if event.revision != position:
-            report.fail(
-                "integrity",
-                name,
+            return (
                 event.revision,
                 f"expected revision {position}: an event was removed, added or moved",
             )
-            return
         problem = _data_problem(event)
         if problem is not None:
-            report.fail("integrity", name, position, problem)
-            return
+            return position, problem
         metadata = event.metadata
         stored = metadata.get(HASH_KEY)
         if stored is None:
-            report.fail("integrity", name, position, "the event is not chained (no aj.hash)")
-            return
+            return position, "the event is not chained (no aj.hash)"
         if metadata.get(SEQ_KEY) != str(position):
-            report.fail("integrity", name, position, "aj.seq does not match the revision")
-            return
+            return position, "aj.seq does not match the revision"
         if metadata.get(PREV_KEY) != prev:
-            report.fail("integrity", name, position, "aj.prev is not the previous event's hash")
-            return
-        found = chain_format(metadata)
-        if found == 2 and signed:
-            report.fail(
-                "integrity",
-                name,
-                position,
-                "a checkpoint or key rotation is sealed in chain format 1 only (aj.chain)",
-            )
-            return
-        if found is None:
-            report.fail(
-                "integrity",
-                name,
-                position,
-                f"the event names chain format {cut(repr(metadata[CHAIN_KEY]), 40)}; "
-                f"this version knows 1 and {CHAIN_FORMAT}",
-            )
-            return
-        expected = chain_hash(name, position, event.id, event.type, event.data_sha256, metadata)
+            return position, "aj.prev is not the previous event's hash"
+        named = metadata.get(CHAIN_KEY)
+        if named == CHAIN_FORMAT and not signed:
+            # Format 2 (nearly every event): the record ``chain.record_bytes`` builds, in one
+            # orjson call; what orjson refuses takes the reference path below.
+            covered = dict(metadata)
+            del covered[HASH_KEY]
+            try:
+                record = dumps(
+                    [2, name, position, event.id, event.type, event.data_sha256, covered],
+                    option=sorted_keys,
+                )
+            except orjson.JSONEncodeError:
+                expected = _reference_hash(name, position, event)
+            else:
+                expected = sha256(record).hexdigest()
+        else:
+            found = chain_format(metadata)
+            if found == 2 and signed:
+                return (
+                    position,
+                    "a checkpoint or key rotation is sealed in chain format 1 only (aj.chain)",
+                )
+            if found is None:
+                return (
+                    position,
+                    f"the event names chain format {cut(repr(metadata[CHAIN_KEY]), 40)}; "
+                    f"this version knows 1 and {CHAIN_FORMAT}",
+                )
+            expected = _reference_hash(name, position, event)
         if expected != stored:
-            report.fail("integrity", name, position, "the hash does not match the event")
-            return
-        problem = _view_problem(event, markers)
-        if problem is not None:
-            report.fail("integrity", name, position, problem)
-            return
+            return position, "the hash does not match the event"
+        if events.REDACTED_KEY in metadata or event.view is not None:
+            problem = _view_problem(event, markers)
+            if problem is not None:
+                return position, problem
         prev = stored
+    return None
+
+
+def _reference_hash(name: str, position: int, event: Record) -> str:
+    """The event's hash as :func:`agentjournal.ledger.chain.chain_hash` computes it."""
+    return chain_hash(name, position, event.id, event.type, event.data_sha256, event.metadata)
 
 
 def _data_problem(event: Record) -> str | None:

@@ -1,0 +1,194 @@
+"""The integrity stage on a second core: a large tree's chains checked in two processes.
+
+Each event's integrity check reads only the event and its predecessor's stored hash
+(:func:`._integrity.chain_problem`), so the events can be checked in any order and in
+parts. Python runs one thread of Python code at a time and the checks are Python code
+(hashlib releases the lock only for buffers over 2 KiB, and cryptography's Ed25519
+verification not at all), so the second core is a second process: a child forked
+(copy-on-write: nothing is sent to it) checks the events at the end of the tree while
+this process checks the rest, and sends back the first problem of each of its parts and
+the call markers it computed. The report is the one one process would write: per stream,
+the first problem of its first bad part.
+
+Only where forking is safe and pays: on Linux (fork without exec is what
+``multiprocessing`` avoids on macOS), with no other thread running (a lock another
+thread holds stays held in the child), for a tree of at least :data:`MIN_EVENTS` events
+(forking costs about a millisecond). Whatever goes wrong in the child (it dies, is
+killed, sends nothing) costs only time: this process then checks its parts itself.
+Nothing here imports ``multiprocessing`` (its import is heavier than the verifier's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from agentjournal.audit.verify._integrity import Markers, chain_problem
+from agentjournal.audit.verify._report import Report
+from agentjournal.records import Record
+
+MIN_EVENTS: Final = 4000
+"""The fewest events worth a second process (forking, and the pages both processes then
+copy as they touch the records, cost about 15 ms for a tree of 8,000 events)."""
+
+CHILD_SHARE: Final = 0.5
+"""The share of the events the child checks (forking and sending back cost it as much as
+this process's own start on its part)."""
+
+# One part of the tree: a stream's name and the range of its revisions [start, stop).
+Part = tuple[str, int, int]
+# What checking one part found: the revision to report and what is wrong, or None.
+Found = tuple[int, str] | None
+
+
+def check_integrity(
+    report: Report,
+    streams: Mapping[str, Sequence[Record]],
+    markers: Markers,
+    *,
+    workers: int,
+    min_events: int = MIN_EVENTS,
+) -> None:
+    """Check every stream's chain, reporting each stream's first bad event, in stream
+    order; on two cores where ``workers`` > 1 and :func:`forking_pays` for a tree of its
+    size (``min_events``: the fewest events that do)."""
+    total = sum(len(stream) for stream in streams.values())
+    both = workers > 1 and forking_pays(total, min_events)
+    mine, theirs = split(streams, CHILD_SHARE if both else 0.0)
+    child = _fork(lambda: _child_work(streams, theirs)) if theirs else None
+    try:
+        found = {part: _check(streams, part, markers) for part in mine}
+        sent = child.result() if child is not None else None
+    finally:
+        if child is not None:
+            child.close()
+    if sent is None:  # no child, or it failed: check its parts here
+        found.update((part, _check(streams, part, markers)) for part in theirs)
+    else:
+        results, their_markers = sent
+        found.update(zip(theirs, results, strict=True))
+        for (name, position), marker in their_markers.items():
+            markers[id(streams[name][position])] = marker
+    for name in streams:
+        first = next(
+            (problem for part, problem in sorted(found.items()) if part[0] == name and problem),
+            None,
+        )
+        if first is not None:
+            report.fail("integrity", name, *first)
+
+
+def forking_pays(events: int, min_events: int = MIN_EVENTS) -> bool:
+    """Whether a tree of ``events`` events is checked in two processes: it is large enough,
+    and forking is safe here (Linux, no other thread)."""
+    return (
+        events >= min_events
+        and sys.platform.startswith("linux")
+        and hasattr(os, "fork")
+        and threading.active_count() == 1
+    )
+
+
+def split(streams: Mapping[str, Sequence[Record]], share: float) -> tuple[list[Part], list[Part]]:
+    """The tree's events in parts: this process's (the first ``1 - share`` of the events
+    in stream order) and the child's (the rest); each stream is one part or two."""
+    total = sum(len(stream) for stream in streams.values())
+    cut = total - round(total * share)
+    mine: list[Part] = []
+    theirs: list[Part] = []
+    seen = 0
+    for name, stream in streams.items():
+        size = len(stream)
+        here = min(max(cut - seen, 0), size)  # how many of this stream's events are mine
+        if here or not size:
+            mine.append((name, 0, here))
+        if here < size:
+            theirs.append((name, here, size))
+        seen += size
+    return mine, theirs
+
+
+def _check(streams: Mapping[str, Sequence[Record]], part: Part, markers: Markers) -> Found:
+    name, start, stop = part
+    return chain_problem(name, streams[name], start, stop, markers)
+
+
+def _child_work(
+    streams: Mapping[str, Sequence[Record]], parts: list[Part]
+) -> tuple[list[Found], dict[tuple[str, int], dict[str, Any]]]:
+    """What the child sends back: each part's first problem, and the markers it computed by
+    stream and revision (a record's ``id`` means nothing in another process)."""
+    markers: Markers = {}
+    results = [_check(streams, part, markers) for part in parts]
+    placed = {}
+    for name, start, stop in parts:
+        stream = streams[name]
+        for position in range(start, stop):
+            marker = markers.get(id(stream[position]))
+            if marker is not None:
+                placed[(name, position)] = marker
+    return results, placed
+
+
+class _Child:
+    """A forked child's pid and the pipe its pickled result comes through."""
+
+    def __init__(self, pid: int, pipe: int) -> None:
+        self.pid, self.pipe = pid, pipe
+        self.reaped = False
+
+    def result(self) -> Any:
+        """What the child sent, or None if it failed (died, or sent nothing whole)."""
+        with open(self.pipe, "rb", closefd=False) as source:
+            payload = source.read()
+        try:
+            _, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:  # reaped already (SIGCHLD ignored): the payload tells
+            status = 0
+        self.reaped = True
+        if status != 0 or not payload:
+            return None
+        try:
+            return pickle.loads(payload)  # our own child's bytes
+        except Exception:  # a torn result: check its parts here instead
+            return None
+
+    def close(self) -> None:
+        """Close the pipe; stop and reap the child if it has not been (an error here)."""
+        os.close(self.pipe)
+        if not self.reaped:
+            # Reaped already where the caller ignores SIGCHLD: nothing to stop or reap.
+            with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            self.reaped = True
+
+
+def _fork(work: Callable[[], Any]) -> _Child | None:
+    """Run ``work`` in a forked child; None if the system would not fork."""
+    read, write = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read)
+        os.close(write)
+        return None
+    if pid == 0:  # the child: never returns into the caller, never runs its exit handlers
+        status = 1
+        try:
+            os.close(read)
+            payload = pickle.dumps(work(), protocol=pickle.HIGHEST_PROTOCOL)
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(write, view) :]
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write)
+    return _Child(pid, read)
