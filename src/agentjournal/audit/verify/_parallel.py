@@ -53,14 +53,17 @@ def check_integrity(
     markers: Markers,
     *,
     workers: int,
-    min_events: int = MIN_EVENTS,
+    min_events: int | None = None,
+    share: float = CHILD_SHARE,
 ) -> None:
     """Check every stream's chain, reporting each stream's first bad event, in stream
     order; on two cores where ``workers`` > 1 and :func:`forking_pays` for a tree of its
-    size (``min_events``: the fewest events that do)."""
+    size (``min_events``: the fewest events that do, :data:`MIN_EVENTS` unless given), the
+    child checking ``share`` of the events."""
     total = sum(len(stream) for stream in streams.values())
-    both = workers > 1 and forking_pays(total, min_events)
-    mine, theirs = split(streams, CHILD_SHARE if both else 0.0)
+    least = MIN_EVENTS if min_events is None else min_events
+    both = workers > 1 and forking_pays(total, least)
+    mine, theirs = split(streams, share if both else 0.0)
     child = _fork(lambda: _child_work(streams, theirs)) if theirs else None
     try:
         found = {part: _check(streams, part, markers) for part in mine}
@@ -84,11 +87,11 @@ def check_integrity(
             report.fail("integrity", name, *first)
 
 
-def forking_pays(events: int, min_events: int = MIN_EVENTS) -> bool:
+def forking_pays(events: int, min_events: int | None = None) -> bool:
     """Whether a tree of ``events`` events is checked in two processes: it is large enough,
     and forking is safe here (Linux, no other thread)."""
     return (
-        events >= min_events
+        events >= (MIN_EVENTS if min_events is None else min_events)
         and sys.platform.startswith("linux")
         and hasattr(os, "fork")
         and threading.active_count() == 1

@@ -1,0 +1,223 @@
+"""The integrity check on two processes finds exactly what it finds on one.
+
+A large tree's chains are checked in two parts, the second in a forked child
+(``audit.verify._parallel``). Whatever the split and whatever is wrong with the events,
+the report (every stream's first problem, in stream order) and the call markers left for
+containment are those of the one-process check; a child that fails costs time, never a
+result. The bundles are sessions the SDK's real ``Runner`` wrote (``ledger_sessions.py``),
+damaged after the fact as an attacker would.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from agentjournal.audit.verify import Report, _parallel, verify_bundle
+from agentjournal.audit.verify._integrity import Markers, check_chain
+from agentjournal.audit.verify._parse import bundle_records
+from agentjournal.errors import InvalidInput
+from agentjournal.ledger.chain import GENESIS, chain_hash
+from agentjournal.records import Record
+from ledger_sessions import TRUSTED, record, stream_of
+
+BUNDLES = record()
+SHARES = (0.1, 0.3, 0.5, 0.7, 0.95, 1.0)
+
+Streams = dict[str, list[Record]]
+
+
+def streams_of(bundle: dict[str, Any]) -> Streams:
+    return {name: list(stream) for name, stream in bundle_records(bundle).streams.items()}
+
+
+def one_process(streams: Streams) -> tuple[list[Any], dict[tuple[str, int], Any]]:
+    report, markers = Report(), Markers()
+    for name, stream in streams.items():
+        check_chain(report, name, stream, markers)
+    return report.problems, placed(streams, markers)
+
+
+def two_processes(streams: Streams, share: float) -> tuple[list[Any], dict[tuple[str, int], Any]]:
+    report, markers = Report(), Markers()
+    _parallel.check_integrity(report, streams, markers, workers=2, min_events=0, share=share)
+    return report.problems, placed(streams, markers)
+
+
+def placed(streams: Streams, markers: Markers) -> dict[tuple[str, int], Any]:
+    """The markers by stream and revision (a record's id differs between readings)."""
+    return {
+        (name, event.revision): markers[id(event)]
+        for name, stream in streams.items()
+        for event in stream
+        if id(event) in markers
+    }
+
+
+def reseal(bundle: dict[str, Any], name: str) -> None:
+    """Recompute one stream's data digests and chain, leaving every view commitment as it is."""
+    stream = stream_of(bundle, name)
+    prev = GENESIS
+    for event in stream["events"]:
+        metadata = event["metadata"]
+        metadata["aj.prev"] = prev
+        metadata["aj.hash"] = chain_hash(
+            stream["name"],
+            event["revision"],
+            event["id"],
+            event["type"],
+            event["data_sha256"],
+            metadata,
+        )
+        prev = metadata["aj.hash"]
+
+
+def call_events(bundle: dict[str, Any]) -> list[dict[str, Any]]:
+    stream = stream_of(bundle, "AgentSession-")
+    return [e for e in stream["events"] if "aj.redacted" in e["metadata"]]
+
+
+def data_changed(bundle: dict[str, Any]) -> None:
+    stream_of(bundle, "AgentSession-")["events"][-2]["data"] += " "
+
+
+def metadata_changed(bundle: dict[str, Any]) -> None:
+    stream_of(bundle, "AgentSubsession-")["events"][3]["metadata"]["aj.turn"] = "99"
+
+
+def event_removed(bundle: dict[str, Any]) -> None:
+    del stream_of(bundle, "AgentSession-")["events"][5]
+
+
+def view_forged(bundle: dict[str, Any]) -> None:
+    """A tool call whose view commitment no longer matches its data, chained correctly."""
+    call = call_events(bundle)[-1]
+    call["metadata"]["aj.redacted"] = "0" * 64
+    reseal(bundle, stream_of(bundle, "AgentSession-")["name"])
+
+
+def two_problems(bundle: dict[str, Any]) -> None:
+    """A bad event early and another late in the same stream: only the first counts."""
+    events = stream_of(bundle, "AgentSession-")["events"]
+    events[2]["metadata"]["aj.turn"] = "99"
+    events[-1]["data_sha256"] = "0" * 64
+
+
+def every_stream(bundle: dict[str, Any]) -> None:
+    for stream in bundle["streams"]:
+        stream["events"][-1]["metadata"]["aj.seq"] = "x"
+
+
+DAMAGE: dict[str, Callable[[dict[str, Any]], None]] = {
+    "intact": lambda bundle: None,
+    "data changed": data_changed,
+    "metadata changed": metadata_changed,
+    "event removed": event_removed,
+    "view forged": view_forged,
+    "two problems": two_problems,
+    "every stream": every_stream,
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+@pytest.mark.parametrize("share", SHARES)
+def test_two_processes_report_what_one_does(damage: str, share: float) -> None:
+    bundle = copy.deepcopy(BUNDLES["guarded"])
+    DAMAGE[damage](bundle)
+    problems, markers = one_process(streams_of(bundle))
+    found = two_processes(streams_of(bundle), share)
+    assert found[0] == problems
+    assert bool(problems) is (damage != "intact")  # the damage is seen at all
+    if not problems:  # where a chain breaks, nothing reads the markers
+        assert found[1] == markers
+
+
+def test_the_child_leaves_the_markers_containment_reads() -> None:
+    streams = streams_of(BUNDLES["guarded"])
+    _, markers = two_processes(streams, 1.0)  # every event in the child
+    assert markers  # the guarded session's tool calls
+    assert markers == one_process(streams)[1]
+
+
+@pytest.mark.parametrize("fate", ["raises", "is killed", "exits early"])
+def test_a_failed_child_costs_time_not_the_result(
+    fate: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing(streams: Any, parts: Any) -> Any:
+        if fate == "raises":
+            raise RuntimeError("the child's own failure")
+        if fate == "is killed":
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(0)  # sends nothing
+
+    monkeypatch.setattr(_parallel, "_child_work", failing)
+    bundle = copy.deepcopy(BUNDLES["guarded"])
+    two_problems(bundle)
+    problems = one_process(streams_of(bundle))[0]
+    assert problems
+    assert two_processes(streams_of(bundle), 0.5)[0] == problems
+    intact = streams_of(BUNDLES["guarded"])
+    assert two_processes(intact, 0.5) == one_process(intact)
+
+
+def test_no_fork_while_another_thread_runs() -> None:
+    assert _parallel.forking_pays(10**6)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert not _parallel.forking_pays(10**6)
+    finally:
+        stop.set()
+        other.join()
+    assert not _parallel.forking_pays(_parallel.MIN_EVENTS - 1)
+
+
+def test_split_covers_every_event_once() -> None:
+    streams = streams_of(BUNDLES["nested"])
+    for share in (0.0, *SHARES):
+        mine, theirs = _parallel.split(streams, share)
+        covered = [
+            (name, revision)
+            for name, start, stop in mine + theirs
+            for revision in range(start, stop)
+        ]
+        assert sorted(covered) == sorted(
+            (name, e.revision) for name, stream in streams.items() for e in stream
+        )
+        assert bool(theirs) is (share > 0)
+
+
+@pytest.mark.parametrize("damage", ["intact", "view forged", "two problems"])
+def test_verify_bundle_on_two_processes(damage: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole verification of a tree over the threshold (lowered to this one's size):
+    the same report as on one process, and the child did run."""
+    bundle = copy.deepcopy(BUNDLES["guarded"])
+    DAMAGE[damage](bundle)
+    forks: list[int] = []
+    real = _parallel._fork
+
+    def counted(work: Callable[[], Any]) -> Any:
+        forks.append(1)
+        return real(work)
+
+    monkeypatch.setattr(_parallel, "_fork", counted)
+    monkeypatch.setattr(_parallel, "MIN_EVENTS", 0)
+    one = verify_bundle(bundle, TRUSTED, workers=1)
+    assert not forks
+    two = verify_bundle(bundle, TRUSTED, workers=2)
+    assert forks == [1]
+    assert one.ok is (damage == "intact")
+    assert (one.lines, one.problems) == (two.lines, two.problems)
+
+
+@pytest.mark.parametrize("workers", [0, 3, True, 2.0])
+def test_workers_is_one_or_two(workers: Any) -> None:
+    with pytest.raises(InvalidInput, match="workers must be 1 or 2"):
+        verify_bundle(BUNDLES["simple"], TRUSTED, workers=workers)
