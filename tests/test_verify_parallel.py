@@ -10,7 +10,9 @@ damaged after the fact as an attacker would.
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
 import os
 import signal
 import threading
@@ -25,7 +27,7 @@ from agentjournal.audit.verify._parse import bundle_records
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger.chain import GENESIS, chain_hash
 from agentjournal.records import Record
-from ledger_sessions import TRUSTED, record, stream_of
+from ledger_sessions import TRUSTED, rechain, record, stream_of
 
 BUNDLES = record()
 SHARES = (0.1, 0.3, 0.5, 0.7, 0.95, 1.0)
@@ -221,3 +223,34 @@ def test_verify_bundle_on_two_processes(damage: str, monkeypatch: pytest.MonkeyP
 def test_workers_is_one_or_two(workers: Any) -> None:
     with pytest.raises(InvalidInput, match="workers must be 1 or 2"):
         verify_bundle(BUNDLES["simple"], TRUSTED, workers=workers)
+
+
+def forged_signature(bundle: dict[str, Any]) -> None:
+    """The newest checkpoint's signature replaced by another valid-looking one, re-chained."""
+    ledger = stream_of(bundle, "AgentLedger-")
+    event = ledger["events"][-1]
+    body = json.loads(event["data"])
+    body["signature"] = base64.b64encode(b"\x01" * 64).decode()
+    event["data"] = json.dumps(body)
+    rechain(bundle, ledger["name"])
+
+
+@pytest.mark.parametrize("damage", ["intact", "forged signature"])
+def test_the_childs_signatures_are_the_checkpoints_stages(
+    damage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle = copy.deepcopy(BUNDLES["guarded"])
+    if damage == "forged signature":
+        forged_signature(bundle)
+    ledger = stream_of(bundle, "AgentLedger-")["name"]
+    streams = streams_of(bundle)
+    checked = _parallel.checkpoint_signatures(streams[ledger], TRUSTED)
+    assert len(checked) == len(streams[ledger])
+    assert all(checked.values()) is (damage == "intact")
+    monkeypatch.setattr(_parallel, "MIN_EVENTS", 0)
+    one = verify_bundle(bundle, TRUSTED, workers=1)
+    two = verify_bundle(bundle, TRUSTED, workers=2)
+    assert (one.lines, one.problems) == (two.lines, two.problems)
+    assert one.ok is (damage == "intact")
+    if damage != "intact":
+        assert "the signature is invalid" in one.text()

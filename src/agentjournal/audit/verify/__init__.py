@@ -81,7 +81,7 @@ from agentjournal.audit.verify._usage import check_responses
 from agentjournal.authority import Policy
 from agentjournal.errors import CodecError, InvalidInput
 from agentjournal.records import TreeRecords
-from agentjournal.streams import session_stream
+from agentjournal.streams import ledger_stream, session_stream
 
 __all__ = [
     "Problem",
@@ -231,7 +231,9 @@ def _verify_records(
     if not check_forms(report, streams):
         return report
     markers: Markers = {}
-    check_integrity(report, streams, markers, workers=workers)
+    signatures = check_integrity(
+        report, streams, markers, workers=workers, checkpoints=(ledger_stream(session_id), trusted)
+    )
     if report.problems:
         report.lines.append("integrity: FAILED")
         return report  # nothing built on a broken chain can be trusted
@@ -239,7 +241,7 @@ def _verify_records(
         f"integrity: {plural(total, 'event')} in {plural(len(streams), 'stream')} chain correctly"
     )
     try:
-        tree = Tree(session_id, root, streams, markers)
+        tree = Tree(session_id, root, streams, markers, signatures)
     except _MALFORMED as error:
         report.fail("structure", root, None, f"malformed lifecycle event: {error}")
         return report

@@ -67,9 +67,13 @@ def chain_problem(
                 event.revision,
                 f"expected revision {position}: an event was removed, added or moved",
             )
-        problem = _data_problem(event)
-        if problem is not None:
-            return position, problem
+        data = event.data
+        if data is None or event.view is not None or not data.isascii():
+            problem = _data_problem(event)
+            if problem is not None:
+                return position, problem
+        elif sha256(data.encode()).hexdigest() != event.data_sha256:  # _data_problem's own
+            return position, "the data does not match its digest"
         metadata = event.metadata
         stored = metadata.get(HASH_KEY)
         if stored is None:
