@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -254,3 +255,17 @@ def test_the_childs_signatures_are_the_checkpoints_stages(
     assert one.ok is (damage == "intact")
     if damage != "intact":
         assert "the signature is invalid" in one.text()
+
+
+def test_every_child_is_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No child outlives its verification for long as a zombie: each is reaped as it ends."""
+    monkeypatch.setattr(_parallel, "MIN_EVENTS", 0)
+    for _ in range(3):
+        assert verify_bundle(BUNDLES["guarded"], TRUSTED, workers=2).ok
+    deadline = time.monotonic() + 10
+    while _parallel._ended and time.monotonic() < deadline:
+        time.sleep(0.01)
+        _parallel.reap()
+    assert _parallel._ended == []
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # no child of this process is left

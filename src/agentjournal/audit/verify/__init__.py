@@ -57,7 +57,8 @@ after integrity read the session tree through ``_tree``, and all report into ``_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -72,7 +73,7 @@ from agentjournal.audit.verify._containment import check_containment
 from agentjournal.audit.verify._erasure import check_erasure
 from agentjournal.audit.verify._guards import check_guards
 from agentjournal.audit.verify._integrity import Markers
-from agentjournal.audit.verify._parallel import check_integrity
+from agentjournal.audit.verify._parallel import check_integrity, reap
 from agentjournal.audit.verify._parse import Malformed, bundle_records, check_forms, parse_bundle
 from agentjournal.audit.verify._report import Problem, Report
 from agentjournal.audit.verify._tree import Tree
@@ -138,7 +139,7 @@ def verify_bundle(
     _check_workers(workers)
     # Verification makes records, views and markers by the thousand, none in a cycle: the
     # cyclic collector would scan them (and the bundle) again and again as they pile up.
-    with no_collection():
+    with no_collection(), _reaping():
         return _verify_bundle(
             bundle,
             trusted,
@@ -190,7 +191,7 @@ def verify_records(
     """Verify a session tree's records (from a bundle, or read from a store with
     :func:`agentjournal.walk.read_tree`); the arguments as for :func:`verify_bundle`."""
     _check_workers(workers)
-    with no_collection():  # as in verify_bundle
+    with no_collection(), _reaping():  # as in verify_bundle
         return _verify_records(
             records,
             trusted,
@@ -199,6 +200,16 @@ def verify_records(
             policy=policy,
             workers=workers,
         )
+
+
+@contextlib.contextmanager
+def _reaping() -> Iterator[None]:
+    """Reap, at the end, a second process that has ended by then (it ends as the stages
+    after integrity run)."""
+    try:
+        yield
+    finally:
+        reap()
 
 
 def _check_workers(workers: int) -> None:

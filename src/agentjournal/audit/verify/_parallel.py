@@ -180,37 +180,50 @@ def _child_work(
 
 
 class _Child:
-    """A forked child's pid and the pipe its pickled result comes through."""
+    """A forked child's pid and the pipe its result comes through: its pickle, after its
+    length in 8 bytes (anything shorter is a child that failed)."""
 
     def __init__(self, pid: int, pipe: int) -> None:
         self.pid, self.pipe = pid, pipe
-        self.reaped = False
 
     def result(self) -> Any:
-        """What the child sent, or None if it failed (died, or sent nothing whole)."""
+        """What the child sent, or None if it failed (died, or sent nothing whole). Does not
+        wait for the child to end: it closes the pipe before its exit, whose unmapping of a
+        large process's memory takes milliseconds."""
         with open(self.pipe, "rb", closefd=False) as source:
             payload = source.read()
-        try:
-            _, status = os.waitpid(self.pid, 0)
-        except ChildProcessError:  # reaped already (SIGCHLD ignored): the payload tells
-            status = 0
-        self.reaped = True
-        if status != 0 or not payload:
+        size = int.from_bytes(payload[:_LENGTH], "big")
+        if len(payload) < _LENGTH or size != len(payload) - _LENGTH:
             return None
         try:
-            return pickle.loads(payload)  # our own child's bytes
-        except Exception:  # a torn result: check its parts here instead
+            return pickle.loads(memoryview(payload)[_LENGTH:])  # our own child's bytes
+        except Exception:  # cannot happen to a whole payload: then check its parts here
             return None
 
     def close(self) -> None:
-        """Close the pipe; stop and reap the child if it has not been (an error here)."""
+        """Close the pipe and stop the child (a no-op once it sent its result), leaving it
+        to be reaped once it has ended (:func:`reap`)."""
         os.close(self.pipe)
-        if not self.reaped:
-            # Reaped already where the caller ignores SIGCHLD: nothing to stop or reap.
-            with contextlib.suppress(ProcessLookupError, ChildProcessError):
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-            self.reaped = True
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        _ended.append(self.pid)
+        reap()
+
+
+_LENGTH: Final = 8
+_ended: list[int] = []  # children stopped or done, not yet reaped
+
+
+def reap() -> None:
+    """Reap the children that have ended, without waiting for the others (the next call,
+    or the end of the verification, reaps them)."""
+    for pid in list(_ended):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # reaped already: the caller ignores SIGCHLD, or waited
+            done = pid
+        if done:
+            _ended.remove(pid)
 
 
 def _fork(work: Callable[[], Any]) -> _Child | None:
@@ -227,9 +240,10 @@ def _fork(work: Callable[[], Any]) -> _Child | None:
         try:
             os.close(read)
             payload = pickle.dumps(work(), protocol=pickle.HIGHEST_PROTOCOL)
-            view = memoryview(payload)
+            view = memoryview(len(payload).to_bytes(_LENGTH, "big") + payload)
             while view:
                 view = view[os.write(write, view) :]
+            os.close(write)  # the result is whole: the parent need not wait for the exit
             status = 0
         finally:
             os._exit(status)
