@@ -53,6 +53,7 @@ Each stage is a module of this package, testable alone: ``_parse`` (structure),
 ``_integrity``, ``_twins``, ``_branches`` with ``_prefix``, ``_guards``, ``_checkpoints``,
 ``_authority`` (delegation), ``_containment``, ``_approvals`` and ``_usage``; the stages
 after integrity read the session tree through ``_tree``, and all report into ``_report``.
+``_parallel`` runs the integrity stage of a large tree on two processes (``workers``).
 """
 
 from __future__ import annotations
