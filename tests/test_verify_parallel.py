@@ -23,9 +23,12 @@ from typing import Any
 import pytest
 
 from agentjournal.audit.verify import Report, _parallel, verify_bundle
+from agentjournal.audit.verify._checkpoints import check_checkpoints
 from agentjournal.audit.verify._integrity import Markers, check_chain
 from agentjournal.audit.verify._parse import bundle_records
+from agentjournal.audit.verify._tree import Signatures, Tree, raw_key
 from agentjournal.errors import InvalidInput
+from agentjournal.ledger import SigningKey
 from agentjournal.ledger.chain import GENESIS, chain_hash
 from agentjournal.records import Record
 from ledger_sessions import TRUSTED, rechain, record, stream_of
@@ -269,3 +272,26 @@ def test_every_child_is_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _parallel._ended == []
     with pytest.raises(ChildProcessError):
         os.waitpid(-1, os.WNOHANG)  # no child of this process is left
+
+
+def test_the_checkpoints_stage_reads_the_verdicts_by_revision_and_key() -> None:
+    """A verdict the second process sent counts for exactly its checkpoint and key: one
+    saying a valid signature is invalid is taken (so the stage does not check it again);
+    one for another key is not."""
+    streams = streams_of(BUNDLES["simple"])
+    session_id = BUNDLES["simple"]["session_id"]
+    ledger = stream_of(BUNDLES["simple"], "AgentLedger-")["name"]
+    [public] = TRUSTED.values()
+    other = SigningKey.generate().public_key
+
+    def checked(signatures: Signatures) -> Report:
+        report = Report()
+        tree = Tree(session_id, f"AgentSession-{session_id}", streams, {}, signatures)
+        check_checkpoints(report, tree, TRUSTED, False, None)
+        return report
+
+    assert checked({}).ok
+    assert checked({(0, raw_key(other)): False}).ok
+    found = checked({(0, raw_key(public)): False})
+    first = found.problems[0]
+    assert (first.stream, first.revision, first.message) == (ledger, 0, "the signature is invalid")
