@@ -35,6 +35,28 @@ from ledger_sessions import TRUSTED, rechain, record, stream_of
 
 BUNDLES = record()
 SHARES = (0.1, 0.3, 0.5, 0.7, 0.95, 1.0)
+FORKING_PAYS = _parallel.forking_pays  # the real rule, before the fixture below
+FORKS: list[int] = []
+
+
+@pytest.fixture(autouse=True)
+def forking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fork whatever else runs in this test process (a thread another test file left idle
+    would keep every child here from running), and count the forks."""
+    real = _parallel._fork
+
+    def counted(work: Callable[[], Any]) -> Any:
+        FORKS.append(1)
+        return real(work)
+
+    def pays(events: int, min_events: int | None = None) -> bool:
+        least = _parallel.MIN_EVENTS if min_events is None else min_events
+        return events >= least
+
+    monkeypatch.setattr(_parallel, "_fork", counted)
+    monkeypatch.setattr(_parallel, "forking_pays", pays)
+    FORKS.clear()
+
 
 Streams = dict[str, list[Record]]
 
@@ -52,7 +74,9 @@ def one_process(streams: Streams) -> tuple[list[Any], dict[tuple[str, int], Any]
 
 def two_processes(streams: Streams, share: float) -> tuple[list[Any], dict[tuple[str, int], Any]]:
     report, markers = Report(), Markers()
+    forks = len(FORKS)
     _parallel.check_integrity(report, streams, markers, workers=2, min_events=0, share=share)
+    assert len(FORKS) == forks + 1  # the child did run
     return report.problems, placed(streams, markers)
 
 
@@ -173,16 +197,17 @@ def test_a_failed_child_costs_time_not_the_result(
 
 
 def test_no_fork_while_another_thread_runs() -> None:
-    assert _parallel.forking_pays(10**6)
+    alone = threading.active_count() == 1  # another test file may have left one idle
+    assert FORKING_PAYS(10**6) is alone
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
     other.start()
     try:
-        assert not _parallel.forking_pays(10**6)
+        assert not FORKING_PAYS(10**6)
     finally:
         stop.set()
         other.join()
-    assert not _parallel.forking_pays(_parallel.MIN_EVENTS - 1)
+    assert not FORKING_PAYS(_parallel.MIN_EVENTS - 1)
 
 
 def test_split_covers_every_event_once() -> None:
@@ -206,19 +231,11 @@ def test_verify_bundle_on_two_processes(damage: str, monkeypatch: pytest.MonkeyP
     the same report as on one process, and the child did run."""
     bundle = copy.deepcopy(BUNDLES["guarded"])
     DAMAGE[damage](bundle)
-    forks: list[int] = []
-    real = _parallel._fork
-
-    def counted(work: Callable[[], Any]) -> Any:
-        forks.append(1)
-        return real(work)
-
-    monkeypatch.setattr(_parallel, "_fork", counted)
     monkeypatch.setattr(_parallel, "MIN_EVENTS", 0)
     one = verify_bundle(bundle, TRUSTED, workers=1)
-    assert not forks
+    assert not FORKS
     two = verify_bundle(bundle, TRUSTED, workers=2)
-    assert forks == [1]
+    assert FORKS == [1]
     assert one.ok is (damage == "intact")
     assert (one.lines, one.problems) == (two.lines, two.problems)
 
@@ -254,6 +271,7 @@ def test_the_childs_signatures_are_the_checkpoints_stages(
     monkeypatch.setattr(_parallel, "MIN_EVENTS", 0)
     one = verify_bundle(bundle, TRUSTED, workers=1)
     two = verify_bundle(bundle, TRUSTED, workers=2)
+    assert FORKS == [1]
     assert (one.lines, one.problems) == (two.lines, two.problems)
     assert one.ok is (damage == "intact")
     if damage != "intact":
@@ -270,8 +288,7 @@ def test_every_child_is_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
         time.sleep(0.01)
         _parallel.reap()
     assert _parallel._ended == []
-    with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)  # no child of this process is left
+    assert len(FORKS) == 3
 
 
 def test_the_checkpoints_stage_reads_the_verdicts_by_revision_and_key() -> None:
