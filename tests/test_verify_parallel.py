@@ -312,3 +312,19 @@ def test_the_checkpoints_stage_reads_the_verdicts_by_revision_and_key() -> None:
     found = checked({(0, raw_key(public)): False})
     first = found.problems[0]
     assert (first.stream, first.revision, first.message) == (ledger, 0, "the signature is invalid")
+
+
+def test_an_error_here_stops_and_reaps_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process failing on its own part (here: every part fails) ends the child too."""
+
+    def failing(streams: Any, part: Any, markers: Any) -> Any:
+        raise RuntimeError("this process's own failure")
+
+    monkeypatch.setattr(_parallel, "_check", failing)
+    with pytest.raises(RuntimeError, match="own failure"):
+        two_processes(streams_of(BUNDLES["guarded"]), 0.5)
+    deadline = time.monotonic() + 10
+    while _parallel._ended and time.monotonic() < deadline:
+        time.sleep(0.01)
+        _parallel.reap()
+    assert _parallel._ended == []

@@ -185,6 +185,7 @@ class _Child:
 
     def __init__(self, pid: int, pipe: int) -> None:
         self.pid, self.pipe = pid, pipe
+        self.finished = False  # the pipe reached its end: the child is done, or dead
 
     def result(self) -> Any:
         """What the child sent, or None if it failed (died, or sent nothing whole). Does not
@@ -192,6 +193,7 @@ class _Child:
         large process's memory takes milliseconds."""
         with open(self.pipe, "rb", closefd=False) as source:
             payload = source.read()
+        self.finished = True
         size = int.from_bytes(payload[:_LENGTH], "big")
         if len(payload) < _LENGTH or size != len(payload) - _LENGTH:
             return None
@@ -201,11 +203,12 @@ class _Child:
             return None
 
     def close(self) -> None:
-        """Close the pipe and stop the child (a no-op once it sent its result), leaving it
-        to be reaped once it has ended (:func:`reap`)."""
+        """Close the pipe; stop the child if its result was not read to the end (an error
+        here), and leave it to be reaped once it has ended (:func:`reap`)."""
         os.close(self.pipe)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
+        if not self.finished:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
         _ended.append(self.pid)
         reap()
 
