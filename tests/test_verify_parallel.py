@@ -196,7 +196,8 @@ def test_a_failed_child_costs_time_not_the_result(
     assert two_processes(intact, 0.5) == one_process(intact)
 
 
-def test_no_fork_while_another_thread_runs() -> None:
+def test_no_fork_while_another_thread_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     alone = threading.active_count() == 1  # another test file may have left one idle
     assert FORKING_PAYS(10**6) is alone
     stop = threading.Event()
@@ -208,6 +209,19 @@ def test_no_fork_while_another_thread_runs() -> None:
         stop.set()
         other.join()
     assert not FORKING_PAYS(_parallel.MIN_EVENTS - 1)
+
+
+def test_no_fork_without_a_free_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes on a busy machine share one core: forking would only add its cost."""
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 0.0, 0.0))
+    assert FORKING_PAYS(10**6)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 0.0, 0.0))
+    assert not FORKING_PAYS(10**6)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert not FORKING_PAYS(10**6)
 
 
 def test_split_covers_every_event_once() -> None:
