@@ -35,7 +35,7 @@ from ledger_sessions import TRUSTED, rechain, record, stream_of
 
 BUNDLES = record()
 SHARES = (0.1, 0.3, 0.5, 0.7, 0.95, 1.0)
-FORKING_PAYS = _parallel.forking_pays  # the real rule, before the fixture below
+FORKING_SAFE = _parallel.forking_safe  # the real rule, before the fixture below
 FORKS: list[int] = []
 
 
@@ -49,12 +49,8 @@ def forking(monkeypatch: pytest.MonkeyPatch) -> None:
         FORKS.append(1)
         return real(work)
 
-    def pays(events: int, min_events: int | None = None) -> bool:
-        least = _parallel.MIN_EVENTS if min_events is None else min_events
-        return events >= least
-
     monkeypatch.setattr(_parallel, "_fork", counted)
-    monkeypatch.setattr(_parallel, "forking_pays", pays)
+    monkeypatch.setattr(_parallel, "forking_safe", lambda: True)
     FORKS.clear()
 
 
@@ -75,7 +71,7 @@ def one_process(streams: Streams) -> tuple[list[Any], dict[tuple[str, int], Any]
 def two_processes(streams: Streams, share: float) -> tuple[list[Any], dict[tuple[str, int], Any]]:
     report, markers = Report(), Markers()
     forks = len(FORKS)
-    _parallel.check_integrity(report, streams, markers, workers=2, min_events=0, share=share)
+    _parallel.check_integrity(report, streams, markers, workers=2, share=share)
     assert len(FORKS) == forks + 1  # the child did run
     return report.problems, placed(streams, markers)
 
@@ -196,32 +192,43 @@ def test_a_failed_child_costs_time_not_the_result(
     assert two_processes(intact, 0.5) == one_process(intact)
 
 
-def test_no_fork_while_another_thread_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+def test_no_fork_while_another_thread_runs() -> None:
     alone = threading.active_count() == 1  # another test file may have left one idle
-    assert FORKING_PAYS(10**6) is alone
+    assert FORKING_SAFE() is alone
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
     other.start()
     try:
-        assert not FORKING_PAYS(10**6)
+        assert not FORKING_SAFE()
     finally:
         stop.set()
         other.join()
-    assert not FORKING_PAYS(_parallel.MIN_EVENTS - 1)
 
 
-def test_no_fork_without_a_free_core(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_by_default_a_fork_needs_a_large_tree_and_a_free_core(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Two processes on a busy machine share one core: forking would only add its cost."""
-    monkeypatch.setattr(threading, "active_count", lambda: 1)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 0.0, 0.0))
-    assert FORKING_PAYS(10**6)
+    assert _parallel.forking_pays(_parallel.MIN_EVENTS)
+    assert not _parallel.forking_pays(_parallel.MIN_EVENTS - 1)
     monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 0.0, 0.0))
-    assert not FORKING_PAYS(10**6)
+    assert not _parallel.forking_pays(10**6)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
-    assert not FORKING_PAYS(10**6)
+    assert not _parallel.forking_pays(10**6)
+    monkeypatch.setattr(_parallel, "forking_safe", lambda: False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert not _parallel.forking_pays(10**6)
+
+
+@pytest.mark.parametrize(("workers", "forks"), [(None, 0), (1, 0), (2, 1)])
+def test_workers_says_how_many_processes(workers: int | None, forks: int) -> None:
+    """Unless the caller says, a tree this small stays in one process; 2 forks it anyway."""
+    report = verify_bundle(BUNDLES["guarded"], TRUSTED, workers=workers)
+    assert report.ok
+    assert len(FORKS) == forks
 
 
 def test_split_covers_every_event_once() -> None:
@@ -241,11 +248,10 @@ def test_split_covers_every_event_once() -> None:
 
 @pytest.mark.parametrize("damage", ["intact", "view forged", "two problems"])
 def test_verify_bundle_on_two_processes(damage: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The whole verification of a tree over the threshold (lowered to this one's size):
-    the same report as on one process, and the child did run."""
+    """The whole verification on two processes: the same report as on one, and the child
+    did run."""
     bundle = copy.deepcopy(BUNDLES["guarded"])
     DAMAGE[damage](bundle)
-    monkeypatch.setattr(_parallel, "MIN_EVENTS", 0)
     one = verify_bundle(bundle, TRUSTED, workers=1)
     assert not FORKS
     two = verify_bundle(bundle, TRUSTED, workers=2)
@@ -254,9 +260,9 @@ def test_verify_bundle_on_two_processes(damage: str, monkeypatch: pytest.MonkeyP
     assert (one.lines, one.problems) == (two.lines, two.problems)
 
 
-@pytest.mark.parametrize("workers", [0, 3, True, 2.0])
+@pytest.mark.parametrize("workers", [0, 3, True, 2.0, "2"])
 def test_workers_is_one_or_two(workers: Any) -> None:
-    with pytest.raises(InvalidInput, match="workers must be 1 or 2"):
+    with pytest.raises(InvalidInput, match="workers must be None, 1 or 2"):
         verify_bundle(BUNDLES["simple"], TRUSTED, workers=workers)
 
 
@@ -282,7 +288,6 @@ def test_the_childs_signatures_are_the_checkpoints_stages(
     checked = _parallel.checkpoint_signatures(streams[ledger], TRUSTED)
     assert len(checked) == len(streams[ledger])
     assert all(checked.values()) is (damage == "intact")
-    monkeypatch.setattr(_parallel, "MIN_EVENTS", 0)
     one = verify_bundle(bundle, TRUSTED, workers=1)
     two = verify_bundle(bundle, TRUSTED, workers=2)
     assert FORKS == [1]
@@ -294,7 +299,6 @@ def test_the_childs_signatures_are_the_checkpoints_stages(
 
 def test_every_child_is_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
     """No child outlives its verification for long as a zombie: each is reaped as it ends."""
-    monkeypatch.setattr(_parallel, "MIN_EVENTS", 0)
     for _ in range(3):
         assert verify_bundle(BUNDLES["guarded"], TRUSTED, workers=2).ok
     deadline = time.monotonic() + 10

@@ -115,7 +115,7 @@ def verify_bundle(
     allow_uncovered: bool = False,
     not_before: str | None = None,
     policy: Policy | None = None,
-    workers: int = 2,
+    workers: int | None = None,
 ) -> Report:
     """Verify a parsed bundle against the trusted public keys (key id -> key).
 
@@ -130,12 +130,14 @@ def verify_bundle(
             the session as it was then.
         policy: The policy the session must have run under (an outside anchor,
             like the keys): every policy the bundle records must be this one.
-        workers: How many processes may check the chains: 2 checks a large tree's
-            events on a second core, in a forked child, where forking is safe (Linux, no
-            other thread running); 1 keeps to this process. The report is the same.
+        workers: How many processes check the chains: 1, this one; 2, this one and a
+            forked child on the second core, wherever forking is safe (Linux, no other
+            thread running); None (the default), 2 for a tree of 4,000 events or more when
+            a core is free (the last minute's load leaves one idle), else 1. The report is
+            the same.
 
     Raises:
-        InvalidInput: ``workers`` is not 1 or 2.
+        InvalidInput: ``workers`` is not None, 1 or 2.
     """
     _check_workers(workers)
     # Verification makes records, views and markers by the thousand, none in a cycle: the
@@ -158,7 +160,7 @@ def _verify_bundle(
     allow_uncovered: bool,
     not_before: str | None,
     policy: Policy | None,
-    workers: int,
+    workers: int | None,
 ) -> Report:
     try:
         tree = bundle_records(bundle)
@@ -187,7 +189,7 @@ def verify_records(
     allow_uncovered: bool = False,
     not_before: str | None = None,
     policy: Policy | None = None,
-    workers: int = 2,
+    workers: int | None = None,
 ) -> Report:
     """Verify a session tree's records (from a bundle, or read from a store with
     :func:`agentjournal.walk.read_tree`); the arguments as for :func:`verify_bundle`."""
@@ -213,9 +215,9 @@ def _reaping() -> Iterator[None]:
         reap()
 
 
-def _check_workers(workers: int) -> None:
-    if type(workers) is not int or workers not in (1, 2):
-        raise InvalidInput(f"workers must be 1 or 2, not {workers!r}")
+def _check_workers(workers: int | None) -> None:
+    if workers is not None and (type(workers) is not int or workers not in (1, 2)):
+        raise InvalidInput(f"workers must be None, 1 or 2, not {workers!r}")
 
 
 def _verify_records(
@@ -225,7 +227,7 @@ def _verify_records(
     allow_uncovered: bool,
     not_before: str | None,
     policy: Policy | None,
-    workers: int,
+    workers: int | None,
 ) -> Report:
     report = Report()
     session_id = records.session_id

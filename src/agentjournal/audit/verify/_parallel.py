@@ -61,23 +61,21 @@ def check_integrity(
     streams: Mapping[str, Sequence[Record]],
     markers: Markers,
     *,
-    workers: int,
+    workers: int | None,
     checkpoints: tuple[str, Mapping[str, Ed25519PublicKey]] | None = None,
-    min_events: int | None = None,
     share: float = CHILD_SHARE,
 ) -> Signatures:
     """Check every stream's chain, reporting each stream's first bad event, in stream
-    order; on two cores where ``workers`` > 1 and :func:`forking_pays` for a tree of its
-    size (``min_events``: the fewest events that do, :data:`MIN_EVENTS` unless given), the
-    child checking ``share`` of the events and, given ``checkpoints`` (the checkpoint
-    stream's name and the trusted keys), the checkpoints' signatures.
+    order: on two processes where ``workers`` is 2 and :func:`forking_safe`, or None and
+    :func:`forking_pays` for a tree of its size; the child checking ``share`` of the events
+    and, given ``checkpoints`` (the checkpoint stream's name and the trusted keys), the
+    checkpoints' signatures.
 
     Returns:
         The signatures the child checked (empty on one process).
     """
     total = sum(len(stream) for stream in streams.values())
-    least = MIN_EVENTS if min_events is None else min_events
-    both = workers > 1 and forking_pays(total, least)
+    both = forking_safe() if workers == 2 else workers is None and forking_pays(total)
     mine, theirs = split(streams, share if both else 0.0)
     child = _fork(lambda: _child_work(streams, theirs, checkpoints)) if theirs else None
     try:
@@ -122,17 +120,20 @@ def checkpoint_signatures(
     return checked
 
 
-def forking_pays(events: int, min_events: int | None = None) -> bool:
-    """Whether a tree of ``events`` events is checked in two processes: it is large enough,
-    forking is safe here (Linux, no other thread), and a second core is free (this process
+def forking_pays(events: int) -> bool:
+    """Whether a tree of ``events`` events is checked in two processes unless the caller
+    says: it is large enough (:data:`MIN_EVENTS`), a second core is free (this process
     may run on two, and the load of the last minute leaves one of them idle: on a busy
-    machine two processes share one core and only add the cost of forking)."""
+    machine two processes share one core and only add the cost of forking), and forking is
+    safe (:func:`forking_safe`)."""
+    return events >= MIN_EVENTS and _idle_cores() >= 1 and forking_safe()
+
+
+def forking_safe() -> bool:
+    """Whether this process may fork a child that runs Python: on Linux, with no other
+    thread running (a lock another thread holds would stay held in the child)."""
     return (
-        events >= (MIN_EVENTS if min_events is None else min_events)
-        and sys.platform.startswith("linux")
-        and hasattr(os, "fork")
-        and threading.active_count() == 1
-        and _idle_cores() >= 1
+        sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
     )
 
 
