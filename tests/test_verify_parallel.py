@@ -213,7 +213,9 @@ def test_by_default_a_fork_needs_a_large_tree_and_a_free_core(
     monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 0.0, 0.0))
     assert _parallel.forking_pays(_parallel.MIN_EVENTS)
     assert not _parallel.forking_pays(_parallel.MIN_EVENTS - 1)
-    monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 0.0, 0.0))
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.2, 0.0, 0.0))  # this process, busy
+    assert _parallel.forking_pays(10**6)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 0.0, 0.0))  # and another half
     assert not _parallel.forking_pays(10**6)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})

@@ -15,7 +15,7 @@ stage then reads instead of checking each again.
 Only where forking is safe and pays: on Linux (fork without exec is what
 ``multiprocessing`` avoids on macOS), with no other thread running (a lock another
 thread holds stays held in the child), with a core to spare (the last minute's load
-average at most the cores this process may use, less one), for a tree of at least
+average below the cores this process may use, less half a core), for a tree of at least
 :data:`MIN_EVENTS` events (forking, and the pages both processes then copy, cost about
 15 ms for a tree of 8,000 events). Whatever goes wrong in the child (it dies, is
 killed, sends nothing) costs only time: this process then checks its parts itself.
@@ -123,10 +123,10 @@ def checkpoint_signatures(
 def forking_pays(events: int) -> bool:
     """Whether a tree of ``events`` events is checked in two processes unless the caller
     says: it is large enough (:data:`MIN_EVENTS`), a second core is free (this process
-    may run on two, and the load of the last minute leaves one of them idle: on a busy
-    machine two processes share one core and only add the cost of forking), and forking is
-    safe (:func:`forking_safe`)."""
-    return events >= MIN_EVENTS and _idle_cores() >= 1 and forking_safe()
+    may run on two, and the load of the last minute, this process's own included, leaves
+    more than half a core idle: on a busy machine two processes share one core and only
+    add the cost of forking), and forking is safe (:func:`forking_safe`)."""
+    return events >= MIN_EVENTS and _idle_cores() > 0.5 and forking_safe()
 
 
 def forking_safe() -> bool:
