@@ -22,13 +22,11 @@ from typing import Any
 
 import pytest
 
+import agentjournal.audit.verify as verify_module
 from agentjournal.audit.verify import Report, _parallel, verify_bundle
-from agentjournal.audit.verify._checkpoints import check_checkpoints
 from agentjournal.audit.verify._integrity import Markers, check_chain
 from agentjournal.audit.verify._parse import bundle_records
-from agentjournal.audit.verify._tree import Signatures, Tree, raw_key
 from agentjournal.errors import InvalidInput
-from agentjournal.ledger import SigningKey
 from agentjournal.ledger.chain import GENESIS, chain_hash
 from agentjournal.records import Record
 from ledger_sessions import TRUSTED, rechain, record, stream_of
@@ -248,7 +246,7 @@ def test_split_covers_every_event_once() -> None:
         assert bool(theirs) is (share > 0)
 
 
-@pytest.mark.parametrize("damage", ["intact", "view forged", "two problems"])
+@pytest.mark.parametrize("damage", DAMAGE)
 def test_verify_bundle_on_two_processes(damage: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole verification on two processes: the same report as on one, and the child
     did run."""
@@ -260,6 +258,7 @@ def test_verify_bundle_on_two_processes(damage: str, monkeypatch: pytest.MonkeyP
     assert FORKS == [1]
     assert one.ok is (damage == "intact")
     assert (one.lines, one.problems) == (two.lines, two.problems)
+    assert (one.signers, one.foreign) == (two.signers, two.foreign)
 
 
 @pytest.mark.parametrize("workers", [0, 3, True, 2.0, "2"])
@@ -279,24 +278,37 @@ def forged_signature(bundle: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("damage", ["intact", "forged signature"])
-def test_the_childs_signatures_are_the_checkpoints_stages(
-    damage: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_forged_signature_fails_alike_on_two_processes(damage: str) -> None:
     bundle = copy.deepcopy(BUNDLES["guarded"])
     if damage == "forged signature":
         forged_signature(bundle)
-    ledger = stream_of(bundle, "AgentLedger-")["name"]
-    streams = streams_of(bundle)
-    checked = _parallel.checkpoint_signatures(streams[ledger], TRUSTED)
-    assert len(checked) == len(streams[ledger])
-    assert all(checked.values()) is (damage == "intact")
     one = verify_bundle(bundle, TRUSTED, workers=1)
     two = verify_bundle(bundle, TRUSTED, workers=2)
     assert FORKS == [1]
     assert (one.lines, one.problems) == (two.lines, two.problems)
+    assert (one.signers, one.foreign) == (two.signers, two.foreign)
     assert one.ok is (damage == "intact")
     if damage != "intact":
         assert "the signature is invalid" in one.text()
+
+
+@pytest.mark.parametrize(("workers", "here"), [(1, True), (2, False)])
+def test_the_checks_after_integrity_run_in_the_child(
+    workers: int, here: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On two processes the child runs twins through erasure while this process checks
+    its part of the chains, and its report is the one used."""
+    real = verify_module._after_integrity
+
+    def marked(report: Report, *args: Any, **kwargs: Any) -> None:
+        real(report, *args, **kwargs)
+        report.lines.append(f"ran in {os.getpid()}")
+
+    monkeypatch.setattr(verify_module, "_after_integrity", marked)
+    report = verify_bundle(BUNDLES["guarded"], TRUSTED, workers=workers)
+    assert report.ok
+    assert (report.lines[-1] == f"ran in {os.getpid()}") is here
+    assert report.lines[-1].startswith("ran in ")
 
 
 def test_every_child_is_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -309,29 +321,6 @@ def test_every_child_is_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
         _parallel.reap()
     assert _parallel._ended == []
     assert len(FORKS) == 3
-
-
-def test_the_checkpoints_stage_reads_the_verdicts_by_revision_and_key() -> None:
-    """A verdict the second process sent counts for exactly its checkpoint and key: one
-    saying a valid signature is invalid is taken (so the stage does not check it again);
-    one for another key is not."""
-    streams = streams_of(BUNDLES["simple"])
-    session_id = BUNDLES["simple"]["session_id"]
-    ledger = stream_of(BUNDLES["simple"], "AgentLedger-")["name"]
-    [public] = TRUSTED.values()
-    other = SigningKey.generate().public_key
-
-    def checked(signatures: Signatures) -> Report:
-        report = Report()
-        tree = Tree(session_id, f"AgentSession-{session_id}", streams, {}, signatures)
-        check_checkpoints(report, tree, TRUSTED, False, None)
-        return report
-
-    assert checked({}).ok
-    assert checked({(0, raw_key(other)): False}).ok
-    found = checked({(0, raw_key(public)): False})
-    first = found.problems[0]
-    assert (first.stream, first.revision, first.message) == (ledger, 0, "the signature is invalid")
 
 
 def test_an_error_here_stops_and_reaps_the_child(monkeypatch: pytest.MonkeyPatch) -> None:

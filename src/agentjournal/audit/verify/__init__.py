@@ -82,8 +82,8 @@ from agentjournal.audit.verify._twins import check_twins
 from agentjournal.audit.verify._usage import check_responses
 from agentjournal.authority import Policy
 from agentjournal.errors import CodecError, InvalidInput
-from agentjournal.records import TreeRecords
-from agentjournal.streams import ledger_stream, session_stream
+from agentjournal.records import Record, TreeRecords
+from agentjournal.streams import session_stream
 
 __all__ = [
     "Problem",
@@ -215,6 +215,46 @@ def _reaping() -> Iterator[None]:
         reap()
 
 
+def _after_integrity(
+    report: Report,
+    session_id: str,
+    streams: dict[str, list[Record]],
+    markers: Markers,
+    trusted: Mapping[str, Ed25519PublicKey],
+    *,
+    allow_uncovered: bool,
+    not_before: str | None,
+    policy: Policy | None,
+) -> None:
+    """The checks after integrity, in order, each behind its guard (where the tree's
+    indexes cannot be built, a structure failure and nothing else)."""
+    root = session_stream(session_id)
+    try:
+        tree = Tree(session_id, root, streams, markers)
+    except _MALFORMED as error:
+        report.fail("structure", root, None, f"malformed lifecycle event: {error}")
+        return
+    stages: list[tuple[str, Callable[[], None]]] = [
+        ("twins", lambda: check_twins(report, tree)),
+        ("branches", lambda: check_branches(report, tree)),
+        ("guards", lambda: check_guards(report, tree)),
+        (
+            "checkpoints",
+            lambda: check_checkpoints(report, tree, trusted, allow_uncovered, not_before),
+        ),
+        ("delegation", lambda: check_authority(report, tree, policy)),
+        ("containment", lambda: check_containment(report, tree, policy)),
+        ("approvals", lambda: check_approvals(report, tree)),
+        ("usage", lambda: check_responses(report, tree)),
+        ("erasure", lambda: check_erasure(report, tree)),
+    ]
+    for check, stage in stages:
+        try:
+            stage()
+        except _MALFORMED as error:  # a crafted event: a failure to report, never a crash
+            report.fail(check, root, None, f"malformed event: {type(error).__name__}: {error}")
+
+
 def _check_workers(workers: int | None) -> None:
     if workers is not None and (type(workers) is not int or workers not in (1, 2)):
         raise InvalidInput(f"workers must be None, 1 or 2, not {workers!r}")
@@ -245,37 +285,30 @@ def _verify_records(
     if not check_forms(report, streams):
         return report
     markers: Markers = {}
-    signatures = check_integrity(
-        report, streams, markers, workers=workers, checkpoints=(ledger_stream(session_id), trusted)
-    )
+
+    def after_integrity(into: Report, found: Markers) -> None:
+        _after_integrity(
+            into,
+            session_id,
+            streams,
+            found,
+            trusted,
+            allow_uncovered=allow_uncovered,
+            not_before=not_before,
+            policy=policy,
+        )
+
+    staged = check_integrity(report, streams, markers, workers=workers, then=after_integrity)
     if report.problems:
         report.lines.append("integrity: FAILED")
         return report  # nothing built on a broken chain can be trusted
     report.lines.append(
         f"integrity: {plural(total, 'event')} in {plural(len(streams), 'stream')} chain correctly"
     )
-    try:
-        tree = Tree(session_id, root, streams, markers, signatures)
-    except _MALFORMED as error:
-        report.fail("structure", root, None, f"malformed lifecycle event: {error}")
-        return report
-    stages: list[tuple[str, Callable[[], None]]] = [
-        ("twins", lambda: check_twins(report, tree)),
-        ("branches", lambda: check_branches(report, tree)),
-        ("guards", lambda: check_guards(report, tree)),
-        (
-            "checkpoints",
-            lambda: check_checkpoints(report, tree, trusted, allow_uncovered, not_before),
-        ),
-        ("delegation", lambda: check_authority(report, tree, policy)),
-        ("containment", lambda: check_containment(report, tree, policy)),
-        ("approvals", lambda: check_approvals(report, tree)),
-        ("usage", lambda: check_responses(report, tree)),
-        ("erasure", lambda: check_erasure(report, tree)),
-    ]
-    for check, stage in stages:
-        try:
-            stage()
-        except _MALFORMED as error:  # a crafted event: a failure to report, never a crash
-            report.fail(check, root, None, f"malformed event: {type(error).__name__}: {error}")
+    if staged is None:  # no second process ran the checks after integrity: they run here
+        after_integrity(report, markers)
+    else:
+        report.lines += staged.lines
+        report.problems += staged.problems
+        report.signers, report.foreign = staged.signers, staged.foreign
     return report

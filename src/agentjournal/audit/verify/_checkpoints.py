@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from agentjournal import events
 from agentjournal._text import plural
 from agentjournal.audit.verify._report import Report
-from agentjournal.audit.verify._tree import Tree, raw_key
+from agentjournal.audit.verify._tree import Tree
 from agentjournal.errors import InvalidInput
 from agentjournal.ledger.chain import CHAIN_KEYS, HASH_KEY, PREV_KEY
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
@@ -86,7 +86,7 @@ def check_checkpoints(
             )
             foreign.append((event, checkpoint.key_id))
             continue
-        if not _verified(tree, event, checkpoint, public):
+        if not checkpoint.verify(public):
             report.fail(*where, "the signature is invalid")
             continue
         if checkpoint.session_id != tree.session_id:
@@ -178,13 +178,6 @@ def check_checkpoints(
             report.lines.append(f"  warning: {name}@{revision}: {message}")
         else:
             report.fail("checkpoints", name, revision, message)
-
-
-def _verified(tree: Tree, event: Record, checkpoint: Checkpoint, public: Ed25519PublicKey) -> bool:
-    """Whether the checkpoint's signature verifies under ``public``: as the second process
-    found for this record and key (``tree.signatures``), else checked here."""
-    known = tree.signatures.get((event.revision, raw_key(public))) if tree.signatures else None
-    return checkpoint.verify(public) if known is None else known
 
 
 def _instant(text: str) -> datetime:

@@ -8,9 +8,12 @@ verification not at all), so the second core is a second process: a child forked
 (copy-on-write: nothing is sent to it) checks the events at the end of the tree while
 this process checks the rest, and sends back the first problem of each of its parts and
 the call markers it computed. The report is the one one process would write: per stream,
-the first problem of its first bad part. The child also checks the signature of every
-checkpoint signed by a trusted key (:func:`checkpoint_signatures`), which the checkpoints
-stage then reads instead of checking each again.
+the first problem of its first bad part. Once its own part is checked, the child also runs
+the checks after integrity (twins through erasure), as if every chain were sound, and sends
+their report: this process uses it if every chain is sound (else those checks do not run at
+all, as on one process), and in the meantime checks the rest of the events; so the child
+checks only a quarter of them. The checks after integrity read nothing integrity computed
+but the call markers, which containment computes itself where the child has none.
 
 Only where forking is safe and pays: on Linux (fork without exec is what
 ``multiprocessing`` avoids on macOS), with no other thread running (a lock another
@@ -33,27 +36,24 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
 from agentjournal.audit.verify._integrity import Markers, chain_problem
 from agentjournal.audit.verify._report import Report
-from agentjournal.audit.verify._tree import Signatures, raw_key
-from agentjournal.errors import InvalidInput
-from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.records import Record
 
 MIN_EVENTS: Final = 4000
 """The fewest events worth a second process (forking, and the pages both processes then
 copy as they touch the records, cost about 15 ms for a tree of 8,000 events)."""
 
-CHILD_SHARE: Final = 0.45
-"""The share of the events the child checks: a little less than half, as it also checks
-the checkpoints' signatures and sends back what it found."""
+CHILD_SHARE: Final = 0.25
+"""The share of the events the child checks: a quarter, as it then runs the checks after
+integrity (about as long as checking half the events) while this process checks the rest."""
 
 # One part of the tree: a stream's name and the range of its revisions [start, stop).
 Part = tuple[str, int, int]
 # What checking one part found: the revision to report and what is wrong, or None.
 Found = tuple[int, str] | None
+# The checks after integrity, writing to a report, given the call markers computed so far.
+Then = Callable[[Report, Markers], None]
 
 
 def check_integrity(
@@ -62,33 +62,34 @@ def check_integrity(
     markers: Markers,
     *,
     workers: int | None,
-    checkpoints: tuple[str, Mapping[str, Ed25519PublicKey]] | None = None,
+    then: Then | None = None,
     share: float = CHILD_SHARE,
-) -> Signatures:
+) -> Report | None:
     """Check every stream's chain, reporting each stream's first bad event, in stream
     order: on two processes where ``workers`` is 2 and :func:`forking_safe`, or None and
-    :func:`forking_pays` for a tree of its size; the child checking ``share`` of the events
-    and, given ``checkpoints`` (the checkpoint stream's name and the trusted keys), the
-    checkpoints' signatures.
+    :func:`forking_pays` for a tree of its size, the child checking ``share`` of the
+    events and then, if they are sound, running ``then`` (the checks after integrity) on
+    a fresh report with the markers it computed.
 
     Returns:
-        The signatures the child checked (empty on one process).
+        The report ``then`` wrote in the child, which holds for the tree if every chain is
+        sound; None where no child ran it (one process, a bad part, a failed child).
     """
     total = sum(len(stream) for stream in streams.values())
     both = forking_safe() if workers == 2 else workers is None and forking_pays(total)
     mine, theirs = split(streams, share if both else 0.0)
-    child = _fork(lambda: _child_work(streams, theirs, checkpoints)) if theirs else None
+    child = _fork(lambda: _child_work(streams, theirs, then)) if theirs else None
     try:
         found = {part: _check(streams, part, markers) for part in mine}
         sent = child.result() if child is not None else None
     finally:
         if child is not None:
             child.close()
-    signatures: Signatures = {}
+    staged: Report | None = None
     if sent is None:  # no child, or it failed: check its parts here
         found.update((part, _check(streams, part, markers)) for part in theirs)
     else:
-        results, their_markers, signatures = sent
+        results, their_markers, staged = sent
         found.update(zip(theirs, results, strict=True))
         for (name, position), marker in their_markers.items():
             markers[id(streams[name][position])] = marker
@@ -99,25 +100,7 @@ def check_integrity(
         )
         if first is not None:
             report.fail("integrity", name, *first)
-    return signatures
-
-
-def checkpoint_signatures(
-    stream: Sequence[Record], trusted: Mapping[str, Ed25519PublicKey]
-) -> Signatures:
-    """Whether each checkpoint of ``stream`` signed by a trusted key verifies under it, by
-    the checkpoint's revision and the key's raw bytes (checkpoints that do not decode, and
-    keys only a rotation leads to, are left to the checkpoints stage)."""
-    checked: Signatures = {}
-    for event in stream:
-        try:
-            checkpoint = Checkpoint.decode(event.body)
-        except (InvalidInput, ValueError, TypeError, LookupError, AttributeError):
-            continue
-        public = trusted.get(checkpoint.key_id)
-        if public is not None:
-            checked[(event.revision, raw_key(public))] = checkpoint.verify(public)
-    return checked
+    return staged
 
 
 def forking_pays(events: int) -> bool:
@@ -168,15 +151,18 @@ def _check(streams: Mapping[str, Sequence[Record]], part: Part, markers: Markers
 
 
 def _child_work(
-    streams: Mapping[str, Sequence[Record]],
-    parts: list[Part],
-    checkpoints: tuple[str, Mapping[str, Ed25519PublicKey]] | None,
-) -> tuple[list[Found], dict[tuple[str, int], dict[str, Any]], Signatures]:
-    """What the child sends back: each part's first problem, the markers it computed by
-    stream and revision (a record's ``id`` means nothing in another process), and the
-    checkpoints' signatures it checked."""
+    streams: Mapping[str, Sequence[Record]], parts: list[Part], then: Then | None
+) -> tuple[list[Found], dict[tuple[str, int], dict[str, Any]], Report | None]:
+    """What the child sends back: each part's first problem; if its parts are sound, the
+    report of ``then`` (the checks after integrity, which only count if every part is
+    sound); else, or without ``then``, the markers it computed by stream and revision (a
+    record's ``id`` means nothing in another process)."""
     markers: Markers = {}
     results = [_check(streams, part, markers) for part in parts]
+    if then is not None and not any(results):
+        staged = Report()
+        then(staged, markers)  # containment computes the markers of this process's parts
+        return results, {}, staged
     placed = {}
     for name, start, stop in parts:
         stream = streams[name]
@@ -184,11 +170,7 @@ def _child_work(
             marker = markers.get(id(stream[position]))
             if marker is not None:
                 placed[(name, position)] = marker
-    signatures: Signatures = {}
-    if checkpoints is not None:
-        name, trusted = checkpoints
-        signatures = checkpoint_signatures(streams.get(name, ()), trusted)
-    return results, placed, signatures
+    return results, placed, None
 
 
 class _Child:

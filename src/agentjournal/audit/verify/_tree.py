@@ -7,9 +7,6 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
 from agentjournal import events
 from agentjournal.audit.verify._integrity import Markers
 from agentjournal.authority import Authority, Policy
@@ -24,15 +21,6 @@ from agentjournal.streams import (
     branches_stream,
     ledger_stream,
 )
-
-# Checkpoint signatures checked before the checkpoints stage (by a second process), by the
-# checkpoint's revision on the checkpoint stream and the raw bytes of the key checked.
-Signatures = dict[tuple[int, bytes], bool]
-
-
-def raw_key(public: Ed25519PublicKey) -> bytes:
-    """A public key's 32 raw bytes."""
-    return public.public_bytes(Encoding.Raw, PublicFormat.Raw)
 
 
 def decoded(kind: Any, record: Record) -> Any:
@@ -77,11 +65,9 @@ class Tree:
         session_stream: str,
         streams: dict[str, list[Record]],
         markers: Markers | None = None,
-        signatures: Signatures | None = None,
     ):
         self.session_id = session_id
         self.markers = markers if markers is not None else {}
-        self.signatures = signatures if signatures is not None else {}
         self.session_stream = session_stream
         self.ledger_stream = ledger_stream(session_id)
         self.authority_stream = authority_stream(session_id)
