@@ -126,6 +126,19 @@ def view_forged(bundle: dict[str, Any]) -> None:
     reseal(bundle, stream_of(bundle, "AgentSession-")["name"])
 
 
+def view_and_hash(bundle: dict[str, Any]) -> None:
+    """A tool call whose view commitment and hash are both wrong: the hash is the problem
+    (the view is an event's last check), whichever process checks each."""
+    call_events(bundle)[0]["metadata"]["aj.redacted"] = "0" * 64
+
+
+def view_then_hash(bundle: dict[str, Any]) -> None:
+    """A forged view early, chained correctly, and a bad hash after it: the view counts."""
+    call_events(bundle)[0]["metadata"]["aj.redacted"] = "0" * 64
+    reseal(bundle, stream_of(bundle, "AgentSession-")["name"])
+    stream_of(bundle, "AgentSession-")["events"][-1]["metadata"]["aj.turn"] = "99"
+
+
 def two_problems(bundle: dict[str, Any]) -> None:
     """A bad event early and another late in the same stream: only the first counts."""
     events = stream_of(bundle, "AgentSession-")["events"]
@@ -144,6 +157,8 @@ DAMAGE: dict[str, Callable[[dict[str, Any]], None]] = {
     "metadata changed": metadata_changed,
     "event removed": event_removed,
     "view forged": view_forged,
+    "view and hash": view_and_hash,
+    "view then hash": view_then_hash,
     "two problems": two_problems,
     "every stream": every_stream,
 }

@@ -1,19 +1,19 @@
 """The integrity stage on a second core: a large tree's chains checked in two processes.
 
 Each event's integrity check reads only the event and its predecessor's stored hash
-(:func:`._integrity.chain_problem`), so the events can be checked in any order and in
-parts. Python runs one thread of Python code at a time and the checks are Python code
-(hashlib releases the lock only for buffers over 2 KiB, and cryptography's Ed25519
-verification not at all), so the second core is a second process: a child forked
-(copy-on-write: nothing is sent to it) checks the events at the end of the tree while
-this process checks the rest, and sends back the first problem of each of its parts and
-the call markers it computed. The report is the one one process would write: per stream,
-the first problem of its first bad part. Once its own part is checked, the child also runs
-the checks after integrity (twins through erasure), as if every chain were sound, and sends
-their report: this process uses it if every chain is sound (else those checks do not run at
-all, as on one process), and in the meantime checks the rest of the events; so the child
-checks only a quarter of them. The checks after integrity read nothing integrity computed
-but the call markers, which containment computes itself where the child has none.
+(:func:`._integrity.first_problem`), so the events can be checked in any order and in
+parts, and an event's view (the costliest check, the last) apart from the others
+(:func:`._integrity.first_view_problem`). Python runs one thread of Python code at a time
+and the checks are Python code (hashlib releases the lock only for buffers over 2 KiB, and
+cryptography's Ed25519 verification not at all), so the second core is a second process: a
+child forked (copy-on-write: nothing is sent to it) checks the views of the events at the
+end of the tree (:data:`CHILD_SHARE` of them) while this process checks everything else;
+the child then runs the checks after integrity (twins through erasure) as if every chain
+were sound, with the call markers its views gave (containment computes the others), and
+sends back the first bad view of each of its parts and that report. This process uses the
+report if every chain is sound (else those checks do not run at all, as on one process).
+The integrity report is the one one process would write: per stream, the first bad event,
+and at one event the problem of the checks before its view.
 
 Only where forking is safe and pays: on Linux (fork without exec is what
 ``multiprocessing`` avoids on macOS), with no other thread running (a lock another
@@ -21,8 +21,9 @@ thread holds stays held in the child), with a core to spare (the last minute's l
 average below the cores this process may use, less half a core), for a tree of at least
 :data:`MIN_EVENTS` events (forking, and the pages both processes then copy, cost about
 15 ms for a tree of 8,000 events). Whatever goes wrong in the child (it dies, is
-killed, sends nothing) costs only time: this process then checks its parts itself.
-Nothing here imports ``multiprocessing`` (its import is heavier than the verifier's).
+killed, sends nothing) costs only time: this process then checks its views and runs the
+checks after integrity itself. Nothing here imports ``multiprocessing`` (its import is
+heavier than the verifier's).
 """
 
 from __future__ import annotations
@@ -36,7 +37,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from agentjournal.audit.verify._integrity import Markers, chain_problem
+from agentjournal.audit.verify._integrity import (
+    Markers,
+    Problem,
+    first_problem,
+    first_view_problem,
+)
 from agentjournal.audit.verify._report import Report
 from agentjournal.records import Record
 
@@ -44,14 +50,15 @@ MIN_EVENTS: Final = 4000
 """The fewest events worth a second process (forking, and the pages both processes then
 copy as they touch the records, cost about 15 ms for a tree of 8,000 events)."""
 
-CHILD_SHARE: Final = 0.25
-"""The share of the events the child checks: a quarter, as it then runs the checks after
-integrity (about as long as checking half the events) while this process checks the rest."""
+CHILD_SHARE: Final = 0.8
+"""The share of the events whose views the child checks: most, as views are most of the
+cost of the integrity check, and the child's stages need their call markers (containment
+computes the rest again, at about two thirds of a view's cost each)."""
 
 # One part of the tree: a stream's name and the range of its revisions [start, stop).
 Part = tuple[str, int, int]
-# What checking one part found: the revision to report and what is wrong, or None.
-Found = tuple[int, str] | None
+# What checking one part found: its first bad event, or None.
+Found = Problem | None
 # The checks after integrity, writing to a report, given the call markers computed so far.
 Then = Callable[[Report, Markers], None]
 
@@ -67,39 +74,48 @@ def check_integrity(
 ) -> Report | None:
     """Check every stream's chain, reporting each stream's first bad event, in stream
     order: on two processes where ``workers`` is 2 and :func:`forking_safe`, or None and
-    :func:`forking_pays` for a tree of its size, the child checking ``share`` of the
-    events and then, if they are sound, running ``then`` (the checks after integrity) on
-    a fresh report with the markers it computed.
+    :func:`forking_pays` for a tree of its size, the child checking the views of ``share``
+    of the events and then, if they are sound, running ``then`` (the checks after
+    integrity) on a fresh report with the markers it computed.
 
     Returns:
         The report ``then`` wrote in the child, which holds for the tree if every chain is
-        sound; None where no child ran it (one process, a bad part, a failed child).
+        sound; None where no child ran it (one process, a bad view, a failed child).
     """
     total = sum(len(stream) for stream in streams.values())
     both = forking_safe() if workers == 2 else workers is None and forking_pays(total)
     mine, theirs = split(streams, share if both else 0.0)
     child = _fork(lambda: _child_work(streams, theirs, then)) if theirs else None
     try:
-        found = {part: _check(streams, part, markers) for part in mine}
+        found = [_check(streams, part, markers) for part in mine]
+        # The child's parts: every check but their views here (all of them without a child).
+        found += [_check(streams, part, markers, views=child is None) for part in theirs]
         sent = child.result() if child is not None else None
     finally:
         if child is not None:
             child.close()
     staged: Report | None = None
-    if sent is None:  # no child, or it failed: check its parts here
-        found.update((part, _check(streams, part, markers)) for part in theirs)
-    else:
-        results, their_markers, staged = sent
-        found.update(zip(theirs, results, strict=True))
-        for (name, position), marker in their_markers.items():
-            markers[id(streams[name][position])] = marker
+    if child is not None:
+        if sent is None:  # it failed: its views here
+            found += [_views(streams, part, markers) for part in theirs]
+        else:
+            viewed, their_markers, staged = sent
+            found += viewed
+            for (name, position), marker in their_markers.items():
+                markers[id(streams[name][position])] = marker
+    parts = mine + theirs + (theirs if child is not None else [])
     for name in streams:
-        first = next(
-            (problem for part, problem in sorted(found.items()) if part[0] == name and problem),
-            None,
+        # The first bad event; at one event, the checks before its view (listed first).
+        first = min(
+            (
+                (problem[0], order, problem)
+                for order, (part, problem) in enumerate(zip(parts, found, strict=True))
+                if part[0] == name and problem is not None
+            ),
+            default=None,
         )
         if first is not None:
-            report.fail("integrity", name, *first)
+            report.fail("integrity", name, first[2][1], first[2][2])
     return staged
 
 
@@ -145,20 +161,27 @@ def split(streams: Mapping[str, Sequence[Record]], share: float) -> tuple[list[P
     return mine, theirs
 
 
-def _check(streams: Mapping[str, Sequence[Record]], part: Part, markers: Markers) -> Found:
+def _check(
+    streams: Mapping[str, Sequence[Record]], part: Part, markers: Markers, *, views: bool = True
+) -> Found:
     name, start, stop = part
-    return chain_problem(name, streams[name], start, stop, markers)
+    return first_problem(name, streams[name], start, stop, markers, views=views)
+
+
+def _views(streams: Mapping[str, Sequence[Record]], part: Part, markers: Markers) -> Found:
+    name, start, stop = part
+    return first_view_problem(streams[name], start, stop, markers)
 
 
 def _child_work(
     streams: Mapping[str, Sequence[Record]], parts: list[Part], then: Then | None
 ) -> tuple[list[Found], dict[tuple[str, int], dict[str, Any]], Report | None]:
-    """What the child sends back: each part's first problem; if its parts are sound, the
-    report of ``then`` (the checks after integrity, which only count if every part is
+    """What the child sends back: the first bad view of each part; if there is none, the
+    report of ``then`` (the checks after integrity, which only count if every chain is
     sound); else, or without ``then``, the markers it computed by stream and revision (a
     record's ``id`` means nothing in another process)."""
     markers: Markers = {}
-    results = [_check(streams, part, markers) for part in parts]
+    results = [_views(streams, part, markers) for part in parts]
     if then is not None and not any(results):
         staged = Report()
         then(staged, markers)  # containment computes the markers of this process's parts
