@@ -3,17 +3,17 @@
 Each event's integrity check reads only the event and its predecessor's stored hash
 (:func:`._integrity.first_problem`), so the events can be checked in any order and in
 parts, and an event's view (the costliest check, the last) apart from the others
-(:func:`._integrity.first_view_problem`). Python runs one thread of Python code at a time
-and the checks are Python code (hashlib releases the lock only for buffers over 2 KiB, and
-cryptography's Ed25519 verification not at all), so the second core is a second process: a
-child forked (copy-on-write: nothing is sent to it) checks the views of the events at the
-end of the tree (:data:`CHILD_SHARE` of them) while this process checks everything else;
-the child then runs the checks after integrity (twins through erasure) as if every chain
-were sound, with the call markers its views gave (containment computes the others), and
-sends back the first bad view of each of its parts and that report. This process uses the
-report if every chain is sound (else those checks do not run at all, as on one process).
-The integrity report is the one one process would write: per stream, the first bad event,
-and at one event the problem of the checks before its view.
+(:func:`._integrity.first_view_problem`). Python runs one thread of Python code at a
+time and the checks are Python code (hashlib releases the lock only for buffers over 2
+KiB, and cryptography's Ed25519 verification not at all), so the second core is a second
+process: a child forked (copy-on-write: nothing is sent to it) checks the views of the
+events (:data:`CHILD_SHARE` of them, from the end of the tree) while this process checks
+everything else; the child then runs the checks after integrity (twins through erasure)
+as if every chain were sound, with the call markers its views gave (containment computes
+the others), and sends back the first bad view of each of its parts and that report.
+This process uses the report if every chain is sound (else those checks do not run at
+all, as on one process). The integrity report is the one one process would write: per
+stream, the first bad event, and at one event the problem of the checks before its view.
 
 Only where forking is safe and pays: on Linux (fork without exec is what
 ``multiprocessing`` avoids on macOS), with no other thread running (a lock another
@@ -50,10 +50,11 @@ MIN_EVENTS: Final = 4000
 """The fewest events worth a second process (forking, and the pages both processes then
 copy as they touch the records, cost about 15 ms for a tree of 8,000 events)."""
 
-CHILD_SHARE: Final = 0.8
-"""The share of the events whose views the child checks: most, as views are most of the
-cost of the integrity check, and the child's stages need their call markers (containment
-computes the rest again, at about two thirds of a view's cost each)."""
+CHILD_SHARE: Final = 1.0
+"""The share of the events whose views the child checks: all of them. Views are most of
+the integrity check's cost, and the child's checks after integrity need their call
+markers: containment would compute the markers of views checked here again, at about two
+thirds of a view's cost each, which leaves nothing to gain by checking views here."""
 
 # One part of the tree: a stream's name and the range of its revisions [start, stop).
 Part = tuple[str, int, int]
