@@ -1,5 +1,7 @@
 """The integrity stage: each stream's revisions, data digests, hash chain and redacted
-views (:func:`check_chain`), leaving the call markers it computed for containment."""
+views (:func:`check_chain`), leaving the call markers it computed for containment; any
+range of a stream on its own (:func:`first_problem`), and its views apart
+(:func:`first_view_problem`), for :mod:`._parallel`."""
 
 from __future__ import annotations
 
