@@ -308,7 +308,5 @@ def _verify_records(
     if staged is None:  # no second process ran the checks after integrity: they run here
         after_integrity(report, markers)
     else:
-        report.lines += staged.lines
-        report.problems += staged.problems
-        report.signers, report.foreign = staged.signers, staged.foreign
+        report.extend(staged)
     return report
