@@ -27,13 +27,11 @@ from agentjournal.records import Record
 def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None:
     executed = guarded = bounded = 0
     sealed_calls = sealed_decisions = 0  # their arguments or payloads need the subject's key
-    for name, stream in tree.streams.items():
-        index = _CallIndex(stream)
-        for event in stream:
+    indexes = [_CallIndex(stream) for stream in tree.streams.values()]  # one pass each
+    for name, index in zip(tree.streams, indexes, strict=True):
+        for event in index.calls:
             meta = event.metadata
-            kind = meta.get(events.ITEM_TYPE_KEY, "")
-            if kind not in CALL_KINDS:
-                continue
+            kind = meta[events.ITEM_TYPE_KEY]
             call_id = meta.get(events.CALL_ID_KEY, "")
             decided = index.latest(index.decisions, call_id, event.revision)
             refused = index.latest(index.refusals, call_id, event.revision) or (
@@ -76,8 +74,8 @@ def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None
             elif events.TOOL_RULE_KEY in meta:
                 bounded += 1
                 _check_within(report, tree, event, marker, decided, index)
-    for stream in tree.streams.values():
-        for event in stream:
+    for index in indexes:
+        for event in index.judged:
             if event.type == events.AUTHORITY_REFUSED:
                 try:
                     _check_refusal(report, tree, event)
@@ -88,11 +86,7 @@ def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None
                 problem = _decision_problem(event.body or {}, sealed=is_sealed(event))
                 if problem is not None:
                     report.fail("containment", event.stream, event.revision, problem)
-    opaque = sum(
-        event.metadata.get(events.OPAQUE_KEY) == "1"
-        for stream in tree.streams.values()
-        for event in stream
-    )
+    opaque = sum(index.opaque for index in indexes)
     if opaque:
         report.lines.append(
             f"  note: {plural(opaque, 'opaque item')} (encrypted, or naming no kind) could not "
@@ -215,19 +209,30 @@ def call_marker(event: Record, markers: Markers) -> dict[str, Any]:
 
 
 class _CallIndex:
-    """One stream's tool outputs, guardrail decisions and refusals, by call id."""
+    """One stream's tool outputs, guardrail decisions and refusals, by call id; its
+    calls, its refusals and decisions, and how many of its items are opaque, in order."""
 
     def __init__(self, stream: Sequence[Record]) -> None:
         self.outputs: dict[tuple[str, str], list[int]] = {}  # (call kind, call id)
         self.decisions: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self.refusals: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        self.calls: list[Record] = []  # the events holding a call the runner executes
+        self.judged: list[Record] = []  # its AuthorityRefused and GuardrailDecided events
+        self.opaque = 0
         for event in stream:
             meta = event.metadata
             kind = meta.get(events.ITEM_TYPE_KEY, "")
-            if kind.endswith("_output") and kind.removesuffix("_output") in CALL_KINDS:
+            if meta.get(events.OPAQUE_KEY) == "1":
+                self.opaque += 1
+            if kind in CALL_KINDS:
+                self.calls.append(event)
+            elif kind.endswith("_output") and kind.removesuffix("_output") in CALL_KINDS:
                 key = (kind.removesuffix("_output"), meta.get(events.CALL_ID_KEY, ""))
                 self.outputs.setdefault(key, []).append(event.revision)
-            elif event.type in (events.GUARDRAIL_DECIDED, events.AUTHORITY_REFUSED):
+            if event.type in (events.GUARDRAIL_DECIDED, events.AUTHORITY_REFUSED):
+                self.judged.append(event)
+                if kind.endswith("_output") and kind.removesuffix("_output") in CALL_KINDS:
+                    continue  # an output's item type: its body is not indexed (as before)
                 body = event.body
                 if body is not None and isinstance(body.get("call_id"), str):
                     table = (

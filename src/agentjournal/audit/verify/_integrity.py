@@ -1,5 +1,7 @@
 """The integrity stage: each stream's revisions, data digests, hash chain and redacted
-views (:func:`check_chain`), leaving the call markers it computed for containment."""
+views (:func:`check_chain`), leaving the call markers it computed for containment; any
+range of a stream on its own (:func:`first_problem`), and its views apart
+(:func:`first_view_problem`), for :mod:`._parallel`."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import orjson
 
 from agentjournal import events
 from agentjournal._text import cut
@@ -34,59 +38,123 @@ Markers = dict[int, dict[str, Any]]
 def check_chain(
     report: Report, name: str, stream: Sequence[Record], markers: Markers | None = None
 ) -> None:
+    """Check one stream's chain, reporting its first bad event (nothing after it counts)."""
+    found = first_problem(name, stream, 0, len(stream), markers)
+    if found is not None:
+        report.fail("integrity", name, found[1], found[2])
+
+
+# The first bad event of a range: its position, the revision to report (the event's own
+# where it is out of place) and what is wrong.
+Problem = tuple[int, int, str]
+
+
+def first_problem(
+    name: str,
+    stream: Sequence[Record],
+    start: int,
+    stop: int,
+    markers: Markers | None = None,
+    *,
+    views: bool = True,
+) -> Problem | None:
+    """The first bad event among ``stream[start:stop]``, or None; without ``views``, every
+    check but the views' (:func:`first_view_problem` has those).
+
+    Each event is checked on its own against its predecessor's stored hash, so a stream's
+    first problem is the first of its ranges' (a range after a bad event may report a
+    problem of its own: the earlier range's is the one that counts); what one event's check
+    finds does not depend on the checks of the events before it. An event's view is its
+    last check: where both find a problem at one event, the other checks' is the one.
+    """
     signed = signed_stream(name)
-    prev = GENESIS
-    for position, event in enumerate(stream):
+    prev = GENESIS if start == 0 else stream[start - 1].metadata.get(HASH_KEY)
+    sha256, dumps, sorted_keys = hashlib.sha256, orjson.dumps, orjson.OPT_SORT_KEYS
+    for position in range(start, stop):
+        event = stream[position]
         if event.revision != position:
-            report.fail(
-                "integrity",
-                name,
+            return (
+                position,
                 event.revision,
                 f"expected revision {position}: an event was removed, added or moved",
             )
-            return
-        problem = _data_problem(event)
-        if problem is not None:
-            report.fail("integrity", name, position, problem)
-            return
+        data = event.data
+        if data is None or event.view is not None or not data.isascii():
+            problem = _data_problem(event)
+            if problem is not None:
+                return position, position, problem
+        elif sha256(data.encode()).hexdigest() != event.data_sha256:  # _data_problem's own
+            return position, position, "the data does not match its digest"
         metadata = event.metadata
         stored = metadata.get(HASH_KEY)
         if stored is None:
-            report.fail("integrity", name, position, "the event is not chained (no aj.hash)")
-            return
+            return position, position, "the event is not chained (no aj.hash)"
         if metadata.get(SEQ_KEY) != str(position):
-            report.fail("integrity", name, position, "aj.seq does not match the revision")
-            return
+            return position, position, "aj.seq does not match the revision"
         if metadata.get(PREV_KEY) != prev:
-            report.fail("integrity", name, position, "aj.prev is not the previous event's hash")
-            return
-        found = chain_format(metadata)
-        if found == 2 and signed:
-            report.fail(
-                "integrity",
-                name,
-                position,
-                "a checkpoint or key rotation is sealed in chain format 1 only (aj.chain)",
-            )
-            return
-        if found is None:
-            report.fail(
-                "integrity",
-                name,
-                position,
-                f"the event names chain format {cut(repr(metadata[CHAIN_KEY]), 40)}; "
-                f"this version knows 1 and {CHAIN_FORMAT}",
-            )
-            return
-        expected = chain_hash(name, position, event.id, event.type, event.data_sha256, metadata)
+            return position, position, "aj.prev is not the previous event's hash"
+        named = metadata.get(CHAIN_KEY)
+        if named == CHAIN_FORMAT and not signed:
+            # Format 2 (nearly every event): the record ``chain.record_bytes`` builds, in one
+            # orjson call; what orjson refuses takes the reference path below.
+            covered = dict(metadata)
+            del covered[HASH_KEY]
+            try:
+                record = dumps(
+                    [2, name, position, event.id, event.type, event.data_sha256, covered],
+                    option=sorted_keys,
+                )
+            except orjson.JSONEncodeError:
+                expected = _reference_hash(name, position, event)
+            else:
+                expected = sha256(record).hexdigest()
+        else:
+            found = chain_format(metadata)
+            if found == 2 and signed:
+                return (
+                    position,
+                    position,
+                    "a checkpoint or key rotation is sealed in chain format 1 only (aj.chain)",
+                )
+            if found is None:
+                return (
+                    position,
+                    position,
+                    f"the event names chain format {cut(repr(metadata[CHAIN_KEY]), 40)}; "
+                    f"this version knows 1 and {CHAIN_FORMAT}",
+                )
+            expected = _reference_hash(name, position, event)
         if expected != stored:
-            report.fail("integrity", name, position, "the hash does not match the event")
-            return
+            return position, position, "the hash does not match the event"
+        if views and (events.REDACTED_KEY in metadata or event.view is not None):
+            problem = _view_problem(event, markers)
+            if problem is not None:
+                return position, position, problem
+        prev = stored
+    return None
+
+
+def first_view_problem(
+    stream: Sequence[Record], start: int, stop: int, markers: Markers | None = None
+) -> Problem | None:
+    """The first event among ``stream[start:stop]`` whose view does not match its
+    commitment, of those in place with their data as it may be (the others fail the checks
+    before the view's, which :func:`first_problem` without ``views`` makes), or None."""
+    for position in range(start, stop):
+        event = stream[position]
+        if events.REDACTED_KEY not in event.metadata and event.view is None:
+            continue
+        if event.revision != position or _data_problem(event) is not None:
+            continue
         problem = _view_problem(event, markers)
         if problem is not None:
-            report.fail("integrity", name, position, problem)
-            return
-        prev = stored
+            return position, position, problem
+    return None
+
+
+def _reference_hash(name: str, position: int, event: Record) -> str:
+    """The event's hash as :func:`agentjournal.ledger.chain.chain_hash` computes it."""
+    return chain_hash(name, position, event.id, event.type, event.data_sha256, event.metadata)
 
 
 def _data_problem(event: Record) -> str | None:

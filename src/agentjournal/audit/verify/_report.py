@@ -73,6 +73,13 @@ class Report:
     ) -> None:
         self.problems.append(Problem(check, stream, revision, message, untrusted))
 
+    def extend(self, later: Report) -> None:
+        """Add what ``later`` found after what this report found: its lines and problems
+        after these, and its signers and foreign keys (the checkpoints stage sets them)."""
+        self.lines += later.lines
+        self.problems += later.problems
+        self.signers, self.foreign = later.signers or self.signers, later.foreign or self.foreign
+
     def model_checked(self, found: tuple[str, str | None] | None, stream: str) -> None:
         """Add the read-model comparison (``read.replay.check_read_model``): its line, and
         its problem as a failure on ``stream`` (None: the store keeps no read model)."""

@@ -1,0 +1,272 @@
+"""The integrity stage on a second core: a large tree's chains checked in two processes.
+
+Each event's integrity check reads only the event and its predecessor's stored hash
+(:func:`._integrity.first_problem`), so the events can be checked in any order and in
+parts, and an event's view (the costliest check, the last) apart from the others
+(:func:`._integrity.first_view_problem`). Python runs one thread of Python code at a
+time and the checks are Python code (hashlib releases the lock only for buffers over 2
+KiB, and cryptography's Ed25519 verification not at all), so the second core is a second
+process: a child forked (copy-on-write: nothing is sent to it) checks the views of the
+events (:data:`CHILD_SHARE` of them, from the end of the tree) while this process checks
+everything else; the child then runs the checks after integrity (twins through erasure)
+as if every chain were sound, with the call markers its views gave (containment computes
+the others), and sends back the first bad view of each of its parts and that report.
+This process uses the report if every chain is sound (else those checks do not run at
+all, as on one process). The integrity report is the one one process would write: per
+stream, the first bad event, and at one event the problem of the checks before its view.
+
+Only where forking is safe and pays: on Linux (fork without exec is what
+``multiprocessing`` avoids on macOS), with no other thread running (a lock another
+thread holds stays held in the child), with a core to spare (the last minute's load
+average below the cores this process may use, less half a core), for a tree of at least
+:data:`MIN_EVENTS` events (forking, and the pages both processes then copy, cost about
+15 ms for a tree of 8,000 events). Whatever goes wrong in the child (it dies, is
+killed, sends nothing) costs only time: this process then checks its views and runs the
+checks after integrity itself. Nothing here imports ``multiprocessing`` (its import is
+heavier than the verifier's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from agentjournal.audit.verify._integrity import (
+    Markers,
+    Problem,
+    first_problem,
+    first_view_problem,
+)
+from agentjournal.audit.verify._report import Report
+from agentjournal.records import Record
+
+MIN_EVENTS: Final = 4000
+"""The fewest events worth a second process (forking, and the pages both processes then
+copy as they touch the records, cost about 15 ms for a tree of 8,000 events)."""
+
+CHILD_SHARE: Final = 1.0
+"""The share of the events whose views the child checks: all of them. Views are most of
+the integrity check's cost, and the child's checks after integrity need their call
+markers: containment would compute the markers of views checked here again, at about two
+thirds of a view's cost each, which leaves nothing to gain by checking views here."""
+
+# One part of the tree: a stream's name and the range of its revisions [start, stop).
+Part = tuple[str, int, int]
+# What checking one part found: its first bad event, or None.
+Found = Problem | None
+# The checks after integrity, writing to a report, given the call markers computed so far.
+Then = Callable[[Report, Markers], None]
+
+
+def check_integrity(
+    report: Report,
+    streams: Mapping[str, Sequence[Record]],
+    markers: Markers,
+    *,
+    workers: int | None,
+    then: Then | None = None,
+    share: float = CHILD_SHARE,
+) -> Report | None:
+    """Check every stream's chain, reporting each stream's first bad event, in stream
+    order: on two processes where ``workers`` is 2 and :func:`forking_safe`, or None and
+    :func:`forking_pays` for a tree of its size, the child checking the views of ``share``
+    of the events and then, if they are sound, running ``then`` (the checks after
+    integrity) on a fresh report with the markers it computed.
+
+    Returns:
+        The report ``then`` wrote in the child, which holds for the tree if every chain is
+        sound; None where no child ran it (one process, a bad view, a failed child).
+    """
+    total = sum(len(stream) for stream in streams.values())
+    both = forking_safe() if workers == 2 else workers is None and forking_pays(total)
+    mine, theirs = split(streams, share if both else 0.0)
+    child = _fork(lambda: _child_work(streams, theirs, then)) if theirs else None
+    try:
+        found = [_check(streams, part, markers) for part in mine]
+        # The child's parts: every check but their views here (all of them without a child).
+        found += [_check(streams, part, markers, views=child is None) for part in theirs]
+        sent = child.result() if child is not None else None
+    finally:
+        if child is not None:
+            child.close()
+    staged: Report | None = None
+    if child is not None:
+        if sent is None:  # it failed: its views here
+            found += [_views(streams, part, markers) for part in theirs]
+        else:
+            viewed, their_markers, staged = sent
+            found += viewed
+            for (name, position), marker in their_markers.items():
+                markers[id(streams[name][position])] = marker
+    parts = mine + theirs + (theirs if child is not None else [])
+    for name in streams:
+        # The first bad event; at one event, the checks before its view (listed first).
+        first = min(
+            (
+                (problem[0], order, problem)
+                for order, (part, problem) in enumerate(zip(parts, found, strict=True))
+                if part[0] == name and problem is not None
+            ),
+            default=None,
+        )
+        if first is not None:
+            report.fail("integrity", name, first[2][1], first[2][2])
+    return staged
+
+
+def forking_pays(events: int) -> bool:
+    """Whether a tree of ``events`` events is checked in two processes unless the caller
+    says: it is large enough (:data:`MIN_EVENTS`), a second core is free (this process
+    may run on two, and the load of the last minute, this process's own included, leaves
+    more than half a core idle: on a busy machine two processes share one core and only
+    add the cost of forking), and forking is safe (:func:`forking_safe`)."""
+    return events >= MIN_EVENTS and _idle_cores() > 0.5 and forking_safe()
+
+
+def forking_safe() -> bool:
+    """Whether this process may fork a child that runs Python: on Linux, with no other
+    thread running (a lock another thread holds would stay held in the child)."""
+    return (
+        sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
+    )
+
+
+def _idle_cores() -> float:
+    """How many of the cores this process may run on the last minute's load left idle."""
+    cores = len(os.sched_getaffinity(0))
+    return cores - os.getloadavg()[0] if cores >= 2 else 0.0
+
+
+def split(streams: Mapping[str, Sequence[Record]], share: float) -> tuple[list[Part], list[Part]]:
+    """The tree's events in parts: this process's (the first ``1 - share`` of the events
+    in stream order) and the child's (the rest); each stream is one part or two."""
+    total = sum(len(stream) for stream in streams.values())
+    cut = total - round(total * share)
+    mine: list[Part] = []
+    theirs: list[Part] = []
+    seen = 0
+    for name, stream in streams.items():
+        size = len(stream)
+        here = min(max(cut - seen, 0), size)  # how many of this stream's events are mine
+        if here or not size:
+            mine.append((name, 0, here))
+        if here < size:
+            theirs.append((name, here, size))
+        seen += size
+    return mine, theirs
+
+
+def _check(
+    streams: Mapping[str, Sequence[Record]], part: Part, markers: Markers, *, views: bool = True
+) -> Found:
+    name, start, stop = part
+    return first_problem(name, streams[name], start, stop, markers, views=views)
+
+
+def _views(streams: Mapping[str, Sequence[Record]], part: Part, markers: Markers) -> Found:
+    name, start, stop = part
+    return first_view_problem(streams[name], start, stop, markers)
+
+
+def _child_work(
+    streams: Mapping[str, Sequence[Record]], parts: list[Part], then: Then | None
+) -> tuple[list[Found], dict[tuple[str, int], dict[str, Any]], Report | None]:
+    """What the child sends back: the first bad view of each part; if there is none, the
+    report of ``then`` (the checks after integrity, which only count if every chain is
+    sound); else, or without ``then``, the markers it computed by stream and revision (a
+    record's ``id`` means nothing in another process)."""
+    markers: Markers = {}
+    results = [_views(streams, part, markers) for part in parts]
+    if then is not None and not any(results):
+        staged = Report()
+        then(staged, markers)  # containment computes the markers of this process's parts
+        return results, {}, staged
+    placed = {}
+    for name, start, stop in parts:
+        stream = streams[name]
+        for position in range(start, stop):
+            marker = markers.get(id(stream[position]))
+            if marker is not None:
+                placed[(name, position)] = marker
+    return results, placed, None
+
+
+class _Child:
+    """A forked child's pid and the pipe its result comes through: its pickle, after its
+    length in 8 bytes (anything shorter is a child that failed)."""
+
+    def __init__(self, pid: int, pipe: int) -> None:
+        self.pid, self.pipe = pid, pipe
+        self.finished = False  # the pipe reached its end: the child is done, or dead
+
+    def result(self) -> Any:
+        """What the child sent, or None if it failed (died, or sent nothing whole). Does not
+        wait for the child to end: it closes the pipe before its exit, whose unmapping of a
+        large process's memory takes milliseconds."""
+        with open(self.pipe, "rb", closefd=False) as source:
+            payload = source.read()
+        self.finished = True
+        size = int.from_bytes(payload[:_LENGTH], "big")
+        if len(payload) < _LENGTH or size != len(payload) - _LENGTH:
+            return None
+        try:
+            return pickle.loads(memoryview(payload)[_LENGTH:])  # our own child's bytes
+        except Exception:  # cannot happen to a whole payload: then check its parts here
+            return None
+
+    def close(self) -> None:
+        """Close the pipe; stop the child if its result was not read to the end (an error
+        here), and leave it to be reaped once it has ended (:func:`reap`)."""
+        os.close(self.pipe)
+        if not self.finished:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        _ended.append(self.pid)
+        reap()
+
+
+_LENGTH: Final = 8
+_ended: list[int] = []  # children stopped or done, not yet reaped
+
+
+def reap() -> None:
+    """Reap the children that have ended, without waiting for the others (the next call,
+    or the end of the verification, reaps them)."""
+    for pid in list(_ended):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # reaped already: the caller ignores SIGCHLD, or waited
+            done = pid
+        if done:
+            _ended.remove(pid)
+
+
+def _fork(work: Callable[[], Any]) -> _Child | None:
+    """Run ``work`` in a forked child; None if the system would not fork."""
+    read, write = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read)
+        os.close(write)
+        return None
+    if pid == 0:  # the child: never returns into the caller, never runs its exit handlers
+        status = 1
+        try:
+            os.close(read)
+            payload = pickle.dumps(work(), protocol=pickle.HIGHEST_PROTOCOL)
+            view = memoryview(len(payload).to_bytes(_LENGTH, "big") + payload)
+            while view:
+                view = view[os.write(write, view) :]
+            os.close(write)  # the result is whole: the parent need not wait for the exit
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write)
+    return _Child(pid, read)

@@ -1,0 +1,117 @@
+"""Reading a bundle's events into records: the fast reader builds exactly the record the
+dataclass does, and refuses exactly what it refused.
+
+``audit.verify._parse`` builds each record without ``Record.__init__`` (its ten
+``object.__setattr__`` calls were half the cost of reading an event); these tests hold it
+to the dataclass, field by field, and to the structure messages it gave before.
+"""
+
+from __future__ import annotations
+
+from collections import UserDict
+from typing import Any
+
+import pytest
+
+from agentjournal.audit.verify._parse import Malformed, _event, _record, bundle_records
+from agentjournal.records import Record
+from ledger_sessions import record
+
+BUNDLES = record()
+
+
+def test_the_fast_record_is_the_dataclass_record() -> None:
+    for bundle in BUNDLES.values():
+        for stream in bundle["streams"]:
+            for raw in stream["events"]:
+                fields = (
+                    stream["name"],
+                    raw["revision"],
+                    raw["id"],
+                    raw["type"],
+                    raw["data"],
+                    raw["data_sha256"],
+                    raw["metadata"],
+                    raw["view"],
+                )
+                fast, slow = _record(*fields), Record(*fields)
+                assert fast == slow
+                assert vars(fast) == vars(slow)  # every field, none missing or extra
+                assert fast.body == slow.body
+                assert hash(fast) == hash(slow)
+
+
+def test_a_record_is_read_only_and_keeps_no_reference_to_the_bundle() -> None:
+    bundle = BUNDLES["simple"]
+    raw = bundle["streams"][0]["events"][0]
+    made = _event(bundle["streams"][0]["name"], raw)
+    with pytest.raises(TypeError):
+        made.metadata["aj.seq"] = "9"  # type: ignore[index]
+    before = dict(made.metadata)
+    raw["metadata"]["aj.extra"] = "x"
+    try:
+        assert dict(made.metadata) == before
+    finally:
+        del raw["metadata"]["aj.extra"]
+
+
+GOOD: dict[str, Any] = {
+    "revision": 0,
+    "id": "00000000-0000-0000-0000-000000000000",
+    "type": "T",
+    "data": "{}",
+    "data_sha256": "0" * 64,
+    "metadata": {"k": "v"},
+    "view": None,
+}
+
+
+class Text(str):
+    """A str subclass: not what JSON parses to."""
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"extra": 1}, "an event must have exactly"),
+        ({"revision": True}, "an event has a non-integer revision"),
+        ({"revision": 1.0}, "an event has a non-integer revision"),
+        ({"metadata": {"k": 1}}, "metadata must map strings to strings"),
+        ({"metadata": {1: "v"}}, "metadata must map strings to strings"),
+        ({"metadata": {"k": Text("v")}}, "metadata must map strings to strings"),
+        ({"metadata": [("k", "v")]}, "metadata must map strings to strings"),
+        ({"id": 1}, "id must be a string"),
+        ({"type": None}, "type must be a string"),
+        ({"data_sha256": b"0"}, "data_sha256 must be a string"),
+        ({"data": 1}, "data must be a string or null"),
+        ({"view": []}, "view must be an object or null"),
+    ],
+)
+def test_a_malformed_event_is_refused_as_before(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(Malformed, match=message):
+        _event("AgentSession-x", {**GOOD, **change})
+
+
+def test_an_event_of_any_mapping_and_str_subclass_fields_reads() -> None:
+    """What the general checks accepted (a mapping that is no dict; a str subclass as id,
+    type or data) still reads."""
+    made = _event("AgentSession-x", UserDict({**GOOD, "id": Text(GOOD["id"]), "data": Text("{}")}))
+    assert made == Record("AgentSession-x", 0, GOOD["id"], "T", "{}", "0" * 64, {"k": "v"})
+
+
+def test_a_whole_bundle_reads_as_before() -> None:
+    for bundle in BUNDLES.values():
+        tree = bundle_records(bundle)
+        assert [
+            (name, [(r.revision, r.id, r.type, r.data, dict(r.metadata)) for r in records])
+            for name, records in tree.streams.items()
+        ] == [
+            (
+                stream["name"],
+                [
+                    (e["revision"], e["id"], e["type"], e["data"], e["metadata"])
+                    for e in stream["events"]
+                ],
+            )
+            for stream in bundle["streams"]
+        ]
