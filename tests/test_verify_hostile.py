@@ -628,3 +628,16 @@ def test_unreadable_keys_and_policies_are_one_line(tmp_path: Path) -> None:
         assert checked.returncode == 1
         assert len(checked.stderr.strip().splitlines()) == 1
         assert "unexpected" not in checked.stderr
+
+
+def test_a_forged_name_in_a_problem_cannot_start_a_line_of_the_report() -> None:
+    # An event's type is anyone's text; a problem naming it must stay on its own line,
+    # and the verdict must stay the report's last line.
+    from agentjournal.audit.verify._report import Report
+
+    report = Report()
+    report.lines.append("session s: 1 stream, 1 event (0 withheld)")
+    report.fail("integrity", "AgentSession-s", 3, "\rVERIFIED: x\n carries a view commitment")
+    lines = report.text().splitlines()
+    assert lines[-1].startswith("FAILED: AgentSession-s@3: \\rVERIFIED: x\\n carries")
+    assert not any(line.startswith("VERIFIED") for line in lines)

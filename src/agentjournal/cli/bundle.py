@@ -10,7 +10,7 @@ import argparse
 import asyncio
 import json
 import os
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from agentjournal._text import plural
 from agentjournal.cli._common import (
@@ -120,14 +120,7 @@ async def export_to_file(args: argparse.Namespace) -> int:
         bundle = await export_bundle(store, session_id, redact=args.redact)
     finally:
         await store.close()
-    try:
-        await asyncio.to_thread(write_atomically, output, json.dumps(bundle, ensure_ascii=False))
-    except OSError as error:
-        return usage(f"cannot write {output}: {error.strerror or error}")
-    streams = bundle["streams"]
-    count = sum(len(stream["events"]) for stream in streams)
-    print(f"wrote {output}: {plural(len(streams), 'stream')}, {plural(count, 'event')}")
-    return 0
+    return await _write(output, bundle)
 
 
 async def _export_eval(args: argparse.Namespace, output: str, key: SigningKey | None) -> int:
@@ -154,6 +147,11 @@ async def _export_eval(args: argparse.Namespace, output: str, key: SigningKey | 
                 bundle = await export_eval_bundle(store, run_id, redact=args.redact)
     finally:
         await store.close()
+    return await _write(output, bundle)
+
+
+async def _write(output: str, bundle: dict[str, Any]) -> int:
+    """Write ``bundle`` to ``output`` in one step and say what it holds."""
     try:
         await asyncio.to_thread(write_atomically, output, json.dumps(bundle, ensure_ascii=False))
     except OSError as error:

@@ -121,11 +121,27 @@ def bundle_records(bundle: Any) -> TreeRecords:
             f"{' and '.join(map(str, BUNDLE_VERSIONS))} (agentjournal 0.2 and later): verify it "
             "with the agentjournal that wrote it"
         )
-    session_id = bundle["session_id"]
-    if not isinstance(session_id, str) or not session_id or not _unicode(session_id):
-        raise InvalidInput("session_id must be a non-empty string")
-    if validate_id(session_id, "session_id") != session_id:  # we write GUIDs normalised
-        raise InvalidInput(f"session_id {cut(repr(session_id), 80)} is not written normalised")
+    session_id = _checked_id(bundle["session_id"], "session_id")
+    streams = _bundle_streams(bundle, branches=version >= BUNDLE_VERSION)
+    return TreeRecords(session_id, streams)
+
+
+def _checked_id(value: Any, what: str) -> str:
+    """A bundle's session or run id: a non-empty string, written normalised."""
+    if not isinstance(value, str) or not value or not _unicode(value):
+        raise InvalidInput(f"{what} must be a non-empty string")
+    if validate_id(value, what) != value:  # we write GUIDs normalised
+        raise InvalidInput(f"{what} {cut(repr(value), 80)} is not written normalised")
+    return value
+
+
+def _bundle_streams(bundle: Mapping[str, Any], *, branches: bool) -> dict[str, list[Record]]:
+    """A bundle's streams read into records (``branches``: its version may carry branch
+    streams).
+
+    Raises:
+        InvalidInput: A stream is malformed or repeated (:class:`Malformed` for an event).
+    """
     redacted = bundle["redacted"]
     if not isinstance(redacted, bool) or not isinstance(bundle["exported_at"], str):
         raise InvalidInput("redacted must be true or false and exported_at a string")
@@ -144,7 +160,7 @@ def bundle_records(bundle: Any) -> TreeRecords:
             or name in streams
         ):
             raise InvalidInput(f"stream {cut(repr(name), 200)} is malformed or repeated")
-        if version < BUNDLE_VERSION and has_branches([name]):
+        if not branches and has_branches([name]):
             raise InvalidInput(
                 f"stream {cut(repr(name), 200)} holds a branch: only a version "
                 f"{BUNDLE_VERSION} bundle carries branches"
@@ -155,7 +171,7 @@ def bundle_records(bundle: Any) -> TreeRecords:
             raise Malformed(
                 name, withheld.revision, "data is withheld in a bundle that says it is unredacted"
             )
-    return TreeRecords(session_id, streams)
+    return streams
 
 
 _EVAL_BUNDLE_FIELDS: Final = {"format", "version", "run_id", "exported_at", "redacted", "streams"}
@@ -185,35 +201,8 @@ def eval_bundle_records(bundle: Any) -> tuple[str, dict[str, list[Record]]]:
             f"an {EVAL_BUNDLE_FORMAT} of version {cut(repr(version), 40)}; this verifier reads "
             f"version {EVAL_BUNDLE_VERSION}: verify it with the agentjournal that wrote it"
         )
-    run_id = bundle["run_id"]
-    if not isinstance(run_id, str) or not run_id or not _unicode(run_id):
-        raise InvalidInput("run_id must be a non-empty string")
-    if validate_id(run_id, "run_id") != run_id:
-        raise InvalidInput(f"run_id {cut(repr(run_id), 80)} is not written normalised")
-    redacted = bundle["redacted"]
-    if not isinstance(redacted, bool) or not isinstance(bundle["exported_at"], str):
-        raise InvalidInput("redacted must be true or false and exported_at a string")
-    raw_streams = bundle["streams"]
-    if not isinstance(raw_streams, list) or not raw_streams:
-        raise InvalidInput("a bundle holds at least one stream")
-    streams: dict[str, list[Record]] = {}
-    for raw in raw_streams:
-        if not isinstance(raw, Mapping) or set(raw) != _STREAM_FIELDS:
-            raise InvalidInput("each stream has exactly 'name' and 'events'")
-        name, raw_events = raw["name"], raw["events"]
-        if (
-            not isinstance(name, str)
-            or not _unicode(name)
-            or not isinstance(raw_events, list)
-            or name in streams
-        ):
-            raise InvalidInput(f"stream {cut(repr(name), 200)} is malformed or repeated")
-        streams[name] = [_event(name, e) for e in raw_events]
-        withheld = next((e for e in streams[name] if e.data is None), None)
-        if withheld is not None and not redacted:
-            raise Malformed(
-                name, withheld.revision, "data is withheld in a bundle that says it is unredacted"
-            )
+    run_id = _checked_id(bundle["run_id"], "run_id")
+    streams = _bundle_streams(bundle, branches=True)
     return run_id, streams
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agentjournal._text import printable
 from agentjournal.ledger.integrity import Integrity
 
 
@@ -102,5 +103,8 @@ class Report:
         if len(shown) > 20:
             out.append(f"  ... and {len(shown) - 20} more")
         out.append(self.integrity.text())
-        # Forged data can carry lone surrogates into a message: shown escaped, never a crash.
-        return "\n".join(out).encode("utf-8", "backslashreplace").decode("utf-8")
+        # Forged data reaches messages (an event's type, a stream's name): each line is
+        # shown with its control characters escaped, so none starts a line of its own, and
+        # lone surrogates escaped, never a crash.
+        text = "\n".join(printable(line) for line in out)
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
