@@ -1,4 +1,4 @@
-"""A support agent's recorded sessions, and a candidate to try on them (``agentjournal experiment``).
+"""A support agent's recorded sessions, and a candidate to try on them (agentjournal experiment).
 
 ``python samples/experiment/support.py`` records five support sessions offline (scripted
 models, the SDK's real ``Runner``) into ``$AGENTJOURNAL_URI`` (default
