@@ -1,7 +1,7 @@
 """Two processes running the same experiment at once (a retried CI job while the first still
 runs) must not run a turn twice: the second must wait or refuse, not pop the first's turn in
-flight and run it again beside it. Known to fail (found by the evals review): xfail, not
-strict, as the race depends on timing; run it with --runxfail to see it."""
+flight and run it again beside it. Known to fail: xfail, not strict, as the race depends on
+timing; run it with --runxfail to see it."""
 
 from __future__ import annotations
 

@@ -588,7 +588,8 @@ async def list_runs(
 
 def latest_of(runs: Mapping[str, Sequence[RecordedEvent]]) -> dict[str, LatestScore]:
     """Per session, its newest scores among ``runs``' events (see :func:`latest_scores`;
-    pure). Events in the store's global order per run; the newest by position wins."""
+    pure). Events in the store's global order per run; the newest by position wins, a
+    main-line score over any branch's (:func:`~agentjournal.read.catalog.scores.replaces_score`)."""
     best: dict[str, tuple[int, SessionScoreRow, str]] = {}
     rated: dict[str, tuple[int, TurnScoreRow]] = {}
     for run_id, found in runs.items():
@@ -631,8 +632,9 @@ def latest_of(runs: Mapping[str, Sequence[RecordedEvent]]) -> dict[str, LatestSc
 async def latest_scores(
     store: EventStore, *, keys: SubjectKeyStore | None = None
 ) -> dict[str, LatestScore]:
-    """Per session, the newest ``SessionScored`` of any eval run and the newest person's
-    rating of any of its turns (one pass over the global order).
+    """Per session, the newest ``SessionScored`` of its main line in any eval run (of a
+    branch while the main line has none) and the newest person's rating of any of its turns
+    (one pass over the global order).
 
     Raises:
         StoreError: The store could not be read.
