@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentjournal._fastjson import loads, loads_bytes
+from agentjournal._fastjson import loads, loads_bytes, loads_utf8
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -118,6 +118,17 @@ def test_bytes_parse_alike(data: bytes) -> None:
     assert _same(loads_bytes(data), expected)
 
 
+@pytest.mark.parametrize("data", _EDGE_BYTES)
+def test_utf8_bytes_parse_as_their_decoded_text_does(data: bytes) -> None:
+    try:
+        expected = json.loads(data.decode())
+    except ValueError as error:  # UnicodeDecodeError included
+        with pytest.raises(type(error)):
+            loads_utf8(data)
+        return
+    assert _same(loads_utf8(data), expected)
+
+
 @pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(_values)
@@ -130,6 +141,13 @@ def test_random_byte_documents_parse_alike(value: Any) -> None:
             loads_bytes(data)
         return
     assert _same(loads_bytes(data), expected)
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:  # a lone surrogate: not UTF-8, as the store's metadata must be
+        with pytest.raises(UnicodeDecodeError):
+            loads_utf8(data)
+        return
+    assert _same(loads_utf8(data), json.loads(text))
 
 
 def _strict(text: str) -> Any:

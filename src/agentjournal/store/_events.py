@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Final, TypeAlias
 
-from agentjournal._fastjson import loads as fast_loads
+from agentjournal._fastjson import loads_utf8
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024 - 10_000
 """The largest event a store accepts: KurrentDB's largest stored event.
@@ -179,7 +179,7 @@ class RecordedEvent:
     @property
     def metadata(self) -> Mapping[str, str]:
         if self._metadata is None:
-            self._metadata = MappingProxyType(fast_loads(self._raw_metadata.decode()))
+            self._metadata = MappingProxyType(loads_utf8(self._raw_metadata))
         return self._metadata
 
     @property
