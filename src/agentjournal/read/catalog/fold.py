@@ -26,7 +26,13 @@ from agentjournal.errors import InvalidInput, JournalError
 from agentjournal.ledger.chain import GENESIS, HASH_KEY
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, trusted_closure
-from agentjournal.read.catalog.ledger import chain_problem, checkpoint_problem, ledger_status
+from agentjournal.read.catalog.ledger import (
+    chain_problem,
+    checkpoint_problem,
+    ledger_status,
+    linked,
+)
+from agentjournal.read.catalog.responses import response_counts
 from agentjournal.read.catalog.rows import BranchRow, SessionRow
 from agentjournal.read.catalog.scores import SCORE_TYPES, fold_score, score_marks
 from agentjournal.read.usage import legacy_counts
@@ -37,7 +43,6 @@ from agentjournal.streams import (
     session_of,
     session_stream,
 )
-from agentjournal.tokens import ModelResponse
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -188,11 +193,13 @@ class Catalog:
         if row is None:
             row = self.sessions[session_id] = _new_row()
         metadata = event.metadata
-        # The chain: link the event to its stream's head; note the first break on the row.
-        problem = chain_problem(head, event, metadata)
-        if problem is not None and row["broken"] is None:
-            row["broken"] = f"{stream}@{event.revision}: {problem}"
         digest = metadata.get(HASH_KEY, "")
+        # The chain: link the event to its stream's head; note the first break on the row.
+        # What the lean check does not pass (a break, a format 1 event) is chain_problem's.
+        if not linked(head, event, metadata, digest):
+            problem = chain_problem(head, event, metadata)
+            if problem is not None and row["broken"] is None:
+                row["broken"] = f"{stream}@{event.revision}: {problem}"
         if head is None:
             self.streams[stream] = [session_id, event.revision, digest]
         else:  # in place: one list per stream, not one per event
@@ -299,11 +306,11 @@ class Catalog:
         row["refusals"] += 1
 
     def _on_responded(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
-        answer = ModelResponse.decode(event.data)
-        self._speaker(row, answer.agent)
+        agent, total = response_counts(event.data)
+        self._speaker(row, agent)
         if event.stream not in row["responded"]:
             row["responded"].append(event.stream)
-        row["tokens"] += answer.usage.total_tokens
+        row["tokens"] += total
 
     def _on_checkpoint(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         if event.stream == ledger_stream(session_id):
