@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from agentjournal._fastjson import loads_bytes
+import orjson
+
 from agentjournal.tokens import ModelResponse
 
 _REQUIRED: Final = ("session_id", "agent", "ended_at")
@@ -31,29 +32,38 @@ def response_counts(data: bytes) -> tuple[str, int]:
     Raises:
         ValueError: It is not what ``ModelResponse.encode`` writes (``decode`` refuses it).
     """
-    body = loads_bytes(data)
-    if type(body) is dict:
-        usage = body.get("usage")
-        outputs = body.get("outputs", {})
-        if (
-            type(usage) is dict
-            and type(outputs) is dict
-            and all(type(body.get(key)) is str for key in _REQUIRED)
-            and all(_text_or_none(body.get(key)) for key in _OPTIONAL)
-            and all(_plain_count(usage.get(key, 0)) for key in _COUNTS)
-            and all(_plain_count(value) for value in outputs.values())
-        ):
-            return body["agent"], int(usage.get("total_tokens", 0))
+    try:
+        # orjson alone: where it reads a value otherwise than json (an integer past 64
+        # bits becomes a float), the value is no plain count, and decode reads it below.
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        body = None
+    if type(body) is dict and _plain(body):
+        return body["agent"], int(body["usage"].get("total_tokens", 0))
     answer = ModelResponse.decode(data)
     return answer.agent, answer.usage.total_tokens
 
 
-def _text_or_none(value: Any) -> bool:
-    return value is None or type(value) is str
-
-
-def _plain_count(value: Any) -> bool:
-    """A count ``decode`` reads: a non-negative int (not a bool), or ASCII digits."""
-    if type(value) is int:
-        return bool(value >= 0)
-    return type(value) is str and value.isascii() and value.isdigit()
+def _plain(body: dict[str, Any]) -> bool:
+    """Whether ``body`` is what ``decode`` reads: its texts are texts, its counts plain
+    counts (a non-negative int, not a bool, or ASCII digits)."""
+    usage = body.get("usage")
+    outputs = body.get("outputs", {})
+    if type(usage) is not dict or type(outputs) is not dict:
+        return False
+    for key in _REQUIRED:
+        if type(body.get(key)) is not str:
+            return False
+    for key in _OPTIONAL:
+        value = body.get(key)
+        if value is not None and type(value) is not str:
+            return False
+    counts = [usage.get(key, 0) for key in _COUNTS]
+    counts.extend(outputs.values())
+    for value in counts:
+        if type(value) is str:
+            if not (value.isascii() and value.isdigit()):
+                return False
+        elif type(value) is not int or value < 0:
+            return False
+    return True
