@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from agentjournal import events
-from agentjournal._fastjson import loads_bytes
+from agentjournal._fastjson import loads, loads_bytes
 from agentjournal._gc import no_collection
 from agentjournal.engine.tree import index_of
 from agentjournal.errors import InvalidInput, JournalError
@@ -248,13 +248,13 @@ class Catalog:
         # `sessions` and `usage` agree.
         stream = event.stream
         if stream not in row["responded"] and legacy_counts(row["responses"], stream, metadata):
-            row["legacy"] += int(json.loads(metadata[events.USAGE_KEY]).get("total_tokens", 0))
+            row["legacy"] += int(loads(metadata[events.USAGE_KEY]).get("total_tokens", 0))
 
     def _on_session_started(
         self, row: dict[str, Any], event: RecordedEvent, session_id: str
     ) -> None:
         if event.revision == 0 or not row["agent"]:
-            body = json.loads(event.data)
+            body = loads_bytes(event.data)
             row["app"] = str(body.get("app_name", ""))
             row["user"] = str(body.get("user_id", ""))
             row["agent"] = str(body.get("agent_name") or row["agent"])
@@ -294,13 +294,13 @@ class Catalog:
         row["cleared"] = True
 
     def _on_guardrail(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
-        body = json.loads(event.data)
+        body = loads_bytes(event.data)
         self._speaker(row, body.get("agent"))
         if body.get("decision") == "BLOCK":
             row["blocks"] += 1
 
     def _on_granted(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
-        self._speaker(row, json.loads(event.data).get("agent"))
+        self._speaker(row, loads_bytes(event.data).get("agent"))
 
     def _on_refused(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         row["refusals"] += 1
@@ -400,7 +400,7 @@ class Catalog:
         row["ck"] = mark
         self.fresh.pop(session_id, None)
         try:
-            checkpoint = Checkpoint.decode(json.loads(event.data))
+            checkpoint = Checkpoint.decode(loads_bytes(event.data))
         except (ValueError, InvalidInput) as error:
             mark["problem"] = f"the checkpoint is malformed: {error}"
             return
@@ -415,7 +415,7 @@ class Catalog:
     def _fold_key(self, event: RecordedEvent) -> None:
         if event.type == KEY_ROTATED:
             try:
-                body = json.loads(event.data)
+                body = loads_bytes(event.data)
             except ValueError:
                 return
             if isinstance(body, dict):
