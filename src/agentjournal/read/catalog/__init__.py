@@ -31,6 +31,7 @@ Typical use::
 - :mod:`.rows` — the rows a listing holds (a session, its branches).
 - :mod:`.fold` — the fold: counts per session tree, stream heads, checkpoints seen.
 - :mod:`.ledger` — the cheap ledger check: chain links, checkpoint heads, a row's status.
+- :mod:`.responses` — a ``ModelResponded``'s agent and tokens, read with the least work.
 - :mod:`.listing` — :func:`refresh`: load the saved fold, fold what is new, settle, save.
 - :mod:`.live` — the fold kept in memory by a long-lived reader (the viewer), with its
   content index: fold only what is new, save nothing.

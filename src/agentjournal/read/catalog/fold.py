@@ -19,14 +19,20 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from agentjournal import events
-from agentjournal._fastjson import loads_bytes
+from agentjournal._fastjson import loads, loads_bytes
 from agentjournal._gc import no_collection
 from agentjournal.engine.tree import index_of
 from agentjournal.errors import InvalidInput, JournalError
 from agentjournal.ledger.chain import GENESIS, HASH_KEY
 from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
 from agentjournal.ledger.keys import KEY_ROTATED, KeyRotation, trusted_closure
-from agentjournal.read.catalog.ledger import chain_problem, checkpoint_problem, ledger_status
+from agentjournal.read.catalog.ledger import (
+    chain_problem,
+    checkpoint_problem,
+    ledger_status,
+    linked,
+)
+from agentjournal.read.catalog.responses import response_counts
 from agentjournal.read.catalog.rows import BranchRow, SessionRow
 from agentjournal.read.catalog.scores import SCORE_TYPES, fold_score, score_marks
 from agentjournal.read.usage import legacy_counts
@@ -37,7 +43,6 @@ from agentjournal.streams import (
     session_of,
     session_stream,
 )
-from agentjournal.tokens import ModelResponse
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -188,11 +193,13 @@ class Catalog:
         if row is None:
             row = self.sessions[session_id] = _new_row()
         metadata = event.metadata
-        # The chain: link the event to its stream's head; note the first break on the row.
-        problem = chain_problem(head, event, metadata)
-        if problem is not None and row["broken"] is None:
-            row["broken"] = f"{stream}@{event.revision}: {problem}"
         digest = metadata.get(HASH_KEY, "")
+        # The chain: link the event to its stream's head; note the first break on the row.
+        # What the lean check does not pass (a break, a format 1 event) is chain_problem's.
+        if not linked(head, event, metadata, digest):
+            problem = chain_problem(head, event, metadata)
+            if problem is not None and row["broken"] is None:
+                row["broken"] = f"{stream}@{event.revision}: {problem}"
         if head is None:
             self.streams[stream] = [session_id, event.revision, digest]
         else:  # in place: one list per stream, not one per event
@@ -241,13 +248,13 @@ class Catalog:
         # `sessions` and `usage` agree.
         stream = event.stream
         if stream not in row["responded"] and legacy_counts(row["responses"], stream, metadata):
-            row["legacy"] += int(json.loads(metadata[events.USAGE_KEY]).get("total_tokens", 0))
+            row["legacy"] += int(loads(metadata[events.USAGE_KEY]).get("total_tokens", 0))
 
     def _on_session_started(
         self, row: dict[str, Any], event: RecordedEvent, session_id: str
     ) -> None:
         if event.revision == 0 or not row["agent"]:
-            body = json.loads(event.data)
+            body = loads_bytes(event.data)
             row["app"] = str(body.get("app_name", ""))
             row["user"] = str(body.get("user_id", ""))
             row["agent"] = str(body.get("agent_name") or row["agent"])
@@ -287,23 +294,23 @@ class Catalog:
         row["cleared"] = True
 
     def _on_guardrail(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
-        body = json.loads(event.data)
+        body = loads_bytes(event.data)
         self._speaker(row, body.get("agent"))
         if body.get("decision") == "BLOCK":
             row["blocks"] += 1
 
     def _on_granted(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
-        self._speaker(row, json.loads(event.data).get("agent"))
+        self._speaker(row, loads_bytes(event.data).get("agent"))
 
     def _on_refused(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         row["refusals"] += 1
 
     def _on_responded(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
-        answer = ModelResponse.decode(event.data)
-        self._speaker(row, answer.agent)
+        agent, total = response_counts(event.data)
+        self._speaker(row, agent)
         if event.stream not in row["responded"]:
             row["responded"].append(event.stream)
-        row["tokens"] += answer.usage.total_tokens
+        row["tokens"] += total
 
     def _on_checkpoint(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         if event.stream == ledger_stream(session_id):
@@ -393,7 +400,7 @@ class Catalog:
         row["ck"] = mark
         self.fresh.pop(session_id, None)
         try:
-            checkpoint = Checkpoint.decode(json.loads(event.data))
+            checkpoint = Checkpoint.decode(loads_bytes(event.data))
         except (ValueError, InvalidInput) as error:
             mark["problem"] = f"the checkpoint is malformed: {error}"
             return
@@ -408,7 +415,7 @@ class Catalog:
     def _fold_key(self, event: RecordedEvent) -> None:
         if event.type == KEY_ROTATED:
             try:
-                body = json.loads(event.data)
+                body = loads_bytes(event.data)
             except ValueError:
                 return
             if isinstance(body, dict):

@@ -9,11 +9,24 @@ order (a tail no checkpoint can cover). ``agentjournal verify`` remains the full
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
 
 from agentjournal._digests import data_digest
-from agentjournal.ledger.chain import GENESIS, HASH_KEY, PREV_KEY, SEQ_KEY, chain_format, chain_hash
+from agentjournal.ledger.chain import (
+    CHAIN_FORMAT,
+    CHAIN_KEY,
+    GENESIS,
+    HASH_KEY,
+    PREV_KEY,
+    SEQ_KEY,
+    chain_format,
+    chain_hash,
+)
 from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.ledger.integrity import Integrity
 from agentjournal.streams import ledger_stream
@@ -48,6 +61,44 @@ def chain_problem(
     if digest != metadata[HASH_KEY]:
         return "the event's hash does not match its content"
     return None
+
+
+_sha256: Final = hashlib.sha256
+_dumps: Final = orjson.dumps
+_SORTED: Final = orjson.OPT_SORT_KEYS
+
+
+def linked(
+    head: list[Any] | None, event: RecordedEvent, metadata: Mapping[str, str], digest: str
+) -> bool:
+    """Whether ``event`` (its ``metadata`` and ``aj.hash``, ``digest``, at hand) links its
+    stream's head and its chain hash holds, checked with the least work; False also for
+    what it leaves to :func:`chain_problem` (a chain format 1 record, a record orjson
+    cannot print), which then says what is wrong, if anything.
+
+    A format 2 record printed by orjson in one call, as ``ledger.chain`` prints it when
+    orjson can (``tests/test_catalog_fast_fold.py`` holds the two to the same answer).
+    """
+    revision, previous = (head[1], head[2]) if head is not None else (-1, GENESIS)
+    here = event.revision
+    if (
+        here != revision + 1
+        or metadata.get(PREV_KEY) != previous
+        or metadata.get(CHAIN_KEY) != CHAIN_FORMAT
+        or metadata.get(SEQ_KEY) != str(here)
+        or type(here) is not int
+    ):
+        return False
+    # A store's metadata is a read-only proxy, whose own copy is its dict's copy.
+    covered = metadata.copy() if type(metadata) is MappingProxyType else dict(metadata)
+    covered.pop(HASH_KEY, None)
+    data = _sha256(event.data).hexdigest()
+    record = [2, event.stream, here, str(event.id), event.type, data, covered]
+    try:
+        printed = _dumps(record, option=_SORTED)
+    except orjson.JSONEncodeError:
+        return False
+    return bool(_sha256(printed).hexdigest() == digest)
 
 
 def checkpoint_problem(
