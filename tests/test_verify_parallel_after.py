@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -127,3 +128,29 @@ def test_a_mutation_is_reported_alike_on_two_processes(
         with contextlib.suppress(LookupError, ValueError, TypeError, StopIteration):
             _resealed(bundle)
     _same(*_both(bundle))
+
+
+def _surrogate_in_metadata(bundle: dict[str, Any]) -> None:
+    stream_of(bundle, "AgentSession-")["events"][3]["metadata"]["aj.turn"] = "\ud800"
+
+
+def _revision_out_of_range(bundle: dict[str, Any]) -> None:
+    stream_of(bundle, "AgentSubsession-")["events"][-1]["revision"] = 2**63
+
+
+@pytest.mark.parametrize("form", [_surrogate_in_metadata, _revision_out_of_range])
+def test_a_wrong_form_stops_both_processes_alike(
+    form: Callable[[dict[str, Any]], None],
+) -> None:
+    """The form check runs once the child is forked: a wrong form is the one problem, as on
+    one process, and the child is stopped and reaped."""
+    bundle = edited(BUNDLES["guarded"])
+    form(bundle)
+    one, two = _both(bundle)
+    _same(one, two)
+    assert [problem.check for problem in two.problems] == ["structure"]
+    deadline = time.monotonic() + 10
+    while _parallel._ended and time.monotonic() < deadline:
+        time.sleep(0.01)
+        _parallel.reap()
+    assert not _parallel._ended

@@ -74,6 +74,7 @@ def check_integrity(
     workers: int | None,
     then: Then | None = None,
     meanwhile: Callable[[], None] | None = None,
+    forms: Callable[[], bool] | None = None,
     share: float = CHILD_SHARE,
 ) -> Report | None:
     """Check every stream's chain, reporting each stream's first bad event, in stream
@@ -81,7 +82,9 @@ def check_integrity(
     :func:`forking_pays` for a tree of its size, the child checking the views of ``share``
     of the events and then, if they are sound, running ``then`` (its part of the checks
     after integrity) on a fresh report with the markers it computed, while this process,
-    once its own checks found nothing, runs ``meanwhile`` (its part of them).
+    once its own checks found nothing, runs ``meanwhile`` (its part of them). ``forms``
+    (the records' form check) runs here before anything else, the child already started:
+    where it fails, nothing else is checked (the child is stopped) and None is returned.
 
     Returns:
         The report ``then`` wrote in the child, which holds for the tree if every chain is
@@ -92,6 +95,8 @@ def check_integrity(
     mine, theirs = split(streams, share if both else 0.0)
     child = _fork(lambda: _child_work(streams, theirs, then)) if theirs else None
     try:
+        if forms is not None and not forms():
+            return None  # the child, if any, is stopped as it closes
         found = [_check(streams, part, markers) for part in mine]
         # The child's parts: every check but their views here (all of them without a child).
         found += [_check(streams, part, markers, views=child is None) for part in theirs]
