@@ -21,7 +21,7 @@ from agentjournal.ledger import (
     load_public_key,
     seal,
 )
-from agentjournal.ledger.chain import CHAIN_KEY, _record_bytes
+from agentjournal.ledger.chain import CHAIN_KEY, _record_bytes, jcs
 
 _text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=30)
 # A format 1 record's metadata: any keys but the two that say how the event is chained
@@ -120,3 +120,69 @@ def test_a_lone_surrogate_cannot_be_chained() -> None:
             chain_hash(*fields, "0" * 64, {"aj.seq": "0"})
     with pytest.raises(InvalidInput, match="lone surrogate"):
         chain_hash("S", 0, "id", "T", "0" * 64, {"aj.x": "\ud800"})
+
+
+_json_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**64), 2**64),
+        st.sampled_from([2**53 - 1, 2**53, -(2**53 - 1), -(2**53)]),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=12),  # lone surrogates and control characters included
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.one_of(st.text(max_size=6), _text), inner, max_size=4),
+    ),
+    max_leaves=20,
+)
+
+
+def _rfc8785_or_error(value: Any) -> bytes | type[Exception]:
+    try:
+        encoded: bytes = rfc8785.dumps(value)
+    except (rfc8785.CanonicalizationError, UnicodeEncodeError) as error:
+        return type(error)
+    return encoded
+
+
+def _jcs_or_error(value: Any) -> bytes | type[Exception]:
+    try:
+        return jcs(value)
+    except (rfc8785.CanonicalizationError, UnicodeEncodeError) as error:
+        return type(error)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json_values)
+def test_jcs_prints_or_refuses_what_rfc8785_does(value: Any) -> None:
+    # Its orjson path (ASCII keys, safe integers, no float) and rfc8785 alike.
+    assert _jcs_or_error(value) == _rfc8785_or_error(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"b": 1, "a": [True, None, "\x1f\x7f\u2028é"]},
+        {"n": 2**53 - 1, "m": -(2**53 - 1)},
+        {"n": 2**53},
+        {"s": "\ud800"},
+        {"\ud800": "s"},
+        {"\U0001f600": 1, "\uffff": 2},
+        {"f": 1.5},
+        ("a", 1),
+    ],
+)
+def test_jcs_on_its_edges(value: Any) -> None:
+    assert _jcs_or_error(value) == _rfc8785_or_error(value)
+
+
+def test_a_checkpoint_signs_its_rfc8785_bytes() -> None:
+    key = SigningKey.generate()
+    heads = {"AgentSession-s": (4, "f" * 64), "AgentLedger-s": (2**53 - 1, "e" * 64)}
+    signed = Checkpoint.sign(
+        key, "s", heads, datetime.now(UTC), sequence=3, previous="0" * 64, metadata={"é": "ü"}
+    )
+    assert signed.signed_bytes() == rfc8785.dumps(signed._fields())
+    assert signed.encode() == rfc8785.dumps({**signed._fields(), "signature": signed.signature})

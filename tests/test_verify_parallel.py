@@ -307,23 +307,36 @@ def test_a_forged_signature_fails_alike_on_two_processes(damage: str) -> None:
         assert "the signature is invalid" in one.text()
 
 
-@pytest.mark.parametrize(("workers", "here"), [(1, True), (2, False)])
-def test_the_checks_after_integrity_run_in_the_child(
-    workers: int, here: bool, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("workers", [1, 2])
+def test_containment_runs_in_the_child_and_the_other_checks_here(
+    workers: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On two processes the child runs twins through erasure while this process checks
-    its part of the chains, and its report is the one used."""
-    real = verify_module._after_integrity
+    """On two processes the child, which computed the call markers, runs containment while
+    this process runs the other checks after integrity (twins, checkpoints, ... erasure);
+    the report is one process's, each check's line in its place."""
+    ran: dict[str, str] = {}
+    for check in ("check_twins", "check_checkpoints", "check_containment", "check_erasure"):
+        real = getattr(verify_module, check)
 
-    def marked(report: Report, *args: Any, **kwargs: Any) -> None:
-        real(report, *args, **kwargs)
-        report.lines.append(f"ran in {os.getpid()}")
+        def marked(report: Report, *args: Any, _real: Any = real, _name: str = check) -> None:
+            _real(report, *args)
+            report.lines.append(f"{_name} ran in {os.getpid()}")
 
-    monkeypatch.setattr(verify_module, "_after_integrity", marked)
+        monkeypatch.setattr(verify_module, check, marked)
     report = verify_bundle(BUNDLES["guarded"], TRUSTED, workers=workers)
     assert report.ok
-    assert (report.lines[-1] == f"ran in {os.getpid()}") is here
-    assert report.lines[-1].startswith("ran in ")
+    for line in report.lines:
+        if " ran in " in line:
+            name, pid = line.split(" ran in ")
+            ran[name] = pid
+    here = str(os.getpid())
+    assert list(ran) == ["check_twins", "check_checkpoints", "check_containment", "check_erasure"]
+    assert (ran["check_containment"] == here) is (workers == 1)
+    assert ran["check_twins"] == ran["check_checkpoints"] == ran["check_erasure"] == here
+    one = verify_bundle(BUNDLES["guarded"], TRUSTED, workers=1)
+    assert [line.split(" ran in ")[0] for line in report.lines] == [
+        line.split(" ran in ")[0] for line in one.lines
+    ]
 
 
 def test_every_child_is_reaped(monkeypatch: pytest.MonkeyPatch) -> None:

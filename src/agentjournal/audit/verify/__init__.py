@@ -304,6 +304,14 @@ def _reaping() -> Iterator[None]:
         reap()
 
 
+_MARKED: Final = "containment"
+"""The one check after integrity that reads the call markers the views left: on two
+processes the child, which checks the views, runs it; this process runs the others."""
+_FILLS: Final = "delegation"
+"""The check that records the policies the marked one reads (``Tree.policies``): the child
+runs it too, before the marked one, its report left aside."""
+
+
 def _after_integrity(
     report: Report,
     session_id: str,
@@ -314,34 +322,48 @@ def _after_integrity(
     allow_uncovered: bool,
     not_before: str | None,
     policy: Policy | None,
-) -> None:
-    """The checks after integrity, in order, each behind its guard (where the tree's
-    indexes cannot be built, a structure failure and nothing else)."""
+    part: Callable[[str], bool] = lambda check: True,
+    later: Report | None = None,
+) -> bool:
+    """The checks after integrity for which ``part`` holds, in order, each behind its guard;
+    where the tree's indexes cannot be built, a structure failure and nothing else. With
+    ``later``, the checks after the marked one (:data:`_MARKED`) write there (so that
+    another process's report of that check goes between the two).
+
+    Returns:
+        Whether the tree's indexes were built (else ``report`` says why).
+    """
     root = session_stream(session_id)
     try:
         tree = Tree(session_id, root, streams, markers)
     except _MALFORMED as error:
         report.fail("structure", root, None, f"malformed lifecycle event: {error}")
-        return
+        return False
     stages: list[tuple[str, Callable[[], None]]] = [
-        ("twins", lambda: check_twins(report, tree)),
-        ("branches", lambda: check_branches(report, tree)),
-        ("guards", lambda: check_guards(report, tree)),
+        ("twins", lambda: check_twins(into, tree)),
+        ("branches", lambda: check_branches(into, tree)),
+        ("guards", lambda: check_guards(into, tree)),
         (
             "checkpoints",
-            lambda: check_checkpoints(report, tree, trusted, allow_uncovered, not_before),
+            lambda: check_checkpoints(into, tree, trusted, allow_uncovered, not_before),
         ),
-        ("delegation", lambda: check_authority(report, tree, policy)),
-        ("containment", lambda: check_containment(report, tree, policy)),
-        ("approvals", lambda: check_approvals(report, tree)),
-        ("usage", lambda: check_responses(report, tree)),
-        ("erasure", lambda: check_erasure(report, tree)),
+        ("delegation", lambda: check_authority(into, tree, policy)),
+        (_MARKED, lambda: check_containment(into, tree, policy)),
+        ("approvals", lambda: check_approvals(into, tree)),
+        ("usage", lambda: check_responses(into, tree)),
+        ("erasure", lambda: check_erasure(into, tree)),
     ]
+    into = report
     for check, stage in stages:
+        if check == _MARKED and later is not None:
+            into = later
+        if not part(check):
+            continue
         try:
             stage()
         except _MALFORMED as error:  # a crafted event: a failure to report, never a crash
-            report.fail(check, root, None, f"malformed event: {type(error).__name__}: {error}")
+            into.fail(check, root, None, f"malformed event: {type(error).__name__}: {error}")
+    return True
 
 
 def _check_workers(workers: int | None) -> None:
@@ -371,31 +393,68 @@ def _verify_records(
     if root not in streams or not streams[root]:
         report.fail("structure", root, None, "the session stream is missing or empty")
         return report
-    if not check_forms(report, streams):
-        return report
     markers: Markers = {}
+    formed: list[bool] = []  # whether the records' forms are right (checked first)
 
-    def after_integrity(into: Report, found: Markers) -> None:
+    def forms() -> bool:
+        formed.append(check_forms(report, streams))
+        return formed[0]
+
+    options: dict[str, Any] = {
+        "allow_uncovered": allow_uncovered,
+        "not_before": not_before,
+        "policy": policy,
+    }
+    # On two processes: the checks after integrity but the marked one, run here while the
+    # child checks the views and then runs the marked one: whether the tree was built, and
+    # the reports of the checks before the marked one and after it.
+    here: list[tuple[bool, Report, Report]] = []
+
+    def meanwhile() -> None:
+        before, after = Report(), Report()
+        built = _after_integrity(
+            before,
+            session_id,
+            streams,
+            markers,
+            trusted,
+            part=lambda check: check != _MARKED,
+            later=after,
+            **options,
+        )
+        here.append((built, before, after))
+
+    def in_child(into: Report, found: Markers) -> None:
         _after_integrity(
-            into,
+            Report(),  # the delegation check's report: this process writes it
             session_id,
             streams,
             found,
             trusted,
-            allow_uncovered=allow_uncovered,
-            not_before=not_before,
-            policy=policy,
+            part=lambda check: check in (_FILLS, _MARKED),
+            later=into,
+            **options,
         )
 
-    staged = check_integrity(report, streams, markers, workers=workers, then=after_integrity)
+    # The form check runs first, on two processes once the child is forked (it costs as
+    # much as a tenth of what the child does): a wrong form stops everything else.
+    staged = check_integrity(
+        report, streams, markers, workers=workers, then=in_child, meanwhile=meanwhile, forms=forms
+    )
+    if not formed[0]:
+        return report
     if report.problems:
         report.lines.append("integrity: FAILED")
         return report  # nothing built on a broken chain can be trusted
     report.lines.append(
         f"integrity: {plural(total, 'event')} in {plural(len(streams), 'stream')} chain correctly"
     )
-    if staged is None:  # no second process ran the checks after integrity: they run here
-        after_integrity(report, markers)
-    else:
-        report.extend(staged)
+    if staged is None or not here:  # no second process ran its part: everything runs here
+        _after_integrity(report, session_id, streams, markers, trusted, **options)
+        return report
+    built, before, after = here[0]
+    report.extend(before)  # the checks before the marked one, or why the tree is not built
+    if built:
+        report.extend(staged)  # the marked check, as the child found it
+        report.extend(after)
     return report

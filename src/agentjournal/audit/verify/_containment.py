@@ -208,6 +208,10 @@ def call_marker(event: Record, markers: Markers) -> dict[str, Any]:
     return redaction.call_marker(item, rule if isinstance(rule, Mapping) else None)
 
 
+# An output's item type -> the kind of call it is the output of: ``{kind}_output``.
+_OUTPUT_OF: Final = {f"{kind}_output": kind for kind in CALL_KINDS}
+
+
 class _CallIndex:
     """One stream's tool outputs, guardrail decisions and refusals, by call id; its
     calls, its refusals and decisions, and how many of its items are opaque, in order."""
@@ -224,14 +228,15 @@ class _CallIndex:
             kind = meta.get(events.ITEM_TYPE_KEY, "")
             if meta.get(events.OPAQUE_KEY) == "1":
                 self.opaque += 1
+            output_of = _OUTPUT_OF.get(kind)  # the call kind of an output's item type
             if kind in CALL_KINDS:
                 self.calls.append(event)
-            elif kind.endswith("_output") and kind.removesuffix("_output") in CALL_KINDS:
-                key = (kind.removesuffix("_output"), meta.get(events.CALL_ID_KEY, ""))
+            elif output_of is not None:
+                key = (output_of, meta.get(events.CALL_ID_KEY, ""))
                 self.outputs.setdefault(key, []).append(event.revision)
             if event.type in (events.GUARDRAIL_DECIDED, events.AUTHORITY_REFUSED):
                 self.judged.append(event)
-                if kind.endswith("_output") and kind.removesuffix("_output") in CALL_KINDS:
+                if output_of is not None:
                     continue  # an output's item type: its body is not indexed (as before)
                 body = event.body
                 if body is not None and isinstance(body.get("call_id"), str):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -86,19 +87,19 @@ def first_problem(
         elif sha256(data.encode()).hexdigest() != event.data_sha256:  # _data_problem's own
             return position, position, "the data does not match its digest"
         metadata = event.metadata
-        stored = metadata.get(HASH_KEY)
+        # The chain keys read from the metadata's own copy (a proxy's ``get`` is a method
+        # call through the proxy), which is also the record's metadata without aj.hash.
+        covered = metadata.copy() if type(metadata) is MappingProxyType else dict(metadata)
+        stored = covered.pop(HASH_KEY, None)
         if stored is None:
             return position, position, "the event is not chained (no aj.hash)"
-        if metadata.get(SEQ_KEY) != str(position):
+        if covered.get(SEQ_KEY) != str(position):
             return position, position, "aj.seq does not match the revision"
-        if metadata.get(PREV_KEY) != prev:
+        if covered.get(PREV_KEY) != prev:
             return position, position, "aj.prev is not the previous event's hash"
-        named = metadata.get(CHAIN_KEY)
-        if named == CHAIN_FORMAT and not signed:
+        if covered.get(CHAIN_KEY) == CHAIN_FORMAT and not signed:
             # Format 2 (nearly every event): the record ``chain.record_bytes`` builds, in one
             # orjson call; what orjson refuses takes the reference path below.
-            covered = dict(metadata)
-            del covered[HASH_KEY]
             try:
                 record = dumps(
                     [2, name, position, event.id, event.type, event.data_sha256, covered],
@@ -126,7 +127,7 @@ def first_problem(
             expected = _reference_hash(name, position, event)
         if expected != stored:
             return position, position, "the hash does not match the event"
-        if views and (events.REDACTED_KEY in metadata or event.view is not None):
+        if views and (events.REDACTED_KEY in covered or event.view is not None):
             problem = _view_problem(event, markers)
             if problem is not None:
                 return position, position, problem

@@ -8,12 +8,14 @@ time and the checks are Python code (hashlib releases the lock only for buffers 
 KiB, and cryptography's Ed25519 verification not at all), so the second core is a second
 process: a child forked (copy-on-write: nothing is sent to it) checks the views of the
 events (:data:`CHILD_SHARE` of them, from the end of the tree) while this process checks
-everything else; the child then runs the checks after integrity (twins through erasure)
-as if every chain were sound, with the call markers its views gave (containment computes
-the others), and sends back the first bad view of each of its parts and that report.
-This process uses the report if every chain is sound (else those checks do not run at
-all, as on one process). The integrity report is the one one process would write: per
-stream, the first bad event, and at one event the problem of the checks before its view.
+everything else; the child then runs, as if every chain were sound, its part of the checks
+after integrity (the one that reads the call markers its views gave: containment, which
+would compute the others again), and sends back the first bad view of each of its parts and
+that report; meanwhile this process, once its own checks found nothing, runs the other
+checks after integrity. Both reports count if every chain is sound (else those checks do
+not run at all, as on one process). The integrity report is the one one process would
+write: per stream, the first bad event, and at one event the problem of the checks before
+its view.
 
 Only where forking is safe and pays: on Linux (fork without exec is what
 ``multiprocessing`` avoids on macOS), with no other thread running (a lock another
@@ -71,13 +73,18 @@ def check_integrity(
     *,
     workers: int | None,
     then: Then | None = None,
+    meanwhile: Callable[[], None] | None = None,
+    forms: Callable[[], bool] | None = None,
     share: float = CHILD_SHARE,
 ) -> Report | None:
     """Check every stream's chain, reporting each stream's first bad event, in stream
     order: on two processes where ``workers`` is 2 and :func:`forking_safe`, or None and
     :func:`forking_pays` for a tree of its size, the child checking the views of ``share``
-    of the events and then, if they are sound, running ``then`` (the checks after
-    integrity) on a fresh report with the markers it computed.
+    of the events and then, if they are sound, running ``then`` (its part of the checks
+    after integrity) on a fresh report with the markers it computed, while this process,
+    once its own checks found nothing, runs ``meanwhile`` (its part of them). ``forms``
+    (the records' form check) runs here before anything else, the child already started:
+    where it fails, nothing else is checked (the child is stopped) and None is returned.
 
     Returns:
         The report ``then`` wrote in the child, which holds for the tree if every chain is
@@ -88,9 +95,13 @@ def check_integrity(
     mine, theirs = split(streams, share if both else 0.0)
     child = _fork(lambda: _child_work(streams, theirs, then)) if theirs else None
     try:
+        if forms is not None and not forms():
+            return None  # the child, if any, is stopped as it closes
         found = [_check(streams, part, markers) for part in mine]
         # The child's parts: every check but their views here (all of them without a child).
         found += [_check(streams, part, markers, views=child is None) for part in theirs]
+        if child is not None and meanwhile is not None and not any(found):
+            meanwhile()
         sent = child.result() if child is not None else None
     finally:
         if child is not None:

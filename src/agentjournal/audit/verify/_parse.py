@@ -242,12 +242,12 @@ def _event(stream: str, raw: Any) -> Record:
     return _record(stream, revision, id_, type_, data, data_sha256, metadata, view)
 
 
-_STR: Final = frozenset({str})
-
-
 def _strings(metadata: dict[Any, Any]) -> bool:
     """Whether ``metadata`` maps strings (exactly ``str``) to strings."""
-    return {*map(type, metadata), *map(type, metadata.values())} <= _STR
+    for key, value in metadata.items():  # a loop: half the cost of a set of their types
+        if type(key) is not str or type(value) is not str:
+            return False
+    return True
 
 
 _new: Final = object.__new__
