@@ -21,13 +21,14 @@ from agentjournal.store.contract import (
     model_key,
 )
 from agentjournal.store.sqlite._rows import _EVENT_COLUMNS, _recorded, _stream_id
+from agentjournal.store.sqlite._stored import ITEM_TEXT, Packer, Unpacker
 
 # A model read packs each item's place in one integer (store.model.model_key) in the query:
 # one column a row instead of three. SQLite's integers have 64 bits, so stream numbers
 # from this one are packed in Python instead.
 _SQL_KEYS = 1 << 23
 _MODEL_ITEMS: Final = (
-    "SELECT idx, (stream_id << 40) | (revision << 8) | part, item FROM items "
+    f"SELECT idx, (stream_id << 40) | (revision << 8) | part, {ITEM_TEXT} FROM items "
     "WHERE tree = ? ORDER BY idx"
 )
 # A model read's items in one row (store.model.ModelItems.joined): the texts joined by
@@ -38,7 +39,7 @@ _MODEL_ITEMS: Final = (
 # the primary key's b-tree from (tree, lowest idx) up, the only way SQLite reads
 # ``WHERE tree = ?`` here (no other index; ``reverse_unordered_selects`` never set).
 _MODEL_JOINED: Final = (
-    "SELECT group_concat(item, ',' || char(10)), "
+    f"SELECT group_concat({ITEM_TEXT}, ',' || char(10)), "
     "group_concat((stream_id << 40) | (revision << 8) | part), count(*), "
     "(SELECT min(idx) FROM items WHERE tree = ?1), (SELECT max(idx) FROM items WHERE tree = ?1), "
     "count(*) FILTER (WHERE {elsewhere}) FROM items WHERE tree = ?1"
@@ -50,9 +51,10 @@ _ITEMS_ELSEWHERE: Final = _MODEL_JOINED.format(
 )
 
 
-def read_model(db: sqlite3.Connection, tree: str) -> ModelSnapshot | None:
+def read_model(db: sqlite3.Connection, tree: str, unpacker: Unpacker) -> ModelSnapshot | None:
     """The read model of the tree whose root stream is ``tree``, in one read transaction;
-    None unless every stream of the tree is current (:meth:`SQLiteEventStore.read_model`)."""
+    None unless every stream of the tree is current (:meth:`SQLiteEventStore.read_model`).
+    ``unpacker`` reads the stored form (and serves ``ITEM_TEXT`` on ``db``)."""
     db.execute("BEGIN")  # one snapshot of the file for all three queries
     try:
         streams = db.execute(
@@ -80,7 +82,8 @@ def read_model(db: sqlite3.Connection, tree: str) -> ModelSnapshot | None:
     finally:
         db.execute("COMMIT")
     floor, mixed = (-1, 0) if found is None else found
-    return ModelSnapshot(heads, _recorded(tree, *last), names, items, int(floor), not mixed)
+    last_event = _recorded(unpacker, tree, *last)
+    return ModelSnapshot(heads, last_event, names, items, int(floor), not mixed)
 
 
 def _model_items(
@@ -98,7 +101,7 @@ def _model_items(
                 [
                     (index, model_key(stream, revision, part), text)
                     for index, stream, revision, part, text in db.execute(
-                        "SELECT idx, stream_id, revision, part, item FROM items "
+                        f"SELECT idx, stream_id, revision, part, {ITEM_TEXT} FROM items "
                         "WHERE tree = ? ORDER BY idx",
                         (root,),
                     )
@@ -155,9 +158,15 @@ def _copied_prefix(db: sqlite3.Connection, root: int, tree: str, names: dict[int
 
 
 def _apply_model(
-    db: sqlite3.Connection, request: AppendRequest, stream_id: int | None, current: int, head: int
+    db: sqlite3.Connection,
+    request: AppendRequest,
+    stream_id: int | None,
+    current: int,
+    head: int,
+    packer: Packer,
 ) -> None:
-    """Apply one appended request's read model change (inside its write's transaction).
+    """Apply one appended request's read model change (inside its write's transaction),
+    its items' texts in their stored form (``packer``).
 
     A new stream joins the request's tree; an existing one's ``modelled`` revision
     follows its head if it was current before (and of this tree): one append without
@@ -197,7 +206,8 @@ def _apply_model(
 
     row = db.execute("SELECT floor FROM trees WHERE tree = ?", (root,)).fetchone()
     floor = -1 if row is None else int(row[0])
-    adds: list[tuple[int, int, int, int, int, str]] = []
+    pack_text = packer.pack_text
+    adds: list[tuple[int, int, int, int, int, str | bytes, int | None]] = []
     current = True  # False: an item at a taken index, or one without an index
 
     def add_all() -> bool:
@@ -206,8 +216,8 @@ def _apply_model(
             return True
         before = db.total_changes
         db.executemany(
-            "INSERT OR IGNORE INTO items(tree, idx, stream_id, revision, part, item) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO items(tree, idx, stream_id, revision, part, item, dictionary) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             adds,
         )
         inserted = db.total_changes - before
@@ -238,7 +248,9 @@ def _apply_model(
                 and 0 <= op.part < MODEL_PARTS
                 and 0 <= op.revision < MODEL_REVISIONS
             )
-            adds.append((root, op.index, id_of(op.stream), op.revision, op.part, op.text))
+            adds.append(
+                (root, op.index, id_of(op.stream), op.revision, op.part, *pack_text(op.text))
+            )
             continue
         current = add_all() and current
         if isinstance(op, ModelClear):
@@ -278,8 +290,9 @@ def _copy_model(db: sqlite3.Connection, op: ModelCopy, root: int) -> int | None:
     ):
         return None
     db.execute(
-        "INSERT INTO items(tree, idx, stream_id, revision, part, item) "
-        "SELECT ?, idx, stream_id, revision, part, item FROM items WHERE tree = ? AND idx < ?",
+        "INSERT INTO items(tree, idx, stream_id, revision, part, item, dictionary) "
+        "SELECT ?, idx, stream_id, revision, part, item, dictionary FROM items "
+        "WHERE tree = ? AND idx < ?",
         (root, source, op.below),
     )
     db.execute(
