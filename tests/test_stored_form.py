@@ -223,3 +223,43 @@ async def test_a_compressed_value_edited_by_hand_reads_as_the_bytes_stored(
         events = await store.read_all()
     assert events[1].data == b'{"edited": true}'  # changed content: the chain hash says so
     assert dict(events[2].metadata) == {"edited": "1"}
+
+
+async def _model_texts(path: Path, session_id: str) -> list[str]:
+    async with await SQLiteEventStore.open(path) as store:
+        snapshot = await store.read_model(session_stream(session_id))
+    assert snapshot is not None
+    return [text for _, _, text in snapshot.items]
+
+
+async def test_a_tree_of_plain_and_compressed_items_reads_them_all_as_written(
+    tmp_path: Path,
+) -> None:
+    """The read model's three ways to its texts (all plain; all compressed alike; mixed)
+    give the same texts as the events."""
+    await _signed(tmp_path / "new.db", "support-1")
+    compressed = await _model_texts(tmp_path / "new.db", "support-1")
+    _as_v2(tmp_path / "new.db", tmp_path / "old.db")
+    assert await _model_texts(tmp_path / "old.db", "support-1") == compressed  # all plain
+    async with Journal.open(f"sqlite:///{tmp_path / 'old.db'}", signing_key=KEY) as journal:
+        await journal.session("support-1").add_items([{"role": "user", "content": "and then?"}])
+    _, _, items = _dictionaries(tmp_path / "old.db")
+    assert items == {None, 1}
+    mixed = await _model_texts(tmp_path / "old.db", "support-1")
+    assert mixed[:-1] == compressed
+    assert json.loads(mixed[-1]) == {"role": "user", "content": "and then?"}
+    async with await SQLiteEventStore.open(tmp_path / "old.db") as store:
+        modelled = await JournalSession(store, "support-1").get_items()
+        evented = await JournalSession(WithoutReadModel(store), "support-1").get_items()
+    assert modelled == evented
+    assert len(modelled) == len(mixed)
+
+
+async def test_a_compressed_item_edited_by_hand_reads_as_changed_text(tmp_path: Path) -> None:
+    await _signed(tmp_path / "j.db", "support-1")
+    texts = await _model_texts(tmp_path / "j.db", "support-1")
+    with sqlite3.connect(tmp_path / "j.db") as db:
+        db.execute("UPDATE items SET item = ? WHERE idx = 1", (b'{"role":"edited"}',))
+    edited = await _model_texts(tmp_path / "j.db", "support-1")
+    assert edited[1] == '{"role":"edited"}'  # not a frame: the bytes stored, as text
+    assert edited[:1] + edited[2:] == texts[:1] + texts[2:]

@@ -31,15 +31,17 @@ _MODEL_ITEMS: Final = (
     f"SELECT idx, (stream_id << 40) | (revision << 8) | part, {ITEM_TEXT} FROM items "
     "WHERE tree = ? ORDER BY idx"
 )
-# A model read's items in one row (store.model.ModelItems.joined): the texts joined by
-# ",\n", the keys as decimals, their count, the first and last index, and how many items
-# name a stream outside the tree's (?2..?3: the tree's stream numbers, when they have no
-# gap; see _ITEMS_ELSEWHERE). One row instead of one per item: each row costs sqlite3 a
-# tuple and its objects (~0.45 µs); group_concat appends in C. Its order is the scan's:
-# the primary key's b-tree from (tree, lowest idx) up, the only way SQLite reads
+# A model read's items in one row (store.model.ModelItems.joined): how many texts are
+# compressed, the keys as decimals, their count, the first and last index, and how many
+# items name a stream outside the tree's (?2..?3: the tree's stream numbers, when they have
+# no gap; see _ITEMS_ELSEWHERE); then the texts joined by ",\n" (_PLAIN_TEXTS, or
+# _PACKED_TEXTS decompressed in Python). One row instead of one per item: each row costs
+# sqlite3 a tuple and its objects (~0.45 µs); group_concat appends in C. Its order is the
+# scan's: the primary key's b-tree from (tree, lowest idx) up, the only way SQLite reads
 # ``WHERE tree = ?`` here (no other index; ``reverse_unordered_selects`` never set).
 _MODEL_JOINED: Final = (
-    f"SELECT group_concat({ITEM_TEXT}, ',' || char(10)), "
+    "SELECT count(*) FILTER (WHERE dictionary IS NOT NULL AND typeof(item) = 'blob'), "
+    "CASE WHEN min(dictionary) = max(dictionary) THEN min(dictionary) END, "
     "group_concat((stream_id << 40) | (revision << 8) | part), count(*), "
     "(SELECT min(idx) FROM items WHERE tree = ?1), (SELECT max(idx) FROM items WHERE tree = ?1), "
     "count(*) FILTER (WHERE {elsewhere}) FROM items WHERE tree = ?1"
@@ -49,6 +51,11 @@ _ITEMS_BETWEEN: Final = _MODEL_JOINED.format(elsewhere="stream_id NOT BETWEEN ?2
 _ITEMS_ELSEWHERE: Final = _MODEL_JOINED.format(
     elsewhere="stream_id NOT IN (SELECT id FROM streams WHERE tree = ?2)"
 )
+_PLAIN_TEXTS: Final = "SELECT group_concat(item, ',' || char(10)) FROM items WHERE tree = ?"
+# Compressed texts: a row each, decompressed in one Python loop (~1.4 µs an item; a SQL
+# function called per row from the aggregate costs ~2.7).
+_PACKED_TEXTS: Final = "SELECT item, dictionary FROM items WHERE tree = ? ORDER BY idx"
+_PACKED_ONLY: Final = "SELECT item FROM items WHERE tree = ? ORDER BY idx"
 
 
 def read_model(db: sqlite3.Connection, tree: str, unpacker: Unpacker) -> ModelSnapshot | None:
@@ -76,7 +83,7 @@ def read_model(db: sqlite3.Connection, tree: str, unpacker: Unpacker) -> ModelSn
         if max(heads.values()) >= MODEL_REVISIONS:
             return None  # a key could not hold the revision: the events answer
         found = db.execute("SELECT floor, mixed FROM trees WHERE tree = ?", (root,)).fetchone()
-        items = _model_items(db, root, tree, names)
+        items = _model_items(db, root, tree, names, unpacker)
         if items is None:
             return None  # an item on a stream not of the tree (a hand-edited file)
     finally:
@@ -87,7 +94,7 @@ def read_model(db: sqlite3.Connection, tree: str, unpacker: Unpacker) -> ModelSn
 
 
 def _model_items(
-    db: sqlite3.Connection, root: int, tree: str, names: dict[int, str]
+    db: sqlite3.Connection, root: int, tree: str, names: dict[int, str], unpacker: Unpacker
 ) -> ModelItems | None:
     """The visible items of the tree ``tree`` (root stream number ``root``, streams
     ``names``), in one row when it can be (:class:`ModelItems`); None if an item names a
@@ -112,11 +119,21 @@ def _model_items(
         found = db.execute(_ITEMS_BETWEEN, (root, low, high)).fetchone()
     else:
         found = db.execute(_ITEMS_ELSEWHERE, (root, tree)).fetchone()
-    texts, keys, count, first, last, elsewhere = found
+    packed, dictionary, keys, count, first, last, elsewhere = found
     if elsewhere and not _copied_prefix(db, root, tree, names):
         return None  # an item on a stream that is not the tree's (a hand-edited file)
     if not count:
         return ModelItems.joined("", "", range(0), 0)
+    texts = None
+    if packed == count and dictionary is not None:  # all compressed alike: a loop in C
+        with no_collection():  # thousands of rows, no cycles
+            items = [item for (item,) in db.execute(_PACKED_ONLY, (root,))]
+            texts = unpacker.joined_alike(items, dictionary)
+    if texts is None and packed:  # some compressed (or one edited by hand): row by row
+        with no_collection():
+            texts = unpacker.joined_texts(db.execute(_PACKED_TEXTS, (root,)).fetchall())
+    if texts is None:
+        texts = db.execute(_PLAIN_TEXTS, (root,)).fetchone()[0]
     if texts.count("\n") != count - 1:
         # A text with a newline of its own (none this engine writes: its item texts are
         # compact JSON) would not split back: the rows, as they are.

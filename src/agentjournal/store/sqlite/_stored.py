@@ -21,7 +21,7 @@ stored, as any edit does: changed content, which the chain hash does not match.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import zstandard
@@ -158,6 +158,36 @@ class Unpacker:
         self._db = db
         self._decompress: dict[int, Callable[[bytes], bytes]] = {}
         db.create_function("aj_item", 2, self._item_text, deterministic=True)
+
+    def joined_alike(self, items: list[bytes], dictionary: int) -> str | None:
+        """Read model items' texts, each compressed with ``dictionary``, joined by
+        ``",\n"``; None when one of them does not decompress (ask :meth:`joined_texts`)."""
+        decompress = self._decompress.get(dictionary) or self._load(dictionary, "a read model item")
+        try:
+            return b",\n".join(map(decompress, items)).decode("utf-8", "replace")
+        except zstandard.ZstdError:
+            return None
+
+    def joined_texts(self, rows: Sequence[tuple[str | bytes, int | None]]) -> str:
+        """Read model items' texts (``item, dictionary`` rows) joined by ``",\n"``."""
+        texts = []
+        known = self._decompress
+        for item, dictionary in rows:
+            if type(item) is str:
+                texts.append(item)
+                continue
+            assert isinstance(item, bytes)
+            decompress = known.get(dictionary) if dictionary is not None else None
+            if decompress is None:
+                texts.append(
+                    self.unpack(item, dictionary, "a read model item").decode("utf-8", "replace")
+                )
+                continue
+            try:
+                texts.append(decompress(item).decode("utf-8", "replace"))
+            except zstandard.ZstdError:
+                texts.append(item.decode("utf-8", "replace"))  # edited by hand
+        return ",\n".join(texts)
 
     def _item_text(self, value: bytes, dictionary: int) -> str:
         """A compressed read model item's text (changed text when it does not decompress)."""
