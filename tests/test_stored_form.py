@@ -263,3 +263,14 @@ async def test_a_compressed_item_edited_by_hand_reads_as_changed_text(tmp_path: 
     edited = await _model_texts(tmp_path / "j.db", "support-1")
     assert edited[1] == '{"role":"edited"}'  # not a frame: the bytes stored, as text
     assert edited[:1] + edited[2:] == texts[:1] + texts[2:]
+
+
+def test_a_frame_claiming_a_vast_size_reads_as_the_bytes_stored() -> None:
+    db = sqlite3.connect(":memory:")
+    db.executescript(_schema._SCHEMA)
+    db.execute("INSERT INTO dictionaries(id, content) VALUES (1, ?)", (DICTIONARY.encode(),))
+    data, _, dictionary = Packer(1, DICTIONARY.encode()).pack(b"x" * 100, b"{}")
+    assert dictionary == 1
+    # The frame header's descriptor: an 8-byte content size follows; 2**45 bytes claimed.
+    forged = bytes([0xE0]) + (1 << 45).to_bytes(8, "little") + data[2:]
+    assert Unpacker(db).unpack(forged, 1) == forged

@@ -14,8 +14,9 @@ events repeat (metadata keys, field names, event types, JSON shapes), most frequ
 without zstd's magic number, dictionary id and checksum (the row says all three: what it is,
 with which dictionary, and the chain hash checks the content): ~10 bytes fewer per value.
 
-A compressed value that does not decompress (the file edited by hand) reads as the bytes
-stored, as any edit does: changed content, which the chain hash does not match.
+A compressed value that does not decompress (the file edited by hand; a forged frame header
+claiming more bytes than memory holds included) reads as the bytes stored, as any edit does:
+changed content, which the chain hash does not match.
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ class Unpacker:
         decompress = self._decompress.get(dictionary) or self._load(dictionary, "a read model item")
         try:
             return b",\n".join(map(decompress, items)).decode("utf-8", "replace")
-        except zstandard.ZstdError:
+        except (zstandard.ZstdError, MemoryError):  # not a frame, or one claiming a vast size
             return None
 
     def joined_texts(self, rows: Sequence[tuple[str | bytes, int | None]]) -> str:
@@ -185,7 +186,7 @@ class Unpacker:
                 continue
             try:
                 texts.append(decompress(item).decode("utf-8", "replace"))
-            except zstandard.ZstdError:
+            except (zstandard.ZstdError, MemoryError):  # not a frame, or one claiming a vast size
                 texts.append(item.decode("utf-8", "replace"))  # edited by hand
         return ",\n".join(texts)
 
@@ -202,7 +203,7 @@ class Unpacker:
             decompress = self._load(dictionary, stream)
         try:
             return decompress(value)
-        except zstandard.ZstdError:
+        except (zstandard.ZstdError, MemoryError):  # not a frame, or one claiming a vast size
             return value  # edited by hand: reads as changed content
 
     def _load(self, dictionary: int, stream: str) -> Callable[[bytes], bytes]:
