@@ -47,7 +47,7 @@ from agentjournal.store.contract import (
 )
 from catalog import copy_of
 
-ITEMS_VERSION = 2  # the item store's recipe: a cached store of another recipe is written again
+ITEMS_VERSION = 3  # the item store's recipe: a cached store of another recipe is written again
 TEMPLATE = "tmplitems-000"
 RUNS = 5
 TOOL_TURNS = 8  # tool calls per run: 1 + 2 + 2 * 8 + 1 = 20 items a run

@@ -59,6 +59,7 @@ from agentjournal.store.contract import (
     StreamState,
 )
 from agentjournal.store.contract import event_id as derived_id
+from agentjournal.store.sqlite._stored import Unpacker
 
 TEMPLATE = "tmpl-00000000"
 
@@ -143,17 +144,22 @@ def _cli(path: Path, pubkey: Path) -> tuple[float, float]:
 
 
 def _raw_read(path: Path) -> tuple[float, int]:
-    """Seconds of one read of every event's columns in position order (sqlite3, pages)."""
+    """Seconds of one read of every event's columns in position order (sqlite3, pages),
+    their values as written (decompressed from the stored form, as any reader pays)."""
     db = sqlite3.connect(path)
     try:
+        unpack = Unpacker(db).unpack
         started, count, after = time.perf_counter(), 0, 0
         sql = (
             "SELECT s.name, e.position, e.revision, e.id, e.type, e.data, e.metadata, "
-            "e.recorded_at FROM events e JOIN streams s ON s.id = e.stream_id "
+            "e.recorded_at, e.dictionary FROM events e JOIN streams s ON s.id = e.stream_id "
             "WHERE e.position > ? ORDER BY e.position LIMIT 20000"
         )
         while True:
             rows = db.execute(sql, (after,)).fetchall()
+            for row in rows:
+                unpack(row[5], row[8])
+                unpack(row[6], row[8])
             count += len(rows)
             if len(rows) < 20000:
                 return time.perf_counter() - started, count

@@ -7,7 +7,8 @@ items), copies of one session the SDK's ``Runner`` wrote through a signing journ
 stored as the runner stores a session (events, read model rows); beside it the SDK's
 ``SQLiteSession`` file holding the same items. Bytes are the database file and its WAL
 after ``PRAGMA wal_checkpoint(TRUNCATE)``, over the items stored; the rows under the
-total say where our bytes are (SQLite's ``dbstat``: each table and index, pages).
+total say where our bytes are (SQLite's ``dbstat``: each table and index, pages), and the
+text columns in the store's stored form (zstd with a dictionary) beside them as written.
 
 Target: at most 2x the SDK's bytes per item.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from _common import run_publishing, table
 from _stores import disk_bytes, item_store
+from agentjournal.store.sqlite._stored import Unpacker
 
 TARGET = 2.0
 
@@ -40,6 +42,28 @@ def _parts(path: Path) -> list[tuple[str, int]]:
     return [(str(name), int(size)) for name, size in rows]
 
 
+def _text_columns(path: Path) -> list[tuple[str, int, int]]:
+    """Bytes of the text columns in their stored form (compressed) and as written."""
+    db = sqlite3.connect(path)
+    try:
+        unpack = Unpacker(db).unpack
+        sizes = {"events data+metadata": [0, 0], "items.item": [0, 0]}
+        for data, metadata, dictionary in db.execute(
+            "SELECT data, metadata, dictionary FROM events"
+        ):
+            sizes["events data+metadata"][0] += len(data) + len(metadata)
+            sizes["events data+metadata"][1] += len(unpack(data, dictionary)) + len(
+                unpack(metadata, dictionary)
+            )
+        for item, dictionary in db.execute("SELECT item, dictionary FROM items"):
+            text = unpack(item, dictionary) if isinstance(item, bytes) else item.encode()
+            sizes["items.item"][0] += len(item) if isinstance(item, bytes) else len(item.encode())
+            sizes["items.item"][1] += len(text)
+    finally:
+        db.close()
+    return [(name, stored, written) for name, (stored, written) in sizes.items()]
+
+
 async def run(sessions: int, rebuild: bool) -> list[list[str]]:
     store = await item_store(sessions, rebuild)
     ours, sdk = disk_bytes(store.ours), disk_bytes(store.sdk)
@@ -56,6 +80,9 @@ async def run(sessions: int, rebuild: bool) -> list[list[str]]:
     ]
     for name, size in _parts(store.ours)[:4]:
         rows.append([f"  of which {name}", "", f"{size / store.items:,.0f}", "", ""])
+    for name, stored, written in _text_columns(store.ours):
+        rows.append([f"  {name}: stored (as written)", "", f"{stored / store.items:,.0f}", "", ""])
+        rows[-1][1] = f"({written / store.items:,.0f})"
     print(
         f"{store.events:,} events; files after a checkpoint: ours {ours / 1e6:,.1f} MB, "
         f"SQLiteSession {sdk / 1e6:,.1f} MB"

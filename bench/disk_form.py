@@ -8,8 +8,9 @@ realistic sizes: ``bench/ledger.py``'s turns), 100 items each, written one turn 
 ``SQLiteSession`` on another. Bytes are each database file and its WAL after ``PRAGMA
 wal_checkpoint(TRUNCATE)`` (``page_count * page_size``), over the items stored. Then where
 ours go: each table and index (SQLite's ``dbstat``: pages, payload), and the columns that
-hold text: the events' data and metadata, and inside the data the SDK's raw item kept for
-exact replay (``extensions.openai.item_json``); the read model's item rows.
+hold text, as stored (zstd with a dictionary: the store's stored form) and as written: the
+events' data and metadata, and inside the data the SDK's raw item kept for exact replay
+(``extensions.openai.item_json``); the read model's item rows.
 
 Target: at most 2x the SDK's bytes per item.
 """
@@ -30,6 +31,7 @@ from agents import SQLiteSession
 
 from _common import run_publishing, table
 from agentjournal import Journal
+from agentjournal.store.sqlite._stored import Unpacker
 from ledger import turn
 
 ITEMS_PER_SESSION = 100
@@ -87,28 +89,20 @@ def breakdown(path: Path, items: int) -> list[list[str]]:
                 [f"  table/index {name}", f"{pages / items:,.0f}", f"{payload / items:,.0f}"]
             )
         columns = {
-            "events.data": "SELECT sum(length(data)) FROM events",
-            "events.metadata": "SELECT sum(length(metadata)) FROM events",
+            "events.data (stored)": "SELECT sum(length(data)) FROM events",
+            "events.metadata (stored)": "SELECT sum(length(metadata)) FROM events",
             "events.id, type, others": ("SELECT sum(length(id) + length(type) + 24) FROM events"),
-            "items.item (read model)": "SELECT sum(length(item)) FROM items",
+            "items.item (read model, stored)": "SELECT sum(length(item)) FROM items",
+            "dictionaries": "SELECT sum(length(content)) FROM dictionaries",
         }
         for name, query in columns.items():
             total = db.execute(query).fetchone()[0] or 0
             rows.append([f"  column {name}", "", f"{total / items:,.0f}"])
-        raw = 0
-        for (data,) in db.execute("SELECT data FROM events"):
-            try:
-                body = json.loads(data)
-            except ValueError:
-                continue
-            kept = body.get("extensions", {}).get("openai", {}).get("item_json")
-            if isinstance(kept, str):
-                raw += len(json.dumps(kept)) - 2  # as the data holds it, escaped
-        rows.append(["  of events.data: the raw item (item_json)", "", f"{raw / items:,.0f}"])
+        rows.extend(_as_written(db, items))
         keys = db.execute("SELECT count(*), sum(length(metadata)) FROM events").fetchone()
         rows.append(
             [
-                "  events per item; metadata per event",
+                "  events per item; metadata per event (stored)",
                 f"{keys[0] / items:.2f}",
                 f"{keys[1] / keys[0]:,.0f}",
             ]
@@ -116,6 +110,36 @@ def breakdown(path: Path, items: int) -> list[list[str]]:
     finally:
         db.close()
     return rows
+
+
+def _as_written(db: sqlite3.Connection, items: int) -> list[list[str]]:
+    """Bytes per item of the text columns as written (decompressed from the stored form),
+    and inside the data the raw item kept for exact replay."""
+    unpack = Unpacker(db).unpack
+    data = metadata = raw = 0
+    for stored_data, stored_metadata, dictionary in db.execute(
+        "SELECT data, metadata, dictionary FROM events"
+    ):
+        written = unpack(bytes(stored_data), dictionary)
+        data += len(written)
+        metadata += len(unpack(bytes(stored_metadata), dictionary))
+        try:
+            body = json.loads(written)
+        except ValueError:
+            continue
+        kept = body.get("extensions", {}).get("openai", {}).get("item_json")
+        if isinstance(kept, str):
+            raw += len(json.dumps(kept)) - 2  # as the data holds it, escaped
+    texts = sum(
+        len(unpack(item, dictionary) if isinstance(item, bytes) else item.encode())
+        for item, dictionary in db.execute("SELECT item, dictionary FROM items")
+    )
+    return [
+        ["  column events.data as written", "", f"{data / items:,.0f}"],
+        ["  of events.data: the raw item (item_json)", "", f"{raw / items:,.0f}"],
+        ["  column events.metadata as written", "", f"{metadata / items:,.0f}"],
+        ["  column items.item as written", "", f"{texts / items:,.0f}"],
+    ]
 
 
 async def run(sessions: int) -> list[list[str]]:

@@ -19,6 +19,7 @@ from agentjournal.engine.evals import EvalWriter
 from agentjournal.evals.run import run_eval
 from agentjournal.ledger import SigningKey
 from eval_sessions import AnswerScorer, record_support
+from stored_form import store_as_written
 
 KEY = SigningKey.generate()
 TRUSTED = {KEY.key_id: KEY.public_key}
@@ -64,6 +65,7 @@ async def test_a_signed_eval_run_verifies_in_the_store_and_as_a_bundle(tmp_path:
 
 async def test_a_score_rewritten_in_the_file_fails_verification(tmp_path: Path) -> None:
     uri = await scored(tmp_path / "j.db")
+    store_as_written(tmp_path / "j.db")  # the edit below is of the data as written
     with sqlite3.connect(tmp_path / "j.db") as db:
         changed = db.execute(
             "UPDATE events SET data = CAST(replace(CAST(data AS TEXT), '\"score\": 0.0', "

@@ -25,6 +25,7 @@ from agentjournal.events import MODEL_RESPONDED
 from agentjournal.store import EventStore, NewEvent, RecordedEvent, StreamState
 from drive import METHODS, Method, drive, sdk_reference
 from handoff_scenarios import SCENARIOS, failing, nested, single, support_team, top_level
+from stored_form import store_as_written
 
 
 def dumps(items: list[Any]) -> list[str]:
@@ -351,6 +352,7 @@ async def test_closes_written_without_the_closes_key_are_read(tmp_path: Path) ->
         session = journal.session("h-plain")
         await drive(nested(), "refund", session=session, hooks=session)
         expected = await journal.session("h-plain").get_items()
+    store_as_written(db)  # the edit below is of the metadata as written
     raw = sqlite3.connect(db)
     rows = raw.execute("SELECT position, metadata FROM events WHERE type = 'SubagentCompleted'")
     stripped = 0

@@ -26,6 +26,7 @@ from agentjournal.store.contract import (
 )
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.store.sqlite import _model as sqlite_store
+from agentjournal.store.sqlite._stored import Unpacker
 from agentjournal.streams import session_stream
 from drive import drive
 from handoff_scenarios import nested, single
@@ -70,6 +71,7 @@ async def _snapshot(store: SQLiteEventStore, session_id: str) -> ModelSnapshot:
 def _rows(path: Path, session_id: str) -> list[tuple[int, int, str]]:
     """The model's rows as the row-per-item query reads them."""
     db = sqlite3.connect(path)
+    Unpacker(db)  # the query reads compressed items' text through the stored form's function
     try:
         (root,) = db.execute(
             "SELECT id FROM streams WHERE name = ?", (session_stream(session_id),)

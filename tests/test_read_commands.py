@@ -32,6 +32,7 @@ from agentjournal.walk import read_tree
 from cli_run import on_a_terminal, run
 from drive import drive
 from handoff_scenarios import failing, nested, single, top_level
+from stored_form import store_as_written
 
 POLICY = Path(__file__).parent.parent / "samples" / "policy.yml"
 
@@ -400,6 +401,7 @@ def _copy(written: Written, tmp_path: Path) -> Path:
     source = Path(written.uri.removeprefix("sqlite:///"))
     target = tmp_path / "copy.db"
     shutil.copy(source, target)
+    store_as_written(target)  # the tests' edits are of the data as written
     with sqlite3.connect(target) as db:
         db.execute(
             "DELETE FROM events WHERE stream_id IN "

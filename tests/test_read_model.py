@@ -43,6 +43,7 @@ from agentjournal.store.contract import (
 )
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.store.sqlite import _model as sqlite_store
+from agentjournal.store.sqlite._stored import Unpacker
 from agentjournal.streams import session_stream
 from drive import drive
 from handoff_scenarios import failing, nested, single, top_level
@@ -495,9 +496,21 @@ def _as_v1(source: Path, target: Path) -> None:
     db.executescript(_V1)
     db.execute("ATTACH ? AS v2", (str(source),))
     db.execute("INSERT INTO streams SELECT id, name, head FROM v2.streams")
-    db.execute("INSERT INTO events SELECT * FROM v2.events")
     db.commit()
     db.execute("DETACH v2")
+    # Version 1 stored every value as given: the rows' values as written (the stored form).
+    stored = sqlite3.connect(source)
+    unpack = Unpacker(stored).unpack
+    rows = [
+        (*row[:5], unpack(row[5], row[8]), unpack(row[6], row[8]), row[7])
+        for row in stored.execute(
+            "SELECT position, stream_id, revision, id, type, data, metadata, recorded_at, "
+            "dictionary FROM events"
+        )
+    ]
+    stored.close()
+    db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    db.commit()
     db.close()
 
 
@@ -512,12 +525,12 @@ def _tables(path: Path) -> tuple[int, set[str], list[str]]:
         db.close()
 
 
-async def test_a_new_file_has_schema_version_2(tmp_path: Path) -> None:
+async def test_a_new_file_has_schema_version_3(tmp_path: Path) -> None:
     async with await SQLiteEventStore.open(tmp_path / "new.db"):
         pass
     version, tables, columns = _tables(tmp_path / "new.db")
-    assert version == 2
-    assert {"streams", "events", "items", "trees"} <= tables
+    assert version == 3
+    assert {"streams", "events", "items", "trees", "dictionaries"} <= tables
     assert columns == ["id", "name", "head", "tree", "modelled"]
 
 
@@ -533,8 +546,8 @@ async def test_a_version_1_file_is_upgraded_in_place_and_read_from_its_events(
     assert _tables(tmp_path / "v1.db")[0] == 1
     async with await SQLiteEventStore.open(tmp_path / "v1.db") as store:
         version, tables, columns = _tables(tmp_path / "v1.db")
-        assert version == 2
-        assert {"items", "trees"} <= tables
+        assert version == 3
+        assert {"items", "trees", "dictionaries"} <= tables
         assert columns[-2:] == ["tree", "modelled"]
         assert await _model(store, "s") is None  # nothing of it is modelled
         _, items, _ = await _both(store, "s")
@@ -550,7 +563,7 @@ async def test_a_version_1_file_is_upgraded_in_place_and_read_from_its_events(
         assert await _model(store, "t") is not None
         await _both(store, "t")
     async with await SQLiteEventStore.open(tmp_path / "v1.db"):  # opened again: no change
-        assert _tables(tmp_path / "v1.db")[0] == 2
+        assert _tables(tmp_path / "v1.db")[0] == 3
 
 
 async def test_a_version_1_file_with_a_foreign_table_is_refused(tmp_path: Path) -> None:
@@ -564,9 +577,9 @@ async def test_a_version_1_file_with_a_foreign_table_is_refused(tmp_path: Path) 
 
 async def test_an_unknown_schema_version_is_refused(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / "future.db")
-    db.executescript(_V1.replace("user_version = 1", "user_version = 3"))
+    db.executescript(_V1.replace("user_version = 1", "user_version = 4"))
     db.close()
-    with pytest.raises(StoreUnavailable, match="schema version 3"):
+    with pytest.raises(StoreUnavailable, match="schema version 4"):
         await SQLiteEventStore.open(tmp_path / "future.db")
 
 

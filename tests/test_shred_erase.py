@@ -22,15 +22,20 @@ from agentjournal.shred import MemoryKeyStore
 from agentjournal.shred.fields import ERASED
 from agentjournal.shred.sealing import open_event
 from agentjournal.store.contract import RecordedEvent
+from agentjournal.store.sqlite._stored import ITEM_TEXT
 from agentjournal.walk import read_tree
 from drive import drive
 from shred_scenarios import PLANTED, plant
+from stored_form import written_values
 
 BOB = ["KEEP-bob-message-91d3", "KEEP-bob-answer-0a4f"]
 
 
 def _files(folder: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file())
+    """Every file's bytes, and each SQLite file's values as written (stored compressed)."""
+    paths = sorted(p for p in folder.iterdir() if p.is_file())
+    raw = b"".join(p.read_bytes() for p in paths)
+    return raw + b"".join(written_values(p) for p in paths if p.suffix == ".db")
 
 
 def _found(raw: bytes, texts: list[str]) -> list[str]:
@@ -250,7 +255,7 @@ async def test_a_purge_drops_the_read_model_rows_of_the_streams_and_their_bytes(
         assert await journal.session("gone").get_items() == [
             {"role": "user", "content": "PURGE-gone-5e1c"}
         ]
-        rows = store._db.execute("SELECT item FROM items").fetchall()
+        rows = store._db.execute(f"SELECT {ITEM_TEXT} FROM items").fetchall()
         assert [r[0] for r in rows] == ['{"role":"user","content":"PURGE-kept-5e1c"}']
 
 

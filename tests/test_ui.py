@@ -30,6 +30,7 @@ from agentjournal.store import open_store
 from agentjournal.testing.kurrentdb_double import ThreadedKurrentDBDouble
 from agentjournal.ui.page import SCRIPTS, render, session_page
 from cli_run import run
+from stored_form import store_as_written
 from ui_support import (
     HOSTILE,
     LISTED,
@@ -129,6 +130,7 @@ def test_a_session_whose_page_failed_is_listed_failed_though_the_fold_passed(
             return integrity
 
         assert listed()["state"] == "verified"  # folded (in memory)
+        store_as_written(copy)  # the edit below is of the data as written
         with sqlite3.connect(copy) as db:  # an event changed after it was folded
             db.execute(
                 "UPDATE events SET data = CAST(replace(CAST(data AS TEXT), "

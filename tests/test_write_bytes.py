@@ -28,6 +28,7 @@ from typing import Any
 import agentjournal.engine.stamps as stamps
 from agentjournal import JournalSession
 from agentjournal.store.sqlite import SQLiteEventStore
+from agentjournal.store.sqlite._stored import Unpacker
 
 EXPECTED = Path(__file__).parent / "data" / "write_bytes.json"
 
@@ -165,11 +166,17 @@ def stored_rows() -> list[dict[str, Any]]:
         path = f"{directory}/bytes.db"
         asyncio.run(_scenario(path))
         db = sqlite3.connect(path)
+        # The values as written: the file holds them in its stored form (compressed).
+        unpack = Unpacker(db).unpack
         try:
-            rows = db.execute(
-                "SELECT s.name, e.revision, e.position, e.id, e.type, e.data, e.metadata "
-                "FROM events e JOIN streams s ON s.id = e.stream_id ORDER BY e.position"
-            ).fetchall()
+            rows = [
+                (*row[:5], unpack(row[5], row[7]), unpack(row[6], row[7]))
+                for row in db.execute(
+                    "SELECT s.name, e.revision, e.position, e.id, e.type, e.data, e.metadata, "
+                    "e.dictionary FROM events e JOIN streams s ON s.id = e.stream_id "
+                    "ORDER BY e.position"
+                )
+            ]
         finally:
             db.close()
     return [

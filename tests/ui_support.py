@@ -27,6 +27,7 @@ from agentjournal.ui.app import create_app
 from cli_run import run
 from drive import drive
 from handoff_scenarios import single, top_level
+from stored_form import store_as_written
 
 T = TypeVar("T")
 
@@ -116,6 +117,7 @@ def tamper(
     it: the copy's path and that event's stream and revision."""
     copy = folder / "tampered.db"
     shutil.copy(stored.path, copy)
+    store_as_written(copy)  # the edit below is of the data as written
     with sqlite3.connect(copy) as db:
         found = db.execute(
             "SELECT e.position, s.name, e.revision, e.data FROM events e "

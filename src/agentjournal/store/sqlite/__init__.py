@@ -1,9 +1,10 @@
 """The embedded event store: KurrentDB stream semantics in one SQLite file.
 
 The package holds the store class (``_store``), the file's schema (``_schema``), the
-events table's rows (``_rows``) and the read model (``_model``).
+events table's rows (``_rows``), the read model (``_model``) and the stored form of the
+text columns (``_stored``).
 
-Layout (schema version 2, kept in ``PRAGMA user_version``)::
+Layout (schema version 3, kept in ``PRAGMA user_version``)::
 
     streams(id, name UNIQUE, head,          one row per stream; head = last revision;
             tree, modelled)                 its tree's root stream, and the revision
@@ -11,18 +12,21 @@ Layout (schema version 2, kept in ``PRAGMA user_version``)::
     events(position INTEGER PRIMARY KEY,     the global order: rowids, which only grow
            stream_id, revision,              because no row is ever deleted
            id, type, data, metadata,         UNIQUE(stream_id, revision): tail reads
-           recorded_at)                      are an index range scan, O(limit)
+           recorded_at, dictionary)          are an index range scan, O(limit)
     items(tree, idx, stream_id, revision,    the read model: each tree's visible items,
-          part, item)                        keyed by (root stream id, message index)
+          part, item, dictionary)            keyed by (root stream id, message index)
     trees(tree, floor, mixed)                the highest index a clear has hidden; whether
                                              an item not marked plain was ever added
+    dictionaries(id, content)                what the rows' values are compressed with:
+                                             a row's ``dictionary`` (NULL: stored as given)
 
 The read model (``items``, ``trees``, ``streams.tree``/``modelled``) is derived
 from the events, written in the same transaction as they are, and read only to
 answer a full read of a session quickly (:meth:`SQLiteEventStore.read_model`);
-it is a cache with a high-water mark per stream, never a record. A version 1
-file is upgraded in place when opened (one transaction): its streams join no
-tree, so their sessions are read from their events as before.
+it is a cache with a high-water mark per stream, never a record. A file of an
+earlier version is upgraded in place when opened (one transaction): a version 1
+file's streams join no tree, so their sessions are read from their events as
+before; a version 2 file's rows read as given, and later ones are compressed.
 
 Every call runs on one worker thread that owns the connection, so the event
 loop never blocks on SQLite. Writes take ``BEGIN IMMEDIATE``: the expected-state

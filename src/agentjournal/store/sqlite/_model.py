@@ -21,24 +21,27 @@ from agentjournal.store.contract import (
     model_key,
 )
 from agentjournal.store.sqlite._rows import _EVENT_COLUMNS, _recorded, _stream_id
+from agentjournal.store.sqlite._stored import ITEM_TEXT, Packer, Unpacker
 
 # A model read packs each item's place in one integer (store.model.model_key) in the query:
 # one column a row instead of three. SQLite's integers have 64 bits, so stream numbers
 # from this one are packed in Python instead.
 _SQL_KEYS = 1 << 23
 _MODEL_ITEMS: Final = (
-    "SELECT idx, (stream_id << 40) | (revision << 8) | part, item FROM items "
+    f"SELECT idx, (stream_id << 40) | (revision << 8) | part, {ITEM_TEXT} FROM items "
     "WHERE tree = ? ORDER BY idx"
 )
-# A model read's items in one row (store.model.ModelItems.joined): the texts joined by
-# ",\n", the keys as decimals, their count, the first and last index, and how many items
-# name a stream outside the tree's (?2..?3: the tree's stream numbers, when they have no
-# gap; see _ITEMS_ELSEWHERE). One row instead of one per item: each row costs sqlite3 a
-# tuple and its objects (~0.45 µs); group_concat appends in C. Its order is the scan's:
-# the primary key's b-tree from (tree, lowest idx) up, the only way SQLite reads
+# A model read's items in one row (store.model.ModelItems.joined): how many texts are
+# compressed, the keys as decimals, their count, the first and last index, and how many
+# items name a stream outside the tree's (?2..?3: the tree's stream numbers, when they have
+# no gap; see _ITEMS_ELSEWHERE); then the texts joined by ",\n" (_PLAIN_TEXTS, or
+# _PACKED_TEXTS decompressed in Python). One row instead of one per item: each row costs
+# sqlite3 a tuple and its objects (~0.45 µs); group_concat appends in C. Its order is the
+# scan's: the primary key's b-tree from (tree, lowest idx) up, the only way SQLite reads
 # ``WHERE tree = ?`` here (no other index; ``reverse_unordered_selects`` never set).
 _MODEL_JOINED: Final = (
-    "SELECT group_concat(item, ',' || char(10)), "
+    "SELECT count(*) FILTER (WHERE dictionary IS NOT NULL AND typeof(item) = 'blob'), "
+    "CASE WHEN min(dictionary) = max(dictionary) THEN min(dictionary) END, "
     "group_concat((stream_id << 40) | (revision << 8) | part), count(*), "
     "(SELECT min(idx) FROM items WHERE tree = ?1), (SELECT max(idx) FROM items WHERE tree = ?1), "
     "count(*) FILTER (WHERE {elsewhere}) FROM items WHERE tree = ?1"
@@ -48,11 +51,17 @@ _ITEMS_BETWEEN: Final = _MODEL_JOINED.format(elsewhere="stream_id NOT BETWEEN ?2
 _ITEMS_ELSEWHERE: Final = _MODEL_JOINED.format(
     elsewhere="stream_id NOT IN (SELECT id FROM streams WHERE tree = ?2)"
 )
+_PLAIN_TEXTS: Final = "SELECT group_concat(item, ',' || char(10)) FROM items WHERE tree = ?"
+# Compressed texts: a row each, decompressed in one Python loop (~1.4 µs an item; a SQL
+# function called per row from the aggregate costs ~2.7).
+_PACKED_TEXTS: Final = "SELECT item, dictionary FROM items WHERE tree = ? ORDER BY idx"
+_PACKED_ONLY: Final = "SELECT item FROM items WHERE tree = ? ORDER BY idx"
 
 
-def read_model(db: sqlite3.Connection, tree: str) -> ModelSnapshot | None:
+def read_model(db: sqlite3.Connection, tree: str, unpacker: Unpacker) -> ModelSnapshot | None:
     """The read model of the tree whose root stream is ``tree``, in one read transaction;
-    None unless every stream of the tree is current (:meth:`SQLiteEventStore.read_model`)."""
+    None unless every stream of the tree is current (:meth:`SQLiteEventStore.read_model`).
+    ``unpacker`` reads the stored form (and serves ``ITEM_TEXT`` on ``db``)."""
     db.execute("BEGIN")  # one snapshot of the file for all three queries
     try:
         streams = db.execute(
@@ -74,17 +83,18 @@ def read_model(db: sqlite3.Connection, tree: str) -> ModelSnapshot | None:
         if max(heads.values()) >= MODEL_REVISIONS:
             return None  # a key could not hold the revision: the events answer
         found = db.execute("SELECT floor, mixed FROM trees WHERE tree = ?", (root,)).fetchone()
-        items = _model_items(db, root, tree, names)
+        items = _model_items(db, root, tree, names, unpacker)
         if items is None:
             return None  # an item on a stream not of the tree (a hand-edited file)
     finally:
         db.execute("COMMIT")
     floor, mixed = (-1, 0) if found is None else found
-    return ModelSnapshot(heads, _recorded(tree, *last), names, items, int(floor), not mixed)
+    last_event = _recorded(unpacker, tree, *last)
+    return ModelSnapshot(heads, last_event, names, items, int(floor), not mixed)
 
 
 def _model_items(
-    db: sqlite3.Connection, root: int, tree: str, names: dict[int, str]
+    db: sqlite3.Connection, root: int, tree: str, names: dict[int, str], unpacker: Unpacker
 ) -> ModelItems | None:
     """The visible items of the tree ``tree`` (root stream number ``root``, streams
     ``names``), in one row when it can be (:class:`ModelItems`); None if an item names a
@@ -98,7 +108,7 @@ def _model_items(
                 [
                     (index, model_key(stream, revision, part), text)
                     for index, stream, revision, part, text in db.execute(
-                        "SELECT idx, stream_id, revision, part, item FROM items "
+                        f"SELECT idx, stream_id, revision, part, {ITEM_TEXT} FROM items "
                         "WHERE tree = ? ORDER BY idx",
                         (root,),
                     )
@@ -109,11 +119,21 @@ def _model_items(
         found = db.execute(_ITEMS_BETWEEN, (root, low, high)).fetchone()
     else:
         found = db.execute(_ITEMS_ELSEWHERE, (root, tree)).fetchone()
-    texts, keys, count, first, last, elsewhere = found
+    packed, dictionary, keys, count, first, last, elsewhere = found
     if elsewhere and not _copied_prefix(db, root, tree, names):
         return None  # an item on a stream that is not the tree's (a hand-edited file)
     if not count:
         return ModelItems.joined("", "", range(0), 0)
+    texts = None
+    if packed == count and dictionary is not None:  # all compressed alike: a loop in C
+        with no_collection():  # thousands of rows, no cycles
+            items = [item for (item,) in db.execute(_PACKED_ONLY, (root,))]
+            texts = unpacker.joined_alike(items, dictionary)
+    if texts is None and packed:  # some compressed (or one edited by hand): row by row
+        with no_collection():
+            texts = unpacker.joined_texts(db.execute(_PACKED_TEXTS, (root,)).fetchall())
+    if texts is None:
+        texts = db.execute(_PLAIN_TEXTS, (root,)).fetchone()[0]
     if texts.count("\n") != count - 1:
         # A text with a newline of its own (none this engine writes: its item texts are
         # compact JSON) would not split back: the rows, as they are.
@@ -155,9 +175,15 @@ def _copied_prefix(db: sqlite3.Connection, root: int, tree: str, names: dict[int
 
 
 def _apply_model(
-    db: sqlite3.Connection, request: AppendRequest, stream_id: int | None, current: int, head: int
+    db: sqlite3.Connection,
+    request: AppendRequest,
+    stream_id: int | None,
+    current: int,
+    head: int,
+    packer: Packer,
 ) -> None:
-    """Apply one appended request's read model change (inside its write's transaction).
+    """Apply one appended request's read model change (inside its write's transaction),
+    its items' texts in their stored form (``packer``).
 
     A new stream joins the request's tree; an existing one's ``modelled`` revision
     follows its head if it was current before (and of this tree): one append without
@@ -197,7 +223,8 @@ def _apply_model(
 
     row = db.execute("SELECT floor FROM trees WHERE tree = ?", (root,)).fetchone()
     floor = -1 if row is None else int(row[0])
-    adds: list[tuple[int, int, int, int, int, str]] = []
+    pack_text = packer.pack_text
+    adds: list[tuple[int, int, int, int, int, str | bytes, int | None]] = []
     current = True  # False: an item at a taken index, or one without an index
 
     def add_all() -> bool:
@@ -206,8 +233,8 @@ def _apply_model(
             return True
         before = db.total_changes
         db.executemany(
-            "INSERT OR IGNORE INTO items(tree, idx, stream_id, revision, part, item) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO items(tree, idx, stream_id, revision, part, item, dictionary) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             adds,
         )
         inserted = db.total_changes - before
@@ -238,7 +265,9 @@ def _apply_model(
                 and 0 <= op.part < MODEL_PARTS
                 and 0 <= op.revision < MODEL_REVISIONS
             )
-            adds.append((root, op.index, id_of(op.stream), op.revision, op.part, op.text))
+            adds.append(
+                (root, op.index, id_of(op.stream), op.revision, op.part, *pack_text(op.text))
+            )
             continue
         current = add_all() and current
         if isinstance(op, ModelClear):
@@ -278,8 +307,9 @@ def _copy_model(db: sqlite3.Connection, op: ModelCopy, root: int) -> int | None:
     ):
         return None
     db.execute(
-        "INSERT INTO items(tree, idx, stream_id, revision, part, item) "
-        "SELECT ?, idx, stream_id, revision, part, item FROM items WHERE tree = ? AND idx < ?",
+        "INSERT INTO items(tree, idx, stream_id, revision, part, item, dictionary) "
+        "SELECT ?, idx, stream_id, revision, part, item, dictionary FROM items "
+        "WHERE tree = ? AND idx < ?",
         (root, source, op.below),
     )
     db.execute(

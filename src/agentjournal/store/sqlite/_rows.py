@@ -15,8 +15,12 @@ from agentjournal.store.contract import (
     RecordedEvent,
     encode_metadata,
 )
+from agentjournal.store.sqlite._stored import Packer, Unpacker
 
-_EVENT_COLUMNS = "e.position, e.revision, e.id, e.type, e.data, e.metadata, e.recorded_at"
+# A row's columns as :func:`_recorded` takes them (after the stream's name).
+_EVENT_COLUMNS = (
+    "e.position, e.revision, e.id, e.type, e.data, e.metadata, e.recorded_at, e.dictionary"
+)
 
 
 def _fetch_events(
@@ -37,12 +41,13 @@ def _stream_id(db: sqlite3.Connection, name: str) -> int | None:
     return None if row is None else int(row[0])
 
 
-# One INSERT of up to this many rows (7 parameters each; SQLite's default cap is 32,766).
+# One INSERT of up to this many rows (8 parameters each; SQLite's default cap is 32,766).
 _ROWS_PER_INSERT: Final = 64
 _INSERT_EVENTS: Final = (
-    "INSERT INTO events(stream_id, revision, id, type, data, metadata, recorded_at) VALUES "
+    "INSERT INTO events(stream_id, revision, id, type, data, metadata, dictionary, recorded_at)"
+    " VALUES "
 )
-_EVENT_ROW: Final = "(?, ?, ?, ?, ?, ?, ?)"
+_EVENT_ROW: Final = "(?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 @functools.cache
@@ -51,21 +56,27 @@ def _insert_sql(rows: int) -> str:
 
 
 def _insert_events(
-    db: sqlite3.Connection, stream_id: int, current: int, new: Sequence[NewEvent], now: int
+    db: sqlite3.Connection,
+    stream_id: int,
+    current: int,
+    new: Sequence[NewEvent],
+    now: int,
+    packer: Packer,
 ) -> int:
-    """Insert ``new`` after revision ``current``; the position of the last one.
+    """Insert ``new`` after revision ``current`` in their stored form (``packer``); the
+    position of the last one.
 
     A write of a few events is one statement whose rows SQLite inserts in order, so
     its last row id is the write's position (no ``last_insert_rowid()`` query).
     """
+    pack = packer.pack
     rows = [
         (
             stream_id,
             current + offset,
             event.id.bytes,
             event.type,
-            event.data,
-            encode_metadata(event.metadata),
+            *pack(event.data, encode_metadata(event.metadata)),
             now,
         )
         for offset, event in enumerate(new, start=1)
@@ -84,6 +95,7 @@ def _last_position(db: sqlite3.Connection) -> int:
 
 
 def _recorded(
+    unpacker: Unpacker,
     stream: str,
     position: int,
     revision: int,
@@ -92,15 +104,23 @@ def _recorded(
     data: object,
     metadata: object,
     recorded_at: int,
+    dictionary: int | None,
 ) -> RecordedEvent:
+    """The recorded event of one row (``_EVENT_COLUMNS``), its values as written."""
+    if dictionary is None:
+        stored_data, stored_metadata = _as_bytes(data), _as_bytes(metadata)
+    else:
+        unpack = unpacker.unpack
+        stored_data = unpack(_as_bytes(data), dictionary, stream)
+        stored_metadata = unpack(_as_bytes(metadata), dictionary, stream)
     return RecordedEvent.from_raw(
         stream=stream,
         position=position,
         revision=revision,
         raw_id=event_id,
         type=_as_text(stream, revision, type_),
-        data=_as_bytes(data),
-        raw_metadata=_as_bytes(metadata),
+        data=stored_data,
+        raw_metadata=stored_metadata,
         recorded_at_us=recorded_at,
     )
 

@@ -10,8 +10,9 @@ from typing import Final
 from agentjournal.errors import (
     StoreUnavailable,
 )
+from agentjournal.store.sqlite._stored import DICTIONARY
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 
 # The read model (schema version 2). WITHOUT ROWID: a full read is one range scan of the
@@ -25,6 +26,7 @@ CREATE TABLE IF NOT EXISTS items (
     revision  INTEGER NOT NULL,
     part      INTEGER NOT NULL,
     item      TEXT    NOT NULL,
+    dictionary INTEGER NULL,
     PRIMARY KEY (tree, idx)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS trees (
@@ -33,6 +35,19 @@ CREATE TABLE IF NOT EXISTS trees (
     mixed INTEGER NOT NULL
 );
 """
+
+# The stored form (schema version 3, ``_stored``): the dictionaries rows were compressed
+# with, by id; a row's ``dictionary`` names its own (NULL: its values are stored as given).
+_STORED_FORM_SCHEMA = """
+CREATE TABLE IF NOT EXISTS dictionaries (
+    id      INTEGER PRIMARY KEY,
+    content BLOB    NOT NULL
+);
+"""
+_STORED_FORM_UPGRADE = (
+    "ALTER TABLE events ADD COLUMN dictionary INTEGER NULL;"
+    "ALTER TABLE items ADD COLUMN dictionary INTEGER NULL;" + _STORED_FORM_SCHEMA
+)
 
 _SCHEMA = (
     """
@@ -51,14 +66,22 @@ CREATE TABLE IF NOT EXISTS events (
     type        TEXT    NOT NULL,
     data        BLOB    NOT NULL,
     metadata    BLOB    NOT NULL,
-    recorded_at INTEGER NOT NULL
+    recorded_at INTEGER NOT NULL,
+    dictionary  INTEGER NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS events_by_stream ON events(stream_id, revision);
 """
     + _MODEL_SCHEMA
+    + _STORED_FORM_SCHEMA
 )
 
-_TABLES: Final = frozenset({"streams", "events", "items", "trees"})
+_TABLES: Final = frozenset({"streams", "events", "items", "trees", "dictionaries"})
+# The tables each earlier version has (the tables a version adds come with its upgrade).
+_VERSION_TABLES: Final = {
+    1: frozenset({"streams", "events"}),
+    2: frozenset({"streams", "events", "items", "trees"}),
+    SCHEMA_VERSION: _TABLES,
+}
 
 
 def _resolved_connect(
@@ -103,8 +126,10 @@ def _connect(path: str, busy_timeout: float, create: bool = True) -> sqlite3.Con
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
             _create_schema(db, path)
-        elif version == 1:
-            _upgrade_schema(db, path)
+        # Again until current: another process may have upgraded part of the way meanwhile.
+        while (version := db.execute("PRAGMA user_version").fetchone()[0]) != SCHEMA_VERSION:
+            _refuse_foreign(db, path)
+            _upgrade_schema(db, path, version)
     except sqlite3.DatabaseError as error:
         db.close()
         raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
@@ -132,19 +157,18 @@ def _probe_connection(path: str) -> sqlite3.Connection:
 
 
 def _refuse_foreign(db: sqlite3.Connection, path: str) -> None:
-    """Raise unless the file is empty or an agentjournal store of this schema version."""
+    """Raise unless the file is empty or an agentjournal store of a schema version this
+    code reads (an earlier one is upgraded when opened)."""
     version = db.execute("PRAGMA user_version").fetchone()[0]
-    if version not in (0, 1, SCHEMA_VERSION):
+    if version != 0 and version not in _VERSION_TABLES:
         raise StoreUnavailable(
             f"SQLite store {path} has schema version {version}; this agentjournal "
-            f"reads versions 1 and {SCHEMA_VERSION}: upgrade agentjournal, or choose another file"
+            f"reads versions 1 to {SCHEMA_VERSION}: upgrade agentjournal, or choose another file"
         )
     tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    # Version 1 had streams and events only; the model's tables come with version 2.
-    ours = _TABLES if version != 1 else {"streams", "events"}
+    ours = _VERSION_TABLES.get(version, _TABLES)
     foreign = sorted(tables - ours - {"sqlite_sequence"})
-    needed = _TABLES if version == SCHEMA_VERSION else {"streams", "events"}
-    if foreign or (version != 0 and not needed <= tables):
+    if foreign or (version != 0 and not ours <= tables):
         shown = foreign[0] if foreign else "missing tables of its version"
         raise StoreUnavailable(
             f"{path} is a SQLite database of something else ({shown!r}); choose another file"
@@ -155,17 +179,25 @@ def _create_schema(db: sqlite3.Connection, path: str) -> None:
     _migrate(db, path, 0, _SCHEMA)
 
 
-def _upgrade_schema(db: sqlite3.Connection, path: str) -> None:
-    """Version 1 -> 2: the model's columns and tables, empty. No stream joins a tree, so
-    every session is read from its events until written again from scratch (a stream's
-    model starts with its first event)."""
-    _migrate(
-        db,
-        path,
-        1,
-        "ALTER TABLE streams ADD COLUMN tree TEXT NULL;"
-        "ALTER TABLE streams ADD COLUMN modelled INTEGER NULL;" + _MODEL_SCHEMA,
-    )
+def _upgrade_schema(db: sqlite3.Connection, path: str, version: int) -> None:
+    """Upgrade a file of an earlier version in place, in one transaction.
+
+    1 -> 2: the model's columns and tables, empty. No stream joins a tree, so every
+    session is read from its events until written again from scratch (a stream's model
+    starts with its first event). 2 -> 3: the stored form's column on events and items,
+    NULL in every row there is (stored as given), and its dictionaries table, empty: the
+    rows written from then on are compressed, the earlier ones read as they are.
+    """
+    script = _STORED_FORM_UPGRADE
+    if version == 1:
+        script = (
+            "ALTER TABLE streams ADD COLUMN tree TEXT NULL;"
+            "ALTER TABLE streams ADD COLUMN modelled INTEGER NULL;"
+            "ALTER TABLE events ADD COLUMN dictionary INTEGER NULL;"
+            + _MODEL_SCHEMA
+            + _STORED_FORM_SCHEMA
+        )
+    _migrate(db, path, version, script)
 
 
 def _migrate(db: sqlite3.Connection, path: str, version: int, script: str) -> None:
@@ -179,6 +211,13 @@ def _migrate(db: sqlite3.Connection, path: str, version: int, script: str) -> No
             for statement in script.split(";"):
                 if statement.strip():
                     db.execute(statement)
+            # The dictionary this version writes with, from the start: a new file's first
+            # write needs no transaction of its own to add it (``_stored``).
+            db.execute(
+                "INSERT INTO dictionaries(content) SELECT ?1 "
+                "WHERE NOT EXISTS (SELECT 1 FROM dictionaries WHERE content = ?1)",
+                (DICTIONARY.encode("utf-8"),),
+            )
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.execute("COMMIT")
     except BaseException:

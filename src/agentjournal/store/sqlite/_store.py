@@ -54,6 +54,7 @@ from agentjournal.store.sqlite._rows import (
     _recorded,
 )
 from agentjournal.store.sqlite._schema import _probe_connection, _resolved_connect
+from agentjournal.store.sqlite._stored import DICTIONARY, Packer, Unpacker, writing_dictionary
 
 _POLL_SECONDS: Final = 0.05
 _SUBSCRIBE_BATCH: Final = 500
@@ -113,6 +114,11 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         self._probe_failed = path == ":memory:"  # another connection would see another database
         # Stream name -> row id, as seen by the store's thread (for :meth:`_claim`).
         self._stream_ids: dict[str, int] = {}
+        # The stored form (``_stored``), used on the store's thread only: the values it
+        # reads decompressed with the file's dictionaries; the writer, once the file has
+        # the dictionary it writes with (:meth:`_packer_now`).
+        self._unpacker = Unpacker(connection)
+        self._packer: Packer | None = None
 
     @classmethod
     async def open(
@@ -329,10 +335,20 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
             with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
                 loop.call_soon_threadsafe(_settle_all, settled)
 
+    def _packer_now(self) -> Packer:
+        """The writer of the stored form; on first use, the file gets its dictionary in a
+        transaction of its own, committed before any row names it (a write's rollback
+        must not take away a dictionary this object would go on naming)."""
+        if self._packer is None:
+            content = DICTIONARY.encode("utf-8")
+            self._packer = Packer(writing_dictionary(self._db, content), content)
+        return self._packer
+
     def _write_sync(self, requests: list[AppendRequest]) -> list[AppendResult]:
         """One write in its own transaction."""
         db = self._db
         try:
+            self._packer_now()
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as error:
             raise StoreUnavailable(f"SQLite store {self._path} is busy: {error}") from error
@@ -368,6 +384,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         """
         db = self._db
         try:
+            self._packer_now()
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as error:
             # One exception object per caller: each is raised in its own task.
@@ -426,8 +443,9 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
                 stream_id = created
             elif claim is None:
                 db.execute("UPDATE streams SET head = ? WHERE id = ?", (head, stream_id))
-            last_position = _insert_events(db, stream_id, current, request.events, now)
-            _apply_model(db, request, stream_id, current, head)
+            packer = self._packer_now()
+            last_position = _insert_events(db, stream_id, current, request.events, now, packer)
+            _apply_model(db, request, stream_id, current, head, packer)
         if last_position == 0:
             last_position = _last_position(db)
         results = []
@@ -595,7 +613,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
             f"WHERE s.name = ? AND e.revision > ? AND e.type IN ({marks}) ORDER BY e.revision"
         )
         rows = await self._submit(_fetch_events, self._db, stream, sql, (stream, after, *kinds))
-        return [_recorded(stream, *row) for row in rows]
+        return [_recorded(self._unpacker, stream, *row) for row in rows]
 
     async def read(
         self,
@@ -631,10 +649,10 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         count = start + 1 if backwards else head - start + 1  # at most this many events
         if min(count, limit if limit is not None else count) <= _SMALL_READ:
             rows = _fetch_events(self._db, stream, sql, params)
-            return [_recorded(stream, *r) for r in rows]
+            return [_recorded(self._unpacker, stream, *r) for r in rows]
         with no_collection():  # a long read: thousands of rows and events, no cycles
             rows = _fetch_events(self._db, stream, sql, params)
-            return [_recorded(stream, *r) for r in rows]
+            return [_recorded(self._unpacker, stream, *r) for r in rows]
 
     async def read_streams(
         self, reads: Sequence[tuple[str, int | None]]
@@ -677,7 +695,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         return await self._submit(self._read_model_sync, tree)
 
     def _read_model_sync(self, tree: str) -> ModelSnapshot | None:
-        return read_model(self._db, tree)
+        return read_model(self._db, tree, self._unpacker)
 
     async def purge(self, streams: Sequence[str]) -> None:
         """Drop the read model of every tree holding an item of ``streams``, with
@@ -701,12 +719,13 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
             "WHERE e.position >= ? ORDER BY e.position LIMIT ?"
         )
         params = (from_position, -1 if limit is None else limit)
+        unpacker = self._unpacker
         if limit is not None and limit <= _SMALL_READ:
-            return [_recorded(*r) for r in _fetch_events(self._db, "$all", sql, params)]
+            return [_recorded(unpacker, *r) for r in _fetch_events(self._db, "$all", sql, params)]
         # A page of the global order: thousands of rows and events, no cycles; the
         # collector would scan everything its reader holds again and again.
         with no_collection():
-            return [_recorded(*r) for r in _fetch_events(self._db, "$all", sql, params)]
+            return [_recorded(unpacker, *r) for r in _fetch_events(self._db, "$all", sql, params)]
 
     async def subscribe(self, *, after_position: int | None = None) -> AsyncIterator[RecordedEvent]:
         """Yield every event after ``after_position``, then follow new ones."""
