@@ -29,8 +29,9 @@ from agentjournal.errors import ConcurrencyError, InvalidInput, JournalError
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
+    from agentjournal.audit.verify._parallel import _Child
     from agentjournal.read.traces import ProjectedSpan, Projector
-    from agentjournal.records import DamagedEvent
+    from agentjournal.read.traces.parts import Part, Place
     from agentjournal.store.contract import EventStore, RecordedEvent
 
 BATCH: Final = 512
@@ -125,7 +126,15 @@ def register(commands: Commands) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     destination = _destination(args)
-    return asyncio.run(_export(args, destination))
+    # Forked before anything runs a thread (the store's): the child opens its own store.
+    second = _second_part(args.uri) if args.all and not args.follow else None
+    try:
+        return asyncio.run(_export(args, destination, second))
+    finally:
+        if second is not None:
+            second.close()
+            with contextlib.suppress(ChildProcessError):  # reaped: its CPU counts as ours
+                os.waitpid(second.pid, 0)
 
 
 # -- where the spans go ------------------------------------------------------------------
@@ -387,7 +396,9 @@ def _readable(spans: Sequence[ProjectedSpan]) -> list[ReadableSpan]:
 # -- reading ----------------------------------------------------------------------------
 
 
-async def _export(args: argparse.Namespace, destination: _Destination) -> int:
+async def _export(
+    args: argparse.Namespace, destination: _Destination, second: _Child | None = None
+) -> int:
     from agentjournal.cli._store import open_session
     from agentjournal.store import open_store, store_uri
 
@@ -405,7 +416,10 @@ async def _export(args: argparse.Namespace, destination: _Destination) -> int:
             if args.follow:
                 name = args.name or destination.key(session, branch)
                 return await _Follower(store, sink, session, name, args.idle, branch).run()
-            spans = await _once(store, session, branch)
+            if session is None:
+                spans = await _every_tree(store, second)
+            else:
+                spans = await _once(store, session, branch)
             sink.send(spans)
         finally:
             sink.close()
@@ -432,36 +446,89 @@ async def _check_line(store: EventStore, session: str, branch: str) -> None:
         await find_branch(store, session, branch)
 
 
-async def _once(
-    store: EventStore, session: str | None, branch: str | None = None
-) -> list[ProjectedSpan]:
-    """Every span of one session tree (every line, or the one ``branch`` names), or of
-    every tree in the store, each run span with the evaluation events of the eval
-    scores of its turns (:mod:`agentjournal.read.traces.evaluations`)."""
-    from agentjournal._gc import no_collection
-    from agentjournal.cli._render import progress
+async def _once(store: EventStore, session: str, branch: str | None = None) -> list[ProjectedSpan]:
+    """Every span of one session tree (every line, or the one ``branch`` names), each run
+    span with the evaluation events of the eval scores of its turns
+    (:mod:`agentjournal.read.traces.evaluations`)."""
     from agentjournal.read.evals.scores import session_scores
-    from agentjournal.read.traces import Projector, project_tree
-    from agentjournal.read.traces.evaluations import (
-        Evaluations,
-        scores_of,
-        turn_marks,
-        with_evaluations,
-    )
-    from agentjournal.records import DamagedEvent, Record
+    from agentjournal.read.traces import project_tree
+    from agentjournal.read.traces.evaluations import scores_of, turn_marks, with_evaluations
     from agentjournal.walk import read_tree
 
-    if session is not None:
-        tree = await read_tree(store, session)
-        scores = await session_scores(store, session)
-        projected = project_tree(tree, line=branch)
-        return with_evaluations(projected, turn_marks(tree.records()), scores_of(scores.runs))
-    projector = Projector()
-    spans: list[ProjectedSpan] = []
-    evaluations = Evaluations()
+    tree = await read_tree(store, session)
+    scores = await session_scores(store, session)
+    projected = project_tree(tree, line=branch)
+    return with_evaluations(projected, turn_marks(tree.records()), scores_of(scores.runs))
+
+
+# What one part of an export of every tree sends: its spans, placed, and the damaged
+# events it left out (position, stream, what is wrong).
+_Projected = tuple[list[tuple["Place", "ProjectedSpan"]], list[tuple[int, str, str]]]
+
+
+def _second_part(uri: str | None) -> _Child | None:
+    """A child process folding the second half of the trees (:mod:`.parts`) of the store
+    at ``uri``, when a second core is free and forking is safe; else None."""
+    from agentjournal.audit.verify._parallel import MIN_EVENTS, _fork, forking_pays
+
+    if not forking_pays(MIN_EVENTS):
+        return None
+    return _fork(lambda: asyncio.run(_part_of(uri, 1, 2)))
+
+
+async def _part_of(uri: str | None, index: int, count: int) -> _Projected:
+    """What the child sends: one part's spans of every tree of the store at ``uri``."""
+    from agentjournal.read.traces.parts import Part
+    from agentjournal.store import open_store, store_uri
+
+    store = await open_store(store_uri(uri), create=False)
+    try:
+        return await _project(store, Part(index, count))
+    finally:
+        await store.close()
+
+
+async def _every_tree(store: EventStore, second: _Child | None = None) -> list[ProjectedSpan]:
+    """Every span of every tree in the store, each run span with the evaluation events of
+    the eval scores of its turns: on one process, or in two parts, this process's and
+    ``second``'s (a child folding the other part; if it fails, this process folds that
+    part too). The spans and the warnings are those of one process, in its order."""
+    from agentjournal.read.traces.parts import Part, in_order
+
+    if second is None:
+        parts = [await _project(store, None, shown=True)]
+    else:
+        parts = [await _project(store, Part(0, 2), shown=True)]
+        sent: _Projected | None = second.result()
+        parts.append(sent if sent is not None else await _project(store, Part(1, 2)))
     warned: set[str] = set()
-    feed, of = projector.feed, Record.of
-    with progress("reading the store") as advance:
+    for _, stream, problem in in_order(
+        [[((0, at, ""), (at, s, p)) for at, s, p in part[1]] for part in parts]
+    ):
+        _skipped(stream, problem, warned)
+    return in_order(part[0] for part in parts)
+
+
+async def _project(store: EventStore, part: Part | None, *, shown: bool = False) -> _Projected:
+    """The spans of the trees of ``part`` (None: every tree), placed, with the evaluation
+    events of the eval scores of their turns; and the damaged events it left out.
+    ``shown``: with a progress bar (on a terminal)."""
+    from agentjournal._gc import no_collection
+    from agentjournal.cli._render import progress
+    from agentjournal.read.traces import Projector
+    from agentjournal.read.traces.evaluations import Evaluations
+    from agentjournal.read.traces.parts import FINISHED
+    from agentjournal.records import DamagedEvent, Record
+
+    projector = Projector(part=part)
+    spans: list[ProjectedSpan] = []
+    places: list[Place] = []
+    evaluations = Evaluations()
+    damaged: list[tuple[int, str, str]] = []
+    feed, of, skips, folds = projector.feed, Record.of, projector.skips, projector.folds
+    with (
+        progress("reading the store") if shown else contextlib.nullcontext(_no_progress) as advance
+    ):
         # The next page is read on the store's side while this one is projected.
         reading = asyncio.ensure_future(store.read_all(from_position=0, limit=PAGE))
         try:
@@ -472,11 +539,18 @@ async def _once(
                     reading = asyncio.ensure_future(store.read_all(from_position=after, limit=PAGE))
                 with no_collection():  # records, spans and state: acyclic, and many
                     for event in page:
-                        evaluations.see(event)
+                        evaluations.see(event)  # every part sees every score and turn
+                        if skips(event.stream, event.type):
+                            continue
                         try:
-                            spans += feed(of(event))
+                            sent = feed(of(event))
                         except DamagedEvent as bad:  # one damaged event must not cost all
-                            _skipped(bad, warned)
+                            if folds(event.stream):  # another part's: that part warns
+                                damaged.append((event.position, bad.stream, str(bad)))
+                            continue
+                        if sent:
+                            spans += sent
+                            places += [(0, event.position, "")] * len(sent)
                 advance(len(page))
                 if len(page) < PAGE:
                     break
@@ -485,17 +559,24 @@ async def _once(
                 reading.cancel()
                 with contextlib.suppress(asyncio.CancelledError, JournalError):
                     await reading
-    return evaluations.on(spans + projector.finish())
+    for key, finished in projector.finish_by_tree():
+        spans += finished
+        places += [(FINISHED, 0, key)] * len(finished)
+    return list(zip(places, evaluations.on(spans), strict=True)), damaged
 
 
-def _skipped(bad: DamagedEvent, warned: set[str]) -> None:
+def _no_progress(done: int) -> None:
+    """No progress bar."""
+
+
+def _skipped(stream: str, problem: str, warned: set[str]) -> None:
     """Warn on stderr that a damaged event is left out (once per stream: its next events
     are likely damaged the same way)."""
     from agentjournal._text import printable
 
-    if bad.stream not in warned:
-        warned.add(bad.stream)
-        print(f"agentjournal: skipped {printable(str(bad))}", file=sys.stderr, flush=True)
+    if stream not in warned:
+        warned.add(stream)
+        print(f"agentjournal: skipped {printable(problem)}", file=sys.stderr, flush=True)
 
 
 async def _cancelled(task: asyncio.Task[Any]) -> None:
@@ -654,7 +735,7 @@ class _Follower:
         try:
             return projector.feed(Record.of(event))
         except DamagedEvent as bad:
-            _skipped(bad, self._warned)
+            _skipped(bad.stream, str(bad), self._warned)
             return []
 
     async def _save(

@@ -90,6 +90,26 @@ class Lines:
         """The trees by key: an order a saved and loaded state keeps (its JSON is sorted)."""
         return [self._trees[key] for key in sorted(self._trees)]
 
+    def keyed(self) -> list[tuple[str, Tree]]:
+        """The trees with their keys, in :meth:`in_order`'s order."""
+        return [(key, self._trees[key]) for key in sorted(self._trees)]
+
+    def session_at(self, stream: str) -> str | None:
+        """The session whose tree an event of ``stream`` would be folded into now
+        (:meth:`tree_of`, without making anything), or None: none (a branch it may learn
+        from this event: the branch's session)."""
+        key = self._streams.get(stream)
+        if key is None:
+            learnt = self._unknown_branch(stream)
+            if learnt is not None:  # its tree's session, if it makes one
+                return learnt
+            session = session_of_stream(stream)
+            if session is None or (self._only is not None and session != self._only):
+                return None
+            key = session
+        tree = self._trees.get(key)
+        return key if tree is None else tree.session_id
+
     def tree_of(self, record: Record) -> Tree | None:
         """The tree of ``record``'s line (made on its first event), or None: not followed."""
         key = self._streams.get(record.stream)
