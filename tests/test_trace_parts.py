@@ -66,10 +66,10 @@ def _lines(spans: list[ProjectedSpan]) -> str:
     return "".join(json.dumps(span.as_json(), sort_keys=True) + "\n" for span in spans)
 
 
-async def _every_tree(uri: str, second: Any) -> list[ProjectedSpan]:
+async def _every_tree(uri: str, second: Any, output: Any = trace._as_is) -> list[Any]:
     store = await open_store(uri, create=False)
     try:
-        return await trace._every_tree(store, second)
+        return await trace._every_tree(store, second, output)
     finally:
         await store.close()
 
@@ -85,15 +85,16 @@ def test_two_processes_export_what_one_exports(
     warned = capsys.readouterr().err
     assert warned.startswith("agentjournal: skipped AgentSession-bad@")
     monkeypatch.setattr(_parallel, "forking_pays", lambda events: True)
-    second = trace._second_part(mixed)
-    assert second is not None
-    try:
-        split = asyncio.run(_every_tree(mixed, second))
-    finally:
-        second.close()
-    assert split == alone
-    assert _lines(split) == _lines(alone)
-    assert capsys.readouterr().err == warned
+    for output in (trace._as_is, trace._Line.of):  # the spans (OTLP, console), the lines
+        second = trace._second_part(mixed, output)
+        assert second is not None
+        try:
+            split = asyncio.run(_every_tree(mixed, second, output))
+        finally:
+            second.close()
+        assert split == [output(span) for span in alone]
+        assert capsys.readouterr().err == warned
+    assert "".join(line.text for line in split) == _lines(alone)
     text = _lines(alone)
     assert "gen_ai.evaluation.result" in text
     assert "secret-reason-77" not in text
@@ -120,7 +121,7 @@ def test_each_part_folds_its_own_trees_and_both_fold_some(mixed: str) -> None:
     async def parts() -> list[Any]:
         store = await open_store(mixed, create=False)
         try:
-            return [await trace._project(store, Part(index, 2)) for index in (0, 1)]
+            return [await trace._project(store, Part(i, 2), trace._as_is) for i in (0, 1)]
         finally:
             await store.close()
 

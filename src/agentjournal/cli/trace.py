@@ -18,9 +18,9 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from agentjournal.cli._common import STORE_HELP, Commands, writable_folder, write_atomically
@@ -127,7 +127,9 @@ def register(commands: Commands) -> None:
 def _run(args: argparse.Namespace) -> int:
     destination = _destination(args)
     # Forked before anything runs a thread (the store's): the child opens its own store.
-    second = _second_part(args.uri) if args.all and not args.follow else None
+    second = None
+    if args.all and not args.follow:
+        second = _second_part(args.uri, _output(destination))
     try:
         return asyncio.run(_export(args, destination, second))
     finally:
@@ -322,8 +324,10 @@ class _JsonLines:
         self._lines: list[str] = []
 
     def send(self, spans: Sequence[ProjectedSpan]) -> None:
-        encode = _SORTED_JSON  # made once: json.dumps with an option makes one per call
-        lines = [encode(span.as_json()) + "\n" for span in spans]
+        self.add([_Line.of(span).text for span in spans])
+
+    def add(self, lines: Sequence[str]) -> None:
+        """Write spans' lines (:class:`_Line`)."""
         if not self._append:  # a one-shot export: written whole at the end, never half
             self._lines.extend(lines)
             return
@@ -416,17 +420,23 @@ async def _export(
             if args.follow:
                 name = args.name or destination.key(session, branch)
                 return await _Follower(store, sink, session, name, args.idle, branch).run()
-            if session is None:
-                spans = await _every_tree(store, second)
-            else:
+            if session is not None:
                 spans = await _once(store, session, branch)
-            sink.send(spans)
+                sink.send(spans)
+                traces = [span.trace_id for span in spans]
+            elif isinstance(sink, _JsonLines):  # the parts print their own lines
+                lines = await _every_tree(store, second, _Line.of)
+                sink.add([line.text for line in lines])
+                traces = [line.trace_id for line in lines]
+            else:
+                spans = await _every_tree(store, second, _as_is)
+                sink.send(spans)
+                traces = [span.trace_id for span in spans]
         finally:
             sink.close()
     finally:
         await store.close()
-    traces = len({span.trace_id for span in spans})
-    summary = f"exported {len(spans)} spans of {traces} traces to {sink.where}"
+    summary = f"exported {len(traces)} spans of {len(set(traces))} traces to {sink.where}"
     print(summary, file=sys.stderr if destination.kind == "console" else sys.stdout)
     return 0
 
@@ -461,46 +471,74 @@ async def _once(store: EventStore, session: str, branch: str | None = None) -> l
     return with_evaluations(projected, turn_marks(tree.records()), scores_of(scores.runs))
 
 
-# What one part of an export of every tree sends: its spans, placed, and the damaged
-# events it left out (position, stream, what is wrong).
-_Projected = tuple[list[tuple["Place", "ProjectedSpan"]], list[tuple[int, str, str]]]
+S = TypeVar("S")
+# What one part of an export of every tree sends: its spans as its output makes them,
+# placed, and the damaged events it left out (position, stream, what is wrong).
+_Projected = tuple[list[tuple["Place", S]], list[tuple[int, str, str]]]
 
 
-def _second_part(uri: str | None) -> _Child | None:
+class _Line(NamedTuple):
+    """A span as its ``--jsonl`` line, and its trace."""
+
+    trace_id: str
+    text: str
+
+    @classmethod
+    def of(cls, span: ProjectedSpan) -> _Line:
+        return cls(span.trace_id, _SORTED_JSON(span.as_json()) + "\n")
+
+
+def _as_is(span: ProjectedSpan) -> ProjectedSpan:
+    return span
+
+
+def _output(destination: _Destination) -> Callable[[ProjectedSpan], Any]:
+    """What a part of an export of every tree makes of each span for ``destination``: its
+    line for ``--jsonl`` (printed in the part's process), else the span itself."""
+    return _Line.of if destination.kind == "jsonl" else _as_is
+
+
+def _second_part(uri: str | None, output: Callable[[ProjectedSpan], Any]) -> _Child | None:
     """A child process folding the second half of the trees (:mod:`.parts`) of the store
-    at ``uri``, when a second core is free and forking is safe; else None."""
+    at ``uri``, each span sent as ``output`` makes it, when a second core is free and
+    forking is safe; else None."""
     from agentjournal.audit.verify._parallel import MIN_EVENTS, _fork, forking_pays
 
     if not forking_pays(MIN_EVENTS):
         return None
-    return _fork(lambda: asyncio.run(_part_of(uri, 1, 2)))
+    return _fork(lambda: asyncio.run(_part_of(uri, 1, 2, output)))
 
 
-async def _part_of(uri: str | None, index: int, count: int) -> _Projected:
+async def _part_of(
+    uri: str | None, index: int, count: int, output: Callable[[ProjectedSpan], S]
+) -> _Projected[S]:
     """What the child sends: one part's spans of every tree of the store at ``uri``."""
     from agentjournal.read.traces.parts import Part
     from agentjournal.store import open_store, store_uri
 
     store = await open_store(store_uri(uri), create=False)
     try:
-        return await _project(store, Part(index, count))
+        return await _project(store, Part(index, count), output)
     finally:
         await store.close()
 
 
-async def _every_tree(store: EventStore, second: _Child | None = None) -> list[ProjectedSpan]:
+async def _every_tree(
+    store: EventStore, second: _Child | None, output: Callable[[ProjectedSpan], S]
+) -> list[S]:
     """Every span of every tree in the store, each run span with the evaluation events of
     the eval scores of its turns: on one process, or in two parts, this process's and
-    ``second``'s (a child folding the other part; if it fails, this process folds that
-    part too). The spans and the warnings are those of one process, in its order."""
+    ``second``'s (a child folding the other part with the same ``output``; if it fails,
+    this process folds that part too), each as ``output`` makes it. The spans and the
+    warnings are those of one process, in its order."""
     from agentjournal.read.traces.parts import Part, in_order
 
     if second is None:
-        parts = [await _project(store, None, shown=True)]
+        parts = [await _project(store, None, output, shown=True)]
     else:
-        parts = [await _project(store, Part(0, 2), shown=True)]
-        sent: _Projected | None = second.result()
-        parts.append(sent if sent is not None else await _project(store, Part(1, 2)))
+        parts = [await _project(store, Part(0, 2), output, shown=True)]
+        sent: _Projected[S] | None = second.result()
+        parts.append(sent if sent is not None else await _project(store, Part(1, 2), output))
     warned: set[str] = set()
     for _, stream, problem in in_order(
         [[((0, at, ""), (at, s, p)) for at, s, p in part[1]] for part in parts]
@@ -509,10 +547,16 @@ async def _every_tree(store: EventStore, second: _Child | None = None) -> list[P
     return in_order(part[0] for part in parts)
 
 
-async def _project(store: EventStore, part: Part | None, *, shown: bool = False) -> _Projected:
+async def _project(
+    store: EventStore,
+    part: Part | None,
+    output: Callable[[ProjectedSpan], S],
+    *,
+    shown: bool = False,
+) -> _Projected[S]:
     """The spans of the trees of ``part`` (None: every tree), placed, with the evaluation
-    events of the eval scores of their turns; and the damaged events it left out.
-    ``shown``: with a progress bar (on a terminal)."""
+    events of the eval scores of their turns, each as ``output`` makes it; and the damaged
+    events it left out. ``shown``: with a progress bar (on a terminal)."""
     from agentjournal._gc import no_collection
     from agentjournal.cli._render import progress
     from agentjournal.read.traces import Projector
@@ -562,7 +606,7 @@ async def _project(store: EventStore, part: Part | None, *, shown: bool = False)
     for key, finished in projector.finish_by_tree():
         spans += finished
         places += [(FINISHED, 0, key)] * len(finished)
-    return list(zip(places, evaluations.on(spans), strict=True)), damaged
+    return list(zip(places, map(output, evaluations.on(spans)), strict=True)), damaged
 
 
 def _no_progress(done: int) -> None:
