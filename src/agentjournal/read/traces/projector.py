@@ -91,6 +91,7 @@ class Projector:
         self._line = line
         self._lines = Lines(session_id)
         self._part = part
+        self._owned: dict[str, bool] = {}  # session -> whether its trees are this part's
 
     # -- state ----------------------------------------------------------------------
 
@@ -151,7 +152,14 @@ class Projector:
         if part is None:
             return True
         session = self._lines.session_at(stream)
-        return part.index == 0 if session is None else part.owns(session)
+        return part.index == 0 if session is None else self._owns(session)
+
+    def _owns(self, session: str) -> bool:
+        """Whether ``session``'s trees are this projector's part's (every one without parts)."""
+        owned = self._owned.get(session)
+        if owned is None:
+            owned = self._owned[session] = self._part is None or self._part.owns(session)
+        return owned
 
     def skips(self, stream: str, kind: str) -> bool:
         """Whether an event of ``stream`` and type ``kind`` changes nothing this projector
@@ -166,7 +174,7 @@ class Projector:
         tree = self._lines.tree_of(record)
         if tree is None:
             return []
-        if self._part is not None and not self._part.owns(tree.session_id):
+        if self._part is not None and not self._owns(tree.session_id):
             self._lines_only(tree, record)
             return []
         if record.type in LINE_EVENTS:
@@ -253,7 +261,7 @@ class Projector:
         """:meth:`finish`'s spans, tree by tree (by the tree's key, in the order sent)."""
         sent: list[tuple[str, list[ProjectedSpan]]] = []
         for key, tree in self._lines.keyed():
-            if self._part is not None and not self._part.owns(tree.session_id):
+            if not self._owns(tree.session_id):
                 continue
             spans: list[ProjectedSpan] = []
             for call in list(tree.calls.values()):
