@@ -126,10 +126,11 @@ def test_each_part_folds_its_own_trees_and_both_fold_some(mixed: str) -> None:
             await store.close()
 
     first, second = asyncio.run(parts())
-    assert first[0]
-    assert second[0]
+    assert first[1]
+    assert second[1]
     sessions = [
-        {s.attributes.get("agentjournal.session_id") for _, s in p[0]} for p in (first, second)
+        {s.attributes.get("agentjournal.session_id") for s in p[1]} for p in (first, second)
     ]
     assert not sessions[0] & sessions[1]
-    assert in_order([first[0], second[0]]) == _one_process(mixed)
+    placed = [list(zip(p[0], p[1], strict=True)) for p in (first, second)]
+    assert in_order(placed) == _one_process(mixed)

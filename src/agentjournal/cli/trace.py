@@ -474,7 +474,7 @@ async def _once(store: EventStore, session: str, branch: str | None = None) -> l
 S = TypeVar("S")
 # What one part of an export of every tree sends: its spans as its output makes them,
 # placed, and the damaged events it left out (position, stream, what is wrong).
-_Projected = tuple[list[tuple["Place", S]], list[tuple[int, str, str]]]
+_Projected = tuple[list["Place"], list[S], list[tuple[int, str, str]]]
 
 
 class _Line(NamedTuple):
@@ -533,18 +533,20 @@ async def _every_tree(
     warnings are those of one process, in its order."""
     from agentjournal.read.traces.parts import Part, in_order
 
-    if second is None:
-        parts = [await _project(store, None, output, shown=True)]
-    else:
-        parts = [await _project(store, Part(0, 2), output, shown=True)]
-        sent: _Projected[S] | None = second.result()
-        parts.append(sent if sent is not None else await _project(store, Part(1, 2), output))
     warned: set[str] = set()
+    if second is None:
+        _, made, damaged = await _project(store, None, output, shown=True)
+        for _, stream, problem in damaged:
+            _skipped(stream, problem, warned)
+        return made
+    parts = [await _project(store, Part(0, 2), output, shown=True)]
+    sent: _Projected[S] | None = second.result()
+    parts.append(sent if sent is not None else await _project(store, Part(1, 2), output))
     for _, stream, problem in in_order(
-        [[((0, at, ""), (at, s, p)) for at, s, p in part[1]] for part in parts]
+        [[((0, at, ""), (at, s, p)) for at, s, p in part[2]] for part in parts]
     ):
         _skipped(stream, problem, warned)
-    return in_order(part[0] for part in parts)
+    return in_order([list(zip(places, made, strict=True)) for places, made, _ in parts])
 
 
 async def _project(
@@ -554,9 +556,10 @@ async def _project(
     *,
     shown: bool = False,
 ) -> _Projected[S]:
-    """The spans of the trees of ``part`` (None: every tree), placed, with the evaluation
-    events of the eval scores of their turns, each as ``output`` makes it; and the damaged
-    events it left out. ``shown``: with a progress bar (on a terminal)."""
+    """Where each span was sent (with a ``part`` only: :func:`.parts.in_order` puts parts
+    together by it), the spans of the trees of ``part`` (None: every tree) with the
+    evaluation events of the eval scores of their turns, each as ``output`` makes it, and
+    the damaged events it left out. ``shown``: with a progress bar (on a terminal)."""
     from agentjournal._gc import no_collection
     from agentjournal.cli._render import progress
     from agentjournal.read.traces import Projector
@@ -594,7 +597,8 @@ async def _project(
                             continue
                         if sent:
                             spans += sent
-                            places += [(0, event.position, "")] * len(sent)
+                            if part is not None:
+                                places += [(0, event.position, "")] * len(sent)
                 advance(len(page))
                 if len(page) < PAGE:
                     break
@@ -605,8 +609,9 @@ async def _project(
                     await reading
     for key, finished in projector.finish_by_tree():
         spans += finished
-        places += [(FINISHED, 0, key)] * len(finished)
-    return list(zip(places, map(output, evaluations.on(spans)), strict=True)), damaged
+        if part is not None:
+            places += [(FINISHED, 0, key)] * len(finished)
+    return places, list(map(output, evaluations.on(spans))), damaged
 
 
 def _no_progress(done: int) -> None:
