@@ -587,7 +587,7 @@ async def _project(
                 with no_collection():  # records, spans and state: acyclic, and many
                     for event in page:
                         evaluations.see(event)  # every part sees every score and turn
-                        if skips(event.stream, event.type):
+                        if part is not None and skips(event.stream, event.type):
                             continue
                         try:
                             sent = feed(of(event))

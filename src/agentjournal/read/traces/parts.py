@@ -17,8 +17,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-__all__ = ["FINISHED", "Part", "Place", "in_order"]
-
 Place = tuple[int, int, str]
 """Where a span was sent: ``(0, position, "")`` by the event at ``position``, else
 ``(FINISHED, 0, tree key)`` at the end."""
