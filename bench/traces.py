@@ -12,9 +12,9 @@ and eight tool calls). Cases:
   floor: raw read            one read of the same events' columns in position order
                              with ``sqlite3`` (no projection): the least any export pays
 
-Events per second (the store's events over the wall seconds; *per cpu s*: over the CPU
-seconds of the process, steadier on a shared machine), items per second beside.
-Target: at least 20,000 events per second.
+Items per second (the store's items over the wall seconds; *per cpu s*: over the CPU
+seconds of the process and the child it forks for the second half of the trees, steadier
+on a shared machine), events per second beside. Target: at least 20,000 items per second.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ async def run(sessions: int, rebuild: bool) -> list[list[str]]:
     raw, counted = await asyncio.to_thread(_raw_read, store.ours)
     assert counted == store.events
     took, cpu = statistics.median(times), statistics.median(cpus)
-    rate = store.events / took
+    rate = store.items / took
     print(f"{store.events:,} events, {store.items:,} items, {spans:,} spans exported")
     return [
         [
@@ -69,11 +69,11 @@ async def run(sessions: int, rebuild: bool) -> list[list[str]]:
             f"{took:.2f}",
             f"{cpu:.2f}",
             f"{rate:,.0f}",
-            f"{store.events / cpu:,.0f}",
-            f"{store.items / took:,.0f}",
+            f"{store.items / cpu:,.0f}",
+            f"{store.events / took:,.0f}",
             "ok" if rate >= TARGET else "MISSED",
         ],
-        ["floor: raw read", f"{raw:.2f}", "", f"{store.events / raw:,.0f}", "", "", ""],
+        ["floor: raw read", f"{raw:.2f}", "", f"{store.items / raw:,.0f}", "", "", ""],
     ]
 
 
@@ -84,8 +84,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rebuild", action="store_true", help="write the cached store again")
     args = parser.parse_args(argv)
     rows = asyncio.run(run(20 if args.quick else args.sessions, args.rebuild))
-    headers = ["case", "wall s", "cpu s", "events/s", "per cpu s", "items/s"]
-    headers.append(f">= {TARGET:,} events/s")
+    headers = ["case", "wall s", "cpu s", "items/s", "per cpu s", "events/s"]
+    headers.append(f">= {TARGET:,} items/s")
     print(table(headers, rows))
     return 0
 

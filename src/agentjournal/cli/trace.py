@@ -18,9 +18,9 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from agentjournal.cli._common import STORE_HELP, Commands, writable_folder, write_atomically
@@ -29,8 +29,9 @@ from agentjournal.errors import ConcurrencyError, InvalidInput, JournalError
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
+    from agentjournal.audit.verify._parallel import _Child
     from agentjournal.read.traces import ProjectedSpan, Projector
-    from agentjournal.records import DamagedEvent
+    from agentjournal.read.traces.parts import Part, Place
     from agentjournal.store.contract import EventStore, RecordedEvent
 
 BATCH: Final = 512
@@ -125,7 +126,17 @@ def register(commands: Commands) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     destination = _destination(args)
-    return asyncio.run(_export(args, destination))
+    # Forked before anything runs a thread (the store's): the child opens its own store.
+    second = None
+    if args.all and not args.follow:
+        second = _second_part(args.uri, _output(destination))
+    try:
+        return asyncio.run(_export(args, destination, second))
+    finally:
+        if second is not None:
+            second.close()
+            with contextlib.suppress(ChildProcessError):  # reaped: its CPU counts as ours
+                os.waitpid(second.pid, 0)
 
 
 # -- where the spans go ------------------------------------------------------------------
@@ -313,8 +324,10 @@ class _JsonLines:
         self._lines: list[str] = []
 
     def send(self, spans: Sequence[ProjectedSpan]) -> None:
-        encode = _SORTED_JSON  # made once: json.dumps with an option makes one per call
-        lines = [encode(span.as_json()) + "\n" for span in spans]
+        self.add([_Line.of(span).text for span in spans])
+
+    def add(self, lines: Sequence[str]) -> None:
+        """Write spans' lines (:class:`_Line`)."""
         if not self._append:  # a one-shot export: written whole at the end, never half
             self._lines.extend(lines)
             return
@@ -387,7 +400,9 @@ def _readable(spans: Sequence[ProjectedSpan]) -> list[ReadableSpan]:
 # -- reading ----------------------------------------------------------------------------
 
 
-async def _export(args: argparse.Namespace, destination: _Destination) -> int:
+async def _export(
+    args: argparse.Namespace, destination: _Destination, second: _Child | None = None
+) -> int:
     from agentjournal.cli._store import open_session
     from agentjournal.store import open_store, store_uri
 
@@ -405,14 +420,23 @@ async def _export(args: argparse.Namespace, destination: _Destination) -> int:
             if args.follow:
                 name = args.name or destination.key(session, branch)
                 return await _Follower(store, sink, session, name, args.idle, branch).run()
-            spans = await _once(store, session, branch)
-            sink.send(spans)
+            if session is not None:
+                spans = await _once(store, session, branch)
+                sink.send(spans)
+                traces = [span.trace_id for span in spans]
+            elif isinstance(sink, _JsonLines):  # the parts print their own lines
+                lines = await _every_tree(store, second, _Line.of)
+                sink.add([line.text for line in lines])
+                traces = [line.trace_id for line in lines]
+            else:
+                spans = await _every_tree(store, second, _as_is)
+                sink.send(spans)
+                traces = [span.trace_id for span in spans]
         finally:
             sink.close()
     finally:
         await store.close()
-    traces = len({span.trace_id for span in spans})
-    summary = f"exported {len(spans)} spans of {traces} traces to {sink.where}"
+    summary = f"exported {len(traces)} spans of {len(set(traces))} traces to {sink.where}"
     print(summary, file=sys.stderr if destination.kind == "console" else sys.stdout)
     return 0
 
@@ -432,36 +456,126 @@ async def _check_line(store: EventStore, session: str, branch: str) -> None:
         await find_branch(store, session, branch)
 
 
-async def _once(
-    store: EventStore, session: str | None, branch: str | None = None
-) -> list[ProjectedSpan]:
-    """Every span of one session tree (every line, or the one ``branch`` names), or of
-    every tree in the store, each run span with the evaluation events of the eval
-    scores of its turns (:mod:`agentjournal.read.traces.evaluations`)."""
-    from agentjournal._gc import no_collection
-    from agentjournal.cli._render import progress
+async def _once(store: EventStore, session: str, branch: str | None = None) -> list[ProjectedSpan]:
+    """Every span of one session tree (every line, or the one ``branch`` names), each run
+    span with the evaluation events of the eval scores of its turns
+    (:mod:`agentjournal.read.traces.evaluations`)."""
     from agentjournal.read.evals.scores import session_scores
-    from agentjournal.read.traces import Projector, project_tree
-    from agentjournal.read.traces.evaluations import (
-        Evaluations,
-        scores_of,
-        turn_marks,
-        with_evaluations,
-    )
-    from agentjournal.records import DamagedEvent, Record
+    from agentjournal.read.traces import project_tree
+    from agentjournal.read.traces.evaluations import scores_of, turn_marks, with_evaluations
     from agentjournal.walk import read_tree
 
-    if session is not None:
-        tree = await read_tree(store, session)
-        scores = await session_scores(store, session)
-        projected = project_tree(tree, line=branch)
-        return with_evaluations(projected, turn_marks(tree.records()), scores_of(scores.runs))
-    projector = Projector()
-    spans: list[ProjectedSpan] = []
-    evaluations = Evaluations()
+    tree = await read_tree(store, session)
+    scores = await session_scores(store, session)
+    projected = project_tree(tree, line=branch)
+    return with_evaluations(projected, turn_marks(tree.records()), scores_of(scores.runs))
+
+
+S = TypeVar("S")
+# What one part of an export of every tree sends: its spans as its output makes them,
+# placed, and the damaged events it left out (position, stream, what is wrong).
+_Projected = tuple[list["Place"], list[S], list[tuple[int, str, str]]]
+
+
+class _Line(NamedTuple):
+    """A span as its ``--jsonl`` line, and its trace."""
+
+    trace_id: str
+    text: str
+
+    @classmethod
+    def of(cls, span: ProjectedSpan) -> _Line:
+        return cls(span.trace_id, _SORTED_JSON(span.as_json()) + "\n")
+
+
+def _as_is(span: ProjectedSpan) -> ProjectedSpan:
+    return span
+
+
+def _output(destination: _Destination) -> Callable[[ProjectedSpan], Any]:
+    """What a part of an export of every tree makes of each span for ``destination``: its
+    line for ``--jsonl`` (printed in the part's process), else the span itself."""
+    return _Line.of if destination.kind == "jsonl" else _as_is
+
+
+def _second_part(uri: str | None, output: Callable[[ProjectedSpan], Any]) -> _Child | None:
+    """A child process folding the second half of the trees (:mod:`.parts`) of the store
+    at ``uri``, each span sent as ``output`` makes it, when a second core is free and
+    forking is safe; else None."""
+    from agentjournal.audit.verify._parallel import MIN_EVENTS, _fork, forking_pays
+
+    if not forking_pays(MIN_EVENTS):
+        return None
+    return _fork(lambda: asyncio.run(_part_of(uri, 1, 2, output)))
+
+
+async def _part_of(
+    uri: str | None, index: int, count: int, output: Callable[[ProjectedSpan], S]
+) -> _Projected[S]:
+    """What the child sends: one part's spans of every tree of the store at ``uri``."""
+    from agentjournal.read.traces.parts import Part
+    from agentjournal.store import open_store, store_uri
+
+    store = await open_store(store_uri(uri), create=False)
+    try:
+        return await _project(store, Part(index, count), output)
+    finally:
+        await store.close()
+
+
+async def _every_tree(
+    store: EventStore, second: _Child | None, output: Callable[[ProjectedSpan], S]
+) -> list[S]:
+    """Every span of every tree in the store, each run span with the evaluation events of
+    the eval scores of its turns: on one process, or in two parts, this process's and
+    ``second``'s (a child folding the other part with the same ``output``; if it fails,
+    this process folds that part too), each as ``output`` makes it. The spans and the
+    warnings are those of one process, in its order."""
+    from agentjournal.read.traces.parts import Part, in_order
+
     warned: set[str] = set()
-    feed, of = projector.feed, Record.of
-    with progress("reading the store") as advance:
+    if second is None:
+        _, made, damaged = await _project(store, None, output, shown=True)
+        for _, stream, problem in damaged:
+            _skipped(stream, problem, warned)
+        return made
+    parts = [await _project(store, Part(0, 2), output, shown=True)]
+    sent: _Projected[S] | None = second.result()
+    parts.append(sent if sent is not None else await _project(store, Part(1, 2), output))
+    for _, stream, problem in in_order(
+        [[((0, at, ""), (at, s, p)) for at, s, p in part[2]] for part in parts]
+    ):
+        _skipped(stream, problem, warned)
+    return in_order([list(zip(places, made, strict=True)) for places, made, _ in parts])
+
+
+async def _project(
+    store: EventStore,
+    part: Part | None,
+    output: Callable[[ProjectedSpan], S],
+    *,
+    shown: bool = False,
+) -> _Projected[S]:
+    """Where each span was sent (with a ``part`` only: :func:`.parts.in_order` puts parts
+    together by it), the spans of the trees of ``part`` (None: every tree) with the
+    evaluation events of the eval scores of their turns, each as ``output`` makes it, and
+    the damaged events it left out. ``shown``: with a progress bar (on a terminal)."""
+    from agentjournal._gc import no_collection
+    from agentjournal.cli._render import progress
+    from agentjournal.read.traces import Projector
+    from agentjournal.read.traces.evaluations import Evaluations
+    from agentjournal.read.traces.parts import FINISHED
+    from agentjournal.records import DamagedEvent, Record
+
+    projector = Projector(part=part)
+    spans: list[ProjectedSpan] = []
+    places: list[Place] = []
+    evaluations = Evaluations()
+    damaged: list[tuple[int, str, str]] = []
+    feed, of, skips, folds = projector.feed, Record.of, projector.skips, projector.folds
+    with (
+        progress("reading the store") if shown else contextlib.nullcontext(_no_progress) as advance
+    ):
         # The next page is read on the store's side while this one is projected.
         reading = asyncio.ensure_future(store.read_all(from_position=0, limit=PAGE))
         try:
@@ -472,11 +586,19 @@ async def _once(
                     reading = asyncio.ensure_future(store.read_all(from_position=after, limit=PAGE))
                 with no_collection():  # records, spans and state: acyclic, and many
                     for event in page:
-                        evaluations.see(event)
+                        evaluations.see(event)  # every part sees every score and turn
+                        if part is not None and skips(event.stream, event.type):
+                            continue
                         try:
-                            spans += feed(of(event))
+                            sent = feed(of(event))
                         except DamagedEvent as bad:  # one damaged event must not cost all
-                            _skipped(bad, warned)
+                            if folds(event.stream):  # another part's: that part warns
+                                damaged.append((event.position, bad.stream, str(bad)))
+                            continue
+                        if sent:
+                            spans += sent
+                            if part is not None:
+                                places += [(0, event.position, "")] * len(sent)
                 advance(len(page))
                 if len(page) < PAGE:
                     break
@@ -485,17 +607,25 @@ async def _once(
                 reading.cancel()
                 with contextlib.suppress(asyncio.CancelledError, JournalError):
                     await reading
-    return evaluations.on(spans + projector.finish())
+    for key, finished in projector.finish_by_tree():
+        spans += finished
+        if part is not None:
+            places += [(FINISHED, 0, key)] * len(finished)
+    return places, list(map(output, evaluations.on(spans))), damaged
 
 
-def _skipped(bad: DamagedEvent, warned: set[str]) -> None:
+def _no_progress(done: int) -> None:
+    """No progress bar."""
+
+
+def _skipped(stream: str, problem: str, warned: set[str]) -> None:
     """Warn on stderr that a damaged event is left out (once per stream: its next events
     are likely damaged the same way)."""
     from agentjournal._text import printable
 
-    if bad.stream not in warned:
-        warned.add(bad.stream)
-        print(f"agentjournal: skipped {printable(str(bad))}", file=sys.stderr, flush=True)
+    if stream not in warned:
+        warned.add(stream)
+        print(f"agentjournal: skipped {printable(problem)}", file=sys.stderr, flush=True)
 
 
 async def _cancelled(task: asyncio.Task[Any]) -> None:
@@ -654,7 +784,7 @@ class _Follower:
         try:
             return projector.feed(Record.of(event))
         except DamagedEvent as bad:
-            _skipped(bad, self._warned)
+            _skipped(bad.stream, str(bad), self._warned)
             return []
 
     async def _save(

@@ -51,6 +51,8 @@ goes on exactly where the save was.
 - :mod:`.ids` — which id each span gets (recorded or derived), and times in ns.
 - :mod:`.event_fields` — what the fold reads off an event: its kind, author and tool calls.
 - :mod:`.state` — the fold's state (JSON dataclasses, saved with a follower's position).
+- :mod:`.parts` — the trees in parts folded apart (two processes), and the one order of
+  their spans.
 """
 
 from __future__ import annotations

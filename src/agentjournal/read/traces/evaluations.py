@@ -32,6 +32,7 @@ from agentjournal.errors import InvalidInput
 from agentjournal.read.evals.runs import RUN_PREFIX, EvalRunResult, fold_run
 from agentjournal.read.traces.ids import ns
 from agentjournal.read.traces.spans import Attribute, ProjectedSpan, SpanEvent
+from agentjournal.read.traces.state import BRANCH_PREFIX, SESSION_PREFIX
 from agentjournal.shred.fields import ERASED, SEALED, UNOPENABLE
 from agentjournal.shred.keys import MemoryKeyStore
 from agentjournal.shred.sealing import open_event
@@ -50,6 +51,8 @@ SESSION_EVALUATION: Final = "session"
 """The evaluation name of a session line's score (the mean of its scores)."""
 
 _WITHHELD: Final = frozenset({SEALED, ERASED, UNOPENABLE})
+_TOP_PREFIXES: Final = (SESSION_PREFIX, BRANCH_PREFIX)
+"""How a line's top stream is named (:func:`_top`): a session's, or a branch's."""
 
 TurnMarks = dict[str, list[tuple[int, int]]]
 """A line's top stream -> (turn, ns) of each user message that opened a turn on it."""
@@ -89,11 +92,14 @@ class Evaluations:
         self._unkeyed = MemoryKeyStore()
 
     def see(self, event: RecordedEvent) -> None:
-        """Note ``event``: a turn's opening, or an eval run's event."""
-        if event.stream.startswith(RUN_PREFIX):
+        """Note ``event``: a turn's opening on a line's top stream, or an eval run's event.
+        (A turn is found by its line's top stream, the stream of a run span's line: a mark
+        on another stream places nothing, and its event's metadata need not be read.)"""
+        stream = event.stream
+        if stream.startswith(RUN_PREFIX):
             opened = open_event(event, self._unkeyed, shown=True)
-            self._runs.setdefault(event.stream[len(RUN_PREFIX) :], []).append(opened)
-        elif events.TURN_KEY in event.metadata:
+            self._runs.setdefault(stream[len(RUN_PREFIX) :], []).append(opened)
+        elif stream.startswith(_TOP_PREFIXES) and events.TURN_KEY in event.metadata:
             turn_marks((event,), self.marks)
 
     def on(self, spans: Sequence[ProjectedSpan]) -> list[ProjectedSpan]:

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from agentjournal import events
+from agentjournal.read.traces.event_fields import author
 from agentjournal.read.traces.state import Run, Subagent, Tree
 from agentjournal.records import Record
 
@@ -73,7 +74,7 @@ def root_id(record: Record, first_event: str) -> str:
     return derived("run", first_event, 16)
 
 
-def notice_own(tree: Tree, record: Record, author: str | None) -> None:
+def notice_own(tree: Tree, record: Record) -> None:
     """Remember the span id recorded on a subagent's own first event (not its twin, not
     the sender's handoff output, not a guardrail call's span, not a closing)."""
     sub = tree.subagents.get(record.stream)
@@ -81,7 +82,9 @@ def notice_own(tree: Tree, record: Record, author: str | None) -> None:
         return
     if record.type in (events.GUARDRAIL_DECIDED, events.SUBAGENT_COMPLETED):
         return
-    if author != sub.agent or (record.type == events.SUBAGENT_STARTED and record.opens is None):
+    if author(record) != sub.agent or (
+        record.type == events.SUBAGENT_STARTED and record.opens is None
+    ):
         return
     if recorded(record.metadata, events.TRACE_ID_KEY, TRACE_ID) == sub.trace_id:
         sub.candidate = recorded(record.metadata, events.SPAN_ID_KEY, SPAN_ID)

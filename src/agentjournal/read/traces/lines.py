@@ -16,11 +16,10 @@ from typing import Any, Final
 from agentjournal import events
 from agentjournal.errors import CodecError
 from agentjournal.read.traces.event_fields import data_of
-from agentjournal.read.traces.state import Tree, top_of, tree_from_json
+from agentjournal.read.traces.state import BRANCH_PREFIX, Tree, top_of, tree_from_json
 from agentjournal.records import Record
 from agentjournal.streams import session_of
 
-_BRANCH_PREFIX: Final = "AgentBranch-"
 _SUBSESSION_PREFIX: Final = "AgentSubsession-"
 
 
@@ -79,9 +78,9 @@ class Lines:
 
     def _unknown_branch(self, stream: str) -> str | None:
         """The session of an unknown branch top stream this registry learns, else None."""
-        if not self._learn or stream in self._streams or not stream.startswith(_BRANCH_PREFIX):
+        if not self._learn or stream in self._streams or not stream.startswith(BRANCH_PREFIX):
             return None
-        session, join, key = stream[len(_BRANCH_PREFIX) :].partition("@")
+        session, join, key = stream[len(BRANCH_PREFIX) :].partition("@")
         if not join or not key or session not in self._trees:  # only a session it followed
             return None
         return session
@@ -89,6 +88,26 @@ class Lines:
     def in_order(self) -> list[Tree]:
         """The trees by key: an order a saved and loaded state keeps (its JSON is sorted)."""
         return [self._trees[key] for key in sorted(self._trees)]
+
+    def keyed(self) -> list[tuple[str, Tree]]:
+        """The trees with their keys, in :meth:`in_order`'s order."""
+        return [(key, self._trees[key]) for key in sorted(self._trees)]
+
+    def session_at(self, stream: str) -> str | None:
+        """The session whose tree an event of ``stream`` would be folded into now
+        (:meth:`tree_of`, without making anything), or None: none (a branch it may learn
+        from this event: the branch's session)."""
+        key = self._streams.get(stream)
+        if key is None:
+            learnt = self._unknown_branch(stream)
+            if learnt is not None:  # its tree's session, if it makes one
+                return learnt
+            session = session_of_stream(stream)
+            if session is None or (self._only is not None and session != self._only):
+                return None
+            key = session
+        tree = self._trees.get(key)
+        return key if tree is None else tree.session_id
 
     def tree_of(self, record: Record) -> Tree | None:
         """The tree of ``record``'s line (made on its first event), or None: not followed."""
@@ -131,7 +150,7 @@ class Lines:
     def _forked(self, tree: Tree, record: Record, forked: events.BranchForked) -> None:
         """A branch left this line: its own tree, and the link its run spans carry."""
         stream = forked.branch_stream
-        own = f"{_BRANCH_PREFIX}{tree.session_id}@"
+        own = f"{BRANCH_PREFIX}{tree.session_id}@"
         if forked.session_id != tree.session_id or not stream.startswith(own):
             return  # only this session's branches (a crafted marker pulls in nothing)
         if stream in self._streams:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from agentjournal import events
 from agentjournal._digests import value_digest
@@ -52,6 +52,7 @@ from agentjournal.read.traces.ids import (
     subagent_id,
 )
 from agentjournal.read.traces.lines import Lines
+from agentjournal.read.traces.parts import Part
 from agentjournal.read.traces.spans import ProjectedSpan, SpanEvent
 from agentjournal.read.traces.state import (
     STATE_VERSION,
@@ -65,6 +66,9 @@ from agentjournal.read.traces.state import (
 )
 from agentjournal.records import Record, TreeRecords
 from agentjournal.tokens import ModelResponse
+
+_LINE_CHANGES: Final = LINE_EVENTS | {events.SUBAGENT_STARTED}
+"""What can change which tree a stream is on: a line's own events, and a handoff's open."""
 
 
 class Projector:
@@ -80,10 +84,14 @@ class Projector:
     :meth:`idle` and :meth:`finish`.
     """
 
-    def __init__(self, session_id: str | None = None, *, line: str | None = None) -> None:
+    def __init__(
+        self, session_id: str | None = None, *, line: str | None = None, part: Part | None = None
+    ) -> None:
         self._only = session_id
         self._line = line
         self._lines = Lines(session_id)
+        self._part = part
+        self._owned: dict[str, bool] = {}  # session -> whether its trees are this part's
 
     # -- state ----------------------------------------------------------------------
 
@@ -132,12 +140,42 @@ class Projector:
         it had seen the fork; else it learns the branch from its stream's name alone."""
         return self._lines.learns(stream)
 
+    @property
+    def part(self) -> Part | None:
+        """The part of the session trees whose spans this projector sends (None: all)."""
+        return self._part
+
+    def folds(self, stream: str) -> bool:
+        """Whether this projector's part folds an event of ``stream`` now (the event's tree
+        is one of its trees; an event on no tree is the first part's)."""
+        part = self._part
+        if part is None:
+            return True
+        session = self._lines.session_at(stream)
+        return part.index == 0 if session is None else self._owns(session)
+
+    def _owns(self, session: str) -> bool:
+        """Whether ``session``'s trees are this projector's part's (every one without parts)."""
+        owned = self._owned.get(session)
+        if owned is None:
+            owned = self._owned[session] = self._part is None or self._part.owns(session)
+        return owned
+
+    def skips(self, stream: str, kind: str) -> bool:
+        """Whether an event of ``stream`` and type ``kind`` changes nothing this projector
+        sends: another part folds it (:meth:`folds`) and it changes no line. Such an event
+        need not be read into a record nor fed."""
+        return not self.folds(stream) and kind not in _LINE_CHANGES
+
     # -- the fold -------------------------------------------------------------------
 
     def feed(self, record: Record) -> list[ProjectedSpan]:
         """Fold one event (in commit order); return the spans it ended."""
         tree = self._lines.tree_of(record)
         if tree is None:
+            return []
+        if self._part is not None and not self._owns(tree.session_id):
+            self._lines_only(tree, record)
             return []
         if record.type in LINE_EVENTS:
             if record.type == events.SUBAGENT_CONTINUED:
@@ -163,28 +201,40 @@ class Projector:
         run.end_ns = max(run.end_ns, when)
         if record.type not in INPUT:
             run.only_input = False
-        speaker = author(record)
-        if not run.agent and speaker and record.stream == top_of(tree):
-            run.agent = speaker
+        # The body is parsed only where it is read: the agent an event speaks for matters
+        # only to a run without one yet and to a subagent without its own span id.
+        if not run.agent and record.stream == top_of(tree):
+            speaker = author(record)
+            if speaker:
+                run.agent = speaker
         self._adopt(tree, run, record.stream, when)
-        notice_own(tree, record, speaker)
-        body = record.body or {}
+        notice_own(tree, record)
         kind = record.type
         if kind == events.SUBAGENT_STARTED and record.opens is not None:
-            self._opened(tree, run, record, body, when)
+            self._opened(tree, run, record, record.body or {}, when)
         elif kind == events.SUBAGENT_COMPLETED:
-            sent.extend(self._closed(tree, run, body, when))
+            sent.extend(self._closed(tree, run, record.body or {}, when))
         elif kind == events.MODEL_RESPONDED:
             sent.extend(self._responded(tree, run, record, when))
         elif kind == events.GUARDRAIL_DECIDED:
-            self._decided(tree, run, record, body, when)
+            self._decided(tree, run, record, record.body or {}, when)
         elif kind == events.AUTHORITY_REFUSED:
-            self._refused(tree, run, record, body, when)
+            self._refused(tree, run, record, record.body or {}, when)
         elif kind == events.INTERRUPT_ISSUED and events.INTERRUPT_KEY in record.metadata:
             self._asked(tree, run, record, when)
         else:
-            self._call_or_output(tree, run, record, body, when, sent)
+            self._call_or_output(tree, run, record, when, sent)
         return self._shown(tree, sent)
+
+    def _lines_only(self, tree: Tree, record: Record) -> None:
+        """What an event of another part's tree does to the lines (which tree each stream
+        is on), as :meth:`feed` would do it, and nothing else: every part knows every
+        stream's tree, so each part's trees fold as they do in one projector."""
+        if record.type in LINE_EVENTS:
+            if record.type != events.SUBAGENT_CONTINUED:
+                self._lines.line_event(tree, record)
+        elif record.type == events.SUBAGENT_STARTED and record.opens is not None:
+            self._lines.join(record.opens, record.stream)
 
     def _shown(self, tree: Tree, spans: list[ProjectedSpan]) -> list[ProjectedSpan]:
         """``spans`` (of ``tree``) when its line is sent, else none."""
@@ -205,8 +255,14 @@ class Projector:
     def finish(self) -> list[ProjectedSpan]:
         """Everything not sent yet, as it is now (a one-shot export's end): spans still open
         end at their run's last event and carry ``agentjournal.in_progress``."""
-        sent: list[ProjectedSpan] = []
-        for tree in self._lines.in_order():
+        return [span for _, spans in self.finish_by_tree() for span in spans]
+
+    def finish_by_tree(self) -> list[tuple[str, list[ProjectedSpan]]]:
+        """:meth:`finish`'s spans, tree by tree (by the tree's key, in the order sent)."""
+        sent: list[tuple[str, list[ProjectedSpan]]] = []
+        for key, tree in self._lines.keyed():
+            if not self._owns(tree.session_id):
+                continue
             spans: list[ProjectedSpan] = []
             for call in list(tree.calls.values()):
                 spans.append(self._call_span(tree, call, None, in_progress=True))
@@ -222,7 +278,7 @@ class Projector:
             run = tree.run
             if run is not None and not run.sent and not run.only_input:
                 spans.append(self._run_span(tree, run))
-            sent.extend(self._shown(tree, spans))
+            sent.append((key, self._shown(tree, spans)))
         return sent
 
     # -- which run --------------------------------------------------------------
@@ -477,14 +533,13 @@ class Projector:
         tree: Tree,
         run: Run,
         record: Record,
-        body: Mapping[str, Any],
         when: int,
         sent: list[ProjectedSpan],
     ) -> None:
         item_type = record.metadata.get(events.ITEM_TYPE_KEY)
         call_id = record.metadata.get(events.CALL_ID_KEY)
         if record.type == TOOL_RESULT or item_type in OUTPUT_TYPES:
-            key = call_id or body.get("call_id")
+            key = call_id or (record.body or {}).get("call_id")
             call = tree.calls.pop(key, None) if isinstance(key, str) else None
             if call is not None:
                 refused = tree.refused.pop(call.call_id, None)
@@ -495,7 +550,7 @@ class Projector:
         # The runner writes a call with its output after it ran: the call started when the
         # response that asked for it had arrived (or, without one, when it was written).
         start = min(tree.responded.get(record.stream, when), when)
-        for kind, found_id, name, arguments in calls(record, body):
+        for kind, found_id, name, arguments in calls(record, record.body or {}):
             tree.calls[found_id] = Call(
                 call_id=found_id,
                 kind=kind,

@@ -17,6 +17,7 @@ from agentjournal.streams import MAIN_BRANCH
 
 STATE_VERSION: Final = 1
 SESSION_PREFIX: Final = "AgentSession-"
+BRANCH_PREFIX: Final = "AgentBranch-"
 
 
 @dataclass
