@@ -53,11 +53,11 @@ from typing import Any
 import orjson
 
 from _common import run_publishing, table
-from agentjournal import Journal
+from agentjournal import Journal, _forked
+from agentjournal._forked import forking_safe
 from agentjournal.audit.export import export_bundle
-from agentjournal.audit.verify import Report, _parallel, verify_bundle
+from agentjournal.audit.verify import Report, verify_bundle
 from agentjournal.audit.verify._integrity import check_chain
-from agentjournal.audit.verify._parallel import forking_safe
 from agentjournal.audit.verify._parse import bundle_records
 from agentjournal.engine.sealing import seal_event
 from agentjournal.ledger import SigningKey
@@ -191,9 +191,9 @@ def seal_inputs(bundle: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 def _reaped() -> None:
     """Wait (untimed) until every child a verification forked has ended and been reaped."""
-    while _parallel._ended:
+    while _forked._ended:
         time.sleep(0.001)
-        _parallel.reap()
+        _forked.reap()
 
 
 def _cpu() -> float:

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentjournal import Journal
-from agentjournal.audit.verify import _parallel
+from agentjournal import Journal, _forked
 from agentjournal.cli import trace
 from agentjournal.engine.evals import session_sealer
 from agentjournal.read.traces import ProjectedSpan
@@ -84,7 +83,7 @@ def test_two_processes_export_what_one_exports(
     alone = _one_process(mixed)
     warned = capsys.readouterr().err
     assert warned.startswith("agentjournal: skipped AgentSession-bad@")
-    monkeypatch.setattr(_parallel, "forking_pays", lambda events: True)
+    monkeypatch.setattr(_forked, "core_to_spare", lambda: True)
     for output in (trace._as_is, trace._Line.of):  # the spans (OTLP, console), the lines
         second = trace._second_part(mixed, output)
         assert second is not None
@@ -107,7 +106,7 @@ def test_a_part_whose_child_failed_is_folded_here(
 ) -> None:
     alone = _one_process(mixed)
     warned = capsys.readouterr().err
-    failed = _parallel._fork(lambda: 1 / 0)
+    failed = _forked.forked(lambda: 1 / 0)
     assert failed is not None
     try:
         split = asyncio.run(_every_tree(mixed, failed))

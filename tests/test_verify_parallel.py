@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 import agentjournal.audit.verify as verify_module
+from agentjournal import _forked
 from agentjournal.audit.verify import Report, _parallel, verify_bundle
 from agentjournal.audit.verify._integrity import Markers, check_chain
 from agentjournal.audit.verify._parse import bundle_records
@@ -33,7 +34,7 @@ from ledger_sessions import TRUSTED, rechain, record, stream_of
 
 BUNDLES = record()
 SHARES = (0.1, 0.3, 0.5, 0.7, 0.95, 1.0)
-FORKING_SAFE = _parallel.forking_safe  # the real rule, before the fixture below
+FORKING_SAFE = _forked.forking_safe  # the real rule, before the fixture below
 FORKS: list[int] = []
 
 
@@ -41,14 +42,14 @@ FORKS: list[int] = []
 def forking(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fork whatever else runs in this test process (a thread another test file left idle
     would keep every child here from running), and count the forks."""
-    real = _parallel._fork
+    real = _forked.forked
 
     def counted(work: Callable[[], Any]) -> Any:
         FORKS.append(1)
         return real(work)
 
-    monkeypatch.setattr(_parallel, "_fork", counted)
-    monkeypatch.setattr(_parallel, "forking_safe", lambda: True)
+    monkeypatch.setattr(_forked, "forked", counted)
+    monkeypatch.setattr(_forked, "forking_safe", lambda: True)
     FORKS.clear()
 
 
@@ -233,7 +234,7 @@ def test_by_default_a_fork_needs_a_large_tree_and_a_free_core(
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
     assert not _parallel.forking_pays(10**6)
-    monkeypatch.setattr(_parallel, "forking_safe", lambda: False)
+    monkeypatch.setattr(_forked, "forking_safe", lambda: False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     assert not _parallel.forking_pays(10**6)
 
@@ -344,10 +345,10 @@ def test_every_child_is_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
     for _ in range(3):
         assert verify_bundle(BUNDLES["guarded"], TRUSTED, workers=2).ok
     deadline = time.monotonic() + 10
-    while _parallel._ended and time.monotonic() < deadline:
+    while _forked._ended and time.monotonic() < deadline:
         time.sleep(0.01)
-        _parallel.reap()
-    assert _parallel._ended == []
+        _forked.reap()
+    assert _forked._ended == []
     assert len(FORKS) == 3
 
 
@@ -361,7 +362,7 @@ def test_an_error_here_stops_and_reaps_the_child(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(RuntimeError, match="own failure"):
         two_processes(streams_of(BUNDLES["guarded"]), 0.5)
     deadline = time.monotonic() + 10
-    while _parallel._ended and time.monotonic() < deadline:
+    while _forked._ended and time.monotonic() < deadline:
         time.sleep(0.01)
-        _parallel.reap()
-    assert _parallel._ended == []
+        _forked.reap()
+    assert _forked._ended == []

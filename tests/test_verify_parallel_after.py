@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentjournal.audit.verify import Report, _parallel, verify_bundle
+from agentjournal import _forked
+from agentjournal.audit.verify import Report, verify_bundle
 from ledger_sessions import KEY, TRUSTED, edited, rechain, record, relink, resign, stream_of
 from test_ledger import MUTATIONS, _widen, mutate
 
@@ -30,7 +31,7 @@ BUNDLES = record()
 def forking(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fork whatever else runs in this test process (a thread another test file left idle
     would keep every child here from running)."""
-    monkeypatch.setattr(_parallel, "forking_safe", lambda: True)
+    monkeypatch.setattr(_forked, "forking_safe", lambda: True)
 
 
 def _resealed(bundle: dict[str, Any]) -> None:
@@ -150,7 +151,7 @@ def test_a_wrong_form_stops_both_processes_alike(
     _same(one, two)
     assert [problem.check for problem in two.problems] == ["structure"]
     deadline = time.monotonic() + 10
-    while _parallel._ended and time.monotonic() < deadline:
+    while _forked._ended and time.monotonic() < deadline:
         time.sleep(0.01)
-        _parallel.reap()
-    assert not _parallel._ended
+        _forked.reap()
+    assert not _forked._ended

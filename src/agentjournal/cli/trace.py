@@ -29,7 +29,7 @@ from agentjournal.errors import ConcurrencyError, InvalidInput, JournalError
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
-    from agentjournal.audit.verify._parallel import _Child
+    from agentjournal._forked import Child
     from agentjournal.read.traces import ProjectedSpan, Projector
     from agentjournal.read.traces.parts import Part, Place
     from agentjournal.store.contract import EventStore, RecordedEvent
@@ -401,7 +401,7 @@ def _readable(spans: Sequence[ProjectedSpan]) -> list[ReadableSpan]:
 
 
 async def _export(
-    args: argparse.Namespace, destination: _Destination, second: _Child | None = None
+    args: argparse.Namespace, destination: _Destination, second: Child | None = None
 ) -> int:
     from agentjournal.cli._store import open_session
     from agentjournal.store import open_store, store_uri
@@ -498,15 +498,15 @@ def _output(destination: _Destination) -> Callable[[ProjectedSpan], Any]:
     return _Line.of if destination.kind == "jsonl" else _as_is
 
 
-def _second_part(uri: str | None, output: Callable[[ProjectedSpan], Any]) -> _Child | None:
+def _second_part(uri: str | None, output: Callable[[ProjectedSpan], Any]) -> Child | None:
     """A child process folding the second half of the trees (:mod:`.parts`) of the store
     at ``uri``, each span sent as ``output`` makes it, when a second core is free and
     forking is safe; else None."""
-    from agentjournal.audit.verify._parallel import MIN_EVENTS, _fork, forking_pays
+    from agentjournal._forked import core_to_spare, forked
 
-    if not forking_pays(MIN_EVENTS):
+    if not core_to_spare():
         return None
-    return _fork(lambda: asyncio.run(_part_of(uri, 1, 2, output)))
+    return forked(lambda: asyncio.run(_part_of(uri, 1, 2, output)))
 
 
 async def _part_of(
@@ -524,7 +524,7 @@ async def _part_of(
 
 
 async def _every_tree(
-    store: EventStore, second: _Child | None, output: Callable[[ProjectedSpan], S]
+    store: EventStore, second: Child | None, output: Callable[[ProjectedSpan], S]
 ) -> list[S]:
     """Every span of every tree in the store, each run span with the evaluation events of
     the eval scores of its turns: on one process, or in two parts, this process's and

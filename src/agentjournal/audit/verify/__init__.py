@@ -70,6 +70,7 @@ from typing import Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from agentjournal._forked import reap
 from agentjournal._gc import no_collection
 from agentjournal._text import plural
 from agentjournal.audit.verify._approvals import check_approvals
@@ -81,7 +82,7 @@ from agentjournal.audit.verify._erasure import check_erasure
 from agentjournal.audit.verify._evals import check_eval_run, run_streams
 from agentjournal.audit.verify._guards import check_guards
 from agentjournal.audit.verify._integrity import Markers, check_chain
-from agentjournal.audit.verify._parallel import check_integrity, reap
+from agentjournal.audit.verify._parallel import check_integrity
 from agentjournal.audit.verify._parse import (
     Malformed,
     bundle_records,

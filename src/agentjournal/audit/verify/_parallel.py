@@ -30,15 +30,10 @@ heavier than the verifier's).
 
 from __future__ import annotations
 
-import contextlib
-import os
-import pickle
-import signal
-import sys
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from agentjournal import _forked
 from agentjournal.audit.verify._integrity import (
     Markers,
     Problem,
@@ -78,7 +73,7 @@ def check_integrity(
     share: float = CHILD_SHARE,
 ) -> Report | None:
     """Check every stream's chain, reporting each stream's first bad event, in stream
-    order: on two processes where ``workers`` is 2 and :func:`forking_safe`, or None and
+    order: on two processes where ``workers`` is 2 and forking is safe, or None and
     :func:`forking_pays` for a tree of its size, the child checking the views of ``share``
     of the events and then, if they are sound, running ``then`` (its part of the checks
     after integrity) on a fresh report with the markers it computed, while this process,
@@ -91,9 +86,9 @@ def check_integrity(
         sound; None where no child ran it (one process, a bad view, a failed child).
     """
     total = sum(len(stream) for stream in streams.values())
-    both = forking_safe() if workers == 2 else workers is None and forking_pays(total)
+    both = _forked.forking_safe() if workers == 2 else workers is None and forking_pays(total)
     mine, theirs = split(streams, share if both else 0.0)
-    child = _fork(lambda: _child_work(streams, theirs, then)) if theirs else None
+    child = _forked.forked(lambda: _child_work(streams, theirs, then)) if theirs else None
     try:
         if forms is not None and not forms():
             return None  # the child, if any, is stopped as it closes
@@ -136,22 +131,8 @@ def forking_pays(events: int) -> bool:
     says: it is large enough (:data:`MIN_EVENTS`), a second core is free (this process
     may run on two, and the load of the last minute, this process's own included, leaves
     more than half a core idle: on a busy machine two processes share one core and only
-    add the cost of forking), and forking is safe (:func:`forking_safe`)."""
-    return events >= MIN_EVENTS and _idle_cores() > 0.5 and forking_safe()
-
-
-def forking_safe() -> bool:
-    """Whether this process may fork a child that runs Python: on Linux, with no other
-    thread running (a lock another thread holds would stay held in the child)."""
-    return (
-        sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
-    )
-
-
-def _idle_cores() -> float:
-    """How many of the cores this process may run on the last minute's load left idle."""
-    cores = len(os.sched_getaffinity(0))
-    return cores - os.getloadavg()[0] if cores >= 2 else 0.0
+    add the cost of forking), and forking is safe (:func:`~agentjournal._forked.forking_safe`)."""
+    return events >= MIN_EVENTS and _forked.core_to_spare()
 
 
 def split(streams: Mapping[str, Sequence[Record]], share: float) -> tuple[list[Part], list[Part]]:
@@ -206,78 +187,3 @@ def _child_work(
             if marker is not None:
                 placed[(name, position)] = marker
     return results, placed, None
-
-
-class _Child:
-    """A forked child's pid and the pipe its result comes through: its pickle, after its
-    length in 8 bytes (anything shorter is a child that failed)."""
-
-    def __init__(self, pid: int, pipe: int) -> None:
-        self.pid, self.pipe = pid, pipe
-        self.finished = False  # the pipe reached its end: the child is done, or dead
-
-    def result(self) -> Any:
-        """What the child sent, or None if it failed (died, or sent nothing whole). Does not
-        wait for the child to end: it closes the pipe before its exit, whose unmapping of a
-        large process's memory takes milliseconds."""
-        with open(self.pipe, "rb", closefd=False) as source:
-            payload = source.read()
-        self.finished = True
-        size = int.from_bytes(payload[:_LENGTH], "big")
-        if len(payload) < _LENGTH or size != len(payload) - _LENGTH:
-            return None
-        try:
-            return pickle.loads(memoryview(payload)[_LENGTH:])  # our own child's bytes
-        except Exception:  # cannot happen to a whole payload: then check its parts here
-            return None
-
-    def close(self) -> None:
-        """Close the pipe; stop the child if its result was not read to the end (an error
-        here), and leave it to be reaped once it has ended (:func:`reap`)."""
-        os.close(self.pipe)
-        if not self.finished:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-        _ended.append(self.pid)
-        reap()
-
-
-_LENGTH: Final = 8
-_ended: list[int] = []  # children stopped or done, not yet reaped
-
-
-def reap() -> None:
-    """Reap the children that have ended, without waiting for the others (the next call,
-    or the end of the verification, reaps them)."""
-    for pid in list(_ended):
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:  # reaped already: the caller ignores SIGCHLD, or waited
-            done = pid
-        if done:
-            _ended.remove(pid)
-
-
-def _fork(work: Callable[[], Any]) -> _Child | None:
-    """Run ``work`` in a forked child; None if the system would not fork."""
-    read, write = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(read)
-        os.close(write)
-        return None
-    if pid == 0:  # the child: never returns into the caller, never runs its exit handlers
-        status = 1
-        try:
-            os.close(read)
-            payload = pickle.dumps(work(), protocol=pickle.HIGHEST_PROTOCOL)
-            view = memoryview(len(payload).to_bytes(_LENGTH, "big") + payload)
-            while view:
-                view = view[os.write(write, view) :]
-            os.close(write)  # the result is whole: the parent need not wait for the exit
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write)
-    return _Child(pid, read)

@@ -1,0 +1,121 @@
+"""Work on a second core: a child forked to run a function and send back its result (the
+verifier's integrity stage, the trace export of every tree).
+
+Python runs one thread of Python code at a time, so the second core is a second process:
+a child forked (copy-on-write: nothing is sent to it) runs the work and sends back its
+pickled result through a pipe. Only where forking is safe (:func:`forking_safe`: on
+Linux, where fork without exec is what ``multiprocessing`` avoids on macOS, with no other
+thread running) and pays (:func:`core_to_spare`); whatever goes wrong in the child (it
+dies, is killed, sends nothing) reads as no result, and the caller does the work itself.
+Nothing here imports ``multiprocessing`` (its import is heavier than the callers').
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+__all__ = ["Child", "core_to_spare", "forked", "forking_safe", "idle_cores", "reap"]
+
+
+def core_to_spare() -> bool:
+    """Whether a second process would run beside this one: this process may run on two
+    cores, the load of the last minute (this process's own included) leaves more than half
+    a core idle, and forking is safe. On a busy machine two processes share one core and
+    only add the cost of forking."""
+    return idle_cores() > 0.5 and forking_safe()
+
+
+def forking_safe() -> bool:
+    """Whether this process may fork a child that runs Python: on Linux, with no other
+    thread running (a lock another thread holds would stay held in the child)."""
+    return (
+        sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
+    )
+
+
+def idle_cores() -> float:
+    """How many of the cores this process may run on the last minute's load left idle."""
+    cores = len(os.sched_getaffinity(0))
+    return cores - os.getloadavg()[0] if cores >= 2 else 0.0
+
+
+class Child:
+    """A forked child's pid and the pipe its result comes through: its pickle, after its
+    length in 8 bytes (anything shorter is a child that failed)."""
+
+    def __init__(self, pid: int, pipe: int) -> None:
+        self.pid, self.pipe = pid, pipe
+        self.finished = False  # the pipe reached its end: the child is done, or dead
+
+    def result(self) -> Any:
+        """What the child sent, or None if it failed (died, or sent nothing whole). Does not
+        wait for the child to end: it closes the pipe before its exit, whose unmapping of a
+        large process's memory takes milliseconds."""
+        with open(self.pipe, "rb", closefd=False) as source:
+            payload = source.read()
+        self.finished = True
+        size = int.from_bytes(payload[:_LENGTH], "big")
+        if len(payload) < _LENGTH or size != len(payload) - _LENGTH:
+            return None
+        try:
+            return pickle.loads(memoryview(payload)[_LENGTH:])  # our own child's bytes
+        except Exception:  # cannot happen to a whole payload: then check its parts here
+            return None
+
+    def close(self) -> None:
+        """Close the pipe; stop the child if its result was not read to the end (an error
+        here), and leave it to be reaped once it has ended (:func:`reap`)."""
+        os.close(self.pipe)
+        if not self.finished:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        _ended.append(self.pid)
+        reap()
+
+
+_LENGTH: Final = 8
+_ended: list[int] = []  # children stopped or done, not yet reaped
+
+
+def reap() -> None:
+    """Reap the children that have ended, without waiting for the others (the next call,
+    or the end of the verification, reaps them)."""
+    for pid in list(_ended):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # reaped already: the caller ignores SIGCHLD, or waited
+            done = pid
+        if done:
+            _ended.remove(pid)
+
+
+def forked(work: Callable[[], Any]) -> Child | None:
+    """Run ``work`` in a forked child; None if the system would not fork."""
+    read, write = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read)
+        os.close(write)
+        return None
+    if pid == 0:  # the child: never returns into the caller, never runs its exit handlers
+        status = 1
+        try:
+            os.close(read)
+            payload = pickle.dumps(work(), protocol=pickle.HIGHEST_PROTOCOL)
+            view = memoryview(len(payload).to_bytes(_LENGTH, "big") + payload)
+            while view:
+                view = view[os.write(write, view) :]
+            os.close(write)  # the result is whole: the parent need not wait for the exit
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write)
+    return Child(pid, read)
