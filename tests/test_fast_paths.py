@@ -356,14 +356,15 @@ def test_stored_metadata_bytes_are_what_the_json_encoder_printed(metadata: dict[
     assert outcome(lambda: encode_metadata(MappingProxyType(metadata))) == expected
 
 
+_CANONICAL_KINDS = [
+    *("user", "assistant", "function_call", "function_call_output", "reasoning"),
+    *("mcp_approval_request", "mcp_approval_response"),
+]
+
+
 @st.composite
 def _canonical_items(draw: st.DrawFn) -> dict[str, Any]:
-    kind = draw(
-        st.sampled_from(
-            ["user", "assistant", "function_call", "function_call_output", "reasoning"]
-            + ["mcp_approval_request", "mcp_approval_response"]
-        )
-    )
+    kind = draw(st.sampled_from(_CANONICAL_KINDS))
     text = draw(_text())
     if kind in ("user", "assistant"):
         item: dict[str, Any] = {"type": "message", "role": kind, "content": text}
