@@ -354,3 +354,44 @@ def test_stored_metadata_bytes_are_what_the_json_encoder_printed(metadata: dict[
     expected = outcome(lambda: reference(metadata).encode())
     assert outcome(lambda: encode_metadata(metadata)) == expected
     assert outcome(lambda: encode_metadata(MappingProxyType(metadata))) == expected
+
+
+_CANONICAL_KINDS = [
+    *("user", "assistant", "function_call", "function_call_output", "reasoning"),
+    *("mcp_approval_request", "mcp_approval_response"),
+]
+
+
+@st.composite
+def _canonical_items(draw: st.DrawFn) -> dict[str, Any]:
+    kind = draw(st.sampled_from(_CANONICAL_KINDS))
+    text = draw(_text())
+    if kind in ("user", "assistant"):
+        item: dict[str, Any] = {"type": "message", "role": kind, "content": text}
+    elif kind == "function_call":
+        item = {**_CALL, "arguments": draw(_arguments())}
+    elif kind == "function_call_output":
+        item = {"type": kind, "call_id": "call_1", "output": draw(st.one_of(_text(), _values))}
+    elif kind == "reasoning":
+        item = {"type": kind, "summary": [{"type": "summary_text", "text": text}]}
+    elif kind == "mcp_approval_request":
+        item = {"type": kind, "id": text, "name": "t", "arguments": text, "server_label": "s"}
+    else:
+        item = {"type": kind, "approval_request_id": text, "approve": draw(st.booleans())}
+    if draw(st.booleans()):
+        item["id"] = draw(_text())
+    return item
+
+
+@settings(max_examples=150, deadline=None)
+@given(_canonical_items(), st.one_of(st.none(), _text()))
+@example({"type": "message", "role": "user", "content": '"\\\ud800é\U0001f600'}, "é")
+def test_a_canonical_event_is_what_json_prints_of_its_body(
+    item: dict[str, Any], author: str | None
+) -> None:
+    try:
+        encoded = codec.encode_item(item, message_index=3, author=author, timestamp=NOW)
+    except CodecError:
+        return
+    assert encoded.body is not None
+    assert json.dumps(encoded.body).encode() == encoded.data

@@ -15,6 +15,7 @@ from agentjournal.engine.timeline import (
     Timeline,
     TimelineEvent,
     fold,
+    items_of,
 )
 from agentjournal.store.contract import model_key
 
@@ -56,6 +57,31 @@ def test_an_entry_hands_out_its_parsed_item_once_then_fresh_copies() -> None:
     second = e.item()
     assert second == {"role": "user", "content": "hi"}  # from item_json, not the mutated copy
     assert second is not e.item()
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ['{"role":"user","content":"a"}', '{"type":"x","n":1.5,"l":[1,{"k":null}]}'],
+        ['{"role":"user","content":"a"}', '{"n":NaN}'],  # orjson refuses: one by one
+        ['{"a":1}', '{"b":"\\ud800"}', '{"c":1e400}'],  # a lone surrogate, a huge float
+        ['{"a":1}'],
+    ],
+)
+def test_plain_entries_parsed_together_give_what_each_gives_alone(texts: list[str]) -> None:
+    entries = [Entry(S, n, 0, n, text, plain=True) for n, text in enumerate(texts)]
+    alone = [Entry(S, n, 0, n, text, plain=True).item() for n, text in enumerate(texts)]
+    together = items_of(entries)
+    assert json.dumps(together) == json.dumps(alone)
+    assert [type(item) for item in together] == [dict] * len(texts)
+    assert all(a is not b for a, b in zip(together, items_of(entries), strict=True))
+
+
+def test_entries_parsed_together_hand_out_a_fresh_parse_first() -> None:
+    parsed = {"role": "user", "content": "b"}
+    entries = [Entry(S, 0, 0, 0, '{"a":1}', plain=True), Entry(S, 1, 0, 1, "{}", parsed, True)]
+    assert items_of(entries) == [{"a": 1}, parsed]  # the fresh one, not its text
+    assert items_of(entries)[1] == {}
 
 
 def test_entries_compare_without_their_parsed_item() -> None:

@@ -235,6 +235,8 @@ class SessionFacts:
         if not isinstance(call_id, str) or not call_id or not isinstance(kind, str):
             return {}
         metadata = {events.CALL_ID_KEY: call_id, events.ITEM_TYPE_KEY: kind}
+        if not self.guarded and self.policy is None:
+            return metadata  # nothing more to say of a call: skip reading it
         call = call_of(item)
         if call is not None:
             if self.guarded:

@@ -24,6 +24,7 @@ The rules (DESIGN, "Handoffs"):
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -35,6 +36,8 @@ from agentjournal.streams import branch_subagent_id, subagent_id, subsession_str
 from agentjournal.streams import session_stream as main_session_stream
 
 REMEMBERED_CALLS: Final = 1024
+# Every write asks whether it is on the main line: the name without checking the id again.
+_main_stream: Final = functools.lru_cache(maxsize=1024)(main_session_stream)
 SUMMARY_CHARS: Final = 2000
 
 
@@ -134,7 +137,7 @@ def plan_write(
     owners = OrderedDict(call_owner)
     # On a branch the receiver's id hashes the line's stream with the call id: two lines
     # share message indexes and models reuse call ids (DESIGN, "Branches").
-    main_line = session_stream == main_session_stream(session_id)
+    main_line = session_stream == _main_stream(session_id)
 
     def receiver_id(target: str, call_id: str) -> str:
         if main_line:

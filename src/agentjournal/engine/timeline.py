@@ -29,8 +29,19 @@ def items_of(entries: list[Entry]) -> list[dict[str, Any]]:
     """Fresh SDK items of ``entries``, as :meth:`Entry.item` gives each, in one pass.
 
     Plain entries not parsed yet (a read model's, every one after the first hand-out)
-    go straight to ``orjson``; at the first that cannot, the rest go one by one.
+    go straight to ``orjson``, all in one call when every entry is such (their texts
+    joined as one JSON array, as :func:`_rows_items` parses a read model's rows); at the
+    first that cannot, the rest go one by one.
     """
+    texts = [entry.item_json for entry in entries if entry.plain and entry.fresh is None]
+    if len(texts) == len(entries) > 1:
+        try:
+            whole: list[dict[str, Any]] = orjson_loads("[" + ",".join(texts) + "]")
+        except ValueError:  # NaN, 1e400, a lone surrogate...: entry by entry below
+            pass
+        else:
+            if len(whole) == len(entries):
+                return whole
     items: list[dict[str, Any]] = []
     append = items.append
     try:
