@@ -1,7 +1,8 @@
-"""Shared fixtures: journals on every backend, the KurrentDB double; the README test is slow."""
+"""Shared fixtures: journals on every backend, the KurrentDB double; what the slow tier takes."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -37,9 +38,20 @@ async def journal(journal_uri: str) -> AsyncIterator[Journal]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The README test installs the package into a fresh virtualenv and runs every block
-    (about a minute): it is in the slow tier. Marked here, as test_readme.py is the README's
-    own to keep."""
+    """The slow tier also takes, outside the files about KurrentDB itself, the KurrentDB
+    double's case of every test run on each backend (gRPC on loopback costs several times
+    SQLite's; the fast tier keeps the double's own files, so every module is still
+    covered there). And the README test, which installs the package into a fresh
+    virtualenv and runs every block (about a minute): marked here, as test_readme.py is
+    the README's own to keep."""
     for item in items:
         if item.path.name == "test_readme.py":
+            item.add_marker(pytest.mark.slow)
+            continue
+        callspec = getattr(item, "callspec", None)
+        if (
+            callspec is not None
+            and "kurrentdb" not in item.path.name
+            and "kurrentdb" in re.split(r"[-\[\]]", callspec.id)
+        ):
             item.add_marker(pytest.mark.slow)
