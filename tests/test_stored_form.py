@@ -17,6 +17,8 @@ from agentjournal.audit.export import export_bundle
 from agentjournal.audit.verify import parse_bundle, verify_bundle
 from agentjournal.errors import UndecodableEvent
 from agentjournal.ledger import SigningKey
+from agentjournal.read.replay import check_read_model
+from agentjournal.store._events import MAX_EVENT_BYTES
 from agentjournal.store.sqlite import SQLiteEventStore, _schema, _store
 from agentjournal.store.sqlite._stored import DICTIONARY, Packer, Unpacker
 from agentjournal.streams import session_stream
@@ -274,3 +276,55 @@ def test_a_frame_claiming_a_vast_size_reads_as_the_bytes_stored() -> None:
     # The frame header's descriptor: an 8-byte content size follows; 2**45 bytes claimed.
     forged = bytes([0xE0]) + (1 << 45).to_bytes(8, "little") + data[2:]
     assert Unpacker(db).unpack(forged, 1) == forged
+
+
+def test_a_real_frame_larger_than_an_event_is_not_decompressed() -> None:
+    """A hand-made frame of zeros is small on disk and vast when decompressed: it reads as
+    the bytes stored (changed content), without allocating what it holds."""
+    db = sqlite3.connect(":memory:")
+    db.executescript(_schema._SCHEMA)
+    db.execute("INSERT INTO dictionaries(id, content) VALUES (1, ?)", (DICTIONARY.encode(),))
+    packer = Packer(1, DICTIONARY.encode())
+    bomb, _, _ = packer.pack(bytes(MAX_EVENT_BYTES + 1), b"{}")
+    assert len(bomb) < 4096
+    unpacker = Unpacker(db)
+    assert unpacker.unpack(bomb, 1) == bomb
+    assert unpacker.joined_alike([bomb], 1) is None
+    assert unpacker.joined_texts([(bomb, 1)]) == bomb.decode("utf-8", "replace")
+    largest, _, _ = packer.pack(bytes(MAX_EVENT_BYTES), b"{}")
+    assert unpacker.unpack(largest, 1) == bytes(MAX_EVENT_BYTES)
+
+
+async def test_a_read_model_item_naming_a_dictionary_the_file_lacks_reads_as_changed_text(
+    tmp_path: Path,
+) -> None:
+    """Not an error that stops the reader: the verifier's read model check reports it."""
+    await _signed(tmp_path / "j.db", "support-1")
+    texts = await _model_texts(tmp_path / "j.db", "support-1")
+    with sqlite3.connect(tmp_path / "j.db") as db:
+        db.execute("UPDATE items SET dictionary = 99 WHERE idx = 1")
+    edited = await _model_texts(tmp_path / "j.db", "support-1")
+    assert edited[1] != texts[1]
+    assert edited[:1] + edited[2:] == texts[:1] + texts[2:]
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "UPDATE items SET dictionary = 99 WHERE idx = 1",
+        "UPDATE items SET item = x'00ff00' WHERE idx = 1",
+        "UPDATE items SET item = 'garbage', dictionary = NULL WHERE idx = 1",
+    ],
+)
+async def test_verify_reports_a_read_model_item_that_reads_as_no_json(
+    tmp_path: Path, edit: str
+) -> None:
+    await _signed(tmp_path / "j.db", "support-1")
+    with sqlite3.connect(tmp_path / "j.db") as db:
+        db.execute(edit)
+    async with await SQLiteEventStore.open(tmp_path / "j.db") as store:
+        found = await check_read_model(store, "support-1")
+    assert found is not None
+    assert found[0] == "read model: FAILED"
+    assert found[1] is not None
+    assert "holds an item that is not JSON" in found[1]

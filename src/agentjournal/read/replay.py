@@ -105,7 +105,15 @@ async def check_read_model(store: EventStore, session_id: str) -> tuple[str, str
         if await store.read_model(stream) is None:  # type: ignore[attr-defined]
             behind.append(label)
             continue
-        from_model = await open_line(store, session_id, branch=name, stream=stream).items(None)
+        try:
+            from_model = await open_line(store, session_id, branch=name, stream=stream).items(None)
+        except ValueError:  # an item's text is no JSON: edited by hand
+            where = "" if name is None else f" of {label}"
+            return (
+                "read model: FAILED",
+                f"the store's read model{where} holds an item that is not JSON: get_items "
+                "would give an agent what is not on the record",
+            )
         from_events = await open_line(
             store, session_id, branch=name, stream=stream, use_model=False
         ).items(None)

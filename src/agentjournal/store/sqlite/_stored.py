@@ -14,9 +14,13 @@ events repeat (metadata keys, field names, event types, JSON shapes), most frequ
 without zstd's magic number, dictionary id and checksum (the row says all three: what it is,
 with which dictionary, and the chain hash checks the content): ~10 bytes fewer per value.
 
-A compressed value that does not decompress (the file edited by hand; a forged frame header
-claiming more bytes than memory holds included) reads as the bytes stored, as any edit does:
-changed content, which the chain hash does not match.
+A compressed value that does not decompress (the file edited by hand) reads as the bytes
+stored, as any edit does: changed content, which the chain hash does not match. So does a frame
+whose header says it holds more than an event may (``MAX_EVENT_BYTES``): it is not decompressed
+at all, so a small hand-made frame of gigabytes of zeros cannot exhaust a reader's memory. A
+read model item naming a dictionary the file lacks reads as changed text too (the verifier's
+read model check reports it). Bytes after a frame are not read: they are no part of any value,
+and what is read is what the chain covers.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Final
 import zstandard
 
 from agentjournal.errors import UndecodableEvent
+from agentjournal.store._events import MAX_EVENT_BYTES
 
 _LEVEL: Final = 3
 
@@ -116,6 +121,20 @@ def _params() -> zstandard.ZstdCompressionParameters:
     )
 
 
+def _bounded(decompress: Callable[[bytes], bytes]) -> Callable[[bytes], bytes]:
+    """``decompress``, refusing (``ZstdError``) a frame that says it holds more than an event
+    may, before it allocates any of it."""
+    frame = zstandard.get_frame_parameters
+    magicless = zstandard.FORMAT_ZSTD1_MAGICLESS
+
+    def bounded(value: bytes) -> bytes:
+        if frame(value, format=magicless).content_size > MAX_EVENT_BYTES:
+            raise zstandard.ZstdError("a frame larger than an event")
+        return decompress(value)
+
+    return bounded
+
+
 def _dictionary(content: bytes) -> zstandard.ZstdCompressionDict:
     return zstandard.ZstdCompressionDict(content, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
 
@@ -163,7 +182,12 @@ class Unpacker:
     def joined_alike(self, items: list[bytes], dictionary: int) -> str | None:
         """Read model items' texts, each compressed with ``dictionary``, joined by
         ``",\n"``; None when one of them does not decompress (ask :meth:`joined_texts`)."""
-        decompress = self._decompress.get(dictionary) or self._load(dictionary, "a read model item")
+        try:
+            decompress = self._decompress.get(dictionary) or self._load(
+                dictionary, "a read model item"
+            )
+        except UndecodableEvent:  # a dictionary the file lacks: ask joined_texts
+            return None
         try:
             return b",\n".join(map(decompress, items)).decode("utf-8", "replace")
         except (zstandard.ZstdError, MemoryError):  # not a frame, or one claiming a vast size
@@ -180,9 +204,7 @@ class Unpacker:
             assert isinstance(item, bytes)
             decompress = known.get(dictionary) if dictionary is not None else None
             if decompress is None:
-                texts.append(
-                    self.unpack(item, dictionary, "a read model item").decode("utf-8", "replace")
-                )
+                texts.append(self._item_text(item, dictionary))
                 continue
             try:
                 texts.append(decompress(item).decode("utf-8", "replace"))
@@ -190,9 +212,14 @@ class Unpacker:
                 texts.append(item.decode("utf-8", "replace"))  # edited by hand
         return ",\n".join(texts)
 
-    def _item_text(self, value: bytes, dictionary: int) -> str:
-        """A compressed read model item's text (changed text when it does not decompress)."""
-        return self.unpack(value, dictionary, "a read model item").decode("utf-8", "replace")
+    def _item_text(self, value: bytes, dictionary: int | None) -> str:
+        """A compressed read model item's text (changed text when it does not decompress, or
+        names a dictionary the file lacks)."""
+        try:
+            unpacked = self.unpack(value, dictionary, "a read model item")
+        except UndecodableEvent:
+            unpacked = value
+        return unpacked.decode("utf-8", "replace")
 
     def unpack(self, value: bytes, dictionary: int | None, stream: str = "$all") -> bytes:
         """The bytes written, from ``value`` as stored with ``dictionary``."""
@@ -214,9 +241,11 @@ class Unpacker:
             raise UndecodableEvent(
                 stream, f"{stream}: an event names dictionary {dictionary}, which the file lacks"
             )
-        decompress = zstandard.ZstdDecompressor(
-            dict_data=_dictionary(row[0]), format=zstandard.FORMAT_ZSTD1_MAGICLESS
-        ).decompress
+        decompress = _bounded(
+            zstandard.ZstdDecompressor(
+                dict_data=_dictionary(row[0]), format=zstandard.FORMAT_ZSTD1_MAGICLESS
+            ).decompress
+        )
         self._decompress[dictionary] = decompress
         return decompress
 
