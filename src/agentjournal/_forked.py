@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final
 
+
 def core_to_spare() -> bool:
     """Whether a second process would run beside this one: this process may run on two
     cores, the load of the last minute (this process's own included) leaves more than half
