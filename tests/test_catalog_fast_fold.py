@@ -22,7 +22,7 @@ import pytest
 from agents import Agent, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from agentjournal import Journal
+from agentjournal import Journal, tokens
 from agentjournal.ledger import SigningKey
 from agentjournal.ledger.chain import CHAIN_KEY, HASH_KEY, PREV_KEY, SEQ_KEY, seal
 from agentjournal.read.catalog import fold as fold_module
@@ -189,6 +189,7 @@ def test_the_lean_fold_folds_a_rich_store_as_the_full_checks_do(
     lean = _folded(pages)
     monkeypatch.setattr(fold_module, "linked", lambda *_: False)
     monkeypatch.setattr(fold_module, "response_counts", _decoded)
+    monkeypatch.setattr(tokens, "plain_body", lambda _: None)  # decode's full reading
     full = _folded(pages)
     assert lean.dump() == full.dump()
     assert lean.rows(TRUSTED) == full.rows(TRUSTED)
@@ -274,13 +275,15 @@ def test_the_lean_check_takes_a_plain_dict_of_metadata_too() -> None:
 
 @pytest.mark.parametrize("body", ODD_RESPONSES, ids=range(len(ODD_RESPONSES)))
 def test_a_model_response_is_read_as_decode_reads_it_or_refused_alike(
-    body: dict[str, Any],
+    body: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = _responded(body)
-    try:
-        expected: Any = _decoded(data)
-    except ValueError as error:
-        expected = type(error)
+    with monkeypatch.context() as full:
+        full.setattr(tokens, "plain_body", lambda _: None)  # decode's full reading
+        try:
+            expected: Any = _decoded(data)
+        except ValueError as error:
+            expected = type(error)
     try:
         got: Any = response_counts(data)
     except ValueError as error:

@@ -89,6 +89,24 @@ def test_keys_round_trip_and_checkpoints_sign() -> None:
     assert decoded == signed
 
 
+def test_a_checkpoint_read_from_other_mappings_than_dicts_is_the_same() -> None:
+    from types import MappingProxyType
+
+    key = SigningKey.generate()
+    heads = {"AgentSession-s": (4, "f" * 64)}
+    signed = Checkpoint.sign(key, "s", heads, datetime.now(UTC), sequence=0, previous="0" * 64)
+    body = __import__("json").loads(signed.encode())
+    proxied = {
+        **body,
+        "heads": MappingProxyType({k: MappingProxyType(v) for k, v in body["heads"].items()}),
+        "metadata": MappingProxyType(body["metadata"]),
+    }
+    assert Checkpoint.decode(MappingProxyType(proxied)) == signed
+    for odd in ({**body, "heads": [1]}, {**body, "metadata": []}, [body]):
+        with pytest.raises(InvalidInput):
+            Checkpoint.decode(odd)
+
+
 @pytest.mark.parametrize("text", ["", "not a key", "AAAA", "-----BEGIN PRIVATE KEY-----\nxx\n"])
 def test_bad_keys_are_refused(text: str) -> None:
     with pytest.raises(InvalidInput):

@@ -151,7 +151,7 @@ class Record:
         """
         where = (event.stream, event.revision)
         try:
-            event_id = str(event.id)
+            event_id = event.id_text
         except (ValueError, TypeError):
             raise DamagedEvent(*where, "the event id is not 16 bytes") from None
         try:
@@ -177,23 +177,42 @@ class Record:
             event_id,
             event.type,
             text,
-            data_digest(event.data),
             metadata,
             None,
             event.position,
             event.recorded_at,
         )
         if cls is not Record or type(metadata) is not dict:
-            return cls(*fields)
+            return cls(*fields[:5], data_digest(event.data), *fields[5:])
         # What __init__ and __post_init__ leave, set at once (a frozen dataclass sets each
         # field by a call): the metadata is this record's own copy, read-only behind a proxy.
+        # The data's digest is left out: made from the data when first asked (_LazyDigest).
         record = object.__new__(cls)
-        record.__dict__.update(zip(_FIELDS, fields, strict=True))
+        record.__dict__.update(zip(_FIELDS_BUT_DIGEST, fields, strict=True))
         record.__dict__["metadata"] = MappingProxyType(metadata)
         return record
 
 
+class _LazyDigest:
+    """``Record.data_sha256`` when a record was built without it (:meth:`Record.of`): the
+    digest of the data's UTF-8 bytes — the stored bytes, which decoded strictly as UTF-8 —
+    made on first access and kept in the record's ``__dict__``, where every record built
+    with it holds it. A non-data descriptor: the instance's value, when set, comes first,
+    so ``__init__``, equality, hashing, ``repr``, pickling and ``vars`` see the field as
+    any dataclass field."""
+
+    def __get__(self, record: Record | None, owner: type[Record]) -> Any:
+        if record is None:
+            raise AttributeError("data_sha256")  # no class default: the field stays required
+        if record.data is None:  # withheld data: a record is built with its digest then
+            raise AttributeError("data_sha256")
+        digest = record.__dict__["data_sha256"] = data_digest(record.data.encode())
+        return digest
+
+
 _FIELDS: Final = tuple(f.name for f in dataclasses.fields(Record))
+_FIELDS_BUT_DIGEST: Final = tuple(name for name in _FIELDS if name != "data_sha256")
+Record.data_sha256 = _LazyDigest()  # type: ignore[assignment]  # after @dataclass
 
 
 @dataclass(frozen=True)

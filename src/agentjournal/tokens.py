@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
-from agentjournal._fastjson import loads_bytes
+from agentjournal._fastjson import loads_bytes, orjson_loads
 
-__all__ = ["ModelResponse", "Usage"]
+__all__ = ["ModelResponse", "Usage", "plain_body"]
 
 # The counts of TokenUsage's canonical JSON (kurrent-agent-schema v2 ``to_json``), which
 # Usage names alike.
@@ -124,6 +124,20 @@ class ModelResponse:
         Raises:
             ValueError: It is not what :meth:`encode` writes.
         """
+        body = plain_body(data)
+        if body is not None:  # the shape checked: what the reading below gives, made at once
+            usage = body["usage"]
+            return cls(
+                body["session_id"],
+                body["agent"],
+                body.get("model"),
+                body.get("system"),
+                body.get("response_id"),
+                Usage(1, *[int(usage.get(name, 0)) for name in _TOKEN_USAGE_FIELDS]),
+                body.get("started_at"),
+                body["ended_at"],
+                {k: int(v) for k, v in body.get("outputs", {}).items()},
+            )
         body = loads_bytes(data)
         if not isinstance(body, dict):
             raise ValueError("ModelResponded data is not an object")
@@ -151,3 +165,46 @@ class ModelResponse:
             ended_at=text("ended_at", optional=False) or "",
             outputs={str(k): _count(v, f"outputs.{k}") for k, v in outputs.items()},
         )
+
+
+_REQUIRED: Final = ("session_id", "agent", "ended_at")
+_OPTIONAL: Final = ("model", "system", "response_id", "started_at")
+
+
+def plain_body(data: bytes) -> dict[str, Any] | None:
+    """A ``ModelResponded`` event's data as a JSON object when it has the plain shape
+    :meth:`ModelResponse.decode` reads — its texts are texts, its counts plain counts (an
+    ``int`` >= 0, not a bool, or ASCII digits) — else None: ``decode``'s own reading then
+    reads it or refuses it. The one statement of the shape, for a reader that wants a field
+    or two without the record (the catalog's).
+
+    Parsed by ``orjson`` alone: where it reads a value otherwise than ``json`` (an integer
+    past 64 bits becomes a float) that value is no plain count, and where it refuses
+    (``NaN``, a lone surrogate, a byte order mark) the answer is None.
+    """
+    try:
+        body = orjson_loads(data)
+    except ValueError:
+        return None
+    if type(body) is not dict:
+        return None
+    usage = body.get("usage")
+    outputs = body.get("outputs", {})
+    if type(usage) is not dict or type(outputs) is not dict:
+        return None
+    for key in _REQUIRED:
+        if type(body.get(key)) is not str:
+            return None
+    for key in _OPTIONAL:
+        value = body.get(key)
+        if value is not None and type(value) is not str:
+            return None
+    counts = [usage.get(key, 0) for key in _TOKEN_USAGE_FIELDS]
+    counts.extend(outputs.values())
+    for value in counts:
+        if type(value) is str:
+            if not (value.isascii() and value.isdigit()):
+                return None
+        elif type(value) is not int or value < 0:
+            return None
+    return body

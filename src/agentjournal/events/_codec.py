@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Self
 
+from agentjournal._fastjson import loads_bytes
 from agentjournal.errors import CodecError
 
 Reader = Callable[[Mapping[str, Any], str, str], Any]
@@ -221,7 +222,7 @@ def json_body(data: bytes, type_: str) -> dict[str, Any]:
         CodecError: The data is not a JSON object.
     """
     try:
-        body = json.loads(data)
+        body = loads_bytes(data)  # json.loads's value and error, mostly through orjson
     except ValueError as error:
         raise CodecError(f"{type_} data is not JSON: {error}") from None
     if not isinstance(body, dict):

@@ -116,15 +116,15 @@ class Checkpoint:
         Raises:
             InvalidInput: It is not a well-formed checkpoint.
         """
-        if not isinstance(body, Mapping) or set(body) != _CHECKPOINT_FIELDS:
+        if not _is_mapping(body) or set(body) != _CHECKPOINT_FIELDS:
             raise InvalidInput(f"a checkpoint has exactly {', '.join(sorted(_CHECKPOINT_FIELDS))}")
         heads: dict[str, tuple[int, str]] = {}
         raw_heads = body["heads"]
-        if not isinstance(raw_heads, Mapping):
+        if not _is_mapping(raw_heads):
             raise InvalidInput("checkpoint heads must be a mapping")
         for stream, head in raw_heads.items():
             if (
-                not isinstance(head, Mapping)
+                not _is_mapping(head)
                 or set(head) != {"revision", "hash"}
                 or not _is_int(head["revision"])
                 or not isinstance(head["hash"], str)
@@ -137,7 +137,7 @@ class Checkpoint:
         if not _is_int(body["sequence"]):
             raise InvalidInput("checkpoint sequence must be an integer")
         metadata = body["metadata"]
-        if not isinstance(metadata, Mapping) or not all(
+        if not _is_mapping(metadata) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
         ):
             raise InvalidInput("checkpoint metadata must map strings to strings")
@@ -155,3 +155,8 @@ class Checkpoint:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_mapping(value: Any) -> bool:
+    """``isinstance(value, Mapping)``, the ABC's check (slow) only for what is not a dict."""
+    return type(value) is dict or isinstance(value, Mapping)

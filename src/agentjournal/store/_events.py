@@ -169,6 +169,20 @@ class RecordedEvent:
         return self._id
 
     @property
+    def id_text(self) -> str:
+        """``str(event.id)``, the dashed lowercase hex of the id: for an event a store built
+        from its columns, made from the stored 16 bytes with no ``uuid.UUID`` in between.
+
+        Raises:
+            ValueError, TypeError: The stored id is not 16 bytes (as :attr:`id` raises).
+        """
+        raw = self._raw_id
+        if self._id is not None or type(raw) is not bytes or len(raw) != 16:
+            return str(self.id)
+        h = raw.hex()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+    @property
     def type(self) -> str:
         return self._type
 

@@ -563,7 +563,7 @@ def _approval(row: dict[str, Any], event: RecordedEvent) -> None:
     try:
         if event.type == events.INTERRUPT_ISSUED:
             question = events.ApprovalAsked.decode(event.data)
-            asked[f"{event.stream} {question.request_id}"] = str(event.id)
+            asked[f"{event.stream} {question.request_id}"] = event.id_text
         elif event.type == events.INTERRUPT_RESOLVED:
             answer = events.ApprovalDecided.decode(event.data)
             key = f"{event.stream} {answer.request_id}"

@@ -56,7 +56,7 @@ def chain_problem(
     if chain_format(metadata) is None:  # no record to hash: chain_hash would refuse it
         return "the event names a chain format this version does not know"
     digest = chain_hash(
-        event.stream, here, str(event.id), event.type, data_digest(event.data), metadata
+        event.stream, here, event.id_text, event.type, data_digest(event.data), metadata
     )
     if digest != metadata[HASH_KEY]:
         return "the event's hash does not match its content"
@@ -93,7 +93,7 @@ def linked(
     covered = metadata.copy() if type(metadata) is MappingProxyType else dict(metadata)
     covered.pop(HASH_KEY, None)
     data = _sha256(event.data).hexdigest()
-    record = [2, event.stream, here, str(event.id), event.type, data, covered]
+    record = [2, event.stream, here, event.id_text, event.type, data, covered]
     try:
         printed = _dumps(record, option=_SORTED)
     except orjson.JSONEncodeError:

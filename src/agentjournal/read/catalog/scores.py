@@ -12,12 +12,12 @@ turn, score, label, line, scorer, who): a sealed reason stays sealed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from agentjournal import events
+from agentjournal._fastjson import loads_bytes
 from agentjournal.read.catalog.rows import ScoreMark
 from agentjournal.streams import MAIN_BRANCH, eval_run_stream
 
@@ -40,7 +40,7 @@ def _body(event: RecordedEvent) -> dict[str, Any] | None:
     if event.type not in SCORE_TYPES or not event.stream.startswith(EVAL_RUN_PREFIX):
         return None
     try:
-        body = json.loads(event.data)
+        body = loads_bytes(event.data)  # json.loads's value, through orjson where the same
     except ValueError:
         return None
     if not isinstance(body, dict) or not isinstance(body.get("session_id"), str):

@@ -8,6 +8,7 @@ from typing import Any, Final
 
 from agentjournal import events
 from agentjournal._calls import CALL_KINDS, call_of
+from agentjournal._fastjson import loads
 from agentjournal.records import Record
 
 _USER_MESSAGE: Final = "UserMessageReceived"
@@ -59,7 +60,7 @@ def calls(record: Record, body: Mapping[str, Any]) -> list[tuple[str, str, str, 
         text = body.get("extensions", {}).get("openai", {}).get("item_json")
         if isinstance(text, str):
             try:
-                item = json.loads(text)
+                item = loads(text)  # json.loads's value, through orjson where it is the same
             except ValueError:
                 item = None
     call = call_of(item) if item is not None else None
