@@ -6,7 +6,7 @@ a child forked (copy-on-write: nothing is sent to it) runs the work and sends ba
 pickled result through a pipe. Only where forking is safe (:func:`forking_safe`: on
 Linux, where fork without exec is what ``multiprocessing`` avoids on macOS, with no other
 thread running) and pays (:func:`core_to_spare`); whatever goes wrong in the child (it
-dies, is killed, sends nothing) reads as no result, and the caller does the work itself.
+dies, is killed, sends nothing, hangs) reads as no result, and the caller does the work itself.
 Nothing here imports ``multiprocessing`` (its import is heavier than the callers').
 """
 
@@ -15,9 +15,11 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import select
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -50,15 +52,29 @@ class Child:
 
     def __init__(self, pid: int, pipe: int) -> None:
         self.pid, self.pipe = pid, pipe
+        self.forked_at = time.monotonic()
         self.finished = False  # the pipe reached its end: the child is done, or dead
 
     def result(self) -> Any:
-        """What the child sent, or None if it failed (died, or sent nothing whole). Does not
+        """What the child sent, or None if it failed (died, sent nothing whole, or is still
+        at it :func:`patience` after being asked: a child stopped or hung costs time, never
+        the answer, as :meth:`close` then kills it and the caller does its part). Does not
         wait for the child to end: it closes the pipe before its exit, whose unmapping of a
         large process's memory takes milliseconds."""
-        with open(self.pipe, "rb", closefd=False) as source:
-            payload = source.read()
+        deadline = time.monotonic() + patience(time.monotonic() - self.forked_at)
+        chunks = []
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.pipe], [], [], left)[0]:
+                if time.monotonic() >= deadline:
+                    return None
+                continue
+            chunk = os.read(self.pipe, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
         self.finished = True
+        payload = b"".join(chunks)
         size = int.from_bytes(payload[:_LENGTH], "big")
         if len(payload) < _LENGTH or size != len(payload) - _LENGTH:
             return None
@@ -79,6 +95,18 @@ class Child:
 
 
 _LENGTH: Final = 8
+
+PATIENCE: Final = 30.0
+"""The least time (seconds) a caller waits for a child's result once it asks for it."""
+
+
+def patience(worked: float) -> float:
+    """How long a caller that worked ``worked`` seconds since the fork waits for the child:
+    thrice that (the child's part may be larger than the caller's), and never less than
+    :data:`PATIENCE`."""
+    return max(PATIENCE, 3 * worked)
+
+
 _ended: list[int] = []  # children stopped or done, not yet reaped
 
 

@@ -1,0 +1,64 @@
+"""A forked child's result: what it sent, or None whatever went wrong, never a hang."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from agentjournal import _forked
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is Linux's here")
+
+
+def _reaped() -> None:
+    deadline = time.monotonic() + 10
+    while _forked._ended and time.monotonic() < deadline:
+        time.sleep(0.05)
+        _forked.reap()
+    assert not _forked._ended
+
+
+def test_a_child_sends_back_what_its_work_returns() -> None:
+    child = _forked.forked(lambda: {"spans": [1, 2, 3]})
+    assert child is not None
+    try:
+        assert child.result() == {"spans": [1, 2, 3]}
+    finally:
+        child.close()
+    _reaped()
+
+
+def test_a_child_that_fails_reads_as_no_result() -> None:
+    child = _forked.forked(lambda: 1 / 0)
+    assert child is not None
+    try:
+        assert child.result() is None
+    finally:
+        child.close()
+    _reaped()
+
+
+@pytest.mark.parametrize("how", ["sleeps", "is stopped"])
+def test_a_child_that_hangs_reads_as_no_result_and_is_killed(
+    monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    monkeypatch.setattr(_forked, "PATIENCE", 0.5)
+    child = _forked.forked(lambda: time.sleep(600))
+    assert child is not None
+    if how == "is stopped":
+        os.kill(child.pid, signal.SIGSTOP)
+    started = time.monotonic()
+    try:
+        assert child.result() is None
+    finally:
+        child.close()
+    assert time.monotonic() - started < 5
+    _reaped()
+
+
+def test_the_wait_grows_with_the_work_done_before_asking() -> None:
+    assert _forked.patience(0.0) == _forked.PATIENCE
+    assert _forked.patience(100.0) == 300.0
