@@ -133,3 +133,41 @@ def test_each_part_folds_its_own_trees_and_both_fold_some(mixed: str) -> None:
     assert not sessions[0] & sessions[1]
     placed = [list(zip(p[0], p[1], strict=True)) for p in (first, second)]
     assert in_order(placed) == _one_process(mixed)
+
+
+class _Sent:
+    """A child whose result was read before a writer appended: what it sent then."""
+
+    def __init__(self, sent: Any) -> None:
+        self.sent = sent
+
+    def result(self) -> Any:
+        return self.sent
+
+
+def test_a_part_read_before_a_writer_appended_is_folded_again_to_where_this_one_read(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two parts of two moments would export a later session without an earlier one, which
+    no one process can: the child's part is folded here again, to this process's end."""
+    uri = f"sqlite:///{tmp_path / 'journal.db'}"
+    for name in ("base-1", "base-2"):
+        asyncio.run(write_support(uri, name))
+    monkeypatch.setattr(_forked, "core_to_spare", lambda: True)
+    child = trace._second_part(uri, trace._as_is)
+    assert child is not None
+    try:
+        sent = child.result()
+    finally:
+        child.close()
+    assert sent is not None
+    for name in ("late-1", "late-2", "late-3", "late-4"):
+        asyncio.run(write_support(uri, name))
+    split = asyncio.run(_every_tree(uri, _Sent(sent)))
+    assert split == _one_process(uri)
+    assert {span.attributes.get("agentjournal.session_id") for span in split} >= {
+        "late-1",
+        "late-2",
+        "late-3",
+        "late-4",
+    }

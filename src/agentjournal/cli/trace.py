@@ -474,7 +474,9 @@ async def _once(store: EventStore, session: str, branch: str | None = None) -> l
 S = TypeVar("S")
 # What one part of an export of every tree sends: its spans as its output makes them,
 # placed, and the damaged events it left out (position, stream, what is wrong).
-_Projected = tuple[list["Place"], list[S], list[tuple[int, str, str]]]
+# Where each span was sent, the spans, the damaged events left out, and the end of what was
+# read: the position after its last event (0: none).
+_Projected = tuple[list["Place"], list[S], list[tuple[int, str, str]], int]
 
 
 class _Line(NamedTuple):
@@ -535,18 +537,23 @@ async def _every_tree(
 
     warned: set[str] = set()
     if second is None:
-        _, made, damaged = await _project(store, None, output, shown=True)
+        _, made, damaged, _ = await _project(store, None, output, shown=True)
         for _, stream, problem in damaged:
             _skipped(stream, problem, warned)
         return made
-    parts = [await _project(store, Part(0, 2), output, shown=True)]
+    mine = await _project(store, Part(0, 2), output, shown=True)
     sent: _Projected[S] | None = second.result()
-    parts.append(sent if sent is not None else await _project(store, Part(1, 2), output))
+    if sent is None or sent[3] != mine[3]:
+        # The child failed, or read up to another end (a writer appended meanwhile): its part
+        # is folded here, up to where this process read, so both parts are of one prefix of
+        # the global order, as one process's export is.
+        sent = await _project(store, Part(1, 2), output, until=mine[3])
+    parts = [mine, sent]
     for _, stream, problem in in_order(
         [[((0, at, ""), (at, s, p)) for at, s, p in part[2]] for part in parts]
     ):
         _skipped(stream, problem, warned)
-    return in_order([list(zip(places, made, strict=True)) for places, made, _ in parts])
+    return in_order([list(zip(places, made, strict=True)) for places, made, _, _ in parts])
 
 
 async def _project(
@@ -555,11 +562,13 @@ async def _project(
     output: Callable[[ProjectedSpan], S],
     *,
     shown: bool = False,
+    until: int | None = None,
 ) -> _Projected[S]:
     """Where each span was sent (with a ``part`` only: :func:`.parts.in_order` puts parts
     together by it), the spans of the trees of ``part`` (None: every tree) with the
-    evaluation events of the eval scores of their turns, each as ``output`` makes it, and
-    the damaged events it left out. ``shown``: with a progress bar (on a terminal)."""
+    evaluation events of the eval scores of their turns, each as ``output`` makes it, the
+    damaged events it left out, and the end of what it read. ``shown``: with a progress
+    bar (on a terminal); ``until``: the events before that position only."""
     from agentjournal._gc import no_collection
     from agentjournal.cli._render import progress
     from agentjournal.read.traces import Projector
@@ -572,6 +581,7 @@ async def _project(
     places: list[Place] = []
     evaluations = Evaluations()
     damaged: list[tuple[int, str, str]] = []
+    end = 0
     feed, of, skips, folds = projector.feed, Record.of, projector.skips, projector.folds
     with (
         progress("reading the store") if shown else contextlib.nullcontext(_no_progress) as advance
@@ -581,9 +591,15 @@ async def _project(
         try:
             while True:
                 page = await reading
-                if len(page) == PAGE:
+                more = len(page) == PAGE
+                if until is not None and page and page[-1].position >= until:
+                    page = [event for event in page if event.position < until]
+                    more = False
+                if more:
                     after = page[-1].position + 1
                     reading = asyncio.ensure_future(store.read_all(from_position=after, limit=PAGE))
+                if page:
+                    end = page[-1].position + 1
                 with no_collection():  # records, spans and state: acyclic, and many
                     for event in page:
                         evaluations.see(event)  # every part sees every score and turn
@@ -600,7 +616,7 @@ async def _project(
                             if part is not None:
                                 places += [(0, event.position, "")] * len(sent)
                 advance(len(page))
-                if len(page) < PAGE:
+                if not more:
                     break
         finally:
             if not reading.done():
@@ -611,7 +627,7 @@ async def _project(
         spans += finished
         if part is not None:
             places += [(FINISHED, 0, key)] * len(finished)
-    return places, list(map(output, evaluations.on(spans))), damaged
+    return places, list(map(output, evaluations.on(spans))), damaged, end
 
 
 def _no_progress(done: int) -> None:
