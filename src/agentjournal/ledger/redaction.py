@@ -392,19 +392,13 @@ def _plain_digest(value: Any) -> str:
     return "sha256:" + hashlib.sha256(_plain_bytes(value)).hexdigest()
 
 
-def _text_digest(value: Any) -> str:
-    """:func:`_plain_digest` of a value ``orjson`` parsed that holds text only (no number)."""
-    return "sha256:" + hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()
-
-
 def _plain_marker(
     item: dict[str, Any], rule: Mapping[str, Any] | None, digest: Callable[[Any], str]
 ) -> dict[str, Any]:
     """:func:`_call_marker` of an item ``orjson`` parsed or :func:`_marked` copied (``digest``
     fits it): of a function call whose every field is text (as the Agents SDK writes them)
     without :func:`agentjournal._calls.call_of`'s generality and without looking for floats
-    (``orjson`` prints text as ``value_digest`` does, or refuses a lone surrogate: the
-    caller's exact path then decides); of any other item, :func:`_call_marker`."""
+    (text has none: :func:`_marked_digest` is exact); of any other item, :func:`_call_marker`."""
     call_id = item.get("call_id")
     if item.get("type") != "function_call" or type(call_id) is not str:
         return _call_marker(item, rule, digest)
@@ -414,11 +408,11 @@ def _plain_marker(
     name = item.get("name", "")
     arguments = item.get("arguments") or "{}"  # as call_of reads a function call
     return {
-        "withheld": _text_digest(item),
+        "withheld": _marked_digest(item),
         "call_id": call_id,
         "kind": "function_call",
         "name": name,
-        "payload_digest": _text_digest(tool_call_payload(call_id, name, arguments)),
+        "payload_digest": _marked_digest(tool_call_payload(call_id, name, arguments)),
         "ceilings": ceiling_inputs(arguments, _ceilings(rule).values()),
     }
 
