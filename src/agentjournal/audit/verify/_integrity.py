@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -184,36 +184,34 @@ def _view_problem(event: Record, markers: Markers | None = None) -> str | None:
     if committed is None:
         return None if event.view is None else "a view without a commitment (aj.redacted)"
     if event.view is not None:
-        shown: Any = event.view
+        digest = redaction.view_digest(event.view)
     else:
         assert event.data is not None
         try:
-            shown = redaction.view(event.type, event.data.encode(), event.metadata)
+            made = redaction.view_commitment(event.type, event.data.encode(), event.metadata)
         except ValueError as error:
             return str(error)
-        if shown is None:
+        if made is None:
             return f"{event.type} carries a view commitment but has no view"
-        if markers is not None:
-            marker = _shared_marker(event, shown)
-            if marker is not None:
-                markers[id(event)] = marker
-    if redaction.view_digest(shown) != committed:
+        digest, marker = made
+        if markers is not None and marker is not None and _shares_marker(event):
+            markers[id(event)] = marker
+    if digest != committed:
         return "the redacted view does not match its commitment (aj.redacted)"
     return None
 
 
-def _shared_marker(event: Record, shown: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The call marker in a view computed from the event's data, when it is what
+def _shares_marker(event: Record) -> bool:
+    """Whether the call marker of a view computed from the event's data is what
     containment's ``_call_marker`` computes from the same data (the fields containment
-    reads: call id, kind, name, payload digest, ceilings); None where the two could differ,
+    reads: call id, kind, name, payload digest, ceilings); not where the two could differ,
     so that containment computes it, and fails it, exactly as without a shared marker: an
-    item that looks withheld (``redaction.shown_call``), data ``Record.body`` refuses
-    (``NaN``, ``Infinity``), a rule that is not JSON."""
-    marker = redaction.shown_call(shown)
-    if marker is None or event.data is None or "NaN" in event.data or "Infinity" in event.data:
-        return None
+    item that looks withheld (``redaction.view_commitment`` gives no marker then), data
+    ``Record.body`` refuses (``NaN``, ``Infinity``), a rule that is not JSON."""
+    if event.data is None or "NaN" in event.data or "Infinity" in event.data:
+        return False
     rule = event.metadata.get(events.TOOL_RULE_KEY)
-    return marker if rule is None or _json_text(rule) else None
+    return rule is None or _json_text(rule)
 
 
 def _json_text(text: str) -> bool:

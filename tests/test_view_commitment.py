@@ -1,0 +1,231 @@
+"""``redaction.view_commitment``: the verifier's one-pass view check (a tool call's data
+parsed by ``orjson`` and digested as its view is built) gives exactly what the exact path
+(``view`` then ``view_digest`` and ``shown_call``) gives, on every input: the same digest,
+the same call marker, the same error."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentjournal import events
+from agentjournal.ledger import redaction
+from agentjournal.ledger.redaction import shown_call, view, view_commitment, view_digest
+
+TOOL_CALLS = "AssistantToolCallsGenerated"
+RULE = {events.TOOL_RULE_KEY: json.dumps({"ceilings": {"spend": "amount", "to": "who.name"}})}
+
+
+def _exact(type_: str, data: bytes, metadata: dict[str, str]) -> Any:
+    try:
+        shown = view(type_, data, metadata)
+    except ValueError as error:
+        return ("error", str(error))
+    return None if shown is None else (view_digest(shown), shown_call(shown))
+
+
+def _fast(type_: str, data: bytes, metadata: dict[str, str]) -> Any:
+    try:
+        return view_commitment(type_, data, metadata)
+    except ValueError as error:
+        return ("error", str(error))
+
+
+def _data(arguments: Any, item: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "tool_calls": [
+            {"call_id": "c1", "tool_name": "t", "arguments": arguments, "tool_kind": "function"}
+        ],
+        "message_index": 1,
+        "timestamp": "2026-12-06T00:08:34.065342Z",
+        "extensions": {
+            "openai": {"item_json": item if isinstance(item, str) else json.dumps(item)}
+        },
+        **(extra or {}),
+    }
+
+
+def _call(arguments: Any = '{"amount": 5, "who": {"name": "x"}}', **fields: Any) -> dict[str, Any]:
+    return {"type": "function_call", "call_id": "c1", "name": "t", "arguments": arguments, **fields}
+
+
+def _assert_same(data: bytes, metadata: dict[str, str] | None = None) -> None:
+    for meta in ({} if metadata is None else metadata, RULE):
+        assert _fast(TOOL_CALLS, data, meta) == _exact(TOOL_CALLS, data, meta)
+
+
+def test_an_ordinary_tool_call_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = json.dumps(_data({"amount": 5}, _call())).encode()
+    expected = _exact(TOOL_CALLS, data, RULE)
+    assert expected[1] is not None
+    assert expected[1]["ceilings"]["amount"] == {"int": 5}
+    monkeypatch.setattr(redaction, "view", None)  # the exact path would fail
+    assert view_commitment(TOOL_CALLS, data, RULE) == expected
+
+
+_ODD = [
+    '{"amount": 1.5}',  # floats in the nested arguments are the ceilings' business only
+    1.5,
+    -0.0,
+    1e16,
+    2**63,
+    2**64 + 1,
+    -(2**70),
+    10**30,
+    "a\ud800",
+    "\U0001f600",
+    {"\U0001f600": 1, "\uffff": 2},
+    [[[[[]]]]],
+    None,
+    True,
+]
+
+
+@pytest.mark.parametrize("odd", _ODD, ids=repr)
+def test_odd_values_anywhere_give_the_exact_answer(
+    odd: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shapes = [
+        _data(odd, _call()),
+        _data({"a": odd}, _call()),
+        _data("x", _call(arguments=odd)),
+        _data("x", _call(extra=odd)),
+        _data("x", _call(), {"message_index": odd}),
+        _data("x", _call(), {"\U0001f600": odd}),
+        _data("x", {"type": "custom_tool_call", "call_id": "c1", "name": "t", "input": odd}),
+        _data("x", {"type": "function_call", "call_id": odd, "name": odd}),
+        _data("x", [odd]),
+    ]
+    for shape in shapes:
+        for text in (
+            json.dumps(shape),
+            json.dumps(shape, ensure_ascii=False, indent=1),
+            json.dumps(shape, separators=(",", ":")),
+        ):
+            _assert_same(text.encode("utf-8", "surrogatepass"))
+
+
+_ADVERSARIAL = [
+    b"[]",
+    b"5",
+    b'"text"',
+    b"null",
+    b"",
+    b"{",
+    b"\xef\xbb\xbf{}",
+    '{"tool_calls": []}'.encode("utf-16"),
+    b'{"tool_calls": 5}',
+    b'{"tool_calls": "ab"}',
+    b'{"tool_calls": [5, {"arguments": NaN}]}',
+    b'{"tool_calls": [{"arguments": Infinity}]}',
+    b'{"tool_calls": [{"arguments": -Infinity}]}',
+    b'{"tool_calls": [{"arguments": 1e400}]}',
+    b'{"tool_calls": [{"arguments": 1' + b"0" * 400 + b"}]}",
+    b'{"tool_calls": [{"arguments": 12345678901234567890}]}',
+    b'{"tool_calls": [{"arguments": 1E5}]}',
+    b'{"tool_calls": [{"arguments": 1, "arguments": 2.5}], "tool_calls": []}',
+    b'{"a": 1, "a": 2, "tool_calls": [{"arguments": {"k": 1, "k": "v"}}]}',
+    b'{"tool_calls": [{"arguments": "\\ud800"}]}',
+    b'{"tool_calls": [{"arguments": "\\udfff\\ud800"}]}',
+    b'{"tool_calls": [{"arguments": "\xed\xa0\x80"}]}',
+    b'{"tool_calls": [{"arguments": "\xff"}]}',
+    b'{"extensions": 5}',
+    b'{"extensions": {"openai": 5}}',
+    b'{"extensions": {"openai": {"item_json": 5}}}',
+    b'{"extensions": {"openai": {"item_json": "NaN"}}}',
+    b'{"extensions": {"openai": {"item_json": "\\ufeff{}"}}}',
+    b'{"extensions": {"openai": {"item_json": "{\\"type\\":\\"function_call\\",'
+    b'\\"call_id\\":\\"c\\",\\"x\\":1.0}"}}}',
+    b'{"extensions": {"openai": {"item_json": "{\\"type\\":\\"function_call\\",'
+    b'\\"call_id\\":\\"c\\",\\"x\\":\\n1.0}"}}}',
+    b'{"extensions": {"openai": {"item_json": "{\\"type\\":\\"function_call\\",'
+    b'\\"call_id\\":\\"c\\",\\"x\\"\\u003a1\\u002e5}"}}}',
+    b'{"extensions": {"openai": {"item_json": "{\\"type\\":\\"function_call\\",'
+    b'\\"call_id\\":\\"c\\",\\"arguments\\":{\\"amount\\":2}}"}}}',
+    b'{"extensions": {"openai": {"item_json": "{\\"type\\":\\"function_call\\",'
+    b'\\"call_id\\":\\"c\\",\\"name\\":\\"\\ud800\\"}"}}}',
+    b'{"extensions": {"openai": {"item_json": "{\\"type\\":\\"function_call\\",'
+    b'\\"call_id\\":\\"c\\",\\"withheld\\":\\"x\\"}"}}}',
+    b'{"extensions": {"openai": {"item_json": "{\\"type\\":\\"function_call\\",'
+    b'\\"call_id\\":\\"c\\",\\"arguments\\":\\"\\"}"}}}',
+    b'{"tool_calls": [{"arguments": ' + b"[" * 300 + b"]" * 300 + b"}]}",
+    b'{"tool_calls": [{"arguments": ' + b"[" * 2000 + b"]" * 2000 + b"}]}",
+    b'{"tool_calls": [{"arguments": 1}]}' + b" \n",
+    b'{"tool_calls": [{"arguments": 1}]} x',
+    b'{"t": "a,1.5 b\\":2e3 [3.0"}',
+    b'{"tool_calls" : [ {"arguments" :\n 1.5 } ] }',
+]
+
+
+@pytest.mark.parametrize("data", _ADVERSARIAL, ids=repr)
+def test_adversarial_data_gives_the_exact_answer(data: bytes) -> None:
+    _assert_same(data)
+    _assert_same(data, {events.TOOL_RULE_KEY: "not json"})
+
+
+def test_other_types_and_viewed_data_give_the_exact_answer() -> None:
+    data = json.dumps(_data({"amount": 5}, _call())).encode()
+    for type_ in [*sorted(redaction.VIEWED), "Unknown", "SessionStarted"]:
+        assert _fast(type_, data, {}) == _exact(type_, data, {})
+    assert view_commitment(TOOL_CALLS, data, {events.VIEWED_KEY: "1"}) is None
+
+
+_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats()  # NaN and the infinities too: json prints them as NaN, Infinity
+    | st.text(max_size=8)
+    | st.sampled_from(["a\ud800", "\U0001f600", '\x1f\u2028"\\', "1.5", ",1e5", '":2.0'])
+)
+_keys = st.text(max_size=6) | st.sampled_from(
+    ["arguments", "call_id", "type", "name", "\U0001f600", "\ufb01", "function_call"]
+)
+_values = st.recursive(
+    _leaves,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_keys, inner, max_size=4),
+    max_leaves=16,
+)
+_items = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": st.sampled_from(["function_call", "custom_tool_call", "message"]) | _values,
+        "call_id": st.text(max_size=4) | _values,
+        "name": st.text(max_size=4) | _values,
+        "arguments": st.just('{"amount": 3}') | st.text(max_size=8) | _values,
+        "id": st.text(max_size=4) | _values,
+    },
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    arguments=_values,
+    item=_items | _values,
+    extra=st.dictionaries(_keys, _values, max_size=2),
+    spaced=st.booleans(),
+)
+def test_random_tool_calls_give_the_exact_answer(
+    arguments: Any, item: Any, extra: dict[str, Any], spaced: bool
+) -> None:
+    body = _data(arguments, item, extra)
+    text = json.dumps(body, ensure_ascii=spaced, indent=1 if spaced else None)
+    _assert_same(text.encode("utf-8", "surrogatepass"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    base=_items,
+    cut=st.integers(0, 400),
+    insert=st.sampled_from(
+        ["NaN", "1.5", "1e400", "9" * 20, "\\ud800", '"', "}", ",", "[", "\\u0031", "-0", " "]
+    ),
+)
+def test_damaged_tool_call_data_gives_the_exact_answer(base: Any, cut: int, insert: str) -> None:
+    text = json.dumps(_data({"amount": 1}, base))
+    cut = min(cut, len(text))
+    _assert_same((text[:cut] + insert + text[cut:]).encode("utf-8", "surrogatepass"))
