@@ -77,6 +77,24 @@ class NewEvent:
         object.__setattr__(self, "metadata", _frozen_metadata(self.metadata))
 
 
+_new: Final = object.__new__
+_set: Final = object.__setattr__
+
+
+def new_event(type_: str, data: bytes, metadata: Mapping[str, str], id_: uuid.UUID) -> NewEvent:
+    """``NewEvent(type_, data, metadata, id_)``, built without the frozen dataclass's
+    ``__init__`` and ``__post_init__`` (the engine makes one per event it writes): the
+    same fields, the metadata copied read-only as ``__post_init__`` does. Nothing is
+    checked here, as in the constructor: the store checks what it is asked to append
+    (``tests/test_write_path.py`` compares the two)."""
+    event: NewEvent = _new(NewEvent)
+    _set(event, "type", type_)
+    _set(event, "data", data)
+    _set(event, "metadata", MappingProxyType(dict(metadata)))
+    _set(event, "id", id_)
+    return event
+
+
 class RecordedEvent:
     """An event as the store holds it; immutable.
 
