@@ -149,7 +149,7 @@ def with_model(
         else:
             ops.append(ModelClear(change.through_index))
     last = max((n for n, r in enumerate(requests) if r.stream not in side), default=-1)
-    bare = ModelChange(tree)
+    bare = ModelChange(tree) if last > 0 else None  # a turn's write has one stream: none
     # The constructor, not dataclasses.replace: a few µs less a request, on every write.
     return [
         request
