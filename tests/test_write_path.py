@@ -14,9 +14,21 @@ from typing import Any
 import pytest
 
 from agentjournal import Journal, JournalSession
+from agentjournal.engine.plan import ItemsPlan
 from agentjournal.engine.stamps import _NONCES
-from agentjournal.errors import ConcurrencyError
-from agentjournal.store.contract import NewEvent, StreamState, event_id, event_id_series
+from agentjournal.engine.tree import Commit, items_commit
+from agentjournal.errors import ConcurrencyError, InvalidInput
+from agentjournal.store import _append as append_module
+from agentjournal.store.contract import (
+    AppendRequest,
+    NewEvent,
+    StreamState,
+    event_id,
+    event_id_series,
+    new_event,
+    validate_append,
+    validate_stream_name,
+)
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.store.sqlite import _store as sqlite_store
 
@@ -245,3 +257,68 @@ async def test_the_stream_id_cache_is_bounded(
                 await store.append(stream, [event], expected=expected)
             assert await store.head(stream) == 2
         assert len(store._stream_ids) <= 8
+
+
+def test_new_event_is_the_constructors_event() -> None:
+    metadata = {"aj.index": "3", "aj.hash": "ab"}
+    made = new_event("ItemAdded", b'{"a":1}', metadata, event_id("s", 1))
+    built = NewEvent(type="ItemAdded", data=b'{"a":1}', metadata=metadata, id=event_id("s", 1))
+    assert made == built
+    assert type(made) is NewEvent
+    metadata["aj.index"] = "4"  # the event keeps its own copy, read-only
+    assert made.metadata["aj.index"] == "3"
+    with pytest.raises(TypeError):
+        made.metadata["x"] = "y"  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        made.type = "Other"  # type: ignore[misc]
+
+
+def test_items_commit_and_plan_are_the_constructors() -> None:
+    fields: dict[str, Any] = {
+        "heads": {"s": 3},
+        "hashes": {"s": "ab"},
+        "entries": [],
+        "written": 2,
+        "chain": None,
+        "next_index": 4,
+        "call_owner": None,
+        "run": ("r", 1),
+        "grants": {},
+        "authority": None,
+        "responded": (),
+    }
+    made = items_commit(**fields)
+    assert made == Commit(**fields)
+    assert vars(made) == vars(Commit(**fields))
+    request = AppendRequest("s", [], StreamState.ANY)
+    plan = ItemsPlan.made([request], made, None, (), ())  # type: ignore[arg-type]
+    built = ItemsPlan([request], made, routed=None, shown=(), turns=())  # type: ignore[arg-type]
+    assert plan == built
+    assert vars(plan) == vars(built)
+    with pytest.raises(AttributeError):
+        plan.shown = ()  # type: ignore[misc]
+
+
+def test_a_valid_name_or_type_once_seen_leaves_the_invalid_refused() -> None:
+    good = NewEvent(type="Seen.Type", data=b"{}", id=event_id("x"))
+    validate_append([AppendRequest("seen-stream", [good], StreamState.ANY)], many=True)
+    validate_append([AppendRequest("seen-stream", [good], StreamState.ANY)], many=True)
+
+    class Odd(str):
+        pass
+
+    for stream in ("seen stream", "$seen-stream", "", Odd("seen stream")):
+        with pytest.raises(InvalidInput, match="stream name"):
+            validate_stream_name(stream)
+    for type_ in ("Seen Type", "$Seen.Type", Odd("Seen Type")):
+        bad = NewEvent(type=type_, data=b"{}", id=event_id("y"))
+        with pytest.raises(InvalidInput, match="event type"):
+            validate_append([AppendRequest("seen-stream", [bad], StreamState.ANY)], many=True)
+
+
+def test_the_valid_names_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(append_module, "_VALID_KEPT", 3)
+    for n in range(10):
+        validate_stream_name(f"bounded-{n}")
+    assert len(append_module._VALID_NAMES) <= 3
+    assert validate_stream_name("bounded-0") == "bounded-0"

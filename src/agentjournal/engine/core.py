@@ -286,7 +286,7 @@ class SessionCore:
 
     # -- writes: items (:mod:`agentjournal.engine.items`) -------------------------------
 
-    async def add(
+    def add(
         self,
         items: list[Any],
         run: RunView,
@@ -296,10 +296,11 @@ class SessionCore:
         hiding: Callable[[], Awaitable[Sequence[Entry | Clear]]] | None = None,
         landed: Callable[[ItemsPlan], None] | None = None,
         checkpoint_trace: Mapping[str, str] | None = None,
-    ) -> ItemsPlan | None:
+    ) -> Awaitable[ItemsPlan | None]:
         """Write ``items`` as one atomic write: :meth:`ItemWrites.add
-        <agentjournal.engine.items.ItemWrites.add>`."""
-        return await self._writes.add(
+        <agentjournal.engine.items.ItemWrites.add>` itself (awaited by the caller: no
+        coroutine of its own around it, on every write)."""
+        return self._writes.add(
             items,
             run,
             trace=trace,

@@ -280,6 +280,29 @@ class ItemsPlan(WritePlan):
     shown: tuple[Grant, ...] = ()
     turns: tuple[tuple[Key, int], ...] = ()
 
+    @classmethod
+    def made(
+        cls,
+        requests: list[AppendRequest],
+        commit: Commit,
+        routed: Plan,
+        shown: tuple[Grant, ...],
+        turns: tuple[tuple[Key, int], ...],
+    ) -> ItemsPlan:
+        """``ItemsPlan(requests, commit, routed=..., shown=..., turns=...)``, built without
+        the frozen dataclass's ``__init__`` (a call per field), on every ``add_items``
+        write (``tests/test_write_path.py`` compares the two)."""
+        plan: ItemsPlan = object.__new__(cls)
+        vars(plan).update(
+            requests=requests,
+            commit=commit,
+            foreign=frozenset(),
+            routed=routed,
+            shown=shown,
+            turns=turns,
+        )
+        return plan
+
     @property
     def closed(self) -> int:
         """How many subagents this write closes."""

@@ -23,7 +23,7 @@ from agentjournal.engine.plan_log import handoff_grant, held_entries, log_reques
 from agentjournal.engine.routing import Op, Plan, plan_write, starts_a_run
 from agentjournal.engine.sealing import Events
 from agentjournal.engine.timeline import Clear, Entry, Key, Pop, TimelineEvent
-from agentjournal.engine.tree import AuthorityLog, Commit, SessionTree
+from agentjournal.engine.tree import AuthorityLog, SessionTree, items_commit
 from agentjournal.engine.turns import is_user
 from agentjournal.errors import CodecError
 from agentjournal.store.contract import event_id_series
@@ -348,26 +348,20 @@ class _ItemsWrite:
             out.add_log(appended, log, after)
         requests = out.requests(fresh=set(_opened(routed)))
         heads, hashes = out.written()
-        commit = Commit(
-            heads=heads,
-            hashes=hashes,
-            entries=self._entries,
-            written=sum(len(request.events) for request in requests),
-            chain=routed.chain,
-            next_index=self._first_index + routed.indexed,
-            call_owner=routed.call_owner,
-            run=self._run.identity,
-            grants=self._granted_to,
-            authority=after,
-            responded=responded,
+        commit = items_commit(
+            heads,
+            hashes,
+            self._entries,
+            sum(len(request.events) for request in requests),
+            routed.chain,
+            self._first_index + routed.indexed,
+            routed.call_owner,
+            self._run.identity,
+            self._granted_to,
+            after,
+            responded,
         )
-        return ItemsPlan(
-            requests,
-            commit,
-            routed=routed,
-            shown=tuple(self._shown),
-            turns=tuple(self._turned),
-        )
+        return ItemsPlan.made(requests, commit, routed, tuple(self._shown), tuple(self._turned))
 
 
 def _chainable(metadata: Mapping[str, str]) -> None:

@@ -13,7 +13,7 @@ from agentjournal.engine.tree import AuthorityLog, SessionTree
 from agentjournal.ledger import redaction
 from agentjournal.ledger.chain import GENESIS, seal
 from agentjournal.shred.sealing import SubjectSealer
-from agentjournal.store.contract import AppendRequest, NewEvent, StreamState
+from agentjournal.store.contract import AppendRequest, NewEvent, StreamState, new_event
 
 
 def seal_event(
@@ -107,7 +107,7 @@ class Events:
         self.hashes[stream] = seal_event(
             stream, revision, id_, type_, data, metadata, prev, encoded=encoded
         )
-        event = NewEvent(type=type_, data=data, metadata=metadata, id=id_)
+        event = new_event(type_, data, metadata, id_)
         self.by_stream.setdefault(stream, []).append(event)
         return event
 

@@ -98,6 +98,45 @@ class Commit:
     responded: Sequence[uuid.UUID] = ()
 
 
+def items_commit(
+    heads: Mapping[str, int],
+    hashes: Mapping[str, str],
+    entries: Sequence[TimelineEvent],
+    written: int,
+    chain: list[events.Subagent] | None,
+    next_index: int | None,
+    call_owner: OrderedDict[str, str] | None,
+    run: Any,
+    grants: Mapping[str, Any],
+    authority: AuthorityLog | None,
+    responded: Sequence[uuid.UUID],
+) -> Commit:
+    """``Commit(...)`` of these fields (an ``add_items`` write's: no checkpoint), built
+    without the frozen dataclass's ``__init__``, whose thirteen ``object.__setattr__``
+    calls were most of its cost: the same fields at once, on every write
+    (``tests/test_write_path.py`` compares the two)."""
+    commit: Commit = _new(Commit)
+    vars(commit).update(
+        heads=heads,
+        hashes=hashes,
+        entries=entries,
+        written=written,
+        chain=chain,
+        next_index=next_index,
+        call_owner=call_owner,
+        run=run,
+        grants=grants,
+        authority=authority,
+        ledger=None,
+        signed=False,
+        responded=responded,
+    )
+    return commit
+
+
+_new: Final = object.__new__
+
+
 @dataclass
 class SessionTree:
     """What is known of one session's streams; shared by its session objects.

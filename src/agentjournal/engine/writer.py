@@ -76,13 +76,14 @@ class Writer:
         self._models = reader.models
         self._side = reader.side_streams
 
-    async def write(
+    def write(
         self,
         build: Callable[[], Awaitable[P | None]],
         *,
         retry_now: Callable[[P, ConcurrencyError], bool] | None = None,
-    ) -> P | None:
-        """Plan and append one write; return the plan that landed (None: nothing to write).
+    ) -> Awaitable[P | None]:
+        """Plan and append one write; the awaitable of the plan that landed (None: nothing
+        to write): the retry loop itself, no coroutine of its own around it.
 
         ``build`` is asked before every attempt, with the tree as it is then.
         ``retry_now``, given the plan and a conflict, says whether to plan again
@@ -119,7 +120,7 @@ class Writer:
             tree.apply(_landed_at(plan.commit, heads))
             return plan
 
-        return await _retrying(attempt)
+        return _retrying(attempt)
 
 
 def with_model(
@@ -148,7 +149,7 @@ def with_model(
         else:
             ops.append(ModelClear(change.through_index))
     last = max((n for n, r in enumerate(requests) if r.stream not in side), default=-1)
-    bare = ModelChange(tree)
+    bare = ModelChange(tree) if last > 0 else None  # a turn's write has one stream: none
     # The constructor, not dataclasses.replace: a few µs less a request, on every write.
     return [
         request

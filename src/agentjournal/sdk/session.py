@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agents.memory.session import _CompactionSnapshot
@@ -648,8 +648,8 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
             core = self._acting() if closing is not None and not items else self._core
         trace = tracing.trace_metadata(self._trace_ids(wrapper))
 
-        async def add(line: SessionCore) -> ItemsPlan | None:
-            return await line.add(
+        def add(line: SessionCore) -> Awaitable[ItemsPlan | None]:
+            return line.add(
                 items,
                 run.view(wrapper),
                 trace=trace,

@@ -66,6 +66,8 @@ def validate_stream_name(stream: object) -> str:
     A stream name is 1 to 1024 bytes of printable ASCII without whitespace and
     must not start with ``$`` (KurrentDB reserves those for system streams).
     """
+    if type(stream) is str and stream in _VALID_NAMES:
+        return stream
     if not isinstance(stream, str) or not stream:
         raise InvalidInput(f"a stream name must be a non-empty string, got {stream!r}")
     if len(stream) > MAX_STREAM_NAME_BYTES or not _STREAM_NAME.fullmatch(stream):
@@ -75,7 +77,23 @@ def validate_stream_name(stream: object) -> str:
         )
     if stream.startswith("$"):
         raise InvalidInput(f"invalid stream name {stream!r}: names starting with '$' are reserved")
+    _remember(_VALID_NAMES, stream)
     return stream
+
+
+# Names and event types found valid (exactly ``str``: a subclass could compare equal and
+# differ), so that a process's few streams and types are checked once, not on every
+# write; bounded, as a long-lived store writes to ever more streams.
+_VALID_NAMES: Final[dict[str, None]] = {}
+_VALID_TYPES: Final[dict[str, None]] = {}
+_VALID_KEPT: Final = 4096
+
+
+def _remember(valid: dict[str, None], text: str) -> None:
+    if type(text) is str:
+        if len(valid) >= _VALID_KEPT:
+            valid.clear()
+        valid[text] = None
 
 
 def _validate_expected(stream: str, expected: object) -> None:
@@ -91,15 +109,8 @@ def _validate_expected(stream: str, expected: object) -> None:
 def _validate_event(stream: str, event: object) -> None:
     if not isinstance(event, NewEvent):
         raise InvalidInput(f"events for {stream!r} must be NewEvent instances, got {event!r}")
-    if not isinstance(event.type, str) or not _EVENT_TYPE.fullmatch(event.type):
-        raise InvalidInput(
-            f"invalid event type {event.type!r} for {stream!r}: must match ^[a-zA-Z0-9_.$:-]+$"
-        )
-    if event.type.startswith("$"):
-        raise InvalidInput(
-            f"invalid event type {event.type!r} for {stream!r}: types starting with '$' are "
-            "KurrentDB system events"
-        )
+    if type(event.type) is not str or event.type not in _VALID_TYPES:
+        _validate_type(stream, event.type)
     if not isinstance(event.data, bytes):
         raise InvalidInput(f"event data for {stream!r} must be bytes, got {type(event.data)}")
     if not isinstance(event.id, uuid.UUID):
@@ -143,6 +154,19 @@ def _validate_event(stream: str, event: object) -> None:
             f"event {event.type} on {stream!r} is {size} bytes (data, metadata, type twice); "
             f"the limit is {MAX_EVENT_BYTES} (MAX_EVENT_BYTES, KurrentDB's largest event)"
         )
+
+
+def _validate_type(stream: str, type_: object) -> None:
+    if not isinstance(type_, str) or not _EVENT_TYPE.fullmatch(type_):
+        raise InvalidInput(
+            f"invalid event type {type_!r} for {stream!r}: must match ^[a-zA-Z0-9_.$:-]+$"
+        )
+    if type_.startswith("$"):
+        raise InvalidInput(
+            f"invalid event type {type_!r} for {stream!r}: types starting with '$' are "
+            "KurrentDB system events"
+        )
+    _remember(_VALID_TYPES, type_)
 
 
 # A NewEvent's metadata is a read-only view of its own dict (_frozen_metadata).
@@ -196,7 +220,9 @@ def validate_append(requests: Sequence[AppendRequest], *, many: bool) -> None:
             raise InvalidInput(f"stream {stream!r} appears more than once in one append_many")
         seen.add(folded)
         _validate_expected(stream, request.expected)
-        if isinstance(request.events, (str, bytes)) or not isinstance(request.events, Sequence):
+        if type(request.events) is not list and (
+            isinstance(request.events, (str, bytes)) or not isinstance(request.events, Sequence)
+        ):
             raise InvalidInput(f"events for {stream!r} must be a list of NewEvent")
         if many and not request.events:
             raise InvalidInput(f"append_many got no events for {stream!r}")

@@ -77,6 +77,24 @@ class NewEvent:
         object.__setattr__(self, "metadata", _frozen_metadata(self.metadata))
 
 
+_new: Final = object.__new__
+_set: Final = object.__setattr__
+
+
+def new_event(type_: str, data: bytes, metadata: Mapping[str, str], id_: uuid.UUID) -> NewEvent:
+    """``NewEvent(type_, data, metadata, id_)``, built without the frozen dataclass's
+    ``__init__`` and ``__post_init__`` (the engine makes one per event it writes): the
+    same fields, the metadata copied read-only as ``__post_init__`` does. Nothing is
+    checked here, as in the constructor: the store checks what it is asked to append
+    (``tests/test_write_path.py`` compares the two)."""
+    event: NewEvent = _new(NewEvent)
+    _set(event, "type", type_)
+    _set(event, "data", data)
+    _set(event, "metadata", MappingProxyType(dict(metadata)))
+    _set(event, "id", id_)
+    return event
+
+
 class RecordedEvent:
     """An event as the store holds it; immutable.
 
@@ -268,27 +286,26 @@ _V5_SET: Final = (5 << 76) | (0x8000 << 48)
 def event_id_series(*parts: str | int) -> Callable[[int], uuid.UUID]:
     """Return ``n -> event_id(*parts, n)``, cheaper per id when one write needs several.
 
-    The SHA-1 of the common prefix is computed once and copied per id, and the
-    UUID is made from its integer without ``uuid.UUID.__init__``'s checks: the
-    same ids, bit for bit (``tests/test_write_path.py`` compares them).
+    The name's common prefix is joined once, each id is one SHA-1 of it and ``n`` (for
+    names this short, cheaper than copying a hash of the prefix), and the UUID is made
+    from its integer without ``uuid.UUID.__init__``'s checks: the same ids, bit for bit
+    (``tests/test_write_path.py`` compares them).
     """
-    prefix = hashlib.sha1(
-        _ID_NAMESPACE.bytes + "".join(f"{part}\x1f" for part in parts).encode(),
-        usedforsecurity=False,
-    )
-    new = object.__new__
-    set_field = object.__setattr__
+    prefix = _NAMESPACE_BYTES + "".join([f"{part}\x1f" for part in parts]).encode()
 
     def nth(n: int) -> uuid.UUID:
-        digest = prefix.copy()
-        digest.update(str(n).encode())
-        value = (int.from_bytes(digest.digest()[:16], "big") & _V5_CLEAR) | _V5_SET
-        made: uuid.UUID = new(uuid.UUID)
-        set_field(made, "int", value)
-        set_field(made, "is_safe", uuid.SafeUUID.unknown)
+        digest = _sha1(prefix + str(n).encode(), usedforsecurity=False).digest()
+        made: uuid.UUID = _new(uuid.UUID)
+        _set(made, "int", (int.from_bytes(digest[:16], "big") & _V5_CLEAR) | _V5_SET)
+        _set(made, "is_safe", _UNKNOWN_SAFETY)
         return made
 
     return nth
+
+
+_NAMESPACE_BYTES: Final = _ID_NAMESPACE.bytes
+_UNKNOWN_SAFETY: Final = uuid.SafeUUID.unknown
+_sha1: Final = hashlib.sha1
 
 
 def expected_matches(expected: Expected, head: int | None) -> bool:

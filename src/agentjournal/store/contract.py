@@ -84,6 +84,9 @@ from agentjournal.store._events import (
 from agentjournal.store._events import (
     event_id_series as event_id_series,
 )
+from agentjournal.store._events import (
+    new_event as new_event,
+)
 from agentjournal.store.model import (
     MODEL_PARTS,
     MODEL_REVISIONS,

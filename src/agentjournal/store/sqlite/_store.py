@@ -227,7 +227,9 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         validate_append(requests, many=True)
         return await self._write(requests)
 
-    async def _write(self, requests: list[AppendRequest]) -> list[AppendResult]:
+    def _write(self, requests: list[AppendRequest]) -> asyncio.Future[list[AppendResult]]:
+        """Queue ``requests`` for the store's thread; the future of their results, which
+        the caller awaits (no coroutine of its own between the caller and the commit)."""
         if self._closed:
             raise StoreUnavailable(f"SQLite store {self._path} is closed")
         loop = asyncio.get_running_loop()
@@ -261,7 +263,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         # every queued write and finishes its transaction whatever became of the future
         # (a cancelled one is simply not settled), and subscribers hear of it from there.
         # So no shield and no callback on the way back: one hop there, one back.
-        return await future
+        return future
 
     def _kick(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start a drain for what ``loop``'s writes queued (unless one is on its way)."""
