@@ -39,11 +39,11 @@ async def journal(journal_uri: str) -> AsyncIterator[Journal]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slow tier also takes, outside the files about KurrentDB itself, the KurrentDB
-    double's case of every test run on each backend (gRPC on loopback costs several times
-    SQLite's; the fast tier keeps the double's own files, so every module is still
-    covered there). And the README test, which installs the package into a fresh
-    virtualenv and runs every block (about a minute): marked here, as test_readme.py is
-    the README's own to keep."""
+    double's case and the in-memory SQLite case of every test run on each backend (gRPC on
+    loopback costs several times SQLite's; the fast tier keeps SQLite on a file and the
+    double's own files, so every module is still covered there). And the README test,
+    which installs the package into a fresh virtualenv and runs every block (about a
+    minute): marked here, as test_readme.py is the README's own to keep."""
     for item in items:
         if item.path.name == "test_readme.py":
             item.add_marker(pytest.mark.slow)
@@ -52,6 +52,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if (
             callspec is not None
             and "kurrentdb" not in item.path.name
-            and "kurrentdb" in re.split(r"[-\[\]]", callspec.id)
+            and ("sqlite-memory" in callspec.id or "kurrentdb" in re.split(r"[-\[\]]", callspec.id))
         ):
             item.add_marker(pytest.mark.slow)
