@@ -47,7 +47,7 @@ from agentjournal.store.contract import (
 )
 from catalog import copy_of
 
-ITEMS_VERSION = 3  # the item store's recipe: a cached store of another recipe is written again
+ITEMS_VERSION = 4  # the item store's recipe: a cached store of another recipe is written again
 TEMPLATE = "tmplitems-000"
 RUNS = 5
 TOOL_TURNS = 8  # tool calls per run: 1 + 2 + 2 * 8 + 1 = 20 items a run
@@ -198,9 +198,13 @@ def disk_bytes(path: Path) -> int:
     return _checkpointed_size(path)
 
 
-async def item_store(sessions: int, rebuild: bool = False) -> ItemStore:
-    """The cached store of ``sessions`` sessions of 100 items (written when missing)."""
-    folder = Path(tempfile.gettempdir()) / f"agentjournal-bench-items-v{ITEMS_VERSION}-{sessions}"
+async def item_store(sessions: int, rebuild: bool = False, compress: bool = False) -> ItemStore:
+    """The cached store of ``sessions`` sessions of 100 items (written when missing), its
+    events stored as given or (``compress``) compressed."""
+    form = "-zstd" if compress else ""
+    folder = (
+        Path(tempfile.gettempdir()) / f"agentjournal-bench-items-v{ITEMS_VERSION}-{sessions}{form}"
+    )
     ours, sdk, key_file = folder / "items.db", folder / "sdk.db", folder / "key.pem"
     done = folder / "complete"
     if rebuild or not done.exists():
@@ -211,7 +215,7 @@ async def item_store(sessions: int, rebuild: bool = False) -> ItemStore:
         key_file.write_text(key.private_pem())
         started = time.perf_counter()
         template = await _template(f"sqlite:///{folder / 'template.db'}", key)
-        store = await open_store(f"sqlite:///{ours}")
+        store = await open_store(f"sqlite:///{ours}" + ("?compress=zstd" if compress else ""))
         try:
             for start in range(0, sessions, PER_COMMIT):
                 requests: list[AppendRequest] = []

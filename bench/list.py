@@ -68,7 +68,7 @@ CONFIG = RunConfig(tracing_disabled=True)
 APPS = ["shop", "bank", "travel", "insurance", "telco", "clinic", "school", "games"]
 AGENTS = ["triage", "frontdesk", "concierge", "intake", "router"]
 SEED = 20261205
-STORE_VERSION = 2  # the recipe, and the stored form it is written in
+STORE_VERSION = 3  # the recipe, and the stored form it is written in
 POLICY = (
     Path(__file__).resolve().parents[1] / "samples" / "policy.yml"
 )  # the store's recipe: a cached store of another recipe is written again

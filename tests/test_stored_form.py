@@ -15,9 +15,10 @@ import pytest
 from agentjournal import Journal, JournalSession
 from agentjournal.audit.export import export_bundle
 from agentjournal.audit.verify import parse_bundle, verify_bundle
-from agentjournal.errors import UndecodableEvent
+from agentjournal.errors import InvalidInput, UndecodableEvent
 from agentjournal.ledger import SigningKey
 from agentjournal.read.replay import check_read_model
+from agentjournal.store import _sqlite_parts, sqlite_path
 from agentjournal.store._events import MAX_EVENT_BYTES
 from agentjournal.store.sqlite import SQLiteEventStore, _schema, _store
 from agentjournal.store.sqlite._stored import DICTIONARY, Packer, Unpacker
@@ -81,8 +82,9 @@ def _as_v2(source: Path, target: Path) -> None:
     db.close()
 
 
-async def _signed(path: Path, session_id: str) -> None:
-    async with Journal.open(f"sqlite:///{path}", signing_key=KEY) as journal:
+async def _signed(path: Path, session_id: str, *, compress: bool = True) -> None:
+    uri = f"sqlite:///{path}" + ("?compress=zstd" if compress else "")
+    async with Journal.open(uri, signing_key=KEY) as journal:
         await record_support(journal, session_id)
 
 
@@ -146,7 +148,7 @@ def test_a_value_in_its_stored_form_reads_back_exactly(value: bytes) -> None:
     assert unpacker.unpack(metadata, dictionary) == b'{"aj.seq":"1"}'
 
 
-async def test_a_new_file_stores_its_values_compressed_and_reads_them_as_written(
+async def test_a_store_opened_with_compression_stores_its_values_compressed_and_reads_them(
     tmp_path: Path,
 ) -> None:
     await _signed(tmp_path / "j.db", "support-1")
@@ -243,7 +245,9 @@ async def test_a_tree_of_plain_and_compressed_items_reads_them_all_as_written(
     compressed = await _model_texts(tmp_path / "new.db", "support-1")
     _as_v2(tmp_path / "new.db", tmp_path / "old.db")
     assert await _model_texts(tmp_path / "old.db", "support-1") == compressed  # all plain
-    async with Journal.open(f"sqlite:///{tmp_path / 'old.db'}", signing_key=KEY) as journal:
+    async with Journal.open(
+        f"sqlite:///{tmp_path / 'old.db'}?compress=zstd", signing_key=KEY
+    ) as journal:
         await journal.session("support-1").add_items([{"role": "user", "content": "and then?"}])
     _, _, items = _dictionaries(tmp_path / "old.db")
     assert items == {None, 1}
@@ -328,3 +332,34 @@ async def test_verify_reports_a_read_model_item_that_reads_as_no_json(
     assert found[0] == "read model: FAILED"
     assert found[1] is not None
     assert "holds an item that is not JSON" in found[1]
+
+
+async def test_by_default_a_store_writes_its_values_as_given(tmp_path: Path) -> None:
+    """Compression is asked for (it costs reads time): without it, no row names a dictionary."""
+    await _signed(tmp_path / "j.db", "support-1", compress=False)
+    version, events, items = _dictionaries(tmp_path / "j.db")
+    assert version == 3
+    assert events == {None}
+    assert items == {None}
+    assert await _verified_items(tmp_path / "j.db", "support-1")
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("sqlite:///j.db", ("j.db", False)),
+        ("sqlite:///j.db?compress=zstd", ("j.db", True)),
+        ("sqlite://:memory:?compress=zstd", (":memory:", True)),
+    ],
+)
+def test_the_uri_names_the_file_and_whether_to_compress(
+    uri: str, expected: tuple[str, bool]
+) -> None:
+    assert _sqlite_parts(uri) == expected
+    assert sqlite_path(uri) == expected[0]
+
+
+@pytest.mark.parametrize("query", ["compress=gzip", "compress", "mode=ro", "compress=zstd&x=1"])
+def test_an_unknown_uri_option_is_refused_in_one_line(query: str) -> None:
+    with pytest.raises(InvalidInput, match=r"the one option is \?compress=zstd"):
+        sqlite_path(f"sqlite:///j.db?{query}")

@@ -98,7 +98,8 @@ async def open_store(uri: str, *, create: bool = True, deadline: float | None = 
     if uri.startswith("sqlite://"):
         from agentjournal.store.sqlite import SQLiteEventStore
 
-        return await SQLiteEventStore.open(sqlite_path(uri), create=create)
+        path, compress = _sqlite_parts(uri)
+        return await SQLiteEventStore.open(path, create=create, compress=compress)
     if uri.startswith(_KURRENTDB_SCHEMES):
         from agentjournal.store.kurrentdb import KurrentDBEventStore
 
@@ -111,12 +112,24 @@ async def open_store(uri: str, *, create: bool = True, deadline: float | None = 
 
 def sqlite_path(uri: str) -> str:
     """Return the file path (or ``:memory:``) a ``sqlite://`` URI names."""
-    rest = uri.removeprefix("sqlite://")
+    return _sqlite_parts(uri)[0]
+
+
+def _sqlite_parts(uri: str) -> tuple[str, bool]:
+    """The file path (or ``:memory:``) a ``sqlite://`` URI names, and whether it asks for
+    compressed writes (``?compress=zstd``, the one option)."""
+    rest, _, query = uri.removeprefix("sqlite://").partition("?")
+    if query not in ("", "compress=zstd"):
+        raise InvalidInput(
+            f"invalid SQLite URI {uri!r}: the one option is ?compress=zstd "
+            "(store the events written compressed)"
+        )
+    compress = bool(query)
     if rest in (":memory:", "/:memory:"):
-        return ":memory:"
+        return ":memory:", compress
     if not rest.startswith("/") or rest == "/":
         raise InvalidInput(
             f"invalid SQLite URI {uri!r}: use sqlite:///relative.db, sqlite:////abs/path.db "
             "or sqlite://:memory:"
         )
-    return rest[1:]
+    return rest[1:], compress

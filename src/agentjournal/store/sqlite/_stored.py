@@ -141,31 +141,42 @@ def _dictionary(content: bytes) -> zstandard.ZstdCompressionDict:
 
 class Packer:
     """Compresses values with one dictionary (one thread at a time: zstd contexts are not
-    shareable)."""
+    shareable); with no dictionary (:data:`PLAIN`), stores every value as given."""
 
-    def __init__(self, dictionary_id: int, content: bytes) -> None:
+    def __init__(self, dictionary_id: int | None, content: bytes = b"") -> None:
         self.dictionary_id = dictionary_id
-        dictionary = _dictionary(content)
-        dictionary.precompute_compress(level=_LEVEL)
-        self._compress = zstandard.ZstdCompressor(
-            dict_data=dictionary, compression_params=_params()
-        ).compress
+        self._compress: Callable[[bytes], bytes] | None = None
+        if dictionary_id is not None:
+            dictionary = _dictionary(content)
+            dictionary.precompute_compress(level=_LEVEL)
+            self._compress = zstandard.ZstdCompressor(
+                dict_data=dictionary, compression_params=_params()
+            ).compress
 
     def pack(self, data: bytes, metadata: bytes) -> tuple[bytes, bytes, int | None]:
         """``data`` and ``metadata`` as stored, and the dictionary id the row names (None:
         stored as given, when compressing would not make them smaller)."""
-        packed_data, packed_metadata = self._compress(data), self._compress(metadata)
+        compress = self._compress
+        if compress is None:
+            return data, metadata, None
+        packed_data, packed_metadata = compress(data), compress(metadata)
         if len(packed_data) + len(packed_metadata) >= len(data) + len(metadata):
             return data, metadata, None
         return packed_data, packed_metadata, self.dictionary_id
 
     def pack_text(self, text: str) -> tuple[str | bytes, int | None]:
         """A read model item as stored: the text itself (TEXT) or its frame (BLOB)."""
+        if self._compress is None:
+            return text, None
         raw = text.encode("utf-8")
         packed = self._compress(raw)
         if len(packed) >= len(raw):
             return text, None
         return packed, self.dictionary_id
+
+
+PLAIN: Final = Packer(None)
+"""The writer of a store opened without compression: every value stored as given."""
 
 
 class Unpacker:
