@@ -8,10 +8,10 @@ realistic sizes: ``bench/ledger.py``'s turns), 100 items each, written one turn 
 ``SQLiteSession`` on another. Bytes are each database file and its WAL after ``PRAGMA
 wal_checkpoint(TRUNCATE)`` (``page_count * page_size``), over the items stored: ours as the
 store writes by default (every value as given) and opened with ``?compress=zstd``. Then where
-the compressed file's bytes go: each table and index (SQLite's ``dbstat``: pages, payload), and the columns that
-hold text, as stored (zstd with a dictionary: the store's stored form) and as written: the
-events' data and metadata, and inside the data the SDK's raw item kept for exact replay
-(``extensions.openai.item_json``); the read model's item rows.
+the compressed file's bytes go: each table and index (SQLite's ``dbstat``: pages, payload), and
+the columns that hold text, as stored (zstd with a dictionary: the store's stored form) and as
+written: the events' data and metadata, and inside the data the SDK's raw item kept for exact
+replay (``extensions.openai.item_json``); the read model's item rows.
 
 Target: at most 2x the SDK's bytes per item.
 """
