@@ -11,8 +11,6 @@ from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Any
 
-import orjson
-
 from agentjournal import events
 from agentjournal._text import cut
 from agentjournal.audit.verify._report import Report
@@ -27,6 +25,7 @@ from agentjournal.ledger.chain import (
     chain_format,
     chain_hash,
     signed_stream,
+    v2_record,
 )
 from agentjournal.records import Record
 
@@ -70,7 +69,7 @@ def first_problem(
     """
     signed = signed_stream(name)
     prev = GENESIS if start == 0 else stream[start - 1].metadata.get(HASH_KEY)
-    sha256, dumps, sorted_keys = hashlib.sha256, orjson.dumps, orjson.OPT_SORT_KEYS
+    sha256 = hashlib.sha256
     for position in range(start, stop):
         event = stream[position]
         if event.revision != position:
@@ -100,12 +99,8 @@ def first_problem(
         if covered.get(CHAIN_KEY) == CHAIN_FORMAT and not signed:
             # Format 2 (nearly every event): the record ``chain.record_bytes`` builds, in one
             # orjson call; what orjson refuses takes the reference path below.
-            try:
-                record = dumps(
-                    [2, name, position, event.id, event.type, event.data_sha256, covered],
-                    option=sorted_keys,
-                )
-            except orjson.JSONEncodeError:
+            record = v2_record(name, position, event.id, event.type, event.data_sha256, covered)
+            if record is None:
                 expected = _reference_hash(name, position, event)
             else:
                 expected = sha256(record).hexdigest()

@@ -14,8 +14,6 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
-import orjson
-
 from agentjournal._digests import data_digest
 from agentjournal.ledger.chain import (
     CHAIN_FORMAT,
@@ -26,6 +24,7 @@ from agentjournal.ledger.chain import (
     SEQ_KEY,
     chain_format,
     chain_hash,
+    v2_record,
 )
 from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.ledger.integrity import Integrity
@@ -64,8 +63,6 @@ def chain_problem(
 
 
 _sha256: Final = hashlib.sha256
-_dumps: Final = orjson.dumps
-_SORTED: Final = orjson.OPT_SORT_KEYS
 
 
 def linked(
@@ -76,8 +73,8 @@ def linked(
     what it leaves to :func:`chain_problem` (a chain format 1 record, a record orjson
     cannot print), which then says what is wrong, if anything.
 
-    A format 2 record printed by orjson in one call, as ``ledger.chain`` prints it when
-    orjson can (``tests/test_catalog_fast_fold.py`` holds the two to the same answer).
+    A format 2 record printed by orjson in one call (``ledger.chain.v2_record``;
+    ``tests/test_catalog_fast_fold.py`` holds the two checks to the same answer).
     """
     revision, previous = (head[1], head[2]) if head is not None else (-1, GENESIS)
     here = event.revision
@@ -93,12 +90,8 @@ def linked(
     covered = metadata.copy() if type(metadata) is MappingProxyType else dict(metadata)
     covered.pop(HASH_KEY, None)
     data = _sha256(event.data).hexdigest()
-    record = [2, event.stream, here, event.id_text, event.type, data, covered]
-    try:
-        printed = _dumps(record, option=_SORTED)
-    except orjson.JSONEncodeError:
-        return False
-    return bool(_sha256(printed).hexdigest() == digest)
+    printed = v2_record(event.stream, here, event.id_text, event.type, data, covered)
+    return printed is not None and _sha256(printed).hexdigest() == digest
 
 
 def checkpoint_problem(
