@@ -4,6 +4,7 @@ and verify, and go on mixed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -192,7 +193,6 @@ async def test_rows_written_with_another_dictionary_read_with_the_one_in_the_fil
     """A later version writing with another dictionary still reads a file's earlier rows."""
     other = '{"an earlier dictionary": "' + "aj.prev aj.hash " * 20 + '"}'
     with monkeypatch.context() as patched:
-        patched.setattr(_schema, "DICTIONARY", other)
         patched.setattr(_store, "DICTIONARY", other)
         await _signed(tmp_path / "j.db", "support-1")
     expected = await _verified_items(tmp_path / "j.db", "support-1")
@@ -335,13 +335,19 @@ async def test_verify_reports_a_read_model_item_that_reads_as_no_json(
 
 
 async def test_by_default_a_store_writes_its_values_as_given(tmp_path: Path) -> None:
-    """Compression is asked for (it costs reads time): without it, no row names a dictionary."""
+    """Compression is asked for (it costs reads time): without it, no row names a dictionary,
+    and the file holds none; the first compressed write adds the one it names."""
     await _signed(tmp_path / "j.db", "support-1", compress=False)
     version, events, items = _dictionaries(tmp_path / "j.db")
     assert version == 3
     assert events == {None}
     assert items == {None}
+    with contextlib.closing(sqlite3.connect(tmp_path / "j.db")) as db:
+        assert db.execute("SELECT count(*) FROM dictionaries").fetchone() == (0,)
     assert await _verified_items(tmp_path / "j.db", "support-1")
+    await _signed(tmp_path / "j.db", "support-2")
+    assert _dictionaries(tmp_path / "j.db")[1] == {None, 1}
+    assert await _verified_items(tmp_path / "j.db", "support-2")
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,6 @@ from typing import Final
 from agentjournal.errors import (
     StoreUnavailable,
 )
-from agentjournal.store.sqlite._stored import DICTIONARY
 
 SCHEMA_VERSION: Final = 3
 
@@ -211,13 +210,6 @@ def _migrate(db: sqlite3.Connection, path: str, version: int, script: str) -> No
             for statement in script.split(";"):
                 if statement.strip():
                     db.execute(statement)
-            # The dictionary this version writes with, from the start: a new file's first
-            # write needs no transaction of its own to add it (``_stored``).
-            db.execute(
-                "INSERT INTO dictionaries(content) SELECT ?1 "
-                "WHERE NOT EXISTS (SELECT 1 FROM dictionaries WHERE content = ?1)",
-                (DICTIONARY.encode("utf-8"),),
-            )
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.execute("COMMIT")
     except BaseException:
