@@ -16,9 +16,7 @@ shifts another (a rerun after a crash gets the same answers).
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +24,7 @@ from typing import Any
 
 from agents import Agent
 
+from agentjournal._modules import load_file
 from agentjournal.errors import InvalidInput
 from agentjournal.runner.script import ModelScript
 
@@ -97,23 +96,7 @@ def _import(spec: str, module_name: str) -> Any:
         path = Path(module_name).resolve()
         if not path.is_file():
             raise InvalidInput(f"--candidate {spec}: no such file {module_name}")
-        name = f"agentjournal_candidate_{abs(hash(str(path))):x}"
-        if name in sys.modules:
-            return sys.modules[name]
-        loader = importlib.util.spec_from_file_location(name, path)
-        if loader is None or loader.loader is None:
-            raise InvalidInput(f"--candidate {spec}: {module_name} is not a Python file")
-        module = importlib.util.module_from_spec(loader)
-        sys.modules[name] = module
-        try:
-            loader.loader.exec_module(module)
-        except Exception as error:
-            del sys.modules[name]
-            raise InvalidInput(
-                f"--candidate {spec}: importing {module_name} failed: "
-                f"{type(error).__name__}: {error}"
-            ) from None
-        return module
+        return load_file(path, "agentjournal_candidate", f"--candidate {spec}")
     try:
         return importlib.import_module(module_name)
     except Exception as error:

@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import importlib.util
 import inspect
 import json
 import logging
-import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -40,6 +38,7 @@ from agents.tool import FunctionTool
 from agents.tool_context import ToolContext
 from opentelemetry import trace
 
+from agentjournal._modules import load_file
 from agentjournal.errors import InvalidInput
 from agentjournal.runner import toolkit
 from agentjournal.runner.manifest import Catalog, Manifest, ToolSpec
@@ -106,20 +105,7 @@ def _import(spec: str) -> ModuleType:
         path = Path(spec).resolve()
         if not path.is_file():
             raise InvalidInput(f"--tools {spec}: no such file")
-        name = f"agentjournal_tools_{abs(hash(str(path))):x}"
-        loader_spec = importlib.util.spec_from_file_location(name, path)
-        if loader_spec is None or loader_spec.loader is None:
-            raise InvalidInput(f"--tools {spec}: not a Python file")
-        module = importlib.util.module_from_spec(loader_spec)
-        sys.modules[name] = module
-        try:
-            loader_spec.loader.exec_module(module)
-        except Exception as error:
-            del sys.modules[name]
-            raise InvalidInput(
-                f"--tools {spec}: importing it failed: {type(error).__name__}: {error}"
-            ) from None
-        return module
+        return load_file(path, "agentjournal_tools", f"--tools {spec}")
     try:
         return importlib.import_module(spec)
     except ImportError as error:
