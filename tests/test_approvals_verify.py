@@ -16,6 +16,7 @@ import base64
 import copy
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -148,7 +149,12 @@ def assert_alike_on_two_processes(bundle: dict[str, Any]) -> None:
         patched.setattr(_forked, "forking_safe", lambda: True)  # whatever thread is idle
         forks: list[int] = []
         real = _forked.forked
-        patched.setattr(_forked, "forked", lambda work: forks.append(1) or real(work))
+
+        def counted(work: Callable[[], Any]) -> Any:
+            forks.append(1)
+            return real(work)
+
+        patched.setattr(_forked, "forked", counted)
         two = verify_bundle(bundle, TRUSTED, workers=2)
     assert forks == [1]  # the child did run
     assert (one.lines, one.problems) == (two.lines, two.problems)

@@ -44,8 +44,13 @@ def forking(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Fork whatever else runs in this test process, and count the forks."""
     forks: list[int] = []
     real = _forked.forked
+
+    def counted(work: Callable[[], Any]) -> Any:
+        forks.append(1)
+        return real(work)
+
     monkeypatch.setattr(_forked, "forking_safe", lambda: True)
-    monkeypatch.setattr(_forked, "forked", lambda work: forks.append(1) or real(work))
+    monkeypatch.setattr(_forked, "forked", counted)
     return forks
 
 
@@ -65,9 +70,16 @@ def _field_damages(event: dict[str, Any]) -> Iterator[tuple[str, Damage]]:
         yield "data not an object", setting("data", "[]")
     yield "view", setting("view", {"withheld": "sha256:" + "0" * 64})
     for key in sorted(event["metadata"]):
-        value = event["metadata"][key]
-        yield f"{key} changed", lambda e, k=key, v=value: e["metadata"].__setitem__(k, v + "1")
-        yield f"{key} removed", lambda e, k=key: e["metadata"].pop(k)
+        yield f"{key} changed", _changed(key, event["metadata"][key] + "1")
+        yield f"{key} removed", _removed(key)
+
+
+def _changed(key: str, value: str) -> Damage:
+    return lambda event: event["metadata"].__setitem__(key, value)
+
+
+def _removed(key: str) -> Damage:
+    return lambda event: event["metadata"].pop(key)
 
 
 def _cases() -> Iterator[tuple[str, str, int, int, str]]:
