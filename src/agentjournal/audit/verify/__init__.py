@@ -328,12 +328,13 @@ def _after_integrity(
     not_before: str | None,
     policy: Policy | None,
     part: Callable[[str], bool] = lambda check: True,
-    reports: dict[str, Report] | None = None,
+    reports: dict[str, Report | None] | None = None,
 ) -> bool:
     """The checks after integrity for which ``part`` holds, in order, each behind its guard;
     where the tree's indexes cannot be built, a structure failure and nothing else. With
-    ``reports``, each check writes to a report of its own there, by name (so that reports
-    of checks another process ran go in their places between them).
+    ``reports``, each check writes to a report of its own there, by name, and each check
+    ``part`` leaves out is there too, in its place, as None (where another process's report
+    of it goes).
 
     Returns:
         Whether the tree's indexes were built (else ``report`` says why).
@@ -358,30 +359,19 @@ def _after_integrity(
         ("usage", lambda into: check_responses(into, tree)),
         ("erasure", lambda into: check_erasure(into, tree)),
     ]
-    assert [check for check, _ in stages] == list(_STAGES)
     for check, stage in stages:
         if not part(check):
+            if reports is not None:
+                reports[check] = None
             continue
-        into = report if reports is None else reports.setdefault(check, Report())
+        into = report
+        if reports is not None:
+            into = reports[check] = Report()
         try:
             stage(into)
         except _MALFORMED as error:  # a crafted event: a failure to report, never a crash
             into.fail(check, root, None, f"malformed event: {type(error).__name__}: {error}")
     return True
-
-
-_STAGES: Final = (
-    "twins",
-    "branches",
-    "guards",
-    "checkpoints",
-    _FILLS,
-    _MARKED,
-    "approvals",
-    "usage",
-    "erasure",
-)
-"""The checks after integrity, in the order they run and report."""
 
 
 def _check_workers(workers: int | None) -> None:
@@ -426,11 +416,11 @@ def _verify_records(
     # On two processes: the checks after integrity but the child's, run here while the
     # child checks the views and then runs its own: whether the tree was built (else why
     # not, in the first report), and each check's report.
-    here: list[tuple[bool, Report, dict[str, Report]]] = []
+    here: list[tuple[bool, Report, dict[str, Report | None]]] = []
 
     def meanwhile() -> None:
         why: Report = Report()
-        reports: dict[str, Report] = {}
+        reports: dict[str, Report | None] = {}
         built = _after_integrity(
             why,
             session_id,
@@ -444,7 +434,7 @@ def _verify_records(
         here.append((built, why, reports))
 
     def in_child(found: Markers) -> dict[str, Report]:
-        reports: dict[str, Report] = {}
+        reports: dict[str, Report | None] = {}
         _after_integrity(
             Report(),
             session_id,
@@ -456,7 +446,7 @@ def _verify_records(
             reports=reports,
             **options,
         )
-        return {check: reports[check] for check in _IN_CHILD if check in reports}
+        return {check: made for check in _IN_CHILD if (made := reports.get(check)) is not None}
 
     # The form check runs first, on two processes once the child is forked (it costs as
     # much as a tenth of what the child does): a wrong form stops everything else.
@@ -478,6 +468,6 @@ def _verify_records(
     built, why, reports = here[0]
     report.extend(why)  # why the tree is not built, if it is not
     if built:
-        for check in _STAGES:  # each check's report in its place, from where it ran
-            report.extend(reports[check] if check in reports else staged[check])
+        for check, made in reports.items():  # each check's report in its place
+            report.extend(made if made is not None else staged[check])
     return report
