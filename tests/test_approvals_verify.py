@@ -16,11 +16,12 @@ import base64
 import copy
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from agentjournal import Journal
+from agentjournal import Journal, _forked
 from agentjournal import events as ev
 from agentjournal.audit import verify as verifier
 from agentjournal.audit.export import export_bundle
@@ -113,6 +114,7 @@ def only_approvals_catch(bundle: dict[str, Any], monkeypatch: pytest.MonkeyPatch
     report = verify_bundle(bundle, TRUSTED)
     assert not report.ok
     assert {p.check for p in report.problems} == {"approvals"}, report.text()
+    assert_alike_on_two_processes(bundle)
     with monkeypatch.context() as patched:
         patched.setattr(verifier, "check_approvals", lambda report, tree: None)
         unchecked = verify_bundle(bundle, TRUSTED)
@@ -137,6 +139,26 @@ def test_every_recorded_session_verifies_and_sums_up_its_approvals(
         report = verify_bundle(recorded[name], TRUSTED)
         assert report.ok, (name, report.text())
         assert line in report.text(), name
+        assert_alike_on_two_processes(recorded[name])
+
+
+def assert_alike_on_two_processes(bundle: dict[str, Any]) -> None:
+    """On two processes (the child runs the approvals stage) the report is one process's."""
+    one = verify_bundle(bundle, TRUSTED, workers=1)
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(_forked, "forking_safe", lambda: True)  # whatever thread is idle
+        forks: list[int] = []
+        real = _forked.forked
+
+        def counted(work: Callable[[], Any]) -> Any:
+            forks.append(1)
+            return real(work)
+
+        patched.setattr(_forked, "forked", counted)
+        two = verify_bundle(bundle, TRUSTED, workers=2)
+    assert forks == [1]  # the child did run
+    assert (one.lines, one.problems) == (two.lines, two.problems)
+    assert (one.signers, one.foreign) == (two.signers, two.foreign)
 
 
 # -- the order of question, answer and output ----------------------------------------------

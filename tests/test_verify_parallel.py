@@ -308,15 +308,24 @@ def test_a_forged_signature_fails_alike_on_two_processes(damage: str) -> None:
         assert "the signature is invalid" in one.text()
 
 
+CHECKS = (
+    "check_twins",
+    "check_checkpoints",
+    "check_containment",
+    "check_approvals",
+    "check_erasure",
+)
+
+
 @pytest.mark.parametrize("workers", [1, 2])
-def test_containment_runs_in_the_child_and_the_other_checks_here(
+def test_containment_and_approvals_run_in_the_child_and_the_other_checks_here(
     workers: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On two processes the child, which computed the call markers, runs containment while
-    this process runs the other checks after integrity (twins, checkpoints, ... erasure);
-    the report is one process's, each check's line in its place."""
+    """On two processes the child, which computed the call markers, runs containment and
+    the approvals while this process runs the other checks after integrity (twins,
+    checkpoints, ... erasure); the report is one process's, each check's line in its place."""
     ran: dict[str, str] = {}
-    for check in ("check_twins", "check_checkpoints", "check_containment", "check_erasure"):
+    for check in CHECKS:
         real = getattr(verify_module, check)
 
         def marked(report: Report, *args: Any, _real: Any = real, _name: str = check) -> None:
@@ -331,8 +340,9 @@ def test_containment_runs_in_the_child_and_the_other_checks_here(
             name, pid = line.split(" ran in ")
             ran[name] = pid
     here = str(os.getpid())
-    assert list(ran) == ["check_twins", "check_checkpoints", "check_containment", "check_erasure"]
+    assert list(ran) == list(CHECKS)
     assert (ran["check_containment"] == here) is (workers == 1)
+    assert ran["check_approvals"] == ran["check_containment"]
     assert ran["check_twins"] == ran["check_checkpoints"] == ran["check_erasure"] == here
     one = verify_bundle(BUNDLES["guarded"], TRUSTED, workers=1)
     assert [line.split(" ran in ")[0] for line in report.lines] == [

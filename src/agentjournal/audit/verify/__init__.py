@@ -307,10 +307,14 @@ def _reaping() -> Iterator[None]:
 
 _MARKED: Final = "containment"
 """The one check after integrity that reads the call markers the views left: on two
-processes the child, which checks the views, runs it; this process runs the others."""
+processes the child, which checks the views, runs it."""
 _FILLS: Final = "delegation"
-"""The check that records the policies the marked one reads (``Tree.policies``): the child
-runs it too, before the marked one, its report left aside."""
+"""The check that records the policies later checks read (``Tree.policies``): the child
+runs it too, before its own, its report left aside."""
+_IN_CHILD: Final = frozenset({_MARKED, "approvals"})
+"""The checks after integrity the child runs on two processes: the marked one, and the
+approvals', which balances the two processes' shares (this process read the records, checks
+the chains but their views, and runs the other checks)."""
 
 
 def _after_integrity(
@@ -324,12 +328,13 @@ def _after_integrity(
     not_before: str | None,
     policy: Policy | None,
     part: Callable[[str], bool] = lambda check: True,
-    later: Report | None = None,
+    reports: dict[str, Report | None] | None = None,
 ) -> bool:
     """The checks after integrity for which ``part`` holds, in order, each behind its guard;
     where the tree's indexes cannot be built, a structure failure and nothing else. With
-    ``later``, the checks after the marked one (:data:`_MARKED`) write there (so that
-    another process's report of that check goes between the two).
+    ``reports``, each check writes to a report of its own there, by name, and each check
+    ``part`` leaves out is there too, in its place, as None (where another process's report
+    of it goes).
 
     Returns:
         Whether the tree's indexes were built (else ``report`` says why).
@@ -340,28 +345,30 @@ def _after_integrity(
     except _MALFORMED as error:
         report.fail("structure", root, None, f"malformed lifecycle event: {error}")
         return False
-    stages: list[tuple[str, Callable[[], None]]] = [
-        ("twins", lambda: check_twins(into, tree)),
-        ("branches", lambda: check_branches(into, tree)),
-        ("guards", lambda: check_guards(into, tree)),
+    stages: list[tuple[str, Callable[[Report], None]]] = [
+        ("twins", lambda into: check_twins(into, tree)),
+        ("branches", lambda into: check_branches(into, tree)),
+        ("guards", lambda into: check_guards(into, tree)),
         (
             "checkpoints",
-            lambda: check_checkpoints(into, tree, trusted, allow_uncovered, not_before),
+            lambda into: check_checkpoints(into, tree, trusted, allow_uncovered, not_before),
         ),
-        ("delegation", lambda: check_authority(into, tree, policy)),
-        (_MARKED, lambda: check_containment(into, tree, policy)),
-        ("approvals", lambda: check_approvals(into, tree)),
-        ("usage", lambda: check_responses(into, tree)),
-        ("erasure", lambda: check_erasure(into, tree)),
+        (_FILLS, lambda into: check_authority(into, tree, policy)),
+        (_MARKED, lambda into: check_containment(into, tree, policy)),
+        ("approvals", lambda into: check_approvals(into, tree)),
+        ("usage", lambda into: check_responses(into, tree)),
+        ("erasure", lambda into: check_erasure(into, tree)),
     ]
-    into = report
     for check, stage in stages:
-        if check == _MARKED and later is not None:
-            into = later
         if not part(check):
+            if reports is not None:
+                reports[check] = None
             continue
+        into = report
+        if reports is not None:
+            into = reports[check] = Report()
         try:
-            stage()
+            stage(into)
         except _MALFORMED as error:  # a crafted event: a failure to report, never a crash
             into.fail(check, root, None, f"malformed event: {type(error).__name__}: {error}")
     return True
@@ -406,36 +413,40 @@ def _verify_records(
         "not_before": not_before,
         "policy": policy,
     }
-    # On two processes: the checks after integrity but the marked one, run here while the
-    # child checks the views and then runs the marked one: whether the tree was built, and
-    # the reports of the checks before the marked one and after it.
-    here: list[tuple[bool, Report, Report]] = []
+    # On two processes: the checks after integrity but the child's, run here while the
+    # child checks the views and then runs its own: whether the tree was built (else why
+    # not, in the first report), and each check's report.
+    here: list[tuple[bool, Report, dict[str, Report | None]]] = []
 
     def meanwhile() -> None:
-        before, after = Report(), Report()
+        why: Report = Report()
+        reports: dict[str, Report | None] = {}
         built = _after_integrity(
-            before,
+            why,
             session_id,
             streams,
             markers,
             trusted,
-            part=lambda check: check != _MARKED,
-            later=after,
+            part=lambda check: check not in _IN_CHILD,
+            reports=reports,
             **options,
         )
-        here.append((built, before, after))
+        here.append((built, why, reports))
 
-    def in_child(into: Report, found: Markers) -> None:
+    def in_child(found: Markers) -> dict[str, Report]:
+        reports: dict[str, Report | None] = {}
         _after_integrity(
-            Report(),  # the delegation check's report: this process writes it
+            Report(),
             session_id,
             streams,
             found,
             trusted,
-            part=lambda check: check in (_FILLS, _MARKED),
-            later=into,
+            # the check that fills what later ones read, its report written here
+            part=lambda check: check in _IN_CHILD or check == _FILLS,
+            reports=reports,
             **options,
         )
+        return {check: made for check in _IN_CHILD if (made := reports.get(check)) is not None}
 
     # The form check runs first, on two processes once the child is forked (it costs as
     # much as a tenth of what the child does): a wrong form stops everything else.
@@ -450,12 +461,13 @@ def _verify_records(
     report.lines.append(
         f"integrity: {plural(total, 'event')} in {plural(len(streams), 'stream')} chain correctly"
     )
-    if staged is None or not here:  # no second process ran its part: everything runs here
+    if staged is None or not here or staged.keys() != _IN_CHILD:
+        # no second process ran its part (or not all of it): everything runs here
         _after_integrity(report, session_id, streams, markers, trusted, **options)
         return report
-    built, before, after = here[0]
-    report.extend(before)  # the checks before the marked one, or why the tree is not built
+    built, why, reports = here[0]
+    report.extend(why)  # why the tree is not built, if it is not
     if built:
-        report.extend(staged)  # the marked check, as the child found it
-        report.extend(after)
+        for check, made in reports.items():  # each check's report in its place
+            report.extend(made if made is not None else staged[check])
     return report

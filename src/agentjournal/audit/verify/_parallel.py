@@ -10,10 +10,11 @@ process: a child forked (copy-on-write: nothing is sent to it) checks the views 
 events (:data:`CHILD_SHARE` of them, from the end of the tree) while this process checks
 everything else; the child then runs, as if every chain were sound, its part of the checks
 after integrity (the one that reads the call markers its views gave: containment, which
-would compute the others again), and sends back the first bad view of each of its parts and
-that report; meanwhile this process, once its own checks found nothing, runs the other
-checks after integrity. Both reports count if every chain is sound (else those checks do
-not run at all, as on one process). The integrity report is the one one process would
+would compute the others again; and the approvals', which evens out the two processes'
+shares), and sends back the first bad view of each of its parts and their reports;
+meanwhile this process, once its own checks found nothing, runs the other checks after
+integrity. All those reports count if every chain is sound (else those checks do not run at
+all, as on one process). The integrity report is the one one process would
 write: per stream, the first bad event, and at one event the problem of the checks before
 its view.
 
@@ -57,8 +58,9 @@ thirds of a view's cost each, which leaves nothing to gain by checking views her
 Part = tuple[str, int, int]
 # What checking one part found: its first bad event, or None.
 Found = Problem | None
-# The checks after integrity, writing to a report, given the call markers computed so far.
-Then = Callable[[Report, Markers], None]
+# The checks after integrity the child runs, given the call markers computed so far: each
+# check's report, by name.
+Then = Callable[[Markers], dict[str, Report]]
 
 
 def check_integrity(
@@ -71,18 +73,18 @@ def check_integrity(
     meanwhile: Callable[[], None] | None = None,
     forms: Callable[[], bool] | None = None,
     share: float = CHILD_SHARE,
-) -> Report | None:
+) -> dict[str, Report] | None:
     """Check every stream's chain, reporting each stream's first bad event, in stream
     order: on two processes where ``workers`` is 2 and forking is safe, or None and
     :func:`forking_pays` for a tree of its size, the child checking the views of ``share``
     of the events and then, if they are sound, running ``then`` (its part of the checks
-    after integrity) on a fresh report with the markers it computed, while this process,
+    after integrity) with the markers it computed, while this process,
     once its own checks found nothing, runs ``meanwhile`` (its part of them). ``forms``
     (the records' form check) runs here before anything else, the child already started:
     where it fails, nothing else is checked (the child is stopped) and None is returned.
 
     Returns:
-        The report ``then`` wrote in the child, which holds for the tree if every chain is
+        The reports ``then`` made in the child, which hold for the tree if every chain is
         sound; None where no child ran it (one process, a bad view, a failed child).
     """
     total = sum(len(stream) for stream in streams.values())
@@ -101,7 +103,7 @@ def check_integrity(
     finally:
         if child is not None:
             child.close()
-    staged: Report | None = None
+    staged: dict[str, Report] | None = None
     if child is not None:
         if sent is None:  # it failed: its views here
             found += [_views(streams, part, markers) for part in theirs]
@@ -168,7 +170,7 @@ def _views(streams: Mapping[str, Sequence[Record]], part: Part, markers: Markers
 
 def _child_work(
     streams: Mapping[str, Sequence[Record]], parts: list[Part], then: Then | None
-) -> tuple[list[Found], dict[tuple[str, int], dict[str, Any]], Report | None]:
+) -> tuple[list[Found], dict[tuple[str, int], dict[str, Any]], dict[str, Report] | None]:
     """What the child sends back: the first bad view of each part; if there is none, the
     report of ``then`` (the checks after integrity, which only count if every chain is
     sound); else, or without ``then``, the markers it computed by stream and revision (a
@@ -176,9 +178,8 @@ def _child_work(
     markers: Markers = {}
     results = [_views(streams, part, markers) for part in parts]
     if then is not None and not any(results):
-        staged = Report()
-        then(staged, markers)  # containment computes the markers of this process's parts
-        return results, {}, staged
+        # containment computes the markers of this process's parts
+        return results, {}, then(markers)
     placed = {}
     for name, start, stop in parts:
         stream = streams[name]

@@ -251,6 +251,7 @@ def _strings(metadata: dict[Any, Any]) -> bool:
 
 
 _new: Final = object.__new__
+_set: Final = object.__setattr__
 
 
 def _record(
@@ -268,17 +269,21 @@ def _record(
     half the cost of reading an event. The same fields, the metadata copied read-only as
     ``Record.__post_init__`` does (``tests/test_verify_parse.py`` compares the two)."""
     record: Record = _new(Record)
-    vars(record).update(
-        stream=stream,
-        revision=revision,
-        id=id_,
-        type=type_,
-        data=data,
-        data_sha256=data_sha256,
-        metadata=MappingProxyType(dict(metadata)),
-        view=view,
-        position=None,
-        recorded_at=None,
+    _set(  # the whole __dict__ at once (a frozen dataclass refuses only its own setattr)
+        record,
+        "__dict__",
+        {
+            "stream": stream,
+            "revision": revision,
+            "id": id_,
+            "type": type_,
+            "data": data,
+            "data_sha256": data_sha256,
+            "metadata": MappingProxyType(dict(metadata)),
+            "view": view,
+            "position": None,
+            "recorded_at": None,
+        },
     )
     return record
 
