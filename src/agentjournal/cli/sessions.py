@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import re
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
@@ -14,7 +17,9 @@ from agentjournal.cli._common import STORE_HELP, Commands, usage
 from agentjournal.errors import InvalidInput
 
 if TYPE_CHECKING:
+    from agentjournal._forked import Child
     from agentjournal.read.catalog import SessionRow
+    from agentjournal.read.catalog.parts import OtherPart, Sent
 
 _RELATIVE: Final = re.compile(r"(\d+)([smhdw])")
 _UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -54,7 +59,57 @@ def register(commands: Commands) -> None:
         "--json", action="store_true", help="print the rows as JSON (default: a table)"
     )
     sessions.add_argument("--uri", help=STORE_HELP + "; never created")
-    sessions.set_defaults(run=lambda args: asyncio.run(list_sessions(args)))
+    sessions.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    # Forked before anything runs a thread (the store's): the child opens its own store.
+    now = int(time.time() * 1_000_000)
+    second = _second_part(args.uri, now, fresh=args.fresh)
+    try:
+        other = None
+        if second is not None:
+            from agentjournal.read.catalog.parts import OtherPart
+
+            other = OtherPart(now, second.result)
+        return asyncio.run(list_sessions(args, other))
+    finally:
+        if second is not None:
+            second.close()
+            with contextlib.suppress(ChildProcessError):  # reaped: its CPU counts as ours
+                os.waitpid(second.pid, 0)
+
+
+def _second_part(uri: str | None, now: int, *, fresh: bool) -> Child | None:
+    """A child process folding the second half of the session trees of the SQLite store
+    at ``uri`` from the start (:mod:`agentjournal.read.catalog.parts`), should this call
+    fold from the start, when a second core is free and forking is safe; else None (a
+    KurrentDB store: its client runs threads)."""
+    from agentjournal._forked import core_to_spare, forked
+    from agentjournal.read.catalog import parts  # noqa: F401 (imported once, for both)
+    from agentjournal.store import sqlite_path, store_uri
+
+    where = store_uri(uri)
+    try:
+        if not where.startswith("sqlite://") or sqlite_path(where) == ":memory:":
+            return None
+    except InvalidInput:
+        return None
+    if not core_to_spare():
+        return None
+    return forked(lambda: asyncio.run(_part_of(where, now, fresh=fresh)))
+
+
+async def _part_of(uri: str, now: int, *, fresh: bool) -> Sent | None:
+    """What the child sends: its part of the store at ``uri`` (see :func:`_second_part`)."""
+    from agentjournal.read.catalog.parts import second_part
+    from agentjournal.store import open_store
+
+    store = await open_store(uri, create=False)
+    try:
+        return await second_part(store, now, fresh=fresh)
+    finally:
+        await store.close()
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
@@ -81,8 +136,9 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-async def list_sessions(args: argparse.Namespace) -> int:
+async def list_sessions(args: argparse.Namespace, other: OtherPart | None = None) -> int:
     """Print the catalog's rows (filtered); a warning line when it could not be saved.
+    ``other``: a process folding the second half of the trees (:func:`_second_part`).
 
     Raises:
         JournalError: The store cannot be opened or read (a usage error: 1).
@@ -100,7 +156,9 @@ async def list_sessions(args: argparse.Namespace) -> int:
     store = await open_store(store_uri(args.uri), create=False)
     try:
         with progress("reading the store") as advance:
-            listing = await catalog.refresh(store, keys=keys, progress=advance, fresh=args.fresh)
+            listing = await catalog.refresh(
+                store, keys=keys, progress=advance, fresh=args.fresh, other=other
+            )
     finally:
         await store.close()
     if listing.warning is not None:

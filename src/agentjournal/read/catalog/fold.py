@@ -34,7 +34,7 @@ from agentjournal.read.catalog.ledger import (
 )
 from agentjournal.read.catalog.responses import response_counts
 from agentjournal.read.catalog.rows import BranchRow, SessionRow
-from agentjournal.read.catalog.scores import SCORE_TYPES, fold_score, score_marks
+from agentjournal.read.catalog.scores import SCORE_TYPES, fold_score, score_marks, scored_session
 from agentjournal.read.usage import legacy_counts
 from agentjournal.streams import (
     KEYS_STREAM,
@@ -47,6 +47,7 @@ from agentjournal.streams import (
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+    from agentjournal.read.traces.parts import Part
     from agentjournal.store.contract import RecordedEvent
 
 VERSION: Final = 9  # 2: items counted by the engine's index rule; 3: branches; 4: continuations;
@@ -104,7 +105,7 @@ class Catalog:
     aside (not saved) so their signatures can be checked without reading them again.
     """
 
-    def __init__(self, state: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, state: Mapping[str, Any] | None = None, part: Part | None = None) -> None:
         state = state or {}
         self.sessions: dict[str, dict[str, Any]] = dict(state.get("sessions", {}))
         self.streams: dict[str, list[Any]] = dict(state.get("streams", {}))
@@ -113,6 +114,10 @@ class Catalog:
         # When the events folded now are folded (unix µs; the caller's clock, as the fold
         # itself reads none): a row shows when its session was last checked.
         self.now = 0
+        # A part of the session trees (None: all of them): rows of its own trees only,
+        # and of the others only what decides which tree a stream is on (see fold).
+        self.part = part
+        self.others: dict[str, dict[str, Any]] = {}  # the other parts' rows, not kept
 
     @classmethod
     def load(cls, data: bytes) -> Catalog | None:
@@ -177,18 +182,24 @@ class Catalog:
     def fold(self, event: RecordedEvent) -> bool:
         """Fold one event, the next in the global order; whether the catalog changed."""
         stream = event.stream
+        part = self.part
         if stream == KEYS_STREAM:
-            self._fold_key(event)
-            return True
+            self._fold_key(event)  # every part folds the rotations; the first counts them
+            return part is None or part.index == 0
         if event.type in SCORE_TYPES:
             # An eval run's score of a session (a malformed one counts for nothing).
             with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+                if part is not None and not part.owns(scored_session(event) or ""):
+                    return False  # another part's session (or no score: none folds it)
                 return fold_score(self.sessions, event, _new_row)
             return False
         head = self.streams.get(stream)
         session_id = str(head[0]) if head is not None else self.session_of(event)
         if session_id is None:
             return False  # not part of a session tree (a projection's stream, another app's)
+        if part is not None and not part.owns(session_id):
+            self._fold_other(event, head, session_id)
+            return False
         row = self.sessions.get(session_id)
         if row is None:
             row = self.sessions[session_id] = _new_row()
@@ -218,6 +229,33 @@ class Catalog:
         with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError, JournalError):
             self._fold_content(row, event, session_id)
         return True
+
+    def _fold_other(self, event: RecordedEvent, head: list[Any] | None, session_id: str) -> None:
+        """An event of another part's tree: only which tree its stream, and the streams it
+        opens, are on (the first tree to name a stream keeps it), as the whole fold learns
+        it; that part folds the rest (its head here is not kept: see :meth:`merge`)."""
+        if head is None:
+            self.streams[event.stream] = [session_id, -1, GENESIS]
+        if event.type in _OPENS_STREAMS:
+            row = self.others.get(session_id)
+            if row is None:
+                row = self.others[session_id] = _new_row()
+            with contextlib.suppress(
+                ValueError, KeyError, TypeError, AttributeError, JournalError
+            ):
+                self._fold_content(row, event, session_id)
+
+    def merge(self, other: Catalog) -> None:
+        """Take in the rows and heads of ``other``, the other part of the same events (two
+        parts folded to one end make the state one fold of every tree makes)."""
+        assert self.part is not None and other.part is not None
+        self.sessions.update(other.sessions)  # disjoint: each part's own sessions
+        owns = other.part.owns
+        for stream, head in other.streams.items():
+            if owns(head[0]):
+                self.streams[stream] = head
+        self.fresh.update(other.fresh)
+        self.part, self.others = None, {}
 
     def _fold_content(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         """What ``event`` says, onto its session's row: the approvals it asks or answers,
@@ -534,6 +572,12 @@ class Catalog:
 
 
 _TOOL_RESULT: Final = "ToolResultReceived"
+
+_OPENS_STREAMS: Final = frozenset(
+    {events.SUBAGENT_STARTED, events.BRANCH_FORKED, events.BRANCH_STARTED}
+)
+"""The types whose handlers put streams on a tree (``self.streams.setdefault``): a part
+folds them on the other parts' trees too, on rows it does not keep, for the same answer."""
 
 _Handler = Callable[[Catalog, dict[str, Any], "RecordedEvent", str], None]
 _HANDLERS: Final[dict[str, _Handler]] = {

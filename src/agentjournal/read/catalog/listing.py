@@ -29,6 +29,7 @@ from agentjournal.streams import ledger_stream, projection_stream
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+    from agentjournal.read.catalog.parts import OtherPart
     from agentjournal.store.contract import EventStore, RecordedEvent
 
 NAME: Final = "catalog"
@@ -69,6 +70,7 @@ async def refresh(
     keys: Mapping[str, Ed25519PublicKey] | None = None,
     progress: Progress | None = None,
     fresh: bool = False,
+    other: OtherPart | None = None,
 ) -> Listing:
     """Bring the saved catalog up to date and return its rows.
 
@@ -89,14 +91,20 @@ async def refresh(
         fresh: Ignore the saved catalog: fold every event from the start, and save
             nothing. The save lives in the store it describes, so anyone who can write
             the store can forge it; this does not trust it (``verify`` is the full check).
+        other: Another process folding the second half of the trees from the start
+            (:mod:`.parts`), for this call to use if it folds from the start.
 
     Raises:
         StoreUnavailable: The store could not be read.
     """
     trusted_keys = dict(keys or {})
     if fresh:
-        unsaved = Catalog()
-        position, folded = await catch_up(store, unsaved, None, progress)
+        parted = await _in_parts(store, other, progress)
+        if parted is not None:
+            unsaved, position, folded = parted
+        else:
+            unsaved = Catalog()
+            position, folded = await catch_up(store, unsaved, None, progress)
         trusted = unsaved.trusted(trusted_keys)
         await settle(store, unsaved, trusted)
         return Listing(unsaved.rows(trusted), position, folded, False)
@@ -111,9 +119,14 @@ async def refresh(
             saved = projections.Saved(None, b"", head if head is not None else -1)
         catalog = Catalog.load(saved.state) if saved is not None else None
         position = saved.position if saved is not None and catalog is not None else None
-        if catalog is None:
-            catalog = Catalog()  # folded from the start and saved over what was there
-        position, folded = await catch_up(store, catalog, position, progress)
+        parted = None
+        if catalog is None:  # folded from the start and saved over what was there
+            parted, other = await _in_parts(store, other, progress), None
+            catalog = Catalog() if parted is None else parted[0]
+        if parted is not None:
+            position, folded = parted[1], parted[2]
+        else:
+            position, folded = await catch_up(store, catalog, position, progress)
         trusted = catalog.trusted(trusted_keys)
         settled = await settle(store, catalog, trusted)
         rows = catalog.rows(trusted)
@@ -131,6 +144,16 @@ async def refresh(
         return Listing(rows, position, folded, True, damaged)
     warning = "the catalog was not saved: other readers kept saving it first"
     return Listing(rows, position, folded, False, _joined(damaged, warning))
+
+
+async def _in_parts(
+    store: EventStore, other: OtherPart | None, progress: Progress | None
+) -> tuple[Catalog, int | None, int] | None:
+    if other is None:
+        return None
+    from agentjournal.read.catalog.parts import in_parts
+
+    return await in_parts(store, other, progress)
 
 
 def _joined(*warnings: str | None) -> str | None:
@@ -155,19 +178,25 @@ async def catch_up(
     progress: Progress | None = None,
     *,
     also: Callable[[RecordedEvent], None] | None = None,
+    now: int | None = None,
+    until: int | None = None,
 ) -> tuple[int | None, int]:
     """Fold every event after ``position`` into ``catalog`` (and hand each to ``also``,
     after the catalog folded it): the last position folded, and how many the catalog
-    counted.
+    counted. ``now``: when they are folded (unix µs; default: the clock's now);
+    ``until``: fold none after that position.
 
     Pages of :data:`PAGE` events in position order; the next page is read on the store's
     side while this one is folded."""
     folded = 0
-    catalog.now = int(time.time() * 1_000_000)
+    catalog.now = int(time.time() * 1_000_000) if now is None else now
     reading = asyncio.ensure_future(_page_after(store, position))
     try:
         while True:
             page, full = await reading
+            if until is not None and page and page[-1].position >= until:
+                page = [event for event in page if event.position <= until]
+                full = False
             if full:
                 # From the last event of this page, inclusive (see _page_after).
                 reading = asyncio.ensure_future(_page_after(store, page[-1].position))
