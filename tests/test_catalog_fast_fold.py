@@ -1,4 +1,5 @@
-"""The catalog's lean checks give the answers of the full ones.
+"""The catalog's lean checks give the answers of the full ones, and its fold in two parts
+the answer of one fold.
 
 The fold checks a chain link with :func:`~agentjournal.read.catalog.ledger.linked` and
 reads a ``ModelResponded`` with :func:`~agentjournal.read.catalog.responses.response_counts`,
@@ -6,14 +7,22 @@ and leaves what they do not pass to ``chain_problem`` and ``ModelResponse.decode
 with branches, handoffs, signed checkpoints, an erased subject, eval scores, a tool call,
 malformed model responses and broken chains folds to the same state and rows either way;
 and on every event of it, and on damaged copies of each, the lean check passes only what
-``chain_problem`` passes.
+``chain_problem`` passes. Folded in two parts (each session tree on one of them, every
+way the store's sessions can be shared out), merged, it is the one fold; so is a listing
+whose other part came from a forked child, from a part read before or after a writer
+appended, or from none (a child that failed).
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
+import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
@@ -22,14 +31,17 @@ import pytest
 from agents import Agent, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from agentjournal import Journal, tokens
+from agentjournal import Journal, _forked, tokens
+from agentjournal.cli import sessions as sessions_cli
 from agentjournal.ledger import SigningKey
 from agentjournal.ledger.chain import CHAIN_KEY, HASH_KEY, PREV_KEY, SEQ_KEY, seal
+from agentjournal.read import projections
 from agentjournal.read.catalog import fold as fold_module
-from agentjournal.read.catalog import listing
+from agentjournal.read.catalog import listing, parts
 from agentjournal.read.catalog.fold import Catalog
 from agentjournal.read.catalog.ledger import chain_problem, linked
 from agentjournal.read.catalog.responses import response_counts
+from agentjournal.read.traces.parts import Part
 from agentjournal.shred import MemoryKeyStore
 from agentjournal.store import open_store
 from agentjournal.store.contract import NewEvent, RecordedEvent, StreamState
@@ -300,3 +312,234 @@ def test_what_is_not_a_model_response_is_refused(data: bytes) -> None:
         except ValueError as error:
             refusals.append(type(error))
     assert len(refusals) == 2
+
+
+@dataclass(frozen=True)
+class _Chosen(Part):
+    """A part owning the sessions named (the first) or the others (the second)."""
+
+    first: frozenset[str] = frozenset()
+
+    def owns(self, session: str) -> bool:
+        return (session in self.first) == (self.index == 0)
+
+
+def _sessions_of(catalog: Catalog) -> list[str]:
+    return sorted(catalog.sessions)
+
+
+def test_two_parts_merged_fold_every_way_of_sharing_the_trees_as_one_fold_does(
+    pages: list[list[RecordedEvent]],
+) -> None:
+    whole = Catalog()
+    whole.now = 1
+    counted = sum(whole.fold_page(page, None) for page in pages)
+    names = _sessions_of(whole)
+    assert {"tree", "bob-own", "scored", "odd"} <= set(names)
+    for size in range(len(names) + 1):
+        for first in itertools.combinations(names, size):
+            halves = [Catalog(part=_Chosen(i, 2, frozenset(first))) for i in range(2)]
+            folded = 0
+            for half in halves:
+                half.now = 1
+                folded += sum(half.fold_page(page, None) for page in pages)
+            halves[0].merge(halves[1])
+            assert halves[0].dump() == whole.dump(), first
+            assert halves[0].rows(TRUSTED) == whole.rows(TRUSTED)
+            assert halves[0].fresh == whole.fresh
+            assert folded == counted
+
+
+async def _listing(uri: str, other: parts.OtherPart | None, **options: Any) -> Any:
+    store = await open_store(uri, create=False)
+    try:
+        return await listing.refresh(store, keys=TRUSTED, other=other, **options)
+    finally:
+        await store.close()
+
+
+async def _saved(uri: str) -> bytes:
+    store = await open_store(uri, create=False)
+    try:
+        saved = await projections.load(store, listing.NAME)
+        assert saved is not None
+        return saved.state
+    finally:
+        await store.close()
+
+
+async def _second(uri: str, now: int, *, fresh: bool = False) -> parts.Sent | None:
+    store = await open_store(uri, create=False)
+    try:
+        return await parts.second_part(store, now, fresh=fresh)
+    finally:
+        await store.close()
+
+
+def _elsewhere(work: Callable[[], Any]) -> Any:
+    """``work`` run on a thread of its own (its own event loop), as another process would."""
+    done: list[Any] = []
+    thread = threading.Thread(target=lambda: done.append(work()))
+    thread.start()
+    thread.join()
+    return done[0]
+
+
+NOW = 1_700_000_000_000_000
+
+
+@pytest.fixture
+def rich(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """Two copies of the rich store (one listed in one part, one in two), the clock fixed."""
+    uri = f"sqlite:///{tmp_path / 'one.db'}"
+    asyncio.run(_write_rich_store(uri))
+    (tmp_path / "two.db").write_bytes((tmp_path / "one.db").read_bytes())
+    monkeypatch.setattr(time, "time", lambda: NOW / 1_000_000)
+    return uri, f"sqlite:///{tmp_path / 'two.db'}"
+
+
+def _same(one: Any, two: Any) -> None:
+    assert (two.rows, two.position, two.folded, two.saved) == (
+        one.rows,
+        one.position,
+        one.folded,
+        one.saved,
+    )
+
+
+@pytest.mark.parametrize("sent", ["the child's part", "nothing", "garbage"])
+def test_a_listing_in_two_parts_is_the_listing_in_one(
+    rich: tuple[str, str], sent: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one_uri, two_uri = rich
+    merged = _merged(monkeypatch)
+    part = asyncio.run(_second(two_uri, NOW))
+    assert part is not None
+    assert part[1] > 0
+    given: Any = {"the child's part": part, "nothing": None, "garbage": (1, 2, 3)}[sent]
+    one = asyncio.run(_listing(one_uri, None))
+    two = asyncio.run(_listing(two_uri, parts.OtherPart(NOW, lambda: given)))
+    _same(one, two)
+    assert asyncio.run(_saved(two_uri)) == asyncio.run(_saved(one_uri))
+    assert len(merged) == 1
+    assert merged[0] is not None
+    fresh = asyncio.run(_listing(two_uri, parts.OtherPart(NOW, lambda: given), fresh=True))
+    _same(asyncio.run(_listing(one_uri, None, fresh=True)), fresh)
+
+
+async def _append_more(uri: str) -> None:
+    store = await open_store(uri, create=False)
+    try:
+        await write_run(store, "run2", [Given("scored", 1, "exact", 0.5, "late")])
+        await _append_late(store)
+    finally:
+        await store.close()
+
+
+async def _append_late(store: Any) -> None:
+    stream = session_stream("late")
+    event_id, data, metadata = uuid.uuid4(), _responded(_response()), {"trace": "t"}
+    seal(stream, 0, str(event_id), RESPONDED, data, metadata, "0" * 64)
+    await store.append(
+        stream, [NewEvent(RESPONDED, data, metadata, event_id)], expected=StreamState.NO_STREAM
+    )
+
+
+def _merged(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What each two-part fold returns (None: it failed, and one fold read everything)."""
+    returned: list[Any] = []
+    in_parts = parts.in_parts
+
+    async def recorded(*args: Any) -> Any:
+        returned.append(await in_parts(*args))
+        return returned[-1]
+
+    monkeypatch.setattr(parts, "in_parts", recorded)
+    return returned
+
+
+@pytest.mark.parametrize("who", ["the child", "this process"])
+def test_a_listing_in_two_parts_is_of_one_end_when_a_writer_appends_in_between(
+    rich: tuple[str, str], who: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The part that read less (a writer appended after it stopped) folds on to where the
+    other stopped: the listing and its save are those of one fold to that end."""
+    _, two_uri = rich
+    if who == "the child":  # the child read first; this process reads the appended events
+        early = asyncio.run(_second(two_uri, NOW))
+        asyncio.run(_append_more(two_uri))
+        result: Callable[[], Any] = lambda: early  # noqa: E731
+    else:  # this process read first; the child, asked after the writer, reads further
+
+        def result() -> Any:
+            _elsewhere(lambda: asyncio.run(_append_more(two_uri)))
+            return _elsewhere(lambda: asyncio.run(_second(two_uri, NOW)))
+
+    merged = _merged(monkeypatch)
+    two = asyncio.run(_listing(two_uri, parts.OtherPart(NOW, result)))
+    assert len(merged) == 1
+    assert merged[0] is not None
+    assert asyncio.run(_one_fold(two_uri, two.position)) == (
+        asyncio.run(_saved(two_uri)),
+        two.rows,
+        two.folded,
+    )
+    assert "late" in {row.session_id for row in two.rows}
+
+
+async def _one_fold(uri: str, until: int) -> tuple[bytes, list[Any], int]:
+    """The state, rows and count of one fold of the events of the store at ``uri`` through
+    position ``until`` (the events the listing saw: its save comes after them)."""
+    store = await open_store(uri, create=False)
+    try:
+        catalog = Catalog()
+        position, folded = await listing.catch_up(store, catalog, None, until=until)
+        assert position == until
+        trusted = catalog.trusted(TRUSTED)
+        await listing.settle(store, catalog, trusted)
+        return catalog.dump(), catalog.rows(trusted), folded
+    finally:
+        await store.close()
+
+
+def test_a_store_with_a_saved_catalog_sends_no_part_and_is_listed_alone(
+    rich: tuple[str, str],
+) -> None:
+    _, two_uri = rich
+    asyncio.run(_listing(two_uri, None))
+    assert asyncio.run(_second(two_uri, NOW)) is None
+    assert asyncio.run(_second(two_uri, NOW, fresh=True)) is not None
+
+
+def test_the_sessions_command_forks_a_child_whose_part_is_the_listing_in_one(
+    rich: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one_uri, two_uri = rich
+    monkeypatch.setattr(_forked, "core_to_spare", lambda: True)
+    merged = _merged(monkeypatch)
+    child = sessions_cli._second_part(two_uri, NOW, fresh=False)
+    assert child is not None
+    asked: list[Any] = []
+
+    def result() -> Any:
+        asked.append(child.result())
+        return asked[-1]
+
+    try:
+        two = asyncio.run(_listing(two_uri, parts.OtherPart(NOW, result)))
+    finally:
+        child.close()
+    assert asked
+    assert asked[0] is not None  # the child sent its part
+    assert len(merged) == 1
+    assert merged[0] is not None
+    _same(asyncio.run(_listing(one_uri, None)), two)
+    assert asyncio.run(_saved(two_uri)) == asyncio.run(_saved(one_uri))
+
+
+@pytest.mark.parametrize("uri", ["sqlite://:memory:", "kurrentdb://localhost:2113?Tls=false"])
+def test_no_child_is_forked_for_a_store_it_cannot_open_apart(
+    uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_forked, "core_to_spare", lambda: True)
+    assert sessions_cli._second_part(uri, NOW, fresh=False) is None

@@ -240,15 +240,14 @@ class Catalog:
             row = self.others.get(session_id)
             if row is None:
                 row = self.others[session_id] = _new_row()
-            with contextlib.suppress(
-                ValueError, KeyError, TypeError, AttributeError, JournalError
-            ):
+            with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError, JournalError):
                 self._fold_content(row, event, session_id)
 
     def merge(self, other: Catalog) -> None:
         """Take in the rows and heads of ``other``, the other part of the same events (two
         parts folded to one end make the state one fold of every tree makes)."""
-        assert self.part is not None and other.part is not None
+        assert self.part is not None
+        assert other.part is not None
         self.sessions.update(other.sessions)  # disjoint: each part's own sessions
         owns = other.part.owns
         for stream, head in other.streams.items():

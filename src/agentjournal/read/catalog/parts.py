@@ -83,7 +83,7 @@ async def in_parts(
         elif _before(end, their_end):
             end, more = await catch_up(store, mine, end, now=now, until=their_end)
             folded += more
-    except Exception:  # noqa: BLE001 (one fold of every event finds the same, and says it)
+    except Exception:  # one fold of every event finds the same, and says it
         return None
     if end != their_end:
         return None  # cannot happen: both read the one global order
