@@ -41,7 +41,6 @@ from agentjournal.read.catalog import listing, parts
 from agentjournal.read.catalog.fold import Catalog
 from agentjournal.read.catalog.ledger import chain_problem, linked
 from agentjournal.read.catalog.responses import response_counts
-from agentjournal.read.traces.parts import Part
 from agentjournal.shred import MemoryKeyStore
 from agentjournal.store import open_store
 from agentjournal.store.contract import NewEvent, RecordedEvent, StreamState
@@ -315,7 +314,7 @@ def test_what_is_not_a_model_response_is_refused(data: bytes) -> None:
 
 
 @dataclass(frozen=True)
-class _Chosen(Part):
+class _Chosen(parts.Share):
     """A part owning the sessions named (the first) or the others (the second)."""
 
     first: frozenset[str] = frozenset()
@@ -338,7 +337,7 @@ def test_two_parts_merged_fold_every_way_of_sharing_the_trees_as_one_fold_does(
     assert {"tree", "bob-own", "scored", "odd"} <= set(names)
     for size in range(len(names) + 1):
         for first in itertools.combinations(names, size):
-            halves = [Catalog(part=_Chosen(i, 2, frozenset(first))) for i in range(2)]
+            halves = [Catalog(part=_Chosen(i, 45, frozenset(first))) for i in range(2)]
             folded = 0
             for half in halves:
                 half.now = 1
@@ -371,7 +370,7 @@ async def _saved(uri: str) -> bytes:
 async def _second(uri: str, now: int, *, fresh: bool = False) -> parts.Sent | None:
     store = await open_store(uri, create=False)
     try:
-        return await parts.second_part(store, now, fresh=fresh)
+        return await parts.second_part(store, now, TRUSTED, fresh=fresh)
     finally:
         await store.close()
 
@@ -517,7 +516,7 @@ def test_the_sessions_command_forks_a_child_whose_part_is_the_listing_in_one(
     one_uri, two_uri = rich
     monkeypatch.setattr(_forked, "core_to_spare", lambda: True)
     merged = _merged(monkeypatch)
-    child = sessions_cli._second_part(two_uri, NOW, fresh=False)
+    child = sessions_cli._second_part(two_uri, NOW, TRUSTED, fresh=False)
     assert child is not None
     asked: list[Any] = []
 
@@ -542,4 +541,4 @@ def test_no_child_is_forked_for_a_store_it_cannot_open_apart(
     uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_forked, "core_to_spare", lambda: True)
-    assert sessions_cli._second_part(uri, NOW, fresh=False) is None
+    assert sessions_cli._second_part(uri, NOW, TRUSTED, fresh=False) is None

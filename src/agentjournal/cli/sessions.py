@@ -17,6 +17,10 @@ from agentjournal.cli._common import STORE_HELP, Commands, usage
 from agentjournal.errors import InvalidInput
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     from agentjournal._forked import Child
     from agentjournal.read.catalog import SessionRow
     from agentjournal.read.catalog.parts import OtherPart, Sent
@@ -63,9 +67,12 @@ def register(commands: Commands) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from agentjournal.cli._common import trusted_with_own
+
     # Forked before anything runs a thread (the store's): the child opens its own store.
-    now = int(time.time() * 1_000_000)
-    second = _second_part(args.uri, now, fresh=args.fresh)
+    now, second = int(time.time() * 1_000_000), None
+    with contextlib.suppress(InvalidInput):  # list_sessions says what is wrong
+        second = _second_part(args.uri, now, trusted_with_own(args.pubkey), fresh=args.fresh)
     try:
         other = None
         if second is not None:
@@ -80,11 +87,14 @@ def _run(args: argparse.Namespace) -> int:
                 os.waitpid(second.pid, 0)
 
 
-def _second_part(uri: str | None, now: int, *, fresh: bool) -> Child | None:
-    """A child process folding the second half of the session trees of the SQLite store
-    at ``uri`` from the start (:mod:`agentjournal.read.catalog.parts`), should this call
-    fold from the start, when a second core is free and forking is safe; else None (a
-    KurrentDB store: its client runs threads)."""
+def _second_part(
+    uri: str | None, now: int, keys: Mapping[str, Ed25519PublicKey], *, fresh: bool
+) -> Child | None:
+    """A child process folding the second part of the session trees of the SQLite store
+    at ``uri`` from the start, its checkpoints checked with ``keys`` trusted
+    (:mod:`agentjournal.read.catalog.parts`), should this call fold from the start,
+    when a second core is free and forking is safe; else None (a KurrentDB store: its
+    client runs threads)."""
     from agentjournal._forked import core_to_spare, forked
     from agentjournal.read.catalog import parts  # noqa: F401 (imported once, for both)
     from agentjournal.store import sqlite_path, store_uri
@@ -97,17 +107,19 @@ def _second_part(uri: str | None, now: int, *, fresh: bool) -> Child | None:
         return None
     if not core_to_spare():
         return None
-    return forked(lambda: asyncio.run(_part_of(where, now, fresh=fresh)))
+    return forked(lambda: asyncio.run(_part_of(where, now, keys, fresh=fresh)))
 
 
-async def _part_of(uri: str, now: int, *, fresh: bool) -> Sent | None:
+async def _part_of(
+    uri: str, now: int, keys: Mapping[str, Ed25519PublicKey], *, fresh: bool
+) -> Sent | None:
     """What the child sends: its part of the store at ``uri`` (see :func:`_second_part`)."""
     from agentjournal.read.catalog.parts import second_part
     from agentjournal.store import open_store
 
     store = await open_store(uri, create=False)
     try:
-        return await second_part(store, now, fresh=fresh)
+        return await second_part(store, now, keys, fresh=fresh)
     finally:
         await store.close()
 

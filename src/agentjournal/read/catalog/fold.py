@@ -47,7 +47,7 @@ from agentjournal.streams import (
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    from agentjournal.read.traces.parts import Part
+    from agentjournal.read.catalog.parts import Share
     from agentjournal.store.contract import RecordedEvent
 
 VERSION: Final = 9  # 2: items counted by the engine's index rule; 3: branches; 4: continuations;
@@ -105,7 +105,7 @@ class Catalog:
     aside (not saved) so their signatures can be checked without reading them again.
     """
 
-    def __init__(self, state: Mapping[str, Any] | None = None, part: Part | None = None) -> None:
+    def __init__(self, state: Mapping[str, Any] | None = None, part: Share | None = None) -> None:
         state = state or {}
         self.sessions: dict[str, dict[str, Any]] = dict(state.get("sessions", {}))
         self.streams: dict[str, list[Any]] = dict(state.get("streams", {}))
@@ -118,6 +118,7 @@ class Catalog:
         # and of the others only what decides which tree a stream is on (see fold).
         self.part = part
         self.others: dict[str, dict[str, Any]] = {}  # the other parts' rows, not kept
+        self._mine: dict[str, bool] = {}  # session -> whether this part folds it
 
     @classmethod
     def load(cls, data: bytes) -> Catalog | None:
@@ -197,9 +198,13 @@ class Catalog:
         session_id = str(head[0]) if head is not None else self.session_of(event)
         if session_id is None:
             return False  # not part of a session tree (a projection's stream, another app's)
-        if part is not None and not part.owns(session_id):
-            self._fold_other(event, head, session_id)
-            return False
+        if part is not None:
+            mine = self._mine.get(session_id)
+            if mine is None:
+                mine = self._mine[session_id] = part.owns(session_id)
+            if not mine:
+                self._fold_other(event, head, session_id)
+                return False
         row = self.sessions.get(session_id)
         if row is None:
             row = self.sessions[session_id] = _new_row()
@@ -226,8 +231,10 @@ class Catalog:
         if last is None or moment > last:
             row["last"] = moment
         # An unreadable body counts for nothing; the chain check above still covered it.
-        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError, JournalError):
+        try:  # not contextlib.suppress: a try costs nothing when nothing is raised
             self._fold_content(row, event, session_id)
+        except _UNREADABLE:
+            return True
         return True
 
     def _fold_other(self, event: RecordedEvent, head: list[Any] | None, session_id: str) -> None:
@@ -240,8 +247,10 @@ class Catalog:
             row = self.others.get(session_id)
             if row is None:
                 row = self.others[session_id] = _new_row()
-            with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError, JournalError):
+            try:
                 self._fold_content(row, event, session_id)
+            except _UNREADABLE:
+                return
 
     def merge(self, other: Catalog) -> None:
         """Take in the rows and heads of ``other``, the other part of the same events (two
@@ -254,7 +263,7 @@ class Catalog:
             if owns(head[0]):
                 self.streams[stream] = head
         self.fresh.update(other.fresh)
-        self.part, self.others = None, {}
+        self.part, self.others, self._mine = None, {}, {}
 
     def _fold_content(self, row: dict[str, Any], event: RecordedEvent, session_id: str) -> None:
         """What ``event`` says, onto its session's row: the approvals it asks or answers,
@@ -571,6 +580,9 @@ class Catalog:
 
 
 _TOOL_RESULT: Final = "ToolResultReceived"
+
+_UNREADABLE: Final = (ValueError, KeyError, TypeError, AttributeError, JournalError)
+"""What an unreadable body raises in a handler: it counts for nothing."""
 
 _OPENS_STREAMS: Final = frozenset(
     {events.SUBAGENT_STARTED, events.BRANCH_FORKED, events.BRANCH_STARTED}

@@ -1,33 +1,52 @@
-"""The catalog's first fold in two parts: half the session trees here, half in another
-process, both from the start of the global order to one end of it.
+"""The catalog's first fold in two parts: some session trees here, the others in
+another process, both from the start of the global order to one end of it.
 
-Each part reads every event and folds the events of its own trees (by a digest of the
-session id, :class:`~agentjournal.read.traces.parts.Part`), and of the other part's trees
+Each part reads every event and folds the events of its own trees (:class:`Share`: by a
+digest of the session id, as the trace export's parts), and of the other part's trees
 only what decides which tree a stream is on (:meth:`Catalog.fold`), so each tree folds as
-it does in one fold. The two parts are put together (:meth:`Catalog.merge`) once both
-have folded through the same last event: the one that read less (a writer appended in
-between) folds on to where the other stopped, so the listing is of one prefix of the
-global order. The other process sends its part's :class:`Catalog` whole (pickled by
+it does in one fold. The other process also checks its trees' checkpoints (``settle``),
+and as this one has the rest to do (merge, save, print), it takes a little more of the
+trees. The two parts are put together (:meth:`Catalog.merge`) once both have folded
+through the same last event: the one that read less (a writer appended in between) folds
+on to where the other stopped, so the listing is of one prefix of the global order. The
+other process sends its part's :class:`Catalog` whole (pickled by
 :mod:`agentjournal._forked`); if it sends nothing, this process folds that part too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from agentjournal._gc import no_collection
 from agentjournal.read.catalog.fold import Catalog
-from agentjournal.read.catalog.listing import NAME, Progress, catch_up
-from agentjournal.read.traces.parts import Part
+from agentjournal.read.catalog.listing import NAME, Progress, catch_up, settle
 from agentjournal.streams import projection_stream
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     from agentjournal.store.contract import EventStore
 
-FIRST: Final = Part(0, 2)
-SECOND: Final = Part(1, 2)
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """The session trees one of the two parts folds: the first part those whose session
+    id's CRC-32 falls below ``cut`` of 100, the second the others."""
+
+    index: int
+    cut: int = 45
+
+    def owns(self, session: str) -> bool:
+        """Whether this part folds ``session``'s trees (its main line and every branch)."""
+        below = zlib.crc32(session.encode("utf-8", "surrogatepass")) % 100 < self.cut
+        return below == (self.index == 0)
+
+
+FIRST: Final = Share(0)
+SECOND: Final = Share(1)
 
 Sent = tuple[int | None, int, Catalog]
 """What the other process sends: the position it folded through (None: no event), how
@@ -47,14 +66,22 @@ class OtherPart:
     result: Callable[[], Sent | None]
 
 
-async def second_part(store: EventStore, now: int, *, fresh: bool) -> Sent | None:
-    """What the other process sends: the second part, folded from the start at ``now``;
-    None when the store holds a saved catalog (unless ``fresh``): the call then folds
-    only what is new, alone."""
+async def second_part(
+    store: EventStore, now: int, keys: Mapping[str, Ed25519PublicKey], *, fresh: bool
+) -> Sent | None:
+    """What the other process sends: the second part, folded from the start at ``now``,
+    its checkpoints signed by one of ``keys`` checked; None when the store holds a saved
+    catalog (unless ``fresh``): the call then folds only what is new, alone.
+
+    A checkpoint checked here is checked alike after the merge: it reads what it names
+    (written before it), and ``keys`` are trusted there as they are (a key trusted only
+    through a rotation is left to the merge: more rotations may follow this end).
+    """
     if not fresh and await store.head(projection_stream(NAME)) is not None:
         return None
     catalog = Catalog(part=SECOND)
     end, folded = await catch_up(store, catalog, None, now=now)
+    await settle(store, catalog, keys)
     return end, folded, catalog
 
 
