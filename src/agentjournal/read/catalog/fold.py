@@ -258,9 +258,10 @@ class Catalog:
         assert self.part is not None
         assert other.part is not None
         self.sessions.update(other.sessions)  # disjoint: each part's own sessions
-        owns = other.part.owns
+        owns, known = other.part.owns, other._mine
         for stream, head in other.streams.items():
-            if owns(head[0]):
+            theirs = known.get(head[0])
+            if theirs or (theirs is None and owns(head[0])):
                 self.streams[stream] = head
         self.fresh.update(other.fresh)
         self.part, self.others, self._mine = None, {}, {}

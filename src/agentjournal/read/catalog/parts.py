@@ -15,7 +15,7 @@ other process sends its part's :class:`Catalog` whole (pickled by
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -34,15 +34,16 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class Share:
     """The session trees one of the two parts folds: the first part those whose session
-    id's CRC-32 falls below ``cut`` of 100, the second the others."""
+    id's SHA-256 (its first 8 bytes, modulo 100) falls below ``cut``, the second the
+    others. Not CRC-32: its residues of ids that differ in a digit are far from even."""
 
     index: int
     cut: int = 45
 
     def owns(self, session: str) -> bool:
         """Whether this part folds ``session``'s trees (its main line and every branch)."""
-        below = zlib.crc32(session.encode("utf-8", "surrogatepass")) % 100 < self.cut
-        return below == (self.index == 0)
+        digest = hashlib.sha256(session.encode("utf-8", "surrogatepass")).digest()
+        return (int.from_bytes(digest[:8], "big") % 100 < self.cut) == (self.index == 0)
 
 
 FIRST: Final = Share(0)
