@@ -542,3 +542,54 @@ def test_no_child_is_forked_for_a_store_it_cannot_open_apart(
 ) -> None:
     monkeypatch.setattr(_forked, "core_to_spare", lambda: True)
     assert sessions_cli._second_part(uri, NOW, TRUSTED, fresh=False) is None
+
+
+def _damage(uri: str, where: str) -> None:
+    """Make the metadata of one event of ``where``'s session stream unreadable JSON."""
+    import sqlite3
+
+    from agentjournal.store import sqlite_path
+
+    db = sqlite3.connect(sqlite_path(uri))
+    try:
+        db.execute(
+            "UPDATE events SET metadata = CAST('{not json' AS BLOB) WHERE position = ("
+            "SELECT min(e.position) FROM events e JOIN streams s ON s.id = e.stream_id "
+            "WHERE s.name = ?)",
+            (session_stream(where),),
+        )
+        db.commit()
+    finally:
+        db.close()
+
+
+def _outcome(uri: str, other: parts.OtherPart | None) -> Any:
+    try:
+        return asyncio.run(_listing(uri, other)).rows
+    except Exception as error:
+        return type(error), str(error)
+
+
+@pytest.mark.parametrize("where", ["tree", "bob-own", "odd"])
+def test_a_store_one_fold_stops_on_stops_the_fold_in_parts_alike(
+    rich: tuple[str, str], where: str
+) -> None:
+    """Damage one fold cannot get past: the parts (this process's, or the child's, folded
+    here again) stop on it too, and one fold of every event says what it said."""
+    one_uri, two_uri = rich
+    for uri in rich:
+        _damage(uri, where)
+    one = _outcome(one_uri, None)
+    two = _outcome(two_uri, parts.OtherPart(NOW, lambda: _elsewhere(_child_of(two_uri))))
+    assert two == one
+    assert isinstance(one, tuple)  # it did stop
+
+
+def _child_of(uri: str) -> Callable[[], Any]:
+    def fold() -> Any:
+        try:
+            return asyncio.run(_second(uri, NOW))
+        except Exception:
+            return None
+
+    return fold
