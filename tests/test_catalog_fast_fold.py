@@ -337,7 +337,7 @@ def test_two_parts_merged_fold_every_way_of_sharing_the_trees_as_one_fold_does(
     assert {"tree", "bob-own", "scored", "odd"} <= set(names)
     for size in range(len(names) + 1):
         for first in itertools.combinations(names, size):
-            halves = [Catalog(part=_Chosen(i, 45, frozenset(first))) for i in range(2)]
+            halves = [Catalog(part=_Chosen(i, 50, frozenset(first))) for i in range(2)]
             folded = 0
             for half in halves:
                 half.now = 1

@@ -99,7 +99,7 @@ async def refresh(
     """
     trusted_keys = dict(keys or {})
     if fresh:
-        parted = await _in_parts(store, other, progress)
+        parted = await _in_parts(store, other, progress, trusted_keys)
         if parted is not None:
             unsaved, position, folded = parted
         else:
@@ -121,7 +121,7 @@ async def refresh(
         position = saved.position if saved is not None and catalog is not None else None
         parted = None
         if catalog is None:  # folded from the start and saved over what was there
-            parted, other = await _in_parts(store, other, progress), None
+            parted, other = await _in_parts(store, other, progress, trusted_keys), None
             catalog = Catalog() if parted is None else parted[0]
         if parted is not None:
             position, folded = parted[1], parted[2]
@@ -147,13 +147,16 @@ async def refresh(
 
 
 async def _in_parts(
-    store: EventStore, other: OtherPart | None, progress: Progress | None
+    store: EventStore,
+    other: OtherPart | None,
+    progress: Progress | None,
+    keys: Mapping[str, Ed25519PublicKey],
 ) -> tuple[Catalog, int | None, int] | None:
     if other is None:
         return None
     from agentjournal.read.catalog.parts import in_parts
 
-    return await in_parts(store, other, progress)
+    return await in_parts(store, other, progress, keys)
 
 
 def _joined(*warnings: str | None) -> str | None:

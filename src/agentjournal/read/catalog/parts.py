@@ -1,16 +1,16 @@
-"""The catalog's first fold in two parts: some session trees here, the others in
+"""The catalog's first fold in two parts: half the session trees here, the others in
 another process, both from the start of the global order to one end of it.
 
 Each part reads every event and folds the events of its own trees (:class:`Share`: by a
 digest of the session id, as the trace export's parts), and of the other part's trees
 only what decides which tree a stream is on (:meth:`Catalog.fold`), so each tree folds as
-it does in one fold. The other process also checks its trees' checkpoints (``settle``),
-and as this one has the rest to do (merge, save, print), it takes a little more of the
-trees. The two parts are put together (:meth:`Catalog.merge`) once both have folded
-through the same last event: the one that read less (a writer appended in between) folds
-on to where the other stopped, so the listing is of one prefix of the global order. The
-other process sends its part's :class:`Catalog` whole (pickled by
-:mod:`agentjournal._forked`); if it sends nothing, this process folds that part too.
+it does in one fold. Each part checks its trees' checkpoints (``settle``) as soon as it
+has folded them, this one while the other may still fold. The two parts are put
+together (:meth:`Catalog.merge`) once both have folded through the same last event: the
+one that read less (a writer appended in between) folds on to where the other stopped,
+so the listing is of one prefix of the global order. The other process sends its part's
+:class:`Catalog` whole (pickled by :mod:`agentjournal._forked`); if it sends nothing,
+this process folds that part too.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Share:
     others. Not CRC-32: its residues of ids that differ in a digit are far from even."""
 
     index: int
-    cut: int = 45
+    cut: int = 50
 
     def owns(self, session: str) -> bool:
         """Whether this part folds ``session``'s trees (its main line and every branch)."""
@@ -74,9 +74,11 @@ async def second_part(
     its checkpoints signed by one of ``keys`` checked; None when the store holds a saved
     catalog (unless ``fresh``): the call then folds only what is new, alone.
 
-    A checkpoint checked here is checked alike after the merge: it reads what it names
-    (written before it), and ``keys`` are trusted there as they are (a key trusted only
-    through a rotation is left to the merge: more rotations may follow this end).
+    A checkpoint checked in a part is checked alike after the merge: it reads what it
+    names (written before it), and ``keys`` are trusted there as they are (a key trusted
+    only through a rotation is left to the merge: more rotations may follow this end).
+    What either part folds on after its check (to the other's end) is checked after the
+    merge, with the rest.
     """
     if not fresh and await store.head(projection_stream(NAME)) is not None:
         return None
@@ -87,16 +89,22 @@ async def second_part(
 
 
 async def in_parts(
-    store: EventStore, other: OtherPart, progress: Progress | None
+    store: EventStore,
+    other: OtherPart,
+    progress: Progress | None,
+    keys: Mapping[str, Ed25519PublicKey],
 ) -> tuple[Catalog, int | None, int] | None:
     """Every event folded from the start, the first part here and the second by
-    ``other`` (or here, should it send nothing), both through one last event: the
-    catalog, that event's position, and how many events counted. None if a part failed
-    to fold here: the caller folds every event in one part, and reports what it finds."""
+    ``other`` (or here, should it send nothing), both through one last event, each
+    part's checkpoints signed by one of ``keys`` checked (as :func:`second_part` does):
+    the catalog, that event's position, and how many events counted. None if a part
+    failed to fold here: the caller folds every event in one part, and reports what it
+    finds."""
     now = other.now
     try:
         mine = Catalog(part=FIRST)
         end, folded = await catch_up(store, mine, None, progress, now=now)
+        await settle(store, mine, keys)  # while the other part may still be folding
         with no_collection():  # the part's rows: acyclic, and many
             sent = other.result()
         if not _whole(sent):
