@@ -107,6 +107,8 @@ def _second_part(
         return None
     if not core_to_spare():
         return None
+    import agentjournal.store.sqlite  # noqa: F401 (the store both open: imported once, here)
+
     return forked(lambda: asyncio.run(_part_of(where, now, keys, fresh=fresh)))
 
 
