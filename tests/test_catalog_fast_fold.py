@@ -593,3 +593,30 @@ def _child_of(uri: str) -> Callable[[], Any]:
             return None
 
     return fold
+
+
+@pytest.mark.parametrize("form", [[], ["--json"], ["--fresh"]])
+def test_the_sessions_command_prints_alike_with_a_child_or_without(
+    rich: tuple[str, str],
+    form: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The command as run: forked (a free core), then alone; the same lines, the same save."""
+    from agentjournal.cli import main
+
+    one_uri, two_uri = rich
+    merged = _merged(monkeypatch)
+    pubkey = ["--pubkey", KEY.public_pem()]
+    monkeypatch.setattr(_forked, "core_to_spare", lambda: True)
+    assert main(["sessions", "--uri", two_uri, *pubkey, *form]) == 0
+    two = capsys.readouterr()
+    monkeypatch.setattr(_forked, "core_to_spare", lambda: False)
+    assert main(["sessions", "--uri", one_uri, *pubkey, *form]) == 0
+    one = capsys.readouterr()
+    assert (two.out, two.err) == (one.out, one.err)
+    assert "tree" in one.out
+    assert len(merged) == 1
+    assert merged[0] is not None
+    if "--fresh" not in form:
+        assert asyncio.run(_saved(two_uri)) == asyncio.run(_saved(one_uri))
