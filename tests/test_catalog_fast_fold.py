@@ -30,6 +30,8 @@ from typing import Any
 import pytest
 from agents import Agent, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentjournal import Journal, _forked, tokens
 from agentjournal.cli import sessions as sessions_cli
@@ -620,3 +622,119 @@ def test_the_sessions_command_prints_alike_with_a_child_or_without(
     assert merged[0] is not None
     if "--fresh" not in form:
         assert asyncio.run(_saved(two_uri)) == asyncio.run(_saved(one_uri))
+
+
+def _changed(event: RecordedEvent, **changes: Any) -> RecordedEvent:
+    """``event`` with ``changes`` (a tampered store)."""
+    fields: dict[str, Any] = {
+        "id": event.id,
+        "type": event.type,
+        "data": event.data,
+        "metadata": dict(event.metadata),
+        "stream": event.stream,
+        "revision": event.revision,
+        "position": event.position,
+        "recorded_at": event.recorded_at,
+    }
+    fields.update(changes)
+    return RecordedEvent(**fields)
+
+
+_OPENING = fold_module._OPENS_STREAMS
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_two_parts_fold_a_damaged_global_order_as_one_fold_does(
+    pages: list[list[RecordedEvent]], data: st.DataObject
+) -> None:
+    """Events dropped (broken chains, subsessions and branches never opened), moved onto
+    other streams, and events that open streams made to open another's (a tree naming
+    another tree's streams: claims that collide): shared out any way, the two parts
+    merge to the one fold."""
+    order = [event for page in pages for event in page]
+    streams = sorted({event.stream for event in order})
+    indices = st.integers(0, len(order) - 1)
+    dropped = data.draw(st.sets(indices, max_size=len(order) // 4), label="dropped")
+    moves = data.draw(st.dictionaries(indices, st.sampled_from(streams), max_size=8), label="moved")
+    opening = [at for at, event in enumerate(order) if event.type in _OPENING]
+    renamed: dict[int, tuple[str, str]] = {}
+    for at in data.draw(st.lists(st.sampled_from(opening), max_size=6), label="renamed"):
+        named = [name for name in streams if name.encode() in order[at].data]
+        if named:
+            renamed[at] = (data.draw(st.sampled_from(named)), data.draw(st.sampled_from(streams)))
+    damaged = []
+    for at, event in enumerate(order):
+        if at in dropped:
+            continue
+        if at in renamed:
+            old, new = renamed[at]
+            event = _changed(event, data=event.data.replace(old.encode(), new.encode()))
+        if at in moves:
+            event = _changed(event, stream=moves[at])
+        damaged.append(event)
+    whole = Catalog()
+    whole.now = 1
+    counted = whole.fold_page(damaged, None)
+    names = sorted({*whole.sessions, "tree", "bob-own", "scored", "odd"})
+    first = data.draw(st.frozensets(st.sampled_from(names)), label="first part")
+    halves = [Catalog(part=_Chosen(i, 50, first)) for i in range(2)]
+    folded = 0
+    for half in halves:
+        half.now = 1
+        folded += half.fold_page(damaged, None)
+    halves[0].merge(halves[1])
+    assert halves[0].dump() == whole.dump()
+    assert halves[0].rows(TRUSTED) == whole.rows(TRUSTED)
+    assert halves[0].fresh == whole.fresh
+    assert folded == counted
+
+
+def _in_two_parts_as_in_one(order: list[RecordedEvent], names: list[str]) -> None:
+    """``order`` folded in two parts, every way of sharing ``names`` out (the first name
+    on the first part: the other ways are these mirrored), is the one fold."""
+    whole = Catalog()
+    whole.now = 1
+    counted = whole.fold_page(order, None)
+    for size in range(len(names)):
+        for first in itertools.combinations(names[1:], size):
+            halves = [Catalog(part=_Chosen(i, 50, frozenset({names[0], *first}))) for i in range(2)]
+            folded = 0
+            for half in halves:
+                half.now = 1
+                folded += half.fold_page(order, None)
+            halves[0].merge(halves[1])
+            assert halves[0].dump() == whole.dump(), first
+            assert halves[0].rows(TRUSTED) == whole.rows(TRUSTED)
+            assert folded == counted
+
+
+def test_a_tree_that_opens_another_trees_stream_keeps_it_in_two_parts_as_in_one(
+    pages: list[list[RecordedEvent]],
+) -> None:
+    """Each event that opens a stream (a subagent's, a branch's, a continuation's), made to
+    open each stream of the store instead, where it was or last: the first tree to name a
+    stream keeps it, and a part learns it of the other part's trees too."""
+    order = [event for page in pages for event in page]
+    streams = sorted({event.stream for event in order})
+    names = ["tree", "bob-own", "scored", "odd"]
+    tried = 0
+    for at, event in enumerate(order):
+        if event.type not in _OPENING:
+            continue
+        rest = [*order[:at], *order[at + 1 :]]
+        for old in [name for name in streams if name.encode() in event.data]:
+            for new in streams:
+                if new == old:
+                    continue
+                changed = _changed(event, data=event.data.replace(old.encode(), new.encode()))
+                _in_two_parts_as_in_one([*order[:at], changed, *order[at + 1 :]], names)
+                # Right after the stream's first event: its later events follow the claim.
+                first = next((i for i, e in enumerate(rest) if e.stream == new), None)
+                if first is not None:
+                    after = first + 1
+                    _in_two_parts_as_in_one([*rest[:after], changed, *rest[after:]], names)
+                tried += 1
+    assert tried > 50
