@@ -132,6 +132,8 @@ def _whole(sent: object) -> bool:
     return (
         isinstance(sent, tuple)
         and len(sent) == 3
+        and (sent[0] is None or type(sent[0]) is int)
+        and type(sent[1]) is int
         and isinstance(sent[2], Catalog)
         and sent[2].part == SECOND
     )
