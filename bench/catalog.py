@@ -14,7 +14,8 @@ stdout a pipe), the signing key trusted with ``--pubkey`` so every checkpoint's 
 is checked once:
 
   cold       the store never catalogued (a fresh copy of the cached file): read the
-             global order, fold, check, save, print
+             global order, fold, check, save, print (in two processes when a core is
+             free: ``read/catalog/parts.py``; the cpu column counts both)
   warm       the next call: load the saved catalog, find nothing new, print
 
 Beside them, the floors, in this process:
