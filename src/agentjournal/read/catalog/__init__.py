@@ -33,6 +33,7 @@ Typical use::
 - :mod:`.ledger` — the cheap ledger check: chain links, checkpoint heads, a row's status.
 - :mod:`.responses` — a ``ModelResponded``'s agent and tokens, read with the least work.
 - :mod:`.listing` — :func:`refresh`: load the saved fold, fold what is new, settle, save.
+- :mod:`.parts` — a first fold in two processes: half the trees each, merged at one end.
 - :mod:`.live` — the fold kept in memory by a long-lived reader (the viewer), with its
   content index: fold only what is new, save nothing.
 - :mod:`.query` — one page of rows: a query's filters, search, order and cut (pure).
