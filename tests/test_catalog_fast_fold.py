@@ -716,6 +716,7 @@ def _in_two_parts_as_in_one(order: list[RecordedEvent], names: list[str]) -> Non
             assert folded == counted
 
 
+@pytest.mark.slow
 def test_a_tree_that_opens_another_trees_stream_keeps_it_in_two_parts_as_in_one(
     pages: list[list[RecordedEvent]],
 ) -> None:
