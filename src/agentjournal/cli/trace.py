@@ -44,10 +44,6 @@ TICK_SECONDS: Final = 0.5
 """A follower that got nothing for this long is caught up: it checks for quiet runs."""
 
 
-_SORTED_JSON: Final = json.JSONEncoder(sort_keys=True).encode
-"""What ``json.dumps(value, sort_keys=True)`` prints: a ``--jsonl`` line."""
-
-
 class ExportFailed(JournalError):
     """Raised when the destination did not take the spans (nothing was saved after them)."""
 
@@ -487,7 +483,9 @@ class _Line(NamedTuple):
 
     @classmethod
     def of(cls, span: ProjectedSpan) -> _Line:
-        return cls(span.trace_id, _SORTED_JSON(span.as_json()) + "\n")
+        from agentjournal.read.traces.jsonl import span_line
+
+        return cls(span.trace_id, span_line(span))
 
 
 def _as_is(span: ProjectedSpan) -> ProjectedSpan:
@@ -574,7 +572,8 @@ async def _project(
     from agentjournal.read.traces import Projector
     from agentjournal.read.traces.evaluations import Evaluations
     from agentjournal.read.traces.parts import FINISHED
-    from agentjournal.records import DamagedEvent, Record
+    from agentjournal.read.traces.stored import StoredEvent
+    from agentjournal.records import DamagedEvent
 
     projector = Projector(part=part)
     spans: list[ProjectedSpan] = []
@@ -582,7 +581,7 @@ async def _project(
     evaluations = Evaluations()
     damaged: list[tuple[int, str, str]] = []
     end = 0
-    feed, of, skips, folds = projector.feed, Record.of, projector.skips, projector.folds
+    feed, of, skips, folds = projector.feed, StoredEvent.of, projector.skips, projector.folds
     with (
         progress("reading the store") if shown else contextlib.nullcontext(_no_progress) as advance
     ):
@@ -795,10 +794,11 @@ class _Follower:
             self._feed(projector, first[0])  # a BranchStarted ends no span
 
     def _feed(self, projector: Projector, event: RecordedEvent) -> list[ProjectedSpan]:
-        from agentjournal.records import DamagedEvent, Record
+        from agentjournal.read.traces.stored import StoredEvent
+        from agentjournal.records import DamagedEvent
 
         try:
-            return projector.feed(Record.of(event))
+            return projector.feed(StoredEvent.of(event))
         except DamagedEvent as bad:
             _skipped(bad.stream, str(bad), self._warned)
             return []
