@@ -336,7 +336,7 @@ class _JsonLines:
 
     def close(self) -> None:
         if not self._append:
-            write_atomically(self.where, "".join(self._lines))
+            write_atomically(self.where, self._lines)
 
 
 def _readable(spans: Sequence[ProjectedSpan]) -> list[ReadableSpan]:
