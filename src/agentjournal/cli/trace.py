@@ -626,11 +626,13 @@ async def _project(
                 reading.cancel()
                 with contextlib.suppress(asyncio.CancelledError, JournalError):
                     await reading
-    for key, finished in projector.finish_by_tree():
-        spans += finished
-        if part is not None:
-            places += [(FINISHED, 0, key)] * len(finished)
-    return places, list(map(output, evaluations.on(spans))), damaged, end
+    with no_collection():  # the spans left open, and every span's output: acyclic, and many
+        for key, finished in projector.finish_by_tree():
+            spans += finished
+            if part is not None:
+                places += [(FINISHED, 0, key)] * len(finished)
+        made = list(map(output, evaluations.on(spans)))
+    return places, made, damaged, end
 
 
 def _no_progress(done: int) -> None:
