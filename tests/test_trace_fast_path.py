@@ -6,6 +6,7 @@ and the same line for every span (random attribute values: non-ASCII, escapes, f
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import uuid
@@ -226,3 +227,12 @@ def test_a_span_whose_keys_json_cannot_sort_fails_as_json_fails() -> None:
         json.dumps(span.as_json(), sort_keys=True)
     with pytest.raises(TypeError):
         span_line(span)
+
+
+def test_a_span_is_made_with_every_field_and_stays_frozen() -> None:
+    span = ProjectedSpan("t", "s", None, "n", 1, 2, {"a": 1}, error="e")
+    assert list(vars(span)) == [field.name for field in dataclasses.fields(ProjectedSpan)]
+    assert span == dataclasses.replace(span)
+    assert (span.events, span.links, span.error) == ((), (), "e")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        span.name = "m"  # type: ignore[misc]
