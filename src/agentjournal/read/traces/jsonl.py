@@ -108,9 +108,13 @@ def _object(mapping: Mapping[str, Any]) -> str:
     """A flat object of attributes, its keys sorted."""
     if not mapping:
         return "{}"
-    return (
-        "{" + ", ".join([_key(key) + ": " + _value(mapping[key]) for key in sorted(mapping)]) + "}"
-    )
+    members = []
+    for key in sorted(mapping):
+        value = mapping[key]
+        kind = type(value)  # the two commonest kinds printed here, the others by _value
+        printed = _string(value) if kind is str else _int(value) if kind is int else _value(value)
+        members.append((_KEYS.get(key) or _key(key)) + ": " + printed)
+    return "{" + ", ".join(members) + "}"
 
 
 def _events(events: Sequence[SpanEvent]) -> str:
