@@ -571,7 +571,7 @@ async def _project(
     evaluation events of the eval scores of their turns, each as ``output`` makes it, the
     damaged events it left out, and the end of what it read. ``shown``: with a progress
     bar (on a terminal); ``until``: the events before that position only."""
-    from agentjournal._gc import no_collection
+    from agentjournal._gc import no_collection, settled
     from agentjournal.cli._render import progress
     from agentjournal.read.traces import Projector
     from agentjournal.read.traces.evaluations import Evaluations
@@ -587,7 +587,8 @@ async def _project(
     end = 0
     feed, of, skips, folds = projector.feed, StoredEvent.of, projector.skips, projector.folds
     with (
-        progress("reading the store") if shown else contextlib.nullcontext(_no_progress) as advance
+        progress("reading the store") if shown else contextlib.nullcontext(_no_progress) as advance,
+        settled() as settle,
     ):
         # The next page is read on the store's side while this one is projected.
         reading = asyncio.ensure_future(store.read_all(from_position=0, limit=PAGE))
@@ -618,6 +619,7 @@ async def _project(
                             spans += sent
                             if part is not None:
                                 places += [(0, event.position, "")] * len(sent)
+                    settle()  # kept to the end: no collection between pages scans it again
                 advance(len(page))
                 if not more:
                     break
