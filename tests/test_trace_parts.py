@@ -84,7 +84,7 @@ def test_two_processes_export_what_one_exports(
     warned = capsys.readouterr().err
     assert warned.startswith("agentjournal: skipped AgentSession-bad@")
     monkeypatch.setattr(_forked, "core_to_spare", lambda: True)
-    for output in (trace._as_is, trace._Line.of):  # the spans (OTLP, console), the lines
+    for output in (trace._as_is, trace._lines()):  # the spans (OTLP, console), the lines
         second = trace._second_part(mixed, output)
         assert second is not None
         try:
@@ -93,7 +93,7 @@ def test_two_processes_export_what_one_exports(
             second.close()
         assert split == [output(span) for span in alone]
         assert capsys.readouterr().err == warned
-    assert "".join(line.text for line in split) == _lines(alone)
+    assert "".join(text for _, text in split) == _lines(alone)
     text = _lines(alone)
     assert "gen_ai.evaluation.result" in text
     assert "secret-reason-77" not in text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 @contextlib.contextmanager
@@ -25,3 +25,19 @@ def no_collection() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+@contextlib.contextmanager
+def settled() -> Iterator[Callable[[], None]]:
+    """A block that keeps what it makes until its end (an export folding a store page by
+    page), given ``settle``: called where what was made so far stays, it moves every object
+    the collector tracks out of its reach (``gc.freeze``), so the collections between the
+    pages never scan those objects again (they were most of an export's collections). On
+    leaving, they come back, to the oldest generation (``gc.unfreeze``); a cycle dropped in
+    between waits until then. For a command's one pass, not for a library call: the freeze
+    is of the whole process.
+    """
+    try:
+        yield gc.freeze
+    finally:
+        gc.unfreeze()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -91,12 +91,16 @@ def writable_folder(path: str) -> None:
         raise InvalidInput(f"cannot write {path}: folder {folder} does not exist; create it first")
 
 
-def write_atomically(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` so that nothing half-written ever has the real name."""
+def write_atomically(path: str, text: str | Iterable[str]) -> None:
+    """Write ``text`` (or its pieces, one after the other: no copy of them joined) to
+    ``path`` so that nothing half-written ever has the real name."""
     partial = f"{path}.partial"
     try:
         with open(partial, "w", encoding="utf-8") as handle:
-            handle.write(text)
+            if isinstance(text, str):
+                handle.write(text)
+            else:
+                handle.writelines(text)
         os.replace(partial, path)
     except BaseException:
         if os.path.exists(partial):

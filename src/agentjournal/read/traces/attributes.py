@@ -15,7 +15,7 @@ from agentjournal import events
 from agentjournal.read.traces.ids import SPAN_ID, recorded
 from agentjournal.read.traces.spans import Attribute, SpanLink
 from agentjournal.read.traces.state import Call, Run, Subagent, Tree, Wait
-from agentjournal.records import Record
+from agentjournal.read.traces.stored import Event
 from agentjournal.tokens import ModelResponse
 
 
@@ -56,7 +56,7 @@ def run_attributes(tree: Tree, run: Run) -> tuple[dict[str, Attribute], tuple[Sp
 
 
 def chat_attributes(
-    response: ModelResponse, session_id: str, record: Record
+    response: ModelResponse, session_id: str, record: Event
 ) -> dict[str, Attribute]:
     """A ``chat`` span's attributes, from the model response ``record`` recorded."""
     attributes: dict[str, Attribute] = {
@@ -155,7 +155,7 @@ def agent_attributes(
     return attributes
 
 
-def guardrail_attributes(record: Record, body: Mapping[str, Any]) -> dict[str, Attribute]:
+def guardrail_attributes(record: Event, body: Mapping[str, Any]) -> dict[str, Attribute]:
     """The ``agentjournal.guardrail`` span event's attributes, from a ``GuardrailDecided``."""
     attributes: dict[str, Attribute] = {}
     for key in (
@@ -184,7 +184,7 @@ def guardrail_attributes(record: Record, body: Mapping[str, Any]) -> dict[str, A
     return attributes
 
 
-def refusal_attributes(record: Record, body: Mapping[str, Any]) -> dict[str, Attribute]:
+def refusal_attributes(record: Event, body: Mapping[str, Any]) -> dict[str, Attribute]:
     """The ``agentjournal.authority_refused`` span event's attributes, from an
     ``AuthorityRefused``."""
     attributes: dict[str, Attribute] = {}

@@ -9,7 +9,7 @@ from typing import Any, Final
 from agentjournal import events
 from agentjournal._calls import CALL_KINDS, call_of
 from agentjournal._fastjson import loads
-from agentjournal.records import Record
+from agentjournal.read.traces.stored import Event
 
 _USER_MESSAGE: Final = "UserMessageReceived"
 INPUT: Final = frozenset({events.SESSION_STARTED, _USER_MESSAGE})
@@ -33,7 +33,7 @@ LINE_EVENTS: Final = frozenset(
 ``LineGuarded`` is written beside a reset or a clear, outside any run)."""
 
 
-def author(record: Record) -> str | None:
+def author(record: Event) -> str | None:
     """The agent an event speaks for, when it says."""
     body = record.body or {}
     if record.type == events.SUBAGENT_STARTED:
@@ -46,12 +46,7 @@ def author(record: Record) -> str | None:
     return None
 
 
-def data_of(record: Record) -> bytes:
-    """The event's data as bytes, for a decoder."""
-    return (record.data or "").encode()
-
-
-def calls(record: Record, body: Mapping[str, Any]) -> list[tuple[str, str, str, Any]]:
+def calls(record: Event, body: Mapping[str, Any]) -> list[tuple[str, str, str, Any]]:
     """The locally executed calls an item event holds: (kind, call id, name, arguments)."""
     item: Any = None
     if record.type == OTHER_ITEM:

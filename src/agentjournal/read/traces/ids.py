@@ -20,7 +20,7 @@ from typing import Final
 from agentjournal import events
 from agentjournal.read.traces.event_fields import author
 from agentjournal.read.traces.state import Run, Subagent, Tree
-from agentjournal.records import Record
+from agentjournal.read.traces.stored import Event
 
 TRACE_ID: Final = re.compile(r"[0-9a-f]{32}")
 SPAN_ID: Final = re.compile(r"[0-9a-f]{16}")
@@ -64,7 +64,7 @@ def recorded(metadata: Mapping[str, str], key: str, pattern: re.Pattern[str]) ->
     return value
 
 
-def root_id(record: Record, first_event: str) -> str:
+def root_id(record: Event, first_event: str) -> str:
     """A run span's id: the span id ``record`` recorded beside a trace id, else one derived
     from the run's first event."""
     if recorded(record.metadata, events.TRACE_ID_KEY, TRACE_ID) is not None:
@@ -74,7 +74,7 @@ def root_id(record: Record, first_event: str) -> str:
     return derived("run", first_event, 16)
 
 
-def notice_own(tree: Tree, record: Record) -> None:
+def notice_own(tree: Tree, record: Event) -> None:
     """Remember the span id recorded on a subagent's own first event (not its twin, not
     the sender's handoff output, not a guardrail call's span, not a closing)."""
     sub = tree.subagents.get(record.stream)

@@ -15,9 +15,8 @@ from typing import Any, Final
 
 from agentjournal import events
 from agentjournal.errors import CodecError
-from agentjournal.read.traces.event_fields import data_of
 from agentjournal.read.traces.state import BRANCH_PREFIX, Tree, top_of, tree_from_json
-from agentjournal.records import Record
+from agentjournal.read.traces.stored import Event, data_of
 from agentjournal.streams import session_of
 
 _SUBSESSION_PREFIX: Final = "AgentSubsession-"
@@ -109,7 +108,7 @@ class Lines:
         tree = self._trees.get(key)
         return key if tree is None else tree.session_id
 
-    def tree_of(self, record: Record) -> Tree | None:
+    def tree_of(self, record: Event) -> Tree | None:
         """The tree of ``record``'s line (made on its first event), or None: not followed."""
         key = self._streams.get(record.stream)
         if key is None and self._unknown_branch(record.stream) is not None:
@@ -128,7 +127,7 @@ class Lines:
         """``stream`` (a subsession or a continuation) is on the line of ``opener``."""
         self._streams[stream] = self._streams[opener]
 
-    def line_event(self, tree: Tree, record: Record) -> None:
+    def line_event(self, tree: Tree, record: Event) -> None:
         """A fork's marker makes its branch's tree; the branch's first event names its
         continuations, which join the branch's line."""
         try:
@@ -147,7 +146,7 @@ class Lines:
         except (CodecError, RecursionError):
             return  # not what agentjournal writes: the verifier reports it
 
-    def _forked(self, tree: Tree, record: Record, forked: events.BranchForked) -> None:
+    def _forked(self, tree: Tree, record: Event, forked: events.BranchForked) -> None:
         """A branch left this line: its own tree, and the link its run spans carry."""
         stream = forked.branch_stream
         own = f"{BRANCH_PREFIX}{tree.session_id}@"
@@ -180,7 +179,7 @@ class Lines:
             },
         )
 
-    def _learnt(self, record: Record) -> str | None:
+    def _learnt(self, record: Event) -> str | None:
         """The tree of a branch forked before a pre-lines save (:meth:`learns`): from its
         ``BranchStarted`` (the twin of its ``BranchForked``: the same fields), else from
         its stream's name (its key: the branch's name unless the name needed hashing;

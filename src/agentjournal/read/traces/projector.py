@@ -37,7 +37,6 @@ from agentjournal.read.traces.event_fields import (
     TOOL_RESULT,
     author,
     calls,
-    data_of,
 )
 from agentjournal.read.traces.ids import (
     TRACE_ID,
@@ -64,7 +63,8 @@ from agentjournal.read.traces.state import (
     span_events,
     top_of,
 )
-from agentjournal.records import Record, TreeRecords
+from agentjournal.read.traces.stored import Event, data_of
+from agentjournal.records import TreeRecords
 from agentjournal.tokens import ModelResponse
 
 _LINE_CHANGES: Final = LINE_EVENTS | {events.SUBAGENT_STARTED}
@@ -169,7 +169,7 @@ class Projector:
 
     # -- the fold -------------------------------------------------------------------
 
-    def feed(self, record: Record) -> list[ProjectedSpan]:
+    def feed(self, record: Event) -> list[ProjectedSpan]:
         """Fold one event (in commit order); return the spans it ended."""
         tree = self._lines.tree_of(record)
         if tree is None:
@@ -226,7 +226,7 @@ class Projector:
             self._call_or_output(tree, run, record, when, sent)
         return self._shown(tree, sent)
 
-    def _lines_only(self, tree: Tree, record: Record) -> None:
+    def _lines_only(self, tree: Tree, record: Event) -> None:
         """What an event of another part's tree does to the lines (which tree each stream
         is on), as :meth:`feed` would do it, and nothing else: every part knows every
         stream's tree, so each part's trees fold as they do in one projector."""
@@ -283,7 +283,7 @@ class Projector:
 
     # -- which run --------------------------------------------------------------
 
-    def _run_for(self, tree: Tree, record: Record, sent: list[ProjectedSpan]) -> Run:
+    def _run_for(self, tree: Tree, record: Event, sent: list[ProjectedSpan]) -> Run:
         """The run an event belongs to; a new trace id (or, without trace ids, a new user
         input after other events) starts the next run, and ends the one before."""
         trace = recorded(record.metadata, events.TRACE_ID_KEY, TRACE_ID)
@@ -337,7 +337,7 @@ class Projector:
 
     # -- continuations --------------------------------------------------------------------
 
-    def _continued(self, tree: Tree, record: Record) -> None:
+    def _continued(self, tree: Tree, record: Event) -> None:
         """A subagent open at the fork goes on in this continuation: open on the branch, its
         span belongs to the first branch run that speaks in it (:meth:`_adopt`)."""
         if record.revision != 0:
@@ -389,7 +389,7 @@ class Projector:
     # -- what each event does -------------------------------------------------------
 
     def _opened(
-        self, tree: Tree, run: Run, record: Record, body: Mapping[str, Any], when: int
+        self, tree: Tree, run: Run, record: Event, body: Mapping[str, Any], when: int
     ) -> None:
         child = record.opens
         assert child is not None
@@ -426,7 +426,7 @@ class Projector:
                 run.error = f"subagent {sub.agent} ended with {error}"
         return [self._subagent_span(tree, sub, when, outcome=outcome, error=error)]
 
-    def _line_closed(self, tree: Tree, record: Record) -> list[ProjectedSpan]:
+    def _line_closed(self, tree: Tree, record: Event) -> list[ProjectedSpan]:
         """A close a line's end wrote (``aj.line_end``): the subagent's span ends then, as
         cancelled; a continuation no run of its branch touched has no span."""
         body = record.body or {}
@@ -446,7 +446,7 @@ class Projector:
             )
         ]
 
-    def _responded(self, tree: Tree, run: Run, record: Record, when: int) -> list[ProjectedSpan]:
+    def _responded(self, tree: Tree, run: Run, record: Event, when: int) -> list[ProjectedSpan]:
         try:
             response = ModelResponse.decode(data_of(record))
         except (ValueError, TypeError):
@@ -471,7 +471,7 @@ class Projector:
         ]
 
     def _decided(
-        self, tree: Tree, run: Run, record: Record, body: Mapping[str, Any], when: int
+        self, tree: Tree, run: Run, record: Event, body: Mapping[str, Any], when: int
     ) -> None:
         attributes = guardrail_attributes(record, body)
         self._event_list(tree, run, record.stream).append(
@@ -485,7 +485,7 @@ class Projector:
             run.error = f"guardrail {body.get('decision')} on {body.get('subject')} stopped the run"
 
     def _refused(
-        self, tree: Tree, run: Run, record: Record, body: Mapping[str, Any], when: int
+        self, tree: Tree, run: Run, record: Event, body: Mapping[str, Any], when: int
     ) -> None:
         attributes = refusal_attributes(record, body)
         self._event_list(tree, run, record.stream).append(
@@ -497,7 +497,7 @@ class Projector:
         if body.get("enforcement") == "run_stopped" and run.error is None:
             run.error = f"authority refused {body.get('subject')} and stopped the run"
 
-    def _asked(self, tree: Tree, run: Run, record: Record, when: int) -> None:
+    def _asked(self, tree: Tree, run: Run, record: Event, when: int) -> None:
         """A call waits for a person: its wait opens under the span of the agent that
         asked, in the paused run's trace."""
         try:
@@ -516,7 +516,7 @@ class Projector:
             start_ns=when,
         )
 
-    def _answered(self, tree: Tree, record: Record) -> list[ProjectedSpan]:
+    def _answered(self, tree: Tree, record: Event) -> list[ProjectedSpan]:
         """A person answered: the wait of the question the answer names ends now."""
         try:
             decided = events.ApprovalDecided.decode(data_of(record))
@@ -532,7 +532,7 @@ class Projector:
         self,
         tree: Tree,
         run: Run,
-        record: Record,
+        record: Event,
         when: int,
         sent: list[ProjectedSpan],
     ) -> None:

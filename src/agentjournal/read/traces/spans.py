@@ -44,7 +44,7 @@ class SpanLink:
     attributes: Mapping[str, Attribute]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ProjectedSpan:
     """One span, ready for an exporter.
 
@@ -72,6 +72,34 @@ class ProjectedSpan:
     events: Sequence[SpanEvent] = ()
     error: str | None = None
     links: Sequence[SpanLink] = ()
+
+    def __init__(
+        self,
+        trace_id: str,
+        span_id: str,
+        parent_id: str | None,
+        name: str,
+        start_ns: int,
+        end_ns: int,
+        attributes: Mapping[str, Attribute],
+        events: Sequence[SpanEvent] = (),
+        error: str | None = None,
+        links: Sequence[SpanLink] = (),
+    ) -> None:
+        # The frozen dataclass's own __init__, its fields set at once (it sets each by a
+        # call to object.__setattr__): an export of every tree makes one per span.
+        self.__dict__.update(
+            trace_id=trace_id,
+            span_id=span_id,
+            parent_id=parent_id,
+            name=name,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            attributes=attributes,
+            events=events,
+            error=error,
+            links=links,
+        )
 
     def as_json(self) -> dict[str, Any]:
         """The span as a JSON object (the ``--jsonl`` line)."""
