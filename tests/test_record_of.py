@@ -86,6 +86,8 @@ def test_a_record_of_an_event_has_its_id_as_text() -> None:
         (_stored(b"\xff{}"), "the data is not UTF-8 text (byte 0)"),
         (_stored(b"{}", metadata=b'{"k":1}'), "the metadata does not map strings to strings"),
         (_stored(b"{}", metadata=b"[1"), "the metadata is not a UTF-8 JSON object"),
+        (_stored(b"{}", metadata=b'"ab"'), "the metadata is not a UTF-8 JSON object"),
+        (_stored(b"{}", metadata=b'["ab"]'), "the metadata is not a UTF-8 JSON object"),
     ],
 )
 def test_a_damaged_event_is_still_refused(event: RecordedEvent, message: str) -> None:

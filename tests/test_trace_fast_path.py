@@ -106,8 +106,7 @@ def _data_bytes() -> st.SearchStrategy[bytes]:
 def test_a_random_or_damaged_stored_event_reads_as_its_record(
     raw_id: bytes, kind: str, data: bytes, metadata: bytes
 ) -> None:
-    """Alike for every event: read, damaged, or failing (metadata that is a JSON string
-    fails ``Record.of`` with an AttributeError; a StoredEvent fails the same way)."""
+    """Alike for every event: read or damaged."""
     event = RecordedEvent.from_raw(
         stream="AgentSession-s",
         position=7,

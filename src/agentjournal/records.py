@@ -61,6 +61,38 @@ class DamagedEvent(JournalError):
         self.stream, self.revision, self.message = stream, revision, message
 
 
+def stored_columns(event: RecordedEvent) -> tuple[str, dict[str, str], str]:
+    """A stored event's id as text, its metadata as a dict of its own, and its data as text,
+    checked as every record is.
+
+    Raises:
+        DamagedEvent: It cannot be read as any event agentjournal writes can.
+    """
+    where = (event.stream, event.revision)
+    try:
+        event_id = event.id_text
+    except (ValueError, TypeError):
+        raise DamagedEvent(*where, "the event id is not 16 bytes") from None
+    try:
+        stored = event.metadata
+        # A proxy's own copy is a dict's copy (dict() of a proxy goes key by key).
+        metadata: Any = stored.copy() if type(stored) is MappingProxyType else dict(stored)
+    except (ValueError, TypeError, RecursionError):
+        raise DamagedEvent(*where, "the metadata is not a UTF-8 JSON object") from None
+    if not (
+        all(map(isinstance, metadata, repeat(str)))
+        and all(map(isinstance, metadata.values(), repeat(str)))
+    ):
+        raise DamagedEvent(*where, "the metadata does not map strings to strings")
+    if not isinstance(event.type, str) or not isinstance(event.data, bytes):
+        raise DamagedEvent(*where, "the event type or data has the wrong column type")
+    try:
+        text = event.data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DamagedEvent(*where, f"the data is not UTF-8 text (byte {error.start})") from None
+    return event_id, metadata, text
+
+
 @dataclass(frozen=True)
 class Record:
     """One event of a session tree, as read from a store or from a bundle.
@@ -149,28 +181,7 @@ class Record:
         Raises:
             DamagedEvent: It cannot be read as any event agentjournal writes can.
         """
-        where = (event.stream, event.revision)
-        try:
-            event_id = event.id_text
-        except (ValueError, TypeError):
-            raise DamagedEvent(*where, "the event id is not 16 bytes") from None
-        try:
-            stored = event.metadata
-            # A proxy's own copy is a dict's copy (dict() of a proxy goes key by key).
-            metadata: Any = stored.copy() if type(stored) is MappingProxyType else dict(stored)
-        except (ValueError, TypeError, RecursionError):
-            raise DamagedEvent(*where, "the metadata is not a UTF-8 JSON object") from None
-        if not (
-            all(map(isinstance, metadata, repeat(str)))
-            and all(map(isinstance, metadata.values(), repeat(str)))
-        ):
-            raise DamagedEvent(*where, "the metadata does not map strings to strings")
-        if not isinstance(event.type, str) or not isinstance(event.data, bytes):
-            raise DamagedEvent(*where, "the event type or data has the wrong column type")
-        try:
-            text = event.data.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise DamagedEvent(*where, f"the data is not UTF-8 text (byte {error.start})") from None
+        event_id, metadata, text = stored_columns(event)
         fields = (
             event.stream,
             event.revision,

@@ -211,7 +211,10 @@ class RecordedEvent:
     @property
     def metadata(self) -> Mapping[str, str]:
         if self._metadata is None:
-            self._metadata = MappingProxyType(loads_utf8(self._raw_metadata))
+            parsed = loads_utf8(self._raw_metadata)
+            if type(parsed) is not dict:  # a proxy would take a string for a mapping
+                raise TypeError("the stored metadata is not a JSON object")
+            self._metadata = MappingProxyType(parsed)
         return self._metadata
 
     @property

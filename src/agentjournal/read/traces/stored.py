@@ -12,11 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from itertools import repeat
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from agentjournal.records import DamagedEvent, Record
+from agentjournal.records import Record, stored_columns
 
 if TYPE_CHECKING:
     from agentjournal.store.contract import RecordedEvent
@@ -95,35 +93,14 @@ class StoredEvent:
             DamagedEvent: It cannot be read as any event agentjournal writes can (the error
                 ``Record.of`` raises for it).
         """
-        where = (event.stream, event.revision)
-        try:
-            event_id = event.id_text
-        except (ValueError, TypeError):
-            raise DamagedEvent(*where, "the event id is not 16 bytes") from None
-        try:
-            stored = event.metadata
-            metadata: Any = stored.copy() if type(stored) is MappingProxyType else dict(stored)
-        except (ValueError, TypeError, RecursionError):
-            raise DamagedEvent(*where, "the metadata is not a UTF-8 JSON object") from None
-        if not (
-            all(map(isinstance, metadata, repeat(str)))
-            and all(map(isinstance, metadata.values(), repeat(str)))
-        ):
-            raise DamagedEvent(*where, "the metadata does not map strings to strings")
-        kind, raw = event.type, event.data
-        if not isinstance(kind, str) or not isinstance(raw, bytes):
-            raise DamagedEvent(*where, "the event type or data has the wrong column type")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise DamagedEvent(*where, f"the data is not UTF-8 text (byte {error.start})") from None
+        event_id, metadata, text = stored_columns(event)
         made = _new(cls)
         made.stream = event.stream
         made.revision = event.revision
         made.id = event_id
-        made.type = kind
+        made.type = event.type
         made.data = text
-        made.raw = raw
+        made.raw = event.data
         made.metadata = metadata
         made.position = event.position
         made.recorded_at = event.recorded_at
