@@ -5,7 +5,7 @@ printed as ``json``'s encoder prints it: a string by the very function the encod
 (``encode_basestring_ascii``), an integer and a finite float by their ``repr`` (what the
 encoder calls), a bool as ``true``/``false``, None as ``null``; an object's keys sorted.
 A value of any other type (a NaN, a subclass, a key that is no string) takes the exact
-path, ``json`` itself: ``tests/test_trace_jsonl.py`` holds the two equal on random spans.
+path, ``json`` itself: ``tests/test_trace_fast_path.py`` holds the two equal on random spans.
 """
 
 from __future__ import annotations
