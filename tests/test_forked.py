@@ -62,3 +62,21 @@ def test_a_child_that_hangs_reads_as_no_result_and_is_killed(
 def test_the_wait_grows_with_the_work_done_before_asking() -> None:
     assert _forked.patience(0.0) == _forked.PATIENCE
     assert _forked.patience(100.0) == 300.0
+
+
+def test_the_threads_ready_to_run_now_count_this_one() -> None:
+    """The kernel's count of runnable threads, read as the test runs: this thread is one."""
+    count = _forked.runnable()
+    assert count >= 1
+    assert count == int(count)
+
+
+def test_without_the_kernels_count_the_load_average_stands_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def unreadable(*args: object, **kwargs: object) -> None:
+        raise OSError("no /proc here")
+
+    monkeypatch.setattr(_forked, "open", unreadable, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.25, 0.0, 0.0))
+    assert _forked.runnable() == 1.25

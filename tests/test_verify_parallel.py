@@ -224,14 +224,12 @@ def test_by_default_a_fork_needs_a_large_tree_and_a_free_core(
 ) -> None:
     """Two processes on a busy machine share one core: forking would only add its cost."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 0.0, 0.0))
+    monkeypatch.setattr(_forked, "runnable", lambda: 1.0)  # this process alone
     assert _parallel.forking_pays(_parallel.MIN_EVENTS)
     assert not _parallel.forking_pays(_parallel.MIN_EVENTS - 1)
-    monkeypatch.setattr(os, "getloadavg", lambda: (1.2, 0.0, 0.0))  # this process, busy
-    assert _parallel.forking_pays(10**6)
-    monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 0.0, 0.0))  # and another half
+    monkeypatch.setattr(_forked, "runnable", lambda: 2.0)  # and another
     assert not _parallel.forking_pays(10**6)
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(_forked, "runnable", lambda: 1.0)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
     assert not _parallel.forking_pays(10**6)
     monkeypatch.setattr(_forked, "forking_safe", lambda: False)

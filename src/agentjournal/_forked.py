@@ -26,9 +26,8 @@ from typing import Any, Final
 
 def core_to_spare() -> bool:
     """Whether a second process would run beside this one: this process may run on two
-    cores, the load of the last minute (this process's own included) leaves more than half
-    a core idle, and forking is safe. On a busy machine two processes share one core and
-    only add the cost of forking."""
+    cores, more than half a core of them is idle now (:func:`idle_cores`), and forking is
+    safe. On a busy machine two processes share one core and only add the cost of forking."""
     return idle_cores() > 0.5 and forking_safe()
 
 
@@ -41,9 +40,22 @@ def forking_safe() -> bool:
 
 
 def idle_cores() -> float:
-    """How many of the cores this process may run on the last minute's load left idle."""
+    """How many of the cores this process may run on are idle now: those cores, less the
+    threads ready to run at this moment, this one included (:func:`runnable`)."""
     cores = len(os.sched_getaffinity(0))
-    return cores - os.getloadavg()[0] if cores >= 2 else 0.0
+    return cores - runnable() if cores >= 2 else 0.0
+
+
+def runnable() -> float:
+    """The threads ready to run now, this one included: the kernel's count in
+    ``/proc/loadavg``; where that cannot be read, the last minute's load average. That
+    average trails the load: a command run just after another still counts it for a
+    minute (which kept a cold listing or export from forking right after a busy one)."""
+    try:
+        with open("/proc/loadavg", "rb") as handle:
+            return float(handle.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return os.getloadavg()[0]
 
 
 class Child:
