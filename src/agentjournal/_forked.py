@@ -47,13 +47,20 @@ def idle_cores() -> float:
 
 
 def runnable() -> float:
-    """The threads ready to run now, this one included: the kernel's count in
-    ``/proc/loadavg``; where that cannot be read, the last minute's load average. That
-    average trails the load: a command run just after another still counts it for a
-    minute (which kept a cold listing or export from forking right after a busy one)."""
+    """The threads ready to run now, this one included: the least of three looks a
+    millisecond apart at the kernel's count in ``/proc/loadavg`` (one look may catch a
+    thread that runs for an instant, such as the kernel writing back a file just copied);
+    where that cannot be read, the last minute's load average. That average trails the
+    load: a command run just after another still counts it for a minute (which kept a
+    cold listing or export from forking right after a busy one)."""
     try:
-        with open("/proc/loadavg", "rb") as handle:
-            return float(handle.read().split()[3].split(b"/")[0])
+        counts = []
+        for look in range(3):
+            if look:
+                time.sleep(0.001)
+            with open("/proc/loadavg", "rb") as handle:
+                counts.append(float(handle.read().split()[3].split(b"/")[0]))
+        return min(counts)
     except (OSError, ValueError, IndexError):
         return os.getloadavg()[0]
 
