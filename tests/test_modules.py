@@ -28,3 +28,12 @@ def test_a_file_that_raises_is_reported_in_one_line_and_leaves_no_module(tmp_pat
         "--tools broken.py: importing broken.py failed: RuntimeError: no\\ntools here"
     )
     assert set(sys.modules) == before
+
+
+def test_a_file_that_exits_leaves_no_module_and_the_exit_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "exits.py"
+    path.write_text("x = 1\nraise SystemExit(3)\ny = 2\n")
+    before = set(sys.modules)
+    with pytest.raises(SystemExit):
+        load_file(path.resolve(), "test_modules", "--tools exits.py")
+    assert set(sys.modules) == before

@@ -6,7 +6,9 @@ continuations, eval scores (a sealed reason too) and a damaged event."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 from typing import Any
 
 import pytest
@@ -171,3 +173,47 @@ def test_a_part_read_before_a_writer_appended_is_folded_again_to_where_this_one_
         "late-3",
         "late-4",
     }
+
+
+@pytest.mark.parametrize(
+    ("stored", "why"),
+    [
+        (b'"abc"', "the metadata is not a UTF-8 JSON object"),
+        (b"[1, 2]", "the metadata is not a UTF-8 JSON object"),
+        (b'{"aj.seq": "\xff"}', "the metadata is not a UTF-8 JSON object"),
+    ],
+)
+def test_an_event_whose_metadata_is_no_json_object_is_skipped_in_one_part_or_two(
+    mixed: str,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    stored: bytes,
+    why: str,
+) -> None:
+    """On a session's top stream, where every part looks for turn marks first."""
+    path = tmp_path / "damaged.db"
+    with (
+        contextlib.closing(sqlite3.connect(mixed.removeprefix("sqlite:///"))) as source,
+        contextlib.closing(sqlite3.connect(path)) as copy,
+    ):
+        source.backup(copy)
+        copy.execute(
+            "UPDATE events SET metadata = ? WHERE revision = 1 AND stream_id = "
+            "(SELECT id FROM streams WHERE name = 'AgentSession-s1')",
+            (stored,),
+        )
+        copy.commit()
+    uri = f"sqlite:///{path}"
+    alone = _one_process(uri)
+    warned = capsys.readouterr().err
+    assert f"agentjournal: skipped AgentSession-s1@1: {why}" in warned
+    assert alone
+    monkeypatch.setattr(_forked, "core_to_spare", lambda: True)
+    second = trace._second_part(uri, trace._as_is)
+    assert second is not None
+    try:
+        assert asyncio.run(_every_tree(uri, second)) == alone
+    finally:
+        second.close()
+    assert capsys.readouterr().err == warned

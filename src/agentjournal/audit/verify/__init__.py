@@ -149,7 +149,7 @@ def verify_bundle(
         workers: How many processes check the chains: 1, this one; 2, this one and a
             forked child on the second core, wherever forking is safe (Linux, no other
             thread running); None (the default), 2 for a tree of 4,000 events or more when
-            a core is free (the last minute's load leaves one idle), else 1. The report is
+            a core is free (:func:`~agentjournal._forked.core_to_spare`), else 1. The report is
             the same.
 
     An eval run's bundle (``agentjournal-eval-bundle``) is verified as

@@ -20,13 +20,13 @@ its view.
 
 Only where forking is safe and pays: on Linux (fork without exec is what
 ``multiprocessing`` avoids on macOS), with no other thread running (a lock another
-thread holds stays held in the child), with a core to spare (the last minute's load
-average below the cores this process may use, less half a core), for a tree of at least
-:data:`MIN_EVENTS` events (forking, and the pages both processes then copy, cost about
-15 ms for a tree of 8,000 events). Whatever goes wrong in the child (it dies, is
-killed, sends nothing) costs only time: this process then checks its views and runs the
-checks after integrity itself. Nothing here imports ``multiprocessing`` (its import is
-heavier than the verifier's).
+thread holds stays held in the child), with a core to spare (the threads ready to run
+now below the cores this process may use, less half a core: ``_forked.core_to_spare``),
+for a tree of at least :data:`MIN_EVENTS` events (forking, and the pages both
+processes then copy, cost about 15 ms for a tree of 8,000 events). Whatever goes wrong
+in the child (it dies, is killed, sends nothing) costs only time: this process then
+checks its views and runs the checks after integrity itself. Nothing here imports
+``multiprocessing`` (its import is heavier than the verifier's).
 """
 
 from __future__ import annotations
@@ -130,10 +130,9 @@ def check_integrity(
 
 def forking_pays(events: int) -> bool:
     """Whether a tree of ``events`` events is checked in two processes unless the caller
-    says: it is large enough (:data:`MIN_EVENTS`), a second core is free (this process
-    may run on two, and the load of the last minute, this process's own included, leaves
-    more than half a core idle: on a busy machine two processes share one core and only
-    add the cost of forking), and forking is safe (:func:`~agentjournal._forked.forking_safe`)."""
+    says: it is large enough (:data:`MIN_EVENTS`), a second core is free and forking is
+    safe (:func:`~agentjournal._forked.core_to_spare`: on a busy machine two processes share
+    one core and only add the cost of forking)."""
     return events >= MIN_EVENTS and _forked.core_to_spare()
 
 

@@ -99,8 +99,13 @@ class Evaluations:
         if stream.startswith(RUN_PREFIX):
             opened = open_event(event, self._unkeyed, shown=True)
             self._runs.setdefault(stream[len(RUN_PREFIX) :], []).append(opened)
-        elif stream.startswith(_TOP_PREFIXES) and events.TURN_KEY in event.metadata:
-            turn_marks((event,), self.marks)
+        elif stream.startswith(_TOP_PREFIXES):
+            try:
+                marked = events.TURN_KEY in event.metadata
+            except (TypeError, ValueError):  # damaged: reported where it is projected
+                return
+            if marked:
+                turn_marks((event,), self.marks)
 
     def on(self, spans: Sequence[ProjectedSpan]) -> list[ProjectedSpan]:
         """``spans`` with the evaluation events of every run seen (see

@@ -113,7 +113,9 @@ def _object(mapping: Mapping[str, Any]) -> str:
         value = mapping[key]
         kind = type(value)  # the two commonest kinds printed here, the others by _value
         printed = _string(value) if kind is str else _int(value) if kind is int else _value(value)
-        members.append((_KEYS.get(key) or _key(key)) + ": " + printed)
+        members.append(
+            ((_KEYS.get(key) if type(key) is str else None) or _key(key)) + ": " + printed
+        )
     return "{" + ", ".join(members) + "}"
 
 
