@@ -551,8 +551,8 @@ def test_no_child_is_forked_for_a_store_it_cannot_open_apart(
     assert sessions_cli._second_part(uri, NOW, TRUSTED, fresh=False) is None
 
 
-def _damage(uri: str, where: str) -> None:
-    """Make the metadata of one event of ``where``'s session stream unreadable JSON."""
+def _damage(uri: str, where: str, metadata: bytes) -> None:
+    """Make the metadata of the first event of ``where``'s session stream ``metadata``."""
     import sqlite3
 
     from agentjournal.store import sqlite_path
@@ -560,10 +560,10 @@ def _damage(uri: str, where: str) -> None:
     db = sqlite3.connect(sqlite_path(uri))
     try:
         db.execute(
-            "UPDATE events SET metadata = CAST('{not json' AS BLOB) WHERE position = ("
+            "UPDATE events SET metadata = ? WHERE position = ("
             "SELECT min(e.position) FROM events e JOIN streams s ON s.id = e.stream_id "
             "WHERE s.name = ?)",
-            (session_stream(where),),
+            (metadata, session_stream(where)),
         )
         db.commit()
     finally:
@@ -577,19 +577,25 @@ def _outcome(uri: str, other: parts.OtherPart | None) -> Any:
         return type(error), str(error)
 
 
+@pytest.mark.parametrize("metadata", [b"{not json", b'"a string"', b"[1]", b'{"k": "\xff"}'])
 @pytest.mark.parametrize("where", ["tree", "bob-own", "odd"])
-def test_a_store_one_fold_stops_on_stops_the_fold_in_parts_alike(
-    rich: tuple[str, str], where: str
+def test_an_event_whose_metadata_is_no_json_object_fails_its_session_in_parts_alike(
+    rich: tuple[str, str], where: str, metadata: bytes
 ) -> None:
-    """Damage one fold cannot get past: the parts (this process's, or the child's, folded
-    here again) stop on it too, and one fold of every event says what it said."""
+    """The session is listed, its integrity failed at that event, in one fold and in two
+    parts (this process's, or the child's); the other sessions as they were."""
     one_uri, two_uri = rich
     for uri in rich:
-        _damage(uri, where)
+        _damage(uri, where, metadata)
     one = _outcome(one_uri, None)
     two = _outcome(two_uri, parts.OtherPart(NOW, lambda: _elsewhere(_child_of(two_uri))))
     assert two == one
-    assert isinstance(one, tuple)  # it did stop
+    assert not isinstance(one, tuple)  # it did not stop
+    (damaged,) = [row for row in one if row.session_id == where]
+    assert damaged.integrity.state == "failed"
+    assert damaged.integrity.problem == (
+        f"{session_stream(where)}@0: the metadata is not a UTF-8 JSON object (broken chain)"
+    )
 
 
 def _child_of(uri: str) -> Callable[[], Any]:
@@ -744,3 +750,24 @@ def test_a_tree_that_opens_another_trees_stream_keeps_it_in_two_parts_as_in_one(
                     _in_two_parts_as_in_one([*rest[:after], changed, *rest[after:]], names)
                 tried += 1
     assert tried > 50
+
+
+def test_a_child_is_forked_only_when_the_listing_folds_from_the_start(
+    rich: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store with a saved catalog is listed warm by this process alone (no fork), unless
+    the listing is asked to fold afresh; a file that cannot be asked forks nothing."""
+    _, two_uri = rich
+    monkeypatch.setattr(_forked, "core_to_spare", lambda: True)
+    forks: list[Any] = []
+    monkeypatch.setattr(_forked, "forked", lambda work: forks.append(work))
+    sessions_cli._second_part(two_uri, NOW, TRUSTED, fresh=False)
+    assert len(forks) == 1  # never catalogued
+    asyncio.run(_listing(two_uri, None))
+    sessions_cli._second_part(two_uri, NOW, TRUSTED, fresh=False)
+    assert len(forks) == 1  # a saved catalog: warm, alone
+    sessions_cli._second_part(two_uri, NOW, TRUSTED, fresh=True)
+    assert len(forks) == 2
+    missing = two_uri.replace("two.db", "missing.db")
+    assert sessions_cli._second_part(missing, NOW, TRUSTED, fresh=True) is None
+    assert len(forks) == 2

@@ -107,9 +107,34 @@ def _second_part(
         return None
     if not core_to_spare():
         return None
+    catalogued = _catalogued(sqlite_path(where))
+    if catalogued is None or (catalogued and not fresh):
+        return None
     import agentjournal.store.sqlite  # noqa: F401 (the store both open: imported once, here)
 
     return forked(lambda: asyncio.run(_part_of(where, now, keys, fresh=fresh)))
+
+
+def _catalogued(path: str) -> bool | None:
+    """Whether the SQLite file at ``path`` holds a saved catalog (else a call folds from the
+    start), asked on a connection of its own, closed before any fork; None when that cannot
+    be told (no such file, or not one of ours: the listing says what is wrong)."""
+    import sqlite3
+    from pathlib import Path
+
+    from agentjournal.read.catalog.listing import NAME
+    from agentjournal.streams import projection_stream
+
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+        ) as db:
+            found = db.execute(
+                "SELECT 1 FROM streams WHERE name = ?", (projection_stream(NAME),)
+            ).fetchone()
+    except sqlite3.Error:
+        return None
+    return found is not None
 
 
 async def _part_of(

@@ -208,14 +208,19 @@ class Catalog:
         row = self.sessions.get(session_id)
         if row is None:
             row = self.sessions[session_id] = _new_row()
-        metadata = event.metadata
-        digest = metadata.get(HASH_KEY, "")
         # The chain: link the event to its stream's head; note the first break on the row.
         # What the lean check does not pass (a break, a format 1 event) is chain_problem's.
-        if not linked(head, event, metadata, digest):
-            problem = chain_problem(head, event, metadata)
-            if problem is not None and row["broken"] is None:
-                row["broken"] = f"{stream}@{event.revision}: {problem}"
+        problem: str | None
+        try:
+            metadata = event.metadata
+        except (TypeError, ValueError):  # no JSON object: no chain hash to follow
+            digest, problem = "", "the metadata is not a UTF-8 JSON object"
+        else:
+            digest = metadata.get(HASH_KEY, "")
+            linking = linked(head, event, metadata, digest)
+            problem = None if linking else chain_problem(head, event, metadata)
+        if problem is not None and row["broken"] is None:
+            row["broken"] = f"{stream}@{event.revision}: {problem}"
         if head is None:
             self.streams[stream] = [session_id, event.revision, digest]
         else:  # in place: one list per stream, not one per event
