@@ -221,18 +221,7 @@ def _damaged(event: RecordedEvent) -> Iterator[RecordedEvent]:
     """``event`` and copies of it with one thing changed."""
 
     def copy(**changes: Any) -> RecordedEvent:
-        fields: dict[str, Any] = {
-            "id": event.id,
-            "type": event.type,
-            "data": event.data,
-            "metadata": dict(event.metadata),
-            "stream": event.stream,
-            "revision": event.revision,
-            "position": event.position,
-            "recorded_at": event.recorded_at,
-        }
-        fields.update(changes)
-        return RecordedEvent(**fields)
+        return _changed(event, **changes)
 
     metadata = dict(event.metadata)
     yield event
