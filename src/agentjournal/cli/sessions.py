@@ -101,13 +101,12 @@ def _second_part(
 
     where = store_uri(uri)
     try:
-        if not where.startswith("sqlite://") or sqlite_path(where) == ":memory:":
-            return None
+        path = sqlite_path(where) if where.startswith("sqlite://") else ":memory:"
     except InvalidInput:
         return None
-    if not core_to_spare():
+    if path == ":memory:" or not core_to_spare():
         return None
-    catalogued = _catalogued(sqlite_path(where))
+    catalogued = _catalogued(path)
     if catalogued is None or (catalogued and not fresh):
         return None
     import agentjournal.store.sqlite  # noqa: F401 (the store both open: imported once, here)

@@ -99,12 +99,7 @@ async def refresh(
     """
     trusted_keys = dict(keys or {})
     if fresh:
-        parted = await _in_parts(store, other, progress, trusted_keys)
-        if parted is not None:
-            unsaved, position, folded = parted
-        else:
-            unsaved = Catalog()
-            position, folded = await catch_up(store, unsaved, None, progress)
+        unsaved, position, folded = await _from_start(store, other, progress, trusted_keys)
         trusted = unsaved.trusted(trusted_keys)
         await settle(store, unsaved, trusted)
         return Listing(unsaved.rows(trusted), position, folded, False)
@@ -119,12 +114,9 @@ async def refresh(
             saved = projections.Saved(None, b"", head if head is not None else -1)
         catalog = Catalog.load(saved.state) if saved is not None else None
         position = saved.position if saved is not None and catalog is not None else None
-        parted = None
         if catalog is None:  # folded from the start and saved over what was there
-            parted, other = await _in_parts(store, other, progress, trusted_keys), None
-            catalog = Catalog() if parted is None else parted[0]
-        if parted is not None:
-            position, folded = parted[1], parted[2]
+            catalog, position, folded = await _from_start(store, other, progress, trusted_keys)
+            other = None  # its part is taken: a save lost to a twin is folded again alone
         else:
             position, folded = await catch_up(store, catalog, position, progress)
         trusted = catalog.trusted(trusted_keys)
@@ -146,17 +138,23 @@ async def refresh(
     return Listing(rows, position, folded, False, _joined(damaged, warning))
 
 
-async def _in_parts(
+async def _from_start(
     store: EventStore,
     other: OtherPart | None,
     progress: Progress | None,
     keys: Mapping[str, Ed25519PublicKey],
-) -> tuple[Catalog, int | None, int] | None:
-    if other is None:
-        return None
-    from agentjournal.read.catalog.parts import in_parts
+) -> tuple[Catalog, int | None, int]:
+    """Every event folded from the start, in two parts when ``other`` folds the second (and
+    both folded), else here alone: the catalog, the last position, how many counted."""
+    if other is not None:
+        from agentjournal.read.catalog.parts import in_parts
 
-    return await in_parts(store, other, progress, keys)
+        parted = await in_parts(store, other, progress, keys)
+        if parted is not None:
+            return parted
+    catalog = Catalog()
+    position, folded = await catch_up(store, catalog, None, progress)
+    return catalog, position, folded
 
 
 def _joined(*warnings: str | None) -> str | None:
