@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 
 from agentjournal import Journal, _forked, tokens
 from agentjournal.cli import sessions as sessions_cli
+from agentjournal.errors import StoreUnavailable
 from agentjournal.ledger import SigningKey
 from agentjournal.ledger.chain import CHAIN_KEY, HASH_KEY, PREV_KEY, SEQ_KEY, seal
 from agentjournal.read import projections
@@ -540,8 +541,8 @@ def test_no_child_is_forked_for_a_store_it_cannot_open_apart(
     assert sessions_cli._second_part(uri, NOW, TRUSTED, fresh=False) is None
 
 
-def _damage(uri: str, where: str, metadata: bytes) -> None:
-    """Make the metadata of the first event of ``where``'s session stream ``metadata``."""
+def _damage(uri: str, where: str, column: str, value: bytes) -> None:
+    """Set ``column`` of the first event of ``where``'s session stream to ``value``."""
     import sqlite3
 
     from agentjournal.store import sqlite_path
@@ -549,10 +550,10 @@ def _damage(uri: str, where: str, metadata: bytes) -> None:
     db = sqlite3.connect(sqlite_path(uri))
     try:
         db.execute(
-            "UPDATE events SET metadata = ? WHERE position = ("
+            f"UPDATE events SET {column} = ? WHERE position = ("
             "SELECT min(e.position) FROM events e JOIN streams s ON s.id = e.stream_id "
             "WHERE s.name = ?)",
-            (metadata, session_stream(where)),
+            (value, session_stream(where)),
         )
         db.commit()
     finally:
@@ -566,25 +567,35 @@ def _outcome(uri: str, other: parts.OtherPart | None) -> Any:
         return type(error), str(error)
 
 
-@pytest.mark.parametrize("metadata", [b"{not json", b'"a string"', b"[1]", b'{"k": "\xff"}'])
+_UNREADABLE_METADATA = "the metadata is not a UTF-8 JSON object"
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "problem"),
+    [
+        ("metadata", b"{not json", _UNREADABLE_METADATA),
+        ("metadata", b'"a string"', _UNREADABLE_METADATA),
+        ("metadata", b"[1]", _UNREADABLE_METADATA),
+        ("metadata", b'{"k": "\xff"}', _UNREADABLE_METADATA),
+        ("id", b"\x00", "the event id is not 16 bytes"),
+    ],
+)
 @pytest.mark.parametrize("where", ["tree", "bob-own", "odd"])
-def test_an_event_whose_metadata_is_no_json_object_fails_its_session_in_parts_alike(
-    rich: tuple[str, str], where: str, metadata: bytes
+def test_an_event_whose_id_or_metadata_cannot_be_read_fails_its_session_in_parts_alike(
+    rich: tuple[str, str], where: str, column: str, value: bytes, problem: str
 ) -> None:
     """The session is listed, its integrity failed at that event, in one fold and in two
     parts (this process's, or the child's); the other sessions as they were."""
     one_uri, two_uri = rich
     for uri in rich:
-        _damage(uri, where, metadata)
+        _damage(uri, where, column, value)
     one = _outcome(one_uri, None)
     two = _outcome(two_uri, parts.OtherPart(NOW, lambda: _elsewhere(_child_of(two_uri))))
     assert two == one
     assert not isinstance(one, tuple)  # it did not stop
     (damaged,) = [row for row in one if row.session_id == where]
     assert damaged.integrity.state == "failed"
-    assert damaged.integrity.problem == (
-        f"{session_stream(where)}@0: the metadata is not a UTF-8 JSON object (broken chain)"
-    )
+    assert damaged.integrity.problem == (f"{session_stream(where)}@0: {problem} (broken chain)")
 
 
 def _child_of(uri: str) -> Callable[[], Any]:
@@ -760,3 +771,28 @@ def test_a_child_is_forked_only_when_the_listing_folds_from_the_start(
     missing = two_uri.replace("two.db", "missing.db")
     assert sessions_cli._second_part(missing, NOW, TRUSTED, fresh=True) is None
     assert len(forks) == 2
+
+
+def test_a_part_that_fails_here_leaves_the_whole_fold_to_this_process(
+    rich: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first part's fold fails (the store stops answering once): the two-part fold gives
+    up, and this process folds every event alone, listing what one fold lists."""
+    one_uri, two_uri = rich
+    merged = _merged(monkeypatch)
+    failing: list[bool] = []
+    catch_up = listing.catch_up
+
+    async def once_unavailable(*args: Any, **kwargs: Any) -> Any:
+        if failing:
+            failing.clear()
+            raise StoreUnavailable("the store stopped answering")
+        return await catch_up(*args, **kwargs)
+
+    monkeypatch.setattr(parts, "catch_up", once_unavailable)
+    part = asyncio.run(_second(two_uri, NOW))
+    assert part is not None
+    failing.append(True)  # this process's first page
+    two = asyncio.run(_listing(two_uri, parts.OtherPart(NOW, lambda: part)))
+    assert merged == [None]
+    _same(asyncio.run(_listing(one_uri, None)), two)

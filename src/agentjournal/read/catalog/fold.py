@@ -31,6 +31,7 @@ from agentjournal.read.catalog.ledger import (
     checkpoint_problem,
     ledger_status,
     linked,
+    unreadable,
 )
 from agentjournal.read.catalog.responses import response_counts
 from agentjournal.read.catalog.rows import BranchRow, SessionRow
@@ -213,12 +214,11 @@ class Catalog:
         problem: str | None
         try:
             metadata = event.metadata
-        except (TypeError, ValueError):  # no JSON object: no chain hash to follow
-            digest, problem = "", "the metadata is not a UTF-8 JSON object"
-        else:
             digest = metadata.get(HASH_KEY, "")
             linking = linked(head, event, metadata, digest)
             problem = None if linking else chain_problem(head, event, metadata)
+        except (TypeError, ValueError):  # a column that cannot be read: no chain to follow
+            digest, problem = "", unreadable(event)
         if problem is not None and row["broken"] is None:
             row["broken"] = f"{stream}@{event.revision}: {problem}"
         if head is None:

@@ -28,6 +28,7 @@ from agentjournal.ledger.chain import (
 )
 from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.ledger.integrity import Integrity
+from agentjournal.records import DamagedEvent, stored_columns
 from agentjournal.streams import ledger_stream
 
 if TYPE_CHECKING:
@@ -60,6 +61,16 @@ def chain_problem(
     if digest != metadata[HASH_KEY]:
         return "the event's hash does not match its content"
     return None
+
+
+def unreadable(event: RecordedEvent) -> str:
+    """What keeps ``event``'s chain link from being checked, in ``Record.of``'s words (its
+    id or its metadata failing to read); the check fails on it anyway."""
+    try:
+        stored_columns(event)
+    except DamagedEvent as damaged:
+        return damaged.message
+    return "the event cannot be read"
 
 
 _sha256: Final = hashlib.sha256
