@@ -315,6 +315,22 @@ class _Chosen(parts.Share):
         return (session in self.first) == (self.index == 0)
 
 
+def test_a_checkpoint_kept_aside_is_dropped_once_its_signature_is_checked(
+    pages: list[list[RecordedEvent]],
+) -> None:
+    """What a part sends holds no checkpoint it has checked: the merge's settle checks only
+    those left open (their key trusted through a rotation), as one fold's does."""
+    catalog = _folded(pages)
+    open_ = catalog.needs_signature(TRUSTED)
+    assert "tree" in open_
+    assert set(open_) <= set(catalog.fresh)
+    for session_id in open_:
+        catalog.check_signature(session_id, catalog.fresh[session_id], KEY.public_key)
+        assert session_id not in catalog.fresh
+        assert catalog.sessions[session_id]["ck"]["sig"] is True
+    assert catalog.needs_signature(TRUSTED) == []
+
+
 def _sessions_of(catalog: Catalog) -> list[str]:
     return sorted(catalog.sessions)
 

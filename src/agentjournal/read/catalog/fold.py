@@ -103,7 +103,8 @@ class Catalog:
     The state is plain JSON (:meth:`dump` / :meth:`load`): a row per session, and per
     stream of a session tree the session it belongs to and its head (revision, hash),
     which the chain check links the next event to. Checkpoints just folded are kept
-    aside (not saved) so their signatures can be checked without reading them again.
+    aside (not saved) so their signatures can be checked without reading them again, until
+    they are.
     """
 
     def __init__(self, state: Mapping[str, Any] | None = None, part: Share | None = None) -> None:
@@ -523,8 +524,11 @@ class Catalog:
     def check_signature(
         self, session_id: str, checkpoint: Checkpoint | None, public: Ed25519PublicKey
     ) -> None:
-        """Record whether the newest checkpoint's signature holds under ``public``."""
+        """Record whether the newest checkpoint's signature holds under ``public``; the
+        checkpoint kept aside for it (:attr:`fresh`) is then dropped: nothing reads it again
+        (and a part sends the others less)."""
         mark = self.sessions[session_id]["ck"]
+        self.fresh.pop(session_id, None)
         if checkpoint is None or checkpoint.key_id != mark["key"]:
             mark["problem"] = f"{ledger_stream(session_id)}@{mark['rev']} cannot be read back"
             return

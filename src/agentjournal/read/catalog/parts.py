@@ -35,10 +35,15 @@ if TYPE_CHECKING:
 class Share:
     """The session trees one of the two parts folds: the first part those whose session
     id's SHA-256 (its first 8 bytes, modulo 100) falls below ``cut``, the second the
-    others. Not CRC-32: its residues of ids that differ in a digit are far from even."""
+    others. Not CRC-32: its residues of ids that differ in a digit are far from even.
+
+    The first part is this process's: once both have folded, it alone takes in the other's
+    part, makes the rows, saves and prints, some 4% of a part's time more than the other
+    spends sending its part (at 1,000 sessions as at 10,000: each grows with the rows). So
+    it folds 48 hundredths of the trees, and the two end about together."""
 
     index: int
-    cut: int = 50
+    cut: int = 48
 
     def owns(self, session: str) -> bool:
         """Whether this part folds ``session``'s trees (its main line and every branch)."""
