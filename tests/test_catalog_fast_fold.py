@@ -16,6 +16,7 @@ appended, or from none (a child that failed).
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 import threading
@@ -649,6 +650,29 @@ def test_the_sessions_command_prints_alike_with_a_child_or_without(
     assert merged[0] is not None
     if "--fresh" not in form:
         assert asyncio.run(_saved(two_uri)) == asyncio.run(_saved(one_uri))
+
+
+def test_the_sessions_command_lists_without_the_cyclic_collector_and_turns_it_back_on(
+    rich: tuple[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command's one pass (and its child's, forked inside it) runs with the collector
+    off; once it is done, collection is on again (a caller in the same process, the tests)."""
+    from agentjournal.cli import main
+
+    _, uri = rich
+    listed = sessions_cli.list_sessions
+    collecting: list[bool] = []
+
+    async def list_sessions(*args: Any) -> int:
+        collecting.append(gc.isenabled())
+        return await listed(*args)
+
+    monkeypatch.setattr(sessions_cli, "list_sessions", list_sessions)
+    assert gc.isenabled()
+    assert main(["sessions", "--uri", uri, "--pubkey", KEY.public_pem()]) == 0
+    assert collecting == [False]
+    assert gc.isenabled()
+    assert "tree" in capsys.readouterr().out
 
 
 def _changed(event: RecordedEvent, **changes: Any) -> RecordedEvent:
