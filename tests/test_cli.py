@@ -195,6 +195,16 @@ def test_version() -> None:
     assert (result.returncode, result.stdout) == (0, f"agentjournal {version('agentjournal')}\n")
 
 
+def test_the_version_is_looked_up_only_when_asked() -> None:
+    # The metadata lookup costs every command some 15 ms of start-up.
+    code = (
+        "import sys; from agentjournal.cli import build_parser; build_parser(); "
+        "print('importlib.metadata' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "False\n"), done.stderr
+
+
 def _leaf_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
     yield parser
     for action in parser._actions:

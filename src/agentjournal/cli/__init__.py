@@ -149,6 +149,21 @@ def _version() -> str:
         return "unknown"
 
 
+class _Version(argparse._VersionAction):
+    """``--version``: the installed version, looked up only when asked (the lookup reads
+    the package metadata, some 15 ms that every other command would pay)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"agentjournal {_version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``agentjournal`` command."""
     # --debug is accepted before and after the command; SUPPRESS keeps a subcommand
@@ -165,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Event-sourced, tamper-evident session store for the OpenAI Agents SDK.",
         epilog="Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed.",
     )
-    parser.add_argument("--version", action="version", version=f"agentjournal {_version()}")
+    parser.add_argument("--version", action=_Version)
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback of an error (default: one line)"
     )
