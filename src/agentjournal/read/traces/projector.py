@@ -21,7 +21,7 @@ from agentjournal.errors import CodecError
 from agentjournal.read.traces.attributes import (
     agent_attributes,
     approval_attributes,
-    chat_attributes,
+    chat_of,
     guardrail_attributes,
     refusal_attributes,
     run_attributes,
@@ -65,7 +65,6 @@ from agentjournal.read.traces.state import (
 )
 from agentjournal.read.traces.stored import Event, data_of
 from agentjournal.records import TreeRecords
-from agentjournal.tokens import ModelResponse
 
 _LINE_CHANGES: Final = LINE_EVENTS | {events.SUBAGENT_STARTED}
 """What can change which tree a stream is on: a line's own events, and a handoff's open."""
@@ -447,17 +446,16 @@ class Projector:
         ]
 
     def _responded(self, tree: Tree, run: Run, record: Event, when: int) -> list[ProjectedSpan]:
-        try:
-            response = ModelResponse.decode(data_of(record))
-        except (ValueError, TypeError):
+        chat = chat_of(data_of(record), tree.session_id, record)
+        if chat is None:
             return []
-        end = parse_time(response.ended_at) or when
-        start = parse_time(response.started_at) or end
+        started, ended, model, attributes = chat
+        end = parse_time(ended) or when
+        start = parse_time(started) or end
         run.start_ns = min(run.start_ns, start)
         run.end_ns = max(run.end_ns, end)
         tree.responded[record.stream] = end
-        attributes = chat_attributes(response, tree.session_id, record)
-        name = f"chat {response.model}" if response.model else "chat"
+        name = f"chat {model}" if model else "chat"
         return [
             ProjectedSpan(
                 trace_id=run.trace_id,
