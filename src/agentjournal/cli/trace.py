@@ -523,7 +523,7 @@ def _import_parts(uri: str | None) -> None:
     import agentjournal.read.traces
     import agentjournal.read.traces.evaluations
     import agentjournal.read.traces.jsonl
-    import agentjournal.read.traces.parts  # noqa: F401
+    import agentjournal.read.traces.parts
     from agentjournal.store import store_uri
 
     if store_uri(uri).startswith("sqlite://"):
