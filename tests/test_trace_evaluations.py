@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,8 @@ import pytest
 
 from agentjournal import Journal, events
 from agentjournal.engine.evals import session_sealer
+from agentjournal.read.evals import runs
+from agentjournal.read.traces import evaluations
 from agentjournal.store import open_store
 from agentjournal.walk import read_tree
 from cli_run import run
@@ -220,3 +224,21 @@ def test_a_branch_lines_scores_go_on_the_branchs_own_run_spans(tmp_path: Path) -
     ]
     only = _jsonl(uri, tmp_path / "alt.jsonl", "b1", "--branch", "alt")
     assert [e["agentjournal.line"] for s in only for e in _evaluations(s)] == ["alt", "alt"]
+
+
+def test_the_trace_evaluations_know_an_eval_run_stream_as_the_eval_runs_do() -> None:
+    assert evaluations.RUN_PREFIX == runs.RUN_PREFIX
+
+
+def test_an_export_that_meets_no_eval_run_imports_no_eval_fold() -> None:
+    script = (
+        "import sys\n"
+        "from agentjournal.read.traces.evaluations import Evaluations\n"
+        "Evaluations().on([])\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('agentjournal.read.evals', "
+        "'agentjournal.read.catalog'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"

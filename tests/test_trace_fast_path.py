@@ -12,12 +12,13 @@ import math
 import uuid
 from datetime import UTC, datetime
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentjournal.read.traces import ProjectedSpan, Projector, SpanEvent, SpanLink
+from agentjournal.read.traces import ProjectedSpan, Projector, SpanEvent, SpanLink, attributes
 from agentjournal.read.traces.jsonl import exact_line, span_line
 from agentjournal.read.traces.stored import StoredEvent, data_of
 from agentjournal.records import DamagedEvent, Record
@@ -235,3 +236,142 @@ def test_a_span_is_made_with_every_field_and_stays_frozen() -> None:
     assert (span.events, span.links, span.error) == ((), (), "e")
     with pytest.raises(dataclasses.FrozenInstanceError):
         span.name = "m"  # type: ignore[misc]
+
+
+class _Reversed(str):
+    """A key equal to a plain one that sorts the other way: only ``json`` prints it."""
+
+    __hash__ = str.__hash__
+
+    def __lt__(self, other: object) -> bool:
+        return str.__gt__(self, other)  # type: ignore[operator]
+
+
+def test_objects_of_one_shape_print_as_json_prints_whatever_their_keys_are() -> None:
+    shapes = [
+        {"bee": 1, "ay": "x", "cee": True},
+        {"bee": 2, "ay": "y", "cee": False},  # the same key objects: printed by the shape
+        {"ay": "z", "bee": 3, "cee": None},  # the same keys in another order
+        {"bee": 1, "ay": "x", "cee": 1.5},
+        {"".join(["be", "e"]): 1, "".join(["a", "y"]): "x", "cee": 2},  # equal, new objects
+        {_Reversed("bee"): 1, _Reversed("ay"): "x", "cee": True},  # equal, sorted otherwise
+        {"bee": 1, 2: "two", "cee": True},
+    ]
+    for shape in shapes * 2:
+        span = _span(shape)
+        try:
+            expected = json.dumps(span.as_json(), sort_keys=True) + "\n"
+        except TypeError:
+            with pytest.raises(TypeError):
+                span_line(span)
+            continue
+        assert span_line(span) == expected
+
+
+_COUNT = st.integers(min_value=-2, max_value=2**70) | st.sampled_from(
+    ["0", "7", "01", "-1", "1.5", "٣", "", "x", True, None, 1.0, [1]]
+)
+_FIELD = st.none() | st.text(max_size=4) | st.sampled_from([1, True, ["a"], {"a": 1}])
+
+
+@st.composite
+def _model_response_data(draw: st.DrawFn) -> bytes:
+    """The data of a ModelResponded event: what agentjournal writes, changed here and there
+    (a count of another kind, a field missing or of another type), or no JSON object."""
+    usage = draw(
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "input_tokens",
+                    "cached_input_tokens",
+                    "output_tokens",
+                    "reasoning_tokens",
+                    "total_tokens",
+                    "model",
+                ]
+            ),
+            _COUNT,
+        )
+    )
+    body: dict[str, Any] = {
+        "session_id": "s",
+        "agent": "triage",
+        "model": draw(st.none() | st.sampled_from(["gpt-x", ""])),
+        "system": draw(st.none() | st.just("openai")),
+        "response_id": draw(st.none() | st.just("resp-1")),
+        "usage": usage,
+        "started_at": draw(st.none() | st.just("2026-12-06T02:13:14.377635Z")),
+        "ended_at": "2026-12-06T02:13:14.378690Z",
+        "outputs": draw(st.dictionaries(st.sampled_from(["message", "function_call"]), _COUNT)),
+    }
+    for key in draw(st.lists(st.sampled_from(sorted(body)), max_size=2, unique=True)):
+        if draw(st.booleans()):
+            del body[key]
+        else:
+            body[key] = draw(_FIELD)
+    text = json.dumps(body)
+    return draw(
+        st.just(text.encode())
+        | st.just(("\ufeff" + text).encode())
+        | st.sampled_from([b"[]", b"NaN", b"{", b"\xff", b'{"usage": {"input_tokens": NaN}}'])
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=_model_response_data())
+def test_a_model_response_reads_alike_from_its_plain_object_and_through_decode(
+    data: bytes,
+) -> None:
+    record = Record(
+        "AgentSession-s",
+        2,
+        str(uuid.UUID(int=7)),
+        "agentjournal.ModelResponded",
+        data.decode("utf-8", "replace"),
+        "0" * 64,
+        {},
+    )
+    plain = attributes.chat_of(data, "s", record)
+    with mock.patch.object(attributes, "plain_body", return_value=None):
+        decoded = attributes.chat_of(data, "s", record)
+    assert plain == decoded
+    if plain is not None and decoded is not None:
+        assert list(plain[3]) == list(decoded[3])  # the same attributes in the same order
+
+
+def test_a_model_response_span_says_what_the_response_recorded() -> None:
+    data = json.dumps(
+        {
+            "session_id": "s",
+            "agent": "triage",
+            "model": "gpt-x",
+            "system": None,
+            "response_id": "resp-1",
+            "usage": {"input_tokens": "12", "output_tokens": 3, "cached_input_tokens": "002"},
+            "started_at": None,
+            "ended_at": "2026-12-06T02:13:14.378690Z",
+            "outputs": {"message": "01", "function_call": 2},
+        }
+    ).encode()
+    record = Record("AgentSession-s", 2, str(uuid.UUID(int=7)), "x", data.decode(), "0" * 64, {})
+    assert attributes.chat_of(data, "s", record) == (
+        None,
+        "2026-12-06T02:13:14.378690Z",
+        "gpt-x",
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.agent.name": "triage",
+            "gen_ai.usage.input_tokens": 12,
+            "gen_ai.usage.output_tokens": 3,
+            "gen_ai.usage.cache_read.input_tokens": 2,
+            "gen_ai.usage.reasoning.output_tokens": 0,
+            "agentjournal.session_id": "s",
+            "agentjournal.stream": "AgentSession-s",
+            "agentjournal.event_id": str(uuid.UUID(int=7)),
+            "gen_ai.request.model": "gpt-x",
+            "gen_ai.response.model": "gpt-x",
+            "gen_ai.response.id": "resp-1",
+            "agentjournal.outputs": "function_call=2,message=1",
+        },
+    )
+    assert attributes.chat_of(b'{"agent": 1}', "s", record) is None

@@ -16,7 +16,7 @@ from agentjournal.read.traces.ids import SPAN_ID, recorded
 from agentjournal.read.traces.spans import Attribute, SpanLink
 from agentjournal.read.traces.state import Call, Run, Subagent, Tree, Wait
 from agentjournal.read.traces.stored import Event
-from agentjournal.tokens import ModelResponse
+from agentjournal.tokens import ModelResponse, plain_body
 
 
 def run_attributes(tree: Tree, run: Run) -> tuple[dict[str, Attribute], tuple[SpanLink, ...]]:
@@ -55,34 +55,70 @@ def run_attributes(tree: Tree, run: Run) -> tuple[dict[str, Attribute], tuple[Sp
     return attributes, links
 
 
-def chat_attributes(
-    response: ModelResponse, session_id: str, record: Event
-) -> dict[str, Attribute]:
-    """A ``chat`` span's attributes, from the model response ``record`` recorded."""
+Chat = tuple[str | None, str, str | None, dict[str, Attribute]]
+"""A ``chat`` span as a model response says it: when the call started (if seen) and when
+the response arrived (as recorded), the model's name, and the span's attributes."""
+
+
+def chat_of(data: bytes, session_id: str, record: Event) -> Chat | None:
+    """The ``chat`` span of the model response ``record`` recorded (``data``: its data);
+    None where :meth:`ModelResponse.decode` refuses the data.
+
+    Data of the plain shape (:func:`~agentjournal.tokens.plain_body`: what ``decode`` reads
+    at once) is read from its JSON object as ``decode`` reads it, without building the
+    response; any other shape goes through ``decode``, which reads it or refuses it.
+    """
+    body = plain_body(data)
+    if body is None:
+        try:
+            response = ModelResponse.decode(data)
+        except (ValueError, TypeError):
+            return None
+        usage = response.usage
+        counts = (
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cached_input_tokens,
+            usage.reasoning_tokens,
+        )
+        agent, model, system = response.agent, response.model, response.system
+        response_id, outputs = response.response_id, response.outputs
+        started, ended = response.started_at, response.ended_at
+    else:  # every field checked by plain_body: decode's own reading, without its objects
+        given = body["usage"]
+        counts = (
+            int(given.get("input_tokens", 0)),
+            int(given.get("output_tokens", 0)),
+            int(given.get("cached_input_tokens", 0)),
+            int(given.get("reasoning_tokens", 0)),
+        )
+        agent, model, system = body["agent"], body.get("model"), body.get("system")
+        response_id, outputs = body.get("response_id"), body.get("outputs", {})
+        started, ended = body.get("started_at"), body["ended_at"]
     attributes: dict[str, Attribute] = {
         "gen_ai.operation.name": "chat",
-        "gen_ai.agent.name": response.agent,
-        "gen_ai.usage.input_tokens": response.usage.input_tokens,
-        "gen_ai.usage.output_tokens": response.usage.output_tokens,
-        "gen_ai.usage.cache_read.input_tokens": response.usage.cached_input_tokens,
-        "gen_ai.usage.reasoning.output_tokens": response.usage.reasoning_tokens,
+        "gen_ai.agent.name": agent,
+        "gen_ai.usage.input_tokens": counts[0],
+        "gen_ai.usage.output_tokens": counts[1],
+        "gen_ai.usage.cache_read.input_tokens": counts[2],
+        "gen_ai.usage.reasoning.output_tokens": counts[3],
         "agentjournal.session_id": session_id,
         "agentjournal.stream": record.stream,
         "agentjournal.event_id": record.id,
     }
-    if response.system:
-        attributes["gen_ai.system"] = response.system
-        attributes["gen_ai.provider.name"] = response.system
-    if response.model:
-        attributes["gen_ai.request.model"] = response.model
-        attributes["gen_ai.response.model"] = response.model
-    if response.response_id:
-        attributes["gen_ai.response.id"] = response.response_id
-    if response.outputs:
+    if system:
+        attributes["gen_ai.system"] = system
+        attributes["gen_ai.provider.name"] = system
+    if model:
+        attributes["gen_ai.request.model"] = model
+        attributes["gen_ai.response.model"] = model
+    if response_id:
+        attributes["gen_ai.response.id"] = response_id
+    if outputs:  # counts as decode reads them: plain ones may be ASCII digits
         attributes["agentjournal.outputs"] = ",".join(
-            f"{output}={count}" for output, count in sorted(response.outputs.items())
+            f"{output}={int(count)}" for output, count in sorted(outputs.items())
         )
-    return attributes
+    return started, ended, model, attributes
 
 
 def tool_attributes(call: Call, session_id: str, *, in_progress: bool) -> dict[str, Attribute]:

@@ -29,16 +29,16 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 from agentjournal import events
 from agentjournal.errors import InvalidInput
-from agentjournal.read.evals.runs import RUN_PREFIX, EvalRunResult, fold_run
 from agentjournal.read.traces.ids import ns
 from agentjournal.read.traces.spans import Attribute, ProjectedSpan, SpanEvent
 from agentjournal.read.traces.state import BRANCH_PREFIX, SESSION_PREFIX
 from agentjournal.shred.fields import ERASED, SEALED, UNOPENABLE
 from agentjournal.shred.keys import MemoryKeyStore
 from agentjournal.shred.sealing import open_event
-from agentjournal.streams import MAIN_BRANCH, session_stream
+from agentjournal.streams import MAIN_BRANCH, eval_run_stream, session_stream
 
 if TYPE_CHECKING:
+    from agentjournal.read.evals.runs import EvalRunResult
     from agentjournal.store.contract import RecordedEvent
 
 EVALUATION_EVENT: Final = "gen_ai.evaluation.result"
@@ -50,6 +50,10 @@ EXPLANATION: Final = "gen_ai.evaluation.explanation"
 SESSION_EVALUATION: Final = "session"
 """The evaluation name of a session line's score (the mean of its scores)."""
 
+RUN_PREFIX: Final = eval_run_stream("x")[:-1]
+"""An eval run's stream name before its run id (:data:`agentjournal.read.evals.runs.RUN_PREFIX`,
+named here so that a pass that meets no eval run never imports the eval runs' fold, nor
+the catalog it reads scores with)."""
 _WITHHELD: Final = frozenset({SEALED, ERASED, UNOPENABLE})
 _TOP_PREFIXES: Final = (SESSION_PREFIX, BRANCH_PREFIX)
 """How a line's top stream is named (:func:`_top`): a session's, or a branch's."""
@@ -111,9 +115,12 @@ class Evaluations:
         """``spans`` with the evaluation events of every run seen (see
         :func:`with_evaluations`)."""
         runs = []
-        for run_id, found in self._runs.items():
-            with contextlib.suppress(InvalidInput):  # not an eval run agentjournal wrote
-                runs.append(fold_run(run_id, found))
+        if self._runs:  # imported only where there are eval runs (with the catalog)
+            from agentjournal.read.evals.runs import fold_run
+
+            for run_id, found in self._runs.items():
+                with contextlib.suppress(InvalidInput):  # not an eval run agentjournal wrote
+                    runs.append(fold_run(run_id, found))
         return with_evaluations(spans, self.marks, scores_of(runs))
 
 

@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from json.encoder import encode_basestring_ascii
 from math import isfinite
+from operator import is_
 from typing import Any, Final
 
 from agentjournal.read.traces.spans import ProjectedSpan, SpanEvent, SpanLink
@@ -51,27 +52,16 @@ def _template(span: ProjectedSpan) -> str:
     else:
         status = '{"code": "ERROR", "message": ' + _value(error) + "}"
     return (
-        '{"attributes": '
-        + _object(span.attributes)
-        + ', "end_time_unix_nano": '
-        + _value(span.end_ns)
-        + ', "events": '
-        + _events(span.events)
-        + ', "links": '
-        + _links(span.links)
-        + ', "name": '
-        + _value(span.name)
-        + ', "parent_span_id": '
-        + ("null" if parent is None else _value(parent))
-        + ', "span_id": '
-        + _value(span.span_id)
-        + ', "start_time_unix_nano": '
-        + _value(span.start_ns)
-        + ', "status": '
-        + status
-        + ', "trace_id": '
-        + _value(span.trace_id)
-        + "}\n"
+        f'{{"attributes": {_object(span.attributes)}, '
+        f'"end_time_unix_nano": {_value(span.end_ns)}, '
+        f'"events": {_events(span.events)}, '
+        f'"links": {_links(span.links)}, '
+        f'"name": {_value(span.name)}, '
+        f'"parent_span_id": {"null" if parent is None else _value(parent)}, '
+        f'"span_id": {_value(span.span_id)}, '
+        f'"start_time_unix_nano": {_value(span.start_ns)}, '
+        f'"status": {status}, '
+        f'"trace_id": {_value(span.trace_id)}}}\n'
     )
 
 
@@ -104,19 +94,39 @@ def _key(key: Any) -> str:
     return printed
 
 
+_Shape = tuple[tuple[str, ...], tuple[tuple[str, str], ...]]
+_SHAPES: dict[tuple[Any, ...], _Shape] = {}  # an object's keys -> its shape (a few recur)
+
+
 def _object(mapping: Mapping[str, Any]) -> str:
     """A flat object of attributes, its keys sorted."""
     if not mapping:
         return "{}"
+    keys = tuple(mapping)
+    shape = _SHAPES.get(keys)
+    if shape is None or not all(map(is_, keys, shape[0])):
+        shape = _shape(keys)
     members = []
-    for key in sorted(mapping):
+    for key, printed in shape[1]:
         value = mapping[key]
         kind = type(value)  # the two commonest kinds printed here, the others by _value
-        printed = _string(value) if kind is str else _int(value) if kind is int else _value(value)
         members.append(
-            ((_KEYS.get(key) if type(key) is str else None) or _key(key)) + ": " + printed
+            printed
+            + (_string(value) if kind is str else _int(value) if kind is int else _value(value))
         )
     return "{" + ", ".join(members) + "}"
+
+
+def _shape(keys: tuple[Any, ...]) -> _Shape:
+    """An object's shape: its keys (these very objects: only a later object whose keys are
+    the same objects, each a ``str`` and no subclass, is printed by it) and, in sorted
+    order, each key with its printed ``"key": ``."""
+    if not all(type(key) is str for key in keys):
+        raise _Unusual
+    shape = keys, tuple((key, _key(key) + ": ") for key in sorted(keys))
+    if len(_SHAPES) < _KEYS_KEPT:
+        _SHAPES[keys] = shape
+    return shape
 
 
 def _events(events: Sequence[SpanEvent]) -> str:

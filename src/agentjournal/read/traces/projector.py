@@ -21,7 +21,7 @@ from agentjournal.errors import CodecError
 from agentjournal.read.traces.attributes import (
     agent_attributes,
     approval_attributes,
-    chat_attributes,
+    chat_of,
     guardrail_attributes,
     refusal_attributes,
     run_attributes,
@@ -65,10 +65,15 @@ from agentjournal.read.traces.state import (
 )
 from agentjournal.read.traces.stored import Event, data_of
 from agentjournal.records import TreeRecords
-from agentjournal.tokens import ModelResponse
 
 _LINE_CHANGES: Final = LINE_EVENTS | {events.SUBAGENT_STARTED}
 """What can change which tree a stream is on: a line's own events, and a handoff's open."""
+_OUTSIDE_RUNS: Final = LINE_EVENTS | {
+    events.SUBAGENT_COMPLETED,
+    events.INTERRUPT_RESOLVED,
+    events.RUN_RESUMED,
+}
+"""The kinds :meth:`Projector.feed` may fold outside any run (each its own test there)."""
 
 
 class Projector:
@@ -177,45 +182,51 @@ class Projector:
         if self._part is not None and not self._owns(tree.session_id):
             self._lines_only(tree, record)
             return []
-        if record.type in LINE_EVENTS:
-            if record.type == events.SUBAGENT_CONTINUED:
-                self._continued(tree, record)
-            else:
-                self._lines.line_event(tree, record)
-            return []
-        if record.type == events.SUBAGENT_COMPLETED and events.LINE_END_KEY in record.metadata:
-            # A line's end closes what was open on it: no run writes it (its trace ids are
-            # the ending object's), so it must neither start nor stretch one.
-            return self._shown(tree, self._line_closed(tree, record))
-        if record.type == events.INTERRUPT_RESOLVED and events.INTERRUPT_KEY in record.metadata:
-            # A person's answer belongs to no run (it may come days later, from anywhere):
-            # it ends the wait's span and neither starts nor stretches a run.
-            return self._shown(tree, self._answered(tree, record))
-        if record.type == events.RUN_RESUMED:
-            # The claim on a paused run is written before the resumed run starts, outside
-            # any run: like an answer it neither starts nor stretches one.
-            return []
+        kind = record.type
+        if kind in _OUTSIDE_RUNS:  # one test for the kinds that may belong to no run
+            if kind in LINE_EVENTS:
+                if kind == events.SUBAGENT_CONTINUED:
+                    self._continued(tree, record)
+                else:
+                    self._lines.line_event(tree, record)
+                return []
+            if kind == events.SUBAGENT_COMPLETED and events.LINE_END_KEY in record.metadata:
+                # A line's end closes what was open on it: no run writes it (its trace ids
+                # are the ending object's), so it must neither start nor stretch one.
+                return self._shown(tree, self._line_closed(tree, record))
+            if kind == events.INTERRUPT_RESOLVED and events.INTERRUPT_KEY in record.metadata:
+                # A person's answer belongs to no run (it may come days later, from
+                # anywhere): it ends the wait's span and neither starts nor stretches a run.
+                return self._shown(tree, self._answered(tree, record))
+            if kind == events.RUN_RESUMED:
+                # The claim on a paused run is written before the resumed run starts,
+                # outside any run: like an answer it neither starts nor stretches one.
+                return []
         sent: list[ProjectedSpan] = []
         run = self._run_for(tree, record, sent)
         when = ns(record.recorded_at)
-        run.end_ns = max(run.end_ns, when)
-        if record.type not in INPUT:
+        if when > run.end_ns:
+            run.end_ns = when
+        if kind not in INPUT:
             run.only_input = False
         # The body is parsed only where it is read: the agent an event speaks for matters
         # only to a run without one yet and to a subagent without its own span id.
-        if not run.agent and record.stream == top_of(tree):
+        stream = record.stream
+        if not run.agent and stream == top_of(tree):
             speaker = author(record)
             if speaker:
                 run.agent = speaker
-        self._adopt(tree, run, record.stream, when)
+        self._adopt(tree, run, stream, when)
         notice_own(tree, record)
-        kind = record.type
-        if kind == events.SUBAGENT_STARTED and record.opens is not None:
-            self._opened(tree, run, record, record.body or {}, when)
+        if kind == events.MODEL_RESPONDED:
+            sent.extend(self._responded(tree, run, record, when))
+        elif kind == events.SUBAGENT_STARTED:
+            if record.opens is not None:
+                self._opened(tree, run, record, record.body or {}, when)
+            else:
+                self._call_or_output(tree, run, record, when, sent)
         elif kind == events.SUBAGENT_COMPLETED:
             sent.extend(self._closed(tree, run, record.body or {}, when))
-        elif kind == events.MODEL_RESPONDED:
-            sent.extend(self._responded(tree, run, record, when))
         elif kind == events.GUARDRAIL_DECIDED:
             self._decided(tree, run, record, record.body or {}, when)
         elif kind == events.AUTHORITY_REFUSED:
@@ -447,17 +458,16 @@ class Projector:
         ]
 
     def _responded(self, tree: Tree, run: Run, record: Event, when: int) -> list[ProjectedSpan]:
-        try:
-            response = ModelResponse.decode(data_of(record))
-        except (ValueError, TypeError):
+        chat = chat_of(data_of(record), tree.session_id, record)
+        if chat is None:
             return []
-        end = parse_time(response.ended_at) or when
-        start = parse_time(response.started_at) or end
+        started, ended, model, attributes = chat
+        end = parse_time(ended) or when
+        start = parse_time(started) or end
         run.start_ns = min(run.start_ns, start)
         run.end_ns = max(run.end_ns, end)
         tree.responded[record.stream] = end
-        attributes = chat_attributes(response, tree.session_id, record)
-        name = f"chat {response.model}" if response.model else "chat"
+        name = f"chat {model}" if model else "chat"
         return [
             ProjectedSpan(
                 trace_id=run.trace_id,
