@@ -395,3 +395,41 @@ def test_a_canonical_event_is_what_json_prints_of_its_body(
         return
     assert encoded.body is not None
     assert json.dumps(encoded.body).encode() == encoded.data
+
+
+def _exact_reference(item: dict[str, Any]) -> tuple[str, str]:
+    """What ``exact_json`` gave before its flat-text fast path: print, then parse the text
+    back and compare (``text`` and the text, or ``refused``)."""
+    try:
+        text = json.dumps(item, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return "refused", ""
+    return ("text", text) if json.loads(text) == item else ("refused", "")
+
+
+def _exact_outcome(item: dict[str, Any]) -> tuple[str, str]:
+    try:
+        return "text", codec.exact_json(item)
+    except CodecError:
+        return "refused", ""
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(
+        st.dictionaries(_text(), _text(), max_size=6),  # the fast path's: text only
+        st.dictionaries(st.one_of(_text(), st.sampled_from([Tag("k")])), _text(), max_size=4),
+        st.dictionaries(_text(), st.one_of(_text(), _odd, _scalars), max_size=4),
+        st.dictionaries(_text(), _values, max_size=4),
+    )
+)
+@example({"type": "function_call_output", "call_id": "c\ud800", "output": "é\U0001f600"})
+@example({"output": Tag("tag")})
+@example({Tag("k"): "v"})
+def test_an_item_of_text_only_is_printed_without_a_parse_as_the_parse_would_decide(
+    item: dict[str, Any],
+) -> None:
+    """``exact_json`` skips the parse back for a dict of ``str`` keys and values only: the
+    same text, and the same refusals, as printing then comparing the parse."""
+    assert _exact_outcome(item) == _exact_reference(item)

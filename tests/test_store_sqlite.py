@@ -192,6 +192,28 @@ async def test_writes_that_wait_together_share_one_commit(tmp_path: Path) -> Non
             assert events[-1].position == result.position
 
 
+async def test_a_group_in_which_every_write_lands_takes_no_savepoint(tmp_path: Path) -> None:
+    """Savepoints are for a group in which a write fails (then the group is written again,
+    each write in its own): one in which all land is written once, without them."""
+    async with await SQLiteEventStore.open(tmp_path / "group.db") as store:
+        for n in range(3):
+            await store.append(
+                f"S-{n}", make_events(1, prefix=f"a{n}"), expected=StreamState.NO_STREAM
+            )
+        held = _Held(store)
+        tasks = [
+            asyncio.create_task(store.append(f"S-{n}", make_events(2, prefix=f"b{n}"), expected=0))
+            for n in range(3)
+        ]
+        await asyncio.sleep(0.05)
+        held.release()
+        results = await asyncio.gather(*tasks)
+        assert [result.revision for result in results] == [2, 2, 2]
+        assert held.commits == 1
+        assert not [s for s in held.statements if "SAVEPOINT" in s.upper()]
+        assert not [s for s in held.statements if "ROLLBACK" in s.upper()]
+
+
 async def test_a_failing_or_conflicting_write_in_a_group_fails_alone(tmp_path: Path) -> None:
     path = tmp_path / "group.db"
     async with await SQLiteEventStore.open(path) as store:
@@ -225,6 +247,10 @@ async def test_a_failing_or_conflicting_write_in_a_group_fails_alone(tmp_path: P
         await asyncio.wait(tasks.values())
         outcome = {name: task.exception() or task.result() for name, task in tasks.items()}
         assert held.commits == 1
+        # Tried once whole and rolled back, then written again write by write.
+        upper = [statement.strip().upper() for statement in held.statements]
+        assert upper.count("ROLLBACK") == 1
+        assert upper.index("ROLLBACK") < upper.index("SAVEPOINT AJ_WRITE")
 
     ok = outcome["ok"]
     assert isinstance(ok, AppendResult)

@@ -250,10 +250,20 @@ def _exact_json(item: dict[str, Any]) -> str:
         text = _ITEM(item)
     except (TypeError, ValueError, RecursionError) as exc:
         raise _not_exact(item) from exc
-    # json.dumps quietly turns tuples into lists and 1/True/None keys into strings.
-    if _fast_load(text) != item:
+    # json.dumps quietly turns tuples into lists and 1/True/None keys into strings. A dict
+    # of str keys and str values only (most items a turn writes) loads back equal, lone
+    # surrogates too (escaped as \udXXXX, read back as themselves): no parse to check it.
+    if not _flat_text(item) and _fast_load(text) != item:
         raise _not_exact(item)
     return text
+
+
+def _flat_text(item: dict[str, Any]) -> bool:
+    """Whether every key and value of ``item`` is exactly a ``str`` (no subclass)."""
+    return {*map(type, item), *map(type, item.values())} <= _STR_ONLY
+
+
+_STR_ONLY: Final = frozenset({str})
 
 
 def _not_exact(item: dict[str, Any]) -> CodecError:

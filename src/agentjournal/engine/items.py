@@ -59,6 +59,8 @@ def earlier_calls(items: Sequence[Any], call_owner: Mapping[str, str]) -> dict[s
     """The function calls whose outputs ``items`` carry and whose call items an earlier
     write recorded (call id -> the stream its call is on): only such a call can have a
     question waiting (pure). A call the same items make again is theirs, not the earlier."""
+    if not call_owner:
+        return {}  # no earlier call pending (a turn whose outputs answer its own calls)
     made = {
         call_id
         for item in items

@@ -331,10 +331,12 @@ class SessionTree:
             self.ledger_head = commit.ledger
         self._responded(commit.responded)
         self.unsigned = 0 if commit.signed else self.unsigned + commit.written
-        # Only the session's stream and the open subagents' are followed.
+        # Only the session's stream and the open subagents' are followed (a turn's write
+        # touches none other: then nothing to drop, and no new dicts).
         followed = set(self.followed)
-        self.heads = {k: v for k, v in self.heads.items() if k in followed}
-        self.hashes = {k: v for k, v in self.hashes.items() if k in followed}
+        if not followed.issuperset(self.heads) or not followed.issuperset(self.hashes):
+            self.heads = {k: v for k, v in self.heads.items() if k in followed}
+            self.hashes = {k: v for k, v in self.hashes.items() if k in followed}
 
     def _responded(self, ids: Sequence[uuid.UUID]) -> None:
         for id_ in ids:

@@ -181,9 +181,12 @@ def _apply_model(
     current: int,
     head: int,
     packer: Packer,
+    *,
+    followed: bool = False,
 ) -> None:
     """Apply one appended request's read model change (inside its write's transaction),
-    its items' texts in their stored form (``packer``).
+    its items' texts in their stored form (``packer``); ``followed``: the statement that
+    moved the stream's head moved ``modelled`` as this would (``SQLiteEventStore._claim``).
 
     A new stream joins the request's tree; an existing one's ``modelled`` revision
     follows its head if it was current before (and of this tree): one append without
@@ -200,7 +203,7 @@ def _apply_model(
         db.execute(
             "UPDATE streams SET tree = ?, modelled = ? WHERE id = ?", (change.tree, head, stream_id)
         )
-    else:
+    elif not followed:
         db.execute(
             "UPDATE streams SET modelled = ? WHERE id = ? AND modelled = ? AND tree = ?",
             (head, stream_id, current, change.tree),

@@ -391,25 +391,64 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
     ) -> list[list[AppendResult] | BaseException]:
         """Several writes in one transaction (group commit), each all-or-nothing.
 
-        Each write runs inside its own SAVEPOINT: a conflict or a failure rolls
-        back that write alone and is reported to its caller alone; the others
-        commit together, with one fsync. Writes see the earlier ones of the
-        group, exactly as if they had committed one after the other. If the
-        group's transaction itself fails (BEGIN, COMMIT, or an error after
-        which SQLite abandoned the transaction), every write of it gets
-        :class:`StoreUnavailable` — an unknown outcome, which the writer
-        settles by resending the same ids.
+        The writes are applied one after the other in one transaction, which commits
+        them together, with one fsync. Writes see the earlier ones of the group,
+        exactly as if they had committed one after the other. If any of them fails (a
+        conflict, as a rule), the whole transaction is rolled back — nothing of it was
+        committed — and the group is written again by :meth:`_write_each`, each write
+        in a SAVEPOINT of its own, so that the failure is that write's alone; the
+        common group, in which every write lands, pays no savepoint. If the group's
+        transaction itself fails (BEGIN, COMMIT), every write of it gets
+        :class:`StoreUnavailable` — an unknown outcome, which the writer settles by
+        resending the same ids.
         """
         db = self._db
+        begun = self._begin(len(group))
+        if begun is not None:
+            return begun
+        try:
+            now = time.time_ns() // 1000
+            try:
+                landed: list[list[AppendResult] | BaseException] = [
+                    self._apply(db, requests, now) for requests in group
+                ]
+            except Exception:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                return self._write_each(group)
+            db.execute("COMMIT")
+        except BaseException as error:
+            with contextlib.suppress(sqlite3.Error):
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+            return [StoreUnavailable(f"SQLite store {self._path} failed: {error}") for _ in group]
+        return landed
+
+    def _begin(self, writes: int) -> list[list[AppendResult] | BaseException] | None:
+        """Start a group's transaction; None, or (it could not start) what each write gets."""
         try:
             self._packer_now()
-            db.execute("BEGIN IMMEDIATE")
+            self._db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as error:
             # One exception object per caller: each is raised in its own task.
             return [
                 StoreUnavailable(f"SQLite store {self._path} cannot start a write: {error}")
-                for _ in group
+                for _ in range(writes)
             ]
+        return None
+
+    def _write_each(
+        self, group: list[list[AppendRequest]]
+    ) -> list[list[AppendResult] | BaseException]:
+        """:meth:`_write_group` with each write inside its own SAVEPOINT: a conflict or a
+        failure rolls back that write alone and is reported to its caller alone; the
+        others commit together. If the transaction itself fails (BEGIN, COMMIT, or an
+        error after which SQLite abandoned it), every write gets
+        :class:`StoreUnavailable`."""
+        db = self._db
+        begun = self._begin(len(group))
+        if begun is not None:
+            return begun
         outcomes: list[list[AppendResult] | BaseException] = []
         try:
             now = time.time_ns() // 1000
@@ -441,7 +480,8 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         self, db: sqlite3.Connection, requests: list[AppendRequest], now: int
     ) -> list[AppendResult]:
         """Check and insert one write inside an open transaction; its results."""
-        claimed = [self._claim(db, request) for request in requests]
+        lone = len(requests) == 1  # a turn's write: one stream
+        claimed = [self._claim(db, request, modelled=lone) for request in requests]
         pending = [
             self._check(db, request) if claim is None else claim
             for request, claim in zip(requests, claimed, strict=True)
@@ -463,7 +503,9 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
                 db.execute("UPDATE streams SET head = ? WHERE id = ?", (head, stream_id))
             packer = self._packer_now()
             last_position = _insert_events(db, stream_id, current, request.events, now, packer)
-            _apply_model(db, request, stream_id, current, head, packer)
+            _apply_model(
+                db, request, stream_id, current, head, packer, followed=lone and claim is not None
+            )
         if last_position == 0:
             last_position = _last_position(db)
         results = []
@@ -476,7 +518,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         return results
 
     def _claim(
-        self, db: sqlite3.Connection, request: AppendRequest
+        self, db: sqlite3.Connection, request: AppendRequest, *, modelled: bool = False
     ) -> tuple[int, int, None] | None:
         """Move a known stream's head from the exact expected revision in one statement.
 
@@ -492,10 +534,23 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         stream_id = self._stream_ids.get(request.stream)
         if stream_id is None:
             return None
-        moved = db.execute(
-            "UPDATE streams SET head = ? WHERE id = ? AND head = ? AND name = ?",
-            (expected + len(request.events), stream_id, expected, request.stream),
-        ).rowcount
+        head = expected + len(request.events)
+        model = request.model if modelled else None
+        if model is None:
+            moved = db.execute(
+                "UPDATE streams SET head = ? WHERE id = ? AND head = ? AND name = ?",
+                (head, stream_id, expected, request.stream),
+            ).rowcount
+        else:
+            # ``modelled``: the read model's row follows the head in the same statement, as
+            # _apply_model's own UPDATE would right after it (the write's only stream:
+            # nothing in between looks at the row), one statement less a turn.
+            moved = db.execute(
+                "UPDATE streams SET head = ?1, "
+                "modelled = CASE WHEN modelled = ?3 AND tree = ?4 THEN ?1 ELSE modelled END "
+                "WHERE id = ?2 AND head = ?3 AND name = ?5",
+                (head, stream_id, expected, model.tree, request.stream),
+            ).rowcount
         return (stream_id, expected, None) if moved == 1 else None
 
     def _check(
