@@ -154,6 +154,12 @@ _DECODER: Final = json.JSONDecoder(parse_float=_Float, parse_constant=_constant)
 _ASTRAL: Final = re.compile(b"[\xf0-\xf4]")  # the first byte of a character beyond U+FFFF
 
 
+def _astral(encoded: bytes) -> bool:
+    """Whether UTF-8 bytes hold a character beyond U+FFFF (ASCII, nearly always, holds none:
+    that test is twenty times faster than the search)."""
+    return not encoded.isascii() and _ASTRAL.search(encoded) is not None
+
+
 def _loads(data: bytes) -> Any:
     """``json.loads(data)`` (the same encoding detection, values and errors) with every float
     a :class:`_Float`.
@@ -206,7 +212,7 @@ def view_digest(body: Any) -> str:
         except orjson.JSONEncodeError:
             pass
         else:
-            if _ASTRAL.search(encoded) is None:
+            if not _astral(encoded):
                 return hashlib.sha256(encoded).hexdigest()
     if _plain(body):
         # No float and no key beyond the Basic Multilingual Plane: RFC 8785 prints
@@ -353,7 +359,7 @@ def _fast_tool_calls(data: bytes, metadata: Mapping[str, str]) -> tuple[str, dic
         body, _rule(metadata), digest=_plain_digest, loads=_plain_loads, mark=_plain_marker
     )
     encoded = _plain_bytes(shown)
-    if _ASTRAL.search(encoded) is not None:
+    if _astral(encoded):
         raise _Unsure  # a key beyond U+FFFF sorts otherwise in RFC 8785
     return hashlib.sha256(encoded).hexdigest(), found
 
