@@ -414,13 +414,15 @@ def _plain_marker(
             return _call_marker(item, rule, digest)
     name = item.get("name", "")
     arguments = item.get("arguments") or "{}"  # as call_of reads a function call
+    ceilings = _ceilings(rule)
     return {
         "withheld": _marked_digest(item),
         "call_id": call_id,
         "kind": "function_call",
         "name": name,
         "payload_digest": _marked_digest(tool_call_payload(call_id, name, arguments)),
-        "ceilings": ceiling_inputs(arguments, _ceilings(rule).values()),
+        # No ceiling (no rule, nearly always): ceiling_inputs' own answer, without its call.
+        "ceilings": ceiling_inputs(arguments, ceilings.values()) if ceilings else {},
     }
 
 
