@@ -2,9 +2,10 @@
 
 On two processes the child runs containment (it computed the call markers) and the other
 checks after integrity but the checkpoints', which this process runs; the report puts each
-check's lines and problems in its place. Here sessions the real ``Runner`` wrote are attacked past the integrity
-check — re-chained, relinked and re-signed with the trusted key, with the attacks of
-``test_ledger.py`` — and every verification runs on one process and on two.
+check's lines and problems in its place. Here sessions the real ``Runner`` wrote are
+attacked past the integrity check — re-chained, relinked and re-signed with the trusted
+key, with the attacks of ``test_ledger.py`` — and every verification runs on one process
+and on two.
 """
 
 from __future__ import annotations
