@@ -14,8 +14,8 @@ key, exported as a bundle, and then, round by round:
   checkpoints, twins, delegation, containment), of the parsed bundle, in this
   process only (``workers=1``);
 - **verify, 2 workers**: the same with ``workers=2``: a forked child checks the views
-  and runs containment and the approvals check on the second core while this process
-  checks the rest of the chains and runs the other checks after integrity (by default
+  and runs the checks after integrity but the checkpoints' on the second core while this
+  process checks the rest of the chains and runs the checkpoints' check (by default
   the verifier forks so only when a core is free);
 - **seal**: the write side, ``engine.sealing.seal_event`` (view commitment and
   chain keys) of every event again, from its metadata without the chain keys;

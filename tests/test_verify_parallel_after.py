@@ -1,10 +1,11 @@
 """The checks after integrity split over two processes report what one process reports.
 
-On two processes the child runs containment (it computed the call markers) and this
-process the other checks after integrity; the report puts each check's lines and problems
-in its place. Here sessions the real ``Runner`` wrote are attacked past the integrity
-check — re-chained, relinked and re-signed with the trusted key, with the attacks of
-``test_ledger.py`` — and every verification runs on one process and on two.
+On two processes the child runs containment (it computed the call markers) and the other
+checks after integrity but the checkpoints', which this process runs; the report puts each
+check's lines and problems in its place. Here sessions the real ``Runner`` wrote are
+attacked past the integrity check — re-chained, relinked and re-signed with the trusted
+key, with the attacks of ``test_ledger.py`` — and every verification runs on one process
+and on two.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Every field of every event type damaged: two processes report what one reports.
 
-On two processes a forked child checks the views and runs containment and the approvals
-check while this process checks the rest of the chains and runs the other checks after
-integrity (``audit.verify._parallel``). Here the first event of each type in sessions the
+On two processes a forked child checks the views and runs the checks after integrity but
+the checkpoints' while this process checks the rest of the chains and runs the checkpoints'
+check (``audit.verify._parallel``). Here the first event of each type in sessions the
 real ``Runner`` wrote (guarded, nested handoffs, a call answered by a person under a policy
 naming its approver) has one field damaged at a time — its revision, id, type, data, data
 digest, view, and each metadata key changed or removed — as it is, and re-sealed by an

@@ -67,6 +67,28 @@ def test_an_ordinary_tool_call_takes_the_fast_path(monkeypatch: pytest.MonkeyPat
     assert view_commitment(TOOL_CALLS, data, RULE) == expected
 
 
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {},
+        {"ceilings": {}},
+        {"ceilings": {"spend": 5}},
+        {"ceilings": None},
+        {"ceilings": {"spend": "amount"}},
+        ["not", "a", "rule"],
+    ],
+)
+@pytest.mark.parametrize("arguments", ['{"amount": 5}', "not json", "", '{"amount": 1.5}'])
+def test_a_rule_with_or_without_ceilings_gives_the_exact_marker(rule: Any, arguments: str) -> None:
+    """A rule that names no ceiling (or names them wrongly) has no ceiling inputs, as the
+    exact path computes them; one that names a ceiling has its input."""
+    data = json.dumps(_data({"amount": 5}, _call(arguments))).encode()
+    metadata = {events.TOOL_RULE_KEY: json.dumps(rule)}
+    fast = _fast(TOOL_CALLS, data, metadata)
+    assert fast == _exact(TOOL_CALLS, data, metadata)
+    assert (fast[1]["ceilings"] != {}) is (rule == {"ceilings": {"spend": "amount"}})
+
+
 _ODD = [
     '{"amount": 1.5}',  # floats in the nested arguments are the ceilings' business only
     1.5,

@@ -166,12 +166,17 @@ def _check_stream(
     questions: dict[str, _Question] = {}  # by event id
     calls: dict[str, Record] = {}  # call id -> its newest call item on this stream
     for event in stream:
-        where = (_CHECK, name, event.revision)
-        kind = event.metadata.get(events.ITEM_TYPE_KEY)
-        call_id = event.metadata.get(events.CALL_ID_KEY, "")
+        # What most events need (none of them is a question or an answer) read first.
+        metadata = event.metadata
+        kind = metadata.get(events.ITEM_TYPE_KEY)
         if kind == "function_call":
-            calls[call_id] = event
-        elif kind == "function_call_output":
+            calls[metadata.get(events.CALL_ID_KEY, "")] = event
+            continue
+        if kind != "function_call_output" and events.INTERRUPT_KEY not in metadata:
+            continue  # an MCP approval item (the codec's), or no interrupt at all
+        where = (_CHECK, name, event.revision)
+        call_id = metadata.get(events.CALL_ID_KEY, "")
+        if kind == "function_call_output":
             asked = _asked(questions, call_id)
             if asked is not None:
                 refused = _refused_between(stream, asked, event)
@@ -179,8 +184,6 @@ def _check_stream(
                 if problem is not None:
                     report.fail(*where, problem)
                 asked.ran = True
-        elif events.INTERRUPT_KEY not in event.metadata:
-            continue  # an MCP approval item (the codec's), or no interrupt at all
         elif event.data is None and event.view is None:
             counts.unchecked += 1  # withheld whole: its call's output is not checked either
         elif event.type == events.INTERRUPT_ISSUED:

@@ -208,6 +208,9 @@ def call_marker(event: Record, markers: Markers) -> dict[str, Any]:
     return redaction.call_marker(item, rule if isinstance(rule, Mapping) else None)
 
 
+_JUDGED: Final = (events.GUARDRAIL_DECIDED, events.AUTHORITY_REFUSED)
+"""The event types a stream's index keeps as judgements (``_CallIndex.judged``)."""
+
 # An output's item type -> the kind of call it is the output of: ``{kind}_output``.
 _OUTPUT_OF: Final = {f"{kind}_output": kind for kind in CALL_KINDS}
 
@@ -222,19 +225,25 @@ class _CallIndex:
         self.refusals: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self.calls: list[Record] = []  # the events holding a call the runner executes
         self.judged: list[Record] = []  # its AuthorityRefused and GuardrailDecided events
-        self.opaque = 0
+        opaque = 0
+        # One pass over every event of the stream: what it reads, bound once.
+        calls, outputs, output_of_kind = self.calls, self.outputs, _OUTPUT_OF.get
         for event in stream:
             meta = event.metadata
             kind = meta.get(events.ITEM_TYPE_KEY, "")
             if meta.get(events.OPAQUE_KEY) == "1":
-                self.opaque += 1
-            output_of = _OUTPUT_OF.get(kind)  # the call kind of an output's item type
+                opaque += 1
+            output_of = output_of_kind(kind)  # the call kind of an output's item type
             if kind in CALL_KINDS:
-                self.calls.append(event)
+                calls.append(event)
             elif output_of is not None:
                 key = (output_of, meta.get(events.CALL_ID_KEY, ""))
-                self.outputs.setdefault(key, []).append(event.revision)
-            if event.type in (events.GUARDRAIL_DECIDED, events.AUTHORITY_REFUSED):
+                revisions = outputs.get(key)
+                if revisions is None:
+                    outputs[key] = [event.revision]
+                else:
+                    revisions.append(event.revision)
+            if event.type in _JUDGED:
                 self.judged.append(event)
                 if output_of is not None:
                     continue  # an output's item type: its body is not indexed (as before)
@@ -244,6 +253,7 @@ class _CallIndex:
                         self.decisions if event.type == events.GUARDRAIL_DECIDED else self.refusals
                     )
                     table.setdefault(body["call_id"], []).append((event.revision, body))
+        self.opaque = opaque
 
     def ran(self, call_id: str, revision: int, kind: str) -> bool:
         """Whether an output of the call follows ``revision``."""

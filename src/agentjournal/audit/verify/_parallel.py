@@ -10,10 +10,10 @@ process: a child forked (copy-on-write: nothing is sent to it) checks the views 
 events (:data:`CHILD_SHARE` of them, from the end of the tree) while this process checks
 everything else; the child then runs, as if every chain were sound, its part of the checks
 after integrity (the one that reads the call markers its views gave: containment, which
-would compute the others again; and the approvals', which evens out the two processes'
-shares), and sends back the first bad view of each of its parts and their reports;
-meanwhile this process, once its own checks found nothing, runs the other checks after
-integrity. All those reports count if every chain is sound (else those checks do not run at
+would compute the others again; and all the others but the checkpoints', which evens out
+the two processes' shares), and sends back the first bad view of each of its parts and their
+reports; meanwhile this process, once its own checks found nothing, runs the checkpoints'
+check. All those reports count if every chain is sound (else those checks do not run at
 all, as on one process). The integrity report is the one one process would
 write: per stream, the first bad event, and at one event the problem of the checks before
 its view.

@@ -83,7 +83,8 @@ class Tree:
         self.opened_by: dict[str, Record] = {}
         for stream in streams.values():
             for event in stream:
-                if event.opens is not None:
+                # ``opens`` is None but for SubagentStarted: its type first, without a call.
+                if event.type == events.SUBAGENT_STARTED and event.opens is not None:
                     self.opened_by[event.opens] = event
         # Branches: the registry, the branches' own authority logs, and each
         # stream that begins with a BranchStarted (a line's top stream) or a
@@ -134,7 +135,11 @@ class Tree:
                 if name in owner or name not in self.streams:
                     continue
                 owner[name] = top
-                pending.extend(r.opens for r in self.streams[name] if r.opens is not None)
+                pending.extend(
+                    r.opens
+                    for r in self.streams[name]
+                    if r.type == events.SUBAGENT_STARTED and r.opens is not None
+                )
         return owner
 
     def opener(self, stream: str) -> Record | None:

@@ -43,8 +43,10 @@ def check_twins(report: Report, tree: Tree) -> None:
             report.fail("twins", name, None, "a subsession no handoff in the bundle opened")
     for stream in tree.streams.values():
         for event in stream:
+            if event.type != events.SUBAGENT_COMPLETED:
+                continue
             closes = event.metadata.get(events.CLOSES_KEY)
-            if event.type != events.SUBAGENT_COMPLETED or closes is None:
+            if closes is None:
                 continue
             completed += 1
             mate = tree.twin_of(event)
