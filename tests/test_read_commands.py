@@ -656,6 +656,9 @@ def test_a_twin_saving_first_is_fenced(written: Written) -> None:
     async def go() -> None:
         store = await open_store(written.uri, create=False)
         try:
+            # A save first, whichever tests ran on this store before this one; then a
+            # session that the next refresh must fold and save.
+            await catalog.refresh(store)
             await new_session("twin-before")
             before = await projections.load(store, catalog.NAME)
             assert before is not None
