@@ -174,7 +174,9 @@ def _ids_cached_truly(store: SQLiteEventStore, db: sqlite3.Connection) -> bool:
 
 
 @pytest.mark.parametrize("compress", [False, True])
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize(
+    "seed", [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(1, 12))]
+)
 def test_a_group_commit_gives_each_write_what_it_gets_alone(
     tmp_path: Path, seed: int, compress: bool
 ) -> None:
