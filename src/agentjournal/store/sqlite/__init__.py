@@ -1,8 +1,9 @@
 """The embedded event store: KurrentDB stream semantics in one SQLite file.
 
 The package holds the store class (``_store``), the file's schema (``_schema``), the
-events table's rows (``_rows``), the read model (``_model``) and the stored form of the
-text columns (``_stored``).
+events table's rows (``_rows``), the read model (``_model``), the stored form of the
+text columns (``_stored``) and the header of the file's WAL index, which tells the heads
+probe whether anything was committed since (``_wal_index``).
 
 Layout (schema version 3, kept in ``PRAGMA user_version``)::
 

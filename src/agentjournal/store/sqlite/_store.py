@@ -61,10 +61,12 @@ from agentjournal.store.sqlite._stored import (
     Unpacker,
     writing_dictionary,
 )
+from agentjournal.store.sqlite._wal_index import WalIndex, commits, open_wal_index
 
 _POLL_SECONDS: Final = 0.05
 _SUBSCRIBE_BATCH: Final = 500
 _SMALL_READ: Final = 256  # reads up to this many events run with the collector as it is
+_KNOWN_HEADS: Final = 1024  # at most this many streams' heads kept for heads_now
 # At most this many writes share one transaction: a bound on how long one group
 # holds the write lock and how much one failed commit sends back for a retry.
 _GROUP_LIMIT: Final = 256
@@ -119,6 +121,14 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         self._probe: sqlite3.Connection | None = None
         self._probe_lock = threading.Lock()
         self._probe_failed = path == ":memory:"  # another connection would see another database
+        # The file's WAL index, read by the probe (under its lock) and by the store's thread
+        # (its own descriptor), and heads known as of one of its headers: (header, stream ->
+        # head, -1 for no such stream). Replaced whole, never changed in place: any pair
+        # ever stored is true of the content that header names (see :meth:`heads_now`).
+        self._wal: WalIndex | None = None
+        self._writer_wal: WalIndex | None = None
+        self._writer_wal_tried = False
+        self._known: tuple[bytes, dict[str, int]] | None = None
         # Stream name -> row id, as seen by the store's thread (for :meth:`_claim`).
         self._stream_ids: dict[str, int] = {}
         # The stored form (``_stored``), used on the store's thread only: the values it
@@ -207,6 +217,8 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
     def _close_db(self) -> None:
         self._drain_all()
         self._db.close()
+        if self._writer_wal is not None:
+            self._writer_wal.close()
 
     def _mark_closed(self) -> bool:
         if self._closed:
@@ -215,8 +227,11 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         self._notify()
         with self._probe_lock:  # waits for a probe in flight (a few microseconds)
             probe, self._probe, self._probe_failed = self._probe, None, True
+            wal, self._wal = self._wal, None
         if probe is not None:
             probe.close()
+        if wal is not None:
+            wal.close()
         return True
 
     def _notify(self) -> None:
@@ -353,6 +368,39 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
             with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
                 loop.call_soon_threadsafe(_settle_all, settled)
 
+    def _header_now(self) -> bytes | None:
+        """The WAL index's header, read on the store's thread inside its write transaction
+        (no other commit can happen until it ends); None when not known."""
+        wal = self._writer_wal
+        if wal is None:
+            if self._writer_wal_tried or self._probe_failed:
+                return None
+            self._writer_wal_tried = True
+            wal = self._writer_wal = open_wal_index(self._file)
+            if wal is None:
+                return None
+        return wal.header()
+
+    def _committed(self, before: bytes | None, moved: dict[str, int]) -> None:
+        """Learn the heads as of this thread's commit that moved ``moved``, begun at
+        ``before``: only when the header now is the very next commit's (a commit of
+        another connection since, or any doubt, and nothing is learnt)."""
+        if before is None or not moved or self._writer_wal is None:
+            return
+        after = self._writer_wal.header()
+        if after is None or commits(after) != (commits(before) + 1) & 0xFFFFFFFF:
+            return
+        self._learn(after, moved, since=before)
+
+    def _learn(self, header: bytes, heads: dict[str, int], *, since: bytes) -> None:
+        """Keep ``heads`` as true of the content ``header`` names, with what was known of
+        the content ``since`` names (the same, or the one just before this thread's commit
+        made it ``header``'s) when that is what is known."""
+        known = self._known
+        if known is not None and known[0] == since and len(known[1]) < _KNOWN_HEADS:
+            heads = {**known[1], **heads}
+        self._known = (header, heads)
+
     def _packer_now(self) -> Packer:
         """The writer of the stored form; on first use, the file gets its dictionary in a
         transaction of its own, committed before any row names it (a write's rollback
@@ -371,8 +419,11 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         except sqlite3.OperationalError as error:
             raise StoreUnavailable(f"SQLite store {self._path} is busy: {error}") from error
         try:
-            results = self._apply(db, requests, time.time_ns() // 1000)
+            before = self._header_now()
+            moved: dict[str, int] = {}
+            results = self._apply(db, requests, time.time_ns() // 1000, moved)
             db.execute("COMMIT")
+            self._committed(before, moved)
         except _Conflict as conflict:
             db.execute("ROLLBACK")
             raise conflict.error from None
@@ -408,15 +459,18 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
             return begun
         try:
             now = time.time_ns() // 1000
+            before = self._header_now()
+            moved: dict[str, int] = {}
             try:
                 landed: list[list[AppendResult] | BaseException] = [
-                    self._apply(db, requests, now) for requests in group
+                    self._apply(db, requests, now, moved) for requests in group
                 ]
             except Exception:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 return self._write_each(group)
             db.execute("COMMIT")
+            self._committed(before, moved)
         except BaseException as error:
             with contextlib.suppress(sqlite3.Error):
                 if db.in_transaction:
@@ -452,10 +506,14 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         outcomes: list[list[AppendResult] | BaseException] = []
         try:
             now = time.time_ns() // 1000
+            before = self._header_now()
+            moved: dict[str, int] = {}
             for requests in group:
                 db.execute("SAVEPOINT aj_write")
                 try:
-                    outcomes.append(self._apply(db, requests, now))
+                    each: dict[str, int] = {}
+                    outcomes.append(self._apply(db, requests, now, each))
+                    moved.update(each)  # a write rolled back to its savepoint moved nothing
                 except _Conflict as conflict:
                     outcomes.append(conflict.error)
                     db.execute("ROLLBACK TO aj_write")
@@ -469,6 +527,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
                     db.execute("ROLLBACK TO aj_write")
                 db.execute("RELEASE aj_write")
             db.execute("COMMIT")
+            self._committed(before, moved)
         except BaseException as error:
             with contextlib.suppress(sqlite3.Error):
                 if db.in_transaction:
@@ -477,9 +536,14 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         return outcomes
 
     def _apply(
-        self, db: sqlite3.Connection, requests: list[AppendRequest], now: int
+        self,
+        db: sqlite3.Connection,
+        requests: list[AppendRequest],
+        now: int,
+        moved: dict[str, int],
     ) -> list[AppendResult]:
-        """Check and insert one write inside an open transaction; its results."""
+        """Check and insert one write inside an open transaction; its results. ``moved``
+        is told each stream's new head (a recognised retry moves none)."""
         lone = len(requests) == 1  # a turn's write: one stream
         claimed = [self._claim(db, request, modelled=lone) for request in requests]
         pending = [
@@ -506,6 +570,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
             _apply_model(
                 db, request, stream_id, current, head, packer, followed=lone and claim is not None
             )
+            moved[request.stream] = head
         if last_position == 0:
             last_position = _last_position(db)
         results = []
@@ -627,11 +692,29 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
                 if self._probe_failed:
                     return None
                 db = self._probe = _probe_connection(self._file)
+                self._wal = open_wal_index(self._file)
+            # The WAL index's header as of now: when it names the content of which the
+            # heads asked are known (this thread's earlier answer, or the store's thread's
+            # own last commit), they are the answer, without a read transaction.
+            wal = self._wal
+            header = None if wal is None else wal.header()
+            known = self._known
+            if header is not None and known is not None and known[0] == header:
+                heads = known[1]
+                if all(stream in heads for stream in streams):
+                    return {stream: heads[stream] for stream in streams if heads[stream] >= 0}
             marks = ",".join("?" * len(streams))
             rows = db.execute(
                 f"SELECT name, head FROM streams WHERE name IN ({marks})", tuple(streams)
             ).fetchall()
-            return dict(rows)
+            found = dict(rows)
+            # The same header after the read: no commit in between, so the read saw its
+            # content (a read sees every commit made before it began).
+            if header is not None and wal is not None and wal.header() == header:
+                self._learn(
+                    header, {stream: found.get(stream, -1) for stream in streams}, since=header
+                )
+            return found
         except sqlite3.Error:
             # Busy (a checkpoint, a recovering WAL index) or worse: this time, the slow path;
             # a connection that cannot even open is not tried again.
