@@ -108,7 +108,7 @@ _MODULES: Final = (
     "experiment",
     "ui",
 )
-"""The command modules (``agentjournal.cli.NAME``), in the order ``--help`` lists them: each
+"""The command modules of this package, in the order ``--help`` lists them: each
 adds its parser and the function that runs it (``register``), and loads what it needs only
 when it runs."""
 
