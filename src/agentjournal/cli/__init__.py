@@ -78,57 +78,47 @@ traceback instead.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Final, NoReturn
 
-from agentjournal.cli import (
-    approvals,
-    bundle,
-    demo,
-    erase,
-    experiment,
-    fork,
-    guardrail,
-    keygen,
-    replay,
-    run,
-    selfcheck,
-    sessions,
-    show,
-    tail,
-    trace,
-    ui,
-    verify,
-)
-from agentjournal.cli import eval as eval_command
-from agentjournal.cli import usage as usage_command
-from agentjournal.cli._common import Commands, usage
+from agentjournal.cli._common import Commands
+from agentjournal.cli._common import usage as usage_error  # the module `usage` takes the name
 from agentjournal.errors import JournalError
 
-_COMMANDS = (
-    demo,
-    selfcheck,
-    guardrail,
-    verify,
-    bundle,
-    keygen,
-    sessions,
-    show,
-    replay,
-    fork,
-    approvals,
-    erase,
-    usage_command,
-    tail,
-    trace,
-    eval_command,
-    run,
-    experiment,
-    ui,
+_MODULES: Final = (
+    "demo",
+    "selfcheck",
+    "guardrail",
+    "verify",
+    "bundle",
+    "keygen",
+    "sessions",
+    "show",
+    "replay",
+    "fork",
+    "approvals",
+    "erase",
+    "usage",
+    "tail",
+    "trace",
+    "eval",
+    "run",
+    "experiment",
+    "ui",
 )
-"""The command modules, in the order ``--help`` lists them: each adds its parser and the
-function that runs it (``register``), and loads what it needs only when it runs."""
+"""The command modules of this package, in the order ``--help`` lists them: each
+adds its parser and the function that runs it (``register``), and loads what it needs only
+when it runs."""
+
+_MODULE_OF: Final = {
+    **{name: name for name in _MODULES},
+    "approve": "approvals",
+    "reject": "approvals",
+    "view": "ui",
+}
+"""The module that adds each command (a module may add several)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -164,18 +154,35 @@ class _Version(argparse._VersionAction):
         parser.exit()
 
 
+class _Refused(Exception):
+    """A command line the parser of one command finds fault with."""
+
+
+class _OneCommandParser(_Parser):
+    """A parser that holds one command module's commands: a fault it finds is raised, for
+    the whole parser to say (its usage names every command)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _Refused(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``agentjournal`` command."""
+    return _parser(_MODULES, _Parser)
+
+
+def _parser(modules: Sequence[str], kind: type[_Parser]) -> argparse.ArgumentParser:
+    """The parser of the commands ``modules`` add, of class ``kind``."""
     # --debug is accepted before and after the command; SUPPRESS keeps a subcommand
     # from resetting what the top level parsed.
-    common = _Parser(add_help=False)
+    common = kind(add_help=False)
     common.add_argument(
         "--debug",
         action="store_true",
         default=argparse.SUPPRESS,
         help="show the traceback of an error (default: one line)",
     )
-    parser = _Parser(
+    parser = kind(
         prog="agentjournal",
         description="Event-sourced, tamper-evident session store for the OpenAI Agents SDK.",
         epilog="Exit codes: 0 success, 1 usage or unexpected error, 2 a check failed.",
@@ -185,11 +192,33 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help="show the traceback of an error (default: one line)"
     )
     commands = Commands(
-        parser.add_subparsers(dest="command", required=True, parser_class=_Parser), common
+        parser.add_subparsers(dest="command", required=True, parser_class=kind), common
     )
-    for command in _COMMANDS:
-        command.register(commands)
+    for name in modules:
+        importlib.import_module(f"agentjournal.cli.{name}").register(commands)
     return parser
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """``argv`` parsed as :func:`build_parser`'s parser parses it.
+
+    A command line that names its command plainly (after ``--debug`` at most) is parsed by
+    a parser of that command's module alone, so a command does not import the other
+    commands' modules (and what they import) to start; whatever that parser finds fault
+    with, the whole parser parses again, to say it as it does. (A command's parser, help
+    and messages are the same in both: its module adds them alike.)
+    """
+    arguments = list(argv)
+    at = 0
+    while at < len(arguments) and arguments[at] == "--debug":
+        at += 1
+    module = _MODULE_OF.get(arguments[at]) if at < len(arguments) else None
+    if module is not None:
+        try:
+            return _parser([module], _OneCommandParser).parse_args(arguments)
+        except _Refused:
+            pass
+    return build_parser().parse_args(arguments)
 
 
 def _reason(error: BaseException) -> str:
@@ -214,7 +243,7 @@ def _discard_stdout() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
-    args = build_parser().parse_args(argv)
+    args = parse(sys.argv[1:] if argv is None else argv)
     try:
         code: int = args.run(args)
         return code
@@ -228,11 +257,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (JournalError, OSError) as error:  # expected: bad input, a missing file or store
         if args.debug:
             raise
-        return usage(_reason(error))
+        return usage_error(_reason(error))
     except Exception as error:
         if args.debug:
             raise
-        return usage(
+        return usage_error(
             f"unexpected error: {type(error).__name__}: {_reason(error)} "
             "(run again with --debug for the traceback)"
         )

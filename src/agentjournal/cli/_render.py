@@ -39,7 +39,54 @@ def console(file: TextIO | None = None) -> Console:
     )
 
 
-def table(out: Console, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+class Lines:
+    """Standard output for a command that prints a table and lines of text: a rich console
+    on a terminal; on a pipe or a file, rich is loaded only to print a line it would not
+    print as it is (its import is some 15-40 ms of start-up that a script would pay for
+    nothing).
+    """
+
+    def __init__(self, file: TextIO | None = None) -> None:
+        self.file: TextIO = file if file is not None else sys.stdout
+        self.is_terminal: bool = self.file.isatty()
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        """The rich console on this output (:func:`console`), made when first asked for."""
+        if self._console is None:
+            self._console = console(self.file)
+        return self._console
+
+    def line(self, text: str) -> None:
+        """Print ``text`` and a line break, never read as markup: what
+        ``console().print(text, markup=False, highlight=False)`` prints."""
+        if self.is_terminal or not prints_as_is(text):
+            self.console.print(text, markup=False, highlight=False)
+            return
+        self.file.write(text + "\n")
+        self.file.flush()
+
+
+def prints_as_is(text: str) -> bool:
+    """Whether a plain console (:func:`console` on a pipe) prints ``text`` unchanged: printable
+    ASCII (rich drops control codes and expands tabs) in which nothing reads as an emoji code
+    (``:name:``) but the ``:24:`` of a time of day (no emoji is named by two digits or none)."""
+    return (
+        text.isascii()
+        and text.isprintable()
+        and all(
+            len(name) <= 2 and (name == "" or name.isdigit())
+            for _, name, _ in _EMOJI_CODE.findall(text)
+        )
+    )
+
+
+_EMOJI_CODE: Final = re.compile(r"(:(\S*?)(?:(?:\-)(emoji|text))?:)")
+"""What rich replaces by an emoji when its name is one (rich's ``_emoji_replace``)."""
+
+
+def table(out: Console | Lines, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Print rows under ``columns``: a rich table on a terminal, aligned plain text otherwise.
 
     A column of numbers (counts, costs, ``o/c/f`` triples; ``-`` and ``unknown`` for none)
@@ -64,7 +111,7 @@ def table(out: Console, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -
             grid.add_column(name, justify="right" if numeric else "left")
         for line in body:
             grid.add_row(*(Text(cell) for cell in line))
-        out.print(grid)
+        (out.console if isinstance(out, Lines) else out).print(grid)
         return
     cells = [list(map(str, columns)), *body]
     widths = [max(len(line[at]) for line in cells) for at in range(len(columns))]

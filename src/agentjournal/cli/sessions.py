@@ -193,7 +193,7 @@ async def list_sessions(args: argparse.Namespace, other: OtherPart | None = None
         JournalError: The store cannot be opened or read (a usage error: 1).
     """
     from agentjournal.cli._common import trusted_with_own
-    from agentjournal.cli._render import console, progress, table
+    from agentjournal.cli._render import Lines, progress, table
     from agentjournal.read import catalog
     from agentjournal.store import open_store, store_uri
 
@@ -222,9 +222,9 @@ async def list_sessions(args: argparse.Namespace, other: OtherPart | None = None
     if args.json:
         print(json.dumps([row.as_dict() for row in rows], indent=2, ensure_ascii=False))
         return 0
-    out = console()
+    out = Lines()
     if not rows:
-        out.print("no sessions" + (" match" if len(listing.rows) else ""), markup=False)
+        out.line("no sessions" + (" match" if len(listing.rows) else ""))
         return 0
     columns = (
         "session",
@@ -266,7 +266,7 @@ async def list_sessions(args: argparse.Namespace, other: OtherPart | None = None
         ],
     )
     for line in _integrity_notes(rows):
-        out.print(line, markup=False, highlight=False)
+        out.line(line)
     return 0
 
 
