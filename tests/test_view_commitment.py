@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentjournal import events
+from agentjournal._digests import value_digest
 from agentjournal.ledger import redaction
 from agentjournal.ledger.redaction import shown_call, view, view_commitment, view_digest
 
@@ -251,3 +252,29 @@ def test_damaged_tool_call_data_gives_the_exact_answer(base: Any, cut: int, inse
     text = json.dumps(_data({"amount": 1}, base))
     cut = min(cut, len(text))
     _assert_same((text[:cut] + insert + text[cut:]).encode("utf-8", "surrogatepass"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(item=_items, rule=st.sampled_from([{}, RULE, {events.TOOL_RULE_KEY: "not json"}]))
+def test_the_fast_paths_call_marker_is_the_exact_one_key_for_key_in_order(
+    item: dict[str, Any], rule: dict[str, str]
+) -> None:
+    """The fast path leaves the item's own digest out of a function call's marker (the item
+    text's digest replaces it): the marker it shares is still the exact path's, in the same
+    order of keys, whatever the item holds (text fields or not, a call or not)."""
+    data = json.dumps(_data({"amount": 1}, item)).encode("utf-8", "surrogatepass")
+    fast, exact = _fast(TOOL_CALLS, data, rule), _exact(TOOL_CALLS, data, rule)
+    assert fast == exact
+    if exact[0] != "error" and exact[1] is not None:
+        assert list(fast[1].items()) == list(exact[1].items())
+
+
+def test_a_text_only_calls_marker_digests_its_item_text() -> None:
+    """The ``withheld`` of a function call's marker on the fast path is the digest of the
+    item's text, never left empty."""
+    data = json.dumps(_data({"amount": 5}, _call())).encode()
+    made = view_commitment(TOOL_CALLS, data, {})
+    assert made is not None
+    assert made[1] is not None
+    item_text = json.loads(data)["extensions"]["openai"]["item_json"]
+    assert made[1]["withheld"] == value_digest(item_text)

@@ -356,7 +356,7 @@ def _fast_tool_calls(data: bytes, metadata: Mapping[str, str]) -> tuple[str, dic
     if type(body) is not dict:
         raise _Unsure
     shown, found = _tool_calls(
-        body, _rule(metadata), digest=_plain_digest, loads=_plain_loads, mark=_plain_marker
+        body, _rule(metadata), digest=_plain_digest, loads=_plain_loads, mark=_parsed_marker
     )
     encoded = _plain_bytes(shown)
     if _astral(encoded):
@@ -400,12 +400,17 @@ def _plain_digest(value: Any) -> str:
 
 
 def _plain_marker(
-    item: dict[str, Any], rule: Mapping[str, Any] | None, digest: Callable[[Any], str]
+    item: dict[str, Any],
+    rule: Mapping[str, Any] | None,
+    digest: Callable[[Any], str],
+    *,
+    whole: bool = True,
 ) -> dict[str, Any]:
     """:func:`_call_marker` of an item ``orjson`` parsed or :func:`_marked` copied (``digest``
     fits it): of a function call whose every field is text (as the Agents SDK writes them)
     without :func:`agentjournal._calls.call_of`'s generality and without looking for floats
-    (text has none: :func:`_marked_digest` is exact); of any other item, :func:`_call_marker`."""
+    (text has none: :func:`_marked_digest` is exact); of any other item, :func:`_call_marker`.
+    Without ``whole``, such a call's ``withheld`` is left empty (see :func:`_parsed_marker`)."""
     call_id = item.get("call_id")
     if item.get("type") != "function_call" or type(call_id) is not str:
         return _call_marker(item, rule, digest)
@@ -416,7 +421,7 @@ def _plain_marker(
     arguments = item.get("arguments") or "{}"  # as call_of reads a function call
     ceilings = _ceilings(rule)
     return {
-        "withheld": _marked_digest(item),
+        "withheld": _marked_digest(item) if whole else "",
         "call_id": call_id,
         "kind": "function_call",
         "name": name,
@@ -424,6 +429,17 @@ def _plain_marker(
         # No ceiling (no rule, nearly always): ceiling_inputs' own answer, without its call.
         "ceilings": ceiling_inputs(arguments, ceilings.values()) if ceilings else {},
     }
+
+
+def _parsed_marker(
+    item: dict[str, Any], rule: Mapping[str, Any] | None, digest: Callable[[Any], str]
+) -> dict[str, Any]:
+    """:func:`_plain_marker` of an item ``orjson`` parsed (the fast path of
+    :func:`view_commitment`), but a function call's ``withheld`` left empty: the one caller,
+    :func:`_tool_calls`, replaces it with the digest of the item's text, in its place. Its
+    digest of the item could not fail either: ``orjson`` prints any text it parsed (it refuses
+    a lone surrogate), so leaving it out changes no answer and no error."""
+    return _plain_marker(item, rule, digest, whole=False)
 
 
 def _plain_loads(text: str) -> Any:

@@ -177,7 +177,8 @@ def _check_stream(
         where = (_CHECK, name, event.revision)
         call_id = metadata.get(events.CALL_ID_KEY, "")
         if kind == "function_call_output":
-            asked = _asked(questions, call_id)
+            # No question on the stream yet (nearly always): none about this call either.
+            asked = _asked(questions, call_id) if questions else None
             if asked is not None:
                 refused = _refused_between(stream, asked, event)
                 problem = _output_problem(asked, event, refused, counts)

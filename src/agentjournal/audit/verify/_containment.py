@@ -49,9 +49,17 @@ def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None
             if (marker.get("call_id"), marker.get("kind")) != (call_id, kind):
                 report.fail(*where, "the call's aj.call_id or aj.item_type is not the call's own")
                 continue
-            stopped = next(
-                (r for r in (decided, refused) if r is not None and _stops(r.get("enforcement"))),
-                None,
+            stopped = (
+                None  # neither (nearly always): no generator to find neither stops it
+                if decided is None and refused is None
+                else next(
+                    (
+                        r
+                        for r in (decided, refused)
+                        if r is not None and _stops(r.get("enforcement"))
+                    ),
+                    None,
+                )
             )
             if stopped is not None:
                 # Refused before it ran: a refusal as its output, or the run ended there.
@@ -263,6 +271,8 @@ class _CallIndex:
         """A refusal of the call written after it (at ``revision``) and before its first
         output: a call stored before it could run (a run stopped for approval), refused when
         the resumed run reached it; that output is the refusal."""
+        if call_id not in self.refusals:
+            return None  # no refusal of the call at all (nearly always): none found below
         after = [r for r in self.outputs.get((kind, call_id), ()) if r > revision]
         if not after:
             return None
