@@ -376,7 +376,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
             if self._writer_wal_tried or self._probe_failed:
                 return None
             self._writer_wal_tried = True
-            wal = self._writer_wal = open_wal_index(self._file)
+            wal = self._writer_wal = _wal_index_of(self._db)
             if wal is None:
                 return None
         return wal.header()
@@ -692,7 +692,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
                 if self._probe_failed:
                     return None
                 db = self._probe = _probe_connection(self._file)
-                self._wal = open_wal_index(self._file)
+                self._wal = _wal_index_of(db)
             # The WAL index's header as of now: when it names the content of which the
             # heads asked are known (this thread's earlier answer, or the store's thread's
             # own last commit), they are the answer, without a read transaction.
@@ -922,6 +922,16 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         return asyncio.get_running_loop().run_in_executor(
             self._executor, functools.partial(_translated, self._path, fn, *args)
         )
+
+
+def _wal_index_of(db: sqlite3.Connection) -> WalIndex | None:
+    """The WAL index SQLite keeps for ``db``'s file: beside the file SQLite opened, which
+    is not the path given when that is a symlink (SQLite follows it)."""
+    try:
+        file = db.execute("PRAGMA database_list").fetchone()[2]
+    except sqlite3.Error:
+        return None
+    return open_wal_index(file) if file else None
 
 
 def _executor() -> ThreadPoolExecutor:

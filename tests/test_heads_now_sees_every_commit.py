@@ -1,0 +1,42 @@
+"""``SQLiteEventStore.heads_now`` sees every commit that finished before the call even when
+the store is opened through a symlink: SQLite follows the link and keeps its WAL index
+beside the file it names, not beside the link, so a ``-shm`` file beside the link (one left
+by a database once there) is not the header that every commit moves."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import uuid
+from pathlib import Path
+
+from agentjournal.store.contract import NewEvent, StreamState
+from agentjournal.store.sqlite import SQLiteEventStore
+
+
+def _event() -> NewEvent:
+    return NewEvent(type="Noted", data=b"{}", metadata={}, id=uuid.uuid4())
+
+
+async def test_a_store_opened_through_a_symlink_sees_other_commits(tmp_path: Path) -> None:
+    real, link = tmp_path / "real.db", tmp_path / "link.db"
+    link.symlink_to(real)
+    # A WAL index beside the link's name, as left by a database once there (SQLite, which
+    # follows the link, uses real.db-shm).
+    stale = tmp_path / "stale.db"
+    left = sqlite3.connect(stale, isolation_level=None)
+    left.execute("PRAGMA journal_mode = WAL")
+    left.execute("CREATE TABLE t(x)")
+    shutil.copyfile(f"{stale}-shm", f"{link}-shm")
+    left.close()
+
+    store = await SQLiteEventStore.open(link)
+    other = sqlite3.connect(real, isolation_level=None)
+    try:
+        await store.append("s-0", [_event()], expected=StreamState.NO_STREAM)
+        assert store.heads_now(["s-0"]) == {"s-0": 0}
+        other.execute("UPDATE streams SET head = head + 1 WHERE name = 's-0'")
+        assert store.heads_now(["s-0"]) == {"s-0": 1}
+    finally:
+        other.close()
+        await store.close()
