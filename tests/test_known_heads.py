@@ -170,6 +170,7 @@ def test_a_torn_uninitialised_or_missing_wal_index_header_is_no_answer(tmp_path:
         "uninitialised": ((header[:12] + b"\x00" + header[13:]) * 2, None),
         "another version": ((struct.pack("=I", 3007001) + header[4:]) * 2, None),
         "short": (header, None),
+        "an empty WAL": ((header[:16] + struct.pack("=I", 0) + header[20:]) * 2, None),
     }
     for name, (content, expected) in cases.items():
         database = tmp_path / f"{name}.db"
@@ -180,6 +181,26 @@ def test_a_torn_uninitialised_or_missing_wal_index_header_is_no_answer(tmp_path:
         wal.close()
         assert wal.header() is None  # closed
     assert commits(header) == 5
+
+
+def test_an_emptied_wal_s_header_is_no_answer_until_the_next_commit(tmp_path: Path) -> None:
+    # A header SQLite rebuilds over an empty WAL is the same bytes after each commit
+    # emptied by a checkpoint: equal bytes there would not mean no commit between.
+    database = str(tmp_path / "x.db")
+    db = sqlite3.connect(database, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE t (x)")
+        wal = open_wal_index(database)
+        assert wal is not None
+        assert wal.header() is not None
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        assert wal.header() is None
+        db.execute("INSERT INTO t VALUES (1)")
+        assert wal.header() is not None
+        wal.close()
+    finally:
+        db.close()
 
 
 _OPS = st.lists(

@@ -19,7 +19,8 @@ from typing import Final
 
 _HEADER: Final = 48
 _VERSION: Final = 3007000  # iVersion, the WAL-index format SQLite writes
-_FIELDS: Final = struct.Struct("=III?")  # iVersion, unused, iChange, isInit (native order)
+_FIELDS: Final = struct.Struct("=III?xHI")
+"""iVersion, unused, iChange, isInit, (bigEndCksum), szPage, mxFrame, in native order."""
 
 
 class WalIndex:
@@ -46,8 +47,10 @@ class WalIndex:
         first = raw[:_HEADER]
         if first != raw[_HEADER:]:
             return None
-        version, _unused, _changes, initialised = _FIELDS.unpack_from(first)
-        if version != _VERSION or not initialised:
+        version, _unused, _changes, initialised, _page, frames = _FIELDS.unpack_from(first)
+        if version != _VERSION or not initialised or frames == 0:
+            # An empty WAL (after a checkpoint that emptied it): a header SQLite rebuilds
+            # then comes out the same bytes each time, with a commit between or not.
             return None
         return first
 
