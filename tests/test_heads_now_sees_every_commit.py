@@ -40,3 +40,25 @@ async def test_a_store_opened_through_a_symlink_sees_other_commits(tmp_path: Pat
     finally:
         other.close()
         await store.close()
+
+
+async def test_a_store_opened_through_a_symlink_and_dotdot_probes_the_file_it_writes(
+    tmp_path: Path,
+) -> None:
+    # SQLite follows the link before it takes the ``..``; os.path.abspath takes it first,
+    # and names another file: one that holds another store here.
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "a" / "b")
+    decoy = await SQLiteEventStore.open(tmp_path / "x.db")
+    try:
+        await decoy.append("s-0", [_event(), _event(), _event()], expected=StreamState.NO_STREAM)
+    finally:
+        await decoy.close()
+
+    store = await SQLiteEventStore.open(f"{tmp_path}/link/../x.db")
+    try:
+        await store.append("s-0", [_event()], expected=StreamState.NO_STREAM)
+        assert (tmp_path / "a" / "x.db").is_file()
+        assert store.heads_now(["s-0"]) == {"s-0": 0}
+    finally:
+        await store.close()

@@ -86,9 +86,16 @@ _VERSION_TABLES: Final = {
 def _resolved_connect(
     path: str, busy_timeout: float, create: bool = True
 ) -> tuple[str, sqlite3.Connection]:
-    """The file's absolute path as it is resolved now (for the heads probe, opened later,
-    perhaps after the process changed directory) and the store's connection to it."""
-    return os.path.abspath(path), _connect(path, busy_timeout, create)
+    """The file's absolute path (for the heads probe, opened later, perhaps after the
+    process changed directory) and the store's connection to it. The path is the file SQLite
+    opened, as SQLite names it: not ``path`` made absolute, which names another file when
+    it goes through a symlink and then ``..``."""
+    db = _connect(path, busy_timeout, create)
+    try:
+        opened = str(db.execute("PRAGMA database_list").fetchone()[2])
+    except sqlite3.Error:
+        opened = ""
+    return opened or os.path.abspath(path), db
 
 
 def _connect(path: str, busy_timeout: float, create: bool = True) -> sqlite3.Connection:
