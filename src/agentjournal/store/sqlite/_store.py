@@ -472,11 +472,20 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
             db.execute("COMMIT")
             self._committed(before, moved)
         except BaseException as error:
-            with contextlib.suppress(sqlite3.Error):
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-            return [StoreUnavailable(f"SQLite store {self._path} failed: {error}") for _ in group]
+            return self._abandoned(error, len(group))
         return landed
+
+    def _abandoned(
+        self, error: BaseException, writes: int
+    ) -> list[list[AppendResult] | BaseException]:
+        """What each write of a group gets when its transaction failed as a whole (rolled
+        back here if SQLite has not): an unknown outcome."""
+        with contextlib.suppress(sqlite3.Error):
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+        return [
+            StoreUnavailable(f"SQLite store {self._path} failed: {error}") for _ in range(writes)
+        ]
 
     def _begin(self, writes: int) -> list[list[AppendResult] | BaseException] | None:
         """Start a group's transaction; None, or (it could not start) what each write gets."""
@@ -529,10 +538,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
             db.execute("COMMIT")
             self._committed(before, moved)
         except BaseException as error:
-            with contextlib.suppress(sqlite3.Error):
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-            return [StoreUnavailable(f"SQLite store {self._path} failed: {error}") for _ in group]
+            return self._abandoned(error, len(group))
         return outcomes
 
     def _apply(
