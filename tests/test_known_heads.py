@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from agentjournal.store.contract import NewEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
-from agentjournal.store.sqlite._wal_index import commits, open_wal_index
+from agentjournal.store.sqlite._wal_index import KnownHeads, commits, open_wal_index
 
 STREAMS = ["s-0", "s-1", "s-2"]
 
@@ -201,6 +201,31 @@ def test_an_emptied_wal_s_header_is_no_answer_until_the_next_commit(tmp_path: Pa
         wal.close()
     finally:
         db.close()
+
+
+def _header(changes: int) -> bytes:
+    return struct.pack("=IIIBBHII", 3007000, 0, changes, 1, 0, 4096, 7, 2) + bytes(24)
+
+
+def test_known_heads_answer_only_at_their_header_and_learn_only_the_next_commit() -> None:
+    known = KnownHeads()
+    first, second, third = _header(5), _header(6), _header(8)
+    assert known.answer(first, ["a"]) is None  # nothing known
+    known.learn(first, {"a": 3, "b": -1}, since=first)
+    assert known.answer(first, ["a", "b"]) == {"a": 3}  # b: known absent
+    assert known.answer(first, ["a", "c"]) is None  # c not known
+    assert known.answer(second, ["a"]) is None  # another header
+    assert known.answer(None, ["a"]) is None
+    known.committed(first, second, {"b": 0})  # the very next commit: b moved, a as known
+    assert known.answer(second, ["a", "b"]) == {"a": 3, "b": 0}
+    known.committed(second, third, {"a": 4})  # two commits on: another's between
+    assert known.answer(third, ["a"]) is None
+    known.committed(second, None, {"a": 4})  # no header after: nothing learnt
+    known.committed(None, third, {"a": 4})
+    assert known.answer(second, ["a", "b"]) == {"a": 3, "b": 0}
+    known.learn(third, {"c": 1}, since=first)  # since is not what is known: only c
+    assert known.answer(third, ["c"]) == {"c": 1}
+    assert known.answer(third, ["a"]) is None
 
 
 _OPS = st.lists(

@@ -61,12 +61,11 @@ from agentjournal.store.sqlite._stored import (
     Unpacker,
     writing_dictionary,
 )
-from agentjournal.store.sqlite._wal_index import WalIndex, commits, open_wal_index
+from agentjournal.store.sqlite._wal_index import KnownHeads, WalIndex, open_wal_index
 
 _POLL_SECONDS: Final = 0.05
 _SUBSCRIBE_BATCH: Final = 500
 _SMALL_READ: Final = 256  # reads up to this many events run with the collector as it is
-_KNOWN_HEADS: Final = 1024  # at most this many streams' heads kept for heads_now
 # At most this many writes share one transaction: a bound on how long one group
 # holds the write lock and how much one failed commit sends back for a retry.
 _GROUP_LIMIT: Final = 256
@@ -128,7 +127,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         self._wal: WalIndex | None = None
         self._writer_wal: WalIndex | None = None
         self._writer_wal_tried = False
-        self._known: tuple[bytes, dict[str, int]] | None = None
+        self._known = KnownHeads()
         # Stream name -> row id, as seen by the store's thread (for :meth:`_claim`).
         self._stream_ids: dict[str, int] = {}
         # The stored form (``_stored``), used on the store's thread only: the values it
@@ -382,24 +381,9 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         return wal.header()
 
     def _committed(self, before: bytes | None, moved: dict[str, int]) -> None:
-        """Learn the heads as of this thread's commit that moved ``moved``, begun at
-        ``before``: only when the header now is the very next commit's (a commit of
-        another connection since, or any doubt, and nothing is learnt)."""
-        if before is None or not moved or self._writer_wal is None:
-            return
-        after = self._writer_wal.header()
-        if after is None or commits(after) != (commits(before) + 1) & 0xFFFFFFFF:
-            return
-        self._learn(after, moved, since=before)
-
-    def _learn(self, header: bytes, heads: dict[str, int], *, since: bytes) -> None:
-        """Keep ``heads`` as true of the content ``header`` names, with what was known of
-        the content ``since`` names (the same, or the one just before this thread's commit
-        made it ``header``'s) when that is what is known."""
-        known = self._known
-        if known is not None and known[0] == since and len(known[1]) < _KNOWN_HEADS:
-            heads = {**known[1], **heads}
-        self._known = (header, heads)
+        """Learn the heads this thread's commit moved (``moved``), begun at ``before``."""
+        if before is not None and moved and self._writer_wal is not None:
+            self._known.committed(before, self._writer_wal.header(), moved)
 
     def _packer_now(self) -> Packer:
         """The writer of the stored form; on first use, the file gets its dictionary in a
@@ -704,11 +688,9 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
             # own last commit), they are the answer, without a read transaction.
             wal = self._wal
             header = None if wal is None else wal.header()
-            known = self._known
-            if header is not None and known is not None and known[0] == header:
-                heads = known[1]
-                if all(stream in heads for stream in streams):
-                    return {stream: heads[stream] for stream in streams if heads[stream] >= 0}
+            answer = self._known.answer(header, streams)
+            if answer is not None:
+                return answer
             marks = ",".join("?" * len(streams))
             rows = db.execute(
                 f"SELECT name, head FROM streams WHERE name IN ({marks})", tuple(streams)
@@ -717,7 +699,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
             # The same header after the read: no commit in between, so the read saw its
             # content (a read sees every commit made before it began).
             if header is not None and wal is not None and wal.header() == header:
-                self._learn(
+                self._known.learn(
                     header, {stream: found.get(stream, -1) for stream in streams}, since=header
                 )
             return found

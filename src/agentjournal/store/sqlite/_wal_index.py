@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from typing import Final
 
 _HEADER: Final = 48
@@ -74,3 +75,47 @@ def open_wal_index(database: str) -> WalIndex | None:
         return WalIndex(database)
     except OSError:
         return None
+
+
+class KnownHeads:
+    """Streams' heads as of one WAL index header: true as long as the header is unchanged
+    (equal bytes: no commit since). Replaced whole, never changed in place, so a reader on
+    another thread sees one header with its own heads."""
+
+    __slots__ = ("_known",)
+
+    LIMIT: Final = 1024
+    """At most this many streams' heads are kept."""
+
+    def __init__(self) -> None:
+        self._known: tuple[bytes, dict[str, int]] | None = None
+
+    def answer(self, header: bytes | None, streams: Sequence[str]) -> dict[str, int] | None:
+        """The heads of ``streams`` (those that exist) if ``header`` is the one they are
+        known at and every one of them is known; None otherwise."""
+        known = self._known
+        if header is None or known is None or known[0] != header:
+            return None
+        heads = known[1]
+        if not all(stream in heads for stream in streams):
+            return None
+        return {stream: heads[stream] for stream in streams if heads[stream] >= 0}
+
+    def learn(self, header: bytes, heads: dict[str, int], *, since: bytes) -> None:
+        """Keep ``heads`` (-1: no such stream) as true of the content ``header`` names, with
+        what was known of the content ``since`` names (the same, or the one just before a
+        commit that moved only ``heads`` made it ``header``'s) when that is what is known."""
+        known = self._known
+        if known is not None and known[0] == since and len(known[1]) < self.LIMIT:
+            heads = {**known[1], **heads}
+        self._known = (header, heads)
+
+    def committed(self, before: bytes | None, after: bytes | None, moved: dict[str, int]) -> None:
+        """Learn the heads a commit moved (``moved``), begun at header ``before`` and read
+        ``after`` it: only when ``after`` is the very next commit's (another connection's
+        commit between, or any doubt, and nothing is learnt)."""
+        if before is None or after is None or not moved:
+            return
+        if commits(after) != (commits(before) + 1) & 0xFFFFFFFF:
+            return
+        self.learn(after, moved, since=before)
