@@ -17,8 +17,6 @@ import pytest
 
 from agentjournal import Journal, events
 from agentjournal.engine.evals import session_sealer
-from agentjournal.read.evals import runs
-from agentjournal.read.traces import evaluations
 from agentjournal.store import open_store
 from agentjournal.walk import read_tree
 from cli_run import run
@@ -224,10 +222,6 @@ def test_a_branch_lines_scores_go_on_the_branchs_own_run_spans(tmp_path: Path) -
     ]
     only = _jsonl(uri, tmp_path / "alt.jsonl", "b1", "--branch", "alt")
     assert [e["agentjournal.line"] for s in only for e in _evaluations(s)] == ["alt", "alt"]
-
-
-def test_the_trace_evaluations_know_an_eval_run_stream_as_the_eval_runs_do() -> None:
-    assert evaluations.RUN_PREFIX == runs.RUN_PREFIX
 
 
 def test_an_export_that_meets_no_eval_run_imports_no_eval_fold() -> None:

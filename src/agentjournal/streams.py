@@ -27,6 +27,7 @@ import json
 import re
 import unicodedata
 import uuid
+from typing import Final
 
 from kurrent_agent_schema import agent_session_stream, agent_subsession_stream
 from kurrent_agent_schema.streams import eval_run_stream as _schema_eval_run_stream
@@ -34,6 +35,7 @@ from kurrent_agent_schema.streams import eval_run_stream as _schema_eval_run_str
 from agentjournal.errors import InvalidInput
 
 __all__ = [
+    "EVAL_RUN_PREFIX",
     "KEYS_STREAM",
     "MAIN_BRANCH",
     "MAX_BRANCH_NAME",
@@ -138,6 +140,10 @@ def eval_run_stream(run_id: str) -> str:
     """
     name: str = _schema_eval_run_stream(validate_id(run_id, "eval run id"))
     return name
+
+
+EVAL_RUN_PREFIX: Final = eval_run_stream("x")[:-1]
+"""``EvalRun-``: what every eval run's stream name starts with, before its run id."""
 
 
 def feedback_run_id(session_id: str) -> str:

@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any, Final
 from agentjournal import events
 from agentjournal._fastjson import loads_bytes
 from agentjournal.read.catalog.rows import ScoreMark
-from agentjournal.streams import MAIN_BRANCH, eval_run_stream
+from agentjournal.streams import EVAL_RUN_PREFIX, MAIN_BRANCH
 
 if TYPE_CHECKING:
     from agentjournal.store.contract import RecordedEvent
 
-EVAL_RUN_PREFIX: Final = eval_run_stream("x")[:-1]
 """What every eval run's stream name begins with (``EvalRun-``)."""
 
 SCORE_TYPES: Final = frozenset({events.TURN_SCORED, events.SESSION_SCORED})

@@ -22,13 +22,11 @@ from agentjournal.read.catalog.scores import replaces_score
 from agentjournal.shred.keys import MemoryKeyStore, SubjectKeyStore
 from agentjournal.shred.sealing import OpeningStore, open_event
 from agentjournal.store.contract import EventStore, RecordedEvent
-from agentjournal.streams import MAIN_BRANCH, eval_run_stream, validate_id
+from agentjournal.streams import EVAL_RUN_PREFIX, MAIN_BRANCH, eval_run_stream, validate_id
 
 EXTENSION: Final = "agentjournal"
 """The key of agentjournal's facts in an eval event's ``extensions``."""
 
-RUN_PREFIX: Final = eval_run_stream("x")[:-1]
-"""``EvalRun-``: the prefix of every eval run's stream."""
 
 FEEDBACK_PREFIX: Final = "feedback-"
 """The run id prefix of a session's ratings by people (``EvalRun-feedback-{session}``)."""
@@ -566,9 +564,9 @@ async def _run_events(
         page = await store.read_all(from_position=last or 0, limit=_PAGE)
         fresh = [e for e in page if last is None or e.position > last]
         for event in fresh:
-            if event.stream.startswith(RUN_PREFIX) and event.type in events.EVAL_EVENTS:
+            if event.stream.startswith(EVAL_RUN_PREFIX) and event.type in events.EVAL_EVENTS:
                 opened = open_event(event, opening, shown=True)
-                runs.setdefault(event.stream[len(RUN_PREFIX) :], []).append(opened)
+                runs.setdefault(event.stream[len(EVAL_RUN_PREFIX) :], []).append(opened)
         if len(page) < _PAGE or not fresh:
             return runs
         last = fresh[-1].position

@@ -35,7 +35,7 @@ from agentjournal.read.traces.state import BRANCH_PREFIX, SESSION_PREFIX
 from agentjournal.shred.fields import ERASED, SEALED, UNOPENABLE
 from agentjournal.shred.keys import MemoryKeyStore
 from agentjournal.shred.sealing import open_event
-from agentjournal.streams import MAIN_BRANCH, eval_run_stream, session_stream
+from agentjournal.streams import EVAL_RUN_PREFIX, MAIN_BRANCH, session_stream
 
 if TYPE_CHECKING:
     from agentjournal.read.evals.runs import EvalRunResult
@@ -50,10 +50,6 @@ EXPLANATION: Final = "gen_ai.evaluation.explanation"
 SESSION_EVALUATION: Final = "session"
 """The evaluation name of a session line's score (the mean of its scores)."""
 
-RUN_PREFIX: Final = eval_run_stream("x")[:-1]
-"""An eval run's stream name before its run id (:data:`agentjournal.read.evals.runs.RUN_PREFIX`,
-named here so that a pass that meets no eval run never imports the eval runs' fold, nor
-the catalog it reads scores with)."""
 _WITHHELD: Final = frozenset({SEALED, ERASED, UNOPENABLE})
 _TOP_PREFIXES: Final = (SESSION_PREFIX, BRANCH_PREFIX)
 """How a line's top stream is named (:func:`_top`): a session's, or a branch's."""
@@ -100,9 +96,9 @@ class Evaluations:
         (A turn is found by its line's top stream, the stream of a run span's line: a mark
         on another stream places nothing, and its event's metadata need not be read.)"""
         stream = event.stream
-        if stream.startswith(RUN_PREFIX):
+        if stream.startswith(EVAL_RUN_PREFIX):
             opened = open_event(event, self._unkeyed, shown=True)
-            self._runs.setdefault(stream[len(RUN_PREFIX) :], []).append(opened)
+            self._runs.setdefault(stream[len(EVAL_RUN_PREFIX) :], []).append(opened)
         elif stream.startswith(_TOP_PREFIXES):
             try:
                 marked = events.TURN_KEY in event.metadata
