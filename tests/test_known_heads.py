@@ -9,6 +9,7 @@ answered are always those a fresh read of the file gives.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import struct
 import sys
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 
 from agentjournal.store.contract import NewEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
-from agentjournal.store.sqlite._wal_index import KnownHeads, commits, open_wal_index
+from agentjournal.store.sqlite._wal_index import KnownHeads, WalIndex, commits, open_wal_index
 
 STREAMS = ["s-0", "s-1", "s-2"]
 
@@ -173,14 +174,33 @@ def test_a_torn_uninitialised_or_missing_wal_index_header_is_no_answer(tmp_path:
         "an empty WAL": ((header[:16] + struct.pack("=I", 0) + header[20:]) * 2, None),
     }
     for name, (content, expected) in cases.items():
-        database = tmp_path / f"{name}.db"
-        Path(f"{database}-shm").write_bytes(content)
-        wal = open_wal_index(str(database))
-        assert wal is not None
-        assert wal.header() == expected, name
-        wal.close()
-        assert wal.header() is None  # closed
+        shm = tmp_path / f"{name}.db-shm"
+        shm.write_bytes(content)
+        # No connection of SQLite's holds it open: nothing to read it through.
+        assert open_wal_index(str(tmp_path / f"{name}.db")) is None
+        fd = os.open(shm, os.O_RDONLY)
+        try:
+            status = os.fstat(fd)
+            wal = WalIndex(fd, (status.st_dev, status.st_ino))
+            assert wal.header() == expected, name
+            wal.close()
+            assert wal.header() is None  # closed
+        finally:
+            os.close(fd)
     assert commits(header) == 5
+
+
+def test_a_descriptor_that_names_another_file_now_is_no_answer(tmp_path: Path) -> None:
+    header = struct.pack("=IIIBBHII", 3007000, 0, 5, 1, 0, 4096, 7, 2) + bytes(24)
+    first, second = tmp_path / "a.db-shm", tmp_path / "b.db-shm"
+    first.write_bytes(header * 2)
+    second.write_bytes(header * 2)
+    status = os.stat(first)
+    fd = os.open(second, os.O_RDONLY)  # the number now holds another file
+    try:
+        assert WalIndex(fd, (status.st_dev, status.st_ino)).header() is None
+    finally:
+        os.close(fd)
 
 
 def test_an_emptied_wal_s_header_is_no_answer_until_the_next_commit(tmp_path: Path) -> None:

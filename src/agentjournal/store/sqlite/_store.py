@@ -215,9 +215,9 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
 
     def _close_db(self) -> None:
         self._drain_all()
-        self._db.close()
         if self._writer_wal is not None:
-            self._writer_wal.close()
+            self._writer_wal.close()  # before the connection whose descriptor it reads
+        self._db.close()
 
     def _mark_closed(self) -> bool:
         if self._closed:
@@ -227,10 +227,10 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         with self._probe_lock:  # waits for a probe in flight (a few microseconds)
             probe, self._probe, self._probe_failed = self._probe, None, True
             wal, self._wal = self._wal, None
-        if probe is not None:
-            probe.close()
         if wal is not None:
             wal.close()
+        if probe is not None:
+            probe.close()
         return True
 
     def _notify(self) -> None:

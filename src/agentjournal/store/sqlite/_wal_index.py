@@ -25,14 +25,24 @@ _FIELDS: Final = struct.Struct("=III?xHI")
 
 
 class WalIndex:
-    """One file descriptor of a WAL index, owned by one thread (or guarded by its lock)."""
+    """The WAL index of one file, read through the descriptor SQLite holds open on it in
+    this process; owned by one thread (or guarded by its lock).
 
-    __slots__ = ("_fd",)
+    It never opens or closes a descriptor of its own: closing any descriptor of a file
+    drops every POSIX lock this process holds on that file
+    (https://www.sqlite.org/howtocorrupt.html, "Posix advisory locks canceled by a
+    separate thread doing close()"), SQLite's locks on the ``-shm`` included, which would
+    let another process take the write lock or rebuild the index under this one's
+    connections. SQLite keeps one descriptor per ``-shm`` file in a process for as long
+    as any connection to the database is open there, so the borrowed one stays valid while
+    the caller's connection does; each read also checks it is still that file.
+    """
 
-    def __init__(self, database: str) -> None:
-        """Open ``database``'s ``-shm`` file read-only (OSError: none to open)."""
-        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
-        self._fd: int | None = os.open(database + "-shm", flags)
+    __slots__ = ("_fd", "_file")
+
+    def __init__(self, fd: int, file: tuple[int, int]) -> None:
+        self._fd: int | None = fd
+        self._file = file
 
     def header(self) -> bytes | None:
         """The header as the last commit wrote it, or None (not known for sure)."""
@@ -41,9 +51,10 @@ class WalIndex:
             return None
         try:
             raw = os.pread(fd, 2 * _HEADER, 0)
+            status = os.fstat(fd)
         except OSError:
             return None
-        if len(raw) != 2 * _HEADER:
+        if (status.st_dev, status.st_ino) != self._file or len(raw) != 2 * _HEADER:
             return None
         first = raw[:_HEADER]
         if first != raw[_HEADER:]:
@@ -56,9 +67,8 @@ class WalIndex:
         return first
 
     def close(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+        """Stop reading; the descriptor is SQLite's and stays open."""
+        self._fd = None
 
 
 def commits(header: bytes) -> int:
@@ -67,14 +77,32 @@ def commits(header: bytes) -> int:
 
 
 def open_wal_index(database: str) -> WalIndex | None:
-    """``database``'s WAL index, or None when it cannot be opened (or read: no
-    ``os.pread`` on this system)."""
+    """``database``'s WAL index as SQLite has it open in this process (call it with a
+    connection to ``database`` open, one that has read it), or None: no ``-shm`` file,
+    no descriptor of SQLite's on it, no way to list this process's descriptors or no
+    ``os.pread`` on this system."""
     if not hasattr(os, "pread"):
         return None
     try:
-        return WalIndex(database)
+        status = os.stat(database + "-shm")
     except OSError:
         return None
+    file = (status.st_dev, status.st_ino)
+    for listing in ("/proc/self/fd", "/dev/fd"):
+        try:
+            names = os.listdir(listing)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                fd = int(name)
+                found = os.fstat(fd)
+            except (ValueError, OSError):
+                continue  # the listing's own descriptor, closed by now
+            if (found.st_dev, found.st_ino) == file:
+                return WalIndex(fd, file)
+        return None
+    return None
 
 
 class KnownHeads:
