@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 import urllib.parse
 from typing import Final
 
@@ -99,6 +100,31 @@ def _resolved_connect(
 
 
 def _connect(path: str, busy_timeout: float, create: bool = True) -> sqlite3.Connection:
+    """Open and set up the store's connection, waiting up to ``busy_timeout`` seconds
+    for a lock SQLite's busy handler does not wait for: making a new file WAL takes an
+    exclusive lock without it, so processes creating one store together would otherwise
+    fail. Each try is whole: nothing a failed one began stays (the schema's creation and
+    upgrades are single transactions)."""
+    deadline = time.monotonic() + busy_timeout
+    pause = 0.001
+    while True:
+        try:
+            return _connect_once(path, busy_timeout, create)
+        except StoreUnavailable as error:
+            busy = error.__cause__
+            if not _is_busy(busy) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def _is_busy(error: BaseException | None) -> bool:
+    """SQLITE_BUSY, in any of its extended codes."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
+
+
+def _connect_once(path: str, busy_timeout: float, create: bool) -> sqlite3.Connection:
     if path != ":memory:":
         if not create and not os.path.isfile(path):
             raise StoreUnavailable(f"no store at {path}: check the path or --uri")
