@@ -100,20 +100,28 @@ def _resolved_connect(
 
 
 def _connect(path: str, busy_timeout: float, create: bool = True) -> sqlite3.Connection:
-    """Open and set up the store's connection, waiting up to ``busy_timeout`` seconds
-    for a lock SQLite's busy handler does not wait for: making a new file WAL takes an
-    exclusive lock without it, so processes creating one store together would otherwise
-    fail. Each try is whole: nothing a failed one began stays (the schema's creation and
-    upgrades are single transactions)."""
+    """Open and set up the store's connection, waiting up to about ``busy_timeout``
+    seconds, also for the locks SQLite's busy handler does not wait for: making a new file
+    WAL needs an exclusive lock, and a connection that meets another one's pending write
+    there (as when processes create one store together) gets SQLITE_BUSY at once. Each
+    try is whole: nothing a failed one began stays (the schema's creation and upgrades
+    are single transactions)."""
     deadline = time.monotonic() + busy_timeout
     pause = 0.001
     while True:
+        # Each try waits in SQLite's busy handler only for the time left, so that the whole
+        # open waits about busy_timeout at most; the connection then waits the full time.
+        left = max(deadline - time.monotonic(), 0.0)
         try:
-            return _connect_once(path, busy_timeout, create)
+            db = _connect_once(path, left, create)
         except StoreUnavailable as error:
             busy = error.__cause__
             if not _is_busy(busy) or time.monotonic() + pause > deadline:
                 raise
+        else:
+            if left != busy_timeout:
+                db.execute(f"PRAGMA busy_timeout = {round(busy_timeout * 1000)}")
+            return db
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
 
@@ -191,13 +199,19 @@ def _probe_connection(path: str) -> sqlite3.Connection:
 def _refuse_foreign(db: sqlite3.Connection, path: str) -> None:
     """Raise unless the file is empty or an agentjournal store of a schema version this
     code reads (an earlier one is upgraded when opened)."""
-    version = db.execute("PRAGMA user_version").fetchone()[0]
+    # One statement, so that both come from one state of the file: another process's
+    # upgrade committed between two reads would show an old version with new tables.
+    rows = db.execute(
+        "SELECT user_version, NULL FROM pragma_user_version UNION ALL "
+        "SELECT NULL, name FROM sqlite_master WHERE type = 'table'"
+    ).fetchall()
+    version = next(row[0] for row in rows if row[1] is None)
+    tables = {row[1] for row in rows if row[1] is not None}
     if version != 0 and version not in _VERSION_TABLES:
         raise StoreUnavailable(
             f"SQLite store {path} has schema version {version}; this agentjournal "
             f"reads versions 1 to {SCHEMA_VERSION}: upgrade agentjournal, or choose another file"
         )
-    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     ours = _VERSION_TABLES.get(version, _TABLES)
     foreign = sorted(tables - ours - {"sqlite_sequence"})
     if foreign or (version != 0 and not ours <= tables):

@@ -34,8 +34,9 @@ class WalIndex:
     separate thread doing close()"), SQLite's locks on the ``-shm`` included, which would
     let another process take the write lock or rebuild the index under this one's
     connections. SQLite keeps one descriptor per ``-shm`` file in a process for as long
-    as any connection to the database is open there, so the borrowed one stays valid while
-    the caller's connection does; each read also checks it is still that file.
+    as a connection that has read the database in WAL mode is open there, so the borrowed
+    one stays valid while the caller's connection (one that has) does; each read also
+    checks it is still that file.
     """
 
     __slots__ = ("_fd", "_file")
