@@ -24,7 +24,7 @@ Here the rest is read and written:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final
@@ -367,7 +367,7 @@ async def take(
             raise already_resumed(line.facts.stream, now, ran=ran)
         return events.RunResumed(held.event_id, holder, retake=bool(now.taken)).encode()
 
-    await _write_on_top(line, events.RUN_RESUMED, checked, trace)
+    await line.write_on_top(events.RUN_RESUMED, checked, trace)
 
 
 def waits_of(held: Held, asked: Sequence[Approval]) -> list[Approval | None]:
@@ -417,34 +417,8 @@ async def hold(
     async def unchecked() -> bytes:
         return body
 
-    await _write_on_top(line, events.RUN_PAUSED, unchecked, trace)
+    await line.write_on_top(events.RUN_PAUSED, unchecked, trace)
     return waits
-
-
-async def _write_on_top(
-    line: Line, type_: str, checked: Callable[[], Awaitable[bytes]], trace: Mapping[str, str]
-) -> None:
-    """Write one control event at the head of the line's top stream: ``checked`` runs in
-    every plan, after the line is read again, and gives the event's data (or raises, and
-    nothing is written), so what it checks holds at the head the write expects."""
-    tree = line.tree
-
-    async def build() -> WritePlan:
-        await line.reader.refresh(0)
-        line.check_live()
-        data = await checked()
-        return plan_control(
-            tree,
-            line.facts,
-            line.facts.stream,
-            type_,
-            data,
-            next_index=await line.reader.next_index(),
-            metadata=trace,
-        )
-
-    async with tree.lock:
-        await line.writer.write(build)
 
 
 async def resolve(

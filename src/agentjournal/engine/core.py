@@ -381,6 +381,13 @@ class SessionCore:
             self._line, type_, data, agent=agent, run=run, metadata=metadata, held=held
         )
 
+    async def record_at_head(
+        self, type_: str, checked: Callable[[], Awaitable[bytes]], trace: Mapping[str, str]
+    ) -> None:
+        """Append an event at the exact head of the line's top stream, its data given by
+        ``checked`` in every plan: :meth:`~agentjournal.engine.line.Line.write_on_top`."""
+        await self._line.write_on_top(type_, checked, trace)
+
     async def record_grant(
         self, agent: str, authority: Authority, run: RunView, trace: Mapping[str, str]
     ) -> None:

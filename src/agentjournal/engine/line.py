@@ -8,10 +8,12 @@ grants, checkpoints, compaction) are functions of a :class:`Line`.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentjournal.engine.plan import SessionFacts
+from agentjournal.engine.plan import SessionFacts, WritePlan
+from agentjournal.engine.plan_control import plan_control
 from agentjournal.engine.reader import Reader
 from agentjournal.engine.tree import SessionTree
 from agentjournal.engine.writer import Writer
@@ -63,6 +65,31 @@ class Line:
             raise BranchDeleted(
                 self.facts.session_id, self.facts.branch or MAIN_BRANCH, self.tree.deleted
             )
+
+    async def write_on_top(
+        self, type_: str, checked: Callable[[], Awaitable[bytes]], trace: Mapping[str, str]
+    ) -> None:
+        """Write one control event at the head of the line's top stream: ``checked`` runs in
+        every plan, after the line is read again, and gives the event's data (or raises, and
+        nothing is written), so what it checks holds at the head the write expects."""
+        tree = self.tree
+
+        async def build() -> WritePlan:
+            await self.reader.refresh(0)
+            self.check_live()
+            data = await checked()
+            return plan_control(
+                tree,
+                self.facts,
+                self.facts.stream,
+                type_,
+                data,
+                next_index=await self.reader.next_index(),
+                metadata=trace,
+            )
+
+        async with tree.lock:
+            await self.writer.write(build)
 
     async def registry_head(self) -> tuple[int, str]:
         """The head (revision, ``aj.hash``) of the session's branch registry ((-1, ""): none)."""

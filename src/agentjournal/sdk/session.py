@@ -758,6 +758,37 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
                 the session seals its content.
             StoreError: It did not land.
         """
+        self._check_application_event(event_type)
+        await self._core.record(
+            event_type,
+            data,
+            agent="",
+            run=self._recorder.current_run(),
+            metadata=self._recorder.trace_now(),
+        )
+
+    async def append_event_at_head(
+        self, event_type: str, decide: Callable[[], Awaitable[bytes]]
+    ) -> None:
+        """Append an application event at the exact head of the line's top stream (the
+        session's stream, or the branch's), with the data ``decide`` gives: a compare-and-set
+        on what the application records there.
+
+        ``decide`` reads what it needs from the store: it runs after the line is read
+        again, in every attempt, so what it saw still holds where the event lands. Another
+        write meanwhile (by any process) makes the attempt conflict, and ``decide`` runs
+        again on what is there now. Whatever it raises is raised, with nothing written. Of
+        several callers deciding on one state, one lands first and the others decide again.
+        Call it between runs, like :meth:`append_event`.
+
+        Raises:
+            InvalidInput: As :meth:`append_event`.
+            StoreError: It did not land.
+        """
+        self._check_application_event(event_type)
+        await self._core.record_at_head(event_type, decide, self._recorder.trace_now())
+
+    def _check_application_event(self, event_type: str) -> None:
         self._check_open()
         if not event_type or event_type in _OWN_EVENT_TYPES:
             raise InvalidInput(f"{event_type!r} cannot be appended as an application event")
@@ -767,13 +798,6 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
                 f"an application event ({event_type[:80]!r}) would be stored in the clear, "
                 "out of an erasure's reach"
             )
-        await self._core.record(
-            event_type,
-            data,
-            agent="",
-            run=self._recorder.current_run(),
-            metadata=self._recorder.trace_now(),
-        )
 
     # -- people's ratings -------------------------------------------------------------
 
