@@ -1,24 +1,39 @@
-"""Two processes running the same experiment at once (a retried CI job while the first still
-runs) must not run a turn twice: the second must wait or refuse, not pop the first's turn in
-flight and run it again beside it. Known to fail: xfail, not strict, as the race depends on
-timing; run it with --runxfail to see it."""
+"""Two runs of one experiment at once (a retried CI job while the first still runs) run each
+turn once: a run takes a turn up (``agentjournal.ExperimentTurnTaken``, at the exact head of
+the branch) before it runs it, and a run that finds the next turn taken by a process that
+still runs stops, with nothing written. A turn taken by a process that has ended is taken
+again; one taken on another host, which this host cannot ask, only with ``retake``."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
 import subprocess
-import time
+import sys
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from agentjournal import Journal
-from agentjournal.evals.experiment import EXPERIMENT_TURN
+from agentjournal.errors import ExperimentTurnTaken
+from agentjournal.evals.experiment import (
+    EXPERIMENT_TURN,
+    EXPERIMENT_TURN_TAKEN,
+    run_experiment,
+)
+from agentjournal.evals.scorers import load_scorers
+from agentjournal.store.contract import EventStore
+from agentjournal.streams import branch_stream
 from experiment_sessions import DELAY, SESSIONS, candidate_script, record, scorers_document
 from test_experiment_crash import command, environment
+
+NAME = "exp-taken"
+SESSION = "exp-cancel"
 
 
 async def _recorded(uri: str) -> None:
@@ -38,7 +53,6 @@ async def _turns_marked(uri: str) -> Counter[tuple[str, int]]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="concurrent runs of one experiment run a turn twice")
 def test_two_concurrent_runs_of_one_experiment_run_each_turn_once(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'j.db'}"
     asyncio.run(_recorded(uri))
@@ -46,10 +60,139 @@ def test_two_concurrent_runs_of_one_experiment_run_each_turn_once(tmp_path: Path
     script.write_text(yaml.safe_dump(candidate_script()), encoding="utf-8")
     scorers.write_text(yaml.safe_dump(scorers_document()), encoding="utf-8")
     env = {**environment(), DELAY: "1"}
-    first = subprocess.Popen(command(uri, script, scorers), env=env, stdout=subprocess.DEVNULL)
-    time.sleep(2.0)  # the first has forked and is in its first turn's tool call
-    subprocess.run(command(uri, script, scorers), env=env, capture_output=True, check=False)
-    first.wait(timeout=120)
+    first = subprocess.Popen(
+        command(uri, script, scorers),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert first.stderr is not None
+    for line in first.stderr:  # until its first turn has begun (taken, then announced)
+        if ": turn " in line:
+            break
+    second = subprocess.run(
+        command(uri, script, scorers), env=env, capture_output=True, text=True, check=False
+    )
+    _, rest = first.communicate(timeout=120)
+    assert first.returncode == 0, rest
+    # The second found a turn the first held (the usual case) and stopped; or, on a slow
+    # machine, came after the first had finished every turn and ran none.
+    if second.returncode != 0:
+        refusal = second.stderr.strip().splitlines()[-1]
+        assert second.returncode == 1, second.stderr
+        assert f"was taken by {socket.gethostname()}:{first.pid}, which still runs" in refusal
     marked = asyncio.run(_turns_marked(uri))
     assert marked
     assert max(marked.values()) == 1, marked
+
+
+@pytest.fixture
+async def journal(tmp_path: Path) -> AsyncIterator[Journal]:
+    async with Journal.open(f"sqlite:///{tmp_path / 'journal.db'}") as opened:
+        await record(opened, [SESSION])
+        yield opened
+
+
+async def _taken_by(journal: Journal, holder: str, *, cut: bool) -> None:
+    """The experiment's branch with turn 1 taken by ``holder`` and not finished (and,
+    with ``cut``, that turn's user message written, as a run killed mid-turn leaves it)."""
+    await journal.session(SESSION).fork(turn=1, name=NAME)
+    branch = journal.session(SESSION, branch=NAME)
+    body = {"experiment": NAME, "turn": 1, "holder": holder, "run": "0" * 32, "retake": False}
+    await branch.append_event(EXPERIMENT_TURN_TAKEN, json.dumps(body).encode())
+    if cut:
+        await branch.add_items([{"role": "user", "content": "Please cancel order 44."}])
+
+
+async def _run(journal: Journal, tmp_path: Path, *, retake: bool = False) -> None:
+    script = tmp_path / "script.yml"
+    script.write_text(yaml.safe_dump(candidate_script()), encoding="utf-8")
+    scorers = tmp_path / "scorers.yml"
+    scorers.write_text(yaml.safe_dump(scorers_document()), encoding="utf-8")
+    await run_experiment(
+        journal,
+        [SESSION],
+        "experiment_sessions:candidate",
+        scorers=load_scorers(scorers),
+        model_script=script,
+        experiment_id=NAME,
+        retake=retake,
+    )
+
+
+async def _last_position(store: EventStore) -> int:
+    tail = await store.read_all(from_position=0)
+    return tail[-1].position
+
+
+async def _takes(journal: Journal) -> list[dict[str, object]]:
+    stream = await journal.store.read(branch_stream(SESSION, NAME))
+    return [json.loads(e.data) for e in stream if e.type == EXPERIMENT_TURN_TAKEN]
+
+
+async def test_a_turn_taken_by_a_process_that_still_runs_is_refused_with_nothing_written(
+    journal: Journal, tmp_path: Path
+) -> None:
+    alive = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import time; time.sleep(60)"
+    )
+    try:
+        await _taken_by(journal, f"{socket.gethostname()}:{alive.pid}", cut=False)
+        before = await _last_position(journal.store)
+        with pytest.raises(ExperimentTurnTaken) as refused:
+            await _run(journal, tmp_path)
+    finally:
+        alive.kill()
+        await alive.wait()
+    assert refused.value.running is True
+    assert refused.value.turn == 1
+    assert "which still runs: wait for it" in str(refused.value)
+    assert await _last_position(journal.store) == before
+
+
+async def test_a_turn_taken_by_a_process_that_has_ended_is_taken_again(
+    journal: Journal, tmp_path: Path
+) -> None:
+    ended = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+    await ended.wait()
+    await _taken_by(journal, f"{socket.gethostname()}:{ended.pid}", cut=True)
+
+    await _run(journal, tmp_path)
+
+    takes = await _takes(journal)
+    assert [(t["turn"], t["retake"]) for t in takes] == [(1, False), (1, True)]
+    assert takes[1]["holder"] == f"{socket.gethostname()}:{os.getpid()}"
+    items = await journal.session(SESSION, branch=NAME).get_items()
+    assert [i.get("role") for i in items] == ["user", "assistant"]  # the cut turn popped
+    assert (await _turns_marked_in(journal))[1] == 1
+
+
+async def test_a_turn_taken_on_another_host_is_taken_again_only_with_retake(
+    journal: Journal, tmp_path: Path
+) -> None:
+    await _taken_by(journal, "elsewhere.invalid:4242", cut=False)
+    with pytest.raises(ExperimentTurnTaken) as refused:
+        await _run(journal, tmp_path)
+    assert refused.value.running is None
+    assert "--retake" in str(refused.value)
+
+    await _run(journal, tmp_path, retake=True)
+
+    assert [(t["turn"], t["retake"]) for t in await _takes(journal)] == [(1, False), (1, True)]
+    assert (await _turns_marked_in(journal))[1] == 1
+
+
+async def test_a_run_that_failed_in_this_process_is_taken_up_by_the_next_run_here(
+    journal: Journal, tmp_path: Path
+) -> None:
+    # A run of this very process that stopped (its turn taken, not finished) is not running:
+    # the next run of the experiment in the same process takes the turn again.
+    await _taken_by(journal, f"{socket.gethostname()}:{os.getpid()}", cut=True)
+    await _run(journal, tmp_path)
+    assert [t["retake"] for t in await _takes(journal)] == [False, True]
+
+
+async def _turns_marked_in(journal: Journal) -> Counter[int]:
+    stream = await journal.store.read(branch_stream(SESSION, NAME))
+    return Counter(json.loads(e.data)["turn"] for e in stream if e.type == EXPERIMENT_TURN)

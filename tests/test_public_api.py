@@ -46,6 +46,7 @@ TOP_LEVEL = {
     "AuthorityDenied",
     "CodecError",
     "ConcurrencyError",
+    "ExperimentTurnTaken",
     "GuardrailBlocked",
     "InvalidInput",
     "JournalError",

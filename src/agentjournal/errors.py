@@ -122,6 +122,39 @@ class AlreadyResumed(InvalidInput):
         super().__init__(f"the paused run on {stream} was resumed already{who}; {detail}")
 
 
+class ExperimentTurnTaken(InvalidInput):
+    """Raised when another run of the same experiment holds the turn this one would run
+    next (``agentjournal.ExperimentTurnTaken`` with no ``agentjournal.ExperimentTurn``
+    after it): of two runs of one experiment, one runs each turn. Nothing has been written.
+
+    Attributes:
+        session: The session whose branch holds the turn.
+        turn: The turn's number.
+        holder: Who took it (``host:pid``).
+        running: True: that process still runs (on this host); None: it is on another
+            host, where this one cannot tell (``retake=True`` when it has stopped).
+    """
+
+    def __init__(self, session: str, turn: int, holder: str, *, running: bool | None) -> None:
+        self.session = session
+        self.turn = turn
+        self.holder = holder
+        self.running = running
+        if running:
+            detail = (
+                "which still runs: wait for it to finish (should it stop first, running the "
+                "experiment again takes the turn up)"
+            )
+        else:
+            detail = (
+                "on another host, which this one cannot ask: if that run has stopped, run "
+                "the experiment again with retake=True (--retake)"
+            )
+        super().__init__(
+            f"turn {turn} of session {session}'s experiment branch was taken by {holder}, {detail}"
+        )
+
+
 class ApproverNotAllowed(InvalidInput):
     """Raised when an answer to an approval is not signed by one of the approvers the policy
     names for its tool (no key, a key it does not name, or a recorded answer whose signature

@@ -84,6 +84,13 @@ def register(commands: Commands) -> None:
         "$AGENTJOURNAL_GUARDRAIL_URL, else none)",
     )
     command.add_argument(
+        "--retake",
+        action="store_true",
+        help="take again a turn a run on another host took and did not finish, only when "
+        "that run has stopped (default: off; one on this host that has ended is taken "
+        "again anyway)",
+    )
+    command.add_argument(
         "--json", action="store_true", help="print the report as JSON (default: a table)"
     )
     command.add_argument("--uri", help=STORE_HELP + "; never created")
@@ -178,4 +185,5 @@ async def _experiment(
             guardrails=args.guardrails,
             criteria=criteria,
             progress=None if quiet else progress,
+            retake=args.retake,
         )

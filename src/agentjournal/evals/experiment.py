@@ -16,15 +16,26 @@ takes up the next; a turn cut short (the process killed after its user message w
 written, before its ``ExperimentTurn``) is popped (``pop_item``: its items stay on the
 record as events) and run again. Scores are written once per (session, line, turn,
 scorer) by the eval run itself.
+
+**One run per turn.** Before a turn, the run takes it: ``agentjournal.ExperimentTurnTaken``
+(who: ``host:pid``) at the exact head of the branch's top stream, after reading there
+that the turn is not finished and not held by a process that still runs. Of two runs of
+one experiment at once, one takes each turn and the other stops with
+:class:`~agentjournal.errors.ExperimentTurnTaken`; a turn taken by a process that has
+ended on this host is taken again (and what it left popped); one taken on another host,
+which this one cannot ask, only with ``retake=True``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+import socket
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -37,6 +48,7 @@ from agentjournal.engine.approvals import recorded_policies
 from agentjournal.engine.turns import is_user
 from agentjournal.errors import (
     AuthorityDenied,
+    ExperimentTurnTaken,
     GuardrailBlocked,
     InvalidInput,
     JournalError,
@@ -70,6 +82,9 @@ logger = logging.getLogger("agentjournal.evals")
 
 EXPERIMENT_TURN: Final = "agentjournal.ExperimentTurn"
 """An application event on an experiment's branch: the candidate finished one turn."""
+
+EXPERIMENT_TURN_TAKEN: Final = "agentjournal.ExperimentTurnTaken"
+"""An application event on an experiment's branch: a run took a turn up (it alone runs it)."""
 
 MAX_TURNS: Final = 10
 """Model calls a candidate may make in one turn (the manifest runner's limit)."""
@@ -190,39 +205,188 @@ async def run_candidate(
     script: TurnScript | None,
     guardrails: str | GuardrailClient | None = None,
     progress: Progress | None = None,
+    taker: Taker | None = None,
 ) -> SessionRun:
     """Fork ``planned.session`` before ``at_turn`` (once) and run the candidate on the branch
-    for every turn it does not hold yet; see the module's docstring.
+    for every turn it does not hold yet, taking each up as ``taker`` (default: this
+    process, a new run); see the module's docstring.
 
     Raises:
         InvalidInput: The experiment's branch was deleted, or is not the experiment's.
+        ExperimentTurnTaken: Another run of the experiment holds the next turn.
         StoreError: A write did not land (run the experiment again: it resumes).
     """
-    session_id = planned.session
-    branch = await _branch(journal, session_id, experiment, at_turn)
-    policies = await recorded_policies(journal.store, session_id)
-    line = journal.session(
-        session_id,
-        branch=experiment,
-        guardrails=guardrails,
-        policy=policies[-1] if policies else None,
-    )
-    done = await finished_turns(journal.store, branch.stream)
-    await _drop_cut_turn(line, branch, len(done))
-    ran = 0
-    for offset, message in enumerate(planned.messages[len(done) :], start=len(done)):
-        turn = at_turn + offset
-        if progress is not None:
-            progress(f"{session_id}: turn {turn}")
-        model = None if script is None else script.for_turn(session_id, turn)
-        outcome = await _run_turn(line, candidate, model, message, turn)
-        await line.append_event(EXPERIMENT_TURN, outcome.encode(experiment))
-        # The run signed its heads when it ended; the mark came after: sign again
-        # (nothing happens without a signing key).
-        await line.checkpoint()
-        done.append(outcome)
-        ran += 1
-    return SessionRun(session_id, experiment, tuple(done), ran)
+    taker = taker or Taker.now()
+    with _running_as(taker):
+        session_id = planned.session
+        branch = await _branch(journal, session_id, experiment, at_turn)
+        policies = await recorded_policies(journal.store, session_id)
+        line = journal.session(
+            session_id,
+            branch=experiment,
+            guardrails=guardrails,
+            policy=policies[-1] if policies else None,
+        )
+        ran = 0
+        while (
+            turn := await _take_turn(
+                journal.store,
+                line,
+                branch.stream,
+                experiment,
+                at_turn,
+                len(planned.messages),
+                taker,
+            )
+        ) is not None:
+            await _drop_cut_turn(line, branch, turn - at_turn)
+            if progress is not None:
+                progress(f"{session_id}: turn {turn}")
+            model = None if script is None else script.for_turn(session_id, turn)
+            message = planned.messages[turn - at_turn]
+            outcome = await _run_turn(line, candidate, model, message, turn)
+            await line.append_event(EXPERIMENT_TURN, outcome.encode(experiment))
+            # The run signed its heads when it ended; the mark came after: sign again
+            # (nothing happens without a signing key).
+            await line.checkpoint()
+            ran += 1
+        done = await finished_turns(journal.store, branch.stream)
+        return SessionRun(session_id, experiment, tuple(done), ran)
+
+
+@dataclass(frozen=True, slots=True)
+class Taker:
+    """Who takes an experiment's turns up.
+
+    Attributes:
+        holder: This process, ``host:pid``.
+        run: This run of it (another run in the same process is another taker).
+        retake: Whether a turn held on another host (where this one cannot tell whether
+            its process still runs) may be taken again.
+    """
+
+    holder: str
+    run: str
+    retake: bool = False
+
+    @classmethod
+    def now(cls, *, retake: bool = False) -> Taker:
+        """This process, as a new run."""
+        return cls(f"{socket.gethostname()}:{os.getpid()}", uuid.uuid4().hex, retake)
+
+
+class _NothingToTake(Exception):
+    """No turn to take now: every turn is finished, or this run took the next already."""
+
+
+async def _take_turn(
+    store: EventStore,
+    line: JournalSession,
+    stream: str,
+    experiment: str,
+    at_turn: int,
+    turns: int,
+    taker: Taker,
+) -> int | None:
+    """Take the branch's next unfinished turn (``agentjournal.ExperimentTurnTaken`` at the
+    exact head of ``stream``): its number, or None when all ``turns`` from ``at_turn`` are
+    finished.
+
+    Raises:
+        ExperimentTurnTaken: Another run holds that turn (nothing written).
+    """
+    taken: list[int] = []
+
+    async def decide() -> bytes:
+        taken.clear()
+        finished, held = await _turn_state(store, stream)
+        if finished >= turns:
+            raise _NothingToTake
+        turn = at_turn + finished
+        retake = False
+        if held is not None and held[0] == turn:
+            _, holder, run = held
+            if run == taker.run:  # this run's own take, landed on an earlier attempt
+                taken.append(turn)
+                raise _NothingToTake
+            running = _running(holder, run)
+            if running or (running is None and not taker.retake):
+                raise ExperimentTurnTaken(line.session_id, turn, holder, running=running)
+            retake = True
+        taken.append(turn)
+        body = {
+            "experiment": experiment,
+            "turn": turn,
+            "holder": taker.holder,
+            "run": taker.run,
+            "retake": retake,
+        }
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+    with contextlib.suppress(_NothingToTake):
+        await line.append_event_at_head(EXPERIMENT_TURN_TAKEN, decide)
+    return taken[0] if taken else None
+
+
+async def _turn_state(store: EventStore, stream: str) -> tuple[int, tuple[int, str, str] | None]:
+    """How many turns the branch's top stream says are finished, and the last take after
+    the last of them (turn, holder, run), if any."""
+    try:
+        recorded = await store.read(stream)
+    except StreamNotFound:
+        return 0, None
+    finished = 0
+    held: tuple[int, str, str] | None = None
+    for event in recorded:
+        if event.type == EXPERIMENT_TURN:
+            finished += 1
+            held = None
+        elif event.type == EXPERIMENT_TURN_TAKEN:
+            body = json.loads(event.data)
+            held = (int(body["turn"]), str(body["holder"]), str(body["run"]))
+    return finished, held
+
+
+_RUNNING: dict[str, int] = {}
+"""The runs of this process that are running turns now (a run's id: how many calls)."""
+
+
+@contextlib.contextmanager
+def _running_as(taker: Taker) -> Iterator[None]:
+    """``taker``'s run counts as running in this process meanwhile (:func:`_running`)."""
+    _RUNNING[taker.run] = _RUNNING.get(taker.run, 0) + 1
+    try:
+        yield
+    finally:
+        _RUNNING[taker.run] -= 1
+        if not _RUNNING[taker.run]:
+            del _RUNNING[taker.run]
+
+
+def _running(holder: str, run: str) -> bool | None:
+    """Whether run ``run`` of the process ``host:pid`` still runs: known on this host
+    only (None on another). A zombie (ended, not yet reaped) has ended."""
+    host, _, pid_text = holder.rpartition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return None
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return run in _RUNNING
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc here: ask the process
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    # "pid (comm) state ...": the state follows the last ")".
+    return stat[stat.rindex(b")") + 2 :][:1] not in (b"Z", b"X")
 
 
 async def _branch(journal: Journal, session_id: str, name: str, at_turn: int) -> Branch:
@@ -230,7 +394,15 @@ async def _branch(journal: Journal, session_id: str, name: str, at_turn: int) ->
     found = await existing_branch(journal, session_id, name, at_turn)
     if found is not None:
         return found
-    return await journal.session(session_id).fork(turn=at_turn, name=name)
+    try:
+        return await journal.session(session_id).fork(turn=at_turn, name=name)
+    except InvalidInput:
+        # Another run of the experiment forked it first (of two forks of one name, one
+        # lands): its branch, if it is the experiment's.
+        found = await existing_branch(journal, session_id, name, at_turn)
+        if found is None:
+            raise
+        return found
 
 
 async def existing_branch(
@@ -362,13 +534,15 @@ async def run_experiment(
     guardrails: str | GuardrailClient | None = None,
     criteria: str | None = None,
     progress: Progress | None = None,
+    retake: bool = False,
 ) -> ExperimentReport:
     """Run ``candidate`` on a branch of each session from ``at_turn`` and score both lines.
 
     Everything is checked before anything is written (the candidate, the model script,
     the scorers, every session and its turn). Running it again with the same inputs
     (or the same ``experiment_id``) resumes it: no second branch, no turn run twice
-    unless it was cut short, no score written twice.
+    unless it was cut short, no score written twice. Two runs of it at once run each
+    turn once: the one that finds the next turn taken by the other stops.
 
     Args:
         journal: The journal the sessions are recorded in.
@@ -386,9 +560,13 @@ async def run_experiment(
             default ``$AGENTJOURNAL_GUARDRAIL_URL``): the one the sessions ran under.
         criteria: The scorers file's digest (``sha256:...``) for the run's record.
         progress: Called with a line of text as each session and turn runs.
+        retake: Take again a turn that a run on another host took and did not finish
+            (only when that run has stopped: this host cannot ask that one's processes).
 
     Raises:
         InvalidInput: Bad input (one line naming it); nothing was written.
+        ExperimentTurnTaken: Another run of the experiment holds a turn this one would
+            run next: it still runs (wait for it), or it ran on another host (``retake``).
         StoreError: A write did not land: run it again, it resumes.
     """
     from agentjournal.evals.candidate import load_candidate
@@ -430,6 +608,7 @@ async def run_experiment(
     await _same_experiment(journal.store, name, planned, chosen.spec, at_turn, described)
     for one in planned:  # a branch of that name that is not this experiment's: refused now
         await existing_branch(journal, one.session, name, at_turn)
+    taker = Taker.now(retake=retake)
     runs = [
         await run_candidate(
             journal,
@@ -440,6 +619,7 @@ async def run_experiment(
             script=script,
             guardrails=guardrails,
             progress=progress,
+            taker=taker,
         )
         for one in planned
     ]
