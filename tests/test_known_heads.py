@@ -110,7 +110,7 @@ async def test_a_commit_of_another_connection_right_after_its_own_is_not_taken_f
         await store.append("s-0", [_event()], expected=StreamState.NO_STREAM)
         await store.append("s-1", [_event()], expected=StreamState.NO_STREAM)
         assert store.heads_now(["s-0", "s-1"]) == {"s-0": 0, "s-1": 0}
-        committed = store._committed
+        committed = store._writes._committed
 
         def foreign_first(before: bytes | None, moved: dict[str, int]) -> None:
             writer = sqlite3.connect(path, isolation_level=None)
@@ -120,7 +120,7 @@ async def test_a_commit_of_another_connection_right_after_its_own_is_not_taken_f
                 writer.close()
             committed(before, moved)
 
-        store._committed = foreign_first  # type: ignore[method-assign]
+        store._writes._committed = foreign_first  # type: ignore[method-assign]
         await store.append("s-0", [_event()], expected=0)
         assert store.heads_now(["s-0", "s-1"]) == {"s-0": 51, "s-1": 50}
     finally:

@@ -166,7 +166,7 @@ def _in_the_way(path: Path, rng: random.Random) -> None:
 
 
 def _ids_cached_truly(store: SQLiteEventStore, db: sqlite3.Connection) -> bool:
-    cached = dict(store._stream_ids)
+    cached = dict(store._writes._stream_ids)
     held = dict(db.execute("SELECT name, id FROM streams").fetchall())
     # A stale id is allowed only for a name the file does not hold (a creation rolled back),
     # which _claim's name check then misses; a held name must be cached as what it is.
@@ -191,11 +191,11 @@ def test_a_group_commit_gives_each_write_what_it_gets_alone(
             if in_the_way.random() < 0.15:
                 _in_the_way(grouped_path, random.Random(seed))
                 _in_the_way(alone_path, random.Random(seed))
-            outcomes = grouped._write_group(group)
+            outcomes = grouped._writes._write_group(group)
             one_by_one: list[list[AppendResult] | BaseException] = []
             for requests in group:
                 try:
-                    one_by_one.append(alone._write_sync(requests))
+                    one_by_one.append(alone._writes._write_sync(requests))
                 except Exception as error:  # compared, not handled
                     one_by_one.append(error)
             assert [_described(o) for o in outcomes] == [_described(o) for o in one_by_one]

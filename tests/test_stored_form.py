@@ -21,7 +21,7 @@ from agentjournal.ledger import SigningKey
 from agentjournal.read.replay import check_read_model
 from agentjournal.store import _sqlite_parts, sqlite_path
 from agentjournal.store._events import MAX_EVENT_BYTES
-from agentjournal.store.sqlite import SQLiteEventStore, _schema, _store
+from agentjournal.store.sqlite import SQLiteEventStore, _schema, _writes
 from agentjournal.store.sqlite._stored import DICTIONARY, Packer, Unpacker
 from agentjournal.streams import session_stream
 from eval_sessions import record_support
@@ -193,7 +193,7 @@ async def test_rows_written_with_another_dictionary_read_with_the_one_in_the_fil
     """A later version writing with another dictionary still reads a file's earlier rows."""
     other = '{"an earlier dictionary": "' + "aj.prev aj.hash " * 20 + '"}'
     with monkeypatch.context() as patched:
-        patched.setattr(_store, "DICTIONARY", other)
+        patched.setattr(_writes, "DICTIONARY", other)
         await _signed(tmp_path / "j.db", "support-1")
     expected = await _verified_items(tmp_path / "j.db", "support-1")
     await _signed(tmp_path / "j.db", "support-2")

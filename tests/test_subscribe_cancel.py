@@ -38,7 +38,7 @@ async def test_a_cancel_that_meets_a_wake_up_stops_the_subscription(
         await asyncio.wait_for(ready.wait(), 5)
         for _ in range(3):  # into its wait for the next wake-up
             await asyncio.sleep(0)
-        for loop, woken in list(store._listeners):  # the wake-up an append sends
+        for loop, woken in list(store._listeners._waiting):  # the wake-up an append sends
             assert loop is asyncio.get_running_loop()
             woken.set()
         for _ in range(steps):

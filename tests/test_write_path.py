@@ -30,7 +30,7 @@ from agentjournal.store.contract import (
     validate_stream_name,
 )
 from agentjournal.store.sqlite import SQLiteEventStore
-from agentjournal.store.sqlite import _store as sqlite_store
+from agentjournal.store.sqlite import _writes as sqlite_writes
 
 
 def item(text: str) -> Any:
@@ -122,7 +122,9 @@ async def test_a_stale_stream_id_never_moves_another_stream(tmp_path: Path) -> N
             store._executor,
             lambda: store._db.execute("SELECT id FROM streams WHERE name = 's-2'").fetchone()[0],
         )
-        store._stream_ids["s-1"] = s2  # s-2 is at head 0 too: only the name tells them apart
+        store._writes._stream_ids["s-1"] = (
+            s2  # s-2 is at head 0 too: only the name tells them apart
+        )
         result = await store.append("s-1", [_new()], expected=0)
         assert (result.stream, result.revision) == ("s-1", 1)
         assert await store.head("s-2") == 0
@@ -180,13 +182,13 @@ async def test_a_lone_write_starts_its_drain_at_once_and_a_busy_pass_defers_it(
     store = await SQLiteEventStore.open(tmp_path / "kick.db")
     try:
         started_in: list[bool] = []
-        schedule = store._schedule_drain
+        schedule = store._writes._schedule_drain
 
         def spy() -> None:
             started_in.append(asyncio.current_task() is not None)  # None: a loop callback
             schedule()
 
-        store._schedule_drain = spy  # type: ignore[method-assign]
+        store._writes._schedule_drain = spy  # type: ignore[method-assign]
         await asyncio.sleep(0)  # nothing of the test's set-up left in the ready queue
         await store.append("s-1", [_new()], expected=StreamState.NO_STREAM)
         assert started_in == [True]
@@ -247,7 +249,7 @@ async def test_the_stream_id_cache_is_bounded(
 ) -> None:
     """The compare-and-set's stream ids are a cache on a long-lived store: one entry per
     stream ever written (a server with millions of sessions) must not grow without end."""
-    monkeypatch.setattr(sqlite_store, "_STREAM_IDS_KEPT", 8, raising=False)
+    monkeypatch.setattr(sqlite_writes, "_STREAM_IDS_KEPT", 8)
     async with await SQLiteEventStore.open(tmp_path / "ids.db") as store:
         for n in range(40):
             stream = f"s-{n}"
@@ -256,7 +258,7 @@ async def test_the_stream_id_cache_is_bounded(
                 expected = StreamState.NO_STREAM if revision == 0 else revision - 1
                 await store.append(stream, [event], expected=expected)
             assert await store.head(stream) == 2
-        assert len(store._stream_ids) <= 8
+        assert len(store._writes._stream_ids) <= 8
 
 
 def test_new_event_is_the_constructors_event() -> None:

@@ -1,9 +1,12 @@
 """The embedded event store: KurrentDB stream semantics in one SQLite file.
 
-The package holds the store class (``_store``), the file's schema (``_schema``), the
-events table's rows (``_rows``), the read model (``_model``), the stored form of the
-text columns (``_stored``) and the header of the file's WAL index, which tells the heads
-probe whether anything was committed since (``_wal_index``).
+The package holds the store class with its reads (``_store``), its write path: the
+queue, group commit and each write's transaction (``_writes``), what passes between
+callers' event loops and the store's thread (``_handoff``), the file's schema
+(``_schema``), the events table's rows (``_rows``), the read model (``_model``) and its
+purge (``_purge``), the stored form of the text columns (``_stored``) and the header of
+the file's WAL index, which tells the heads probe whether anything was committed since
+(``_wal_index``).
 
 Layout (schema version 3, kept in ``PRAGMA user_version``)::
 

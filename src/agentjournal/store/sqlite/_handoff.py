@@ -1,15 +1,22 @@
-"""A write waiting for the SQLite store's thread, and handing its outcome to the caller's loop."""
+"""Between callers' event loops and the SQLite store's thread: a write waiting for the
+thread, its outcome handed back, SQLite's errors translated on the way, subscribers woken."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from agentjournal.errors import StoreUnavailable
 from agentjournal.store.contract import (
     AppendRequest,
     AppendResult,
 )
+
+_T = TypeVar("_T")
 
 
 class _Pending:
@@ -54,3 +61,40 @@ def _settle(
         future.set_exception(outcome)
     else:
         future.set_result(outcome)
+
+
+class Listeners:
+    """Subscribers waiting for appends, each woken on its own event loop (from any thread)."""
+
+    __slots__ = ("_lock", "_waiting")
+
+    def __init__(self) -> None:
+        self._waiting: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self._lock = threading.Lock()
+
+    def add(self, listener: tuple[asyncio.AbstractEventLoop, asyncio.Event]) -> None:
+        """Wake ``listener``'s event on its loop at each :meth:`notify`."""
+        with self._lock:
+            self._waiting.add(listener)
+
+    def discard(self, listener: tuple[asyncio.AbstractEventLoop, asyncio.Event]) -> None:
+        """Wake ``listener`` no more."""
+        with self._lock:
+            self._waiting.discard(listener)
+
+    def notify(self) -> None:
+        """Wake every listener (something was appended, or the store closed)."""
+        with self._lock:
+            listeners = list(self._waiting)
+        for loop, event in listeners:
+            with contextlib.suppress(RuntimeError):  # that loop has closed
+                loop.call_soon_threadsafe(event.set)
+
+
+def _translated(path: str, fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` (on the store's thread), an SQLite error raised as
+    :class:`StoreUnavailable`."""
+    try:
+        return fn(*args)
+    except sqlite3.Error as error:
+        raise StoreUnavailable(f"SQLite store {path} failed: {error}") from error

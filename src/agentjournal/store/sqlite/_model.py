@@ -186,7 +186,7 @@ def _apply_model(
 ) -> None:
     """Apply one appended request's read model change (inside its write's transaction),
     its items' texts in their stored form (``packer``); ``followed``: the statement that
-    moved the stream's head moved ``modelled`` as this would (``SQLiteEventStore._claim``).
+    moved the stream's head moved ``modelled`` as this would (``_writes.Writes._claim``).
 
     A new stream joins the request's tree; an existing one's ``modelled`` revision
     follows its head if it was current before (and of this tree): one append without

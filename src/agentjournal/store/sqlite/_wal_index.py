@@ -9,11 +9,13 @@ that frame. Equal bytes read at two moments therefore mean the same committed co
 starting a read transaction, which costs more after every commit). A read whose two
 copies differ (a commit writing them meanwhile), of a header not yet initialised, of
 another version or of a file that is not there gives None: the caller asks SQLite.
+Which file's index to read is the one thing asked of SQLite (:func:`wal_index_of`).
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import struct
 from collections.abc import Sequence
 from typing import Final
@@ -104,6 +106,16 @@ def open_wal_index(database: str) -> WalIndex | None:
                 return WalIndex(fd, file)
         return None
     return None
+
+
+def wal_index_of(db: sqlite3.Connection) -> WalIndex | None:
+    """The WAL index SQLite keeps for ``db``'s file: beside the file SQLite opened, which
+    is not the path given when that is a symlink (SQLite follows it)."""
+    try:
+        file = db.execute("PRAGMA database_list").fetchone()[2]
+    except sqlite3.Error:
+        return None
+    return open_wal_index(file) if file else None
 
 
 class KnownHeads:
