@@ -21,6 +21,7 @@ import yaml
 
 from agentjournal import Journal
 from agentjournal.errors import ExperimentTurnTaken
+from agentjournal.evals import experiment as experiment_module
 from agentjournal.evals.experiment import (
     EXPERIMENT_TURN,
     EXPERIMENT_TURN_TAKEN,
@@ -148,6 +149,34 @@ async def test_a_turn_taken_by_a_process_that_still_runs_is_refused_with_nothing
     assert refused.value.running is True
     assert refused.value.turn == 1
     assert "which still runs: wait for it" in str(refused.value)
+    assert await _last_position(journal.store) == before
+
+
+async def test_a_turn_taken_by_a_process_that_still_runs_is_refused_where_there_is_no_proc(
+    journal: Journal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # macOS, the BSDs: no /proc, so opening /proc/PID/stat fails as it does for an ended
+    # process (FileNotFoundError); the process must be asked (signal 0), not read as ended.
+    real_open = open
+
+    def no_proc(path: object, *args: object, **kwargs: object) -> object:
+        if str(path).startswith("/proc/"):
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(experiment_module, "open", no_proc, raising=False)
+    alive = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import time; time.sleep(60)"
+    )
+    try:
+        await _taken_by(journal, f"{socket.gethostname()}:{alive.pid}", cut=False)
+        before = await _last_position(journal.store)
+        with pytest.raises(ExperimentTurnTaken) as refused:
+            await _run(journal, tmp_path)
+    finally:
+        alive.kill()
+        await alive.wait()
+    assert refused.value.running is True
     assert await _last_position(journal.store) == before
 
 
