@@ -68,3 +68,16 @@ async def test_the_session_s_own_event_types_are_refused(journal: Journal) -> No
 
     with pytest.raises(InvalidInput, match="cannot be appended as an application event"):
         await journal.session("s").append_event_at_head("SessionStarted", decide)
+
+
+async def test_a_session_used_inside_decide_is_refused_not_waited_for(journal: Journal) -> None:
+    session = journal.session("s")
+    await session.add_items([{"role": "user", "content": "hi"}])
+
+    async def decide() -> bytes:
+        await journal.session("s").get_items()  # the line is locked: this would wait forever
+        return b"{}"
+
+    with pytest.raises(InvalidInput, match="inside append_event_at_head's decide"):
+        await asyncio.wait_for(session.append_event_at_head("app.Noted", decide), 10)
+    await session.append_event("app.Noted", b"{}")  # usable again afterwards

@@ -82,7 +82,9 @@ def test_two_concurrent_runs_of_one_experiment_run_each_turn_once(tmp_path: Path
     if second.returncode != 0:
         refusal = second.stderr.strip().splitlines()[-1]
         assert second.returncode == 1, second.stderr
-        assert f"was taken by {socket.gethostname()}:{first.pid}, which still runs" in refusal
+        assert f"was taken by {socket.gethostname()}:{first.pid}, whose process still runs" in (
+            refusal
+        )
     marked = asyncio.run(_turns_marked(uri))
     assert marked
     assert max(marked.values()) == 1, marked
@@ -95,12 +97,14 @@ async def journal(tmp_path: Path) -> AsyncIterator[Journal]:
         yield opened
 
 
-async def _taken_by(journal: Journal, holder: str, *, cut: bool) -> None:
+async def _taken_by(journal: Journal, holder: str, *, cut: bool, **more: str) -> None:
     """The experiment's branch with turn 1 taken by ``holder`` and not finished (and,
-    with ``cut``, that turn's user message written, as a run killed mid-turn leaves it)."""
+    with ``cut``, that turn's user message written, as a run killed mid-turn leaves it);
+    ``more``: the take's ``machine`` and ``started``."""
     await journal.session(SESSION).fork(turn=1, name=NAME)
     branch = journal.session(SESSION, branch=NAME)
     body = {"experiment": NAME, "turn": 1, "holder": holder, "run": "0" * 32, "retake": False}
+    body.update(more)
     await branch.append_event(EXPERIMENT_TURN_TAKEN, json.dumps(body).encode())
     if cut:
         await branch.add_items([{"role": "user", "content": "Please cancel order 44."}])
@@ -148,7 +152,7 @@ async def test_a_turn_taken_by_a_process_that_still_runs_is_refused_with_nothing
         await alive.wait()
     assert refused.value.running is True
     assert refused.value.turn == 1
-    assert "which still runs: wait for it" in str(refused.value)
+    assert "whose process still runs: wait for it to finish" in str(refused.value)
     assert await _last_position(journal.store) == before
 
 
@@ -225,3 +229,69 @@ async def test_a_run_that_failed_in_this_process_is_taken_up_by_the_next_run_her
 async def _turns_marked_in(journal: Journal) -> Counter[int]:
     stream = await journal.store.read(branch_stream(SESSION, NAME))
     return Counter(json.loads(e.data)["turn"] for e in stream if e.type == EXPERIMENT_TURN)
+
+
+async def test_a_reused_process_id_does_not_hold_the_turn(journal: Journal, tmp_path: Path) -> None:
+    # The id names a running process, but one that started at another time than the taker.
+    alive = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import time; time.sleep(60)"
+    )
+    try:
+        await _taken_by(
+            journal, f"{socket.gethostname()}:{alive.pid}", cut=True, started="1", machine=""
+        )
+        await _run(journal, tmp_path)
+    finally:
+        alive.kill()
+        await alive.wait()
+    assert [t["retake"] for t in await _takes(journal)] == [False, True]
+
+
+async def test_a_take_in_another_boot_or_pid_namespace_is_another_host_s(
+    journal: Journal, tmp_path: Path
+) -> None:
+    # Same host name, same (running) process id, but another process namespace: this host
+    # cannot tell whether that process runs.
+    await _taken_by(journal, f"{socket.gethostname()}:{os.getpid()}", cut=False, machine="x/1")
+    with pytest.raises(ExperimentTurnTaken) as refused:
+        await _run(journal, tmp_path)
+    assert refused.value.running is None
+    assert "another host or process namespace" in str(refused.value)
+
+
+async def test_retake_takes_a_turn_even_from_a_process_that_still_runs(
+    journal: Journal, tmp_path: Path
+) -> None:
+    # A long-lived process whose run raised: it runs, its run does not; a person says so.
+    alive = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import time; time.sleep(60)"
+    )
+    try:
+        await _taken_by(journal, f"{socket.gethostname()}:{alive.pid}", cut=False)
+        await _run(journal, tmp_path, retake=True)
+    finally:
+        alive.kill()
+        await alive.wait()
+    assert [t["retake"] for t in await _takes(journal)] == [False, True]
+    assert (await _turns_marked_in(journal))[1] == 1
+
+
+async def test_a_turn_taken_again_while_it_ran_is_not_marked_by_the_run_it_was_taken_from(
+    journal: Journal,
+) -> None:
+    from agentjournal.evals.experiment import Taker, TurnRun, _mark_turn
+
+    first, second = Taker.now(), Taker.now()
+    await journal.session(SESSION).fork(turn=1, name=NAME)
+    branch = journal.session(SESSION, branch=NAME)
+    for taker in (first, second):  # the second took it again, judging the first stopped
+        body = {"experiment": NAME, "turn": 1, "holder": taker.holder, "run": taker.run}
+        await branch.append_event(EXPERIMENT_TURN_TAKEN, json.dumps(body).encode())
+    stream = branch_stream(SESSION, NAME)
+    with pytest.raises(ExperimentTurnTaken) as refused:
+        await _mark_turn(journal.store, branch, stream, TurnRun(1, "answered"), NAME, first)
+    assert refused.value.running is False
+    assert "while this run ran it" in str(refused.value)
+    assert (await _turns_marked_in(journal))[1] == 0
+    await _mark_turn(journal.store, branch, stream, TurnRun(1, "answered"), NAME, second)
+    assert (await _turns_marked_in(journal))[1] == 1

@@ -124,15 +124,17 @@ class AlreadyResumed(InvalidInput):
 
 class ExperimentTurnTaken(InvalidInput):
     """Raised when another run of the same experiment holds the turn this one would run
-    next (``agentjournal.ExperimentTurnTaken`` with no ``agentjournal.ExperimentTurn``
-    after it): of two runs of one experiment, one runs each turn. Nothing has been written.
+    (``agentjournal.ExperimentTurnTaken`` with no ``agentjournal.ExperimentTurn`` after
+    it): of two runs of one experiment, one runs each turn. This run's take of it is not
+    written; turns it ran before stay.
 
     Attributes:
         session: The session whose branch holds the turn.
         turn: The turn's number.
         holder: Who took it (``host:pid``).
-        running: True: that process still runs (on this host); None: it is on another
-            host, where this one cannot tell (``retake=True`` when it has stopped).
+        running: True: that run's process still runs (on this host); None: this host cannot
+            tell (another host or process namespace; ``retake=True`` when it has stopped);
+            False: it took the turn from this run, which was running it, and has ended.
     """
 
     def __init__(self, session: str, turn: int, holder: str, *, running: bool | None) -> None:
@@ -142,14 +144,16 @@ class ExperimentTurnTaken(InvalidInput):
         self.running = running
         if running:
             detail = (
-                "which still runs: wait for it to finish (should it stop first, running the "
-                "experiment again takes the turn up)"
+                "whose process still runs: wait for it to finish (if that run has stopped "
+                "and its process lives on, run the experiment again with --retake)"
+            )
+        elif running is None:
+            detail = (
+                "where this host cannot tell whether it still runs (another host or process "
+                "namespace): if that run has stopped, run the experiment again with --retake"
             )
         else:
-            detail = (
-                "on another host, which this one cannot ask: if that run has stopped, run "
-                "the experiment again with retake=True (--retake)"
-            )
+            detail = "while this run ran it: run the experiment again to go on"
         super().__init__(
             f"turn {turn} of session {session}'s experiment branch was taken by {holder}, {detail}"
         )

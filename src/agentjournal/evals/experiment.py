@@ -18,12 +18,13 @@ record as events) and run again. Scores are written once per (session, line, tur
 scorer) by the eval run itself.
 
 **One run per turn.** Before a turn, the run takes it: ``agentjournal.ExperimentTurnTaken``
-(who: ``host:pid``) at the exact head of the branch's top stream, after reading there
-that the turn is not finished and not held by a process that still runs. Of two runs of
-one experiment at once, one takes each turn and the other stops with
-:class:`~agentjournal.errors.ExperimentTurnTaken`; a turn taken by a process that has
-ended on this host is taken again (and what it left popped); one taken on another host,
-which this one cannot ask, only with ``retake=True``.
+(who: ``host:pid``, where and since when) at the exact head of the branch's top stream,
+after reading there that the turn is not finished and not held by a run that may still
+run; its ``ExperimentTurn`` is written the same way, only while that take is its own. Of
+two runs of one experiment at once, one takes each turn, and one that finds the next turn
+held stops with :class:`~agentjournal.errors.ExperimentTurnTaken`. A turn whose taker has
+ended (this host, boot and process namespace) is taken again, and what it left popped; any
+other holder is passed over only with ``retake=True``.
 """
 
 from __future__ import annotations
@@ -245,7 +246,7 @@ async def run_candidate(
             model = None if script is None else script.for_turn(session_id, turn)
             message = planned.messages[turn - at_turn]
             outcome = await _run_turn(line, candidate, model, message, turn)
-            await line.append_event(EXPERIMENT_TURN, outcome.encode(experiment))
+            await _mark_turn(journal.store, line, branch.stream, outcome, experiment, taker)
             # The run signed its heads when it ended; the mark came after: sign again
             # (nothing happens without a signing key).
             await line.checkpoint()
@@ -261,18 +262,43 @@ class Taker:
     Attributes:
         holder: This process, ``host:pid``.
         run: This run of it (another run in the same process is another taker).
-        retake: Whether a turn held on another host (where this one cannot tell whether
-            its process still runs) may be taken again.
+        retake: Whether a turn another run holds may be taken all the same: that run has
+            stopped, which this host cannot tell (on another host, in another process
+            namespace, or a process that lives on after its run raised).
+        machine: Where process ids name the same processes as here: the boot's id and
+            the pid namespace (``""``: not known on this system).
+        started: When this process started (clock ticks since boot; ``""``: not known),
+            which tells a reused process id from the process that took the turn.
     """
 
     holder: str
     run: str
     retake: bool = False
+    machine: str = ""
+    started: str = ""
 
     @classmethod
     def now(cls, *, retake: bool = False) -> Taker:
         """This process, as a new run."""
-        return cls(f"{socket.gethostname()}:{os.getpid()}", uuid.uuid4().hex, retake)
+        pid = os.getpid()
+        return cls(
+            f"{socket.gethostname()}:{pid}",
+            uuid.uuid4().hex,
+            retake,
+            _machine(),
+            _started(pid) or "",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """The last take on a branch after its last finished turn."""
+
+    turn: int
+    holder: str
+    run: str
+    machine: str
+    started: str
 
 
 class _NothingToTake(Exception):
@@ -304,23 +330,26 @@ async def _take_turn(
             raise _NothingToTake
         turn = at_turn + finished
         retake = False
-        if held is not None and held[0] == turn:
-            _, holder, run = held
-            if run == taker.run:  # this run's own take, landed on an earlier attempt
+        if held is not None and held.turn == turn:
+            if held.run == taker.run:  # this run's own take, landed on an earlier attempt
                 taken.append(turn)
                 raise _NothingToTake
-            running = _running(holder, run)
-            if running or (running is None and not taker.retake):
-                raise ExperimentTurnTaken(line.session_id, turn, holder, running=running)
+            running = _running(held)
+            if (running or running is None) and not taker.retake:
+                raise ExperimentTurnTaken(line.session_id, turn, held.holder, running=running)
             retake = True
         taken.append(turn)
-        body = {
+        body: dict[str, object] = {
             "experiment": experiment,
             "turn": turn,
             "holder": taker.holder,
             "run": taker.run,
             "retake": retake,
         }
+        if taker.machine:
+            body["machine"] = taker.machine
+        if taker.started:
+            body["started"] = taker.started
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
     with contextlib.suppress(_NothingToTake):
@@ -328,23 +357,55 @@ async def _take_turn(
     return taken[0] if taken else None
 
 
-async def _turn_state(store: EventStore, stream: str) -> tuple[int, tuple[int, str, str] | None]:
+async def _turn_state(store: EventStore, stream: str) -> tuple[int, _Held | None]:
     """How many turns the branch's top stream says are finished, and the last take after
-    the last of them (turn, holder, run), if any."""
+    the last of them, if any."""
     try:
         recorded = await store.read(stream)
     except StreamNotFound:
         return 0, None
     finished = 0
-    held: tuple[int, str, str] | None = None
+    held: _Held | None = None
     for event in recorded:
         if event.type == EXPERIMENT_TURN:
             finished += 1
             held = None
         elif event.type == EXPERIMENT_TURN_TAKEN:
             body = json.loads(event.data)
-            held = (int(body["turn"]), str(body["holder"]), str(body["run"]))
+            held = _Held(
+                int(body["turn"]),
+                str(body["holder"]),
+                str(body["run"]),
+                str(body.get("machine", "")),
+                str(body.get("started", "")),
+            )
     return finished, held
+
+
+async def _mark_turn(
+    store: EventStore,
+    line: JournalSession,
+    stream: str,
+    outcome: TurnRun,
+    experiment: str,
+    taker: Taker,
+) -> None:
+    """Write the turn's ``agentjournal.ExperimentTurn`` at the exact head of ``stream``, if
+    the turn is still this run's (taken again meanwhile, by a run that judged this one
+    stopped, it is not marked twice: the run stops).
+
+    Raises:
+        ExperimentTurnTaken: Another run took the turn since this one did.
+    """
+
+    async def decide() -> bytes:
+        _, held = await _turn_state(store, stream)
+        if held is None or held.run != taker.run or held.turn != outcome.turn:
+            holder = held.holder if held is not None else "a run that finished it"
+            raise ExperimentTurnTaken(line.session_id, outcome.turn, holder, running=False)
+        return outcome.encode(experiment)
+
+    await line.append_event_at_head(EXPERIMENT_TURN, decide)
 
 
 _RUNNING: dict[str, int] = {}
@@ -363,30 +424,71 @@ def _running_as(taker: Taker) -> Iterator[None]:
             del _RUNNING[taker.run]
 
 
-def _running(holder: str, run: str) -> bool | None:
-    """Whether run ``run`` of the process ``host:pid`` still runs: known on this host
-    only (None on another). A zombie (ended, not yet reaped) has ended."""
-    host, _, pid_text = holder.rpartition(":")
+def _running(held: _Held) -> bool | None:
+    """Whether the run that took a turn still runs: known for a process of this host, of
+    this boot and process namespace only (None elsewhere). A process that has ended, or
+    ended as a zombie not yet reaped, or whose id a later process took (another start
+    time), does not run; a run of this very process runs while it is in :data:`_RUNNING`."""
+    host, _, pid_text = held.holder.rpartition(":")
     if host != socket.gethostname() or not pid_text.isdigit():
         return None
+    here = _machine()
+    if held.machine and here and held.machine != here:
+        return None
     pid = int(pid_text)
-    if pid == os.getpid():
-        return run in _RUNNING
+    if pid == os.getpid() and (not held.started or held.started == _started(pid)):
+        return held.run in _RUNNING
+    try:
+        os.kill(pid, 0)  # asks the process table, with or without /proc
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, another user's
+    status = _stat(pid)
+    if status is None:
+        return True  # no /proc here, or not readable: it exists
+    state, started = status
+    if state in ("Z", "X"):
+        return False
+    return not (held.started and started != held.started)
+
+
+def _stat(pid: int) -> tuple[str, str] | None:
+    """The state and start time (clock ticks since boot) of process ``pid`` from
+    ``/proc/PID/stat``, or None when it cannot be read."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc here: ask the process
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    # "pid (comm) state ...": the state follows the last ")".
-    return stat[stat.rindex(b")") + 2 :][:1] not in (b"Z", b"X")
+            stat = handle.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # "pid (comm) state ppid ...": comm may hold anything, so fields count from the last ")";
+    # the start time is field 22, the 20th after it.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (fields[0], fields[19]) if len(fields) > 19 else None
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot), or None."""
+    status = _stat(pid)
+    return None if status is None else status[1]
+
+
+_MACHINE: list[str] = []
+
+
+def _machine() -> str:
+    """Where process ids name the same processes as in this one: the boot's id and this
+    process's pid namespace (``""`` where they cannot be read; read once when they can)."""
+    if _MACHINE:
+        return _MACHINE[0]
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            boot = handle.read().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return ""
+    _MACHINE.append(f"{boot}/{namespace}")
+    return _MACHINE[0]
 
 
 async def _branch(journal: Journal, session_id: str, name: str, at_turn: int) -> Branch:
@@ -560,13 +662,15 @@ async def run_experiment(
             default ``$AGENTJOURNAL_GUARDRAIL_URL``): the one the sessions ran under.
         criteria: The scorers file's digest (``sha256:...``) for the run's record.
         progress: Called with a line of text as each session and turn runs.
-        retake: Take again a turn that a run on another host took and did not finish
-            (only when that run has stopped: this host cannot ask that one's processes).
+        retake: Take again a turn that another run took and did not finish, only when
+            that run has stopped: a run on another host (or in another process namespace),
+            which this host cannot ask, or one whose process lives on after it raised.
 
     Raises:
         InvalidInput: Bad input (one line naming it); nothing was written.
         ExperimentTurnTaken: Another run of the experiment holds a turn this one would
-            run next: it still runs (wait for it), or it ran on another host (``retake``).
+            run next: it still runs (wait for it), or it ran where this host cannot tell
+            (``retake``). Its own take is not written; the turns it ran before stay.
         StoreError: A write did not land: run it again, it resumes.
     """
     from agentjournal.evals.candidate import load_candidate

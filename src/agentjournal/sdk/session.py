@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from agents.memory.session import _CompactionSnapshot
@@ -64,6 +65,9 @@ if TYPE_CHECKING:
 
 _logger = logging.getLogger("agentjournal.session")
 logger = _logger
+
+_DECIDING: ContextVar[bool] = ContextVar("agentjournal_deciding", default=False)
+"""Set while an :meth:`JournalSession.append_event_at_head` decides (the line is locked)."""
 
 _OWN_EVENT_TYPES = frozenset(
     {
@@ -336,6 +340,11 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{type(self).__name__} is closed")
+        if _DECIDING.get():
+            raise InvalidInput(
+                "a session cannot be used inside append_event_at_head's decide, which runs "
+                "while the line is locked: read the store (journal.store) there"
+            )
 
     async def __aenter__(self) -> JournalSession:
         self._check_open()
@@ -774,8 +783,10 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
         session's stream, or the branch's), with the data ``decide`` gives: a compare-and-set
         on what the application records there.
 
-        ``decide`` reads what it needs from the store: it runs after the line is read
-        again, in every attempt, so what it saw still holds where the event lands. Another
+        ``decide`` reads what it needs from the store (``journal.store``), never from a
+        session: it runs while the line is locked (a session used there raises
+        :class:`InvalidInput`), after the line is read again, in every attempt, so what it
+        saw still holds where the event lands. Another
         write meanwhile (by any process) makes the attempt conflict, and ``decide`` runs
         again on what is there now. Whatever it raises is raised, with nothing written. Of
         several callers deciding on one state, one lands first and the others decide again.
@@ -786,7 +797,15 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
             StoreError: It did not land.
         """
         self._check_application_event(event_type)
-        await self._core.record_at_head(event_type, decide, self._recorder.trace_now())
+
+        async def deciding() -> bytes:
+            entered = _DECIDING.set(True)
+            try:
+                return await decide()
+            finally:
+                _DECIDING.reset(entered)
+
+        await self._core.record_at_head(event_type, deciding, self._recorder.trace_now())
 
     def _check_application_event(self, event_type: str) -> None:
         self._check_open()
