@@ -81,3 +81,24 @@ async def test_a_session_used_inside_decide_is_refused_not_waited_for(journal: J
     with pytest.raises(InvalidInput, match="inside append_event_at_head's decide"):
         await asyncio.wait_for(session.append_event_at_head("app.Noted", decide), 10)
     await session.append_event("app.Noted", b"{}")  # usable again afterwards
+
+
+async def test_a_task_started_inside_decide_may_use_the_session_once_decide_returned(
+    journal: Journal,
+) -> None:
+    # A task copies its creator's context: one started in decide (a notifier, a lazily
+    # started worker) must not find itself "inside decide" for the rest of its life.
+    session = journal.session("s")
+    await session.add_items([{"role": "user", "content": "hi"}])
+    started: list[asyncio.Task[int]] = []
+
+    async def later() -> int:
+        await asyncio.sleep(0.05)  # decide has returned and its event landed
+        return len(await session.get_items())
+
+    async def decide() -> bytes:
+        started.append(asyncio.create_task(later()))
+        return b"{}"
+
+    await session.append_event_at_head("app.Noted", decide)
+    assert await asyncio.wait_for(started[0], 10) == 1
