@@ -131,10 +131,12 @@ class ExperimentTurnTaken(InvalidInput):
     Attributes:
         session: The session whose branch holds the turn.
         turn: The turn's number.
-        holder: Who took it (``host:pid``).
+        holder: Who took it (``host:pid``; when a run that took the turn from this one
+            has finished it already, ``"a run that finished it"``).
         running: True: that run's process still runs (on this host); None: this host cannot
-            tell (another host or process namespace; ``retake=True`` when it has stopped);
-            False: it took the turn from this run, which was running it, and has ended.
+            tell (another host, boot or process namespace; ``retake=True`` when it has
+            stopped); False: it took the turn from this run while this run was running it
+            (with ``retake``), and this run's mark of the turn was refused.
     """
 
     def __init__(self, session: str, turn: int, holder: str, *, running: bool | None) -> None:
@@ -153,7 +155,10 @@ class ExperimentTurnTaken(InvalidInput):
                 "namespace): if that run has stopped, run the experiment again with --retake"
             )
         else:
-            detail = "while this run ran it: run the experiment again to go on"
+            detail = (
+                "while this run ran it (retake): this run's mark of the turn was refused, "
+                "and what it wrote in the turn after being passed over stays on the branch"
+            )
         super().__init__(
             f"turn {turn} of session {session}'s experiment branch was taken by {holder}, {detail}"
         )

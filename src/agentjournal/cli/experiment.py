@@ -86,9 +86,10 @@ def register(commands: Commands) -> None:
     command.add_argument(
         "--retake",
         action="store_true",
-        help="take again a turn a run on another host took and did not finish, only when "
-        "that run has stopped (default: off; one on this host that has ended is taken "
-        "again anyway)",
+        help="take again a turn another run took and did not finish, only when that run "
+        "has stopped: one on another host, boot or process namespace, or one whose process "
+        "lives on after its run raised (default: off; a run on this host that has ended is "
+        "passed over anyway)",
     )
     command.add_argument(
         "--json", action="store_true", help="print the report as JSON (default: a table)"

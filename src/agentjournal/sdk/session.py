@@ -66,8 +66,10 @@ if TYPE_CHECKING:
 _logger = logging.getLogger("agentjournal.session")
 logger = _logger
 
-_DECIDING: ContextVar[bool] = ContextVar("agentjournal_deciding", default=False)
-"""Set while an :meth:`JournalSession.append_event_at_head` decides (the line is locked)."""
+_DECIDING: ContextVar[list[SessionTree] | None] = ContextVar("agentjournal_deciding", default=None)
+"""While an :meth:`JournalSession.append_event_at_head` decides: the tree it holds locked
+(emptied when it is done, so a task started meanwhile, which keeps this context, is free
+again afterwards)."""
 
 _OWN_EVENT_TYPES = frozenset(
     {
@@ -340,7 +342,8 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{type(self).__name__} is closed")
-        if _DECIDING.get():
+        deciding = _DECIDING.get()
+        if deciding and deciding[0] is self._core.tree:
             raise InvalidInput(
                 "a session cannot be used inside append_event_at_head's decide, which runs "
                 "while the line is locked: read the store (journal.store) there"
@@ -783,10 +786,11 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
         session's stream, or the branch's), with the data ``decide`` gives: a compare-and-set
         on what the application records there.
 
-        ``decide`` reads what it needs from the store (``journal.store``), never from a
-        session: it runs while the line is locked (a session used there raises
-        :class:`InvalidInput`), after the line is read again, in every attempt, so what it
-        saw still holds where the event lands. Another
+        ``decide`` reads what it needs from the store (``journal.store``), never from this
+        session: it runs while the line is locked (this session, or another object of the
+        same session and line, used there raises :class:`InvalidInput`; one awaited there
+        through a task started before would wait forever), after the line is read again,
+        in every attempt, so what it saw still holds where the event lands. Another
         write meanwhile (by any process) makes the attempt conflict, and ``decide`` runs
         again on what is there now. Whatever it raises is raised, with nothing written. Of
         several callers deciding on one state, one lands first and the others decide again.
@@ -799,10 +803,12 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
         self._check_application_event(event_type)
 
         async def deciding() -> bytes:
-            entered = _DECIDING.set(True)
+            locked = [self._core.tree]
+            entered = _DECIDING.set(locked)
             try:
                 return await decide()
             finally:
+                locked.clear()
                 _DECIDING.reset(entered)
 
         await self._core.record_at_head(event_type, deciding, self._recorder.trace_now())
