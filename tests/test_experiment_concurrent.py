@@ -7,6 +7,7 @@ again; one taken on another host, which this host cannot ask, only with ``retake
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -97,6 +98,19 @@ async def journal(tmp_path: Path) -> AsyncIterator[Journal]:
         yield opened
 
 
+@contextlib.asynccontextmanager
+async def _a_running_process() -> AsyncIterator[int]:
+    """The id of a process of this host that runs until the block ends."""
+    alive = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import time; time.sleep(60)"
+    )
+    try:
+        yield alive.pid
+    finally:
+        alive.kill()
+        await alive.wait()
+
+
 async def _taken_by(journal: Journal, holder: str, *, cut: bool, **more: str) -> None:
     """The experiment's branch with turn 1 taken by ``holder`` and not finished (and,
     with ``cut``, that turn's user message written, as a run killed mid-turn leaves it);
@@ -139,17 +153,11 @@ async def _takes(journal: Journal) -> list[dict[str, object]]:
 async def test_a_turn_taken_by_a_process_that_still_runs_is_refused_with_nothing_written(
     journal: Journal, tmp_path: Path
 ) -> None:
-    alive = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "import time; time.sleep(60)"
-    )
-    try:
-        await _taken_by(journal, f"{socket.gethostname()}:{alive.pid}", cut=False)
+    async with _a_running_process() as pid:
+        await _taken_by(journal, f"{socket.gethostname()}:{pid}", cut=False)
         before = await _last_position(journal.store)
         with pytest.raises(ExperimentTurnTaken) as refused:
             await _run(journal, tmp_path)
-    finally:
-        alive.kill()
-        await alive.wait()
     assert refused.value.running is True
     assert refused.value.turn == 1
     assert "whose process still runs: wait for it to finish" in str(refused.value)
@@ -169,17 +177,11 @@ async def test_a_turn_taken_by_a_process_that_still_runs_is_refused_where_there_
         return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
 
     monkeypatch.setattr(experiment_module, "open", no_proc, raising=False)
-    alive = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "import time; time.sleep(60)"
-    )
-    try:
-        await _taken_by(journal, f"{socket.gethostname()}:{alive.pid}", cut=False)
+    async with _a_running_process() as pid:
+        await _taken_by(journal, f"{socket.gethostname()}:{pid}", cut=False)
         before = await _last_position(journal.store)
         with pytest.raises(ExperimentTurnTaken) as refused:
             await _run(journal, tmp_path)
-    finally:
-        alive.kill()
-        await alive.wait()
     assert refused.value.running is True
     assert await _last_position(journal.store) == before
 
@@ -233,17 +235,9 @@ async def _turns_marked_in(journal: Journal) -> Counter[int]:
 
 async def test_a_reused_process_id_does_not_hold_the_turn(journal: Journal, tmp_path: Path) -> None:
     # The id names a running process, but one that started at another time than the taker.
-    alive = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "import time; time.sleep(60)"
-    )
-    try:
-        await _taken_by(
-            journal, f"{socket.gethostname()}:{alive.pid}", cut=True, started="1", machine=""
-        )
+    async with _a_running_process() as pid:
+        await _taken_by(journal, f"{socket.gethostname()}:{pid}", cut=True, started="1", machine="")
         await _run(journal, tmp_path)
-    finally:
-        alive.kill()
-        await alive.wait()
     assert [t["retake"] for t in await _takes(journal)] == [False, True]
 
 
@@ -263,15 +257,9 @@ async def test_retake_takes_a_turn_even_from_a_process_that_still_runs(
     journal: Journal, tmp_path: Path
 ) -> None:
     # A long-lived process whose run raised: it runs, its run does not; a person says so.
-    alive = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "import time; time.sleep(60)"
-    )
-    try:
-        await _taken_by(journal, f"{socket.gethostname()}:{alive.pid}", cut=False)
+    async with _a_running_process() as pid:
+        await _taken_by(journal, f"{socket.gethostname()}:{pid}", cut=False)
         await _run(journal, tmp_path, retake=True)
-    finally:
-        alive.kill()
-        await alive.wait()
     assert [t["retake"] for t in await _takes(journal)] == [False, True]
     assert (await _turns_marked_in(journal))[1] == 1
 

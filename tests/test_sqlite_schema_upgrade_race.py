@@ -12,29 +12,7 @@ from typing import Any
 import pytest
 
 from agentjournal.store.sqlite import SQLiteEventStore, _schema
-
-# Schema version 2 as agentjournal wrote it (in WAL mode, as every store is).
-_V2 = """
-PRAGMA journal_mode = WAL;
-CREATE TABLE streams (
-    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, head INTEGER NOT NULL,
-    tree TEXT NULL, modelled INTEGER NULL
-);
-CREATE TABLE events (
-    position INTEGER PRIMARY KEY, stream_id INTEGER NOT NULL REFERENCES streams(id),
-    revision INTEGER NOT NULL, id BLOB NOT NULL, type TEXT NOT NULL, data BLOB NOT NULL,
-    metadata BLOB NOT NULL, recorded_at INTEGER NOT NULL
-);
-CREATE UNIQUE INDEX events_by_stream ON events(stream_id, revision);
-CREATE INDEX streams_by_tree ON streams(tree);
-CREATE TABLE items (
-    tree INTEGER NOT NULL, idx INTEGER NOT NULL, stream_id INTEGER NOT NULL,
-    revision INTEGER NOT NULL, part INTEGER NOT NULL, item TEXT NOT NULL,
-    PRIMARY KEY (tree, idx)
-) WITHOUT ROWID;
-CREATE TABLE trees (tree INTEGER PRIMARY KEY, floor INTEGER NOT NULL, mixed INTEGER NOT NULL);
-PRAGMA user_version = 2;
-"""
+from sqlite_v2 import V2_SCHEMA
 
 
 async def test_a_file_another_process_upgrades_while_it_is_checked_opens(
@@ -42,7 +20,7 @@ async def test_a_file_another_process_upgrades_while_it_is_checked_opens(
 ) -> None:
     path = tmp_path / "v2.db"
     made = sqlite3.connect(path, isolation_level=None)
-    made.executescript(_V2)
+    made.executescript("PRAGMA journal_mode = WAL;" + V2_SCHEMA)  # as every store is
     made.close()
 
     connect = sqlite3.connect

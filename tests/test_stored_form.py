@@ -25,32 +25,11 @@ from agentjournal.store.sqlite import SQLiteEventStore, _schema, _writes
 from agentjournal.store.sqlite._stored import DICTIONARY, Packer, Unpacker
 from agentjournal.streams import session_stream
 from eval_sessions import record_support
+from sqlite_v2 import V2_SCHEMA
 from store_without_read_model import WithoutReadModel
 
 KEY = SigningKey.generate()
 TRUSTED = {KEY.key_id: KEY.public_key}
-
-# Schema version 2 as agentjournal wrote it before the stored form: every value as given.
-_V2 = """
-CREATE TABLE streams (
-    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, head INTEGER NOT NULL,
-    tree TEXT NULL, modelled INTEGER NULL
-);
-CREATE TABLE events (
-    position INTEGER PRIMARY KEY, stream_id INTEGER NOT NULL REFERENCES streams(id),
-    revision INTEGER NOT NULL, id BLOB NOT NULL, type TEXT NOT NULL, data BLOB NOT NULL,
-    metadata BLOB NOT NULL, recorded_at INTEGER NOT NULL
-);
-CREATE UNIQUE INDEX events_by_stream ON events(stream_id, revision);
-CREATE INDEX streams_by_tree ON streams(tree);
-CREATE TABLE items (
-    tree INTEGER NOT NULL, idx INTEGER NOT NULL, stream_id INTEGER NOT NULL,
-    revision INTEGER NOT NULL, part INTEGER NOT NULL, item TEXT NOT NULL,
-    PRIMARY KEY (tree, idx)
-) WITHOUT ROWID;
-CREATE TABLE trees (tree INTEGER PRIMARY KEY, floor INTEGER NOT NULL, mixed INTEGER NOT NULL);
-PRAGMA user_version = 2;
-"""
 
 
 def _as_v2(source: Path, target: Path) -> None:
@@ -74,7 +53,7 @@ def _as_v2(source: Path, target: Path) -> None:
     trees = stored.execute("SELECT tree, floor, mixed FROM trees").fetchall()
     stored.close()
     db = sqlite3.connect(target)
-    db.executescript(_V2)
+    db.executescript(V2_SCHEMA)
     with db:
         db.executemany("INSERT INTO streams VALUES (?, ?, ?, ?, ?)", streams)
         db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", events)
