@@ -24,28 +24,27 @@ def check_guards(report: Report, tree: Tree) -> None:
     every clear or reset that names a guard has it. One line per guard that fails."""
     guards = 0
     owner: dict[str, str] | None = None
-    for stream in tree.streams.values():
-        for event in stream:
-            if event.type == events.LINE_GUARDED:
-                guards += 1
-                if owner is None:
-                    owner = tree.line_streams()
-                problem = _guard_problem(tree, event, owner)
-                if problem is not None:
-                    report.fail("guards", event.stream, event.revision, problem)
-            elif event.type in _GUARDED and events.TWIN_KEY in event.metadata:
-                mate = tree.twin_of(event)
-                if (
-                    mate is None
-                    or mate.type != events.LINE_GUARDED
-                    or mate.metadata.get(events.TWIN_KEY) != event.id
-                ):
-                    report.fail(
-                        "guards",
-                        event.stream,
-                        event.revision,
-                        f"its {event.type} names a LineGuarded that is not there",
-                    )
+    for _, event in tree.noted:  # every stream's events of the types it holds, in order
+        if event.type == events.LINE_GUARDED:
+            guards += 1
+            if owner is None:
+                owner = tree.line_streams()
+            problem = _guard_problem(tree, event, owner)
+            if problem is not None:
+                report.fail("guards", event.stream, event.revision, problem)
+        elif event.type in _GUARDED and events.TWIN_KEY in event.metadata:
+            mate = tree.twin_of(event)
+            if (
+                mate is None
+                or mate.type != events.LINE_GUARDED
+                or mate.metadata.get(events.TWIN_KEY) != event.id
+            ):
+                report.fail(
+                    "guards",
+                    event.stream,
+                    event.revision,
+                    f"its {event.type} names a LineGuarded that is not there",
+                )
     if guards and not report.failed("guards"):
         report.lines.append(
             f"guards: {plural(guards, 'guard')} (LineGuarded), each beside the clear or reset it "

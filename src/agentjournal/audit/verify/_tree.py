@@ -5,7 +5,7 @@ readers of events (a decoded body, a metadata number, the grant an agent spoke u
 from __future__ import annotations
 
 import bisect
-from typing import Any
+from typing import Any, Final
 
 from agentjournal import events
 from agentjournal.audit.verify._integrity import Markers
@@ -56,6 +56,19 @@ class Policies:
         return found
 
 
+NOTED: Final = frozenset(
+    {
+        events.SUBAGENT_COMPLETED,
+        events.MODEL_RESPONDED,
+        events.LINE_GUARDED,
+        events.SESSION_CLEARED,
+        events.AUTHORITY_RESET,
+    }
+)
+"""The event types :attr:`Tree.noted` gathers: what the twins check reads of closings, the
+usage check of model responses, the guards check of guards and what they guard."""
+
+
 class Tree:
     """Indexes over the bundle's streams."""
 
@@ -72,7 +85,6 @@ class Tree:
         self.ledger_stream = ledger_stream(session_id)
         self.authority_stream = authority_stream(session_id)
         self.streams = streams
-        self.by_id = {e.id: e for stream in streams.values() for e in stream}
         self._grants: list[Record] | None = None
         self._closers: dict[str, list[tuple[int, str, int]]] | None = None
         self._authorities: dict[str, Authority | None] = {}
@@ -81,11 +93,23 @@ class Tree:
         self.policies = Policies()  # filled by the authority check
         # Subsession stream -> the parent copy of the SubagentStarted that opened it.
         self.opened_by: dict[str, Record] = {}
-        for stream in streams.values():
+        # The events of the types only the twins, guards and usage checks read (NOTED), with
+        # their streams' names, in the order of the streams and of each stream's events:
+        # those checks read this list, not every event again.
+        self.noted: list[tuple[str, Record]] = []
+        # One pass over every event for these indexes.
+        by_id: dict[str, Record] = {}
+        noted, opened_by = self.noted, self.opened_by
+        for name, stream in streams.items():
             for event in stream:
+                by_id[event.id] = event
+                kind = event.type
+                if kind in NOTED:
+                    noted.append((name, event))
                 # ``opens`` is None but for SubagentStarted: its type first, without a call.
-                if event.type == events.SUBAGENT_STARTED and event.opens is not None:
-                    self.opened_by[event.opens] = event
+                elif kind == events.SUBAGENT_STARTED and event.opens is not None:
+                    opened_by[event.opens] = event
+        self.by_id = by_id
         # Branches: the registry, the branches' own authority logs, and each
         # stream that begins with a BranchStarted (a line's top stream) or a
         # SubagentContinued (a continuation), its first event decoded (None: malformed,

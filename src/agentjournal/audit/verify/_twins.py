@@ -41,29 +41,28 @@ def check_twins(report: Report, tree: Tree) -> None:
             report.fail("twins", name, 0, "a branch stream that does not begin with BranchStarted")
         else:
             report.fail("twins", name, None, "a subsession no handoff in the bundle opened")
-    for stream in tree.streams.values():
-        for event in stream:
-            if event.type != events.SUBAGENT_COMPLETED:
-                continue
-            closes = event.metadata.get(events.CLOSES_KEY)
-            if closes is None:
-                continue
-            completed += 1
-            mate = tree.twin_of(event)
-            last = tree.head(closes)
-            if (
-                mate is None
-                or mate.stream != closes
-                or mate.type != events.SUBAGENT_COMPLETED
-                or mate.metadata.get(events.TWIN_KEY) != event.id
-            ):
-                report.fail("twins", event.stream, event.revision, "SubagentCompleted has no twin")
-            elif last is not mate:
-                report.fail("twins", closes, mate.revision + 1, "events after the subagent closed")
-            elif event.metadata.get(events.CLOSES_HASH_KEY) != mate.metadata.get(HASH_KEY):
-                report.fail(
-                    "twins", event.stream, event.revision, "aj.closes_hash is not the subsession's"
-                )
+    for _, event in tree.noted:  # every stream's events of the types it holds, in order
+        if event.type != events.SUBAGENT_COMPLETED:
+            continue
+        closes = event.metadata.get(events.CLOSES_KEY)
+        if closes is None:
+            continue
+        completed += 1
+        mate = tree.twin_of(event)
+        last = tree.head(closes)
+        if (
+            mate is None
+            or mate.stream != closes
+            or mate.type != events.SUBAGENT_COMPLETED
+            or mate.metadata.get(events.TWIN_KEY) != event.id
+        ):
+            report.fail("twins", event.stream, event.revision, "SubagentCompleted has no twin")
+        elif last is not mate:
+            report.fail("twins", closes, mate.revision + 1, "events after the subagent closed")
+        elif event.metadata.get(events.CLOSES_HASH_KEY) != mate.metadata.get(HASH_KEY):
+            report.fail(
+                "twins", event.stream, event.revision, "aj.closes_hash is not the subsession's"
+            )
     if not report.failed("twins"):
         report.lines.append(
             f"twins: {plural(started, 'subagent')} started, {completed} closed, links ok"
