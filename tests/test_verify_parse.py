@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agentjournal.audit.verify._parse import Malformed, _event, _record, bundle_records
+from agentjournal.audit.verify._parse import Malformed, _event, bundle_records
 from agentjournal.records import Record
 from ledger_sessions import record
 
@@ -34,7 +34,7 @@ def test_the_fast_record_is_the_dataclass_record() -> None:
                     raw["metadata"],
                     raw["view"],
                 )
-                fast, slow = _record(*fields), Record(*fields)
+                fast, slow = _event(stream["name"], raw), Record(*fields)
                 assert fast == slow
                 assert vars(fast) == vars(slow)  # every field, none missing or extra
                 assert fast.body == slow.body

@@ -239,35 +239,11 @@ def _event(stream: str, raw: Any) -> Record:
         raise Malformed(stream, revision, "data must be a string or null")
     if view is not None and not isinstance(view, dict):
         raise Malformed(stream, revision, "view must be an object or null")
-    return _record(stream, revision, id_, type_, data, data_sha256, metadata, view)
-
-
-def _strings(metadata: dict[Any, Any]) -> bool:
-    """Whether ``metadata`` maps strings (exactly ``str``) to strings."""
-    for key, value in metadata.items():  # a loop: half the cost of a set of their types
-        if type(key) is not str or type(value) is not str:
-            return False
-    return True
-
-
-_new: Final = object.__new__
-_set: Final = object.__setattr__
-
-
-def _record(
-    stream: str,
-    revision: int,
-    id_: str,
-    type_: str,
-    data: str | None,
-    data_sha256: str,
-    metadata: Mapping[str, str],
-    view: Mapping[str, Any] | None,
-) -> Record:
-    """``Record(stream, revision, id_, type_, data, data_sha256, metadata, view)``, built
-    without the frozen dataclass's ``__init__``: its ten ``object.__setattr__`` calls were
-    half the cost of reading an event. The same fields, the metadata copied read-only as
-    ``Record.__post_init__`` does (``tests/test_verify_parse.py`` compares the two)."""
+    # The record, built without the frozen dataclass's ``__init__`` (its ten
+    # ``object.__setattr__`` calls were half the cost of reading an event), here rather than
+    # in a function of its own (a call with eight arguments, a tenth of the rest): the same
+    # fields, the metadata copied read-only as ``Record.__post_init__`` does
+    # (``tests/test_verify_parse.py`` compares the two).
     record: Record = _new(Record)
     _set(  # the whole __dict__ at once (a frozen dataclass refuses only its own setattr)
         record,
@@ -286,6 +262,18 @@ def _record(
         },
     )
     return record
+
+
+def _strings(metadata: dict[Any, Any]) -> bool:
+    """Whether ``metadata`` maps strings (exactly ``str``) to strings."""
+    for key, value in metadata.items():  # a loop: half the cost of a set of their types
+        if type(key) is not str or type(value) is not str:
+            return False
+    return True
+
+
+_new: Final = object.__new__
+_set: Final = object.__setattr__
 
 
 def check_forms(report: Report, streams: Mapping[str, Sequence[Record]]) -> bool:
