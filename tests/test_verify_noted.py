@@ -1,7 +1,8 @@
-"""The twins, guards and usage checks read the tree's ``noted`` events (gathered in the one
-pass the tree's indexes make) instead of every event again: each check still picks its own
-types out of them, so what they report is what they reported reading every event, on
-recorded trees and on trees whose events were retyped, dropped and moved."""
+"""The twins, branches, authority, guards and usage checks read the tree's ``noted`` events
+(gathered in the one pass the tree's indexes make) instead of every event again, and the
+approvals check the ids of its ``by_id``: each check still picks its own types out of them,
+so what they report is what they reported reading every event, on recorded trees and on
+trees whose events were retyped, dropped and moved."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from hypothesis import strategies as st
 
 from agentjournal import events
 from agentjournal.audit.verify import Report
+from agentjournal.audit.verify._approvals import check_approvals
+from agentjournal.audit.verify._authority import check_authority
+from agentjournal.audit.verify._branches import check_branches
 from agentjournal.audit.verify._guards import check_guards
 from agentjournal.audit.verify._parse import bundle_records
 from agentjournal.audit.verify._tree import NOTED, Tree
@@ -21,15 +25,19 @@ from agentjournal.audit.verify._twins import check_twins
 from agentjournal.audit.verify._usage import check_responses
 from agentjournal.records import Record
 from agentjournal.streams import session_stream
-from ledger_sessions import record
+from ledger_sessions import POLICY, record
 
 BUNDLES = record()
 CHECKS: dict[str, Callable[[Report, Tree], None]] = {
     "twins": check_twins,
     "guards": check_guards,
     "usage": check_responses,
+    "branches": check_branches,
+    "authority": lambda report, tree: check_authority(report, tree, None),
+    "authority anchored": lambda report, tree: check_authority(report, tree, POLICY),
+    "approvals": check_approvals,
 }
-TYPES = sorted(NOTED | {events.SUBAGENT_STARTED, "agentjournal.Other"})
+TYPES = sorted(NOTED | {events.SUBJECT_ERASED, "agentjournal.Other"})
 
 
 def _streams(name: str) -> tuple[str, dict[str, list[Record]]]:
@@ -66,7 +74,7 @@ def test_the_checks_report_as_reading_every_event_on_recorded_trees() -> None:
         _assert_as_reading_every_event(*_streams(name))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.sampled_from(sorted(BUNDLES)),
     edits=st.lists(

@@ -42,7 +42,7 @@ counted and said to be unchecked, never passed as checked.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -103,7 +103,7 @@ def check_approvals(report: Report, tree: Tree) -> None:
     """Every question, answer and asked call's output on every stream of the tree (see the
     module docs); one line of totals when nothing failed."""
     counts = _Counts()
-    ids = {e.id for stream in tree.streams.values() for e in stream}
+    ids = tree.by_id.keys()  # every event's id
     for name, stream in tree.streams.items():
         if tree.is_tree_stream(name):
             _check_stream(report, tree, name, stream, counts, ids)
@@ -161,7 +161,7 @@ def _check_stream(
     name: str,
     stream: list[Record],
     counts: _Counts,
-    ids: set[str],
+    ids: Set[str],
 ) -> None:
     questions: dict[str, _Question] = {}  # by event id
     calls: dict[str, Record] = {}  # call id -> its newest call item on this stream
@@ -266,7 +266,7 @@ def _answer(
     stream: str,
     event: Record,
     questions: dict[str, _Question],
-    ids: set[str],
+    ids: Set[str],
     counts: _Counts,
 ) -> str | None:
     """Why an ``InterruptResolved`` is not a sound answer, if it is not."""

@@ -38,8 +38,7 @@ def check_authority(report: Report, tree: Tree, anchor: Policy | None) -> None:
     widens the branch, and the branch's log may name only the branch's grants."""
     grants = [
         event
-        for stream in tree.streams.values()
-        for event in stream
+        for _, event in tree.noted  # every stream's events of the types it holds, in order
         if event.type == events.AUTHORITY_GRANTED
         or (
             event.type == events.SUBAGENT_STARTED

@@ -122,8 +122,7 @@ def _check_line_ends(report: Report, tree: Tree) -> None:
             report.fail(*where, f"the line's end closed this subagent {shown}, not 'cancelled'")
     closed = {
         event.metadata[events.CLOSES_KEY]
-        for stream in tree.streams.values()
-        for event in stream
+        for _, event in tree.noted  # every stream's events of the types it holds, in order
         if event.type == events.SUBAGENT_COMPLETED and events.CLOSES_KEY in event.metadata
     }
     for end, top in ends.items():

@@ -58,15 +58,18 @@ class Policies:
 
 NOTED: Final = frozenset(
     {
+        events.SUBAGENT_STARTED,
         events.SUBAGENT_COMPLETED,
+        events.AUTHORITY_GRANTED,
         events.MODEL_RESPONDED,
         events.LINE_GUARDED,
         events.SESSION_CLEARED,
         events.AUTHORITY_RESET,
     }
 )
-"""The event types :attr:`Tree.noted` gathers: what the twins check reads of closings, the
-usage check of model responses, the guards check of guards and what they guard."""
+"""The event types :attr:`Tree.noted` gathers: what the twins and branches checks read of
+closings, the authority check of grants, the usage check of model responses, the guards
+check of guards and what they guard."""
 
 
 class Tree:
@@ -93,9 +96,9 @@ class Tree:
         self.policies = Policies()  # filled by the authority check
         # Subsession stream -> the parent copy of the SubagentStarted that opened it.
         self.opened_by: dict[str, Record] = {}
-        # The events of the types only the twins, guards and usage checks read (NOTED), with
-        # their streams' names, in the order of the streams and of each stream's events:
-        # those checks read this list, not every event again.
+        # The events of the types the twins, branches, authority, guards and usage checks
+        # look for (NOTED), with their streams' names, in the order of the streams and of
+        # each stream's events: those checks read this list, not every event again.
         self.noted: list[tuple[str, Record]] = []
         # One pass over every event for these indexes.
         by_id: dict[str, Record] = {}
@@ -106,9 +109,9 @@ class Tree:
                 kind = event.type
                 if kind in NOTED:
                     noted.append((name, event))
-                # ``opens`` is None but for SubagentStarted: its type first, without a call.
-                elif kind == events.SUBAGENT_STARTED and event.opens is not None:
-                    opened_by[event.opens] = event
+                    # ``opens`` is None but for SubagentStarted: its type first, no call.
+                    if kind == events.SUBAGENT_STARTED and event.opens is not None:
+                        opened_by[event.opens] = event
         self.by_id = by_id
         # Branches: the registry, the branches' own authority logs, and each
         # stream that begins with a BranchStarted (a line's top stream) or a
