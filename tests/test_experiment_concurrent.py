@@ -22,13 +22,10 @@ import yaml
 
 from agentjournal import Journal
 from agentjournal.errors import ExperimentTurnTaken
-from agentjournal.evals import experiment as experiment_module
-from agentjournal.evals.experiment import (
-    EXPERIMENT_TURN,
-    EXPERIMENT_TURN_TAKEN,
-    run_experiment,
-)
+from agentjournal.evals import turn_takes
+from agentjournal.evals.experiment import run_experiment
 from agentjournal.evals.scorers import load_scorers
+from agentjournal.evals.turn_takes import EXPERIMENT_TURN, EXPERIMENT_TURN_TAKEN
 from agentjournal.store.contract import EventStore
 from agentjournal.streams import branch_stream
 from experiment_sessions import DELAY, SESSIONS, candidate_script, record, scorers_document
@@ -176,7 +173,7 @@ async def test_a_turn_taken_by_a_process_that_still_runs_is_refused_where_there_
             raise FileNotFoundError(2, "No such file or directory", str(path))
         return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
 
-    monkeypatch.setattr(experiment_module, "open", no_proc, raising=False)
+    monkeypatch.setattr(turn_takes, "open", no_proc, raising=False)
     async with _a_running_process() as pid:
         await _taken_by(journal, f"{socket.gethostname()}:{pid}", cut=False)
         before = await _last_position(journal.store)
@@ -267,19 +264,18 @@ async def test_retake_takes_a_turn_even_from_a_process_that_still_runs(
 async def test_a_turn_taken_again_while_it_ran_is_not_marked_by_the_run_it_was_taken_from(
     journal: Journal,
 ) -> None:
-    from agentjournal.evals.experiment import Taker, TurnRun, _mark_turn
-
-    first, second = Taker.now(), Taker.now()
+    first, second = turn_takes.Taker.now(), turn_takes.Taker.now()
     await journal.session(SESSION).fork(turn=1, name=NAME)
     branch = journal.session(SESSION, branch=NAME)
     for taker in (first, second):  # the second took it again, judging the first stopped
         body = {"experiment": NAME, "turn": 1, "holder": taker.holder, "run": taker.run}
         await branch.append_event(EXPERIMENT_TURN_TAKEN, json.dumps(body).encode())
     stream = branch_stream(SESSION, NAME)
+    mark = json.dumps({"experiment": NAME, "turn": 1, "status": "answered"}).encode()
     with pytest.raises(ExperimentTurnTaken) as refused:
-        await _mark_turn(journal.store, branch, stream, TurnRun(1, "answered"), NAME, first)
+        await turn_takes.mark_turn(journal.store, branch, stream, 1, mark, first)
     assert refused.value.running is False
     assert "while this run ran it" in str(refused.value)
     assert (await _turns_marked_in(journal))[1] == 0
-    await _mark_turn(journal.store, branch, stream, TurnRun(1, "answered"), NAME, second)
+    await turn_takes.mark_turn(journal.store, branch, stream, 1, mark, second)
     assert (await _turns_marked_in(journal))[1] == 1
