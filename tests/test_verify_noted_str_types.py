@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 from agentjournal.audit.verify import verify_bundle
-from ledger_sessions import KEY, TRUSTED, record, rechain, relink, sign_heads
+from ledger_sessions import KEY, TRUSTED, rechain, record, relink, sign_heads
 
 BUNDLES = record()
 GRANTED = "agentjournal.AuthorityGranted"
