@@ -291,9 +291,13 @@ def check_forms(report: Report, streams: Mapping[str, Sequence[Record]]) -> bool
 
 def _record_problem(record: Record) -> str | None:
     """What is wrong with a record's form, whatever it was read from: a revision out of
-    range, text that is not valid Unicode (a lone surrogate), if anything."""
+    range, an id or type that is not exactly a ``str`` (a subclass may hash or compare as
+    another type: the checks find events by type), text that is not valid Unicode (a lone
+    surrogate), if anything."""
     if not 0 <= record.revision <= _MAX_REVISION:
         return "an event has a revision out of range"
+    if type(record.type) is not str or type(record.id) is not str:
+        return "an event's id and type must be strings"
     metadata = record.metadata
     if "".join(
         (*metadata, *metadata.values(), record.id, record.type, record.data_sha256)
