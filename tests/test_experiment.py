@@ -16,9 +16,10 @@ import yaml
 from agentjournal import Journal
 from agentjournal.audit.verify import verify_records
 from agentjournal.errors import InvalidInput
-from agentjournal.evals.experiment import EXPERIMENT_TURN, run_experiment
+from agentjournal.evals.experiment import run_experiment
 from agentjournal.evals.report import render_text
 from agentjournal.evals.scorers import load_scorers
+from agentjournal.evals.turn_takes import EXPERIMENT_TURN
 from agentjournal.ledger.keys import SigningKey
 from agentjournal.read.evals.runs import read_run
 from agentjournal.store.contract import EventStore

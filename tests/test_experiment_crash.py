@@ -19,7 +19,7 @@ import yaml
 
 from agentjournal import Journal
 from agentjournal.engine.turns import is_user
-from agentjournal.evals.experiment import EXPERIMENT_TURN
+from agentjournal.evals.turn_takes import EXPERIMENT_TURN
 from agentjournal.read.evals.runs import read_run
 from agentjournal.streams import branch_stream, eval_run_stream
 from experiment_sessions import (
