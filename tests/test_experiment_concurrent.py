@@ -147,9 +147,21 @@ async def _takes(journal: Journal) -> list[dict[str, object]]:
     return [json.loads(e.data) for e in stream if e.type == EXPERIMENT_TURN_TAKEN]
 
 
+@pytest.mark.parametrize("proc", [True, False], ids=["with-proc", "without-proc"])
 async def test_a_turn_taken_by_a_process_that_still_runs_is_refused_with_nothing_written(
-    journal: Journal, tmp_path: Path
+    journal: Journal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, proc: bool
 ) -> None:
+    if not proc:
+        # macOS, the BSDs: no /proc, so opening /proc/PID/stat fails as it does for an ended
+        # process (FileNotFoundError); the process must be asked (signal 0), not read as ended.
+        real_open = open
+
+        def no_proc(path: object, *args: object, **kwargs: object) -> object:
+            if str(path).startswith("/proc/"):
+                raise FileNotFoundError(2, "No such file or directory", str(path))
+            return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+        monkeypatch.setattr(turn_takes, "open", no_proc, raising=False)
     async with _a_running_process() as pid:
         await _taken_by(journal, f"{socket.gethostname()}:{pid}", cut=False)
         before = await _last_position(journal.store)
@@ -158,28 +170,6 @@ async def test_a_turn_taken_by_a_process_that_still_runs_is_refused_with_nothing
     assert refused.value.running is True
     assert refused.value.turn == 1
     assert "whose process still runs: wait for it to finish" in str(refused.value)
-    assert await _last_position(journal.store) == before
-
-
-async def test_a_turn_taken_by_a_process_that_still_runs_is_refused_where_there_is_no_proc(
-    journal: Journal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # macOS, the BSDs: no /proc, so opening /proc/PID/stat fails as it does for an ended
-    # process (FileNotFoundError); the process must be asked (signal 0), not read as ended.
-    real_open = open
-
-    def no_proc(path: object, *args: object, **kwargs: object) -> object:
-        if str(path).startswith("/proc/"):
-            raise FileNotFoundError(2, "No such file or directory", str(path))
-        return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
-
-    monkeypatch.setattr(turn_takes, "open", no_proc, raising=False)
-    async with _a_running_process() as pid:
-        await _taken_by(journal, f"{socket.gethostname()}:{pid}", cut=False)
-        before = await _last_position(journal.store)
-        with pytest.raises(ExperimentTurnTaken) as refused:
-            await _run(journal, tmp_path)
-    assert refused.value.running is True
     assert await _last_position(journal.store) == before
 
 
