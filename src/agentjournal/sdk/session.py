@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from agents.memory.session import _CompactionSnapshot
@@ -39,13 +38,13 @@ from agentjournal.engine.plan import ItemsPlan
 from agentjournal.engine.routing import SUMMARY_CHARS
 from agentjournal.engine.tree import SessionTree
 from agentjournal.errors import BranchDeleted, InvalidInput
-from agentjournal.events import EXTENSION_EVENT_TYPE, ITEM_EVENT_TYPES
 from agentjournal.guardrails.client import GuardrailClient
-from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
+from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.ledger.keys import SigningKey
 from agentjournal.sdk import guard as guarding
 from agentjournal.sdk import tracing
 from agentjournal.sdk.advanced import AdvancedSessionAPI
+from agentjournal.sdk.app_events import ApplicationEventsAPI, check_not_deciding
 from agentjournal.sdk.approvals import ApprovalsAPI
 from agentjournal.sdk.enforce import Enforcer
 from agentjournal.sdk.gates import Gatekeeper
@@ -66,34 +65,8 @@ if TYPE_CHECKING:
 _logger = logging.getLogger("agentjournal.session")
 logger = _logger
 
-_DECIDING: ContextVar[list[SessionTree] | None] = ContextVar("agentjournal_deciding", default=None)
-"""While an :meth:`JournalSession.append_event_at_head` decides: the tree it holds locked
-(emptied when it is done, so a task started meanwhile, which keeps this context, is free
-again afterwards)."""
 
-_OWN_EVENT_TYPES = frozenset(
-    {
-        *ITEM_EVENT_TYPES,
-        EXTENSION_EVENT_TYPE,
-        events.SESSION_STARTED,
-        events.SUBAGENT_STARTED,
-        events.SUBAGENT_COMPLETED,
-        events.ITEM_POPPED,
-        events.SESSION_CLEARED,
-        events.MODEL_RESPONDED,
-        events.GUARDRAIL_DECIDED,
-        events.AUTHORITY_REFUSED,
-        events.AUTHORITY_GRANTED,
-        events.RUN_PAUSED,
-        events.RUN_RESUMED,
-        *events.BRANCH_EVENTS,
-        CHECKPOINT,
-    }
-)
-"""What :meth:`JournalSession.append_event` refuses: the types the session writes itself."""
-
-
-class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
+class JournalSession(AdvancedSessionAPI, ApprovalsAPI, ApplicationEventsAPI, SessionHooks):
     """A Session and RunHooks backed by an event store.
 
     Create it with :meth:`agentjournal.Journal.session`. One object may serve
@@ -342,12 +315,7 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{type(self).__name__} is closed")
-        deciding = _DECIDING.get()
-        if deciding and deciding[0] is self._core.tree:
-            raise InvalidInput(
-                "a session cannot be used inside append_event_at_head's decide, which runs "
-                "while the line is locked: read the store (journal.store) there"
-            )
+        check_not_deciding(self._core.tree)
 
     async def __aenter__(self) -> JournalSession:
         self._check_open()
@@ -751,78 +719,6 @@ class JournalSession(AdvancedSessionAPI, ApprovalsAPI, SessionHooks):
         """
         self._check_open()
         await self._core.reset_authority(agent, reason, self._recorder.trace_now())
-
-    async def append_event(self, event_type: str, data: bytes) -> None:
-        """Append an event of an application built on the session (not an item).
-
-        It goes to the session's stream (``AgentSession-{id}``), sealed into its
-        chain, written like a guardrail decision (retried on conflicts; all or
-        nothing). The manifest runner keeps a thread's state this way
-        (``agentjournal.ThreadState``). Call it between runs: during a run the
-        event would land on the acting subagent's stream.
-
-        A session that seals its content under a data subject's key refuses it: the
-        journal cannot tell which of an application's fields hold content, and what it
-        stored in the clear no erasure could reach.
-
-        Raises:
-            InvalidInput: ``event_type`` is empty or one of the session's own types, or
-                the session seals its content.
-            StoreError: It did not land.
-        """
-        self._check_application_event(event_type)
-        await self._core.record(
-            event_type,
-            data,
-            agent="",
-            run=self._recorder.current_run(),
-            metadata=self._recorder.trace_now(),
-        )
-
-    async def append_event_at_head(
-        self, event_type: str, decide: Callable[[], Awaitable[bytes]]
-    ) -> None:
-        """Append an application event at the exact head of the line's top stream (the
-        session's stream, or the branch's), with the data ``decide`` gives: a compare-and-set
-        on what the application records there.
-
-        ``decide`` reads what it needs from the store (``journal.store``), never from this
-        session: it runs while the line is locked (this session, or another object of the
-        same session and line, used there raises :class:`InvalidInput`; one awaited there
-        through a task started before would wait forever), after the line is read again,
-        in every attempt, so what it saw still holds where the event lands. Another
-        write meanwhile (by any process) makes the attempt conflict, and ``decide`` runs
-        again on what is there now. Whatever it raises is raised, with nothing written. Of
-        several callers deciding on one state, one lands first and the others decide again.
-        Call it between runs, like :meth:`append_event`.
-
-        Raises:
-            InvalidInput: As :meth:`append_event`.
-            StoreError: It did not land.
-        """
-        self._check_application_event(event_type)
-
-        async def deciding() -> bytes:
-            locked = [self._core.tree]
-            entered = _DECIDING.set(locked)
-            try:
-                return await decide()
-            finally:
-                locked.clear()
-                _DECIDING.reset(entered)
-
-        await self._core.record_at_head(event_type, deciding, self._recorder.trace_now())
-
-    def _check_application_event(self, event_type: str) -> None:
-        self._check_open()
-        if not event_type or event_type in _OWN_EVENT_TYPES:
-            raise InvalidInput(f"{event_type!r} cannot be appended as an application event")
-        if self._core.facts.sealer is not None:
-            raise InvalidInput(
-                f"session {self.session_id} seals its content under a data subject's key: "
-                f"an application event ({event_type[:80]!r}) would be stored in the clear, "
-                "out of an erasure's reach"
-            )
 
     # -- people's ratings -------------------------------------------------------------
 
