@@ -1,21 +1,28 @@
 """The SQLite store and the file locks of SQLite under it: the store never drops a lock
 SQLite holds (closing any descriptor of a file drops every POSIX lock the process holds on
-that file), and processes opening one new store together all get it (SQLite takes the lock
-that makes a new file WAL without waiting)."""
+that file), processes opening one new store together all get it (SQLite takes the lock
+that makes a new file WAL without waiting), and an open given up on stops waiting for a lock
+and leaves no connection open."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agentjournal.store.contract import NewEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
+from agentjournal.store.sqlite import _store as store_module
+from agentjournal.store.sqlite._schema import _resolved_connect
 from agentjournal.store.sqlite._wal_index import open_wal_index
 
 # The byte of the -shm file every connection holds a shared lock on for as long as it is
@@ -126,3 +133,86 @@ def test_processes_creating_one_store_together_all_open_it(tmp_path: Path) -> No
         error for process in processes if (error := process.communicate(timeout=120)[1]) != ""
     ]
     assert [process.returncode for process in processes] == [0, 0, 0], failures[0][-400:]
+
+
+# Holds an exclusive lock on a file in SQLite's rollback-journal mode (no WAL: readers wait
+# too), so that opening a store there waits in SQLite's busy handler; prints once it holds.
+_HOLD_EXCLUSIVE = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN EXCLUSIVE")
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+# Gives up on opening the store at argv[1] after 0.3 s of its 20 s busy timeout, then ends.
+_ABANDON_OPEN = """
+import asyncio, sys
+from agentjournal.store.sqlite import SQLiteEventStore
+
+async def main():
+    try:
+        await asyncio.wait_for(SQLiteEventStore.open(sys.argv[1], busy_timeout=20), 0.3)
+    except TimeoutError:
+        print("gave up")
+
+asyncio.run(main())
+"""
+
+
+def test_a_process_that_gives_up_opening_a_locked_store_ends_without_waiting_out_the_timeout(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "locked.db"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_EXCLUSIVE, str(path), "30"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        opener = subprocess.run(
+            [sys.executable, "-c", _ABANDON_OPEN, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        took = time.monotonic() - started
+    finally:
+        holder.kill()
+        holder.wait()
+    assert opener.returncode == 0, opener.stderr[-600:]
+    assert opener.stdout.strip() == "gave up"
+    # Its thread stopped at its next try, not at the end of the 20 s busy timeout (the
+    # interpreter waits for the thread at exit); a second process's start is most of this.
+    assert took < 10, f"the process took {took:.1f} s to end"
+
+
+async def test_a_connection_an_abandoned_open_made_after_all_is_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[sqlite3.Connection] = []
+    connected, go_on = threading.Event(), threading.Event()
+
+    def slow_to_return(*args: Any) -> tuple[str, sqlite3.Connection]:
+        file, connection = _resolved_connect(*args)
+        made.append(connection)
+        connected.set()
+        go_on.wait(10)  # the caller is cancelled meanwhile
+        return file, connection
+
+    monkeypatch.setattr(store_module, "_resolved_connect", slow_to_return)
+    opening = asyncio.ensure_future(SQLiteEventStore.open(tmp_path / "late.db"))
+    assert await asyncio.to_thread(connected.wait, 10)
+    opening.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    go_on.set()
+    for _ in range(200):  # closed on the open's thread once it returns
+        try:
+            made[0].execute("SELECT 1")
+        except sqlite3.ProgrammingError:
+            break
+        await asyncio.sleep(0.01)
+    else:
+        pytest.fail("the connection the abandoned open made is still open")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 import urllib.parse
 from typing import Final
@@ -85,13 +86,13 @@ _VERSION_TABLES: Final = {
 
 
 def _resolved_connect(
-    path: str, busy_timeout: float, create: bool = True
+    path: str, busy_timeout: float, create: bool = True, stop: threading.Event | None = None
 ) -> tuple[str, sqlite3.Connection]:
     """The file's absolute path (for the heads probe, opened later, perhaps after the
     process changed directory) and the store's connection to it. The path is the file SQLite
     opened, as SQLite names it: not ``path`` made absolute, which names another file when
-    it goes through a symlink and then ``..``."""
-    db = _connect(path, busy_timeout, create)
+    it goes through a symlink and then ``..``. ``stop``: as for :func:`_connect`."""
+    db = _connect(path, busy_timeout, create, stop)
     try:
         opened = str(db.execute("PRAGMA database_list").fetchone()[2])
     except sqlite3.Error:
@@ -99,31 +100,51 @@ def _resolved_connect(
     return opened or os.path.abspath(path), db
 
 
-def _connect(path: str, busy_timeout: float, create: bool = True) -> sqlite3.Connection:
+def _connect(
+    path: str, busy_timeout: float, create: bool = True, stop: threading.Event | None = None
+) -> sqlite3.Connection:
     """Open and set up the store's connection, waiting up to about ``busy_timeout``
     seconds, also for the locks SQLite's busy handler does not wait for: making a new file
     WAL needs an exclusive lock, and a connection that meets another one's pending write
     there (as when processes create one store together) gets SQLITE_BUSY at once. Each
     try is whole: nothing a failed one began stays (the schema's creation and upgrades
-    are single transactions)."""
+    are single transactions).
+
+    ``stop``, once set (its caller gave up: cancelled, or timed out), ends the waiting at
+    the next try: each try waits in SQLite's busy handler at most :data:`_TRY_WAIT`, so an
+    abandoned open does not go on waiting for the lock, and holding up the process's exit,
+    for the rest of ``busy_timeout``.
+    """
     deadline = time.monotonic() + busy_timeout
     pause = 0.001
     while True:
-        # Each try waits in SQLite's busy handler only for the time left, so that the whole
-        # open waits about busy_timeout at most; the connection then waits the full time.
+        if stop is not None and stop.is_set():
+            raise StoreUnavailable(f"cannot open SQLite store {path}: the open was abandoned")
+        # Each try waits in SQLite's busy handler only for the time left (and, with a
+        # ``stop``, a short while), so that the whole open waits about busy_timeout at
+        # most; the connection then waits the full time.
         left = max(deadline - time.monotonic(), 0.0)
+        wait = left if stop is None else min(left, _TRY_WAIT)
         try:
-            db = _connect_once(path, left, create)
+            db = _connect_once(path, wait, create)
         except StoreUnavailable as error:
             busy = error.__cause__
             if not _is_busy(busy) or time.monotonic() + pause > deadline:
                 raise
         else:
-            if left != busy_timeout:
+            if wait != busy_timeout:
                 db.execute(f"PRAGMA busy_timeout = {round(busy_timeout * 1000)}")
             return db
-        time.sleep(pause)
+        if stop is not None:
+            stop.wait(pause)
+        else:
+            time.sleep(pause)
         pause = min(pause * 2, 0.05)
+
+
+_TRY_WAIT: Final = 0.1
+"""The longest (seconds) one try of an open that may be abandoned waits in SQLite's busy
+handler before it is tried again whole (:func:`_connect`)."""
 
 
 def _is_busy(error: BaseException | None) -> bool:

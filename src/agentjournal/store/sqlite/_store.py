@@ -10,7 +10,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
 from agentjournal._gc import no_collection
@@ -130,12 +130,15 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         """
         path = os.fspath(path)
         executor = _executor()
-        loop = asyncio.get_running_loop()
+        stop = threading.Event()
+        opening = executor.submit(_resolved_connect, path, busy_timeout, create, stop)
         try:
-            file, connection = await loop.run_in_executor(
-                executor, _resolved_connect, path, busy_timeout, create
-            )
+            file, connection = await asyncio.wrap_future(opening)
         except BaseException:
+            # Given up (cancelled, timed out): the open stops waiting for a lock at its
+            # next try, and a connection it made all the same is closed, not left open.
+            stop.set()
+            opening.add_done_callback(_close_made)
             executor.shutdown(wait=False)
             raise
         return cls(path, connection, executor, file=file, compress=compress)
@@ -478,3 +481,9 @@ def _executor() -> ThreadPoolExecutor:
 def _check_non_negative(name: str, value: int | None) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         raise InvalidInput(f"{name} must be an integer >= 0 or None, got {value!r}")
+
+
+def _close_made(opening: Future[tuple[str, sqlite3.Connection]]) -> None:
+    """Close the connection an abandoned open made after all (on the thread it ends on)."""
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result()[1].close()
