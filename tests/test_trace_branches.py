@@ -411,7 +411,7 @@ def test_a_follower_stops_even_when_its_subscription_swallows_a_cancel(tmp_path:
     that completes in the step the cancellation arrives, so the subscription can eat one
     ``cancel`` and read on (a single cancel leaves it running in most attempts, printed
     below): the follower cancels until the task is done (``_cancelled``)."""
-    from agentjournal.cli.trace import _cancelled
+    from agentjournal.cli._trace_follow import _cancelled
     from agentjournal.store.contract import NewEvent, StreamState
 
     async def go() -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agentjournal import Journal, _forked
-from agentjournal.cli import trace
+from agentjournal.cli import _trace_all
 from agentjournal.engine.evals import session_sealer
 from agentjournal.read.traces import ProjectedSpan
 from agentjournal.read.traces.parts import Part, in_order
@@ -67,10 +67,10 @@ def _lines(spans: list[ProjectedSpan]) -> str:
     return "".join(json.dumps(span.as_json(), sort_keys=True) + "\n" for span in spans)
 
 
-async def _every_tree(uri: str, second: Any, output: Any = trace._as_is) -> list[Any]:
+async def _every_tree(uri: str, second: Any, output: Any = _trace_all._as_is) -> list[Any]:
     store = await open_store(uri, create=False)
     try:
-        return await trace._every_tree(store, second, output)
+        return await _trace_all._every_tree(store, second, output)
     finally:
         await store.close()
 
@@ -86,8 +86,8 @@ def test_two_processes_export_what_one_exports(
     warned = capsys.readouterr().err
     assert warned.startswith("agentjournal: skipped AgentSession-bad@")
     monkeypatch.setattr(_forked, "core_to_spare", lambda: True)
-    for output in (trace._as_is, trace._lines()):  # the spans (OTLP, console), the lines
-        second = trace._second_part(mixed, output)
+    for output in (_trace_all._as_is, _trace_all._lines()):  # the spans (OTLP, console), the lines
+        second = _trace_all._second_part(mixed, output)
         assert second is not None
         try:
             split = asyncio.run(_every_tree(mixed, second, output))
@@ -122,7 +122,7 @@ def test_each_part_folds_its_own_trees_and_both_fold_some(mixed: str) -> None:
     async def parts() -> list[Any]:
         store = await open_store(mixed, create=False)
         try:
-            return [await trace._project(store, Part(i, 2), trace._as_is) for i in (0, 1)]
+            return [await _trace_all._project(store, Part(i, 2), _trace_all._as_is) for i in (0, 1)]
         finally:
             await store.close()
 
@@ -156,7 +156,7 @@ def test_a_part_read_before_a_writer_appended_is_folded_again_to_where_this_one_
     for name in ("base-1", "base-2"):
         asyncio.run(write_support(uri, name))
     monkeypatch.setattr(_forked, "core_to_spare", lambda: True)
-    child = trace._second_part(uri, trace._as_is)
+    child = _trace_all._second_part(uri, _trace_all._as_is)
     assert child is not None
     try:
         sent = child.result()
@@ -210,7 +210,7 @@ def test_an_event_whose_metadata_is_no_json_object_is_skipped_in_one_part_or_two
     assert f"agentjournal: skipped AgentSession-s1@1: {why}" in warned
     assert alone
     monkeypatch.setattr(_forked, "core_to_spare", lambda: True)
-    second = trace._second_part(uri, trace._as_is)
+    second = _trace_all._second_part(uri, _trace_all._as_is)
     assert second is not None
     try:
         assert asyncio.run(_every_tree(uri, second)) == alone
