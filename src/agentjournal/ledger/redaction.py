@@ -435,10 +435,12 @@ def _parsed_marker(
     item: dict[str, Any], rule: Mapping[str, Any] | None, digest: Callable[[Any], str]
 ) -> dict[str, Any]:
     """:func:`_plain_marker` of an item ``orjson`` parsed (the fast path of
-    :func:`view_commitment`), but a function call's ``withheld`` left empty: the one caller,
-    :func:`_tool_calls`, replaces it with the digest of the item's text, in its place. Its
-    digest of the item could not fail either: ``orjson`` prints any text it parsed (it refuses
-    a lone surrogate), so leaving it out changes no answer and no error."""
+    :func:`view_commitment`) or :func:`item_view` was given, but a function call's
+    ``withheld`` left empty: :func:`_tool_calls`, which makes every marker this gives,
+    replaces it with the digest of the item's text, in its place. Its digest of the item
+    could not fail either (an item of text fields only: ``orjson`` prints what it parsed,
+    and ``value_digest`` keeps a lone surrogate), so leaving it out changes no answer and
+    no error."""
     return _plain_marker(item, rule, digest, whole=False)
 
 
@@ -509,7 +511,9 @@ def item_view(
         shown = _marked(body)
         # An item of text fields only is its own parse; the marker only reads it.
         parsed = item if _all_text(item) else _marked(item)
-        made = _tool_calls(shown, _rule(metadata), parsed, mark=_plain_marker)
+        # _tool_calls replaces the marker's ``withheld`` with the digest of the item's text:
+        # the marker leaves it empty (its digest of the item, text only, cannot fail).
+        made = _tool_calls(shown, _rule(metadata), parsed, mark=_parsed_marker)
     except (_Unsure, RecursionError, TypeError, AttributeError, LookupError, ValueError):
         return None  # view() gives the answer, or the error, exactly
     result = _View(made[0])
