@@ -477,11 +477,12 @@ def _marked(value: Any) -> Any:
         for key, item in value.items():
             if type(key) is not str:
                 raise _Unsure
-            # Text first, without a call: most of an item is text.
-            marked[key] = item if type(item) is str else _marked(item)
+            # Text and integers first, without a call: most of an item is text.
+            inner = type(item)
+            marked[key] = item if inner is str or inner is int else _marked(item)
         return marked
     if kind is list:
-        return [_marked(item) for item in value]
+        return [item if type(item) is str else _marked(item) for item in value]
     raise _Unsure
 
 
@@ -617,7 +618,9 @@ def _rule(metadata: Mapping[str, str]) -> Mapping[str, Any] | None:
 
 
 def _ceilings(rule: Mapping[str, Any] | None) -> Mapping[str, str]:
-    ceilings = rule.get("ceilings") if rule is not None else None
+    if rule is None:
+        return {}  # nearly always: no rule, and no isinstance check against an ABC
+    ceilings = rule.get("ceilings")
     if not isinstance(ceilings, Mapping):
         return {}
     return {str(name): path for name, path in ceilings.items() if isinstance(path, str)}
