@@ -7,6 +7,7 @@ and leaves no connection open."""
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import sqlite3
 import subprocess
@@ -19,10 +20,11 @@ from typing import Any
 
 import pytest
 
+from agentjournal.errors import InvalidInput
 from agentjournal.store.contract import NewEvent, StreamState
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.store.sqlite import _store as store_module
-from agentjournal.store.sqlite._schema import _resolved_connect
+from agentjournal.store.sqlite._schema import MAX_BUSY_TIMEOUT, _resolved_connect
 from agentjournal.store.sqlite._wal_index import open_wal_index
 
 # The byte of the -shm file every connection holds a shared lock on for as long as it is
@@ -164,23 +166,22 @@ def test_a_process_that_gives_up_opening_a_locked_store_ends_without_waiting_out
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "locked.db"
-    holder = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", _HOLD_EXCLUSIVE, str(path), "30"], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "held"
-        started = time.monotonic()
-        opener = subprocess.run(
-            [sys.executable, "-c", _ABANDON_OPEN, str(path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        took = time.monotonic() - started
-    finally:
-        holder.kill()
-        holder.wait()
+    ) as holder:
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == "held"
+            started = time.monotonic()
+            opener = subprocess.run(
+                [sys.executable, "-c", _ABANDON_OPEN, str(path)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            took = time.monotonic() - started
+        finally:
+            holder.kill()
     assert opener.returncode == 0, opener.stderr[-600:]
     assert opener.stdout.strip() == "gave up"
     # Its thread stopped at its next try, not at the end of the 20 s busy timeout (the
@@ -191,28 +192,52 @@ def test_a_process_that_gives_up_opening_a_locked_store_ends_without_waiting_out
 async def test_a_connection_an_abandoned_open_made_after_all_is_closed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    made: list[sqlite3.Connection] = []
+    made: list[tuple[threading.Thread, sqlite3.Connection]] = []
     connected, go_on = threading.Event(), threading.Event()
 
     def slow_to_return(*args: Any) -> tuple[str, sqlite3.Connection]:
         file, connection = _resolved_connect(*args)
-        made.append(connection)
+        made.append((threading.current_thread(), connection))
         connected.set()
-        go_on.wait(10)  # the caller is cancelled meanwhile
+        go_on.wait(30)  # the caller is cancelled meanwhile
         return file, connection
 
     monkeypatch.setattr(store_module, "_resolved_connect", slow_to_return)
     opening = asyncio.ensure_future(SQLiteEventStore.open(tmp_path / "late.db"))
-    assert await asyncio.to_thread(connected.wait, 10)
+    assert await asyncio.to_thread(connected.wait, 30)
     opening.cancel()
     with pytest.raises(asyncio.CancelledError):
         await opening
     go_on.set()
-    for _ in range(200):  # closed on the open's thread once it returns
-        try:
-            made[0].execute("SELECT 1")
-        except sqlite3.ProgrammingError:
-            break
-        await asyncio.sleep(0.01)
-    else:
-        pytest.fail("the connection the abandoned open made is still open")
+    # Closed on the open's thread once it returns: wait for that thread to end before
+    # touching the connection (using it while another thread closes it can crash CPython).
+    thread, connection = made[0]
+    await asyncio.to_thread(thread.join, 30)
+    assert not thread.is_alive()
+    with pytest.raises(sqlite3.ProgrammingError):
+        connection.execute("SELECT 1")
+
+
+@pytest.mark.parametrize("busy_timeout", [-1, math.inf, math.nan, 1e7, True, "5"])
+async def test_a_busy_timeout_sqlite_cannot_wait_is_refused_before_anything_opens(
+    tmp_path: Path, busy_timeout: Any
+) -> None:
+    path = tmp_path / "never.db"
+    with pytest.raises(InvalidInput, match="busy_timeout must be a number of seconds"):
+        await SQLiteEventStore.open(path, busy_timeout=busy_timeout)
+    with pytest.raises(InvalidInput, match="busy_timeout must be a number of seconds"):
+        SQLiteEventStore.connect(path, busy_timeout=busy_timeout)
+    assert not path.exists()
+
+
+async def test_the_longest_busy_timeout_is_the_one_sqlite_waits(tmp_path: Path) -> None:
+    store = await SQLiteEventStore.open(tmp_path / "patient.db", busy_timeout=MAX_BUSY_TIMEOUT)
+    try:
+        await store.append("s", [_event()], expected=StreamState.NO_STREAM)
+    finally:
+        await store.close()
+    probe = SQLiteEventStore.connect(tmp_path / "patient.db", busy_timeout=MAX_BUSY_TIMEOUT)
+    try:  # not wrapped round to 0 (a store that would not wait at all)
+        assert probe._db.execute("PRAGMA busy_timeout").fetchone()[0] == 2**31 - 1
+    finally:
+        probe.close_sync()

@@ -10,6 +10,7 @@ import urllib.parse
 from typing import Final
 
 from agentjournal.errors import (
+    InvalidInput,
     StoreUnavailable,
 )
 
@@ -85,13 +86,32 @@ _VERSION_TABLES: Final = {
 }
 
 
+MAX_BUSY_TIMEOUT: Final = 2147483.647
+"""The longest ``busy_timeout`` (seconds): SQLite's is a 32-bit count of milliseconds (a larger
+one would wrap to a store that does not wait at all)."""
+
+
 def _resolved_connect(
     path: str, busy_timeout: float, create: bool = True, stop: threading.Event | None = None
 ) -> tuple[str, sqlite3.Connection]:
     """The file's absolute path (for the heads probe, opened later, perhaps after the
     process changed directory) and the store's connection to it. The path is the file SQLite
     opened, as SQLite names it: not ``path`` made absolute, which names another file when
-    it goes through a symlink and then ``..``. ``stop``: as for :func:`_connect`."""
+    it goes through a symlink and then ``..``. ``stop``: as for :func:`_connect`.
+
+    Raises:
+        InvalidInput: ``busy_timeout`` is not a number of seconds SQLite can wait (0 to
+            :data:`MAX_BUSY_TIMEOUT`); nothing is opened.
+        StoreUnavailable: As for :meth:`SQLiteEventStore.open`.
+    """
+    if (
+        type(busy_timeout) not in (int, float)
+        or not 0 <= busy_timeout <= MAX_BUSY_TIMEOUT  # NaN too
+    ):
+        raise InvalidInput(
+            f"busy_timeout must be a number of seconds from 0 to {MAX_BUSY_TIMEOUT}, "
+            f"got {busy_timeout!r}"
+        )
     db = _connect(path, busy_timeout, create, stop)
     try:
         opened = str(db.execute("PRAGMA database_list").fetchone()[2])
@@ -111,7 +131,8 @@ def _connect(
     are single transactions).
 
     ``stop``, once set (its caller gave up: cancelled, or timed out), ends the waiting at
-    the next try: each try waits in SQLite's busy handler at most :data:`_TRY_WAIT`, so an
+    the next try: each try waits for a lock in SQLite's busy handler at most
+    :data:`_TRY_WAIT` at a time, so an
     abandoned open does not go on waiting for the lock, and holding up the process's exit,
     for the rest of ``busy_timeout``.
     """

@@ -115,7 +115,8 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         Args:
             path: The database file, or ``":memory:"``.
             busy_timeout: Seconds a writer waits for another process's write
-                lock before raising :class:`StoreUnavailable`.
+                lock before raising :class:`StoreUnavailable` (0 to about 24.8 days:
+                SQLite counts milliseconds in 32 bits).
             create: With False, only an existing store is opened: a missing or
                 empty file raises instead of becoming a new store (what
                 read-only commands want).
@@ -127,6 +128,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         Raises:
             StoreUnavailable: The file cannot be opened, holds something else,
                 or (``create=False``) holds no store.
+            InvalidInput: ``busy_timeout`` is not a number from 0 to 2147483.647.
         """
         path = os.fspath(path)
         executor = _executor()
@@ -484,6 +486,7 @@ def _check_non_negative(name: str, value: int | None) -> None:
 
 
 def _close_made(opening: Future[tuple[str, sqlite3.Connection]]) -> None:
-    """Close the connection an abandoned open made after all (on the thread it ends on)."""
+    """Close the connection an abandoned open made after all: on the open's thread as it
+    ends, or on the caller's if it had ended already (nobody else holds that connection)."""
     if not opening.cancelled() and opening.exception() is None:
         opening.result()[1].close()
