@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import uuid
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +242,19 @@ async def test_the_longest_busy_timeout_is_the_one_sqlite_waits(tmp_path: Path) 
         assert probe._db.execute("PRAGMA busy_timeout").fetchone()[0] == 2**31 - 1
     finally:
         probe.close_sync()
+
+
+class _Seconds(float):
+    """A float of another type, as numpy's are."""
+
+
+@pytest.mark.parametrize("busy_timeout", [0, 2, 0.5, _Seconds(2.0), Fraction(1, 2)])
+async def test_any_real_number_of_seconds_in_range_is_a_busy_timeout(
+    tmp_path: Path, busy_timeout: Any
+) -> None:
+    store = await SQLiteEventStore.open(tmp_path / "any.db", busy_timeout=busy_timeout)
+    try:
+        waited = store._db.execute("PRAGMA busy_timeout").fetchone()[0]
+    finally:
+        await store.close()
+    assert waited == round(float(busy_timeout) * 1000)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 import sqlite3
 import threading
@@ -105,14 +106,15 @@ def _resolved_connect(
         StoreUnavailable: As for :meth:`SQLiteEventStore.open`.
     """
     if (
-        type(busy_timeout) not in (int, float)
-        or not 0 <= busy_timeout <= MAX_BUSY_TIMEOUT  # NaN too
+        not isinstance(busy_timeout, numbers.Real)
+        or isinstance(busy_timeout, bool)
+        or not 0 <= float(busy_timeout) <= MAX_BUSY_TIMEOUT  # NaN too
     ):
         raise InvalidInput(
             f"busy_timeout must be a number of seconds from 0 to {MAX_BUSY_TIMEOUT}, "
             f"got {busy_timeout!r}"
         )
-    db = _connect(path, busy_timeout, create, stop)
+    db = _connect(path, float(busy_timeout), create, stop)
     try:
         opened = str(db.execute("PRAGMA database_list").fetchone()[2])
     except sqlite3.Error:
