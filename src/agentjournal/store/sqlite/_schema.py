@@ -134,9 +134,8 @@ def _connect(
 
     ``stop``, once set (its caller gave up: cancelled, or timed out), ends the waiting at
     the next try: each try waits for a lock in SQLite's busy handler at most
-    :data:`_TRY_WAIT` at a time, so an
-    abandoned open does not go on waiting for the lock, and holding up the process's exit,
-    for the rest of ``busy_timeout``.
+    :data:`_TRY_WAIT` at a time, so an abandoned open does not go on waiting for the lock,
+    and holding up the process's exit, for the rest of ``busy_timeout``.
     """
     deadline = time.monotonic() + busy_timeout
     pause = 0.001
