@@ -5,19 +5,19 @@ Each event's integrity check reads only the event and its predecessor's stored h
 parts, and an event's view (the costliest check, the last) apart from the others
 (:func:`._integrity.first_view_problem`). Python runs one thread of Python code at a
 time and the checks are Python code (hashlib releases the lock only for buffers over 2
-KiB; cryptography's Ed25519 verification from version 50 on, but a thread checking the
-signatures ahead, each taking the lock back after its check, measured no faster), so the
-second core is a second process: a child forked (copy-on-write: nothing is sent to it)
-checks the views of the events (:data:`CHILD_SHARE` of them, from the end of the tree)
-while this process checks everything else; the child then runs, as if every chain were
-sound, its part of the checks after integrity (the one that reads the call markers its
-views gave: containment, which would compute the others again; and all the others but
-the checkpoints', which evens out the two processes' shares), and sends back the first
-bad view of each of its parts and their reports; meanwhile this process, once its own
-checks found nothing, runs the checkpoints' check. All those reports count if every
-chain is sound (else those checks do not run at all, as on one process). The integrity
-report is the one one process would write: per stream, the first bad event, and at one
-event the problem of the checks before its view.
+KiB; cryptography's Ed25519 verification releases it from version 50 on, but a thread
+checking the signatures ahead, each taking the lock back after its check, measured no
+faster), so the second core is a second process: a child forked (copy-on-write: nothing
+is sent to it) checks the views of the events (:data:`CHILD_SHARE` of them, from the end
+of the tree) while this process checks everything else; the child then runs, as if every
+chain were sound, its part of the checks after integrity (the one that reads the call
+markers its views gave: containment, which would compute the others again; and all the
+others but the checkpoints', which evens out the two processes' shares), and sends back
+the first bad view of each of its parts and their reports; meanwhile this process, once
+its own checks found nothing, runs the checkpoints' check. All those reports count if
+every chain is sound (else those checks do not run at all, as on one process). The
+integrity report is the one one process would write: per stream, the first bad event,
+and at one event the problem of the checks before its view.
 
 Only where forking is safe and pays: on Linux (fork without exec is what
 ``multiprocessing`` avoids on macOS), with no other thread running (a lock another
