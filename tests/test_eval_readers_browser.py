@@ -14,6 +14,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from test_eval_readers_ui import write_scored
+from test_ui_browser import screenshot
 from ui_support import in_thread, serving
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -79,7 +80,7 @@ def test_turns_carry_score_badges_and_the_page_its_session_score(
     # The badges sit on the turn's user message.
     expect(page.locator(".msg.role-user", has=page.locator(".scores"))).to_have_count(2)
     expect(page.locator("#session-scores")).to_contain_text("0.50 pass")
-    page.screenshot(path=str(tmp_path / "session-scores.png"))
+    screenshot(page, tmp_path / "session-scores.png")
 
 
 def test_from_the_list_to_a_run_and_back_to_its_session(page: Page, url: str) -> None:

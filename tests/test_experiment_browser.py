@@ -22,7 +22,7 @@ from agentjournal import Journal
 from agentjournal.evals.experiment import run_experiment
 from agentjournal.evals.scorers import load_scorers
 from experiment_sessions import SESSIONS, candidate_script, record, scorers_document
-from test_ui_browser import CHROMIUM, TIMEOUT_MS
+from test_ui_browser import CHROMIUM, TIMEOUT_MS, screenshot
 from ui_support import in_thread, serving
 
 pytestmark = [
@@ -98,7 +98,7 @@ def test_the_experiment_page_links_each_session_to_its_two_lines_scored(
         expect(page.locator('#experiment-sessions tr[data-session="exp-hours"]')).not_to_have_class(
             "differs"
         )
-        page.screenshot(path=str(folder / "experiment.png"))
+        screenshot(page, folder / "experiment.png")
 
         cancel.locator("a.compare-link").click()
         expect(page.locator("#compare-summary")).to_contain_text("Sorry, I cannot cancel orders.")
@@ -108,7 +108,7 @@ def test_the_experiment_page_links_each_session_to_its_two_lines_scored(
         expect(page.locator("#compare-a")).to_have_value("main")
         expect(page.locator("#compare-b")).to_have_value(EXPERIMENT)
         assert page.evaluate("document.documentElement.scrollWidth") <= 1280
-        page.screenshot(path=str(folder / "compare.png"))
+        screenshot(page, folder / "compare.png")
     finally:
         context.close()
     assert errors == []

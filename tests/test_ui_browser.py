@@ -25,6 +25,7 @@ from playwright.sync_api import (
     expect,
     sync_playwright,
 )
+from playwright.sync_api import Error as PlaywrightError
 
 from cli_run import run
 from ui_support import (
@@ -54,6 +55,22 @@ pytestmark = [
 ]
 
 TIMEOUT_MS = 15_000
+_SHOT_TRIES = 3
+
+
+def screenshot(page: Page, path: Path) -> None:
+    """Save a screenshot of ``page`` at ``path`` (for a person to look at). Headless
+    Chromium now and then refuses a capture asked while it composites the page ("Unable to
+    capture screenshot", once in a full run on a busy machine): it is asked again, a fifth
+    of a second later, up to three times in all, before that fails the test."""
+    for attempt in range(1, _SHOT_TRIES + 1):
+        try:
+            page.screenshot(path=str(path))
+            return
+        except PlaywrightError as error:
+            if "Unable to capture screenshot" not in str(error) or attempt == _SHOT_TRIES:
+                raise
+            page.wait_for_timeout(200)
 
 
 @dataclass
@@ -144,7 +161,7 @@ def test_the_demo_session_shows_lanes_decisions_grants_and_a_verified_ledger(
     expect(handoffs).to_have_count(2)
     expect(page.locator("#tree li")).to_have_count(3)
     expect(page.locator("#usage")).to_contain_text("total")
-    page.screenshot(path=str(shots / "ui-session.png"))
+    screenshot(page, shots / "ui-session.png")
     # Clicking an event shows its exact stored record, chain position included, beside the
     # timeline and in view, however far down the event is.
     block.scroll_into_view_if_needed()
@@ -162,7 +179,7 @@ def test_the_demo_session_shows_lanes_decisions_grants_and_a_verified_ledger(
     assert page.evaluate("document.documentElement.scrollWidth") <= 1400  # no page scroll
     page.locator("#tab-integrity").click()
     expect(page.locator("#integrity h2").first).to_have_text("verified")
-    page.screenshot(path=str(shots / "ui-integrity.png"))
+    screenshot(page, shots / "ui-integrity.png")
     page.locator("#tab-replay").click()
     page.locator("#replay-at").select_option("3")
     expect(page.locator("#replay > li")).to_have_count(3)
@@ -171,7 +188,7 @@ def test_the_demo_session_shows_lanes_decisions_grants_and_a_verified_ledger(
         "user Why was I charged twice for order 42?"
     )
     expect(page.locator("#replay > li details pre").first).not_to_be_visible()
-    page.screenshot(path=str(shots / "ui-replay.png"))
+    screenshot(page, shots / "ui-replay.png")
     assert watched.errors == []
     assert watched.others(url) == []
 
@@ -192,7 +209,7 @@ def test_a_tampered_copy_shows_the_failure_at_the_edited_event(
         assert failed.get_attribute("data-stream") == stream
         assert failed.get_attribute("data-revision") == str(revision)
         expect(failed).to_contain_text("9999 cents")
-        page.screenshot(path=str(shots / "ui-tampered.png"))
+        screenshot(page, shots / "ui-tampered.png")
         page.locator("#tab-integrity").click()
         expect(page.locator("#integrity h2").first).to_have_text("FAILED")
         page.locator("#goto-failure").click()
@@ -217,7 +234,7 @@ def test_a_session_written_while_the_pages_are_open_appears_without_reload(
     write_in_thread(stored.uri, key, "live-2", "other words")
     expect(page.locator("#rows tr")).to_have_count(2)
     expect(page.locator("#q")).to_have_value("live-")
-    page.screenshot(path=str(shots / "ui-sessions.png"))
+    screenshot(page, shots / "ui-sessions.png")
     # The session page follows its own tree: a new run's events arrive without a reload.
     page.goto(f"{url}/sessions/live-1")
     expect(page.locator("#status")).to_have_text("live")
@@ -296,7 +313,7 @@ def test_the_view_file_opens_from_file_with_every_request_blocked(
     page.locator("#tab-replay").click()
     page.locator("#replay-at").select_option("9")
     expect(page.locator("#replay > li")).to_have_count(9)
-    page.screenshot(path=str(shots / "ui-file.png"))
+    screenshot(page, shots / "ui-file.png")
     assert blocked == []
     assert watched.errors == []
     assert all(u.startswith("file://") or u.startswith("data:") for u in watched.requests)
@@ -308,7 +325,7 @@ def test_an_unknown_session_is_a_404_page(watched: Watched, url: str, shots: Pat
     assert answer is not None
     assert answer.status == 404
     expect(page.locator(".missing")).to_have_text("no session 'nope-1' in this store")
-    page.screenshot(path=str(shots / "ui-404.png"))
+    screenshot(page, shots / "ui-404.png")
     assert watched.others(url) == []
 
 
@@ -379,7 +396,7 @@ def test_a_branch_is_named_its_timeline_shown_and_its_replay_is_its_line(
     expect(page.locator(".event.kind-BranchStarted")).to_have_count(1)
     expect(page.locator(".event.kind-UserMessageReceived")).to_contain_text("One more question")
     expect(page.locator(".event.kind-AssistantTextGenerated")).to_contain_text("Anything else?")
-    page.screenshot(path=str(shots / "ui-branch.png"))
+    screenshot(page, shots / "ui-branch.png")
     # Replay on the line: below the cut the parent's history, then the branch's own items.
     page.locator("#tab-replay").click()
     expect(page.locator("#replay > li")).to_have_count(16)  # now: 14 shared + 2 own
@@ -389,7 +406,7 @@ def test_a_branch_is_named_its_timeline_shown_and_its_replay_is_its_line(
     page.locator("#replay-at").select_option("14")
     expect(page.locator("#replay > li")).to_have_count(14)
     expect(page.locator("#replay > li").last).not_to_contain_text("One more question")
-    page.screenshot(path=str(shots / "ui-branch-replay.png"))
+    screenshot(page, shots / "ui-branch-replay.png")
     assert watched.errors == []
     assert watched.others(url) == []
 
@@ -450,14 +467,14 @@ def test_the_list_and_a_session_fit_the_width_without_scrolling_sideways(
         expect(page.locator("#rows tr")).not_to_have_count(0)
         assert page.evaluate("document.documentElement.scrollWidth") <= width
         expect(page.locator("table.sessions th").last).to_have_text("integrity")
-        page.screenshot(path=str(shots / f"ui-list-{width}.png"))
+        screenshot(page, shots / f"ui-list-{width}.png")
         page.goto(f"{url}/sessions/demo-1")
         expect(page.locator("#ledger")).to_contain_text("VERIFIED: ")
         assert page.evaluate("document.documentElement.scrollWidth") <= width
         page.locator("#tab-timeline").click()
         page.locator('.event.decision-MODIFY[data-agent="billing"]').click()
         expect(page.locator("#record")).to_contain_text("PII_REDACTED")
-        page.screenshot(path=str(shots / f"ui-session-{width}.png"))
+        screenshot(page, shots / f"ui-session-{width}.png")
     finally:
         context.close()
 
@@ -490,7 +507,7 @@ def test_the_conversation_nests_handoffs_and_shows_each_decision_beside_its_call
     blocked = refunds.locator(".msg.role-call", has_text='"amount_cents": 2500')
     expect(blocked.locator(".verdict.decision-BLOCK")).to_contain_text("CEILING_EXCEEDED")
     expect(billing.locator(":scope > .verdict").first).to_contain_text("AGENT_HANDOFF billing")
-    page.screenshot(path=str(shots / "ui-conversation.png"))
+    screenshot(page, shots / "ui-conversation.png")
     # The record of what was clicked, beside the conversation and in view.
     blocked.locator(".verdict.decision-BLOCK").click()
     expect(page.locator("#record")).to_contain_text('"decision": "BLOCK"')
@@ -533,7 +550,7 @@ def test_the_waterfall_draws_runs_model_calls_and_checks_with_their_durations(
     page.locator("#waterfall .row-model").first.click()
     expect(page.locator("#record")).to_contain_text('"type": "agentjournal.ModelResponded"')
     expect(page.locator("#record")).to_contain_text('"started_at"')
-    page.screenshot(path=str(shots / "ui-waterfall.png"))
+    screenshot(page, shots / "ui-waterfall.png")
     assert watched.errors == []
 
 
@@ -577,7 +594,7 @@ def test_a_fork_inside_a_handoff_is_shown_whole_and_compared_with_its_parent(
     expect(page.locator("#compare-shared")).to_contain_text("share their first")
     answers = page.locator("#compare-summary tr.differs td.answer").all_inner_texts()
     assert answers == ["Refunded.", "Not refunded."]
-    page.screenshot(path=str(shots / "ui-compare.png"))
+    screenshot(page, shots / "ui-compare.png")
     # From main, any two lines: fetched from the server.
     page.goto(f"{url}/sessions/paused-1")
     page.locator("#tab-compare").click()
@@ -619,7 +636,7 @@ def test_the_four_integrity_states_read_as_four_in_the_list_and_on_the_pages(
         for session_id, (word, _) in expected.items():
             cell = page.locator(f'tr[data-session="{session_id}"] td.state')
             expect(cell).to_have_text(word)
-        page.screenshot(path=str(shots / "ui-list-states.png"))
+        screenshot(page, shots / "ui-list-states.png")
         for session_id, (word, text) in expected.items():
             page.goto(f"{base}/sessions/{session_id}")
             expect(page.locator("#ledger")).to_contain_text(text)
@@ -696,7 +713,7 @@ def test_the_list_searches_filters_sorts_and_pages_on_the_server(
     expect(page.locator("#rows td")).to_have_text("no sessions match")
     page.locator("#f-state").select_option("")
     expect(rows).to_have_count(2)
-    page.screenshot(path=str(shots / "ui-list-filtered.png"))
+    screenshot(page, shots / "ui-list-filtered.png")
     # The address is the query: opened again, the page shows the same rows and controls.
     shared = page.url
     assert "app=shop" in shared
@@ -747,7 +764,7 @@ def test_a_pending_approval_is_listed_shown_and_approved_from_the_page(
         expect(rows.first).to_have_attribute("data-session", "paused-1")
         expect(rows.first).to_contain_text("1 waiting for approval")
         assert "approvals=1" in page.url
-        page.screenshot(path=str(shots / "ui-list-waiting.png"))
+        screenshot(page, shots / "ui-list-waiting.png")
         rows.first.locator("a").click()
         panel = page.locator("#approvals")
         expect(panel).to_contain_text("1 call waits for approval")
@@ -757,7 +774,7 @@ def test_a_pending_approval_is_listed_shown_and_approved_from_the_page(
         expect(asked).to_contain_text('{"order_id":"42","amount_cents":1250}')
         expect(asked).to_contain_text(" UTC")
         expect(page.locator(".verdict.decision-ASKED")).to_have_count(1)  # on the call
-        page.screenshot(path=str(shots / "ui-approval-pending.png"))
+        screenshot(page, shots / "ui-approval-pending.png")
         # A name is required: nothing is sent without one.
         asked.locator(".answer-approve").click()
         expect(page.locator("#approve-error")).to_contain_text("give your name")
@@ -767,7 +784,7 @@ def test_a_pending_approval_is_listed_shown_and_approved_from_the_page(
         expect(panel).to_have_count(0)
         # The live page redraws from the record: the answer beside the call.
         expect(page.locator(".verdict.decision-APPROVED")).to_contain_text("approved by alice")
-        page.screenshot(path=str(shots / "ui-approval-approved.png"))
+        screenshot(page, shots / "ui-approval-approved.png")
         # Read back through the API: recorded as given, nothing waits.
         with httpx.Client(
             base_url=base, timeout=30, headers={"Authorization": f"Bearer {TOKEN}"}
@@ -841,7 +858,7 @@ def test_the_documentation_screenshots_are_taken_at_1280_and_1920(
         def shot(name: str) -> None:
             assert page.evaluate("document.documentElement.scrollWidth") <= width, name
             page.evaluate("window.scrollTo(0, 0)")
-            page.screenshot(path=str(folder / f"{name}-{width}.png"))
+            screenshot(page, folder / f"{name}-{width}.png")
 
         page.goto(f"{pictured}/?sort=blocks")
         expect(page.locator("#rows tr").first).to_have_attribute("data-session", "demo-1")
@@ -864,7 +881,7 @@ def test_the_documentation_screenshots_are_taken_at_1280_and_1920(
         answered.scroll_into_view_if_needed()
         page.evaluate("window.scrollBy(0, 250)")
         assert page.evaluate("document.documentElement.scrollWidth") <= width
-        page.screenshot(path=str(folder / f"approval-{width}.png"))
+        screenshot(page, folder / f"approval-{width}.png")
         page.goto(f"{pictured}/sessions/paused-1?branch=rejected")
         page.locator("#tab-compare").click()
         expect(page.locator("#compare-summary")).to_contain_text("Not refunded.")
