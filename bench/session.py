@@ -45,6 +45,13 @@ to a fresh store on its own file — no planning, no ``get_items``. What is left
 between such a row and its target is all the session may spend on reading and
 planning a turn (bench/RESULTS.md, "Floors").
 
+``(a) floor: our turn, its plans made beforehand`` and ``(f) floor: our turns, their
+plans made beforehand`` run our turns whole — ``get_items``, the write's reads, the
+store, the tree, the read model — on a fresh file, except that ``plan_items`` hands
+back the plan it made for the same turn on a scratch file beforehand (each plan checked
+to start at the tree's heads): what the row saves against (a) or (f) is what planning
+costs, what it leaves is everything else a turn of ours does.
+
 ``--reads`` runs only (c), (d) and (e); ``--writes`` only (a) and (f). The "cpu ratio"
 column is the ratio of CPU times (all threads of the process), steadier than the wall
 clock on a shared machine.
@@ -54,6 +61,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import contextlib
 import gc
 import json
 import os
@@ -63,7 +72,7 @@ import sys
 import tempfile
 import threading
 import tracemalloc
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +82,9 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from _common import ROUNDS, Timing, measure_cpu, run_publishing, table
 from agentjournal import Journal, JournalSession
-from agentjournal.store.contract import AppendRequest, encode_metadata
+from agentjournal.engine import items as items_module
+from agentjournal.engine.plan_items import plan_items
+from agentjournal.store.contract import AppendRequest, StreamState, encode_metadata
 from agentjournal.store.sqlite import SQLiteEventStore
 from agentjournal.streams import session_stream
 
@@ -308,6 +319,81 @@ class StoreFloor:
             await self.journal.close()
 
 
+@contextlib.contextmanager
+def planning(plan: Callable[..., Any]) -> Iterator[None]:
+    """Every ``add_items`` write planned by ``plan`` instead of ``plan_items`` meanwhile."""
+    items_module.plan_items = plan  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        items_module.plan_items = plan_items  # type: ignore[attr-defined]
+
+
+class PlannedFloor:
+    """Our turns with their plans made beforehand: every turn runs as it does (``get_items``,
+    the write's reads, the store, the tree and the read model), except that ``plan_items``
+    hands back the plan it made for the same turn on a scratch file, so what this row saves
+    against (a) or (f) is the planning, and what it leaves is everything else."""
+
+    def __init__(self, directory: str, name: str) -> None:
+        self.path = f"sqlite:///{os.path.join(directory, name)}"
+        self.plans: dict[str, collections.deque[Any]] = {}
+        self.journal: Journal | None = None
+        self.sessions: list[Session] = []
+        self.done = 0  # turns each session has taken
+        self.broken = False  # a round failed (its error is on its way up)
+
+    async def record(self, session_ids: list[str], rounds: int, per_round: int) -> None:
+        """Plan ``rounds + 1`` rounds of ``per_round`` turns of each session on a scratch
+        file, keeping each stream's plans in order; take the first round (untimed) here."""
+
+        def recording(tree: Any, facts: Any, *args: Any, **kwargs: Any) -> Any:
+            plan = plan_items(tree, facts, *args, **kwargs)
+            self.plans.setdefault(facts.stream, collections.deque()).append(plan)
+            return plan
+
+        with planning(recording):
+            async with await Journal.open(self.path + ".scratch") as scratch:
+                sessions = [scratch.session(name) for name in session_ids]
+                for n in range(rounds + 1):
+                    await asyncio.gather(*(turns(s, per_round, n * per_round) for s in sessions))
+        self.journal = await Journal.open(self.path)
+        self.sessions = [self.journal.session(name) for name in session_ids]
+        await self.round(per_round)
+
+    def _planned(self, tree: Any, facts: Any, *args: Any, **kwargs: Any) -> Any:
+        plan = self.plans[facts.stream].popleft()
+        # The same turn on the same history: the plan's writes start at the tree's heads.
+        for request in plan.requests:
+            head = tree.heads.get(request.stream, -1)
+            assert request.expected == (head if head >= 0 else StreamState.NO_STREAM)
+        return plan
+
+    async def round(self, per_round: int) -> None:
+        """Every session's next ``per_round`` turns, concurrently, with plans made before."""
+        self.broken = True
+        with planning(self._planned):
+            start, self.done = self.done, self.done + per_round
+            await asyncio.gather(*(turns(s, per_round, start) for s in self.sessions))
+        self.broken = False
+
+    async def close(self) -> None:
+        """Check that every plan made was taken and each session holds every item its
+        turns wrote (read from a fresh session object), then close the store."""
+        if self.journal is None:
+            return
+        try:
+            if self.broken:
+                return
+            left = sum(len(plans) for plans in self.plans.values())
+            assert not left, f"{left} plans made beforehand were not taken"
+            for session in self.sessions:
+                held = await JournalSession(self.journal.store, session.session_id).get_items()
+                assert len(held) == 2 * self.done, f"{session.session_id}: {len(held)} items"
+        finally:
+            await self.journal.close()
+
+
 async def turns(session: Session, count: int, start: int) -> None:
     for n in range(start, start + count):
         await session.get_items(limit=20)
@@ -392,6 +478,16 @@ async def concurrent_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str
         )
     finally:
         await floor.close()
+    planned = PlannedFloor(ours.directory, "planned-floor-many.db")
+    try:
+        await planned.record(
+            [f"planned-{n}" for n in range(CONCURRENT_SESSIONS)], ROUNDS, per_session
+        )
+        planned_timing = await measure_cpu(
+            many_round(sdk), lambda: planned.round(per_session), rounds=ROUNDS
+        )
+    finally:
+        await planned.close()
     # Both sides hold exactly what they were given: no turn lost or doubled.
     for side in (ours, sdk):
         for session in sessions[side.name]:
@@ -409,6 +505,7 @@ async def concurrent_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str
         for case, t in (
             (f"(f) {CONCURRENT_SESSIONS} sessions x {per_session} turns, concurrent", timing),
             ("(f) floor: our store alone, the same turns' writes", floor_timing),
+            ("(f) floor: our turns, their plans made beforehand", planned_timing),
         )
     ]
 
@@ -475,6 +572,7 @@ async def turn_cases(
     )
     rows.append(await turn_floor(ours, sdk, sessions["SQLiteSession"], offsets, per_round))
     rows.append(await store_floor(ours, sessions["SQLiteSession"], offsets, per_round, rounds))
+    rows.append(await planned_floor(ours, sessions["SQLiteSession"], offsets, per_round, rounds))
     if not windows:
         return rows
 
@@ -556,6 +654,25 @@ async def store_floor(
     finally:
         await floor.close()
     return row("(a) floor: our store alone, the turn's writes", timing, per_round, "ms/turn")
+
+
+async def planned_floor(
+    ours: Side, theirs: Session, offsets: dict[str, int], per_round: int, rounds: int
+) -> list[str]:
+    """(a) without the planning: the SDK's turns again, beside our turns with their plans
+    made beforehand."""
+    floor = PlannedFloor(ours.directory, "planned-floor.db")
+    try:
+        await floor.record(["floor"], rounds, per_round)
+
+        async def sdk_round() -> None:
+            await turns(theirs, per_round, offsets["SQLiteSession"])
+            offsets["SQLiteSession"] += per_round
+
+        timing = await measure_cpu(sdk_round, lambda: floor.round(per_round), rounds=rounds)
+    finally:
+        await floor.close()
+    return row("(a) floor: our turn, its plans made beforehand", timing, per_round, "ms/turn")
 
 
 async def handoff_replay(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:
