@@ -50,7 +50,10 @@ plans made beforehand`` run our turns whole — ``get_items``, the write's reads
 store, the tree, the read model — on a fresh file, except that ``plan_items`` hands
 back the plan it made for the same turn on a scratch file beforehand (each plan checked
 to start at the tree's heads): what the row saves against (a) or (f) is what planning
-costs, what it leaves is everything else a turn of ours does.
+costs, what it leaves is everything else a turn of ours does. ``... only its (their) least
+Python planning`` runs the same turns, each also running the least Python that plans its
+two events (``bench/_least_plan.py``, checked identical to the plan's events in the first,
+untimed, round): the least any planner written in Python adds to that.
 
 ``--reads`` runs only (c), (d) and (e); ``--writes`` only (a) and (f). The "cpu ratio"
 column is the ratio of CPU times (all threads of the process), steadier than the wall
@@ -81,8 +84,10 @@ from agents.memory import Session
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from _common import ROUNDS, Timing, measure_cpu, run_publishing, table
+from _least_plan import least
 from agentjournal import Journal, JournalSession
 from agentjournal.engine import items as items_module
+from agentjournal.engine.codec import _timestamp_json
 from agentjournal.engine.plan_items import plan_items
 from agentjournal.store.contract import AppendRequest, StreamState, encode_metadata
 from agentjournal.store.sqlite import SQLiteEventStore
@@ -333,9 +338,15 @@ class PlannedFloor:
     """Our turns with their plans made beforehand: every turn runs as it does (``get_items``,
     the write's reads, the store, the tree and the read model), except that ``plan_items``
     hands back the plan it made for the same turn on a scratch file, so what this row saves
-    against (a) or (f) is the planning, and what it leaves is everything else."""
+    against (a) or (f) is the planning, and what it leaves is everything else.
 
-    def __init__(self, directory: str, name: str) -> None:
+    ``least``: each turn also runs the least Python that plans its two events
+    (``bench/_least_plan.py``) before its plan is handed back, checked identical to the
+    plan's events in the first, untimed, round: a turn whose planning costs only that."""
+
+    def __init__(self, directory: str, name: str, *, least: bool = False) -> None:
+        self.least = least
+        self.checking = False  # the least planner's events compared with the plan's
         self.path = f"sqlite:///{os.path.join(directory, name)}"
         self.plans: dict[str, collections.deque[Any]] = {}
         self.journal: Journal | None = None
@@ -349,7 +360,8 @@ class PlannedFloor:
 
         def recording(tree: Any, facts: Any, *args: Any, **kwargs: Any) -> Any:
             plan = plan_items(tree, facts, *args, **kwargs)
-            self.plans.setdefault(facts.stream, collections.deque()).append(plan)
+            made = (plan, kwargs["nonce"], kwargs["now"])
+            self.plans.setdefault(facts.stream, collections.deque()).append(made)
             return plan
 
         with planning(recording):
@@ -359,14 +371,26 @@ class PlannedFloor:
                     await asyncio.gather(*(turns(s, per_round, n * per_round) for s in sessions))
         self.journal = await Journal.open(self.path)
         self.sessions = [self.journal.session(name) for name in session_ids]
+        self.checking = True
         await self.round(per_round)
+        self.checking = False
 
-    def _planned(self, tree: Any, facts: Any, *args: Any, **kwargs: Any) -> Any:
-        plan = self.plans[facts.stream].popleft()
+    def _planned(self, tree: Any, facts: Any, run: Any, items: Any, **kwargs: Any) -> Any:
+        plan, nonce, now = self.plans[facts.stream].popleft()
         # The same turn on the same history: the plan's writes start at the tree's heads.
         for request in plan.requests:
             head = tree.heads.get(request.stream, -1)
             assert request.expected == (head if head >= 0 else StreamState.NO_STREAM)
+        if self.least:
+            stream = facts.stream
+            head, prev = tree.heads.get(stream, -1), tree.hashes.get(stream, "")
+            first, trace, stamp = kwargs["first_index"], dict(kwargs["trace"]), _timestamp_json(now)
+            planned = least(stream, head, prev, first, nonce, stamp, trace, items)
+            events = plan.requests[0].events
+            if self.checking and len(events) == 2:  # a session's first write starts it too
+                made = [(e.id, e.type, e.data, list(e.metadata.items())) for e in events]
+                mine = [(i, t, d, list(m.items())) for i, t, d, m in planned]
+                assert made == mine, "the least planner's events differ from plan_items's"
         return plan
 
     async def round(self, per_round: int) -> None:
@@ -478,16 +502,21 @@ async def concurrent_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str
         )
     finally:
         await floor.close()
-    planned = PlannedFloor(ours.directory, "planned-floor-many.db")
-    try:
-        await planned.record(
-            [f"planned-{n}" for n in range(CONCURRENT_SESSIONS)], ROUNDS, per_session
-        )
-        planned_timing = await measure_cpu(
-            many_round(sdk), lambda: planned.round(per_session), rounds=ROUNDS
-        )
-    finally:
-        await planned.close()
+    planned_timings = []
+    for only_least in (False, True):
+        name = f"planned-floor-many-{only_least}.db"
+        planned = PlannedFloor(ours.directory, name, least=only_least)
+        try:
+            await planned.record(
+                [f"planned-{n}" for n in range(CONCURRENT_SESSIONS)], ROUNDS, per_session
+            )
+            planned_timings.append(
+                await measure_cpu(
+                    many_round(sdk), lambda p=planned: p.round(per_session), rounds=ROUNDS
+                )
+            )
+        finally:
+            await planned.close()
     # Both sides hold exactly what they were given: no turn lost or doubled.
     for side in (ours, sdk):
         for session in sessions[side.name]:
@@ -505,7 +534,8 @@ async def concurrent_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str
         for case, t in (
             (f"(f) {CONCURRENT_SESSIONS} sessions x {per_session} turns, concurrent", timing),
             ("(f) floor: our store alone, the same turns' writes", floor_timing),
-            ("(f) floor: our turns, their plans made beforehand", planned_timing),
+            ("(f) floor: our turns, their plans made beforehand", planned_timings[0]),
+            ("(f) floor: our turns, only their least Python planning", planned_timings[1]),
         )
     ]
 
@@ -572,7 +602,12 @@ async def turn_cases(
     )
     rows.append(await turn_floor(ours, sdk, sessions["SQLiteSession"], offsets, per_round))
     rows.append(await store_floor(ours, sessions["SQLiteSession"], offsets, per_round, rounds))
-    rows.append(await planned_floor(ours, sessions["SQLiteSession"], offsets, per_round, rounds))
+    for only_least in (False, True):
+        rows.append(
+            await planned_floor(
+                ours, sessions["SQLiteSession"], offsets, per_round, rounds, least=only_least
+            )
+        )
     if not windows:
         return rows
 
@@ -657,11 +692,18 @@ async def store_floor(
 
 
 async def planned_floor(
-    ours: Side, theirs: Session, offsets: dict[str, int], per_round: int, rounds: int
+    ours: Side,
+    theirs: Session,
+    offsets: dict[str, int],
+    per_round: int,
+    rounds: int,
+    *,
+    least: bool = False,
 ) -> list[str]:
-    """(a) without the planning: the SDK's turns again, beside our turns with their plans
-    made beforehand."""
-    floor = PlannedFloor(ours.directory, "planned-floor.db")
+    """(a) without the planning (``least``: but the least Python's): the SDK's turns again,
+    beside our turns with their plans made beforehand."""
+    name = "least-floor.db" if least else "planned-floor.db"
+    floor = PlannedFloor(ours.directory, name, least=least)
     try:
         await floor.record(["floor"], rounds, per_round)
 
@@ -672,7 +714,8 @@ async def planned_floor(
         timing = await measure_cpu(sdk_round, lambda: floor.round(per_round), rounds=rounds)
     finally:
         await floor.close()
-    return row("(a) floor: our turn, its plans made beforehand", timing, per_round, "ms/turn")
+    case = "only its least Python planning" if least else "its plans made beforehand"
+    return row(f"(a) floor: our turn, {case}", timing, per_round, "ms/turn")
 
 
 async def handoff_replay(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str]]:

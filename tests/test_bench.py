@@ -41,6 +41,16 @@ def test_session_benchmark_runs() -> None:
     # And our turns with their plans made beforehand (each checked against the tree's heads).
     assert "(a) floor: our turn, its plans made beforehand" in out
     assert "(f) floor: our turns, their plans made beforehand" in out
+    # And with only the least Python planning (its events checked against the plans').
+    assert "(a) floor: our turn, only its least Python planning" in out
+    assert "(f) floor: our turns, only their least Python planning" in out
+
+
+def test_planning_benchmark_runs() -> None:
+    # The least planner's events are checked identical to plan_items's before timing.
+    out = run_bench("planning")
+    assert "plan_items" in out
+    assert "floor: least Python" in out
 
 
 def test_store_benchmark_runs() -> None:
