@@ -77,6 +77,7 @@ import threading
 import tracemalloc
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
@@ -511,9 +512,7 @@ async def concurrent_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str
                 [f"planned-{n}" for n in range(CONCURRENT_SESSIONS)], ROUNDS, per_session
             )
             planned_timings.append(
-                await measure_cpu(
-                    many_round(sdk), lambda p=planned: p.round(per_session), rounds=ROUNDS
-                )
+                await measure_cpu(many_round(sdk), partial(planned.round, per_session))
             )
         finally:
             await planned.close()
