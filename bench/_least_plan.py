@@ -1,26 +1,32 @@
-"""The least Python that plans the runner's tool turn (a function call and its output):
-written out straight for exactly that shape and nothing else, for the floors of
-``bench/planning.py`` and ``bench/session.py``. Its events are checked identical to
-``plan_items``'s where it is used."""
+"""The least Python planning we could write for the runner's tool turn (a function call and
+its output): straight-line code for exactly that shape and nothing else, with no check, no
+read-model entry and no commit for the tree, for the floors of ``bench/planning.py`` and
+``bench/session.py``. It prints and digests with what ``plan_items`` uses (the codec's
+encoders, its extension template, the store's id series), so it differs only in what it
+leaves out. Where it is used, its events are checked identical to ``plan_items``'s."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from json.encoder import encode_basestring_ascii
+from typing import Any
 
 import orjson
 
-from agentjournal.store._events import _NAMESPACE_BYTES, _V5_CLEAR, _V5_SET
+from agentjournal.engine.codec import _ENVELOPE, _EXTENSION_OPEN, _ITEM, _timestamp_json
+from agentjournal.store.contract import NewEvent, event_id_series
 
-_sha256, _sha1, _dumps, _SORT = hashlib.sha256, hashlib.sha1, orjson.dumps, orjson.OPT_SORT_KEYS
-_envelope = json.JSONEncoder(separators=(", ", ": ")).encode  # json.dumps's defaults
-_item = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode  # an item's exact text
+_sha256, _dumps, _SORT = hashlib.sha256, orjson.dumps, orjson.OPT_SORT_KEYS
 
 
-def _event_id(prefix: bytes, n: int) -> uuid.UUID:
-    digest = _sha1(prefix + str(n).encode(), usedforsecurity=False).digest()
-    return uuid.UUID(int=(int.from_bytes(digest[:16], "big") & _V5_CLEAR) | _V5_SET)
+def _with_item(envelope: dict[str, Any], item_text: str) -> bytes:
+    """An event's data: its canonical fields, then the raw item, as the codec prints them."""
+    return (
+        _ENVELOPE(envelope)[:-1] + _EXTENSION_OPEN + encode_basestring_ascii(item_text) + "}}}"
+    ).encode()
 
 
 def least(
@@ -31,31 +37,31 @@ def least(
     nonce: str,
     stamp: str,
     trace: dict[str, str],
-    items: list[dict[str, str]],
+    items: Sequence[Mapping[str, str]],
 ) -> list[tuple[uuid.UUID, str, bytes, dict[str, str]]]:
-    """The turn's two events (id, type, data, metadata): the least work that gives them."""
-    prefix = _NAMESPACE_BYTES + f"{stream}\x1f{nonce}\x1f".encode()
+    """The turn's two events (id, type, data, metadata), from the stream's head and last
+    hash, the write's first index, nonce, timestamp (printed) and trace ids."""
+    nth = event_id_series(stream, nonce)
     next_index = str(first_index + 2)
     call, output = items
     call_id, name = call["call_id"], call["name"]
     arguments = orjson.loads(call["arguments"])
-    call_text = _item(call)
-    data = _envelope(
+    call_text = _ITEM(call)
+    shown_call = {
+        "call_id": call_id,
+        "tool_name": name,
+        "arguments": arguments,
+        "tool_kind": "function",
+    }
+    data = _with_item(
         {
-            "tool_calls": [
-                {
-                    "call_id": call_id,
-                    "tool_name": name,
-                    "arguments": arguments,
-                    "tool_kind": "function",
-                }
-            ],
+            "tool_calls": [shown_call],
             "message_id": call["id"],
             "message_index": first_index,
             "timestamp": stamp,
-            "extensions": {"openai": {"item_json": call_text}},
-        }
-    ).encode()
+        },
+        call_text,
+    )
     payload = {
         "id": call_id,
         "type": "function",
@@ -69,22 +75,17 @@ def least(
         "payload_digest": "sha256:" + _sha256(_dumps(payload, option=_SORT)).hexdigest(),
         "ceilings": {},
     }
-    withheld = "sha256:" + _sha256(_dumps(arguments, option=_SORT)).hexdigest()
+    shown_call["arguments"] = {
+        "withheld": "sha256:" + _sha256(_dumps(arguments, option=_SORT)).hexdigest()
+    }
     view = {
-        "tool_calls": [
-            {
-                "call_id": call_id,
-                "tool_name": name,
-                "arguments": {"withheld": withheld},
-                "tool_kind": "function",
-            }
-        ],
+        "tool_calls": [shown_call],
         "message_id": call["id"],
         "message_index": first_index,
         "timestamp": stamp,
         "extensions": {"openai": {"item_json": marker}},
     }
-    first_id = _event_id(prefix, 0)
+    first_id = nth(0)
     metadata = {
         "aj.index": str(first_index),
         "aj.call_id": call_id,
@@ -103,16 +104,16 @@ def least(
     metadata["aj.hash"] = first_hash
     planned = [(first_id, "AssistantToolCallsGenerated", data, metadata)]
 
-    data = _envelope(
+    data = _with_item(
         {
             "call_id": output["call_id"],
             "result": output["output"],
             "message_index": first_index + 1,
             "timestamp": stamp,
-            "extensions": {"openai": {"item_json": _item(output)}},
-        }
-    ).encode()
-    second_id = _event_id(prefix, 1)
+        },
+        _ITEM(output),
+    )
+    second_id = nth(1)
     metadata = {
         "aj.index": str(first_index + 1),
         "aj.call_id": output["call_id"],
@@ -129,3 +130,31 @@ def least(
     metadata["aj.hash"] = _sha256(_dumps(record, option=_SORT)).hexdigest()
     planned.append((second_id, "ToolResultReceived", data, metadata))
     return planned
+
+
+def least_of(
+    tree: Any, stream: str, items: Sequence[Mapping[str, str]], kwargs: Mapping[str, Any]
+) -> list[tuple[uuid.UUID, str, bytes, dict[str, str]]]:
+    """:func:`least` of the write ``plan_items(tree, facts, run, items, **kwargs)`` plans
+    (``stream``: the facts' stream), from the same arguments."""
+    now: datetime = kwargs["now"]
+    return least(
+        stream,
+        tree.heads.get(stream, -1),
+        tree.hashes.get(stream, ""),
+        kwargs["first_index"],
+        kwargs["nonce"],
+        _timestamp_json(now),
+        dict(kwargs["trace"]),
+        items,
+    )
+
+
+def same_events(
+    made: Sequence[NewEvent], planned: Sequence[tuple[uuid.UUID, str, bytes, dict[str, str]]]
+) -> bool:
+    """Whether ``plan_items``'s events are the least planner's: ids, types, data bytes, and
+    metadata keys and values in order."""
+    return [(e.id, e.type, e.data, list(e.metadata.items())) for e in made] == [
+        (i, t, d, list(m.items())) for i, t, d, m in planned
+    ]

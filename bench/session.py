@@ -85,10 +85,9 @@ from agents.memory import Session
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from _common import ROUNDS, Timing, measure_cpu, run_publishing, table
-from _least_plan import least
+from _least_plan import least_of, same_events
 from agentjournal import Journal, JournalSession
 from agentjournal.engine import items as items_module
-from agentjournal.engine.codec import _timestamp_json
 from agentjournal.engine.plan_items import plan_items
 from agentjournal.store.contract import AppendRequest, StreamState, encode_metadata
 from agentjournal.store.sqlite import SQLiteEventStore
@@ -339,29 +338,49 @@ class PlannedFloor:
     """Our turns with their plans made beforehand: every turn runs as it does (``get_items``,
     the write's reads, the store, the tree and the read model), except that ``plan_items``
     hands back the plan it made for the same turn on a scratch file, so what this row saves
-    against (a) or (f) is the planning, and what it leaves is everything else.
+    against (a) or (f) is the planning, and what it leaves is everything else. Use it as an
+    ``async with`` block: leaving it checks that every plan was taken and every item held
+    (unless an error is on its way up), and closes the store.
 
-    ``least``: each turn also runs the least Python that plans its two events
+    ``with_least``: each turn also runs the least Python planning of its two events
     (``bench/_least_plan.py``) before its plan is handed back, checked identical to the
     plan's events in the first, untimed, round: a turn whose planning costs only that."""
 
-    def __init__(self, directory: str, name: str, *, least: bool = False) -> None:
-        self.least = least
-        self.checking = False  # the least planner's events compared with the plan's
+    def __init__(self, directory: str, name: str, *, with_least: bool = False) -> None:
+        self.with_least = with_least
+        self.compared = 0  # turns whose least planning was checked against their plan
+        self.checking = False
         self.path = f"sqlite:///{os.path.join(directory, name)}"
-        self.plans: dict[str, collections.deque[Any]] = {}
+        # Per stream, in order: each plan, the nonce and time it was made with, and its items.
+        self.plans: dict[str, collections.deque[tuple[Any, str, Any, list[Any]]]] = {}
         self.journal: Journal | None = None
         self.sessions: list[Session] = []
         self.done = 0  # turns each session has taken
-        self.broken = False  # a round failed (its error is on its way up)
+
+    async def __aenter__(self) -> PlannedFloor:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if self.journal is None:
+            return
+        try:
+            if kind is None:
+                left = sum(len(plans) for plans in self.plans.values())
+                assert not left, f"{left} plans made beforehand were not taken"
+                for session in self.sessions:
+                    store = self.journal.store
+                    held = await JournalSession(store, session.session_id).get_items()
+                    assert len(held) == 2 * self.done, f"{session.session_id}: {len(held)} items"
+        finally:
+            await self.journal.close()
 
     async def record(self, session_ids: list[str], rounds: int, per_round: int) -> None:
         """Plan ``rounds + 1`` rounds of ``per_round`` turns of each session on a scratch
         file, keeping each stream's plans in order; take the first round (untimed) here."""
 
-        def recording(tree: Any, facts: Any, *args: Any, **kwargs: Any) -> Any:
-            plan = plan_items(tree, facts, *args, **kwargs)
-            made = (plan, kwargs["nonce"], kwargs["now"])
+        def recording(tree: Any, facts: Any, run: Any, items: Any, **kwargs: Any) -> Any:
+            plan = plan_items(tree, facts, run, items, **kwargs)
+            made = (plan, kwargs["nonce"], kwargs["now"], list(items))
             self.plans.setdefault(facts.stream, collections.deque()).append(made)
             return plan
 
@@ -375,48 +394,32 @@ class PlannedFloor:
         self.checking = True
         await self.round(per_round)
         self.checking = False
+        if self.with_least:
+            # Every turn but each session's first, which starts its stream too.
+            expected = len(session_ids) * (per_round - 1)
+            assert self.compared == expected, f"{self.compared} of {expected} turns compared"
 
     def _planned(self, tree: Any, facts: Any, run: Any, items: Any, **kwargs: Any) -> Any:
-        plan, nonce, now = self.plans[facts.stream].popleft()
-        # The same turn on the same history: the plan's writes start at the tree's heads.
+        stream = facts.stream
+        plan, nonce, now, recorded = self.plans[stream].popleft()
+        # The same turn on the same history: its items, and writes that start at the heads.
+        assert items == recorded, "a turn handed a plan made for other items"
         for request in plan.requests:
             head = tree.heads.get(request.stream, -1)
             assert request.expected == (head if head >= 0 else StreamState.NO_STREAM)
-        if self.least:
-            stream = facts.stream
-            head, prev = tree.heads.get(stream, -1), tree.hashes.get(stream, "")
-            first, trace, stamp = kwargs["first_index"], dict(kwargs["trace"]), _timestamp_json(now)
-            planned = least(stream, head, prev, first, nonce, stamp, trace, items)
+        if self.with_least:
+            made = least_of(tree, stream, items, {**kwargs, "nonce": nonce, "now": now})
             events = plan.requests[0].events
-            if self.checking and len(events) == 2:  # a session's first write starts it too
-                made = [(e.id, e.type, e.data, list(e.metadata.items())) for e in events]
-                mine = [(i, t, d, list(m.items())) for i, t, d, m in planned]
-                assert made == mine, "the least planner's events differ from plan_items's"
+            if self.checking and len(events) == 2:
+                assert same_events(events, made), "the least planning's events differ"
+                self.compared += 1
         return plan
 
     async def round(self, per_round: int) -> None:
         """Every session's next ``per_round`` turns, concurrently, with plans made before."""
-        self.broken = True
         with planning(self._planned):
             start, self.done = self.done, self.done + per_round
             await asyncio.gather(*(turns(s, per_round, start) for s in self.sessions))
-        self.broken = False
-
-    async def close(self) -> None:
-        """Check that every plan made was taken and each session holds every item its
-        turns wrote (read from a fresh session object), then close the store."""
-        if self.journal is None:
-            return
-        try:
-            if self.broken:
-                return
-            left = sum(len(plans) for plans in self.plans.values())
-            assert not left, f"{left} plans made beforehand were not taken"
-            for session in self.sessions:
-                held = await JournalSession(self.journal.store, session.session_id).get_items()
-                assert len(held) == 2 * self.done, f"{session.session_id}: {len(held)} items"
-        finally:
-            await self.journal.close()
 
 
 async def turns(session: Session, count: int, start: int) -> None:
@@ -504,18 +507,15 @@ async def concurrent_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str
     finally:
         await floor.close()
     planned_timings = []
-    for only_least in (False, True):
-        name = f"planned-floor-many-{only_least}.db"
-        planned = PlannedFloor(ours.directory, name, least=only_least)
-        try:
+    for with_least in (False, True):
+        name = f"planned-floor-many-{with_least}.db"
+        async with PlannedFloor(ours.directory, name, with_least=with_least) as planned:
             await planned.record(
                 [f"planned-{n}" for n in range(CONCURRENT_SESSIONS)], ROUNDS, per_session
             )
             planned_timings.append(
                 await measure_cpu(many_round(sdk), partial(planned.round, per_session))
             )
-        finally:
-            await planned.close()
     # Both sides hold exactly what they were given: no turn lost or doubled.
     for side in (ours, sdk):
         for session in sessions[side.name]:
@@ -601,10 +601,10 @@ async def turn_cases(
     )
     rows.append(await turn_floor(ours, sdk, sessions["SQLiteSession"], offsets, per_round))
     rows.append(await store_floor(ours, sessions["SQLiteSession"], offsets, per_round, rounds))
-    for only_least in (False, True):
+    for with_least in (False, True):
         rows.append(
             await planned_floor(
-                ours, sessions["SQLiteSession"], offsets, per_round, rounds, least=only_least
+                ours, sessions["SQLiteSession"], offsets, per_round, rounds, with_least=with_least
             )
         )
     if not windows:
@@ -697,23 +697,20 @@ async def planned_floor(
     per_round: int,
     rounds: int,
     *,
-    least: bool = False,
+    with_least: bool = False,
 ) -> list[str]:
-    """(a) without the planning (``least``: but the least Python's): the SDK's turns again,
-    beside our turns with their plans made beforehand."""
-    name = "least-floor.db" if least else "planned-floor.db"
-    floor = PlannedFloor(ours.directory, name, least=least)
-    try:
+    """(a) without the planning (``with_least``: but the least Python planning): the SDK's
+    turns again, beside our turns with their plans made beforehand."""
+    name = "least-floor.db" if with_least else "planned-floor.db"
+    async with PlannedFloor(ours.directory, name, with_least=with_least) as floor:
         await floor.record(["floor"], rounds, per_round)
 
         async def sdk_round() -> None:
             await turns(theirs, per_round, offsets["SQLiteSession"])
             offsets["SQLiteSession"] += per_round
 
-        timing = await measure_cpu(sdk_round, lambda: floor.round(per_round), rounds=rounds)
-    finally:
-        await floor.close()
-    case = "only its least Python planning" if least else "its plans made beforehand"
+        timing = await measure_cpu(sdk_round, partial(floor.round, per_round), rounds=rounds)
+    case = "only its least Python planning" if with_least else "its plans made beforehand"
     return row(f"(a) floor: our turn, {case}", timing, per_round, "ms/turn")
 
 
