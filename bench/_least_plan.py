@@ -133,21 +133,18 @@ def least(
 
 
 def least_of(
-    tree: Any, stream: str, items: Sequence[Mapping[str, str]], kwargs: Mapping[str, Any]
+    tree: Any,
+    stream: str,
+    items: Sequence[Mapping[str, str]],
+    first_index: int,
+    nonce: str,
+    now: datetime,
+    trace: dict[str, str],
 ) -> list[tuple[uuid.UUID, str, bytes, dict[str, str]]]:
-    """:func:`least` of the write ``plan_items(tree, facts, run, items, **kwargs)`` plans
-    (``stream``: the facts' stream), from the same arguments."""
-    now: datetime = kwargs["now"]
-    return least(
-        stream,
-        tree.heads.get(stream, -1),
-        tree.hashes.get(stream, ""),
-        kwargs["first_index"],
-        kwargs["nonce"],
-        _timestamp_json(now),
-        dict(kwargs["trace"]),
-        items,
-    )
+    """:func:`least` of the write ``plan_items`` plans on ``tree`` for ``stream`` (the
+    facts' stream), from its arguments of the same names."""
+    head, prev = tree.heads.get(stream, -1), tree.hashes.get(stream, "")
+    return least(stream, head, prev, first_index, nonce, _timestamp_json(now), trace, items)
 
 
 def same_events(

@@ -257,7 +257,9 @@ class Floor:
 
 
 class StoreFloor:
-    """Our store alone: a session's recorded writes, sent again to a fresh store."""
+    """Our store alone: a session's recorded writes, sent again to a fresh store. Use it as
+    an ``async with`` block: leaving it checks that every write was sent and taken whole
+    (unless an error is on its way up), and closes the store."""
 
     def __init__(self, directory: str, name: str) -> None:
         self.path = f"sqlite:///{os.path.join(directory, name)}"
@@ -299,15 +301,20 @@ class StoreFloor:
         """Every recorded session's next ``per_round`` turns' writes, concurrently."""
         await asyncio.gather(*(self.send(stream, per_round) for stream in self.writes))
 
-    async def close(self) -> None:
-        """Check that every write was taken whole (each stream at the head its last write
-        leaves, each session's read model holding every item its turns wrote), then close
-        the store."""
+    async def __aenter__(self) -> StoreFloor:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        """Check that every write was sent and taken whole (each stream at the head its last
+        write leaves, each session's read model holding every item its turns wrote), then
+        close the store."""
         if self.journal is None:
             return
         try:
-            if any(self.sent.get(stream) != len(w) for stream, w in self.writes.items()):
-                return  # stopped early (an error is on its way up)
+            if kind is not None:
+                return  # the error on its way up is the one to see
+            unsent = sum(len(w) - self.sent.get(stream, 0) for stream, w in self.writes.items())
+            assert not unsent, f"{unsent} recorded writes were not sent"
             store = self.journal.store
             assert isinstance(store, SQLiteEventStore)
             for stream, writes in self.writes.items():
@@ -397,18 +404,22 @@ class PlannedFloor:
         if self.with_least:
             # Every turn but each session's first, which starts its stream too.
             expected = len(session_ids) * (per_round - 1)
+            assert expected > 0, "the least planning is compared in rounds of two turns or more"
             assert self.compared == expected, f"{self.compared} of {expected} turns compared"
 
     def _planned(self, tree: Any, facts: Any, run: Any, items: Any, **kwargs: Any) -> Any:
         stream = facts.stream
         plan, nonce, now, recorded = self.plans[stream].popleft()
-        # The same turn on the same history: its items, and writes that start at the heads.
+        # The same turn on the same history: its items, its stream, writes from the heads.
         assert items == recorded, "a turn handed a plan made for other items"
+        assert plan.requests[0].stream == stream, "a turn handed a plan for another stream"
         for request in plan.requests:
             head = tree.heads.get(request.stream, -1)
-            assert request.expected == (head if head >= 0 else StreamState.NO_STREAM)
+            expected = head if head >= 0 else StreamState.NO_STREAM
+            assert request.expected == expected, f"a plan made at {request.expected}, not {head}"
         if self.with_least:
-            made = least_of(tree, stream, items, {**kwargs, "nonce": nonce, "now": now})
+            first, trace = kwargs["first_index"], kwargs["trace"]
+            made = least_of(tree, stream, items, first, nonce, now, trace)
             events = plan.requests[0].events
             if self.checking and len(events) == 2:
                 assert same_events(events, made), "the least planning's events differ"
@@ -498,14 +509,9 @@ async def concurrent_turns(ours: Side, sdk: Side, sizes: Sizes) -> list[list[str
 
     timing = await measure_cpu(many_round(sdk), many_round(ours))
     total = CONCURRENT_SESSIONS * per_session
-    floor = StoreFloor(ours.directory, "store-floor-many.db")
-    try:
+    async with StoreFloor(ours.directory, "store-floor-many.db") as floor:
         await floor.record([f"floor-{n}" for n in range(CONCURRENT_SESSIONS)], ROUNDS, per_session)
-        floor_timing = await measure_cpu(
-            many_round(sdk), lambda: floor.round(per_session), rounds=ROUNDS
-        )
-    finally:
-        await floor.close()
+        floor_timing = await measure_cpu(many_round(sdk), partial(floor.round, per_session))
     planned_timings = []
     for with_least in (False, True):
         name = f"planned-floor-many-{with_least}.db"
@@ -676,17 +682,14 @@ async def store_floor(
 ) -> list[str]:
     """(a) floor, our store alone: the SDK's turns again, beside our store taking the
     writes of as many turns of ours, recorded beforehand."""
-    floor = StoreFloor(ours.directory, "store-floor.db")
-    try:
+    async with StoreFloor(ours.directory, "store-floor.db") as floor:
         await floor.record(["floor"], rounds, per_round)
 
         async def sdk_round() -> None:
             await turns(theirs, per_round, offsets["SQLiteSession"])
             offsets["SQLiteSession"] += per_round
 
-        timing = await measure_cpu(sdk_round, lambda: floor.round(per_round), rounds=rounds)
-    finally:
-        await floor.close()
+        timing = await measure_cpu(sdk_round, partial(floor.round, per_round), rounds=rounds)
     return row("(a) floor: our store alone, the turn's writes", timing, per_round, "ms/turn")
 
 
