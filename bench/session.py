@@ -49,11 +49,12 @@ planning a turn (bench/RESULTS.md, "Floors").
 plans made beforehand`` run our turns whole — ``get_items``, the write's reads, the
 store, the tree, the read model — on a fresh file, except that ``plan_items`` hands
 back the plan it made for the same turn on a scratch file beforehand (each plan checked
-to start at the tree's heads): what the row saves against (a) or (f) is what planning
-costs, what it leaves is everything else a turn of ours does. ``... only its (their) least
-Python planning`` runs the same turns, each also running the least Python that plans its
-two events (``bench/_least_plan.py``, checked identical to the plan's events in the first,
-untimed, round): the least any planner written in Python adds to that.
+to be for the turn's items and stream, from the tree's heads): what the row saves against
+(a) or (f) is what planning costs, what it leaves is everything else a turn of ours does.
+``... only its (their) least Python planning`` runs the same turns, each also running the
+least Python planning we could write for its two events (``bench/_least_plan.py``, which
+checks nothing; its events checked identical to the plan's in the first, untimed, round):
+about what a planner written in Python adds at the least, not a proven lower bound.
 
 ``--reads`` runs only (c), (d) and (e); ``--writes`` only (a) and (f). The "cpu ratio"
 column is the ratio of CPU times (all threads of the process), steadier than the wall
