@@ -21,6 +21,9 @@ from agentjournal.store.contract import NewEvent, event_id_series
 
 _sha256, _dumps, _SORT = hashlib.sha256, orjson.dumps, orjson.OPT_SORT_KEYS
 
+# An event as the least planning makes it: id, type, data, metadata (in order).
+Planned = tuple[uuid.UUID, str, bytes, dict[str, str]]
+
 
 def _with_item(envelope: dict[str, Any], item_text: str) -> bytes:
     """An event's data: its canonical fields, then the raw item, as the codec prints them."""
@@ -38,7 +41,7 @@ def least(
     stamp: str,
     trace: dict[str, str],
     items: Sequence[Mapping[str, str]],
-) -> list[tuple[uuid.UUID, str, bytes, dict[str, str]]]:
+) -> list[Planned]:
     """The turn's two events (id, type, data, metadata), from the stream's head and last
     hash, the write's first index, nonce, timestamp (printed) and trace ids."""
     nth = event_id_series(stream, nonce)
@@ -140,16 +143,14 @@ def least_of(
     nonce: str,
     now: datetime,
     trace: dict[str, str],
-) -> list[tuple[uuid.UUID, str, bytes, dict[str, str]]]:
+) -> list[Planned]:
     """:func:`least` of the write ``plan_items`` plans on ``tree`` for ``stream`` (the
     facts' stream), from its arguments of the same names."""
     head, prev = tree.heads.get(stream, -1), tree.hashes.get(stream, "")
     return least(stream, head, prev, first_index, nonce, _timestamp_json(now), trace, items)
 
 
-def same_events(
-    made: Sequence[NewEvent], planned: Sequence[tuple[uuid.UUID, str, bytes, dict[str, str]]]
-) -> bool:
+def same_events(made: Sequence[NewEvent], planned: Sequence[Planned]) -> bool:
     """Whether ``plan_items``'s events are the least planner's: ids, types, data bytes, and
     metadata keys and values in order."""
     return [(e.id, e.type, e.data, list(e.metadata.items())) for e in made] == [
