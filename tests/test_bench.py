@@ -38,7 +38,8 @@ def test_session_benchmark_runs() -> None:
     # The floors: our store alone takes the recorded writes whole (checked on close).
     assert "(a) floor: our store alone, the turn's writes" in out
     assert "(f) floor: our store alone, the same turns' writes" in out
-    # And our turns with their plans made beforehand (each checked against the tree's heads).
+    # And our turns with their plans made beforehand (each checked for the turn's items and
+    # stream, from the tree's heads).
     assert "(a) floor: our turn, its plans made beforehand" in out
     assert "(f) floor: our turns, their plans made beforehand" in out
     # And with only the least Python planning (its events checked against the plans').

@@ -61,8 +61,8 @@ _SHOT_TRIES = 3
 def screenshot(page: Page, path: Path) -> None:
     """Save a screenshot of ``page`` at ``path`` (for a person to look at). Headless
     Chromium now and then refuses a capture asked while it composites the page ("Unable to
-    capture screenshot", once in a full run on a busy machine): it is asked again, a fifth
-    of a second later, up to three times in all, before that fails the test."""
+    capture screenshot"): it is asked again, a fifth of a second later, up to three times in
+    all, before that fails the test."""
     for attempt in range(1, _SHOT_TRIES + 1):
         try:
             page.screenshot(path=str(path))
