@@ -25,7 +25,14 @@ key, exported as a bundle, and then, round by round:
   for raw), compare both digests and the link to the previous hash; nothing else;
 - **floor: + signatures**: that, plus checking the Ed25519 signature of every
   checkpoint in the bundle (their signed bytes ready) — the least a verifier that
-  checks the ledger's signatures pays, one after the other on one thread.
+  checks the ledger's signatures pays, one after the other on one thread;
+- **floor: least verifier**: that, from the parsed bundle: every event's fields read,
+  each checked exactly of its type and its text Unicode (``least_read``, the data
+  encoded for hashing), and every tool call's view recomputed from its data and
+  compared with its commitment (``least_view``: the shape the Agents SDK writes, no
+  float looked for). The least views are checked equal to the verifier's own
+  (untimed). The checks after integrity but the signatures (containment, the tree's
+  twins, approvals, coverage) are not in it: it is the least of what verify does.
 
 Throughput is events per second; the ratio is ours / raw (higher is better). The CPU
 ratio counts the CPU of every process a case ran, the forked child's included (so on two
@@ -60,9 +67,11 @@ from agentjournal.audit.verify import Report, verify_bundle
 from agentjournal.audit.verify._integrity import check_chain
 from agentjournal.audit.verify._parse import bundle_records
 from agentjournal.engine.sealing import seal_event
+from agentjournal.events import REDACTED_KEY
 from agentjournal.ledger import SigningKey
 from agentjournal.ledger.chain import CHAIN_KEY, CHAIN_KEYS, HASH_KEY, PREV_KEY, record_bytes
 from agentjournal.ledger.checkpoints import Checkpoint
+from agentjournal.ledger.redaction import view_commitment
 
 ANSWER = "Your order shipped on Monday and should arrive by Thursday. " * 5
 
@@ -151,6 +160,83 @@ def least_chain(inputs: list[tuple[Any, ...]]) -> None:
         if covered[PREV_KEY] != last.get(name, covered[PREV_KEY]):
             raise AssertionError(f"{name}@{revision}: link")
         last[name] = digest
+
+
+def least_read(bundle: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Each event's fields read from the parsed bundle as the least verifier reads them: each
+    exactly of its type, the metadata strings to strings, all of it Unicode text (ASCII, the
+    fast answer for these events), the data encoded for hashing; as ``least_inputs``."""
+    read = []
+    for stream in bundle["streams"]:
+        name = stream["name"]
+        for event in stream["events"]:
+            revision, id_, type_, data = (
+                event["revision"],
+                event["id"],
+                event["type"],
+                event["data"],
+            )
+            data_sha256, metadata = event["data_sha256"], event["metadata"]
+            if (
+                type(revision) is not int
+                or type(id_) is not str
+                or type(type_) is not str
+                or type(data) is not str
+                or type(data_sha256) is not str
+                or type(metadata) is not dict
+                or event["view"] is not None
+            ):
+                raise AssertionError(f"{name}@{revision}: form")
+            for key, value in metadata.items():
+                if type(key) is not str or type(value) is not str:
+                    raise AssertionError(f"{name}@{revision}: metadata")
+            if not "".join((*metadata, *metadata.values(), id_, type_, data_sha256)).isascii():
+                raise AssertionError(f"{name}@{revision}: text")
+            read.append((name, revision, id_, type_, data.encode(), data_sha256, metadata))
+    return read
+
+
+def _digest(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def least_view(data: bytes) -> str:
+    """The view commitment of a tool call of exactly the shape the Agents SDK writes, with
+    nothing checked (no float, no other shape): its arguments and its item's text withheld
+    as digests, the item's call marker beside them, the view hashed."""
+    body = orjson.loads(data)
+    for call in body["tool_calls"]:
+        call["arguments"] = {"withheld": _digest(call["arguments"])}
+    openai = body["extensions"]["openai"]
+    text = openai["item_json"]
+    item = orjson.loads(text)
+    call_id, name, arguments = item["call_id"], item["name"], item["arguments"]
+    payload = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
+    openai["item_json"] = {
+        "withheld": _digest(text),
+        "call_id": call_id,
+        "kind": "function_call",
+        "name": name,
+        "payload_digest": _digest(payload),
+        "ceilings": {},
+    }
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def least_views(read: list[tuple[Any, ...]]) -> int:
+    """Check every committed view as the least verifier does; how many there were."""
+    views = 0
+    for name, revision, _, _, data, _, metadata in read:
+        committed = metadata.get(REDACTED_KEY)
+        if committed is not None:
+            views += 1
+            if least_view(data) != committed:
+                raise AssertionError(f"{name}@{revision}: view")
+    return views
 
 
 def signature_inputs(bundle: dict[str, Any], key: SigningKey) -> list[tuple[bytes, bytes]]:
@@ -244,11 +330,30 @@ def main(argv: list[str]) -> int:
         for stream, revision, id_, type_, data, metadata, prev, _ in sealing:
             seal_event(stream, revision, id_, type_, data, dict(metadata), prev)
 
-    def least_and_signatures() -> None:
-        least_chain(least)
+    def check_signatures() -> None:
         public = key.public_key
         for signature, signed in signatures:
             public.verify(signature, signed)
+
+    def least_and_signatures() -> None:
+        least_chain(least)
+        check_signatures()
+
+    views = least_views(least_read(bundle))
+    for stream in bundle["streams"]:  # the least views are the verifier's own (untimed)
+        for event in stream["events"]:
+            if REDACTED_KEY in event["metadata"]:
+                data = event["data"].encode()
+                made = view_commitment(event["type"], data, event["metadata"])
+                if made is None or least_view(data) != made[0]:
+                    raise AssertionError(f"{stream['name']}@{event['revision']}: least view")
+    assert views, "no view in the bundle"
+
+    def least_verifier() -> None:
+        read = least_read(bundle)
+        least_chain(read)
+        least_views(read)
+        check_signatures()
 
     stream, revision, id_, type_, data, metadata, prev, stored = sealing[-1]
     assert seal_event(stream, revision, id_, type_, data, dict(metadata), prev) == stored
@@ -260,6 +365,7 @@ def main(argv: list[str]) -> int:
         "seal": seal,
         "floor: least chain": lambda: least_chain(least),
         f"floor: + {len(signatures)} signatures": least_and_signatures,
+        f"floor: least verifier, + read, + {views} views": least_verifier,
     }
     times: dict[str, list[float]] = {name: [] for name in sides}
     cpu: dict[str, list[float]] = {name: [] for name in sides}
