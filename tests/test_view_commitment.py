@@ -69,6 +69,62 @@ def test_an_ordinary_tool_call_takes_the_fast_path(monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.parametrize(
+    "data",
+    [
+        _data({"amount": 5, "who": {"name": "x", "tags": [1, None, True]}}, _call()),
+        _data("text arguments", _call(), {"agent_name": "a", "n": -(2**63)}),
+        _data([], _call(arguments="", id="fc_1", status="completed")),
+        {**_data({"t": "12:30:00.5 ,1e5"}, _call(name="caf\u00e9")), "tool_calls": []},
+        {
+            **_data({}, _call()),
+            "tool_calls": [{"call_id": "c1"}, {"call_id": "c2", "arguments": {"b": 2}}],
+        },
+    ],
+    ids=["nested", "scalars", "empty", "no-calls", "two-calls"],
+)
+def test_a_tool_call_as_the_sdk_writes_it_takes_the_straight_path(
+    data: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    encoded = json.dumps(data).encode()
+    expected = _exact(TOOL_CALLS, encoded, {})
+    assert expected[0] != "error"
+    monkeypatch.setattr(redaction, "view", None)  # neither other path may run
+    monkeypatch.setattr(redaction, "_fast_tool_calls", None)
+    assert view_commitment(TOOL_CALLS, encoded, {}) == expected
+
+
+@pytest.mark.parametrize(
+    ("data", "metadata"),
+    [
+        (_data({"amount": 5}, _call()), RULE),
+        (_data({"amount": 1.5}, _call()), {}),
+        (_data({"amount": 2**64}, _call()), {}),
+        (_data({"amount": 5}, _call()), {}),  # an extra key or extension below
+        (_data({"amount": 5}, _call(), {"score": 0.5}), {}),
+        (_data({"amount": 5}, _call(), {"nested": {"a": 1}}), {}),
+        (_data({"amount": 5}, _call(extra=1)), {}),
+        (_data({"amount": 5}, {"type": "custom_tool_call", "call_id": "c1", "input": "x"}), {}),
+        (_data({"amount": 5}, "not json"), {}),
+    ],
+)
+def test_anything_else_leaves_the_straight_path_and_gets_the_exact_answer(
+    data: dict[str, Any], metadata: dict[str, str]
+) -> None:
+    variants = [data]
+    if data == _data({"amount": 5}, _call()) and not metadata:
+        variants = [
+            {**data, "tool_calls": [{**data["tool_calls"][0], "more": [1]}]},
+            {**data, "extensions": {**data["extensions"], "other": {}}},
+            {**data, "extensions": {"openai": {**data["extensions"]["openai"], "x": "y"}}},
+        ]
+    for variant in variants:
+        encoded = json.dumps(variant).encode()
+        with pytest.raises((redaction._Unsure, ValueError)):
+            redaction._sdk_tool_call(encoded, metadata)
+        assert _fast(TOOL_CALLS, encoded, metadata) == _exact(TOOL_CALLS, encoded, metadata)
+
+
+@pytest.mark.parametrize(
     "rule",
     [
         {},

@@ -342,11 +342,78 @@ def view_commitment(
     """
     if type_ == "AssistantToolCallsGenerated" and metadata.get(events.VIEWED_KEY) != "1":
         try:
+            return _sdk_tool_call(data, metadata)
+        except (_Unsure, ValueError, TypeError, AttributeError, LookupError, RecursionError):
+            pass  # the general fast path decides
+        try:
             return _fast_tool_calls(data, metadata)
         except (_Unsure, ValueError, TypeError, AttributeError, LookupError, RecursionError):
             pass  # view() decides
     shown = view(type_, data, metadata)
     return None if shown is None else (view_digest(shown), shown_call(shown))
+
+
+_SCALARS: Final = frozenset({str, int, bool, type(None)})
+"""What ``orjson`` and ``value_digest`` print alike, as parsed by ``orjson``: no float (an
+integer beyond 64 bits it reads as one)."""
+
+
+def _sdk_tool_call(data: bytes, metadata: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
+    """:func:`view_commitment` of a tool call in the shape the Agents SDK's items are written:
+    no rule; beside its tool calls (dicts of text and numbers but their arguments) and its
+    extensions (exactly the OpenAI item's text), only text and whole numbers; its item a
+    function call of text fields. The same steps as :func:`_fast_tool_calls` with
+    :func:`_parsed_marker`, straight through, with the values' types checked where those
+    look for floats in each value printed. Raises :class:`_Unsure` (or any error) for
+    anything else: the general paths decide."""
+    if events.TOOL_RULE_KEY in metadata:
+        raise _Unsure
+    dumps, sha256, sort = orjson.dumps, hashlib.sha256, orjson.OPT_SORT_KEYS
+    body = orjson.loads(data)
+    if type(body) is not dict:
+        raise _Unsure
+    for key, value in body.items():
+        if type(value) not in _SCALARS and key != "tool_calls" and key != "extensions":
+            raise _Unsure
+    calls, extensions = body["tool_calls"], body["extensions"]
+    if type(calls) is not list or type(extensions) is not dict or extensions.keys() != {"openai"}:
+        raise _Unsure
+    for call in calls:
+        if type(call) is not dict:
+            raise _Unsure
+        for key, value in call.items():
+            if type(value) not in _SCALARS and key != "arguments":
+                raise _Unsure
+        if "arguments" in call:
+            withheld = "sha256:" + sha256(_plain_bytes(call["arguments"])).hexdigest()
+            call["arguments"] = {"withheld": withheld}
+    openai = extensions["openai"]
+    if type(openai) is not dict or openai.keys() != {"item_json"}:
+        raise _Unsure
+    text = openai["item_json"]
+    if type(text) is not str:
+        raise _Unsure
+    item = orjson.loads(text)
+    if type(item) is not dict or item.get("type") != "function_call":
+        raise _Unsure
+    for value in item.values():
+        if type(value) is not str:
+            raise _Unsure
+    call_id = item["call_id"]
+    name = item.get("name", "")
+    payload = tool_call_payload(call_id, name, item.get("arguments") or "{}")
+    marker = openai["item_json"] = {
+        "withheld": "sha256:" + sha256(dumps(text)).hexdigest(),
+        "call_id": call_id,
+        "kind": "function_call",
+        "name": name,
+        "payload_digest": "sha256:" + sha256(dumps(payload, option=sort)).hexdigest(),
+        "ceilings": {},
+    }
+    encoded = dumps(body, option=sort)
+    if _astral(encoded):
+        raise _Unsure  # a key beyond U+FFFF sorts otherwise in RFC 8785
+    return sha256(encoded).hexdigest(), marker
 
 
 def _fast_tool_calls(data: bytes, metadata: Mapping[str, str]) -> tuple[str, dict[str, Any] | None]:
@@ -388,7 +455,9 @@ def _plain_bytes(value: Any) -> bytes:
         raise _Unsure  # printed alone: nothing before it
     if type(value) is not str:
         marks = encoded.translate(_NUMBER_MARKS)
-        if _AFTER_KEY.search(marks) is not None or _AFTER_ITEM.search(marks) is not None:
+        if (b"0." in marks or b"0e" in marks) and (  # a float has a digit before . or e
+            _AFTER_KEY.search(marks) is not None or _AFTER_ITEM.search(marks) is not None
+        ):
             raise _Unsure
     return encoded
 
