@@ -13,7 +13,16 @@ from typing import Any
 
 import pytest
 
-from agentjournal.audit.verify._parse import Malformed, _event, bundle_records
+from agentjournal.audit.verify import verify_bundle, verify_records
+from agentjournal.audit.verify._parse import (
+    Malformed,
+    _event,
+    _record_problem,
+    bundle_records,
+    check_forms,
+    read_bundle,
+)
+from agentjournal.audit.verify._report import Report
 from agentjournal.records import Record
 from ledger_sessions import record
 
@@ -34,7 +43,7 @@ def test_the_fast_record_is_the_dataclass_record() -> None:
                     raw["metadata"],
                     raw["view"],
                 )
-                fast, slow = _event(stream["name"], raw), Record(*fields)
+                fast, slow = _event(stream["name"], raw, []), Record(*fields)
                 assert fast == slow
                 assert vars(fast) == vars(slow)  # every field, none missing or extra
                 assert fast.body == slow.body
@@ -44,7 +53,7 @@ def test_the_fast_record_is_the_dataclass_record() -> None:
 def test_a_record_is_read_only_and_keeps_no_reference_to_the_bundle() -> None:
     bundle = BUNDLES["simple"]
     raw = bundle["streams"][0]["events"][0]
-    made = _event(bundle["streams"][0]["name"], raw)
+    made = _event(bundle["streams"][0]["name"], raw, [])
     with pytest.raises(TypeError):
         made.metadata["aj.seq"] = "9"  # type: ignore[index]
     before = dict(made.metadata)
@@ -89,13 +98,15 @@ class Text(str):
 )
 def test_a_malformed_event_is_refused_as_before(change: dict[str, Any], message: str) -> None:
     with pytest.raises(Malformed, match=message):
-        _event("AgentSession-x", {**GOOD, **change})
+        _event("AgentSession-x", {**GOOD, **change}, [])
 
 
 def test_an_event_of_any_mapping_and_str_subclass_fields_reads() -> None:
     """What the general checks accepted (a mapping that is no dict; a str subclass as id,
     type or data) still reads."""
-    made = _event("AgentSession-x", UserDict({**GOOD, "id": Text(GOOD["id"]), "data": Text("{}")}))
+    made = _event(
+        "AgentSession-x", UserDict({**GOOD, "id": Text(GOOD["id"]), "data": Text("{}")}), []
+    )
     assert made == Record("AgentSession-x", 0, GOOD["id"], "T", "{}", "0" * 64, {"k": "v"})
 
 
@@ -115,3 +126,62 @@ def test_a_whole_bundle_reads_as_before() -> None:
             )
             for stream in bundle["streams"]
         ]
+
+
+def _forms_broken(bundle: dict[str, Any]) -> list[dict[str, Any]]:
+    """Copies of ``bundle``, each with one or two events of the wrong form."""
+    broken = []
+    changes: list[dict[str, Any]] = [
+        {"revision": -1},
+        {"revision": 2**63},
+        {"id": Text("x")},
+        {"type": Text("T")},
+        {"id": "\udfff"},
+        {"type": "caf\u00e9"},  # not ASCII, valid: no problem
+        {"data_sha256": "\ud800"},
+        {"metadata": {"aj.seq": "\udfff"}},
+        {"metadata": {"\udc00": "v"}},
+        {"metadata": {"aj.note": "\u00e9t\u00e9"}},  # valid
+    ]
+    for change in changes:
+        for places in ([(0, 1)], [(-1, 0), (0, 2)], [(0, 0), (0, 1)]):
+            copy = {
+                **bundle,
+                "streams": [dict(s, events=list(s["events"])) for s in bundle["streams"]],
+            }
+            for stream, position in places:
+                events = copy["streams"][stream]["events"]
+                raw = events[position]
+                events[position] = {
+                    **raw,
+                    **change,
+                    "metadata": {**raw["metadata"], **change.get("metadata", {})},
+                }
+            broken.append(copy)
+    return broken
+
+
+def test_forms_checked_as_read_are_those_check_forms_finds() -> None:
+    for bundle in BUNDLES.values():
+        for broken in [bundle, *_forms_broken(bundle)]:
+            tree, unformed = read_bundle(broken)
+            expected = [
+                (record, problem)
+                for stream in tree.streams.values()
+                for record in stream
+                if (problem := _record_problem(record)) is not None
+            ]
+            assert [(id(r), p) for r, p in unformed] == [(id(r), p) for r, p in expected]
+            assert check_forms(Report(), tree.streams) == (not unformed)
+
+
+def test_a_bundle_of_the_wrong_form_reports_as_its_records_do() -> None:
+    """Forms checked as the bundle is read give the report the records' own check gives."""
+    checked = 0
+    for bundle in BUNDLES.values():
+        for broken in _forms_broken(bundle):
+            trusted: dict[str, Any] = {}
+            expected = verify_records(bundle_records(broken), trusted, workers=1).text()
+            assert verify_bundle(broken, trusted, workers=1).text() == expected
+            checked += "(structure)" in expected
+    assert checked

@@ -85,11 +85,13 @@ from agentjournal.audit.verify._integrity import Markers, check_chain
 from agentjournal.audit.verify._parallel import check_integrity
 from agentjournal.audit.verify._parse import (
     Malformed,
-    bundle_records,
+    Unformed,
     check_forms,
     eval_bundle_records,
+    fail_form,
     is_eval_bundle,
     parse_bundle,
+    read_bundle,
 )
 from agentjournal.audit.verify._report import Problem, Report
 from agentjournal.audit.verify._tree import Tree
@@ -196,7 +198,7 @@ def _verify_bundle(
             run_id, streams, trusted, allow_uncovered=allow_uncovered, not_before=not_before
         )
     try:
-        tree = bundle_records(bundle)
+        tree, unformed = read_bundle(bundle)
     except Malformed as error:
         report = Report()
         report.fail("structure", error.stream, error.revision, str(error))
@@ -212,6 +214,7 @@ def _verify_bundle(
         not_before=not_before,
         policy=policy,
         workers=workers,
+        unformed=unformed,
     )
 
 
@@ -392,7 +395,10 @@ def _verify_records(
     not_before: str | None,
     policy: Policy | None,
     workers: int | None,
+    unformed: list[Unformed] | None = None,
 ) -> Report:
+    """``unformed``: the records of the wrong form, where reading them checked their forms
+    (:func:`read_bundle`); None to check them here."""
     report = Report()
     session_id = records.session_id
     streams = {name: list(stream) for name, stream in records.streams.items()}
@@ -410,7 +416,12 @@ def _verify_records(
     formed: list[bool] = []  # whether the records' forms are right (checked first)
 
     def forms() -> bool:
-        formed.append(check_forms(report, streams))
+        if unformed is None:
+            formed.append(check_forms(report, streams))
+        else:
+            if unformed:
+                fail_form(report, *unformed[0])
+            formed.append(not unformed)
         return formed[0]
 
     options: dict[str, Any] = {

@@ -104,7 +104,28 @@ def _unicode(text: str) -> bool:
     return True
 
 
+# A record of the wrong form and what is wrong with it (:func:`check_forms` reports it).
+Unformed = tuple[Record, str]
+
+
 def bundle_records(bundle: Any) -> TreeRecords:
+    """A session bundle's session id and records (each record's form unchecked: see
+    :func:`read_bundle`).
+
+    Raises:
+        InvalidInput: A field is missing, unknown or malformed (:class:`Malformed` for an
+            event, with where it is).
+    """
+    return read_bundle(bundle)[0]
+
+
+def read_bundle(bundle: Any) -> tuple[TreeRecords, list[Unformed]]:
+    """:func:`bundle_records`, with each record's form checked as it is read (as
+    :func:`check_forms` checks it): the records of the wrong form, in stream order, follow.
+
+    Raises:
+        InvalidInput: As :func:`bundle_records`.
+    """
     if not isinstance(bundle, Mapping) or not bundle:
         raise InvalidInput("empty input: a bundle is a JSON object")
     if set(bundle) != _BUNDLE_FIELDS:
@@ -122,8 +143,9 @@ def bundle_records(bundle: Any) -> TreeRecords:
             "with the agentjournal that wrote it"
         )
     session_id = _checked_id(bundle["session_id"], "session_id")
-    streams = _bundle_streams(bundle, branches=version >= BUNDLE_VERSION)
-    return TreeRecords(session_id, streams)
+    unformed: list[Unformed] = []
+    streams = _bundle_streams(bundle, unformed, branches=version >= BUNDLE_VERSION)
+    return TreeRecords(session_id, streams), unformed
 
 
 def _checked_id(value: Any, what: str) -> str:
@@ -135,9 +157,11 @@ def _checked_id(value: Any, what: str) -> str:
     return value
 
 
-def _bundle_streams(bundle: Mapping[str, Any], *, branches: bool) -> dict[str, list[Record]]:
-    """A bundle's streams read into records (``branches``: its version may carry branch
-    streams).
+def _bundle_streams(
+    bundle: Mapping[str, Any], unformed: list[Unformed], *, branches: bool
+) -> dict[str, list[Record]]:
+    """A bundle's streams read into records, each of the wrong form added to ``unformed``
+    (``branches``: its version may carry branch streams).
 
     Raises:
         InvalidInput: A stream is malformed or repeated (:class:`Malformed` for an event).
@@ -165,7 +189,7 @@ def _bundle_streams(bundle: Mapping[str, Any], *, branches: bool) -> dict[str, l
                 f"stream {cut(repr(name), 200)} holds a branch: only a version "
                 f"{BUNDLE_VERSION} bundle carries branches"
             )
-        streams[name] = [_event(name, e) for e in raw_events]
+        streams[name] = [_event(name, e, unformed) for e in raw_events]
         withheld = next((e for e in streams[name] if e.data is None), None)
         if withheld is not None and not redacted:
             raise Malformed(
@@ -202,7 +226,7 @@ def eval_bundle_records(bundle: Any) -> tuple[str, dict[str, list[Record]]]:
             f"version {EVAL_BUNDLE_VERSION}: verify it with the agentjournal that wrote it"
         )
     run_id = _checked_id(bundle["run_id"], "run_id")
-    streams = _bundle_streams(bundle, branches=True)
+    streams = _bundle_streams(bundle, [], branches=True)  # the verifier checks their forms
     return run_id, streams
 
 
@@ -214,7 +238,7 @@ class Malformed(InvalidInput):
         self.stream, self.revision = stream, revision
 
 
-def _event(stream: str, raw: Any) -> Record:
+def _event(stream: str, raw: Any, unformed: list[Unformed]) -> Record:
     # Exact types first, on every line: a parsed bundle holds nothing else, and the
     # isinstance checks of the general case cost more than the rest of reading an event.
     if (type(raw) is not dict and not isinstance(raw, Mapping)) or raw.keys() != _EVENT_FIELDS:
@@ -231,7 +255,8 @@ def _event(stream: str, raw: Any) -> Record:
         raw["data"],
         raw["view"],
     )
-    if type(id_) is not str or type(type_) is not str or type(data_sha256) is not str:
+    exact = type(id_) is str and type(type_) is str and type(data_sha256) is str
+    if not exact:
         for name in ("id", "type", "data_sha256"):
             if not isinstance(raw[name], str):
                 raise Malformed(stream, revision, f"{name} must be a string")
@@ -261,6 +286,15 @@ def _event(stream: str, raw: Any) -> Record:
             "recorded_at": None,
         },
     )
+    # Its form, as check_forms checks it (all ASCII, nearly every event: nothing can fail).
+    if not (
+        exact
+        and 0 <= revision <= _MAX_REVISION
+        and "".join((*metadata, *metadata.values(), id_, type_, data_sha256)).isascii()
+    ):
+        problem = _record_problem(record)
+        if problem is not None:
+            unformed.append((record, problem))
     return record
 
 
@@ -282,11 +316,15 @@ def check_forms(report: Report, streams: Mapping[str, Sequence[Record]]) -> bool
     for stream in streams.values():
         problem = next(((r, p) for r in stream if (p := _record_problem(r)) is not None), None)
         if problem is not None:
-            bad = problem[0]
-            shown = bad.revision if 0 <= bad.revision <= _MAX_REVISION else None
-            report.fail("structure", bad.stream, shown, problem[1])
+            fail_form(report, *problem)
             return False
     return True
+
+
+def fail_form(report: Report, record: Record, problem: str) -> None:
+    """Fail the structure check at a record of the wrong form."""
+    shown = record.revision if 0 <= record.revision <= _MAX_REVISION else None
+    report.fail("structure", record.stream, shown, problem)
 
 
 def _record_problem(record: Record) -> str | None:
