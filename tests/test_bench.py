@@ -72,6 +72,7 @@ def test_ledger_benchmark_runs() -> None:
     assert "full verify" in out
     assert "floor: least chain" in out
     assert "signatures" in out
+    assert "floor: least verifier, + read, + 50 views" in out  # its views checked equal first
 
 
 def test_codec_benchmark_runs() -> None:
