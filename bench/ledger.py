@@ -20,19 +20,21 @@ key, exported as a bundle, and then, round by round:
 - **seal**: the write side, ``engine.sealing.seal_event`` (view commitment and
   chain keys) of every event again, from its metadata without the chain keys;
 - **floor: least chain**: the least any Python verifier of these events does per
-  event whatever else it checks: build the event's chain record from its fields
-  (one ``orjson`` call for format 2), hash it and the data (their bytes ready, as
-  for raw), compare both digests and the link to the previous hash; nothing else;
+  event whatever else it checks: check its place (revision and ``aj.seq``), build the
+  event's chain record from its fields (one ``orjson`` call for format 2), hash it and
+  the data (their bytes ready, as for raw), compare both digests and the link to the
+  previous hash (the genesis hash first); nothing else;
 - **floor: + signatures**: that, plus checking the Ed25519 signature of every
   checkpoint in the bundle (their signed bytes ready) — the least a verifier that
   checks the ledger's signatures pays, one after the other on one thread;
 - **floor: least verifier**: that, from the parsed bundle: every event's fields read,
-  each checked exactly of its type and its text Unicode (``least_read``, the data
-  encoded for hashing), and every tool call's view recomputed from its data and
-  compared with its commitment (``least_view``: the shape the Agents SDK writes, no
-  float looked for). The least views are checked equal to the verifier's own
-  (untimed). The checks after integrity but the signatures (containment, the tree's
-  twins, approvals, coverage) are not in it: it is the least of what verify does.
+  none missing or unknown, each exactly of its type and its text Unicode (``least_read``,
+  the data encoded for hashing), and every tool call's view recomputed from its data and
+  compared with its commitment (``least_view``: the shape the Agents SDK writes, with the
+  checks that make orjson's digests the exact ones). The least views are checked equal
+  to the verifier's own (untimed). The checks after integrity but the signatures
+  (containment, the tree's twins, approvals, coverage) are not in it: it is the least of
+  what verify does.
 
 Throughput is events per second; the ratio is ours / raw (higher is better). The CPU
 ratio counts the CPU of every process a case ran, the forked child's included (so on two
@@ -69,7 +71,15 @@ from agentjournal.audit.verify._parse import bundle_records
 from agentjournal.engine.sealing import seal_event
 from agentjournal.events import REDACTED_KEY
 from agentjournal.ledger import SigningKey
-from agentjournal.ledger.chain import CHAIN_KEY, CHAIN_KEYS, HASH_KEY, PREV_KEY, record_bytes
+from agentjournal.ledger.chain import (
+    CHAIN_KEY,
+    CHAIN_KEYS,
+    GENESIS,
+    HASH_KEY,
+    PREV_KEY,
+    SEQ_KEY,
+    record_bytes,
+)
 from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.ledger.redaction import view_commitment
 
@@ -144,28 +154,36 @@ def least_inputs(bundle: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 
 def least_chain(inputs: list[tuple[Any, ...]]) -> None:
-    """The least a Python verifier does per event: the chain record from the fields, its
-    digest and the data's, both compared, and the link to the stream's previous hash."""
+    """The least a Python verifier does per event: its place (its revision and ``aj.seq``
+    the next of its stream), the chain record from the fields, its digest and the data's,
+    both compared, and the link to the stream's previous hash (the genesis hash first)."""
     sha256, dumps, sort = hashlib.sha256, orjson.dumps, orjson.OPT_SORT_KEYS
-    last: dict[str, str] = {}
+    last: dict[str, tuple[str, int]] = {}
     for name, revision, id_, type_, data, data_sha256, metadata in inputs:
+        prev, position = last.get(name, (GENESIS, 0))
         covered = dict(metadata)
         digest = covered.pop(HASH_KEY)
+        if revision != position or covered[SEQ_KEY] != str(position):
+            raise AssertionError(f"{name}@{revision}: place")
+        if covered[PREV_KEY] != prev:
+            raise AssertionError(f"{name}@{revision}: link")
         if covered.get(CHAIN_KEY) == "2":
             record = dumps([2, name, revision, id_, type_, data_sha256, covered], option=sort)
         else:  # format 1 (checkpoints): the real builder
             record = record_bytes(name, revision, id_, type_, data_sha256, covered)
         if sha256(record).hexdigest() != digest or sha256(data).hexdigest() != data_sha256:
             raise AssertionError(f"{name}@{revision}: digest")
-        if covered[PREV_KEY] != last.get(name, covered[PREV_KEY]):
-            raise AssertionError(f"{name}@{revision}: link")
-        last[name] = digest
+        last[name] = (digest, position + 1)
+
+
+_EVENT_KEYS = frozenset({"revision", "id", "type", "data", "data_sha256", "metadata", "view"})
 
 
 def least_read(bundle: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """Each event's fields read from the parsed bundle as the least verifier reads them: each
-    exactly of its type, the metadata strings to strings, all of it Unicode text (ASCII, the
-    fast answer for these events), the data encoded for hashing; as ``least_inputs``."""
+    """Each event's fields read from the parsed bundle as the least verifier reads them: no
+    field missing or unknown, each exactly of its type, the metadata strings to strings, all
+    of it Unicode text (ASCII, the fast answer for these events), the data encoded for
+    hashing; as ``least_inputs``."""
     read = []
     for stream in bundle["streams"]:
         name = stream["name"]
@@ -178,7 +196,8 @@ def least_read(bundle: dict[str, Any]) -> list[tuple[Any, ...]]:
             )
             data_sha256, metadata = event["data_sha256"], event["metadata"]
             if (
-                type(revision) is not int
+                event.keys() != _EVENT_KEYS
+                or type(revision) is not int
                 or type(id_) is not str
                 or type(type_) is not str
                 or type(data) is not str
@@ -200,16 +219,39 @@ def _digest(value: Any) -> str:
     return "sha256:" + hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
+_SCALARS = frozenset({str, int, bool, type(None)})
+_DIGITS = bytes.maketrans(b"123456789E", b"000000000e")
+
+
 def least_view(data: bytes) -> str:
-    """The view commitment of a tool call of exactly the shape the Agents SDK writes, with
-    nothing checked (no float, no other shape): its arguments and its item's text withheld
-    as digests, the item's call marker beside them, the view hashed."""
+    """The view commitment of a tool call in the shape the Agents SDK writes, with only the
+    checks that make orjson's digests the exact ones (``redaction._sdk_tool_call``'s): the
+    shape, every value but the arguments text or a whole number, the arguments printed with
+    no float; its arguments and its item's text withheld as digests, the item's call marker
+    beside them, the view hashed. Anything else fails it (the bench's calls are all so)."""
     body = orjson.loads(data)
-    for call in body["tool_calls"]:
-        call["arguments"] = {"withheld": _digest(call["arguments"])}
-    openai = body["extensions"]["openai"]
+    calls, openai = body["tool_calls"], body["extensions"]["openai"]
+    if body["extensions"].keys() != {"openai"} or openai.keys() != {"item_json"}:
+        raise AssertionError("not the SDK's shape")
+    for key, value in body.items():
+        if type(value) not in _SCALARS and key != "tool_calls" and key != "extensions":
+            raise AssertionError("not the SDK's shape")
+    for call in calls:
+        for key, value in call.items():
+            if type(value) not in _SCALARS and key != "arguments":
+                raise AssertionError("not the SDK's shape")
+        printed = orjson.dumps(call["arguments"], option=orjson.OPT_SORT_KEYS)
+        marks = printed.translate(_DIGITS)
+        if b"0." in marks or b"0e" in marks:
+            raise AssertionError("a float, perhaps")
+        call["arguments"] = {"withheld": "sha256:" + hashlib.sha256(printed).hexdigest()}
     text = openai["item_json"]
     item = orjson.loads(text)
+    if item["type"] != "function_call":
+        raise AssertionError("not a function call")
+    for value in item.values():
+        if type(value) is not str:
+            raise AssertionError("not a function call of text")
     call_id, name, arguments = item["call_id"], item["name"], item["arguments"]
     payload = {
         "id": call_id,

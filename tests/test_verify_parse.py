@@ -182,6 +182,56 @@ def test_a_bundle_of_the_wrong_form_reports_as_its_records_do() -> None:
         for broken in _forms_broken(bundle):
             trusted: dict[str, Any] = {}
             expected = verify_records(bundle_records(broken), trusted, workers=1).text()
-            assert verify_bundle(broken, trusted, workers=1).text() == expected
+            for workers in (1, 2):
+                assert verify_bundle(broken, trusted, workers=workers).text() == expected
             checked += "(structure)" in expected
     assert checked
+
+
+class _HidingValues(dict[str, str]):
+    """Metadata whose ``values()`` shows other text than it holds."""
+
+    def values(self) -> Any:
+        return ["a" for _ in self]
+
+
+def test_the_form_checked_as_read_is_that_of_the_metadata_the_record_holds() -> None:
+    bundle = BUNDLES["simple"]
+    raw = bundle["streams"][0]["events"][1]
+    held = _HidingValues({**raw["metadata"], "aj.note": "\udfff"})
+    tree, unformed = read_bundle(_with_event(bundle, 0, 1, {**raw, "metadata": held}))
+    assert [(r.revision, p) for r, p in unformed] == [
+        (1, "metadata 'aj.note' is not valid Unicode text")
+    ]
+    assert tree.streams[bundle["streams"][0]["name"]][1].metadata["aj.note"] == "\udfff"
+
+
+def _with_event(bundle: dict[str, Any], stream: int, position: int, event: Any) -> dict[str, Any]:
+    streams = [dict(s, events=list(s["events"])) for s in bundle["streams"]]
+    streams[stream]["events"][position] = event
+    return {**bundle, "streams": streams}
+
+
+def test_a_reading_error_is_reported_before_any_wrong_form() -> None:
+    """A wrong form anywhere waits until the whole bundle is read: a malformed stream after it,
+    or withheld data in a bundle that says it is unredacted, is what the report names."""
+    bundle = BUNDLES["simple"]
+    first = bundle["streams"][0]
+    surrogate = {**first["events"][1], "id": "\udfff"}
+    cases = {
+        "is malformed or repeated": {
+            **_with_event(bundle, 0, 1, surrogate),
+            "streams": [
+                *_with_event(bundle, 0, 1, surrogate)["streams"],
+                {"name": 5, "events": []},
+            ],
+        },
+        "data is withheld in a bundle that says it is unredacted": _with_event(
+            _with_event(bundle, 0, 1, surrogate), 0, 2, {**first["events"][2], "data": None}
+        ),
+    }
+    for message, broken in cases.items():
+        report = verify_bundle(broken, {}, workers=1)
+        assert len(report.problems) == 1
+        assert message in report.problems[0].message
+        assert report.problems[0].check == "structure"

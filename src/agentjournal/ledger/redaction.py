@@ -353,6 +353,8 @@ def view_commitment(
     return None if shown is None else (view_digest(shown), shown_call(shown))
 
 
+_OPENAI: Final = frozenset({"openai"})
+_ITEM_JSON: Final = frozenset({"item_json"})
 _SCALARS: Final = frozenset({str, int, bool, type(None)})
 """What ``orjson`` and ``value_digest`` print alike, as parsed by ``orjson``: no float (an
 integer beyond 64 bits it reads as one)."""
@@ -376,7 +378,7 @@ def _sdk_tool_call(data: bytes, metadata: Mapping[str, str]) -> tuple[str, dict[
         if type(value) not in _SCALARS and key != "tool_calls" and key != "extensions":
             raise _Unsure
     calls, extensions = body["tool_calls"], body["extensions"]
-    if type(calls) is not list or type(extensions) is not dict or extensions.keys() != {"openai"}:
+    if type(calls) is not list or type(extensions) is not dict or extensions.keys() != _OPENAI:
         raise _Unsure
     for call in calls:
         if type(call) is not dict:
@@ -388,7 +390,7 @@ def _sdk_tool_call(data: bytes, metadata: Mapping[str, str]) -> tuple[str, dict[
             withheld = "sha256:" + sha256(_plain_bytes(call["arguments"])).hexdigest()
             call["arguments"] = {"withheld": withheld}
     openai = extensions["openai"]
-    if type(openai) is not dict or openai.keys() != {"item_json"}:
+    if type(openai) is not dict or openai.keys() != _ITEM_JSON:
         raise _Unsure
     text = openai["item_json"]
     if type(text) is not str:

@@ -246,7 +246,10 @@ def _event(stream: str, raw: Any, unformed: list[Unformed]) -> Record:
     revision, metadata = raw["revision"], raw["metadata"]
     if type(revision) is not int and (not isinstance(revision, int) or isinstance(revision, bool)):
         raise Malformed(stream, None, "an event has a non-integer revision")
-    if not isinstance(metadata, dict) or not _strings(metadata):
+    if not isinstance(metadata, dict):
+        raise Malformed(stream, revision, "metadata must map strings to strings")
+    metadata = dict(metadata)  # the record's own: what is checked is what it holds
+    if not _strings(metadata):
         raise Malformed(stream, revision, "metadata must map strings to strings")
     id_, type_, data_sha256, data, view = (
         raw["id"],
@@ -267,7 +270,7 @@ def _event(stream: str, raw: Any, unformed: list[Unformed]) -> Record:
     # The record, built without the frozen dataclass's ``__init__`` (its ten
     # ``object.__setattr__`` calls were half the cost of reading an event), here rather than
     # in a function of its own (a call with eight arguments, a tenth of the rest): the same
-    # fields, the metadata copied read-only as ``Record.__post_init__`` does
+    # fields, the metadata copied (above) and read-only as ``Record.__post_init__`` makes it
     # (``tests/test_verify_parse.py`` compares the two).
     record: Record = _new(Record)
     _set(  # the whole __dict__ at once (a frozen dataclass refuses only its own setattr)
@@ -280,18 +283,14 @@ def _event(stream: str, raw: Any, unformed: list[Unformed]) -> Record:
             "type": type_,
             "data": data,
             "data_sha256": data_sha256,
-            "metadata": MappingProxyType(dict(metadata)),
+            "metadata": MappingProxyType(metadata),
             "view": view,
             "position": None,
             "recorded_at": None,
         },
     )
     # Its form, as check_forms checks it (all ASCII, nearly every event: nothing can fail).
-    if not (
-        exact
-        and 0 <= revision <= _MAX_REVISION
-        and "".join((*metadata, *metadata.values(), id_, type_, data_sha256)).isascii()
-    ):
+    if not (exact and 0 <= revision <= _MAX_REVISION and _ascii(metadata, id_, type_, data_sha256)):
         problem = _record_problem(record)
         if problem is not None:
             unformed.append((record, problem))
@@ -321,6 +320,12 @@ def check_forms(report: Report, streams: Mapping[str, Sequence[Record]]) -> bool
     return True
 
 
+def _ascii(metadata: Mapping[str, str], id_: str, type_: str, data_sha256: str) -> bool:
+    """Whether an event's metadata, id, type and data digest are all ASCII: then none of
+    them can be text that is not valid Unicode."""
+    return "".join((*metadata, *metadata.values(), id_, type_, data_sha256)).isascii()
+
+
 def fail_form(report: Report, record: Record, problem: str) -> None:
     """Fail the structure check at a record of the wrong form."""
     shown = record.revision if 0 <= record.revision <= _MAX_REVISION else None
@@ -337,10 +342,8 @@ def _record_problem(record: Record) -> str | None:
     if type(record.type) is not str or type(record.id) is not str:
         return "an event's id and type must be strings"
     metadata = record.metadata
-    if "".join(
-        (*metadata, *metadata.values(), record.id, record.type, record.data_sha256)
-    ).isascii():
-        return None  # all ASCII (nearly every event): nothing below can fail
+    if _ascii(metadata, record.id, record.type, record.data_sha256):
+        return None  # nearly every event: nothing below can fail
     bad = next((k for k, v in record.metadata.items() if not (_unicode(k) and _unicode(v))), None)
     if bad is not None:
         return f"metadata {cut(repr(bad), 60)} is not valid Unicode text"
