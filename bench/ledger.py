@@ -8,8 +8,9 @@ key, exported as a bundle, and then, round by round:
 - **raw**: ``hashlib.sha256`` of every event's data and of its chain record
   (``ledger.chain.record_bytes``: the exact bytes the verifier hashes, format 2
   for events written now; precomputed, so only hashing is timed);
-- **chain**: the verifier's integrity check alone (digests, chain records,
-  chain links, view commitments);
+- **chain**: the verifier's reading of the bundle into records (their forms checked)
+  and its integrity check (places, digests, chain records, chain links, view
+  commitments);
 - **verify**: the whole offline verification (structure, integrity,
   checkpoints, twins, delegation, containment), of the parsed bundle, in this
   process only (``workers=1``);
@@ -69,7 +70,7 @@ from agentjournal.audit.verify import Report, verify_bundle
 from agentjournal.audit.verify._integrity import check_chain
 from agentjournal.audit.verify._parse import bundle_records
 from agentjournal.engine.sealing import seal_event
-from agentjournal.events import REDACTED_KEY
+from agentjournal.events import REDACTED_KEY, TOOL_RULE_KEY, VIEWED_KEY
 from agentjournal.ledger import SigningKey
 from agentjournal.ledger.chain import (
     CHAIN_KEY,
@@ -79,6 +80,7 @@ from agentjournal.ledger.chain import (
     PREV_KEY,
     SEQ_KEY,
     record_bytes,
+    signed_stream,
 )
 from agentjournal.ledger.checkpoints import Checkpoint
 from agentjournal.ledger.redaction import view_commitment
@@ -158,22 +160,24 @@ def least_chain(inputs: list[tuple[Any, ...]]) -> None:
     the next of its stream), the chain record from the fields, its digest and the data's,
     both compared, and the link to the stream's previous hash (the genesis hash first)."""
     sha256, dumps, sort = hashlib.sha256, orjson.dumps, orjson.OPT_SORT_KEYS
-    last: dict[str, tuple[str, int]] = {}
+    last: dict[str, tuple[str, int, bool]] = {}
     for name, revision, id_, type_, data, data_sha256, metadata in inputs:
-        prev, position = last.get(name, (GENESIS, 0))
+        prev, position, signed = last.get(name) or (GENESIS, 0, signed_stream(name))
         covered = dict(metadata)
         digest = covered.pop(HASH_KEY)
         if revision != position or covered[SEQ_KEY] != str(position):
             raise AssertionError(f"{name}@{revision}: place")
         if covered[PREV_KEY] != prev:
             raise AssertionError(f"{name}@{revision}: link")
-        if covered.get(CHAIN_KEY) == "2":
+        if covered.get(CHAIN_KEY) == "2" and not signed:
             record = dumps([2, name, revision, id_, type_, data_sha256, covered], option=sort)
-        else:  # format 1 (checkpoints): the real builder
+        elif CHAIN_KEY not in covered:  # format 1, the signed streams': the real builder
             record = record_bytes(name, revision, id_, type_, data_sha256, covered)
+        else:
+            raise AssertionError(f"{name}@{revision}: chain format")
         if sha256(record).hexdigest() != digest or sha256(data).hexdigest() != data_sha256:
             raise AssertionError(f"{name}@{revision}: digest")
-        last[name] = (digest, position + 1)
+        last[name] = (digest, position + 1, signed)
 
 
 _EVENT_KEYS = frozenset({"revision", "id", "type", "data", "data_sha256", "metadata", "view"})
@@ -224,11 +228,12 @@ _DIGITS = bytes.maketrans(b"123456789E", b"000000000e")
 
 
 def least_view(data: bytes) -> str:
-    """The view commitment of a tool call in the shape the Agents SDK writes, with only the
-    checks that make orjson's digests the exact ones (``redaction._sdk_tool_call``'s): the
-    shape, every value but the arguments text or a whole number, the arguments printed with
-    no float; its arguments and its item's text withheld as digests, the item's call marker
-    beside them, the view hashed. Anything else fails it (the bench's calls are all so)."""
+    """The view commitment of a tool call in the shape the Agents SDK writes, with exactly
+    the checks ``redaction._sdk_tool_call`` makes so that orjson's digests are the exact ones:
+    the shape, every value but the arguments text or a whole number, arguments that are not
+    text printed with no float, no key beyond U+FFFF in the view; its arguments and its
+    item's text withheld as digests, the item's call marker beside them, the view hashed.
+    Anything else fails it (the bench's calls are all so)."""
     body = orjson.loads(data)
     calls, openai = body["tool_calls"], body["extensions"]["openai"]
     if body["extensions"].keys() != {"openai"} or openai.keys() != {"item_json"}:
@@ -240,10 +245,12 @@ def least_view(data: bytes) -> str:
         for key, value in call.items():
             if type(value) not in _SCALARS and key != "arguments":
                 raise AssertionError("not the SDK's shape")
-        printed = orjson.dumps(call["arguments"], option=orjson.OPT_SORT_KEYS)
-        marks = printed.translate(_DIGITS)
-        if b"0." in marks or b"0e" in marks:
-            raise AssertionError("a float, perhaps")
+        arguments = call["arguments"]
+        printed = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
+        if type(arguments) is not str:
+            marks = printed.translate(_DIGITS)
+            if b"0." in marks or b"0e" in marks:
+                raise AssertionError("a float, perhaps")
         call["arguments"] = {"withheld": "sha256:" + hashlib.sha256(printed).hexdigest()}
     text = openai["item_json"]
     item = orjson.loads(text)
@@ -252,11 +259,11 @@ def least_view(data: bytes) -> str:
     for value in item.values():
         if type(value) is not str:
             raise AssertionError("not a function call of text")
-    call_id, name, arguments = item["call_id"], item["name"], item["arguments"]
+    call_id, name = item["call_id"], item.get("name", "")
     payload = {
         "id": call_id,
         "type": "function",
-        "function": {"name": name, "arguments": arguments},
+        "function": {"name": name, "arguments": item.get("arguments") or "{}"},
     }
     openai["item_json"] = {
         "withheld": _digest(text),
@@ -266,16 +273,22 @@ def least_view(data: bytes) -> str:
         "payload_digest": _digest(payload),
         "ceilings": {},
     }
-    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    encoded = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    if not encoded.isascii():
+        raise AssertionError("not ASCII: perhaps a key beyond U+FFFF")
+    return hashlib.sha256(encoded).hexdigest()
 
 
 def least_views(read: list[tuple[Any, ...]]) -> int:
     """Check every committed view as the least verifier does; how many there were."""
     views = 0
-    for name, revision, _, _, data, _, metadata in read:
+    for name, revision, _, type_, data, _, metadata in read:
         committed = metadata.get(REDACTED_KEY)
         if committed is not None:
             views += 1
+            tool_call = type_ == "AssistantToolCallsGenerated" and VIEWED_KEY not in metadata
+            if not tool_call or TOOL_RULE_KEY in metadata:
+                raise AssertionError(f"{name}@{revision}: not a tool call without a rule")
             if least_view(data) != committed:
                 raise AssertionError(f"{name}@{revision}: view")
     return views

@@ -260,8 +260,8 @@ def _event(stream: str, raw: Any, unformed: list[Unformed]) -> Record:
     )
     exact = type(id_) is str and type(type_) is str and type(data_sha256) is str
     if not exact:
-        for name in ("id", "type", "data_sha256"):
-            if not isinstance(raw[name], str):
+        for name, value in (("id", id_), ("type", type_), ("data_sha256", data_sha256)):
+            if not isinstance(value, str):  # the value read, never a second look
                 raise Malformed(stream, revision, f"{name} must be a string")
     if data is not None and not isinstance(data, str):
         raise Malformed(stream, revision, "data must be a string or null")
