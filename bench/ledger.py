@@ -33,8 +33,9 @@ key, exported as a bundle, and then, round by round:
   the data encoded for hashing), and every tool call's view recomputed from its data and
   compared with its commitment (``least_view``: the shape the Agents SDK writes, with the
   checks that make orjson's digests the exact ones). The least views are checked equal
-  to the verifier's own (untimed). The checks after integrity but the signatures
-  (containment, the tree's twins, approvals, coverage) are not in it: it is the least of
+  to the verifier's own (untimed). The signatures are checked over their signed bytes,
+  decoded beforehand; the checks after integrity (containment, the tree's twins,
+  approvals, the checkpoints' decoding and coverage) are not in it: it is the least of
   what verify does.
 
 Throughput is events per second; the ratio is ours / raw (higher is better). The CPU
@@ -231,9 +232,9 @@ def least_view(data: bytes) -> str:
     """The view commitment of a tool call in the shape the Agents SDK writes, with exactly
     the checks ``redaction._sdk_tool_call`` makes so that orjson's digests are the exact ones:
     the shape, every value but the arguments text or a whole number, arguments that are not
-    text printed with no float, no key beyond U+FFFF in the view; its arguments and its
-    item's text withheld as digests, the item's call marker beside them, the view hashed.
-    Anything else fails it (the bench's calls are all so)."""
+    text printed with no float, the view's text ASCII (then no key beyond U+FFFF); its
+    arguments and its item's text withheld as digests, the item's call marker beside them,
+    the view hashed. Anything else fails it (the bench's calls are all so)."""
     body = orjson.loads(data)
     calls, openai = body["tool_calls"], body["extensions"]["openai"]
     if body["extensions"].keys() != {"openai"} or openai.keys() != {"item_json"}:
