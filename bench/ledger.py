@@ -139,23 +139,6 @@ def raw_inputs(bundle: dict[str, Any]) -> list[tuple[bytes, bytes]]:
     return pairs
 
 
-def least_inputs(bundle: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """Each event's fields as the least chain check reads them (data bytes ready, as for raw)."""
-    return [
-        (
-            stream["name"],
-            event["revision"],
-            event["id"],
-            event["type"],
-            event["data"].encode(),
-            event["data_sha256"],
-            event["metadata"],
-        )
-        for stream in bundle["streams"]
-        for event in stream["events"]
-    ]
-
-
 def least_chain(inputs: list[tuple[Any, ...]]) -> None:
     """The least a Python verifier does per event: its place (its revision and ``aj.seq``
     the next of its stream), the chain record from the fields, its digest and the data's,
@@ -188,7 +171,7 @@ def least_read(bundle: dict[str, Any]) -> list[tuple[Any, ...]]:
     """Each event's fields read from the parsed bundle as the least verifier reads them: no
     field missing or unknown, each exactly of its type, the metadata strings to strings, all
     of it Unicode text (ASCII, the fast answer for these events), the data encoded for
-    hashing; as ``least_inputs``."""
+    hashing: what ``least_chain`` reads."""
     read = []
     for stream in bundle["streams"]:
         name = stream["name"]
@@ -354,7 +337,7 @@ def main(argv: list[str]) -> int:
     trusted = {key.key_id: key.public_key}
     pairs = raw_inputs(bundle)
     sealing = seal_inputs(bundle)
-    least = least_inputs(bundle)
+    least = least_read(bundle)  # for the least chain's rows: its fields ready, as for raw
     signatures = signature_inputs(bundle, key)
     count = len(pairs)
     size = sum(len(d) + len(r) for d, r in pairs) / count
@@ -395,7 +378,7 @@ def main(argv: list[str]) -> int:
         least_chain(least)
         check_signatures()
 
-    views = least_views(least_read(bundle))
+    views = least_views(least)
     for stream in bundle["streams"]:  # the least views are the verifier's own (untimed)
         for event in stream["events"]:
             if REDACTED_KEY in event["metadata"]:
