@@ -551,9 +551,11 @@ def test_the_sessions_command_forks_a_child_whose_part_is_the_listing_in_one(
 
 
 @pytest.mark.parametrize("uri", ["sqlite://:memory:", "kurrentdb://localhost:2113?Tls=false"])
-def test_no_child_is_forked_for_a_store_it_cannot_open_apart(
+def test_no_child_is_forked_for_an_in_memory_store_or_on_kurrentdb(
     uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Another process cannot open an in-memory store; on KurrentDB, whether the call folds
+    from the start would take a gRPC call before the fork."""
     monkeypatch.setattr(_forked, "core_to_spare", lambda: True)
     assert sessions_cli._second_part(uri, NOW, TRUSTED, fresh=False) is None
 

@@ -25,6 +25,7 @@ from eval_runs import Given, run_session, write_rating, write_run
 from scenarios import run_turn
 from test_trace_branches import _forks_and_branch_runs, _main_runs
 from trace_scenarios import write_support
+from two_parts import Sent, every_tree
 
 SESSIONS = ("s1", "s2", "s3", "s4")
 
@@ -67,16 +68,8 @@ def _lines(spans: list[ProjectedSpan]) -> str:
     return "".join(json.dumps(span.as_json(), sort_keys=True) + "\n" for span in spans)
 
 
-async def _every_tree(uri: str, second: Any, output: Any = _trace_all._as_is) -> list[Any]:
-    store = await open_store(uri, create=False)
-    try:
-        return await _trace_all._every_tree(store, second, output)
-    finally:
-        await store.close()
-
-
 def _one_process(uri: str) -> list[ProjectedSpan]:
-    return asyncio.run(_every_tree(uri, None))
+    return asyncio.run(every_tree(uri, None))
 
 
 def test_two_processes_export_what_one_exports(
@@ -90,7 +83,7 @@ def test_two_processes_export_what_one_exports(
         second = _trace_all._second_part(mixed, output)
         assert second is not None
         try:
-            split = asyncio.run(_every_tree(mixed, second, output))
+            split = asyncio.run(every_tree(mixed, second, output))
         finally:
             second.close()
         assert split == [output(span) for span in alone]
@@ -111,7 +104,7 @@ def test_a_part_whose_child_failed_is_folded_here(
     failed = _forked.forked(lambda: 1 / 0)
     assert failed is not None
     try:
-        split = asyncio.run(_every_tree(mixed, failed))
+        split = asyncio.run(every_tree(mixed, failed))
     finally:
         failed.close()
     assert split == alone
@@ -137,16 +130,6 @@ def test_each_part_folds_its_own_trees_and_both_fold_some(mixed: str) -> None:
     assert in_order(placed) == _one_process(mixed)
 
 
-class _Sent:
-    """A child whose result was read before a writer appended: what it sent then."""
-
-    def __init__(self, sent: Any) -> None:
-        self.sent = sent
-
-    def result(self) -> Any:
-        return self.sent
-
-
 def test_a_part_read_before_a_writer_appended_is_folded_again_to_where_this_one_read(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -165,7 +148,7 @@ def test_a_part_read_before_a_writer_appended_is_folded_again_to_where_this_one_
     assert sent is not None
     for name in ("late-1", "late-2", "late-3", "late-4"):
         asyncio.run(write_support(uri, name))
-    split = asyncio.run(_every_tree(uri, _Sent(sent)))
+    split = asyncio.run(every_tree(uri, Sent(sent)))
     assert split == _one_process(uri)
     assert {span.attributes.get("agentjournal.session_id") for span in split} >= {
         "late-1",
@@ -213,7 +196,7 @@ def test_an_event_whose_metadata_is_no_json_object_is_skipped_in_one_part_or_two
     second = _trace_all._second_part(uri, _trace_all._as_is)
     assert second is not None
     try:
-        assert asyncio.run(_every_tree(uri, second)) == alone
+        assert asyncio.run(every_tree(uri, second)) == alone
     finally:
         second.close()
     assert capsys.readouterr().err == warned

@@ -104,9 +104,9 @@ def _second_part(
     """A child process folding the second part of the session trees of the SQLite store
     at ``uri`` from the start, its checkpoints checked with ``keys`` trusted
     (:mod:`agentjournal.read.catalog.parts`), should this call fold from the start,
-    when a second core is free and forking is safe; else None (a KurrentDB store: whether
-    it holds a saved catalog would take a gRPC call before the fork, after which the child
-    could not use gRPC)."""
+    when a second core is free and forking is safe; else None (a KurrentDB store: whether it
+    holds a saved catalog would take a gRPC call before the fork, and gRPC does not support a
+    forked child's use of it after the parent's; see DESIGN §14)."""
     from agentjournal._forked import core_to_spare, forked
     from agentjournal.read.catalog import parts  # noqa: F401 (imported once, for both)
     from agentjournal.store import sqlite_path, store_uri
