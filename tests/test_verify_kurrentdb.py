@@ -26,45 +26,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentjournal import Journal
+import pytest
+
 from agentjournal.ledger import SigningKey
 from agentjournal.read.traces.parts import Part
 from agentjournal.testing.kurrentdb_double import ThreadedKurrentDBDouble
+from trace_scenarios import write_support
 
 WORKER = Path(__file__).with_name("kurrentdb_cores_worker.py")
 SESSIONS = ("kurrentdb-two-cores", "kurrentdb-other")
-"""Sessions written before the export: one in each part of the trees."""
+"""Support sessions the Runner writes before the export (a handoff, guardrail decisions, a
+policy's grants, two runs each): one in each part of the trees."""
 LATE = ("late-1", "late-4")
 """Sessions a writer appends after the child read: one in each part of the trees."""
 
 
-def turn(n: int) -> list[Any]:
-    return [
-        {"role": "user", "content": f"Where is order {n}?"},
-        {
-            "type": "function_call",
-            "call_id": f"call_{n}",
-            "name": "lookup_order",
-            "arguments": json.dumps({"order_id": str(n)}),
-        },
-        {"type": "function_call_output", "call_id": f"call_{n}", "output": "shipped"},
-        {
-            "type": "message",
-            "role": "assistant",
-            "id": f"msg_{n}",
-            "status": "completed",
-            "content": [{"type": "output_text", "text": f"Order {n} shipped.", "annotations": []}],
-        },
-    ]
-
-
 async def write(uri: str, key: SigningKey) -> None:
-    async with Journal.open(uri, signing_key=key) as journal:
-        for name in SESSIONS:
-            session = journal.session(name)
-            for n in range(20):
-                await session.add_items(turn(n))
-            await session.checkpoint()
+    for name in SESSIONS:
+        await write_support(uri, name, key)
 
 
 def worker(*args: str) -> dict[str, Any]:
@@ -91,6 +70,7 @@ def both_parts(names: tuple[str, ...]) -> bool:
     return {Part(0, 2).owns(name) for name in names} == {True, False}
 
 
+@pytest.mark.slow
 def test_trace_export_forks_before_grpc_and_exports_what_one_process_does(
     kurrentdb_double: ThreadedKurrentDBDouble,
 ) -> None:
@@ -100,11 +80,12 @@ def test_trace_export_forks_before_grpc_and_exports_what_one_process_does(
     assert found["forks"] == [True]
     assert found["results"] == [True]
     assert found["refolded"] == 0  # the child's part is used as it sent it
-    assert found["spans"] >= len(SESSIONS) * 20  # a span for each tool call at least
+    assert found["spans"] > 10 * len(SESSIONS)
     assert found["sessions"] == sorted(SESSIONS)
     assert found["same"]
 
 
+@pytest.mark.slow
 def test_a_trace_part_read_before_a_writer_appended_is_folded_again_on_kurrentdb(
     kurrentdb_double: ThreadedKurrentDBDouble,
 ) -> None:
@@ -121,6 +102,7 @@ def test_a_trace_part_read_before_a_writer_appended_is_folded_again_on_kurrentdb
     assert found["same"]
 
 
+@pytest.mark.slow
 def test_verify_reads_over_grpc_then_forks_and_prints_the_one_process_report(
     kurrentdb_double: ThreadedKurrentDBDouble, tmp_path: Path
 ) -> None:

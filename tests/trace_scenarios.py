@@ -26,6 +26,7 @@ from agentjournal.cli._demo import _step, add_note, issue_refund, lookup_order, 
 from agentjournal.cli.demo import RULES
 from agentjournal.guardrails.rules import load_rules
 from agentjournal.guardrails.service import running
+from agentjournal.ledger import SigningKey
 
 POLICY = Path(__file__).resolve().parents[1] / "samples" / "policy.yml"
 CONFIG = RunConfig(tracing_disabled=True)
@@ -99,10 +100,14 @@ def support_team() -> Agent[Any]:
     )
 
 
-async def write_support(uri: str, session_id: str) -> None:
-    """Write one support session (two runs) to the store at ``uri``."""
+async def write_support(uri: str, session_id: str, signing_key: SigningKey | None = None) -> None:
+    """Write one support session (two runs) to the store at ``uri``, its ledger signed with
+    ``signing_key`` when one is given."""
     policy = Policy.load(str(POLICY))
-    async with running(load_rules(RULES)) as guardrail, Journal.open(uri) as journal:
+    async with (
+        running(load_rules(RULES)) as guardrail,
+        Journal.open(uri, signing_key=signing_key) as journal,
+    ):
         session = journal.session(
             session_id,
             app_name="trace-test",
