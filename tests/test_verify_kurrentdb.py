@@ -3,15 +3,17 @@ SQLite.
 
 Both fork only where forking is safe: no other Python thread running (a lock another
 thread held would stay held in the child). ``trace export --all`` forks before it opens the
-store, and each process opens its own client; the verifier forks once the tree is read and
-the store closed, when closing its last channel has ended every thread gRPC ran (its poller
-is a Python thread while a channel is open). Each is checked from a process that is only a
-client (``kurrentdb_cores_worker.py``; the double serves from this test's process, as a
-server would from its machine): it forks, the child's result comes back and is used, and
-the output is the one a single process makes — for the export also when a writer appended
-between the child's read and this process's, which the merge by global position (with gaps,
-on KurrentDB) must notice. That the two processes agree on damaged trees is
-``test_verify_parallel*.py``'s and ``test_trace_parts.py``'s, on bundles and SQLite.
+store, and each process opens its own client. ``agentjournal verify`` reads the tree in an
+event loop and verifies it once the loop has ended: gRPC's poller is a Python thread, and a
+call the store's close cancelled can keep it running as long as the loop runs (about one
+run in five, verifying inside the loop); the loop's end ends it. Each is checked from a
+process that is only a client (``kurrentdb_cores_worker.py``; the double serves from this
+test's process, as a server would from its machine): it forks, the child's result comes
+back and is used, and the output is the one a single process makes — for the export also
+when a writer appended between the child's read and this process's, which the merge by
+global position (with gaps, on KurrentDB) must notice. That the two processes agree on
+damaged trees is ``test_verify_parallel*.py``'s and ``test_trace_parts.py``'s, on bundles
+and SQLite.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def test_verify_reads_over_grpc_then_forks_and_prints_the_one_process_report(
     pubkey = tmp_path / "key.pub"
     pubkey.write_text(key.public_pem())
     found = worker("verify", kurrentdb_double.uri, SESSIONS[0], str(pubkey))
-    assert found["threads"] == [["MainThread"]]  # once the store is closed: no gRPC thread
+    assert found["threads"] == [["MainThread"]]  # the command's loop has ended: no gRPC thread
     assert found["forks"] == [True]
     assert found["results"] == [True]
     assert found["codes"] == [0, 0]

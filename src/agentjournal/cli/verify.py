@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from typing import TYPE_CHECKING
 
 from agentjournal.cli._common import (
     STORE_HELP,
@@ -15,6 +16,9 @@ from agentjournal.cli._common import (
     usage,
 )
 from agentjournal.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from agentjournal.records import TreeRecords
 
 
 def register(commands: Commands) -> None:
@@ -33,11 +37,15 @@ def register(commands: Commands) -> None:
     )
     verify.add_argument("--uri", help=STORE_HELP + "; never created")
     add_verification_arguments(verify)
-    verify.set_defaults(run=lambda args: asyncio.run(verify_session(args)))
+    verify.set_defaults(run=verify_session)
 
 
-async def verify_session(args: argparse.Namespace) -> int:
-    """Verify the session tree as it is in the store.
+def verify_session(args: argparse.Namespace) -> int:
+    """Verify the session tree as it is in the store: read in an event loop, verified once
+    the loop has ended. Verification forks a second process for a large tree only where no
+    other thread runs (``audit.verify._parallel``), and on KurrentDB a call the store's close
+    cancelled can keep gRPC's poller thread running as long as the loop runs: the loop's end
+    ends it.
 
     A missing store or session is a usage error (1); anything wrong with what
     is stored, including an event the store cannot even decode, fails (2).
@@ -45,11 +53,27 @@ async def verify_session(args: argparse.Namespace) -> int:
     Raises:
         JournalError: The store cannot be opened or reached (a usage error: 1).
     """
+    from agentjournal.streams import session_stream
+
+    read = asyncio.run(_read_session(args))
+    if isinstance(read, int):
+        return read
+    anchors, records, model = read
+    report = anchors.verify_records(records)
+    report.model_checked(model, session_stream(records.session_id))
+    print(report.text())
+    return 0 if report.ok else 2
+
+
+async def _read_session(
+    args: argparse.Namespace,
+) -> int | tuple[Anchors, TreeRecords, tuple[str, str | None] | None]:
+    """The anchors, the session tree's records and its read model's check (or an eval
+    run's verification, done here: it does not fork); an exit code where reading failed."""
     from agentjournal.audit.verify import Report
     from agentjournal.cli._store import open_session
     from agentjournal.read.replay import check_read_model
     from agentjournal.records import DamagedEvent
-    from agentjournal.streams import session_stream
     from agentjournal.walk import read_tree
 
     try:
@@ -63,7 +87,7 @@ async def verify_session(args: argparse.Namespace) -> int:
     store, session_id = await open_session(args.uri, args.session)
     try:
         records = await read_tree(store, session_id)
-        # The events are verified below; what get_items would replay from a store's read
+        # The events are verified after the loop; what get_items would replay from a store's read
         # model must be exactly what they hold (a model edited by hand is caught here).
         model = await check_read_model(store, session_id)
     except DamagedEvent as bad:
@@ -73,10 +97,7 @@ async def verify_session(args: argparse.Namespace) -> int:
         return 2
     finally:
         await store.close()
-    report = anchors.verify_records(records)
-    report.model_checked(model, session_stream(session_id))
-    print(report.text())
-    return 0 if report.ok else 2
+    return anchors, records, model
 
 
 async def verify_eval_run(args: argparse.Namespace, anchors: Anchors) -> int:
