@@ -4,9 +4,10 @@ SQLite.
 Both fork only where forking is safe: no other Python thread running (a lock another
 thread held would stay held in the child). ``trace export --all`` forks before it opens the
 store, and each process opens its own client. ``agentjournal verify`` reads the tree in an
-event loop and verifies it once the loop has ended: gRPC's poller is a Python thread, and a
-call the store's close cancelled can keep it running as long as the loop runs (about one
-run in five, verifying inside the loop); the loop's end ends it. Each is checked from a
+event loop and verifies it once the loop has ended (collecting what it left in reference
+cycles, if a thread is left): gRPC's poller is a Python thread, and a call the store's close
+cancelled can keep it running while the loop runs (about one run in five, verifying inside
+the loop) and after it until those cycles are collected. Each is checked from a
 process that is only a client (``kurrentdb_cores_worker.py``; the double serves from this
 test's process, as a server would from its machine): it forks, the child's result comes
 back and is used, and the output is the one a single process makes — for the export also

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import threading
 from typing import TYPE_CHECKING
 
 from agentjournal.cli._common import (
@@ -44,8 +46,8 @@ def verify_session(args: argparse.Namespace) -> int:
     """Verify the session tree as it is in the store: read in an event loop, verified once
     the loop has ended. Verification forks a second process for a large tree only where no
     other thread runs (``audit.verify._parallel``), and on KurrentDB a call the store's close
-    cancelled can keep gRPC's poller thread running as long as the loop runs: the loop's end
-    ends it.
+    cancelled can keep gRPC's poller thread running as long as the loop runs, and after it
+    until what it left in reference cycles is collected.
 
     A missing store or session is a usage error (1); anything wrong with what
     is stored, including an event the store cannot even decode, fails (2).
@@ -58,6 +60,10 @@ def verify_session(args: argparse.Namespace) -> int:
     read = asyncio.run(_read_session(args))
     if isinstance(read, int):
         return read
+    if threading.active_count() > 1:
+        # A thread the loop left, kept by what it left in reference cycles: on KurrentDB, gRPC's
+        # poller, by a call the store's close cancelled (its channel freed, the poller ends).
+        gc.collect()
     anchors, records, model = read
     report = anchors.verify_records(records)
     report.model_checked(model, session_stream(records.session_id))
