@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -80,3 +82,23 @@ def test_without_the_kernels_count_the_load_average_stands_in(
     monkeypatch.setattr(_forked, "open", unreadable, raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (1.25, 0.0, 0.0))
     assert _forked.runnable() == 1.25
+
+
+def test_forking_is_unsafe_while_a_thread_outside_threading_runs() -> None:
+    """A library's thread (gRPC's, shutting down after its last channel closed) is not one of
+    Python's ``threading`` threads, yet a fork waits in its fork handler; the kernel counts it."""
+    before, known = _forked.threads(), threading.active_count()
+    stop = _thread.allocate_lock()
+    stop.acquire()
+    _thread.start_new_thread(stop.acquire, ())  # an OS thread threading does not know of
+    try:
+        assert threading.active_count() == known
+        assert _forked.threads() == before + 1
+        assert not _forked.forking_safe()
+        assert not _forked.wait_alone(0.01)
+    finally:
+        stop.release()
+    deadline = time.monotonic() + 5
+    while _forked.threads() > before and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert _forked.threads() == before

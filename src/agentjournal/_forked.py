@@ -33,10 +33,35 @@ def core_to_spare() -> bool:
 
 def forking_safe() -> bool:
     """Whether this process may fork a child that runs Python: on Linux, with no other
-    thread running (a lock another thread holds would stay held in the child)."""
+    thread running, Python's or any library's (a lock another thread holds would stay held
+    in the child, and a library's fork handler may wait for its threads: gRPC's, while they
+    shut down after a channel closed, for ever)."""
     return (
-        sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
+        sys.platform.startswith("linux")
+        and hasattr(os, "fork")
+        and threading.active_count() == 1
+        and threads() == 1
     )
+
+
+def threads() -> int:
+    """How many threads this process runs, Python's and any library's (the kernel's count;
+    1 where it cannot be read, as Python's own count then decides)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def wait_alone(within: float) -> bool:
+    """Wait up to ``within`` seconds for every thread but this one to end (the ones a
+    library left shutting down, such as gRPC's after a channel closed); whether they did."""
+    deadline = time.monotonic() + within
+    while threading.active_count() > 1 or threads() > 1:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.0005)
+    return True
 
 
 def idle_cores() -> float:

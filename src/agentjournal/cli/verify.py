@@ -7,7 +7,7 @@ import argparse
 import asyncio
 import gc
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from agentjournal.cli._common import (
     STORE_HELP,
@@ -42,12 +42,18 @@ def register(commands: Commands) -> None:
     verify.set_defaults(run=verify_session)
 
 
+_THREADS_END: Final = 0.05
+"""How long (seconds) the command waits, after its loop, for the threads a store's library
+left shutting down (gRPC's end within a few milliseconds of the last channel)."""
+
+
 def verify_session(args: argparse.Namespace) -> int:
     """Verify the session tree as it is in the store: read in an event loop, verified once
     the loop has ended. Verification forks a second process for a large tree only where no
     other thread runs (``audit.verify._parallel``), and on KurrentDB a call the store's close
     cancelled can keep gRPC's poller thread running as long as the loop runs, and after it
-    until what it left in reference cycles is collected.
+    until what it left in reference cycles is collected; gRPC's own threads end a few
+    milliseconds after that.
 
     A missing store or session is a usage error (1); anything wrong with what
     is stored, including an event the store cannot even decode, fails (2).
@@ -55,6 +61,7 @@ def verify_session(args: argparse.Namespace) -> int:
     Raises:
         JournalError: The store cannot be opened or reached (a usage error: 1).
     """
+    from agentjournal._forked import wait_alone
     from agentjournal.streams import session_stream
 
     read = asyncio.run(_read_session(args))
@@ -64,6 +71,10 @@ def verify_session(args: argparse.Namespace) -> int:
         # A thread the loop left, kept by what it left in reference cycles: on KurrentDB, gRPC's
         # poller, by a call the store's close cancelled (its channel freed, the poller ends).
         gc.collect()
+    # gRPC's own threads end a few milliseconds after its last channel: a fork before that
+    # would wait in gRPC's fork handler for ever, so the verifier forks only once they have
+    # (else it verifies on one process).
+    wait_alone(_THREADS_END)
     anchors, records, model = read
     report = anchors.verify_records(records)
     report.model_checked(model, session_stream(records.session_id))
