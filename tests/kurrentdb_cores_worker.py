@@ -4,18 +4,20 @@
 The server (a test double) is another process's, so this one is only a client, as an
 application's is; it prints one JSON line of what happened:
 
-- ``export URI``: ``trace export --all`` in two parts (the child forked before any gRPC, as
-  the command forks it), then in one;
-- ``appended URI NAME...``: the same, but a writer appends a session for each NAME after the
-  child sent its part and before this process reads its own;
+- ``export URI FILE``: ``agentjournal trace export --all --jsonl FILE`` as the command line
+  runs it, and the same spans' lines from one process;
+- ``appended URI NAME...``: the export's two parts driven here, a writer appending a session
+  for each NAME after the child sent its part and before this process reads its own;
 - ``verify URI SESSION PUBKEY_FILE``: ``agentjournal verify`` as the command line runs it, on
-  one process and then four times on two.
+  one process and then :data:`RUNS` times on two.
 
-Every fork the commands make is counted, with whether the child's result came back; what was
-folded again here because the child's part ended elsewhere (``until``); and, for
-``verify``, the Python threads running when the verifier decided whether forking is safe.
-Whatever machine load there is, a second core counts as free (forking is still only where it
-is safe). The children are reaped before the line is printed.
+Counted: every fork and whether the child's result came back; every part of the trees folded
+here that was the child's (the parent refolding it); every view the verifier checked here
+(the child checks them all when it runs); the threads running, Python's by name, and the
+kernel's count, each time a command judged whether a second core is free. That judgement
+keeps its rules (two cores this process may use, no other thread) but the machine's load,
+and the verifier forks for a tree of any size. The children are reaped before the line is
+printed, and whether any is left is the kernel's answer.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from agentjournal import Journal, _forked
@@ -34,19 +38,20 @@ from agentjournal.audit.verify import _parallel
 from agentjournal.cli import _trace_all, main
 from two_parts import Sent, every_tree
 
+RUNS = 4
+"""How many times ``verify`` runs the command on two processes (a thread a library left
+running keeps it on one process in some runs, not in all)."""
+
 forks: list[bool] = []  # each fork: whether a child runs
 results: list[bool] = []  # each child's result: whether it came back
-refolded: list[int] = []  # each part folded here up to another process's end
-threads: list[list[str]] = []  # the Python threads when the verifier judged forking safe
+refolded: list[Any] = []  # each of the child's parts folded here, and up to where
+viewed: list[int] = []  # each check of views here, the verifier's (the child's, when it runs)
+judged: list[tuple[list[str], int]] = []  # Python's threads and the kernel's count, each time
 
 
 def spy() -> None:
-    real_forked, real_result, real_project = (
-        _forked.forked,
-        _forked.Child.result,
-        _trace_all._project,
-    )
-    real_safe = _forked.forking_safe
+    real_forked, real_result = _forked.forked, _forked.Child.result
+    real_project, real_views = _trace_all._project, _parallel._views
 
     def forked(work: Any) -> Any:
         child = real_forked(work)
@@ -58,46 +63,54 @@ def spy() -> None:
         results.append(sent is not None)
         return sent
 
-    def project(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("until") is not None:
-            refolded.append(kwargs["until"])
-        return real_project(*args, **kwargs)
+    def project(store: Any, part: Any, *args: Any, **kwargs: Any) -> Any:
+        if part is not None and part.index == 1:
+            refolded.append(kwargs.get("until"))
+        return real_project(store, part, *args, **kwargs)
 
-    def forking_safe() -> bool:
-        threads.append(sorted(thread.name for thread in threading.enumerate()))
-        return real_safe()
+    def views(*args: Any) -> Any:
+        viewed.append(1)
+        return real_views(*args)
+
+    def core_to_spare() -> bool:
+        judged.append((sorted(t.name for t in threading.enumerate()), _forked.threads()))
+        return len(os.sched_getaffinity(0)) >= 2 and _forked.forking_safe()
 
     _forked.forked, _forked.Child.result = forked, result  # type: ignore[method-assign]
-    _trace_all._project = project
-    _forked.core_to_spare = real_safe  # whatever the load: only the safety rule
-    _parallel.forking_pays = lambda events: forking_safe()
+    _trace_all._project, _parallel._views = project, views  # type: ignore[assignment]
+    _forked.core_to_spare = core_to_spare
 
 
-def export(uri: str, late: list[str]) -> dict[str, Any]:
+def export(uri: str, file: str) -> dict[str, Any]:
+    """The command's export, beside one process's."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["trace", "export", "--all", "--jsonl", file, "--uri", uri])
+    alone = asyncio.run(every_tree(uri, None, _trace_all._lines()))
+    return {
+        "code": code,
+        "same": Path(file).read_text() == "".join(line for _, line in alone),
+        **_spanned(alone),
+    }
+
+
+def appended(uri: str, late: list[str]) -> dict[str, Any]:
+    """The export's two parts with a writer between them, beside one process's."""
     lines = _trace_all._lines()
     second = _trace_all._second_part(uri, lines)  # before any gRPC, as the command forks it
-    if late:
-        try:
-            sent = second.result() if second is not None else None
-        finally:
-            if second is not None:
-                second.close()
-        asyncio.run(append(uri, late))
-        split = asyncio.run(every_tree(uri, Sent(sent), lines))
-    else:
-        try:
-            split = asyncio.run(every_tree(uri, second, lines))
-        finally:
-            if second is not None:
-                second.close()
+    try:
+        sent = second.result() if second is not None else None
+    finally:
+        if second is not None:
+            second.close()
+    asyncio.run(append(uri, late))
+    split = asyncio.run(every_tree(uri, Sent(sent), lines))
     alone = asyncio.run(every_tree(uri, None, lines))
-    return {
-        "spans": len(alone),
-        "same": split == alone,
-        "sessions": sorted(
-            {json.loads(line)["attributes"].get("agentjournal.session_id") for _, line in alone}
-        ),
-    }
+    return {"same": split == alone, **_spanned(alone)}
+
+
+def _spanned(lines: list[Any]) -> dict[str, Any]:
+    sessions = {json.loads(line)["attributes"].get("agentjournal.session_id") for _, line in lines}
+    return {"spans": len(lines), "sessions": sorted(sessions)}
 
 
 async def append(uri: str, names: list[str]) -> None:
@@ -113,12 +126,10 @@ async def append(uri: str, names: list[str]) -> None:
 
 
 def verify(uri: str, session: str, pubkey: str) -> dict[str, Any]:
-    """The command on one process, then ``RUNS`` times on two (a thread gRPC left running
-    would keep it on one in some of them)."""
+    """The command on one process (a tree too small to fork for), then on two."""
     printed = []
-    spied = _parallel.forking_pays
-    for pays in (lambda events: False, *[spied] * RUNS):
-        _parallel.forking_pays = pays
+    for least in (10**9, *[0] * RUNS):
+        _parallel.MIN_EVENTS = least  # type: ignore[misc]
         with contextlib.redirect_stdout(io.StringIO()) as out:
             code = main(["verify", session, "--uri", uri, "--pubkey", pubkey])
         printed.append((code, out.getvalue()))
@@ -129,14 +140,17 @@ def verify(uri: str, session: str, pubkey: str) -> dict[str, Any]:
     }
 
 
-RUNS = 4
-
-
-def reaped() -> None:
+def reaped() -> bool:
+    """Whether every child has ended and been reaped (the kernel says: none is left)."""
     deadline = time.monotonic() + 30
     while _forked._ended and time.monotonic() < deadline:
         time.sleep(0.01)
         _forked.reap()
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
 
 
 if __name__ == "__main__":
@@ -144,18 +158,21 @@ if __name__ == "__main__":
     spy()
     if mode == "verify":
         found = verify(uri, *rest)
+    elif mode == "export":
+        found = export(uri, *rest)
     else:
-        found = export(uri, rest if mode == "appended" else [])
-    reaped()
+        found = appended(uri, rest)
+    alone = reaped()
     print(
         json.dumps(
             {
                 **found,
                 "forks": forks,
                 "results": results,
-                "refolded": len(refolded),
-                "threads": threads,
-                "left": len(_forked._ended),
+                "refolded": refolded,
+                "viewed here": len(viewed),
+                "judged": judged,
+                "reaped": alone,
             }
         )
     )
