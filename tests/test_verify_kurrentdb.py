@@ -1,8 +1,9 @@
 """On KurrentDB, ``trace export --all`` and ``agentjournal verify`` use the second core as on
 SQLite.
 
-Both fork only where forking is safe: no other Python thread running (a lock another
-thread held would stay held in the child). ``trace export --all`` forks before it opens the
+Both fork only where forking is safe: no other thread running, Python's or any library's
+(the kernel's count: a lock another thread held would stay held in the child, and gRPC's fork
+handler waits for its threads). ``trace export --all`` forks before it opens the
 store, and each process opens its own client. ``agentjournal verify`` reads the tree in an
 event loop and verifies it once the loop has ended (collecting what it left in reference
 cycles, if a thread is left): gRPC's poller is a Python thread, and a call the store's close
@@ -61,10 +62,12 @@ def worker(*args: str) -> dict[str, Any]:
     try:
         out, err = process.communicate(timeout=120)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         raise
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # a child the worker left, if any
     assert process.returncode == 0, err
     found: dict[str, Any] = json.loads(out.splitlines()[-1])
     assert found["reaped"]  # no child left
