@@ -69,16 +69,15 @@ def verify_session(args: argparse.Namespace) -> int:
     read = asyncio.run(_read_session(args))
     if isinstance(read, int):
         return read
-    if threading.active_count() > 1:
-        # A thread the loop left, kept by what it left in reference cycles: on KurrentDB, gRPC's
-        # poller, by a call the store's close cancelled (its channel freed, the poller ends).
-        gc.collect()
     anchors, records, model = read
     if sum(map(len, records.streams.values())) >= MIN_EVENTS:
-        # A tree the verifier may fork for: gRPC's own threads end after its last channel
-        # (within a millisecond, tens under load), and a fork before that would wait in gRPC's
-        # fork handler for ever, so the verifier forks only once they have (else it verifies
-        # on one process).
+        # A tree the verifier may fork for, where no other thread runs. On KurrentDB a call the
+        # store's close cancelled keeps gRPC's poller running until the reference cycles the
+        # loop left are collected; gRPC's own threads end after its last channel (within a
+        # millisecond, tens under load), and a fork before that would wait in gRPC's fork
+        # handler for ever: the verifier forks only once they have (else on one process).
+        if threading.active_count() > 1:
+            gc.collect()
         wait_alone(_THREADS_END)
     report = anchors.verify_records(records)
     report.model_checked(model, session_stream(records.session_id))
