@@ -50,11 +50,9 @@ milliseconds under load)."""
 
 def verify_session(args: argparse.Namespace) -> int:
     """Verify the session tree as it is in the store: read in an event loop, verified once
-    the loop has ended. Verification forks a second process for a large tree only where no
-    other thread runs (``audit.verify._parallel``), and on KurrentDB a call the store's close
-    cancelled can keep gRPC's poller thread running as long as the loop runs, and after it
-    until what it left in reference cycles is collected; gRPC's own threads end after that
-    (within a millisecond, usually).
+    the loop has ended and, for a tree large enough to fork for, its threads with it
+    (verification forks a second process only where no other thread runs:
+    ``audit.verify._parallel``).
 
     A missing store or session is a usage error (1); anything wrong with what
     is stored, including an event the store cannot even decode, fails (2).
