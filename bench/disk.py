@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from _common import run_publishing, table
+from _disk_floors import floors
 from _stores import disk_bytes, item_store
 from agentjournal.store.sqlite._stored import Unpacker
 
@@ -89,6 +90,10 @@ async def run(sessions: int, rebuild: bool) -> list[list[str]]:
                 [f"  {name}: stored (as written)", "", f"{stored / store.items:,.0f}", "", ""]
             )
             rows[-1][1] = f"({written / store.items:,.0f})"
+        if not compress:
+            for name, size in floors(store.ours):
+                per = size / store.items
+                rows.append([f"  floor: {name}", "", f"{per:,.0f}", f"{per / per_sdk:.2f}", ""])
         print(
             f"{store.events:,} events, {form}: files after a checkpoint: ours "
             f"{ours / 1e6:,.1f} MB, SQLiteSession {sdk / 1e6:,.1f} MB"

@@ -31,6 +31,7 @@ from typing import Any
 from agents import SQLiteSession
 
 from _common import run_publishing, table
+from _disk_floors import floors
 from agentjournal import Journal
 from agentjournal.store.sqlite._stored import Unpacker
 from ledger import turn
@@ -169,6 +170,11 @@ async def run(sessions: int) -> list[list[str]]:
                 f"{file_bytes(path) / items:,.0f}",
                 "",
             ]
+        )
+    for name, size in floors(plain):
+        ratio = size / sdk_bytes
+        rows.append(
+            [f"  floor, stored as given: {name} (ratio {ratio:.2f})", f"{size / items:,.0f}", ""]
         )
     rows.extend(breakdown(ours, items))
     shutil.rmtree(directory)
