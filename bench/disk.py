@@ -9,7 +9,8 @@ stored as the runner stores a session (events, read model rows); beside it the S
 after ``PRAGMA wal_checkpoint(TRUNCATE)``, over the items stored, for the store as it
 writes by default (every value as given) and opened with ``?compress=zstd`` (zstd with a
 dictionary); the rows under each total say where our bytes are (SQLite's ``dbstat``: each
-table and index, pages), and the text columns as stored beside them as written.
+table and index, pages), and the text columns as stored beside them as written; under the
+default form, its floors (``bench/_disk_floors.py``), each change measured on a copy.
 
 Target: at most 2x the SDK's bytes per item.
 """

@@ -11,7 +11,9 @@ store writes by default (every value as given) and opened with ``?compress=zstd`
 the compressed file's bytes go: each table and index (SQLite's ``dbstat``: pages, payload), and
 the columns that hold text, as stored (zstd with a dictionary: the store's stored form) and as
 written: the events' data and metadata, and inside the data the SDK's raw item kept for exact
-replay (``extensions.openai.item_json``); the read model's item rows.
+replay (``extensions.openai.item_json``); the read model's item rows. Beside the default
+form, its floors: the file's bytes after each change its stored form could make, measured on a
+copy (``bench/_disk_floors.py``).
 
 Target: at most 2x the SDK's bytes per item.
 """
