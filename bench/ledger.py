@@ -36,7 +36,12 @@ key, exported as a bundle, and then, round by round:
   to the verifier's own (untimed). The signatures are checked over their signed bytes,
   decoded beforehand; the checks after integrity (containment, the tree's twins,
   approvals, the checkpoints' decoding and coverage) are not in it: it is the least of
-  what verify does.
+  what verify does;
+- **floor: least integrity + our checks after it**: the least verifier's reading, chains
+  and views, then the verifier's own checks after integrity as they are (the checkpoints'
+  signatures among them), on the records and markers it made beforehand (untimed): what a
+  verifier whose integrity stage cost the least's would take, its checks after integrity
+  unchanged.
 
 Throughput is events per second; the ratio is ours / raw (higher is better). The CPU
 ratio counts the CPU of every process a case ran, the forked child's included (so on two
@@ -66,9 +71,11 @@ import orjson
 from _common import run_publishing, table
 from agentjournal import Journal, _forked
 from agentjournal._forked import forking_safe
+from agentjournal._gc import no_collection
 from agentjournal.audit.export import export_bundle
-from agentjournal.audit.verify import Report, verify_bundle
-from agentjournal.audit.verify._integrity import check_chain
+from agentjournal.audit.verify import Report, _after_integrity, verify_bundle
+from agentjournal.audit.verify._integrity import Markers, check_chain
+from agentjournal.audit.verify._parallel import check_integrity
 from agentjournal.audit.verify._parse import bundle_records
 from agentjournal.engine.sealing import seal_event
 from agentjournal.events import REDACTED_KEY, TOOL_RULE_KEY, VIEWED_KEY
@@ -394,6 +401,34 @@ def main(argv: list[str]) -> int:
         least_views(read)
         check_signatures()
 
+    # Our checks after integrity as they are (the checkpoints' signatures among them), on
+    # the records and markers verify made (untimed), after the least's integrity stage.
+    tree = bundle_records(bundle)
+    streams = {name: list(events) for name, events in tree.streams.items()}
+    markers: Markers = {}
+    checked = Report()
+    check_integrity(checked, streams, markers, workers=1)
+    assert not checked.problems, checked.text()
+    assert markers, "no tool call's marker"
+
+    def least_then_ours() -> None:
+        read = least_read(bundle)
+        least_chain(read)
+        least_views(read)
+        after = Report()
+        with no_collection():
+            _after_integrity(
+                after,
+                tree.session_id,
+                streams,
+                markers,
+                trusted,
+                allow_uncovered=False,
+                not_before=None,
+                policy=None,
+            )
+        assert after.ok, after.text()
+
     stream, revision, id_, type_, data, metadata, prev, stored = sealing[-1]
     assert seal_event(stream, revision, id_, type_, data, dict(metadata), prev) == stored
     sides = {
@@ -405,6 +440,7 @@ def main(argv: list[str]) -> int:
         "floor: least chain": lambda: least_chain(least),
         f"floor: + {len(signatures)} signatures": least_and_signatures,
         f"floor: least verifier, + read, + {views} views": least_verifier,
+        "floor: least integrity + our checks after it": least_then_ours,
     }
     times: dict[str, list[float]] = {name: [] for name in sides}
     cpu: dict[str, list[float]] = {name: [] for name in sides}

@@ -73,6 +73,7 @@ def test_ledger_benchmark_runs() -> None:
     assert "floor: least chain" in out
     assert "signatures" in out
     assert "floor: least verifier, + read, + 50 views" in out  # its views checked equal first
+    assert "floor: least integrity + our checks after it" in out  # they pass, or it fails
 
 
 def test_codec_benchmark_runs() -> None:
