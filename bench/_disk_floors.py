@@ -2,13 +2,15 @@
 could make, measured on a copy of the file.
 
 Each change is applied to a scratch copy on top of the ones before, and the copy is vacuumed
-and measured as the store's files are (``bench/_stores.disk_bytes``):
+and measured as the store's files are (``bench/_stores.disk_bytes``), from the copy vacuumed
+with nothing changed (what vacuuming alone saves is no change's):
 
 - *the raw item only where needed*: the SDK's item kept for exact replay
   (``extensions.openai.item_json``) left out of every event whose canonical fields rebuild it
   exactly — a template of the item's shape, filled from the fields, printing the very text kept,
   checked event by event (the codec's rebuild today, for other writers' events, prints keys in
-  another order and the easy-message form); the others keep it;
+  another order and the easy-message form); the others keep it (a writer built so would also
+  record which template it used, a byte an event not counted here);
 - *compact metadata*: each event's metadata in a binary form that decodes back to the very bytes
   written (checked row by row): ``aj.seq`` and ``aj.prev`` left out where they are the row's
   revision and the hash of the row before it, digests and other hex as bytes, UUIDs as 16
@@ -18,9 +20,12 @@ and measured as the store's files are (``bench/_stores.disk_bytes``):
   ``?compress=zstd`` keeps it (zstd with the dictionary of the source), the events as above;
 - *no read model*: the read model's rows deleted, the floor of any change to the read model
   (which cold reads need: "Disk form" says what storing it otherwise costs them);
-- *only the events that hold items*: every other event deleted (sessions started, model
-  responses, subagents' twins, checkpoints): not a design, but what is left when the store keeps
-  what the SDK's keeps, so the bytes above it are those of the records the SDK does not keep.
+- *only the events that hold items*, on a second copy: every event that holds no item deleted
+  first (sessions started, model responses, subagents' twins but the handoff calls', and
+  checkpoints), then the raw items and the metadata as above and no read model (an event whose
+  stream's previous event was deleted keeps its ``aj.prev`` whole): not a design, but what is
+  left when the store keeps what the SDK's keeps, so the bytes above it are those of the
+  records the SDK does not keep.
 
 Nothing here is a stored form the store writes or reads: these are measurements of how far each
 design in ``bench/RESULTS.md`` ("Disk form") would go, on the very events a store holds.
@@ -28,6 +33,7 @@ design in ``bench/RESULTS.md`` ("Disk form") would go, on the very events a stor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -61,16 +67,12 @@ _DERIVED, _DIGEST, _INTEGER, _BYTES, _ID, _INSTANT, _TEXT = range(7)
 
 def floors(path: Path) -> Iterator[tuple[str, int]]:
     """Yield each change's name and the bytes of a copy of ``path`` (a store written as
-    given) after it and the changes before it."""
+    given) after it and the changes before it, the copy vacuumed and unchanged first."""
     folder = Path(tempfile.mkdtemp(prefix="agentjournal-disk-floors-"))
     try:
-        copy = folder / "floor.db"
         disk_bytes(path)  # checkpoints the WAL into the file
-        shutil.copyfile(path, copy)
-        db = sqlite3.connect(copy, isolation_level=None)
-        try:
-            if db.execute("SELECT count(*) FROM events WHERE dictionary IS NOT NULL").fetchone()[0]:
-                raise ValueError(f"{path}: the floors are of the form stored as given")
+        with _copy(path, folder / "floor.db") as (db, copy):
+            yield "vacuumed, nothing changed", _vacuumed(db, copy)
             left_out, events = _raw_items_where_needed(db)
             yield (
                 f"the raw item only where needed ({left_out:,} of {events:,} left out)",
@@ -82,13 +84,32 @@ def floors(path: Path) -> Iterator[tuple[str, int]]:
             yield "+ the read model's texts compressed", _vacuumed(db, copy)
             db.execute("DELETE FROM items")
             yield "+ no read model (the floor of any change to it)", _vacuumed(db, copy)
-            types = ", ".join(f"'{name}'" for name in sorted(ITEM_EVENT_TYPES))
-            db.execute(f"DELETE FROM events WHERE type NOT IN ({types})")
+        # The same changes on a copy that keeps only the events holding an item (each links
+        # its stream's previous one kept, or its aj.prev is stored whole).
+        with _copy(path, folder / "items-only.db") as (db, copy):
+            db.execute(
+                "DELETE FROM events WHERE type NOT IN "
+                f"({', '.join('?' for _ in ITEM_EVENT_TYPES)}) AND instr(data, 'item_json') = 0",
+                sorted(ITEM_EVENT_TYPES),
+            )
+            db.execute("DELETE FROM items")
+            _raw_items_where_needed(db)
+            _compact_metadata(db)
             yield "+ only the events that hold items (what the SDK keeps)", _vacuumed(db, copy)
-        finally:
-            db.close()
     finally:
         shutil.rmtree(folder)
+
+
+@contextlib.contextmanager
+def _copy(path: Path, copy: Path) -> Iterator[tuple[sqlite3.Connection, Path]]:
+    shutil.copyfile(path, copy)
+    db = sqlite3.connect(copy, isolation_level=None)
+    try:
+        if db.execute("SELECT count(*) FROM events WHERE dictionary IS NOT NULL").fetchone()[0]:
+            raise ValueError(f"{path}: the floors are of the form stored as given")
+        yield db, copy
+    finally:
+        db.close()
 
 
 def _vacuumed(db: sqlite3.Connection, path: Path) -> int:
@@ -102,10 +123,12 @@ def _raw_items_where_needed(db: sqlite3.Connection) -> tuple[int, int]:
     left_out = events = 0
     db.execute("BEGIN")
     for position, type_, data in db.execute(
-        "SELECT position, type, data FROM events WHERE instr(data, ?) > 0", (_EXTENSION,)
+        "SELECT position, type, data FROM events WHERE instr(data, 'item_json') > 0"
     ).fetchall():
-        extensions = orjson.loads(data).get("extensions")
-        kept = extensions.get("openai", {}).get("item_json") if extensions else None
+        body = orjson.loads(data)
+        extensions = body.get("extensions") if isinstance(body, dict) else None
+        openai = extensions.get("openai") if isinstance(extensions, dict) else None
+        kept = openai.get("item_json") if isinstance(openai, dict) else None
         if not isinstance(kept, str):
             continue
         events += 1
@@ -227,8 +250,13 @@ def _kind(key: str, value: str, derived: dict[str, str]) -> int:
         return _BYTES
     if _UUID.fullmatch(value):
         return _ID
-    if _TIME.fullmatch(value) and _time_text(_micros(value)) == value:
-        return _INSTANT
+    if _TIME.fullmatch(value):
+        try:
+            micros = _micros(value)
+        except ValueError:  # a leap second, a month 13: kept as text
+            return _TEXT
+        if micros >= 0 and _time_text(micros) == value:
+            return _INSTANT
     return _TEXT
 
 
