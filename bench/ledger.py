@@ -37,12 +37,12 @@ key, exported as a bundle, and then, round by round:
   decoded beforehand; the checks after integrity (containment, the tree's twins,
   approvals, the checkpoints' decoding and coverage) are not in it: it is the least of
   what verify does;
-- **floor: least integrity + our records and checks after it**: the least verifier's
-  reading, chains and views, then the records the verifier's checks after integrity read
-  (built without their forms checked again) and those checks as they are (the checkpoints'
-  signatures among them; their report checked to be the verifier's), handed the call markers
-  the verifier's views made (beforehand, untimed): what a verifier whose integrity stage cost
-  the least's would take, its checks after integrity unchanged.
+- **floor: least integrity + our checks after it**: the least verifier's reading, chains and
+  views, then the verifier's own checks after integrity as they are (the checkpoints'
+  signatures among them; their report checked to be the verifier's), given the records they
+  read and the call markers the verifier's views made (both beforehand, untimed): a lower
+  bound of any verifier that keeps those checks as they are, which would also have to build
+  the records.
 
 Throughput is events per second; the ratio is ours / raw (higher is better). The CPU
 ratio counts the CPU of every process a case ran, the forked child's included (so on two
@@ -403,21 +403,15 @@ def main(argv: list[str]) -> int:
         check_signatures()
 
     # Our checks after integrity as they are (the checkpoints' signatures among them), after
-    # the least's integrity stage, on records built in the round (the checks read records);
-    # the call markers our views made (untimed), handed to the round's records by place.
+    # the least's integrity stage, given the records they read and the call markers our views
+    # made (both made here, untimed): a lower bound of any verifier that keeps those checks.
     tree = bundle_records(bundle)
     streams = {name: list(events) for name, events in tree.streams.items()}
     markers: Markers = {}
     checked = Report()
     check_integrity(checked, streams, markers, workers=1)
     assert not checked.problems, checked.text()
-    marked = {
-        (name, at): markers[id(event)]
-        for name, events in streams.items()
-        for at, event in enumerate(events)
-        if id(event) in markers
-    }
-    assert marked, "no tool call's marker"
+    assert markers, "no tool call's marker"
     whole = verify_bundle(bundle, trusted, workers=1).lines  # what the round's checks must say
     expected = whole[next(i for i, line in enumerate(whole) if line.startswith("integrity:")) + 1 :]
     assert expected, "no check after integrity reported"
@@ -426,16 +420,13 @@ def main(argv: list[str]) -> int:
         read = least_read(bundle)
         least_chain(read)
         least_views(read)
+        after = Report()
         with no_collection():
-            records = bundle_records(bundle)  # their forms checked by the least's reading
-            streams = {name: list(events) for name, events in records.streams.items()}
-            handed = {id(streams[name][at]): marker for (name, at), marker in marked.items()}
-            after = Report()
             _after_integrity(
                 after,
-                records.session_id,
+                tree.session_id,
                 streams,
-                handed,
+                markers,
                 trusted,
                 allow_uncovered=False,
                 not_before=None,
@@ -455,7 +446,7 @@ def main(argv: list[str]) -> int:
         "floor: least chain": lambda: least_chain(least),
         f"floor: + {len(signatures)} signatures": least_and_signatures,
         f"floor: least verifier, + read, + {views} views": least_verifier,
-        "floor: least integrity + our records and checks after it": least_then_ours,
+        "floor: least integrity + our checks after it": least_then_ours,
     }
     times: dict[str, list[float]] = {name: [] for name in sides}
     cpu: dict[str, list[float]] = {name: [] for name in sides}
