@@ -68,6 +68,7 @@ _DERIVED, _DIGEST, _INTEGER, _BYTES, _ID, _INSTANT, _TEXT = range(7)
 def floors(path: Path) -> Iterator[tuple[str, int]]:
     """Yield each change's name and the bytes of a copy of ``path`` (a store written as
     given) after it and the changes before it, the copy vacuumed and unchanged first."""
+    _check_compact_form()
     folder = Path(tempfile.mkdtemp(prefix="agentjournal-disk-floors-"))
     try:
         disk_bytes(path)  # checkpoints the WAL into the file
@@ -95,7 +96,11 @@ def floors(path: Path) -> Iterator[tuple[str, int]]:
             db.execute("DELETE FROM items")
             _raw_items_where_needed(db)
             _compact_metadata(db)
-            yield "+ only the events that hold items (what the SDK keeps)", _vacuumed(db, copy)
+            kept = db.execute("SELECT count(*) FROM events").fetchone()[0]
+            yield (
+                f"+ only the events that hold items (what the SDK keeps: {kept:,} events)",
+                _vacuumed(db, copy),
+            )
     finally:
         shutil.rmtree(folder)
 
@@ -199,6 +204,39 @@ def _templates(type_: str, doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
             "status": "completed",
             "content": [part],
         }
+
+
+def _check_compact_form() -> None:
+    """The compact metadata decodes back to the very bytes of values that only look like the
+    kinds it packs (before any row is measured)."""
+    values = [
+        "0",
+        "00",
+        "007",
+        "-1",
+        "0x1",
+        "1" * 19,
+        "ABCDEF01",
+        "abc",
+        "a" * 64,
+        "A" * 64,
+        "",
+        "é ünïcode",
+        "1969-12-31T23:59:59.999999Z",
+        "2016-12-31T23:59:60.000000Z",
+        "2026-13-01T00:00:00.000000Z",
+        "2026-12-06T21:00:00.000000Z",
+        "fe6e6bc8-bdb6-5d9d-80b4-3e2560248458",
+        "FE6E6BC8-BDB6-5D9D-80B4-3E2560248458",
+    ]
+    fields = {f"key{n}": value for n, value in enumerate(values)}
+    fields.update({_SEQ: "00", _PREV: "f" * 64})
+    derived = {_SEQ: "0", _PREV: _NO_PREV}
+    codes: dict[tuple[str, int], int] = {}
+    packed = _pack(fields, derived, codes)
+    fields_of = {code: field for field, code in codes.items()}
+    if _unpack(packed, derived, fields_of) != encode_metadata(fields):
+        raise AssertionError("the compact form does not decode its edge cases back")
 
 
 def _compressed_read_model(db: sqlite3.Connection) -> None:
