@@ -51,7 +51,7 @@ from _stores import disk_bytes
 from agentjournal.engine.codec import exact_json
 from agentjournal.events import ITEM_EVENT_TYPES
 from agentjournal.store._append import encode_metadata
-from agentjournal.store.sqlite._stored import Packer, writing_dictionary
+from agentjournal.store.sqlite._stored import DICTIONARY, Packer, writing_dictionary
 
 _EXTENSION = b', "extensions": {"openai": {"item_json": '
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -241,9 +241,8 @@ def _check_compact_form() -> None:
 
 def _compressed_read_model(db: sqlite3.Connection) -> None:
     """Store the read model's item texts as a compressing store does."""
-    dictionary = writing_dictionary(db)
-    content = db.execute("SELECT content FROM dictionaries WHERE id = ?", (dictionary,)).fetchone()
-    pack_text = Packer(dictionary, content[0]).pack_text
+    content = DICTIONARY.encode("utf-8")
+    pack_text = Packer(writing_dictionary(db, content), content).pack_text
     db.execute("BEGIN")
     for tree, index, item in db.execute("SELECT tree, idx, item FROM items").fetchall():
         db.execute(
@@ -257,6 +256,7 @@ def _compact_metadata(db: sqlite3.Connection) -> None:
     """Store every event's metadata in the compact form, each checked to decode back to
     the bytes written."""
     codes: dict[tuple[str, int], int] = {}
+    fields_of: dict[int, tuple[str, int]] = {}
     previous: dict[int, str] = {}
     db.execute("BEGIN")
     for position, stream, revision, metadata in db.execute(
@@ -265,7 +265,9 @@ def _compact_metadata(db: sqlite3.Connection) -> None:
         fields = orjson.loads(metadata)
         derived = {_SEQ: str(revision), _PREV: previous.get(stream, _NO_PREV)}
         packed = _pack(fields, derived, codes)
-        if _unpack(packed, derived, {code: field for field, code in codes.items()}) != metadata:
+        if len(fields_of) != len(codes):  # a key or kind first seen here
+            fields_of = {code: field for field, code in codes.items()}
+        if _unpack(packed, derived, fields_of) != metadata:
             raise AssertionError(f"event {position}: the compact form does not decode back")
         db.execute("UPDATE events SET metadata = ? WHERE position = ?", (packed, position))
         previous[stream] = fields.get("aj.hash", "")

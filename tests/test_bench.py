@@ -76,14 +76,9 @@ def test_ledger_benchmark_runs() -> None:
     assert "floor: least verifier, + read, + 50 views" in out  # its views checked equal first
     # The least verifier's work and then our checks after integrity (their report must be
     # the verifier's, or the benchmark fails): more work than the least verifier's alone.
-    rates = {
-        name: int(rate.replace(",", ""))
-        for name, rate, *_ in (
-            re.split(r"\s{2,}", line) for line in out.splitlines() if line.startswith("floor: ")
-        )
-    }
-    ours = rates["floor: least integrity + our checks after it"]
-    assert ours < rates["floor: least verifier, + read, + 50 views"]
+    rates = _floor_figures(out, "floor: ")
+    ours = rates["least integrity + our checks after it"]
+    assert ours < rates["least verifier, + read, + 50 views"]
 
 
 def test_codec_benchmark_runs() -> None:
@@ -142,7 +137,7 @@ def test_disk_benchmark_runs() -> None:
     assert "of which events" in out
     # The default form's floors, each on a copy of the store (every compact metadata row is
     # checked to decode back to the bytes written, or the benchmark fails).
-    floors = _floor_bytes(out, "floor: ")
+    floors = _floor_figures(out, "floor: ")
     # Every event holding a raw item is counted, the handoff calls' too, and the copy that
     # keeps only the events holding an item keeps one per item.
     assert "floor: the raw item only where needed (1,900 of 2,000 left out)" in out
@@ -160,8 +155,8 @@ def test_disk_benchmark_runs() -> None:
     assert len(set(sizes)) == len(sizes)  # each change saves bytes here
 
 
-def _floor_bytes(out: str, prefix: str) -> dict[str, int]:
-    """The floor rows a disk benchmark printed: name -> bytes per item."""
+def _floor_figures(out: str, prefix: str) -> dict[str, int]:
+    """The floor rows a benchmark printed: name (after ``prefix``) -> its first figure."""
     return {
         name.removeprefix(prefix): int(size.replace(",", ""))
         for name, size, *_ in (
@@ -175,7 +170,7 @@ def _floor_bytes(out: str, prefix: str) -> dict[str, int]:
 def test_disk_form_benchmark_runs() -> None:
     out = run_bench("disk_form")
     assert "2,000 items in 20 sessions: SQLiteSession" in out
-    floors = _floor_bytes(out, "floor, stored as given: ")
+    floors = _floor_figures(out, "floor, stored as given: ")
     assert list(floors)[1].startswith("the raw item only where needed (2,000 of 2,000 left out)")
     sizes = list(floors.values())[:5]  # one event per item: keeping only those changes nothing
     assert len(sizes) == 5
