@@ -42,15 +42,22 @@ key, exported as a bundle, and then, round by round:
   signatures among them; their report checked to be the verifier's), given the records they
   read and the call markers the verifier's views made (both beforehand, untimed): a lower
   bound of any verifier that keeps those checks as they are, which would also have to build
-  the records.
+  the records;
+- **floor: least verifier + least checks after it**: the least verifier, its checkpoints
+  decoded from their data rather than given, then the least the checks after integrity do
+  on this tree (``least_after``): one look at every event (a type and metadata none of those
+  checks needs more of), each tool call's ids its item's, each checkpoint's place, fields,
+  signature and heads, and the last one covering every event. It is checked to fail where it
+  should (untimed). A lower bound of any verifier that keeps every check.
 
 Throughput is events per second; the ratio is ours / raw (higher is better). The CPU
 ratio counts the CPU of every process a case ran, the forked child's included (so on two
 cores the 2-worker case's wall clock ratio can beat its CPU ratio). Rounds alternate
 between the cases, but the 2-worker case's come last: a fork leaves this process a page
 fault to take at its first write to each page it shared, which would slow the others.
-Goal: verify >= 25% of raw; the two floor rows say how much of that any Python
-verifier has left for the checks beyond them (bench/RESULTS.md).
+Goal: verify >= 25% of raw; the floor rows say how much of that any Python verifier
+has left for the checks beyond them, and the last, where a Python verifier that keeps every
+check could meet it (bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -79,7 +87,20 @@ from agentjournal.audit.verify._integrity import Markers, check_chain
 from agentjournal.audit.verify._parallel import check_integrity
 from agentjournal.audit.verify._parse import bundle_records
 from agentjournal.engine.sealing import seal_event
-from agentjournal.events import REDACTED_KEY, TOOL_RULE_KEY, VIEWED_KEY
+from agentjournal.events import (
+    CALL_ID_KEY,
+    CLOSES_KEY,
+    GUARDED_KEY,
+    INTERRUPT_KEY,
+    ITEM_TYPE_KEY,
+    LINE_END_KEY,
+    OPAQUE_KEY,
+    POLICY_KEY,
+    REDACTED_KEY,
+    TOOL_RULE_KEY,
+    TWIN_KEY,
+    VIEWED_KEY,
+)
 from agentjournal.ledger import SigningKey
 from agentjournal.ledger.chain import (
     CHAIN_KEY,
@@ -91,8 +112,11 @@ from agentjournal.ledger.chain import (
     record_bytes,
     signed_stream,
 )
-from agentjournal.ledger.checkpoints import Checkpoint
+from agentjournal.ledger.checkpoints import CHECKPOINT, Checkpoint
+from agentjournal.ledger.keys import signed_event_id
 from agentjournal.ledger.redaction import view_commitment
+from agentjournal.shred.fields import KEY_ID_KEY
+from agentjournal.streams import ledger_stream, session_stream
 
 ANSWER = "Your order shipped on Monday and should arrive by Thursday. " * 5
 
@@ -219,13 +243,14 @@ _SCALARS = frozenset({str, int, bool, type(None)})
 _DIGITS = bytes.maketrans(b"123456789E", b"000000000e")
 
 
-def least_view(data: bytes) -> str:
+def least_view(data: bytes) -> tuple[str, str]:
     """The view commitment of a tool call in the shape the Agents SDK writes, with exactly
     the checks ``redaction._sdk_tool_call`` makes so that orjson's digests are the exact ones:
     the shape, every value but the arguments text or a whole number, arguments that are not
     text printed with no float, the view's text ASCII (then no key beyond U+FFFF); its
     arguments and its item's text withheld as digests, the item's call marker beside them,
-    the view hashed. Anything else fails it (the bench's calls are all so)."""
+    the view hashed, and its item's call id (what containment compares with the event's
+    ``aj.call_id``). Anything else fails it (the bench's calls are all so)."""
     body = orjson.loads(data)
     calls, openai = body["tool_calls"], body["extensions"]["openai"]
     if body["extensions"].keys() != {"openai"} or openai.keys() != {"item_json"}:
@@ -268,22 +293,101 @@ def least_view(data: bytes) -> str:
     encoded = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
     if not encoded.isascii():
         raise AssertionError("not ASCII: perhaps a key beyond U+FFFF")
-    return hashlib.sha256(encoded).hexdigest()
+    return hashlib.sha256(encoded).hexdigest(), call_id
 
 
-def least_views(read: list[tuple[Any, ...]]) -> int:
-    """Check every committed view as the least verifier does; how many there were."""
+def least_views(read: list[tuple[Any, ...]], calls: dict[int, str] | None = None) -> int:
+    """Check every committed view as the least verifier does; how many there were. With
+    ``calls``, each view's call id is kept there by the event's place in ``read``."""
     views = 0
-    for name, revision, _, type_, data, _, metadata in read:
+    for place, (name, revision, _, type_, data, _, metadata) in enumerate(read):
         committed = metadata.get(REDACTED_KEY)
         if committed is not None:
             views += 1
             tool_call = type_ == "AssistantToolCallsGenerated" and VIEWED_KEY not in metadata
             if not tool_call or TOOL_RULE_KEY in metadata:
                 raise AssertionError(f"{name}@{revision}: not a tool call without a rule")
-            if least_view(data) != committed:
+            digest, call_id = least_view(data)
+            if digest != committed:
                 raise AssertionError(f"{name}@{revision}: view")
+            if calls is not None:
+                calls[place] = call_id
     return views
+
+
+# The event types of the bench's tree: whatever else a tree holds (a handoff's twins, a
+# guardrail's decisions, a policy's grants, questions and answers, model responses, key
+# rotations, erasures) is beyond the least checks below.
+_PLAIN_TYPES = frozenset(
+    {
+        "SessionStarted",
+        "UserMessageReceived",
+        "AssistantToolCallsGenerated",
+        "ToolResultReceived",
+        "AssistantTextGenerated",
+    }
+)
+# The metadata keys the checks after integrity look for on an event of any type (content
+# sealed under a subject's key, an opaque item, a closing, a line's end, a twin, a question
+# or an answer), and those they look for on a tool call (guarded, bounded, under a policy);
+# the others are read only from events of the types above them.
+_ANY_KEYS = frozenset({KEY_ID_KEY, OPAQUE_KEY, CLOSES_KEY, LINE_END_KEY, TWIN_KEY, INTERRUPT_KEY})
+_CALL_KEYS = frozenset({GUARDED_KEY, TOOL_RULE_KEY, POLICY_KEY})
+
+
+def least_after(
+    read: list[tuple[Any, ...]],
+    calls: dict[int, str],
+    session_id: str,
+    trusted: dict[str, Any],
+) -> None:
+    """The least the checks after integrity do on the bench's tree, whatever else they
+    would do on another: one look at every event (its type one they need nothing more of,
+    none of the metadata they look for), each tool call's ``aj.call_id`` and
+    ``aj.item_type`` its item's (its view's call id, given), and each checkpoint decoded
+    from its data, signed by a trusted key over the bytes its fields give, at its own ledger
+    revision after its predecessor, its metadata and event id the signed ones, naming heads
+    whose hashes the chains hold, the last covering every event."""
+    session, ledger = session_stream(session_id), ledger_stream(session_id)
+    first: dict[str, int] = {}  # each stream's first place in ``read`` (its revision 0)
+    checkpoints = []
+    plain, any_keys, call_keys = _PLAIN_TYPES, _ANY_KEYS, _CALL_KEYS
+    for place, (name, revision, _, type_, _, _, metadata) in enumerate(read):
+        if not revision:
+            first[name] = place
+        if name == ledger:
+            if type_ != CHECKPOINT:
+                raise AssertionError(f"{name}@{revision}: beyond the least checks")
+            checkpoints.append(place)
+        elif name != session or type_ not in plain or not any_keys.isdisjoint(metadata):
+            raise AssertionError(f"{name}@{revision}: beyond the least checks")
+        elif type_ == "AssistantToolCallsGenerated":
+            if not call_keys.isdisjoint(metadata):
+                raise AssertionError(f"{name}@{revision}: beyond the least checks")
+            if metadata[CALL_ID_KEY] != calls[place] or metadata[ITEM_TYPE_KEY] != "function_call":
+                raise AssertionError(f"{name}@{revision}: the call is not its item's")
+    bounds = [*sorted(first.values()), len(read)]  # the streams lie whole, one after another
+    sizes = {name: bounds[bounds.index(at) + 1] - at for name, at in first.items()}
+    heads: Mapping[str, tuple[int, str]] = {}
+    for place in checkpoints:
+        _, revision, id_, _, data, _, metadata = read[place]
+        checkpoint = Checkpoint.decode(orjson.loads(data))
+        public = trusted[checkpoint.key_id]
+        if (
+            checkpoint.session_id != session_id
+            or checkpoint.sequence != revision
+            or checkpoint.previous != metadata[PREV_KEY]
+            or {k: v for k, v in metadata.items() if k not in CHAIN_KEYS} != checkpoint.metadata
+            or id_ != str(signed_event_id(ledger, checkpoint.signature))
+        ):
+            raise AssertionError(f"{ledger}@{revision}: the checkpoint's place or fields")
+        public.verify(base64.b64decode(checkpoint.signature), checkpoint.signed_bytes())
+        for name, (head, digest) in checkpoint.heads.items():
+            if not 0 <= head < sizes[name] or read[first[name] + head][6][HASH_KEY] != digest:
+                raise AssertionError(f"{name}@{head}: not the hash the checkpoint signed")
+        heads = checkpoint.heads
+    if heads.get(session, (-1, ""))[0] != sizes[session] - 1:
+        raise AssertionError(f"{session}: events after the last checkpoint")
 
 
 def signature_inputs(bundle: dict[str, Any], key: SigningKey) -> list[tuple[bytes, bytes]]:
@@ -392,7 +496,7 @@ def main(argv: list[str]) -> int:
             if REDACTED_KEY in event["metadata"]:
                 data = event["data"].encode()
                 made = view_commitment(event["type"], data, event["metadata"])
-                if made is None or least_view(data) != made[0]:
+                if made is None or least_view(data)[0] != made[0]:
                     raise AssertionError(f"{stream['name']}@{event['revision']}: least view")
     assert views, "no view in the bundle"
 
@@ -401,6 +505,44 @@ def main(argv: list[str]) -> int:
         least_chain(read)
         least_views(read)
         check_signatures()
+
+    # The least checks after integrity pass here and fail where they should (untimed): a
+    # call id that is not its item's, a key they look for on any event or on a call, a tail
+    # no checkpoint covers (only the first checkpoint kept).
+    calls: dict[int, str] = {}
+    least_views(least, calls)
+    least_after(least, calls, bundle["session_id"], trusted)
+    place = next(iter(calls))  # a tool call; the event before it, its user's message
+
+    def with_key(at: int, key: str) -> list[tuple[Any, ...]]:
+        *fields, metadata = least[at]
+        return [*least[:at], (*fields, {**metadata, key: "1"}), *least[at + 1 :]]
+
+    for read, given, why in (
+        (least, {**calls, place: "call_other"}, "the call is not its item's"),
+        (with_key(place - 1, KEY_ID_KEY), calls, "beyond the least checks"),
+        (with_key(place, GUARDED_KEY), calls, "beyond the least checks"),
+        (
+            [r for r in least if r[0] != ledger_stream(bundle["session_id"]) or r[1] == 0],
+            calls,
+            "events after the last checkpoint",
+        ),
+    ):
+        try:
+            least_after(read, given, bundle["session_id"], trusted)
+        except AssertionError as error:
+            if why not in str(error):
+                raise
+        else:
+            raise AssertionError(f"the least checks passed: {why}")
+
+    def least_whole() -> None:
+        with no_collection():  # as verify runs
+            read = least_read(bundle)
+            least_chain(read)
+            calls: dict[int, str] = {}
+            least_views(read, calls)
+            least_after(read, calls, bundle["session_id"], trusted)
 
     # Our checks after integrity as they are (the checkpoints' signatures among them), after
     # the least's integrity stage, given the records they read and the call markers our views
@@ -443,6 +585,7 @@ def main(argv: list[str]) -> int:
         f"floor: + {len(signatures)} signatures": least_and_signatures,
         f"floor: least verifier, + read, + {views} views": least_verifier,
         "floor: least integrity + our checks after it": least_then_ours,
+        "floor: least verifier + least checks after it": least_whole,
     }
     times: dict[str, list[float]] = {name: [] for name in sides}
     cpu: dict[str, list[float]] = {name: [] for name in sides}
