@@ -104,10 +104,17 @@ def check_approvals(report: Report, tree: Tree) -> None:
     module docs); one line of totals when nothing failed."""
     counts = _Counts()
     ids = tree.by_id.keys()  # every event's id
+    # A stream with no event that names an interrupt has no question, answer or asked call.
+    asking = {name for name, _ in tree.marked[events.INTERRUPT_KEY]}
+    paused: dict[str, list[Record]] = {}  # each stream's RunPaused events, in order
+    for name, event in tree.noted:
+        if event.type == events.RUN_PAUSED:
+            paused.setdefault(name, []).append(event)
     for name, stream in tree.streams.items():
         if tree.is_tree_stream(name):
-            _check_stream(report, tree, name, stream, counts, ids)
-            _check_paused(report, tree, name, stream, counts)
+            if name in asking:
+                _check_stream(report, tree, name, stream, counts, ids)
+            _check_paused(report, tree, name, paused.get(name, []), counts)
     if (counts.asked or counts.unchecked) and not report.failed(_CHECK):
         line = (
             f"approvals: {counts.asked} asked, {counts.approved} approved, "
@@ -434,14 +441,12 @@ def _payload_digest(body: Mapping[str, Any]) -> str | None:
 
 
 def _check_paused(
-    report: Report, tree: Tree, name: str, stream: list[Record], counts: _Counts
+    report: Report, tree: Tree, name: str, runs: list[Record], counts: _Counts
 ) -> None:
-    """Each paused run (``RunPaused``) waits for questions that are where it says: an
-    ``InterruptIssued`` of that request at that stream and revision — so a question dropped
-    (with its answer) and the chain resealed still fails here."""
-    for event in stream:
-        if event.type != events.RUN_PAUSED:
-            continue
+    """Each paused run (``RunPaused``: ``runs``, on ``name``) waits for questions that are
+    where it says: an ``InterruptIssued`` of that request at that stream and revision — so a
+    question dropped (with its answer) and the chain resealed still fails here."""
+    for event in runs:
         if event.data is None:
             counts.paused_withheld += 1
             continue

@@ -27,7 +27,7 @@ def check_branches(report: Report, tree: Tree) -> None:
     the hashes it recorded (no rewritten history behind a fork); the cut, the base and
     the next index agree with the parent's events; each continuation matches what it
     continues; the registry names exactly the branches there are. One line per branch."""
-    forks = [e for s in tree.streams.values() for e in s if e.type == events.BRANCH_FORKED]
+    forks = [e for _, e in tree.noted if e.type == events.BRANCH_FORKED]
     registry = tree.streams.get(tree.registry_stream, [])
     if not forks and not tree.started and not registry:
         _check_line_ends(report, tree)
@@ -98,12 +98,7 @@ def _check_line_ends(report: Report, tree: Tree) -> None:
     closed ``cancelled``, and on the top stream right before the ``BranchDeleted`` (one
     write)."""
     ends = {end.id: top for top, end in tree.ends().items()}  # the end's id -> its top stream
-    marked = [
-        event
-        for stream in tree.streams.values()
-        for event in stream
-        if events.LINE_END_KEY in event.metadata
-    ]
+    marked = [event for _, event in tree.marked[events.LINE_END_KEY]]
     if not ends and not marked:
         return
     owner = tree.line_streams()

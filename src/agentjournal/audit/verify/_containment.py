@@ -29,13 +29,18 @@ def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None
     sealed_calls = sealed_decisions = 0  # their arguments or payloads need the subject's key
     indexes = [_CallIndex(stream) for stream in tree.streams.values()]  # one pass each
     for name, index in zip(tree.streams, indexes, strict=True):
+        decisions, refusals = index.decisions, index.refusals
         for event in index.calls:
             meta = event.metadata
             kind = meta[events.ITEM_TYPE_KEY]
             call_id = meta.get(events.CALL_ID_KEY, "")
-            decided = index.latest(index.decisions, call_id, event.revision)
-            refused = index.latest(index.refusals, call_id, event.revision) or (
-                index.refused_in_place(call_id, event.revision, kind)
+            # No decision or refusal on the stream (nearly always): none of this call either.
+            decided = index.latest(decisions, call_id, event.revision) if decisions else None
+            refused = (
+                index.latest(refusals, call_id, event.revision)
+                or index.refused_in_place(call_id, event.revision, kind)
+                if refusals
+                else None
             )
             where = ("containment", name, event.revision)
             if is_sealed(event):

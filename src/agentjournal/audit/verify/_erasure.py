@@ -33,16 +33,14 @@ def check_erasure(report: Report, tree: Tree) -> None:
     """Check every erasure in the tree against the sealed content it names."""
     sealed: dict[str, dict[str, int]] = {}  # key id -> stream -> last revision sealed under it
     erasures: list[Record] = []
-    for name, stream in tree.streams.items():
-        for event in stream:
-            kid = event.metadata.get(KEY_ID_KEY)
-            if kid is not None:
-                sealed.setdefault(kid, {})[name] = event.revision
-            if event.type == events.SUBJECT_ERASED:
-                if event.data is None:
-                    report.fail(CHECK, name, event.revision, "an erasure whose data is withheld")
-                    continue
-                erasures.append(event)
+    for name, event in tree.marked[KEY_ID_KEY]:  # every stream's, in order
+        sealed.setdefault(event.metadata[KEY_ID_KEY], {})[name] = event.revision
+    for name, event in tree.noted:  # every stream's events of the types it holds, in order
+        if event.type == events.SUBJECT_ERASED:
+            if event.data is None:
+                report.fail(CHECK, name, event.revision, "an erasure whose data is withheld")
+                continue
+            erasures.append(event)
     erased: set[str] = set()
     for event in erasures:
         where = (CHECK, event.stream, event.revision)

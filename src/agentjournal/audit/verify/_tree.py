@@ -12,6 +12,7 @@ from agentjournal.audit.verify._integrity import Markers
 from agentjournal.authority import Authority, Policy
 from agentjournal.errors import CodecError, InvalidInput
 from agentjournal.records import Record
+from agentjournal.shred.fields import KEY_ID_KEY
 from agentjournal.streams import (
     KEYS_STREAM,
     MAIN_BRANCH,
@@ -65,11 +66,21 @@ NOTED: Final = frozenset(
         events.LINE_GUARDED,
         events.SESSION_CLEARED,
         events.AUTHORITY_RESET,
+        events.BRANCH_FORKED,
+        events.SUBJECT_ERASED,
+        events.RUN_PAUSED,
     }
 )
 """The event types :attr:`Tree.noted` gathers: what the twins and branches checks read of
-closings, the authority check of grants, the usage check of model responses, the guards
-check of guards and what they guard."""
+closings and forks, the authority check of grants, the usage check of model responses, the
+guards check of guards and what they guard, the erasure check of erasures and the approvals
+check of paused runs."""
+
+MARKED: Final = (events.CLOSES_KEY, events.LINE_END_KEY, KEY_ID_KEY, events.INTERRUPT_KEY)
+"""The metadata keys :attr:`Tree.marked` gathers the events of (with their streams' names),
+whatever their type: a closing (the checkpoints' coverage), a line's end (the branches
+check), content sealed under a subject's key (the erasure check), a question or an answer
+(the approvals check)."""
 
 
 class Tree:
@@ -96,13 +107,16 @@ class Tree:
         self.policies = Policies()  # filled by the authority check
         # Subsession stream -> the parent copy of the SubagentStarted that opened it.
         self.opened_by: dict[str, Record] = {}
-        # The events of the types the twins, branches, authority, guards and usage checks
-        # look for (NOTED), with their streams' names, in the order of the streams and of
-        # each stream's events: those checks read this list, not every event again.
+        # The events of the types the checks after integrity look for (NOTED), with their
+        # streams' names, and those of the metadata keys they look for on any event (MARKED),
+        # by key, each in the order of the streams and of each stream's events: those checks
+        # read these lists, not every event again.
         self.noted: list[tuple[str, Record]] = []
+        self.marked: dict[str, list[tuple[str, Record]]] = {key: [] for key in MARKED}
         # One pass over every event for these indexes.
         by_id: dict[str, Record] = {}
-        noted, opened_by = self.noted, self.opened_by
+        noted, opened_by, marked = self.noted, self.opened_by, self.marked
+        closing, ending, sealed, asking = MARKED
         for name, stream in streams.items():
             for event in stream:
                 by_id[event.id] = event
@@ -112,6 +126,17 @@ class Tree:
                     # ``opens`` is None but for SubagentStarted: its type first, no call.
                     if kind == events.SUBAGENT_STARTED and event.opens is not None:
                         opened_by[event.opens] = event
+                metadata = event.metadata
+                # Four lookups (none of the keys is there, nearly always), not a loop.
+                if (
+                    closing in metadata
+                    or ending in metadata
+                    or sealed in metadata
+                    or asking in metadata
+                ):
+                    for key in MARKED:
+                        if key in metadata:
+                            marked[key].append((name, event))
         self.by_id = by_id
         # Branches: the registry, the branches' own authority logs, and each
         # stream that begins with a BranchStarted (a line's top stream) or a
@@ -228,7 +253,10 @@ class Tree:
         the verifier checks those places hold the hashes recorded."""
         if self._closers is None:
             self._closers = {}
-            for name, stream in self.streams.items():
+            closings: dict[str, list[Record]] = {}  # by stream, in order
+            for stream, event in self.marked[events.CLOSES_KEY]:
+                closings.setdefault(stream, []).append(event)
+            for name in self.streams:
                 found: list[tuple[int, str, int]] = []
                 places: list[events.StreamPlace] = []
                 started = self.started.get(name, (None, None))[1]
@@ -244,8 +272,8 @@ class Tree:
                     for place in places
                     if place.stream in self.streams and place.stream != name
                 )
-                for event in stream:
-                    child = event.metadata.get(events.CLOSES_KEY)
+                for event in closings.get(name, ()):
+                    child = event.metadata[events.CLOSES_KEY]
                     if child and child in self.streams:
                         twin = self.twin_of(event)
                         if twin is not None and twin.stream == child:
