@@ -27,7 +27,17 @@ from agentjournal.records import Record
 def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None:
     executed = guarded = bounded = 0
     sealed_calls = sealed_decisions = 0  # their arguments or payloads need the subject's key
-    indexes = [_CallIndex(stream) for stream in tree.streams.values()]  # one pass each
+    judged: dict[str, list[Record]] = {}  # each stream's decisions and refusals, in order
+    for name, event in tree.noted:
+        if event.type in _JUDGED:
+            judged.setdefault(name, []).append(event)
+    opaque_on: dict[str, int] = {}  # each stream's opaque items
+    for name, event in tree.marked[events.OPAQUE_KEY]:
+        opaque_on[name] = opaque_on.get(name, 0) + (event.metadata[events.OPAQUE_KEY] == "1")
+    indexes = [  # one pass over each stream's items
+        _CallIndex(stream, judged.get(name, ()), opaque_on.get(name, 0))
+        for name, stream in tree.streams.items()
+    ]
     for name, index in zip(tree.streams, indexes, strict=True):
         decisions, refusals = index.decisions, index.refusals
         for event in index.calls:
@@ -230,43 +240,43 @@ _OUTPUT_OF: Final = {f"{kind}_output": kind for kind in CALL_KINDS}
 
 class _CallIndex:
     """One stream's tool outputs, guardrail decisions and refusals, by call id; its
-    calls, its refusals and decisions, and how many of its items are opaque, in order."""
+    calls, its refusals and decisions (``judged``: its events of those types, in order), and
+    how many of its items are opaque (``opaque``, counted by the caller)."""
 
-    def __init__(self, stream: Sequence[Record]) -> None:
+    def __init__(
+        self, stream: Sequence[Record], judged: Sequence[Record] = (), opaque: int = 0
+    ) -> None:
         self.outputs: dict[tuple[str, str], list[int]] = {}  # (call kind, call id)
         self.decisions: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self.refusals: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self.calls: list[Record] = []  # the events holding a call the runner executes
-        self.judged: list[Record] = []  # its AuthorityRefused and GuardrailDecided events
-        opaque = 0
+        self.judged: list[Record] = list(judged)  # AuthorityRefused and GuardrailDecided
+        self.opaque = opaque
         # One pass over every event of the stream: what it reads, bound once.
         calls, outputs, output_of_kind = self.calls, self.outputs, _OUTPUT_OF.get
         for event in stream:
             meta = event.metadata
-            kind = meta.get(events.ITEM_TYPE_KEY, "")
-            if meta.get(events.OPAQUE_KEY) == "1":
-                opaque += 1
-            output_of = output_of_kind(kind)  # the call kind of an output's item type
+            kind = meta.get(events.ITEM_TYPE_KEY)
+            if kind is None:
+                continue  # no item: neither a call nor an output
             if kind in CALL_KINDS:
                 calls.append(event)
-            elif output_of is not None:
+                continue
+            output_of = output_of_kind(kind)  # the call kind of an output's item type
+            if output_of is not None:
                 key = (output_of, meta.get(events.CALL_ID_KEY, ""))
                 revisions = outputs.get(key)
                 if revisions is None:
                     outputs[key] = [event.revision]
                 else:
                     revisions.append(event.revision)
-            if event.type in _JUDGED:
-                self.judged.append(event)
-                if output_of is not None:
-                    continue  # an output's item type: its body is not indexed (as before)
-                body = event.body
-                if body is not None and isinstance(body.get("call_id"), str):
-                    table = (
-                        self.decisions if event.type == events.GUARDRAIL_DECIDED else self.refusals
-                    )
-                    table.setdefault(body["call_id"], []).append((event.revision, body))
-        self.opaque = opaque
+        for event in self.judged:
+            if output_of_kind(event.metadata.get(events.ITEM_TYPE_KEY, "")) is not None:
+                continue  # an output's item type: its body is not indexed (as before)
+            body = event.body
+            if body is not None and isinstance(body.get("call_id"), str):
+                table = self.decisions if event.type == events.GUARDRAIL_DECIDED else self.refusals
+                table.setdefault(body["call_id"], []).append((event.revision, body))
 
     def ran(self, call_id: str, revision: int, kind: str) -> bool:
         """Whether an output of the call follows ``revision``."""

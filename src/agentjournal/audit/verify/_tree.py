@@ -69,18 +69,26 @@ NOTED: Final = frozenset(
         events.BRANCH_FORKED,
         events.SUBJECT_ERASED,
         events.RUN_PAUSED,
+        events.GUARDRAIL_DECIDED,
+        events.AUTHORITY_REFUSED,
     }
 )
 """The event types :attr:`Tree.noted` gathers: what the twins and branches checks read of
 closings and forks, the authority check of grants, the usage check of model responses, the
-guards check of guards and what they guard, the erasure check of erasures and the approvals
-check of paused runs."""
+guards check of guards and what they guard, the erasure check of erasures, the approvals
+check of paused runs and the containment check of decisions and refusals."""
 
-MARKED: Final = (events.CLOSES_KEY, events.LINE_END_KEY, KEY_ID_KEY, events.INTERRUPT_KEY)
+MARKED: Final = (
+    events.CLOSES_KEY,
+    events.LINE_END_KEY,
+    KEY_ID_KEY,
+    events.INTERRUPT_KEY,
+    events.OPAQUE_KEY,
+)
 """The metadata keys :attr:`Tree.marked` gathers the events of (with their streams' names),
 whatever their type: a closing (the checkpoints' coverage), a line's end (the branches
 check), content sealed under a subject's key (the erasure check), a question or an answer
-(the approvals check)."""
+(the approvals check), an opaque item (the containment check)."""
 
 
 class Tree:
@@ -116,7 +124,7 @@ class Tree:
         # One pass over every event for these indexes.
         by_id: dict[str, Record] = {}
         noted, opened_by, marked = self.noted, self.opened_by, self.marked
-        closing, ending, sealed, asking = MARKED
+        closing, ending, sealed, asking, opaque = MARKED
         for name, stream in streams.items():
             for event in stream:
                 by_id[event.id] = event
@@ -127,12 +135,13 @@ class Tree:
                     if kind == events.SUBAGENT_STARTED and event.opens is not None:
                         opened_by[event.opens] = event
                 metadata = event.metadata
-                # Four lookups (none of the keys is there, nearly always), not a loop.
+                # A lookup of each (none of the keys is there, nearly always), not a loop.
                 if (
                     closing in metadata
                     or ending in metadata
                     or sealed in metadata
                     or asking in metadata
+                    or opaque in metadata
                 ):
                     for key in MARKED:
                         if key in metadata:
