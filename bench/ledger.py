@@ -507,12 +507,14 @@ def main(argv: list[str]) -> int:
         check_signatures()
 
     # The least checks after integrity pass here and fail where they should (untimed): a
-    # call id that is not its item's, a key they look for on any event or on a call, a tail
-    # no checkpoint covers (only the first checkpoint kept).
+    # call id that is not its item's, a key they look for on any event or on a call, a head
+    # whose hash is not the one signed, a tail no checkpoint covers (only the first kept).
     calls: dict[int, str] = {}
     least_views(least, calls)
     least_after(least, calls, bundle["session_id"], trusted)
     place = next(iter(calls))  # a tool call; the event before it, its user's message
+    session = session_stream(bundle["session_id"])
+    last = max(at for at, fields in enumerate(least) if fields[0] == session)  # a head signed
 
     def with_key(at: int, key: str) -> list[tuple[Any, ...]]:
         *fields, metadata = least[at]
@@ -522,6 +524,7 @@ def main(argv: list[str]) -> int:
         (least, {**calls, place: "call_other"}, "the call is not its item's"),
         (with_key(place - 1, KEY_ID_KEY), calls, "beyond the least checks"),
         (with_key(place, GUARDED_KEY), calls, "beyond the least checks"),
+        (with_key(last, HASH_KEY), calls, "not the hash the checkpoint signed"),
         (
             [r for r in least if r[0] != ledger_stream(bundle["session_id"]) or r[1] == 0],
             calls,
