@@ -50,7 +50,7 @@ def test_a_refusal_in_place_is_the_one_the_plain_search_finds(
     revision: int,
     kind: str,
 ) -> None:
-    index = _CallIndex([])
+    index = _CallIndex([], [], 0)
     index.outputs = {key: sorted(found) for key, found in outputs.items()}
     index.refusals = {
         key: [(at, {"enforcement": how, "at": at}) for at, how in sorted(found)]

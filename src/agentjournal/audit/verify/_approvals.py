@@ -106,10 +106,7 @@ def check_approvals(report: Report, tree: Tree) -> None:
     ids = tree.by_id.keys()  # every event's id
     # A stream with no event that names an interrupt has no question, answer or asked call.
     asking = {name for name, _ in tree.marked[events.INTERRUPT_KEY]}
-    paused: dict[str, list[Record]] = {}  # each stream's RunPaused events, in order
-    for name, event in tree.noted:
-        if event.type == events.RUN_PAUSED:
-            paused.setdefault(name, []).append(event)
+    paused = tree.noted_on(events.RUN_PAUSED)
     for name, stream in tree.streams.items():
         if tree.is_tree_stream(name):
             if name in asking:

@@ -27,15 +27,13 @@ from agentjournal.records import Record
 def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None:
     executed = guarded = bounded = 0
     sealed_calls = sealed_decisions = 0  # their arguments or payloads need the subject's key
-    judged: dict[str, list[Record]] = {}  # each stream's decisions and refusals, in order
-    for name, event in tree.noted:
-        if event.type in _JUDGED:
-            judged.setdefault(name, []).append(event)
-    opaque_on: dict[str, int] = {}  # each stream's opaque items
-    for name, event in tree.marked[events.OPAQUE_KEY]:
-        opaque_on[name] = opaque_on.get(name, 0) + (event.metadata[events.OPAQUE_KEY] == "1")
+    judged = tree.noted_on(*_JUDGED)  # each stream's decisions and refusals, in order
+    opaque_on = {
+        name: sum(e.metadata[events.OPAQUE_KEY] == "1" for e in found)
+        for name, found in tree.marked_on(events.OPAQUE_KEY).items()
+    }
     indexes = [  # one pass over each stream's items
-        _CallIndex(stream, judged.get(name, ()), opaque_on.get(name, 0))
+        _CallIndex(stream, judged.get(name, []), opaque_on.get(name, 0))
         for name, stream in tree.streams.items()
     ]
     for name, index in zip(tree.streams, indexes, strict=True):
@@ -47,8 +45,10 @@ def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None
             # No decision or refusal on the stream (nearly always): none of this call either.
             decided = index.latest(decisions, call_id, event.revision) if decisions else None
             refused = (
-                index.latest(refusals, call_id, event.revision)
-                or index.refused_in_place(call_id, event.revision, kind)
+                (
+                    index.latest(refusals, call_id, event.revision)
+                    or index.refused_in_place(call_id, event.revision, kind)
+                )
                 if refusals
                 else None
             )
@@ -243,14 +243,12 @@ class _CallIndex:
     calls, its refusals and decisions (``judged``: its events of those types, in order), and
     how many of its items are opaque (``opaque``, counted by the caller)."""
 
-    def __init__(
-        self, stream: Sequence[Record], judged: Sequence[Record] = (), opaque: int = 0
-    ) -> None:
+    def __init__(self, stream: Sequence[Record], judged: list[Record], opaque: int) -> None:
         self.outputs: dict[tuple[str, str], list[int]] = {}  # (call kind, call id)
         self.decisions: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self.refusals: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self.calls: list[Record] = []  # the events holding a call the runner executes
-        self.judged: list[Record] = list(judged)  # AuthorityRefused and GuardrailDecided
+        self.judged = judged  # its AuthorityRefused and GuardrailDecided events
         self.opaque = opaque
         # One pass over every event of the stream: what it reads, bound once.
         calls, outputs, output_of_kind = self.calls, self.outputs, _OUTPUT_OF.get

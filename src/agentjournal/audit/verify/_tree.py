@@ -186,6 +186,7 @@ class Tree:
         """Each stream of a line -> its line's top stream: the top, the subsessions opened
         from it (any depth) and, on a branch, its continuations and what they opened."""
         owner: dict[str, str] = {}
+        opened = self.noted_on(events.SUBAGENT_STARTED)
         for top in (self.session_stream, *self.started):
             pending = [top]
             first = self.started.get(top)
@@ -196,11 +197,7 @@ class Tree:
                 if name in owner or name not in self.streams:
                     continue
                 owner[name] = top
-                pending.extend(
-                    r.opens
-                    for r in self.streams[name]
-                    if r.type == events.SUBAGENT_STARTED and r.opens is not None
-                )
+                pending.extend(r.opens for r in opened.get(name, ()) if r.opens is not None)
         return owner
 
     def opener(self, stream: str) -> Record | None:
@@ -230,13 +227,25 @@ class Tree:
         """The ``AuthorityGranted`` events on ``stream`` (runs started there, handoffs that
         opened no subsession), in order."""
         if self._grants is None:
-            self._grants = [
-                event
-                for events_of in self.streams.values()
-                for event in events_of
-                if event.type == events.AUTHORITY_GRANTED
-            ]
+            self._grants = [e for _, e in self.noted if e.type == events.AUTHORITY_GRANTED]
         return [grant for grant in self._grants if grant.stream == stream]
+
+    def noted_on(self, *kinds: str) -> dict[str, list[Record]]:
+        """Each stream's events of ``kinds`` (types in :data:`NOTED`), in order, by the
+        stream's name."""
+        found: dict[str, list[Record]] = {}
+        for name, event in self.noted:
+            if event.type in kinds:
+                found.setdefault(name, []).append(event)
+        return found
+
+    def marked_on(self, key: str) -> dict[str, list[Record]]:
+        """Each stream's events with the metadata ``key`` (one of :data:`MARKED`), in order,
+        by the stream's name."""
+        found: dict[str, list[Record]] = {}
+        for name, event in self.marked[key]:
+            found.setdefault(name, []).append(event)
+        return found
 
     def authority(self, event: Record) -> Authority | None:
         """The authority an ``AuthorityGranted``, ``SubagentStarted`` or
@@ -262,9 +271,7 @@ class Tree:
         the verifier checks those places hold the hashes recorded."""
         if self._closers is None:
             self._closers = {}
-            closings: dict[str, list[Record]] = {}  # by stream, in order
-            for stream, event in self.marked[events.CLOSES_KEY]:
-                closings.setdefault(stream, []).append(event)
+            closings = self.marked_on(events.CLOSES_KEY)
             for name in self.streams:
                 found: list[tuple[int, str, int]] = []
                 places: list[events.StreamPlace] = []
