@@ -76,9 +76,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+from cryptography.exceptions import InvalidSignature
 
 from _common import run_publishing, table
 from agentjournal import Journal, _forked
+from agentjournal._calls import CALL_KINDS
 from agentjournal._forked import forking_safe
 from agentjournal._gc import no_collection
 from agentjournal.audit.export import export_bundle
@@ -347,11 +349,12 @@ def least_after(
     ``aj.item_type`` its item's (its view's call id, given), and each checkpoint decoded
     from its data, signed by a trusted key over the bytes its fields give, at its own ledger
     revision after its predecessor, its metadata and event id the signed ones, naming heads
-    whose hashes the chains hold, the last covering every event."""
+    whose hashes the chains hold, the last covering every event; and no other event with a
+    call's item type."""
     session, ledger = session_stream(session_id), ledger_stream(session_id)
     first: dict[str, int] = {}  # each stream's first place in ``read`` (its revision 0)
     checkpoints = []
-    plain, any_keys, call_keys = _PLAIN_TYPES, _ANY_KEYS, _CALL_KEYS
+    plain, any_keys, call_keys, call_kinds = _PLAIN_TYPES, _ANY_KEYS, _CALL_KEYS, CALL_KINDS
     for place, (name, revision, _, type_, _, _, metadata) in enumerate(read):
         if not revision:
             first[name] = place
@@ -366,6 +369,10 @@ def least_after(
                 raise AssertionError(f"{name}@{revision}: beyond the least checks")
             if metadata[CALL_ID_KEY] != calls[place] or metadata[ITEM_TYPE_KEY] != "function_call":
                 raise AssertionError(f"{name}@{revision}: the call is not its item's")
+        elif metadata.get(ITEM_TYPE_KEY) in call_kinds:  # containment would take it for a call
+            raise AssertionError(
+                f"{name}@{revision}: a call's item type on an event that holds none"
+            )
     bounds = [*sorted(first.values()), len(read)]  # the streams lie whole, one after another
     sizes = {name: bounds[bounds.index(at) + 1] - at for name, at in first.items()}
     heads: Mapping[str, tuple[int, str]] = {}
@@ -507,34 +514,59 @@ def main(argv: list[str]) -> int:
         check_signatures()
 
     # The least checks after integrity pass here and fail where they should (untimed): a
-    # call id that is not its item's, a key they look for on any event or on a call, a head
-    # whose hash is not the one signed, a tail no checkpoint covers (only the first kept).
+    # call id that is not its item's; a key they look for, on any event or on a call; a call's
+    # item type on an output; an event of another type, on the session or the ledger, or on
+    # another stream; a checkpoint's event id or predecessor not the signed one; its signature
+    # under another key; a head whose hash is not the one signed; a tail no checkpoint covers
+    # (only the first kept).
+    sid = bundle["session_id"]
     calls: dict[int, str] = {}
     least_views(least, calls)
-    least_after(least, calls, bundle["session_id"], trusted)
-    place = next(iter(calls))  # a tool call; the event before it, its user's message
-    session = session_stream(bundle["session_id"])
+    least_after(least, calls, sid, trusted)
+    place = next(iter(calls))  # a tool call: the event before it its user's message, after it
+    session, ledger = session_stream(sid), ledger_stream(sid)  # its output
     last = max(at for at, fields in enumerate(least) if fields[0] == session)  # a head signed
+    signed = min(at for at, fields in enumerate(least) if fields[0] == ledger)  # a checkpoint
 
-    def with_key(at: int, key: str) -> list[tuple[Any, ...]]:
-        *fields, metadata = least[at]
-        return [*least[:at], (*fields, {**metadata, key: "1"}), *least[at + 1 :]]
+    def changed(
+        at: int, *, stream: str = "", type_: str = "", id_: str = "", **keys: str
+    ) -> list[tuple[Any, ...]]:
+        name, revision, was_id, was_type, data, digest, metadata = least[at]
+        event = (
+            stream or name,
+            revision,
+            id_ or was_id,
+            type_ or was_type,
+            data,
+            digest,
+            metadata | keys,
+        )
+        return [*least[:at], event, *least[at + 1 :]]
 
-    for read, given, why in (
-        (least, {**calls, place: "call_other"}, "the call is not its item's"),
-        (with_key(place - 1, KEY_ID_KEY), calls, "beyond the least checks"),
-        (with_key(place, GUARDED_KEY), calls, "beyond the least checks"),
-        (with_key(last, HASH_KEY), calls, "not the hash the checkpoint signed"),
+    other = {key.key_id: SigningKey.generate().public_key}
+    for read, given, keys, why in (
+        (least, {**calls, place: "call_other"}, trusted, "the call is not its item's"),
+        (changed(place - 1, **{KEY_ID_KEY: "k"}), calls, trusted, "beyond the least checks"),
+        (changed(place, **{GUARDED_KEY: "1"}), calls, trusted, "beyond the least checks"),
+        (changed(place + 1, **{ITEM_TYPE_KEY: "function_call"}), calls, trusted, "holds none"),
+        (changed(place - 1, type_="SubagentStarted"), calls, trusted, "beyond the least checks"),
+        (changed(signed, type_="SessionStarted"), calls, trusted, "beyond the least checks"),
+        (changed(signed, id_=str(uuid.uuid4())), calls, trusted, "place or fields"),
+        (changed(signed, **{PREV_KEY: "f" * 64}), calls, trusted, "place or fields"),
+        (changed(place - 1, stream=f"{session}x"), calls, trusted, "beyond the least checks"),
+        (least, calls, other, "InvalidSignature"),
+        (changed(last, **{HASH_KEY: "0" * 64}), calls, trusted, "not the hash the checkpoint"),
         (
-            [r for r in least if r[0] != ledger_stream(bundle["session_id"]) or r[1] == 0],
+            [r for r in least if r[0] != ledger or r[1] == 0],
             calls,
+            trusted,
             "events after the last checkpoint",
         ),
     ):
         try:
-            least_after(read, given, bundle["session_id"], trusted)
-        except AssertionError as error:
-            if why not in str(error):
+            least_after(read, given, sid, keys)
+        except (AssertionError, InvalidSignature) as error:
+            if why not in f"{type(error).__name__}: {error}":
                 raise
         else:
             raise AssertionError(f"the least checks passed: {why}")
