@@ -65,6 +65,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import dataclasses
 import hashlib
 import json
 import resource
@@ -360,13 +361,19 @@ def least_after(
             first[name] = place
         if name == ledger:
             if type_ != CHECKPOINT:
-                raise AssertionError(f"{name}@{revision}: beyond the least checks")
+                raise AssertionError(
+                    f"{name}@{revision}: beyond the least checks: not a checkpoint"
+                )
             checkpoints.append(place)
-        elif name != session or type_ not in plain or not any_keys.isdisjoint(metadata):
-            raise AssertionError(f"{name}@{revision}: beyond the least checks")
+        elif name != session or type_ not in plain:
+            raise AssertionError(f"{name}@{revision}: beyond the least checks: its stream or type")
+        elif not any_keys.isdisjoint(metadata):
+            raise AssertionError(f"{name}@{revision}: beyond the least checks: its metadata")
         elif type_ == "AssistantToolCallsGenerated":
             if not call_keys.isdisjoint(metadata):
-                raise AssertionError(f"{name}@{revision}: beyond the least checks")
+                raise AssertionError(
+                    f"{name}@{revision}: beyond the least checks: a call's metadata"
+                )
             if metadata[CALL_ID_KEY] != calls[place] or metadata[ITEM_TYPE_KEY] != "function_call":
                 raise AssertionError(f"{name}@{revision}: the call is not its item's")
         elif metadata.get(ITEM_TYPE_KEY) in call_kinds:  # containment would take it for a call
@@ -514,11 +521,11 @@ def main(argv: list[str]) -> int:
         check_signatures()
 
     # The least checks after integrity pass here and fail where they should (untimed): a
-    # call id that is not its item's; a key they look for, on any event or on a call; a call's
-    # item type on an output; an event of another type, on the session or the ledger, or on
-    # another stream; a checkpoint's event id or predecessor not the signed one; its signature
-    # under another key; a head whose hash is not the one signed; a tail no checkpoint covers
-    # (only the first kept).
+    # call's id or item type not its item's; a key they look for, on any event or on a call; a
+    # call's item type on an output; an event of another type, on the session or the ledger, or
+    # on another stream; a checkpoint's event id, predecessor, metadata, session or sequence not
+    # the signed ones; its signature under another key; a head whose hash is not the one signed,
+    # or past its stream's end; a tail no checkpoint covers (only the first kept).
     sid = bundle["session_id"]
     calls: dict[int, str] = {}
     least_views(least, calls)
@@ -544,18 +551,42 @@ def main(argv: list[str]) -> int:
         return [*least[:at], event, *least[at + 1 :]]
 
     other = {key.key_id: SigningKey.generate().public_key}
+
+    def checkpoint_with(**fields: Any) -> list[tuple[Any, ...]]:  # its data changed, unsigned
+        name, revision, id_, type_, data, digest, metadata = least[signed]
+        event = (name, revision, id_, type_, orjson.dumps(orjson.loads(data) | fields), digest)
+        return [*least[:signed], (*event, metadata), *least[signed + 1 :]]
+
+    def resigned_beyond() -> list[tuple[Any, ...]]:
+        """The first checkpoint signed again, naming as the session's head the revision just
+        past its end, with the hash the event there in ``read`` holds (the ledger's first)."""
+        name, revision, _, type_, data, digest, metadata = least[signed]
+        old = Checkpoint.decode(orjson.loads(data))
+        heads = {session: (last + 1, least[last + 1][6][HASH_KEY])}
+        unsigned = dataclasses.replace(old, heads=heads, signature="")
+        signature = base64.b64encode(key.private.sign(unsigned.signed_bytes())).decode()
+        new = dataclasses.replace(unsigned, signature=signature)
+        id_ = str(signed_event_id(ledger, signature))
+        event = (name, revision, id_, type_, new.encode(), digest, metadata)
+        return [*least[:signed], event, *least[signed + 1 :]]
+
     for read, given, keys, why in (
         (least, {**calls, place: "call_other"}, trusted, "the call is not its item's"),
-        (changed(place - 1, **{KEY_ID_KEY: "k"}), calls, trusted, "beyond the least checks"),
-        (changed(place, **{GUARDED_KEY: "1"}), calls, trusted, "beyond the least checks"),
+        (changed(place, **{ITEM_TYPE_KEY: "custom_tool_call"}), calls, trusted, "its item's"),
+        (changed(place - 1, **{KEY_ID_KEY: "k"}), calls, trusted, "least checks: its metadata"),
+        (changed(place, **{GUARDED_KEY: "1"}), calls, trusted, "least checks: a call's metadata"),
         (changed(place + 1, **{ITEM_TYPE_KEY: "function_call"}), calls, trusted, "holds none"),
-        (changed(place - 1, type_="SubagentStarted"), calls, trusted, "beyond the least checks"),
-        (changed(signed, type_="SessionStarted"), calls, trusted, "beyond the least checks"),
+        (changed(place - 1, type_="SubagentStarted"), calls, trusted, "its stream or type"),
+        (changed(place - 1, stream=f"{session}x"), calls, trusted, "its stream or type"),
+        (changed(signed, type_="SessionStarted"), calls, trusted, "not a checkpoint"),
         (changed(signed, id_=str(uuid.uuid4())), calls, trusted, "place or fields"),
         (changed(signed, **{PREV_KEY: "f" * 64}), calls, trusted, "place or fields"),
-        (changed(place - 1, stream=f"{session}x"), calls, trusted, "beyond the least checks"),
+        (changed(signed, extra="1"), calls, trusted, "place or fields"),
+        (checkpoint_with(session_id=f"{sid}x"), calls, trusted, "place or fields"),
+        (checkpoint_with(sequence=1), calls, trusted, "place or fields"),
         (least, calls, other, "InvalidSignature"),
         (changed(last, **{HASH_KEY: "0" * 64}), calls, trusted, "not the hash the checkpoint"),
+        (resigned_beyond(), calls, trusted, "not the hash the checkpoint"),
         (
             [r for r in least if r[0] != ledger or r[1] == 0],
             calls,
