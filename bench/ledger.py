@@ -404,6 +404,96 @@ def least_after(
         raise AssertionError(f"{session}: events after the last checkpoint")
 
 
+def check_least_after(least: list[tuple[Any, ...]], sid: str, key: SigningKey) -> None:
+    """That :func:`least_after` passes on the bench's tree (``least``, as read) and fails
+    where it should: a call's id or item type not its item's; a key it looks for, on any
+    event or on a call; a call's item type on an output; an event of another type, on the
+    session or the ledger, or on another stream; a checkpoint's event id, predecessor,
+    metadata, session or sequence not the signed ones; its signature under another key; a
+    head whose hash is not the one signed, or past its stream's end; a tail no checkpoint
+    covers (only the first kept)."""
+    trusted = {key.key_id: key.public_key}
+    calls: dict[int, str] = {}
+    least_views(least, calls)
+    least_after(least, calls, sid, trusted)
+    place = next(iter(calls))  # a tool call: the event before it its user's message, after it
+    session, ledger = session_stream(sid), ledger_stream(sid)  # its output
+    last = max(at for at, fields in enumerate(least) if fields[0] == session)  # a head signed
+    signed = min(at for at, fields in enumerate(least) if fields[0] == ledger)  # a checkpoint
+
+    def changed(
+        at: int,
+        *,
+        stream: str = "",
+        type_: str = "",
+        id_: str = "",
+        data: bytes = b"",
+        meta: dict[str, str] | None = None,
+    ) -> list[tuple[Any, ...]]:
+        name, revision, was_id, was_type, was_data, digest, metadata = least[at]
+        event = (
+            stream or name,
+            revision,
+            id_ or was_id,
+            type_ or was_type,
+            data or was_data,
+            digest,
+            metadata | (meta or {}),
+        )
+        return [*least[:at], event, *least[at + 1 :]]
+
+    def checkpoint_with(**fields: Any) -> list[tuple[Any, ...]]:  # its data changed, unsigned
+        return changed(signed, data=orjson.dumps(orjson.loads(least[signed][4]) | fields))
+
+    def resigned_beyond() -> list[tuple[Any, ...]]:
+        """The first checkpoint signed again, naming as the session's head the revision just
+        past its end, with the hash the event there in ``least`` holds (the ledger's first)."""
+        old = Checkpoint.decode(orjson.loads(least[signed][4]))
+        heads = {session: (last + 1, least[last + 1][6][HASH_KEY])}
+        unsigned = dataclasses.replace(old, heads=heads, signature="")
+        signature = base64.b64encode(key.private.sign(unsigned.signed_bytes())).decode()
+        new = dataclasses.replace(unsigned, signature=signature)
+        return changed(signed, id_=str(signed_event_id(ledger, signature)), data=new.encode())
+
+    other = {key.key_id: SigningKey.generate().public_key}
+    for read, given, keys, why in (
+        (least, {**calls, place: "call_other"}, trusted, "the call is not its item's"),
+        (changed(place, meta={ITEM_TYPE_KEY: "custom_tool_call"}), calls, trusted, "its item's"),
+        (changed(place - 1, meta={KEY_ID_KEY: "k"}), calls, trusted, "least checks: its metadata"),
+        (
+            changed(place, meta={GUARDED_KEY: "1"}),
+            calls,
+            trusted,
+            "least checks: a call's metadata",
+        ),
+        (changed(place + 1, meta={ITEM_TYPE_KEY: "function_call"}), calls, trusted, "holds none"),
+        (changed(place - 1, type_="SubagentStarted"), calls, trusted, "its stream or type"),
+        (changed(place - 1, stream=f"{session}x"), calls, trusted, "its stream or type"),
+        (changed(signed, type_="SessionStarted"), calls, trusted, "not a checkpoint"),
+        (changed(signed, id_=str(uuid.uuid4())), calls, trusted, "place or fields"),
+        (changed(signed, meta={PREV_KEY: "f" * 64}), calls, trusted, "place or fields"),
+        (changed(signed, meta={"extra": "1"}), calls, trusted, "place or fields"),
+        (checkpoint_with(session_id=f"{sid}x"), calls, trusted, "place or fields"),
+        (checkpoint_with(sequence=1), calls, trusted, "place or fields"),
+        (least, calls, other, "InvalidSignature"),
+        (changed(last, meta={HASH_KEY: "0" * 64}), calls, trusted, "not the hash the checkpoint"),
+        (resigned_beyond(), calls, trusted, "not the hash the checkpoint"),
+        (
+            [r for r in least if r[0] != ledger or r[1] == 0],
+            calls,
+            trusted,
+            "events after the last checkpoint",
+        ),
+    ):
+        try:
+            least_after(read, given, sid, keys)
+        except (AssertionError, InvalidSignature) as error:
+            if why not in f"{type(error).__name__}: {error}":
+                raise
+        else:
+            raise AssertionError(f"the least checks passed: {why}")
+
+
 def signature_inputs(bundle: dict[str, Any], key: SigningKey) -> list[tuple[bytes, bytes]]:
     """Every checkpoint's signature and the bytes it covers, decoded beforehand."""
     found = []
@@ -520,87 +610,7 @@ def main(argv: list[str]) -> int:
         least_views(read)
         check_signatures()
 
-    # The least checks after integrity pass here and fail where they should (untimed): a
-    # call's id or item type not its item's; a key they look for, on any event or on a call; a
-    # call's item type on an output; an event of another type, on the session or the ledger, or
-    # on another stream; a checkpoint's event id, predecessor, metadata, session or sequence not
-    # the signed ones; its signature under another key; a head whose hash is not the one signed,
-    # or past its stream's end; a tail no checkpoint covers (only the first kept).
-    sid = bundle["session_id"]
-    calls: dict[int, str] = {}
-    least_views(least, calls)
-    least_after(least, calls, sid, trusted)
-    place = next(iter(calls))  # a tool call: the event before it its user's message, after it
-    session, ledger = session_stream(sid), ledger_stream(sid)  # its output
-    last = max(at for at, fields in enumerate(least) if fields[0] == session)  # a head signed
-    signed = min(at for at, fields in enumerate(least) if fields[0] == ledger)  # a checkpoint
-
-    def changed(
-        at: int, *, stream: str = "", type_: str = "", id_: str = "", **keys: str
-    ) -> list[tuple[Any, ...]]:
-        name, revision, was_id, was_type, data, digest, metadata = least[at]
-        event = (
-            stream or name,
-            revision,
-            id_ or was_id,
-            type_ or was_type,
-            data,
-            digest,
-            metadata | keys,
-        )
-        return [*least[:at], event, *least[at + 1 :]]
-
-    other = {key.key_id: SigningKey.generate().public_key}
-
-    def checkpoint_with(**fields: Any) -> list[tuple[Any, ...]]:  # its data changed, unsigned
-        name, revision, id_, type_, data, digest, metadata = least[signed]
-        event = (name, revision, id_, type_, orjson.dumps(orjson.loads(data) | fields), digest)
-        return [*least[:signed], (*event, metadata), *least[signed + 1 :]]
-
-    def resigned_beyond() -> list[tuple[Any, ...]]:
-        """The first checkpoint signed again, naming as the session's head the revision just
-        past its end, with the hash the event there in ``read`` holds (the ledger's first)."""
-        name, revision, _, type_, data, digest, metadata = least[signed]
-        old = Checkpoint.decode(orjson.loads(data))
-        heads = {session: (last + 1, least[last + 1][6][HASH_KEY])}
-        unsigned = dataclasses.replace(old, heads=heads, signature="")
-        signature = base64.b64encode(key.private.sign(unsigned.signed_bytes())).decode()
-        new = dataclasses.replace(unsigned, signature=signature)
-        id_ = str(signed_event_id(ledger, signature))
-        event = (name, revision, id_, type_, new.encode(), digest, metadata)
-        return [*least[:signed], event, *least[signed + 1 :]]
-
-    for read, given, keys, why in (
-        (least, {**calls, place: "call_other"}, trusted, "the call is not its item's"),
-        (changed(place, **{ITEM_TYPE_KEY: "custom_tool_call"}), calls, trusted, "its item's"),
-        (changed(place - 1, **{KEY_ID_KEY: "k"}), calls, trusted, "least checks: its metadata"),
-        (changed(place, **{GUARDED_KEY: "1"}), calls, trusted, "least checks: a call's metadata"),
-        (changed(place + 1, **{ITEM_TYPE_KEY: "function_call"}), calls, trusted, "holds none"),
-        (changed(place - 1, type_="SubagentStarted"), calls, trusted, "its stream or type"),
-        (changed(place - 1, stream=f"{session}x"), calls, trusted, "its stream or type"),
-        (changed(signed, type_="SessionStarted"), calls, trusted, "not a checkpoint"),
-        (changed(signed, id_=str(uuid.uuid4())), calls, trusted, "place or fields"),
-        (changed(signed, **{PREV_KEY: "f" * 64}), calls, trusted, "place or fields"),
-        (changed(signed, extra="1"), calls, trusted, "place or fields"),
-        (checkpoint_with(session_id=f"{sid}x"), calls, trusted, "place or fields"),
-        (checkpoint_with(sequence=1), calls, trusted, "place or fields"),
-        (least, calls, other, "InvalidSignature"),
-        (changed(last, **{HASH_KEY: "0" * 64}), calls, trusted, "not the hash the checkpoint"),
-        (resigned_beyond(), calls, trusted, "not the hash the checkpoint"),
-        (
-            [r for r in least if r[0] != ledger or r[1] == 0],
-            calls,
-            trusted,
-            "events after the last checkpoint",
-        ),
-    ):
-        try:
-            least_after(read, given, sid, keys)
-        except (AssertionError, InvalidSignature) as error:
-            if why not in f"{type(error).__name__}: {error}":
-                raise
-        else:
-            raise AssertionError(f"the least checks passed: {why}")
+    check_least_after(least, bundle["session_id"], key)
 
     def least_whole() -> None:
         with no_collection():  # as verify runs
