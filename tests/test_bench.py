@@ -79,8 +79,8 @@ def test_ledger_benchmark_runs() -> None:
     rates = _floor_figures(out, "floor: ")
     ours = rates["least integrity + our checks after it"]
     assert ours < rates["least verifier, + read, + 50 views"]
-    # The least checks after integrity ran (the benchmark fails where they pass a call id
-    # that is not its item's, a key they would branch on, or a tail no checkpoint covers).
+    # The least checks after integrity ran (the benchmark fails where they pass any of their
+    # mutations: a call not its item's, a key they look for, a checkpoint not as signed...).
     assert "least verifier + least checks after it" in rates
 
 
