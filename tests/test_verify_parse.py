@@ -8,6 +8,7 @@ to the dataclass, field by field, and to the structure messages it gave before.
 
 from __future__ import annotations
 
+import json
 from collections import UserDict
 from typing import Any
 
@@ -16,10 +17,12 @@ import pytest
 from agentjournal.audit.verify import verify_bundle, verify_records
 from agentjournal.audit.verify._parse import (
     Malformed,
+    Parsed,
     _event,
     _record_problem,
     bundle_records,
     check_forms,
+    parse_bundle,
     read_bundle,
 )
 from agentjournal.audit.verify._report import Report
@@ -235,3 +238,97 @@ def test_a_reading_error_is_reported_before_any_wrong_form() -> None:
         assert len(report.problems) == 1
         assert message in report.problems[0].message
         assert report.problems[0].check == "structure"
+
+
+def _as_file(bundle: dict[str, Any]) -> bytes:
+    """The bytes of ``bundle`` as ``bundle export`` writes them (a ``str`` subclass prints as
+    its text; a lone surrogate as its escape)."""
+    return json.dumps(bundle, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _escaped(bundle: dict[str, Any]) -> bytes:
+    """``bundle`` as JSON with every character beyond ASCII escaped: a lone surrogate too."""
+    return json.dumps(bundle).encode()
+
+
+def test_parse_bundle_vouches_only_for_the_object_it_parsed() -> None:
+    parsed = parse_bundle(_escaped(BUNDLES["simple"]))
+    assert type(parsed) is Parsed
+    assert parsed == BUNDLES["simple"]
+    assert type(parse_bundle(b"[1]")) is list  # no bundle: nothing to vouch for
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"metadata": {"k": 1}}, "metadata must map strings to strings"),
+        ({"metadata": {"k": None}}, "metadata must map strings to strings"),
+        ({"metadata": {"k": ["v"]}}, "metadata must map strings to strings"),
+        ({"metadata": {"k": {"v": "w"}}}, "metadata must map strings to strings"),
+        ({"metadata": {"k": 1}, "id": 1}, "metadata must map strings to strings"),
+        ({"id": 1}, "id must be a string"),
+        ({"type": None}, "type must be a string"),
+        ({"data_sha256": 0}, "data_sha256 must be a string"),
+    ],
+)
+def test_a_malformed_event_of_a_parsed_bundle_is_refused_as_any(
+    change: dict[str, Any], message: str
+) -> None:
+    for parsed in (False, True):
+        with pytest.raises(Malformed, match=message):
+            _event("AgentSession-x", {**GOOD, **change}, [], parsed)
+
+
+def test_a_parsed_bundle_reports_as_the_same_bundle_read_otherwise() -> None:
+    """Read from its file's bytes by ``parse_bundle`` (which vouches that its text is exactly
+    ``str``) or given as the same objects otherwise, a bundle gets the same report: sound,
+    with events of the wrong form, or malformed."""
+    checked = 0
+    for bundle in BUNDLES.values():
+        first = bundle["streams"][0]
+        malformed = [
+            _with_event(bundle, 0, 1, {**first["events"][1], **change})
+            for change in (
+                {"metadata": {**first["events"][1]["metadata"], "aj.seq": 1}},
+                {"metadata": {**first["events"][1]["metadata"], "aj.note": None}},
+                {"id": 7},
+                {"type": ["T"]},
+                {"data_sha256": None},
+                {"data": 5},
+            )
+        ]
+        for broken in [bundle, *_forms_broken(bundle), *malformed]:
+            files = [_escaped(broken)]
+            written = _as_file(broken)
+            if _utf8(written):  # a lone surrogate is not UTF-8: a file holds only its escape
+                files.append(written)
+            for raw in files:
+                parsed = parse_bundle(raw)
+                plain = json.loads(raw)
+                assert type(parsed) is Parsed
+                assert type(plain) is dict
+                expected = verify_bundle(plain, {}, workers=1).text()
+                assert verify_bundle(parsed, {}, workers=1).text() == expected
+                checked += "(structure)" in expected
+    assert checked
+
+
+def test_a_bundle_not_parsed_by_parse_bundle_is_read_with_every_check() -> None:
+    """Only :class:`Parsed` is vouched for: in a bundle built otherwise, or a copy of a parsed
+    one, a ``str`` subclass among the metadata is refused."""
+    bundle = BUNDLES["simple"]
+    raw = bundle["streams"][0]["events"][1]
+    sly = _with_event(bundle, 0, 1, {**raw, "metadata": {**raw["metadata"], "k": Text("v")}})
+    for given in (sly, dict(sly)):
+        report = verify_bundle(given, {}, workers=1)
+        assert [(p.check, p.message) for p in report.problems] == [
+            ("structure", "metadata must map strings to strings")
+        ]

@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 from agentjournal import events
 from agentjournal._digests import value_digest
 from agentjournal.ledger import redaction
-from agentjournal.ledger.redaction import shown_call, view, view_commitment, view_digest
+from agentjournal.ledger.redaction import (
+    shown_call,
+    strict_view_commitment,
+    view,
+    view_commitment,
+    view_digest,
+)
 
 TOOL_CALLS = "AssistantToolCallsGenerated"
 RULE = {events.TOOL_RULE_KEY: json.dumps({"ceilings": {"spend": "amount", "to": "who.name"}})}
@@ -56,7 +62,29 @@ def _call(arguments: Any = '{"amount": 5, "who": {"name": "x"}}', **fields: Any)
 
 def _assert_same(data: bytes, metadata: dict[str, str] | None = None) -> None:
     for meta in ({} if metadata is None else metadata, RULE):
-        assert _fast(TOOL_CALLS, data, meta) == _exact(TOOL_CALLS, data, meta)
+        exact = _exact(TOOL_CALLS, data, meta)
+        assert _fast(TOOL_CALLS, data, meta) == exact
+        _assert_strict(data, meta, exact)
+
+
+def _strict_json(data: bytes) -> bool:
+    try:
+        json.loads(data, parse_constant=_refused)
+    except ValueError:
+        return False
+    return True
+
+
+def _refused(name: str) -> Any:
+    raise ValueError(name)
+
+
+def _assert_strict(data: bytes, metadata: dict[str, str], exact: Any) -> None:
+    """``strict_view_commitment`` gives the exact answer, and only for strict JSON data."""
+    strict = strict_view_commitment(TOOL_CALLS, data, metadata)
+    if strict is not None:
+        assert strict == exact
+        assert _strict_json(data)
 
 
 def test_an_ordinary_tool_call_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -344,3 +372,13 @@ def test_a_text_only_calls_marker_digests_its_item_text() -> None:
     assert made[1] is not None
     item_text = json.loads(data)["extensions"]["openai"]["item_json"]
     assert made[1]["withheld"] == value_digest(item_text)
+
+
+def test_the_strict_answer_is_given_for_strict_json_only() -> None:
+    plain = json.dumps(_data('{"amount": 5}', _call())).encode()
+    assert strict_view_commitment(TOOL_CALLS, plain, {}) == view_commitment(TOOL_CALLS, plain, {})
+    with_nan = plain.replace(b"{", b'{"temperature": NaN, ', 1)
+    assert view_commitment(TOOL_CALLS, with_nan, {}) is not None  # the general path takes it
+    assert strict_view_commitment(TOOL_CALLS, with_nan, {}) is None
+    assert strict_view_commitment(TOOL_CALLS, plain, {events.VIEWED_KEY: "1"}) is None
+    assert strict_view_commitment("UserMessageReceived", b'{"content": "hi"}', {}) is None

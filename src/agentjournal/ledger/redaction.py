@@ -58,6 +58,7 @@ __all__ = [
     "is_withheld",
     "item_view",
     "shown_call",
+    "strict_view_commitment",
     "view",
     "view_commitment",
     "view_digest",
@@ -340,17 +341,30 @@ def view_commitment(
     Raises:
         ValueError: As :func:`view`.
     """
-    if type_ == "AssistantToolCallsGenerated" and metadata.get(events.VIEWED_KEY) != "1":
-        try:
-            return _sdk_tool_call(data, metadata)
-        except (_Unsure, ValueError, TypeError, AttributeError, LookupError, RecursionError):
-            pass  # the general fast path decides
-        try:
-            return _fast_tool_calls(data, metadata)
-        except (_Unsure, ValueError, TypeError, AttributeError, LookupError, RecursionError):
-            pass  # view() decides
+    made = strict_view_commitment(type_, data, metadata)
+    if made is not None:
+        return made
     shown = view(type_, data, metadata)
     return None if shown is None else (view_digest(shown), shown_call(shown))
+
+
+def strict_view_commitment(
+    type_: str, data: bytes, metadata: Mapping[str, str]
+) -> tuple[str, dict[str, Any] | None] | None:
+    """:func:`view_commitment` of a tool call whose data ``orjson`` parses (strict JSON: no
+    ``NaN`` or ``Infinity``, no lone surrogate) and whose view it can vouch for; None for
+    anything else, where :func:`view_commitment` decides. What it gives, its call marker
+    too, is then the answer of a strict parse of the data (``Record.body`` parses it)."""
+    if type_ != "AssistantToolCallsGenerated" or metadata.get(events.VIEWED_KEY) == "1":
+        return None
+    try:
+        return _sdk_tool_call(data, metadata)
+    except (_Unsure, ValueError, TypeError, AttributeError, LookupError, RecursionError):
+        pass  # the general fast path decides
+    try:
+        return _fast_tool_calls(data, metadata)
+    except (_Unsure, ValueError, TypeError, AttributeError, LookupError, RecursionError):
+        return None  # view() decides
 
 
 _OPENAI: Final = frozenset({"openai"})

@@ -174,7 +174,7 @@ def _view_problem(event: Record, markers: Markers | None = None) -> str | None:
     """Why the event's view does not match its commitment ``aj.redacted``, if it does not.
 
     A view computed from the data leaves its call marker in ``markers`` where it is the
-    one containment would compute (see :func:`_shared_marker`)."""
+    one containment would compute (see :func:`_shares_rule`)."""
     committed = event.metadata.get(events.REDACTED_KEY)
     if committed is None:
         return None if event.view is None else "a view without a commitment (aj.redacted)"
@@ -182,29 +182,33 @@ def _view_problem(event: Record, markers: Markers | None = None) -> str | None:
         digest = redaction.view_digest(event.view)
     else:
         assert event.data is not None
-        try:
-            made = redaction.view_commitment(event.type, event.data.encode(), event.metadata)
-        except ValueError as error:
-            return str(error)
+        data = event.data.encode()
+        made = redaction.strict_view_commitment(event.type, data, event.metadata)
+        strict = made is not None
         if made is None:
-            return f"{event.type} carries a view commitment but has no view"
+            try:
+                made = redaction.view_commitment(event.type, data, event.metadata)
+            except ValueError as error:
+                return str(error)
+            if made is None:
+                return f"{event.type} carries a view commitment but has no view"
         digest, marker = made
-        if markers is not None and marker is not None and _shares_marker(event):
+        if markers is not None and marker is not None and strict and _shares_rule(event):
             markers[id(event)] = marker
     if digest != committed:
         return "the redacted view does not match its commitment (aj.redacted)"
     return None
 
 
-def _shares_marker(event: Record) -> bool:
-    """Whether the call marker of a view computed from the event's data is what
-    containment's ``_call_marker`` computes from the same data (the fields containment
-    reads: call id, kind, name, payload digest, ceilings); not where the two could differ,
-    so that containment computes it, and fails it, exactly as without a shared marker: an
-    item that looks withheld (``redaction.view_commitment`` gives no marker then), data
-    ``Record.body`` refuses (``NaN``, ``Infinity``), a rule that is not JSON."""
-    if event.data is None or "NaN" in event.data or "Infinity" in event.data:
-        return False
+def _shares_rule(event: Record) -> bool:
+    """Whether containment's ``_call_marker`` reads the same rule as the view of an event
+    whose data parsed as strict JSON (``redaction.strict_view_commitment``): there is none,
+    or it is JSON. Then the call marker that view made is the one containment computes
+    from the record (the fields it reads: call id, kind, name, payload digest, ceilings),
+    and it is shared; not where the two could differ, so that containment computes it, and
+    fails it, exactly as without a shared marker: data that is not strict JSON (``NaN``,
+    ``Infinity``, which ``Record.body`` refuses; the view's general path then made it), an
+    item that looks withheld (no marker then), a rule that is not JSON."""
     rule = event.metadata.get(events.TOOL_RULE_KEY)
     return rule is None or _json_text(rule)
 

@@ -5,6 +5,7 @@ record's form checked whatever it was read from (:func:`check_forms`)."""
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
@@ -55,7 +56,7 @@ def parse_bundle(raw: bytes) -> Any:
         return None
     try:
         with no_collection():  # a bundle is one large tree of acyclic objects
-            return json.loads(
+            parsed = json.loads(
                 text,
                 object_pairs_hook=_unique_names,
                 parse_constant=_no_constant,
@@ -71,6 +72,18 @@ def parse_bundle(raw: bytes) -> Any:
         ) from None
     except ValueError as error:  # from the hooks, or an integer of over 4300 digits
         raise InvalidInput(f"not a bundle: {cut(str(error), 200)}") from None
+    return Parsed(parsed) if type(parsed) is dict else parsed
+
+
+class Parsed(dict[str, Any]):
+    """A JSON object as :func:`parse_bundle` parsed it from a file: every text in it, each
+    object's names too, is exactly a ``str``, every object exactly a ``dict``, every array
+    exactly a ``list`` (JSON has no other kinds of text and containers). Reading it, the
+    verifier need not look for a subclass of ``str`` (which could compare or hash as
+    another text) among an event's metadata: a value that is not text at all is all it
+    looks for. Verify it as parsed: what is put into it afterwards is not vouched for."""
+
+    __slots__ = ()
 
 
 def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -144,7 +157,9 @@ def read_bundle(bundle: Any) -> tuple[TreeRecords, list[Unformed]]:
         )
     session_id = _checked_id(bundle["session_id"], "session_id")
     unformed: list[Unformed] = []
-    streams = _bundle_streams(bundle, unformed, branches=version >= BUNDLE_VERSION)
+    streams = _bundle_streams(
+        bundle, unformed, branches=version >= BUNDLE_VERSION, parsed=type(bundle) is Parsed
+    )
     return TreeRecords(session_id, streams), unformed
 
 
@@ -158,10 +173,10 @@ def _checked_id(value: Any, what: str) -> str:
 
 
 def _bundle_streams(
-    bundle: Mapping[str, Any], unformed: list[Unformed], *, branches: bool
+    bundle: Mapping[str, Any], unformed: list[Unformed], *, branches: bool, parsed: bool = False
 ) -> dict[str, list[Record]]:
     """A bundle's streams read into records, each of the wrong form added to ``unformed``
-    (``branches``: its version may carry branch streams).
+    (``branches``: its version may carry branch streams; ``parsed``: it is :class:`Parsed`).
 
     Raises:
         InvalidInput: A stream is malformed or repeated (:class:`Malformed` for an event).
@@ -189,9 +204,9 @@ def _bundle_streams(
                 f"stream {cut(repr(name), 200)} holds a branch: only a version "
                 f"{BUNDLE_VERSION} bundle carries branches"
             )
-        streams[name] = [_event(name, e, unformed) for e in raw_events]
-        withheld = next((e for e in streams[name] if e.data is None), None)
-        if withheld is not None and not redacted:
+        records = streams[name] = [_event(name, e, unformed, parsed) for e in raw_events]
+        if not redacted and None in map(_data_of, records):
+            withheld = next(e for e in records if e.data is None)
             raise Malformed(
                 name, withheld.revision, "data is withheld in a bundle that says it is unredacted"
             )
@@ -226,7 +241,8 @@ def eval_bundle_records(bundle: Any) -> tuple[str, dict[str, list[Record]]]:
             f"version {EVAL_BUNDLE_VERSION}: verify it with the agentjournal that wrote it"
         )
     run_id = _checked_id(bundle["run_id"], "run_id")
-    streams = _bundle_streams(bundle, [], branches=True)  # the verifier checks their forms
+    # the verifier checks their forms
+    streams = _bundle_streams(bundle, [], branches=True, parsed=type(bundle) is Parsed)
     return run_id, streams
 
 
@@ -238,7 +254,16 @@ class Malformed(InvalidInput):
         self.stream, self.revision = stream, revision
 
 
-def _event(stream: str, raw: Any, unformed: list[Unformed]) -> Record:
+_data_of: Final = operator.attrgetter("data")
+
+
+def _event(stream: str, raw: Any, unformed: list[Unformed], parsed: bool = False) -> Record:
+    """An event of ``stream`` read into a record, added to ``unformed`` if of the wrong form
+    (``parsed``: read from a :class:`Parsed` bundle).
+
+    Raises:
+        Malformed: It is not an event.
+    """
     # Exact types first, on every line: a parsed bundle holds nothing else, and the
     # isinstance checks of the general case cost more than the rest of reading an event.
     if (type(raw) is not dict and not isinstance(raw, Mapping)) or raw.keys() != _EVENT_FIELDS:
@@ -249,8 +274,6 @@ def _event(stream: str, raw: Any, unformed: list[Unformed]) -> Record:
     if not isinstance(metadata, dict):
         raise Malformed(stream, revision, "metadata must map strings to strings")
     metadata = dict(metadata)  # the record's own: what is checked is what it holds
-    if not _strings(metadata):
-        raise Malformed(stream, revision, "metadata must map strings to strings")
     id_, type_, data_sha256, data, view = (
         raw["id"],
         raw["type"],
@@ -258,6 +281,17 @@ def _event(stream: str, raw: Any, unformed: list[Unformed]) -> Record:
         raw["data"],
         raw["view"],
     )
+    ascii_: bool | None = None  # whether the metadata, id, type and digest are all ASCII
+    if parsed:
+        # Its text is exactly ``str``: joining the values fails only where one is not text
+        # (or the id, type or digest, which the checks below name), and the join is the
+        # form's own check for text that is not valid Unicode.
+        try:
+            ascii_ = _ascii(metadata, id_, type_, data_sha256)
+        except TypeError:
+            ascii_ = None  # not known: the checks below find what is not text
+    if ascii_ is None and not _strings(metadata):
+        raise Malformed(stream, revision, "metadata must map strings to strings")
     exact = type(id_) is str and type(type_) is str and type(data_sha256) is str
     if not exact:
         for name, value in (("id", id_), ("type", type_), ("data_sha256", data_sha256)):
@@ -290,7 +324,9 @@ def _event(stream: str, raw: Any, unformed: list[Unformed]) -> Record:
         },
     )
     # Its form, as check_forms checks it (all ASCII, nearly every event: nothing can fail).
-    if not (exact and 0 <= revision <= _MAX_REVISION and _ascii(metadata, id_, type_, data_sha256)):
+    if ascii_ is None:
+        ascii_ = exact and _ascii(metadata, id_, type_, data_sha256)
+    if not (exact and 0 <= revision <= _MAX_REVISION and ascii_):
         problem = _record_problem(record)
         if problem is not None:
             unformed.append((record, problem))

@@ -1,0 +1,80 @@
+"""The integrity check leaves a tool call's marker (computed with its view) for containment
+only where containment, computing it from the record, would find the same: where the
+call's data parsed as strict JSON. Elsewhere containment computes it, and judges it, as if
+no marker were shared.
+
+The bundles are the recorded sessions of ``ledger_sessions.py``; the edits are a key
+holder's: each edited stream is chained again and every checkpoint signed again.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from agentjournal.audit.verify import verify_bundle
+from agentjournal.audit.verify._integrity import Markers, first_problem
+from agentjournal.audit.verify._parse import bundle_records
+from ledger_sessions import KEY, TRUSTED, rechain, record, sign_heads
+
+BUNDLES = record()
+TOOL_CALLS = "AssistantToolCallsGenerated"
+
+
+def _markers(bundle: dict[str, Any]) -> dict[tuple[str, int], Any]:
+    """The markers the integrity check leaves, by stream and revision."""
+    streams = bundle_records(bundle).streams
+    markers = Markers()
+    for name, stream in streams.items():
+        assert first_problem(name, stream, 0, len(stream), markers) is None
+    return {
+        (name, event.revision): markers[id(event)]
+        for name, stream in streams.items()
+        for event in stream
+        if id(event) in markers
+    }
+
+
+def _first_call(bundle: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The first tool call with a view commitment, and its stream's name."""
+    return next(
+        (stream["name"], event)
+        for stream in bundle["streams"]
+        for event in stream["events"]
+        if event["type"] == TOOL_CALLS and "aj.redacted" in event["metadata"]
+    )
+
+
+def test_the_calls_of_a_recorded_session_share_their_markers() -> None:
+    bundle = BUNDLES["guarded"]
+    calls = {
+        (stream["name"], event["revision"])
+        for stream in bundle["streams"]
+        for event in stream["events"]
+        if event["type"] == TOOL_CALLS and "aj.redacted" in event["metadata"]
+    }
+    assert calls
+    assert _markers(bundle).keys() == calls
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_call_whose_data_is_not_strict_json_is_judged_from_its_record(workers: int) -> None:
+    """``NaN`` beside the calls: the view's general path accepts it (the commitment is
+    right), ``Record.body`` refuses it, so containment finds no call in the record."""
+    bundle = copy.deepcopy(BUNDLES["guarded"])
+    name, event = _first_call(bundle)
+    event["data"] = event["data"].replace("{", '{"temperature":NaN,', 1)
+    rechain(bundle, name)
+    sign_heads(bundle, KEY)
+    assert (name, event["revision"]) not in _markers(bundle)
+    report = verify_bundle(bundle, TRUSTED, workers=workers)
+    assert [(p.check, p.stream, p.revision, p.message) for p in report.problems] == [
+        (
+            "containment",
+            name,
+            event["revision"],
+            "the call's aj.call_id or aj.item_type is not the call's own",
+        )
+    ]
