@@ -3,7 +3,8 @@
 Run: ``python bench/ledger.py`` (``--quick`` for a smoke run). A session of
 support turns (a user message, a tool call, its result and an answer per
 turn, realistic sizes) is written through ``JournalSession`` with a signing
-key, exported as a bundle, and then, round by round:
+key, exported as a bundle and read back from the bytes ``bundle export`` writes by
+``parse_bundle``, as ``agentjournal verify`` reads a bundle file, and then, round by round:
 
 - **raw**: ``hashlib.sha256`` of every event's data and of its chain record
   (``ledger.chain.record_bytes``: the exact bytes the verifier hashes, format 2
@@ -14,6 +15,9 @@ key, exported as a bundle, and then, round by round:
 - **verify**: the whole offline verification (structure, integrity,
   checkpoints, twins, delegation, containment), of the parsed bundle, in this
   process only (``workers=1``);
+- **verify, of the exporter's objects**: the same, of the bundle as the exporter built
+  it, not parsed from its file: its text is not vouched for as exactly ``str`` (what
+  ``parse_bundle`` gives), so every metadata key and value is looked at for a subclass;
 - **verify, 2 workers**: the same with ``workers=2``: a forked child checks the views
   and runs the checks after integrity but the checkpoints' on the second core while this
   process checks the rest of the chains and runs the checkpoints' check (by default
@@ -28,14 +32,15 @@ key, exported as a bundle, and then, round by round:
 - **floor: + signatures**: that, plus checking the Ed25519 signature of every
   checkpoint in the bundle (their signed bytes ready) — the least a verifier that
   checks the ledger's signatures pays, one after the other on one thread;
-- **floor: least verifier**: that, from the parsed bundle: every event's fields read,
-  none missing or unknown, each exactly of its type and its text Unicode (``least_read``,
-  the data encoded for hashing), and every tool call's view recomputed from its data and
-  compared with its commitment (``least_view``: the shape the Agents SDK writes, with the
-  checks that make orjson's digests the exact ones). The least views are checked equal
-  to the verifier's own (untimed). The signatures are checked over their signed bytes,
-  decoded beforehand; the checks after integrity (containment, the tree's twins,
-  approvals, the checkpoints' decoding and coverage) are not in it: it is the least of
+- **floor: least verifier**: that, from the parsed bundle: every event's fields read, none
+  missing or unknown, each exactly of its type, its metadata text (found by joining it, which
+  fails on anything else: a parsed bundle holds no subclass of ``str``) and all of its text
+  Unicode (``least_read``, the data encoded for hashing), and every tool call's view
+  recomputed from its data and compared with its commitment (``least_view``: the shape the
+  Agents SDK writes, with the checks that make orjson's digests the exact ones). The least
+  views are checked equal to the verifier's own (untimed). The signatures are checked over
+  their signed bytes, decoded beforehand; the checks after integrity (containment, the tree's
+  twins, approvals, the checkpoints' decoding and coverage) are not in it: it is the least of
   what verify does;
 - **floor: least integrity + our checks after it**: the least verifier's reading, chains and
   views, then the verifier's own checks after integrity as they are (the checkpoints'
@@ -88,7 +93,7 @@ from agentjournal.audit.export import export_bundle
 from agentjournal.audit.verify import Report, _after_integrity, verify_bundle
 from agentjournal.audit.verify._integrity import Markers, check_chain
 from agentjournal.audit.verify._parallel import check_integrity
-from agentjournal.audit.verify._parse import bundle_records
+from agentjournal.audit.verify._parse import Parsed, bundle_records, parse_bundle
 from agentjournal.engine.sealing import seal_event
 from agentjournal.events import (
     CALL_ID_KEY,
@@ -202,11 +207,13 @@ def least_chain(inputs: list[tuple[Any, ...]]) -> None:
 _EVENT_KEYS = frozenset({"revision", "id", "type", "data", "data_sha256", "metadata", "view"})
 
 
-def least_read(bundle: dict[str, Any]) -> list[tuple[Any, ...]]:
+def least_read(bundle: Parsed) -> list[tuple[Any, ...]]:
     """Each event's fields read from the parsed bundle as the least verifier reads them: no
-    field missing or unknown, each exactly of its type, the metadata strings to strings, all
-    of it Unicode text (ASCII, the fast answer for these events), the data encoded for
-    hashing: what ``least_chain`` reads."""
+    field missing or unknown, each exactly of its type, the metadata strings to strings (a
+    join fails on anything else: ``parse_bundle`` gives no subclass of ``str``), all of it
+    Unicode text (ASCII, the fast answer for these events), the data encoded for hashing:
+    what ``least_chain`` reads."""
+    assert type(bundle) is Parsed, "the least reading is of a bundle parse_bundle read"
     read = []
     for stream in bundle["streams"]:
         name = stream["name"]
@@ -229,10 +236,11 @@ def least_read(bundle: dict[str, Any]) -> list[tuple[Any, ...]]:
                 or event["view"] is not None
             ):
                 raise AssertionError(f"{name}@{revision}: form")
-            for key, value in metadata.items():
-                if type(key) is not str or type(value) is not str:
-                    raise AssertionError(f"{name}@{revision}: metadata")
-            if not "".join((*metadata, *metadata.values(), id_, type_, data_sha256)).isascii():
+            try:
+                text = "".join((*metadata, *metadata.values(), id_, type_, data_sha256))
+            except TypeError:
+                raise AssertionError(f"{name}@{revision}: metadata") from None
+            if not text.isascii():
                 raise AssertionError(f"{name}@{revision}: text")
             read.append((name, revision, id_, type_, data.encode(), data_sha256, metadata))
     return read
@@ -549,7 +557,9 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     turns, rounds = (50, 3) if args.quick else (2000, 9)
     key = SigningKey.generate()
-    bundle = asyncio.run(recorded(turns, key))
+    exported = asyncio.run(recorded(turns, key))
+    # As `agentjournal verify` reads the file `bundle export` writes.
+    bundle = parse_bundle(json.dumps(exported, ensure_ascii=False).encode())
     trusted = {key.key_id: key.public_key}
     pairs = raw_inputs(bundle)
     sealing = seal_inputs(bundle)
@@ -572,6 +582,10 @@ def main(argv: list[str]) -> int:
 
     def verify() -> None:
         report = verify_bundle(bundle, trusted, workers=1)
+        assert report.ok, report.text()
+
+    def verify_exported() -> None:
+        report = verify_bundle(exported, trusted, workers=1)
         assert report.ok, report.text()
 
     forked = []
@@ -655,6 +669,7 @@ def main(argv: list[str]) -> int:
         "raw sha256": raw,
         "chain check": chain,
         "full verify": verify,
+        "full verify, of the exporter's objects": verify_exported,
         "full verify, 2 workers": verify_two,
         "seal": seal,
         "floor: least chain": lambda: least_chain(least),

@@ -71,6 +71,7 @@ def test_ledger_benchmark_runs() -> None:
     out = run_bench("ledger")
     assert "raw sha256" in out
     assert "full verify" in out
+    assert "full verify, of the exporter's objects" in out  # the bundle not parse_bundle's
     assert "floor: least chain" in out
     assert "signatures" in out
     assert "floor: least verifier, + read, + 50 views" in out  # its views checked equal first
