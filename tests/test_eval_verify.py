@@ -157,3 +157,23 @@ async def test_a_malformed_eval_bundle_fails_its_structure(
     report = verify_bundle(parse_bundle(json.dumps(bundle).encode()), {}, allow_uncovered=True)
     assert not report.ok
     assert message in report.text()
+
+
+class _Text(str):
+    """A str subclass: not what JSON parses to."""
+
+
+async def test_an_eval_bundle_is_read_with_the_checks_its_source_needs(tmp_path: Path) -> None:
+    """Parsed by ``parse_bundle``, a metadata value that is not text is refused; built
+    otherwise, a subclass of ``str`` among the metadata is refused too."""
+    uri = await scored(tmp_path / "j.db")
+    async with Journal.open(uri) as journal:
+        bundle = await export_eval_bundle(journal.store, "r")
+    event = bundle["streams"][0]["events"][1]
+    refused = "metadata must map strings to strings"
+    event["metadata"] = {**event["metadata"], "aj.note": 7}
+    report = verify_bundle(parse_bundle(json.dumps(bundle).encode()), TRUSTED)
+    assert [(p.check, p.message) for p in report.problems] == [("structure", refused)]
+    event["metadata"] = {**event["metadata"], "aj.note": _Text("seven")}
+    report = verify_bundle(bundle, TRUSTED)
+    assert [(p.check, p.message) for p in report.problems] == [("structure", refused)]

@@ -332,3 +332,23 @@ def test_a_bundle_not_parsed_by_parse_bundle_is_read_with_every_check() -> None:
         assert [(p.check, p.message) for p in report.problems] == [
             ("structure", "metadata must map strings to strings")
         ]
+
+
+class _EqualsNone(str):
+    """Text that says it equals None."""
+
+    def __eq__(self, other: object) -> bool:
+        return other is None or str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_withheld_data_is_found_by_identity() -> None:
+    """Data a caller's object says equals None is not withheld data: the bundle is read and
+    verified, never a crash."""
+    bundle = BUNDLES["simple"]
+    raw = bundle["streams"][0]["events"][1]
+    sly = _with_event(bundle, 0, 1, {**raw, "data": _EqualsNone(raw["data"])})
+    report = verify_bundle(sly, {}, workers=1)
+    assert not any("withheld" in p.message for p in report.problems)
+    assert report.text() == verify_bundle(bundle, {}, workers=1).text()

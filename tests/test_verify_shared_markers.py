@@ -10,6 +10,7 @@ holder's: each edited stream is chained again and every checkpoint signed again.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -59,13 +60,22 @@ def test_the_calls_of_a_recorded_session_share_their_markers() -> None:
     assert _markers(bundle).keys() == calls
 
 
+EDITS: dict[str, Callable[[str], str]] = {
+    "NaN beside the calls": lambda data: data.replace("{", '{"temperature":NaN,', 1),
+    "a byte order mark before them": lambda data: "\ufeff" + data,
+}
+
+
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_call_whose_data_is_not_strict_json_is_judged_from_its_record(workers: int) -> None:
-    """``NaN`` beside the calls: the view's general path accepts it (the commitment is
-    right), ``Record.body`` refuses it, so containment finds no call in the record."""
+@pytest.mark.parametrize("edit", EDITS)
+def test_a_call_whose_data_is_not_strict_json_is_judged_from_its_record(
+    workers: int, edit: str
+) -> None:
+    """The view's general path takes the data (the commitment is right); ``Record.body``
+    refuses it, so containment finds no call in the record."""
     bundle = copy.deepcopy(BUNDLES["guarded"])
     name, event = _first_call(bundle)
-    event["data"] = event["data"].replace("{", '{"temperature":NaN,', 1)
+    event["data"] = EDITS[edit](event["data"])
     rechain(bundle, name)
     sign_heads(bundle, KEY)
     assert (name, event["revision"]) not in _markers(bundle)
@@ -78,3 +88,16 @@ def test_a_call_whose_data_is_not_strict_json_is_judged_from_its_record(workers:
             "the call's aj.call_id or aj.item_type is not the call's own",
         )
     ]
+
+
+def test_a_call_with_a_float_beside_it_shares_its_marker() -> None:
+    """A float takes the view's general path; the record's body parses as the view's data
+    did, so the marker is shared (containment would compute the same) and the bundle
+    verifies."""
+    bundle = copy.deepcopy(BUNDLES["guarded"])
+    name, event = _first_call(bundle)
+    event["data"] = event["data"].replace("{", '{"temperature":0.5,', 1)
+    rechain(bundle, name)
+    sign_heads(bundle, KEY)
+    assert (name, event["revision"]) in _markers(bundle)
+    assert verify_bundle(bundle, TRUSTED, workers=1).ok

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from agentjournal import events
 from agentjournal._digests import value_digest
+from agentjournal.audit.verify._containment import call_marker
+from agentjournal.audit.verify._integrity import Markers, _view_problem
 from agentjournal.ledger import redaction
 from agentjournal.ledger.redaction import (
     shown_call,
@@ -22,6 +24,7 @@ from agentjournal.ledger.redaction import (
     view_commitment,
     view_digest,
 )
+from agentjournal.records import Record
 
 TOOL_CALLS = "AssistantToolCallsGenerated"
 RULE = {events.TOOL_RULE_KEY: json.dumps({"ceilings": {"spend": "amount", "to": "who.name"}})}
@@ -65,6 +68,7 @@ def _assert_same(data: bytes, metadata: dict[str, str] | None = None) -> None:
         exact = _exact(TOOL_CALLS, data, meta)
         assert _fast(TOOL_CALLS, data, meta) == exact
         _assert_strict(data, meta, exact)
+        _assert_shared_marker_is_containments(data, meta)
 
 
 def _strict_json(data: bytes) -> bool:
@@ -85,6 +89,35 @@ def _assert_strict(data: bytes, metadata: dict[str, str], exact: Any) -> None:
     if strict is not None:
         assert strict == exact
         assert _strict_json(data)
+
+
+def _assert_shared_marker_is_containments(data: bytes, metadata: dict[str, str]) -> bool:
+    """A call marker the integrity check leaves for containment is, in every field
+    containment reads, the one containment computes from the record itself, which does not
+    raise."""
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        return False  # not UTF-8 text: the integrity check fails it before its view
+    record = Record(
+        "AgentSession-x",
+        0,
+        "00000000-0000-0000-0000-000000000000",
+        TOOL_CALLS,
+        text,
+        "0" * 64,
+        {**metadata, events.REDACTED_KEY: "x"},  # any commitment: the marker comes first
+    )
+    markers = Markers()
+    _view_problem(record, markers)
+    if id(record) in markers:
+        computed, shared = call_marker(record, {}), markers[id(record)]
+        assert {key: computed.get(key) for key in READ} == {key: shared.get(key) for key in READ}
+    return id(record) in markers
+
+
+READ = ("call_id", "kind", "name", "payload_digest", "ceilings")
+"""What containment reads of a call's marker."""
 
 
 def test_an_ordinary_tool_call_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -382,3 +415,27 @@ def test_the_strict_answer_is_given_for_strict_json_only() -> None:
     assert strict_view_commitment(TOOL_CALLS, with_nan, {}) is None
     assert strict_view_commitment(TOOL_CALLS, plain, {events.VIEWED_KEY: "1"}) is None
     assert strict_view_commitment("UserMessageReceived", b'{"content": "hi"}', {}) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "shared"),
+    [
+        (lambda data: b"\xef\xbb\xbf" + data, False),  # a byte order mark: body refuses it
+        (lambda data: data.decode().encode("utf-16-le"), False),  # zero bytes: read as UTF-16
+        (lambda data: data.replace(b"{", b'{"temperature": NaN, ', 1), False),
+        (lambda data: data.replace(b"{", b'{"temperature": -Infinity, ', 1), False),
+        (lambda data: data.replace(b"{", b'{"temperature": 0.5, ', 1), True),  # a float
+        (lambda data: data.replace(b'"message_index": 1', b'"message_index": 1.0'), True),
+    ],
+)
+def test_a_marker_made_by_the_general_path_is_shared_only_as_containment_computes_it(
+    change: Any, shared: bool
+) -> None:
+    """Where the view's strict path stands aside (a float, ``NaN``, a byte order mark), the
+    general path's marker is shared where the record's body parses, and not elsewhere."""
+    data = change(json.dumps(_data('{"amount": 5}', _call())).encode())
+    assert strict_view_commitment(TOOL_CALLS, data, {}) is None  # the general path decides
+    for metadata in ({}, RULE):
+        assert _assert_shared_marker_is_containments(data, metadata) is shared
+    # a rule that is not JSON: containment reads no rule, the view read none either
+    assert not _assert_shared_marker_is_containments(data, {events.TOOL_RULE_KEY: "not json"})

@@ -55,6 +55,7 @@ __all__ = [
     "KEPT",
     "VIEWED",
     "call_marker",
+    "exact_view_commitment",
     "is_withheld",
     "item_view",
     "shown_call",
@@ -342,8 +343,18 @@ def view_commitment(
         ValueError: As :func:`view`.
     """
     made = strict_view_commitment(type_, data, metadata)
-    if made is not None:
-        return made
+    return made if made is not None else exact_view_commitment(type_, data, metadata)
+
+
+def exact_view_commitment(
+    type_: str, data: bytes, metadata: Mapping[str, str]
+) -> tuple[str, dict[str, Any] | None] | None:
+    """:func:`view_commitment` through :func:`view` itself: the exact answer for any data
+    (what :func:`strict_view_commitment` leaves).
+
+    Raises:
+        ValueError: As :func:`view`.
+    """
     shown = view(type_, data, metadata)
     return None if shown is None else (view_digest(shown), shown_call(shown))
 

@@ -138,7 +138,9 @@ def verify_bundle(
     """Verify a parsed bundle against the trusted public keys (key id -> key).
 
     Args:
-        bundle: The parsed JSON of a bundle.
+        bundle: The parsed JSON of a bundle. What :func:`parse_bundle` returns is read as
+            vouched for, its text exactly ``str`` (so its metadata is not looked at for a
+            subclass of ``str``): pass it unchanged; any other object is looked at whole.
         trusted: Key id -> public key; only these keys' checkpoints count, and those of
             keys a chain of valid rotations in the bundle leads to from them.
         allow_uncovered: Report events after the last checkpoint as warnings.

@@ -174,7 +174,7 @@ def _view_problem(event: Record, markers: Markers | None = None) -> str | None:
     """Why the event's view does not match its commitment ``aj.redacted``, if it does not.
 
     A view computed from the data leaves its call marker in ``markers`` where it is the
-    one containment would compute (see :func:`_shares_rule`)."""
+    one containment would compute (see :func:`_shares_marker`)."""
     committed = event.metadata.get(events.REDACTED_KEY)
     if committed is None:
         return None if event.view is None else "a view without a commitment (aj.redacted)"
@@ -187,28 +187,37 @@ def _view_problem(event: Record, markers: Markers | None = None) -> str | None:
         strict = made is not None
         if made is None:
             try:
-                made = redaction.view_commitment(event.type, data, event.metadata)
+                made = redaction.exact_view_commitment(event.type, data, event.metadata)
             except ValueError as error:
                 return str(error)
             if made is None:
                 return f"{event.type} carries a view commitment but has no view"
         digest, marker = made
-        if markers is not None and marker is not None and strict and _shares_rule(event):
+        if markers is not None and marker is not None and _shares_marker(event, data, strict):
             markers[id(event)] = marker
     if digest != committed:
         return "the redacted view does not match its commitment (aj.redacted)"
     return None
 
 
-def _shares_rule(event: Record) -> bool:
-    """Whether containment's ``_call_marker`` reads the same rule as the view of an event
-    whose data parsed as strict JSON (``redaction.strict_view_commitment``): there is none,
-    or it is JSON. Then the call marker that view made is the one containment computes
-    from the record (the fields it reads: call id, kind, name, payload digest, ceilings),
-    and it is shared; not where the two could differ, so that containment computes it, and
-    fails it, exactly as without a shared marker: data that is not strict JSON (``NaN``,
-    ``Infinity``, which ``Record.body`` refuses; the view's general path then made it), an
-    item that looks withheld (no marker then), a rule that is not JSON."""
+def _shares_marker(event: Record, data: bytes, strict: bool) -> bool:
+    """Whether the call marker of the event's view (``strict``: made by
+    ``redaction.strict_view_commitment``; ``data``: the event's data as the view read it) is
+    the one containment's ``call_marker`` computes from the record (the fields it reads:
+    call id, kind, name, payload digest, ceilings), so that it is shared. Only where
+    ``Record.body``, which containment reads, parses the data as the view did, and the rule
+    is none or JSON; elsewhere containment computes the marker, and fails it, exactly as
+    without a shared one. An item that looks withheld gives no marker.
+
+    The strict path parsed the data as strict JSON, as ``Record.body`` does. Where the
+    general path made the view (``json`` with a float, an integer too long for orjson),
+    ``Record.body`` parses what it parsed but for a text read as another encoding than
+    UTF-8 (a byte order mark, zero bytes at the start) and ``NaN`` and ``Infinity``, which it
+    refuses (looked for as text: one in a string only costs the sharing)."""
+    if not strict and (
+        json.detect_encoding(data) != "utf-8" or b"NaN" in data or b"Infinity" in data
+    ):
+        return False
     rule = event.metadata.get(events.TOOL_RULE_KEY)
     return rule is None or _json_text(rule)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import operator
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -41,7 +42,9 @@ def parse_bundle(raw: bytes) -> Any:
     Strict beyond :func:`json.loads`: the bytes must be UTF-8, names may not repeat within an
     object (two parsers could each pick a different one), and ``NaN``/``Infinity`` and numbers
     too large for a float are refused. An empty (or all-blank) file parses to None, which
-    :func:`verify_bundle` reports as empty input.
+    :func:`verify_bundle` reports as empty input. A JSON object comes back as
+    :class:`Parsed`, which the verifier reads as vouched for (its text exactly ``str``):
+    verify it as parsed, unchanged.
 
     Raises:
         InvalidInput: The bytes are not such JSON; the message says where.
@@ -205,7 +208,9 @@ def _bundle_streams(
                 f"{BUNDLE_VERSION} bundle carries branches"
             )
         records = streams[name] = [_event(name, e, unformed, parsed) for e in raw_events]
-        if not redacted and None in map(_data_of, records):
+        # By identity, all in C (``None in`` compares by equality, which a caller's object
+        # may answer as it likes).
+        if not redacted and any(map(operator.is_, map(_data_of, records), repeat(None))):
             withheld = next(e for e in records if e.data is None)
             raise Malformed(
                 name, withheld.revision, "data is withheld in a bundle that says it is unredacted"
