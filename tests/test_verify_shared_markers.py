@@ -9,12 +9,15 @@ holder's: each edited stream is chained again and every checkpoint signed again.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from agentjournal import Journal
+from agentjournal.audit.export import export_bundle
 from agentjournal.audit.verify import verify_bundle
 from agentjournal.audit.verify._integrity import Markers, first_problem
 from agentjournal.audit.verify._parse import bundle_records
@@ -101,3 +104,62 @@ def test_a_call_with_a_float_beside_it_shares_its_marker() -> None:
     sign_heads(bundle, KEY)
     assert (name, event["revision"]) in _markers(bundle)
     assert verify_bundle(bundle, TRUSTED, workers=1).ok
+
+
+async def _item_session() -> dict[str, Any]:
+    """A signed session holding a computer call (``OpenAIItemRecorded``, with a view)."""
+    async with Journal.open("sqlite://:memory:", signing_key=KEY) as journal:
+        session = journal.session("items")
+        await session.add_items(
+            [
+                {"role": "user", "content": "click"},
+                {
+                    "type": "computer_call",
+                    "call_id": "c1",
+                    "id": "cc1",
+                    "status": "completed",
+                    "action": {"type": "click", "x": 1, "y": 2, "button": "left"},
+                    "pending_safety_checks": [],
+                },
+            ]
+        )
+        await session.checkpoint()
+        return await export_bundle(journal.store, "items")
+
+
+ITEM_EDITS: dict[str, tuple[Callable[[str], str], bool]] = {
+    "a float beside the item": (lambda data: data.replace("{", '{"temperature":0.5,', 1), True),
+    "NaN beside the item": (lambda data: data.replace("{", '{"temperature":NaN,', 1), False),
+    "a byte order mark before it": (lambda data: "\ufeff" + data, False),
+    "its text read as UTF-16": (lambda data: data.encode("utf-16-le").decode(), False),
+}
+
+
+@pytest.mark.parametrize("edit", ITEM_EDITS)
+def test_an_item_call_shares_its_marker_only_as_containment_computes_it(edit: str) -> None:
+    """An ``OpenAIItemRecorded`` call whose view the general path made: its marker is shared
+    where the record's body parses as the view's data did, and the bundle verifies; else
+    containment finds no call in the record."""
+    bundle = asyncio.run(_item_session())
+    name, event = next(
+        (stream["name"], event)
+        for stream in bundle["streams"]
+        for event in stream["events"]
+        if event["type"] == "OpenAIItemRecorded"
+    )
+    change, shared = ITEM_EDITS[edit]
+    event["data"] = change(event["data"])
+    rechain(bundle, name)
+    sign_heads(bundle, KEY)
+    assert ((name, event["revision"]) in _markers(bundle)) is shared
+    report = verify_bundle(bundle, TRUSTED, workers=1)
+    if shared:
+        assert report.ok, report.text()
+    else:
+        assert [(p.check, p.revision, p.message) for p in report.problems] == [
+            (
+                "containment",
+                event["revision"],
+                "the call's aj.call_id or aj.item_type is not the call's own",
+            )
+        ]
