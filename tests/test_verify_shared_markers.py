@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -41,24 +41,33 @@ def _markers(bundle: dict[str, Any]) -> dict[tuple[str, int], Any]:
     }
 
 
-def _first_call(bundle: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The first tool call with a view commitment, and its stream's name."""
-    return next(
+def _calls(bundle: dict[str, Any], type_: str) -> list[tuple[str, dict[str, Any]]]:
+    """The events of ``type_`` with a view commitment, each with its stream's name."""
+    return [
         (stream["name"], event)
         for stream in bundle["streams"]
         for event in stream["events"]
-        if event["type"] == TOOL_CALLS and "aj.redacted" in event["metadata"]
-    )
+        if event["type"] == type_ and "aj.redacted" in event["metadata"]
+    ]
+
+
+def _edited(bundle: dict[str, Any], type_: str, change: Callable[[str], str]) -> tuple[str, int]:
+    """``change`` made to the data of the first call of ``type_`` by a key holder (its stream
+    chained again, every checkpoint signed again): where it is."""
+    name, event = _calls(bundle, type_)[0]
+    event["data"] = change(event["data"])
+    rechain(bundle, name)
+    sign_heads(bundle, KEY)
+    return name, event["revision"]
+
+
+JUDGED_FROM_RECORD: Final = "the call's aj.call_id or aj.item_type is not the call's own"
+"""What containment says of a call whose record's body it cannot read."""
 
 
 def test_the_calls_of_a_recorded_session_share_their_markers() -> None:
     bundle = BUNDLES["guarded"]
-    calls = {
-        (stream["name"], event["revision"])
-        for stream in bundle["streams"]
-        for event in stream["events"]
-        if event["type"] == TOOL_CALLS and "aj.redacted" in event["metadata"]
-    }
+    calls = {(name, event["revision"]) for name, event in _calls(bundle, TOOL_CALLS)}
     assert calls
     assert _markers(bundle).keys() == calls
 
@@ -77,19 +86,11 @@ def test_a_call_whose_data_is_not_strict_json_is_judged_from_its_record(
     """The view's general path takes the data (the commitment is right); ``Record.body``
     refuses it, so containment finds no call in the record."""
     bundle = copy.deepcopy(BUNDLES["guarded"])
-    name, event = _first_call(bundle)
-    event["data"] = EDITS[edit](event["data"])
-    rechain(bundle, name)
-    sign_heads(bundle, KEY)
-    assert (name, event["revision"]) not in _markers(bundle)
+    name, revision = _edited(bundle, TOOL_CALLS, EDITS[edit])
+    assert (name, revision) not in _markers(bundle)
     report = verify_bundle(bundle, TRUSTED, workers=workers)
     assert [(p.check, p.stream, p.revision, p.message) for p in report.problems] == [
-        (
-            "containment",
-            name,
-            event["revision"],
-            "the call's aj.call_id or aj.item_type is not the call's own",
-        )
+        ("containment", name, revision, JUDGED_FROM_RECORD)
     ]
 
 
@@ -98,11 +99,8 @@ def test_a_call_with_a_float_beside_it_shares_its_marker() -> None:
     did, so the marker is shared (containment would compute the same) and the bundle
     verifies."""
     bundle = copy.deepcopy(BUNDLES["guarded"])
-    name, event = _first_call(bundle)
-    event["data"] = event["data"].replace("{", '{"temperature":0.5,', 1)
-    rechain(bundle, name)
-    sign_heads(bundle, KEY)
-    assert (name, event["revision"]) in _markers(bundle)
+    edit = _edited(bundle, TOOL_CALLS, lambda data: data.replace("{", '{"temperature":0.5,', 1))
+    assert edit in _markers(bundle)
     assert verify_bundle(bundle, TRUSTED, workers=1).ok
 
 
@@ -141,25 +139,13 @@ def test_an_item_call_shares_its_marker_only_as_containment_computes_it(edit: st
     where the record's body parses as the view's data did, and the bundle verifies; else
     containment finds no call in the record."""
     bundle = asyncio.run(_item_session())
-    name, event = next(
-        (stream["name"], event)
-        for stream in bundle["streams"]
-        for event in stream["events"]
-        if event["type"] == "OpenAIItemRecorded"
-    )
     change, shared = ITEM_EDITS[edit]
-    event["data"] = change(event["data"])
-    rechain(bundle, name)
-    sign_heads(bundle, KEY)
-    assert ((name, event["revision"]) in _markers(bundle)) is shared
+    name, revision = _edited(bundle, "OpenAIItemRecorded", change)
+    assert ((name, revision) in _markers(bundle)) is shared
     report = verify_bundle(bundle, TRUSTED, workers=1)
     if shared:
         assert report.ok, report.text()
     else:
         assert [(p.check, p.revision, p.message) for p in report.problems] == [
-            (
-                "containment",
-                event["revision"],
-                "the call's aj.call_id or aj.item_type is not the call's own",
-            )
+            ("containment", revision, JUDGED_FROM_RECORD)
         ]
