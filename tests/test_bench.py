@@ -83,6 +83,12 @@ def test_ledger_benchmark_runs() -> None:
     # The least checks after integrity ran (the benchmark fails where they pass any of their
     # mutations: a call not its item's, a key they look for, a checkpoint not as signed...).
     assert "least verifier + least checks after it" in rates
+    # The parts, each alone (each of ours checked to find nothing wrong, each of the least's
+    # to raise where it would), and the closest design's reading beside ours.
+    parts = out[out.index("one process's verify in parts") :]
+    assert "records for 53 of 204 events" in parts  # the 50 calls and 3 checkpoints
+    for part in ("reading", "chains", "views", "after integrity", "whole"):
+        assert re.search(rf"^{part} +\d", parts, re.MULTILINE), part
 
 
 def test_codec_benchmark_runs() -> None:
