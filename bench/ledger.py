@@ -96,6 +96,7 @@ from agentjournal import Journal, _forked
 from agentjournal._calls import CALL_KINDS
 from agentjournal._forked import forking_safe
 from agentjournal._gc import no_collection
+from agentjournal.audit.bundle import BUNDLE_FORMAT, has_branches
 from agentjournal.audit.export import export_bundle
 from agentjournal.audit.verify import Report, _after_integrity, verify_bundle
 from agentjournal.audit.verify._integrity import (
@@ -108,7 +109,10 @@ from agentjournal.audit.verify._parallel import check_integrity
 from agentjournal.audit.verify._parse import Parsed, bundle_records, parse_bundle, read_bundle
 from agentjournal.audit.verify._tree import MARKED, NOTED
 from agentjournal.engine.sealing import seal_event
+from agentjournal.errors import InvalidInput
 from agentjournal.events import (
+    BRANCH_DELETED,
+    BRANCH_STARTED,
     CALL_ID_KEY,
     CLOSES_KEY,
     GUARDED_KEY,
@@ -118,6 +122,7 @@ from agentjournal.events import (
     OPAQUE_KEY,
     POLICY_KEY,
     REDACTED_KEY,
+    SUBAGENT_CONTINUED,
     TOOL_RULE_KEY,
     TWIN_KEY,
     VIEWED_KEY,
@@ -138,7 +143,7 @@ from agentjournal.ledger.keys import signed_event_id
 from agentjournal.ledger.redaction import view_commitment
 from agentjournal.records import Record
 from agentjournal.shred.fields import KEY_ID_KEY
-from agentjournal.streams import KEYS_STREAM, ledger_stream, session_stream
+from agentjournal.streams import KEYS_STREAM, authority_stream, ledger_stream, session_stream
 
 ANSWER = "Your order shipped on Monday and should arrive by Thursday. " * 5
 
@@ -219,6 +224,8 @@ def least_chain(inputs: list[tuple[Any, ...]]) -> None:
 
 
 _EVENT_KEYS = frozenset({"revision", "id", "type", "data", "data_sha256", "metadata", "view"})
+_STREAM_KEYS = frozenset({"name", "events"})
+_BUNDLE_KEYS = frozenset({"format", "version", "session_id", "exported_at", "redacted", "streams"})
 
 
 def least_read(bundle: Parsed) -> list[tuple[Any, ...]]:
@@ -260,24 +267,82 @@ def least_read(bundle: Parsed) -> list[tuple[Any, ...]]:
     return read
 
 
+# The event types the checks after integrity read beyond the tree's gathered ones (NOTED):
+# a line's start, a continuation and a deletion (the tree's ``started``, ``continued`` and
+# ``ends``). A branch's message indexes are read on its lines, which are read whole.
+_ALSO_READ_TYPES = frozenset({BRANCH_STARTED, SUBAGENT_CONTINUED, BRANCH_DELETED})
+
+
 def closest_read(bundle: Parsed, session_id: str) -> tuple[list[tuple[Any, ...]], int]:
-    """The reading of the closest design in Python, its part alone: each event checked as
-    the verifier's reading checks an event of a parsed bundle (``_parse._event``: its fields,
-    their exact types, its metadata text and Unicode, its revision's range) into a tuple, as
-    the least reads it, and a record built as the verifier builds one (its metadata its own
-    copy, read-only) only for an event the checks after integrity read: of a type the tree
-    gathers, with a metadata key it gathers, holding a call containment checks, or on the
-    ledger or the keys' stream. Returns the tuples and how many records were built (kept on
-    their tuples, freed with them)."""
+    """The reading of the closest design in Python, its part alone: the bundle's and each
+    stream's fields checked as the verifier's reading checks them, each event checked as it
+    checks an event of a parsed bundle (``_parse._event``: its fields, their exact types,
+    its revision's range, its metadata text, Unicode where it is not ASCII, no data withheld
+    in an unredacted bundle) into a tuple, as the least reads it; and a record built as the
+    verifier builds one (its metadata its own copy, read-only) only for an event the checks
+    after integrity read as they are: one of a type the tree gathers or the branches read,
+    or with a metadata key the tree gathers, one holding a call containment checks, every
+    event of the ledger, the keys, the authority log and the branch lines, and of a stream
+    an interrupt names, and each head a checkpoint names (the checkpoints read its hash).
+    Returns the tuples, each with its record or None, and how many records were built."""
     assert type(bundle) is Parsed, "the closest reading is of a bundle parse_bundle read"
-    noted, marked, kinds = NOTED, frozenset(MARKED), CALL_KINDS
-    signed = {ledger_stream(session_id), KEYS_STREAM}
+    if (
+        bundle.keys() != _BUNDLE_KEYS
+        or bundle["format"] != BUNDLE_FORMAT
+        or type(bundle["version"]) is not int
+        or type(bundle["session_id"]) is not str
+    ):
+        raise AssertionError("bundle: form")
+    redacted, raw_streams = bundle["redacted"], bundle["streams"]
+    if type(redacted) is not bool or type(raw_streams) is not list or not raw_streams:
+        raise AssertionError("bundle: form")
+    noted, marked, kinds, also = (
+        NOTED,
+        frozenset(MARKED),
+        CALL_KINDS,
+        _ALSO_READ_TYPES,
+    )
+    whole = {ledger_stream(session_id), KEYS_STREAM, authority_stream(session_id)}
     new, put, proxy = object.__new__, object.__setattr__, MappingProxyType
     read: list[tuple[Any, ...]] = []
-    records = 0
-    for stream in bundle["streams"]:
-        name = stream["name"]
-        for event in stream["events"]:
+    first: dict[str, int] = {}  # each stream's place in ``read``
+    asked: list[str] = []  # the streams an interrupt names
+    checkpoints: list[int] = []
+
+    def record_of(place: int) -> None:
+        name, revision, id_, type_, data, data_sha256, metadata, record, view = read[place]
+        if record is not None:
+            return
+        record = new(Record)
+        put(
+            record,
+            "__dict__",
+            {
+                "stream": name,
+                "revision": revision,
+                "id": id_,
+                "type": type_,
+                "data": data,
+                "data_sha256": data_sha256,
+                "metadata": proxy(dict(metadata)),
+                "view": view,
+                "position": None,
+                "recorded_at": None,
+            },
+        )
+        read[place] = (name, revision, id_, type_, data, data_sha256, metadata, record, view)
+
+    for stream in raw_streams:
+        if type(stream) is not dict or stream.keys() != _STREAM_KEYS:
+            raise AssertionError("stream: form")
+        name, events = stream["name"], stream["events"]
+        if type(name) is not str or name in first or type(events) is not list:
+            raise AssertionError(f"stream {name!r}: form")
+        if not name.isascii():
+            name.encode()  # raises where it is not Unicode text
+        first[name] = len(read)
+        every = name in whole or has_branches([name])
+        for event in events:
             if type(event) is not dict or event.keys() != _EVENT_KEYS:
                 raise AssertionError(f"{name}: form")
             revision, metadata = event["revision"], event["metadata"]
@@ -296,6 +361,7 @@ def closest_read(bundle: Parsed, session_id: str) -> tuple[list[tuple[Any, ...]]
                 or type(type_) is not str
                 or type(data_sha256) is not str
                 or (data is not None and type(data) is not str)
+                or (data is None and not redacted)
                 or (view is not None and type(view) is not dict)
             ):
                 raise AssertionError(f"{name}@{revision}: form")
@@ -304,34 +370,79 @@ def closest_read(bundle: Parsed, session_id: str) -> tuple[list[tuple[Any, ...]]
             except TypeError:
                 raise AssertionError(f"{name}@{revision}: metadata") from None
             if not text.isascii():
-                raise AssertionError(f"{name}@{revision}: text")
-            record = None
+                text.encode()  # raises where it is not Unicode text
+            place = len(read)
+            read.append((name, revision, id_, type_, data, data_sha256, metadata, None, view))
+            if type_ == CHECKPOINT:
+                checkpoints.append(place)
+            if INTERRUPT_KEY in metadata:
+                asked.append(name)
             if (
-                type_ in noted
-                or name in signed
+                every
+                or type_ in noted
+                or type_ in also
                 or metadata.get(ITEM_TYPE_KEY) in kinds
                 or not marked.isdisjoint(metadata)
             ):
-                record = new(Record)
-                put(
-                    record,
-                    "__dict__",
-                    {
-                        "stream": name,
-                        "revision": revision,
-                        "id": id_,
-                        "type": type_,
-                        "data": data,
-                        "data_sha256": data_sha256,
-                        "metadata": proxy(dict(metadata)),
-                        "view": view,
-                        "position": None,
-                        "recorded_at": None,
-                    },
-                )
-                records += 1
-            read.append((name, revision, id_, type_, data, data_sha256, metadata, record))
-    return read, records
+                record_of(place)
+    for name in asked:  # the approvals check reads every event of such a stream
+        for place in range(first[name], len(read)):
+            if read[place][0] != name:
+                break
+            record_of(place)
+    for place in checkpoints:  # each head it names: the checkpoints read its hash
+        for name, head in orjson.loads(read[place][4])["heads"].items():
+            at = first[name] + head["revision"]
+            if at < len(read) and read[at][0] == name:
+                record_of(at)
+    return read, sum(row[7] is not None for row in read)
+
+
+def check_closest_read(bundle: Parsed, streams: Mapping[str, list[Record]]) -> None:
+    """That :func:`closest_read`'s records are the verifier's (``streams``, read from
+    ``bundle``), field for field, and that it refuses what the verifier's reading refuses
+    and reads what it reads: data withheld in an unredacted bundle, a stream repeated or
+    named by a number, metadata that is not Unicode text; metadata that is, beyond ASCII."""
+    read, _ = closest_read(bundle, bundle["session_id"])
+    at = {(row[0], row[1]): row[7] for row in read if row[7] is not None}
+    for (name, revision), record in at.items():
+        ours = streams[name][revision]
+        if {**vars(record), "metadata": dict(record.metadata)} != {
+            **vars(ours),
+            "metadata": dict(ours.metadata),
+        }:
+            raise AssertionError(f"{name}@{revision}: the closest reading's record is not ours")
+    top, *rest = bundle["streams"]
+    head, second, *tail = top["events"]
+
+    def with_first(stream: dict[str, Any]) -> Parsed:
+        return Parsed({**bundle, "streams": [stream, *rest]})
+
+    def with_second(**fields: Any) -> Parsed:
+        return with_first({**top, "events": [head, {**second, **fields}, *tail]})
+
+    refused = {
+        "data withheld": with_second(data=None),
+        "a stream repeated": Parsed({**bundle, "streams": [top, top, *rest]}),
+        "a stream named by a number": with_first({**top, "name": 7}),
+        "metadata not Unicode": with_second(metadata={**second["metadata"], "x": "\ud800"}),
+    }
+    for case, changed in refused.items():
+        try:
+            ours_refuses = bool(read_bundle(changed)[1])  # a record of the wrong form
+        except InvalidInput:
+            ours_refuses = True
+        try:
+            closest_read(changed, bundle["session_id"])
+        except (AssertionError, UnicodeError):
+            pass
+        else:
+            raise AssertionError(f"the closest reading reads {case}")
+        if not ours_refuses:
+            raise AssertionError(f"the verifier's reading reads {case}")
+    beyond = with_second(metadata={**second["metadata"], "x": "café"})
+    assert not read_bundle(beyond)[1], "the verifier refuses metadata beyond ASCII"
+    closest_read(beyond, bundle["session_id"])  # and so must not the closest reading
 
 
 def _digest(value: Any) -> str:
@@ -631,7 +742,8 @@ def parts_table(
 ) -> str:
     """One process's verify in its parts, each timed alone (the collector off, as verify
     runs it), ours beside the least's, in alternating rounds: reading the bundle's events
-    (ours into records, the least's into tuples; built and freed), the chains (every check
+    (ours into records, the least's into tuples, each event's data encoded for hashing there,
+    which ours does in the chains; built and freed), the chains (every check
     of the integrity stage but the views), the views (ours with each event's data hashed
     again, as the one-process path does not), the checks after integrity (ours given the
     call markers our views made; the least's given the call ids its views found), and the
@@ -646,6 +758,7 @@ def parts_table(
     least = least_read(bundle)
     calls: dict[int, str] = {}
     least_views(least, calls)
+    check_closest_read(bundle, streams)
     built = closest_read(bundle, session_id)[1]
 
     def our_chains() -> None:
