@@ -96,7 +96,7 @@ from agentjournal import Journal, _forked
 from agentjournal._calls import CALL_KINDS
 from agentjournal._forked import forking_safe
 from agentjournal._gc import no_collection
-from agentjournal.audit.bundle import BUNDLE_FORMAT, has_branches
+from agentjournal.audit.bundle import BUNDLE_FORMAT, BUNDLE_VERSION, BUNDLE_VERSIONS, has_branches
 from agentjournal.audit.export import export_bundle
 from agentjournal.audit.verify import Report, _after_integrity, verify_bundle
 from agentjournal.audit.verify._integrity import (
@@ -106,7 +106,13 @@ from agentjournal.audit.verify._integrity import (
     first_view_problem,
 )
 from agentjournal.audit.verify._parallel import check_integrity
-from agentjournal.audit.verify._parse import Parsed, bundle_records, parse_bundle, read_bundle
+from agentjournal.audit.verify._parse import (
+    Parsed,
+    _checked_id,
+    bundle_records,
+    parse_bundle,
+    read_bundle,
+)
 from agentjournal.audit.verify._tree import MARKED, NOTED
 from agentjournal.engine.sealing import seal_event
 from agentjournal.errors import InvalidInput
@@ -273,7 +279,7 @@ def least_read(bundle: Parsed) -> list[tuple[Any, ...]]:
 _ALSO_READ_TYPES = frozenset({BRANCH_STARTED, SUBAGENT_CONTINUED, BRANCH_DELETED})
 
 
-def closest_read(bundle: Parsed, session_id: str) -> tuple[list[tuple[Any, ...]], int]:
+def closest_read(bundle: Parsed, session_id: str) -> list[tuple[Any, ...]]:
     """The reading of the closest design in Python, its part alone: the bundle's and each
     stream's fields checked as the verifier's reading checks them, each event checked as it
     checks an event of a parsed bundle (``_parse._event``: its fields, their exact types,
@@ -283,19 +289,27 @@ def closest_read(bundle: Parsed, session_id: str) -> tuple[list[tuple[Any, ...]]
     after integrity read as they are: one of a type the tree gathers or the branches read,
     or with a metadata key the tree gathers, one holding a call containment checks, every
     event of the ledger, the keys, the authority log and the branch lines, and of a stream
-    an interrupt names, and each head a checkpoint names (the checkpoints read its hash).
-    Returns the tuples, each with its record or None, and how many records were built."""
+    an interrupt names, and each head a checkpoint names (the checkpoints read its hash); on
+    a tree with branches, every event (the branches' checks read every line's top stream and
+    each fork's prefix). Returns the tuples, each with its record or None."""
     assert type(bundle) is Parsed, "the closest reading is of a bundle parse_bundle read"
+    version = bundle["version"] if bundle.keys() == _BUNDLE_KEYS else None
     if (
-        bundle.keys() != _BUNDLE_KEYS
-        or bundle["format"] != BUNDLE_FORMAT
-        or type(bundle["version"]) is not int
-        or type(bundle["session_id"]) is not str
+        bundle["format"] != BUNDLE_FORMAT
+        or type(version) is not int
+        or version not in BUNDLE_VERSIONS
     ):
         raise AssertionError("bundle: form")
+    _checked_id(bundle["session_id"], "session_id")  # raises InvalidInput, as ours
     redacted, raw_streams = bundle["redacted"], bundle["streams"]
-    if type(redacted) is not bool or type(raw_streams) is not list or not raw_streams:
+    if (
+        type(redacted) is not bool
+        or type(bundle["exported_at"]) is not str
+        or type(raw_streams) is not list
+        or not raw_streams
+    ):
         raise AssertionError("bundle: form")
+    branches = version >= BUNDLE_VERSION
     noted, marked, kinds, also = (
         NOTED,
         frozenset(MARKED),
@@ -340,8 +354,11 @@ def closest_read(bundle: Parsed, session_id: str) -> tuple[list[tuple[Any, ...]]
             raise AssertionError(f"stream {name!r}: form")
         if not name.isascii():
             name.encode()  # raises where it is not Unicode text
+        lined = has_branches([name])
+        if lined and not branches:
+            raise AssertionError(f"stream {name}: a branch in a bundle of version {version}")
         first[name] = len(read)
-        every = name in whole or has_branches([name])
+        every = name in whole or lined
         for event in events:
             if type(event) is not dict or event.keys() != _EVENT_KEYS:
                 raise AssertionError(f"{name}: form")
@@ -385,6 +402,11 @@ def closest_read(bundle: Parsed, session_id: str) -> tuple[list[tuple[Any, ...]]
                 or not marked.isdisjoint(metadata)
             ):
                 record_of(place)
+    if any(map(has_branches, ([name] for name in first))):
+        # The branches' checks read every line's top stream, the main line's among them, and
+        # the parent line's prefix up to each fork: on such a tree, every record (as ours).
+        for place in range(len(read)):
+            record_of(place)
     for name in asked:  # the approvals check reads every event of such a stream
         for place in range(first[name], len(read)):
             if read[place][0] != name:
@@ -395,15 +417,16 @@ def closest_read(bundle: Parsed, session_id: str) -> tuple[list[tuple[Any, ...]]
             at = first[name] + head["revision"]
             if at < len(read) and read[at][0] == name:
                 record_of(at)
-    return read, sum(row[7] is not None for row in read)
+    return read
 
 
 def check_closest_read(bundle: Parsed, streams: Mapping[str, list[Record]]) -> None:
-    """That :func:`closest_read`'s records are the verifier's (``streams``, read from
-    ``bundle``), field for field, and that it refuses what the verifier's reading refuses
-    and reads what it reads: data withheld in an unredacted bundle, a stream repeated or
-    named by a number, metadata that is not Unicode text; metadata that is, beyond ASCII."""
-    read, _ = closest_read(bundle, bundle["session_id"])
+    """That :func:`closest_read` builds the verifier's records (``streams``, read from the
+    unredacted ``bundle``), field for field, for the events this tree's checks after
+    integrity read (its tool calls, its checkpoints and the heads they name) and no other;
+    and that it refuses what the verifier's reading refuses and reads what it reads."""
+    session_id = bundle["session_id"]
+    read = closest_read(bundle, session_id)
     at = {(row[0], row[1]): row[7] for row in read if row[7] is not None}
     for (name, revision), record in at.items():
         ours = streams[name][revision]
@@ -412,6 +435,19 @@ def check_closest_read(bundle: Parsed, streams: Mapping[str, list[Record]]) -> N
             "metadata": dict(ours.metadata),
         }:
             raise AssertionError(f"{name}@{revision}: the closest reading's record is not ours")
+    expected = {
+        (record.stream, record.revision)
+        for stream in streams.values()
+        for record in stream
+        if record.type in (CHECKPOINT, "AssistantToolCallsGenerated")
+    }
+    for stream in streams.values():
+        for record in stream:
+            if record.type == CHECKPOINT:
+                heads = orjson.loads(record.data or "")["heads"]
+                expected |= {(name, head["revision"]) for name, head in heads.items()}
+    if set(at) != expected:
+        raise AssertionError(f"the closest reading's records: {len(at)}, not {len(expected)}")
     top, *rest = bundle["streams"]
     head, second, *tail = top["events"]
 
@@ -423,9 +459,21 @@ def check_closest_read(bundle: Parsed, streams: Mapping[str, list[Record]]) -> N
 
     refused = {
         "data withheld": with_second(data=None),
+        "a revision out of range": with_second(revision=2**63),
+        "a view not an object": with_second(view=5),
         "a stream repeated": Parsed({**bundle, "streams": [top, top, *rest]}),
         "a stream named by a number": with_first({**top, "name": 7}),
         "metadata not Unicode": with_second(metadata={**second["metadata"], "x": "\ud800"}),
+        "a version unknown": Parsed({**bundle, "version": 99}),
+        "an empty session id": Parsed({**bundle, "session_id": ""}),
+        "exported_at a number": Parsed({**bundle, "exported_at": 5}),
+        "a branch in a version 2 bundle": Parsed(
+            {
+                **bundle,
+                "version": 2,
+                "streams": [*bundle["streams"], {**top, "name": "AgentBranch-x"}],
+            }
+        ),
     }
     for case, changed in refused.items():
         try:
@@ -433,8 +481,8 @@ def check_closest_read(bundle: Parsed, streams: Mapping[str, list[Record]]) -> N
         except InvalidInput:
             ours_refuses = True
         try:
-            closest_read(changed, bundle["session_id"])
-        except (AssertionError, UnicodeError):
+            closest_read(changed, session_id)
+        except (AssertionError, InvalidInput, UnicodeError):
             pass
         else:
             raise AssertionError(f"the closest reading reads {case}")
@@ -442,7 +490,7 @@ def check_closest_read(bundle: Parsed, streams: Mapping[str, list[Record]]) -> N
             raise AssertionError(f"the verifier's reading reads {case}")
     beyond = with_second(metadata={**second["metadata"], "x": "café"})
     assert not read_bundle(beyond)[1], "the verifier refuses metadata beyond ASCII"
-    closest_read(beyond, bundle["session_id"])  # and so must not the closest reading
+    closest_read(beyond, session_id)  # and so must not the closest reading
 
 
 def _digest(value: Any) -> str:
@@ -759,7 +807,7 @@ def parts_table(
     calls: dict[int, str] = {}
     least_views(least, calls)
     check_closest_read(bundle, streams)
-    built = closest_read(bundle, session_id)[1]
+    built = sum(row[7] is not None for row in closest_read(bundle, session_id))
 
     def our_chains() -> None:
         for name, stream in streams.items():
