@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import compileall
 import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+import agentjournal
 from agentjournal import Journal
 from agentjournal.testing.kurrentdb_double import KurrentDBDouble, ThreadedKurrentDBDouble
 
@@ -35,6 +37,15 @@ async def journal(journal_uri: str) -> AsyncIterator[Journal]:
     """An open journal on each backend."""
     async with Journal.open(journal_uri) as journal:
         yield journal
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the package's modules where no current bytecode is, once, before any worker
+    starts: the commands the tests start as fresh processes then start as from an installed
+    package (pip compiles at install), not each compiling every module it imports, as an
+    editable install under ``PYTHONDONTWRITEBYTECODE`` would."""
+    if not hasattr(config, "workerinput"):  # pytest-xdist's controller, or a run without it
+        compileall.compile_dir(Path(agentjournal.__file__).parent, quiet=1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
