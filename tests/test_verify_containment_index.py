@@ -1,5 +1,7 @@
 """A stream's call index (containment) answers as its plain search does: the refusal in
-place of a call, found without the search where no refusal names the call."""
+place of a call, found without the search where no refusal names the call; the newest
+decision before a call and whether an output follows it, each a binary search, however many
+entries name one call id."""
 
 from __future__ import annotations
 
@@ -59,3 +61,31 @@ def test_a_refusal_in_place_is_the_one_the_plain_search_finds(
     assert index.refused_in_place(call_id, revision, kind) == _searched(
         index, call_id, revision, kind
     )
+
+
+def _latest(entries: list[tuple[int, dict[str, Any]]], revision: int) -> dict[str, Any] | None:
+    """The newest entry before ``revision``, as a walk over every entry finds it."""
+    found = None
+    for at, body in entries:
+        if at >= revision:
+            break
+        found = body
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    outputs=st.lists(st.integers(0, 12), max_size=6),
+    decisions=st.lists(st.integers(0, 12), max_size=6),
+    revision=st.integers(0, 13),
+)
+def test_the_newest_decision_and_a_later_output_are_the_ones_a_walk_finds(
+    outputs: list[int], decisions: list[int], revision: int
+) -> None:
+    index = _CallIndex([], [], 0)
+    index.outputs = {("function_call", "a"): sorted(outputs)}
+    entries = [(at, {"at": at, "n": n}) for n, at in enumerate(sorted(decisions))]
+    assert _CallIndex.latest({"a": entries}, "a", revision) == _latest(entries, revision)
+    assert _CallIndex.latest({"a": entries}, "b", revision) is None
+    assert index.ran("a", revision, "function_call") == any(r > revision for r in outputs)
+    assert not index.ran("a", revision, "custom_tool_call")

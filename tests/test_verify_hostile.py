@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from agentjournal import Journal
 from agentjournal.audit.verify import parse_bundle, verify_bundle
+from agentjournal.audit.verify._parse import _unique_names
 from agentjournal.ledger.redaction import withholds
 from cli_run import Ran, run
 from ledger_sessions import KEY, TRUSTED, rechain, record, stream_of
@@ -72,6 +73,27 @@ def with_event(edit: Callable[[dict[str, Any]], None], *, chain: bool = False) -
     if chain:
         rechain(bundle, stream["name"])
     return json.dumps(bundle).encode()  # ASCII escapes: lone surrogates survive as \\udXXX
+
+
+class _Counted(str):
+    """A name that counts the comparisons made with it."""
+
+    compared = 0
+
+    def __eq__(self, other: object) -> bool:
+        _Counted.compared += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_a_repeated_name_is_found_in_one_pass_over_the_object() -> None:
+    # 2,000 names, the repeat last: a search per name would compare some 4 million pairs.
+    names = [_Counted(f"n{i}") for i in range(2_000)] + [_Counted("n1999")]
+    _Counted.compared = 0
+    with pytest.raises(ValueError, match="the name 'n1999' appears twice in one object"):
+        _unique_names([(name, 0) for name in names])
+    assert _Counted.compared < 100, _Counted.compared
 
 
 def test_recorded_bundles_verify() -> None:
@@ -344,6 +366,14 @@ def test_the_store_verifies_before_damage(store_file: Path) -> None:
             b"\xffA",
             "AgentSession-s: cannot be read: ",
         ),
+        *(
+            (
+                "UPDATE events SET recorded_at = ? WHERE position = ?",
+                value,
+                "AgentSession-s: cannot be read: AgentSession-s@1: the recorded time is not a time",
+            )
+            for value in ("x", b"\x00", 1e300, 2**63 - 1, -(2**63 - 1), 1.5)
+        ),
     ],
     ids=[
         "data-not-utf8",
@@ -354,6 +384,12 @@ def test_the_store_verifies_before_damage(store_file: Path) -> None:
         "metadata-surrogate",
         "id-length",
         "type-not-utf8",
+        "time-text",
+        "time-blob",
+        "time-huge-real",
+        "time-past-9999",
+        "time-before-1",
+        "time-real",
     ],
 )
 def test_damaged_store_fails_naming_where(

@@ -19,6 +19,7 @@ store's catalog.
 from __future__ import annotations
 
 import secrets
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -127,8 +128,8 @@ def checked_scorers(scorers: Sequence[Scorer]) -> tuple[Scorer, ...]:
     """
     if not scorers:
         raise InvalidInput("the scorers file names no scorer")
-    names = [s.name for s in scorers]
-    repeated = next((n for n in names if names.count(n) > 1), None)
+    names = Counter(s.name for s in scorers)
+    repeated = next((n for n, count in names.items() if count > 1), None)
     if repeated is not None:
         raise InvalidInput(f"two scorers are named {repeated!r}: scores are recorded by name")
     return tuple(scorers)

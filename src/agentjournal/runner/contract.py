@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from importlib import resources
 from typing import Any, Final, Literal
 
@@ -223,8 +224,8 @@ class InvocationInput(_Strict):
             raise ValueError(
                 "input_message must be null when approvals are given: the held run resumes"
             )
-        asked = [answer.request_id for answer in self.approvals]
-        twice = sorted({r for r in asked if asked.count(r) > 1})
+        asked = Counter(answer.request_id for answer in self.approvals)
+        twice = sorted(r for r, count in asked.items() if count > 1)
         if twice:
             raise ValueError(f"approvals: request {twice[0]!r} is answered twice")
         return self

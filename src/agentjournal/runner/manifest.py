@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,8 +198,8 @@ class Manifest(_Strict):
 
     @model_validator(mode="after")
     def _unique_tools(self) -> Manifest:
-        names = [tool.function.name for tool in self.tools]
-        twice = sorted({name for name in names if names.count(name) > 1})
+        names = Counter(tool.function.name for tool in self.tools)
+        twice = sorted(name for name, count in names.items() if count > 1)
         if twice:
             raise ValueError(f"tools: names declared twice {twice}")
         return self

@@ -42,6 +42,7 @@ counted and said to be unchecked, never passed as checked.
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
@@ -169,6 +170,7 @@ def _check_stream(
 ) -> None:
     questions: dict[str, _Question] = {}  # by event id
     calls: dict[str, Record] = {}  # call id -> its newest call item on this stream
+    refusals: _Refusals | None = None  # made when an asked call's output is first met
     for event in stream:
         # What most events need (none of them is a question or an answer) read first.
         metadata = event.metadata
@@ -184,7 +186,9 @@ def _check_stream(
             # No question on the stream yet (nearly always): none about this call either.
             asked = _asked(questions, call_id) if questions else None
             if asked is not None:
-                refused = _refused_between(stream, asked, event)
+                if refusals is None:
+                    refusals = _Refusals(stream)
+                refused = refusals.between(asked, event)
                 problem = _output_problem(asked, event, refused, counts)
                 if problem is not None:
                     report.fail(*where, problem)
@@ -398,30 +402,61 @@ def _marker(call: Record) -> dict[str, Any]:
         return {}
 
 
-def _refused_between(stream: list[Record], question: _Question, output: Record) -> bool:
-    """Whether this very call was refused when the resumed run reached it: an authority
-    refusal or a guardrail BLOCK between its question and its output whose call id and
-    arguments (or payload) are the question's, as far as the bundle shows them. The output
-    is then the refusal the model got, not the tool's."""
-    call_id = question.asked.request_id
-    for event in stream[question.record.revision + 1 : output.revision]:
-        body = event.body or {}
-        if body.get("call_id") != call_id:
-            continue
-        if event.type == events.AUTHORITY_REFUSED and body.get("enforcement") == "tool_refused":
-            shown = body.get("arguments_digest")
-            if not question.asked_digest or shown in (None, question.asked_digest):
-                return True
-        if (
-            event.type == events.GUARDRAIL_DECIDED
-            and body.get("decision") == "BLOCK"
-            and (
-                not question.payload_digest
-                or _payload_digest(body) in (None, question.payload_digest)
-            )
+class _Refusals:
+    """A stream's refusals of calls, by call id, each as what it shows: authority refusals
+    that refused the tool (by the arguments digest they show) and guardrail BLOCKs (by the
+    payload digest they judged), each a list of revisions in order. Whether a refusal of a
+    question's call lies between the question and an output is then a binary search, however
+    many refusals, questions and outputs name one call."""
+
+    def __init__(self, stream: list[Record]) -> None:
+        self.refused: dict[str, dict[object, list[int]]] = {}
+        self.blocked: dict[str, dict[object, list[int]]] = {}
+        for event in stream:
+            if event.type == events.AUTHORITY_REFUSED:
+                body = event.body or {}
+                if body.get("enforcement") != "tool_refused":
+                    continue
+                table, shown = self.refused, body.get("arguments_digest")
+            elif event.type == events.GUARDRAIL_DECIDED:
+                body = event.body or {}
+                if body.get("decision") != "BLOCK":
+                    continue
+                table, shown = self.blocked, _payload_digest(body)
+            else:
+                continue
+            call_id = body.get("call_id")
+            if not isinstance(call_id, str):
+                continue  # no question's call id: it refuses none of them
+            by_shown = table.setdefault(call_id, {})
+            by_shown.setdefault(_EVERY, []).append(event.revision)
+            if shown is None or isinstance(shown, str):  # what a question's digest can be
+                by_shown.setdefault(shown, []).append(event.revision)
+
+    def between(self, question: _Question, output: Record) -> bool:
+        """Whether this very call was refused when the resumed run reached it: an authority
+        refusal or a guardrail BLOCK between its question and its output whose call id and
+        arguments (or payload) are the question's, as far as the bundle shows them. The
+        output is then the refusal the model got, not the tool's."""
+        call_id = question.asked.request_id
+        after, before = question.record.revision, output.revision
+        for table, digest in (
+            (self.refused, question.asked_digest),
+            (self.blocked, question.payload_digest),
         ):
-            return True
-    return False
+            by_shown = table.get(call_id)
+            if by_shown is None:
+                continue
+            for shown in (None, digest) if digest else (_EVERY,):
+                revisions = by_shown.get(shown, [])
+                first = bisect_right(revisions, after)
+                if first < len(revisions) and revisions[first] < before:
+                    return True
+        return False
+
+
+_EVERY: Final = object()
+"""The key of :class:`_Refusals`' list of every refusal of a call, whatever it shows."""
 
 
 def _payload_digest(body: Mapping[str, Any]) -> str | None:

@@ -5,6 +5,8 @@ refusal is one the policy makes (:func:`check_containment`)."""
 from __future__ import annotations
 
 import json
+import operator
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -101,7 +103,7 @@ def check_containment(report: Report, tree: Tree, anchor: Policy | None) -> None
         for event in index.judged:
             if event.type == events.AUTHORITY_REFUSED:
                 try:
-                    _check_refusal(report, tree, event)
+                    _check_refusal(report, tree, event, index)
                 except InvalidInput as error:
                     report.fail("containment", event.stream, event.revision, str(error))
             elif event.type == events.GUARDRAIL_DECIDED:
@@ -275,10 +277,24 @@ class _CallIndex:
             if body is not None and isinstance(body.get("call_id"), str):
                 table = self.decisions if event.type == events.GUARDRAIL_DECIDED else self.refusals
                 table.setdefault(body["call_id"], []).append((event.revision, body))
+        # Each list in revision order (as a stream that chains is read already), so that
+        # every look-up below is a binary search: a stream of many calls sharing one call id
+        # costs no more than one of distinct ids.
+        for revisions in outputs.values():
+            revisions.sort()
+        for table in (self.decisions, self.refusals):
+            for entries in table.values():
+                entries.sort(key=_AT)
+        self._stream = stream
+        self._tool_refused: dict[str, list[tuple[int, dict[str, Any]]]] | None = None
+        self._questions: dict[str, list[Record]] | None = None
+        self._calls_by_id: dict[str | None, list[Record]] | None = None
+        self._answers: dict[str, list[Record]] | None = None
 
     def ran(self, call_id: str, revision: int, kind: str) -> bool:
         """Whether an output of the call follows ``revision``."""
-        return any(r > revision for r in self.outputs.get((kind, call_id), ()))
+        revisions = self.outputs.get((kind, call_id))
+        return revisions is not None and len(revisions) > 0 and revisions[-1] > revision
 
     def refused_in_place(self, call_id: str, revision: int, kind: str) -> dict[str, Any] | None:
         """A refusal of the call written after it (at ``revision``) and before its first
@@ -286,26 +302,68 @@ class _CallIndex:
         the resumed run reached it; that output is the refusal."""
         if call_id not in self.refusals:
             return None  # no refusal of the call at all (nearly always): none found below
-        after = [r for r in self.outputs.get((kind, call_id), ()) if r > revision]
-        if not after:
-            return None
-        found = None
-        for at, body in self.refusals.get(call_id, ()):
-            if revision < at < min(after) and body.get("enforcement") == Enforcement.TOOL_REFUSED:
-                found = body
-        return found
+        revisions = self.outputs.get((kind, call_id), [])
+        first = bisect_right(revisions, revision)
+        if first == len(revisions):
+            return None  # no output after the call
+        if self._tool_refused is None:
+            self._tool_refused = {
+                refused: [e for e in entries if e[1].get("enforcement") == Enforcement.TOOL_REFUSED]
+                for refused, entries in self.refusals.items()
+            }
+        entries = self._tool_refused.get(call_id, [])
+        before = bisect_left(entries, revisions[first], key=_AT)  # the newest before the output
+        return entries[before - 1][1] if before and entries[before - 1][0] > revision else None
 
     @staticmethod
     def latest(
         table: dict[str, list[tuple[int, dict[str, Any]]]], call_id: str, revision: int
     ) -> dict[str, Any] | None:
         """The newest entry for the call before ``revision``."""
-        found = None
-        for at, body in table.get(call_id, ()):
-            if at >= revision:
-                break
-            found = body
-        return found
+        entries = table.get(call_id, [])
+        before = bisect_left(entries, revision, key=_AT)
+        return entries[before - 1][1] if before else None
+
+    def call_after(self, call_id: str | None, revision: int) -> Record | None:
+        """The first call after ``revision`` whose ``aj.call_id`` is ``call_id`` (None: it
+        has none)."""
+        if self._calls_by_id is None:
+            self._calls_by_id = {}
+            for call in self.calls:
+                self._calls_by_id.setdefault(call.metadata.get(events.CALL_ID_KEY), []).append(call)
+        return _first_after(self._calls_by_id.get(call_id, []), revision)
+
+    def question_after(self, call_id: str, revision: int) -> Record | None:
+        """The first ``InterruptIssued`` after ``revision`` whose ``aj.call_id`` is the call's."""
+        if self._questions is None:
+            self._questions = {}
+            for event in self._stream:
+                if event.type == events.INTERRUPT_ISSUED:
+                    named = event.metadata.get(events.CALL_ID_KEY)
+                    if named is not None:
+                        self._questions.setdefault(named, []).append(event)
+        return _first_after(self._questions.get(call_id, []), revision)
+
+    def answer_after(self, question: Record) -> Record | None:
+        """The first ``InterruptResolved`` after ``question`` that answers it."""
+        if self._answers is None:
+            self._answers = {}
+            for event in self._stream:
+                if event.type == events.INTERRUPT_RESOLVED:
+                    answer = answer_of(event)
+                    if answer is not None:
+                        self._answers.setdefault(answer.issued, []).append(event)
+        return _first_after(self._answers.get(question.id, []), question.revision)
+
+
+def _first_after(found: list[Record], revision: int) -> Record | None:
+    """The first of ``found`` (in revision order) after ``revision``."""
+    at = bisect_right(found, revision, key=_REVISION)
+    return found[at] if at < len(found) else None
+
+
+_AT: Final = operator.itemgetter(0)
+_REVISION: Final = operator.attrgetter("revision")
 
 
 def _check_within(
@@ -344,7 +402,7 @@ def _check_within(
     # A call its rule asks a person about (beyond a ceiling it names only when its own
     # arguments ran: a guardrail's modification beyond a ceiling is blocked live).
     if policy.asks_inputs(authority, name, inputs) and (refusal is None or not modified):
-        problem = _unapproved(tree.streams[event.stream], event, marker, index)
+        problem = _unapproved(event, marker, index)
         if problem is not None:
             why = refusal.reason if refusal is not None else "its tool needs a person's approval"
             report.fail(*where, f"tool call {call_id} ran beyond authority: {why}, {problem}")
@@ -352,38 +410,23 @@ def _check_within(
         report.fail(*where, f"tool call {call_id} ran beyond authority: {refusal.reason}")
 
 
-def _unapproved(
-    stream: Sequence[Record], call: Record, marker: Mapping[str, Any], index: _CallIndex
-) -> str | None:
+def _unapproved(call: Record, marker: Mapping[str, Any], index: _CallIndex) -> str | None:
     """Why a call its policy asks a person about is not contained by a person's answer
     (None: it is). The question (``InterruptIssued`` of the call, with exactly its
     arguments) must follow the call on its stream; the call may have an output only after
     the answer to that question (an approval, or a rejection: the SDK's rejection message is
     its output) and none without an answer (it still waits)."""
     call_id = str(call.metadata.get(events.CALL_ID_KEY, ""))
-    question: Record | None = None
-    for later in stream[call.revision + 1 :]:
-        if later.type != events.INTERRUPT_ISSUED or later.metadata.get(events.CALL_ID_KEY) != (
-            call_id
-        ):
-            continue
-        asked = question_of(later)
-        if (
-            asked is not None
-            and asked.request_id == call_id
-            and asked.payload_digest == marker.get("payload_digest")
-        ):
-            question = later
-        break  # the question of this call is the first after it
-    if question is None:
+    question = index.question_after(call_id, call.revision)  # the question of this call
+    asked = None if question is None else question_of(question)
+    if (
+        question is None
+        or asked is None
+        or asked.request_id != call_id
+        or asked.payload_digest != marker.get("payload_digest")
+    ):
         return "and no person was asked about exactly its arguments"
-    answer: Record | None = None
-    for later in stream[question.revision + 1 :]:
-        if later.type == events.INTERRUPT_RESOLVED:
-            decided = answer_of(later)
-            if decided is not None and decided.issued == question.id:
-                answer = later
-                break
+    answer = index.answer_after(question)
     kind = str(call.metadata.get(events.ITEM_TYPE_KEY, ""))
     if answer is None:
         return (
@@ -403,7 +446,7 @@ def _modified_inputs(decided: Mapping[str, Any], rule: ToolRule) -> Any:
     return ceiling_inputs(modified["function"]["arguments"], rule.ceilings.values())
 
 
-def _check_refusal(report: Report, tree: Tree, event: Record) -> None:
+def _check_refusal(report: Report, tree: Tree, event: Record, index: _CallIndex) -> None:
     """An ``AuthorityRefused`` is a refusal its policy makes, of what the agent held."""
     where = ("containment", event.stream, event.revision)
     body = event.body or {}
@@ -425,7 +468,7 @@ def _check_refusal(report: Report, tree: Tree, event: Record) -> None:
     else:
         # A call not stored (the run stopped first) reads as absent arguments: a ceiling
         # that reads one then refuses, so only a refusal no argument explains fails.
-        inputs = _refused_inputs(tree, event, body) or {}
+        inputs = _refused_inputs(tree, event, body, index) or {}
         # A call its rule would ask a person about is refused when no person could be asked
         # (no guard) or none approved it.
         wrong = policy.check_inputs(authority, subject, inputs) is None and not (
@@ -435,13 +478,12 @@ def _check_refusal(report: Report, tree: Tree, event: Record) -> None:
         report.fail(*where, f"the policy allows what was refused: {subject} ({gate})")
 
 
-def _refused_inputs(tree: Tree, event: Record, body: Mapping[str, Any]) -> Any:
+def _refused_inputs(tree: Tree, event: Record, body: Mapping[str, Any], index: _CallIndex) -> Any:
     """The ceiling inputs of a refused call: from its item on the stream, when it was stored."""
     call_id = body.get("call_id")
-    for other in tree.streams[event.stream][event.revision + 1 :]:
-        if (
-            other.metadata.get(events.CALL_ID_KEY) == call_id
-            and other.metadata.get(events.ITEM_TYPE_KEY) in CALL_KINDS
-        ):
-            return call_marker(other, tree.markers).get("ceilings", {})
-    return None  # the run stopped before the call was stored: only its scope is known
+    if call_id is not None and not isinstance(call_id, str):
+        return None  # no call's aj.call_id (text, or absent) is this
+    call = index.call_after(call_id, event.revision)
+    if call is None:
+        return None  # the run stopped before the call was stored: only its scope is known
+    return call_marker(call, tree.markers).get("ceilings", {})

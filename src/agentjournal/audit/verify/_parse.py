@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import operator
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from itertools import repeat
 from types import MappingProxyType
@@ -92,8 +93,8 @@ class Parsed(dict[str, Any]):
 def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     found = dict(pairs)
     if len(found) != len(pairs):
-        names = [name for name, _ in pairs]
-        repeated = next(name for name in names if names.count(name) > 1)
+        counts = Counter(name for name, _ in pairs)
+        repeated = next(name for name, count in counts.items() if count > 1)
         raise ValueError(f"the name {cut(repr(repeated), 60)} appears twice in one object")
     return found
 

@@ -94,6 +94,12 @@ def _last_position(db: sqlite3.Connection) -> int:
     return int(row[0] or 0)
 
 
+_EARLIEST_US: Final = -62_135_510_400_000_000  # 0001-01-02T00:00:00Z
+_LATEST_US: Final = 253_402_214_400_000_000  # 9999-12-31T00:00:00Z
+"""The recorded times a row may hold: what ``datetime`` represents, a day clear of its ends
+(a time is a row's integer microseconds, which something other than agentjournal can rewrite)."""
+
+
 def _recorded(
     unpacker: Unpacker,
     stream: str,
@@ -103,7 +109,7 @@ def _recorded(
     type_: object,
     data: object,
     metadata: object,
-    recorded_at: int,
+    recorded_at: object,
     dictionary: int | None,
 ) -> RecordedEvent:
     """The recorded event of one row (``_EVENT_COLUMNS``), its values as written."""
@@ -113,6 +119,10 @@ def _recorded(
         unpack = unpacker.unpack
         stored_data = unpack(_as_bytes(data), dictionary, stream)
         stored_metadata = unpack(_as_bytes(metadata), dictionary, stream)
+    if type(recorded_at) is not int or not _EARLIEST_US <= recorded_at <= _LATEST_US:
+        raise UndecodableEvent(
+            stream, f"{stream}@{revision}: the recorded time is not a time (UTC microseconds)"
+        )
     return RecordedEvent.from_raw(
         stream=stream,
         position=position,
