@@ -306,6 +306,8 @@ def _one_line(result_stderr: str) -> str:
         (("guardrail", "serve", "--rules", "{bad_rules}"), "line 2: rules.0.max: Field required"),
         (("guardrail", "serve", "--rules", "{binary}"), "cannot read rules"),
         (("guardrail", "serve", "--rules", "{missing}/r.yml"), "cannot read rules"),
+        (("guardrail", "serve", "--port", "70000"), "--port must be 0 to 65535, got 70000"),
+        (("guardrail", "serve", "--port", "-1"), "--port must be 0 to 65535, got -1"),
         (("verify", "s-1", "--uri", "sqlite:///{missing}/x.db", "--pubkey", "{pub}"), "no store"),
         (("verify", "s-1", "--uri", "sqlite:///{db}", "--pubkey", "{missing}.pub"), "--pubkey"),
         (("verify", "s-1", "--uri", "sqlite:///{db}", "--pubkey", "{binary}"), "public key"),

@@ -197,8 +197,16 @@ async def test_not_json_is_400_and_off_contract_is_422() -> None:
 def test_limits_must_be_positive() -> None:
     with pytest.raises(ValueError, match="at least 1 byte"):
         create_app(RULES, max_body=0)
-    with pytest.raises(ValueError, match="must be positive"):
-        create_app(RULES, read_timeout=0)
+    for read_timeout in (0, -1, float("nan"), float("inf"), 86_401):
+        with pytest.raises(ValueError, match="must be positive seconds, at most a day"):
+            create_app(RULES, read_timeout=read_timeout)
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
+def test_a_rules_file_that_holds_nothing_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match=re.escape("holds no rules: write `rules: []`")):
+        load_rules(text)
+    assert load_rules("rules: []").rules == []  # said so: a service that checks nothing
 
 
 def test_the_shipped_rules_schema_is_the_models_and_accepts_the_sample() -> None:

@@ -638,6 +638,26 @@ async def test_without_a_model_script_or_an_api_key_nothing_runs(tmp_path: Path)
     assert not db.exists()
 
 
+async def test_a_guardrail_url_no_client_could_call_is_refused_before_the_store_is_made(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "journal.db"
+    given, configured = await asyncio.gather(
+        invoke(uri=f"sqlite:///{db}", stdin=request(), guardrails="notaurl"),
+        invoke(
+            uri=f"sqlite:///{db}", stdin=request(), env={"AGENTJOURNAL_GUARDRAIL_URL": "ftp://x"}
+        ),
+    )
+    for invoked, says in [
+        (given, "--guardrails: guardrail base URL must be http(s), got 'notaurl'"),
+        (configured, "$AGENTJOURNAL_GUARDRAIL_URL: guardrail base URL must be http(s)"),
+    ]:
+        assert invoked.code == 1, invoked.stdout
+        assert invoked.output["error"]["code"] == "INVALID_SETUP"
+        assert says in invoked.output["error"]["message"]
+    assert not db.exists()  # no store
+
+
 async def test_a_failing_tool_leaks_no_config_value_and_is_an_error_output(
     tmp_path: Path,
 ) -> None:

@@ -42,6 +42,9 @@ def _probe(*args: str, cwd: Path, stdin: bytes = b"") -> subprocess.CompletedPro
         (("demo", "--policy", "missing.yml"), "missing.yml"),
         (("demo", "--rules", "missing.yml"), "cannot read rules missing.yml"),
         (("demo", "--session", "not an id"), "session id"),
+        (("demo", "--uri", "foo://x"), "unknown store URI 'foo'"),
+        (("demo", "--uri", "sqlite:///nodir/x.db"), "directory"),
+        (("demo", "--uri", "sqlite:///x.db?bad=1"), "the one option is ?compress=zstd"),
     ],
 )
 def test_demo_refuses_bad_input_before_loading_the_sdk_and_writes_nothing(
@@ -53,6 +56,7 @@ def test_demo_refuses_bad_input_before_loading_the_sdk_and_writes_nothing(
     assert error.startswith("agentjournal: ")
     assert message in error
     assert probe == "SDK NOT LOADED"
+    assert done.stdout == ""  # not even the session's line
     assert list(tmp_path.iterdir()) == []  # no store, no key
 
 

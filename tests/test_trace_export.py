@@ -307,12 +307,17 @@ def test_follow_survives_kill_9_on_the_kurrentdb_double(otlp: Collector, tmp_pat
         (["nobody", "--console"], "no session 'nobody'"),
         (["bad id", "--console"], "contains ' '"),
         (["t1", "--jsonl", "/no/such/folder/x.jsonl"], "folder /no/such/folder does not exist"),
+        (["t1", "--otlp", "http://[::1"], "is not a URL: Invalid IPv6 URL"),
+        (["t1", "--otlp", "http://u:planted-pw@h:99999"], "'http://***@h:99999' has an invalid"),
+        (["t1", "--console", "--follow", "--idle", "inf"], "--idle must be a positive number"),
+        (["t1", "--console", "--timeout", "1e300"], "at most a day, got 1e+300"),
     ],
 )
 def test_bad_input_is_one_line(sqlite_uri: str, args: list[str], message: str) -> None:
     done = run("trace", "export", *args, "--uri", sqlite_uri)
     assert done.returncode == 1
     assert message in done.stderr
+    assert "planted-pw" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
@@ -324,11 +329,13 @@ def test_an_unreachable_collector_is_one_line(sqlite_uri: str, protocol: str) ->
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://user:planted-pw@127.0.0.1:{port}"  # its credentials are never shown
     args = ["t1", "--otlp", url, "--protocol", protocol, "--timeout", "1"]
     done = run("trace", "export", *args, "--uri", sqlite_uri)
     assert done.returncode == 1
-    assert f"could not export 18 spans to http://127.0.0.1:{port}" in done.stderr
+    shown = "http://***@" if protocol == "http" else "http://"  # gRPC's endpoint has none
+    assert f"could not export 18 spans to {shown}127.0.0.1:{port}" in done.stderr
+    assert "planted-pw" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 

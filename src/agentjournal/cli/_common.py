@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -80,6 +81,25 @@ def usage(message: str) -> int:
     return 1
 
 
+def check_guardrails(option: str | None) -> None:
+    """Refuse a guardrail service URL (``--guardrails``, else its variable) that no client
+    could call, before anything is opened or written.
+
+    Raises:
+        InvalidInput: It is not http(s).
+    """
+    from agentjournal.guardrails.client import check_base_url
+    from agentjournal.journal import GUARDRAIL_URL_ENV
+
+    url = option or os.environ.get(GUARDRAIL_URL_ENV)
+    if url:
+        try:
+            check_base_url(url)
+        except InvalidInput as error:
+            named = "--guardrails" if option else f"${GUARDRAIL_URL_ENV}"
+            raise InvalidInput(f"{named}: {error}") from None
+
+
 def writable_folder(path: str) -> None:
     """Raise unless the folder ``path`` would be written in exists.
 
@@ -91,9 +111,51 @@ def writable_folder(path: str) -> None:
         raise InvalidInput(f"cannot write {path}: folder {folder} does not exist; create it first")
 
 
+def writable_output(path: str) -> None:
+    """Raise unless a command may write its output file ``path``: a file name, in a folder
+    that exists, and, if it exists, a regular file (through a symbolic link, its target)
+    that holds no SQLite database, no write-ahead log of one and no private key — what an
+    export never replaces (a store's own file given as the output, or a key's).
+
+    Raises:
+        InvalidInput: It may not.
+    """
+    if not path:
+        raise InvalidInput("the output file name is empty")
+    writable_folder(path)
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return  # a new file (or a dangling link, whose target is made)
+    except OSError as error:
+        raise InvalidInput(f"cannot write {path}: {error.strerror}") from None
+    if stat.S_ISDIR(found.st_mode):
+        raise InvalidInput(f"cannot write {path}: it is a folder; give a file name")
+    if not stat.S_ISREG(found.st_mode):
+        raise InvalidInput(f"cannot write {path}: not a regular file (a pipe or a device)")
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(64)
+    except OSError:
+        return  # unreadable: the write says why it cannot write it, if it cannot
+    held = (
+        "a SQLite database"
+        if head.startswith(b"SQLite format 3\x00")
+        else "a SQLite write-ahead log"
+        if head[:4] in (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
+        else "a private key"
+        if head.startswith(b"-----BEGIN") and b"PRIVATE KEY-----" in head
+        else None
+    )
+    if held is not None:
+        raise InvalidInput(f"cannot write {path}: it holds {held}, which an export never replaces")
+
+
 def write_atomically(path: str, text: str | Iterable[str]) -> None:
     """Write ``text`` (or its pieces, one after the other: no copy of them joined) to
-    ``path`` so that nothing half-written ever has the real name."""
+    ``path`` so that nothing half-written ever has the real name. Through a symbolic link,
+    its target is written (the link stays)."""
+    path = os.path.realpath(path)
     partial = f"{path}.partial"
     try:
         with open(partial, "w", encoding="utf-8") as handle:

@@ -19,7 +19,8 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import urlsplit
 
-from agentjournal.cli._common import writable_folder, write_atomically
+from agentjournal._text import shown_uri
+from agentjournal.cli._common import writable_output, write_atomically
 from agentjournal.errors import InvalidInput, JournalError
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from agentjournal.read.traces import ProjectedSpan
 
 BATCH: Final = 512
+_DAY: Final = 86_400.0
 """Spans per export call, and events folded before a follower saves (at most)."""
 
 
@@ -73,13 +75,15 @@ def _destination(args: argparse.Namespace) -> _Destination:
     if not args.follow and args.name is not None:
         raise InvalidInput("--name goes with --follow")
     for option, value in (("--idle", args.idle), ("--timeout", args.timeout)):
-        if not value > 0:
-            raise InvalidInput(f"{option} must be a positive number of seconds, got {value}")
+        if not 0 < value <= _DAY:  # past a day a timer overflows (and no wait is that long)
+            raise InvalidInput(
+                f"{option} must be a positive number of seconds, at most a day, got {value}"
+            )
     protocol = args.protocol or "http"
     if args.otlp:
         return _Destination("otlp", _endpoint(args.otlp, protocol), protocol)
     if args.jsonl:
-        writable_folder(args.jsonl)
+        writable_output(args.jsonl)
         return _Destination("jsonl", os.path.abspath(args.jsonl), "")
     return _Destination("console", "stdout", "")
 
@@ -111,20 +115,23 @@ def _endpoint(url: str, protocol: str) -> str:
     Raises:
         InvalidInput: The URL is not ``http(s)://host[:port][/path]``.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as error:  # an unclosed IPv6 bracket, say
+        raise InvalidInput(f"--otlp {shown_uri(url)!r} is not a URL: {error}") from None
     try:
         port = parts.port
     except ValueError:
-        raise InvalidInput(f"--otlp {url!r} has an invalid port") from None
+        raise InvalidInput(f"--otlp {shown_uri(url)!r} has an invalid port") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidInput(
-            f"--otlp {url!r} is not a collector URL: use http://HOST:PORT or https://HOST:PORT"
+            f"--otlp {shown_uri(url)!r} is not a collector URL: use http://HOST:PORT or https://HOST:PORT"
         )
     if parts.query or parts.fragment:
-        raise InvalidInput(f"--otlp {url!r}: a collector URL has no query or fragment")
+        raise InvalidInput(f"--otlp {shown_uri(url)!r}: a collector URL has no query or fragment")
     if protocol == "grpc":
         if parts.path not in ("", "/"):
-            raise InvalidInput(f"--otlp {url!r}: a gRPC collector URL has no path")
+            raise InvalidInput(f"--otlp {shown_uri(url)!r}: a gRPC collector URL has no path")
         return f"{parts.scheme}://{parts.hostname}:{port or 4317}"
     if parts.path in ("", "/"):
         return url.rstrip("/") + "/v1/traces"
@@ -156,7 +163,9 @@ class _Otlp:
     """The official OTLP exporter of the chosen transport."""
 
     def __init__(self, endpoint: str, protocol: str, timeout: float) -> None:
-        self.where = f"{endpoint} (OTLP/{'gRPC' if protocol == 'grpc' else 'HTTP'})"
+        # Said without the URL's credentials, in every line (and the exporter's reasons).
+        self.where = f"{shown_uri(endpoint)} (OTLP/{'gRPC' if protocol == 'grpc' else 'HTTP'})"
+        self._credentials = urlsplit(endpoint).netloc.rpartition("@")[0]
         self._exporter: Any
         if protocol == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
@@ -182,6 +191,8 @@ class _Otlp:
                 result = self._exporter.export(_readable(part))
             if result is not SpanExportResult.SUCCESS:
                 reason = said[-1] if said else "the exporter gave no reason"
+                if self._credentials:
+                    reason = reason.replace(self._credentials, "***")
                 raise ExportFailed(f"could not export {len(part)} spans to {self.where}: {reason}")
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ from agentjournal.cli._common import (
     add_verification_arguments,
     anchors_of,
     usage,
-    writable_folder,
+    writable_output,
     write_atomically,
 )
 from agentjournal.errors import InvalidInput
@@ -104,7 +104,7 @@ async def export_to_file(args: argparse.Namespace) -> int:
     output: str = args.output
     if (args.session is None) == (args.eval_run is None):
         raise InvalidInput("name a session, or an eval run with --eval RUN (one of them)")
-    writable_folder(output)  # before anything is signed or read
+    writable_output(output)  # before anything is signed or read
     key = SigningKey.from_environment() if not args.no_checkpoint else None
     if args.eval_run is not None:
         return await _export_eval(args, output, key)

@@ -108,7 +108,7 @@ def _run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     from agentjournal._text import shown_uri
     from agentjournal.cli._common import missing_service
-    from agentjournal.store import store_uri
+    from agentjournal.store import check_uri, store_uri
 
     try:  # the [service] extra, checked before anything is written or loaded
         import starlette  # noqa: F401
@@ -116,6 +116,7 @@ def _run(args: argparse.Namespace) -> int:
     except ImportError as error:
         return missing_service(error, "the demo runs the reference guardrail service")
     uri = f"sqlite:///{os.path.abspath(args.db)}" if args.db else store_uri(args.uri)
+    check_uri(uri)  # before the key is made: a refused store leaves nothing behind
     setup = prepare(
         session_id=args.session,
         key_file=args.key,

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agentjournal.cli._common import STORE_HELP, Commands
+from agentjournal.cli._common import STORE_HELP, Commands, check_guardrails
 
 if TYPE_CHECKING:
     from agentjournal.evals.candidate import Candidate
@@ -124,6 +124,7 @@ def run_command(args: argparse.Namespace) -> int:
     from agentjournal.evals.turn_script import load_turn_script
 
     sessions = session_list(args.sessions)
+    check_guardrails(args.guardrails)
     if os.getcwd() not in sys.path:  # MODULE:AGENT names a module where the command runs
         sys.path.insert(0, os.getcwd())
     candidate = load_candidate(args.candidate)

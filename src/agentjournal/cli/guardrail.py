@@ -46,6 +46,8 @@ def register(commands: Commands) -> None:
 
 
 def _serve(host: str, port: int, rules_file: str | None, max_body: int, read_timeout: float) -> int:
+    if not 0 <= port <= 65535:
+        return usage(f"--port must be 0 to 65535, got {port}")
     try:
         from agentjournal.guardrails.rules import load_rules
         from agentjournal.guardrails.service import serve

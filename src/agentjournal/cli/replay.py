@@ -15,7 +15,13 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} is negative")
+    if value > _LARGEST:
+        raise argparse.ArgumentTypeError(f"{text} is larger than any store counts (2**62 at most)")
     return value
+
+
+_LARGEST = 2**62
+"""The largest count or index taken: beyond any store's, and within SQLite's integers."""
 
 
 def register(commands: Commands) -> None:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from agentjournal.cli._common import STORE_HELP, Commands
+from agentjournal.cli._common import STORE_HELP, Commands, check_guardrails
 
 if TYPE_CHECKING:
     from agentjournal.runner.contract import InvocationInput
@@ -205,6 +205,7 @@ def _invoke(args: argparse.Namespace, request: InvocationInput) -> int:
     from agentjournal.runner.tools import check_bindings, load_registry
 
     try:
+        check_guardrails(args.guardrails)
         registry = load_registry(args.tools)
         check_bindings(catalog, registry)
         script = (

@@ -178,7 +178,7 @@ async def _view(args: argparse.Namespace) -> int:
     from agentjournal.cli._common import (
         key_file,
         trusted_with_own,
-        writable_folder,
+        writable_output,
         write_atomically,
     )
     from agentjournal.cli._store import open_session, reading_keys, showing
@@ -188,7 +188,7 @@ async def _view(args: argparse.Namespace) -> int:
 
     to_stdout = args.output == "-"
     if not to_stdout:
-        writable_folder(args.output)
+        writable_output(args.output)
     check_at(args.at)
     keys = trusted_with_own(args.pubkey)
     subject_keys = reading_keys(key_file(args))

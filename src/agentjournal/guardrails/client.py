@@ -102,6 +102,16 @@ class _Fault(Exception):
         self.message = message
 
 
+def check_base_url(base_url: str) -> None:
+    """Raise unless ``base_url`` can be a guardrail service's base URL.
+
+    Raises:
+        InvalidInput: It is not http(s).
+    """
+    if not base_url.startswith(("http://", "https://")):
+        raise InvalidInput(f"guardrail base URL must be http(s), got {base_url!r}")
+
+
 class GuardrailClient:
     """Validates actions against a guardrail service over HTTP.
 
@@ -126,8 +136,7 @@ class GuardrailClient:
         fail_open: bool = False,
         headers: dict[str, str] | None = None,
     ) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise InvalidInput(f"guardrail base URL must be http(s), got {base_url!r}")
+        check_base_url(base_url)
         if timeout <= 0:
             raise InvalidInput(f"timeout must be positive, got {timeout!r}")
         if max_body_bytes <= 0:

@@ -101,8 +101,12 @@ def load_rules(text: str) -> RuleSet:
             the field and the problem (``line 3: rules.0.max: Field required``).
     """
     data = parse_yaml(text)
+    if data is None:  # nothing, or only comments: never taken for a service that checks nothing
+        raise InvalidInput(
+            "the file holds no rules: write `rules: []` for a service that checks nothing"
+        )
     try:
-        return RuleSet.model_validate(data or {})
+        return RuleSet.model_validate(data)
     except ValidationError as error:
         # pydantic's own message spans several lines; the first problem is enough to act on.
         first = error.errors()[0]

@@ -107,6 +107,10 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+_DAY: Final = 86_400.0
+"""The longest read timeout (seconds): past it a timer overflows, and no client is that slow."""
+
+
 def openapi(*, max_body: int = DEFAULT_MAX_BODY) -> dict[str, Any]:
     """The service's OpenAPI 3.1 document, from the protocol's own models.
 
@@ -250,8 +254,10 @@ def create_app(
     """
     if max_body < 1:
         raise InvalidInput(f"the body limit must be at least 1 byte, not {max_body}")
-    if not read_timeout > 0:
-        raise InvalidInput(f"the read timeout must be positive, not {read_timeout}")
+    if not 0 < read_timeout <= _DAY:
+        raise InvalidInput(
+            f"the read timeout must be positive seconds, at most a day, not {read_timeout}"
+        )
     document = openapi(max_body=max_body)
 
     async def validate(request: Request) -> Response:

@@ -104,7 +104,31 @@ async def open_store(uri: str, *, create: bool = True, deadline: float | None = 
         from agentjournal.store.kurrentdb import KurrentDBEventStore
 
         return await KurrentDBEventStore.open(uri, deadline=deadline)
-    raise InvalidInput(
+    raise _unknown(uri)
+
+
+def check_uri(uri: str) -> None:
+    """Raise what opening the store ``uri`` names would refuse first, opening nothing: a
+    backend this package does not know, a SQLite URI it does not read, or a SQLite file in
+    a directory that does not exist. (A KurrentDB server is not reached.)
+
+    Raises:
+        InvalidInput: It would be refused.
+    """
+    if uri.startswith("sqlite://"):
+        path = _sqlite_parts(uri)[0]
+        if path != ":memory:":
+            from agentjournal.store.sqlite._schema import missing_directory
+
+            missing = missing_directory(path)
+            if missing is not None:
+                raise InvalidInput(missing)
+    elif not uri.startswith(_KURRENTDB_SCHEMES):
+        raise _unknown(uri)
+
+
+def _unknown(uri: str) -> InvalidInput:
+    return InvalidInput(
         f"unknown store URI {uri.split('://')[0]!r}: use sqlite:///path.db, "
         "sqlite://:memory: or kurrentdb://host:2113?Tls=false"
     )

@@ -175,16 +175,24 @@ def _is_busy(error: BaseException | None) -> bool:
     return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
 
 
+def missing_directory(path: str) -> str | None:
+    """Why the SQLite store at ``path`` cannot be opened: its directory does not exist (None:
+    it does)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(directory):
+        return None
+    return (
+        f"cannot open SQLite store {path}: directory {directory} does not exist (create it first)"
+    )
+
+
 def _connect_once(path: str, busy_timeout: float, create: bool) -> sqlite3.Connection:
     if path != ":memory:":
         if not create and not os.path.isfile(path):
             raise StoreUnavailable(f"no store at {path}: check the path or --uri")
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory):
-            raise StoreUnavailable(
-                f"cannot open SQLite store {path}: directory {directory} does not exist "
-                "(create it first)"
-            )
+        missing = missing_directory(path)
+        if missing is not None:
+            raise StoreUnavailable(missing)
     target, as_uri = path, False
     if not create and path != ":memory:":
         # mode=rw: SQLite itself refuses to create the file (no race with the check above).

@@ -1,0 +1,101 @@
+"""The commands that write a file (``bundle export -o``, ``view -o``, ``trace export --jsonl``)
+refuse, in one line and before they write anything, an output that is the store they read,
+a private key, a folder, a pipe or an empty name; through a symbolic link they write its
+target and keep the link."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from agentjournal import Journal
+from cli_run import run
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """A SQLite store holding session ``s`` (two messages), and a private key beside it."""
+    path = tmp_path / "journal.db"
+
+    async def write() -> None:
+        async with Journal.open(f"sqlite:///{path}") as journal:
+            await journal.session("s").add_items([{"role": "user", "content": "hello"}])
+            await journal.session("s").add_items([{"role": "user", "content": "again"}])
+
+    asyncio.run(write())
+    assert run("keygen", "-o", str(tmp_path / "key.pem")).returncode == 0
+    return path
+
+
+def _commands(store: Path, output: str) -> list[tuple[str, ...]]:
+    uri = f"sqlite:///{store}"
+    return [
+        ("bundle", "export", "s", "--uri", uri, "--no-checkpoint", "-o", output),
+        ("view", "s", "--uri", uri, "-o", output),
+        ("trace", "export", "s", "--uri", uri, "--jsonl", output),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        ("journal.db", "it holds a SQLite database, which an export never replaces"),
+        ("journal.db-wal", "it holds a SQLite write-ahead log, which an export never replaces"),
+        ("key.pem", "it holds a private key, which an export never replaces"),
+        ("folder", "it is a folder; give a file name"),
+        ("pipe", "not a regular file (a pipe or a device)"),
+        ("link-to-db", "it holds a SQLite database, which an export never replaces"),
+        ("", "the output file name is empty"),
+    ],
+)
+def test_an_output_that_must_not_be_replaced_is_refused_and_left_as_it_was(
+    store: Path, target: str, says: str
+) -> None:
+    folder = store.parent
+    (folder / "folder").mkdir()
+    os.mkfifo(folder / "pipe")
+    (folder / "link-to-db").symlink_to(store)
+    (folder / "journal.db-wal").write_bytes(b"\x37\x7f\x06\x82" + bytes(28))
+    # Every file, the store and its key among them (and no -shm: the store is never opened).
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    for command in _commands(store, str(folder / target) if target else ""):
+        done = run(*command)
+        assert done.returncode == 1, (command, done.stdout, done.stderr)
+        # An empty --jsonl is no destination at all: the trace command asks for one.
+        told = "--jsonl FILE" if target == "" and command[0] == "trace" else says
+        assert done.stderr.count("\n") == 1, (command, done.stderr)
+        assert told in done.stderr, (command, done.stderr)
+        assert "Traceback" not in done.stderr
+    after = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    assert after == before  # nothing replaced, no .partial left
+    assert (folder / "link-to-db").is_symlink()
+    assert run("show", "s", "--uri", f"sqlite:///{store}").returncode == 0  # the store is whole
+
+
+def test_through_a_symbolic_link_the_target_is_written_and_the_link_kept(store: Path) -> None:
+    folder = store.parent
+    (folder / "real").mkdir()
+    for number, command in enumerate(_commands(store, str(folder / "out"))):
+        target = folder / "real" / f"{number}.out"
+        target.write_text("old")
+        link = folder / "out"
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(target)
+        done = run(*command)
+        assert done.returncode == 0, (command, done.stderr)
+        assert link.is_symlink()
+        assert link.resolve() == target
+        assert target.read_text() != "old"  # the export, written through the link
+        assert not list(folder.glob("**/*.partial"))
+
+
+def test_an_existing_export_is_replaced(store: Path) -> None:
+    output = store.parent / "bundle.json"
+    output.write_text("an earlier export")
+    done = run(*_commands(store, str(output))[0])
+    assert done.returncode == 0, done.stderr
+    assert output.read_text().startswith("{")
