@@ -49,6 +49,8 @@ def _commands(store: Path, output: str) -> list[tuple[str, ...]]:
         ("pipe", "not a regular file (a pipe or a device)"),
         ("link-to-db", "it holds a SQLite database, which an export never replaces"),
         ("", "the output file name is empty"),
+        ("seed.key", "it holds a private key, which an export never replaces"),
+        ("dangling", "folder {folder}/missing does not exist; create it first"),
     ],
 )
 def test_an_output_that_must_not_be_replaced_is_refused_and_left_as_it_was(
@@ -59,6 +61,8 @@ def test_an_output_that_must_not_be_replaced_is_refused_and_left_as_it_was(
     os.mkfifo(folder / "pipe")
     (folder / "link-to-db").symlink_to(store)
     (folder / "journal.db-wal").write_bytes(b"\x37\x7f\x06\x82" + bytes(28))
+    (folder / "seed.key").write_text(os.urandom(32).hex() + "\n")  # a key as a raw seed
+    (folder / "dangling").symlink_to(folder / "missing" / "x.json")
     # Every file, the store and its key among them (and no -shm: the store is never opened).
     before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
     for command in _commands(store, str(folder / target) if target else ""):
@@ -66,6 +70,7 @@ def test_an_output_that_must_not_be_replaced_is_refused_and_left_as_it_was(
         assert done.returncode == 1, (command, done.stdout, done.stderr)
         # An empty --jsonl is no destination at all: the trace command asks for one.
         told = "--jsonl FILE" if target == "" and command[0] == "trace" else says
+        told = told.format(folder=folder)
         assert done.stderr.count("\n") == 1, (command, done.stderr)
         assert told in done.stderr, (command, done.stderr)
         assert "Traceback" not in done.stderr
@@ -90,7 +95,7 @@ def test_through_a_symbolic_link_the_target_is_written_and_the_link_kept(store: 
         assert link.is_symlink()
         assert link.resolve() == target
         assert target.read_text() != "old"  # the export, written through the link
-        assert not list(folder.glob("**/*.partial"))
+        assert [n for _, _, names in os.walk(folder) for n in names if n.endswith(".partial")] == []
 
 
 def test_an_existing_export_is_replaced(store: Path) -> None:
@@ -99,3 +104,18 @@ def test_an_existing_export_is_replaced(store: Path) -> None:
     done = run(*_commands(store, str(output))[0])
     assert done.returncode == 0, done.stderr
     assert output.read_text().startswith("{")
+
+
+def test_a_link_where_the_file_is_written_first_is_never_followed(store: Path) -> None:
+    # The file is written beside the output under a name of its own, created new: a link
+    # planted at any name there cannot make the export write through it.
+    folder = store.parent
+    key = folder / "key.pem"
+    kept = key.read_bytes()
+    for name in ("out.json.partial", ".out.json.partial"):
+        (folder / name).symlink_to(key)
+    done = run(*_commands(store, str(folder / "out.json"))[0])
+    assert done.returncode == 0, done.stderr
+    assert key.read_bytes() == kept
+    assert (folder / "out.json").read_text().startswith("{")
+    assert not (folder / "out.json").is_symlink()

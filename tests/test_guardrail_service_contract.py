@@ -202,7 +202,7 @@ def test_limits_must_be_positive() -> None:
             create_app(RULES, read_timeout=read_timeout)
 
 
-@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n", "{}"])
 def test_a_rules_file_that_holds_nothing_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match=re.escape("holds no rules: write `rules: []`")):
         load_rules(text)

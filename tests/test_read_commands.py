@@ -289,6 +289,11 @@ def test_usage_errors_are_one_line_exit_1(written: Written, tmp_path: Path) -> N
     assert not (tmp_path / "none.db").exists()  # reading never creates
     for args in (("replay", "demo-1", "--limit", "-1"), ("replay", "demo-1", "--at", "x")):
         assert run(*args, "--uri", written.uri).returncode == 1
+    for option in ("--limit", "--at"):  # past any count SQLite holds: refused, not a crash
+        huge = run("replay", "demo-1", option, str(2**63 - 1), "--uri", written.uri)
+        assert huge.returncode == 1
+        assert "is larger than any store counts (2**62 at most)" in huge.stderr
+    assert run("replay", "demo-1", "--limit", str(2**62), "--uri", written.uri).returncode == 0
 
 
 # -- show -------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""The approvals stage's index of a stream's refusals answers as the plain search over the
-events between a question and an output does: an authority refusal that refused the tool, or
-a guardrail BLOCK, of the question's call, showing its arguments (or payload), or nothing."""
+"""The approvals stage's indexes answer as the plain searches they replace: a stream's
+refusals, whether one lies between a question and an output (an authority refusal that
+refused the tool, or a guardrail BLOCK, of the question's call, showing its arguments or
+payload, or nothing); and its questions, the newest about a call whose call has not run."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentjournal import events
-from agentjournal.audit.verify._approvals import _payload_digest, _Question, _Refusals
+from agentjournal.audit.verify._approvals import _payload_digest, _Pending, _Question, _Refusals
 from agentjournal.records import Record
 
 
@@ -39,15 +40,35 @@ def _searched(stream: list[Record], question: _Question, output: Record) -> bool
     return False
 
 
-def _record(revision: int, type_: str, body: dict[str, Any]) -> Record:
+def _record(revision: int, type_: str, body: dict[str, Any], id_: str = "") -> Record:
     return Record(
         stream="s",
         revision=revision,
-        id=f"00000000-0000-4000-8000-{revision:012d}",
+        id=id_ or f"00000000-0000-4000-8000-{revision:012d}",
         type=type_,
         data=json.dumps(body),
         data_sha256="",
         metadata={},
+    )
+
+
+_CALLS = st.sampled_from(["a", "b"])
+
+
+def _question(record: Record, call_id: str, asked: str = "", payload: str = "") -> _Question:
+    return _Question(
+        record=record,
+        asked=events.ApprovalAsked(
+            request_id=call_id,
+            tool_name="t",
+            arguments="{}",
+            agent="x",
+            authority=None,
+            timestamp=datetime.now(UTC),
+        ),
+        asked_digest=asked,
+        payload_digest=payload,
+        call=None,
     )
 
 
@@ -97,20 +118,42 @@ def test_a_refusal_between_question_and_output_is_the_one_the_plain_search_finds
 ) -> None:
     stream = [_record(n, type_, body) for n, (type_, body) in enumerate(kinds)]
     first, last = first % len(stream), len(stream) - 1  # the output: the stream's last event
-    question = _Question(
-        record=stream[first],
-        asked=events.ApprovalAsked(
-            request_id="a",
-            tool_name="t",
-            arguments="{}",
-            agent="x",
-            authority=None,
-            timestamp=datetime.now(UTC),
-        ),
-        asked_digest=asked_digest,
-        payload_digest=payload_digest if payload_withheld else "",
-        call=None,
+    question = _question(
+        stream[first], "a", asked_digest, payload_digest if payload_withheld else ""
     )
     assert _Refusals(stream).between(question, stream[last]) == _searched(
         stream, question, stream[last]
     )
+
+
+def _asked(questions: dict[str, _Question], call_id: str) -> _Question | None:
+    """The newest question about ``call_id`` whose call has no output yet, every one read."""
+    found = [q for q in questions.values() if q.asked.request_id == call_id and not q.ran]
+    return found[-1] if found else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("ask"), st.sampled_from(["e0", "e1", "e2", "e3"]), _CALLS),
+            st.tuples(st.just("output"), st.just(""), _CALLS),
+        ),
+        max_size=16,
+    )
+)
+def test_the_newest_question_of_a_call_not_run_is_the_one_a_walk_finds(
+    steps: list[tuple[str, str, str]],
+) -> None:
+    questions: dict[str, _Question] = {}
+    pending = _Pending()
+    for revision, (step, event_id, call_id) in enumerate(steps):
+        if step == "ask":  # an event id again replaces the question it names, in its place
+            question = _question(_record(revision, events.INTERRUPT_ISSUED, {}, event_id), call_id)
+            questions[event_id] = question
+            pending.add(event_id, question)
+        else:
+            found = pending.newest(questions, call_id)
+            assert found is _asked(questions, call_id)
+            if found is not None:
+                found.ran = True

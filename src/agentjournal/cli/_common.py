@@ -4,7 +4,9 @@ and what a verification trusts from outside the data (keys, an anchor time, a po
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import secrets
 import stat
 import sys
 from collections.abc import Iterable, Sequence
@@ -114,7 +116,8 @@ def writable_folder(path: str) -> None:
 def writable_output(path: str) -> None:
     """Raise unless a command may write its output file ``path``: a file name, in a folder
     that exists, and, if it exists, a regular file (through a symbolic link, its target)
-    that holds no SQLite database, no write-ahead log of one and no private key — what an
+    that can be read and holds no SQLite database, no write-ahead log of one and no private
+    key (PEM, or a raw seed as ``$AGENTJOURNAL_SIGNING_KEY_FILE`` may hold one) — what an
     export never replaces (a store's own file given as the output, or a key's).
 
     Raises:
@@ -122,11 +125,14 @@ def writable_output(path: str) -> None:
     """
     if not path:
         raise InvalidInput("the output file name is empty")
-    writable_folder(path)
+    target = os.path.realpath(path)  # through symbolic links: what will be written
+    folder = os.path.dirname(target)
+    if not os.path.isdir(folder):
+        raise InvalidInput(f"cannot write {path}: folder {folder} does not exist; create it first")
     try:
-        found = os.stat(path)
+        found = os.stat(target)
     except FileNotFoundError:
-        return  # a new file (or a dangling link, whose target is made)
+        return  # a new file
     except OSError as error:
         raise InvalidInput(f"cannot write {path}: {error.strerror}") from None
     if stat.S_ISDIR(found.st_mode):
@@ -134,38 +140,62 @@ def writable_output(path: str) -> None:
     if not stat.S_ISREG(found.st_mode):
         raise InvalidInput(f"cannot write {path}: not a regular file (a pipe or a device)")
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(64)
-    except OSError:
-        return  # unreadable: the write says why it cannot write it, if it cannot
+        with open(target, "rb") as handle:
+            head = handle.read(_KEY_SIZE + 1)
+    except OSError as error:
+        raise InvalidInput(
+            f"cannot write {path}: it cannot be read to tell what it holds ({error.strerror})"
+        ) from None
     held = (
         "a SQLite database"
         if head.startswith(b"SQLite format 3\x00")
         else "a SQLite write-ahead log"
         if head[:4] in (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
         else "a private key"
-        if head.startswith(b"-----BEGIN") and b"PRIVATE KEY-----" in head
+        if b"PRIVATE KEY-----" in head[:100] or _a_signing_key(head)
         else None
     )
     if held is not None:
         raise InvalidInput(f"cannot write {path}: it holds {held}, which an export never replaces")
 
 
+_KEY_SIZE: Final = 4096
+"""More than any key file (:meth:`~agentjournal.ledger.keys.SigningKey.from_text`) holds."""
+
+
+def _a_signing_key(head: bytes) -> bool:
+    """Whether ``head``, a whole file, is a signing key as the key loader reads one."""
+    from agentjournal.ledger.keys import SigningKey
+
+    if len(head) > _KEY_SIZE:
+        return False
+    try:
+        SigningKey.from_text(head.decode("utf-8"))
+    except (InvalidInput, UnicodeDecodeError, ValueError):
+        return False
+    return True
+
+
 def write_atomically(path: str, text: str | Iterable[str]) -> None:
     """Write ``text`` (or its pieces, one after the other: no copy of them joined) to
-    ``path`` so that nothing half-written ever has the real name. Through a symbolic link,
-    its target is written (the link stays)."""
+    ``path`` so that nothing half-written ever has the real name: into a new file of its
+    own beside it (never an existing one, nor through a link), renamed into place. Through
+    a symbolic link at ``path``, its target is written (the link stays)."""
     path = os.path.realpath(path)
-    partial = f"{path}.partial"
+    folder, name = os.path.split(path)
+    partial = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.partial")
+    # O_EXCL: a new file, never one that is there, nor a link's target; the mode as open()
+    # makes it (0666 less the umask).
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with open(partial, "w", encoding="utf-8") as handle:
+        with open(descriptor, "w", encoding="utf-8") as handle:
             if isinstance(text, str):
                 handle.write(text)
             else:
                 handle.writelines(text)
         os.replace(partial, path)
     except BaseException:
-        if os.path.exists(partial):
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(partial)
         raise
 

@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from agentjournal.read.traces import ProjectedSpan
 
 BATCH: Final = 512
-_DAY: Final = 86_400.0
 """Spans per export call, and events folded before a follower saves (at most)."""
+_DAY: Final = 86_400.0
+"""The longest ``--idle`` and ``--timeout`` (seconds): past it a timer overflows."""
 
 
 class ExportFailed(JournalError):

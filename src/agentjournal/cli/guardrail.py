@@ -38,7 +38,7 @@ def register(commands: Commands) -> None:
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="answer 408 to a client slower to send its body (default: 10)",
+        help="answer 408 to a client slower to send its body, at most a day (default: 10)",
     )
     serve.set_defaults(
         run=lambda args: _serve(args.host, args.port, args.rules, args.max_body, args.read_timeout)

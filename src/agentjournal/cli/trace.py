@@ -90,14 +90,14 @@ def register(commands: Commands) -> None:
         default=10.0,
         metavar="SECONDS",
         help="--follow: a run whose session wrote nothing for this long is over and its "
-        "run span is sent (default: 10)",
+        "run span is sent; at most a day (default: 10)",
     )
     export.add_argument(
         "--timeout",
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="how long an OTLP export may take, retries included (default: 10)",
+        help="how long an OTLP export may take, retries included, at most a day (default: 10)",
     )
     export.add_argument("--uri", help=STORE_HELP + "; never created")
     export.set_defaults(run=_run)

@@ -101,7 +101,7 @@ def load_rules(text: str) -> RuleSet:
             the field and the problem (``line 3: rules.0.max: Field required``).
     """
     data = parse_yaml(text)
-    if data is None:  # nothing, or only comments: never taken for a service that checks nothing
+    if data is None or data == {}:  # nothing, or only comments: never taken for no rules
         raise InvalidInput(
             "the file holds no rules: write `rules: []` for a service that checks nothing"
         )

@@ -41,6 +41,7 @@ counted and said to be unchecked, never passed as checked.
 
 from __future__ import annotations
 
+import heapq
 import json
 from bisect import bisect_right
 from collections.abc import Mapping, Set
@@ -169,6 +170,7 @@ def _check_stream(
     ids: Set[str],
 ) -> None:
     questions: dict[str, _Question] = {}  # by event id
+    pending = _Pending()  # of those, the ones whose call has no output yet, by call id
     calls: dict[str, Record] = {}  # call id -> its newest call item on this stream
     refusals: _Refusals | None = None  # made when an asked call's output is first met
     for event in stream:
@@ -184,7 +186,7 @@ def _check_stream(
         call_id = metadata.get(events.CALL_ID_KEY, "")
         if kind == "function_call_output":
             # No question on the stream yet (nearly always): none about this call either.
-            asked = _asked(questions, call_id) if questions else None
+            asked = pending.newest(questions, call_id) if questions else None
             if asked is not None:
                 if refusals is None:
                     refusals = _Refusals(stream)
@@ -204,16 +206,41 @@ def _check_stream(
                 continue
             question.policies = _policies(tree, event, question.call)
             questions[event.id] = question
+            pending.add(event.id, question)
         elif event.type == events.INTERRUPT_RESOLVED:
             problem = _answer(tree, name, event, questions, ids, counts)
             if problem is not None:
                 report.fail(*where, problem)
 
 
-def _asked(questions: Mapping[str, _Question], call_id: str) -> _Question | None:
-    """The newest question about ``call_id`` whose call has no output yet."""
-    found = [q for q in questions.values() if q.asked.request_id == call_id and not q.ran]
-    return found[-1] if found else None
+class _Pending:
+    """A stream's questions by call id, each call's newest first in the order the stream's
+    ``questions`` hold them (a question that replaces another by event id takes its place):
+    the newest question about a call whose call has no output yet is found without a pass
+    over every question, however many name one call."""
+
+    def __init__(self) -> None:
+        self._places: dict[str, int] = {}  # event id -> its place among the questions
+        self._newest: dict[str, list[tuple[int, int, _Question]]] = {}  # heaps, by call id
+        self._added = 0
+
+    def add(self, event_id: str, question: _Question) -> None:
+        place = self._places.setdefault(event_id, len(self._places))
+        self._added += 1
+        heapq.heappush(
+            self._newest.setdefault(question.asked.request_id, []),
+            (-place, self._added, question),
+        )
+
+    def newest(self, questions: Mapping[str, _Question], call_id: str) -> _Question | None:
+        """The newest question about ``call_id`` whose call has no output yet."""
+        heap = self._newest.get(call_id, [])
+        while heap:
+            question = heap[0][2]
+            if not question.ran and questions.get(question.record.id) is question:
+                return question
+            heapq.heappop(heap)  # its call ran, or another question took its place: for good
+        return None
 
 
 def _output_problem(
