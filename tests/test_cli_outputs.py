@@ -43,13 +43,18 @@ def _commands(store: Path, output: str) -> list[tuple[str, ...]]:
     ("target", "says"),
     [
         ("journal.db", "it holds a SQLite database, which an export never replaces"),
-        ("journal.db-wal", "it holds a SQLite write-ahead log, which an export never replaces"),
+        ("journal.db-wal", "it holds the write-ahead log of the SQLite database journal.db"),
         ("key.pem", "it holds a private key, which an export never replaces"),
         ("folder", "it is a folder; give a file name"),
         ("pipe", "not a regular file (a pipe or a device)"),
         ("link-to-db", "it holds a SQLite database, which an export never replaces"),
         ("", "the output file name is empty"),
         ("seed.key", "it holds a private key, which an export never replaces"),
+        ("padded.key", "it holds a private key, which an export never replaces"),
+        ("commented.pem", "it holds a private key, which an export never replaces"),
+        ("server.pem", "it holds a private key, which an export never replaces"),
+        ("journal.db-shm", "it holds the shared memory of the SQLite database journal.db"),
+        ("journal.db-journal", "it holds the rollback journal of the SQLite database journal.db"),
         ("dangling", "folder {folder}/missing does not exist; create it first"),
     ],
 )
@@ -62,6 +67,13 @@ def test_an_output_that_must_not_be_replaced_is_refused_and_left_as_it_was(
     (folder / "link-to-db").symlink_to(store)
     (folder / "journal.db-wal").write_bytes(b"\x37\x7f\x06\x82" + bytes(28))
     (folder / "seed.key").write_text(os.urandom(32).hex() + "\n")  # a key as a raw seed
+    (folder / "padded.key").write_text(os.urandom(32).hex() + " " * 5_000)  # as the loader reads
+    pem = (folder / "key.pem").read_text()
+    (folder / "commented.pem").write_text("# a comment\n" * 500 + pem)  # past the first 4 KiB
+    certificate = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    (folder / "server.pem").write_text(certificate + pem)  # a key after a certificate
+    (folder / "journal.db-shm").write_bytes(b"")  # empty, as while a reader has it open
+    (folder / "journal.db-journal").write_bytes(b"")
     (folder / "dangling").symlink_to(folder / "missing" / "x.json")
     # Every file, the store and its key among them (and no -shm: the store is never opened).
     before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
@@ -119,3 +131,21 @@ def test_a_link_where_the_file_is_written_first_is_never_followed(store: Path) -
     assert key.read_bytes() == kept
     assert (folder / "out.json").read_text().startswith("{")
     assert not (folder / "out.json").is_symlink()
+
+
+def test_what_is_checked_is_what_is_written_through_a_linked_folder_and_dot_dot(
+    store: Path,
+) -> None:
+    # sub/../key.pem: the operating system follows the link first, so it names
+    # other/key.pem (new), not the key beside sub: that file is checked, and written.
+    folder = store.parent
+    (folder / "other" / "deep").mkdir(parents=True)
+    (folder / "sub").symlink_to(folder / "other" / "deep")
+    kept = (folder / "key.pem").read_bytes()
+    output = f"{folder}/sub/../key.pem"
+    for command in _commands(store, output):
+        done = run(*command)
+        assert done.returncode == 0, (command, done.stderr)
+        assert (folder / "key.pem").read_bytes() == kept
+        assert (folder / "other" / "key.pem").exists()
+        (folder / "other" / "key.pem").unlink()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import secrets
 import stat
 import sys
@@ -113,26 +114,31 @@ def writable_folder(path: str) -> None:
         raise InvalidInput(f"cannot write {path}: folder {folder} does not exist; create it first")
 
 
-def writable_output(path: str) -> None:
-    """Raise unless a command may write its output file ``path``: a file name, in a folder
-    that exists, and, if it exists, a regular file (through a symbolic link, its target)
-    that can be read and holds no SQLite database, no write-ahead log of one and no private
-    key (PEM, or a raw seed as ``$AGENTJOURNAL_SIGNING_KEY_FILE`` may hold one) — what an
-    export never replaces (a store's own file given as the output, or a key's).
+def writable_output(path: str) -> str:
+    """The file a command may write its output ``path`` to: through symbolic links, a file
+    in a folder that exists and can be written, and, if the file exists, a regular file that
+    can be read and is no SQLite database, none's write-ahead log, shared memory or journal,
+    and no private key (PEM, or a raw seed as ``$AGENTJOURNAL_SIGNING_KEY_FILE`` may hold
+    one) — what an export never replaces (a store's own file given as the output, or a
+    key's). Write that file, not ``path``: it is what was checked.
 
     Raises:
         InvalidInput: It may not.
     """
+    from agentjournal.ledger.keys import KEY_FILE_MOST  # cryptography: only for exports
+
     if not path:
         raise InvalidInput("the output file name is empty")
-    target = os.path.realpath(path)  # through symbolic links: what will be written
+    target = os.path.realpath(path)
     folder = os.path.dirname(target)
     if not os.path.isdir(folder):
         raise InvalidInput(f"cannot write {path}: folder {folder} does not exist; create it first")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InvalidInput(f"cannot write {path}: folder {folder} cannot be written")
     try:
         found = os.stat(target)
     except FileNotFoundError:
-        return  # a new file
+        return target  # a new file
     except OSError as error:
         raise InvalidInput(f"cannot write {path}: {error.strerror}") from None
     if stat.S_ISDIR(found.st_mode):
@@ -141,59 +147,82 @@ def writable_output(path: str) -> None:
         raise InvalidInput(f"cannot write {path}: not a regular file (a pipe or a device)")
     try:
         with open(target, "rb") as handle:
-            head = handle.read(_KEY_SIZE + 1)
+            head = handle.read(KEY_FILE_MOST + 1)
     except OSError as error:
         raise InvalidInput(
             f"cannot write {path}: it cannot be read to tell what it holds ({error.strerror})"
         ) from None
-    held = (
-        "a SQLite database"
-        if head.startswith(b"SQLite format 3\x00")
-        else "a SQLite write-ahead log"
-        if head[:4] in (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
-        else "a private key"
-        if b"PRIVATE KEY-----" in head[:100] or _a_signing_key(head)
-        else None
-    )
+    held = _held(target, head, KEY_FILE_MOST)
     if held is not None:
         raise InvalidInput(f"cannot write {path}: it holds {held}, which an export never replaces")
+    return target
 
 
-_KEY_SIZE: Final = 4096
-"""More than any key file (:meth:`~agentjournal.ledger.keys.SigningKey.from_text`) holds."""
+def _held(target: str, head: bytes, key_file_most: int) -> str | None:
+    """What an existing file (``head``: its first bytes, past ``key_file_most`` if it is
+    longer) holds that an export never replaces, if it does."""
+    if head.startswith(b"SQLite format 3\x00"):
+        return "a SQLite database"
+    for suffix, what in _SIDE_FILES:  # beside its database, even while still empty
+        database = target.removesuffix(suffix)
+        if database != target and _a_database(database):
+            return f"the {what} of the SQLite database {os.path.basename(database)}"
+    if _PEM_PRIVATE_KEY.search(head):
+        return "a private key"
+    if len(head) <= key_file_most and b"-----BEGIN" not in head:
+        from agentjournal.ledger.keys import SigningKey
+
+        try:  # a raw seed, as the key loader reads one
+            SigningKey.from_text(head.decode("utf-8"))
+        except (InvalidInput, UnicodeDecodeError, ValueError):
+            return None
+        return "a private key"
+    return None
 
 
-def _a_signing_key(head: bytes) -> bool:
-    """Whether ``head``, a whole file, is a signing key as the key loader reads one."""
-    from agentjournal.ledger.keys import SigningKey
+_SIDE_FILES: Final = (
+    ("-wal", "write-ahead log"),
+    ("-shm", "shared memory"),
+    ("-journal", "rollback journal"),
+)
+"""The files SQLite keeps beside a database, by the suffix of their names."""
+_PEM_PRIVATE_KEY: Final = re.compile(rb"(?:^|\n)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+"""A PEM private key block, anywhere in a file (after a certificate, say)."""
 
-    if len(head) > _KEY_SIZE:
-        return False
+
+def _a_database(path: str) -> bool:
     try:
-        SigningKey.from_text(head.decode("utf-8"))
-    except (InvalidInput, UnicodeDecodeError, ValueError):
+        with open(path, "rb") as handle:
+            return handle.read(16) == b"SQLite format 3\x00"
+    except OSError:
         return False
-    return True
 
 
 def write_atomically(path: str, text: str | Iterable[str]) -> None:
     """Write ``text`` (or its pieces, one after the other: no copy of them joined) to
     ``path`` so that nothing half-written ever has the real name: into a new file of its
     own beside it (never an existing one, nor through a link), renamed into place. Through
-    a symbolic link at ``path``, its target is written (the link stays)."""
-    path = os.path.realpath(path)
-    folder, name = os.path.split(path)
-    partial = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.partial")
-    # O_EXCL: a new file, never one that is there, nor a link's target; the mode as open()
-    # makes it (0666 less the umask).
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    a symbolic link at ``path``, its target is written (the link stays).
+
+    Raises:
+        OSError: It cannot be written (the error names ``path``).
+    """
+    target = os.path.realpath(path)
+    partial = os.path.join(os.path.dirname(target), f".agentjournal-{secrets.token_hex(4)}.partial")
     try:
+        # O_EXCL: a new file, never one that is there, nor a link's target; the mode as
+        # open() makes it (0666 less the umask).
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with open(descriptor, "w", encoding="utf-8") as handle:
             if isinstance(text, str):
                 handle.write(text)
             else:
                 handle.writelines(text)
-        os.replace(partial, path)
+        os.replace(partial, target)
+    except OSError as error:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
+        raise OSError(error.errno, error.strerror, path) from None
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(partial)

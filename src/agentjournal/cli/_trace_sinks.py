@@ -84,8 +84,7 @@ def _destination(args: argparse.Namespace) -> _Destination:
     if args.otlp:
         return _Destination("otlp", _endpoint(args.otlp, protocol), protocol)
     if args.jsonl:
-        writable_output(args.jsonl)
-        return _Destination("jsonl", os.path.abspath(args.jsonl), "")
+        return _Destination("jsonl", writable_output(args.jsonl), "")
     return _Destination("console", "stdout", "")
 
 

@@ -104,10 +104,10 @@ async def export_to_file(args: argparse.Namespace) -> int:
     output: str = args.output
     if (args.session is None) == (args.eval_run is None):
         raise InvalidInput("name a session, or an eval run with --eval RUN (one of them)")
-    writable_output(output)  # before anything is signed or read
+    target = writable_output(output)  # before anything is signed or read: what is written
     key = SigningKey.from_environment() if not args.no_checkpoint else None
     if args.eval_run is not None:
-        return await _export_eval(args, output, key)
+        return await _export_eval(args, output, target, key)
     store, session_id = await open_session(args.uri, args.session)
     try:
         if key is not None:
@@ -120,10 +120,12 @@ async def export_to_file(args: argparse.Namespace) -> int:
         bundle = await export_bundle(store, session_id, redact=args.redact)
     finally:
         await store.close()
-    return await _write(output, bundle)
+    return await _write(output, target, bundle)
 
 
-async def _export_eval(args: argparse.Namespace, output: str, key: SigningKey | None) -> int:
+async def _export_eval(
+    args: argparse.Namespace, output: str, target: str, key: SigningKey | None
+) -> int:
     """Sign the eval run's head first when a key is set, then write its bundle.
 
     Raises:
@@ -147,13 +149,14 @@ async def _export_eval(args: argparse.Namespace, output: str, key: SigningKey | 
                 bundle = await export_eval_bundle(store, run_id, redact=args.redact)
     finally:
         await store.close()
-    return await _write(output, bundle)
+    return await _write(output, target, bundle)
 
 
-async def _write(output: str, bundle: dict[str, Any]) -> int:
-    """Write ``bundle`` to ``output`` in one step and say what it holds."""
+async def _write(output: str, target: str, bundle: dict[str, Any]) -> int:
+    """Write ``bundle`` to ``target`` (the file ``output`` names) in one step and say what
+    it holds."""
     try:
-        await asyncio.to_thread(write_atomically, output, json.dumps(bundle, ensure_ascii=False))
+        await asyncio.to_thread(write_atomically, target, json.dumps(bundle, ensure_ascii=False))
     except OSError as error:
         return usage(f"cannot write {output}: {error.strerror or error}")
     streams = bundle["streams"]

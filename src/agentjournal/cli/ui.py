@@ -187,8 +187,7 @@ async def _view(args: argparse.Namespace) -> int:
     from agentjournal.ui.page import check_at, render, session_page
 
     to_stdout = args.output == "-"
-    if not to_stdout:
-        writable_output(args.output)
+    target = args.output if to_stdout else writable_output(args.output)  # what is written
     check_at(args.at)
     keys = trusted_with_own(args.pubkey)
     subject_keys = reading_keys(key_file(args))
@@ -224,7 +223,7 @@ async def _view(args: argparse.Namespace) -> int:
         else:  # a text-only stream (an embedding program's)
             sys.stdout.write(page)
     else:
-        write_atomically(args.output, page)
+        write_atomically(target, page)
     line = f", branch {args.branch!r}" if data.get("branch") else ""
     integrity = data["integrity"]["text"]
     where = "standard output" if to_stdout else args.output

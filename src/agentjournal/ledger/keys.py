@@ -46,6 +46,9 @@ SIGNING_KEY_FILE_ENV: Final = "AGENTJOURNAL_SIGNING_KEY_FILE"
 """A file holding a PEM (PKCS#8) Ed25519 private key, or its raw 32-byte seed in base64/hex."""
 
 
+KEY_FILE_MOST: Final = 64 * 1024
+"""The most of a key file read (:meth:`SigningKey.from_file`): a key is a few hundred bytes."""
+
 _SIGNED_IDS: Final = uuid.UUID("6b3f0f0e-5a59-4d3c-9d8e-2f1c7a0b9e41")
 
 
@@ -122,7 +125,7 @@ class SigningKey:
         """Read a key file (see :meth:`from_text`)."""
         try:
             with open(path, encoding="utf-8") as handle:
-                text = handle.read(64 * 1024)  # a key is a few hundred bytes
+                text = handle.read(KEY_FILE_MOST)  # a key is a few hundred bytes
         except OSError as error:
             reason = error.strerror or str(error)
             raise InvalidInput(f"cannot read signing key {os.fspath(path)}: {reason}") from None
