@@ -161,7 +161,7 @@ def writable_output(path: str) -> str:
 def _held(target: str, head: bytes, key_file_most: int) -> str | None:
     """What an existing file (``head``: its first bytes, past ``key_file_most`` if it is
     longer) holds that an export never replaces, if it does."""
-    if head.startswith(b"SQLite format 3\x00"):
+    if head.startswith(_SQLITE_HEADER):
         return "a SQLite database"
     for suffix, what in _SIDE_FILES:  # beside its database, even while still empty
         database = target.removesuffix(suffix)
@@ -180,6 +180,8 @@ def _held(target: str, head: bytes, key_file_most: int) -> str | None:
     return None
 
 
+_SQLITE_HEADER: Final = b"SQLite format 3\x00"
+"""The first bytes of every SQLite database file."""
 _SIDE_FILES: Final = (
     ("-wal", "write-ahead log"),
     ("-shm", "shared memory"),
@@ -193,7 +195,7 @@ _PEM_PRIVATE_KEY: Final = re.compile(rb"(?:^|\n)-----BEGIN [A-Z0-9 ]*PRIVATE KEY
 def _a_database(path: str) -> bool:
     try:
         with open(path, "rb") as handle:
-            return handle.read(16) == b"SQLite format 3\x00"
+            return handle.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER
     except OSError:
         return False
 
