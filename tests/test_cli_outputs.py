@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from agentjournal import Journal
 from cli_run import run
@@ -70,8 +72,13 @@ def test_an_output_that_must_not_be_replaced_is_refused_and_left_as_it_was(
     (folder / "padded.key").write_text(os.urandom(32).hex() + " " * 5_000)  # as the loader reads
     pem = (folder / "key.pem").read_text()
     (folder / "commented.pem").write_text("# a comment\n" * 500 + pem)  # past the first 4 KiB
-    certificate = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
-    (folder / "server.pem").write_text(certificate + pem)  # a key after a certificate
+    certificate = "-----BEGIN CERTIFICATE-----\n" + "MIIB" * 16 + "\n-----END CERTIFICATE-----\n"
+    server = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    (folder / "server.pem").write_bytes(certificate.encode() + server)  # a TLS server's, say
     (folder / "journal.db-shm").write_bytes(b"")  # empty, as while a reader has it open
     (folder / "journal.db-journal").write_bytes(b"")
     (folder / "dangling").symlink_to(folder / "missing" / "x.json")
