@@ -135,7 +135,7 @@ def _asked(questions: dict[str, _Question], call_id: str) -> _Question | None:
 
 class _Unwalked(dict[str, _Question]):
     """The stream's questions, which the index may look up but never walk: a walk per output
-    is what made the check's cost grow with the square of the questions."""
+    makes the check's cost grow with the square of the questions."""
 
     def values(self) -> Any:
         raise AssertionError("the index walked every question")

@@ -103,13 +103,14 @@ def check_guardrails(option: str | None) -> None:
             raise InvalidInput(f"{named}: {error}") from None
 
 
-def writable_folder(path: str) -> None:
-    """Raise unless the folder ``path`` would be written in exists.
+def writable_folder(path: str, target: str | None = None) -> None:
+    """Raise unless the folder ``path`` would be written in exists (that of ``target``, the
+    file ``path`` names through its links, when given).
 
     Raises:
         InvalidInput: It does not exist (or is not a folder).
     """
-    folder = os.path.dirname(os.path.abspath(path))
+    folder = os.path.dirname(target or os.path.abspath(path))
     if not os.path.isdir(folder):
         raise InvalidInput(f"cannot write {path}: folder {folder} does not exist; create it first")
 
@@ -130,9 +131,8 @@ def writable_output(path: str) -> str:
     if not path:
         raise InvalidInput("the output file name is empty")
     target = os.path.realpath(path)
+    writable_folder(path, target)
     folder = os.path.dirname(target)
-    if not os.path.isdir(folder):
-        raise InvalidInput(f"cannot write {path}: folder {folder} does not exist; create it first")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise InvalidInput(f"cannot write {path}: folder {folder} cannot be written")
     try:
