@@ -108,9 +108,10 @@ async def open_store(uri: str, *, create: bool = True, deadline: float | None = 
 
 
 def check_uri(uri: str) -> None:
-    """Raise what opening the store ``uri`` names would refuse first, opening nothing: a
-    backend this package does not know, a SQLite URI it does not read, or a SQLite file in
-    a directory that does not exist. (A KurrentDB server is not reached.)
+    """Raise what opening the store ``uri`` names to write would refuse first, opening
+    nothing: a backend this package does not know, a SQLite URI it does not read, or a
+    SQLite file in a directory that does not exist or cannot be written. (A KurrentDB
+    server is not reached.)
 
     Raises:
         InvalidInput: It would be refused.
@@ -123,6 +124,11 @@ def check_uri(uri: str) -> None:
             missing = missing_directory(path)
             if missing is not None:
                 raise InvalidInput(missing)
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.access(folder, os.W_OK):
+                raise InvalidInput(
+                    f"cannot write SQLite store {path}: {folder} cannot be written here"
+                )
     elif not uri.startswith(_KURRENTDB_SCHEMES):
         raise _unknown(uri)
 

@@ -187,6 +187,10 @@ def missing_directory(path: str) -> str | None:
 
 
 def _connect_once(path: str, busy_timeout: float, create: bool) -> sqlite3.Connection:
+    """One try of :func:`_connect`. An existing store (``create`` False) that cannot be
+    written here (a folder this process cannot write, a read-only file system) is opened
+    read-only instead (:func:`_open_unchanging`): such a store is always read-only to this
+    process, whatever the caller means to do."""
     if path != ":memory:":
         if not create and not os.path.isfile(path):
             raise StoreUnavailable(f"no store at {path}: check the path or --uri")
@@ -202,7 +206,7 @@ def _connect_once(path: str, busy_timeout: float, create: bool) -> sqlite3.Conne
             target, timeout=busy_timeout, isolation_level=None, check_same_thread=False, uri=as_uri
         )
     except sqlite3.Error as error:
-        raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
+        return _unwritable(path, create, error)
     try:
         _refuse_foreign(db, path)  # before anything could change the file
         if not create and db.execute("PRAGMA user_version").fetchone()[0] == 0:
@@ -223,11 +227,96 @@ def _connect_once(path: str, busy_timeout: float, create: bool) -> sqlite3.Conne
             _upgrade_schema(db, path, version)
     except sqlite3.DatabaseError as error:
         db.close()
+        return _unwritable(path, create, error)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _unwritable(path: str, create: bool, error: sqlite3.Error) -> sqlite3.Connection:
+    """After ``error`` opening the store at ``path``: when it is SQLite failing to write
+    beside the file (the WAL index it keeps in ``PATH-shm``, or a new file) in a folder
+    this process cannot write, an existing store (``create`` False) opened read-only;
+    else raise. SQLite says so with SQLITE_READONLY_DIRECTORY, or on a read-only file
+    system with SQLITE_CANTOPEN: the folder is asked too, so that no other failure to
+    open is taken for it.
+
+    Raises:
+        StoreUnavailable: Always, but for an existing store opened read-only.
+    """
+    code = getattr(error, "sqlite_errorcode", None)
+    folder = os.path.dirname(os.path.abspath(path))
+    if (
+        path != ":memory:"
+        and isinstance(code, int)
+        and code & 0xFF in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN)
+        and not os.access(folder, os.W_OK)
+    ):
+        if not create:
+            return _open_unchanging(path)
+        raise StoreUnavailable(
+            f"cannot write SQLite store {path}: {folder} cannot be written here"
+        ) from error
+    raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
+
+
+def _open_unchanging(path: str) -> sqlite3.Connection:
+    """A read-only connection to the existing store at ``path``, whose folder this process
+    cannot write: SQLite cannot make the WAL index there that a reader of a WAL file keeps,
+    so the file is read as SQLite's ``immutable`` file, with nothing to coordinate with
+    writers. That is exact while nothing writes it, as nothing can that cannot write the
+    folder: a writer makes ``PATH-wal`` there first. A store with a write-ahead log of
+    writes no checkpoint has moved into the file yet is refused, as it cannot be read so
+    (only with the WAL index), and so is one of an earlier schema version, whose upgrade
+    is a write. Every write on the connection fails (``query_only``).
+
+    Raises:
+        StoreUnavailable: It cannot be read so, saying why and what to do.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    wal = f"{path}-wal"
+    try:
+        pending = os.path.getsize(wal) > 0
+    except FileNotFoundError:
+        pending = False
+    except OSError as error:
+        raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
+    if pending:
+        raise StoreUnavailable(
+            f"cannot open SQLite store {path} here: its writes in {wal} are read only with "
+            f"the WAL index SQLite keeps beside them, and {folder} cannot be written; open it "
+            "once where it can be, or copy the store's files to a folder you can write"
+        )
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro&immutable=1"
+    try:
+        db = sqlite3.connect(uri, isolation_level=None, check_same_thread=False, uri=True)
+    except sqlite3.Error as error:
+        raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
+    try:
+        _refuse_foreign(db, path)
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            raise StoreUnavailable(f"no store at {path}: the file is empty")
+        if version != SCHEMA_VERSION:
+            raise StoreUnavailable(
+                f"cannot open SQLite store {path} here: it has schema version {version}, "
+                f"upgraded to {SCHEMA_VERSION} when first opened where {folder} can be "
+                "written, and it cannot be written here"
+            )
+        db.execute("PRAGMA query_only = 1")
+    except sqlite3.DatabaseError as error:
+        db.close()
         raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
     except BaseException:
         db.close()
         raise
     return db
+
+
+def read_only(db: sqlite3.Connection) -> bool:
+    """Whether ``db`` was opened read-only (:func:`_open_unchanging`)."""
+    return bool(db.execute("PRAGMA query_only").fetchone()[0])
 
 
 def _probe_connection(path: str) -> sqlite3.Connection:

@@ -37,7 +37,7 @@ from agentjournal.store.sqlite._handoff import Listeners, _translated
 from agentjournal.store.sqlite._model import read_model
 from agentjournal.store.sqlite._purge import purge_model
 from agentjournal.store.sqlite._rows import _EVENT_COLUMNS, _fetch_events, _recorded
-from agentjournal.store.sqlite._schema import _probe_connection, _resolved_connect
+from agentjournal.store.sqlite._schema import _probe_connection, _resolved_connect, read_only
 from agentjournal.store.sqlite._stored import Unpacker
 from agentjournal.store.sqlite._wal_index import KnownHeads, WalIndex, wal_index_of
 from agentjournal.store.sqlite._writes import Writes
@@ -72,13 +72,18 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         self._db = connection
         self._executor = executor
         self._closed = False
+        # Opened read-only, as a store in a folder this process cannot write is: every
+        # write is refused before it reaches the connection (which would refuse it too).
+        self._read_only = path != ":memory:" and read_only(connection)
         # Subscribers waiting for appends, woken by a commit (on the store's thread) or a close.
         self._listeners = Listeners()
         # The loop thread's read-only probe of stream heads (see :meth:`heads_now`), opened
         # on first use; its lock is only ever tried, never waited for.
         self._probe: sqlite3.Connection | None = None
         self._probe_lock = threading.Lock()
-        self._probe_failed = path == ":memory:"  # another connection would see another database
+        # In memory, another connection would see another database; read-only, the probe's
+        # connection could not make the WAL index either.
+        self._probe_failed = path == ":memory:" or self._read_only
         # The file's WAL index, read by the probe (under its lock) and by the store's thread
         # (the write path's own), and heads known as of one of its headers: (header, stream ->
         # head, -1 for no such stream). Replaced whole, never changed in place: any pair
@@ -210,18 +215,38 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         """Append ``events`` to ``stream`` (see :class:`EventStore.append`)."""
         request = AppendRequest(stream, events, expected)
         validate_append([request], many=False)
-        if self._closed:
-            raise StoreUnavailable(f"SQLite store {self._path} is closed")
-        (result,) = await self._writes.write([request])
+        (result,) = await self._write([request])
         return result
 
     async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
         """Append to several streams atomically (see :class:`EventStore.append_many`)."""
         requests = list(requests)
         validate_append(requests, many=True)
+        return await self._write(requests)
+
+    async def _write(self, requests: list[AppendRequest]) -> list[AppendResult]:
+        if self._read_only and not any(request.events for request in requests):
+            # Nothing to write: answered by a read, as a read-only store can.
+            return await self._submit(self._writes.check_sync, requests)
+        self._check_writable()
+        return await self._writes.write(requests)
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the store was opened read-only: an existing store in a folder this
+        process cannot write (or on a read-only file system) is, read as it is on disk;
+        every write raises :class:`StoreUnavailable`."""
+        return self._read_only
+
+    def _check_writable(self) -> None:
         if self._closed:
             raise StoreUnavailable(f"SQLite store {self._path} is closed")
-        return await self._writes.write(requests)
+        if self._read_only:
+            folder = os.path.dirname(self._file)
+            raise StoreUnavailable(
+                f"SQLite store {self._path} is read-only here, as {folder} cannot be "
+                "written: nothing was written"
+            )
 
     # -- reads ----------------------------------------------------------------
 
@@ -413,6 +438,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         :class:`~agentjournal.store.abilities.Purge`)."""
         for stream in streams:
             validate_stream_name(stream)
+        self._check_writable()
         await self._submit(purge_model, self._db, list(streams))
 
     async def read_all(

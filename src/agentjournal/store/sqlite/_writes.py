@@ -232,6 +232,28 @@ class Writes:
             self._packer = Packer(writing_dictionary(self._db, content), content)
         return self._packer
 
+    def check_sync(self, requests: list[AppendRequest]) -> list[AppendResult]:
+        """The results of ``requests``, none of them with events, from one read: each
+        stream's expected state checked as a write checks it. A read-only store answers
+        such a write so (it writes nothing, and ``BEGIN IMMEDIATE`` is a write)."""
+        assert not any(request.events for request in requests)
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            checked = [self._check(db, request) for request in requests]
+            position = _last_position(db)
+        except _Conflict as conflict:
+            raise conflict.error from None
+        except sqlite3.Error as error:
+            raise StoreUnavailable(f"SQLite store {self._path} failed: {error}") from error
+        finally:
+            if db.in_transaction:
+                db.execute("COMMIT")
+        return [
+            AppendResult(request.stream, current, position)
+            for request, (_, current, _) in zip(requests, checked, strict=True)
+        ]
+
     def _write_sync(self, requests: list[AppendRequest]) -> list[AppendResult]:
         """One write in its own transaction."""
         db = self._db

@@ -1,0 +1,333 @@
+"""A SQLite store in a folder this process cannot write (another user's, a read-only mount) is
+read as it is on disk: every read works, every write is refused in one line, and nothing in the
+folder changes. Each case runs its reader as a separate process that truly cannot write there:
+in a folder whose mode forbids it (root giving up its override of modes), or inside a read-only
+bind mount, whichever this machine allows."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from agentjournal.store import StreamState
+from agentjournal.store.sqlite import SQLiteEventStore
+from agentjournal.testing.store_conformance import make_events
+from cli_run import run
+from sqlite_v2 import V2_SCHEMA
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("AGENTJOURNAL_")}
+
+
+def _shared_folder() -> Path:
+    """A new folder the reader can enter (pytest's own may not be, inside a bind mount)."""
+    folder = Path(tempfile.mkdtemp(prefix="agentjournal-ro-"))
+    folder.chmod(0o755)
+    return folder
+
+
+@dataclass
+class Reader:
+    """Runs a command that reads ``folder`` without being able to write it."""
+
+    folder: Path
+    sees: Path  # the folder as the reader names it
+    _run: Callable[[list[str], Path], subprocess.CompletedProcess[str]]
+
+    def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """``argv`` run in the folder as the reader sees it."""
+        return self._run(list(argv), self.sees)
+
+
+# Root writes any folder, whatever its mode, by these two capabilities: without them it is
+# held to the folder's mode as its owner.
+_WITHOUT_OVERRIDE = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def _works(argv: list[str]) -> bool:
+    try:
+        return subprocess.run(argv, capture_output=True, check=False).returncode == 0
+    except OSError:
+        return False
+
+
+@pytest.fixture(params=["a folder it cannot write", "a read-only file system"])
+def reader(request: pytest.FixtureRequest) -> Iterator[Reader]:
+    folder = _shared_folder()
+    mount = _shared_folder()
+    try:
+        if request.param == "a folder it cannot write":
+            prefix: list[str] = []
+            if os.geteuid() == 0:
+                if not _works([*_WITHOUT_OVERRIDE, "true"]):
+                    pytest.skip("root here cannot give up writing any folder (setpriv)")
+                prefix = _WITHOUT_OVERRIDE
+
+            def unwritable(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+                folder.chmod(0o555)
+                try:
+                    return subprocess.run(
+                        [*prefix, *argv],
+                        cwd=cwd,
+                        capture_output=True,
+                        text=True,
+                        env=_clean_env(),
+                        check=False,
+                    )
+                finally:
+                    folder.chmod(0o755)
+
+            yield Reader(folder, folder, unwritable)
+        else:
+            if os.geteuid() != 0 or not _works(["unshare", "-m", "true"]):
+                pytest.skip("no read-only bind mount here (needs root and unshare)")
+
+            def mounted(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+                script = 'mount --bind -o ro "$1" "$2" && cd "$2" && shift 2 && exec "$@"'
+                return subprocess.run(
+                    ["unshare", "-m", "sh", "-c", script, "sh", str(folder), str(cwd), *argv],
+                    capture_output=True,
+                    text=True,
+                    env=_clean_env(),
+                    check=False,
+                )
+
+            yield Reader(folder, mount, mounted)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(mount, ignore_errors=True)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def _write_store(path: Path) -> None:
+    async def write() -> None:
+        async with await SQLiteEventStore.open(path) as store:
+            await store.append("S-1", make_events(3), expected=StreamState.NO_STREAM)
+            await store.append("S-2", make_events(2), expected=StreamState.NO_STREAM)
+
+    asyncio.run(write())
+
+
+_API = """
+import asyncio, json, sys
+from agentjournal.errors import ConcurrencyError, StoreUnavailable
+from agentjournal.store import AppendRequest, StreamState
+from agentjournal.store.sqlite import SQLiteEventStore
+from agentjournal.testing.store_conformance import make_events
+
+async def main():
+    out = {}
+    try:
+        store = await SQLiteEventStore.open(sys.argv[1], create=False)
+    except StoreUnavailable as error:
+        print(json.dumps({"open": str(error)}))
+        return
+    async with store:
+        out["read_only"] = store.read_only
+        out["S-1"] = [e.revision for e in await store.read("S-1")]
+        out["all"] = len(await store.read_all())
+        out["head"] = await store.head("S-2")
+        out["position"] = (await store.append("S-1", [], expected=StreamState.ANY)).position
+        out["expected"] = (await store.append("S-2", [], expected=1)).revision
+        try:
+            await store.append("S-1", [], expected=StreamState.NO_STREAM)
+        except ConcurrencyError as error:
+            out["conflict"] = type(error).__name__
+        for name, write in [
+            ("append", store.append("S-1", make_events(1, start=3), expected=2)),
+            ("new stream", store.append("S-3", make_events(1), expected=StreamState.NO_STREAM)),
+            ("append_many", store.append_many([
+                AppendRequest("S-1", make_events(1, start=3), 2),
+                AppendRequest("S-2", make_events(1, start=2), 1),
+            ])),
+            ("purge", store.purge(["S-1"])),
+        ]:
+            try:
+                await write
+                out[name] = "written"
+            except StoreUnavailable as error:
+                out[name] = str(error)
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+def _api(reader: Reader) -> dict[str, object]:
+    done = reader.run(sys.executable, "-c", _API, str(reader.sees / "events.db"))
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+def test_a_store_that_cannot_be_written_here_is_read_and_refuses_every_write(
+    reader: Reader,
+) -> None:
+    _write_store(reader.folder / "events.db")
+    assert sorted(_files(reader.folder)) == ["events.db"]  # closed: no -wal, no -shm
+    before = _files(reader.folder)
+
+    seen = _api(reader)
+
+    refused = (
+        f"SQLite store {reader.sees / 'events.db'} is read-only here, as {reader.sees} "
+        "cannot be written: nothing was written"
+    )
+    assert seen == {
+        "read_only": True,
+        "S-1": [0, 1, 2],
+        "all": 5,
+        "head": 1,
+        "position": 5,
+        "expected": 1,
+        "conflict": "ConcurrencyError",
+        "append": refused,
+        "new stream": refused,
+        "append_many": refused,
+        "purge": refused,
+    }
+    assert _files(reader.folder) == before
+
+
+def test_a_store_that_can_be_written_is_not_read_only(tmp_path: Path) -> None:
+    _write_store(tmp_path / "events.db")
+
+    async def check() -> None:
+        async with await SQLiteEventStore.open(tmp_path / "events.db", create=False) as store:
+            assert store.read_only is False
+            assert (await store.append("S-1", make_events(1, start=3), expected=2)).revision == 3
+
+    asyncio.run(check())
+
+
+def test_writes_still_in_the_write_ahead_log_are_refused_not_left_unread(reader: Reader) -> None:
+    """A copy of a store taken while it was open: its last writes are only in ``-wal``,
+    which a reader can read only with the WAL index it cannot make in that folder."""
+    live = _shared_folder()
+    try:
+        path = live / "events.db"
+        _write_store(path)
+
+        async def copy_while_open() -> None:
+            async with await SQLiteEventStore.open(path) as store:
+                await store.append("S-1", make_events(2, start=3), expected=2)
+                for name in ("events.db", "events.db-wal"):
+                    shutil.copyfile(live / name, reader.folder / name)
+
+        asyncio.run(copy_while_open())
+    finally:
+        shutil.rmtree(live)
+    assert (reader.folder / "events.db-wal").stat().st_size > 0
+    before = _files(reader.folder)
+
+    seen = _api(reader)
+
+    db = reader.sees / "events.db"
+    assert seen == {
+        "open": (
+            f"cannot open SQLite store {db} here: its writes in {db}-wal are read only with "
+            f"the WAL index SQLite keeps beside them, and {reader.sees} cannot be written; "
+            "open it once where it can be, or copy the store's files to a folder you can write"
+        )
+    }
+    assert _files(reader.folder) == before
+    # Where the folder can be written, the same files hold every write.
+    copy = Path(tempfile.mkdtemp())
+    try:
+        for name, data in before.items():
+            (copy / name).write_bytes(data)
+
+        async def revisions() -> list[int]:
+            async with await SQLiteEventStore.open(copy / "events.db", create=False) as store:
+                return [e.revision for e in await store.read("S-1")]
+
+        assert asyncio.run(revisions()) == [0, 1, 2, 3, 4]
+    finally:
+        shutil.rmtree(copy)
+
+
+def test_a_store_of_an_earlier_schema_version_is_refused_as_its_upgrade_is_a_write(
+    reader: Reader,
+) -> None:
+    path = reader.folder / "events.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(V2_SCHEMA)
+    db.close()
+    before = _files(reader.folder)
+
+    seen = _api(reader)
+
+    assert seen == {
+        "open": (
+            f"cannot open SQLite store {reader.sees / 'events.db'} here: it has schema version 2, "
+            f"upgraded to 3 when first opened where {reader.sees} can be written, and it cannot "
+            "be written here"
+        )
+    }
+    assert _files(reader.folder) == before
+
+
+@pytest.mark.slow
+def test_every_read_command_works_on_a_store_that_cannot_be_written_and_writers_refuse(
+    reader: Reader,
+) -> None:
+    """The demo's store, read by every read command (the output files written elsewhere);
+    a command that writes the store refuses in one line, and so does a new demo there."""
+    store = reader.folder / "agentjournal.db"
+    demo = run("demo", "--db", str(store), "--session", "s1", "--key", str(reader.folder / "k.pem"))
+    assert demo.returncode == 0, demo.stderr
+    before = _files(reader.folder)
+    outputs = _shared_folder()
+    aj = [sys.executable, "-m", "agentjournal.cli"]
+    try:
+        verified = reader.run(*aj, "verify", "s1", "--pubkey", "k.pem.pub")
+        assert verified.returncode == 0, verified.stderr
+        assert verified.stdout.splitlines()[-1].startswith("VERIFIED"), verified.stdout
+        for argv in [
+            ("sessions",),
+            ("show", "s1"),
+            ("replay", "s1"),
+            ("usage", "s1"),
+            ("approvals",),
+            ("eval", "list"),
+            ("bundle", "export", "s1", "-o", str(outputs / "s1.json")),
+            ("view", "s1", "-o", str(outputs / "s1.html")),
+            ("trace", "export", "--all", "--jsonl", str(outputs / "spans.jsonl")),
+        ]:
+            done = reader.run(*aj, *argv)
+            assert done.returncode == 0, (argv, done.stderr)
+        listed = reader.run(*aj, "sessions")
+        assert "s1" in listed.stdout
+        assert listed.stderr.startswith("agentjournal: warning: the catalog could not be saved")
+        for name in ("s1.json", "s1.html", "spans.jsonl"):
+            assert (outputs / name).stat().st_size > 0
+        forked = reader.run(*aj, "fork", "s1", "--at", "3")
+        assert forked.returncode == 1
+        assert forked.stderr == (
+            "agentjournal: SQLite store agentjournal.db is read-only here, as "
+            f"{reader.sees} cannot be written: nothing was written\n"
+        )
+        again = reader.run(*aj, "demo", "--key", str(outputs / "other.pem"))
+        assert (again.returncode, again.stdout) == (1, "")
+        assert again.stderr == (
+            f"agentjournal: cannot write SQLite store agentjournal.db: {reader.sees} "
+            "cannot be written here\n"
+        )
+        assert _files(reader.folder) == before
+    finally:
+        shutil.rmtree(outputs)
