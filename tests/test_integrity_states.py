@@ -216,6 +216,24 @@ def test_a_tail_written_after_the_last_checkpoint_fails_the_list_as_it_fails_ver
     done = run("verify", "signed", "--uri", uri, *trust)
     assert done.returncode == 2
     assert "AgentSession-signed@3: events after the last checkpoint" in done.stdout
+    # Accepted as a warning, the tail is not vouched for: the last line says so.
+    key_id = SigningKey.from_file(str(store.key)).key_id
+    accepted = run("verify", "signed", "--uri", uri, *trust, "--allow-uncovered")
+    assert accepted.returncode == 0, accepted.stdout
+    assert (
+        "  warning: AgentSession-signed@3: events after the last checkpoint (not covered by a "
+        "signature)"
+    ) in accepted.stdout.splitlines()
+    assert accepted.stdout.splitlines()[-1] == (
+        f"VERIFIED UP TO THE NEWEST CHECKPOINT: checkpoints signed by {key_id}, a trusted key; "
+        "1 event after it is signed by no key"
+    )
+    bundle = tmp_path / "tail.json"
+    exported = run("bundle", "export", "signed", "--uri", uri, "--no-checkpoint", "-o", str(bundle))
+    assert exported.returncode == 0, exported.stderr
+    checked = run("bundle", "verify", str(bundle), *trust, "--allow-uncovered")
+    assert checked.returncode == 0, checked.stdout
+    assert checked.stdout.splitlines()[-1] == accepted.stdout.splitlines()[-1]
 
     # A new checkpoint by the trusted key covers it again.
     async def sign() -> None:

@@ -32,15 +32,29 @@ class Integrity:
         keys: The key ids that signed checkpoints: trusted ones when verified, the
             untrusted ones otherwise.
         problem: The first failure, where and what (``failed`` only).
+        uncovered: Events after the newest checkpoint, which no signature covers, that the
+            reader accepted (``verified`` only, with ``--allow-uncovered``): the record is
+            verified up to that checkpoint, and the line says so.
     """
 
     state: IntegrityState
     keys: tuple[str, ...] = ()
     problem: str | None = None
+    uncovered: int = 0
 
     def text(self) -> str:
         """One line: the state in capitals, and what it rests on."""
         keys = ", ".join(self.keys)
+        if self.state == "verified" and self.uncovered:
+            after = (
+                "1 event after it is"
+                if self.uncovered == 1
+                else f"{self.uncovered:,} events after it are"
+            )
+            return (
+                f"VERIFIED UP TO THE NEWEST CHECKPOINT: checkpoints signed by {keys}, a trusted "
+                f"key; {after} signed by no key"
+            )
         if self.state == "verified":
             return f"VERIFIED: checkpoints signed by {keys}, a trusted key"
         if self.state == "untrusted":

@@ -39,12 +39,15 @@ class Report:
         problems: Every failed check, in the order found.
         signers: The trusted keys that signed a checkpoint (the checkpoints stage).
         foreign: The keys of checkpoints not counted: not trusted, nor rotated to.
+        uncovered: How many events after the newest trusted checkpoint were accepted
+            uncovered (``allow_uncovered``; the checkpoints stage sets it).
     """
 
     lines: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     signers: list[str] = field(default_factory=list)
     foreign: list[str] = field(default_factory=list)
+    uncovered: int = 0
 
     @property
     def ok(self) -> bool:
@@ -58,7 +61,7 @@ class Report:
         if failed is not None:
             return Integrity("failed", problem=str(failed))
         if self.signers:
-            return Integrity("verified", tuple(self.signers))
+            return Integrity("verified", tuple(self.signers), uncovered=self.uncovered)
         if self.foreign:
             return Integrity("untrusted", tuple(self.foreign))
         return Integrity("unsigned")
@@ -76,10 +79,12 @@ class Report:
 
     def extend(self, later: Report) -> None:
         """Add what ``later`` found after what this report found: its lines and problems
-        after these, and its signers and foreign keys (the checkpoints stage sets them)."""
+        after these, and its signers, foreign keys and uncovered events (the checkpoints
+        stage sets them)."""
         self.lines += later.lines
         self.problems += later.problems
         self.signers, self.foreign = later.signers or self.signers, later.foreign or self.foreign
+        self.uncovered = later.uncovered or self.uncovered
 
     def model_checked(self, found: tuple[str, str | None] | None, stream: str) -> None:
         """Add the read-model comparison (``read.replay.check_read_model``): its line, and
