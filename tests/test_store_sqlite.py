@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agentjournal import Journal, UndecodableEvent, read_tree
+from agentjournal import Journal, UndecodableEvent, UnreadableMetadata, read_tree
 from agentjournal.errors import ConcurrencyError, InvalidInput, StoreUnavailable
 from agentjournal.records import DamagedEvent
 from agentjournal.store import (
@@ -304,3 +304,26 @@ async def test_an_undecodable_sqlite_row_is_damage_not_an_outage(tmp_path: Path)
         assert not isinstance(undecodable.value, StoreUnavailable)  # no retry cures it
         with pytest.raises(DamagedEvent, match="cannot be read"):
             await read_tree(journal.store, SID)
+
+
+async def test_an_event_whose_metadata_is_not_a_json_object_raises_saying_where(
+    tmp_path: Path,
+) -> None:
+    """Parsed when first asked for: an ``UnreadableMetadata``, which is a store error that
+    names the event and a ``ValueError``, as a parse error is."""
+    path = tmp_path / "damaged.db"
+    async with await SQLiteEventStore.open(path) as store:
+        await store.append("S-1", make_events(2), expected=StreamState.NO_STREAM)
+    for value in (b"\xff", b"{not json", b"[1]", b"[" * 100_000 + b"]" * 100_000):
+        with sqlite3.connect(path) as db:
+            db.execute("UPDATE events SET metadata = ? WHERE revision = 1", (value,))
+        db.close()
+        async with await SQLiteEventStore.open(path) as store:
+            first, second = await store.read("S-1")
+            assert first.metadata == make_events(1)[0].metadata
+            with pytest.raises(UnreadableMetadata) as raised:
+                second.metadata  # noqa: B018
+        assert str(raised.value) == "S-1@1: the metadata is not a UTF-8 JSON object"
+        assert (raised.value.stream, raised.value.revision) == ("S-1", 1)
+        assert isinstance(raised.value, UndecodableEvent)
+        assert isinstance(raised.value, ValueError)

@@ -410,6 +410,22 @@ def test_damaged_store_in_a_real_process(store_file: Path, tmp_path: Path) -> No
     )
 
 
+@pytest.mark.parametrize(
+    "value",
+    [b"\xff\xfe", b"{not json", b"[1]", b'"text"', b"[" * 100_000 + b"]" * 100_000],
+    ids=["not-utf8", "not-json", "array", "string", "deep"],
+)
+def test_metadata_that_is_not_a_json_object_is_one_line_from_the_read_tools(
+    store_file: Path, tmp_path: Path, value: bytes
+) -> None:
+    bad = damaged(store_file, tmp_path, "UPDATE events SET metadata = ? WHERE position = ?", value)
+    uri = f"sqlite:///{bad}"
+    says = "AgentSession-s@1: the metadata is not a UTF-8 JSON object"
+    for argv in (("replay", "s"), ("show", "s"), ("usage", "s")):
+        result = run(*argv, "--uri", uri)
+        assert (result.returncode, result.stderr) == (1, f"agentjournal: {says}\n"), argv
+
+
 # -- reports say what is true ----------------------------------------------------------------
 
 

@@ -40,6 +40,7 @@ from agentjournal.errors import (
     StreamDeleted,
     StreamNotFound,
     UndecodableEvent,
+    UnreadableMetadata,
 )
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ __all__ = [
     "TraceLogFilter",
     "TreeRecords",
     "UndecodableEvent",
+    "UnreadableMetadata",
     "continue_trace",
     "export_bundle",
     "read_tree",

@@ -18,6 +18,7 @@ the store boundary and never leak through the public API.
     │   ├── StreamDeleted                the stream was deleted or tombstoned
     │   ├── StoreUnavailable             the store cannot be reached or is busy
     │   └── UndecodableEvent             the store holds an event it cannot hand out
+    │       └── UnreadableMetadata (also ValueError)   an event's metadata is not a JSON object
     ├── CodecError                       an item or event cannot be translated
     ├── GuardrailBlocked                 a guardrail decision stopped the run
     └── AuthorityDenied                  an action was outside the agent's authority
@@ -43,6 +44,7 @@ __all__ = [
     "StreamDeleted",
     "StreamNotFound",
     "UndecodableEvent",
+    "UnreadableMetadata",
 ]
 
 
@@ -265,6 +267,17 @@ class UndecodableEvent(StoreError):
     def __init__(self, stream: str, message: str) -> None:
         self.stream = stream
         super().__init__(message)
+
+
+class UnreadableMetadata(UndecodableEvent, ValueError):
+    """Raised when a stored event's metadata, parsed when first asked for, is not a UTF-8
+    JSON object (written by something other than agentjournal). Its message starts with
+    ``stream@revision``. Also a ``ValueError``, as a parse error is.
+    """
+
+    def __init__(self, stream: str, revision: int) -> None:
+        super().__init__(stream, f"{stream}@{revision}: the metadata is not a UTF-8 JSON object")
+        self.revision = revision
 
 
 class CodecError(JournalError):

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any, Final, TypeAlias
 
 from agentjournal._fastjson import loads_utf8
+from agentjournal.errors import UnreadableMetadata
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024 - 10_000
 """The largest event a store accepts: KurrentDB's largest stored event.
@@ -211,9 +212,12 @@ class RecordedEvent:
     @property
     def metadata(self) -> Mapping[str, str]:
         if self._metadata is None:
-            parsed = loads_utf8(self._raw_metadata)
+            try:
+                parsed = loads_utf8(self._raw_metadata)
+            except (ValueError, TypeError, RecursionError):
+                parsed = None
             if type(parsed) is not dict:  # a proxy would take a string for a mapping
-                raise TypeError("the stored metadata is not a JSON object")
+                raise UnreadableMetadata(self._stream, self._revision)
             self._metadata = MappingProxyType(parsed)
         return self._metadata
 
