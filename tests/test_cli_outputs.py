@@ -156,3 +156,20 @@ def test_what_is_checked_is_what_is_written_through_a_linked_folder_and_dot_dot(
         assert (folder / "key.pem").read_bytes() == kept
         assert (folder / "other" / "key.pem").exists()
         (folder / "other" / "key.pem").unlink()
+
+
+def test_a_dash_is_refused_where_the_output_can_only_be_a_file(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``view -o -`` writes standard output; the commands that only write a file refuse
+    ``-`` rather than make a file of that name."""
+    monkeypatch.chdir(store.parent)
+    for command in _commands(store, "-"):
+        if command[0] == "view":
+            continue
+        done = run(*command)
+        assert (done.returncode, done.stdout) == (1, ""), command
+        assert done.stderr == (
+            "agentjournal: cannot write -: this command writes a file; give its name\n"
+        )
+    assert not (store.parent / "-").exists()

@@ -130,6 +130,8 @@ def writable_output(path: str) -> str:
 
     if not path:
         raise InvalidInput("the output file name is empty")
+    if path == "-":  # where ``view -o -`` means standard output, this command writes a file
+        raise InvalidInput("cannot write -: this command writes a file; give its name")
     target = os.path.realpath(path)
     writable_folder(path, target)
     folder = os.path.dirname(target)

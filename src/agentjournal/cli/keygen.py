@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 from typing import TYPE_CHECKING
 
@@ -62,17 +63,29 @@ def _new_key_files(output: str) -> SigningKey:
     """
     from agentjournal.ledger.keys import SigningKey
 
+    if not output:
+        raise InvalidInput("the key file name is empty")
     public = f"{output}.pub"
     for path in (output, public):
-        if os.path.exists(path):
+        if os.path.isdir(path):
+            raise InvalidInput(f"cannot write {path}: it is a folder; give a file name")
+        if os.path.lexists(path):
             raise InvalidInput(f"{path} exists; refusing to overwrite a key")
     writable_folder(output)
     key = SigningKey.generate()
-    descriptor = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(key.private_pem())
-    with open(public, "x", encoding="utf-8") as handle:
-        handle.write(key.public_pem())
+    try:
+        descriptor = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as error:
+        raise InvalidInput(f"cannot write {output}: {error.strerror or error}") from None
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(key.private_pem())
+        with open(public, "x", encoding="utf-8") as handle:
+            handle.write(key.public_pem())
+    except OSError as error:  # neither file is left: a key without its public half is no key
+        with contextlib.suppress(OSError):
+            os.unlink(output)
+        raise InvalidInput(f"cannot write {output}: {error.strerror or error}") from None
     return key
 
 

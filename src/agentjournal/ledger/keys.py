@@ -131,16 +131,27 @@ class SigningKey:
             raise InvalidInput(f"cannot read signing key {os.fspath(path)}: {reason}") from None
         except UnicodeDecodeError:
             raise InvalidInput(f"{os.fspath(path)} is no key file (not text)") from None
-        return cls.from_text(text)
+        try:
+            return cls.from_text(text)
+        except InvalidInput as error:
+            raise InvalidInput(f"{os.fspath(path)} holds no signing key: {error}") from None
 
     @classmethod
     def from_environment(cls) -> SigningKey | None:
-        """``$AGENTJOURNAL_SIGNING_KEY_FILE``, else ``$AGENTJOURNAL_SIGNING_KEY``, else None."""
+        """``$AGENTJOURNAL_SIGNING_KEY_FILE``, else ``$AGENTJOURNAL_SIGNING_KEY``, else None.
+
+        Raises:
+            InvalidInput: The variable set names no key; the message starts with its name.
+        """
         path = os.environ.get(SIGNING_KEY_FILE_ENV)
-        if path:
-            return cls.from_file(path)
-        text = os.environ.get(SIGNING_KEY_ENV)
-        return cls.from_text(text) if text else None
+        text = None if path else os.environ.get(SIGNING_KEY_ENV)
+        try:
+            if path:
+                return cls.from_file(path)
+            return cls.from_text(text) if text else None
+        except InvalidInput as error:
+            name = SIGNING_KEY_FILE_ENV if path else SIGNING_KEY_ENV
+            raise InvalidInput(f"${name}: {error}") from None
 
     def private_pem(self) -> str:
         return self.private.private_bytes(
