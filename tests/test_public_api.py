@@ -56,6 +56,7 @@ TOP_LEVEL = {
     "StreamDeleted",
     "StreamNotFound",
     "UndecodableEvent",
+    "UnreadableMetadata",
     # writing sessions
     "Journal",
     "JournalSession",
