@@ -402,3 +402,36 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     assert "StoreUnavailable: no store at x.db" in loud.stderr
     after = run_process("verify", "s", "--allow-uncovered", "--debug", cwd=tmp_path)
     assert "Traceback (most recent call last)" in after.stderr  # --debug after the command too
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("show",), "the following arguments are required: session (see agentjournal show --help)"),
+        (
+            ("verify", "s-1", "--bogus"),
+            "unrecognized arguments: --bogus (see agentjournal verify --help)",
+        ),
+        (
+            ("bundle", "export", "s-1", "-o", "b.json", "--zz"),
+            "unrecognized arguments: --zz (see agentjournal bundle export --help)",
+        ),
+        (
+            ("bundle",),
+            "the following arguments are required: COMMAND (see agentjournal bundle --help)",
+        ),
+        (
+            ("sessions", "--since"),
+            "argument --since: expected one argument (see agentjournal sessions --help)",
+        ),
+        ((), "the following arguments are required: COMMAND (see agentjournal --help)"),
+        (("nope",), "argument COMMAND: invalid choice: 'nope' (choose from "),
+    ],
+)
+def test_a_command_line_the_parser_refuses_is_one_line_naming_the_help(
+    args: tuple[str, ...], says: str
+) -> None:
+    done = run(*args)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.startswith(f"agentjournal: {says}"), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr

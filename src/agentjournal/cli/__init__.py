@@ -122,12 +122,23 @@ _MODULE_OF: Final = {
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors exit with 1 (2 means a check failed)."""
+    """Usage errors are one line, as every other error, and exit with 1 (2 means a check
+    failed); the line names the help that shows the usage."""
 
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
+    def error(self, message: str, prog: str | None = None) -> NoReturn:
+        print(f"agentjournal: {message} (see {prog or self.prog} --help)", file=sys.stderr)
         sys.exit(1)
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        """As argparse's, but arguments no command takes are blamed on the command's help
+        (its prog, which :class:`~agentjournal.cli._common.Commands` records), not the whole
+        command's."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}", getattr(parsed, "prog", None))
+        return parsed
 
 
 def _version() -> str:
@@ -162,7 +173,7 @@ class _OneCommandParser(_Parser):
     """A parser that holds one command module's commands: a fault it finds is raised, for
     the whole parser to say (its usage names every command)."""
 
-    def error(self, message: str) -> NoReturn:
+    def error(self, message: str, prog: str | None = None) -> NoReturn:
         raise _Refused(message)
 
 
@@ -192,7 +203,8 @@ def _parser(modules: Sequence[str], kind: type[_Parser]) -> argparse.ArgumentPar
         "--debug", action="store_true", help="show the traceback of an error (default: one line)"
     )
     commands = Commands(
-        parser.add_subparsers(dest="command", required=True, parser_class=kind), common
+        parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=kind),
+        common,
     )
     for name in modules:
         importlib.import_module(f"agentjournal.cli.{name}").register(commands)

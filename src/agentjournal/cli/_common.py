@@ -38,19 +38,21 @@ class Commands:
 
     def add(self, name: str, text: str, example: str | None = None) -> argparse.ArgumentParser:
         """A command ``name`` that does ``text`` (its help and description)."""
-        return self._action.add_parser(
+        parser = self._action.add_parser(
             name,
             help=text,
             description=text,
             parents=[self._common],
             epilog=f"example: {example}" if example else None,
         )
+        parser.set_defaults(prog=parser.prog)  # whose help a usage error points to
+        return parser
 
     def group(self, name: str, text: str) -> Commands:
         """A command ``name`` whose subcommands are added to what it returns."""
         parser = self.add(name, text)
         action = parser.add_subparsers(
-            dest=f"{name}_command", required=True, parser_class=type(parser)
+            dest=f"{name}_command", metavar="COMMAND", required=True, parser_class=type(parser)
         )
         return Commands(action, self._common)
 
