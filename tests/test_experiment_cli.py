@@ -111,6 +111,7 @@ def test_json_is_the_report(recorded: dict[str, str]) -> None:
         ({"--scorers": "missing.yml"}, "cannot read scorers missing.yml"),
         ({"--at-turn": "3"}, "exp-where has 1 turn: it has no turn 3"),
         ({"--id": "bad id"}, "experiment id"),
+        ({"--id": ""}, "experiment id"),
         ({"--guardrails": "notaurl"}, "--guardrails: guardrail base URL must be http(s)"),
     ],
 )

@@ -464,7 +464,7 @@ async def run_experiment(
                     f"(--guardrails URL or ${GUARDRAIL_URL_ENV}) so the candidate is checked too"
                 )
     described = [scorer.describe() for scorer in scorers]
-    name = experiment_id or derive_experiment_id(
+    name = experiment_id if experiment_id is not None else derive_experiment_id(
         [p.session for p in planned],
         chosen.spec,
         at_turn,
