@@ -316,6 +316,15 @@ def test_every_read_command_works_on_a_store_that_cannot_be_written_and_writers_
         assert listed.stderr.startswith("agentjournal: warning: the catalog could not be saved")
         for name in ("s1.json", "s1.html", "spans.jsonl"):
             assert (outputs / name).stat().st_size > 0
+        key = f"AGENTJOURNAL_SIGNING_KEY_FILE={reader.sees / 'k.pem'}"
+        signed = reader.run(
+            "env", key, *aj, "bundle", "export", "s1", "-o", str(outputs / "k.json")
+        )
+        assert signed.returncode == 1
+        assert signed.stderr.endswith(
+            "nothing was written (a checkpoint is signed before an export when a key is set; "
+            "--no-checkpoint exports without one)\n"
+        ), signed.stderr
         forked = reader.run(*aj, "fork", "s1", "--at", "3")
         assert forked.returncode == 1
         assert forked.stderr == (

@@ -22,7 +22,7 @@ from agentjournal.cli._common import (
     writable_output,
     write_atomically,
 )
-from agentjournal.errors import InvalidInput
+from agentjournal.errors import InvalidInput, StoreUnavailable
 
 if TYPE_CHECKING:
     from agentjournal.ledger.checkpoints import Checkpoint
@@ -111,7 +111,13 @@ async def export_to_file(args: argparse.Namespace) -> int:
     store, session_id = await open_session(args.uri, args.session)
     try:
         if key is not None:
-            signed = await sign_every_line(store, session_id, key)
+            try:
+                signed = await sign_every_line(store, session_id, key)
+            except StoreUnavailable as error:  # e.g. a store this process cannot write
+                raise StoreUnavailable(
+                    f"{error} (a checkpoint is signed before an export when a key is set; "
+                    "--no-checkpoint exports without one)"
+                ) from error
             if signed is not None:
                 print(
                     f"signed a checkpoint with {signed.key_id} "
