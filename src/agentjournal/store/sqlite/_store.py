@@ -224,12 +224,13 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         validate_append(requests, many=True)
         return await self._write(requests)
 
-    async def _write(self, requests: list[AppendRequest]) -> list[AppendResult]:
+    def _write(self, requests: list[AppendRequest]) -> asyncio.Future[list[AppendResult]]:
+        """The future of ``requests``' results (no coroutine of its own on a turn's path)."""
         if self._read_only and not any(request.events for request in requests):
             # Nothing to write: answered by a read, as a read-only store can.
-            return await self._submit(self._writes.check_sync, requests)
+            return self._submit(self._writes.check_sync, requests)
         self._check_writable()
-        return await self._writes.write(requests)
+        return self._writes.write(requests)
 
     @property
     def read_only(self) -> bool:
