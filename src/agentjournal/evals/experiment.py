@@ -464,12 +464,16 @@ async def run_experiment(
                     f"(--guardrails URL or ${GUARDRAIL_URL_ENV}) so the candidate is checked too"
                 )
     described = [scorer.describe() for scorer in scorers]
-    name = experiment_id if experiment_id is not None else derive_experiment_id(
-        [p.session for p in planned],
-        chosen.spec,
-        at_turn,
-        described,
-        None if script is None else script.digest,
+    name = (
+        experiment_id
+        if experiment_id is not None
+        else derive_experiment_id(
+            [p.session for p in planned],
+            chosen.spec,
+            at_turn,
+            described,
+            None if script is None else script.digest,
+        )
     )
     validate_id(name, "experiment id")
     await _same_experiment(journal.store, name, planned, chosen.spec, at_turn, described)

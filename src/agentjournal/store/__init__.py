@@ -119,16 +119,11 @@ def check_uri(uri: str) -> None:
     if uri.startswith("sqlite://"):
         path = _sqlite_parts(uri)[0]
         if path != ":memory:":
-            from agentjournal.store.sqlite._schema import missing_directory
+            from agentjournal.store.sqlite._schema import missing_directory, unwritable_directory
 
-            missing = missing_directory(path)
-            if missing is not None:
-                raise InvalidInput(missing)
-            folder = os.path.dirname(os.path.abspath(path))
-            if not os.access(folder, os.W_OK):
-                raise InvalidInput(
-                    f"cannot write SQLite store {path}: {folder} cannot be written here"
-                )
+            refused = missing_directory(path) or unwritable_directory(path)
+            if refused is not None:
+                raise InvalidInput(refused)
     elif not uri.startswith(_KURRENTDB_SCHEMES):
         raise _unknown(uri)
 

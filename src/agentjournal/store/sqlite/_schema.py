@@ -186,6 +186,15 @@ def missing_directory(path: str) -> str | None:
     )
 
 
+def unwritable_directory(path: str) -> str | None:
+    """Why the SQLite store at ``path`` cannot be written here: its directory cannot be (None:
+    it can, as far as this process's rights say)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.access(directory, os.W_OK):
+        return None
+    return f"cannot write SQLite store {path}: {directory} cannot be written here"
+
+
 def _connect_once(path: str, busy_timeout: float, create: bool) -> sqlite3.Connection:
     """One try of :func:`_connect`. An existing store (``create`` False) that cannot be
     written here (a folder this process cannot write, a read-only file system) is opened
@@ -246,18 +255,15 @@ def _unwritable(path: str, create: bool, error: sqlite3.Error) -> sqlite3.Connec
         StoreUnavailable: Always, but for an existing store opened read-only.
     """
     code = getattr(error, "sqlite_errorcode", None)
-    folder = os.path.dirname(os.path.abspath(path))
     if (
         path != ":memory:"
         and isinstance(code, int)
         and code & 0xFF in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN)
-        and not os.access(folder, os.W_OK)
+        and (unwritable := unwritable_directory(path)) is not None
     ):
         if not create:
             return _open_unchanging(path)
-        raise StoreUnavailable(
-            f"cannot write SQLite store {path}: {folder} cannot be written here"
-        ) from error
+        raise StoreUnavailable(unwritable) from error
     raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
 
 
