@@ -412,6 +412,7 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
             ("verify", "s-1", "--bogus"),
             "unrecognized arguments: --bogus (see agentjournal verify --help)",
         ),
+        (("--bogus", "verify", "s-1"), "unrecognized arguments: --bogus (see agentjournal --help)"),
         (
             ("bundle", "export", "s-1", "-o", "b.json", "--zz"),
             "unrecognized arguments: --zz (see agentjournal bundle export --help)",

@@ -226,7 +226,7 @@ def test_a_tail_written_after_the_last_checkpoint_fails_the_list_as_it_fails_ver
     ) in accepted.stdout.splitlines()
     assert accepted.stdout.splitlines()[-1] == (
         f"VERIFIED UP TO THE NEWEST CHECKPOINT: checkpoints signed by {key_id}, a trusted key; "
-        "1 event after it is signed by no key"
+        "1 event after it is signed by no trusted key"
     )
     bundle = tmp_path / "tail.json"
     exported = run("bundle", "export", "signed", "--uri", uri, "--no-checkpoint", "-o", str(bundle))
@@ -273,3 +273,53 @@ def test_a_tail_signed_only_by_an_untrusted_key_fails_the_list_as_it_fails_verif
     both = run("sessions", "--uri", uri, "--json", *trust, "--pubkey", f"{store.foreign}.pub")
     rows = {row["session_id"]: row["integrity"] for row in json.loads(both.stdout)}
     assert rows["signed"]["state"] == "verified"
+
+
+def test_the_uncovered_count_is_every_event_after_what_a_trusted_key_signed_on_any_path(
+    store: Store, tmp_path: Path
+) -> None:
+    """A branch and more items written without a key after the trusted checkpoint, then
+    signed by a key the reader does not trust: each stream's tail and the ledger's own are
+    counted, the same in one process and two, and the line says no trusted key signed them."""
+    from agentjournal.audit.export import export_bundle
+    from agentjournal.audit.verify import parse_bundle, verify_bundle
+
+    copy = tmp_path / "branched.db"
+    shutil.copy(store.path, copy)
+    uri = f"sqlite:///{copy}"
+
+    async def more() -> dict[str, Any]:
+        async with Journal.open(uri) as journal:
+            session = journal.session("signed")
+            await session.fork(1, name="retry")
+            await session.add_items([{"role": "user", "content": "one more"}])
+        theirs = SigningKey.from_file(str(store.foreign))
+        async with Journal.open(uri, signing_key=theirs) as journal:
+            await journal.session("signed").checkpoint()
+            bundle: dict[str, Any] = await export_bundle(journal.store, "signed")
+        return bundle
+
+    exported = asyncio.run(more())
+    parsed = parse_bundle(json.dumps(exported).encode())
+    ours = SigningKey.from_file(str(store.key))
+    trusted = {ours.key_id: ours.public_key}
+    one = verify_bundle(parsed, trusted, allow_uncovered=True, workers=1)
+    two = verify_bundle(parsed, trusted, allow_uncovered=True, workers=2)
+    # Counted apart: each warning's stream, from its revision on.
+    lengths = {stream["name"]: len(stream["events"]) for stream in exported["streams"]}
+    warned = [
+        line.split()[1].rstrip(":").rsplit("@", 1)
+        for line in one.lines
+        if line.startswith("  warning: ") and "events after the last checkpoint" in line
+    ]
+    assert len(warned) >= 3, one.lines  # the session, the branch's stream, the ledger
+    expected = sum(lengths[stream] - int(revision) for stream, revision in warned)
+    assert one.integrity.uncovered == two.integrity.uncovered == expected
+    assert (
+        one.text().splitlines()[-1]
+        == two.text().splitlines()[-1]
+        == (
+            f"VERIFIED UP TO THE NEWEST CHECKPOINT: checkpoints signed by {ours.key_id}, a trusted "
+            f"key; {expected} events after it are signed by no trusted key"
+        )
+    )

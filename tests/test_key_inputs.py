@@ -34,6 +34,12 @@ def test_keygen_refuses_an_output_it_cannot_write_and_leaves_nothing(tmp_path: P
     assert _refused("keygen", "-o", half) == (
         f"cannot write {half}.pub: it is a folder; give a file name"
     )
+    assert (
+        _refused("keygen", "-o", "-") == "cannot write -: a key is written to a file; give its name"
+    )
+    # The private half is written, the public one's name is too long: neither is left.
+    long = str(tmp_path / ("k" * 252))
+    assert _refused("keygen", "-o", long) == f"cannot write {long}.pub: File name too long"
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 

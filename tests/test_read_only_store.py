@@ -7,6 +7,7 @@ bind mount, whichever this machine allows."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -14,7 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,29 +39,66 @@ def _shared_folder() -> Path:
     return folder
 
 
-@dataclass
-class Reader:
-    """Runs a command that reads ``folder`` without being able to write it."""
-
-    folder: Path
-    sees: Path  # the folder as the reader names it
-    _run: Callable[[list[str], Path], subprocess.CompletedProcess[str]]
-
-    def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        """``argv`` run in the folder as the reader sees it."""
-        return self._run(list(argv), self.sees)
-
-
-# Root writes any folder, whatever its mode, by these two capabilities: without them it is
-# held to the folder's mode as its owner.
-_WITHOUT_OVERRIDE = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
-
-
 def _works(argv: list[str]) -> bool:
     try:
         return subprocess.run(argv, capture_output=True, check=False).returncode == 0
     except OSError:
         return False
+
+
+# Root writes any file, whatever its mode and owner, by these two capabilities: without
+# them it is held to the modes, as any other user.
+_WITHOUT_OVERRIDE = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def _own(folder: Path, uid: int) -> None:
+    for path in (folder, *folder.iterdir()):
+        os.chown(path, uid, -1, follow_symlinks=False)
+
+
+@dataclass
+class Reader:
+    """Runs commands that read ``folder`` and cannot write it, naming it ``sees``: as
+    another user's folder (its files owned by nobody, the reader root without its
+    override), a folder of mode 0555 (not root), or through a read-only bind mount."""
+
+    how: str
+    folder: Path
+    sees: Path
+    prefix: list[str]
+
+    @contextlib.contextmanager
+    def unwritable(self) -> Iterator[None]:
+        """The folder as the reader meets it, for the time of the block."""
+        if self.how == "another user's folder":
+            _own(self.folder, NOBODY)
+        elif self.how == "a folder of mode 0555":
+            self.folder.chmod(0o555)
+        try:
+            yield
+        finally:
+            if self.how == "another user's folder":
+                _own(self.folder, 0)
+            elif self.how == "a folder of mode 0555":
+                self.folder.chmod(0o755)
+
+    def command(self, *argv: str) -> list[str]:
+        return [*self.prefix, *argv]
+
+    def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """``argv`` run in the folder as the reader sees it."""
+        with self.unwritable():
+            return subprocess.run(
+                self.command(*argv),
+                cwd=self.sees,
+                capture_output=True,
+                text=True,
+                env=_clean_env(),
+                check=False,
+            )
+
+
+NOBODY = 65534
 
 
 @pytest.fixture(params=["a folder it cannot write", "a read-only file system"])
@@ -69,42 +107,18 @@ def reader(request: pytest.FixtureRequest) -> Iterator[Reader]:
     mount = _shared_folder()
     try:
         if request.param == "a folder it cannot write":
-            prefix: list[str] = []
-            if os.geteuid() == 0:
-                if not _works([*_WITHOUT_OVERRIDE, "true"]):
-                    pytest.skip("root here cannot give up writing any folder (setpriv)")
-                prefix = _WITHOUT_OVERRIDE
-
-            def unwritable(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-                folder.chmod(0o555)
-                try:
-                    return subprocess.run(
-                        [*prefix, *argv],
-                        cwd=cwd,
-                        capture_output=True,
-                        text=True,
-                        env=_clean_env(),
-                        check=False,
-                    )
-                finally:
-                    folder.chmod(0o755)
-
-            yield Reader(folder, folder, unwritable)
+            if os.geteuid() != 0:
+                yield Reader("a folder of mode 0555", folder, folder, [])
+            elif _works([*_WITHOUT_OVERRIDE, "true"]):
+                yield Reader("another user's folder", folder, folder, _WITHOUT_OVERRIDE)
+            else:
+                pytest.skip("root here cannot give up writing any file (setpriv)")
         else:
             if os.geteuid() != 0 or not _works(["unshare", "-m", "true"]):
                 pytest.skip("no read-only bind mount here (needs root and unshare)")
-
-            def mounted(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-                script = 'mount --bind -o ro "$1" "$2" && cd "$2" && shift 2 && exec "$@"'
-                return subprocess.run(
-                    ["unshare", "-m", "sh", "-c", script, "sh", str(folder), str(cwd), *argv],
-                    capture_output=True,
-                    text=True,
-                    env=_clean_env(),
-                    check=False,
-                )
-
-            yield Reader(folder, mount, mounted)
+            script = 'mount --bind -o ro "$1" "$2" && cd "$2" && shift 2 && exec "$@"'
+            prefix = ["unshare", "-m", "sh", "-c", script, "sh", str(folder), str(mount)]
+            yield Reader("a read-only file system", folder, mount, prefix)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         shutil.rmtree(mount, ignore_errors=True)
@@ -139,6 +153,7 @@ async def main():
         return
     async with store:
         out["read_only"] = store.read_only
+        out["probe"] = store.heads_now(["S-1"])
         out["S-1"] = [e.revision for e in await store.read("S-1")]
         out["all"] = len(await store.read_all())
         out["head"] = await store.head("S-2")
@@ -175,25 +190,20 @@ def _api(reader: Reader) -> dict[str, object]:
     return result
 
 
-def test_a_store_that_cannot_be_written_here_is_read_and_refuses_every_write(
-    reader: Reader,
-) -> None:
-    _write_store(reader.folder / "events.db")
-    assert sorted(_files(reader.folder)) == ["events.db"]  # closed: no -wal, no -shm
-    before = _files(reader.folder)
-
-    seen = _api(reader)
-
+def _read_only_answers(reader: Reader, revisions: list[int]) -> dict[str, object]:
+    """What ``_API`` prints of the store ``_write_store`` made, its stream S-1 holding
+    ``revisions``, read where it cannot be written."""
     refused = (
         f"SQLite store {reader.sees / 'events.db'} is read-only here, as {reader.sees} "
         "cannot be written: nothing was written"
     )
-    assert seen == {
+    return {
         "read_only": True,
-        "S-1": [0, 1, 2],
-        "all": 5,
+        "probe": None,
+        "S-1": revisions,
+        "all": len(revisions) + 2,
         "head": 1,
-        "position": 5,
+        "position": len(revisions) + 2,
         "expected": 1,
         "conflict": "ConcurrencyError",
         "append": refused,
@@ -201,7 +211,106 @@ def test_a_store_that_cannot_be_written_here_is_read_and_refuses_every_write(
         "append_many": refused,
         "purge": refused,
     }
+
+
+def test_a_store_that_cannot_be_written_here_is_read_and_refuses_every_write(
+    reader: Reader,
+) -> None:
+    _write_store(reader.folder / "events.db")
+    assert sorted(_files(reader.folder)) == ["events.db"]  # closed: no -wal, no -shm
+    before = _files(reader.folder)
+
+    assert _api(reader) == _read_only_answers(reader, [0, 1, 2])
     assert _files(reader.folder) == before
+
+
+_WATCH = """
+import asyncio, json, sys
+from agentjournal.errors import StoreUnavailable
+from agentjournal.store.sqlite import SQLiteEventStore
+
+async def main():
+    async with await SQLiteEventStore.open(sys.argv[1], create=False) as store:
+        for _ in sys.stdin:
+            try:
+                print(json.dumps([e.revision for e in await store.read("S-1")]), flush=True)
+            except StoreUnavailable as error:
+                print(json.dumps(str(error)), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def _ask(watch: subprocess.Popen[str]) -> object:
+    assert watch.stdin is not None
+    assert watch.stdout is not None
+    watch.stdin.write("read\n")
+    watch.stdin.flush()
+    return json.loads(watch.stdout.readline())
+
+
+def _append_one(path: Path, revision: int) -> None:
+    async def append() -> None:
+        async with await SQLiteEventStore.open(path) as store:
+            await store.append("S-1", make_events(1, start=revision), expected=revision - 1)
+
+    asyncio.run(append())
+
+
+def test_a_store_read_as_an_unchanging_file_that_its_owner_writes_refuses_the_next_read(
+    reader: Reader,
+) -> None:
+    """Whoever can write the folder still can: a read after that write (or torn by it) is
+    refused, never answered stale, and the next open reads what was written."""
+    path = reader.folder / "events.db"
+    _write_store(path)
+    with reader.unwritable():
+        watch = subprocess.Popen(
+            reader.command(sys.executable, "-c", _WATCH, str(reader.sees / "events.db")),
+            cwd=reader.sees,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_clean_env(),
+        )
+        try:
+            assert _ask(watch) == [0, 1, 2]
+        except BaseException:
+            watch.kill()
+            raise
+    try:
+        _append_one(path, 3)  # the owner opens the store, writes and closes it
+        refused = _ask(watch)
+        assert _ask(watch) == refused  # every read after it
+    finally:
+        assert watch.stdin is not None
+        watch.stdin.close()
+        watch.wait(timeout=60)
+    assert refused == (
+        f"SQLite store {reader.sees / 'events.db'} was written while read as an unchanging "
+        f"file (by a process that can write {reader.sees}): run the command again"
+    )
+    assert _api(reader)["S-1"] == [0, 1, 2, 3]
+
+
+def test_a_store_its_writer_has_open_is_read_as_written_and_refuses_writes(
+    reader: Reader,
+) -> None:
+    """With the writer's ``-wal`` and ``-shm`` beside it, SQLite reads the store the
+    ordinary way, the latest writes included; it is still read-only to this reader."""
+    if reader.how == "a folder of mode 0555":
+        pytest.skip("the reader owns the files it reads here, so SQLite may write them")
+    path = reader.folder / "events.db"
+    _write_store(path)
+    holder = sqlite3.connect(path)  # the writer's process, its connection open
+    try:
+        holder.execute("SELECT count(*) FROM events").fetchone()
+        _append_one(path, 3)
+        assert (reader.folder / "events.db-wal").exists()
+        assert _api(reader) == _read_only_answers(reader, [0, 1, 2, 3])
+    finally:
+        holder.close()
 
 
 def test_a_store_that_can_be_written_is_not_read_only(tmp_path: Path) -> None:
@@ -242,7 +351,7 @@ def test_writes_still_in_the_write_ahead_log_are_refused_not_left_unread(reader:
         "open": (
             f"cannot open SQLite store {db} here: its writes in {db}-wal are read only with "
             f"the WAL index SQLite keeps beside them, and {reader.sees} cannot be written; "
-            "open it once where it can be, or copy the store's files to a folder you can write"
+            "whoever can write it can open the store once, which moves them into the file"
         )
     }
     assert _files(reader.folder) == before
@@ -275,8 +384,8 @@ def test_a_store_of_an_earlier_schema_version_is_refused_as_its_upgrade_is_a_wri
     assert seen == {
         "open": (
             f"cannot open SQLite store {reader.sees / 'events.db'} here: it has schema version 2, "
-            f"upgraded to 3 when first opened where {reader.sees} can be written, and it cannot "
-            "be written here"
+            "upgraded to 3 when first opened where it can be written, and it cannot be written "
+            "here"
         )
     }
     assert _files(reader.folder) == before
@@ -289,13 +398,13 @@ def test_every_read_command_works_on_a_store_that_cannot_be_written_and_writers_
     """The demo's store, read by every read command (the output files written elsewhere);
     a command that writes the store refuses in one line, and so does a new demo there."""
     store = reader.folder / "agentjournal.db"
-    demo = run("demo", "--db", str(store), "--session", "s1", "--key", str(reader.folder / "k.pem"))
+    outputs = _shared_folder()  # the reader's own: the key, and what it writes
+    demo = run("demo", "--db", str(store), "--session", "s1", "--key", str(outputs / "k.pem"))
     assert demo.returncode == 0, demo.stderr
     before = _files(reader.folder)
-    outputs = _shared_folder()
     aj = [sys.executable, "-m", "agentjournal.cli"]
     try:
-        verified = reader.run(*aj, "verify", "s1", "--pubkey", "k.pem.pub")
+        verified = reader.run(*aj, "verify", "s1", "--pubkey", str(outputs / "k.pem.pub"))
         assert verified.returncode == 0, verified.stderr
         assert verified.stdout.splitlines()[-1].startswith("VERIFIED"), verified.stdout
         for argv in [
@@ -316,7 +425,7 @@ def test_every_read_command_works_on_a_store_that_cannot_be_written_and_writers_
         assert listed.stderr.startswith("agentjournal: warning: the catalog could not be saved")
         for name in ("s1.json", "s1.html", "spans.jsonl"):
             assert (outputs / name).stat().st_size > 0
-        key = f"AGENTJOURNAL_SIGNING_KEY_FILE={reader.sees / 'k.pem'}"
+        key = f"AGENTJOURNAL_SIGNING_KEY_FILE={outputs / 'k.pem'}"
         signed = reader.run(
             "env", key, *aj, "bundle", "export", "s1", "-o", str(outputs / "k.json")
         )

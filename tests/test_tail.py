@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -192,3 +193,45 @@ def test_stored_control_characters_are_printed_escaped() -> None:
         "  AgentSession-\\x1bx@3  UserMessageReceived\\x07  "
         "ok\\n  @9  GuardrailDecided  ALLOW\\r\\x1b[2K\\u202e"
     )
+
+
+def test_tail_json_stays_one_object_per_line_past_a_damaged_event(tmp_path: Path) -> None:
+    from agentjournal import Journal
+
+    path = tmp_path / "damaged.db"
+    uri = f"sqlite:///{path}"
+
+    async def write() -> None:
+        async with Journal.open(uri) as journal:
+            await journal.session("s").add_items([{"role": "user", "content": "hello"}])
+            await journal.session("s").add_items([{"role": "user", "content": "again"}])
+
+    asyncio.run(write())
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "UPDATE events SET data = ? WHERE revision = 1 AND stream_id = "
+            "(SELECT id FROM streams WHERE name = 'AgentSession-s')",
+            (b"\xff",),
+        )
+    db.close()
+    output = tmp_path / "tail.jsonl"
+    with output.open("w") as out:
+        tail = _tail(out, uri, "s", "--from-start", "--json")
+        try:
+            lines = _wait_lines(output, 3)
+        finally:
+            tail.send_signal(signal.SIGTERM)
+            tail.wait(timeout=30)
+            assert tail.stderr is not None
+            tail.stderr.close()
+    parsed = [json.loads(line) for line in lines]
+    damaged = [line for line in parsed if "damaged" in line]
+    assert damaged == [
+        {
+            "stream": "AgentSession-s",
+            "revision": 1,
+            "position": damaged[0]["position"],
+            "damaged": "the data is not UTF-8 text (byte 0)",
+        }
+    ]
+    assert [line["revision"] for line in parsed] == [0, 1, 2]

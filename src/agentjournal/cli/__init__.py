@@ -137,7 +137,12 @@ class _Parser(argparse.ArgumentParser):
         command's."""
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
-            self.error(f"unrecognized arguments: {' '.join(extras)}", getattr(parsed, "prog", None))
+            given = list(sys.argv[1:] if args is None else args)
+            command = getattr(parsed, "command", None)
+            # Before the command's name, an argument is the whole command's to refuse.
+            ours = command in given and given.index(extras[0]) > given.index(command)
+            prog = getattr(parsed, "prog", None) if ours else None
+            self.error(f"unrecognized arguments: {' '.join(extras)}", prog)
         return parsed
 
 

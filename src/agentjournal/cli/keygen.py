@@ -65,6 +65,8 @@ def _new_key_files(output: str) -> SigningKey:
 
     if not output:
         raise InvalidInput("the key file name is empty")
+    if output == "-":
+        raise InvalidInput("cannot write -: a key is written to a file; give its name")
     public = f"{output}.pub"
     for path in (output, public):
         if os.path.isdir(path):
@@ -85,7 +87,8 @@ def _new_key_files(output: str) -> SigningKey:
     except OSError as error:  # neither file is left: a key without its public half is no key
         with contextlib.suppress(OSError):
             os.unlink(output)
-        raise InvalidInput(f"cannot write {output}: {error.strerror or error}") from None
+        failed = error.filename or output
+        raise InvalidInput(f"cannot write {failed}: {error.strerror or error}") from None
     return key
 
 

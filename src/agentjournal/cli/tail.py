@@ -183,9 +183,18 @@ async def _follow(
             try:
                 record = Record.of(event)
             except DamagedEvent as bad:
-                print(
-                    f"{printable(event.stream)}@{event.revision} damaged: {bad.message}", flush=True
-                )
+                if as_json:  # a line of its own kind: the output stays one object per line
+                    damaged = {
+                        "stream": event.stream,
+                        "revision": event.revision,
+                        "position": event.position,
+                        "damaged": bad.message,
+                    }
+                    sys.stdout.write(json.dumps(damaged, ensure_ascii=False) + "\n")
+                    sys.stdout.flush()
+                else:
+                    shown = f"{printable(event.stream)}@{event.revision} damaged: {bad.message}"
+                    print(shown, flush=True)
                 continue
             if streams is not None and record.opens is not None:
                 streams.add(record.opens)

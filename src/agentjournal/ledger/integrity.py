@@ -53,7 +53,7 @@ class Integrity:
             )
             return (
                 f"VERIFIED UP TO THE NEWEST CHECKPOINT: checkpoints signed by {keys}, a trusted "
-                f"key; {after} signed by no key"
+                f"key; {after} signed by no trusted key"
             )
         if self.state == "verified":
             return f"VERIFIED: checkpoints signed by {keys}, a trusted key"

@@ -14,6 +14,7 @@ from agentjournal.errors import (
     InvalidInput,
     StoreUnavailable,
 )
+from agentjournal.store.sqlite._read_only import UnchangingConnection, old_schema, writable_here
 
 SCHEMA_VERSION: Final = 3
 
@@ -196,10 +197,10 @@ def unwritable_directory(path: str) -> str | None:
 
 
 def _connect_once(path: str, busy_timeout: float, create: bool) -> sqlite3.Connection:
-    """One try of :func:`_connect`. An existing store (``create`` False) that cannot be
-    written here (a folder this process cannot write, a read-only file system) is opened
-    read-only instead (:func:`_open_unchanging`): such a store is always read-only to this
-    process, whatever the caller means to do."""
+    """One try of :func:`_connect`. An existing store (``create`` False) this process cannot
+    write is opened read-only (``query_only``), whatever the caller means to do: the
+    ordinary way where SQLite can read it so, else as an unchanging file
+    (:func:`_open_unchanging`)."""
     if path != ":memory:":
         if not create and not os.path.isfile(path):
             raise StoreUnavailable(f"no store at {path}: check the path or --uri")
@@ -228,6 +229,13 @@ def _connect_once(path: str, busy_timeout: float, create: bool) -> sqlite3.Conne
         # builds default to it, others not.
         db.execute("PRAGMA secure_delete = ON")
         version = db.execute("PRAGMA user_version").fetchone()[0]
+        if not create and path != ":memory:" and not writable_here(path):
+            # Read the ordinary way (a writer's -wal and -shm are here to read by), and
+            # only read: the store refuses every write before it reaches SQLite.
+            if version != SCHEMA_VERSION:
+                raise StoreUnavailable(old_schema(path, version, SCHEMA_VERSION))
+            db.execute("PRAGMA query_only = 1")
+            return db
         if version == 0:
             _create_schema(db, path)
         # Again until current: another process may have upgraded part of the way meanwhile.
@@ -270,11 +278,11 @@ def _unwritable(path: str, create: bool, error: sqlite3.Error) -> sqlite3.Connec
 def _open_unchanging(path: str) -> sqlite3.Connection:
     """A read-only connection to the existing store at ``path``, whose folder this process
     cannot write: SQLite cannot make the WAL index there that a reader of a WAL file keeps,
-    so the file is read as SQLite's ``immutable`` file, with nothing to coordinate with
-    writers. That is exact while nothing writes it, as nothing can that cannot write the
-    folder: a writer makes ``PATH-wal`` there first. A store with a write-ahead log of
-    writes no checkpoint has moved into the file yet is refused, as it cannot be read so
-    (only with the WAL index), and so is one of an earlier schema version, whose upgrade
+    so the file is read as SQLite's ``immutable`` file (an :class:`UnchangingConnection`),
+    with nothing to coordinate with writers; the store guards every read
+    (:class:`~agentjournal.store.sqlite._read_only.Unchanging`). A store with a write-ahead
+    log of writes no checkpoint has moved into the file yet is refused, as it cannot be read
+    so (only with the WAL index), and so is one of an earlier schema version, whose upgrade
     is a write. Every write on the connection fails (``query_only``).
 
     Raises:
@@ -291,12 +299,18 @@ def _open_unchanging(path: str) -> sqlite3.Connection:
     if pending:
         raise StoreUnavailable(
             f"cannot open SQLite store {path} here: its writes in {wal} are read only with "
-            f"the WAL index SQLite keeps beside them, and {folder} cannot be written; open it "
-            "once where it can be, or copy the store's files to a folder you can write"
+            f"the WAL index SQLite keeps beside them, and {folder} cannot be written; whoever "
+            "can write it can open the store once, which moves them into the file"
         )
     uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro&immutable=1"
     try:
-        db = sqlite3.connect(uri, isolation_level=None, check_same_thread=False, uri=True)
+        db = sqlite3.connect(
+            uri,
+            isolation_level=None,
+            check_same_thread=False,
+            uri=True,
+            factory=UnchangingConnection,
+        )
     except sqlite3.Error as error:
         raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
     try:
@@ -305,11 +319,7 @@ def _open_unchanging(path: str) -> sqlite3.Connection:
         if version == 0:
             raise StoreUnavailable(f"no store at {path}: the file is empty")
         if version != SCHEMA_VERSION:
-            raise StoreUnavailable(
-                f"cannot open SQLite store {path} here: it has schema version {version}, "
-                f"upgraded to {SCHEMA_VERSION} when first opened where {folder} can be "
-                "written, and it cannot be written here"
-            )
+            raise StoreUnavailable(old_schema(path, version, SCHEMA_VERSION))
         db.execute("PRAGMA query_only = 1")
     except sqlite3.DatabaseError as error:
         db.close()
@@ -321,7 +331,7 @@ def _open_unchanging(path: str) -> sqlite3.Connection:
 
 
 def read_only(db: sqlite3.Connection) -> bool:
-    """Whether ``db`` was opened read-only (:func:`_open_unchanging`)."""
+    """Whether ``db`` was opened read-only (:func:`_connect_once`)."""
     return bool(db.execute("PRAGMA query_only").fetchone()[0])
 
 

@@ -36,6 +36,7 @@ from agentjournal.store.contract import (
 from agentjournal.store.sqlite._handoff import Listeners, _translated
 from agentjournal.store.sqlite._model import read_model
 from agentjournal.store.sqlite._purge import purge_model
+from agentjournal.store.sqlite._read_only import Unchanging, UnchangingConnection, refused_write
 from agentjournal.store.sqlite._rows import _EVENT_COLUMNS, _fetch_events, _recorded
 from agentjournal.store.sqlite._schema import _probe_connection, _resolved_connect, read_only
 from agentjournal.store.sqlite._stored import Unpacker
@@ -72,9 +73,13 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         self._db = connection
         self._executor = executor
         self._closed = False
-        # Opened read-only, as a store in a folder this process cannot write is: every
-        # write is refused before it reaches the connection (which would refuse it too).
+        # Opened read-only, as a store this process cannot write is: every write is refused
+        # before it reaches the connection (which would refuse it too); one read as an
+        # unchanging file has every read guarded.
         self._read_only = path != ":memory:" and read_only(connection)
+        self._unchanging = (
+            Unchanging(path, self._file) if isinstance(connection, UnchangingConnection) else None
+        )
         # Subscribers waiting for appends, woken by a commit (on the store's thread) or a close.
         self._listeners = Listeners()
         # The loop thread's read-only probe of stream heads (see :meth:`heads_now`), opened
@@ -243,11 +248,7 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         if self._closed:
             raise StoreUnavailable(f"SQLite store {self._path} is closed")
         if self._read_only:
-            folder = os.path.dirname(self._file)
-            raise StoreUnavailable(
-                f"SQLite store {self._path} is read-only here, as {folder} cannot be "
-                "written: nothing was written"
-            )
+            raise StoreUnavailable(refused_write(self._path, self._file))
 
     # -- reads ----------------------------------------------------------------
 
@@ -498,9 +499,10 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
     def _submit(self, fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
         if self._closed:
             raise StoreUnavailable(f"SQLite store {self._path} is closed")
-        return asyncio.get_running_loop().run_in_executor(
-            self._executor, functools.partial(_translated, self._path, fn, *args)
-        )
+        call = functools.partial(_translated, self._path, fn, *args)
+        if self._unchanging is not None:
+            call = functools.partial(self._unchanging.around, call)
+        return asyncio.get_running_loop().run_in_executor(self._executor, call)
 
 
 def _executor() -> ThreadPoolExecutor:
