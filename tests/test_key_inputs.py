@@ -18,7 +18,10 @@ def _refused(*args: str, env: dict[str, str] | None = None) -> str:
     return done.stderr.removeprefix("agentjournal: ").rstrip("\n")
 
 
-def test_keygen_refuses_an_output_it_cannot_write_and_leaves_nothing(tmp_path: Path) -> None:
+def test_keygen_refuses_an_output_it_cannot_write_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where a key named "-" would be written
     (tmp_path / "folder").mkdir()
     (tmp_path / "dangling.pem").symlink_to(tmp_path / "missing" / "k.pem")
     (tmp_path / "half.pem.pub").mkdir()  # the public half's name is taken by a folder

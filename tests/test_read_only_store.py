@@ -257,13 +257,11 @@ def _append_one(path: Path, revision: int) -> None:
     asyncio.run(append())
 
 
-def test_a_store_read_as_an_unchanging_file_that_its_owner_writes_refuses_the_next_read(
-    reader: Reader,
-) -> None:
-    """Whoever can write the folder still can: a read after that write (or torn by it) is
-    refused, never answered stale, and the next open reads what was written."""
-    path = reader.folder / "events.db"
-    _write_store(path)
+@contextlib.contextmanager
+def _watching(reader: Reader, first: list[int]) -> Iterator[subprocess.Popen[str]]:
+    """A reader process that has the store open read-only, its first read ``first``, and
+    reads S-1 when asked (:func:`_ask`); the folder is as the reader meets it while it
+    opens and first reads."""
     with reader.unwritable():
         watch = subprocess.Popen(
             reader.command(sys.executable, "-c", _WATCH, str(reader.sees / "events.db")),
@@ -275,23 +273,52 @@ def test_a_store_read_as_an_unchanging_file_that_its_owner_writes_refuses_the_ne
             env=_clean_env(),
         )
         try:
-            assert _ask(watch) == [0, 1, 2]
+            assert _ask(watch) == first
         except BaseException:
             watch.kill()
+            watch.wait(timeout=60)
             raise
     try:
-        _append_one(path, 3)  # the owner opens the store, writes and closes it
-        refused = _ask(watch)
-        assert _ask(watch) == refused  # every read after it
+        yield watch
     finally:
         assert watch.stdin is not None
         watch.stdin.close()
         watch.wait(timeout=60)
-    assert refused == (
-        f"SQLite store {reader.sees / 'events.db'} was written while read as an unchanging "
-        f"file (by a process that can write {reader.sees}): run the command again"
+
+
+def _written(reader: Reader) -> str:
+    return (
+        f"SQLite store {reader.sees / 'events.db'} was written since this process opened it "
+        "read-only: run the command again to read it as it is now"
     )
+
+
+def test_a_store_read_as_an_unchanging_file_that_its_owner_writes_refuses_the_next_read(
+    reader: Reader,
+) -> None:
+    """Whoever can write the folder still can: a read after that write (or torn by it) is
+    refused, never answered stale, and the next open reads what was written."""
+    path = reader.folder / "events.db"
+    _write_store(path)
+    with _watching(reader, [0, 1, 2]) as watch:
+        _append_one(path, 3)  # the owner opens the store, writes and closes it
+        assert _ask(watch) == _written(reader)
+        assert _ask(watch) == _written(reader)  # every read after it
     assert _api(reader)["S-1"] == [0, 1, 2, 3]
+
+
+def test_a_store_its_owner_only_opens_refuses_the_reads_after(reader: Reader) -> None:
+    """A writer that has the store open may write at any moment, into a ``-wal`` a reader
+    of the unchanging file does not read: from its opening on, reads are refused."""
+    path = reader.folder / "events.db"
+    _write_store(path)
+    with _watching(reader, [0, 1, 2]) as watch:
+        holder = sqlite3.connect(path)
+        try:
+            holder.execute("SELECT count(*) FROM events").fetchone()  # -wal and -shm made
+            assert _ask(watch) == _written(reader)
+        finally:
+            holder.close()
 
 
 def test_a_store_its_writer_has_open_is_read_as_written_and_refuses_writes(
@@ -309,6 +336,11 @@ def test_a_store_its_writer_has_open_is_read_as_written_and_refuses_writes(
         _append_one(path, 3)
         assert (reader.folder / "events.db-wal").exists()
         assert _api(reader) == _read_only_answers(reader, [0, 1, 2, 3])
+        # Such a reader is not kept up to date by SQLite: a read after the writer's next
+        # commit is refused, never answered stale.
+        with _watching(reader, [0, 1, 2, 3]) as watch:
+            _append_one(path, 4)
+            assert _ask(watch) == _written(reader)
     finally:
         holder.close()
 

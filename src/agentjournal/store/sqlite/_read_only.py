@@ -1,28 +1,24 @@
 """A SQLite store this process cannot write: how that is told, what it says, and the guard
-of a store read as SQLite's unchanging (``immutable``) file.
+that keeps its reads from being answered stale.
 
-A reader of a WAL file keeps the WAL index in ``PATH-shm`` beside it. Where this process
-cannot write the folder and no ``-shm`` is there (no writer has the store open), SQLite can
-read the file only as an unchanging one, with no locks and nothing to coordinate with a
-writer: exact only while nobody writes it. Whoever can write the folder (its owner) still
-can, so every read of such a store is guarded (:class:`Unchanging`): answered only if the
-file was not written before or while it ran, else refused, to be run again.
+Such a store is read as it was when opened. Where no ``-shm`` is beside it and the folder
+cannot be written (no writer has it open), SQLite can read the file only as an unchanging
+(``immutable``) one, with no locks; where a writer has it open, SQLite reads through the WAL
+files without writing them, but such a reader is not kept up to date with later writes. Either
+way whoever can write the store still can, so every read is guarded (:class:`ReadGuard`):
+answered only if the files were not written since the store was opened, else refused, to be
+run again.
 """
 
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Callable
 from typing import TypeVar
 
 from agentjournal.errors import StoreUnavailable
 
 _T = TypeVar("_T")
-
-
-class UnchangingConnection(sqlite3.Connection):
-    """A connection to a store file read as SQLite's unchanging file (``immutable=1``)."""
 
 
 def writable_here(path: str) -> bool:
@@ -54,23 +50,33 @@ def old_schema(path: str, version: int, current: int) -> str:
     )
 
 
-def _stamp(file: str) -> tuple[int, int, int, bool, bool]:
-    """What a write changes: the file's inode, size and modification time, and whether
-    the files a writer keeps beside it exist."""
+def _stamp(file: str) -> tuple[object, ...]:
+    """What a write changes: the file's inode, size and modification time; whether the
+    ``-shm`` beside it exists; and the ``-wal``'s size, modification time and header (its
+    salts change when a writer starts it again from the top), or None without one."""
     found = os.stat(file)
+    try:
+        with open(f"{file}-wal", "rb") as handle:
+            log = os.fstat(handle.fileno())
+            wal: tuple[object, ...] | None = (log.st_size, log.st_mtime_ns, handle.read(32))
+    except FileNotFoundError:
+        wal = None
     return (
         found.st_ino,
         found.st_size,
         found.st_mtime_ns,
-        os.path.exists(f"{file}-wal"),
         os.path.exists(f"{file}-shm"),
+        wal,
     )
 
 
-class Unchanging:
-    """The guard of a store read as an unchanging file: each read is answered only when
-    the file is as it was when opened, before and after the read (a writer opening the
-    store makes ``-wal`` and ``-shm`` beside it; a checkpoint rewrites the file).
+class ReadGuard:
+    """The guard of a read-only store: each read is answered only when the files are as
+    they were when it was opened, before and after the read. A writer opening the store
+    makes ``-wal`` and ``-shm`` beside it; a commit grows the ``-wal`` or starts it again;
+    a checkpoint rewrites the file. (Where the file system keeps modification times in
+    whole seconds, a checkpoint that leaves the file's size as it was, by a writer that
+    opened and closed the store within that second, is not told apart.)
 
     Args:
         path: The store's path, as its messages name it.
@@ -83,7 +89,7 @@ class Unchanging:
         self._stamp = _stamp(file)
 
     def around(self, read: Callable[[], _T]) -> _T:
-        """``read()``, if the file was not written before or while it ran.
+        """``read()``, if the store was not written since it was opened.
 
         Raises:
             StoreUnavailable: It was: the read's answer could be stale or torn.
@@ -103,8 +109,7 @@ class Unchanging:
         except OSError:
             same = False
         if not same:
-            folder = os.path.dirname(self._file)
             raise StoreUnavailable(
-                f"SQLite store {self._path} was written while read as an unchanging file "
-                f"(by a process that can write {folder}): run the command again"
+                f"SQLite store {self._path} was written since this process opened it "
+                "read-only: run the command again to read it as it is now"
             )

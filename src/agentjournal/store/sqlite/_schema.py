@@ -14,7 +14,7 @@ from agentjournal.errors import (
     InvalidInput,
     StoreUnavailable,
 )
-from agentjournal.store.sqlite._read_only import UnchangingConnection, old_schema, writable_here
+from agentjournal.store.sqlite._read_only import old_schema, writable_here
 
 SCHEMA_VERSION: Final = 3
 
@@ -278,9 +278,9 @@ def _unwritable(path: str, create: bool, error: sqlite3.Error) -> sqlite3.Connec
 def _open_unchanging(path: str) -> sqlite3.Connection:
     """A read-only connection to the existing store at ``path``, whose folder this process
     cannot write: SQLite cannot make the WAL index there that a reader of a WAL file keeps,
-    so the file is read as SQLite's ``immutable`` file (an :class:`UnchangingConnection`),
-    with nothing to coordinate with writers; the store guards every read
-    (:class:`~agentjournal.store.sqlite._read_only.Unchanging`). A store with a write-ahead
+    so the file is read as SQLite's ``immutable`` file, with nothing to coordinate with
+    writers; the store guards every read (:class:`~agentjournal.store.sqlite._read_only.ReadGuard`,
+    as it does every read-only store's). A store with a write-ahead
     log of writes no checkpoint has moved into the file yet is refused, as it cannot be read
     so (only with the WAL index), and so is one of an earlier schema version, whose upgrade
     is a write. Every write on the connection fails (``query_only``).
@@ -304,13 +304,7 @@ def _open_unchanging(path: str) -> sqlite3.Connection:
         )
     uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro&immutable=1"
     try:
-        db = sqlite3.connect(
-            uri,
-            isolation_level=None,
-            check_same_thread=False,
-            uri=True,
-            factory=UnchangingConnection,
-        )
+        db = sqlite3.connect(uri, isolation_level=None, check_same_thread=False, uri=True)
     except sqlite3.Error as error:
         raise StoreUnavailable(f"cannot open SQLite store {path}: {error}") from error
     try:

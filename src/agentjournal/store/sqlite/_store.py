@@ -36,7 +36,7 @@ from agentjournal.store.contract import (
 from agentjournal.store.sqlite._handoff import Listeners, _translated
 from agentjournal.store.sqlite._model import read_model
 from agentjournal.store.sqlite._purge import purge_model
-from agentjournal.store.sqlite._read_only import Unchanging, UnchangingConnection, refused_write
+from agentjournal.store.sqlite._read_only import ReadGuard, refused_write
 from agentjournal.store.sqlite._rows import _EVENT_COLUMNS, _fetch_events, _recorded
 from agentjournal.store.sqlite._schema import _probe_connection, _resolved_connect, read_only
 from agentjournal.store.sqlite._stored import Unpacker
@@ -74,12 +74,10 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         self._executor = executor
         self._closed = False
         # Opened read-only, as a store this process cannot write is: every write is refused
-        # before it reaches the connection (which would refuse it too); one read as an
-        # unchanging file has every read guarded.
+        # before it reaches the connection (which would refuse it too), and every read is
+        # guarded against the writes of those who can write it.
         self._read_only = path != ":memory:" and read_only(connection)
-        self._unchanging = (
-            Unchanging(path, self._file) if isinstance(connection, UnchangingConnection) else None
-        )
+        self._guard = ReadGuard(path, self._file) if self._read_only else None
         # Subscribers waiting for appends, woken by a commit (on the store's thread) or a close.
         self._listeners = Listeners()
         # The loop thread's read-only probe of stream heads (see :meth:`heads_now`), opened
@@ -500,8 +498,8 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         if self._closed:
             raise StoreUnavailable(f"SQLite store {self._path} is closed")
         call = functools.partial(_translated, self._path, fn, *args)
-        if self._unchanging is not None:
-            call = functools.partial(self._unchanging.around, call)
+        if self._guard is not None:
+            call = functools.partial(self._guard.around, call)
         return asyncio.get_running_loop().run_in_executor(self._executor, call)
 
 
