@@ -345,6 +345,51 @@ def test_a_store_its_writer_has_open_is_read_as_written_and_refuses_writes(
         holder.close()
 
 
+def test_a_store_file_it_cannot_write_in_a_folder_it_can_is_read_without_making_a_file(
+    tmp_path: Path,
+) -> None:
+    """Read the ordinary way, SQLite would make ``-wal`` and ``-shm`` beside the file,
+    which the store's owner might then be unable to write or remove."""
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        if not _works([*_WITHOUT_OVERRIDE, "true"]):
+            pytest.skip("root here cannot give up writing any file (setpriv)")
+        prefix = _WITHOUT_OVERRIDE  # held to the file's mode, as its owner
+    folder = _shared_folder()
+    try:
+        _write_store(folder / "events.db")
+        (folder / "events.db").chmod(0o444)
+        before = _files(folder)
+        done = subprocess.run(
+            [*prefix, sys.executable, "-c", _API, str(folder / "events.db")],
+            capture_output=True,
+            text=True,
+            env=_clean_env(),
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        seen = json.loads(done.stdout)
+        assert (seen["read_only"], seen["S-1"]) == (True, [0, 1, 2])
+        assert seen["append"] == (
+            f"SQLite store {folder / 'events.db'} is read-only here, as {folder / 'events.db'} "
+            "cannot be written: nothing was written"
+        )
+        assert _files(folder) == before  # no -wal, no -shm
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_an_empty_write_ahead_log_it_cannot_read_does_not_stop_the_reading(
+    reader: Reader,
+) -> None:
+    if reader.how != "another user's folder":
+        pytest.skip("only another user's file can be unreadable to this reader")
+    _write_store(reader.folder / "events.db")
+    (reader.folder / "events.db-wal").write_bytes(b"")
+    (reader.folder / "events.db-wal").chmod(0o600)
+    assert _api(reader) == _read_only_answers(reader, [0, 1, 2])
+
+
 def test_a_store_that_can_be_written_is_not_read_only(tmp_path: Path) -> None:
     _write_store(tmp_path / "events.db")
 
@@ -382,8 +427,9 @@ def test_writes_still_in_the_write_ahead_log_are_refused_not_left_unread(reader:
     assert seen == {
         "open": (
             f"cannot open SQLite store {db} here: its writes in {db}-wal are read only with "
-            f"the WAL index SQLite keeps beside them, and {reader.sees} cannot be written; "
-            "whoever can write it can open the store once, which moves them into the file"
+            f"the WAL index SQLite keeps in {db}-shm, which is not there, and this process "
+            "cannot write the store; whoever can write it can open the store once, which "
+            "moves them into the file"
         )
     }
     assert _files(reader.folder) == before

@@ -50,17 +50,33 @@ def old_schema(path: str, version: int, current: int) -> str:
     )
 
 
+def beside(path: str) -> bool:
+    """Whether both files a WAL reader reads by are beside the store at ``path`` (a writer
+    has it open, or left them): then SQLite reads it through them without making any."""
+    return all(os.path.exists(f"{path}{suffix}") for suffix in ("-wal", "-shm"))
+
+
 def _stamp(file: str) -> tuple[object, ...]:
     """What a write changes: the file's inode, size and modification time; whether the
     ``-shm`` beside it exists; and the ``-wal``'s size, modification time and header (its
-    salts change when a writer starts it again from the top), or None without one."""
+    salts change when a writer starts it again from the top; None where it cannot be read
+    here), or None without one."""
     found = os.stat(file)
+    wal_path = f"{file}-wal"
+    wal: tuple[object, ...] | None
     try:
-        with open(f"{file}-wal", "rb") as handle:
+        with open(wal_path, "rb") as handle:
             log = os.fstat(handle.fileno())
-            wal: tuple[object, ...] | None = (log.st_size, log.st_mtime_ns, handle.read(32))
+            wal = (log.st_size, log.st_mtime_ns, handle.read(32))
     except FileNotFoundError:
         wal = None
+    except OSError:  # there, but not readable here: its size and time still tell a write
+        try:
+            log = os.stat(wal_path)
+        except FileNotFoundError:
+            wal = None
+        else:
+            wal = (log.st_size, log.st_mtime_ns, None)
     return (
         found.st_ino,
         found.st_size,

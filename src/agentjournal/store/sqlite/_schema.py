@@ -14,7 +14,7 @@ from agentjournal.errors import (
     InvalidInput,
     StoreUnavailable,
 )
-from agentjournal.store.sqlite._read_only import old_schema, writable_here
+from agentjournal.store.sqlite._read_only import beside, old_schema, writable_here
 
 SCHEMA_VERSION: Final = 3
 
@@ -198,15 +198,19 @@ def unwritable_directory(path: str) -> str | None:
 
 def _connect_once(path: str, busy_timeout: float, create: bool) -> sqlite3.Connection:
     """One try of :func:`_connect`. An existing store (``create`` False) this process cannot
-    write is opened read-only (``query_only``), whatever the caller means to do: the
-    ordinary way where SQLite can read it so, else as an unchanging file
-    (:func:`_open_unchanging`)."""
+    write is opened read-only (``query_only``), whatever the caller means to do, and makes
+    no file: the ordinary way where its ``-wal`` and ``-shm`` are there to read by, else as
+    an unchanging file (:func:`_open_unchanging`)."""
     if path != ":memory:":
         if not create and not os.path.isfile(path):
             raise StoreUnavailable(f"no store at {path}: check the path or --uri")
         missing = missing_directory(path)
         if missing is not None:
             raise StoreUnavailable(missing)
+        if not create and not writable_here(path) and not beside(path):
+            # Opened the ordinary way, SQLite would make -wal and -shm here, files its owner
+            # might not be able to write or remove after: read it as an unchanging file.
+            return _open_unchanging(path)
     target, as_uri = path, False
     if not create and path != ":memory:":
         # mode=rw: SQLite itself refuses to create the file (no race with the check above).
@@ -276,19 +280,19 @@ def _unwritable(path: str, create: bool, error: sqlite3.Error) -> sqlite3.Connec
 
 
 def _open_unchanging(path: str) -> sqlite3.Connection:
-    """A read-only connection to the existing store at ``path``, whose folder this process
-    cannot write: SQLite cannot make the WAL index there that a reader of a WAL file keeps,
-    so the file is read as SQLite's ``immutable`` file, with nothing to coordinate with
-    writers; the store guards every read (:class:`~agentjournal.store.sqlite._read_only.ReadGuard`,
-    as it does every read-only store's). A store with a write-ahead
-    log of writes no checkpoint has moved into the file yet is refused, as it cannot be read
-    so (only with the WAL index), and so is one of an earlier schema version, whose upgrade
-    is a write. Every write on the connection fails (``query_only``).
+    """A read-only connection to the existing store at ``path``, which this process cannot
+    write and whose ``-wal`` and ``-shm`` are not both there: read the ordinary way, SQLite
+    would make them (or, in a folder it cannot write, fail), so the file is read as SQLite's
+    ``immutable`` file, with nothing to coordinate with writers; the store guards every read
+    (:class:`~agentjournal.store.sqlite._read_only.ReadGuard`, as it does every read-only
+    store's). A store with a write-ahead log of writes no checkpoint has moved into the file
+    yet is refused, as it cannot be read so (only with the WAL index), and so is one of an
+    earlier schema version, whose upgrade is a write. Every write on the connection fails
+    (``query_only``).
 
     Raises:
         StoreUnavailable: It cannot be read so, saying why and what to do.
     """
-    folder = os.path.dirname(os.path.abspath(path))
     wal = f"{path}-wal"
     try:
         pending = os.path.getsize(wal) > 0
@@ -299,8 +303,9 @@ def _open_unchanging(path: str) -> sqlite3.Connection:
     if pending:
         raise StoreUnavailable(
             f"cannot open SQLite store {path} here: its writes in {wal} are read only with "
-            f"the WAL index SQLite keeps beside them, and {folder} cannot be written; whoever "
-            "can write it can open the store once, which moves them into the file"
+            f"the WAL index SQLite keeps in {path}-shm, which is not there, and this process "
+            "cannot write the store; whoever can write it can open the store once, which "
+            "moves them into the file"
         )
     uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro&immutable=1"
     try:
