@@ -1,8 +1,9 @@
-"""A SQLite store in a folder this process cannot write (another user's, a read-only mount) is
-read as it is on disk: every read works, every write is refused in one line, and nothing in the
-folder changes. Each case runs its reader as a separate process that truly cannot write there:
-in a folder whose mode forbids it (root giving up its override of modes), or inside a read-only
-bind mount, whichever this machine allows."""
+"""A SQLite store this process cannot write (another user's, on a read-only mount) is read as it
+was when opened: every read works, a read after someone else wrote it is refused, every write
+is refused in one line, and nothing in the folder changes. Each case runs its reader as a
+separate process that truly cannot write there: another user's folder (root giving up its
+override of modes), a folder of mode 0555, or inside a read-only bind mount, whichever this
+machine allows."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ callers' event loops and the store's thread (``_handoff``), the file's schema
 purge (``_purge``), the stored form of the text columns (``_stored``) and the header of
 the file's WAL index, which tells the heads probe whether anything was committed since
 (``_wal_index``), and a store this process cannot write: how that is told, and the guard of
-one read as SQLite's unchanging file (``_read_only``).
+its reads (``_read_only``).
 
 Layout (schema version 3, kept in ``PRAGMA user_version``)::
 

@@ -1,11 +1,11 @@
 """A SQLite store this process cannot write: how that is told, what it says, and the guard
 that keeps its reads from being answered stale.
 
-Such a store is read as it was when opened. Where no ``-shm`` is beside it and the folder
-cannot be written (no writer has it open), SQLite can read the file only as an unchanging
-(``immutable``) one, with no locks; where a writer has it open, SQLite reads through the WAL
-files without writing them, but such a reader is not kept up to date with later writes. Either
-way whoever can write the store still can, so every read is guarded (:class:`ReadGuard`):
+Such a store is read as it was when opened, and its reader makes no file. Where its ``-wal``
+and ``-shm`` are both there (a writer has it open), SQLite reads through them without writing
+them, but does not keep such a reader up to date with later writes; otherwise the file is read
+as SQLite's unchanging (``immutable``) one, with no locks. Either way whoever can write the
+store still can, so every read is guarded (:class:`ReadGuard`):
 answered only if the files were not written since the store was opened, else refused, to be
 run again.
 """

@@ -207,10 +207,12 @@ def _connect_once(path: str, busy_timeout: float, create: bool) -> sqlite3.Conne
         missing = missing_directory(path)
         if missing is not None:
             raise StoreUnavailable(missing)
-        if not create and not writable_here(path) and not beside(path):
-            # Opened the ordinary way, SQLite would make -wal and -shm here, files its owner
-            # might not be able to write or remove after: read it as an unchanging file.
-            return _open_unchanging(path)
+    # Only read: the store refuses every write before it reaches SQLite.
+    reading_only = not create and path != ":memory:" and not writable_here(path)
+    if reading_only and not beside(path):
+        # Opened the ordinary way, SQLite would make -wal and -shm here, files its owner
+        # might not be able to write or remove after: read it as an unchanging file.
+        return _open_unchanging(path)
     target, as_uri = path, False
     if not create and path != ":memory:":
         # mode=rw: SQLite itself refuses to create the file (no race with the check above).
@@ -233,9 +235,7 @@ def _connect_once(path: str, busy_timeout: float, create: bool) -> sqlite3.Conne
         # builds default to it, others not.
         db.execute("PRAGMA secure_delete = ON")
         version = db.execute("PRAGMA user_version").fetchone()[0]
-        if not create and path != ":memory:" and not writable_here(path):
-            # Read the ordinary way (a writer's -wal and -shm are here to read by), and
-            # only read: the store refuses every write before it reaches SQLite.
+        if reading_only:  # the ordinary way: a writer's -wal and -shm are here to read by
             if version != SCHEMA_VERSION:
                 raise StoreUnavailable(old_schema(path, version, SCHEMA_VERSION))
             db.execute("PRAGMA query_only = 1")

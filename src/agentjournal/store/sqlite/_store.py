@@ -84,8 +84,8 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
         # on first use; its lock is only ever tried, never waited for.
         self._probe: sqlite3.Connection | None = None
         self._probe_lock = threading.Lock()
-        # In memory, another connection would see another database; read-only, the probe's
-        # connection could not make the WAL index either.
+        # In memory, another connection would see another database; read-only, every read
+        # goes through the guard, which the probe's answers would pass by.
         self._probe_failed = path == ":memory:" or self._read_only
         # The file's WAL index, read by the probe (under its lock) and by the store's thread
         # (the write path's own), and heads known as of one of its headers: (header, stream ->
@@ -237,9 +237,9 @@ class SQLiteEventStore(ReadModel, HeadsProbe, BatchedReads, RevisionIndex, Typed
 
     @property
     def read_only(self) -> bool:
-        """Whether the store was opened read-only: an existing store in a folder this
-        process cannot write (or on a read-only file system) is, read as it is on disk;
-        every write raises :class:`StoreUnavailable`."""
+        """Whether the store was opened read-only, as an existing store this process cannot
+        write is: it is read as it was when opened (a read after someone else wrote it raises
+        :class:`StoreUnavailable`), and every write raises :class:`StoreUnavailable`."""
         return self._read_only
 
     def _check_writable(self) -> None:
